@@ -1,0 +1,97 @@
+/* jobspec.h — the job spec of DESIGN §4: one parser, shared by server and engine.
+ *
+ * jobspec_parse() checks a JSON spec completely — unknown fields, types,
+ * required fields, ranges, path syntax — and fills a struct with every
+ * default applied. On failure err->field names the offending field as a
+ * dotted path ("hyperparameters.lr", "lora.targets[2]"). The server also
+ * checks paths against its allowed roots (jobspec_check_roots); the engine
+ * reads the struct. Strings are owned by the jobspec (jobspec_free). */
+#ifndef TY_JOBSPEC_H
+#define TY_JOBSPEC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "tyerr.h"
+
+#define JOBSPEC_MAX_TARGETS 16
+
+typedef enum { METHOD_FULL = 0, METHOD_LORA, METHOD_QLORA } jobspec_method;
+typedef enum { PREC_FP32 = 0, PREC_BF16, PREC_FP16 } jobspec_precision;
+typedef enum { BACKEND_AUTO = 0, BACKEND_CUDA, BACKEND_CPU } jobspec_backend;
+typedef enum { SCHED_CONSTANT = 0, SCHED_LINEAR, SCHED_COSINE } jobspec_schedule;
+typedef enum { DS_TOKENS = 0, DS_TEXT, DS_PROMPT_COMPLETION, DS_CHAT } jobspec_format;
+
+typedef struct jobspec {
+    char *name;               /* optional; NULL when absent */
+    /* model: exactly one of path / init */
+    char *model_path;         /* local absolute path or s3:// gs:// az:// URI */
+    json_t *model_init;       /* a config.json-shaped object (owned ref), or NULL */
+
+    /* dataset */
+    char *train;              /* required */
+    char *eval;               /* optional */
+    jobspec_format format;    /* default tokens */
+    char *text_field;         /* default "text" */
+    char *chat_template;      /* "chatml" | "llama3" | "llama2"; default chatml */
+    bool packing;             /* default false */
+    bool skip_invalid;        /* default false */
+    double eval_fraction;     /* 0 = none; [0, 0.5] */
+
+    jobspec_method method;    /* default full */
+    /* lora (also used by qlora) */
+    int lora_r;               /* default 8, >= 1 */
+    double lora_alpha;        /* default 16 */
+    double lora_dropout;      /* default 0, [0, 1) */
+    int n_targets;            /* default: q_proj,v_proj (llama) chosen by engine when 0 */
+    char *targets[JOBSPEC_MAX_TARGETS];
+    char *lora_adapter;       /* optional: starting adapter directory (PEFT format) */
+    bool lora_merge;          /* export merged full weights instead of an adapter */
+
+    /* hyperparameters */
+    int64_t max_steps;        /* required, [1, 1e9] */
+    int batch_size;           /* default 1, [1, 65536] */
+    int seq_len;              /* default 256, [2, 1048576] */
+    int grad_accum;           /* default 1, [1, 65536] */
+    double lr;                /* default 1e-4, (0, 10] */
+    jobspec_schedule schedule;/* default constant */
+    int64_t warmup_steps;     /* default 0 */
+    double weight_decay;      /* default 0, [0, 10] */
+    double max_grad_norm;     /* default 1.0, 0 = off */
+    double adam_beta1;        /* default 0.9, [0, 1) */
+    double adam_beta2;        /* default 0.999, [0, 1) */
+    double adam_eps;          /* default 1e-8, > 0 */
+    uint64_t seed;            /* default 1234 */
+    int64_t log_every_steps;  /* default 10, >= 1 */
+    int64_t eval_every_steps; /* default 0 = only at the end when eval is set */
+
+    jobspec_precision precision; /* default fp32 */
+    int gpus;                 /* default 0 = run on CPU slots; [0, 64] */
+    jobspec_backend backend;  /* default auto */
+
+    /* checkpoint */
+    int64_t ckpt_every_steps; /* default 0 = only at stop/end */
+    int keep_last;            /* default 0 = keep all */
+    int keep_best;            /* default 0 = off */
+    char *store;              /* optional remote URI: s3:// gs:// az:// file:// */
+
+    int priority;             /* default 0, [-1000, 1000]; higher runs first */
+    int max_restarts;         /* default 3, [0, 100] */
+} jobspec;
+
+/* Parses and validates. On error returns TY_EINVAL with err->field set;
+ * *out is left zeroed (nothing to free). */
+int jobspec_parse(json_t *root, jobspec *out, ty_err *err);
+/* Convenience: parse text (rejects invalid UTF-8 and malformed JSON,
+ * naming line/column). */
+int jobspec_parse_text(const char *text, size_t len, jobspec *out, ty_err *err);
+/* Every local path in the spec (model, train, eval, adapter) must lie under
+ * one of the colon-separated roots; remote URIs are not checked here. */
+int jobspec_check_roots(const jobspec *s, const char *allowed_roots, ty_err *err);
+void jobspec_free(jobspec *s);
+
+const char *jobspec_method_name(jobspec_method m);
+const char *jobspec_precision_name(jobspec_precision p);
+const char *jobspec_backend_name(jobspec_backend b);
+
+#endif

@@ -1,0 +1,39 @@
+/* tyutil.h — small file, hashing and time helpers used by several modules.
+ *
+ * Everything here is plain POSIX + OpenSSL; no module state. */
+#ifndef TY_TYUTIL_H
+#define TY_TYUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tyerr.h"
+
+/* Milliseconds of CLOCK_REALTIME / CLOCK_MONOTONIC. */
+int64_t ty_now_ms(void);
+int64_t ty_mono_ms(void);
+
+/* mkdir -p with mode 0755. */
+int ty_mkdir_p(const char *path, ty_err *err);
+/* rm -rf; a missing path is success. */
+int ty_rm_rf(const char *path, ty_err *err);
+/* Reads a whole (small) file; *out is NUL-terminated and owned by the caller. */
+int ty_read_file(const char *path, char **out, size_t *len, ty_err *err);
+/* Writes path.tmp, fsyncs, renames over path, fsyncs the directory. */
+int ty_write_file_atomic(const char *path, const void *data, size_t len, ty_err *err);
+/* fsync a directory (after a rename into it). */
+int ty_fsync_dir(const char *dir, ty_err *err);
+
+/* SHA-256 as 64 lowercase hex chars + NUL. */
+void ty_sha256_hex(const void *data, size_t len, char hex[65]);
+/* Streams a file through SHA-256; also returns its size. */
+int ty_sha256_file(const char *path, char hex[65], uint64_t *bytes, ty_err *err);
+/* Lowercase hex of n bytes into out (2n+1 chars). */
+void ty_hex(const unsigned char *in, size_t n, char *out);
+
+/* Constant-time comparison of two equal-length buffers. */
+int ty_memeq_ct(const void *a, const void *b, size_t n);
+
+/* Valid UTF-8 (no overlongs, no surrogates)? */
+int ty_utf8_valid(const char *s, size_t len);
+
+#endif
