@@ -80,18 +80,36 @@ typedef struct jobspec {
 } jobspec;
 
 /* Parses and validates. On error returns TY_EINVAL with err->field set;
- * *out is left zeroed (nothing to free). */
+ * *out is left zeroed (nothing to free).
+ *
+ * JSON layout (DESIGN §4; openapi.yaml's JobSpec mirrors it):
+ *   name; model{path|init}; dataset{train, eval, format, text_field,
+ *   chat_template, packing, skip_invalid, eval_fraction}; method;
+ *   lora{r, alpha, dropout, targets, adapter, merge} (method lora/qlora only);
+ *   hyperparameters{max_steps, batch_size, seq_len, grad_accum, lr, schedule,
+ *   warmup_steps, weight_decay, max_grad_norm, adam_beta1, adam_beta2,
+ *   adam_eps, seed, log_every_steps, eval_every_steps}; precision;
+ *   resources{gpus, backend}; checkpoint{every_steps, keep_last, keep_best,
+ *   store}; priority; max_restarts. */
 int jobspec_parse(json_t *root, jobspec *out, ty_err *err);
-/* Convenience: parse text (rejects invalid UTF-8 and malformed JSON,
- * naming line/column). */
+/* Convenience: parse text. Invalid UTF-8 and malformed JSON (including
+ * duplicate keys) return TY_ECORRUPT with line and column in err->msg and an
+ * empty err->field; spec faults return TY_EINVAL as jobspec_parse. */
 int jobspec_parse_text(const char *text, size_t len, jobspec *out, ty_err *err);
-/* Every local path in the spec (model, train, eval, adapter) must lie under
- * one of the colon-separated roots; remote URIs are not checked here. */
+/* Every local path in the spec (model, train, eval, adapter; "/x" or
+ * "file:///x") must lie under one of the colon-separated roots, also after
+ * resolving symlinks where the path exists; remote URIs are not checked
+ * here. NULL or "" means no restriction. TY_EINVAL with err->field. */
 int jobspec_check_roots(const jobspec *s, const char *allowed_roots, ty_err *err);
 void jobspec_free(jobspec *s);
+/* The spec back as JSON with every default filled in (what GET /jobs/{id}
+ * shows); parsing it again gives the same struct. Caller owns the result. */
+json_t *jobspec_to_json(const jobspec *s);
 
 const char *jobspec_method_name(jobspec_method m);
 const char *jobspec_precision_name(jobspec_precision p);
 const char *jobspec_backend_name(jobspec_backend b);
+const char *jobspec_schedule_name(jobspec_schedule s);
+const char *jobspec_format_name(jobspec_format f);
 
 #endif
