@@ -1,0 +1,1041 @@
+/* db.c — SQLite schema, migrations and every query trainyard runs.
+ *
+ * Migrations are numbered; PRAGMA user_version records how many have run, so
+ * an old database is brought forward step by step on open, each step in its
+ * own transaction. Job transitions and event appends are single transactions
+ * (BEGIN IMMEDIATE, so two writers never deadlock on a lock upgrade). */
+#include "db.h"
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tyutil.h"
+
+struct db {
+    sqlite3 *h;
+};
+
+/* ---- states ---------------------------------------------------------------- */
+
+static const char *const state_names[JOB_NSTATES] = {
+    "queued", "starting", "running", "stopping",
+    "paused", "succeeded", "failed", "cancelled",
+};
+
+const char *db_state_name(job_state s)
+{
+    return (unsigned)s < JOB_NSTATES ? state_names[s] : "unknown";
+}
+
+int db_state_parse(const char *name)
+{
+    for (int i = 0; i < JOB_NSTATES; i++)
+        if (name && strcmp(name, state_names[i]) == 0) return i;
+    return -1;
+}
+
+bool db_state_terminal(job_state s)
+{
+    return s == JOB_SUCCEEDED || s == JOB_FAILED || s == JOB_CANCELLED;
+}
+
+/* Legal moves, one mask of destinations per source state (DESIGN §2):
+ * queued    → starting (scheduled), paused (held), cancelled
+ * starting  → running, stopping (cancel/pause), queued (died, restart), failed
+ * running   → succeeded, failed, stopping, queued (died or server restart)
+ * stopping  → paused, cancelled, succeeded (finished first), failed, queued
+ * paused    → queued (resume), cancelled
+ * terminal states go nowhere. */
+static const unsigned legal_to[JOB_NSTATES] = {
+    [JOB_QUEUED] = JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_PAUSED) | JOB_BIT(JOB_CANCELLED),
+    [JOB_STARTING] = JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING) | JOB_BIT(JOB_QUEUED) |
+                     JOB_BIT(JOB_FAILED),
+    [JOB_RUNNING] = JOB_BIT(JOB_SUCCEEDED) | JOB_BIT(JOB_FAILED) | JOB_BIT(JOB_STOPPING) |
+                    JOB_BIT(JOB_QUEUED),
+    [JOB_STOPPING] = JOB_BIT(JOB_PAUSED) | JOB_BIT(JOB_CANCELLED) | JOB_BIT(JOB_SUCCEEDED) |
+                     JOB_BIT(JOB_FAILED) | JOB_BIT(JOB_QUEUED),
+    [JOB_PAUSED] = JOB_BIT(JOB_QUEUED) | JOB_BIT(JOB_CANCELLED),
+};
+
+bool db_transition_legal(job_state from, job_state to)
+{
+    if ((unsigned)from >= JOB_NSTATES || (unsigned)to >= JOB_NSTATES) return false;
+    return (legal_to[from] & JOB_BIT(to)) != 0;
+}
+
+/* ---- helpers ----------------------------------------------------------------- */
+
+static int sql_err(db *d, ty_err *err, const char *what)
+{
+    return ty_err_set(err, TY_EIO, "database: %s: %s", what, sqlite3_errmsg(d->h));
+}
+
+static int exec_sql(db *d, const char *sql, ty_err *err)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(d->h, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        int rc = ty_err_set(err, TY_EIO, "database: %s", msg ? msg : "exec failed");
+        sqlite3_free(msg);
+        return rc;
+    }
+    return 0;
+}
+
+static int prep(db *d, const char *sql, sqlite3_stmt **st, ty_err *err)
+{
+    if (sqlite3_prepare_v2(d->h, sql, -1, st, NULL) != SQLITE_OK)
+        return sql_err(d, err, "prepare");
+    return 0;
+}
+
+static char *col_str(sqlite3_stmt *st, int i)
+{
+    const unsigned char *s = sqlite3_column_text(st, i);
+    return s ? strdup((const char *)s) : NULL;
+}
+
+static void bind_str(sqlite3_stmt *st, int i, const char *s)
+{
+    if (s) sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, i);
+}
+
+static int begin(db *d, ty_err *err) { return exec_sql(d, "BEGIN IMMEDIATE", err); }
+static int commit(db *d, ty_err *err) { return exec_sql(d, "COMMIT", err); }
+static void rollback(db *d) { sqlite3_exec(d->h, "ROLLBACK", NULL, NULL, NULL); }
+
+/* ---- migrations ---------------------------------------------------------------- */
+
+/* migrations[i] takes a database from user_version i to i+1. Never edit a
+ * released entry: append a new one. */
+static const char *const migrations[DB_SCHEMA_VERSION] = {
+    /* 1: the core tables. Times are integer milliseconds since the epoch. */
+    "CREATE TABLE jobs ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  name TEXT,"
+    "  state TEXT NOT NULL,"
+    "  spec TEXT NOT NULL,"
+    "  priority INTEGER NOT NULL DEFAULT 0,"
+    "  gpus_wanted INTEGER NOT NULL DEFAULT 0,"
+    "  max_steps INTEGER NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL,"
+    "  started_ms INTEGER, finished_ms INTEGER, updated_ms INTEGER NOT NULL,"
+    "  restarts INTEGER NOT NULL DEFAULT 0,"
+    "  max_restarts INTEGER NOT NULL DEFAULT 3,"
+    "  resume_from TEXT, error TEXT, backend TEXT, gpus TEXT NOT NULL DEFAULT '',"
+    "  last_metric TEXT, last_eval TEXT, engine TEXT,"
+    "  metric0_ms INTEGER, metric0_step INTEGER, metric_last_ms INTEGER,"
+    "  pgid INTEGER NOT NULL DEFAULT 0,"
+    "  stop_intent TEXT);"
+    "CREATE INDEX jobs_sched ON jobs(state, priority DESC, id);"
+    "CREATE TABLE job_events ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  job_id INTEGER REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  seq INTEGER NOT NULL,"
+    "  type TEXT NOT NULL,"
+    "  data TEXT NOT NULL,"
+    "  ts_ms INTEGER NOT NULL,"
+    "  UNIQUE(job_id, seq));"
+    "CREATE TABLE checkpoints ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  step INTEGER NOT NULL, dir TEXT NOT NULL, bytes INTEGER NOT NULL DEFAULT 0,"
+    "  sha256 TEXT, local_path TEXT, remote_uri TEXT,"
+    "  state TEXT NOT NULL DEFAULT 'local'"
+    "    CHECK (state IN ('local','uploading','committed','failed','deleted')),"
+    "  error TEXT, attempts INTEGER NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL,"
+    "  UNIQUE(job_id, step));"
+    "CREATE TABLE tokens ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  name TEXT NOT NULL UNIQUE,"
+    "  sha256 TEXT NOT NULL UNIQUE,"
+    "  created_ms INTEGER NOT NULL);"
+    "CREATE TABLE idempotency_keys ("
+    "  key TEXT PRIMARY KEY,"
+    "  body_sha256 TEXT NOT NULL,"
+    "  job_id INTEGER NOT NULL,"
+    "  created_ms INTEGER NOT NULL);",
+    /* 2: the durable upload queue the object-store uploader works from, and
+     * an index for the global event feed's type filter. */
+    "CREATE TABLE uploads ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  checkpoint_id INTEGER NOT NULL REFERENCES checkpoints(id) ON DELETE CASCADE,"
+    "  file TEXT NOT NULL,"
+    "  uri TEXT NOT NULL,"
+    "  state TEXT NOT NULL DEFAULT 'pending'"
+    "    CHECK (state IN ('pending','running','done','failed')),"
+    "  attempts INTEGER NOT NULL DEFAULT 0,"
+    "  next_attempt_ms INTEGER NOT NULL DEFAULT 0,"
+    "  error TEXT);"
+    "CREATE INDEX uploads_due ON uploads(state, next_attempt_ms);"
+    "CREATE INDEX job_events_type ON job_events(type, id);",
+};
+
+int db_user_version(db *d)
+{
+    sqlite3_stmt *st;
+    int v = -1;
+    if (sqlite3_prepare_v2(d->h, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK) return -1;
+    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static int migrate(db *d, int target, ty_err *err)
+{
+    int v = db_user_version(d);
+    if (v < 0) return sql_err(d, err, "read user_version");
+    if (v > DB_SCHEMA_VERSION)
+        return ty_err_set(err, TY_EINVAL,
+                          "database schema version %d is newer than this build (%d)", v,
+                          DB_SCHEMA_VERSION);
+    for (; v < target; v++) {
+        char pragma[64];
+        if (begin(d, err)) return TY_EIO;
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", v + 1);
+        if (exec_sql(d, migrations[v], err) || exec_sql(d, pragma, err)) {
+            rollback(d);
+            return TY_EIO;
+        }
+        if (commit(d, err)) {
+            rollback(d);
+            return TY_EIO;
+        }
+    }
+    return 0;
+}
+
+int db_open_at_version(const char *path, int version, db **out, ty_err *err)
+{
+    *out = NULL;
+    if (version < 0 || version > DB_SCHEMA_VERSION)
+        return ty_err_set(err, TY_EINVAL, "no schema version %d", version);
+    db *d = calloc(1, sizeof *d);
+    if (!d) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    if (sqlite3_open_v2(path, &d->h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                         SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        int rc = ty_err_set(err, TY_EIO, "open %s: %s", path,
+                            d->h ? sqlite3_errmsg(d->h) : "out of memory");
+        sqlite3_close(d->h);
+        free(d);
+        return rc;
+    }
+    /* busy_timeout: the writer thread, HTTP threads and the CLI share the
+     * file; waiting a few seconds for a lock beats failing a request. */
+    sqlite3_busy_timeout(d->h, 5000);
+    if (exec_sql(d, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                    "PRAGMA foreign_keys=ON;", err) ||
+        migrate(d, version, err)) {
+        sqlite3_close(d->h);
+        free(d);
+        return err ? err->code : TY_EIO;
+    }
+    *out = d;
+    return 0;
+}
+
+int db_open(const char *path, db **out, ty_err *err)
+{
+    return db_open_at_version(path, DB_SCHEMA_VERSION, out, err);
+}
+
+void db_close(db *d)
+{
+    if (!d) return;
+    sqlite3_close(d->h);
+    free(d);
+}
+
+/* ---- events (shared by transitions and appends) ---------------------------------- */
+
+void db_event_clear(db_event *e)
+{
+    if (!e) return;
+    free(e->data);
+    memset(e, 0, sizeof *e);
+}
+
+void db_events_free(db_event *evs, int n)
+{
+    for (int i = 0; i < n; i++) free(evs[i].data);
+    free(evs);
+}
+
+/* Inserts one event inside the caller's transaction. The per-job seq is
+ * max+1 through the UNIQUE(job_id, seq) index: one B-tree probe. */
+static int insert_event(db *d, int64_t job_id, int64_t ts, const char *type,
+                        const char *data, db_event *out, ty_err *err)
+{
+    static const char *sql =
+        "INSERT INTO job_events(job_id, seq, type, data, ts_ms) VALUES (?1,"
+        " (SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id IS ?1),"
+        " ?2, ?3, ?4) RETURNING id, seq";
+    sqlite3_stmt *st;
+    if (prep(d, sql, &st, err)) return TY_EIO;
+    if (job_id > 0) sqlite3_bind_int64(st, 1, job_id);
+    else sqlite3_bind_null(st, 1);
+    sqlite3_bind_text(st, 2, type, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, data, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, ts);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return sql_err(d, err, "insert event");
+    }
+    if (out) {
+        memset(out, 0, sizeof *out);
+        out->id = sqlite3_column_int64(st, 0);
+        out->seq = sqlite3_column_int64(st, 1);
+        out->job_id = job_id;
+        out->ts_ms = ts;
+        snprintf(out->type, sizeof out->type, "%s", type);
+        out->data = strdup(data);
+    }
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+    return 0;
+}
+
+/* ---- jobs ---------------------------------------------------------------------- */
+
+#define JOB_COLS                                                                   \
+    "id, name, state, spec, priority, gpus_wanted, max_steps, created_ms, "        \
+    "started_ms, finished_ms, updated_ms, restarts, max_restarts, resume_from, "    \
+    "error, backend, gpus, last_metric, last_eval, engine, metric0_ms, "           \
+    "metric0_step, metric_last_ms, pgid, stop_intent"
+
+static void read_job(sqlite3_stmt *st, db_job *j)
+{
+    memset(j, 0, sizeof *j);
+    j->id = sqlite3_column_int64(st, 0);
+    j->name = col_str(st, 1);
+    int s = db_state_parse((const char *)sqlite3_column_text(st, 2));
+    j->state = s < 0 ? JOB_FAILED : (job_state)s;
+    j->spec = col_str(st, 3);
+    j->priority = sqlite3_column_int(st, 4);
+    j->gpus_wanted = sqlite3_column_int(st, 5);
+    j->max_steps = sqlite3_column_int64(st, 6);
+    j->created_ms = sqlite3_column_int64(st, 7);
+    j->started_ms = sqlite3_column_int64(st, 8);
+    j->finished_ms = sqlite3_column_int64(st, 9);
+    j->updated_ms = sqlite3_column_int64(st, 10);
+    j->restarts = sqlite3_column_int(st, 11);
+    j->max_restarts = sqlite3_column_int(st, 12);
+    j->resume_from = col_str(st, 13);
+    j->error = col_str(st, 14);
+    j->backend = col_str(st, 15);
+    j->gpus = col_str(st, 16);
+    j->last_metric = col_str(st, 17);
+    j->last_eval = col_str(st, 18);
+    j->engine = col_str(st, 19);
+    j->metric0_ms = sqlite3_column_int64(st, 20);
+    j->metric0_step = sqlite3_column_int64(st, 21);
+    j->metric_last_ms = sqlite3_column_int64(st, 22);
+    j->pgid = sqlite3_column_int64(st, 23);
+    j->stop_intent = col_str(st, 24);
+}
+
+void db_job_free(db_job *j)
+{
+    if (!j) return;
+    free(j->name);
+    free(j->spec);
+    free(j->resume_from);
+    free(j->error);
+    free(j->backend);
+    free(j->gpus);
+    free(j->last_metric);
+    free(j->last_eval);
+    free(j->engine);
+    free(j->stop_intent);
+    memset(j, 0, sizeof *j);
+}
+
+void db_jobs_free(db_job *jobs, int n)
+{
+    for (int i = 0; i < n; i++) db_job_free(&jobs[i]);
+    free(jobs);
+}
+
+static char *state_event_json(job_state from, job_state to, const char *reason)
+{
+    json_t *o = json_object();
+    if (from == (job_state)-1) json_object_set_new(o, "from", json_null());
+    else json_object_set_new(o, "from", json_string(db_state_name(from)));
+    json_object_set_new(o, "to", json_string(db_state_name(to)));
+    json_object_set_new(o, "reason", reason ? json_string(reason) : json_null());
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
+                  db_event *ev, ty_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    *existing = false;
+    if (ev) memset(ev, 0, sizeof *ev);
+    if (begin(d, err)) return TY_EIO;
+    if (nj->idem_key) {
+        if (prep(d, "SELECT body_sha256, job_id FROM idempotency_keys WHERE key = ?", &st, err))
+            goto fail;
+        sqlite3_bind_text(st, 1, nj->idem_key, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            bool same = strcmp((const char *)sqlite3_column_text(st, 0), nj->body_sha256) == 0;
+            *id = sqlite3_column_int64(st, 1);
+            sqlite3_finalize(st);
+            rollback(d);
+            if (!same)
+                return ty_err_field(err, TY_ESTATE, "Idempotency-Key",
+                                    "this Idempotency-Key was used with a different body");
+            *existing = true;
+            return 0;
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    int64_t now = ty_now_ms();
+    if (prep(d, "INSERT INTO jobs(name, state, spec, priority, gpus_wanted, max_steps,"
+                " created_ms, updated_ms, max_restarts) VALUES (?,?,?,?,?,?,?,?,?)",
+             &st, err))
+        goto fail;
+    bind_str(st, 1, nj->name);
+    sqlite3_bind_text(st, 2, "queued", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, nj->spec, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 4, nj->priority);
+    sqlite3_bind_int(st, 5, nj->gpus_wanted);
+    sqlite3_bind_int64(st, 6, nj->max_steps);
+    sqlite3_bind_int64(st, 7, now);
+    sqlite3_bind_int64(st, 8, now);
+    sqlite3_bind_int(st, 9, nj->max_restarts);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        sql_err(d, err, "insert job");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    *id = sqlite3_last_insert_rowid(d->h);
+    if (nj->idem_key) {
+        if (prep(d, "INSERT INTO idempotency_keys(key, body_sha256, job_id, created_ms)"
+                    " VALUES (?,?,?,?)", &st, err))
+            goto fail;
+        sqlite3_bind_text(st, 1, nj->idem_key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, nj->body_sha256, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, *id);
+        sqlite3_bind_int64(st, 4, now);
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            sql_err(d, err, "insert idempotency key");
+            goto fail;
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    char *data = state_event_json((job_state)-1, JOB_QUEUED, "submitted");
+    int rc = insert_event(d, *id, now, "state", data, ev, err);
+    free(data);
+    if (rc) goto fail;
+    if (commit(d, err)) goto fail;
+    return 0;
+fail:
+    sqlite3_finalize(st);
+    rollback(d);
+    if (ev) db_event_clear(ev);
+    return err && err->code ? err->code : TY_EIO;
+}
+
+int db_job_get(db *d, int64_t id, db_job *out, ty_err *err)
+{
+    sqlite3_stmt *st;
+    memset(out, 0, sizeof *out);
+    if (prep(d, "SELECT " JOB_COLS " FROM jobs WHERE id = ?", &st, err)) return TY_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        read_job(st, out);
+        sqlite3_finalize(st);
+        return 0;
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_DONE) return ty_err_set(err, TY_ENOENT, "no job %lld", (long long)id);
+    return sql_err(d, err, "get job");
+}
+
+/* Builds "state IN ('a','b')" from a mask; names are our own constants. */
+static void state_in_clause(unsigned mask, char *buf, size_t cap)
+{
+    size_t n = (size_t)snprintf(buf, cap, "state IN (");
+    bool first = true;
+    for (int i = 0; i < JOB_NSTATES; i++) {
+        if (!(mask & JOB_BIT(i))) continue;
+        n += (size_t)snprintf(buf + n, cap - n, "%s'%s'", first ? "" : ",", state_names[i]);
+        first = false;
+    }
+    snprintf(buf + n, cap - n, ")");
+}
+
+int db_job_list(db *d, unsigned state_mask, int64_t before_id, int limit, db_job **out,
+                int *n, ty_err *err)
+{
+    char sql[512], where[200] = "1";
+    if (state_mask) state_in_clause(state_mask, where, sizeof where);
+    snprintf(sql, sizeof sql,
+             "SELECT " JOB_COLS " FROM jobs WHERE %s AND id < ? ORDER BY id DESC LIMIT ?", where);
+    sqlite3_stmt *st;
+    *out = NULL;
+    *n = 0;
+    if (prep(d, sql, &st, err)) return TY_EIO;
+    sqlite3_bind_int64(st, 1, before_id > 0 ? before_id : INT64_MAX);
+    sqlite3_bind_int(st, 2, limit);
+    db_job *arr = calloc((size_t)(limit > 0 ? limit : 1), sizeof *arr);
+    if (!arr) {
+        sqlite3_finalize(st);
+        return ty_err_set(err, TY_ENOMEM, "out of memory");
+    }
+    int rc, k = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && k < limit) read_job(st, &arr[k++]);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        db_jobs_free(arr, k);
+        return sql_err(d, err, "list jobs");
+    }
+    *out = arr;
+    *n = k;
+    return 0;
+}
+
+int db_job_queue_position(db *d, int64_t id, ty_err *err)
+{
+    sqlite3_stmt *st;
+    static const char *sql =
+        "SELECT COUNT(*) + 1 FROM jobs q, jobs me WHERE me.id = ?1 AND me.state = 'queued'"
+        " AND q.state = 'queued' AND (q.priority > me.priority OR"
+        " (q.priority = me.priority AND q.id < me.id))";
+    if (prep(d, "SELECT state FROM jobs WHERE id = ?", &st, err)) return TY_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    bool queued = sqlite3_step(st) == SQLITE_ROW &&
+                  strcmp((const char *)sqlite3_column_text(st, 0), "queued") == 0;
+    sqlite3_finalize(st);
+    if (!queued) return 0;
+    if (prep(d, sql, &st, err)) return TY_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    int pos = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+    sqlite3_finalize(st);
+    return pos;
+}
+
+static int id_query(db *d, const char *sql, int64_t **ids, int *n, ty_err *err)
+{
+    sqlite3_stmt *st;
+    *ids = NULL;
+    *n = 0;
+    if (prep(d, sql, &st, err)) return TY_EIO;
+    int cap = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *g = realloc(*ids, (size_t)cap * sizeof *g);
+            if (!g) {
+                sqlite3_finalize(st);
+                free(*ids);
+                *ids = NULL;
+                return ty_err_set(err, TY_ENOMEM, "out of memory");
+            }
+            *ids = g;
+        }
+        (*ids)[(*n)++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+        return sql_err(d, err, "query ids");
+    }
+    return 0;
+}
+
+int db_job_queued_ids(db *d, int64_t **ids, int *n, ty_err *err)
+{
+    return id_query(d, "SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id",
+                    ids, n, err);
+}
+
+int db_job_ids_in(db *d, unsigned state_mask, int64_t **ids, int *n, ty_err *err)
+{
+    char where[200], sql[300];
+    state_in_clause(state_mask, where, sizeof where);
+    snprintf(sql, sizeof sql, "SELECT id FROM jobs WHERE %s ORDER BY id", where);
+    return id_query(d, sql, ids, n, err);
+}
+
+int db_job_counts(db *d, int64_t counts[JOB_NSTATES], ty_err *err)
+{
+    sqlite3_stmt *st;
+    memset(counts, 0, sizeof(int64_t) * JOB_NSTATES);
+    if (prep(d, "SELECT state, COUNT(*) FROM jobs GROUP BY state", &st, err)) return TY_EIO;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int s = db_state_parse((const char *)sqlite3_column_text(st, 0));
+        if (s >= 0) counts[s] = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+int db_job_delete(db *d, int64_t id, ty_err *err)
+{
+    sqlite3_stmt *st;
+    if (begin(d, err)) return TY_EIO;
+    if (prep(d, "SELECT state FROM jobs WHERE id = ?", &st, err)) {
+        rollback(d);
+        return TY_EIO;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        rollback(d);
+        return ty_err_set(err, TY_ENOENT, "no job %lld", (long long)id);
+    }
+    int s = db_state_parse((const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (s < 0 || !db_state_terminal((job_state)s)) {
+        rollback(d);
+        return ty_err_set(err, TY_ESTATE, "job %lld is %s; only finished jobs can be deleted",
+                          (long long)id, db_state_name((job_state)s));
+    }
+    if (prep(d, "DELETE FROM jobs WHERE id = ?", &st, err)) {
+        rollback(d);
+        return TY_EIO;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        sql_err(d, err, "delete job");
+        rollback(d);
+        return TY_EIO;
+    }
+    /* Forget idempotency keys pointing at it, so a retry creates a new job. */
+    if (prep(d, "DELETE FROM idempotency_keys WHERE job_id = ?", &st, err)) {
+        rollback(d);
+        return TY_EIO;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+    return commit(d, err) ? (rollback(d), TY_EIO) : 0;
+}
+
+/* Appends "col = ?" pieces for the fields set in upd; binds them in order. */
+static int update_job_fields(db *d, int64_t id, const char *state, const db_job_update *upd,
+                             int64_t now, ty_err *err)
+{
+    char sql[1024];
+    size_t n = (size_t)snprintf(sql, sizeof sql, "UPDATE jobs SET updated_ms = ?");
+#define ADD(flag, col) \
+    if (upd && upd->flag) n += (size_t)snprintf(sql + n, sizeof sql - n, ", " col " = ?")
+    if (state) n += (size_t)snprintf(sql + n, sizeof sql - n, ", state = ?");
+    ADD(has_error, "error");
+    ADD(has_resume_from, "resume_from");
+    ADD(has_restarts, "restarts");
+    ADD(has_backend, "backend");
+    ADD(has_gpus, "gpus");
+    ADD(has_pgid, "pgid");
+    ADD(has_stop_intent, "stop_intent");
+    ADD(set_started, "started_ms");
+    ADD(set_finished, "finished_ms");
+#undef ADD
+    if (upd && upd->set_started)
+        n += (size_t)snprintf(sql + n, sizeof sql - n,
+                              ", metric0_ms = NULL, metric0_step = NULL, metric_last_ms = NULL");
+    snprintf(sql + n, sizeof sql - n, " WHERE id = ?");
+    sqlite3_stmt *st;
+    if (prep(d, sql, &st, err)) return TY_EIO;
+    int i = 1;
+    sqlite3_bind_int64(st, i++, now);
+    if (state) sqlite3_bind_text(st, i++, state, -1, SQLITE_STATIC);
+    if (upd) {
+        if (upd->has_error) bind_str(st, i++, upd->error);
+        if (upd->has_resume_from) bind_str(st, i++, upd->resume_from);
+        if (upd->has_restarts) sqlite3_bind_int(st, i++, upd->restarts);
+        if (upd->has_backend) bind_str(st, i++, upd->backend);
+        if (upd->has_gpus) bind_str(st, i++, upd->gpus ? upd->gpus : "");
+        if (upd->has_pgid) sqlite3_bind_int64(st, i++, upd->pgid);
+        if (upd->has_stop_intent) bind_str(st, i++, upd->stop_intent);
+        if (upd->set_started) sqlite3_bind_int64(st, i++, now);
+        if (upd->set_finished) sqlite3_bind_int64(st, i++, now);
+    }
+    sqlite3_bind_int64(st, i, id);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return sql_err(d, err, "update job");
+    return 0;
+}
+
+int db_job_transition(db *d, int64_t id, unsigned from_mask, job_state to, const char *reason,
+                      const db_job_update *upd, job_state *from_out, db_event *ev, ty_err *err)
+{
+    sqlite3_stmt *st;
+    if (ev) memset(ev, 0, sizeof *ev);
+    if (begin(d, err)) return TY_EIO;
+    if (prep(d, "SELECT state FROM jobs WHERE id = ?", &st, err)) {
+        rollback(d);
+        return TY_EIO;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        rollback(d);
+        return ty_err_set(err, TY_ENOENT, "no job %lld", (long long)id);
+    }
+    int from = db_state_parse((const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (from_out) *from_out = (job_state)from;
+    if (from < 0 || !(from_mask & JOB_BIT(from)) || !db_transition_legal((job_state)from, to)) {
+        rollback(d);
+        return ty_err_set(err, TY_ESTATE, "job %lld is %s; it cannot become %s",
+                          (long long)id, db_state_name((job_state)from), db_state_name(to));
+    }
+    int64_t now = ty_now_ms();
+    char *data = state_event_json((job_state)from, to, reason);
+    if (update_job_fields(d, id, db_state_name(to), upd, now, err) ||
+        insert_event(d, id, now, "state", data, ev, err)) {
+        free(data);
+        rollback(d);
+        if (ev) db_event_clear(ev);
+        return TY_EIO;
+    }
+    free(data);
+    if (commit(d, err)) {
+        rollback(d);
+        if (ev) db_event_clear(ev);
+        return TY_EIO;
+    }
+    return 0;
+}
+
+int db_job_update_fields(db *d, int64_t id, const db_job_update *upd, ty_err *err)
+{
+    return update_job_fields(d, id, NULL, upd, ty_now_ms(), err);
+}
+
+/* ---- event appends and reads --------------------------------------------------------- */
+
+/* Keeps the job row's summary columns in step with the newest metric, eval
+ * and started events of a batch: one UPDATE per job and kind per batch. */
+static int update_summaries(db *d, const db_event_in *in, int n, ty_err *err)
+{
+    sqlite3_stmt *m = NULL, *o = NULL;
+    int rc = 0;
+    if (prep(d, "UPDATE jobs SET last_metric = ?2, metric_last_ms = ?3,"
+                " metric0_ms = COALESCE(metric0_ms, ?3),"
+                " metric0_step = COALESCE(metric0_step, ?4) WHERE id = ?1", &m, err) ||
+        prep(d, "UPDATE jobs SET last_eval = CASE WHEN ?2 = 'eval' THEN ?3 ELSE last_eval END,"
+                " engine = CASE WHEN ?2 = 'started' THEN ?3 ELSE engine END WHERE id = ?1",
+             &o, err)) {
+        rc = TY_EIO;
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *t = in[i].type;
+        bool metric = strcmp(t, "metric") == 0;
+        if (in[i].job_id <= 0 || (!metric && strcmp(t, "eval") && strcmp(t, "started")))
+            continue;
+        /* Only the last event of its kind for this job in the batch counts;
+         * except the first metric, which also seeds metric0 for the ETA. */
+        bool later = false;
+        for (int k = i + 1; k < n && !later; k++)
+            later = in[k].job_id == in[i].job_id && strcmp(in[k].type, t) == 0;
+        if (metric) {
+            bool first = true;
+            for (int k = 0; k < i && first; k++)
+                first = !(in[k].job_id == in[i].job_id && strcmp(in[k].type, t) == 0);
+            if (later && !first) continue;
+            json_t *o2 = json_loads(in[i].data, 0, NULL);
+            int64_t step = o2 ? json_integer_value(json_object_get(o2, "step")) : 0;
+            json_decref(o2);
+            sqlite3_reset(m);
+            sqlite3_bind_int64(m, 1, in[i].job_id);
+            sqlite3_bind_text(m, 2, in[i].data, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(m, 3, in[i].ts_ms);
+            sqlite3_bind_int64(m, 4, step);
+            if (sqlite3_step(m) != SQLITE_DONE) {
+                rc = sql_err(d, err, "update metric summary");
+                goto out;
+            }
+        } else if (!later) {
+            sqlite3_reset(o);
+            sqlite3_bind_int64(o, 1, in[i].job_id);
+            sqlite3_bind_text(o, 2, t, -1, SQLITE_STATIC);
+            sqlite3_bind_text(o, 3, in[i].data, -1, SQLITE_STATIC);
+            if (sqlite3_step(o) != SQLITE_DONE) {
+                rc = sql_err(d, err, "update summary");
+                goto out;
+            }
+        }
+    }
+out:
+    sqlite3_finalize(m);
+    sqlite3_finalize(o);
+    return rc;
+}
+
+int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err *err)
+{
+    if (n <= 0) return 0;
+    if (out) memset(out, 0, sizeof *out * (size_t)n);
+    if (begin(d, err)) return TY_EIO;
+    for (int i = 0; i < n; i++) {
+        if (insert_event(d, in[i].job_id, in[i].ts_ms, in[i].type, in[i].data,
+                         out ? &out[i] : NULL, err))
+            goto fail;
+    }
+    if (update_summaries(d, in, n, err) || commit(d, err)) goto fail;
+    return 0;
+fail:
+    rollback(d);
+    if (out)
+        for (int i = 0; i < n; i++) db_event_clear(&out[i]);
+    return TY_EIO;
+}
+
+static int read_events(db *d, sqlite3_stmt *st, db_event **out, int *n, ty_err *err)
+{
+    int cap = 0, rc;
+    *out = NULL;
+    *n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            db_event *g = realloc(*out, (size_t)cap * sizeof *g);
+            if (!g) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            *out = g;
+        }
+        db_event *e = &(*out)[(*n)++];
+        memset(e, 0, sizeof *e);
+        e->id = sqlite3_column_int64(st, 0);
+        e->job_id = sqlite3_column_int64(st, 1);
+        e->seq = sqlite3_column_int64(st, 2);
+        snprintf(e->type, sizeof e->type, "%s", (const char *)sqlite3_column_text(st, 3));
+        e->data = col_str(st, 4);
+        e->ts_ms = sqlite3_column_int64(st, 5);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        db_events_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+        return sql_err(d, err, "read events");
+    }
+    return 0;
+}
+
+int db_events_job(db *d, int64_t job_id, int64_t after_seq, int limit, db_event **out, int *n,
+                  ty_err *err)
+{
+    sqlite3_stmt *st;
+    if (prep(d, "SELECT id, job_id, seq, type, data, ts_ms FROM job_events"
+                " WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?", &st, err))
+        return TY_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, after_seq);
+    sqlite3_bind_int(st, 3, limit);
+    return read_events(d, st, out, n, err);
+}
+
+int db_events_global(db *d, int64_t after_id, int limit, db_event **out, int *n, ty_err *err)
+{
+    sqlite3_stmt *st;
+    if (prep(d, "SELECT id, job_id, seq, type, data, ts_ms FROM job_events"
+                " WHERE id > ? AND type IN ('state', 'started', 'gpu') ORDER BY id LIMIT ?",
+             &st, err))
+        return TY_EIO;
+    sqlite3_bind_int64(st, 1, after_id);
+    sqlite3_bind_int(st, 2, limit);
+    return read_events(d, st, out, n, err);
+}
+
+int db_events_metrics(db *d, int64_t job_id, db_event **out, int *n, ty_err *err)
+{
+    sqlite3_stmt *st;
+    if (prep(d, "SELECT id, job_id, seq, type, data, ts_ms FROM job_events"
+                " WHERE job_id = ? AND type = 'metric' ORDER BY seq", &st, err))
+        return TY_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    return read_events(d, st, out, n, err);
+}
+
+int64_t db_events_max_id(db *d)
+{
+    sqlite3_stmt *st;
+    int64_t v = 0;
+    if (sqlite3_prepare_v2(d->h, "SELECT COALESCE(MAX(id), 0) FROM job_events", -1, &st,
+                           NULL) != SQLITE_OK)
+        return 0;
+    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------- */
+
+int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int64_t bytes,
+                      const char *sha256, const char *local_path, db_event *ev, ty_err *err)
+{
+    sqlite3_stmt *st;
+    int64_t now = ty_now_ms();
+    if (ev) memset(ev, 0, sizeof *ev);
+    if (begin(d, err)) return TY_EIO;
+    if (prep(d, "INSERT INTO checkpoints(job_id, step, dir, bytes, sha256, local_path,"
+                " state, created_ms) VALUES (?,?,?,?,?,?,'local',?)"
+                " ON CONFLICT(job_id, step) DO UPDATE SET dir = excluded.dir,"
+                " bytes = excluded.bytes, sha256 = excluded.sha256,"
+                " local_path = excluded.local_path, state = 'local', error = NULL,"
+                " created_ms = excluded.created_ms", &st, err)) {
+        rollback(d);
+        return TY_EIO;
+    }
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, step);
+    sqlite3_bind_text(st, 3, dir, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, bytes);
+    bind_str(st, 5, sha256);
+    bind_str(st, 6, local_path);
+    sqlite3_bind_int64(st, 7, now);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        sql_err(d, err, "insert checkpoint");
+        rollback(d);
+        return TY_EIO;
+    }
+    json_t *o = json_pack("{sI ss sI ss}", "step", (json_int_t)step, "dir", dir, "bytes",
+                          (json_int_t)bytes, "state", "local");
+    char *data = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    rc = insert_event(d, job_id, now, "checkpoint", data, ev, err);
+    free(data);
+    if (rc || commit(d, err)) {
+        rollback(d);
+        if (ev) db_event_clear(ev);
+        return TY_EIO;
+    }
+    return 0;
+}
+
+int db_checkpoint_list(db *d, int64_t job_id, db_checkpoint **out, int *n, ty_err *err)
+{
+    sqlite3_stmt *st;
+    *out = NULL;
+    *n = 0;
+    if (prep(d, "SELECT id, job_id, step, bytes, dir, sha256, local_path, remote_uri, state,"
+                " error, attempts, created_ms FROM checkpoints WHERE job_id = ? ORDER BY step",
+             &st, err))
+        return TY_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    int cap = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            db_checkpoint *g = realloc(*out, (size_t)cap * sizeof *g);
+            if (!g) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            *out = g;
+        }
+        db_checkpoint *c = &(*out)[(*n)++];
+        c->id = sqlite3_column_int64(st, 0);
+        c->job_id = sqlite3_column_int64(st, 1);
+        c->step = sqlite3_column_int64(st, 2);
+        c->bytes = sqlite3_column_int64(st, 3);
+        c->dir = col_str(st, 4);
+        c->sha256 = col_str(st, 5);
+        c->local_path = col_str(st, 6);
+        c->remote_uri = col_str(st, 7);
+        c->state = col_str(st, 8);
+        c->error = col_str(st, 9);
+        c->attempts = sqlite3_column_int(st, 10);
+        c->created_ms = sqlite3_column_int64(st, 11);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        db_checkpoints_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+        return sql_err(d, err, "list checkpoints");
+    }
+    return 0;
+}
+
+void db_checkpoints_free(db_checkpoint *c, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(c[i].dir);
+        free(c[i].sha256);
+        free(c[i].local_path);
+        free(c[i].remote_uri);
+        free(c[i].state);
+        free(c[i].error);
+    }
+    free(c);
+}
+
+int db_checkpoint_newest(db *d, int64_t job_id, char **dir, ty_err *err)
+{
+    sqlite3_stmt *st;
+    *dir = NULL;
+    if (prep(d, "SELECT dir FROM checkpoints WHERE job_id = ? AND state NOT IN"
+                " ('failed', 'deleted') ORDER BY step DESC LIMIT 1", &st, err))
+        return TY_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    if (sqlite3_step(st) == SQLITE_ROW) *dir = col_str(st, 0);
+    sqlite3_finalize(st);
+    return 0;
+}
+
+/* ---- tokens ---------------------------------------------------------------------------- */
+
+int db_token_add(db *d, const char *name, const char sha256_hex[65], ty_err *err)
+{
+    sqlite3_stmt *st;
+    if (prep(d, "INSERT INTO tokens(name, sha256, created_ms) VALUES (?,?,?)", &st, err))
+        return TY_EIO;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, sha256_hex, 64, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, ty_now_ms());
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc == SQLITE_CONSTRAINT)
+        return ty_err_field(err, TY_ESTATE, "name", "a token named '%s' already exists", name);
+    if (rc != SQLITE_DONE) return sql_err(d, err, "insert token");
+    return 0;
+}
+
+int db_token_hashes(db *d, char (**hashes)[65], int *n, ty_err *err)
+{
+    sqlite3_stmt *st;
+    *hashes = NULL;
+    *n = 0;
+    if (prep(d, "SELECT sha256 FROM tokens", &st, err)) return TY_EIO;
+    int cap = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *h = (const char *)sqlite3_column_text(st, 0);
+        if (!h || strlen(h) != 64) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            char(*g)[65] = realloc(*hashes, (size_t)cap * sizeof *g);
+            if (!g) break;
+            *hashes = g;
+        }
+        memcpy((*hashes)[(*n)++], h, 65);
+    }
+    sqlite3_finalize(st);
+    return 0;
+}

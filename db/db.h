@@ -1,0 +1,199 @@
+/* db.h — trainyard's durable state: the only module that speaks SQL.
+ *
+ * One SQLite file (WAL, foreign keys, busy timeout) holds jobs, their events
+ * (a per-job sequence and a global id), checkpoints, API token hashes and
+ * idempotency keys. Every state change of a job is one transaction that also
+ * appends its `state` event, so the event log and the jobs table never
+ * disagree. A db handle is used by one thread at a time; each thread that
+ * needs the database opens its own handle (WAL lets readers run alongside
+ * the single writer). */
+#ifndef TY_DB_H
+#define TY_DB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "tyerr.h"
+
+typedef struct db db;
+
+/* Newest schema version this build knows; migrations run on open. */
+#define DB_SCHEMA_VERSION 2
+
+typedef enum {
+    JOB_QUEUED = 0,
+    JOB_STARTING,
+    JOB_RUNNING,
+    JOB_STOPPING,
+    JOB_PAUSED,
+    JOB_SUCCEEDED,
+    JOB_FAILED,
+    JOB_CANCELLED,
+    JOB_NSTATES
+} job_state;
+
+#define JOB_BIT(s) (1u << (s))
+
+const char *db_state_name(job_state s);
+/* Returns the state, or -1 for an unknown name. */
+int db_state_parse(const char *name);
+bool db_state_terminal(job_state s);
+/* The state machine of DESIGN §2: is from → to a legal transition? */
+bool db_transition_legal(job_state from, job_state to);
+
+/* Opens (creating if needed) and migrates to DB_SCHEMA_VERSION. */
+int db_open(const char *path, db **out, ty_err *err);
+/* Opens without migrating, then migrates only up to `version` (tests build
+ * old-version databases with it). */
+int db_open_at_version(const char *path, int version, db **out, ty_err *err);
+void db_close(db *d);
+int db_user_version(db *d);
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+typedef struct db_job {
+    int64_t id;
+    char *name;
+    job_state state;
+    char *spec;          /* JSON text as stored */
+    int priority;
+    int gpus_wanted;
+    int64_t max_steps;
+    int64_t created_ms, started_ms, finished_ms, updated_ms; /* 0 = null */
+    int restarts, max_restarts;
+    char *resume_from;   /* relative checkpoint dir, or NULL */
+    char *error;         /* NULL unless failed */
+    char *backend;       /* "cpu" | "cuda" | NULL before start */
+    char *gpus;          /* comma-separated indices held, "" for none */
+    char *last_metric;   /* JSON text or NULL */
+    char *last_eval;
+    char *engine;        /* the engine's started event */
+    int64_t metric0_ms, metric0_step; /* first metric of the current run */
+    int64_t metric_last_ms;
+    int64_t pgid;        /* engine process group, 0 when none */
+    char *stop_intent;   /* "pause" | "cancel" | NULL */
+} db_job;
+
+void db_job_free(db_job *j);
+
+typedef struct db_new_job {
+    const char *name;
+    const char *spec;
+    int priority;
+    int gpus_wanted;
+    int64_t max_steps;
+    int max_restarts;
+    const char *idem_key;      /* NULL when none */
+    const char *body_sha256;   /* of the request body, with idem_key */
+} db_new_job;
+
+/* One row of job_events as written; filled for the caller to publish. */
+typedef struct db_event {
+    int64_t id;      /* global */
+    int64_t job_id;  /* 0 for none */
+    int64_t seq;     /* per job */
+    int64_t ts_ms;
+    char type[16];
+    char *data;      /* JSON text, owned */
+} db_event;
+
+void db_event_clear(db_event *e);
+
+/* Inserts a queued job and its first `state` event in one transaction.
+ * With an idempotency key already used: same body → *existing = true and
+ * *id the first job; different body → TY_ESTATE. */
+int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
+                  db_event *ev, ty_err *err);
+int db_job_get(db *d, int64_t id, db_job *out, ty_err *err);
+
+/* Lists newest first: ids below `before_id` (0 = from the top), states in
+ * `state_mask` (0 = all), at most `limit`. *out is an array the caller frees
+ * with db_jobs_free. */
+int db_job_list(db *d, unsigned state_mask, int64_t before_id, int limit,
+                db_job **out, int *n, ty_err *err);
+void db_jobs_free(db_job *jobs, int n);
+
+/* 1-based position among queued jobs in scheduling order; 0 if not queued. */
+int db_job_queue_position(db *d, int64_t id, ty_err *err);
+/* Queued jobs in scheduling order (priority desc, then id). */
+int db_job_queued_ids(db *d, int64_t **ids, int *n, ty_err *err);
+/* Counts per state (array of JOB_NSTATES). */
+int db_job_counts(db *d, int64_t counts[JOB_NSTATES], ty_err *err);
+/* Jobs in any state of mask (used by recovery at start). */
+int db_job_ids_in(db *d, unsigned state_mask, int64_t **ids, int *n, ty_err *err);
+int db_job_delete(db *d, int64_t id, ty_err *err);
+
+/* Fields a transition may change besides the state; set the has_* flag of
+ * what to write. Strings may be NULL to store NULL. */
+typedef struct db_job_update {
+    bool has_error;       const char *error;
+    bool has_resume_from; const char *resume_from;
+    bool has_restarts;    int restarts;
+    bool has_backend;     const char *backend;
+    bool has_gpus;        const char *gpus;
+    bool has_pgid;        int64_t pgid;
+    bool has_stop_intent; const char *stop_intent;
+    bool set_started;     /* started_at = now, resets metric timing */
+    bool set_finished;    /* finished_at = now */
+} db_job_update;
+
+/* Moves job `id` from any state in `from_mask` to `to` in one transaction
+ * that also appends the `state` event {"from","to","reason"}. An unknown job
+ * is TY_ENOENT; a state outside from_mask, or an illegal move, is TY_ESTATE
+ * with a message naming both states. *from_out gets the state found. */
+int db_job_transition(db *d, int64_t id, unsigned from_mask, job_state to,
+                      const char *reason, const db_job_update *upd,
+                      job_state *from_out, db_event *ev, ty_err *err);
+/* Updates non-state fields (pgid while running, etc.). */
+int db_job_update_fields(db *d, int64_t id, const db_job_update *upd, ty_err *err);
+
+/* ---- events -------------------------------------------------------------- */
+
+typedef struct db_event_in {
+    int64_t job_id;
+    int64_t ts_ms;
+    const char *type;
+    char *data;       /* JSON text; ownership stays with the caller */
+} db_event_in;
+
+/* Appends n events in one transaction, assigning per-job seq and global id
+ * into out[i] (which may be NULL). metric/eval/started events also update
+ * the job's last_metric / last_eval / engine columns. */
+int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err *err);
+
+/* Events of one job with seq > after_seq, in order, at most limit. */
+int db_events_job(db *d, int64_t job_id, int64_t after_seq, int limit,
+                  db_event **out, int *n, ty_err *err);
+/* Events for the global feed (state, started, gpu) with id > after_id. */
+int db_events_global(db *d, int64_t after_id, int limit, db_event **out, int *n,
+                     ty_err *err);
+/* Every metric event of a job, in order. */
+int db_events_metrics(db *d, int64_t job_id, db_event **out, int *n, ty_err *err);
+void db_events_free(db_event *evs, int n);
+int64_t db_events_max_id(db *d);
+
+/* ---- checkpoints --------------------------------------------------------- */
+
+typedef struct db_checkpoint {
+    int64_t id, job_id, step, bytes;
+    char *dir, *sha256, *local_path, *remote_uri, *state, *error;
+    int attempts;
+    int64_t created_ms;
+} db_checkpoint;
+
+/* Records a checkpoint (state "local") and its `checkpoint` event in one
+ * transaction. A second report of the same step replaces the row. */
+int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir,
+                      int64_t bytes, const char *sha256, const char *local_path,
+                      db_event *ev, ty_err *err);
+int db_checkpoint_list(db *d, int64_t job_id, db_checkpoint **out, int *n, ty_err *err);
+void db_checkpoints_free(db_checkpoint *c, int n);
+/* dir of the newest checkpoint not failed or deleted; *dir NULL if none. */
+int db_checkpoint_newest(db *d, int64_t job_id, char **dir, ty_err *err);
+
+/* ---- tokens -------------------------------------------------------------- */
+
+int db_token_add(db *d, const char *name, const char sha256_hex[65], ty_err *err);
+/* All stored hashes (64 hex chars each, NUL-terminated). */
+int db_token_hashes(db *d, char (**hashes)[65], int *n, ty_err *err);
+
+#endif
