@@ -1,0 +1,92 @@
+/* cpu_backend.c — the CPU device: memory, copies and the kn_backend table.
+ *
+ * "Device" memory is ordinary 64-byte-aligned host memory, so copies are
+ * memcpy and sync is a no-op. Opening a context also caps OpenBLAS at the
+ * context's thread count, so sgemm and our OpenMP loops use the same cores
+ * instead of oversubscribing them. */
+#include "cpu.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cpu_open(kn_ctx *c, int device_index, ty_err *err)
+{
+    (void)device_index;
+    (void)err;
+    openblas_set_num_threads(c->n_threads);
+    return 0;
+}
+
+static void cpu_close(kn_ctx *c) { (void)c; }
+
+static void *cpu_alloc(kn_ctx *c, size_t bytes)
+{
+    (void)c;
+    /* aligned_alloc wants a multiple of the alignment; 0 bytes still gets a
+     * unique pointer so the accounting table can key on it. */
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded < bytes)
+        return NULL;
+    if (rounded == 0)
+        rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    if (p)
+        memset(p, 0, rounded);
+    return p;
+}
+
+static void cpu_free(kn_ctx *c, void *p)
+{
+    (void)c;
+    free(p);
+}
+
+static void cpu_to_device(kn_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    (void)c;
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+static void cpu_sync(kn_ctx *c) { (void)c; }
+
+const kn_backend kn_cpu_backend = {
+    .name = "cpu",
+    .open = cpu_open,
+    .close = cpu_close,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_device = cpu_to_device,
+    .to_host = cpu_to_device,
+    .sync = cpu_sync,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .scale = cpu_scale,
+    .axpy = cpu_axpy,
+    .add = cpu_add,
+    .sum = cpu_sum,
+    .sumsq = cpu_sumsq,
+    .nonfinite = cpu_nonfinite,
+    .embedding_fwd = cpu_embedding_fwd,
+    .embedding_bwd = cpu_embedding_bwd,
+    .layernorm_fwd = cpu_layernorm_fwd,
+    .layernorm_bwd = cpu_layernorm_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .matmul_fwd = cpu_matmul_fwd,
+    .matmul_bwd = cpu_matmul_bwd,
+    .rope_fwd = cpu_rope_fwd,
+    .rope_bwd = cpu_rope_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .dropout_fwd = cpu_dropout_fwd,
+    .dropout_bwd = cpu_dropout_bwd,
+    .crossentropy_fwd = cpu_crossentropy_fwd,
+    .crossentropy_bwd = cpu_crossentropy_bwd,
+    .adamw = cpu_adamw,
+};

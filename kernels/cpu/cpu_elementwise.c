@@ -1,0 +1,250 @@
+/* cpu_elementwise.c — elementwise ops, reductions, embedding and dropout.
+ *
+ * The reductions that return a number (sum, sum of squares) must give the
+ * same bits whatever the thread count, because exact resume compares losses
+ * and grad norms bit for bit: the input is cut into fixed CHUNK-sized
+ * pieces, each summed by one thread into eight fixed double lanes, and the
+ * per-chunk results are added on one thread in chunk order. */
+#include "cpu.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK 8192
+
+void cpu_zero(kn_ctx *c, float *x, size_t n)
+{
+    (void)c;
+    if (n)
+        memset(x, 0, n * sizeof *x);
+}
+
+void cpu_copy(kn_ctx *c, float *dst, const float *src, size_t n)
+{
+    (void)c;
+    if (n && dst != src)
+        memmove(dst, src, n * sizeof *dst);
+}
+
+void cpu_scale(kn_ctx *c, float *x, size_t n, float s)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+void cpu_axpy(kn_ctx *c, float *y, const float *x, size_t n, float a)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+void cpu_add(kn_ctx *c, float *out, const float *a, const float *b, size_t n)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+/* Sum (squared when sq) of one chunk with eight fixed lanes: the lanes give
+ * the compiler independent adds to pipeline without changing the order. */
+static double chunk_sum(const float *x, size_t n, int sq)
+{
+    double lane[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) {
+            double v = x[i + l];
+            lane[l] += sq ? v * v : v;
+        }
+    for (; i < n; i++) {
+        double v = x[i];
+        lane[i & 7] += sq ? v * v : v;
+    }
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+static double fixed_order_sum(kn_ctx *c, const float *x, size_t n, int sq)
+{
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+    if (nchunks <= 1)
+        return n ? chunk_sum(x, n, sq) : 0.0;
+    double stackbuf[256];
+    double *part = nchunks <= 256 ? stackbuf : malloc(nchunks * sizeof *part);
+    if (!part) {
+        /* No memory for partials: the same chunks, one thread, same order. */
+        double s = 0;
+        for (size_t k = 0; k < nchunks; k++) {
+            size_t lo = k * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
+            s += chunk_sum(x + lo, len, sq);
+        }
+        return s;
+    }
+#pragma omp parallel for schedule(static) num_threads(c->n_threads)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t lo = k * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
+        part[k] = chunk_sum(x + lo, len, sq);
+    }
+    double s = 0;
+    for (size_t k = 0; k < nchunks; k++)
+        s += part[k];
+    if (part != stackbuf)
+        free(part);
+    return s;
+}
+
+double cpu_sum(kn_ctx *c, const float *x, size_t n) { return fixed_order_sum(c, x, n, 0); }
+double cpu_sumsq(kn_ctx *c, const float *x, size_t n) { return fixed_order_sum(c, x, n, 1); }
+
+int cpu_nonfinite(kn_ctx *c, const float *x, size_t n)
+{
+    int bad = 0;
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN) reduction(| : bad)
+    for (size_t i = 0; i < n; i++)
+        bad |= !isfinite(x[i]);
+    return bad;
+}
+
+/* ---- embedding -------------------------------------------------------- */
+
+void cpu_embedding_fwd(kn_ctx *c, float *out, const int32_t *ids, const float *table, int N, int C,
+                       int accumulate)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)N * C > CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        const float *row = table + (size_t)ids[n] * C;
+        if (accumulate)
+            for (int i = 0; i < C; i++)
+                o[i] += row[i];
+        else
+            memcpy(o, row, (size_t)C * sizeof *o);
+    }
+}
+
+/* Rows of dtable may repeat in ids, so threads split the C columns: each
+ * column is summed over n in order by one thread — no atomics, and the
+ * result does not depend on the thread count. */
+void cpu_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float *dout, int N,
+                       int C)
+{
+    int nt = c->n_threads;
+    if ((size_t)N * C <= CPU_PAR_MIN || C < 32)
+        nt = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        int me = omp_get_thread_num(), cnt = omp_get_num_threads();
+        /* Column ranges in 16-float (64-byte) units so threads never share a line. */
+        int units = (C + 15) / 16;
+        int lo = (int)((long)units * me / cnt) * 16;
+        int hi = (int)((long)units * (me + 1) / cnt) * 16;
+        if (hi > C)
+            hi = C;
+        for (int n = 0; n < N; n++) {
+            float *d = dtable + (size_t)ids[n] * C;
+            const float *g = dout + (size_t)n * C;
+            for (int i = lo; i < hi; i++)
+                d[i] += g[i];
+        }
+    }
+}
+
+/* ---- activations ------------------------------------------------------ */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+void cpu_gelu_fwd(kn_ctx *c, float *out, const float *x, size_t n)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        out[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_A * v * v * v)));
+    }
+}
+
+void cpu_gelu_bwd(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        float th = tanhf(GELU_K * (v + GELU_A * v * v * v));
+        float du = GELU_K * (1.0f + 3.0f * GELU_A * v * v);
+        float g = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
+        dx[i] += dout[i] * g;
+    }
+}
+
+void cpu_swiglu_fwd(kn_ctx *c, float *out, const float *gate, const float *up, size_t n)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void cpu_swiglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout, const float *gate,
+                    const float *up, size_t n)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        float s = 1.0f / (1.0f + expf(-g));
+        if (dgate)
+            dgate[i] += dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
+        if (dup)
+            dup[i] += dout[i] * g * s;
+    }
+}
+
+/* ---- dropout ---------------------------------------------------------- */
+
+/* splitmix64's output function. The keep decision for element i is
+ * u = top 24 bits of mix(mix(seed) + (offset + i + 1) * golden) / 2^24,
+ * keep when u >= p — a pure function of (seed, offset + i), so any thread
+ * split, and the CUDA backend, draw the same mask. */
+static inline uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void cpu_dropout_fwd(kn_ctx *c, float *out, uint8_t *mask, const float *x, size_t n, float p,
+                     uint64_t seed, uint64_t offset)
+{
+    if (p <= 0.0f) {
+        cpu_copy(c, out, x, n);
+        if (mask && n)
+            memset(mask, 1, n);
+        return;
+    }
+    uint64_t key = mix64(seed);
+    float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = mix64(key + (offset + i + 1) * 0x9e3779b97f4a7c15ULL);
+        float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+        uint8_t keep = u >= p;
+        if (mask)
+            mask[i] = keep;
+        out[i] = keep ? x[i] * keep_scale : 0.0f;
+    }
+}
+
+void cpu_dropout_bwd(kn_ctx *c, float *dx, const float *dout, const uint8_t *mask, size_t n,
+                     float p)
+{
+    if (p <= 0.0f) {
+        cpu_axpy(c, dx, dout, n, 1.0f);
+        return;
+    }
+    float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        dx[i] += mask[i] ? dout[i] * keep_scale : 0.0f;
+}
