@@ -1,0 +1,309 @@
+// view-job.js — one job: live charts, summary, controls, checkpoints, log
+// tail and spec.
+//
+// Everything live comes from the job's own SSE stream, opened from seq 0 so
+// the database replays the history and then continues seamlessly. The view
+// remembers the highest seq it applied and drops anything at or below it,
+// so a reconnect (Last-Event-ID) after a server restart adds exactly the
+// missing points: no gap, no duplicate, no redraw from scratch.
+
+import {api, openStream, followText} from './api.js';
+import {Chart} from './charts.js';
+import {h, fill, stateBadge, allowedActions, TERMINAL, fmtNum, fmtInt, fmtBytes,
+  fmtDuration, fmtTime, modelLabel, gpuLabel} from './util.js';
+
+const LOG_LINES = 400;
+const GPU_COLORS = ['#2f7ed8', '#e4572e', '#17a589', '#a66cc1', '#f0a202', '#5c6b73', '#c44d8a', '#3aa35c'];
+
+export function mount(main, app, {id}) {
+  let alive = true;
+  let job = null;
+  let lastSeq = 0;
+  let dupes = 0;
+  let stream = null;
+  let logFollow = null;
+  let ckptTimer = null;
+  let terminalSeen = false;
+
+  const charts = {
+    loss: new Chart({title: 'Loss', series: [{name: 'train', color: '#2f7ed8'}, {name: 'eval', color: '#e4572e'}]}),
+    lr: new Chart({title: 'Learning rate', yMin: 0, series: [{name: 'lr', color: '#a66cc1'}]}),
+    tps: new Chart({title: 'Tokens/s', yMin: 0, series: [{name: 'tokens/s', color: '#17a589'}]}),
+    util: new Chart({title: 'GPU utilisation (%)', xKind: 'time', yMin: 0, yMax: 100,
+      emptyText: 'no GPU samples (CPU job)', yFormat: (v) => `${Math.round(v)}%`}),
+    mem: new Chart({title: 'GPU memory (GiB)', xKind: 'time', yMin: 0,
+      emptyText: 'no GPU samples (CPU job)', yFormat: (v) => `${v.toFixed(2)} GiB`}),
+  };
+  charts.loss.element.id = 'chart-loss';
+  charts.lr.element.id = 'chart-lr';
+  charts.tps.element.id = 'chart-tps';
+  charts.util.element.id = 'chart-gpu-util';
+  charts.mem.element.id = 'chart-gpu-mem';
+
+  const title = h('h1', null, `Job ${id}`);
+  const badge = h('span');
+  const buttons = {
+    pause: h('button', {type: 'button', id: 'btn-pause', disabled: true, onclick: () => act('pause')}, 'Pause'),
+    resume: h('button', {type: 'button', id: 'btn-resume', disabled: true, onclick: () => act('resume')}, 'Resume'),
+    cancel: h('button', {type: 'button', id: 'btn-cancel', class: 'danger', disabled: true, onclick: () => act('cancel')}, 'Cancel'),
+    delete: h('button', {type: 'button', id: 'btn-delete', class: 'danger', disabled: true, onclick: () => act('delete')}, 'Delete'),
+  };
+  const actionError = h('p', {class: 'error', id: 'action-error', role: 'alert', hidden: true});
+  const jobError = h('p', {class: 'error job-error', hidden: true});
+  const summary = h('div', {class: 'summary'});
+  const streamState = h('span', {class: 'stream-state'});
+  const ckptBody = h('tbody');
+  const ckptEmpty = h('p', {class: 'notice'}, 'No checkpoints yet.');
+  const logPre = h('pre', {class: 'log', id: 'log-tail'});
+  const notices = h('ul', {class: 'notices'});
+  const specPre = h('pre', {class: 'spec', id: 'job-spec'});
+  const root = h('div', {class: 'job-view', id: 'job-view', dataset: {jobId: String(id)}});
+
+  fill(root,
+    h('div', {class: 'view-head'},
+      h('a', {href: '#/', class: 'back'}, '← Jobs'), title, badge, h('span', {class: 'spacer'}),
+      h('div', {class: 'actions'}, buttons.pause, buttons.resume, buttons.cancel, buttons.delete)),
+    actionError, jobError, summary,
+    h('section', {class: 'charts'},
+      h('div', {class: 'charts-head'}, h('h2', null, 'Training'), streamState),
+      h('div', {class: 'chart-grid'}, charts.loss.element, charts.lr.element, charts.tps.element,
+        charts.util.element, charts.mem.element)),
+    h('section', null, h('h2', null, 'Checkpoints'),
+      h('div', {class: 'table-wrap'}, h('table', {class: 'checkpoints', id: 'checkpoints'},
+        h('thead', null, h('tr', null, ['Step', 'Size', 'Upload', 'Remote URI', 'Local path', 'Created']
+          .map((t) => h('th', {scope: 'col'}, t)))), ckptBody)), ckptEmpty),
+    h('section', null, h('h2', null, 'Engine notices'), notices),
+    h('section', null, h('h2', null, 'Log'), logPre),
+    h('section', null, h('h2', null, 'Spec'), specPre));
+  main.append(root);
+
+  // ---- summary and controls ------------------------------------------
+
+  function renderSummary() {
+    if (!job) return;
+    title.textContent = `${job.name || 'Job'} #${job.id}`;
+    fill(badge, stateBadge(job.state));
+    root.dataset.state = job.state;
+    const allowed = allowedActions(job.state);
+    for (const [name, b] of Object.entries(buttons)) b.disabled = !allowed.includes(name);
+    const p = job.progress || {};
+    const m = job.last_metric || {};
+    const e = job.last_eval || {};
+    const max = p.max_steps || (job.spec && job.spec.hyperparameters && job.spec.hyperparameters.max_steps);
+    const frac = p.fraction ?? (max ? (p.step || 0) / max : 0);
+    const item = (k, v) => h('div', {class: 'stat'}, h('span', {class: 'stat-k'}, k), h('span', {class: 'stat-v'}, v));
+    fill(summary,
+      item('Progress', h('div', {class: 'progress'},
+        h('div', {class: 'bar'}, h('div', {class: `fill state-${job.state}`, style: {width: `${Math.min(100, frac * 100)}%`}})),
+        h('span', {class: 'progress-text', id: 'progress-text'}, `${p.step || 0} / ${max || '?'}`))),
+      job.state === 'queued' && job.queue_position ? item('Queue', `#${job.queue_position}`) : null,
+      item('Loss', h('span', {id: 'last-loss'}, fmtNum(m.loss))),
+      item('Eval loss', fmtNum(e.loss)),
+      item('LR', fmtNum(m.lr)),
+      item('Tokens/s', fmtNum(m.tokens_per_s, 3)),
+      item('ETA', TERMINAL.has(job.state) ? '–' : fmtDuration(p.eta_s)),
+      item('Method', (job.spec && job.spec.method) || 'full'),
+      item('Model', modelLabel(job.spec)),
+      item('GPUs', gpuLabel(job)),
+      item('Backend', job.backend || '–'),
+      job.engine ? item('Parameters', `${fmtInt(job.engine.params)} (${fmtInt(job.engine.trainable)} trainable)`) : null,
+      item('Restarts', `${job.restarts ?? 0} / ${job.max_restarts ?? '?'}`),
+      item('Created', fmtTime(job.created_at)),
+      job.started_at ? item('Started', fmtTime(job.started_at)) : null,
+      job.finished_at ? item('Finished', fmtTime(job.finished_at)) : null);
+    jobError.hidden = !job.error;
+    jobError.textContent = job.error ? `Error: ${typeof job.error === 'string' ? job.error : JSON.stringify(job.error)}` : '';
+    const xmax = max ? Number(max) : null;
+    charts.loss.setXMax(xmax); charts.lr.setXMax(xmax); charts.tps.setXMax(xmax);
+  }
+
+  async function act(action) {
+    actionError.hidden = true;
+    if (action === 'delete' && !confirm(`Delete job ${id} and its local files?`)) return;
+    for (const b of Object.values(buttons)) b.disabled = true;
+    try {
+      if (action === 'delete') {
+        await api(`/jobs/${id}`, {method: 'DELETE'});
+        location.hash = '#/';
+        return;
+      }
+      const j = await api(`/jobs/${id}/${action}`, {method: 'POST'});
+      if (j && j.id) { job = j; renderSummary(); }
+      // A resumed job gets a new stream life: make sure it is connected.
+      if (action === 'resume') { terminalSeen = false; ensureStream(); }
+    } catch (e) {
+      actionError.hidden = false;
+      actionError.textContent = `${action} refused: ${e.message}${e.code ? ` (${e.code})` : ''}`;
+      refreshJob();
+    }
+  }
+
+  async function refreshJob() {
+    try {
+      const j = await api(`/jobs/${id}`);
+      if (!alive) return;
+      job = j;
+      renderSummary();
+      specPre.textContent = JSON.stringify(j.spec, null, 2);
+    } catch (e) {
+      if (!alive) return;
+      actionError.hidden = false;
+      actionError.textContent = e.status === 404 ? `Job ${id} does not exist.` : `Could not load job: ${e.message}`;
+    }
+  }
+
+  // ---- live events ---------------------------------------------------
+
+  function onEvent(type, ev) {
+    if (typeof ev.seq === 'number') {
+      if (ev.seq <= lastSeq) { dupes++; root.dataset.dupes = String(dupes); return; }
+      lastSeq = ev.seq;
+      root.dataset.seq = String(lastSeq);
+    }
+    const d = ev.data || {};
+    switch (type) {
+      case 'metric':
+        if (Number.isFinite(d.step)) {
+          charts.loss.append(0, d.step, d.loss);
+          charts.lr.append(0, d.step, d.lr);
+          if (d.tokens_per_s !== undefined) charts.tps.append(0, d.step, d.tokens_per_s);
+        }
+        if (job) {
+          job.last_metric = d;
+          job.progress = {...(job.progress || {}), step: d.step};
+          const max = job.progress.max_steps;
+          if (max) job.progress.fraction = d.step / max;
+          scheduleSummary();
+        }
+        break;
+      case 'eval':
+        charts.loss.append(1, d.step, d.loss);
+        if (job) { job.last_eval = d; scheduleSummary(); }
+        break;
+      case 'gpu': {
+        const t = Date.parse(ev.ts) || Date.now();
+        const name = `gpu ${d.index}`;
+        const color = GPU_COLORS[(d.index || 0) % GPU_COLORS.length];
+        if (d.util !== undefined && d.util !== null) charts.util.append(charts.util.seriesIndex(name, color), t, d.util);
+        if (d.mem_used !== undefined && d.mem_used !== null) {
+          charts.mem.append(charts.mem.seriesIndex(name, color), t, d.mem_used / 2 ** 30);
+        }
+        break;
+      }
+      case 'state':
+        if (job) { job.state = d.to; renderSummary(); }
+        if (TERMINAL.has(d.to)) terminalSeen = true;
+        // A replay delivers many state events at once: coalesce the fetches.
+        later('job', refreshJob, 100);
+        later('ckpt', loadCheckpoints, 300);
+        if (d.to === 'running' || d.to === 'starting') later('log', restartLog, 300);
+        break;
+      case 'checkpoint':
+        later('ckpt', loadCheckpoints, 300);
+        break;
+      case 'started':
+        if (job) { job.engine = d; scheduleSummary(); }
+        break;
+      case 'log':
+        notices.append(h('li', {class: `level-${d.level || 'info'}`}, `${ev.ts ? fmtTime(ev.ts) + ' ' : ''}${d.line || ''}`));
+        while (notices.childElementCount > 200) notices.firstElementChild.remove();
+        break;
+      default:
+        break;
+    }
+  }
+
+  const timers = {};
+  function later(key, fn, ms) {
+    clearTimeout(timers[key]);
+    timers[key] = setTimeout(() => { if (alive) fn(); }, ms);
+  }
+
+  let summaryPending = false;
+  function scheduleSummary() {
+    if (summaryPending) return;
+    summaryPending = true;
+    requestAnimationFrame(() => { summaryPending = false; if (alive) renderSummary(); });
+  }
+
+  function ensureStream() {
+    if (stream) return;
+    stream = openStream(`/jobs/${id}/events`, {
+      from: lastSeq,
+      onEvent,
+      onStatus: (st, detail) => {
+        streamState.dataset.state = st;
+        streamState.textContent = {open: 'live', retry: 'reconnecting…', error: detail ? detail.message : 'error',
+          closed: terminalSeen ? 'finished' : 'closed'}[st] || st;
+        if (st === 'closed') stream = null;
+        if (st === 'open') refreshJob();
+      },
+      // The server ends a job's stream after its terminal state (and, for a
+      // paused job, there is nothing more until it is resumed).
+      shouldReconnect: () => !terminalSeen && !(job && job.state === 'paused'),
+    });
+  }
+
+  // ---- checkpoints ---------------------------------------------------
+
+  async function loadCheckpoints() {
+    clearTimeout(ckptTimer);
+    try {
+      const res = await api(`/jobs/${id}/checkpoints`);
+      if (!alive) return;
+      const list = (res.checkpoints || []).slice().sort((a, b) => b.step - a.step);
+      fill(ckptBody, list.map((c) => h('tr', {dataset: {step: String(c.step), state: c.state}},
+        h('td', {class: 'num'}, String(c.step)),
+        h('td', {class: 'num'}, fmtBytes(c.bytes)),
+        h('td', null, h('span', {class: `upload upload-${c.state}`}, c.state),
+          c.error ? h('div', {class: 'error small'}, c.error) : null),
+        h('td', {class: 'uri'}, c.remote_uri || '–'),
+        h('td', {class: 'uri'}, c.local_path || '–'),
+        h('td', null, fmtTime(c.created_at)))));
+      ckptEmpty.hidden = list.length > 0;
+      // Uploads progress without job events: poll while any is in flight.
+      if (list.some((c) => c.state === 'uploading' || (c.state === 'local' && job && job.spec && job.spec.checkpoint && job.spec.checkpoint.store))) {
+        ckptTimer = setTimeout(loadCheckpoints, 5000);
+      }
+    } catch { /* shown as empty; the next checkpoint event retries */ }
+  }
+
+  // ---- log tail ------------------------------------------------------
+
+  let logText = '';
+  function restartLog() {
+    if (logFollow) logFollow.close();
+    logText = '';
+    const active = !job || !TERMINAL.has(job.state);
+    logFollow = followText(`/jobs/${id}/logs${active ? '?follow=1' : ''}`, (chunk) => {
+      logText += chunk;
+      // Keep only the tail: the log of a long run can be large.
+      if (logText.length > 200000) logText = logText.slice(-100000);
+      const lines = logText.split('\n');
+      if (lines.length > LOG_LINES + 1) logText = lines.slice(-LOG_LINES - 1).join('\n');
+      const stick = logPre.scrollTop + logPre.clientHeight >= logPre.scrollHeight - 4;
+      logPre.textContent = logText;
+      if (stick) logPre.scrollTop = logPre.scrollHeight;
+    }, (err) => {
+      logFollow = null;
+      if (err && alive && !logText) logPre.textContent = `(no log: ${err.message})`;
+    });
+  }
+
+  (async () => {
+    await refreshJob();
+    if (!alive) return;
+    ensureStream();
+    loadCheckpoints();
+    restartLog();
+  })();
+
+  return () => {
+    alive = false;
+    if (stream) stream.close();
+    if (logFollow) logFollow.close();
+    clearTimeout(ckptTimer);
+    for (const t of Object.values(timers)) clearTimeout(t);
+    for (const c of Object.values(charts)) c.destroy();
+  };
+}

@@ -1,0 +1,211 @@
+// view-jobs.js — the jobs list: every job's state, progress and latest
+// metrics, filterable by state, updated live.
+//
+// State changes arrive on the shared /events feed and re-fetch only that
+// job's row. Metrics are not on /events (they would flood it), so while
+// any job is active the view polls GET /jobs?state=<active states> every
+// few seconds — one small request however many jobs are listed.
+
+import {api} from './api.js';
+import {h, fill, STATES, stateBadge, fmtNum, fmtDuration, fmtAge, modelLabel, gpuLabel, TERMINAL} from './util.js';
+
+const ACTIVE = ['starting', 'running', 'stopping'];
+const POLL_MS = 3000;
+const PAGE = 200;
+
+export function mount(main, app, params) {
+  const jobs = new Map();        // id -> job
+  const rows = new Map();        // id -> <tr>
+  let filter = params.query.get('state') || '';
+  let nextCursor = null;
+  let alive = true;
+  const pendingRow = new Set();
+
+  const chips = h('div', {class: 'chips', role: 'tablist'});
+  const tbody = h('tbody');
+  const empty = h('p', {class: 'notice', hidden: true});
+  const error = h('p', {class: 'error', hidden: true});
+  const more = h('button', {type: 'button', hidden: true, onclick: () => loadPage(nextCursor)}, 'Load older jobs');
+  const table = h('table', {class: 'jobs', id: 'jobs-table'},
+    h('thead', null, h('tr', null,
+      ['ID', 'Name', 'State', 'Method', 'Model', 'Progress', 'Loss', 'Tokens/s', 'ETA', 'GPUs', 'Age']
+        .map((t) => h('th', {scope: 'col'}, t)))),
+    tbody);
+  main.append(
+    h('div', {class: 'view-head'}, h('h1', null, 'Jobs'), h('a', {class: 'button primary', href: '#/submit'}, 'Submit a job')),
+    chips, error, h('div', {class: 'table-wrap'}, table), empty, more);
+
+  function renderChips() {
+    const counts = {};
+    for (const j of jobs.values()) counts[j.state] = (counts[j.state] || 0) + 1;
+    const chip = (state, label, n) => h('button', {
+      type: 'button', role: 'tab', class: 'chip' + (filter === state ? ' active' : ''),
+      'aria-selected': String(filter === state), dataset: {state: state || 'all'},
+      onclick: () => {
+        filter = state;
+        history.replaceState(null, '', state ? `#/?state=${state}` : '#/');
+        renderChips(); renderAll();
+      },
+    }, state ? stateBadge(state) : label, h('span', {class: 'count'}, String(n)));
+    fill(chips, chip('', 'all', jobs.size),
+      STATES.filter((s) => counts[s] || s === filter).map((s) => chip(s, s, counts[s] || 0)));
+  }
+
+  function progressCell(j) {
+    if (j.state === 'queued' && j.queue_position) {
+      return h('span', {class: 'queue-pos'}, `#${j.queue_position} in queue`);
+    }
+    const p = j.progress || {};
+    const max = p.max_steps || (j.spec && j.spec.hyperparameters && j.spec.hyperparameters.max_steps) || 0;
+    const step = p.step || 0;
+    const frac = p.fraction ?? (max ? step / max : 0);
+    return h('div', {class: 'progress', title: `${Math.round(frac * 100)}%`},
+      h('div', {class: 'bar'}, h('div', {class: `fill state-${j.state}`, style: {width: `${Math.min(100, frac * 100)}%`}})),
+      h('span', {class: 'progress-text'}, `${step} / ${max || '?'}`));
+  }
+
+  function renderRow(j) {
+    const m = j.last_metric || {};
+    const eta = TERMINAL.has(j.state) || j.state === 'paused' ? null : j.progress && j.progress.eta_s;
+    const tr = h('tr', {
+      dataset: {jobId: String(j.id), state: j.state},
+      class: 'job-row', tabindex: '0',
+      onclick: () => { location.hash = `#/jobs/${j.id}`; },
+      onkeydown: (e) => { if (e.key === 'Enter') location.hash = `#/jobs/${j.id}`; },
+    },
+    h('td', {class: 'num'}, h('a', {href: `#/jobs/${j.id}`}, String(j.id))),
+    h('td', {class: 'name'}, j.name || (j.spec && j.spec.name) || '–'),
+    h('td', {class: 'state-cell'}, stateBadge(j.state)),
+    h('td', null, (j.spec && j.spec.method) || 'full'),
+    h('td', {class: 'model', title: (j.spec && j.spec.model && j.spec.model.path) || ''}, modelLabel(j.spec)),
+    h('td', {class: 'progress-cell'}, progressCell(j)),
+    h('td', {class: 'num'}, fmtNum(m.loss)),
+    h('td', {class: 'num'}, m.tokens_per_s !== undefined ? fmtNum(m.tokens_per_s, 3) : '–'),
+    h('td', {class: 'num'}, eta !== null && eta !== undefined ? fmtDuration(eta) : '–'),
+    h('td', null, gpuLabel(j)),
+    h('td', {class: 'num', title: j.created_at || ''}, fmtAge(j.created_at)));
+    return tr;
+  }
+
+  function visible(j) { return !filter || j.state === filter; }
+
+  function renderAll() {
+    const ids = [...jobs.keys()].sort((a, b) => b - a);
+    const frag = [];
+    rows.clear();
+    for (const id of ids) {
+      const j = jobs.get(id);
+      if (!visible(j)) continue;
+      const tr = renderRow(j);
+      rows.set(id, tr);
+      frag.push(tr);
+    }
+    fill(tbody, frag);
+    empty.hidden = frag.length > 0;
+    empty.textContent = jobs.size ? `No ${filter} jobs.` : 'No jobs yet. Submit one, or run `trainyard demo`.';
+    more.hidden = !nextCursor;
+  }
+
+  // Puts one job into the table in place (or where its id sorts).
+  function upsert(j) {
+    const prev = jobs.get(j.id);
+    jobs.set(j.id, j);
+    if (!prev || prev.state !== j.state) renderChips();
+    const old = rows.get(j.id);
+    if (!visible(j)) {
+      if (old) { old.remove(); rows.delete(j.id); }
+      return;
+    }
+    const tr = renderRow(j);
+    if (old) { old.replaceWith(tr); rows.set(j.id, tr); return; }
+    rows.set(j.id, tr);
+    let before = null;
+    for (const [id, r] of rows) if (id > j.id && (!before || id < Number(before.dataset.jobId))) before = r;
+    // Rows are newest first: insert after the smallest id above this one.
+    if (before) before.after(tr); else tbody.prepend(tr);
+    empty.hidden = true;
+  }
+
+  async function loadPage(cursor) {
+    try {
+      const q = new URLSearchParams({limit: String(PAGE)});
+      if (cursor) q.set('cursor', cursor);
+      const res = await api(`/jobs?${q}`);
+      if (!alive) return;
+      if (!cursor) jobs.clear();
+      for (const j of res.jobs) jobs.set(j.id, j);
+      nextCursor = res.next_cursor || null;
+      error.hidden = true;
+      renderChips();
+      renderAll();
+    } catch (e) {
+      if (!alive) return;
+      error.hidden = false;
+      error.textContent = `Could not list jobs: ${e.message}`;
+    }
+  }
+
+  // Re-fetches one job, coalescing bursts of events about it.
+  function refreshJob(id) {
+    if (pendingRow.has(id)) return;
+    pendingRow.add(id);
+    setTimeout(async () => {
+      pendingRow.delete(id);
+      try {
+        const j = await api(`/jobs/${id}`);
+        if (alive) upsert(j);
+      } catch (e) {
+        if (alive && e.status === 404 && jobs.has(id)) {
+          jobs.delete(id);
+          const r = rows.get(id);
+          if (r) { r.remove(); rows.delete(id); }
+          renderChips();
+        }
+      }
+    }, 50);
+  }
+
+  async function poll() {
+    if (!alive) return;
+    const active = [...jobs.values()].some((j) => ACTIVE.includes(j.state));
+    if (active && !document.hidden) {
+      try {
+        const res = await api(`/jobs?state=${ACTIVE.join(',')}&limit=${PAGE}`);
+        if (!alive) return;
+        for (const j of res.jobs) upsert(j);
+      } catch { /* the next poll tries again; the feed shows connectivity */ }
+    } else {
+      // Keep ages and queue positions fresh without a request.
+      for (const j of jobs.values()) if (rows.has(j.id)) upsert(j);
+    }
+    timer = setTimeout(poll, POLL_MS);
+  }
+
+  const offEvents = app.feed.on((type, ev) => {
+    if (!ev.job_id) return;
+    if (type === 'state' || type === 'started') {
+      refreshJob(ev.job_id);
+      // A state change moves everyone's queue position.
+      if (type === 'state') {
+        for (const j of jobs.values()) if (j.state === 'queued' && j.id !== ev.job_id) refreshJob(j.id);
+      }
+    }
+  });
+  // After a reconnect the feed may have missed events: reload everything.
+  let wasDown = false;
+  const offStatus = app.feed.onStatus((st) => {
+    if (st === 'retry' || st === 'error') wasDown = true;
+    if (st === 'open' && wasDown) { wasDown = false; loadPage(null); }
+  });
+
+  let timer = setTimeout(poll, POLL_MS);
+  renderChips();
+  loadPage(null);
+
+  return () => {
+    alive = false;
+    clearTimeout(timer);
+    offEvents();
+    offStatus();
+  };
+}
