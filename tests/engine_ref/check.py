@@ -4,9 +4,10 @@
 # files, and requires every step's loss to agree to 1e-4 relative.
 #
 # Usage: check.py --engine PATH --case NAME [--keep]
-# The dataset holds exactly batch_size x grad_accum examples, so each
-# optimizer step is one whole epoch and the comparison does not depend on the
-# engine's shuffle. The resume case instead compares the engine with itself:
+# In most cases the dataset holds exactly batch_size x grad_accum examples, so
+# each optimizer step is one whole epoch and the comparison does not depend on
+# the engine's shuffle; the *_shuffle cases hold 13 examples for 4 per step and
+# follow the permutation engine/data.h documents. The resume case instead compares the engine with itself:
 # an interrupted-and-resumed run must print the same losses, bit for bit.
 import argparse
 import json
@@ -117,9 +118,13 @@ CASES = {
 
 SEQ_LEN, BATCH, ACCUM, STEPS = 16, 2, 2, 6
 
+# Cases whose dataset spans several steps, so the engine's documented
+# per-epoch shuffle (engine/data.h) decides which examples each step sees.
+SHUFFLED = {"gpt2_shuffle": "gpt2", "llama_shuffle": "llama_gqa"}
+
 
 def build_case(tmp, name, seed=11, n_examples=None, steps=STEPS, every_steps=0):
-    family, ckw, tkw, skw = CASES[name]
+    family, ckw, tkw, skw = CASES[SHUFFLED.get(name, name)]
     g = torch.Generator().manual_seed(seed)
     model_dir = os.path.join(tmp, "model")
     tkw = dict(tkw)
@@ -144,8 +149,8 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def compare(name, spec, got):
-    ref = torchref.train(spec)
+def compare(name, spec, got, order=torchref.identity_order):
+    ref = torchref.train(spec, order=order)
     print(f"{'step':>4} {'engine loss':>14} {'torch loss':>14} {'rel':>9}  "
           f"{'engine lr':>10} {'torch lr':>10}  {'engine gnorm':>12} {'torch gnorm':>12}")
     bad = []
@@ -166,7 +171,7 @@ def compare(name, spec, got):
     if len(got) != len(ref):
         bad.append(f"{len(got)} metric events for {len(ref)} steps")
     if bad:
-        diagnose(spec, got, ref)
+        diagnose(spec, got, ref, order)
         fail(f"{name}: " + "; ".join(bad))
     print(f"{name}: {len(ref)} steps agree with PyTorch to {REL_TOL:g} relative")
 
@@ -175,13 +180,13 @@ def hp_lr(spec):
     return spec["hyperparameters"]["lr"]
 
 
-def diagnose(spec, got, ref):
+def diagnose(spec, got, ref, order):
     """Names the likely culprit: the schedule's step numbering or the model."""
     if got and rel(got[0]["loss"], ref[0]["loss"]) > REL_TOL:
         print("diagnosis: step 1 already differs, before any update: the forward pass or the "
               "loss definition (data shift, padding, mean over tokens) disagrees")
         return
-    alt = torchref.train(spec, lr_offset=1)
+    alt = torchref.train(spec, lr_offset=1, order=order)
     if all(rel(m["loss"], a["loss"]) <= REL_TOL for m, a in zip(got, alt)):
         print("diagnosis: the engine matches the reference with lr_lambda(k) for step k; "
               "HF (and the reference) use lr_lambda(k-1), so the first update has warmup lr 0")
@@ -193,7 +198,10 @@ def diagnose(spec, got, ref):
 def case_compare(engine, name, keep):
     tmp = tempfile.mkdtemp(prefix=f"engine_ref_{name}_")
     try:
-        spec, spec_path = build_case(tmp, name)
+        shuffled = name in SHUFFLED
+        # 13 examples for 4 per step: epochs end mid-step and are reshuffled.
+        spec, spec_path = build_case(tmp, name, n_examples=3 * BATCH * ACCUM + 1 if shuffled else None,
+                                     steps=8 if shuffled else STEPS)
         rc, events, err = run_engine(engine, spec_path, os.path.join(tmp, "work"))
         expect_success(rc, events, err, name)
         started = [e for e in events if e["ev"] == "started"]
@@ -202,7 +210,8 @@ def case_compare(engine, name, keep):
         n_params = sum(t.numel() for t in torchref.load_model(spec["model"]["path"])[1].values())
         if started[0].get("params") != n_params:
             fail(f"{name}: started.params {started[0].get('params')} but the model has {n_params}")
-        compare(name, spec, metrics_of(events))
+        compare(name, spec, metrics_of(events),
+                torchref.engine_order if shuffled else torchref.identity_order)
     finally:
         if keep:
             print(f"kept {tmp}")
@@ -267,7 +276,7 @@ def case_resume(engine, keep):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--engine", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES) + ["resume_exact"])
+    ap.add_argument("--case", required=True, choices=sorted(CASES) + sorted(SHUFFLED) + ["resume_exact"])
     ap.add_argument("--keep", action="store_true", help="keep the temp dir for inspection")
     a = ap.parse_args()
     if not os.access(a.engine, os.X_OK):

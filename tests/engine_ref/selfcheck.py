@@ -177,6 +177,17 @@ def check_data(tmp):
     ok = ex[0] == ([5, 6, 7, 0], [6, 7, -100, -100])
     ok = ok and ex[1] == ([1, 2, 3, 4], [-100, 3, 4, -100])
     check("tokens data: shift, truncate, pad", ok, str(ex))
+    # SplitMix64 against the published sequence for seed 1234567 (Vigna's
+    # splitmix64.c), and the shuffle is a permutation that changes per epoch.
+    st, outs = 1234567, []
+    for _ in range(3):
+        st, z = torchref.splitmix64(st)
+        outs.append(z)
+    check("splitmix64 reference vectors",
+          outs == [6457827717110365317, 3203168211198807973, 9817491932198370423])
+    p0, p1 = torchref.engine_order(13, 1234, 0), torchref.engine_order(13, 1234, 1)
+    check("epoch permutations", sorted(p0) == list(range(13)) and sorted(p1) == list(range(13))
+          and p0 != p1 and p0 == torchref.engine_order(13, 1234, 0))
 
 
 def main():

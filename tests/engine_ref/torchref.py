@@ -177,6 +177,20 @@ def identity_order(n, seed, epoch):
     return list(range(n))
 
 
+def engine_order(n, seed, epoch):
+    """The permutation engine/data.h documents: Fisher-Yates driven by
+    splitmix64 from state = seed ^ ((epoch + 1) * golden), j = draw % (i + 1)
+    for i = n-1 down to 1."""
+    m = (1 << 64) - 1
+    state = (seed ^ (((epoch + 1) * 0x9E3779B97F4A7C15) & m)) & m
+    perm = list(range(n))
+    for i in range(n - 1, 0, -1):
+        state, z = splitmix64(state)
+        j = z % (i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
 def example_stream(n, seed, order):
     """Endless example indices: epoch 0's permutation, then epoch 1's, ..."""
     epoch = 0
