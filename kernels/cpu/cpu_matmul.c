@@ -9,11 +9,20 @@
 #include <cblas.h>
 #include <omp.h>
 
+/* OpenBLAS's thread count is process-wide; two contexts with different
+ * counts would otherwise run each other's setting. */
+static void cpu_blas_threads(kn_ctx *c)
+{
+    if (openblas_get_num_threads() != c->n_threads)
+        openblas_set_num_threads(c->n_threads);
+}
+
 void cpu_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias,
                     int N, int K, int M)
 {
     if (N <= 0 || M <= 0)
         return;
+    cpu_blas_threads(c);
     if (K <= 0) {
         /* An empty product is zero: the output is the bias alone. */
         for (int n = 0; n < N; n++)
@@ -37,6 +46,7 @@ void cpu_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float *
 {
     if (N <= 0 || M <= 0)
         return;
+    cpu_blas_threads(c);
     if (K > 0) {
         /* dx[N,K] += dout[N,M] w[M,K] */
         if (dx)
