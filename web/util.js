@@ -102,10 +102,14 @@ export function fmtAge(ts) {
   return `${Math.floor(s / 86400)}d`;
 }
 
+// Local clock time; the date too when it is not today.
 export function fmtTime(ts) {
   if (!ts) return '–';
   const d = new Date(ts);
-  return Number.isNaN(d.getTime()) ? String(ts) : d.toLocaleString();
+  if (Number.isNaN(d.getTime())) return String(ts);
+  const time = d.toLocaleTimeString([], {hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false});
+  if (d.toDateString() === new Date().toDateString()) return time;
+  return `${d.toLocaleDateString([], {month: 'short', day: 'numeric'})} ${time}`;
 }
 
 // A short description of a job's model: the directory name, or the

@@ -54,6 +54,10 @@ export function mount(main, app, {id}) {
   const streamState = h('span', {class: 'stream-state'});
   const ckptBody = h('tbody');
   const ckptEmpty = h('p', {class: 'notice'}, 'No checkpoints yet.');
+  const ckptTable = h('div', {class: 'table-wrap', hidden: true},
+    h('table', {class: 'checkpoints', id: 'checkpoints'},
+      h('thead', null, h('tr', null, ['Step', 'Size', 'Upload', 'Remote URI', 'Local path', 'Created']
+        .map((t) => h('th', {scope: 'col'}, t)))), ckptBody));
   const logPre = h('pre', {class: 'log', id: 'log-tail'});
   const notices = h('ul', {class: 'notices'});
   const specPre = h('pre', {class: 'spec', id: 'job-spec'});
@@ -69,9 +73,7 @@ export function mount(main, app, {id}) {
       h('div', {class: 'chart-grid'}, charts.loss.element, charts.lr.element, charts.tps.element,
         charts.util.element, charts.mem.element)),
     h('section', null, h('h2', null, 'Checkpoints'),
-      h('div', {class: 'table-wrap'}, h('table', {class: 'checkpoints', id: 'checkpoints'},
-        h('thead', null, h('tr', null, ['Step', 'Size', 'Upload', 'Remote URI', 'Local path', 'Created']
-          .map((t) => h('th', {scope: 'col'}, t)))), ckptBody)), ckptEmpty),
+      ckptTable, ckptEmpty),
     h('section', null, h('h2', null, 'Engine notices'), notices),
     h('section', null, h('h2', null, 'Log'), logPre),
     h('section', null, h('h2', null, 'Spec'), specPre));
@@ -261,6 +263,7 @@ export function mount(main, app, {id}) {
         h('td', {class: 'uri'}, c.local_path || '–'),
         h('td', null, fmtTime(c.created_at)))));
       ckptEmpty.hidden = list.length > 0;
+      ckptTable.hidden = list.length === 0;
       // Uploads progress without job events: poll while any is in flight.
       if (list.some((c) => c.state === 'uploading' || (c.state === 'local' && job && job.spec && job.spec.checkpoint && job.spec.checkpoint.store))) {
         ckptTimer = setTimeout(loadCheckpoints, 5000);
@@ -290,6 +293,18 @@ export function mount(main, app, {id}) {
     });
   }
 
+  // ETA, queue position and GPUs come from the server's view of the job:
+  // re-read it every few seconds while it can still change.
+  let pollTimer = null;
+  function pollJob() {
+    pollTimer = setTimeout(async () => {
+      if (!alive) return;
+      if (job && !TERMINAL.has(job.state) && !document.hidden) await refreshJob();
+      if (alive) pollJob();
+    }, 5000);
+  }
+  pollJob();
+
   (async () => {
     await refreshJob();
     if (!alive) return;
@@ -303,6 +318,7 @@ export function mount(main, app, {id}) {
     if (stream) stream.close();
     if (logFollow) logFollow.close();
     clearTimeout(ckptTimer);
+    clearTimeout(pollTimer);
     for (const t of Object.values(timers)) clearTimeout(t);
     for (const c of Object.values(charts)) c.destroy();
   };

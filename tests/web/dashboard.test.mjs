@@ -1,0 +1,208 @@
+// dashboard.test.mjs — the dashboard in headless Chromium against a real
+// `trainyard serve` driving the test engine (tests/fixtures).
+//
+//   node dashboard.test.mjs --suite live|controls --trainyard BIN --engine BIN --out DIR
+//
+// live:     the jobs list shows a submitted job and follows its state
+//           without reloading; the loss chart gains points as metric events
+//           arrive; after a server restart the chart continues with no gap
+//           and no duplicate; a screenshot of the job view is saved.
+// controls: queue positions; pause / resume / cancel buttons work and are
+//           disabled where the state forbids them; a refused action shows
+//           the server's error; the submit form shows a bad learning rate's
+//           error next to its field.
+// Both: the page makes no request to any host but the daemon.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import {parseArgs} from 'node:util';
+import {launch, closeBrowser} from './browser.mjs';
+import {Daemon} from './daemon.mjs';
+
+const {values: args} = parseArgs({options: {
+  suite: {type: 'string'}, trainyard: {type: 'string'}, engine: {type: 'string'}, out: {type: 'string'},
+}});
+for (const k of ['suite', 'trainyard', 'engine', 'out']) {
+  if (!args[k]) { console.error(`dashboard.test.mjs: --${k} is required`); process.exit(2); }
+}
+const outDir = path.join(args.out, args.suite);
+fs.mkdirSync(outDir, {recursive: true});
+
+// One daemon and one browser per suite; everything is torn down even when
+// an assertion fails.
+let daemon, browser, page;
+const foreign = [];
+const pageErrors = [];
+
+test.before(async () => {
+  daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
+    extra: ['--cpu-slots', args.suite === 'controls' ? '1' : '2']});
+  await daemon.start();
+  browser = await launch();
+  page = browser.context.pages()[0] || await browser.context.newPage();
+  page.setDefaultTimeout(30000);
+  page.on('request', (r) => {
+    const u = r.url();
+    if (!u.startsWith(daemon.base + '/') && !u.startsWith('data:')) foreign.push(u);
+  });
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+});
+
+test.after(async () => {
+  if (page) {
+    try { await page.screenshot({path: path.join(outDir, 'last-page.png'), fullPage: true}); } catch { /* closed */ }
+  }
+  await closeBrowser(browser);
+  if (daemon) await daemon.cleanup();
+});
+
+const stateOf = (sel) => page.getAttribute(sel, 'data-state');
+async function waitState(sel, state) {
+  await page.waitForSelector(`${sel}[data-state="${state}"]`);
+}
+async function buttons() {
+  const out = {};
+  for (const b of ['pause', 'resume', 'cancel']) out[b] = await page.isEnabled(`#btn-${b}`);
+  return out;
+}
+const points = async (sel) => Number(await page.getAttribute(sel, 'data-points'));
+
+if (args.suite === 'live') {
+  test('jobs list shows a submitted job and follows its state live', async () => {
+    await page.goto(daemon.base + '/');
+    await page.waitForSelector('#jobs-table');
+    await page.evaluate(() => { window.__noReload = true; });
+    const model = daemon.fixture('steady', {step_ms: 60});
+    const job = await daemon.api('/jobs', {method: 'POST', body: daemon.spec('live-chart', model, {maxSteps: 220, logEvery: 2, ckptEvery: 20})});
+    const row = `tr[data-job-id="${job.id}"]`;
+    await page.waitForSelector(row);
+    assert.match(await page.textContent(row), /live-chart/);
+    await waitState(row, 'running');
+    assert.equal(await page.evaluate(() => window.__noReload), true, 'the page reloaded');
+    // Progress reaches the list through its refresh of active jobs.
+    await page.waitForFunction((sel) => {
+      const t = document.querySelector(`${sel} .progress-text`);
+      return t && parseInt(t.textContent, 10) > 0;
+    }, row);
+    daemon.liveJob = job.id;
+  });
+
+  test('job view: the loss chart gains points, and a server restart leaves no gap or duplicate', async () => {
+    const id = daemon.liveJob;
+    assert.ok(id, 'needs the job of the previous test');
+    await page.click(`tr[data-job-id="${id}"] a`);
+    await page.waitForSelector('#job-view');
+    await page.waitForFunction(() => Number(document.querySelector('#chart-loss').dataset.points) > 2);
+    const n1 = await points('#chart-loss');
+    await page.waitForFunction((n) => Number(document.querySelector('#chart-loss').dataset.points) >= n + 3, n1);
+
+    await daemon.stop('SIGTERM');
+    await page.waitForSelector('.stream-state[data-state="retry"]');
+    const before = await points('#chart-loss');
+    await daemon.start();
+    await page.waitForSelector('.stream-state[data-state="open"]');
+    await page.waitForFunction((n) => Number(document.querySelector('#chart-loss').dataset.points) > n + 2, before);
+    await page.screenshot({path: path.join(outDir, 'job-view.png'), fullPage: true});
+    await waitState('#job-view', 'succeeded');
+    await page.waitForTimeout(300); // the last frame's redraw
+
+    // The chart's steps are exactly the job's distinct metric steps (a
+    // resumed run replays the steps after its checkpoint: the newer values
+    // replace the older), strictly increasing with no hole.
+    const xs = await page.evaluate(() => {
+      const s = document.querySelector('#chart-loss').tyChart.series[0];
+      return Array.from(s.xs.slice(0, s.n));
+    });
+    const {metrics} = await daemon.api(`/jobs/${id}/metrics`);
+    const steps = [...new Set(metrics.map((m) => m.step))].sort((a, b) => a - b);
+    assert.deepEqual(xs, steps, 'plotted steps differ from the job\'s metric steps');
+    for (let i = 1; i < xs.length; i++) assert.equal(xs[i] - xs[i - 1], 2, `gap or duplicate at step ${xs[i]}`);
+    assert.equal(xs[xs.length - 1], 220);
+    assert.equal(await points('#chart-loss'), xs.length + (await page.evaluate(
+      () => document.querySelector('#chart-loss').tyChart.series[1].n)));
+    // Events already seen are never applied twice.
+    const seq = Number(await page.getAttribute('#job-view', 'data-seq'));
+    assert.ok(seq > xs.length, 'the view did not follow the event sequence');
+    assert.equal(await page.getAttribute('#job-view', 'data-dupes'), null, 'a replay re-applied events');
+  });
+}
+
+if (args.suite === 'controls') {
+  test('queued jobs show their queue position', async () => {
+    const slow = daemon.fixture('slow', {step_ms: 150});
+    const a = await daemon.api('/jobs', {method: 'POST', body: daemon.spec('runner', slow, {maxSteps: 100000})});
+    const b = await daemon.api('/jobs', {method: 'POST', body: daemon.spec('waiter-1', slow, {maxSteps: 10})});
+    const c = await daemon.api('/jobs', {method: 'POST', body: daemon.spec('waiter-2', slow, {maxSteps: 10})});
+    await page.goto(daemon.base + '/');
+    await waitState(`tr[data-job-id="${a.id}"]`, 'running');
+    await page.waitForFunction(([b, c]) => {
+      const t = (id) => (document.querySelector(`tr[data-job-id="${id}"] .queue-pos`) || {}).textContent;
+      return t(b) === '#1 in queue' && t(c) === '#2 in queue';
+    }, [b.id, c.id]);
+    // Filter by state.
+    await page.click('.chip[data-state="queued"]');
+    assert.equal(await page.locator('tr.job-row').count(), 2);
+    await page.click('.chip[data-state="all"]');
+    assert.equal(await page.locator('tr.job-row').count(), 3);
+    for (const j of [b, c]) await daemon.api(`/jobs/${j.id}/cancel`, {method: 'POST'});
+    daemon.runner = a.id;
+  });
+
+  test('pause, resume and cancel buttons follow the state and work', async () => {
+    const id = daemon.runner;
+    await page.goto(`${daemon.base}/#/jobs/${id}`);
+    await waitState('#job-view', 'running');
+    assert.deepEqual(await buttons(), {pause: true, resume: false, cancel: true});
+
+    await page.click('#btn-pause');
+    await waitState('#job-view', 'paused');
+    assert.deepEqual(await buttons(), {pause: false, resume: true, cancel: true});
+    // Pausing checkpointed the job: the list shows it.
+    await page.waitForSelector('#checkpoints tbody tr');
+
+    await page.click('#btn-resume');
+    await waitState('#job-view', 'running');
+    assert.deepEqual(await buttons(), {pause: true, resume: false, cancel: true});
+
+    await page.click('#btn-cancel');
+    await waitState('#job-view', 'cancelled');
+    assert.deepEqual(await buttons(), {pause: false, resume: false, cancel: false});
+    assert.equal(await stateOf('#job-view'), 'cancelled');
+
+    // The server decides: force a click the state forbids and its JSON
+    // error is shown.
+    await page.evaluate(() => { const b = document.querySelector('#btn-resume'); b.disabled = false; b.click(); });
+    await page.waitForSelector('#action-error:not([hidden])');
+    assert.match(await page.textContent('#action-error'), /resume refused: .+/);
+  });
+
+  test('the submit form shows a bad learning rate next to its field', async () => {
+    await page.goto(`${daemon.base}/#/submit`);
+    const model = daemon.fixture('quick', {step_ms: 10});
+    await page.fill('#f-model-path', model);
+    await page.fill('#f-dataset-train', daemon.dataset());
+    await page.selectOption('#f-dataset-format', 'tokens');
+    await page.selectOption('#f-method', 'full');
+    await page.selectOption('#f-precision', 'fp32');
+    await page.fill('#f-resources-gpus', '0');
+    await page.fill('#f-hyperparameters-max_steps', '5');
+    await page.fill('#f-hyperparameters-seq_len', '16');
+    await page.fill('#f-hyperparameters-lr', '-1');
+    await page.click('#submit-form-btn');
+    const err = '.field[data-field="hyperparameters.lr"] .field-error';
+    await page.waitForSelector(`${err}:not([hidden])`);
+    assert.match(await page.textContent(err), /lr/);
+    assert.equal(await page.isVisible('#submit-error'), false, 'the error went to the banner, not the field');
+
+    await page.fill('#f-hyperparameters-lr', '0.001');
+    await page.click('#submit-form-btn');
+    await page.waitForSelector('#job-view');
+    await waitState('#job-view', 'succeeded');
+  });
+}
+
+test('the page requested nothing from any other host and raised no error', () => {
+  assert.deepEqual(foreign, []);
+  assert.deepEqual(pageErrors, []);
+});
