@@ -1,0 +1,179 @@
+/* ckpt.c — writing, verifying and pruning checkpoint directories (see ckpt.h).
+ *
+ * Sums are computed by streaming each file back from disk after it is
+ * written and fsynced, so the manifest describes what is actually stored. */
+#include "ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tyutil.h"
+
+void ckpt_rel_name(char *out, size_t n, int64_t step)
+{
+    snprintf(out, n, "checkpoints/step-%06lld", (long long)step);
+}
+
+void ckpt_dir_name(char *out, size_t n, const char *workdir, int64_t step)
+{
+    snprintf(out, n, "%s/checkpoints/step-%06lld", workdir, (long long)step);
+}
+
+int ckpt_begin(const char *dir, ty_err *err)
+{
+    int rc = ty_rm_rf(dir, err);
+    return rc ? rc : ty_mkdir_p(dir, err);
+}
+
+int ckpt_commit(const char *dir, int64_t step, const char *const *files, int n, uint64_t *total_bytes,
+                ty_err *err)
+{
+    json_t *arr = json_array();
+    uint64_t total = 0;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        char path[4096], hex[65];
+        uint64_t bytes = 0;
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        rc = ty_sha256_file(path, hex, &bytes, err);
+        if (rc) break;
+        total += bytes;
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:s}", "path", files[i], "bytes", (json_int_t)bytes,
+                                             "sha256", hex));
+    }
+    if (rc) {
+        json_decref(arr);
+        return rc;
+    }
+    json_t *m = json_pack("{s:s, s:I, s:o}", "format", CKPT_FORMAT, "step", (json_int_t)step, "files", arr);
+    char *text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(m);
+    if (!text) return ty_err_set(err, TY_ENOMEM, "manifest for %s", dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/MANIFEST.json", dir);
+    size_t len = strlen(text);
+    rc = ty_write_file_atomic(path, text, len, err);
+    free(text);
+    if (!rc && total_bytes) *total_bytes = total + len;
+    return rc;
+}
+
+int ckpt_verify(const char *dir, int64_t *step, ty_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/MANIFEST.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ty_err_set(err, TY_ENOENT, "checkpoint %s: no such directory", dir);
+    if (ty_read_file(path, &text, &len, NULL) != 0)
+        return ty_err_set(err, TY_ENOENT, "checkpoint %s has no MANIFEST.json (incomplete checkpoint)", dir);
+    json_error_t je;
+    json_t *m = json_loadb(text, len, 0, &je);
+    free(text);
+    json_t *files = json_object_get(m, "files"), *js = json_object_get(m, "step"),
+           *fmt = json_object_get(m, "format");
+    if (!m || !json_is_array(files) || !json_is_integer(js) || !json_is_string(fmt) ||
+        strcmp(json_string_value(fmt), CKPT_FORMAT)) {
+        json_decref(m);
+        return ty_err_set(err, TY_ECORRUPT, "checkpoint corrupt: %s/MANIFEST.json is not a %s manifest", dir,
+                          CKPT_FORMAT);
+    }
+    *step = json_integer_value(js);
+    size_t i;
+    json_t *f;
+    int rc = 0;
+    json_array_foreach(files, i, f) {
+        json_t *jp = json_object_get(f, "path"), *jb = json_object_get(f, "bytes"), *jh = json_object_get(f, "sha256");
+        if (!json_is_string(jp) || !json_is_integer(jb) || !json_is_string(jh) ||
+            strchr(json_string_value(jp), '/') || !strcmp(json_string_value(jp), "..")) {
+            rc = ty_err_set(err, TY_ECORRUPT, "checkpoint corrupt: bad file entry %zu in MANIFEST.json", i);
+            break;
+        }
+        const char *name = json_string_value(jp);
+        char fp[4096], hex[65];
+        uint64_t bytes = 0;
+        snprintf(fp, sizeof fp, "%s/%s", dir, name);
+        if (ty_sha256_file(fp, hex, &bytes, NULL) != 0) {
+            rc = ty_err_set(err, TY_ECORRUPT, "checkpoint corrupt: %s is missing", name);
+            break;
+        }
+        if (bytes != (uint64_t)json_integer_value(jb) || strcmp(hex, json_string_value(jh))) {
+            rc = ty_err_set(err, TY_ECORRUPT, "checkpoint corrupt: %s sha256 mismatch", name);
+            break;
+        }
+    }
+    json_decref(m);
+    return rc;
+}
+
+typedef struct {
+    int64_t step;
+    int committed;
+} ckpt_entry;
+
+static int ckpt_cmp(const void *a, const void *b)
+{
+    const ckpt_entry *x = a, *y = b;
+    return x->step < y->step ? -1 : x->step > y->step ? 1 : 0;
+}
+
+int ckpt_prune(const char *workdir, int keep_last, ty_err *err)
+{
+    char root[4096];
+    snprintf(root, sizeof root, "%s/checkpoints", workdir);
+    DIR *d = opendir(root);
+    if (!d) return 0;
+    ckpt_entry *e = NULL;
+    int n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long long step;
+        char tail;
+        if (sscanf(de->d_name, "step-%lld%c", &step, &tail) != 1 || strlen(de->d_name) < 11) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            ckpt_entry *ne = realloc(e, (size_t)cap * sizeof *e);
+            if (!ne) break;
+            e = ne;
+        }
+        char mp[4400];
+        struct stat st;
+        snprintf(mp, sizeof mp, "%s/%s/MANIFEST.json", root, de->d_name);
+        e[n].step = step;
+        e[n].committed = stat(mp, &st) == 0;
+        n++;
+    }
+    closedir(d);
+    qsort(e, (size_t)n, sizeof *e, ckpt_cmp);
+    int64_t newest = -1;
+    int n_committed = 0;
+    for (int i = 0; i < n; i++)
+        if (e[i].committed) {
+            newest = e[i].step;
+            n_committed++;
+        }
+    int rc = 0, seen = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        int drop;
+        if (e[i].committed) {
+            seen++;
+            drop = keep_last > 0 && n_committed - seen >= keep_last && e[i].step != newest;
+        } else {
+            drop = e[i].step < newest; /* an abandoned partial write */
+        }
+        if (drop) {
+            char dir[4096];
+            ckpt_dir_name(dir, sizeof dir, workdir, e[i].step);
+            rc = ty_rm_rf(dir, err);
+        }
+    }
+    free(e);
+    return rc;
+}

@@ -1,0 +1,56 @@
+/* data.h — the training data of `dataset.format: "tokens"` and its order.
+ *
+ * A dataset is JSONL, one example per line: {"input_ids": [...]} with
+ * optional "labels" of the same length (-100 = no loss), the Hugging Face
+ * convention. A row of the batch holds the first seq_len ids; the target at
+ * position t is labels[t + 1] (labels default to input_ids), the last
+ * position and padding get -100. Examples are visited in a fresh permutation
+ * each epoch: Fisher-Yates driven by splitmix64 seeded from (seed, epoch), so
+ * the order depends only on (seed, epoch, cursor) and resumes exactly. */
+#ifndef TY_DATA_H
+#define TY_DATA_H
+
+#include <stdint.h>
+#include "tyerr.h"
+
+#define DATA_IGNORE (-100)
+
+typedef struct dataset {
+    int n;            /* examples */
+    int64_t *off;     /* n + 1 offsets into tok / lab */
+    int32_t *tok;
+    int32_t *lab;     /* labels, DATA_IGNORE where ignored */
+} dataset;
+
+/* Loads a tokens JSONL file; ids must lie in [0, vocab). Errors name the
+ * file and line. An empty file is an error. */
+int data_load_tokens(const char *path, int vocab, dataset *d, ty_err *err);
+void data_free(dataset *d);
+
+/* Fills one batch row of T positions from example ex; returns the number of
+ * non-ignored targets. Padding inputs are id 0 (never attended to by a real
+ * position under the causal mask). */
+int data_fill_row(const dataset *d, int ex, int T, int32_t *inputs, int32_t *targets);
+
+/* splitmix64: the generator behind shuffling (Steele et al., 2014). */
+uint64_t data_splitmix64(uint64_t *state);
+/* The permutation of epoch `epoch` (0-based) of n examples:
+ *   state = seed ^ ((epoch + 1) * 0x9E3779B97F4A7C15)
+ *   perm = [0, n); for i = n-1 .. 1: j = splitmix64(state) % (i + 1); swap(perm[i], perm[j]) */
+void data_permutation(uint64_t seed, int64_t epoch, int n, int32_t *perm);
+
+/* Walks examples epoch by epoch. The cursor (epoch, pos) is all the state
+ * a checkpoint needs; the permutation is recomputed from it. */
+typedef struct data_sampler {
+    int n;
+    uint64_t seed;
+    int64_t epoch;    /* current epoch, 0-based */
+    int64_t pos;      /* next index into perm */
+    int32_t *perm;
+} data_sampler;
+
+int data_sampler_init(data_sampler *s, int n, uint64_t seed, int64_t epoch, int64_t pos, ty_err *err);
+int data_sampler_next(data_sampler *s);
+void data_sampler_free(data_sampler *s);
+
+#endif

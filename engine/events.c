@@ -1,0 +1,70 @@
+/* events.c — JSON-lines events on fd 3 (or stdout) and logs on stderr.
+ *
+ * The fd is chosen once: fcntl(3, F_GETFD) tells whether the parent opened
+ * fd 3 for us. A failed write (reader gone) is ignored; the server treats a
+ * vanished engine through its exit status, not through this pipe. */
+#include "events.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int ev_fd = 1;
+static int ev_rank = 0;
+
+void ev_init(int rank)
+{
+    ev_rank = rank;
+    ev_fd = fcntl(3, F_GETFD) != -1 ? 3 : 1;
+}
+
+static void ev_write_all(const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(ev_fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+void ev_emit(json_t *obj)
+{
+    if (ev_rank == 0 && obj) {
+        /* Doubles print with 17 significant digits (jansson's default), so
+         * two runs whose losses are bit-identical print identical lines. */
+        char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (s) {
+            size_t n = strlen(s);
+            s[n] = '\n';
+            ev_write_all(s, n + 1);
+            free(s);
+        }
+    }
+    json_decref(obj);
+}
+
+void ev_error(const char *message)
+{
+    ev_emit(json_pack("{s:s, s:s}", "ev", "error", "message", message));
+}
+
+void ev_done(const char *status)
+{
+    ev_emit(json_pack("{s:s, s:s}", "ev", "done", "status", status));
+}
+
+void ev_log(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "trainyard-engine[%d]: %s\n", ev_rank, line);
+}

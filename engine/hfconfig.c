@@ -1,0 +1,205 @@
+/* hfconfig.c — config.json parsing for the GPT-2 and Llama families.
+ *
+ * Defaults mirror transformers' GPT2Config / LlamaConfig / MistralConfig /
+ * Qwen2Config so a config that omits a field means what it means in Python. */
+#include "hfconfig.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tyutil.h"
+
+/* Integer field with a default; a present field must be a positive int. */
+static int cfg_int(json_t *o, const char *key, int def, const char *where, int *out, ty_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > (1 << 30))
+        return ty_err_field(err, TY_EINVAL, key, "%s: %s must be a positive integer", where, key);
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+static int cfg_num(json_t *o, const char *key, double def, const char *where, float *out, ty_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        *out = (float)def;
+        return 0;
+    }
+    if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
+        return ty_err_field(err, TY_EINVAL, key, "%s: %s must be a positive number", where, key);
+    *out = (float)json_number_value(v);
+    return 0;
+}
+
+static int cfg_bool(json_t *o, const char *key, int def, const char *where, int *out, ty_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v)) return ty_err_field(err, TY_EINVAL, key, "%s: %s must be true or false", where, key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int cfg_gpt2(json_t *o, const char *w, model_config *c, ty_err *err)
+{
+    int rc;
+    if ((rc = cfg_int(o, "vocab_size", 50257, w, &c->vocab, err)) ||
+        (rc = cfg_int(o, "n_embd", 768, w, &c->dim, err)) ||
+        (rc = cfg_int(o, "n_layer", 12, w, &c->n_layer, err)) ||
+        (rc = cfg_int(o, "n_head", 12, w, &c->n_head, err)) ||
+        (rc = cfg_int(o, "n_positions", 1024, w, &c->max_pos, err)) ||
+        (rc = cfg_num(o, "layer_norm_epsilon", 1e-5, w, &c->norm_eps, err)) ||
+        (rc = cfg_num(o, "initializer_range", 0.02, w, &c->init_std, err)) ||
+        (rc = cfg_bool(o, "tie_word_embeddings", 1, w, &c->tied, err)))
+        return rc;
+    if ((rc = cfg_int(o, "n_inner", 4 * c->dim, w, &c->ffn, err))) return rc;
+    json_t *act = json_object_get(o, "activation_function");
+    if (act && !json_is_null(act) &&
+        (!json_is_string(act) || (strcmp(json_string_value(act), "gelu_new") &&
+                                  strcmp(json_string_value(act), "gelu_pytorch_tanh"))))
+        return ty_err_field(err, TY_EINVAL, "activation_function",
+                            "%s: activation_function must be gelu_new (the tanh GELU)", w);
+    int flag;
+    if ((rc = cfg_bool(o, "scale_attn_weights", 1, w, &flag, err))) return rc;
+    if (!flag) return ty_err_field(err, TY_EINVAL, "scale_attn_weights", "%s: scale_attn_weights=false is not supported", w);
+    if ((rc = cfg_bool(o, "scale_attn_by_inverse_layer_idx", 0, w, &flag, err))) return rc;
+    if (flag)
+        return ty_err_field(err, TY_EINVAL, "scale_attn_by_inverse_layer_idx",
+                            "%s: scale_attn_by_inverse_layer_idx=true is not supported", w);
+    c->arch = ARCH_GPT2;
+    c->n_kv_head = c->n_head;
+    c->rope_theta = 0;
+    return 0;
+}
+
+static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c, ty_err *err)
+{
+    /* transformers class defaults per model_type */
+    int is_mistral = !strcmp(type, "mistral"), is_qwen2 = !strcmp(type, "qwen2");
+    int d_vocab = is_qwen2 ? 151936 : 32000;
+    int d_ffn = is_mistral ? 14336 : is_qwen2 ? 22016 : 11008;
+    int d_maxpos = is_mistral ? 4096 * 32 : is_qwen2 ? 32768 : 2048;
+    int rc;
+    if ((rc = cfg_int(o, "vocab_size", d_vocab, w, &c->vocab, err)) ||
+        (rc = cfg_int(o, "hidden_size", 4096, w, &c->dim, err)) ||
+        (rc = cfg_int(o, "intermediate_size", d_ffn, w, &c->ffn, err)) ||
+        (rc = cfg_int(o, "num_hidden_layers", 32, w, &c->n_layer, err)) ||
+        (rc = cfg_int(o, "num_attention_heads", 32, w, &c->n_head, err)) ||
+        (rc = cfg_int(o, "num_key_value_heads", is_mistral ? 8 : c->n_head, w, &c->n_kv_head, err)) ||
+        (rc = cfg_int(o, "max_position_embeddings", d_maxpos, w, &c->max_pos, err)) ||
+        (rc = cfg_num(o, "rms_norm_eps", 1e-6, w, &c->norm_eps, err)) ||
+        (rc = cfg_num(o, "rope_theta", 10000.0, w, &c->rope_theta, err)) ||
+        (rc = cfg_num(o, "initializer_range", 0.02, w, &c->init_std, err)) ||
+        (rc = cfg_bool(o, "tie_word_embeddings", 0, w, &c->tied, err)))
+        return rc;
+    if (c->dim % c->n_head)
+        return ty_err_field(err, TY_EINVAL, "num_attention_heads", "%s: hidden_size %d is not divisible by num_attention_heads %d",
+                            w, c->dim, c->n_head);
+    if ((rc = cfg_int(o, "head_dim", c->dim / c->n_head, w, &c->head_dim, err))) return rc;
+    json_t *act = json_object_get(o, "hidden_act");
+    if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
+        return ty_err_field(err, TY_EINVAL, "hidden_act", "%s: hidden_act must be silu", w);
+    json_t *rs = json_object_get(o, "rope_scaling");
+    if (rs && !json_is_null(rs))
+        return ty_err_field(err, TY_EINVAL, "rope_scaling", "%s: rope_scaling is not supported", w);
+    int flag = 0;
+    if (is_qwen2) {
+        c->qkv_bias = 1;
+    } else {
+        if ((rc = cfg_bool(o, "attention_bias", 0, w, &flag, err))) return rc;
+        c->qkv_bias = c->o_bias = flag;
+        if ((rc = cfg_bool(o, "mlp_bias", 0, w, &flag, err))) return rc;
+        if (flag) return ty_err_field(err, TY_EINVAL, "mlp_bias", "%s: mlp_bias=true is not supported", w);
+    }
+    /* Mistral's sliding window (and Qwen2's when use_sliding_window) limits
+     * attention; the engine checks it against seq_len at start-up. */
+    c->sliding_window = 0;
+    int use_sw = !is_qwen2;
+    if (is_qwen2 && (rc = cfg_bool(o, "use_sliding_window", 0, w, &use_sw, err))) return rc;
+    if (use_sw && (is_mistral || is_qwen2)) {
+        json_t *sw = json_object_get(o, "sliding_window");
+        if (!sw && is_mistral) c->sliding_window = 4096;
+        else if (json_is_integer(sw) && json_integer_value(sw) > 0) c->sliding_window = (int)json_integer_value(sw);
+    }
+    c->arch = ARCH_LLAMA;
+    return 0;
+}
+
+int hfconfig_parse(json_t *obj, const char *where, model_config *out, ty_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(obj)) return ty_err_set(err, TY_EINVAL, "%s: not a JSON object", where);
+    json_t *mt = json_object_get(obj, "model_type");
+    if (!json_is_string(mt))
+        return ty_err_field(err, TY_EINVAL, "model_type", "%s: model_type missing (gpt2, llama, mistral or qwen2)", where);
+    const char *type = json_string_value(mt);
+    int rc;
+    if (!strcmp(type, "gpt2")) rc = cfg_gpt2(obj, where, out, err);
+    else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2"))
+        rc = cfg_llama(obj, where, type, out, err);
+    else
+        return ty_err_field(err, TY_EINVAL, "model_type",
+                            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2)", where, type);
+    if (rc) return rc;
+    snprintf(out->model_type, sizeof out->model_type, "%s", type);
+    if (out->arch == ARCH_GPT2) {
+        if (out->dim % out->n_head)
+            return ty_err_field(err, TY_EINVAL, "n_head", "%s: n_embd %d is not divisible by n_head %d", where,
+                                out->dim, out->n_head);
+        out->head_dim = out->dim / out->n_head;
+    }
+    if (out->n_head % out->n_kv_head)
+        return ty_err_field(err, TY_EINVAL, "num_key_value_heads",
+                            "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where,
+                            out->n_head, out->n_kv_head);
+    if (out->arch == ARCH_LLAMA && out->head_dim % 2)
+        return ty_err_set(err, TY_EINVAL, "%s: head_dim %d must be even for RoPE", where, out->head_dim);
+    out->raw = json_incref(obj);
+    return 0;
+}
+
+int hfconfig_load_dir(const char *dir, model_config *out, ty_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = ty_read_file(path, &text, &len, err);
+    if (rc) return rc;
+    json_error_t je;
+    json_t *o = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!o) return ty_err_set(err, TY_EINVAL, "%s: not valid JSON (line %d: %s)", path, je.line, je.text);
+    rc = hfconfig_parse(o, path, out, err);
+    json_decref(o);
+    return rc;
+}
+
+json_t *hfconfig_export(const model_config *c)
+{
+    json_t *o = json_deep_copy(c->raw);
+    const char *arch = c->arch == ARCH_GPT2 ? "GPT2LMHeadModel"
+                       : !strcmp(c->model_type, "mistral") ? "MistralForCausalLM"
+                       : !strcmp(c->model_type, "qwen2")   ? "Qwen2ForCausalLM"
+                                                           : "LlamaForCausalLM";
+    if (!json_object_get(o, "architectures")) json_object_set_new(o, "architectures", json_pack("[s]", arch));
+    json_object_set_new(o, "torch_dtype", json_string("float32"));
+    return o;
+}
+
+void hfconfig_free(model_config *c)
+{
+    if (!c) return;
+    json_decref(c->raw);
+    c->raw = NULL;
+}

@@ -1,0 +1,111 @@
+/* main.c — `trainyard-engine`: argument parsing, rank discovery, signals.
+ *
+ *   trainyard-engine --spec FILE --workdir DIR [--resume CKPT_DIR] [--threads N]
+ *   trainyard-engine tokenize --model DIR [...]     (the tokenizer's CLI)
+ *
+ * Rank and world size come from TY_RANK / TY_WORLD_SIZE / TY_LOCAL_RANK, or
+ * Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID. Everything else is in
+ * train.c; this file only turns the command line into train_args. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "events.h"
+#include "train.h"
+#ifdef TY_HAVE_TOKENIZER
+#include "tokenizer.h"
+#endif
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    train_stop_requested = 1;
+}
+
+/* First set variable of the pair, parsed as a non-negative int; def if none. */
+static int env_int(const char *a, const char *b, int def, int *ok)
+{
+    const char *v = getenv(a);
+    if (!v || !*v) v = getenv(b);
+    if (!v || !*v) return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 0 || x > 1000000) {
+        *ok = 0;
+        return def;
+    }
+    return (int)x;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: trainyard-engine --spec FILE --workdir DIR [--resume CKPT_DIR] [--threads N]\n"
+                    "       trainyard-engine tokenize --model DIR [--add-special] [--decode]\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "tokenize")) {
+#ifdef TY_HAVE_TOKENIZER
+        return tokenizer_cli_main(argc - 1, argv + 1);
+#else
+        fprintf(stderr, "trainyard-engine: this build has no tokenizer (engine/tokenizer was not built)\n");
+        return 2;
+#endif
+    }
+    train_args a = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage();
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "trainyard-engine: %s needs a value\n", o);
+            usage();
+            return 2;
+        }
+        if (!strcmp(o, "--spec")) a.spec_path = v;
+        else if (!strcmp(o, "--workdir")) a.workdir = v;
+        else if (!strcmp(o, "--resume")) a.resume = v;
+        else if (!strcmp(o, "--threads")) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 4096) {
+                fprintf(stderr, "trainyard-engine: --threads must be a positive integer\n");
+                return 2;
+            }
+            a.threads = (int)n;
+        } else {
+            fprintf(stderr, "trainyard-engine: unknown option %s\n", o);
+            usage();
+            return 2;
+        }
+        i++;
+    }
+    int ok = 1;
+    a.rank = env_int("TY_RANK", "SLURM_PROCID", 0, &ok);
+    a.world = env_int("TY_WORLD_SIZE", "SLURM_NTASKS", 1, &ok);
+    a.local_rank = env_int("TY_LOCAL_RANK", "SLURM_LOCALID", 0, &ok);
+    ev_init(a.rank);
+    if (!ok || a.world < 1 || a.rank >= a.world) {
+        ev_error("bad rank environment: TY_RANK / TY_WORLD_SIZE / TY_LOCAL_RANK must be integers with rank < world");
+        return 2;
+    }
+    if (!a.spec_path || !a.workdir) {
+        usage();
+        ev_error("--spec and --workdir are required");
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    /* A vanished event reader must not kill us mid-checkpoint. */
+    signal(SIGPIPE, SIG_IGN);
+    return train_run(&a);
+}

@@ -1,0 +1,738 @@
+/* model.c — tensor table, loading/saving, init, forward and backward.
+ *
+ * The table is built once from the config; its order is the buffer layout,
+ * the init order and the order of tensors in saved files. The forward and
+ * backward passes are written layer by layer as pairs of kn_* calls with the
+ * shapes in comments (N = B*T rows, C = hidden size, F = MLP width,
+ * Hq/Hkv query/kv heads of size D, V = vocabulary). */
+#include "model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "data.h"
+#include "safetensors.h"
+#include "tyutil.h"
+
+/* ---- tensor table ------------------------------------------------------ */
+
+typedef struct {
+    model_tensor *t;
+    int n, cap;
+    size_t off;
+    int oom;
+} table_builder;
+
+/* Appends a tensor; shape [a] when b == 0, else [a, b]. Returns its index.
+ * Offsets are rounded to 16 floats (64 bytes) so every view is aligned. */
+static int tb_add(table_builder *tb, const char *name, int64_t a, int64_t b, int conv1d, model_init_kind init,
+                  float std)
+{
+    if (tb->n == tb->cap) {
+        int cap = tb->cap ? tb->cap * 2 : 64;
+        model_tensor *nt = realloc(tb->t, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            tb->oom = 1;
+            return -1;
+        }
+        tb->t = nt;
+        tb->cap = cap;
+    }
+    model_tensor *t = &tb->t[tb->n];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = b ? 2 : 1;
+    t->shape[0] = a;
+    t->shape[1] = b;
+    t->numel = (size_t)a * (size_t)(b ? b : 1);
+    t->off = tb->off;
+    tb->off += (t->numel + 15) & ~(size_t)15;
+    t->conv1d = conv1d;
+    t->decay = t->ndim >= 2;
+    t->init = init;
+    t->init_std = std;
+    return tb->n++;
+}
+
+static void build_gpt2(model *m, table_builder *tb)
+{
+    const model_config *c = &m->cfg;
+    int64_t C = c->dim, F = c->ffn;
+    float std = c->init_std, rstd = c->init_std / sqrtf(2.0f * (float)c->n_layer);
+    char nm[96];
+    m->wte = tb_add(tb, "wte.weight", c->vocab, C, 0, INIT_NORMAL, std);
+    m->wpe = tb_add(tb, "wpe.weight", c->max_pos, C, 0, INIT_NORMAL, std);
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_ix *L = &m->L[l];
+        memset(L, 0xff, sizeof *L); /* every index -1 */
+#define ADD(field, suffix, a, b, conv, init, sd)                                                                      \
+    do {                                                                                                               \
+        snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                                                 \
+        L->field = tb_add(tb, nm, a, b, conv, init, sd);                                                               \
+    } while (0)
+        ADD(ln1_w, "ln_1.weight", C, 0, 0, INIT_ONES, 0);
+        ADD(ln1_b, "ln_1.bias", C, 0, 0, INIT_ZEROS, 0);
+        ADD(attn_w, "attn.c_attn.weight", 3 * C, C, 1, INIT_NORMAL, std);
+        ADD(attn_b, "attn.c_attn.bias", 3 * C, 0, 0, INIT_ZEROS, 0);
+        ADD(o_w, "attn.c_proj.weight", C, C, 1, INIT_NORMAL, rstd);
+        ADD(o_b, "attn.c_proj.bias", C, 0, 0, INIT_ZEROS, 0);
+        ADD(ln2_w, "ln_2.weight", C, 0, 0, INIT_ONES, 0);
+        ADD(ln2_b, "ln_2.bias", C, 0, 0, INIT_ZEROS, 0);
+        ADD(fc_w, "mlp.c_fc.weight", F, C, 1, INIT_NORMAL, std);
+        ADD(fc_b, "mlp.c_fc.bias", F, 0, 0, INIT_ZEROS, 0);
+        ADD(proj_w, "mlp.c_proj.weight", C, F, 1, INIT_NORMAL, rstd);
+        ADD(proj_b, "mlp.c_proj.bias", C, 0, 0, INIT_ZEROS, 0);
+    }
+    m->lnf_w = tb_add(tb, "ln_f.weight", C, 0, 0, INIT_ONES, 0);
+    m->lnf_b = tb_add(tb, "ln_f.bias", C, 0, 0, INIT_ZEROS, 0);
+#undef ADD
+    m->lm_head = c->tied ? m->wte : tb_add(tb, "lm_head.weight", c->vocab, C, 0, INIT_NORMAL, std);
+}
+
+static void build_llama(model *m, table_builder *tb)
+{
+    const model_config *c = &m->cfg;
+    int64_t C = c->dim, F = c->ffn, QD = (int64_t)c->n_head * c->head_dim, KD = (int64_t)c->n_kv_head * c->head_dim;
+    float std = c->init_std, rstd = c->init_std / sqrtf(2.0f * (float)c->n_layer);
+    char nm[96];
+    m->wte = tb_add(tb, "embed_tokens.weight", c->vocab, C, 0, INIT_NORMAL, std);
+    m->wpe = -1;
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_ix *L = &m->L[l];
+        memset(L, 0xff, sizeof *L);
+#define ADD(field, suffix, a, b, init, sd)                                                                            \
+    do {                                                                                                               \
+        snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix);                                                            \
+        L->field = tb_add(tb, nm, a, b, 0, init, sd);                                                                  \
+    } while (0)
+        ADD(ln1_w, "input_layernorm.weight", C, 0, INIT_ONES, 0);
+        ADD(q_w, "self_attn.q_proj.weight", QD, C, INIT_NORMAL, std);
+        if (c->qkv_bias) ADD(q_b, "self_attn.q_proj.bias", QD, 0, INIT_ZEROS, 0);
+        ADD(k_w, "self_attn.k_proj.weight", KD, C, INIT_NORMAL, std);
+        if (c->qkv_bias) ADD(k_b, "self_attn.k_proj.bias", KD, 0, INIT_ZEROS, 0);
+        ADD(v_w, "self_attn.v_proj.weight", KD, C, INIT_NORMAL, std);
+        if (c->qkv_bias) ADD(v_b, "self_attn.v_proj.bias", KD, 0, INIT_ZEROS, 0);
+        ADD(o_w, "self_attn.o_proj.weight", C, QD, INIT_NORMAL, rstd);
+        if (c->o_bias) ADD(o_b, "self_attn.o_proj.bias", C, 0, INIT_ZEROS, 0);
+        ADD(ln2_w, "post_attention_layernorm.weight", C, 0, INIT_ONES, 0);
+        ADD(fc_w, "mlp.gate_proj.weight", F, C, INIT_NORMAL, std);
+        ADD(up_w, "mlp.up_proj.weight", F, C, INIT_NORMAL, std);
+        ADD(proj_w, "mlp.down_proj.weight", C, F, INIT_NORMAL, rstd);
+#undef ADD
+    }
+    m->lnf_w = tb_add(tb, "norm.weight", C, 0, 0, INIT_ONES, 0);
+    m->lnf_b = -1;
+    m->lm_head = c->tied ? m->wte : tb_add(tb, "lm_head.weight", c->vocab, C, 0, INIT_NORMAL, std);
+}
+
+static inline float *P(const model *m, int i) { return i < 0 ? NULL : m->params + m->t[i].off; }
+static inline float *G(const model *m, int i) { return i < 0 ? NULL : m->grads + m->t[i].off; }
+
+int model_create(model *m, model_config *cfg, kn_ctx *kn, ty_err *err)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    memset(cfg, 0, sizeof *cfg);
+    m->kn = kn;
+    m->L = calloc((size_t)m->cfg.n_layer, sizeof *m->L);
+    table_builder tb = {0};
+    if (m->L) {
+        if (m->cfg.arch == ARCH_GPT2) build_gpt2(m, &tb);
+        else build_llama(m, &tb);
+    }
+    m->t = tb.t;
+    m->nt = tb.n;
+    if (!m->L || tb.oom) return ty_err_set(err, TY_ENOMEM, "out of memory building the tensor table");
+    size_t total = tb.off, real = 0;
+    for (int i = 0; i < m->nt; i++) real += m->t[i].numel;
+    m->n_params = real;
+    size_t bytes = total * sizeof(float);
+    m->params = kn_alloc(kn, bytes);
+    m->grads = kn_alloc(kn, bytes);
+    m->m = kn_alloc(kn, bytes);
+    m->v = kn_alloc(kn, bytes);
+    if (!m->params || !m->grads || !m->m || !m->v)
+        return ty_err_set(err, TY_ENOMEM, "out of memory: 4 x %zu bytes for parameters, gradients and AdamW state",
+                          bytes);
+    return 0;
+}
+
+void model_free(model *m)
+{
+    if (!m) return;
+    if (m->kn) {
+        kn_free(m->kn, m->params);
+        kn_free(m->kn, m->grads);
+        kn_free(m->kn, m->m);
+        kn_free(m->kn, m->v);
+        kn_free(m->kn, m->acts);
+        kn_free(m->kn, m->ids);
+        kn_free(m->kn, m->targets);
+        kn_free(m->kn, m->pos);
+    }
+    free(m->t);
+    free(m->L);
+    free(m->A);
+    hfconfig_free(&m->cfg);
+    memset(m, 0, sizeof *m);
+}
+
+void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n)
+{
+    if (!strcmp(t->name, "lm_head.weight")) snprintf(out, n, "%s", t->name);
+    else snprintf(out, n, "%s%s", m->cfg.arch == ARCH_GPT2 ? "transformer." : "model.", t->name);
+}
+
+/* ---- init -------------------------------------------------------------- */
+
+int model_init_random(model *m, uint64_t seed, ty_err *err)
+{
+    size_t maxn = 0;
+    for (int i = 0; i < m->nt; i++)
+        if (m->t[i].numel > maxn) maxn = m->t[i].numel;
+    float *buf = malloc(maxn * sizeof *buf);
+    if (!buf) return ty_err_set(err, TY_ENOMEM, "out of memory initialising weights");
+    uint64_t state = seed;
+    for (int i = 0; i < m->nt; i++) {
+        const model_tensor *t = &m->t[i];
+        for (size_t j = 0; j < t->numel; j += 2) {
+            float z0 = t->init == INIT_ONES ? 1.0f : 0.0f, z1 = z0;
+            if (t->init == INIT_NORMAL) {
+                /* Box-Muller on two 53-bit uniforms; u1 in (0, 1]. */
+                double u1 = 1.0 - (double)(data_splitmix64(&state) >> 11) * 0x1.0p-53;
+                double u2 = (double)(data_splitmix64(&state) >> 11) * 0x1.0p-53;
+                double r = sqrt(-2.0 * log(u1));
+                z0 = (float)(r * cos(2.0 * M_PI * u2) * t->init_std);
+                z1 = (float)(r * sin(2.0 * M_PI * u2) * t->init_std);
+            }
+            buf[j] = z0;
+            if (j + 1 < t->numel) buf[j + 1] = z1;
+        }
+        kn_to_device(m->kn, P(m, i), buf, t->numel * sizeof(float));
+    }
+    free(buf);
+    return 0;
+}
+
+/* ---- loading ----------------------------------------------------------- */
+
+/* Buffers stored by transformers that are not parameters. */
+static int ignorable(const model *m, const char *name)
+{
+    size_t n = strlen(name);
+#define ENDS(s) (n >= sizeof(s) - 1 && !strcmp(name + n - (sizeof(s) - 1), s))
+    if (m->cfg.arch == ARCH_GPT2 && (ENDS(".attn.bias") || ENDS(".attn.masked_bias"))) return 1;
+    if (ENDS(".rotary_emb.inv_freq")) return 1;
+    /* A tied model may still carry lm_head.weight; transformers re-ties it
+     * to the embedding after loading, so the stored copy is never used. */
+    if (m->cfg.tied && !strcmp(name, "lm_head.weight")) return 1;
+#undef ENDS
+    return 0;
+}
+
+/* Strips the family prefix; NULL when the name is not one of ours. */
+static int find_tensor(const model *m, const char *name, const char *suffix)
+{
+    const char *pre = m->cfg.arch == ARCH_GPT2 ? "transformer." : "model.";
+    size_t pl = strlen(pre), sl = strlen(suffix), n = strlen(name);
+    if (!strncmp(name, pre, pl)) {
+        name += pl;
+        n -= pl;
+    }
+    if (n < sl || strcmp(name + n - sl, suffix)) return -1;
+    for (int i = 0; i < m->nt; i++)
+        if (strlen(m->t[i].name) == n - sl && !strncmp(m->t[i].name, name, n - sl)) return i;
+    return -1;
+}
+
+static void fmt_shape(char *out, size_t n, int ndim, const int64_t *s)
+{
+    size_t k = (size_t)snprintf(out, n, "[");
+    for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(out + k, n - k, d ? ", %lld" : "%lld", (long long)s[d]);
+    if (k < n) snprintf(out + k, n - k, "]");
+}
+
+/* Copies one stored tensor into dst (a buffer of the table layout). */
+static int load_one(model *m, int idx, const st_tensor *st, float *dst, float *stage, float *stage2, ty_err *err)
+{
+    const model_tensor *t = &m->t[idx];
+    int64_t want[2] = {t->conv1d ? t->shape[1] : t->shape[0], t->conv1d ? t->shape[0] : t->shape[1]};
+    int ok = st->ndim == t->ndim && st->shape[0] == want[0] && (t->ndim == 1 || st->shape[1] == want[1]);
+    if (!ok) {
+        char a[96], b[96];
+        fmt_shape(a, sizeof a, st->ndim, st->shape);
+        fmt_shape(b, sizeof b, t->ndim, want);
+        return ty_err_field(err, TY_EINVAL, st->name, "tensor %s has shape %s but config.json implies %s", st->name,
+                            a, b);
+    }
+    int rc = st_to_f32(st, stage, err);
+    if (rc) return rc;
+    const float *src = stage;
+    if (t->conv1d) {
+        /* disk [in, out] -> engine [out, in]: host-side bookkeeping at load. */
+        int64_t in = st->shape[0], out = st->shape[1];
+        for (int64_t i = 0; i < in; i++)
+            for (int64_t o = 0; o < out; o++) stage2[o * in + i] = stage[i * out + o];
+        src = stage2;
+    }
+    kn_to_device(m->kn, dst + t->off, src, t->numel * sizeof(float));
+    return 0;
+}
+
+typedef struct {
+    float *stage, *stage2;
+    char *seen;
+} load_ctx;
+
+static int load_ctx_init(const model *m, load_ctx *lc, ty_err *err)
+{
+    size_t maxn = 1;
+    for (int i = 0; i < m->nt; i++)
+        if (m->t[i].numel > maxn) maxn = m->t[i].numel;
+    lc->stage = malloc(maxn * sizeof(float));
+    lc->stage2 = malloc(maxn * sizeof(float));
+    lc->seen = calloc((size_t)m->nt, 1);
+    if (!lc->stage || !lc->stage2 || !lc->seen) return ty_err_set(err, TY_ENOMEM, "out of memory loading weights");
+    return 0;
+}
+
+static void load_ctx_free(load_ctx *lc)
+{
+    free(lc->stage);
+    free(lc->stage2);
+    free(lc->seen);
+}
+
+/* Loads every tensor of one file whose name ends in suffix into dst. */
+static int load_file_into(model *m, const st_file *f, const char *suffix, float *dst, load_ctx *lc, ty_err *err)
+{
+    for (int i = 0; i < f->n; i++) {
+        const st_tensor *st = &f->t[i];
+        int idx = find_tensor(m, st->name, suffix);
+        if (idx < 0) {
+            if (!*suffix && ignorable(m, st->name)) continue;
+            if (*suffix && (idx = find_tensor(m, st->name, !strcmp(suffix, ".exp_avg") ? ".exp_avg_sq" : ".exp_avg")) >= 0)
+                continue; /* the other moment, loaded in its own pass */
+            return ty_err_field(err, TY_EINVAL, st->name, "%s: unexpected tensor %s (not part of a %s model)", f->path,
+                                st->name, m->cfg.model_type);
+        }
+        if (lc->seen[idx])
+            return ty_err_field(err, TY_EINVAL, st->name, "%s: tensor %s stored twice", f->path, st->name);
+        lc->seen[idx] = 1;
+        int rc = load_one(m, idx, st, dst, lc->stage, lc->stage2, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int check_all_seen(const model *m, const load_ctx *lc, const char *where, const char *suffix, ty_err *err)
+{
+    for (int i = 0; i < m->nt; i++)
+        if (!lc->seen[i]) {
+            char hf[128];
+            model_hf_name(m, &m->t[i], hf, sizeof hf);
+            return ty_err_field(err, TY_EINVAL, hf, "%s: missing tensor %s%s", where, hf, suffix);
+        }
+    return 0;
+}
+
+int model_load_file(model *m, const char *path, ty_err *err)
+{
+    load_ctx lc = {0};
+    st_file f;
+    int rc = load_ctx_init(m, &lc, err);
+    if (!rc) rc = st_open(&f, path, err);
+    if (!rc) {
+        rc = load_file_into(m, &f, "", m->params, &lc, err);
+        st_close(&f);
+    }
+    if (!rc) rc = check_all_seen(m, &lc, path, "", err);
+    load_ctx_free(&lc);
+    return rc;
+}
+
+/* Sharded: the distinct files named by weight_map, each loaded in turn. */
+static int load_sharded(model *m, const char *dir, const char *index_path, ty_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = ty_read_file(index_path, &text, &len, err);
+    if (rc) return rc;
+    json_error_t je;
+    json_t *idx = json_loadb(text, len, 0, &je);
+    free(text);
+    json_t *wm = json_object_get(idx, "weight_map");
+    if (!json_is_object(wm)) {
+        json_decref(idx);
+        return ty_err_set(err, TY_EINVAL, "%s: not a safetensors index (no weight_map object)", index_path);
+    }
+    /* Distinct shard names, in first-seen order. */
+    json_t *shards = json_array();
+    const char *key;
+    json_t *val;
+    json_object_foreach(wm, key, val) {
+        if (!json_is_string(val) || strchr(json_string_value(val), '/')) {
+            rc = ty_err_field(err, TY_EINVAL, key, "%s: weight_map[%s] is not a file name", index_path, key);
+            break;
+        }
+        int dup = 0;
+        size_t i;
+        json_t *s;
+        json_array_foreach(shards, i, s) dup |= !strcmp(json_string_value(s), json_string_value(val));
+        if (!dup) json_array_append(shards, val);
+    }
+    load_ctx lc = {0};
+    if (!rc) rc = load_ctx_init(m, &lc, err);
+    size_t i;
+    json_t *s;
+    json_array_foreach(shards, i, s) {
+        if (rc) break;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(s));
+        st_file f;
+        rc = st_open(&f, path, err);
+        if (rc) break;
+        /* Every tensor in a shard must be listed there by the index. */
+        for (int k = 0; k < f.n && !rc; k++) {
+            json_t *w = json_object_get(wm, f.t[k].name);
+            if (!w || strcmp(json_string_value(w), json_string_value(s)))
+                rc = ty_err_field(err, TY_EINVAL, f.t[k].name, "%s: tensor %s is not listed for this shard in %s",
+                                  path, f.t[k].name, index_path);
+        }
+        if (!rc) rc = load_file_into(m, &f, "", m->params, &lc, err);
+        st_close(&f);
+    }
+    if (!rc) rc = check_all_seen(m, &lc, dir, "", err);
+    load_ctx_free(&lc);
+    json_decref(shards);
+    json_decref(idx);
+    return rc;
+}
+
+int model_load_dir(model *m, const char *dir, ty_err *err)
+{
+    char single[4096], index[4096];
+    struct stat st;
+    snprintf(single, sizeof single, "%s/model.safetensors", dir);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    if (stat(single, &st) == 0) return model_load_file(m, single, err);
+    if (stat(index, &st) == 0) return load_sharded(m, dir, index, err);
+    return ty_err_set(err, TY_ENOENT, "%s: no model.safetensors or model.safetensors.index.json", dir);
+}
+
+int model_load_optimizer(model *m, const char *path, ty_err *err)
+{
+    load_ctx lc = {0};
+    st_file f;
+    int rc = load_ctx_init(m, &lc, err);
+    if (!rc) rc = st_open(&f, path, err);
+    if (rc) {
+        load_ctx_free(&lc);
+        return rc;
+    }
+    rc = load_file_into(m, &f, ".exp_avg", m->m, &lc, err);
+    if (!rc) rc = check_all_seen(m, &lc, path, ".exp_avg", err);
+    if (!rc) {
+        memset(lc.seen, 0, (size_t)m->nt);
+        rc = load_file_into(m, &f, ".exp_avg_sq", m->v, &lc, err);
+    }
+    if (!rc) rc = check_all_seen(m, &lc, path, ".exp_avg_sq", err);
+    st_close(&f);
+    load_ctx_free(&lc);
+    return rc;
+}
+
+/* ---- saving ------------------------------------------------------------ */
+
+typedef struct {
+    model *m;
+    const float *bufs[2]; /* which buffer tensor i comes from: i < nt -> bufs[0], else bufs[1] */
+    float *stage;
+} save_ctx;
+
+static int save_fill(void *vctx, int i, float *out, ty_err *err)
+{
+    (void)err;
+    save_ctx *sc = vctx;
+    model *m = sc->m;
+    const float *buf = sc->bufs[i / m->nt];
+    const model_tensor *t = &m->t[i % m->nt];
+    if (!t->conv1d) {
+        kn_to_host(m->kn, out, buf + t->off, t->numel * sizeof(float));
+        return 0;
+    }
+    kn_to_host(m->kn, sc->stage, buf + t->off, t->numel * sizeof(float));
+    int64_t o = t->shape[0], in = t->shape[1]; /* engine [out, in] -> disk [in, out] */
+    for (int64_t a = 0; a < o; a++)
+        for (int64_t b = 0; b < in; b++) out[b * o + a] = sc->stage[a * in + b];
+    return 0;
+}
+
+static int save_tensors(model *m, const char *path, const float *b0, const float *b1, const char *s0, const char *s1,
+                        ty_err *err)
+{
+    int n = m->nt * (b1 ? 2 : 1);
+    st_out *outs = calloc((size_t)n, sizeof *outs);
+    char (*names)[160] = calloc((size_t)n, sizeof *names);
+    size_t maxn = 1;
+    for (int i = 0; i < m->nt; i++)
+        if (m->t[i].numel > maxn) maxn = m->t[i].numel;
+    save_ctx sc = {m, {b0, b1}, malloc(maxn * sizeof(float))};
+    int rc;
+    if (!outs || !names || !sc.stage) {
+        rc = ty_err_set(err, TY_ENOMEM, "out of memory writing %s", path);
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const model_tensor *t = &m->t[i % m->nt];
+        char hf[128];
+        model_hf_name(m, t, hf, sizeof hf);
+        snprintf(names[i], sizeof names[i], "%s%s", hf, i < m->nt ? s0 : s1);
+        outs[i].name = names[i];
+        outs[i].ndim = t->ndim;
+        outs[i].shape[0] = t->conv1d ? t->shape[1] : t->shape[0];
+        outs[i].shape[1] = t->conv1d ? t->shape[0] : t->shape[1];
+    }
+    json_t *meta = json_pack("{s:s}", "format", "pt");
+    rc = st_write(path, outs, n, meta, save_fill, &sc, err);
+    json_decref(meta);
+out:
+    free(outs);
+    free(names);
+    free(sc.stage);
+    return rc;
+}
+
+int model_save_file(model *m, const char *path, ty_err *err)
+{
+    return save_tensors(m, path, m->params, NULL, "", "", err);
+}
+
+int model_save_optimizer(model *m, const char *path, ty_err *err)
+{
+    return save_tensors(m, path, m->m, m->v, ".exp_avg", ".exp_avg_sq", err);
+}
+
+/* ---- activations ------------------------------------------------------- */
+
+int model_alloc_acts(model *m, int B, int T, ty_err *err)
+{
+    const model_config *c = &m->cfg;
+    size_t N = (size_t)B * T, C = (size_t)c->dim, F = (size_t)c->ffn, V = (size_t)c->vocab;
+    size_t QD = (size_t)c->n_head * c->head_dim, KD = (size_t)c->n_kv_head * c->head_dim;
+    size_t ATT = (size_t)B * c->n_head * T * T;
+    int gpt2 = c->arch == ARCH_GPT2;
+    /* Two passes: the first measures, the second assigns views. */
+    float *base = NULL;
+    size_t off = 0;
+    m->A = calloc((size_t)c->n_layer, sizeof *m->A);
+    if (!m->A) return ty_err_set(err, TY_ENOMEM, "out of memory for activations");
+    for (int pass = 0; pass < 2; pass++) {
+        off = 0;
+#define TAKE(n) (off += (((n) + 15) & ~(size_t)15), base ? base + off - (((n) + 15) & ~(size_t)15) : NULL)
+        m->encoded = TAKE(N * C);
+        for (int l = 0; l < c->n_layer; l++) {
+            layer_acts *a = &m->A[l];
+            a->ln1 = TAKE(N * C);
+            a->ln1_mean = gpt2 ? TAKE(N) : NULL;
+            a->ln1_rstd = TAKE(N);
+            if (gpt2) {
+                a->q = TAKE(N * 3 * C); /* fused qkv rows [N, 3C] */
+                a->k = a->q ? a->q + C : NULL;
+                a->v = a->q ? a->q + 2 * C : NULL;
+            } else {
+                a->q = TAKE(N * QD);
+                a->k = TAKE(N * KD);
+                a->v = TAKE(N * KD);
+            }
+            a->att = TAKE(ATT);
+            a->atty = TAKE(N * QD);
+            a->res2 = TAKE(N * C);
+            a->ln2 = TAKE(N * C);
+            a->ln2_mean = gpt2 ? TAKE(N) : NULL;
+            a->ln2_rstd = TAKE(N);
+            a->fc = TAKE(N * F);
+            a->up = gpt2 ? NULL : TAKE(N * F);
+            a->act = TAKE(N * F);
+            a->res3 = TAKE(N * C);
+        }
+        m->lnf = TAKE(N * C);
+        m->lnf_mean = TAKE(N);
+        m->lnf_rstd = TAKE(N);
+        m->logits = TAKE(N * V);
+        m->losses = TAKE(N);
+        m->tmp = TAKE(N * C);
+        m->dres = TAKE(N * C);
+        m->dln = TAKE(N * C);
+        m->datty = TAKE(N * QD);
+        m->dq = TAKE(N * (gpt2 ? 3 * C : QD));
+        m->dk = gpt2 ? (m->dq ? m->dq + C : NULL) : TAKE(N * KD);
+        m->dv = gpt2 ? (m->dq ? m->dq + 2 * C : NULL) : TAKE(N * KD);
+        m->dact = TAKE(N * F);
+        m->dfc = TAKE(N * F);
+        m->dup = gpt2 ? NULL : TAKE(N * F);
+#undef TAKE
+        if (pass == 0) {
+            base = kn_alloc(m->kn, off * sizeof(float));
+            if (!base) return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes of activations", off * sizeof(float));
+        }
+    }
+    m->acts = base;
+    m->n_acts = off;
+    m->B = B;
+    m->T = T;
+    m->ids = kn_alloc(m->kn, N * sizeof(int32_t));
+    m->targets = kn_alloc(m->kn, N * sizeof(int32_t));
+    m->pos = kn_alloc(m->kn, N * sizeof(int32_t));
+    int32_t *pos = malloc(N * sizeof *pos);
+    if (!m->ids || !m->targets || !m->pos || !pos) {
+        free(pos);
+        return ty_err_set(err, TY_ENOMEM, "out of memory for token buffers");
+    }
+    for (size_t i = 0; i < N; i++) pos[i] = (int32_t)(i % (size_t)T);
+    kn_to_device(m->kn, m->pos, pos, N * sizeof *pos);
+    free(pos);
+    return 0;
+}
+
+/* ---- forward ----------------------------------------------------------- */
+
+double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
+{
+    kn_ctx *k = m->kn;
+    const model_config *c = &m->cfg;
+    int N = B * T, C = c->dim, F = c->ffn, V = c->vocab, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
+    int QD = Hq * D, KD = Hkv * D, gpt2 = c->arch == ARCH_GPT2;
+    kn_to_device(k, m->ids, inputs, (size_t)N * sizeof(int32_t));
+    kn_to_device(k, m->targets, targets, (size_t)N * sizeof(int32_t));
+
+    /* encoded[N,C] = wte[ids] (+ wpe[t]) */
+    kn_embedding_fwd(k, m->encoded, m->ids, P(m, m->wte), N, C, 0);
+    if (gpt2) kn_embedding_fwd(k, m->encoded, m->pos, P(m, m->wpe), N, C, 1);
+
+    const float *x = m->encoded;
+    for (int l = 0; l < c->n_layer; l++) {
+        const layer_ix *L = &m->L[l];
+        layer_acts *a = &m->A[l];
+        if (gpt2) {
+            /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
+            kn_layernorm_fwd(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, L->ln1_w), P(m, L->ln1_b), N, C, c->norm_eps);
+            kn_matmul_fwd(k, a->q, a->ln1, P(m, L->attn_w), P(m, L->attn_b), N, C, 3 * C);
+            /* atty[N,C] = causal attention over heads of the fused rows */
+            kn_attention_fwd(k, a->atty, a->att, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
+        } else {
+            /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
+            kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, P(m, L->ln1_w), N, C, c->norm_eps);
+            kn_matmul_fwd(k, a->q, a->ln1, P(m, L->q_w), P(m, L->q_b), N, C, QD);
+            kn_matmul_fwd(k, a->k, a->ln1, P(m, L->k_w), P(m, L->k_b), N, C, KD);
+            kn_matmul_fwd(k, a->v, a->ln1, P(m, L->v_w), P(m, L->v_b), N, C, KD);
+            kn_rope_fwd(k, a->q, B, T, Hq, D, QD, c->rope_theta, 0);
+            kn_rope_fwd(k, a->k, B, T, Hkv, D, KD, c->rope_theta, 0);
+            kn_attention_fwd(k, a->atty, a->att, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
+        }
+        /* res2[N,C] = x + atty Wo^T + bo */
+        kn_matmul_fwd(k, m->tmp, a->atty, P(m, L->o_w), P(m, L->o_b), N, QD, C);
+        kn_add(k, a->res2, x, m->tmp, (size_t)N * C);
+        if (gpt2) {
+            /* act[N,F] = gelu(layernorm(res2) Wfc^T + bfc) */
+            kn_layernorm_fwd(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, L->ln2_w), P(m, L->ln2_b), N, C,
+                             c->norm_eps);
+            kn_matmul_fwd(k, a->fc, a->ln2, P(m, L->fc_w), P(m, L->fc_b), N, C, F);
+            kn_gelu_fwd(k, a->act, a->fc, (size_t)N * F);
+        } else {
+            /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
+            kn_rmsnorm_fwd(k, a->ln2, a->ln2_rstd, a->res2, P(m, L->ln2_w), N, C, c->norm_eps);
+            kn_matmul_fwd(k, a->fc, a->ln2, P(m, L->fc_w), NULL, N, C, F);
+            kn_matmul_fwd(k, a->up, a->ln2, P(m, L->up_w), NULL, N, C, F);
+            kn_swiglu_fwd(k, a->act, a->fc, a->up, (size_t)N * F);
+        }
+        /* res3[N,C] = res2 + act Wproj^T + bproj */
+        kn_matmul_fwd(k, m->tmp, a->act, P(m, L->proj_w), P(m, L->proj_b), N, F, C);
+        kn_add(k, a->res3, a->res2, m->tmp, (size_t)N * C);
+        x = a->res3;
+    }
+    /* lnf[N,C] = norm(x); logits[N,V] = lnf W_lm^T; losses[N] = CE */
+    if (gpt2) kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, P(m, m->lnf_w), P(m, m->lnf_b), N, C, c->norm_eps);
+    else kn_rmsnorm_fwd(k, m->lnf, m->lnf_rstd, x, P(m, m->lnf_w), N, C, c->norm_eps);
+    kn_matmul_fwd(k, m->logits, m->lnf, P(m, m->lm_head), NULL, N, C, V);
+    kn_crossentropy_fwd(k, m->losses, m->logits, m->targets, N, V);
+    return kn_sum(k, m->losses, (size_t)N);
+}
+
+/* ---- backward ---------------------------------------------------------- */
+
+void model_backward(model *m, int B, int T, float scale)
+{
+    kn_ctx *k = m->kn;
+    const model_config *c = &m->cfg;
+    int N = B * T, C = c->dim, F = c->ffn, V = c->vocab, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
+    int QD = Hq * D, KD = Hkv * D, gpt2 = c->arch == ARCH_GPT2;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F;
+
+    /* dlogits[N,V] overwrite logits; dlnf[N,C] = dlogits W_lm; dW_lm += dlogits^T lnf */
+    float *dlogits = m->logits;
+    kn_crossentropy_bwd(k, dlogits, m->logits, m->targets, N, V, scale);
+    kn_zero(k, m->dln, NC);
+    kn_matmul_bwd(k, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, P(m, m->lm_head), N, C, V);
+    const float *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
+    /* dres[N,C] = d(final norm input) */
+    kn_zero(k, m->dres, NC);
+    if (gpt2)
+        kn_layernorm_bwd(k, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL, P(m, m->lnf_w), m->lnf_mean,
+                         m->lnf_rstd, N, C);
+    else kn_rmsnorm_bwd(k, m->dres, G(m, m->lnf_w), m->dln, xL, P(m, m->lnf_w), m->lnf_rstd, N, C);
+
+    for (int l = c->n_layer - 1; l >= 0; l--) {
+        const layer_ix *L = &m->L[l];
+        layer_acts *a = &m->A[l];
+        const float *x = l ? m->A[l - 1].res3 : m->encoded;
+        /* dres holds d(res3); the residual passes it to res2 unchanged.
+         * MLP branch: dact[N,F] = dres Wproj; dWproj += dres^T act */
+        kn_zero(k, m->dact, NF);
+        kn_matmul_bwd(k, m->dact, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, P(m, L->proj_w), N, F, C);
+        kn_zero(k, m->dfc, NF);
+        kn_zero(k, m->dln, NC);
+        if (gpt2) {
+            kn_gelu_bwd(k, m->dfc, m->dact, a->fc, NF);
+            kn_matmul_bwd(k, m->dln, G(m, L->fc_w), G(m, L->fc_b), m->dfc, a->ln2, P(m, L->fc_w), N, C, F);
+            kn_layernorm_bwd(k, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2, P(m, L->ln2_w), a->ln2_mean,
+                             a->ln2_rstd, N, C);
+        } else {
+            kn_zero(k, m->dup, NF);
+            kn_swiglu_bwd(k, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
+            kn_matmul_bwd(k, m->dln, G(m, L->fc_w), NULL, m->dfc, a->ln2, P(m, L->fc_w), N, C, F);
+            kn_matmul_bwd(k, m->dln, G(m, L->up_w), NULL, m->dup, a->ln2, P(m, L->up_w), N, C, F);
+            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln2_w), m->dln, a->res2, P(m, L->ln2_w), a->ln2_rstd, N, C);
+        }
+        /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
+        kn_zero(k, m->datty, (size_t)N * QD);
+        kn_matmul_bwd(k, m->datty, G(m, L->o_w), G(m, L->o_b), m->dres, a->atty, P(m, L->o_w), N, QD, C);
+        kn_zero(k, m->dln, NC);
+        if (gpt2) {
+            kn_zero(k, m->dq, (size_t)N * 3 * C);
+            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
+            kn_matmul_bwd(k, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, P(m, L->attn_w), N, C, 3 * C);
+            kn_layernorm_bwd(k, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x, P(m, L->ln1_w), a->ln1_mean,
+                             a->ln1_rstd, N, C);
+        } else {
+            kn_zero(k, m->dq, (size_t)N * QD);
+            kn_zero(k, m->dk, (size_t)N * KD);
+            kn_zero(k, m->dv, (size_t)N * KD);
+            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
+            kn_rope_bwd(k, m->dq, B, T, Hq, D, QD, c->rope_theta, 0);
+            kn_rope_bwd(k, m->dk, B, T, Hkv, D, KD, c->rope_theta, 0);
+            kn_matmul_bwd(k, m->dln, G(m, L->q_w), G(m, L->q_b), m->dq, a->ln1, P(m, L->q_w), N, C, QD);
+            kn_matmul_bwd(k, m->dln, G(m, L->k_w), G(m, L->k_b), m->dk, a->ln1, P(m, L->k_w), N, C, KD);
+            kn_matmul_bwd(k, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, P(m, L->v_w), N, C, KD);
+            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln1_w), m->dln, x, P(m, L->ln1_w), a->ln1_rstd, N, C);
+        }
+        /* dres now holds d(x), the previous layer's res3 */
+    }
+    /* Embeddings: dwte[ids] += dres (and dwpe[t] += dres) */
+    kn_embedding_bwd(k, G(m, m->wte), m->ids, m->dres, N, C);
+    if (gpt2) kn_embedding_bwd(k, G(m, m->wpe), m->pos, m->dres, N, C);
+}

@@ -1,0 +1,112 @@
+/* model.h — GPT-2 and Llama-family transformers on one contiguous buffer each.
+ *
+ * Following llm.c's train_gpt2.c: the parameters live in one buffer, the
+ * gradients, AdamW's m and v in three more of the same layout, and every
+ * activation the backward pass needs in one activation buffer; tensors are
+ * views described by a table (name, shape, offset). Checkpoints write the
+ * buffers tensor by tensor, gradient norms and clipping run over the whole
+ * buffer, and a future all-reduce is one call. Model code calls kn_*
+ * operations only; it never touches tensor elements itself.
+ *
+ * Tensor names are Hugging Face's, stored here without the family prefix
+ * ("transformer." for GPT-2, "model." for Llama; lm_head has none). GPT-2's
+ * Conv1D weights are [in, out] on disk and [out, in] here: transposed at load
+ * and back at save, which is exact. */
+#ifndef TY_MODEL_H
+#define TY_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hfconfig.h"
+#include "kernels.h"
+#include "tyerr.h"
+
+typedef enum { INIT_NORMAL = 0, INIT_ONES, INIT_ZEROS } model_init_kind;
+
+typedef struct model_tensor {
+    char name[96];        /* HF name without the family prefix */
+    int ndim;
+    int64_t shape[2];     /* engine layout ([out, in] for linear weights) */
+    size_t off, numel;    /* in floats, into each of the four buffers */
+    int conv1d;           /* GPT-2 Conv1D: stored [in, out] on disk */
+    int decay;            /* AdamW weight decay applies (>= 2-D tensors) */
+    model_init_kind init;
+    float init_std;
+} model_tensor;
+
+/* Per-layer tensor indices into the table; -1 where a family lacks one.
+ * GPT-2: attn = c_attn (fused qkv), o = attn.c_proj, fc = mlp.c_fc,
+ * proj = mlp.c_proj. Llama: q, k, v, o, gate, up, proj = down_proj. */
+typedef struct layer_ix {
+    int ln1_w, ln1_b, attn_w, attn_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;
+    int ln2_w, ln2_b, fc_w, fc_b, up_w, proj_w, proj_b;
+} layer_ix;
+
+/* Per-layer saved activations (views into the activation buffer). */
+typedef struct layer_acts {
+    float *ln1, *ln1_mean, *ln1_rstd;
+    float *q, *k, *v;       /* GPT-2: views into the fused qkv rows */
+    float *att, *atty;
+    float *res2, *ln2, *ln2_mean, *ln2_rstd;
+    float *fc, *up, *act;   /* GPT-2: fc, -, gelu(fc); Llama: gate, up, swiglu */
+    float *res3;
+} layer_acts;
+
+typedef struct model {
+    model_config cfg;
+    kn_ctx *kn;           /* borrowed */
+    int nt;
+    model_tensor *t;
+    size_t n_params;
+    float *params, *grads, *m, *v;
+    int wte, wpe, lnf_w, lnf_b, lm_head; /* lm_head == wte when tied */
+    layer_ix *L;
+
+    int B, T;             /* activation capacity */
+    float *acts;
+    size_t n_acts;
+    layer_acts *A;
+    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *tmp;
+    float *dres, *dln, *datty, *dq, *dk, *dv, *dact, *dfc, *dup;
+    int32_t *ids, *targets, *pos; /* kn_alloc'd, B*T each */
+} model;
+
+/* Builds the tensor table for cfg and allocates the parameter, gradient and
+ * optimizer buffers (zeroed). Takes ownership of cfg (it moves). */
+int model_create(model *m, model_config *cfg, kn_ctx *kn, ty_err *err);
+void model_free(model *m);
+
+/* Random weights: normal(0, initializer_range) for weights and embeddings
+ * (residual projections attn.c_proj / mlp.c_proj / o_proj / down_proj
+ * scaled by 1/sqrt(2 n_layer)), norm weights 1, biases 0, drawn in table
+ * order from splitmix64 + Box-Muller seeded by `seed`. */
+int model_init_random(model *m, uint64_t seed, ty_err *err);
+
+/* Loads weights from an HF model directory: model.safetensors or the shards
+ * listed in model.safetensors.index.json. Missing, unexpected or mis-shaped
+ * tensors are errors naming the tensor. */
+int model_load_dir(model *m, const char *dir, ty_err *err);
+/* Loads one safetensors file of HF-named tensors (e.g. a checkpoint's
+ * model.safetensors) into the parameters, with the same checks. */
+int model_load_file(model *m, const char *path, ty_err *err);
+/* Writes the parameters as an HF model.safetensors (prefixed names, Conv1D
+ * transposed back, tied lm_head omitted as transformers does). */
+int model_save_file(model *m, const char *path, ty_err *err);
+/* AdamW moments: "<hf name>.exp_avg" / ".exp_avg_sq", same layout. */
+int model_save_optimizer(model *m, const char *path, ty_err *err);
+int model_load_optimizer(model *m, const char *path, ty_err *err);
+
+/* Allocates activations for micro-batches of up to B rows of T tokens. */
+int model_alloc_acts(model *m, int B, int T, ty_err *err);
+/* Forward pass on B x T host token ids and targets (-100 ignored); returns
+ * the SUM of per-token cross-entropy over non-ignored targets. */
+double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T);
+/* Backward of the last forward; adds into m->grads. dlogits are scaled by
+ * `scale` (1 / non-ignored targets of the whole optimizer step). */
+void model_backward(model *m, int B, int T, float scale);
+
+/* The HF name with the family prefix as transformers saves it. */
+void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n);
+
+#endif

@@ -1,0 +1,535 @@
+/* train.c — the training loop of trainyard-engine (see train.h).
+ *
+ * One optimizer step = grad_accum micro-batches of batch_size rows of seq_len
+ * tokens. Every micro-batch's dlogits are scaled by 1 / (non-ignored targets
+ * in the whole step), so the accumulated gradient is that of the step's mean
+ * token loss, the quantity reported as `loss` (PyTorch's loss.item() for the
+ * same batch). Then: global grad norm, clipping, AdamW per tensor with the
+ * scheduled lr. All state that influences later steps (weights, moments,
+ * step, data cursor) is in the checkpoint, so a resumed run continues
+ * bit-identically. */
+#include "train.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "ckpt.h"
+#include "data.h"
+#include "events.h"
+#include "hfconfig.h"
+#include "jobspec.h"
+#include "kernels.h"
+#include "model.h"
+#include "tyutil.h"
+
+volatile sig_atomic_t train_stop_requested = 0;
+
+double train_lr_lambda(int schedule, long long k, long long warmup, long long total)
+{
+    if (k < warmup) return (double)k / (double)(warmup > 1 ? warmup : 1);
+    if (schedule == SCHED_CONSTANT) return 1.0;
+    double span = (double)(total - warmup > 1 ? total - warmup : 1);
+    if (schedule == SCHED_LINEAR) {
+        double r = (double)(total - k) / span;
+        return r > 0 ? r : 0;
+    }
+    double progress = (double)(k - warmup) / span;
+    double r = 0.5 * (1.0 + cos(M_PI * 0.5 * 2.0 * progress)); /* num_cycles = 0.5 */
+    return r > 0 ? r : 0;
+}
+
+/* Everything a run holds; freed in one place. */
+typedef struct run {
+    const train_args *a;
+    jobspec spec;
+    int have_spec;
+    char spec_sha[65];
+    kn_ctx *kn;
+    model m;
+    int have_model;
+    dataset train, eval;
+    data_sampler sampler;
+    int64_t step;          /* optimizer updates done */
+    int64_t tokens;        /* positions processed (incl. padding) */
+    int32_t *in, *tg;      /* host batch: grad_accum x batch_size x seq_len */
+    int64_t last_ckpt;     /* step of the newest checkpoint written by us */
+} run;
+
+static int fail(const char *prefix, const ty_err *e)
+{
+    char msg[900];
+    if (prefix) snprintf(msg, sizeof msg, "%s: %s", prefix, e->msg);
+    else snprintf(msg, sizeof msg, "%s", e->msg);
+    ev_log("error: %s", msg);
+    ev_error(msg);
+    return e->code == TY_EINVAL && prefix && !strcmp(prefix, "spec") ? TRAIN_BAD_SPEC : TRAIN_FAILED;
+}
+
+static int bad_spec(const char *msg)
+{
+    ev_log("error: %s", msg);
+    ev_error(msg);
+    return TRAIN_BAD_SPEC;
+}
+
+static uint64_t peak_mem_bytes(run *r)
+{
+    struct rusage ru;
+    uint64_t rss = 0;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) rss = (uint64_t)ru.ru_maxrss * 1024u;
+    /* On the CPU, device memory is host memory and already in the RSS. */
+    if (kn_device_of(r->kn) == KN_CPU) return rss;
+    return (uint64_t)kn_peak_bytes(r->kn) + rss;
+}
+
+/* ---- spec and setup ----------------------------------------------------- */
+
+static int load_spec(run *r, ty_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = ty_read_file(r->a->spec_path, &text, &len, err);
+    if (rc) return rc;
+    ty_sha256_hex(text, len, r->spec_sha);
+    rc = jobspec_parse_text(text, len, &r->spec, err);
+    free(text);
+    if (rc == 0) r->have_spec = 1;
+    return rc;
+}
+
+/* The checks that make a valid spec unusable by this engine: exit 2. */
+static int check_supported(run *r, const model_config *c, char *msg, size_t n)
+{
+    const jobspec *s = &r->spec;
+    if (s->method != METHOD_FULL)
+        return snprintf(msg, n, "method: %s is not supported by this engine yet (use \"full\")",
+                        jobspec_method_name(s->method)), 1;
+    if (s->format != DS_TOKENS)
+        return snprintf(msg, n, "dataset.format: only \"tokens\" is supported by this engine yet"), 1;
+    if (s->seq_len > c->max_pos)
+        return snprintf(msg, n, "hyperparameters.seq_len %d exceeds the model's maximum of %d positions (%s)",
+                        s->seq_len, c->max_pos, c->arch == ARCH_GPT2 ? "n_positions" : "max_position_embeddings"), 1;
+    if (c->sliding_window && c->sliding_window < s->seq_len)
+        return snprintf(msg, n, "hyperparameters.seq_len %d exceeds the model's sliding_window %d (not supported)",
+                        s->seq_len, c->sliding_window), 1;
+    if (s->eval_fraction > 0)
+        return snprintf(msg, n, "dataset.eval_fraction is not supported by this engine yet (give dataset.eval)"), 1;
+    return 0;
+}
+
+static int open_device(run *r, ty_err *err)
+{
+    jobspec_backend b = r->spec.backend;
+    if (b == BACKEND_CUDA) return kn_open(&r->kn, KN_CUDA, r->a->local_rank, r->a->threads, err);
+    if (b == BACKEND_AUTO && kn_open(&r->kn, KN_CUDA, r->a->local_rank, r->a->threads, NULL) == 0) return 0;
+    return kn_open(&r->kn, KN_CPU, 0, r->a->threads, err);
+}
+
+/* ---- trainer state ------------------------------------------------------ */
+
+static int write_trainer_state(run *r, const char *path, ty_err *err)
+{
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->spec.seed);
+    json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:{s:s, s:s, s:I}, s:I, s:f, s:s, s:s, s:I}",
+                          "format", "trainyard-trainer-state/1",
+                          "step", (json_int_t)r->step,
+                          "epoch", (json_int_t)r->sampler.epoch,
+                          "cursor", (json_int_t)r->sampler.pos,
+                          "n_examples", (json_int_t)r->train.n,
+                          "rng", "algorithm", "splitmix64-fisher-yates", "seed", seed,
+                          "epoch", (json_int_t)r->sampler.epoch,
+                          "tokens", (json_int_t)r->tokens,
+                          "loss_scale", 1.0,
+                          "spec_sha256", r->spec_sha,
+                          "model_type", r->m.cfg.model_type,
+                          "params", (json_int_t)r->m.n_params);
+    char *text = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!text) return ty_err_set(err, TY_ENOMEM, "trainer state");
+    int rc = ty_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t *cursor, ty_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = ty_read_file(path, &text, &len, err);
+    if (rc) return rc;
+    json_error_t je;
+    json_t *o = json_loadb(text, len, 0, &je);
+    free(text);
+    json_int_t step = -1, ep = -1, cur = -1, n = -1, tokens = 0;
+    const char *seed = NULL;
+    if (!o || json_unpack(o, "{s:I, s:I, s:I, s:I, s:{s:s}, s:I}", "step", &step, "epoch", &ep, "cursor", &cur,
+                          "n_examples", &n, "rng", "seed", &seed, "tokens", &tokens) != 0) {
+        json_decref(o);
+        return ty_err_set(err, TY_ECORRUPT, "%s: not a trainer state", path);
+    }
+    char want[32];
+    snprintf(want, sizeof want, "%llu", (unsigned long long)r->spec.seed);
+    const char *sha = json_string_value(json_object_get(o, "spec_sha256"));
+    if (sha && strcmp(sha, r->spec_sha))
+        ev_log("note: resuming a checkpoint written under a different spec (sha256 %.12s, now %.12s)", sha,
+               r->spec_sha);
+    if (n != r->train.n) rc = ty_err_set(err, TY_EINVAL, "checkpoint was taken on %lld training examples, the dataset now has %d",
+                                         (long long)n, r->train.n);
+    else if (strcmp(seed, want))
+        rc = ty_err_set(err, TY_EINVAL, "checkpoint was taken with seed %s, the spec now says %s", seed, want);
+    else if (step < 0 || step > r->spec.max_steps)
+        rc = ty_err_set(err, TY_EINVAL, "checkpoint step %lld is beyond hyperparameters.max_steps %lld",
+                        (long long)step, (long long)r->spec.max_steps);
+    json_decref(o);
+    if (rc) return rc;
+    r->step = step;
+    r->tokens = tokens;
+    *epoch = ep;
+    *cursor = cur;
+    return 0;
+}
+
+/* ---- checkpoint, export, eval ------------------------------------------ */
+
+static int save_checkpoint(run *r, ty_err *err)
+{
+    char dir[4096], rel[64], path[4200];
+    ckpt_dir_name(dir, sizeof dir, r->a->workdir, r->step);
+    ckpt_rel_name(rel, sizeof rel, r->step);
+    int rc = ckpt_begin(dir, err);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (!rc) rc = model_save_file(&r->m, path, err);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    if (!rc) rc = model_save_optimizer(&r->m, path, err);
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    if (!rc) rc = write_trainer_state(r, path, err);
+    static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "trainer_state.json"};
+    uint64_t bytes = 0;
+    if (!rc) rc = ckpt_commit(dir, r->step, files, 3, &bytes, err);
+    if (rc) return rc;
+    r->last_ckpt = r->step;
+    ev_emit(json_pack("{s:s, s:I, s:s, s:I}", "ev", "checkpoint", "step", (json_int_t)r->step, "dir", rel, "bytes",
+                      (json_int_t)bytes));
+    ev_log("checkpoint %s (%llu bytes)", rel, (unsigned long long)bytes);
+    ty_err perr = {0};
+    if (ckpt_prune(r->a->workdir, r->spec.keep_last, &perr)) ev_log("warning: pruning checkpoints: %s", perr.msg);
+    return 0;
+}
+
+static int copy_file(const char *from, const char *to, ty_err *err)
+{
+    char *data = NULL;
+    size_t len = 0;
+    int rc = ty_read_file(from, &data, &len, err);
+    if (!rc) rc = ty_write_file_atomic(to, data, len, err);
+    free(data);
+    return rc;
+}
+
+static int export_model(run *r, ty_err *err)
+{
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/export", r->a->workdir);
+    int rc = ty_rm_rf(dir, err);
+    if (!rc) rc = ty_mkdir_p(dir, err);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (!rc) rc = model_save_file(&r->m, path, err);
+    json_t *cfg = hfconfig_export(&r->m.cfg);
+    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(cfg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!rc) rc = text ? ty_write_file_atomic(path, text, strlen(text), err) : ty_err_set(err, TY_ENOMEM, "config");
+    free(text);
+    /* The tokenizer travels with the weights when the model dir had one. */
+    static const char *const tok_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                            "vocab.json", "merges.txt", "tokenizer.model",
+                                            "generation_config.json"};
+    for (size_t i = 0; !rc && r->spec.model_path && i < sizeof tok_files / sizeof *tok_files; i++) {
+        char from[4200];
+        struct stat st;
+        snprintf(from, sizeof from, "%s/%s", r->spec.model_path, tok_files[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, tok_files[i]);
+        if (stat(from, &st) == 0) rc = copy_file(from, path, err);
+    }
+    return rc;
+}
+
+/* Mean token loss over the whole eval set, in file order. */
+static double run_eval(run *r)
+{
+    int B = r->spec.batch_size, T = r->spec.seq_len;
+    double sum = 0;
+    long long count = 0;
+    for (int start = 0; start < r->eval.n; start += B) {
+        int rows = r->eval.n - start < B ? r->eval.n - start : B;
+        for (int b = 0; b < rows; b++)
+            count += data_fill_row(&r->eval, start + b, T, r->in + (size_t)b * T, r->tg + (size_t)b * T);
+        sum += model_forward(&r->m, r->in, r->tg, rows, T);
+    }
+    return count ? sum / (double)count : NAN;
+}
+
+static void emit_eval(run *r)
+{
+    double loss = run_eval(r);
+    ev_emit(json_pack("{s:s, s:I, s:f}", "ev", "eval", "step", (json_int_t)r->step, "loss", loss));
+    ev_log("eval step %lld loss %.6f", (long long)r->step, loss);
+}
+
+/* ---- one optimizer step ------------------------------------------------- */
+
+typedef struct step_result {
+    double loss, grad_norm, lr;
+} step_result;
+
+static int train_step(run *r, step_result *out, ty_err *err)
+{
+    const jobspec *s = &r->spec;
+    int B = s->batch_size, T = s->seq_len, A = s->grad_accum;
+    size_t rowsz = (size_t)B * T;
+    long long count = 0;
+    int64_t first_row = r->sampler.pos;
+    for (int a = 0; a < A; a++)
+        for (int b = 0; b < B; b++) {
+            size_t o = (size_t)a * rowsz + (size_t)b * T;
+            count += data_fill_row(&r->train, data_sampler_next(&r->sampler), T, r->in + o, r->tg + o);
+        }
+    if (count == 0)
+        return ty_err_set(err, TY_EINVAL,
+                          "step %lld: its %d examples (from position %lld of epoch %lld) have no target tokens",
+                          (long long)r->step + 1, A * B, (long long)first_row, (long long)r->sampler.epoch);
+    model *m = &r->m;
+    size_t nbuf = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
+    kn_zero(r->kn, m->grads, nbuf);
+    double sum = 0;
+    float scale = (float)(1.0 / (double)count);
+    for (int a = 0; a < A; a++) {
+        sum += model_forward(m, r->in + (size_t)a * rowsz, r->tg + (size_t)a * rowsz, B, T);
+        model_backward(m, B, T, scale);
+    }
+    out->loss = sum / (double)count;
+    if (!isfinite(out->loss)) return 0;
+    /* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), applied if < 1 */
+    out->grad_norm = sqrt(kn_sumsq(r->kn, m->grads, nbuf));
+    if (s->max_grad_norm > 0) {
+        double coef = s->max_grad_norm / (out->grad_norm + 1e-6);
+        if (coef < 1.0) kn_scale(r->kn, m->grads, nbuf, (float)coef);
+    }
+    out->lr = s->lr * train_lr_lambda(s->schedule, r->step, s->warmup_steps, s->max_steps);
+    int64_t t = r->step + 1;
+    for (int i = 0; i < m->nt; i++) {
+        const model_tensor *mt = &m->t[i];
+        kn_adamw(r->kn, m->params + mt->off, m->grads + mt->off, m->m + mt->off, m->v + mt->off, mt->numel,
+                 (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps,
+                 mt->decay ? (float)s->weight_decay : 0.0f, t);
+    }
+    r->step = t;
+    r->tokens += (int64_t)A * B * T;
+    return 0;
+}
+
+/* ---- the run ------------------------------------------------------------ */
+
+static int setup(run *r, int *code)
+{
+    ty_err err = {0};
+    const train_args *a = r->a;
+    if (load_spec(r, &err)) {
+        *code = TRAIN_BAD_SPEC;
+        char msg[900];
+        if (err.field[0]) snprintf(msg, sizeof msg, "spec: %s: %s", err.field, err.msg);
+        else snprintf(msg, sizeof msg, "spec: %s", err.msg);
+        ev_log("error: %s", msg);
+        ev_error(msg);
+        return -1;
+    }
+    const jobspec *s = &r->spec;
+    if (a->world > 1) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "world size %d: multi-rank training is not supported by the CPU engine yet", a->world);
+        *code = bad_spec(msg);
+        return -1;
+    }
+    model_config cfg;
+    int rc;
+    if (s->model_path) {
+        if (strstr(s->model_path, "://")) {
+            *code = bad_spec("model.path: remote URIs must be fetched by the server before the engine starts");
+            return -1;
+        }
+        rc = hfconfig_load_dir(s->model_path, &cfg, &err);
+    } else {
+        rc = hfconfig_parse(s->model_init, "model.init", &cfg, &err);
+    }
+    if (rc) {
+        /* A bad model.init is a bad spec; a bad model directory a failure. */
+        *code = fail(NULL, &err);
+        if (!s->model_path) *code = TRAIN_BAD_SPEC;
+        return -1;
+    }
+    char msg[512];
+    if (check_supported(r, &cfg, msg, sizeof msg)) {
+        hfconfig_free(&cfg);
+        *code = bad_spec(msg);
+        return -1;
+    }
+    if (s->precision != PREC_FP32) ev_log("note: precision %s: the CPU engine trains in fp32", jobspec_precision_name(s->precision));
+    if ((rc = open_device(r, &err))) {
+        hfconfig_free(&cfg);
+        *code = fail("backend", &err);
+        return -1;
+    }
+    int vocab = cfg.vocab;
+    if ((rc = model_create(&r->m, &cfg, r->kn, &err))) {
+        hfconfig_free(&cfg);
+        *code = fail(NULL, &err);
+        return -1;
+    }
+    r->have_model = 1;
+    if ((rc = data_load_tokens(s->train, vocab, &r->train, &err))) {
+        *code = fail("dataset.train", &err);
+        return -1;
+    }
+    if (s->eval && (rc = data_load_tokens(s->eval, vocab, &r->eval, &err))) {
+        *code = fail("dataset.eval", &err);
+        return -1;
+    }
+    int64_t epoch = 0, cursor = 0;
+    if (a->resume) {
+        char path[4200];
+        int64_t mstep = 0;
+        snprintf(path, sizeof path, "%s/trainer_state.json", a->resume);
+        if ((rc = ckpt_verify(a->resume, &mstep, &err)) || (rc = read_trainer_state(r, path, &epoch, &cursor, &err))) {
+            *code = fail(NULL, &err);
+            return -1;
+        }
+        if (mstep != r->step) {
+            snprintf(msg, sizeof msg, "checkpoint corrupt: MANIFEST.json says step %lld, trainer_state.json %lld",
+                     (long long)mstep, (long long)r->step);
+            ev_error(msg);
+            *code = TRAIN_FAILED;
+            return -1;
+        }
+        snprintf(path, sizeof path, "%s/model.safetensors", a->resume);
+        if (!(rc = model_load_file(&r->m, path, &err))) {
+            snprintf(path, sizeof path, "%s/optimizer.safetensors", a->resume);
+            rc = model_load_optimizer(&r->m, path, &err);
+        }
+        if (rc) {
+            *code = fail("checkpoint", &err);
+            return -1;
+        }
+        r->last_ckpt = r->step;
+        ev_log("resumed from %s at step %lld", a->resume, (long long)r->step);
+    } else if (s->model_path) {
+        if ((rc = model_load_dir(&r->m, s->model_path, &err))) {
+            *code = fail("model", &err);
+            return -1;
+        }
+    } else if ((rc = model_init_random(&r->m, s->seed, &err))) {
+        *code = fail(NULL, &err);
+        return -1;
+    }
+    if ((rc = data_sampler_init(&r->sampler, r->train.n, s->seed, epoch, cursor, &err)) ||
+        (rc = model_alloc_acts(&r->m, s->batch_size, s->seq_len, &err))) {
+        *code = fail(NULL, &err);
+        return -1;
+    }
+    size_t n = (size_t)s->grad_accum * s->batch_size * s->seq_len;
+    r->in = malloc(n * sizeof *r->in);
+    r->tg = malloc(n * sizeof *r->tg);
+    if (!r->in || !r->tg) {
+        ty_err_set(&err, TY_ENOMEM, "out of memory for %zu batch tokens", n);
+        *code = fail(NULL, &err);
+        return -1;
+    }
+    return 0;
+}
+
+static void teardown(run *r)
+{
+    free(r->in);
+    free(r->tg);
+    data_sampler_free(&r->sampler);
+    data_free(&r->train);
+    data_free(&r->eval);
+    if (r->have_model) model_free(&r->m);
+    if (r->kn) kn_close(r->kn);
+    if (r->have_spec) jobspec_free(&r->spec);
+}
+
+static int train_loop(run *r)
+{
+    const jobspec *s = &r->spec;
+    ty_err err = {0};
+    ev_emit(json_pack("{s:s, s:I, s:I, s:i, s:s}", "ev", "started", "params", (json_int_t)r->m.n_params, "trainable",
+                      (json_int_t)r->m.n_params, "world", r->a->world, "backend", kn_device_name(r->kn)));
+    ev_log("%s model, %zu parameters, %d training examples, backend %s", r->m.cfg.model_type, r->m.n_params,
+           r->train.n, kn_device_name(r->kn));
+    int64_t win_t0 = ty_mono_ms(), win_tokens = r->tokens;
+    while (r->step < s->max_steps) {
+        if (train_stop_requested) break;
+        step_result sr;
+        if (train_step(r, &sr, &err)) return fail(NULL, &err);
+        if (!isfinite(sr.loss)) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "loss is %s at step %lld; stopping (last good checkpoint kept)",
+                     isnan(sr.loss) ? "NaN" : "infinite", (long long)r->step + 1);
+            ev_log("error: %s", msg);
+            ev_error(msg);
+            return TRAIN_FAILED;
+        }
+        if (r->step % s->log_every_steps == 0 || r->step == s->max_steps) {
+            int64_t now = ty_mono_ms();
+            double secs = (double)(now - win_t0) / 1000.0;
+            double tps = secs > 0 ? (double)(r->tokens - win_tokens) / secs : 0.0;
+            ev_emit(json_pack("{s:s, s:I, s:f, s:f, s:f, s:I, s:f, s:I}", "ev", "metric", "step", (json_int_t)r->step,
+                              "loss", sr.loss, "lr", sr.lr, "grad_norm", sr.grad_norm, "tokens", (json_int_t)r->tokens,
+                              "tokens_per_s", tps, "mem_bytes", (json_int_t)peak_mem_bytes(r)));
+            ev_log("step %lld loss %.6f lr %.3g grad_norm %.4f %.1f tok/s", (long long)r->step, sr.loss, sr.lr,
+                   sr.grad_norm, tps);
+            win_t0 = now;
+            win_tokens = r->tokens;
+        }
+        if (r->eval.n && s->eval_every_steps > 0 && r->step % s->eval_every_steps == 0 && r->step < s->max_steps)
+            emit_eval(r);
+        if (s->ckpt_every_steps > 0 && r->step % s->ckpt_every_steps == 0 && save_checkpoint(r, &err))
+            return fail("checkpoint", &err);
+    }
+    if (r->step < s->max_steps) { /* stopped by SIGTERM */
+        if (r->last_ckpt != r->step && save_checkpoint(r, &err)) return fail("checkpoint", &err);
+        ev_done("stopped");
+        ev_log("stopped at step %lld", (long long)r->step);
+        return TRAIN_OK;
+    }
+    if (r->eval.n) emit_eval(r);
+    if (r->last_ckpt != r->step && save_checkpoint(r, &err)) return fail("checkpoint", &err);
+    if (export_model(r, &err)) return fail("export", &err);
+    ev_done("succeeded");
+    return TRAIN_OK;
+}
+
+int train_run(const train_args *a)
+{
+    run r;
+    memset(&r, 0, sizeof r);
+    r.a = a;
+    r.last_ckpt = -1;
+    ev_init(a->rank);
+    int code = TRAIN_OK;
+    ty_err err = {0};
+    if (ty_mkdir_p(a->workdir, &err)) {
+        code = fail("workdir", &err);
+    } else if (setup(&r, &code) == 0) {
+        code = train_loop(&r);
+    }
+    teardown(&r);
+    return code;
+}

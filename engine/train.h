@@ -1,0 +1,34 @@
+/* train.h — the training run: spec in, events, checkpoints and an export out.
+ *
+ * train_run is the whole of `trainyard-engine --spec ... --workdir ...`
+ * after argument parsing: it loads the model and data, runs the optimizer
+ * steps, checkpoints, evaluates, exports, and reports everything as events
+ * (events.h). It returns the process exit status of DESIGN §5. */
+#ifndef TY_TRAIN_H
+#define TY_TRAIN_H
+
+#include <signal.h>
+
+typedef struct train_args {
+    const char *spec_path;
+    const char *workdir;
+    const char *resume;      /* checkpoint directory or NULL */
+    int threads;             /* 0 = OpenMP default */
+    int rank, world, local_rank;
+} train_args;
+
+/* Exit statuses. */
+enum { TRAIN_OK = 0, TRAIN_FAILED = 1, TRAIN_BAD_SPEC = 2 };
+
+/* Set from the SIGTERM/SIGINT handler: stop at the next step boundary. */
+extern volatile sig_atomic_t train_stop_requested;
+
+int train_run(const train_args *a);
+
+/* The learning-rate multiplier of HF's get_{constant,linear,cosine}_schedule
+ * _with_warmup after `k` scheduler steps. The update of step s (from 1) uses
+ * lr * train_lr_lambda(s - 1): the scheduler is stepped after each update,
+ * as transformers' Trainer does. */
+double train_lr_lambda(int schedule, long long k, long long warmup, long long total);
+
+#endif
