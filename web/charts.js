@@ -3,8 +3,9 @@
 // Points are appended into growable typed arrays and the chart redraws at
 // most once per animation frame, however many points arrived. Each series
 // is decimated to the canvas's pixel columns (first/min/max/last of every
-// column), so a redraw costs O(points) arithmetic but only O(width) path
-// segments: tens of thousands of points stay smooth. Axes get "nice" ticks;
+// column), kept between frames and extended by the new points only, so a
+// redraw costs O(width) however many points there are: tens of thousands
+// of points stay smooth. Axes get "nice" ticks;
 // hovering shows the nearest values. The element's data-points attribute
 // holds the number of plotted points (what the browser tests assert).
 
@@ -17,11 +18,21 @@ class Series {
     this.xs = new Float64Array(256);
     this.ys = new Float64Array(256);
     this.n = 0;
+    this.gen = 0;        // bumped when points are removed: caches restart
+    this.yMin = Infinity;
+    this.yMax = -Infinity;
+    this.cols = null;    // per-pixel-column aggregates (see Chart.decimate)
   }
   push(x, y) {
     // x must not go backwards: a job resumed from an older checkpoint
     // replays steps, and the curve from then on replaces the old tail.
-    if (this.n && x <= this.xs[this.n - 1]) this.n = this.lowerBound(x);
+    if (this.n && x <= this.xs[this.n - 1]) {
+      this.n = this.lowerBound(x);
+      this.gen++;
+      this.yMin = Infinity;
+      this.yMax = -Infinity;
+      for (let i = 0; i < this.n; i++) this.growRange(this.ys[i]);
+    }
     if (this.n === this.xs.length) {
       const nx = new Float64Array(this.n * 2); nx.set(this.xs); this.xs = nx;
       const ny = new Float64Array(this.n * 2); ny.set(this.ys); this.ys = ny;
@@ -29,6 +40,11 @@ class Series {
     this.xs[this.n] = x;
     this.ys[this.n] = y;
     this.n++;
+    this.growRange(y);
+  }
+  growRange(y) {
+    if (y < this.yMin) this.yMin = y;
+    if (y > this.yMax) this.yMax = y;
   }
   // First index whose x >= v.
   lowerBound(v) {
@@ -175,11 +191,8 @@ export class Chart {
       if (!s.n) continue;
       x0 = Math.min(x0, s.xs[0]);
       x1 = Math.max(x1, s.xs[s.n - 1]);
-      for (let i = 0; i < s.n; i++) {
-        const y = s.ys[i];
-        if (y < y0) y0 = y;
-        if (y > y1) y1 = y;
-      }
+      y0 = Math.min(y0, s.yMin);
+      y1 = Math.max(y1, s.yMax);
     }
     if (this.opts.xKind !== 'time') {
       x0 = Math.min(x0, 0);
@@ -257,28 +270,17 @@ export class Chart {
     ctx.lineJoin = 'round';
     for (const s of this.series) {
       if (!s.n) continue;
+      const c = this.decimate(s, x0, sx, Math.ceil(pw));
       ctx.strokeStyle = s.color;
       ctx.beginPath();
-      let col = -1, first = 0, min = 0, max = 0, last = 0, started = false;
-      const flush = () => {
+      let started = false;
+      for (let col = 0; col < c.has.length; col++) {
+        if (!c.has[col]) continue;
         const cx = PAD.left + col + 0.5;
-        if (!started) { ctx.moveTo(cx, py(first)); started = true; } else ctx.lineTo(cx, py(first));
-        if (max !== min) { ctx.lineTo(cx, py(min)); ctx.lineTo(cx, py(max)); }
-        ctx.lineTo(cx, py(last));
-      };
-      for (let i = 0; i < s.n; i++) {
-        const c = Math.floor((s.xs[i] - x0) * sx);
-        const y = s.ys[i];
-        if (c !== col) {
-          if (col >= 0 || started) flush();
-          col = c; first = min = max = last = y;
-        } else {
-          if (y < min) min = y;
-          if (y > max) max = y;
-          last = y;
-        }
+        if (!started) { ctx.moveTo(cx, py(c.first[col])); started = true; } else ctx.lineTo(cx, py(c.first[col]));
+        if (c.max[col] !== c.min[col]) { ctx.lineTo(cx, py(c.min[col])); ctx.lineTo(cx, py(c.max[col])); }
+        ctx.lineTo(cx, py(c.last[col]));
       }
-      flush();
       ctx.stroke();
       if (s.n === 1) {
         ctx.fillStyle = s.color;
@@ -288,6 +290,33 @@ export class Chart {
     ctx.restore();
 
     if (this.hoverX !== null) this.drawHover(ctx, px, py);
+  }
+
+  // Per-pixel-column first/min/max/last of a series, in data units so a
+  // change of the y range needs no recomputation. While the x range and the
+  // width stay put (step charts span 0..max_steps from the start) only the
+  // points appended since the last frame are folded in: a frame costs
+  // O(new points + width), not O(all points).
+  decimate(s, x0, sx, width) {
+    let c = s.cols;
+    if (!c || c.x0 !== x0 || c.sx !== sx || c.gen !== s.gen || c.has.length !== width + 1 || c.done > s.n) {
+      const n = width + 1;
+      c = s.cols = {x0, sx, gen: s.gen, done: 0, has: new Uint8Array(n),
+        first: new Float64Array(n), min: new Float64Array(n), max: new Float64Array(n), last: new Float64Array(n)};
+    }
+    for (let i = c.done; i < s.n; i++) {
+      const col = Math.min(width, Math.max(0, Math.floor((s.xs[i] - x0) * sx)));
+      const y = s.ys[i];
+      if (!c.has[col]) {
+        c.has[col] = 1; c.first[col] = c.min[col] = c.max[col] = c.last[col] = y;
+      } else {
+        if (y < c.min[col]) c.min[col] = y;
+        if (y > c.max[col]) c.max[col] = y;
+        c.last[col] = y;
+      }
+    }
+    c.done = s.n;
+    return c;
   }
 
   onHover(e) {

@@ -82,6 +82,7 @@ const fail = (res, status, code, message, field) => json(res, status, {error: {c
 
 function stream(req, res, url, jobId) {
   res.writeHead(200, {'Content-Type': 'text/event-stream', 'Cache-Control': 'no-store'});
+  res.flushHeaders();
   const from = Number(req.headers['last-event-id'] ?? url.searchParams.get('from') ?? NaN);
   const list = jobId === null ? global : events.get(jobId);
   if (Number.isFinite(from)) for (const ev of list) { const id = jobId === null ? ev.gid : ev.seq; if (id > from) send(res, id, ev); }
