@@ -1,0 +1,314 @@
+/* config.c — `trainyard serve` settings: defaults, a `key = value` config
+ * file, then command-line flags, each later source overriding the earlier.
+ *
+ * Every flag has the same name in the file (without the dashes), so a
+ * deployment can keep its settings in /etc and override one on the command
+ * line while testing. */
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tyutil.h"
+
+int srv_config_defaults(srv_config *c, ty_err *err)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->listen, sizeof c->listen, "127.0.0.1:8080");
+    snprintf(c->data_dir, sizeof c->data_dir, "./trainyard-data");
+    snprintf(c->gpus, sizeof c->gpus, "auto");
+    c->cpu_slots = 1;
+    c->max_body = 1 << 20;
+    c->grace_s = 30;
+    c->event_rate = 50000;
+    c->gpu_sample_ms = 2000;
+    c->heartbeat_s = 15;
+    c->http_threads = 2;
+    /* The engine is built beside us: <dir of /proc/self/exe>/trainyard-engine. */
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return ty_err_set(err, TY_EIO, "readlink /proc/self/exe: %s", strerror(errno));
+    exe[n] = 0;
+    snprintf(c->engine, sizeof c->engine, "%s/trainyard-engine", dirname(exe));
+    /* allowed_roots is completed in srv_config_parse once data_dir is final;
+     * an empty value here means "use the defaults". */
+    return 0;
+}
+
+static int parse_int(const char *key, const char *v, long lo, long hi, long *out, ty_err *err)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return ty_err_field(err, TY_EINVAL, key, "%s must be an integer in [%ld, %ld], got '%s'",
+                            key, lo, hi, v);
+    *out = x;
+    return 0;
+}
+
+static int parse_bool(const char *key, const char *v, bool *out, ty_err *err)
+{
+    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"))
+        *out = true;
+    else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off"))
+        *out = false;
+    else
+        return ty_err_field(err, TY_EINVAL, key, "%s must be true or false, got '%s'", key, v);
+    return 0;
+}
+
+static int copy_str(const char *key, char *dst, size_t cap, const char *v, ty_err *err)
+{
+    if (strlen(v) >= cap) return ty_err_field(err, TY_EINVAL, key, "%s is too long", key);
+    memcpy(dst, v, strlen(v) + 1);
+    return 0;
+}
+
+int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
+{
+    long x;
+    if (!strcmp(key, "listen")) {
+        char host[256];
+        int port;
+        if (srv_listen_parse(v, host, sizeof host, &port, err)) return TY_EINVAL;
+        return copy_str(key, c->listen, sizeof c->listen, v, err);
+    }
+    if (!strcmp(key, "data-dir")) return copy_str(key, c->data_dir, sizeof c->data_dir, v, err);
+    if (!strcmp(key, "engine")) return copy_str(key, c->engine, sizeof c->engine, v, err);
+    if (!strcmp(key, "gpus")) {
+        if (strcmp(v, "auto") && strcmp(v, "none")) {
+            for (const char *p = v; *p; p++)
+                if (!isdigit((unsigned char)*p) && *p != ',')
+                    return ty_err_field(err, TY_EINVAL, key,
+                                        "gpus must be auto, none or a list like 0,1");
+        }
+        return copy_str(key, c->gpus, sizeof c->gpus, v, err);
+    }
+    if (!strcmp(key, "cpu-slots")) {
+        if (parse_int(key, v, 0, 1024, &x, err)) return TY_EINVAL;
+        c->cpu_slots = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "allowed-roots")) {
+        for (const char *p = v; *p;) {
+            const char *e = strchrnul(p, ':');
+            if (e > p && *p != '/')
+                return ty_err_field(err, TY_EINVAL, key,
+                                    "allowed root '%.*s' is not an absolute path", (int)(e - p), p);
+            p = *e ? e + 1 : e;
+        }
+        return copy_str(key, c->allowed_roots, sizeof c->allowed_roots, v, err);
+    }
+    if (!strcmp(key, "max-body")) {
+        if (parse_int(key, v, 1024, 1L << 30, &x, err)) return TY_EINVAL;
+        c->max_body = (size_t)x;
+        return 0;
+    }
+    if (!strcmp(key, "grace")) {
+        if (parse_int(key, v, 0, 86400, &x, err)) return TY_EINVAL;
+        c->grace_s = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "tls-cert")) return copy_str(key, c->tls_cert, sizeof c->tls_cert, v, err);
+    if (!strcmp(key, "tls-key")) return copy_str(key, c->tls_key, sizeof c->tls_key, v, err);
+    if (!strcmp(key, "require-token")) return parse_bool(key, v, &c->require_token, err);
+    if (!strcmp(key, "event-rate")) {
+        if (parse_int(key, v, 0, 100000000, &x, err)) return TY_EINVAL;
+        c->event_rate = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "gpu-sample-ms")) {
+        if (parse_int(key, v, 100, 3600000, &x, err)) return TY_EINVAL;
+        c->gpu_sample_ms = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "heartbeat")) {
+        if (parse_int(key, v, 1, 3600, &x, err)) return TY_EINVAL;
+        c->heartbeat_s = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "http-threads")) {
+        if (parse_int(key, v, 1, 64, &x, err)) return TY_EINVAL;
+        c->http_threads = (int)x;
+        return 0;
+    }
+    return ty_err_field(err, TY_EINVAL, key, "unknown setting '%s' (see trainyard serve --help)",
+                        key);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+int srv_config_load_file(srv_config *c, const char *path, ty_err *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return ty_err_set(err, TY_EIO, "config %s: %s", path, strerror(errno));
+    char line[8192];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *s = trim(line);
+        if (!*s || *s == '#') continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            rc = ty_err_set(err, TY_EINVAL, "config %s:%d: expected key = value", path, lineno);
+            break;
+        }
+        *eq = 0;
+        char *k = trim(s), *v = trim(eq + 1);
+        size_t vl = strlen(v);
+        if (vl >= 2 && v[0] == '"' && v[vl - 1] == '"') {
+            v[vl - 1] = 0;
+            v++;
+        }
+        if ((rc = srv_config_set(c, k, v, err))) {
+            char m[sizeof err->msg];
+            snprintf(m, sizeof m, "%s", err->msg);
+            ty_err_set(err, rc, "config %s:%d: %s", path, lineno, m);
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+void srv_config_usage(FILE *out)
+{
+    fputs("usage: trainyard serve [flags]\n"
+          "\n"
+          "Runs the job server. Every flag can also be set in the file given with\n"
+          "--config as a `key = value` line (the flag name without dashes, e.g.\n"
+          "`grace = 10`); flags on the command line override the file.\n"
+          "\n"
+          "  --config FILE         read settings from FILE first\n"
+          "  --listen HOST:PORT    address to listen on (default 127.0.0.1:8080); a\n"
+          "                        non-loopback address requires API tokens\n"
+          "  --data-dir DIR        database, job directories and logs\n"
+          "                        (default ./trainyard-data)\n"
+          "  --engine PATH         the engine binary (default: trainyard-engine beside\n"
+          "                        this binary)\n"
+          "  --gpus auto|none|LIST GPUs to schedule: auto asks NVML, none runs CPU jobs\n"
+          "                        only, LIST is like 0,1 (default auto)\n"
+          "  --cpu-slots N         CPU-only jobs that may run at once (default 1)\n"
+          "  --allowed-roots A:B   directories job specs may read from (default:\n"
+          "                        DATA_DIR:/tmp:/data:/models:$HOME:<server cwd>)\n"
+          "  --max-body BYTES      largest request body accepted (default 1048576)\n"
+          "  --grace SECONDS       SIGTERM to SIGKILL delay for cancel/pause (default 30)\n"
+          "  --tls-cert FILE       PEM certificate; with --tls-key serves HTTPS\n"
+          "  --tls-key FILE        PEM private key\n"
+          "  --require-token       require a bearer token even on loopback\n"
+          "  --event-rate N        engine event lines per second (averaged over 2 s)\n"
+          "                        above which a job fails as flooding; 0 = off\n"
+          "                        (default 50000)\n"
+          "  --gpu-sample-ms MS    GPU sampling period (default 2000)\n"
+          "  --heartbeat SECONDS   SSE heartbeat comment period (default 15)\n"
+          "  --http-threads N      HTTP worker threads, each with its own epoll\n"
+          "                        (default 2)\n"
+          "  --help                this text\n",
+          out);
+}
+
+int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *err)
+{
+    /* The config file first, wherever --config appears, so flags win. */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            srv_config_usage(out);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) return ty_err_field(err, TY_EINVAL, "config", "--config needs a file");
+            if (srv_config_load_file(c, argv[i + 1], err)) return TY_EINVAL;
+        } else if (!strncmp(argv[i], "--config=", 9)) {
+            if (srv_config_load_file(c, argv[i] + 9, err)) return TY_EINVAL;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2))
+            return ty_err_set(err, TY_EINVAL, "unexpected argument '%s'", a);
+        char key[64];
+        const char *val = NULL;
+        const char *eq = strchr(a, '=');
+        size_t kl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (kl >= sizeof key) return ty_err_set(err, TY_EINVAL, "unknown flag '%s'", a);
+        memcpy(key, a + 2, kl);
+        key[kl] = 0;
+        if (!strcmp(key, "require-token") && !eq) {
+            c->require_token = true;
+            continue;
+        }
+        if (eq) val = eq + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        else return ty_err_set(err, TY_EINVAL, "flag --%s needs a value", key);
+        if (!strcmp(key, "config")) continue;
+        if (srv_config_set(c, key, val, err)) return TY_EINVAL;
+    }
+    if ((c->tls_cert[0] != 0) != (c->tls_key[0] != 0))
+        return ty_err_field(err, TY_EINVAL, c->tls_cert[0] ? "tls-key" : "tls-cert",
+                            "--tls-cert and --tls-key go together");
+    if (!c->allowed_roots[0]) {
+        char cwd[PATH_MAX] = "";
+        char dd[PATH_MAX];
+        const char *home = getenv("HOME");
+        if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+        if (!realpath(c->data_dir, dd)) {
+            if (c->data_dir[0] == '/') snprintf(dd, sizeof dd, "%s", c->data_dir);
+            else snprintf(dd, sizeof dd, "%.2040s/%.2040s", cwd, c->data_dir);
+        }
+        snprintf(c->allowed_roots, sizeof c->allowed_roots, "%.4000s:/tmp:/data:/models%s%.2000s%s%.2000s",
+                 dd, home && home[0] == '/' ? ":" : "", home && home[0] == '/' ? home : "",
+                 cwd[0] ? ":" : "", cwd);
+    }
+    return 0;
+}
+
+int srv_listen_parse(const char *listen, char *host, size_t hostcap, int *port, ty_err *err)
+{
+    const char *colon;
+    const char *h = listen;
+    size_t hl;
+    if (listen[0] == '[') {
+        const char *rb = strchr(listen, ']');
+        if (!rb || rb[1] != ':')
+            return ty_err_field(err, TY_EINVAL, "listen", "listen must be HOST:PORT, got '%s'", listen);
+        h = listen + 1;
+        hl = (size_t)(rb - h);
+        colon = rb + 1;
+    } else {
+        colon = strrchr(listen, ':');
+        if (!colon) return ty_err_field(err, TY_EINVAL, "listen", "listen must be HOST:PORT, got '%s'", listen);
+        hl = (size_t)(colon - listen);
+    }
+    if (hl == 0 || hl >= hostcap)
+        return ty_err_field(err, TY_EINVAL, "listen", "listen needs a host, got '%s'", listen);
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || p < 0 || p > 65535)
+        return ty_err_field(err, TY_EINVAL, "listen", "bad port in '%s'", listen);
+    *port = (int)p;
+    return 0;
+}
+
+bool srv_host_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (!strcmp(host, "localhost")) return true;
+    if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+    return false;
+}

@@ -1,0 +1,50 @@
+/* exec.h — GPU inventory, the scheduler and the local executor.
+ *
+ * The scheduler starts queued jobs in priority-then-FIFO order as GPUs (a
+ * bitmap) or CPU slots free up; the executor runs each job as N engine
+ * processes in one process group and supervises them: events from rank 0's
+ * fd 3 become job events, exits become the transitions of DESIGN §2. */
+#ifndef TY_EXEC_H
+#define TY_EXEC_H
+
+#include "server.h"
+
+#define GPU_MAX 64
+
+/* ---- GPU inventory (gpu.c) ---------------------------------------------------- */
+
+typedef struct gpu_inv gpu_inv;
+
+/* spec: "auto" (NVML if it loads, else no GPUs), "none", or "0,1,...". */
+int gpu_inv_open(const char *spec, gpu_inv **out, ty_err *err);
+int gpu_inv_count(const gpu_inv *g);
+/* Device index of slot i (the number CUDA_VISIBLE_DEVICES uses). */
+int gpu_inv_index(const gpu_inv *g, int i);
+/* Fresh readings of every GPU (zeros where NVML is not available);
+ * job_id is left 0 for the caller to fill. Returns the count. */
+int gpu_inv_sample(gpu_inv *g, srv_gpu_sample *out);
+void gpu_inv_free(gpu_inv *g);
+
+/* ---- scheduler + executor (sched.c) ------------------------------------------- */
+
+typedef struct sched sched;
+
+/* Recovers jobs a previous server left starting/running/stopping, then
+ * starts the scheduling and GPU sampling threads. */
+sched *sched_new(srv *s, ty_err *err);
+/* Something changed (submit, resume): schedule now. */
+void sched_wake(sched *x);
+/* API actions; TY_ENOENT / TY_ESTATE with a message for the client. */
+int sched_cancel(sched *x, int64_t id, ty_err *err);
+int sched_pause(sched *x, int64_t id, ty_err *err);
+int sched_resume(sched *x, int64_t id, ty_err *err);
+/* How many GPUs the server schedules. */
+int sched_gpu_count(sched *x);
+/* Latest GPU samples with the holding job; returns the count. */
+int sched_gpu_snapshot(sched *x, srv_gpu_sample *out);
+/* Stops scheduling; sends SIGTERM to running engines (they checkpoint and
+ * stop) without waiting, leaving their jobs for the next start to recover. */
+void sched_stop(sched *x);
+void sched_free(sched *x);
+
+#endif

@@ -1,0 +1,626 @@
+/* routes.c — the REST API of DESIGN §3: the route table and its handlers.
+ *
+ * Handlers validate input, call the db / scheduler / SSE hub and render
+ * the JSON shapes of docs/api.md. The table is also printed by
+ * `trainyard routes` so tests can compare it with openapi.yaml. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "http.h"
+#include "jobspec.h"
+#include "sse.h"
+#include "tyutil.h"
+#include "web_assets.h"
+
+/* ---- rendering ------------------------------------------------------------------------ */
+
+static json_t *json_time(int64_t ms)
+{
+    char t[32];
+    if (ms <= 0) return json_null();
+    srv_time_fmt(ms, t);
+    return json_string(t);
+}
+
+static json_t *json_text_or_null(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+static json_t *json_parsed_or_null(const char *s)
+{
+    json_t *o = s ? json_loads(s, 0, NULL) : NULL;
+    return o ? o : json_null();
+}
+
+static json_t *render_job(srv *s, db *d, const db_job *j)
+{
+    ty_err err = {0};
+    json_t *spec = json_parsed_or_null(j->spec);
+    int pos = j->state == JOB_QUEUED ? db_job_queue_position(d, j->id, &err) : 0;
+    json_t *gpus = json_array();
+    for (const char *p = j->gpus ? j->gpus : ""; *p;) {
+        json_array_append_new(gpus, json_integer(strtol(p, NULL, 10)));
+        p = strchrnul(p, ',');
+        if (*p) p++;
+    }
+    json_t *metric = json_parsed_or_null(j->last_metric);
+    int64_t step = json_integer_value(json_object_get(metric, "step"));
+    json_t *eta = json_null();
+    if (j->metric0_ms > 0 && j->metric_last_ms > j->metric0_ms && step > j->metric0_step &&
+        j->max_steps > step) {
+        double per_step = (double)(j->metric_last_ms - j->metric0_ms) / 1000.0 /
+                          (double)(step - j->metric0_step);
+        eta = json_real(per_step * (double)(j->max_steps - step));
+    } else if (j->max_steps > 0 && step >= j->max_steps) {
+        eta = json_real(0);
+    }
+    json_t *progress = json_pack("{sI sI sf so}", "step", (json_int_t)step, "max_steps",
+                                 (json_int_t)j->max_steps, "fraction",
+                                 j->max_steps > 0 ? (double)step / (double)j->max_steps : 0.0,
+                                 "eta_s", eta);
+    json_t *engine = json_parsed_or_null(j->engine);
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_integer(j->id));
+    json_object_set_new(o, "name", json_text_or_null(j->name));
+    json_object_set_new(o, "state", json_string(db_state_name(j->state)));
+    json_object_set_new(o, "spec", spec);
+    json_object_set_new(o, "priority", json_integer(j->priority));
+    json_object_set_new(o, "queue_position", pos > 0 ? json_integer(pos) : json_null());
+    json_object_set_new(o, "created_at", json_time(j->created_ms));
+    json_object_set_new(o, "started_at", json_time(j->started_ms));
+    json_object_set_new(o, "finished_at", json_time(j->finished_ms));
+    json_object_set_new(o, "updated_at", json_time(j->updated_ms));
+    json_object_set_new(o, "restarts", json_integer(j->restarts));
+    json_object_set_new(o, "max_restarts", json_integer(j->max_restarts));
+    json_object_set_new(o, "resume_from", json_text_or_null(j->resume_from));
+    json_object_set_new(o, "error", json_text_or_null(j->error));
+    json_object_set_new(o, "backend", json_text_or_null(j->backend));
+    json_object_set_new(o, "gpus", gpus);
+    json_object_set_new(o, "progress", progress);
+    json_object_set_new(o, "last_metric", metric);
+    json_object_set_new(o, "last_eval", json_parsed_or_null(j->last_eval));
+    if (json_is_object(engine)) {
+        /* The summary named in docs/api.md; the whole started event is in
+         * the event stream. */
+        json_t *e = json_object();
+        const char *keys[] = {"params", "trainable", "world", "backend"};
+        for (size_t i = 0; i < 4; i++) {
+            json_t *v = json_object_get(engine, keys[i]);
+            if (v) json_object_set(e, keys[i], v);
+        }
+        json_decref(engine);
+        engine = e;
+    }
+    json_object_set_new(o, "engine", engine);
+    (void)s;
+    return o;
+}
+
+static enum MHD_Result reply_job(http_req *q, unsigned status, int64_t id)
+{
+    db *d = srv_db(q->s);
+    db_job j;
+    ty_err err = {0};
+    if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
+    if (db_job_get(d, id, &j, &err)) return http_ty_error(q, &err);
+    json_t *o = render_job(q->s, d, &j);
+    db_job_free(&j);
+    return http_json(q, status, o);
+}
+
+/* ---- /jobs ---------------------------------------------------------------------------------- */
+
+static enum MHD_Result post_jobs(http_req *q)
+{
+    srv *s = q->s;
+    jobspec spec;
+    ty_err err = {0};
+    if (q->len == 0) return http_error(q, 400, "invalid_json", NULL, "empty body: send a job spec");
+    int rc = jobspec_parse_text(q->body, q->len, &spec, &err);
+    if (rc == TY_ECORRUPT)
+        return http_error(q, 400, "invalid_json", err.field, "%s", err.msg);
+    if (rc) return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
+    if (jobspec_check_roots(&spec, s->cfg.allowed_roots, &err)) {
+        jobspec_free(&spec);
+        return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
+    }
+    int ngpu = sched_gpu_count(s->sched);
+    if (spec.gpus > ngpu) {
+        int want = spec.gpus;
+        jobspec_free(&spec);
+        return http_error(q, 400, "invalid_spec", "resources.gpus",
+                          "the job asks for %d GPU(s); this server has %d", want, ngpu);
+    }
+    const char *key = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Idempotency-Key");
+    if (key && (strlen(key) == 0 || strlen(key) > 255)) {
+        jobspec_free(&spec);
+        return http_error(q, 400, "invalid_parameter", "Idempotency-Key",
+                          "Idempotency-Key must be 1 to 255 characters");
+    }
+    /* Stored compact, in the submitted key order. */
+    json_t *root = json_loadb(q->body, q->len, JSON_PRESERVE_ORDER, NULL);
+    char *compact = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    char sha[65];
+    ty_sha256_hex(q->body, q->len, sha);
+    db_new_job nj = {.name = spec.name, .spec = compact, .priority = spec.priority,
+                     .gpus_wanted = spec.gpus, .max_steps = spec.max_steps,
+                     .max_restarts = spec.max_restarts, .idem_key = key, .body_sha256 = sha};
+    int64_t id = 0;
+    bool existing = false;
+    db_event ev;
+    db *d = srv_db(s);
+    if (!compact || !d) {
+        free(compact);
+        jobspec_free(&spec);
+        return http_error(q, 500, "internal", NULL, "cannot store the job");
+    }
+    pthread_mutex_lock(&s->write_lock);
+    rc = db_job_insert(d, &nj, &id, &existing, &ev, &err);
+    if (rc == 0 && !existing) {
+        srv_publish(s, &ev);
+        db_event_clear(&ev);
+    }
+    pthread_mutex_unlock(&s->write_lock);
+    free(compact);
+    jobspec_free(&spec);
+    if (rc == TY_ESTATE)
+        return http_error(q, 409, "idempotency_conflict", "Idempotency-Key", "%s", err.msg);
+    if (rc) return http_ty_error(q, &err);
+    if (!existing) sched_wake(s->sched);
+    char loc[64];
+    snprintf(loc, sizeof loc, "/jobs/%lld", (long long)id);
+    db_job j;
+    if (db_job_get(d, id, &j, &err)) return http_ty_error(q, &err);
+    json_t *o = render_job(s, d, &j);
+    db_job_free(&j);
+    char *txt = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Location", loc);
+    enum MHD_Result ok = MHD_queue_response(q->conn, existing ? 200 : 201, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+typedef struct state_filter {
+    unsigned mask;
+    char bad[64];
+} state_filter;
+
+static enum MHD_Result collect_states(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    state_filter *f = cls;
+    if (strcmp(key, "state") || !value) return MHD_YES;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", value);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int st = db_state_parse(t);
+        if (st < 0) {
+            snprintf(f->bad, sizeof f->bad, "%s", t);
+            return MHD_NO;
+        }
+        f->mask |= JOB_BIT(st);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result get_jobs(http_req *q)
+{
+    state_filter f = {0};
+    MHD_get_connection_values(q->conn, MHD_GET_ARGUMENT_KIND, collect_states, &f);
+    if (f.bad[0])
+        return http_error(q, 400, "invalid_parameter", "state",
+                          "unknown state '%s' (queued, starting, running, stopping, paused, "
+                          "succeeded, failed, cancelled)", f.bad);
+    long limit = 50;
+    const char *l = http_arg(q, "limit");
+    if (l) {
+        char *end;
+        errno = 0;
+        limit = strtol(l, &end, 10);
+        if (errno || end == l || *end || limit < 1 || limit > 200)
+            return http_error(q, 400, "invalid_parameter", "limit",
+                              "limit must be an integer from 1 to 200");
+    }
+    int64_t before = 0;
+    const char *c = http_arg(q, "cursor");
+    if (c && *c && srv_cursor_decode(c, &before))
+        return http_error(q, 400, "invalid_parameter", "cursor", "cursor is not one this server "
+                          "issued");
+    db *d = srv_db(q->s);
+    db_job *jobs;
+    int n;
+    ty_err err = {0};
+    if (!d || db_job_list(d, f.mask, before, (int)limit + 1, &jobs, &n, &err))
+        return http_error(q, 500, "internal", NULL, "%s", err.msg);
+    json_t *arr = json_array();
+    for (int i = 0; i < n && i < limit; i++) json_array_append_new(arr, render_job(q->s, d, &jobs[i]));
+    json_t *next = json_null();
+    if (n > limit) {
+        char cur[32];
+        srv_cursor_encode(jobs[limit - 1].id, cur);
+        next = json_string(cur);
+    }
+    db_jobs_free(jobs, n);
+    return http_json(q, 200, json_pack("{so so}", "jobs", arr, "next_cursor", next));
+}
+
+static enum MHD_Result get_job(http_req *q) { return reply_job(q, 200, q->id); }
+
+static enum MHD_Result post_cancel(http_req *q)
+{
+    ty_err err = {0};
+    if (sched_cancel(q->s->sched, q->id, &err)) return http_ty_error(q, &err);
+    return reply_job(q, 202, q->id);
+}
+
+static enum MHD_Result post_pause(http_req *q)
+{
+    ty_err err = {0};
+    if (sched_pause(q->s->sched, q->id, &err)) return http_ty_error(q, &err);
+    return reply_job(q, 202, q->id);
+}
+
+static enum MHD_Result post_resume(http_req *q)
+{
+    ty_err err = {0};
+    if (sched_resume(q->s->sched, q->id, &err)) return http_ty_error(q, &err);
+    return reply_job(q, 202, q->id);
+}
+
+static enum MHD_Result delete_job(http_req *q)
+{
+    ty_err err = {0};
+    db *d = srv_db(q->s);
+    const char *purge = http_arg(q, "purge");
+    if (purge && strcmp(purge, "0") && strcmp(purge, "1"))
+        return http_error(q, 400, "invalid_parameter", "purge", "purge must be 0 or 1");
+    if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
+    /* Remote copies are kept unless purge=1; the uploader (which owns remote
+     * deletes) is not part of this build, so a purge with remote checkpoints
+     * is refused rather than silently leaving them behind. */
+    db_checkpoint *cks;
+    int n;
+    if (db_checkpoint_list(d, q->id, &cks, &n, &err)) return http_ty_error(q, &err);
+    bool remote = false;
+    for (int i = 0; i < n; i++) remote |= cks[i].remote_uri != NULL;
+    db_checkpoints_free(cks, n);
+    if (remote && purge && !strcmp(purge, "1"))
+        return http_error(q, 409, "conflict", "purge",
+                          "this server cannot delete remote checkpoints yet; delete without purge");
+    if (db_job_delete(d, q->id, &err)) return http_ty_error(q, &err);
+    char dir[PATH_MAX];
+    srv_job_dir(q->s, q->id, dir, sizeof dir);
+    ty_rm_rf(dir, &err);
+    return http_bytes(q, 204, NULL, "", 0, false);
+}
+
+/* ---- streams, metrics, logs, checkpoints ------------------------------------------------- */
+
+static bool job_exists(http_req *q)
+{
+    db *d = srv_db(q->s);
+    db_job j;
+    ty_err err = {0};
+    if (!d || db_job_get(d, q->id, &j, &err)) return false;
+    db_job_free(&j);
+    return true;
+}
+
+/* Last-Event-ID header, else ?from=; -2 on a malformed value. */
+static int64_t stream_from(http_req *q, int64_t dflt)
+{
+    const char *v = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Last-Event-ID");
+    if (!v) v = http_arg(q, "from");
+    if (!v) return dflt;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < 0) return -2;
+    return x;
+}
+
+static enum MHD_Result get_job_events(http_req *q)
+{
+    if (!job_exists(q)) return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
+    /* A job stream replays the job's whole history unless told otherwise. */
+    int64_t from = stream_from(q, 0);
+    if (from == -2)
+        return http_error(q, 400, "invalid_parameter", "from",
+                          "Last-Event-ID / from must be a non-negative integer");
+    return sse_hub_serve_events(q->s->hub, q->conn, q->id, from);
+}
+
+static enum MHD_Result get_events(http_req *q)
+{
+    /* The global feed is live unless the client names where it left off. */
+    int64_t from = stream_from(q, -1);
+    if (from == -2)
+        return http_error(q, 400, "invalid_parameter", "from",
+                          "Last-Event-ID / from must be a non-negative integer");
+    return sse_hub_serve_events(q->s->hub, q->conn, 0, from);
+}
+
+static const char *const metric_cols[] = {"step", "loss", "lr", "grad_norm",
+                                          "tokens", "tokens_per_s", "mem_bytes"};
+#define NMETRIC_COLS (sizeof metric_cols / sizeof *metric_cols)
+
+static enum MHD_Result get_metrics_of_job(http_req *q)
+{
+    const char *fmt = http_arg(q, "format");
+    if (fmt && strcmp(fmt, "json") && strcmp(fmt, "csv"))
+        return http_error(q, 400, "invalid_parameter", "format", "format must be json or csv");
+    if (!job_exists(q)) return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
+    db *d = srv_db(q->s);
+    db_event *evs;
+    int n;
+    ty_err err = {0};
+    if (db_events_metrics(d, q->id, &evs, &n, &err)) return http_ty_error(q, &err);
+    bool csv = fmt && !strcmp(fmt, "csv");
+    json_t *arr = csv ? NULL : json_array();
+    size_t cap = 256 + (size_t)n * 160, len = 0;
+    char *out = csv ? malloc(cap) : NULL;
+    if (csv) {
+        if (!out) {
+            db_events_free(evs, n);
+            return MHD_NO;
+        }
+        len = (size_t)snprintf(out, cap, "step,loss,lr,grad_norm,tokens,tokens_per_s,mem_bytes,ts\n");
+    }
+    for (int i = 0; i < n; i++) {
+        json_t *m = json_loads(evs[i].data, 0, NULL);
+        char ts[32];
+        srv_time_fmt(evs[i].ts_ms, ts);
+        if (!csv) {
+            json_t *row = json_object();
+            for (size_t k = 0; k < NMETRIC_COLS; k++) {
+                json_t *v = json_object_get(m, metric_cols[k]);
+                json_object_set(row, metric_cols[k], v ? v : json_null());
+            }
+            json_object_set_new(row, "ts", json_string(ts));
+            json_array_append_new(arr, row);
+        } else {
+            for (size_t k = 0; k < NMETRIC_COLS; k++) {
+                json_t *v = json_object_get(m, metric_cols[k]);
+                char cell[64] = "";
+                if (json_is_integer(v)) snprintf(cell, sizeof cell, "%lld", (long long)json_integer_value(v));
+                else if (json_is_real(v)) snprintf(cell, sizeof cell, "%.17g", json_real_value(v));
+                if (len + 128 > cap) {
+                    cap *= 2;
+                    char *g = realloc(out, cap);
+                    if (!g) break;
+                    out = g;
+                }
+                len += (size_t)snprintf(out + len, cap - len, "%s,", cell);
+            }
+            len += (size_t)snprintf(out + len, cap - len, "%s\n", ts);
+        }
+        json_decref(m);
+    }
+    db_events_free(evs, n);
+    if (csv) {
+        struct MHD_Response *r = MHD_create_response_from_buffer(len, out, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(r, "Content-Type", "text/csv; charset=utf-8");
+        enum MHD_Result ok = MHD_queue_response(q->conn, 200, r);
+        MHD_destroy_response(r);
+        return ok;
+    }
+    return http_json(q, 200, json_pack("{so}", "metrics", arr));
+}
+
+static enum MHD_Result get_logs(http_req *q)
+{
+    const char *follow = http_arg(q, "follow");
+    if (follow && strcmp(follow, "0") && strcmp(follow, "1"))
+        return http_error(q, 400, "invalid_parameter", "follow", "follow must be 0 or 1");
+    if (!job_exists(q)) return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    srv_job_dir(q->s, q->id, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/engine.log", dir);
+    if (follow && !strcmp(follow, "1")) return sse_hub_serve_log(q->s->hub, q->conn, q->id, path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0) close(fd);
+        return http_bytes(q, 200, "text/plain; charset=utf-8", "", 0, false);
+    }
+    struct MHD_Response *r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+    if (!r) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+    enum MHD_Result ok = MHD_queue_response(q->conn, 200, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result get_checkpoints(http_req *q)
+{
+    if (!job_exists(q)) return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
+    db *d = srv_db(q->s);
+    db_checkpoint *c;
+    int n;
+    ty_err err = {0};
+    if (db_checkpoint_list(d, q->id, &c, &n, &err)) return http_ty_error(q, &err);
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "step", json_integer(c[i].step));
+        json_object_set_new(o, "dir", json_text_or_null(c[i].dir));
+        json_object_set_new(o, "bytes", json_integer(c[i].bytes));
+        json_object_set_new(o, "sha256", json_text_or_null(c[i].sha256));
+        json_object_set_new(o, "local_path", json_text_or_null(c[i].local_path));
+        json_object_set_new(o, "remote_uri", json_text_or_null(c[i].remote_uri));
+        json_object_set_new(o, "state", json_text_or_null(c[i].state));
+        json_object_set_new(o, "error", json_text_or_null(c[i].error));
+        json_object_set_new(o, "created_at", json_time(c[i].created_ms));
+        json_array_append_new(arr, o);
+    }
+    db_checkpoints_free(c, n);
+    return http_json(q, 200, json_pack("{so}", "checkpoints", arr));
+}
+
+/* ---- machine -------------------------------------------------------------------------------- */
+
+static enum MHD_Result get_gpus(http_req *q)
+{
+    srv_gpu_sample g[GPU_MAX];
+    int n = sched_gpu_snapshot(q->s->sched, g);
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(
+            arr, json_pack("{si ss sI sI si si so}", "index", g[i].index, "name", g[i].name,
+                           "mem_total", (json_int_t)g[i].mem_total, "mem_used",
+                           (json_int_t)g[i].mem_used, "util", g[i].util, "temp", g[i].temp,
+                           "job_id", g[i].job_id > 0 ? json_integer(g[i].job_id) : json_null()));
+    return http_json(q, 200, json_pack("{so}", "gpus", arr));
+}
+
+static int64_t started_ms;
+
+static enum MHD_Result get_healthz(http_req *q)
+{
+    if (!started_ms) started_ms = ty_mono_ms();
+    bool ok = srv_db(q->s) != NULL;
+    return http_json(q, ok ? 200 : 503,
+                     json_pack("{ss ss}", "status", ok ? "ok" : "database unavailable",
+                               "version", TY_VERSION));
+}
+
+static enum MHD_Result get_prom(http_req *q)
+{
+    srv *s = q->s;
+    srv_prom p = {0};
+    srv_gpu_sample g[GPU_MAX];
+    ty_err err = {0};
+    db *d = srv_db(s);
+    if (!d || db_job_counts(d, p.jobs, &err))
+        return http_error(q, 500, "internal", NULL, "database unavailable");
+    p.queue_length = p.jobs[JOB_QUEUED];
+    p.events_ingested = atomic_load(&s->events_ingested);
+    p.sse_clients = sse_hub_clients(s->hub);
+    p.http_requests = atomic_load(&s->http_requests);
+    p.ngpus = sched_gpu_snapshot(s->sched, g);
+    p.gpus = g;
+    char *txt = srv_prom_render(&p);
+    if (!txt) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result ok = MHD_queue_response(q->conn, 200, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result serve_asset(http_req *q, const web_asset *tab, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(tab[i].name, name)) {
+            struct MHD_Response *r = MHD_create_response_from_buffer(
+                tab[i].len, (void *)tab[i].data, MHD_RESPMEM_PERSISTENT);
+            MHD_add_response_header(r, "Content-Type", tab[i].ctype);
+            MHD_add_response_header(r, "Cache-Control", "no-cache");
+            enum MHD_Result ok = MHD_queue_response(q->conn, 200, r);
+            MHD_destroy_response(r);
+            return ok;
+        }
+    return http_error(q, 404, "not_found", NULL, "no such file: %s", name);
+}
+
+static enum MHD_Result get_openapi(http_req *q)
+{
+    return serve_asset(q, openapi_assets, openapi_assets_count, "openapi.yaml");
+}
+
+static enum MHD_Result get_index(http_req *q)
+{
+    return serve_asset(q, web_assets, web_assets_count, "index.html");
+}
+
+static enum MHD_Result get_static(http_req *q)
+{
+    return serve_asset(q, web_assets, web_assets_count, q->arg);
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+const route routes_table[] = {
+    {"POST", "/jobs", post_jobs, true, false},
+    {"GET", "/jobs", get_jobs, false, false},
+    {"GET", "/jobs/{id}", get_job, false, false},
+    {"DELETE", "/jobs/{id}", delete_job, false, false},
+    {"POST", "/jobs/{id}/cancel", post_cancel, false, false},
+    {"POST", "/jobs/{id}/pause", post_pause, false, false},
+    {"POST", "/jobs/{id}/resume", post_resume, false, false},
+    {"GET", "/jobs/{id}/events", get_job_events, false, false},
+    {"GET", "/jobs/{id}/metrics", get_metrics_of_job, false, false},
+    {"GET", "/jobs/{id}/logs", get_logs, false, false},
+    {"GET", "/jobs/{id}/checkpoints", get_checkpoints, false, false},
+    {"GET", "/gpus", get_gpus, false, false},
+    {"GET", "/events", get_events, false, false},
+    {"GET", "/healthz", get_healthz, false, true},
+    {"GET", "/metrics", get_prom, false, false},
+    {"GET", "/openapi.yaml", get_openapi, false, true},
+    {"GET", "/", get_index, false, true},
+    {"GET", "/static/{name}", get_static, false, true},
+};
+const int routes_count = sizeof routes_table / sizeof routes_table[0];
+
+/* Compares one pattern with a path segment by segment. */
+static bool match_pattern(const char *pat, const char *path, http_req *q)
+{
+    while (*pat && *path) {
+        if (*pat != '/' || *path != '/') return false;
+        pat++;
+        path++;
+        size_t pl = strcspn(pat, "/"), sl = strcspn(path, "/");
+        if (!strncmp(pat, "{id}", 4) && pl == 4) {
+            if (sl == 0 || sl > 18) return false;
+            for (size_t i = 0; i < sl; i++)
+                if (!isdigit((unsigned char)path[i])) return false;
+            if (q) q->id = strtoll(path, NULL, 10);
+            if (q && q->id <= 0) return false;
+        } else if (!strncmp(pat, "{name}", 6) && pl == 6) {
+            if (sl == 0 || sl >= sizeof q->arg || (path[0] == '.')) return false;
+            if (q) {
+                memcpy(q->arg, path, sl);
+                q->arg[sl] = 0;
+            }
+        } else if (pl != sl || strncmp(pat, path, pl)) {
+            return false;
+        }
+        pat += pl;
+        path += sl;
+    }
+    return *pat == 0 && *path == 0;
+}
+
+int routes_match(http_req *q, const char *method, const char *path)
+{
+    bool path_known = false;
+    /* "/jobs/" and "/jobs" are the same resource. */
+    char buf[1024];
+    size_t n = strlen(path);
+    if (n >= sizeof buf) return -1;
+    memcpy(buf, path, n + 1);
+    if (n > 1 && buf[n - 1] == '/') buf[n - 1] = 0;
+    for (int i = 0; i < routes_count; i++) {
+        if (!match_pattern(routes_table[i].pattern, buf, q)) continue;
+        path_known = true;
+        if (!strcmp(routes_table[i].method, method) ||
+            (!strcmp(method, "HEAD") && !strcmp(routes_table[i].method, "GET")))
+            return i;
+    }
+    return path_known ? -2 : -1;
+}

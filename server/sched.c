@@ -1,0 +1,971 @@
+/* sched.c — scheduler, local executor and supervisor in one thread.
+ *
+ * One thread owns every running engine: it starts queued jobs when their
+ * GPUs or CPU slot are free, reads rank 0's event pipe (fd 3) through epoll,
+ * reaps exited ranks, enforces the SIGTERM→SIGKILL grace period, and turns
+ * each exit into the DESIGN §2 transition. API threads call in under x->mu
+ * to cancel or pause. A second thread samples the GPUs. */
+#include "exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sse.h"
+#include "tyutil.h"
+
+extern char **environ;
+
+#define LINE_MAX_BYTES (64 * 1024) /* longest engine event line */
+#define READ_BUDGET (256 * 1024)   /* bytes read per pipe per wake-up */
+#define TICK_MS 100
+
+typedef struct run {
+    int64_t job_id;
+    int nranks, alive;
+    pid_t pid[GPU_MAX];
+    bool exited[GPU_MAX];
+    int status[GPU_MAX];
+    pid_t pgid;
+    int fd;                   /* rank 0's fd 3 read end, -1 once closed */
+    char *line;               /* partial line */
+    size_t line_len;
+    uint64_t gpu_mask;        /* GPU slots held */
+    bool cpu_slot;
+    bool started;             /* saw the engine's started event */
+    bool done_succeeded, done_stopped;
+    char *error;              /* engine's error event message */
+    char *fail_reason;        /* protocol violation found by us */
+    char *rank_failure;       /* first non-zero exit of another rank */
+    char intent[8];           /* "pause" | "cancel" | "" */
+    int64_t kill_at_ms;       /* monotonic SIGKILL deadline, 0 = none */
+    double bucket;            /* flood limiter tokens */
+    int64_t bucket_ms;
+    struct run *next;
+} run;
+
+struct sched {
+    srv *s;
+    gpu_inv *gpu;
+    pthread_mutex_t mu;
+    run *runs;
+    uint64_t gpus_busy;
+    int cpu_busy;
+    int efd, wake_fd;
+    bool stop;
+    pthread_t thread, sampler;
+    pthread_mutex_t sample_mu;
+    pthread_cond_t sample_cond;
+    srv_gpu_sample samples[GPU_MAX];
+    int64_t sample_job[GPU_MAX];
+};
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+static bool run_pgid_alive(pid_t pgid) { return pgid > 0 && kill(-pgid, 0) == 0; }
+
+static void run_free(run *r)
+{
+    if (r->fd >= 0) close(r->fd);
+    free(r->line);
+    free(r->error);
+    free(r->fail_reason);
+    free(r->rank_failure);
+    free(r);
+}
+
+static void set_str(char **dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_str(char **dst, const char *fmt, ...)
+{
+    if (*dst) return; /* the first reason wins */
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(dst, fmt, ap) < 0) *dst = NULL;
+    va_end(ap);
+}
+
+void sched_wake(sched *x)
+{
+    uint64_t one = 1;
+    if (write(x->wake_fd, &one, sizeof one) < 0) { /* counter full: already woken */
+    }
+}
+
+static void stop_run(sched *x, run *r, int sig)
+{
+    (void)x;
+    if (r->pgid > 0) kill(-r->pgid, sig);
+    if (sig == SIGTERM && !r->kill_at_ms) r->kill_at_ms = ty_mono_ms() + x->s->cfg.grace_s * 1000LL;
+}
+
+/* A protocol violation: fail the job, stop reading, kill the engine now. */
+static void run_violation(sched *x, run *r, const char *why)
+{
+    set_str(&r->fail_reason, "%s", why);
+    if (r->fd >= 0) {
+        epoll_ctl(x->efd, EPOLL_CTL_DEL, r->fd, NULL);
+        close(r->fd);
+        r->fd = -1;
+    }
+    stop_run(x, r, SIGKILL);
+}
+
+static char *newest_checkpoint(srv *s, int64_t id)
+{
+    char *dir = NULL;
+    ty_err err = {0};
+    db *d = srv_db(s);
+    if (d) db_checkpoint_newest(d, id, &dir, &err);
+    return dir;
+}
+
+/* ---- engine events -------------------------------------------------------------------- */
+
+/* Records a checkpoint the engine reported: its manifest must exist (a
+ * checkpoint without one does not exist, DESIGN §6); the row carries the
+ * manifest's sha256. */
+static void note_checkpoint(sched *x, run *r, json_t *o)
+{
+    srv *s = x->s;
+    json_t *jstep = json_object_get(o, "step"), *jdir = json_object_get(o, "dir");
+    const char *dir = json_string_value(jdir);
+    char msg[512];
+    if (!json_is_integer(jstep) || !dir || !*dir || dir[0] == '/' || strstr(dir, "..")) {
+        run_violation(x, r, "engine protocol error: checkpoint event needs an integer step and a "
+                            "relative dir");
+        return;
+    }
+    char jobdir[PATH_MAX], path[PATH_MAX + 256], manifest[PATH_MAX + 300];
+    srv_job_dir(s, r->job_id, jobdir, sizeof jobdir);
+    snprintf(path, sizeof path, "%s/%s", jobdir, dir);
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST.json", path);
+    char sha[65];
+    uint64_t mbytes = 0;
+    ty_err err = {0};
+    if (ty_sha256_file(manifest, sha, &mbytes, &err)) {
+        snprintf(msg, sizeof msg, "checkpoint %s reported without a readable MANIFEST.json; ignored",
+                 dir);
+        json_t *l = json_pack("{ss ss}", "line", msg, "level", "warn");
+        evw_push(s->evw, r->job_id, "log", json_dumps(l, JSON_COMPACT));
+        json_decref(l);
+        return;
+    }
+    json_int_t bytes = json_integer_value(json_object_get(o, "bytes"));
+    db_event ev;
+    pthread_mutex_lock(&s->write_lock);
+    evw_flush_locked(s->evw, &err);
+    db *d = srv_db(s);
+    if (d && db_checkpoint_add(d, r->job_id, json_integer_value(jstep), dir, bytes, sha, path, &ev,
+                               &err) == 0) {
+        srv_publish(s, &ev);
+        db_event_clear(&ev);
+    }
+    pthread_mutex_unlock(&s->write_lock);
+}
+
+static void handle_line(sched *x, run *r, const char *line, size_t len)
+{
+    srv *s = x->s;
+    if (len == 0) return;
+    /* Flood limit: a token bucket of event_rate per second, 2 s deep. */
+    if (s->cfg.event_rate > 0) {
+        int64_t now = ty_mono_ms();
+        r->bucket += (double)(now - r->bucket_ms) * s->cfg.event_rate / 1000.0;
+        double cap = 2.0 * s->cfg.event_rate;
+        if (r->bucket > cap) r->bucket = cap;
+        r->bucket_ms = now;
+        if (r->bucket < 1.0) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "engine flooded its event pipe (more than %d events/s); killed",
+                     s->cfg.event_rate);
+            run_violation(x, r, why);
+            return;
+        }
+        r->bucket -= 1.0;
+    }
+    json_error_t jerr;
+    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    const char *ev = o ? json_string_value(json_object_get(o, "ev")) : NULL;
+    if (!o || !json_is_object(o) || !ev) {
+        char why[300];
+        snprintf(why, sizeof why, "engine protocol error: event line is not a JSON object with "
+                 "\"ev\": %.160s", o ? "missing ev" : jerr.text);
+        json_decref(o);
+        run_violation(x, r, why);
+        return;
+    }
+    if (!strcmp(ev, "done")) {
+        const char *st = json_string_value(json_object_get(o, "status"));
+        if (st && !strcmp(st, "succeeded")) r->done_succeeded = true;
+        else if (st && !strcmp(st, "stopped")) r->done_stopped = true;
+        else run_violation(x, r, "engine protocol error: done needs status succeeded or stopped");
+    } else if (!strcmp(ev, "error")) {
+        const char *m = json_string_value(json_object_get(o, "message"));
+        set_str(&r->error, "%s", m ? m : "engine reported an error without a message");
+    } else if (!strcmp(ev, "checkpoint")) {
+        note_checkpoint(x, r, o);
+    } else if (!strcmp(ev, "metric") || !strcmp(ev, "eval") || !strcmp(ev, "log") ||
+               !strcmp(ev, "started")) {
+        static const char *const types[] = {"metric", "eval", "log", "started"};
+        const char *type = NULL;
+        for (size_t i = 0; i < 4; i++)
+            if (!strcmp(ev, types[i])) type = types[i];
+        json_object_del(o, "ev");
+        evw_push(s->evw, r->job_id, type, json_dumps(o, JSON_COMPACT));
+        if (type == types[3] && !r->started) {
+            r->started = true;
+            ty_err err = {0};
+            srv_transition(s, r->job_id, JOB_BIT(JOB_STARTING), JOB_RUNNING, "engine started",
+                           NULL, NULL, &err);
+        }
+    } else {
+        char msg[200];
+        snprintf(msg, sizeof msg, "unknown engine event '%.64s' ignored", ev);
+        json_t *l = json_pack("{ss ss}", "line", msg, "level", "warn");
+        evw_push(s->evw, r->job_id, "log", json_dumps(l, JSON_COMPACT));
+        json_decref(l);
+    }
+    json_decref(o);
+}
+
+static void read_pipe(sched *x, run *r)
+{
+    char buf[16384];
+    size_t budget = READ_BUDGET;
+    while (r->fd >= 0 && budget > 0) {
+        ssize_t k = read(r->fd, buf, sizeof buf);
+        if (k < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        if (k <= 0) { /* EOF: the engine closed fd 3 or exited */
+            if (r->line_len > 0 && !r->fail_reason) handle_line(x, r, r->line, r->line_len);
+            r->line_len = 0;
+            epoll_ctl(x->efd, EPOLL_CTL_DEL, r->fd, NULL);
+            close(r->fd);
+            r->fd = -1;
+            return;
+        }
+        budget -= (size_t)k;
+        for (ssize_t i = 0; i < k && r->fd >= 0; i++) {
+            if (buf[i] == '\n') {
+                handle_line(x, r, r->line, r->line_len);
+                r->line_len = 0;
+            } else if (r->line_len == LINE_MAX_BYTES) {
+                char why[128];
+                snprintf(why, sizeof why,
+                         "engine protocol error: event line longer than %d bytes", LINE_MAX_BYTES);
+                run_violation(x, r, why);
+            } else {
+                r->line[r->line_len++] = buf[i];
+            }
+        }
+    }
+}
+
+/* ---- starting jobs ----------------------------------------------------------------------- */
+
+static void release(sched *x, run *r)
+{
+    x->gpus_busy &= ~r->gpu_mask;
+    if (r->cpu_slot) x->cpu_busy--;
+    pthread_mutex_lock(&x->sample_mu);
+    for (int i = 0; i < GPU_MAX; i++)
+        if (r->gpu_mask & (1ull << i)) x->sample_job[i] = 0;
+    pthread_mutex_unlock(&x->sample_mu);
+}
+
+static int spawn_rank(sched *x, run *r, int rank, const char *jobdir, const char *resume,
+                      const char *cuda, int logfd, int pipe_w, int devnull, ty_err *err)
+{
+    srv *s = x->s;
+    char spec[PATH_MAX + 32], resume_path[PATH_MAX + 512];
+    snprintf(spec, sizeof spec, "%s/spec.json", jobdir);
+    char *argv[8];
+    int a = 0;
+    argv[a++] = s->cfg.engine;
+    argv[a++] = "--spec";
+    argv[a++] = spec;
+    argv[a++] = "--workdir";
+    argv[a++] = (char *)jobdir;
+    if (resume) {
+        snprintf(resume_path, sizeof resume_path, "%s/%s", jobdir, resume);
+        argv[a++] = "--resume";
+        argv[a++] = resume_path;
+    }
+    argv[a] = NULL;
+
+    /* The server's environment minus the variables we set, plus ours. */
+    size_t ne = 0;
+    while (environ[ne]) ne++;
+    char **envp = calloc(ne + 8, sizeof *envp);
+    if (!envp) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    size_t k = 0;
+    static const char *const ours[] = {"TY_RANK=", "TY_WORLD_SIZE=", "TY_LOCAL_RANK=",
+                                       "CUDA_VISIBLE_DEVICES=", "TY_JOB_ID=",
+                                       "CUDA_DEVICE_ORDER="};
+    for (size_t i = 0; i < ne; i++) {
+        bool skip = false;
+        for (size_t j = 0; j < sizeof ours / sizeof *ours; j++)
+            skip |= !strncmp(environ[i], ours[j], strlen(ours[j]));
+        if (!skip) envp[k++] = environ[i];
+    }
+    char e_rank[32], e_world[32], e_local[32], e_cuda[300], e_job[40];
+    snprintf(e_rank, sizeof e_rank, "TY_RANK=%d", rank);
+    snprintf(e_world, sizeof e_world, "TY_WORLD_SIZE=%d", r->nranks);
+    snprintf(e_local, sizeof e_local, "TY_LOCAL_RANK=%d", rank);
+    snprintf(e_cuda, sizeof e_cuda, "CUDA_VISIBLE_DEVICES=%s", cuda);
+    snprintf(e_job, sizeof e_job, "TY_JOB_ID=%lld", (long long)r->job_id);
+    envp[k++] = e_rank;
+    envp[k++] = e_world;
+    envp[k++] = e_local;
+    envp[k++] = e_cuda;
+    envp[k++] = e_job;
+    /* NVML numbers GPUs in PCI order; make CUDA agree. */
+    envp[k++] = "CUDA_DEVICE_ORDER=PCI_BUS_ID";
+    envp[k] = NULL;
+
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    posix_spawn_file_actions_adddup2(&fa, devnull, 0);
+    posix_spawn_file_actions_adddup2(&fa, logfd, 1);
+    posix_spawn_file_actions_adddup2(&fa, logfd, 2);
+    posix_spawn_file_actions_adddup2(&fa, rank == 0 ? pipe_w : devnull, 3);
+    sigset_t none, defs;
+    sigemptyset(&none);
+    sigemptyset(&defs);
+    sigaddset(&defs, SIGPIPE);
+    sigaddset(&defs, SIGTERM);
+    sigaddset(&defs, SIGINT);
+    sigaddset(&defs, SIGCHLD);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &defs);
+    /* Own process group: signals to the job reach every rank and nothing of
+     * ours; rank 0 leads it. */
+    posix_spawnattr_setpgroup(&at, rank == 0 ? 0 : r->pgid);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+    pid_t pid;
+    int rc = posix_spawn(&pid, s->cfg.engine, &fa, &at, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    free(envp);
+    if (rc != 0)
+        return ty_err_set(err, TY_EIO, "cannot run the engine %s: %s", s->cfg.engine,
+                          strerror(rc));
+    r->pid[rank] = pid;
+    if (rank == 0) r->pgid = pid;
+    r->alive++;
+    return 0;
+}
+
+/* Starts job id on the resources picked by the caller (x->mu held). */
+static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
+{
+    srv *s = x->s;
+    ty_err err = {0};
+    db_job j;
+    db *d = srv_db(s);
+    if (!d || db_job_get(d, id, &j, &err)) return;
+    char gpus[GPU_MAX * 4] = "", cuda[GPU_MAX * 4] = "";
+    int ngpu = 0;
+    for (int i = 0; i < gpu_inv_count(x->gpu); i++) {
+        if (!(gpu_mask & (1ull << i))) continue;
+        size_t n = strlen(gpus);
+        snprintf(gpus + n, sizeof gpus - n, "%s%d", ngpu ? "," : "", gpu_inv_index(x->gpu, i));
+        ngpu++;
+    }
+    snprintf(cuda, sizeof cuda, "%s", gpus);
+    const char *backend = ngpu > 0 ? "cuda" : "cpu";
+    json_t *spec = json_loads(j.spec, 0, NULL);
+    const char *want = json_string_value(json_object_get(json_object_get(spec, "resources"), "backend"));
+    if (want && strcmp(want, "auto")) backend = !strcmp(want, "cuda") ? "cuda" : "cpu";
+    char backend_s[8];
+    snprintf(backend_s, sizeof backend_s, "%s", backend);
+    json_decref(spec);
+
+    db_job_update up = {.has_backend = true, .backend = backend_s, .has_gpus = true, .gpus = gpus,
+                        .set_started = true, .has_stop_intent = true, .stop_intent = NULL,
+                        .has_error = true, .error = NULL};
+    char reason[128];
+    if (j.resume_from) snprintf(reason, sizeof reason, "scheduled; resuming from %s", j.resume_from);
+    else snprintf(reason, sizeof reason, "scheduled");
+    if (srv_transition(s, id, JOB_BIT(JOB_QUEUED), JOB_STARTING, reason, &up, NULL, &err)) {
+        db_job_free(&j);
+        return; /* cancelled or paused meanwhile */
+    }
+    run *r = calloc(1, sizeof *r);
+    char *line = malloc(LINE_MAX_BYTES);
+    char jobdir[PATH_MAX], logpath[PATH_MAX + 16];
+    srv_job_dir(s, id, jobdir, sizeof jobdir);
+    snprintf(logpath, sizeof logpath, "%s/engine.log", jobdir);
+    int pipefd[2] = {-1, -1}, logfd = -1, devnull = -1;
+    if (!r || !line) {
+        ty_err_set(&err, TY_ENOMEM, "out of memory");
+        goto fail;
+    }
+    r->job_id = id;
+    r->fd = -1;
+    r->line = line;
+    line = NULL;
+    r->gpu_mask = gpu_mask;
+    r->cpu_slot = cpu_slot;
+    r->nranks = ngpu > 0 ? ngpu : 1;
+    r->bucket = 2.0 * s->cfg.event_rate;
+    r->bucket_ms = ty_mono_ms();
+    if (ty_mkdir_p(jobdir, &err)) goto fail;
+    {
+        char specpath[PATH_MAX + 16];
+        snprintf(specpath, sizeof specpath, "%s/spec.json", jobdir);
+        if (ty_write_file_atomic(specpath, j.spec, strlen(j.spec), &err)) goto fail;
+    }
+    logfd = open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (logfd < 0 || devnull < 0 || pipe2(pipefd, O_CLOEXEC) != 0) {
+        ty_err_set(&err, TY_EIO, "cannot set up the engine's files: %s", strerror(errno));
+        goto fail;
+    }
+    for (int rank = 0; rank < r->nranks; rank++) {
+        if (spawn_rank(x, r, rank, jobdir, j.resume_from, cuda, logfd, pipefd[1], devnull, &err)) {
+            if (r->pgid > 0) kill(-r->pgid, SIGKILL);
+            for (int k = 0; k < rank; k++) waitpid(r->pid[k], NULL, 0);
+            goto fail;
+        }
+    }
+    close(pipefd[1]);
+    close(logfd);
+    close(devnull);
+    r->fd = pipefd[0];
+    fcntl(r->fd, F_SETFL, O_NONBLOCK);
+    struct epoll_event ee = {.events = EPOLLIN, .data.ptr = r};
+    epoll_ctl(x->efd, EPOLL_CTL_ADD, r->fd, &ee);
+    x->gpus_busy |= gpu_mask;
+    if (cpu_slot) x->cpu_busy++;
+    pthread_mutex_lock(&x->sample_mu);
+    for (int i = 0; i < GPU_MAX; i++)
+        if (gpu_mask & (1ull << i)) x->sample_job[i] = id;
+    pthread_mutex_unlock(&x->sample_mu);
+    r->next = x->runs;
+    x->runs = r;
+    db_job_update pg = {.has_pgid = true, .pgid = r->pgid};
+    db_job_update_fields(d, id, &pg, &err);
+    db_job_free(&j);
+    return;
+fail:
+    if (pipefd[0] >= 0) close(pipefd[0]);
+    if (pipefd[1] >= 0) close(pipefd[1]);
+    if (logfd >= 0) close(logfd);
+    if (devnull >= 0) close(devnull);
+    free(line);
+    if (r) {
+        r->fd = -1;
+        run_free(r);
+    }
+    {
+        ty_err e2 = {0};
+        db_job_update up2 = {.has_error = true, .error = err.msg, .set_finished = true};
+        srv_transition(s, id, JOB_BIT(JOB_STARTING), JOB_FAILED, err.msg, &up2, NULL, &e2);
+    }
+    db_job_free(&j);
+}
+
+/* Priority then FIFO; a job that does not fit now is skipped, so smaller
+ * jobs behind it may run (no reservation; see docs/server.md). */
+static void schedule(sched *x)
+{
+    srv *s = x->s;
+    int64_t *ids;
+    int n;
+    ty_err err = {0};
+    db *d = srv_db(s);
+    if (!d || db_job_queued_ids(d, &ids, &n, &err)) return;
+    int ngpu = gpu_inv_count(x->gpu);
+    for (int i = 0; i < n && !x->stop; i++) {
+        db_job j;
+        if (db_job_get(d, ids[i], &j, &err)) continue;
+        int want = j.gpus_wanted;
+        db_job_free(&j);
+        if (want == 0) {
+            if (x->cpu_busy < s->cfg.cpu_slots) start_job(x, ids[i], 0, true);
+            continue;
+        }
+        if (want > ngpu) {
+            ty_err e2 = {0};
+            char why[160];
+            snprintf(why, sizeof why, "job asks for %d GPUs; this server has %d", want, ngpu);
+            db_job_update up = {.has_error = true, .error = why, .set_finished = true};
+            srv_transition(s, ids[i], JOB_BIT(JOB_QUEUED), JOB_CANCELLED, why, &up, NULL, &e2);
+            continue;
+        }
+        uint64_t mask = 0;
+        int got = 0;
+        for (int g = 0; g < ngpu && got < want; g++)
+            if (!(x->gpus_busy & (1ull << g))) {
+                mask |= 1ull << g;
+                got++;
+            }
+        if (got == want) start_job(x, ids[i], mask, false);
+    }
+    free(ids);
+}
+
+/* ---- exits -------------------------------------------------------------------------------- */
+
+static void describe_status(int st, char *out, size_t cap)
+{
+    if (WIFEXITED(st)) snprintf(out, cap, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st)) snprintf(out, cap, "was killed by signal %d (%s)", WTERMSIG(st),
+                                       strsignal(WTERMSIG(st)));
+    else snprintf(out, cap, "ended (status %d)", st);
+}
+
+/* All ranks have exited: the DESIGN §2 transition for how they ended. */
+static void finish_run(sched *x, run *r)
+{
+    srv *s = x->s;
+    ty_err err = {0};
+    char reason[1024], how[160];
+    describe_status(r->status[0], how, sizeof how);
+    const unsigned live = JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING);
+    db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
+    job_state to;
+    if (r->fail_reason || r->error) {
+        snprintf(reason, sizeof reason, "%s", r->fail_reason ? r->fail_reason : r->error);
+        to = JOB_FAILED;
+    } else if (r->done_succeeded) {
+        snprintf(reason, sizeof reason, "engine finished");
+        to = JOB_SUCCEEDED;
+    } else if (r->intent[0] || r->done_stopped) {
+        bool pause = strcmp(r->intent, "cancel") != 0;
+        to = pause ? JOB_PAUSED : JOB_CANCELLED;
+        if (r->done_stopped) snprintf(reason, sizeof reason, "%s", pause ? "paused" : "cancelled");
+        else snprintf(reason, sizeof reason, "%s: engine %s without stopping cleanly",
+                      pause ? "paused" : "cancelled", how);
+    } else if (WIFEXITED(r->status[0]) && WEXITSTATUS(r->status[0]) == 2) {
+        snprintf(reason, sizeof reason, "engine rejected the spec (exit status 2); see engine.log");
+        to = JOB_FAILED;
+    } else {
+        /* Died without a terminal event: requeue from the newest checkpoint
+         * while restarts remain. */
+        db_job j;
+        db *d = srv_db(s);
+        if (!d || db_job_get(d, r->job_id, &j, &err)) return;
+        const char *why = r->rank_failure ? r->rank_failure : how;
+        if (j.restarts < j.max_restarts) {
+            char *ck = newest_checkpoint(s, r->job_id);
+            snprintf(reason, sizeof reason,
+                     "engine %s without a terminal event; restart %d of %d%s%s", why,
+                     j.restarts + 1, j.max_restarts, ck ? " from " : "", ck ? ck : "");
+            up.has_restarts = true;
+            up.restarts = j.restarts + 1;
+            up.has_resume_from = true;
+            up.resume_from = ck;
+            srv_transition(s, r->job_id, live, JOB_QUEUED, reason, &up, NULL, &err);
+            free(ck);
+            db_job_free(&j);
+            return;
+        }
+        snprintf(reason, sizeof reason, "engine %s without a terminal event; gave up after %d "
+                 "restarts", why, j.restarts);
+        db_job_free(&j);
+        to = JOB_FAILED;
+    }
+    char *ck = NULL;
+    if (to == JOB_PAUSED) {
+        ck = newest_checkpoint(s, r->job_id);
+        up.has_resume_from = true;
+        up.resume_from = ck;
+    }
+    if (to == JOB_FAILED) {
+        up.has_error = true;
+        up.error = reason;
+    }
+    if (db_state_terminal(to)) up.set_finished = true;
+    srv_transition(s, r->job_id, live, to, reason, &up, NULL, &err);
+    free(ck);
+}
+
+static void reap(sched *x)
+{
+    for (run **pp = &x->runs; *pp;) {
+        run *r = *pp;
+        for (int k = 0; k < r->nranks; k++) {
+            if (r->exited[k]) continue;
+            int st;
+            pid_t p = waitpid(r->pid[k], &st, WNOHANG);
+            if (p != r->pid[k]) continue;
+            r->exited[k] = true;
+            r->status[k] = st;
+            r->alive--;
+            /* A rank failing takes the whole job down: the others would
+             * wait forever in a collective. */
+            if (k > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && r->alive > 0) {
+                char how[160];
+                describe_status(st, how, sizeof how);
+                set_str(&r->rank_failure, "rank %d %s", k, how);
+                stop_run(x, r, SIGKILL);
+            }
+        }
+        if (r->alive > 0) {
+            pp = &r->next;
+            continue;
+        }
+        /* Drain what the engine wrote before exiting. */
+        while (r->fd >= 0) read_pipe(x, r);
+        *pp = r->next;
+        release(x, r);
+        finish_run(x, r);
+        run_free(r);
+        sched_wake(x);
+    }
+}
+
+static void enforce_grace(sched *x)
+{
+    int64_t now = ty_mono_ms();
+    for (run *r = x->runs; r; r = r->next)
+        if (r->kill_at_ms && now >= r->kill_at_ms && r->alive > 0) {
+            kill(-r->pgid, SIGKILL);
+            r->kill_at_ms = 0;
+        }
+}
+
+static void recover(sched *x);
+
+static void *sched_main(void *arg)
+{
+    sched *x = arg;
+    struct epoll_event evs[64];
+    /* Recovery may wait out a grace period; the HTTP side already serves. */
+    recover(x);
+    pthread_mutex_lock(&x->mu);
+    schedule(x);
+    while (!x->stop) {
+        pthread_mutex_unlock(&x->mu);
+        int n = epoll_wait(x->efd, evs, 64, TICK_MS);
+        pthread_mutex_lock(&x->mu);
+        bool woken = false;
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr == NULL) {
+                uint64_t v;
+                if (read(x->wake_fd, &v, sizeof v) < 0) { /* spurious */
+                }
+                woken = true;
+                continue;
+            }
+            /* The run may have been freed by reap() in this batch: look it up. */
+            for (run *r = x->runs; r; r = r->next)
+                if (r == evs[i].data.ptr) {
+                    read_pipe(x, r);
+                    break;
+                }
+        }
+        reap(x);
+        enforce_grace(x);
+        if (woken || n == 0) schedule(x);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+/* ---- GPU sampling ---------------------------------------------------------------------------- */
+
+static void *sampler_main(void *arg)
+{
+    sched *x = arg;
+    srv *s = x->s;
+    int n = gpu_inv_count(x->gpu);
+    if (n == 0) return NULL;
+    pthread_mutex_lock(&x->sample_mu);
+    while (!x->stop) {
+        srv_gpu_sample cur[GPU_MAX];
+        pthread_mutex_unlock(&x->sample_mu);
+        gpu_inv_sample(x->gpu, cur);
+        pthread_mutex_lock(&x->sample_mu);
+        for (int i = 0; i < n; i++) {
+            cur[i].job_id = x->sample_job[i];
+            x->samples[i] = cur[i];
+        }
+        pthread_mutex_unlock(&x->sample_mu);
+        for (int i = 0; i < n; i++) {
+            json_t *o = json_pack("{si si sI sI si}", "index", cur[i].index, "util", cur[i].util,
+                                  "mem_used", (json_int_t)cur[i].mem_used, "mem_total",
+                                  (json_int_t)cur[i].mem_total, "temp", cur[i].temp);
+            char *data = json_dumps(o, JSON_COMPACT);
+            json_decref(o);
+            if (!data) continue;
+            if (cur[i].job_id > 0) {
+                evw_push(s->evw, cur[i].job_id, "gpu", data);
+            } else {
+                sse_hub_publish_live(s->hub, "gpu", data);
+                free(data);
+            }
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + (int64_t)s->cfg.gpu_sample_ms * 1000000LL;
+        ts.tv_sec += ns / 1000000000LL;
+        ts.tv_nsec = ns % 1000000000LL;
+        pthread_mutex_lock(&x->sample_mu);
+        if (!x->stop) pthread_cond_timedwait(&x->sample_cond, &x->sample_mu, &ts);
+    }
+    pthread_mutex_unlock(&x->sample_mu);
+    return NULL;
+}
+
+int sched_gpu_snapshot(sched *x, srv_gpu_sample *out)
+{
+    int n = gpu_inv_count(x->gpu);
+    pthread_mutex_lock(&x->sample_mu);
+    for (int i = 0; i < n; i++) {
+        out[i] = x->samples[i];
+        out[i].index = gpu_inv_index(x->gpu, i);
+        if (!out[i].name[0]) snprintf(out[i].name, sizeof out[i].name, "GPU %d", out[i].index);
+        out[i].job_id = x->sample_job[i];
+    }
+    pthread_mutex_unlock(&x->sample_mu);
+    return n;
+}
+
+int sched_gpu_count(sched *x) { return gpu_inv_count(x->gpu); }
+
+/* ---- API actions ------------------------------------------------------------------------------- */
+
+static run *find_run(sched *x, int64_t id)
+{
+    for (run *r = x->runs; r; r = r->next)
+        if (r->job_id == id) return r;
+    return NULL;
+}
+
+/* cancel/pause of a job with engines: → stopping, SIGTERM, grace timer. */
+static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
+{
+    run *r = find_run(x, id);
+    if (!r) return ty_err_set(err, TY_ESTATE, "job %lld has no running engine", (long long)id);
+    if (r->intent[0]) {
+        /* Already stopping: a cancel may upgrade a pause, nothing else. */
+        if (!strcmp(intent, "cancel") && strcmp(r->intent, "cancel")) {
+            snprintf(r->intent, sizeof r->intent, "cancel");
+            db_job_update up = {.has_stop_intent = true, .stop_intent = "cancel"};
+            db *d = srv_db(x->s);
+            if (d) db_job_update_fields(d, id, &up, err);
+            return 0;
+        }
+        return ty_err_set(err, TY_ESTATE, "job %lld is already stopping", (long long)id);
+    }
+    db_job_update up = {.has_stop_intent = true, .stop_intent = intent};
+    char reason[64];
+    snprintf(reason, sizeof reason, "%s requested", intent);
+    if (srv_transition(x->s, id, JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING), JOB_STOPPING, reason,
+                       &up, NULL, err))
+        return err->code;
+    snprintf(r->intent, sizeof r->intent, "%s", intent);
+    stop_run(x, r, SIGTERM);
+    return 0;
+}
+
+int sched_cancel(sched *x, int64_t id, ty_err *err)
+{
+    pthread_mutex_lock(&x->mu);
+    db_job_update up = {.set_finished = true};
+    job_state from;
+    int rc = srv_transition(x->s, id, JOB_BIT(JOB_QUEUED) | JOB_BIT(JOB_PAUSED), JOB_CANCELLED,
+                            "cancel requested", &up, &from, err);
+    if (rc == TY_ESTATE && (from == JOB_STARTING || from == JOB_RUNNING || from == JOB_STOPPING)) {
+        ty_err_clear(err);
+        rc = stop_job(x, id, "cancel", err);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return rc;
+}
+
+int sched_pause(sched *x, int64_t id, ty_err *err)
+{
+    pthread_mutex_lock(&x->mu);
+    job_state from;
+    int rc = srv_transition(x->s, id, JOB_BIT(JOB_QUEUED), JOB_PAUSED, "pause requested (was queued)",
+                            NULL, &from, err);
+    if (rc == TY_ESTATE && (from == JOB_STARTING || from == JOB_RUNNING)) {
+        ty_err_clear(err);
+        rc = stop_job(x, id, "pause", err);
+    } else if (rc == TY_ESTATE) {
+        ty_err_set(err, TY_ESTATE, "job %lld is %s; only queued, starting or running jobs can be "
+                   "paused", (long long)id, db_state_name(from));
+    }
+    pthread_mutex_unlock(&x->mu);
+    return rc;
+}
+
+int sched_resume(sched *x, int64_t id, ty_err *err)
+{
+    job_state from;
+    int rc = srv_transition(x->s, id, JOB_BIT(JOB_PAUSED), JOB_QUEUED, "resume requested", NULL,
+                            &from, err);
+    if (rc == TY_ESTATE)
+        ty_err_set(err, TY_ESTATE, "job %lld is %s; only paused jobs can be resumed", (long long)id,
+                   db_state_name(from));
+    if (rc == 0) sched_wake(x);
+    return rc;
+}
+
+/* ---- recovery, lifecycle --------------------------------------------------------------------- */
+
+/* Is pgid still the engine group of job id? The stored pid may have been
+ * reused after a reboot, so we check the leader's TY_JOB_ID. */
+static bool engine_group_is_job(pid_t pgid, int64_t id)
+{
+    char path[64], want[48];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pgid);
+    snprintf(want, sizeof want, "TY_JOB_ID=%lld", (long long)id);
+    char *env;
+    size_t len;
+    ty_err err = {0};
+    if (ty_read_file(path, &env, &len, &err)) return false;
+    bool found = false;
+    for (size_t i = 0; i < len && !found; i += strlen(env + i) + 1)
+        found = strcmp(env + i, want) == 0;
+    free(env);
+    return found;
+}
+
+/* Jobs a killed server left live: stop their engines (SIGTERM, grace, then
+ * SIGKILL) and requeue them from the newest checkpoint; a restart counts.
+ * A job that was stopping honours its recorded intent instead. */
+static void recover(sched *x)
+{
+    srv *s = x->s;
+    ty_err err = {0};
+    int64_t *ids;
+    int n;
+    db *d = srv_db(s);
+    const unsigned live = JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING);
+    if (!d || db_job_ids_in(d, live, &ids, &n, &err)) return;
+    for (int i = 0; i < n; i++) {
+        db_job j;
+        if (db_job_get(d, ids[i], &j, &err)) continue;
+        pid_t pg = (pid_t)j.pgid;
+        if (pg > 0 && run_pgid_alive(pg) && engine_group_is_job(pg, j.id)) {
+            kill(-pg, SIGTERM);
+            int64_t deadline = ty_mono_ms() + s->cfg.grace_s * 1000LL;
+            while (run_pgid_alive(pg) && ty_mono_ms() < deadline && !x->stop) usleep(50000);
+            if (run_pgid_alive(pg)) kill(-pg, SIGKILL);
+        }
+        char *ck = newest_checkpoint(s, j.id);
+        db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = "",
+                            .has_resume_from = true, .resume_from = ck};
+        char reason[512];
+        if (j.state == JOB_STOPPING && j.stop_intent) {
+            bool pause = strcmp(j.stop_intent, "cancel") != 0;
+            snprintf(reason, sizeof reason, "server restarted while %s", pause ? "pausing" : "cancelling");
+            up.set_finished = !pause;
+            srv_transition(s, j.id, live, pause ? JOB_PAUSED : JOB_CANCELLED, reason, &up, NULL, &err);
+        } else if (j.restarts < j.max_restarts) {
+            snprintf(reason, sizeof reason, "server restarted; restart %d of %d%s%s", j.restarts + 1,
+                     j.max_restarts, ck ? " from " : "", ck ? ck : "");
+            up.has_restarts = true;
+            up.restarts = j.restarts + 1;
+            srv_transition(s, j.id, live, JOB_QUEUED, reason, &up, NULL, &err);
+        } else {
+            snprintf(reason, sizeof reason, "server restarted; gave up after %d restarts",
+                     j.restarts);
+            up.has_error = true;
+            up.error = reason;
+            up.set_finished = true;
+            srv_transition(s, j.id, live, JOB_FAILED, reason, &up, NULL, &err);
+        }
+        free(ck);
+        db_job_free(&j);
+    }
+    free(ids);
+}
+
+sched *sched_new(srv *s, ty_err *err)
+{
+    sched *x = calloc(1, sizeof *x);
+    if (!x) {
+        ty_err_set(err, TY_ENOMEM, "out of memory");
+        return NULL;
+    }
+    x->s = s;
+    x->efd = x->wake_fd = -1;
+    if (gpu_inv_open(s->cfg.gpus, &x->gpu, err)) {
+        free(x);
+        return NULL;
+    }
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_mutex_init(&x->sample_mu, NULL);
+    pthread_cond_init(&x->sample_cond, NULL);
+    x->efd = epoll_create1(EPOLL_CLOEXEC);
+    x->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event ee = {.events = EPOLLIN, .data.ptr = NULL};
+    if (x->efd < 0 || x->wake_fd < 0 || epoll_ctl(x->efd, EPOLL_CTL_ADD, x->wake_fd, &ee)) {
+        ty_err_set(err, TY_EIO, "epoll: %s", strerror(errno));
+        sched_free(x);
+        return NULL;
+    }
+    gpu_inv_sample(x->gpu, x->samples);
+    if (pthread_create(&x->thread, NULL, sched_main, x)) {
+        ty_err_set(err, TY_EINTERNAL, "cannot start the scheduler thread");
+        sched_free(x);
+        return NULL;
+    }
+    if (pthread_create(&x->sampler, NULL, sampler_main, x)) {
+        ty_err_set(err, TY_EINTERNAL, "cannot start the GPU sampler thread");
+        pthread_mutex_lock(&x->mu);
+        x->stop = true;
+        pthread_mutex_unlock(&x->mu);
+        sched_wake(x);
+        pthread_join(x->thread, NULL);
+        x->thread = 0;
+        sched_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+void sched_stop(sched *x)
+{
+    pthread_mutex_lock(&x->mu);
+    x->stop = true;
+    /* Engines get SIGTERM (they checkpoint and stop) but we do not wait: the
+     * jobs stay running in the database and the next start recovers them. */
+    for (run *r = x->runs; r; r = r->next)
+        if (r->pgid > 0) kill(-r->pgid, SIGTERM);
+    pthread_mutex_unlock(&x->mu);
+    sched_wake(x);
+    pthread_mutex_lock(&x->sample_mu);
+    pthread_cond_broadcast(&x->sample_cond);
+    pthread_mutex_unlock(&x->sample_mu);
+    if (x->thread) pthread_join(x->thread, NULL);
+    if (x->sampler) pthread_join(x->sampler, NULL);
+    x->thread = x->sampler = 0;
+}
+
+void sched_free(sched *x)
+{
+    if (!x) return;
+    while (x->runs) {
+        run *r = x->runs;
+        x->runs = r->next;
+        run_free(r);
+    }
+    if (x->efd >= 0) close(x->efd);
+    if (x->wake_fd >= 0) close(x->wake_fd);
+    gpu_inv_free(x->gpu);
+    pthread_mutex_destroy(&x->mu);
+    pthread_mutex_destroy(&x->sample_mu);
+    pthread_cond_destroy(&x->sample_cond);
+    free(x);
+}

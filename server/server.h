@@ -1,0 +1,151 @@
+/* server.h — the pieces of `trainyard serve` and how they share state.
+ *
+ * One srv value lives for the daemon's lifetime: configuration, the SSE hub,
+ * the batched event writer, the scheduler/executor and the GPU inventory.
+ * Every write that creates events goes through srv->write_lock so events are
+ * committed and published in id order: a subscriber that replays from the
+ * database and then reads live events sees no gap and no duplicate. */
+#ifndef TY_SERVER_H
+#define TY_SERVER_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "db.h"
+#include "tyerr.h"
+
+/* ---- configuration (config.c) ---------------------------------------------- */
+
+typedef struct srv_config {
+    char listen[256];         /* host:port, default 127.0.0.1:8080 */
+    char data_dir[PATH_MAX];  /* default ./trainyard-data */
+    char engine[PATH_MAX];    /* default trainyard-engine beside this binary */
+    char gpus[256];           /* auto | none | 0,1,... */
+    int cpu_slots;            /* concurrent CPU jobs, default 1 */
+    char allowed_roots[8192]; /* colon-separated */
+    size_t max_body;          /* bytes, default 1 MiB */
+    int grace_s;              /* SIGTERM → SIGKILL, default 30 */
+    char tls_cert[PATH_MAX];
+    char tls_key[PATH_MAX];
+    bool require_token;
+    int event_rate;           /* engine lines per second before a job is failed; 0 = off */
+    int gpu_sample_ms;        /* GPU sampling period, default 2000 */
+    int heartbeat_s;          /* SSE heartbeat, default 15 */
+    int http_threads;         /* MHD thread pool size, default 2 */
+} srv_config;
+
+/* Fills defaults (needs the cwd and /proc/self/exe). */
+int srv_config_defaults(srv_config *c, ty_err *err);
+/* Parses `serve` arguments: --config FILE first, then flags override.
+ * Returns 1 when --help was asked (usage already printed to out). */
+int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *err);
+/* Applies one `key = value` setting (the flag name without dashes). */
+int srv_config_set(srv_config *c, const char *key, const char *value, ty_err *err);
+int srv_config_load_file(srv_config *c, const char *path, ty_err *err);
+void srv_config_usage(FILE *out);
+/* Splits "host:port" ([v6]:port accepted); is the host a loopback address? */
+int srv_listen_parse(const char *listen, char *host, size_t hostcap, int *port, ty_err *err);
+bool srv_host_is_loopback(const char *host);
+
+/* ---- pure helpers, unit-tested (util.c) -------------------------------------- */
+
+/* Opaque list cursor: base64url of "j<id>". */
+void srv_cursor_encode(int64_t id, char out[32]);
+int srv_cursor_decode(const char *s, int64_t *id);
+/* RFC 3339 UTC with milliseconds; "" for 0. */
+void srv_time_fmt(int64_t ms, char out[32]);
+
+/* API tokens: "ty_" + 64 hex chars from 32 random bytes. */
+int srv_token_generate(char out[68], ty_err *err);
+void srv_token_hash(const char *token, char hex[65]);
+/* Constant-time: does the token hash to any of the n stored hashes? */
+bool srv_token_matches(const char *token, const char (*hashes)[65], int n);
+
+typedef struct srv_gpu_sample {
+    int index;
+    char name[96];
+    int64_t mem_total, mem_used;
+    int util, temp;
+    int64_t job_id; /* 0 = free */
+} srv_gpu_sample;
+
+typedef struct srv_prom {
+    int64_t jobs[JOB_NSTATES];
+    int64_t queue_length;
+    int64_t events_ingested;
+    int64_t sse_clients;
+    int64_t http_requests;
+    int ngpus;
+    const srv_gpu_sample *gpus;
+} srv_prom;
+
+/* Prometheus text exposition (version 0.0.4) of a snapshot; malloc'd. */
+char *srv_prom_render(const srv_prom *p);
+
+/* ---- the daemon ---------------------------------------------------------------- */
+
+struct sse_hub;
+struct evw;
+struct sched;
+struct gpu_inv;
+struct MHD_Daemon;
+
+typedef struct srv {
+    srv_config cfg;
+    char db_path[PATH_MAX + 32];
+    char jobs_dir[PATH_MAX + 32];
+    bool auth_required;
+    pthread_mutex_t write_lock; /* commit + publish of events, in id order */
+    struct sse_hub *hub;
+    struct evw *evw;
+    struct sched *sched;
+    struct gpu_inv *gpu;
+    struct MHD_Daemon *mhd;
+    atomic_llong events_ingested;
+    atomic_llong http_requests;
+    atomic_bool stopping;
+    pthread_key_t db_key;      /* per-thread db handle */
+} srv;
+
+/* The calling thread's database handle, opened on first use. */
+db *srv_db(srv *s);
+/* Publishes committed events; call with write_lock held. */
+void srv_publish(srv *s, const db_event *ev);
+/* A job transition with its state event, ordered after any pending engine
+ * events of the writer (they are flushed first, in the same lock). */
+int srv_transition(srv *s, int64_t id, unsigned from_mask, job_state to, const char *reason,
+                   const db_job_update *upd, job_state *from_out, ty_err *err);
+/* <jobs_dir>/<id> */
+void srv_job_dir(const srv *s, int64_t id, char *out, size_t cap);
+
+/* Runs the daemon until SIGINT/SIGTERM; returns an exit code. */
+int srv_serve_main(int argc, char **argv);
+/* `trainyard token create NAME [--data-dir D]`. */
+int srv_token_main(int argc, char **argv);
+
+/* ---- batched event writer (evwriter.c) ------------------------------------------ */
+
+/* Engine events are queued here and committed by one thread in batches of at
+ * most EVW_MAX_BATCH events or EVW_FLUSH_MS milliseconds, then handed to the
+ * publish callback in id order (under *lock, which also orders transitions). */
+#define EVW_MAX_BATCH 1000
+#define EVW_FLUSH_MS 100
+typedef void (*evw_publish_fn)(void *ctx, const db_event *ev);
+struct evw *evw_new(const char *db_path, pthread_mutex_t *lock, evw_publish_fn publish,
+                    void *ctx, ty_err *err);
+/* Takes ownership of data (malloc'd JSON text). Blocks briefly while more
+ * than a few batches are pending, which back-pressures a flooding engine. */
+void evw_push(struct evw *w, int64_t job_id, const char *type, char *data);
+/* Commits and publishes whatever is pending; the caller holds *lock. */
+int evw_flush_locked(struct evw *w, ty_err *err);
+/* Events committed and transactions used so far. */
+void evw_stats(struct evw *w, int64_t *events, int64_t *batches);
+/* Final flush, then stops the thread. */
+void evw_free(struct evw *w);
+
+#endif
