@@ -335,7 +335,8 @@ pcre2_code *tok_regex_compile(const char *pat, size_t len, bool literal,
 {
     int ec;
     PCRE2_SIZE eo;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    /* PCRE2 refuses UCP together with LITERAL; a literal needs no classes. */
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, len, opts, &ec, &eo, NULL);
     if (!re) {
         PCRE2_UCHAR msg[160];

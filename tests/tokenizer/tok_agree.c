@@ -2,11 +2,16 @@
  * independent JavaScript tokenizer (make-fixtures.mjs), plus the round trip
  * decode(encode(text)) == text on every case.
  *
+ * Then four threads encode every case at once on the same tokenizer and
+ * must all get the reference ids again (tok_encode is documented as safe
+ * to call concurrently).
+ *
  * usage: tok_agree MODEL_DIR CASES_JSON [--specials-roundtrip]
  * Without --specials-roundtrip, cases whose ids hold a special token skip
  * the round trip: SentencePiece-style models re-add a "▁" after each
  * special token, so their text legitimately differs (as in Hugging Face). */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +23,38 @@ static void print_ids(const char *label, const int32_t *ids, size_t n)
     fprintf(stderr, "  %s (%zu):", label, n);
     for (size_t i = 0; i < n && i < 60; i++) fprintf(stderr, " %d", (int)ids[i]);
     fprintf(stderr, n > 60 ? " ...\n" : "\n");
+}
+
+typedef struct agree_job {
+    const tok_tokenizer *tok;
+    json_t *cases;
+    size_t start;
+    size_t mismatches;
+} agree_job;
+
+/* Encodes every case (in an order that differs per thread) and counts
+ * results that differ from the reference. */
+static void *agree_thread(void *arg)
+{
+    agree_job *j = arg;
+    size_t n_cases = json_array_size(j->cases);
+    for (size_t r = 0; r < n_cases; r++) {
+        json_t *c = json_array_get(j->cases, (r + j->start) % n_cases);
+        json_t *text = json_object_get(c, "text"), *want = json_object_get(c, "ids");
+        int32_t *ids;
+        size_t n;
+        ty_err err;
+        if (tok_encode(j->tok, json_string_value(text), json_string_length(text),
+                       json_is_true(json_object_get(c, "add_special")), &ids, &n, &err)) {
+            j->mismatches++;
+            continue;
+        }
+        int same = n == json_array_size(want);
+        for (size_t k = 0; same && k < n; k++) same = ids[k] == json_integer_value(json_array_get(want, k));
+        j->mismatches += !same;
+        free(ids);
+    }
+    return NULL;
 }
 
 int main(int argc, char **argv)
@@ -88,7 +125,24 @@ int main(int argc, char **argv)
         }
         free(ids);
     }
-    printf("%s: %zu cases, %zu round trips, %zu failures\n", argv[2], json_array_size(cases), roundtrips, failures);
+    agree_job jobs[4];
+    pthread_t th[4];
+    for (int k = 0; k < 4; k++) {
+        jobs[k] = (agree_job){tok, cases, (size_t)k * json_array_size(cases) / 4, 0};
+        if (pthread_create(&th[k], NULL, agree_thread, &jobs[k])) {
+            fprintf(stderr, "FAIL: pthread_create\n");
+            return 1;
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        pthread_join(th[k], NULL);
+        if (jobs[k].mismatches) {
+            fprintf(stderr, "FAIL: thread %d: %zu cases differ when encoding concurrently\n", k, jobs[k].mismatches);
+            failures++;
+        }
+    }
+    printf("%s: %zu cases, %zu round trips, 4 concurrent passes, %zu failures\n", argv[2], json_array_size(cases),
+           roundtrips, failures);
     json_decref(root);
     tok_free(tok);
     return failures ? 1 : 0;
