@@ -2,7 +2,7 @@
 // tests: a free port, a fresh data directory, the test engine, and the job
 // fixtures (a model directory holding fixture.json, which tells the test
 // engine how to behave, and a small tokens dataset).
-import {spawn} from 'node:child_process';
+import {spawn, spawnSync} from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -54,6 +54,13 @@ export class Daemon {
     throw new Error('trainyard serve did not answer /healthz within 30 s');
   }
 
+  // `trainyard token create NAME`: a token for a --require-token daemon.
+  createToken(name) {
+    const r = spawnSync(this.opts.trainyard, ['token', 'create', name, '--data-dir', this.dataDir], {encoding: 'utf8'});
+    if (r.status !== 0) throw new Error(`trainyard token create failed: ${r.stderr}`);
+    return r.stdout.trim();
+  }
+
   // SIGTERM (a clean restart) or SIGKILL; waits for the process to go.
   async stop(signal = 'SIGTERM') {
     const p = this.proc;
@@ -74,8 +81,9 @@ export class Daemon {
   }
 
   async api(p, {method = 'GET', body} = {}) {
-    const res = await fetch(this.base + p, {method,
-      headers: body ? {'Content-Type': 'application/json'} : {},
+    const headers = body ? {'Content-Type': 'application/json'} : {};
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    const res = await fetch(this.base + p, {method, headers,
       body: body ? JSON.stringify(body) : undefined});
     const text = await res.text();
     const json = text ? JSON.parse(text) : null;

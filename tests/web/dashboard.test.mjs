@@ -11,7 +11,9 @@
 //           disabled where the state forbids them; a refused action shows
 //           the server's error; the submit form shows a bad learning rate's
 //           error next to its field.
-// Both: the page makes no request to any host but the daemon.
+// auth:     on a server that requires a token the page asks for one,
+//           retries with it, keeps it in sessionStorage and streams with it.
+// All: the page makes no request to any host but the daemon.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -37,7 +39,9 @@ const pageErrors = [];
 
 test.before(async () => {
   daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
-    extra: ['--cpu-slots', args.suite === 'controls' ? '1' : '2']});
+    extra: ['--cpu-slots', args.suite === 'controls' ? '1' : '2',
+      ...(args.suite === 'auth' ? ['--require-token'] : [])]});
+  if (args.suite === 'auth') daemon.token = daemon.createToken('browser-test');
   await daemon.start();
   browser = await launch();
   page = browser.context.pages()[0] || await browser.context.newPage();
@@ -203,6 +207,37 @@ if (args.suite === 'controls') {
     await page.click('#submit-form-btn');
     await page.waitForSelector('#job-view');
     await waitState('#job-view', 'succeeded');
+  });
+}
+
+if (args.suite === 'auth') {
+  test('a 401 opens the token prompt; the token is kept for the session and used for streams', async () => {
+    // Without a token the API answers 401 and the page asks for one.
+    const anon = await fetch(`${daemon.base}/jobs`);
+    assert.equal(anon.status, 401);
+    await page.goto(daemon.base + '/');
+    await page.waitForSelector('#token-dialog[open]');
+    await page.fill('#token-dialog input', 'ty_not-a-real-token');
+    await page.click('#token-dialog button[value="ok"]');
+    // A wrong token is refused and asked for again.
+    await page.waitForFunction(() => /refused/.test(document.querySelector('#token-dialog .token-msg').textContent)
+      && document.querySelector('#token-dialog').open);
+    await page.fill('#token-dialog input', daemon.token);
+    await page.click('#token-dialog button[value="ok"]');
+    await page.waitForSelector('#conn[data-state="open"]');
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('trainyard.token')), daemon.token);
+
+    // The live feed works with the token: a new job appears without reload.
+    const model = daemon.fixture('quick', {step_ms: 20});
+    const job = await daemon.api('/jobs', {method: 'POST', body: daemon.spec('authed', model, {maxSteps: 20})});
+    await waitState(`tr[data-job-id="${job.id}"]`, 'succeeded');
+    await page.click(`tr[data-job-id="${job.id}"] a`);
+    await page.waitForFunction(() => Number(document.querySelector('#chart-loss').dataset.points) >= 20);
+
+    // A reload in the same tab keeps the token: no prompt.
+    await page.reload();
+    await page.waitForSelector('#conn[data-state="open"]');
+    assert.equal(await page.evaluate(() => document.querySelector('#token-dialog').open), false);
   });
 }
 
