@@ -1,0 +1,413 @@
+#!/usr/bin/python3
+# cli_test.py — black-box tests of trainyard-engine's command line (ctest engine.cli.*):
+# every bad input of issue 3 must end in one {"ev":"error"} naming the problem
+# and a non-zero exit, plus SIGTERM, checkpoint layout, export/reload and NaN.
+#
+# Usage: cli_test.py ENGINE CASE. Standard library only: the tiny models are
+# written here with struct + json in the safetensors format, independently of
+# the engine's own writer.
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+
+ENGINE = sys.argv[1]
+CASE = sys.argv[2]
+TMP = tempfile.mkdtemp(prefix=f"ty-engine-cli-{CASE}-")
+VOCAB, DIM, LAYERS, HEADS, POS = 53, 16, 2, 2, 32
+
+
+def fail(msg):
+    print(f"FAIL [{CASE}]: {msg}")
+    sys.exit(1)
+
+
+def write_safetensors(path, tensors, header_edit=None):
+    """tensors: list of (name, shape, list of floats). header_edit may change
+    the header dict before it is written (to build broken files)."""
+    header, blobs, off = {}, [], 0
+    for name, shape, vals in tensors:
+        blob = struct.pack(f"<{len(vals)}f", *vals)
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    if header_edit:
+        header_edit(header)
+    text = json.dumps(header).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def gpt2_tensors(rng, vocab=VOCAB):
+    def normal(n, std=0.02):
+        return [rng.gauss(0, std) for _ in range(n)]
+    t = [("transformer.wte.weight", (vocab, DIM), normal(vocab * DIM)),
+         ("transformer.wpe.weight", (POS, DIM), normal(POS * DIM))]
+    for i in range(LAYERS):
+        p = f"transformer.h.{i}."
+        t += [(p + "ln_1.weight", (DIM,), [1.0] * DIM), (p + "ln_1.bias", (DIM,), [0.0] * DIM),
+              (p + "attn.c_attn.weight", (DIM, 3 * DIM), normal(3 * DIM * DIM)),
+              (p + "attn.c_attn.bias", (3 * DIM,), [0.0] * 3 * DIM),
+              (p + "attn.c_proj.weight", (DIM, DIM), normal(DIM * DIM)),
+              (p + "attn.c_proj.bias", (DIM,), [0.0] * DIM),
+              (p + "ln_2.weight", (DIM,), [1.0] * DIM), (p + "ln_2.bias", (DIM,), [0.0] * DIM),
+              (p + "mlp.c_fc.weight", (DIM, 4 * DIM), normal(4 * DIM * DIM)),
+              (p + "mlp.c_fc.bias", (4 * DIM,), [0.0] * 4 * DIM),
+              (p + "mlp.c_proj.weight", (4 * DIM, DIM), normal(4 * DIM * DIM)),
+              (p + "mlp.c_proj.bias", (DIM,), [0.0] * DIM)]
+    t += [("transformer.ln_f.weight", (DIM,), [1.0] * DIM), ("transformer.ln_f.bias", (DIM,), [0.0] * DIM)]
+    return t
+
+
+def gpt2_config(**kw):
+    c = {"model_type": "gpt2", "vocab_size": VOCAB, "n_embd": DIM, "n_layer": LAYERS, "n_head": HEADS,
+         "n_positions": POS}
+    c.update(kw)
+    return c
+
+
+def make_model_dir(name="model", header_edit=None, tensors=None, config=None):
+    d = os.path.join(TMP, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config or gpt2_config(), f)
+    write_safetensors(os.path.join(d, "model.safetensors"), tensors or gpt2_tensors(random.Random(1)),
+                      header_edit)
+    return d
+
+
+def write_dataset(name, rows):
+    p = os.path.join(TMP, name)
+    with open(p, "w") as f:
+        for r in rows:
+            f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+    return p
+
+
+def random_rows(n, seed=2, lo=4, hi=20):
+    rng = random.Random(seed)
+    return [{"input_ids": [rng.randrange(VOCAB) for _ in range(rng.randint(lo, hi))]} for _ in range(n)]
+
+
+def write_spec(model=None, train=None, name="spec.json", **hp):
+    hyper = {"max_steps": 3, "batch_size": 2, "seq_len": 16, "grad_accum": 1, "lr": 1e-3,
+             "log_every_steps": 1}
+    extra = hp.pop("extra", {})
+    hyper.update(hp)
+    spec = {"model": model or {"init": gpt2_config()},
+            "dataset": {"train": train or write_dataset("train.jsonl", random_rows(8)), "format": "tokens"},
+            "hyperparameters": hyper}
+    spec.update(extra)
+    p = os.path.join(TMP, name)
+    with open(p, "w") as f:
+        json.dump(spec, f)
+    return p
+
+
+def run(spec, workdir="work", resume=None, fd3=False, timeout=120):
+    """Runs the engine; returns (exit code, events, stderr)."""
+    cmd = [ENGINE, "--spec", spec, "--workdir", os.path.join(TMP, workdir), "--threads", "1"]
+    if resume:
+        cmd += ["--resume", resume]
+    if fd3:  # events on fd 3, stdout must stay free of them
+        cmd = ["/bin/bash", "-c", 'exec "$0" "$@" 3>&1 1>&2'] + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    events = []
+    for line in p.stdout.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            fail(f"non-JSON line on the event stream: {line!r}")
+    return p.returncode, events, p.stderr
+
+
+def expect_error(result, *fragments, code=None):
+    rc, events, stderr = result
+    errors = [e for e in events if e.get("ev") == "error"]
+    if rc == 0:
+        fail(f"exit 0, wanted a failure; events {events}")
+    if code is not None and rc != code:
+        fail(f"exit {rc}, wanted {code}; stderr: {stderr[-2000:]}")
+    if len(errors) != 1 or set(errors[0]) != {"ev", "message"}:
+        fail(f"wanted exactly one error event, got {events}; stderr: {stderr[-2000:]}")
+    msg = errors[0]["message"]
+    for frag in fragments:
+        if frag not in msg:
+            fail(f"error message {msg!r} does not mention {frag!r}")
+    if "AddressSanitizer" in stderr or "runtime error" in stderr:
+        fail(f"sanitizer report:\n{stderr[-3000:]}")
+    print(f"ok: exit {rc}, {msg}")
+
+
+def expect_success(result, status="succeeded"):
+    rc, events, stderr = result
+    if rc != 0 or not events or events[-1] != {"ev": "done", "status": status}:
+        fail(f"exit {rc}, events {events[-3:]}, wanted done/{status}; stderr: {stderr[-3000:]}")
+    return events
+
+
+def patch_model(edit):
+    return make_model_dir(header_edit=edit)
+
+
+def spec_for_dir(d, **hp):
+    return write_spec(model={"path": d}, **hp)
+
+
+# ---- cases -------------------------------------------------------------------
+
+def case_bad_spec():
+    p = os.path.join(TMP, "spec.json")
+    with open(p, "w") as f:
+        json.dump({"model": {"init": gpt2_config()}, "dataset": {"train": "/x.jsonl"},
+                   "hyperparameters": {"max_steps": 1, "lr": 1e-3, "bogus": 1}}, f)
+    expect_error(run(p), "spec", "bogus", code=2)
+    with open(p, "w") as f:
+        f.write("{not json")
+    expect_error(run(p), "spec", code=2)
+    expect_error(run(os.path.join(TMP, "absent.json")), "absent.json", code=2)
+
+
+def case_missing_files():
+    d = os.path.join(TMP, "empty_model")
+    os.makedirs(d)
+    expect_error(run(spec_for_dir(d)), "config.json")
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(gpt2_config(), f)
+    expect_error(run(spec_for_dir(d)), "model.safetensors")
+    expect_error(run(write_spec(train=os.path.join(TMP, "nope.jsonl"))), "nope.jsonl")
+    # an index naming a shard that is not there
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": {"transformer.wte.weight": "model-00001-of-00002.safetensors"}}, f)
+    expect_error(run(spec_for_dir(d)), "model-00001-of-00002.safetensors")
+
+
+def case_truncated():
+    d = make_model_dir()
+    p = os.path.join(d, "model.safetensors")
+    size = os.path.getsize(p)
+    with open(p, "r+b") as f:
+        f.truncate(size - 100)
+    expect_error(run(spec_for_dir(d)), "model.safetensors", "outside the data area")
+    with open(p, "r+b") as f:
+        f.truncate(5)
+    expect_error(run(spec_for_dir(d)), "truncated")
+
+
+def case_header_length():
+    d = make_model_dir()
+    p = os.path.join(d, "model.safetensors")
+    with open(p, "r+b") as f:
+        f.write(struct.pack("<Q", os.path.getsize(p) * 2))
+    expect_error(run(spec_for_dir(d)), "header length", "beyond the file size")
+
+
+def case_offsets_outside():
+    def edit(h):
+        b, e = h["transformer.ln_f.bias"]["data_offsets"]
+        h["transformer.ln_f.bias"]["data_offsets"] = [b + 10 ** 6, e + 10 ** 6]
+    expect_error(run(spec_for_dir(patch_model(edit))), "transformer.ln_f.bias", "outside the data area")
+
+
+def case_overlap():
+    def edit(h):
+        h["transformer.ln_f.bias"]["data_offsets"] = list(h["transformer.ln_f.weight"]["data_offsets"])
+    expect_error(run(spec_for_dir(patch_model(edit))), "overlap", "transformer.ln_f")
+
+
+def case_unknown_dtype():
+    def edit(h):
+        h["transformer.wpe.weight"]["dtype"] = "F12"
+    expect_error(run(spec_for_dir(patch_model(edit))), "unknown dtype", "F12", "transformer.wpe.weight")
+
+
+def case_shape_mismatch():
+    # config.json says a vocabulary of VOCAB + 1: the embedding contradicts it
+    d = make_model_dir(config=gpt2_config(vocab_size=VOCAB + 1))
+    expect_error(run(spec_for_dir(d)), "transformer.wte.weight", f"[{VOCAB}, {DIM}]", f"[{VOCAB + 1}, {DIM}]")
+    # a tensor that is not part of the model, and one that is missing
+    t = gpt2_tensors(random.Random(1))
+    d = make_model_dir("extra", tensors=t + [("transformer.h.9.attn.c_attn.weight", (2,), [0.0, 0.0])])
+    expect_error(run(spec_for_dir(d)), "unexpected tensor transformer.h.9.attn.c_attn.weight")
+    d = make_model_dir("missing", tensors=[x for x in t if x[0] != "transformer.h.1.mlp.c_fc.bias"])
+    expect_error(run(spec_for_dir(d)), "missing tensor transformer.h.1.mlp.c_fc.bias")
+
+
+def case_token_vocab():
+    rows = random_rows(3)
+    rows.append({"input_ids": [1, 2, VOCAB]})
+    tr = write_dataset("train.jsonl", rows)
+    expect_error(run(write_spec(train=tr)), "train.jsonl", "line 4", f"= {VOCAB}", "vocabulary")
+    tr = write_dataset("bad.jsonl", random_rows(2) + ['{"input_ids": [1, 2'])
+    expect_error(run(write_spec(train=tr)), "bad.jsonl line 3", "not valid JSON")
+
+
+def case_empty_dataset():
+    tr = write_dataset("empty.jsonl", [])
+    expect_error(run(write_spec(train=tr)), "empty.jsonl", "empty dataset")
+
+
+def case_seq_len():
+    expect_error(run(write_spec(seq_len=POS + 1)), "seq_len", str(POS + 1), str(POS), code=2)
+
+
+def case_nan_loss():
+    t = gpt2_tensors(random.Random(1))
+    t = [(n, s, [float("inf")] * len(v)) if n == "transformer.wte.weight" else (n, s, v) for n, s, v in t]
+    d = make_model_dir(tensors=t)
+    result = run(spec_for_dir(d, extra={"checkpoint": {"every_steps": 1}}))
+    expect_error(result, "loss is NaN at step 1")
+    if os.path.exists(os.path.join(TMP, "work", "checkpoints", "step-000001")):
+        fail("a checkpoint was written for the step whose loss was NaN")
+
+
+def check_manifest(ckdir, step):
+    with open(os.path.join(ckdir, "MANIFEST.json")) as f:
+        m = json.load(f)
+    if m.get("format") != "trainyard-checkpoint/1" or m.get("step") != step:
+        fail(f"manifest header {m}")
+    names = [x["path"] for x in m["files"]]
+    if names != ["model.safetensors", "optimizer.safetensors", "trainer_state.json"]:
+        fail(f"manifest files {names}")
+    for x in m["files"]:
+        data = open(os.path.join(ckdir, x["path"]), "rb").read()
+        if len(data) != x["bytes"] or hashlib.sha256(data).hexdigest() != x["sha256"]:
+            fail(f"manifest entry {x} does not match the file")
+    if sorted(os.listdir(ckdir)) != sorted(names + ["MANIFEST.json"]):
+        fail(f"unexpected files in {ckdir}: {os.listdir(ckdir)}")
+    with open(os.path.join(ckdir, "trainer_state.json")) as f:
+        st = json.load(f)
+    for k in ("step", "epoch", "cursor", "rng", "spec_sha256", "loss_scale"):
+        if k not in st:
+            fail(f"trainer_state.json lacks {k}: {st}")
+    if st["step"] != step:
+        fail(f"trainer_state step {st['step']}, manifest {step}")
+
+
+def case_checkpoints():
+    """every_steps + keep_last, the layout of DESIGN §6, events on fd 3."""
+    spec = write_spec(max_steps=5, extra={"checkpoint": {"every_steps": 2, "keep_last": 2}})
+    events = expect_success(run(spec, fd3=True))
+    cks = [e for e in events if e["ev"] == "checkpoint"]
+    if [c["step"] for c in cks] != [2, 4, 5]:
+        fail(f"checkpoint events {cks}")
+    for c in cks:
+        if c["dir"] != f"checkpoints/step-{c['step']:06d}" or not isinstance(c["bytes"], int):
+            fail(f"checkpoint event {c}")
+    root = os.path.join(TMP, "work", "checkpoints")
+    if sorted(os.listdir(root)) != ["step-000004", "step-000005"]:
+        fail(f"keep_last 2 left {sorted(os.listdir(root))}")
+    check_manifest(os.path.join(root, "step-000005"), 5)
+    total = sum(os.path.getsize(os.path.join(root, "step-000005", f)) for f in os.listdir(os.path.join(root, "step-000005")))
+    if cks[-1]["bytes"] != total:
+        fail(f"checkpoint event bytes {cks[-1]['bytes']}, files total {total}")
+    started = events[0]
+    if started["ev"] != "started" or started["world"] != 1 or started["backend"] != "cpu" or \
+            started["params"] != started["trainable"] or started["params"] <= 0:
+        fail(f"started event {started}")
+    metrics = [e for e in events if e["ev"] == "metric"]
+    keys = ["ev", "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mem_bytes"]
+    if [m["step"] for m in metrics] != [1, 2, 3, 4, 5] or any(list(m) != keys for m in metrics):
+        fail(f"metric events {metrics}")
+    if metrics[-1]["tokens"] != 5 * 2 * 16:
+        fail(f"tokens {metrics[-1]['tokens']}, wanted {5 * 2 * 16}")
+
+
+def case_corrupt_checkpoint():
+    spec = write_spec(max_steps=2)
+    expect_success(run(spec))
+    ck = os.path.join(TMP, "work", "checkpoints", "step-000002")
+    p = os.path.join(ck, "optimizer.safetensors")
+    data = bytearray(open(p, "rb").read())
+    data[-3] ^= 0x40
+    open(p, "wb").write(bytes(data))
+    expect_error(run(spec, workdir="work2", resume=ck), "checkpoint corrupt: optimizer.safetensors sha256 mismatch")
+    os.remove(os.path.join(ck, "MANIFEST.json"))
+    expect_error(run(spec, workdir="work3", resume=ck), "MANIFEST.json")
+
+
+def case_sigterm():
+    spec = write_spec(max_steps=1000000, log_every_steps=1,
+                      train=write_dataset("train.jsonl", random_rows(5)))
+    cmd = [ENGINE, "--spec", spec, "--workdir", os.path.join(TMP, "work"), "--threads", "1"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    events = []
+    try:
+        for line in p.stdout:
+            events.append(json.loads(line))
+            if events[-1]["ev"] == "metric" and events[-1]["step"] == 2:
+                p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if rc != 0 or events[-1] != {"ev": "done", "status": "stopped"}:
+        fail(f"exit {rc}, last events {events[-3:]}")
+    last = max(e["step"] for e in events if e["ev"] == "metric")
+    ck = [e for e in events if e["ev"] == "checkpoint"]
+    if not ck or ck[-1]["step"] != last or ck[-1]["dir"] != f"checkpoints/step-{last:06d}":
+        fail(f"stopped after step {last} but checkpoint events are {ck}")
+    check_manifest(os.path.join(TMP, "work", ck[-1]["dir"]), last)
+    print(f"ok: stopped after step {last} with a committed checkpoint")
+
+
+def case_export_reload():
+    """The export loads again bit-identically: the loss of the reloaded
+    model on one example equals the first run's final eval loss on it."""
+    one = write_dataset("one.jsonl", random_rows(1, seed=9, lo=12, hi=12))
+    for fam, init in (("gpt2", gpt2_config()),
+                      ("llama", {"model_type": "llama", "vocab_size": VOCAB, "hidden_size": DIM,
+                                 "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                 "num_key_value_heads": 2, "max_position_embeddings": POS})):
+        spec = write_spec(model={"init": init}, name=f"{fam}.json", max_steps=3, batch_size=1,
+                          extra={})
+        with open(spec) as f:
+            s = json.load(f)
+        s["dataset"]["eval"] = one
+        json.dump(s, open(spec, "w"))
+        events = expect_success(run(spec, workdir=f"{fam}1"))
+        eval_loss = [e for e in events if e["ev"] == "eval"][-1]["loss"]
+        export = os.path.join(TMP, f"{fam}1", "export")
+        cfg = json.load(open(os.path.join(export, "config.json")))
+        if cfg.get("model_type") != fam or cfg.get("torch_dtype") != "float32":
+            fail(f"exported config.json {cfg}")
+        ckm = os.path.join(TMP, f"{fam}1", "checkpoints", "step-000003", "model.safetensors")
+        if open(ckm, "rb").read() != open(os.path.join(export, "model.safetensors"), "rb").read():
+            fail("export/model.safetensors differs from the final checkpoint's weights")
+        with open(os.path.join(export, "tokenizer.json"), "w") as f:
+            f.write('{"fake": true}')
+        spec2 = write_spec(model={"path": export}, train=one, name=f"{fam}2.json", max_steps=1, batch_size=1)
+        events2 = expect_success(run(spec2, workdir=f"{fam}2"))
+        loss = [e for e in events2 if e["ev"] == "metric"][0]["loss"]
+        if loss != eval_loss:
+            fail(f"{fam}: reloaded export gives loss {loss!r}, the exporting run {eval_loss!r}")
+        if open(os.path.join(TMP, f"{fam}2", "export", "tokenizer.json")).read() != '{"fake": true}':
+            fail("tokenizer.json was not carried into the export")
+        print(f"ok: {fam} export reloads bit-identically (loss {loss!r})")
+
+
+def case_world():
+    env = dict(os.environ, TY_WORLD_SIZE="2", TY_RANK="0")
+    p = subprocess.run([ENGINE, "--spec", write_spec(), "--workdir", os.path.join(TMP, "w")],
+                       capture_output=True, text=True, env=env, timeout=60)
+    events = [json.loads(x) for x in p.stdout.splitlines()]
+    expect_error((p.returncode, events, p.stderr), "world size 2")
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    try:
+        if CASE not in CASES:
+            fail(f"unknown case; known: {sorted(CASES)}")
+        CASES[CASE]()
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
