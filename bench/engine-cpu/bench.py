@@ -21,8 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "engine_ref"))
 
 SHAPES = {
-    "gpt2-4x256": {"n_layer": 4, "n_embd": 256, "n_head": 4, "seq": 256, "batch": 8, "steps": 5},
-    "gpt2-124M": {"n_layer": 12, "n_embd": 768, "n_head": 12, "seq": 1024, "batch": 1, "steps": 4},
+    "gpt2-4x256": {"n_layer": 4, "n_embd": 256, "n_head": 4, "seq": 256, "batch": 8, "steps": 4},
+    "gpt2-124M": {"n_layer": 12, "n_embd": 768, "n_head": 12, "seq": 1024, "batch": 1, "steps": 3},
 }
 VOCAB = 50257
 

@@ -217,12 +217,15 @@ def lr_lambda(schedule, step0, warmup, total):
     raise ValueError(f"unknown schedule {schedule}")
 
 
-def train(spec, dtype=torch.float64, order=identity_order, lr_offset=0, steps=None):
+def train(spec, dtype=torch.float64, order=identity_order, lr_offset=0, steps=None, final=None):
     """Runs the spec's training loop; returns one dict per step:
     {step, loss, lr, grad_norm, tokens}. lr_offset=1 evaluates the schedule at
-    k instead of k-1 (for engines that count the first update as step 1)."""
+    k instead of k-1 (for engines that count the first update as step 1).
+    final: a dict that receives the trained parameters (our names)."""
     hp = spec["hyperparameters"]
     cfg, p = load_model(spec["model"]["path"], dtype)
+    if final is not None:
+        final.update(p)
     B, T, GA = hp["batch_size"], hp["seq_len"], hp.get("grad_accum", 1)
     examples = load_examples(spec["dataset"]["train"], T)
     stream = example_stream(len(examples), hp.get("seed", 1234), order)
