@@ -16,6 +16,7 @@
 
 struct db {
     sqlite3 *h;
+    sqlite3_stmt *ins_event; /* prepared once: the hot path of event ingestion */
 };
 
 /* ---- states ---------------------------------------------------------------- */
@@ -246,6 +247,7 @@ int db_open(const char *path, db **out, ty_err *err)
 void db_close(db *d)
 {
     if (!d) return;
+    sqlite3_finalize(d->ins_event);
     sqlite3_close(d->h);
     free(d);
 }
@@ -266,16 +268,19 @@ void db_events_free(db_event *evs, int n)
 }
 
 /* Inserts one event inside the caller's transaction. The per-job seq is
- * max+1 through the UNIQUE(job_id, seq) index: one B-tree probe. */
+ * max+1 through the UNIQUE(job_id, seq) index: one B-tree probe (`=`, not
+ * `IS`, so the index is used). An event of no job gets seq 1. */
 static int insert_event(db *d, int64_t job_id, int64_t ts, const char *type,
                         const char *data, db_event *out, ty_err *err)
 {
     static const char *sql =
         "INSERT INTO job_events(job_id, seq, type, data, ts_ms) VALUES (?1,"
-        " (SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id IS ?1),"
+        " (SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?1),"
         " ?2, ?3, ?4) RETURNING id, seq";
-    sqlite3_stmt *st;
-    if (prep(d, sql, &st, err)) return TY_EIO;
+    if (!d->ins_event && prep(d, sql, &d->ins_event, err)) return TY_EIO;
+    sqlite3_stmt *st = d->ins_event;
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
     if (job_id > 0) sqlite3_bind_int64(st, 1, job_id);
     else sqlite3_bind_null(st, 1);
     sqlite3_bind_text(st, 2, type, -1, SQLITE_STATIC);
@@ -283,7 +288,7 @@ static int insert_event(db *d, int64_t job_id, int64_t ts, const char *type,
     sqlite3_bind_int64(st, 4, ts);
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
-        sqlite3_finalize(st);
+        sqlite3_reset(st);
         return sql_err(d, err, "insert event");
     }
     if (out) {
@@ -296,7 +301,7 @@ static int insert_event(db *d, int64_t job_id, int64_t ts, const char *type,
         out->data = strdup(data);
     }
     sqlite3_step(st);
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     return 0;
 }
 
@@ -725,11 +730,20 @@ int db_job_update_fields(db *d, int64_t id, const db_job_update *upd, ty_err *er
 /* ---- event appends and reads --------------------------------------------------------- */
 
 /* Keeps the job row's summary columns in step with the newest metric, eval
- * and started events of a batch: one UPDATE per job and kind per batch. */
+ * and started events of a batch: one UPDATE per job and kind per batch (the
+ * first metric of a run also seeds metric0 for the ETA, so a job's first
+ * metric of the batch is written too). Walking the batch backwards finds
+ * the newest of each kind with a small list of keys already seen. */
+typedef struct summary_key {
+    int64_t job_id;
+    const char *type;
+} summary_key;
+
 static int update_summaries(db *d, const db_event_in *in, int n, ty_err *err)
 {
     sqlite3_stmt *m = NULL, *o = NULL;
-    int rc = 0;
+    summary_key seen[64];
+    int nseen = 0, rc = 0;
     if (prep(d, "UPDATE jobs SET last_metric = ?2, metric_last_ms = ?3,"
                 " metric0_ms = COALESCE(metric0_ms, ?3),"
                 " metric0_step = COALESCE(metric0_step, ?4) WHERE id = ?1", &m, err) ||
@@ -739,40 +753,37 @@ static int update_summaries(db *d, const db_event_in *in, int n, ty_err *err)
         rc = TY_EIO;
         goto out;
     }
-    for (int i = 0; i < n; i++) {
-        const char *t = in[i].type;
-        bool metric = strcmp(t, "metric") == 0;
-        if (in[i].job_id <= 0 || (!metric && strcmp(t, "eval") && strcmp(t, "started")))
-            continue;
-        /* Only the last event of its kind for this job in the batch counts;
-         * except the first metric, which also seeds metric0 for the ETA. */
-        bool later = false;
-        for (int k = i + 1; k < n && !later; k++)
-            later = in[k].job_id == in[i].job_id && strcmp(in[k].type, t) == 0;
-        if (metric) {
-            bool first = true;
-            for (int k = 0; k < i && first; k++)
-                first = !(in[k].job_id == in[i].job_id && strcmp(in[k].type, t) == 0);
-            if (later && !first) continue;
-            json_t *o2 = json_loads(in[i].data, 0, NULL);
-            int64_t step = o2 ? json_integer_value(json_object_get(o2, "step")) : 0;
-            json_decref(o2);
-            sqlite3_reset(m);
-            sqlite3_bind_int64(m, 1, in[i].job_id);
-            sqlite3_bind_text(m, 2, in[i].data, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(m, 3, in[i].ts_ms);
-            sqlite3_bind_int64(m, 4, step);
-            if (sqlite3_step(m) != SQLITE_DONE) {
-                rc = sql_err(d, err, "update metric summary");
-                goto out;
+    /* First metric per job, in batch order, so metric0 is the earliest. */
+    for (int pass = 0; pass < 2; pass++) {
+        nseen = 0;
+        for (int k = 0; k < n; k++) {
+            int i = pass == 0 ? k : n - 1 - k; /* pass 0: first; pass 1: newest */
+            const char *t = in[i].type;
+            bool metric = strcmp(t, "metric") == 0;
+            if (in[i].job_id <= 0) continue;
+            if (pass == 0 ? !metric : (!metric && strcmp(t, "eval") && strcmp(t, "started")))
+                continue;
+            bool dup = false;
+            for (int s = 0; s < nseen && !dup; s++)
+                dup = seen[s].job_id == in[i].job_id && !strcmp(seen[s].type, t);
+            if (dup) continue;
+            if (nseen < 64) seen[nseen++] = (summary_key){in[i].job_id, t};
+            sqlite3_stmt *st = metric ? m : o;
+            sqlite3_reset(st);
+            sqlite3_bind_int64(st, 1, in[i].job_id);
+            if (metric) {
+                json_t *js = json_loads(in[i].data, 0, NULL);
+                int64_t step = js ? json_integer_value(json_object_get(js, "step")) : 0;
+                json_decref(js);
+                sqlite3_bind_text(st, 2, in[i].data, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(st, 3, in[i].ts_ms);
+                sqlite3_bind_int64(st, 4, step);
+            } else {
+                sqlite3_bind_text(st, 2, t, -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 3, in[i].data, -1, SQLITE_STATIC);
             }
-        } else if (!later) {
-            sqlite3_reset(o);
-            sqlite3_bind_int64(o, 1, in[i].job_id);
-            sqlite3_bind_text(o, 2, t, -1, SQLITE_STATIC);
-            sqlite3_bind_text(o, 3, in[i].data, -1, SQLITE_STATIC);
-            if (sqlite3_step(o) != SQLITE_DONE) {
-                rc = sql_err(d, err, "update summary");
+            if (sqlite3_step(st) != SQLITE_DONE) {
+                rc = sql_err(d, err, "update job summary");
                 goto out;
             }
         }

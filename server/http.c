@@ -240,14 +240,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
-/* libmicrohttpd's own diagnostics go to stderr; they never contain headers. */
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
-{
-    (void)cls;
-    fputs("trainyard: http: ", stderr);
-    vfprintf(stderr, fmt, ap);
-}
-
 /* ---- serve ----------------------------------------------------------------------------------- */
 
 static int start_http(srv *s, ty_err *err)
@@ -258,7 +250,9 @@ static int start_http(srv *s, ty_err *err)
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     socklen_t sl;
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    /* No MHD_USE_ERROR_LOG: it reports every client that hangs up on a
+     * stream; failures to start are reported by us. */
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
     const char *h = !strcmp(host, "localhost") ? "127.0.0.1" : host;
@@ -287,7 +281,6 @@ static int start_http(srv *s, ty_err *err)
         flags |= MHD_USE_TLS;
     }
     struct MHD_OptionItem opts[] = {
-        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, NULL},
         {MHD_OPTION_SOCK_ADDR, 0, &ss},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, 10000, NULL},
