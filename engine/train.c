@@ -476,7 +476,7 @@ static int train_loop(run *r)
     int64_t win_t0 = ty_mono_ms(), win_tokens = r->tokens;
     while (r->step < s->max_steps) {
         if (train_stop_requested) break;
-        step_result sr;
+        step_result sr = {0};
         if (train_step(r, &sr, &err)) return fail(NULL, &err);
         if (!isfinite(sr.loss)) {
             char msg[256];
