@@ -2,6 +2,9 @@
  * JSON, so test_sigv4_botocore.py can compare it with botocore's signer
  * for the same request and a fixed clock.
  *
+ * PATH is used as given, or "raw:/bucket/key" is encoded first the way
+ * s3.c encodes object names.
+ *
  * usage: storage-sigv4-dump METHOD PATH AMZDATE REGION SERVICE PAYLOAD_HASH
  *            AKID SECRET [q NAME VALUE]... [h NAME VALUE]... */
 #include <jansson.h>
@@ -10,6 +13,7 @@
 #include <string.h>
 
 #include "sigv4.h"
+#include "store_int.h"
 
 int main(int argc, char **argv)
 {
@@ -33,12 +37,14 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    char *path = !strncmp(argv[2], "raw:", 4) ? store_urlencode(argv[2] + 4, 1) : strdup(argv[2]);
     sigv4_input in = {.access_key = argv[7], .secret_key = argv[8], .region = argv[4], .service = argv[5],
-                      .method = argv[1], .path = argv[2], .query = q, .n_query = nq, .headers = h,
+                      .method = argv[1], .path = path, .query = q, .n_query = nq, .headers = h,
                       .n_headers = nh, .payload_hash = argv[6], .amz_date = argv[3]};
     sigv4_output out;
     ty_err err = {0};
     if (sigv4_sign(&in, &out, &err) != 0) {
+        free(path);
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
@@ -51,5 +57,6 @@ int main(int argc, char **argv)
     free(s);
     json_decref(j);
     sigv4_output_free(&out);
+    free(path);
     return 0;
 }
