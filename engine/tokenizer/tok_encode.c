@@ -204,7 +204,7 @@ static int bpe_word(enc_ctx *c, const char *w, size_t len)
         int32_t id = tok_strmap_get(&t->vocab, key, klen);
         if (id >= 0) return tok_ids_push(&c->out, id) ? oom(c) : 0;
     }
-    size_t n;
+    size_t n = 0;
     int rc = initial_symbols(c, w, len, &n);
     if (rc) return rc;
     c->heap_n = 0;

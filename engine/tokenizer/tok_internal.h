@@ -67,12 +67,17 @@ int tok_strmap_put(tok_strmap *m, const char *k, uint32_t klen, int32_t v);
 int32_t tok_strmap_get(const tok_strmap *m, const char *k, size_t klen);
 void tok_strmap_free(tok_strmap *m);
 
-/* (left id, right id) -> merge rank and merged id. */
+/* (left id, right id) -> merge rank and merged id. One slot holds all
+ * three so a lookup touches one cache line. */
+typedef struct tok_pair_slot {
+    uint64_t key;             /* UINT64_MAX marks an empty slot */
+    int32_t rank;
+    int32_t merged;
+} tok_pair_slot;
+
 typedef struct tok_pairmap {
     uint32_t mask;
-    uint64_t *key;            /* UINT64_MAX marks an empty slot */
-    int32_t *rank;
-    int32_t *merged;
+    tok_pair_slot *slot;
 } tok_pairmap;
 
 int tok_pairmap_init(tok_pairmap *m, size_t expected);

@@ -99,7 +99,7 @@ static int parse_prepend_scheme(json_t *o, const char *where, tok_prepend *out, 
         return 0;
     }
     /* The older form says add_prefix_space instead. */
-    bool aps;
+    bool aps = true;
     if (jbool(o, "add_prefix_space", true, &aps, where, err)) return err ? err->code : TY_EINVAL;
     *out = aps ? PREPEND_ALWAYS : PREPEND_NEVER;
     return 0;
@@ -141,17 +141,17 @@ static int parse_normalizer(tok_tokenizer *t, json_t *o, const char *where, ty_e
     else if (!strcmp(type, "NFKD")) n.kind = NORM_NFKD;
     else if (!strcmp(type, "Lowercase")) n.kind = NORM_LOWERCASE;
     else if (!strcmp(type, "Prepend")) {
-        const char *s;
-        size_t len;
+        const char *s = NULL;
+        size_t len = 0;
         if (jstr(o, "prepend", &s, &len, where, err)) return err ? err->code : TY_EINVAL;
         n.kind = NORM_PREPEND;
         n.text = memdup0(s, len);
         n.text_len = len;
         if (!n.text) return ty_err_set(err, TY_ENOMEM, "out of memory");
     } else if (!strcmp(type, "Replace")) {
-        const char *pat, *content;
-        size_t plen, clen;
-        bool is_regex;
+        const char *pat = NULL, *content = NULL;
+        size_t plen = 0, clen = 0;
+        bool is_regex = false;
         if (jpattern(o, where, &pat, &plen, &is_regex, err)) return err ? err->code : TY_EINVAL;
         if (jstr(o, "content", &content, &clen, where, err)) return err ? err->code : TY_EINVAL;
         if (plen == 0) return ty_err_set(err, TY_EINVAL, TJ ": %s.pattern is empty", where);
@@ -230,9 +230,9 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
         return 0;
     }
     if (!strcmp(type, "Split")) {
-        const char *pat, *beh;
-        size_t plen;
-        bool is_regex;
+        const char *pat = NULL, *beh = NULL;
+        size_t plen = 0;
+        bool is_regex = false;
         if (jpattern(o, where, &pat, &plen, &is_regex, err)) return err ? err->code : TY_EINVAL;
         if (jstr(o, "behavior", &beh, NULL, where, err)) return err ? err->code : TY_EINVAL;
         if (jbool(o, "invert", false, &p.invert, where, err)) return err ? err->code : TY_EINVAL;
@@ -247,7 +247,7 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
         p.re = tok_regex_compile(pat, plen, !is_regex, where, err);
         if (!p.re) return err ? err->code : TY_EINVAL;
     } else if (!strcmp(type, "ByteLevel")) {
-        bool use_regex;
+        bool use_regex = true;
         p.kind = PRE_BYTELEVEL;
         if (jbool(o, "add_prefix_space", true, &p.add_prefix_space, where, err) ||
             jbool(o, "use_regex", true, &use_regex, where, err))
@@ -315,9 +315,9 @@ static int parse_decoder(tok_tokenizer *t, json_t *o, const char *where, ty_err 
     else if (!strcmp(type, "ByteFallback")) d.kind = DEC_BYTEFALLBACK;
     else if (!strcmp(type, "Fuse")) d.kind = DEC_FUSE;
     else if (!strcmp(type, "Replace")) {
-        const char *pat, *content;
-        size_t plen, clen;
-        bool is_regex;
+        const char *pat = NULL, *content = NULL;
+        size_t plen = 0, clen = 0;
+        bool is_regex = false;
         if (jpattern(o, where, &pat, &plen, &is_regex, err)) return err ? err->code : TY_EINVAL;
         if (is_regex)
             return ty_err_set(err, TY_EINVAL, TJ ": %s: a Replace decoder with a Regex pattern is not supported", where);
@@ -409,8 +409,8 @@ static int load_merges(tok_tokenizer *t, json_t *merges, ty_err *err)
     tok_buf cat = {0};
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
-        const char *a, *b;
-        size_t alen, blen;
+        const char *a = NULL, *b = NULL;
+        size_t alen = 0, blen = 0;
         rc = parse_merge(json_array_get(merges, i), i, &a, &alen, &b, &blen, err);
         if (rc) break;
         int32_t ia = tok_strmap_get(&t->vocab, a, alen), ib = tok_strmap_get(&t->vocab, b, blen);
@@ -544,8 +544,8 @@ static int parse_added(tok_tokenizer *t, json_t *added, ty_err *err)
     json_array_foreach(added, i, a) {
         char w[48];
         snprintf(w, sizeof w, "added_tokens[%zu]", i);
-        const char *content;
-        size_t len;
+        const char *content = NULL;
+        size_t len = 0;
         tok_added *x = &t->added[t->n_added];
         if (jstr(a, "content", &content, &len, w, err)) return err ? err->code : TY_EINVAL;
         if (len == 0) return ty_err_set(err, TY_EINVAL, TJ ": %s.content is empty", w);

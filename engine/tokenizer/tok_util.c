@@ -168,14 +168,9 @@ int tok_pairmap_init(tok_pairmap *m, size_t expected)
 {
     uint32_t cap = pow2_cap(expected);
     m->mask = cap - 1;
-    m->key = malloc(cap * sizeof *m->key);
-    m->rank = malloc(cap * sizeof *m->rank);
-    m->merged = malloc(cap * sizeof *m->merged);
-    if (!m->key || !m->rank || !m->merged) {
-        tok_pairmap_free(m);
-        return TY_ENOMEM;
-    }
-    for (uint32_t i = 0; i < cap; i++) m->key[i] = UINT64_MAX;
+    m->slot = malloc(cap * sizeof *m->slot);
+    if (!m->slot) return TY_ENOMEM;
+    for (uint32_t i = 0; i < cap; i++) m->slot[i].key = UINT64_MAX;
     return 0;
 }
 
@@ -183,29 +178,27 @@ int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t 
 {
     uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     uint32_t i = pair_hash(k) & m->mask;
-    while (m->key[i] != UINT64_MAX) {
-        if (m->key[i] == k) {
-            m->rank[i] = rank;
-            m->merged[i] = merged;
+    while (m->slot[i].key != UINT64_MAX) {
+        if (m->slot[i].key == k) {
+            m->slot[i].rank = rank;
+            m->slot[i].merged = merged;
             return 0;
         }
         i = (i + 1) & m->mask;
     }
-    m->key[i] = k;
-    m->rank[i] = rank;
-    m->merged[i] = merged;
+    m->slot[i] = (tok_pair_slot){k, rank, merged};
     return 1;
 }
 
 int32_t tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *merged)
 {
-    if (!m->key) return -1;
+    if (!m->slot) return -1;
     uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     uint32_t i = pair_hash(k) & m->mask;
-    while (m->key[i] != UINT64_MAX) {
-        if (m->key[i] == k) {
-            *merged = m->merged[i];
-            return m->rank[i];
+    while (m->slot[i].key != UINT64_MAX) {
+        if (m->slot[i].key == k) {
+            *merged = m->slot[i].merged;
+            return m->slot[i].rank;
         }
         i = (i + 1) & m->mask;
     }
@@ -214,9 +207,7 @@ int32_t tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *mer
 
 void tok_pairmap_free(tok_pairmap *m)
 {
-    free(m->key);
-    free(m->rank);
-    free(m->merged);
+    free(m->slot);
     memset(m, 0, sizeof *m);
 }
 

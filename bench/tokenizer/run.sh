@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bench/tokenizer/run.sh — encode throughput (MB/s of UTF-8 text) of the
+# trainyard tokenizer against the JavaScript reference tokenizers
+# (gpt-3-encoder, llama-tokenizer-js, llama3-tokenizer-js) on the same text,
+# line by line, side by side in one run, with the ratio (goal: >= 5x).
+# Usage: bench/tokenizer/run.sh BUILD_DIR   (a Release build with tok-bench)
+# Leaves the figures as a Markdown table in bench/out/tokenizer/results.md.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)
+bench="$build/bin/tok-bench"
+out="$root/bench/out/tokenizer"
+[ -x "$bench" ] || { echo "tokenizer bench: $bench is missing; build the tok-bench target" >&2; exit 1; }
+command -v node >/dev/null || { echo "tokenizer bench: node is missing" >&2; exit 1; }
+mkdir -p "$out"
+
+# The reference tokenizers and the model directories made from their data.
+if [ ! -d "$root/tests/tokenizer/node_modules/llama3-tokenizer-js" ]; then
+  (cd "$root/tests/tokenizer" && npm install --no-audit --no-fund --loglevel=error)
+fi
+node "$root/tests/tokenizer/make-fixtures.mjs" "$out/fixtures" >/dev/null
+
+# The text: English prose (licence texts), this project's docs (Markdown,
+# code, tables) and the multilingual test corpus (CJK, emoji, accents).
+text="$out/text.txt"
+{
+  for f in /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 \
+           /usr/share/common-licenses/MPL-2.0 /usr/share/common-licenses/GFDL-1.3; do
+    [ -f "$f" ] && cat "$f"
+  done
+  cat "$root"/docs/*.md "$root/README.md"
+  cat "$out/fixtures/llama3.lines.txt"
+} >"$text"
+bytes=$(wc -c <"$text")
+echo "text: $bytes bytes, $(wc -l <"$text") lines; each side encodes it line by line for >= 2 s"
+
+field() { sed -n "s/.*\"$2\": *\([0-9.]*\).*/\1/p" <<<"$1"; }
+
+{
+  echo "| model (reference) | trainyard MB/s | trainyard 2 threads MB/s | JS reference MB/s | ratio (1 thread) | tokens/line agree |"
+  echo "|---|---:|---:|---:|---:|---|"
+} >"$out/results.md"
+printf '%-8s %14s %14s %12s %8s\n' model "ours MB/s" "ours 2thr" "JS MB/s" ratio
+for m in gpt2 llama2 llama3; do
+  case $m in
+    gpt2) ref=gpt-3-encoder ;;
+    llama2) ref=llama-tokenizer-js ;;
+    llama3) ref=llama3-tokenizer-js ;;
+  esac
+  ours=$("$bench" "$out/fixtures/$m" "$text" 1)
+  ours2=$("$bench" "$out/fixtures/$m" "$text" 2)
+  js=$(node "$here/bench-js.mjs" "$m" "$text")
+  o=$(field "$ours" mb_per_s)
+  o2=$(field "$ours2" mb_per_s)
+  j=$(field "$js" mb_per_s)
+  # Tokens per pass must match: both sides tokenised the same text alike.
+  ot=$(awk -v t="$(field "$ours" tokens)" -v p="$(field "$ours" passes)" 'BEGIN{printf "%d", t/p}')
+  jt=$(awk -v t="$(field "$js" tokens)" -v p="$(field "$js" passes)" 'BEGIN{printf "%d", t/p}')
+  agree=yes
+  [ "$ot" = "$jt" ] || agree="no ($ot vs $jt)"
+  ratio=$(awk -v a="$o" -v b="$j" 'BEGIN{ if (b > 0) printf "%.1f", a/b; else print "inf" }')
+  printf '%-8s %14s %14s %12s %7sx  tokens/pass %s (%s)\n' "$m" "$o" "$o2" "$j" "$ratio" "$ot" "agree: $agree"
+  echo "| $m ($ref) | $o | $o2 | $j | ${ratio}x | $agree |" >>"$out/results.md"
+done
+echo "table: $out/results.md"
