@@ -202,3 +202,32 @@ class Checks:
     def done(self):
         print(f"{self.passed} passed, {self.failed} failed")
         sys.exit(1 if self.failed else 0)
+
+
+class FaultProxy:
+    """faultproxy.py in front of an emulator; rules can be swapped live."""
+
+    def __init__(self, upstream):
+        d = tmpdir("proxy")
+        self.rules_path = os.path.join(d, "rules.json")
+        self.log_path = os.path.join(d, "log.jsonl")
+        self.set([])
+        port = free_port()
+        p = spawn([sys.executable, os.path.join(HERE, "faultproxy.py"), str(port), upstream, self.rules_path,
+                   self.log_path], os.path.join(d, "proxy.log"))
+        wait_port(port, p, "fault proxy")
+        self.url = f"http://127.0.0.1:{port}"
+        self.host = f"127.0.0.1:{port}"
+
+    def set(self, rules):
+        import json
+        tmp = self.rules_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(rules, f)
+        os.replace(tmp, self.rules_path)
+        open(self.log_path, "w").close()
+
+    def log(self):
+        import json
+        with open(self.log_path) as f:
+            return [json.loads(line) for line in f if line.strip()]
