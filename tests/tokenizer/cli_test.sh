@@ -24,12 +24,12 @@ fi
 "$bin" --model "$fx/llama3" --decode <"$tmp/ids" >"$tmp/text" 2>"$tmp/err" || die "decode exited $?: $(cat "$tmp/err")"
 cmp -s "$tmp/text" "$fx/llama3.lines.txt" || die "decode(encode(lines)) differs from the lines"
 
-# 3. --add-special puts <|begin_of_text|> (128000) first.
-out=$(printf 'Hello world!\n' | "$bin" --model "$fx/llama3" --add-special)
-[ "$out" = "128000 9906 1917 0" ] || die "--add-special gave '$out'"
+# 3. --add-special puts <s> (1) first (Llama 2: smaller, loads faster).
+out=$(printf 'Hello world!\n' | "$bin" --model "$fx/llama2" --add-special)
+[ "$out" = "1 15043 3186 29991" ] || die "--add-special gave '$out'"
 
 # 4. Invalid UTF-8 on line 2: line 1 is printed, then exit 1 naming line 2.
-printf 'fine\n\xff\xfe broken\nnever read\n' | "$bin" --model "$fx/llama3" >"$tmp/out" 2>"$tmp/err"
+printf 'fine\n\xff\xfe broken\nnever read\n' | "$bin" --model "$fx/llama2" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc = 1 ] || die "invalid UTF-8: exit $rc, wanted 1"
 grep -q "line 2: text is not valid UTF-8 (byte offset 0" "$tmp/err" || die "invalid UTF-8 message: $(cat "$tmp/err")"
