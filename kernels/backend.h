@@ -14,7 +14,8 @@ typedef struct kn_backend {
     const char *name; /* "cpu" | "cuda" */
 
     /* Device setup on an already zeroed ctx (ctx->n_threads is set);
-     * may store private state in ctx->impl. Returns 0 or TY_E*. */
+     * may store private state in ctx->impl and fills ctx->desc (see
+     * kn_describe). Returns 0 or TY_E*. */
     int (*open)(kn_ctx *c, int device_index, ty_err *err);
     void (*close)(kn_ctx *c);
 
@@ -80,6 +81,8 @@ typedef struct kn_backend {
                              const int32_t *targets, int N, int V);
     void (*crossentropy_bwd)(kn_ctx *c, float *dlogits, const float *logits,
                              const int32_t *targets, int N, int V, float scale);
+    void (*crossentropy_fwd_bwd)(kn_ctx *c, float *losses, float *dlogits, const float *logits,
+                                 const int32_t *targets, int N, int V, float scale);
 
     void (*adamw)(kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n,
                   float lr, float b1, float b2, float eps, float wd, int64_t t);
@@ -97,6 +100,7 @@ struct kn_ctx {
     const kn_backend *be;
     int n_threads;          /* resolved: always >= 1 */
     void *impl;             /* backend-private state */
+    char desc[160];         /* kn_describe's line */
     size_t bytes_in_use;
     size_t peak_bytes;
     kn_alloc_slot *slots;   /* open-addressing table keyed by pointer */

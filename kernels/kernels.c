@@ -129,6 +129,7 @@ void kn_close(kn_ctx *c)
 
 kn_device kn_device_of(const kn_ctx *c) { return c->dev; }
 const char *kn_device_name(const kn_ctx *c) { return c->be->name; }
+const char *kn_describe(const kn_ctx *c) { return c->desc; }
 
 void *kn_alloc(kn_ctx *c, size_t bytes)
 {
@@ -278,6 +279,12 @@ void kn_crossentropy_bwd(kn_ctx *c, float *dlogits, const float *logits, const i
                          int N, int V, float scale)
 {
     c->be->crossentropy_bwd(c, dlogits, logits, targets, N, V, scale);
+}
+
+void kn_crossentropy_fwd_bwd(kn_ctx *c, float *losses, float *dlogits, const float *logits,
+                             const int32_t *targets, int N, int V, float scale)
+{
+    c->be->crossentropy_fwd_bwd(c, losses, dlogits, logits, targets, N, V, scale);
 }
 
 void kn_adamw(kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,

@@ -42,6 +42,9 @@ int kn_open(kn_ctx **out, kn_device dev, int device_index, int n_threads, ty_err
 void kn_close(kn_ctx *c);
 kn_device kn_device_of(const kn_ctx *c);
 const char *kn_device_name(const kn_ctx *c);     /* "cpu" | "cuda" */
+/* One line for logs: device, library and threads, e.g.
+ * "cpu: openblas SkylakeX, 2 threads". Owned by the context. */
+const char *kn_describe(const kn_ctx *c);
 
 /* Zero-initialised device memory, 64-byte aligned. NULL on failure. */
 void *kn_alloc(kn_ctx *c, size_t bytes);
@@ -151,6 +154,13 @@ void kn_crossentropy_fwd(kn_ctx *c, float *losses, const float *logits, const in
  * scale = 1 / (non-ignored targets in the whole optimizer step). */
 void kn_crossentropy_bwd(kn_ctx *c, float *dlogits, const float *logits, const int32_t *targets,
                          int N, int V, float scale);
+
+/* Both of the above in one pass over the logits (what a training step needs;
+ * about half the memory traffic and exps of calling them in turn):
+ * losses as kn_crossentropy_fwd (may be NULL), dlogits as
+ * kn_crossentropy_bwd (overwritten; may alias logits). */
+void kn_crossentropy_fwd_bwd(kn_ctx *c, float *losses, float *dlogits, const float *logits,
+                             const int32_t *targets, int N, int V, float scale);
 
 /* ---- optimizer -------------------------------------------------------- */
 

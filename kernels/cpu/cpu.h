@@ -10,8 +10,23 @@
 
 #include "backend.h"
 
+#include <cblas.h>
+
 /* Loops shorter than this run on one thread: the fork costs more. */
 #define CPU_PAR_MIN 16384
+
+/* This thread's share [*lo, *hi) of n items, cut in steps of `align` so
+ * threads do not share cache lines; must be called inside a parallel region. */
+void cpu_thread_range(size_t n, size_t align, size_t *lo, size_t *hi);
+/* Threads worth using for n elementwise items (1 below CPU_PAR_MIN). */
+int cpu_threads_for(const kn_ctx *c, size_t n);
+
+/* OpenBLAS, loaded once per process (cpu_blas.c). cpu_sgemm is row-major
+ * cblas_sgemm on the calling thread only. */
+int cpu_blas_init(ty_err *err);
+const char *cpu_blas_desc(void);
+void cpu_sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
 void cpu_zero(kn_ctx *c, float *x, size_t n);
 void cpu_copy(kn_ctx *c, float *dst, const float *src, size_t n);
@@ -66,6 +81,9 @@ void cpu_crossentropy_fwd(kn_ctx *c, float *losses, const float *logits, const i
                           int N, int V);
 void cpu_crossentropy_bwd(kn_ctx *c, float *dlogits, const float *logits, const int32_t *targets,
                           int N, int V, float scale);
+
+void cpu_crossentropy_fwd_bwd(kn_ctx *c, float *losses, float *dlogits, const float *logits,
+                              const int32_t *targets, int N, int V, float scale);
 
 void cpu_adamw(kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,
                float b1, float b2, float eps, float wd, int64_t t);

@@ -5,8 +5,11 @@
  * splits (b, query head) across threads. The backward splits (b, kv head):
  * all query heads that share a kv head run on the same thread, so dk and dv
  * are accumulated by exactly one thread in a fixed order (no atomics, same
- * bits for any thread count). Only the causal triangle j <= i is computed. */
+ * bits for any thread count). Products are single-threaded sgemm calls on
+ * blocks of 64 query rows, covering only columns up to the block's end, so
+ * about half of the T x T work is skipped by the causal mask. */
 #include "cpu.h"
+#include "cpu_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -88,20 +91,45 @@ void cpu_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, floa
 
 /* ---- attention -------------------------------------------------------- */
 
-static inline float dot(const float *a, const float *b, int n)
+/* Query rows per block: the causal triangle is covered block by block, so
+ * only columns j < (end of the block) are ever computed. */
+#define ATT_BLOCK 64
+
+/* Row i of scores s[0..i] (already scaled) -> probabilities in place; the
+ * masked tail s[i+1..T) is set to zero. */
+CPU_HOT static void softmax_causal_row(float *s, int i, int T)
 {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
+    int n = i + 1;
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < n; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+        float e = cpu_expf(s[j] - mx);
+        s[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+        s[j] *= inv;
+    for (int j = n; j < T; j++)
+        s[j] = 0.0f;
 }
 
-static inline void axpy_row(float *y, float a, const float *x, int n)
+/* dS = P * (dP - rowsum(P * dP)) * scale over j <= i, in place on dp. */
+CPU_HOT static void softmax_bwd_row(float *dp, const float *p, int i, float scale)
 {
+    int n = i + 1;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < n; j++)
+        s += p[j] * dp[j];
 #pragma omp simd
-    for (int i = 0; i < n; i++)
-        y[i] += a * x[i];
+    for (int j = 0; j < n; j++)
+        dp[j] = p[j] * (dp[j] - s) * scale;
 }
 
 void cpu_attention_fwd(kn_ctx *c, float *out, float *att, const float *q, const float *k,
@@ -111,7 +139,7 @@ void cpu_attention_fwd(kn_ctx *c, float *out, float *att, const float *q, const 
         return;
     int group = Hq / Hkv;
     float scale = 1.0f / sqrtf((float)D);
-    size_t ldo = (size_t)Hq * D;
+    int ldo = Hq * D;
 #pragma omp parallel for schedule(static) num_threads(c->n_threads)
     for (int bh = 0; bh < B * Hq; bh++) {
         int b = bh / Hq, h = bh % Hq, g = h / group;
@@ -120,31 +148,17 @@ void cpu_attention_fwd(kn_ctx *c, float *out, float *att, const float *q, const 
         const float *vb = v + (size_t)b * T * ldkv + (size_t)g * D;
         float *ob = out + (size_t)b * T * ldo + (size_t)h * D;
         float *ab = att + (size_t)bh * T * T;
-        for (int i = 0; i < T; i++) {
-            const float *qi = qb + (size_t)i * ldq;
-            float *row = ab + (size_t)i * T;
-            float mx = -INFINITY;
-            for (int j = 0; j <= i; j++) {
-                float s = dot(qi, kb + (size_t)j * ldkv, D) * scale;
-                row[j] = s;
-                mx = s > mx ? s : mx;
-            }
-            float sum = 0.0f;
-            for (int j = 0; j <= i; j++) {
-                float e = expf(row[j] - mx);
-                row[j] = e;
-                sum += e;
-            }
-            float inv = 1.0f / sum;
-            for (int j = 0; j <= i; j++)
-                row[j] *= inv;
-            for (int j = i + 1; j < T; j++)
-                row[j] = 0.0f;
-            float *oi = ob + (size_t)i * ldo;
-            for (int d = 0; d < D; d++)
-                oi[d] = 0.0f;
-            for (int j = 0; j <= i; j++)
-                axpy_row(oi, row[j], vb + (size_t)j * ldkv, D);
+        for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+            int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, rows = i1 - i0;
+            float *a = ab + (size_t)i0 * T;
+            /* S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T */
+            cpu_sgemm(CblasNoTrans, CblasTrans, rows, i1, D, scale, qb + (size_t)i0 * ldq, ldq,
+                      kb, ldkv, 0.0f, a, T);
+            for (int r = 0; r < rows; r++)
+                softmax_causal_row(a + (size_t)r * T, i0 + r, T);
+            /* O[i0:i1] = P[i0:i1, 0:i1] V[0:i1] */
+            cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, i1, 1.0f, a, T, vb, ldkv, 0.0f,
+                      ob + (size_t)i0 * ldo, ldo);
         }
     }
 }
@@ -159,48 +173,61 @@ void cpu_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *
         return;
     int group = Hq / Hkv;
     float scale = 1.0f / sqrtf((float)D);
-    size_t ldo = (size_t)Hq * D;
-#pragma omp parallel for schedule(static) num_threads(c->n_threads)
-    for (int bg = 0; bg < B * Hkv; bg++) {
-        /* dp: dL/d(probabilities) of one row, reused as dL/d(scores);
-         * T floats on the thread's stack (512 KiB at T = 128k). */
-        float dp[T];
-        int b = bg / Hkv, g = bg % Hkv;
-        const float *kb = k + (size_t)b * T * ldkv + (size_t)g * D;
-        const float *vb = v + (size_t)b * T * ldkv + (size_t)g * D;
-        float *dkb = dk ? dk + (size_t)b * T * ldkv + (size_t)g * D : NULL;
-        float *dvb = dv ? dv + (size_t)b * T * ldkv + (size_t)g * D : NULL;
-        for (int h = g * group; h < (g + 1) * group; h++) {
-            const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
-            float *dqb = dq ? dq + (size_t)b * T * ldq + (size_t)h * D : NULL;
-            const float *gb = dout + (size_t)b * T * ldo + (size_t)h * D;
-            const float *ab = att + ((size_t)b * Hq + h) * T * T;
-            for (int i = 0; i < T; i++) {
-                const float *p = ab + (size_t)i * T;
-                const float *gi = gb + (size_t)i * ldo;
-                if (dvb)
-                    for (int j = 0; j <= i; j++)
-                        axpy_row(dvb + (size_t)j * ldkv, p[j], gi, D);
-                if (!dqb && !dkb)
-                    continue;
-                float s = 0.0f;
-                for (int j = 0; j <= i; j++) {
-                    dp[j] = dot(gi, vb + (size_t)j * ldkv, D);
-                    s += p[j] * dp[j];
-                }
-                for (int j = 0; j <= i; j++)
-                    dp[j] = p[j] * (dp[j] - s) * scale;
-                if (dqb) {
-                    float *dqi = dqb + (size_t)i * ldq;
-                    for (int j = 0; j <= i; j++)
-                        axpy_row(dqi, dp[j], kb + (size_t)j * ldkv, D);
-                }
-                if (dkb) {
-                    const float *qi = qb + (size_t)i * ldq;
-                    for (int j = 0; j <= i; j++)
-                        axpy_row(dkb + (size_t)j * ldkv, dp[j], qi, D);
+    int ldo = Hq * D;
+    int nt = c->n_threads < B * Hkv ? c->n_threads : B * Hkv;
+#pragma omp parallel num_threads(nt)
+    {
+        /* dL/dP of one block of query rows, turned into dL/dS in place. If
+         * the heap cannot spare ATT_BLOCK rows, one row on the stack does
+         * the same work in blocks of one (slower; same maths, other rounding). */
+        float *heap = malloc((size_t)ATT_BLOCK * T * sizeof *heap);
+        float one_row[heap ? 1 : T];
+        float *dp = heap ? heap : one_row;
+        int bs = heap ? ATT_BLOCK : 1;
+#pragma omp for schedule(static)
+        for (int bg = 0; bg < B * Hkv; bg++) {
+            int b = bg / Hkv, g = bg % Hkv;
+            const float *kb = k + (size_t)b * T * ldkv + (size_t)g * D;
+            const float *vb = v + (size_t)b * T * ldkv + (size_t)g * D;
+            float *dkb = dk ? dk + (size_t)b * T * ldkv + (size_t)g * D : NULL;
+            float *dvb = dv ? dv + (size_t)b * T * ldkv + (size_t)g * D : NULL;
+            /* Query heads sharing this kv head, in order: dk/dv sum in a fixed order. */
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
+                float *dqb = dq ? dq + (size_t)b * T * ldq + (size_t)h * D : NULL;
+                const float *gb = dout + (size_t)b * T * ldo + (size_t)h * D;
+                const float *ab = att + ((size_t)b * Hq + h) * T * T;
+                for (int i0 = 0; i0 < T; i0 += bs) {
+                    int i1 = i0 + bs < T ? i0 + bs : T, rows = i1 - i0;
+                    const float *p = ab + (size_t)i0 * T;
+                    const float *gi = gb + (size_t)i0 * ldo;
+                    /* dV[0:i1] += P[i0:i1, 0:i1]^T dO[i0:i1] */
+                    if (dvb)
+                        cpu_sgemm(CblasTrans, CblasNoTrans, i1, D, rows, 1.0f, p, T, gi, ldo, 1.0f,
+                                  dvb, ldkv);
+                    if (!dqb && !dkb)
+                        continue;
+                    /* dP[i0:i1, 0:i1] = dO[i0:i1] V[0:i1]^T, then dS in place */
+                    cpu_sgemm(CblasNoTrans, CblasTrans, rows, i1, D, 1.0f, gi, ldo, vb, ldkv, 0.0f,
+                              dp, T);
+                    for (int r = 0; r < rows; r++)
+                        softmax_bwd_row(dp + (size_t)r * T, p + (size_t)r * T, i0 + r, scale);
+                    /* Columns past each row's diagonal are not zero in dp (they hold
+                     * dO V^T); zero them so the products below see the causal dS. */
+                    for (int r = 0; r < rows; r++)
+                        for (int j = i0 + r + 1; j < i1; j++)
+                            dp[(size_t)r * T + j] = 0.0f;
+                    /* dQ[i0:i1] += dS K[0:i1] */
+                    if (dqb)
+                        cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, i1, 1.0f, dp, T, kb, ldkv,
+                                  1.0f, dqb + (size_t)i0 * ldq, ldq);
+                    /* dK[0:i1] += dS^T Q[i0:i1] */
+                    if (dkb)
+                        cpu_sgemm(CblasTrans, CblasNoTrans, i1, D, rows, 1.0f, dp, T,
+                                  qb + (size_t)i0 * ldq, ldq, 1.0f, dkb, ldkv);
                 }
             }
         }
+        free(heap);
     }
 }

@@ -1,20 +1,22 @@
 /* cpu_backend.c — the CPU device: memory, copies and the kn_backend table.
  *
  * "Device" memory is ordinary 64-byte-aligned host memory, so copies are
- * memcpy and sync is a no-op. Opening a context also caps OpenBLAS at the
- * context's thread count, so sgemm and our OpenMP loops use the same cores
- * instead of oversubscribing them. */
+ * memcpy and sync is a no-op. Opening a context loads OpenBLAS (once per
+ * process, cpu_blas.c). */
 #include "cpu.h"
 
-#include <cblas.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int cpu_open(kn_ctx *c, int device_index, ty_err *err)
 {
     (void)device_index;
-    (void)err;
-    openblas_set_num_threads(c->n_threads);
+    int rc = cpu_blas_init(err);
+    if (rc)
+        return rc;
+    snprintf(c->desc, sizeof c->desc, "cpu: %s, %d thread%s", cpu_blas_desc(), c->n_threads,
+             c->n_threads == 1 ? "" : "s");
     return 0;
 }
 
@@ -88,5 +90,6 @@ const kn_backend kn_cpu_backend = {
     .dropout_bwd = cpu_dropout_bwd,
     .crossentropy_fwd = cpu_crossentropy_fwd,
     .crossentropy_bwd = cpu_crossentropy_bwd,
+    .crossentropy_fwd_bwd = cpu_crossentropy_fwd_bwd,
     .adamw = cpu_adamw,
 };

@@ -4,8 +4,10 @@
  * same bits whatever the thread count, because exact resume compares losses
  * and grad norms bit for bit: the input is cut into fixed CHUNK-sized
  * pieces, each summed by one thread into eight fixed double lanes, and the
- * per-chunk results are added on one thread in chunk order. */
+ * per-chunk results are added on one thread in chunk order. Each lane is a
+ * plain sequential sum, so vector width does not change the result either. */
 #include "cpu.h"
+#include "cpu_math.h"
 
 #include <math.h>
 #include <omp.h>
@@ -13,6 +15,20 @@
 #include <string.h>
 
 #define CHUNK 8192
+
+void cpu_thread_range(size_t n, size_t align, size_t *lo, size_t *hi)
+{
+    size_t me = (size_t)omp_get_thread_num(), cnt = (size_t)omp_get_num_threads();
+    size_t units = (n + align - 1) / align;
+    *lo = units * me / cnt * align;
+    *hi = units * (me + 1) / cnt * align;
+    if (*lo > n)
+        *lo = n;
+    if (*hi > n)
+        *hi = n;
+}
+
+int cpu_threads_for(const kn_ctx *c, size_t n) { return n > CPU_PAR_MIN ? c->n_threads : 1; }
 
 void cpu_zero(kn_ctx *c, float *x, size_t n)
 {
@@ -51,7 +67,7 @@ void cpu_add(kn_ctx *c, float *out, const float *a, const float *b, size_t n)
 
 /* Sum (squared when sq) of one chunk with eight fixed lanes: the lanes give
  * the compiler independent adds to pipeline without changing the order. */
-static double chunk_sum(const float *x, size_t n, int sq)
+CPU_HOT static double chunk_sum(const float *x, size_t n, int sq)
 {
     double lane[8] = {0};
     size_t i = 0;
@@ -157,47 +173,96 @@ void cpu_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-void cpu_gelu_fwd(kn_ctx *c, float *out, const float *x, size_t n)
+/* tanh(u) = 1 - 2 / (e^(2u) + 1): one vectorisable exp, exact limits +-1. */
+static inline float tanh_fast(float u) { return 1.0f - 2.0f / (cpu_expf(2.0f * u) + 1.0f); }
+
+CPU_HOT static void gelu_fwd_range(float *out, const float *x, size_t n)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float v = x[i];
-        out[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_A * v * v * v)));
+        out[i] = 0.5f * v * (1.0f + tanh_fast(GELU_K * (v + GELU_A * v * v * v)));
     }
 }
 
-void cpu_gelu_bwd(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n)
+CPU_HOT static void gelu_bwd_range(float *dx, const float *dout, const float *x, size_t n)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float v = x[i];
-        float th = tanhf(GELU_K * (v + GELU_A * v * v * v));
+        float th = tanh_fast(GELU_K * (v + GELU_A * v * v * v));
         float du = GELU_K * (1.0f + 3.0f * GELU_A * v * v);
         float g = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
         dx[i] += dout[i] * g;
     }
 }
 
-void cpu_swiglu_fwd(kn_ctx *c, float *out, const float *gate, const float *up, size_t n)
+void cpu_gelu_fwd(kn_ctx *c, float *out, const float *x, size_t n)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 16, &lo, &hi);
+        gelu_fwd_range(out + lo, x + lo, hi - lo);
+    }
+}
+
+void cpu_gelu_bwd(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n)
+{
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 16, &lo, &hi);
+        gelu_bwd_range(dx + lo, dout + lo, x + lo, hi - lo);
+    }
+}
+
+CPU_HOT static void swiglu_fwd_range(float *out, const float *gate, const float *up, size_t n)
+{
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+        out[i] = g / (1.0f + cpu_expf(-g)) * up[i];
+    }
+}
+
+CPU_HOT static void swiglu_bwd_range(float *dgate, float *dup, const float *dout,
+                                     const float *gate, const float *up, size_t n)
+{
+    if (dgate)
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) {
+            float g = gate[i];
+            float s = 1.0f / (1.0f + cpu_expf(-g));
+            dgate[i] += dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
+        }
+    if (dup)
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) {
+            float g = gate[i];
+            dup[i] += dout[i] * (g / (1.0f + cpu_expf(-g)));
+        }
+}
+
+void cpu_swiglu_fwd(kn_ctx *c, float *out, const float *gate, const float *up, size_t n)
+{
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 16, &lo, &hi);
+        swiglu_fwd_range(out + lo, gate + lo, up + lo, hi - lo);
     }
 }
 
 void cpu_swiglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout, const float *gate,
                     const float *up, size_t n)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        float s = 1.0f / (1.0f + expf(-g));
-        if (dgate)
-            dgate[i] += dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
-        if (dup)
-            dup[i] += dout[i] * g * s;
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 16, &lo, &hi);
+        swiglu_bwd_range(dgate ? dgate + lo : NULL, dup ? dup + lo : NULL, dout + lo, gate + lo,
+                         up + lo, hi - lo);
     }
 }
 

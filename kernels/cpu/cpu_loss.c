@@ -1,80 +1,130 @@
 /* cpu_loss.c — fused log-softmax cross-entropy and the AdamW update.
  *
- * Cross-entropy never materialises probabilities: the forward keeps only
- * each row's max and log-sum-exp (accumulated in double, so a 150k-token
- * vocabulary loses nothing), and the backward recomputes them, writing the
- * gradient over the logits in place when the caller aliases them. AdamW
- * follows torch.optim.AdamW's single-tensor code step for step, in fp32
- * with the bias corrections computed in double as Python does. */
+ * Cross-entropy never materialises probabilities: per row it finds the max,
+ * then sums e^(l - max) in double (a 150k-token vocabulary loses nothing),
+ * and the backward writes those exponentials straight into dlogits and
+ * rescales them, so every logit costs one exp. dlogits may alias logits:
+ * each element is read before it is overwritten, and the target's logit is
+ * read first. kn_crossentropy_fwd_bwd does both halves in the same passes.
+ * AdamW follows torch.optim.AdamW's single-tensor code step for step, in
+ * fp32 with the bias corrections computed in double as Python does. */
 #include "cpu.h"
+#include "cpu_math.h"
 
 #include <math.h>
 
 #define CE_IGNORE (-100)
 
-/* Row max and log(sum(exp(l - max))) of one row of logits. */
-static void row_lse(const float *l, int V, float *mx_out, double *lse_out)
+CPU_HOT static float row_max(const float *l, int V)
 {
     float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
     for (int j = 0; j < V; j++)
         mx = l[j] > mx ? l[j] : mx;
+    return mx;
+}
+
+/* sum_j e^(l_j - mx), also stored into e[] when e is not NULL (e may be l). */
+CPU_HOT static double row_sumexp(float *e, const float *l, int V, float mx)
+{
     double s = 0.0;
+    if (e) {
+#pragma omp simd reduction(+ : s)
+        for (int j = 0; j < V; j++) {
+            float v = cpu_expf(l[j] - mx);
+            e[j] = v;
+            s += (double)v;
+        }
+    } else {
+#pragma omp simd reduction(+ : s)
+        for (int j = 0; j < V; j++)
+            s += (double)cpu_expf(l[j] - mx);
+    }
+    return s;
+}
+
+CPU_HOT static void row_scale(float *d, int V, float k)
+{
+#pragma omp simd
     for (int j = 0; j < V; j++)
-        s += (double)expf(l[j] - mx);
-    *mx_out = mx;
-    *lse_out = log(s);
+        d[j] *= k;
+}
+
+static void row_fill(float *d, int V, float v)
+{
+    for (int j = 0; j < V; j++)
+        d[j] = v;
+}
+
+/* One row of loss and/or gradient; either output may be NULL. */
+static void ce_row(float *loss, float *d, const float *l, int32_t t, int V, float scale)
+{
+    if (t == CE_IGNORE) {
+        if (loss)
+            *loss = 0.0f;
+        if (d)
+            row_fill(d, V, 0.0f);
+        return;
+    }
+    if (t < 0 || t >= V) {
+        /* An out-of-range target has no loss; NaN makes the engine's
+         * non-finite check stop the run instead of training on garbage. */
+        if (loss)
+            *loss = NAN;
+        if (d)
+            row_fill(d, V, NAN);
+        return;
+    }
+    float lt = l[t]; /* before d (maybe == l) is overwritten */
+    float mx = row_max(l, V);
+    double s = row_sumexp(d, l, V, mx);
+    if (loss)
+        *loss = (float)(log(s) - (double)(lt - mx));
+    if (d) {
+        row_scale(d, V, (float)(scale / s));
+        d[t] -= scale;
+    }
 }
 
 void cpu_crossentropy_fwd(kn_ctx *c, float *losses, const float *logits, const int32_t *targets,
                           int N, int V)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)N * V > CPU_PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        int32_t t = targets[n];
-        if (t == CE_IGNORE) {
-            losses[n] = 0.0f;
-            continue;
-        }
-        if (t < 0 || t >= V) {
-            /* An out-of-range target has no loss; NaN makes the engine's
-             * non-finite check stop the run instead of training on garbage. */
-            losses[n] = NAN;
-            continue;
-        }
-        const float *l = logits + (size_t)n * V;
-        float mx;
-        double lse;
-        row_lse(l, V, &mx, &lse);
-        losses[n] = (float)(lse - (double)(l[t] - mx));
-    }
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N * V))
+    for (int n = 0; n < N; n++)
+        ce_row(losses + n, NULL, logits + (size_t)n * V, targets[n], V, 0.0f);
 }
 
 void cpu_crossentropy_bwd(kn_ctx *c, float *dlogits, const float *logits, const int32_t *targets,
                           int N, int V, float scale)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)N * V > CPU_PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        int32_t t = targets[n];
-        const float *l = logits + (size_t)n * V;
-        float *d = dlogits + (size_t)n * V;
-        if (t == CE_IGNORE) {
-            for (int j = 0; j < V; j++)
-                d[j] = 0.0f;
-            continue;
-        }
-        if (t < 0 || t >= V) {
-            for (int j = 0; j < V; j++)
-                d[j] = NAN;
-            continue;
-        }
-        float mx;
-        double lse;
-        row_lse(l, V, &mx, &lse);
-        float shift = mx + (float)lse;
-        /* d may alias l: each element is read before it is written. */
-        for (int j = 0; j < V; j++)
-            d[j] = expf(l[j] - shift) * scale;
-        d[t] -= scale;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N * V))
+    for (int n = 0; n < N; n++)
+        ce_row(NULL, dlogits + (size_t)n * V, logits + (size_t)n * V, targets[n], V, scale);
+}
+
+void cpu_crossentropy_fwd_bwd(kn_ctx *c, float *losses, float *dlogits, const float *logits,
+                              const int32_t *targets, int N, int V, float scale)
+{
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N * V))
+    for (int n = 0; n < N; n++)
+        ce_row(losses ? losses + n : NULL, dlogits + (size_t)n * V, logits + (size_t)n * V,
+               targets[n], V, scale);
+}
+
+CPU_HOT static void adamw_range(float *p, const float *g, float *m, float *v, size_t n,
+                                float decay, int do_decay, float b1, float b2, float omb1,
+                                float omb2, float step, float bc2_sqrt, float eps)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float pi = do_decay ? p[i] * decay : p[i];
+        float mi = m[i] * b1 + gi * omb1;
+        float vi = v[i] * b2 + omb2 * gi * gi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p[i] = pi - step * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
     }
 }
 
@@ -92,15 +142,11 @@ void cpu_adamw(kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n
     float step = (float)((double)lr / bc1);
     float bc2_sqrt = (float)sqrt(bc2);
     float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
-        float pi = wd != 0.0f ? p[i] * decay : p[i];
-        float mi = m[i] * b1 + gi * omb1;
-        float vi = v[i] * b2 + omb2 * gi * gi;
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
-        p[i] = pi - step * (mi / denom);
-        m[i] = mi;
-        v[i] = vi;
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 16, &lo, &hi);
+        adamw_range(p + lo, g + lo, m + lo, v + lo, hi - lo, decay, wd != 0.0f, b1, b2, omb1,
+                    omb2, step, bc2_sqrt, eps);
     }
 }

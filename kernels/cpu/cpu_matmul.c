@@ -1,20 +1,70 @@
 /* cpu_matmul.c — y = x w^T + b and its backward through OpenBLAS sgemm.
  *
- * Weights are [out, in] (nn.Linear), so every product is one sgemm call with
- * the transposes expressed as BLAS flags — no copies. Gradients accumulate
- * by calling sgemm with beta = 1. The bias gradient is a column reduction,
- * split over columns so each column is summed in row order by one thread. */
+ * Weights are [out, in] (nn.Linear), so every product is one sgemm with the
+ * transposes given as BLAS flags — no copies. Gradients accumulate by
+ * calling sgemm with beta = 1. OpenBLAS itself runs single-threaded (see
+ * cpu_blas.c); par_sgemm cuts the output into one block per OpenMP thread
+ * along its longer side, so each thread runs an independent sgemm and no
+ * two thread pools compete for the cores. The bias gradient is a column
+ * reduction, split over columns so each column is summed in row order by
+ * one thread. */
 #include "cpu.h"
 
-#include <cblas.h>
 #include <omp.h>
 
-/* OpenBLAS's thread count is process-wide; two contexts with different
- * counts would otherwise run each other's setting. */
-static void cpu_blas_threads(kn_ctx *c)
+/* Below this many multiply-adds per thread a split costs more than it saves. */
+#define GEMM_MIN_WORK (1L << 18)
+
+/* C[M,N] = alpha op(A) op(B) + beta C (+ bias[n] on every row when bias),
+ * row-major, split across the context's threads. */
+static void par_sgemm(kn_ctx *c, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
+                      int K, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc, const float *bias)
 {
-    if (openblas_get_num_threads() != c->n_threads)
-        openblas_set_num_threads(c->n_threads);
+    long work = (long)M * N * (K > 0 ? K : 1);
+    int nt = c->n_threads;
+    if (nt > 1 && work / nt < GEMM_MIN_WORK)
+        nt = (int)(work / GEMM_MIN_WORK) > 1 ? (int)(work / GEMM_MIN_WORK) : 1;
+    int by_rows = M >= N;
+    int len = by_rows ? M : N;
+    int units = (len + 15) / 16; /* split in 16-row/column steps: whole kernel tiles */
+    if (nt > units)
+        nt = units > 0 ? units : 1;
+#pragma omp parallel num_threads(nt)
+    {
+        int me = omp_get_thread_num(), cnt = omp_get_num_threads();
+        int lo = (int)((long)units * me / cnt) * 16, hi = (int)((long)units * (me + 1) / cnt) * 16;
+        if (hi > len)
+            hi = len;
+        if (hi > lo) {
+            const float *a = A, *b = B;
+            float *cc = C;
+            int m = M, n = N;
+            if (by_rows) {
+                a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
+                cc = C + (size_t)lo * ldc;
+                m = hi - lo;
+            } else {
+                b = tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb;
+                cc = C + lo;
+                n = hi - lo;
+            }
+            if (K > 0)
+                cpu_sgemm(ta, tb, m, n, K, 1.0f, a, lda, b, ldb, beta, cc, ldc);
+            else if (beta == 0.0f) /* an empty product is zero */
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++)
+                        cc[(size_t)i * ldc + j] = 0.0f;
+            if (bias) {
+                const float *bb = by_rows ? bias : bias + lo;
+                for (int i = 0; i < m; i++) {
+                    float *row = cc + (size_t)i * ldc;
+                    for (int j = 0; j < n; j++)
+                        row[j] += bb[j];
+                }
+            }
+        }
+    }
 }
 
 void cpu_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias,
@@ -22,23 +72,8 @@ void cpu_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const
 {
     if (N <= 0 || M <= 0)
         return;
-    cpu_blas_threads(c);
-    if (K <= 0) {
-        /* An empty product is zero: the output is the bias alone. */
-        for (int n = 0; n < N; n++)
-            for (int m = 0; m < M; m++)
-                out[(size_t)n * M + m] = bias ? bias[m] : 0.0f;
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, M, K, 1.0f, x, K, w, K, 0.0f, out, M);
-    if (bias) {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)N * M > CPU_PAR_MIN)
-        for (int n = 0; n < N; n++) {
-            float *o = out + (size_t)n * M;
-            for (int m = 0; m < M; m++)
-                o[m] += bias[m];
-        }
-    }
+    /* out[N,M] = x[N,K] w[M,K]^T, then + bias (added after the product). */
+    par_sgemm(c, CblasNoTrans, CblasTrans, N, M, K, x, K, w, K, 0.0f, out, M, bias);
 }
 
 void cpu_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,
@@ -46,16 +81,13 @@ void cpu_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float *
 {
     if (N <= 0 || M <= 0)
         return;
-    cpu_blas_threads(c);
     if (K > 0) {
         /* dx[N,K] += dout[N,M] w[M,K] */
         if (dx)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K, M, 1.0f, dout, M, w, K,
-                        1.0f, dx, K);
+            par_sgemm(c, CblasNoTrans, CblasNoTrans, N, K, M, dout, M, w, K, 1.0f, dx, K, NULL);
         /* dw[M,K] += dout[N,M]^T x[N,K] */
         if (dw)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, K, N, 1.0f, dout, M, x, K,
-                        1.0f, dw, K);
+            par_sgemm(c, CblasTrans, CblasNoTrans, M, K, N, dout, M, x, K, 1.0f, dw, K, NULL);
     }
     if (dbias) {
         int par = (size_t)N * M > CPU_PAR_MIN;

@@ -185,6 +185,8 @@ static void test_context(void)
     c = open_cpu(2);
     CHECK(kn_device_of(c) == KN_CPU, "device_of");
     CHECK(strcmp(kn_device_name(c), "cpu") == 0, "device name");
+    CHECK(strncmp(kn_describe(c), "cpu: openblas", 13) == 0 && strstr(kn_describe(c), "2 threads"),
+          "describe: '%s'", kn_describe(c));
     CHECK(kn_bytes_in_use(c) == 0 && kn_peak_bytes(c) == 0, "fresh context uses memory");
 
     enum { NB = 200 };
@@ -813,11 +815,13 @@ static void test_attention(void)
     run_attention(2, 7, 4, 2, 6, 0); /* GQA, padded strides */
     run_attention(1, 9, 3, 3, 5, 0); /* MHA, odd head size */
     run_attention(2, 5, 3, 1, 4, 0); /* MQA */
+    run_attention(1, 70, 2, 1, 4, 0); /* T past one 64-row block */
 }
 
 static void test_attention_fused(void)
 {
     run_attention(2, 6, 3, 3, 4, 1); /* GPT-2 fused qkv, ld = 3C */
+    run_attention(1, 66, 2, 2, 4, 1);
 }
 
 /* ---- activations ------------------------------------------------------- */
@@ -1009,6 +1013,17 @@ static void test_crossentropy(void)
     float *alias = fcopy(c, l, nl);
     kn_crossentropy_bwd(c, alias, alias, t, N, V, (float)s.scale);
     check_same("crossentropy in place", alias, d, nl);
+
+    /* The fused call gives the same bits as fwd then bwd, with or without
+     * losses, in place or not. */
+    float *loss2 = falloc(c, N), *d2 = falloc(c, nl);
+    kn_crossentropy_fwd(c, loss, l, t, N, V);
+    kn_crossentropy_fwd_bwd(c, loss2, d2, l, t, N, V, (float)s.scale);
+    check_same("crossentropy fused loss", loss2, loss, N);
+    check_same("crossentropy fused dlogits", d2, d, nl);
+    float *alias2 = fcopy(c, l, nl);
+    kn_crossentropy_fwd_bwd(c, NULL, alias2, alias2, t, N, V, (float)s.scale);
+    check_same("crossentropy fused in place", alias2, d, nl);
 
     /* Huge logits stay finite (max subtracted before exp). */
     for (size_t i = 0; i < nl; i++) {
