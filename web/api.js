@@ -190,9 +190,8 @@ export function openStream(path, opts) {
           }
           ended = 'eof';
         }
-      } catch (e) {
-        if (closed) break;
-        status('retry', e);
+      } catch {
+        // A network error or a dropped connection: retry below.
       }
       if (closed) break;
       if (ended === 'eof' && opts.shouldReconnect && !opts.shouldReconnect()) {

@@ -73,6 +73,16 @@ export function fmtInt(v) {
   return Math.round(v).toLocaleString('en-US');
 }
 
+// 112384 -> "112k", 1100048384 -> "1.10B": parameter counts at a glance.
+export function fmtCount(v) {
+  if (v === null || v === undefined) return '–';
+  const a = Math.abs(v);
+  for (const [d, u] of [[1e12, 'T'], [1e9, 'B'], [1e6, 'M'], [1e3, 'k']]) {
+    if (a >= d) return `${Number((v / d).toPrecision(3))}${u}`;
+  }
+  return String(v);
+}
+
 export function fmtBytes(b) {
   if (b === null || b === undefined) return '–';
   const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];

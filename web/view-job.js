@@ -9,7 +9,7 @@
 
 import {api, openStream, followText} from './api.js';
 import {Chart} from './charts.js';
-import {h, fill, stateBadge, allowedActions, TERMINAL, fmtNum, fmtInt, fmtBytes,
+import {h, fill, stateBadge, allowedActions, TERMINAL, fmtNum, fmtCount, fmtBytes,
   fmtDuration, fmtTime, modelLabel, gpuLabel} from './util.js';
 
 const LOG_LINES = 400;
@@ -108,7 +108,7 @@ export function mount(main, app, {id}) {
       item('Model', modelLabel(job.spec)),
       item('GPUs', gpuLabel(job)),
       item('Backend', job.backend || '–'),
-      job.engine ? item('Parameters', `${fmtInt(job.engine.params)} (${fmtInt(job.engine.trainable)} trainable)`) : null,
+      job.engine ? item('Parameters', `${fmtCount(job.engine.params)} (${fmtCount(job.engine.trainable)} trainable)`) : null,
       item('Restarts', `${job.restarts ?? 0} / ${job.max_restarts ?? '?'}`),
       item('Created', fmtTime(job.created_at)),
       job.started_at ? item('Started', fmtTime(job.started_at)) : null,
