@@ -188,6 +188,9 @@ static int bpe_word(enc_ctx *c, const char *w, size_t len)
 {
     const tok_tokenizer *t = c->t;
     if (len == 0) return 0;
+    int hit = tok_cache_get(t->cache, w, len, &c->out);
+    if (hit) return hit < 0 ? oom(c) : 0;
+    size_t first = c->out.n;
     if (t->ignore_merges) {
         /* A word the vocabulary holds whole is emitted as it is. */
         const char *key = w;
@@ -202,7 +205,11 @@ static int bpe_word(enc_ctx *c, const char *w, size_t len)
             klen = c->mapped.len;
         }
         int32_t id = tok_strmap_get(&t->vocab, key, klen);
-        if (id >= 0) return tok_ids_push(&c->out, id) ? oom(c) : 0;
+        if (id >= 0) {
+            if (tok_ids_push(&c->out, id)) return oom(c);
+            tok_cache_put(t->cache, w, len, &id, 1);
+            return 0;
+        }
     }
     size_t n = 0;
     int rc = initial_symbols(c, w, len, &n);
@@ -230,6 +237,7 @@ static int bpe_word(enc_ctx *c, const char *w, size_t len)
     }
     for (int32_t i = 0; i >= 0; i = c->next[i])
         if (tok_ids_push(&c->out, c->sym[i])) return oom(c);
+    tok_cache_put(t->cache, w, len, c->out.v + first, c->out.n - first);
     return 0;
 }
 

@@ -88,6 +88,23 @@ int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t 
 int32_t tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *merged);
 void tok_pairmap_free(tok_pairmap *m);
 
+/* ---- word cache ------------------------------------------------------------- */
+
+/* Word -> ids, shared by every thread encoding with one tokenizer: the
+ * same words come back constantly in real text, and BPE on a word costs
+ * far more than a lookup. Sharded, one mutex per shard; a full shard is
+ * emptied and refilled, which bounds memory without bookkeeping. */
+typedef struct tok_cache tok_cache;
+
+tok_cache *tok_cache_new(void);
+void tok_cache_free(tok_cache *c);
+/* Appends the cached ids of word to out; returns 1 on a hit, 0 on a miss,
+ * negative on allocation failure. */
+int tok_cache_get(tok_cache *c, const char *word, size_t len, tok_ids *out);
+/* Remembers ids for word (words longer than TOK_CACHE_MAX_WORD are not). */
+void tok_cache_put(tok_cache *c, const char *word, size_t len, const int32_t *ids, size_t n);
+#define TOK_CACHE_MAX_WORD 64
+
 /* ---- components ------------------------------------------------------------ */
 
 typedef enum {
@@ -177,6 +194,8 @@ struct tok_tokenizer {
     int n_added;
     bool added_first[256];    /* quick reject: first bytes of added tokens */
     tok_strmap added_map;
+
+    tok_cache *cache;         /* internally locked; NULL disables it */
 
     int32_t bos, eos;
     /* what add_special puts around the text (post_processor template, or

@@ -730,6 +730,7 @@ static int build(tok_tokenizer *t, json_t *root, json_t *tcfg, json_t *cfg, ty_e
         rc = parse_post_processor(t, c, "post_processor", err);
     if (!rc) rc = parse_special_config(t, tcfg, cfg, err);
     if (rc) return rc;
+    if (!(t->cache = tok_cache_new())) return ty_err_set(err, TY_ENOMEM, "out of memory");
 
     if (t->byte_level) {
         for (int b = 0; b < 256; b++) {
@@ -850,5 +851,6 @@ void tok_free(tok_tokenizer *t)
     for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
     free(t->added);
     tok_strmap_free(&t->added_map);
+    tok_cache_free(t->cache);
     free(t);
 }
