@@ -1,12 +1,15 @@
-/* sigv4_dump.c — prints what storage/sigv4.c produces for one request, as
- * JSON, so test_sigv4_botocore.py can compare it with botocore's signer
- * for the same request and a fixed clock.
+/* sigv4_dump.c — prints what storage/sigv4.c produces for requests read
+ * from stdin, so test_sigv4_botocore.py can compare it with botocore's
+ * signer for the same requests and a fixed clock. One process for all
+ * cases keeps the test fast under ASan.
  *
- * PATH is used as given, or "raw:/bucket/key" is encoded first the way
- * s3.c encodes object names.
- *
- * usage: storage-sigv4-dump METHOD PATH AMZDATE REGION SERVICE PAYLOAD_HASH
- *            AKID SECRET [q NAME VALUE]... [h NAME VALUE]... */
+ * Input: one JSON object per line
+ *   {"method", "path", "amz_date", "region", "service", "payload", "ak", "sk",
+ *    "query": [[name, value]...], "headers": [[name, value]...]}
+ * where "path" is used as given, or "raw:/bucket/key" is encoded first the
+ * way s3.c encodes object names. Output: one JSON object per line with
+ * canonical_request, string_to_sign, signed_headers, query_string,
+ * authorization and signature. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,48 +18,61 @@
 #include "sigv4.h"
 #include "store_int.h"
 
-int main(int argc, char **argv)
+static size_t pairs(json_t *arr, sigv4_param *out, size_t cap)
 {
-    if (argc < 9) {
-        fprintf(stderr, "usage: %s METHOD PATH AMZDATE REGION SERVICE HASH AKID SECRET [q N V]... [h N V]...\n",
-                argv[0]);
-        return 2;
+    size_t n = 0, i;
+    json_t *p;
+    json_array_foreach(arr, i, p)
+    {
+        if (n == cap) break;
+        out[n].name = json_string_value(json_array_get(p, 0));
+        out[n].value = json_string_value(json_array_get(p, 1));
+        if (out[n].name && out[n].value) n++;
     }
-    if ((argc - 9) % 3) {
-        fprintf(stderr, "query and header arguments come in threes\n");
-        return 2;
-    }
-    sigv4_param q[32], h[32];
-    size_t nq = 0, nh = 0;
-    for (int i = 9; i + 2 < argc; i += 3) {
-        sigv4_param p = {argv[i + 1], argv[i + 2]};
-        if (!strcmp(argv[i], "q") && nq < 32) q[nq++] = p;
-        else if (!strcmp(argv[i], "h") && nh < 32) h[nh++] = p;
-        else {
-            fprintf(stderr, "bad argument '%s'\n", argv[i]);
-            return 2;
+    return n;
+}
+
+int main(void)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    int status = 0;
+    while (getline(&line, &cap, stdin) > 0) {
+        json_error_t je;
+        json_t *j = json_loads(line, 0, &je);
+        if (!j) {
+            fprintf(stderr, "bad input line: %s\n", je.text);
+            status = 2;
+            break;
         }
-    }
-    char *path = !strncmp(argv[2], "raw:", 4) ? store_urlencode(argv[2] + 4, 1) : strdup(argv[2]);
-    sigv4_input in = {.access_key = argv[7], .secret_key = argv[8], .region = argv[4], .service = argv[5],
-                      .method = argv[1], .path = path, .query = q, .n_query = nq, .headers = h,
-                      .n_headers = nh, .payload_hash = argv[6], .amz_date = argv[3]};
-    sigv4_output out;
-    ty_err err = {0};
-    if (sigv4_sign(&in, &out, &err) != 0) {
+        sigv4_param q[32], h[32];
+        size_t nq = pairs(json_object_get(j, "query"), q, 32), nh = pairs(json_object_get(j, "headers"), h, 32);
+        const char *p = json_string_value(json_object_get(j, "path"));
+        char *path = !p ? NULL : !strncmp(p, "raw:", 4) ? store_urlencode(p + 4, 1) : strdup(p);
+#define S(k) json_string_value(json_object_get(j, k))
+        sigv4_input in = {.access_key = S("ak"), .secret_key = S("sk"), .region = S("region"),
+                          .service = S("service"), .method = S("method"), .path = path, .query = q, .n_query = nq,
+                          .headers = h, .n_headers = nh, .payload_hash = S("payload"), .amz_date = S("amz_date")};
+#undef S
+        sigv4_output out;
+        ty_err err = {0};
+        if (sigv4_sign(&in, &out, &err) != 0) {
+            fprintf(stderr, "%s\n", err.msg);
+            status = 1;
+        } else {
+            json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "canonical_request", out.canonical_request,
+                                  "string_to_sign", out.string_to_sign, "signed_headers", out.signed_headers,
+                                  "query_string", out.query_string, "authorization", out.authorization,
+                                  "signature", out.signature);
+            char *s = json_dumps(o, JSON_COMPACT);
+            puts(s);
+            free(s);
+            json_decref(o);
+            sigv4_output_free(&out);
+        }
         free(path);
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
+        json_decref(j);
     }
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "canonical_request", out.canonical_request,
-                          "string_to_sign", out.string_to_sign, "signed_headers", out.signed_headers,
-                          "query_string", out.query_string, "authorization", out.authorization, "signature",
-                          out.signature);
-    char *s = json_dumps(j, JSON_COMPACT);
-    puts(s);
-    free(s);
-    json_decref(j);
-    sigv4_output_free(&out);
-    free(path);
-    return 0;
+    free(line);
+    return status;
 }

@@ -54,14 +54,11 @@ def botocore_sign(method, host, key_path, params, headers, body, ak, sk, token, 
             "payload": req.headers["X-Amz-Content-SHA256"], "signed": signed}
 
 
-def ours(dump, method, key_path, params, signed_headers, payload, ak, sk, region):
-    argv = [dump, method, "raw:" + key_path, AMZ, region, "s3", payload, ak, sk]
-    for k, v in params.items():
-        argv += ["q", k, v]
-    for k, v in signed_headers.items():
-        argv += ["h", k, v]
-    r = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return json.loads(r.stdout)
+def ours(dump, requests):
+    """Signs every request with storage-sigv4-dump in one process."""
+    lines = "".join(json.dumps(r) + "\n" for r in requests)
+    r = subprocess.run([dump], input=lines, capture_output=True, text=True, check=True)
+    return [json.loads(x) for x in r.stdout.splitlines()]
 
 
 def main():
@@ -90,6 +87,7 @@ def main():
     ]
     creds = [("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", None, "us-east-1"),
              ("ASIATESTKEY", "secret/with+chars", "FQoGZXIvYXdzEJr//////////wEaDM=", "eu-west-1")]
+    expected, requests, names = [], [], []
     for ak, sk, token, region in creds:
         for name, method, path, params, headers, body in cases:
             b = botocore_sign(method, host, path, params, headers, body, ak, sk, token, region)
@@ -97,13 +95,20 @@ def main():
             # the token and the request's own headers: the same set.
             payload = hashlib.sha256(body).hexdigest()
             c.ok(b["payload"] == payload, f"{name} [{region}]: payload hash agrees")
-            o = ours(a.sigv4_dump, method, path, params, b["signed"], payload, ak, sk, region)
-            same = o["canonical_request"] == b["canonical_request"]
-            c.ok(same, f"{name} [{region}]: canonical request")
-            if not same:
-                print("--- ours\n" + o["canonical_request"] + "\n--- botocore\n" + b["canonical_request"])
-            c.ok(o["string_to_sign"] == b["string_to_sign"], f"{name} [{region}]: string to sign")
-            c.ok(o["authorization"] == b["authorization"], f"{name} [{region}]: Authorization header")
+            expected.append(b)
+            names.append(f"{name} [{region}]")
+            requests.append({"method": method, "path": "raw:" + path, "amz_date": AMZ, "region": region,
+                             "service": "s3", "payload": payload, "ak": ak, "sk": sk,
+                             "query": list(params.items()), "headers": list(b["signed"].items())})
+    got = ours(a.sigv4_dump, requests)
+    c.ok(len(got) == len(expected), f"{len(got)} signatures for {len(expected)} requests")
+    for name, o, b in zip(names, got, expected):
+        same = o["canonical_request"] == b["canonical_request"]
+        c.ok(same, f"{name}: canonical request")
+        if not same:
+            print("--- ours\n" + o["canonical_request"] + "\n--- botocore\n" + b["canonical_request"])
+        c.ok(o["string_to_sign"] == b["string_to_sign"], f"{name}: string to sign")
+        c.ok(o["authorization"] == b["authorization"], f"{name}: Authorization header")
     c.done()
 
 
