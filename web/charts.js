@@ -282,9 +282,12 @@ export class Chart {
         ctx.lineTo(cx, py(c.last[col]));
       }
       ctx.stroke();
-      if (s.n === 1) {
+      // Sparse series (eval loss: a few points) also get a dot per point.
+      if (s.n <= 64) {
         ctx.fillStyle = s.color;
-        ctx.beginPath(); ctx.arc(px(s.xs[0]), py(s.ys[0]), 2.5, 0, Math.PI * 2); ctx.fill();
+        for (let i = 0; i < s.n; i++) {
+          ctx.beginPath(); ctx.arc(px(s.xs[i]), py(s.ys[i]), 2.5, 0, Math.PI * 2); ctx.fill();
+        }
       }
     }
     ctx.restore();

@@ -1,6 +1,6 @@
 // fake-api.mjs — a development stand-in for `trainyard serve`, speaking the
 // JSON shapes and SSE format of docs/api.md, for working on the dashboard
-// without building the daemon: `node tests/web/fake-api.mjs [port]`.
+// without building the daemon: `node tests/web/fake-api.mjs [port] [gpus]`.
 // Jobs "train" on a timer (a metric every 200 ms). The ctest cases never use
 // it: they run against the real daemon (dashboard.test.mjs).
 
@@ -11,6 +11,9 @@ import {fileURLToPath} from 'node:url';
 
 const WEB = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../web');
 const port = Number(process.argv[2] || 8099);
+const ngpus = Number(process.argv[3] || 0); // fake GPUs sampled every second
+const gpus = Array.from({length: ngpus}, (_, i) => ({index: i, name: 'Fake GPU 80GB', mem_total: 80 * 2 ** 30,
+  mem_used: 0, util: 0, temp: 35, job_id: null}));
 const jobs = new Map();
 const events = new Map(); // job id -> [event]
 const global = [];
@@ -41,6 +44,7 @@ function send(res, id, ev) {
 
 function transition(job, to, reason) {
   const from = job.state;
+  if (to !== 'running' && to !== 'starting') for (const g of gpus) if (g.job_id === job.id) g.job_id = null;
   job.state = to;
   job.updated_at = now();
   if (to === 'running' && !job.started_at) job.started_at = now();
@@ -57,6 +61,8 @@ function view(job) {
 }
 
 function run(job) {
+  const free = gpus.find((g) => g.job_id === null);
+  if (free) { free.job_id = job.id; job.gpus = [free.index]; }
   transition(job, 'starting');
   setTimeout(() => {
     transition(job, 'running');
@@ -104,7 +110,7 @@ const server = http.createServer((req, res) => {
     return res.end(fs.readFileSync(path.join(WEB, f)));
   }
   if (p === '/events') return stream(req, res, url, null);
-  if (p === '/gpus') return json(res, 200, {gpus: []});
+  if (p === '/gpus') return json(res, 200, {gpus});
   if (p === '/jobs' && req.method === 'GET') {
     const states = url.searchParams.getAll('state').flatMap((s) => s.split(',')).filter(Boolean);
     const list = [...jobs.values()].filter((j) => !states.length || states.includes(j.state)).sort((a, b) => b.id - a.id);
@@ -150,4 +156,22 @@ const server = http.createServer((req, res) => {
   }
   fail(res, 404, 'not_found', 'no such route');
 });
+setInterval(() => {
+  for (const g of gpus) {
+    const busy = g.job_id !== null;
+    g.util = busy ? 80 + Math.round(Math.random() * 18) : 0;
+    g.mem_used = busy ? 30 * 2 ** 30 + Math.round(Math.random() * 2 ** 30) : 2 ** 20;
+    g.temp = busy ? 70 + Math.round(Math.random() * 5) : 35;
+    const {index, util, mem_used, mem_total, temp} = g;
+    // Samples go to /events; a held GPU's samples also go to its job's stream.
+    const holder = busy ? jobs.get(g.job_id) : null;
+    if (holder) emit(holder, 'gpu', {index, util, mem_used, mem_total, temp});
+    else {
+      const ev = {job_id: null, seq: 0, ts: now(), type: 'gpu', data: {index, util, mem_used, mem_total, temp}, gid: global.length + 1};
+      global.push(ev);
+      for (const c of clients) if (c.jobId === null) send(c.res, ev.gid, ev);
+    }
+  }
+}, 1000);
+
 server.listen(port, '127.0.0.1', () => console.log(`fake trainyard API on http://127.0.0.1:${port}/`));
