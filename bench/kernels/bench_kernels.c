@@ -16,6 +16,13 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static float *buf(kn_ctx *c, size_t n)
 {
     float *p = kn_alloc(c, n * sizeof *p);
@@ -34,12 +41,14 @@ static float *buf(kn_ctx *c, size_t n)
 #define TIME(label, flops, reps, stmt)                                              \
     do {                                                                           \
         stmt; /* warm-up */                                                        \
-        double t0 = now_s();                                                       \
+        double t0 = now_s(), c0 = cpu_s();                                         \
         for (int r_ = 0; r_ < (reps); r_++)                                        \
             stmt;                                                                  \
         double ms = (now_s() - t0) / (reps) * 1e3;                                 \
+        double cms = (cpu_s() - c0) / (reps) * 1e3;                                \
         total_ms += ms;                                                            \
-        printf("%-34s %9.3f ms %8.1f GFLOP/s\n", label, ms, (flops) / ms * 1e-6); \
+        printf("%-34s %9.3f ms %9.3f cpu-ms %8.1f GFLOP/s\n", label, ms, cms,      \
+               (flops) / ms * 1e-6);                                               \
     } while (0)
 
 int main(int argc, char **argv)
