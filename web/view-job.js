@@ -198,7 +198,11 @@ export function mount(main, app, {id}) {
         // A replay delivers many state events at once: coalesce the fetches.
         later('job', refreshJob, 100);
         later('ckpt', loadCheckpoints, 300);
-        if (d.to === 'running' || d.to === 'starting') later('log', restartLog, 300);
+        // A log followed since before this run (queued, paused, or a lost
+        // connection) is reopened; one already following a run is kept.
+        if ((d.to === 'running' || d.to === 'starting') && (!logFollow || logOpenedFor !== 'running')) {
+          later('log', restartLog, 300);
+        }
         break;
       case 'checkpoint':
         later('ckpt', loadCheckpoints, 300);
@@ -274,9 +278,11 @@ export function mount(main, app, {id}) {
   // ---- log tail ------------------------------------------------------
 
   let logText = '';
+  let logOpenedFor = null; // the job's state when the log was (re)opened
   function restartLog() {
     if (logFollow) logFollow.close();
     logText = '';
+    logOpenedFor = job ? job.state : null;
     const active = !job || !TERMINAL.has(job.state);
     logFollow = followText(`/jobs/${id}/logs${active ? '?follow=1' : ''}`, (chunk) => {
       logText += chunk;
