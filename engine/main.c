@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 #endif
     }
     train_args a = {0};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes one value */
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
@@ -83,7 +83,6 @@ int main(int argc, char **argv)
             usage();
             return 2;
         }
-        i++;
     }
     int ok = 1;
     a.rank = env_int("TY_RANK", "SLURM_PROCID", 0, &ok);
