@@ -103,8 +103,9 @@ typedef struct store_listing {
 int store_list(store *s, const char *prefix, store_listing *out, ty_err *err);
 void store_listing_free(store_listing *l);
 
-/* Deletes one object. A missing object returns TY_ENOENT; callers that
- * only want it gone (retention) treat that as done. */
+/* Deletes one object. A missing object returns TY_ENOENT where the service
+ * says so (file, GCS, Azure; S3 answers 204 either way, so 0); callers that
+ * only want it gone (retention) treat TY_ENOENT as done. */
 int store_delete(store *s, const char *key, ty_err *err);
 
 /* --- checkpoints (DESIGN.md §6) -------------------------------------------
