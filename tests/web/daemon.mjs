@@ -34,7 +34,9 @@ export class Daemon {
   async start() {
     if (!this.port) this.port = await freePort();
     this.base = `http://127.0.0.1:${this.port}`;
-    const log = fs.openSync(path.join(this.opts.outDir, `daemon-${this.port}-${++this.starts}.log`), 'w');
+    const logPath = path.join(this.opts.outDir, `daemon-${++this.starts}.log`);
+    this.logs = [...(this.logs || []), logPath];
+    const log = fs.openSync(logPath, 'w');
     this.proc = spawn(this.opts.trainyard, ['serve', '--listen', `127.0.0.1:${this.port}`,
       '--data-dir', this.dataDir, '--engine', this.opts.engine, '--gpus', 'none',
       '--allowed-roots', this.root, '--grace', '5', ...(this.opts.extra || [])],
@@ -76,8 +78,21 @@ export class Daemon {
   // Engines are in their own process groups; the test engine exits when
   // its event pipe closes, so after stop() they follow on their own.
   async cleanup() {
-    await this.stop('SIGKILL');
+    await this.stop('SIGTERM');
     fs.rmSync(this.root, {recursive: true, force: true});
+  }
+
+  // AddressSanitizer / UBSan reports in the daemon's logs (the browser's
+  // request patterns — aborted streams, reconnects — are worth checking).
+  sanitizerReports() {
+    const out = [];
+    for (const f of this.logs || []) {
+      const text = fs.existsSync(f) ? fs.readFileSync(f, 'utf8') : '';
+      for (const line of text.split('\n')) {
+        if (/ERROR: AddressSanitizer|runtime error:/.test(line)) out.push(`${path.basename(f)}: ${line}`);
+      }
+    }
+    return out;
   }
 
   async api(p, {method = 'GET', body} = {}) {

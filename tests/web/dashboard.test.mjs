@@ -29,6 +29,7 @@ for (const k of ['suite', 'trainyard', 'engine', 'out']) {
   if (!args[k]) { console.error(`dashboard.test.mjs: --${k} is required`); process.exit(2); }
 }
 const outDir = path.join(args.out, args.suite);
+fs.rmSync(outDir, {recursive: true, force: true});
 fs.mkdirSync(outDir, {recursive: true});
 
 // One daemon and one browser per suite; everything is torn down even when
@@ -58,7 +59,10 @@ test.after(async () => {
     try { await page.screenshot({path: path.join(outDir, 'last-page.png'), fullPage: true}); } catch { /* closed */ }
   }
   await closeBrowser(browser);
-  if (daemon) await daemon.cleanup();
+  if (daemon) {
+    await daemon.cleanup();
+    assert.deepEqual(daemon.sanitizerReports(), [], 'the daemon reported memory or UB errors');
+  }
 });
 
 const stateOf = (sel) => page.getAttribute(sel, 'data-state');
