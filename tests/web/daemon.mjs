@@ -38,7 +38,7 @@ export class Daemon {
     this.logs = [...(this.logs || []), logPath];
     const log = fs.openSync(logPath, 'w');
     this.proc = spawn(this.opts.trainyard, ['serve', '--listen', `127.0.0.1:${this.port}`,
-      '--data-dir', this.dataDir, '--engine', this.opts.engine, '--gpus', 'none',
+      '--data-dir', this.dataDir, '--engine', this.opts.engine,
       '--allowed-roots', this.root, '--grace', '5', ...(this.opts.extra || [])],
     {stdio: ['ignore', log, log]});
     fs.closeSync(log);

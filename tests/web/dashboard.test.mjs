@@ -7,7 +7,7 @@
 //           without reloading; the loss chart gains points as metric events
 //           arrive; after a server restart the chart continues with no gap
 //           and no duplicate; a screenshot of the job view is saved.
-// controls: queue positions; pause / resume / cancel buttons work and are
+// controls: queue positions; the GPUs view and a GPU job's GPU charts; pause / resume / cancel buttons work and are
 //           disabled where the state forbids them; a refused action shows
 //           the server's error; the submit form shows a bad learning rate's
 //           error next to its field.
@@ -41,6 +41,9 @@ const pageErrors = [];
 test.before(async () => {
   daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
     extra: ['--cpu-slots', args.suite === 'controls' ? '1' : '2',
+      // Two GPUs by list: without NVML the server still schedules them and
+      // samples them (as zeros), which exercises the GPU view and charts.
+      ...(args.suite === 'controls' ? ['--gpus', '0,1', '--gpu-sample-ms', '250'] : ['--gpus', 'none']),
       ...(args.suite === 'auth' ? ['--require-token'] : [])]});
   if (args.suite === 'auth') daemon.token = daemon.createToken('browser-test');
   await daemon.start();
@@ -138,6 +141,21 @@ if (args.suite === 'live') {
     assert.ok(seq > xs.length, 'the view did not follow the event sequence');
     assert.equal(await page.getAttribute('#job-view', 'data-dupes'), null, 'a replay re-applied events');
   });
+
+  test('the chart shows values on hover, and the job view fits a phone', async () => {
+    const box = await page.locator('#chart-loss canvas').boundingBox();
+    await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
+    await page.waitForSelector('#chart-loss .chart-tip:not([hidden])');
+    assert.match(await page.textContent('#chart-loss .chart-tip'), /^step \d+\ntrain: [\d.]+/);
+    await page.setViewportSize({width: 390, height: 844});
+    await page.waitForTimeout(300);
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `the page is ${overflow}px wider than a phone`);
+    const chartWidth = (await page.locator('#chart-loss canvas').boundingBox()).width;
+    assert.ok(chartWidth > 300 && chartWidth <= 390, `loss chart ${chartWidth}px wide on a phone`);
+    await page.screenshot({path: path.join(outDir, 'job-view-phone.png')});
+    await page.setViewportSize({width: 1280, height: 900});
+  });
 }
 
 if (args.suite === 'controls') {
@@ -211,6 +229,26 @@ if (args.suite === 'controls') {
     await page.click('#submit-form-btn');
     await page.waitForSelector('#job-view');
     await waitState('#job-view', 'succeeded');
+  });
+
+  test('GPUs view shows the holding job; a GPU job charts its GPU samples', async () => {
+    await page.goto(`${daemon.base}/#/gpus`);
+    await page.waitForSelector('article.gpu[data-index="1"]');
+    assert.equal(await page.locator('article.gpu').count(), 2);
+    const model = daemon.fixture('on-gpu', {step_ms: 100});
+    const spec = daemon.spec('gpu-job', model, {maxSteps: 400});
+    spec.resources = {gpus: 1};
+    const job = await daemon.api('/jobs', {method: 'POST', body: spec});
+    // The card of the GPU it got names it, live (state events re-read /gpus).
+    await page.waitForFunction((id) => [...document.querySelectorAll('article.gpu a')]
+      .some((a) => a.getAttribute('href') === `#/jobs/${id}`), job.id);
+    await page.goto(`${daemon.base}/#/jobs/${job.id}`);
+    await page.waitForFunction(() => Number(document.querySelector('#chart-gpu-util').dataset.points) >= 2);
+    const n = await points('#chart-gpu-util');
+    await page.waitForFunction((n) => Number(document.querySelector('#chart-gpu-util').dataset.points) > n, n);
+    assert.ok(await points('#chart-gpu-mem') >= 2);
+    await page.click('#btn-cancel');
+    await waitState('#job-view', 'cancelled');
   });
 }
 
