@@ -17,6 +17,7 @@ typedef struct merge_cand {
     int32_t rank;
     int32_t pos;
     int32_t left, right;
+    int32_t merged;
 } merge_cand;
 
 typedef struct enc_ctx {
@@ -126,7 +127,7 @@ static int consider(enc_ctx *c, int32_t pos)
     int32_t merged;
     int32_t rank = tok_pairmap_get(&c->t->merges, c->sym[pos], c->sym[q], &merged);
     if (rank < 0) return 0;
-    merge_cand m = {rank, pos, c->sym[pos], c->sym[q]};
+    merge_cand m = {rank, pos, c->sym[pos], c->sym[q], merged};
     return heap_push(c, m);
 }
 
@@ -226,9 +227,7 @@ static int bpe_word(enc_ctx *c, const char *w, size_t len)
         merge_cand m = heap_pop(c);
         int32_t p = m.pos, q = c->next[p];
         if (c->sym[p] != m.left || q < 0 || c->sym[q] != m.right) continue;
-        int32_t merged;
-        (void)tok_pairmap_get(&t->merges, m.left, m.right, &merged);
-        c->sym[p] = merged;
+        c->sym[p] = m.merged;
         c->sym[q] = -1;
         c->next[p] = c->next[q];
         if (c->next[p] >= 0) c->prev[c->next[p]] = p;
