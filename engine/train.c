@@ -295,7 +295,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
     int B = s->batch_size, T = s->seq_len, A = s->grad_accum;
     size_t rowsz = (size_t)B * T;
     long long count = 0;
-    int64_t first_row = r->sampler.pos;
+    int64_t first_row = r->sampler.pos, first_epoch = r->sampler.epoch;
     for (int a = 0; a < A; a++)
         for (int b = 0; b < B; b++) {
             size_t o = (size_t)a * rowsz + (size_t)b * T;
@@ -304,7 +304,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
     if (count == 0)
         return ty_err_set(err, TY_EINVAL,
                           "step %lld: its %d examples (from position %lld of epoch %lld) have no target tokens",
-                          (long long)r->step + 1, A * B, (long long)first_row, (long long)r->sampler.epoch);
+                          (long long)r->step + 1, A * B, (long long)first_row, (long long)first_epoch);
     model *m = &r->m;
     size_t nbuf = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
     kn_zero(r->kn, m->grads, nbuf);
@@ -318,6 +318,9 @@ static int train_step(run *r, step_result *out, ty_err *err)
     if (!isfinite(out->loss)) return 0;
     /* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), applied if < 1 */
     out->grad_norm = sqrt(kn_sumsq(r->kn, m->grads, nbuf));
+    if (!isfinite(out->grad_norm))
+        return ty_err_set(err, TY_EINVAL, "gradient norm is %s at step %lld (loss %g); stopping before the update",
+                          isnan(out->grad_norm) ? "NaN" : "infinite", (long long)r->step + 1, out->loss);
     if (s->max_grad_norm > 0) {
         double coef = s->max_grad_norm / (out->grad_norm + 1e-6);
         if (coef < 1.0) kn_scale(r->kn, m->grads, nbuf, (float)coef);
