@@ -50,6 +50,7 @@ export function mount(main, app, {id}) {
   };
   const actionError = h('p', {class: 'error', id: 'action-error', role: 'alert', hidden: true});
   const jobError = h('p', {class: 'error job-error', hidden: true});
+  const loadError = h('p', {class: 'error', id: 'load-error', hidden: true});
   const summary = h('div', {class: 'summary'});
   const streamState = h('span', {class: 'stream-state'});
   const ckptBody = h('tbody');
@@ -67,7 +68,7 @@ export function mount(main, app, {id}) {
     h('div', {class: 'view-head'},
       h('a', {href: '#/', class: 'back'}, '← Jobs'), title, badge, h('span', {class: 'spacer'}),
       h('div', {class: 'actions'}, buttons.pause, buttons.resume, buttons.cancel, buttons.delete)),
-    actionError, jobError, summary,
+    actionError, loadError, jobError, summary,
     h('section', {class: 'charts'},
       h('div', {class: 'charts-head'}, h('h2', null, 'Training'), streamState),
       h('div', {class: 'chart-grid'}, charts.loss.element, charts.lr.element, charts.tps.element,
@@ -145,12 +146,15 @@ export function mount(main, app, {id}) {
       const j = await api(`/jobs/${id}`);
       if (!alive) return;
       job = j;
+      loadError.hidden = true;
       renderSummary();
       specPre.textContent = JSON.stringify(j.spec, null, 2);
     } catch (e) {
       if (!alive) return;
-      actionError.hidden = false;
-      actionError.textContent = e.status === 404 ? `Job ${id} does not exist.` : `Could not load job: ${e.message}`;
+      // Shown until the next successful read (a server restart is brief).
+      loadError.hidden = false;
+      loadError.textContent = e.status === 404 ? `Job ${id} does not exist.`
+        : `Could not read the job (${e.message}); retrying.`;
     }
   }
 

@@ -116,6 +116,8 @@ if (args.suite === 'live') {
     await page.waitForFunction((n) => Number(document.querySelector('#chart-loss').dataset.points) > n + 2, before);
     await page.screenshot({path: path.join(outDir, 'job-view.png'), fullPage: true});
     await waitState('#job-view', 'succeeded');
+    // A read that failed while the server was down is not left on screen.
+    await page.waitForSelector('#load-error', {state: 'hidden'});
     await page.waitForTimeout(300); // the last frame's redraw
 
     // The chart's steps are exactly the job's distinct metric steps, in
