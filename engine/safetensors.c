@@ -169,6 +169,11 @@ int st_open(st_file *f, const char *path, ty_err *err)
     uint64_t data_len = size - 8 - hlen;
     const uint8_t *data = p + 8 + hlen;
     f->t = calloc(json_object_size(root) + 1, sizeof *f->t);
+    if (!f->t) {
+        rc = ty_err_set(err, TY_ENOMEM, "%s: out of memory for %zu header entries", path, json_object_size(root));
+        json_decref(root);
+        goto fail;
+    }
     const char *key;
     json_t *val;
     rc = 0;
@@ -194,6 +199,10 @@ int st_open(st_file *f, const char *path, ty_err *err)
     /* Non-overlap: sort views by begin, each non-empty span must start at or
      * after the previous non-empty span's end. */
     const st_tensor **order = malloc(((size_t)f->n + 1) * sizeof *order);
+    if (!order) {
+        rc = ty_err_set(err, TY_ENOMEM, "%s: out of memory", path);
+        goto fail;
+    }
     for (int i = 0; i < f->n; i++) order[i] = &f->t[i];
     qsort(order, (size_t)f->n, sizeof *order, st_cmp_begin);
     const st_tensor *prev = NULL;
