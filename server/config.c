@@ -25,7 +25,7 @@ int srv_config_defaults(srv_config *c, ty_err *err)
     c->cpu_slots = 1;
     c->max_body = 1 << 20;
     c->grace_s = 30;
-    c->event_rate = 50000;
+    c->event_rate = 1000;
     c->gpu_sample_ms = 2000;
     c->heartbeat_s = 15;
     c->http_threads = 2;
@@ -208,9 +208,9 @@ void srv_config_usage(FILE *out)
           "  --tls-cert FILE       PEM certificate; with --tls-key serves HTTPS\n"
           "  --tls-key FILE        PEM private key\n"
           "  --require-token       require a bearer token even on loopback\n"
-          "  --event-rate N        engine event lines per second (averaged over 2 s)\n"
-          "                        above which a job fails as flooding; 0 = off\n"
-          "                        (default 50000)\n"
+          "  --event-rate N        engine event lines per second (a 2-second burst\n"
+          "                        allowed) above which a job fails as flooding;\n"
+          "                        0 = off (default 1000)\n"
           "  --gpu-sample-ms MS    GPU sampling period (default 2000)\n"
           "  --heartbeat SECONDS   SSE heartbeat comment period (default 15)\n"
           "  --http-threads N      HTTP worker threads, each with its own epoll\n"

@@ -1,10 +1,10 @@
 /* evwriter.c — batches engine events into few SQLite transactions.
  *
  * A chatty engine can emit tens of thousands of lines a second; one
- * transaction per line would cap ingestion at the disk's fsync rate and stall
- * the supervisor. Events are queued here and one thread commits them every
- * EVW_FLUSH_MS or EVW_MAX_BATCH events, then publishes them (under the
- * shared lock, so publication order is id order). */
+ * transaction per line would stall the supervisor behind the database.
+ * Events are queued here and one thread commits whatever is pending (up to
+ * EVW_MAX_BATCH per transaction, a few milliseconds after the first one
+ * arrives), then publishes them under the shared lock, in id order. */
 #include "server.h"
 
 #include <stdlib.h>
@@ -31,12 +31,15 @@ struct evw {
     int64_t events, batches;
 };
 
-static int flush_queue_locked(struct evw *w, ty_err *err)
+/* Commits and publishes at most `limit` pending events, EVW_MAX_BATCH per
+ * transaction. Bounded so a flooding engine cannot keep the write lock. */
+static int flush_queue_locked(struct evw *w, int limit, ty_err *err)
 {
     int rc = 0;
-    for (;;) {
+    while (limit > 0) {
         pthread_mutex_lock(&w->qmu);
         int n = w->n < EVW_MAX_BATCH ? w->n : EVW_MAX_BATCH;
+        if (n > limit) n = limit;
         if (n == 0) {
             pthread_mutex_unlock(&w->qmu);
             return rc;
@@ -47,25 +50,34 @@ static int flush_queue_locked(struct evw *w, ty_err *err)
         w->n -= n;
         pthread_cond_broadcast(&w->qspace);
         pthread_mutex_unlock(&w->qmu);
+        limit -= n;
 
         db_event *out = calloc((size_t)n, sizeof *out);
-        if (!out) rc = ty_err_set(err, TY_ENOMEM, "out of memory");
-        else if ((rc = db_events_append(w->d, batch, n, out, err)) == 0) {
+        int brc = out ? db_events_append(w->d, batch, n, out, err)
+                      : ty_err_set(err, TY_ENOMEM, "out of memory");
+        if (brc == 0) {
             w->events += n;
             w->batches++;
             for (int i = 0; i < n; i++)
                 if (w->publish) w->publish(w->ctx, &out[i]);
+        } else {
+            rc = brc;
         }
         /* A failed batch is dropped, not retried forever: the job's state
          * transitions still go through, and the error is returned. */
-        if (out) db_events_free(out, rc == 0 ? n : 0);
+        if (out) db_events_free(out, brc == 0 ? n : 0);
         for (int i = 0; i < n; i++) free(batch[i].data);
     }
+    return rc;
 }
 
 int evw_flush_locked(struct evw *w, ty_err *err)
 {
-    return flush_queue_locked(w, err);
+    /* Everything pending now, not what arrives meanwhile. */
+    pthread_mutex_lock(&w->qmu);
+    int pending = w->n;
+    pthread_mutex_unlock(&w->qmu);
+    return flush_queue_locked(w, pending, err);
 }
 
 static void *writer_main(void *arg)
@@ -73,8 +85,8 @@ static void *writer_main(void *arg)
     struct evw *w = arg;
     for (;;) {
         pthread_mutex_lock(&w->qmu);
-        if (w->n == 0 && !w->stop) pthread_cond_wait(&w->qcond, &w->qmu);
-        /* Let a batch accumulate up to EVW_FLUSH_MS unless it is full. */
+        while (w->n == 0 && !w->stop) pthread_cond_wait(&w->qcond, &w->qmu);
+        /* Let a batch coalesce for EVW_FLUSH_MS unless it is full. */
         if (w->n > 0 && w->n < EVW_MAX_BATCH && !w->stop) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -90,9 +102,17 @@ static void *writer_main(void *arg)
         bool stop = w->stop;
         pthread_mutex_unlock(&w->qmu);
         ty_err err = {0};
+        /* One batch per turn of the lock, so HTTP handlers and transitions
+         * get it between batches even while an engine floods. */
         pthread_mutex_lock(w->lock);
-        flush_queue_locked(w, &err);
+        flush_queue_locked(w, stop ? EVW_QUEUE_CAP : EVW_MAX_BATCH, &err);
         pthread_mutex_unlock(w->lock);
+        if (stop) {
+            pthread_mutex_lock(&w->qmu);
+            bool more = w->n > 0;
+            pthread_mutex_unlock(&w->qmu);
+            if (more) continue;
+        }
         if (stop) break;
     }
     return NULL;
