@@ -202,7 +202,8 @@ def main():
         blocker = d.submit(spec(tmp, model(tmp, "blocker", {"step_ms": 100, "stderr_lines": 0}), 100000))
         d.wait_state(blocker, ("running",))
         steps = 300 if quick else 1000
-        target = d.submit(spec(tmp, model(tmp, "ticker", {"step_ms": 10, "timestamps": True, "stderr_lines": 0}),
+        target = d.submit(spec(tmp, model(tmp, "ticker", {"step_ms": 10, "paced": True, "timestamps": True,
+                                                         "stderr_lines": 0}),
                                steps))
         nclients = 1000
         fan = subprocess.Popen([os.path.join(build, "bin", "ty-bench-sse-fanout"), str(d.port),

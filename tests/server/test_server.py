@@ -137,8 +137,8 @@ def test_cancel():
 
 def test_pause_resume():
     """Pause checkpoints and stops; resume continues from that checkpoint."""
-    srv, model, train = setup({"step_ms": 40})
-    jid = srv.submit(spec(model, train, max_steps=40))["id"]
+    srv, model, train = setup({"step_ms": 100, "resume_step_ms": 5})
+    jid = srv.submit(spec(model, train, max_steps=300))["id"]
     wait_for(lambda: (srv.job(jid)["last_metric"] or {}).get("step", 0) >= 4, 60, "a few steps")
     r = srv.post("/jobs/%d/pause" % jid)
     check(r.status == 202 and r.json["state"] in ("stopping", "paused"), "pause: %r" % r)
@@ -163,7 +163,7 @@ def test_pause_resume():
           "second run resumed from step %d: %s" % (ck, started))
     paused_at = next(i for i, e in enumerate(evs) if e[1] == "state" and e[2]["data"]["to"] == "paused")
     second = metric_steps(evs[paused_at:])
-    check(second and second[0] == ck + 1 and second[-1] == 40,
+    check(second and second[0] == ck + 1 and second[-1] == 300,
           "metrics after the resume continue from %d: %s" % (ck + 1, second))
     logs = [e[2]["data"]["line"] for e in evs if e[1] == "log"]
     check(any("resumed from step %d" % ck in l for l in logs), "engine log event names the resume step")
@@ -220,8 +220,8 @@ def test_sigterm_grace():
 
 def test_kill9_recovery():
     """kill -9 of the server mid-run: the restarted server recovers the job, no committed event lost."""
-    srv, model, train = setup({"step_ms": 40, "checkpoint_every": 5})
-    jid = srv.submit(spec(model, train, max_steps=40))["id"]
+    srv, model, train = setup({"step_ms": 60, "checkpoint_every": 5, "resume_step_ms": 5})
+    jid = srv.submit(spec(model, train, max_steps=150))["id"]
     with srv.events(jid, from_=0) as s:
         before = s.read_until_end(60, stop=lambda e: e[1] == "metric" and e[2]["data"]["step"] >= 12)
     check(before[-1][1] == "metric", "got to step 12 before the kill")
@@ -400,7 +400,7 @@ def test_engine_misbehaviour():
     srv, _, train = setup(None, "--event-rate", "2000", "--cpu-slots", "3")
     cases = {
         "garbage": ({"step_ms": 20, "garbage": True}, r"json|parse|garbage|invalid"),
-        "long": ({"step_ms": 20, "long_line": True}, r"long|line|bytes"),
+        "long": ({"step_ms": 20, "long_line": True, "long_line_bytes": 200000}, r"long|line|bytes"),
         "flood": ({"flood": True}, r"flood|rate|events"),
     }
     ids = {}
