@@ -45,6 +45,10 @@ def test_lifecycle():
     jid = j["id"]
     check(j["state"] in ("queued", "starting"), "new job state %s" % j["state"])
     check(j["name"] == "life" and j["spec"]["hyperparameters"]["max_steps"] == 15, "job echoes its spec")
+    # docs/api.md: "spec": the submitted spec, defaults filled in (jobspec_to_json).
+    hp = j["spec"]["hyperparameters"]
+    check(hp.get("lr") == 0.0001 and hp.get("batch_size") == 1 and j["spec"].get("max_restarts") == 3,
+          "the job's spec has its defaults filled in: %s" % j["spec"])
     with srv.events(jid, from_=0) as s:
         evs = s.read_until_end(60)
     check_contiguous(evs, "job stream")
