@@ -49,10 +49,12 @@ static int slot_reserve(kn_ctx *c)
     return 0;
 }
 
-/* Removes p and returns its size; 0 when p is unknown. Backward-shift
- * deletion keeps every remaining key reachable without tombstones. */
-static size_t slot_take(kn_ctx *c, const void *p)
+/* Removes p and returns its size (*known = 0 when p is not in the table).
+ * Backward-shift deletion keeps every remaining key reachable without
+ * tombstones. */
+static size_t slot_take(kn_ctx *c, const void *p, int *known)
 {
+    *known = 0;
     if (!c->slot_cap)
         return 0;
     size_t mask = c->slot_cap - 1, i = slot_hash(p, c->slot_cap);
@@ -61,6 +63,7 @@ static size_t slot_take(kn_ctx *c, const void *p)
             return 0;
         i = (i + 1) & mask;
     }
+    *known = 1;
     size_t bytes = c->slots[i].bytes;
     size_t hole = i;
     for (size_t j = (i + 1) & mask; c->slots[j].p; j = (j + 1) & mask) {
@@ -146,11 +149,17 @@ void *kn_alloc(kn_ctx *c, size_t bytes)
     return p;
 }
 
+/* A pointer this context did not hand out is left alone: freeing it here
+ * could only turn a caller's bug into heap corruption. */
 void kn_free(kn_ctx *c, void *p)
 {
     if (!p)
         return;
-    c->bytes_in_use -= slot_take(c, p);
+    int known = 0;
+    size_t bytes = slot_take(c, p, &known);
+    if (!known)
+        return;
+    c->bytes_in_use -= bytes;
     c->be->free(c, p);
 }
 

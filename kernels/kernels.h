@@ -46,7 +46,9 @@ const char *kn_device_name(const kn_ctx *c);     /* "cpu" | "cuda" */
  * "cpu: openblas SkylakeX, 2 threads". Owned by the context. */
 const char *kn_describe(const kn_ctx *c);
 
-/* Zero-initialised device memory, 64-byte aligned. NULL on failure. */
+/* Zero-initialised device memory, 64-byte aligned. NULL on failure.
+ * kn_free ignores NULL and pointers this context did not allocate;
+ * kn_close frees whatever the context still holds. */
 void *kn_alloc(kn_ctx *c, size_t bytes);
 void kn_free(kn_ctx *c, void *p);
 /* Bytes currently / at most allocated through this context. */

@@ -215,6 +215,9 @@ static void test_context(void)
           total - freed);
     CHECK(kn_peak_bytes(c) == total, "peak %zu, want %zu", kn_peak_bytes(c), total);
     kn_free(c, NULL);
+    int stranger;
+    kn_free(c, &stranger); /* not ours: ignored, accounting unchanged */
+    CHECK(kn_bytes_in_use(c) == total - freed, "foreign pointer changed the accounting");
     for (int i = 1; i < NB; i += 2)
         kn_free(c, ps[i]);
     CHECK(kn_bytes_in_use(c) == 0, "all freed but %zu in use", kn_bytes_in_use(c));
