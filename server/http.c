@@ -176,7 +176,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (q->route == -1)
             return http_error(q, 404, "not_found", NULL, "no such endpoint: %s %s", method, url);
         if (q->route == -2)
-            return http_error(q, 405, "method_not_allowed", NULL, "%s is not allowed on %s",
+            return http_error(q, 405, "not_found", NULL, "%s is not allowed on %s",
                               method, url);
         const route *rt = &routes_table[q->route];
         if (s->auth_required && !rt->public_ && !authorized(q))

@@ -141,11 +141,12 @@ static enum MHD_Result post_jobs(http_req *q)
     const char *key = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Idempotency-Key");
     if (key && (strlen(key) == 0 || strlen(key) > 255)) {
         jobspec_free(&spec);
-        return http_error(q, 400, "invalid_parameter", "Idempotency-Key",
+        return http_error(q, 400, "invalid_spec", "Idempotency-Key",
                           "Idempotency-Key must be 1 to 255 characters");
     }
-    /* Stored compact, in the submitted key order. */
-    json_t *root = json_loadb(q->body, q->len, JSON_PRESERVE_ORDER, NULL);
+    /* Stored with every default filled in: what the engine will run with
+     * and what GET /jobs/{id} shows. */
+    json_t *root = jobspec_to_json(&spec);
     char *compact = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     char sha[65];
@@ -220,7 +221,7 @@ static enum MHD_Result get_jobs(http_req *q)
     state_filter f = {0};
     MHD_get_connection_values(q->conn, MHD_GET_ARGUMENT_KIND, collect_states, &f);
     if (f.bad[0])
-        return http_error(q, 400, "invalid_parameter", "state",
+        return http_error(q, 400, "invalid_spec", "state",
                           "unknown state '%s' (queued, starting, running, stopping, paused, "
                           "succeeded, failed, cancelled)", f.bad);
     long limit = 50;
@@ -230,13 +231,13 @@ static enum MHD_Result get_jobs(http_req *q)
         errno = 0;
         limit = strtol(l, &end, 10);
         if (errno || end == l || *end || limit < 1 || limit > 200)
-            return http_error(q, 400, "invalid_parameter", "limit",
+            return http_error(q, 400, "invalid_spec", "limit",
                               "limit must be an integer from 1 to 200");
     }
     int64_t before = 0;
     const char *c = http_arg(q, "cursor");
     if (c && *c && srv_cursor_decode(c, &before))
-        return http_error(q, 400, "invalid_parameter", "cursor", "cursor is not one this server "
+        return http_error(q, 400, "invalid_spec", "cursor", "cursor is not one this server "
                           "issued");
     db *d = srv_db(q->s);
     db_job *jobs;
@@ -285,7 +286,7 @@ static enum MHD_Result delete_job(http_req *q)
     db *d = srv_db(q->s);
     const char *purge = http_arg(q, "purge");
     if (purge && strcmp(purge, "0") && strcmp(purge, "1"))
-        return http_error(q, 400, "invalid_parameter", "purge", "purge must be 0 or 1");
+        return http_error(q, 400, "invalid_spec", "purge", "purge must be 0 or 1");
     if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
     /* Remote copies are kept unless purge=1; the uploader (which owns remote
      * deletes) is not part of this build, so a purge with remote checkpoints
@@ -337,7 +338,7 @@ static enum MHD_Result get_job_events(http_req *q)
     /* A job stream replays the job's whole history unless told otherwise. */
     int64_t from = stream_from(q, 0);
     if (from == -2)
-        return http_error(q, 400, "invalid_parameter", "from",
+        return http_error(q, 400, "invalid_spec", "from",
                           "Last-Event-ID / from must be a non-negative integer");
     return sse_hub_serve_events(q->s->hub, q->conn, q->id, from);
 }
@@ -347,7 +348,7 @@ static enum MHD_Result get_events(http_req *q)
     /* The global feed is live unless the client names where it left off. */
     int64_t from = stream_from(q, -1);
     if (from == -2)
-        return http_error(q, 400, "invalid_parameter", "from",
+        return http_error(q, 400, "invalid_spec", "from",
                           "Last-Event-ID / from must be a non-negative integer");
     return sse_hub_serve_events(q->s->hub, q->conn, 0, from);
 }
@@ -360,7 +361,7 @@ static enum MHD_Result get_metrics_of_job(http_req *q)
 {
     const char *fmt = http_arg(q, "format");
     if (fmt && strcmp(fmt, "json") && strcmp(fmt, "csv"))
-        return http_error(q, 400, "invalid_parameter", "format", "format must be json or csv");
+        return http_error(q, 400, "invalid_spec", "format", "format must be json or csv");
     if (!job_exists(q)) return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
     db *d = srv_db(q->s);
     db_event *evs;
@@ -423,7 +424,7 @@ static enum MHD_Result get_logs(http_req *q)
 {
     const char *follow = http_arg(q, "follow");
     if (follow && strcmp(follow, "0") && strcmp(follow, "1"))
-        return http_error(q, 400, "invalid_parameter", "follow", "follow must be 0 or 1");
+        return http_error(q, 400, "invalid_spec", "follow", "follow must be 0 or 1");
     if (!job_exists(q)) return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
     char dir[PATH_MAX], path[PATH_MAX + 16];
     srv_job_dir(q->s, q->id, dir, sizeof dir);
