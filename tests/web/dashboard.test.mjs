@@ -49,7 +49,8 @@ test.before(async () => {
   await daemon.start();
   browser = await launch();
   page = browser.context.pages()[0] || await browser.context.newPage();
-  page.setDefaultTimeout(30000);
+  // Generous: under `make test` the machine runs every suite at once.
+  page.setDefaultTimeout(60000);
   page.on('request', (r) => {
     const u = r.url();
     if (!u.startsWith(daemon.base + '/') && !u.startsWith('data:')) foreign.push(u);
