@@ -129,17 +129,18 @@ static int dec_strip(const tok_dec *d, tok_spans *a, tok_spans *b)
     return 0;
 }
 
+/* Replacement characters become spaces, except in the first token, where
+ * Hugging Face drops them (they stand for the prepended space) unless the
+ * scheme is "never". */
 static int dec_metaspace(const tok_dec *d, tok_spans *a, tok_spans *b)
 {
     for (size_t i = 0; i < a->n; i++) {
         const char *s = a->buf.p + a->v[i].off;
         size_t len = a->v[i].len, off = b->buf.len, k = 0;
-        /* The space the pre-tokenizer prepended is not part of the text. */
-        if (i == 0 && d->prepend != PREPEND_NEVER && len >= d->strip_len && !memcmp(s, d->strip, d->strip_len))
-            k = d->strip_len;
+        bool drop = i == 0 && d->prepend != PREPEND_NEVER;
         while (k < len) {
             if (len - k >= d->strip_len && !memcmp(s + k, d->strip, d->strip_len)) {
-                if (tok_buf_put(&b->buf, " ", 1)) return TY_ENOMEM;
+                if (!drop && tok_buf_put(&b->buf, " ", 1)) return TY_ENOMEM;
                 k += d->strip_len;
             } else {
                 if (tok_buf_put(&b->buf, s + k, 1)) return TY_ENOMEM;

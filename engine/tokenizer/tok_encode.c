@@ -426,13 +426,16 @@ static int split_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, 
     return 0;
 }
 
-/* Metaspace: spaces become the replacement character, one is prepended as
- * the scheme says, and the piece splits before each replacement. */
+/* Metaspace: spaces become the replacement character, then one is
+ * prepended as the scheme says unless the piece already starts with one
+ * (so " hello" gives "▁hello", as current Hugging Face does), and the piece
+ * splits before each replacement. */
 static int metaspace_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, bool first, tok_spans *out)
 {
     c->tmp.len = 0;
     bool prepend = p->prepend == PREPEND_ALWAYS || (p->prepend == PREPEND_FIRST && first);
-    if (prepend && !(len >= p->replacement_len && !memcmp(s, p->replacement, p->replacement_len)))
+    bool starts = len > 0 && (s[0] == ' ' || (len >= p->replacement_len && !memcmp(s, p->replacement, p->replacement_len)));
+    if (prepend && !starts && len > 0)
         if (tok_buf_put(&c->tmp, p->replacement, p->replacement_len)) return oom(c);
     for (size_t i = 0; i < len; i++) {
         int rc = s[i] == ' ' ? tok_buf_put(&c->tmp, p->replacement, p->replacement_len)

@@ -180,8 +180,8 @@ function llama2Vocab() {
     normalizer: null,
     pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first', split: false },
     post_processor: template,
-    decoder: { type: 'Sequence', decoders: [{ type: 'ByteFallback' },
-      { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first', split: false }] },
+    decoder: { type: 'Sequence', decoders: [{ type: 'Replace', pattern: { String: '▁' }, content: ' ' },
+      { type: 'ByteFallback' }, { type: 'Fuse' }, { type: 'Strip', content: ' ', start: 1, stop: 0 }] },
     model,
   });
   write(path.join(out, 'llama2-metaspace'), 'tokenizer_config.json', cfg);
@@ -190,15 +190,17 @@ function llama2Vocab() {
   const specials = ['<s>', '</s>', '<unk>'];
   const ids = { '<s>': 1, '</s>': 2, '<unk>': 0 };
   // Hugging Face normalizes each piece between special tokens on its own:
-  // Prepend puts a "▁" before every piece, Metaspace("first") only before
-  // the piece that starts the input.
+  // Prepend puts a "▁" before every piece (even one starting with a space);
+  // Metaspace("first") replaces spaces first and then prepends only to the
+  // piece that starts the input, and only when it does not start with "▁".
   const enc = (t, everyPiece) => splitSpecial(t, specials).flatMap((p, i) =>
-    p.special ? [ids[p.special]] : llama2.encode(p.text, false, everyPiece || i === 0));
+    p.special ? [ids[p.special]]
+      : llama2.encode(p.text, false, everyPiece || (i === 0 && !p.text.startsWith(' '))));
   const extra = ['<s>Hello</s>', 'before <s> after', 'a</s>b<unk>c', '<s>'];
   const nonEmpty = texts.filter((t) => t.length > 0);
   const cases = (everyPiece) => [
     ...[...nonEmpty, ...extra].map((text) => ({ text, add_special: false, ids: enc(text, everyPiece) })),
-    ...corpus.slice(0, 5).map((text) => ({ text, add_special: true, ids: llama2.encode(text, true, true) })),
+    ...corpus.slice(0, 5).map((text) => ({ text, add_special: true, ids: [1, ...enc(text, everyPiece)] })),
   ];
   write(out, 'llama2.cases.json', { cases: cases(true) });
   write(out, 'llama2-metaspace.cases.json', { cases: cases(false) });

@@ -6,7 +6,10 @@
  * must all get the reference ids again (tok_encode is documented as safe
  * to call concurrently).
  *
- * usage: tok_agree MODEL_DIR CASES_JSON [--specials-roundtrip]
+ * usage: tok_agree MODEL_DIR CASES_JSON [--specials-roundtrip | --metaspace]
+ * --metaspace: Mistral-style files lose the leading space of a text that
+ * starts with one (its "▁" is taken for the prepended one and stripped, as
+ * in Hugging Face), so such texts skip the round trip.
  * Without --specials-roundtrip, cases whose ids hold a special token skip
  * the round trip: SentencePiece-style models re-add a "▁" after each
  * special token, so their text legitimately differs (as in Hugging Face). */
@@ -64,6 +67,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int specials_roundtrip = argc > 3 && !strcmp(argv[3], "--specials-roundtrip");
+    int metaspace = argc > 3 && !strcmp(argv[3], "--metaspace");
     tok_tokenizer *tok;
     ty_err err = {0};
     if (tok_load(&tok, argv[1], &err)) {
@@ -108,7 +112,7 @@ int main(int argc, char **argv)
             has_special |= (ids[k] == tok_bos(tok) || ids[k] == tok_eos(tok) || (s && s[0] == '<' && strlen(s) > 2 &&
                             s[strlen(s) - 1] == '>' && strncmp(s, "<0x", 3) != 0));
         }
-        if (!add_special && (specials_roundtrip || !has_special)) {
+        if (!add_special && (specials_roundtrip || !has_special) && !(metaspace && text[0] == ' ')) {
             char *back;
             size_t blen;
             if (tok_decode(tok, ids, n, &back, &blen, &err)) {

@@ -304,6 +304,38 @@ static void test_byte_level(void)
     tok_free(t);
 }
 
+/* Metaspace as current Hugging Face runs it: spaces replaced, then "▁"
+ * prepended unless already there, split before each "▁"; the decoder drops
+ * the first token's "▁". ignore_merges lets whole words map to the vocab. */
+static void test_metaspace(void)
+{
+    static const char *const vocab[] = {"<unk>", "\xE2\x96\x81Hey", "\xE2\x96\x81", "\xE2\x96\x81" "friend!", NULL};
+    json_t *j = bpe_json(vocab, NULL);
+    json_t *model = json_object_get(j, "model");
+    json_object_set_new(model, "unk_token", json_string("<unk>"));
+    json_object_set_new(model, "ignore_merges", json_true());
+    json_object_set_new(j, "pre_tokenizer", json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement",
+                                                      "\xE2\x96\x81", "prepend_scheme", "always", "split", 1));
+    json_object_set_new(j, "decoder", json_pack("{s:s, s:s, s:s}", "type", "Metaspace", "replacement",
+                                                "\xE2\x96\x81", "prepend_scheme", "always"));
+    ty_err err;
+    tok_tokenizer *t = load(j, NULL, &err);
+    check(t != NULL, "metaspace tokenizer loads: %s", err.msg);
+    if (!t) return;
+    static const char *const runs[] = {"\xE2\x96\x81Hey", "\xE2\x96\x81", "\xE2\x96\x81", "\xE2\x96\x81" "friend!", NULL};
+    expect_tokens(t, "Hey   friend!", runs, "Metaspace split before each space");
+    static const char *const lead[] = {"\xE2\x96\x81Hey", NULL};
+    expect_tokens(t, " Hey", lead, "Metaspace does not prepend to a leading space");
+    int32_t ids[] = {1, 3};
+    char *text;
+    size_t len;
+    if (!tok_decode(t, ids, 2, &text, &len, &err)) {
+        check(!strcmp(text, "Hey friend!"), "Metaspace decoder: \"%s\"", text);
+        free(text);
+    }
+    tok_free(t);
+}
+
 int main(void)
 {
     test_bad_inputs();
@@ -311,6 +343,7 @@ int main(void)
     test_split_behaviours();
     test_normalizer_fallback_added();
     test_byte_level();
+    test_metaspace();
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     else printf("tokenizer unit tests passed\n");
     return failures > 100 ? 100 : failures;
