@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,65 @@ void data_free(dataset *d)
     free(d->tok);
     free(d->lab);
     memset(d, 0, sizeof *d);
+}
+
+/* Copies the examples with keep[i] == want into out. */
+static int data_subset(const dataset *d, const char *keep, char want, dataset *out)
+{
+    memset(out, 0, sizeof *out);
+    int n = 0;
+    int64_t toks = 0;
+    for (int i = 0; i < d->n; i++)
+        if (keep[i] == want) {
+            n++;
+            toks += d->off[i + 1] - d->off[i];
+        }
+    out->off = malloc(((size_t)n + 1) * sizeof *out->off);
+    out->tok = malloc(((size_t)toks + 1) * sizeof *out->tok);
+    out->lab = malloc(((size_t)toks + 1) * sizeof *out->lab);
+    if (!out->off || !out->tok || !out->lab) {
+        data_free(out);
+        return TY_ENOMEM;
+    }
+    int64_t at = 0;
+    for (int i = 0; i < d->n; i++) {
+        if (keep[i] != want) continue;
+        int64_t len = d->off[i + 1] - d->off[i];
+        out->off[out->n++] = at;
+        memcpy(out->tok + at, d->tok + d->off[i], (size_t)len * sizeof *out->tok);
+        memcpy(out->lab + at, d->lab + d->off[i], (size_t)len * sizeof *out->lab);
+        at += len;
+    }
+    out->off[out->n] = at;
+    return 0;
+}
+
+int data_split(dataset *d, double fraction, uint64_t seed, dataset *eval, ty_err *err)
+{
+    memset(eval, 0, sizeof *eval);
+    if (d->n < 2)
+        return ty_err_set(err, TY_EINVAL, "dataset.eval_fraction: %d example(s) cannot be split into train and eval",
+                          d->n);
+    long long k = llround((double)d->n * fraction);
+    if (k < 1) k = 1;
+    if (k > d->n - 1) k = d->n - 1;
+    int32_t *perm = malloc((size_t)d->n * sizeof *perm);
+    char *held = calloc((size_t)d->n, 1);
+    dataset train;
+    int rc = 0;
+    if (!perm || !held) rc = TY_ENOMEM;
+    if (!rc) {
+        data_permutation(seed ^ DATA_SPLIT_SALT, 0, d->n, perm);
+        for (long long i = 0; i < k; i++) held[perm[i]] = 1;
+        rc = data_subset(d, held, 1, eval);
+        if (!rc && (rc = data_subset(d, held, 0, &train))) data_free(eval);
+    }
+    free(perm);
+    free(held);
+    if (rc) return ty_err_set(err, TY_ENOMEM, "out of memory splitting the dataset");
+    data_free(d);
+    *d = train;
+    return 0;
 }
 
 int data_fill_row(const dataset *d, int ex, int T, int32_t *inputs, int32_t *targets)

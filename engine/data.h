@@ -27,6 +27,13 @@ typedef struct dataset {
 int data_load_tokens(const char *path, int vocab, dataset *d, ty_err *err);
 void data_free(dataset *d);
 
+/* dataset.eval_fraction: moves round(n * fraction) examples (at least 1,
+ * leaving at least 1) into *eval. The held-out examples are the first ones
+ * of data_permutation(seed ^ DATA_SPLIT_SALT, 0, n); both parts keep file
+ * order. Errors when there are fewer than 2 examples. */
+#define DATA_SPLIT_SALT 0x6576616C5F737074ull /* "eval_spt" */
+int data_split(dataset *d, double fraction, uint64_t seed, dataset *eval, ty_err *err);
+
 /* Fills one batch row of T positions from example ex; returns the number of
  * non-ignored targets. Padding inputs are id 0 (never attended to by a real
  * position under the causal mask). */

@@ -118,8 +118,6 @@ static int check_supported(run *r, const model_config *c, char *msg, size_t n)
     if (c->sliding_window && c->sliding_window < s->seq_len)
         return snprintf(msg, n, "hyperparameters.seq_len %d exceeds the model's sliding_window %d (not supported)",
                         s->seq_len, c->sliding_window), 1;
-    if (s->eval_fraction > 0)
-        return snprintf(msg, n, "dataset.eval_fraction is not supported by this engine yet (give dataset.eval)"), 1;
     return 0;
 }
 
@@ -404,6 +402,10 @@ static int setup(run *r, int *code)
         *code = fail("dataset.eval", &err);
         return -1;
     }
+    if (!s->eval && s->eval_fraction > 0 && (rc = data_split(&r->train, s->eval_fraction, s->seed, &r->eval, &err))) {
+        *code = fail(NULL, &err);
+        return -1;
+    }
     int64_t epoch = 0, cursor = 0;
     if (a->resume) {
         char path[4200];
@@ -451,6 +453,14 @@ static int setup(run *r, int *code)
     if (!r->in || !r->tg) {
         ty_err_set(&err, TY_ENOMEM, "out of memory for %zu batch tokens", n);
         *code = fail(NULL, &err);
+        return -1;
+    }
+    /* An eval set must have something to score, or its loss would be 0/0. */
+    long long targets = 0;
+    for (int i = 0; i < r->eval.n; i++) targets += data_fill_row(&r->eval, i, s->seq_len, r->in, r->tg);
+    if (r->eval.n && targets == 0) {
+        ty_err_set(&err, TY_EINVAL, "the eval set has no target tokens within seq_len %d", s->seq_len);
+        *code = fail("dataset.eval", &err);
         return -1;
     }
     return 0;

@@ -259,6 +259,45 @@ static void test_data(void)
     CHECK_ERR(rc, err, "absent.jsonl");
 }
 
+static void test_split(void)
+{
+    char path[512];
+    dataset d, ev;
+    ty_err err = {0};
+    write_text("split.jsonl",
+               "{\"input_ids\": [0, 1]}\n{\"input_ids\": [1, 2]}\n{\"input_ids\": [2, 3]}\n"
+               "{\"input_ids\": [3, 4]}\n{\"input_ids\": [4, 5]}\n{\"input_ids\": [5, 6]}\n",
+               path, sizeof path);
+    CHECK(data_load_tokens(path, 10, &d, &err) == 0);
+    CHECK(data_split(&d, 0.34, 99, &ev, &err) == 0);
+    CHECK(d.n == 4 && ev.n == 2);
+    /* disjoint, complete, each part in file order */
+    int seen[6] = {0}, ordered = 1;
+    for (int i = 0; i < d.n; i++) {
+        seen[d.tok[d.off[i]]]++;
+        if (i) ordered &= d.tok[d.off[i]] > d.tok[d.off[i - 1]];
+    }
+    for (int i = 0; i < ev.n; i++) {
+        seen[ev.tok[ev.off[i]]]++;
+        if (i) ordered &= ev.tok[ev.off[i]] > ev.tok[ev.off[i - 1]];
+    }
+    int all = 1;
+    for (int i = 0; i < 6; i++) all &= seen[i] == 1;
+    CHECK(all && ordered);
+    /* the held-out examples are the first two of the salted permutation */
+    int32_t perm[6];
+    data_permutation(99 ^ DATA_SPLIT_SALT, 0, 6, perm);
+    int lo = perm[0] < perm[1] ? perm[0] : perm[1];
+    CHECK(ev.tok[ev.off[0]] == lo);
+    data_free(&d);
+    data_free(&ev);
+    write_text("one.jsonl", "{\"input_ids\": [1, 2]}\n", path, sizeof path);
+    CHECK(data_load_tokens(path, 10, &d, &err) == 0);
+    int rc = data_split(&d, 0.5, 1, &ev, &err);
+    CHECK_ERR(rc, err, "cannot be split");
+    data_free(&d);
+}
+
 static void test_shuffle(void)
 {
     enum { N = 257 };
@@ -365,6 +404,7 @@ int main(void)
     test_safetensors_bad();
     test_config();
     test_data();
+    test_split();
     test_shuffle();
     test_ckpt();
     ty_rm_rf(tmpdir, NULL);
