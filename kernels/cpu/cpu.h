@@ -12,6 +12,15 @@
 
 #include <cblas.h>
 
+/* Per-context state (ctx->impl). */
+typedef struct cpu_state {
+    /* RoPE cos/sin for positions [0, rope_pos) at (rope_D, rope_base),
+     * interleaved [pos][i][cos, sin]: built once, reused by every layer. */
+    float *rope_tab;
+    int rope_pos, rope_D;
+    float rope_base;
+} cpu_state;
+
 /* Loops shorter than this run on one thread: the fork costs more. */
 #define CPU_PAR_MIN 16384
 

@@ -16,23 +16,49 @@
 
 /* ---- rotary position embedding ---------------------------------------- */
 
-/* cos/sin for every (t, i < D/2), computed like Hugging Face does in fp32:
- * inv_freq = 1 / base^(2i/D), angle = pos * inv_freq. */
-static float *rope_table(int T, int D, float base, int pos_offset)
+/* cos/sin of pos * inv_freq_i for pos in [0, npos), computed like Hugging
+ * Face does in fp32: inv_freq = 1 / base^(2i/D), angle = pos * inv_freq. */
+static float *rope_table(int npos, int D, float base)
 {
     int half = D / 2;
-    float *tab = malloc((size_t)T * half * 2 * sizeof *tab);
+    float *tab = malloc((size_t)npos * half * 2 * sizeof *tab);
+    float *inv = malloc((size_t)half * sizeof *inv);
+    if (!tab || !inv) {
+        free(tab);
+        free(inv);
+        return NULL;
+    }
+    for (int i = 0; i < half; i++)
+        inv[i] = 1.0f / powf(base, (float)(2 * i) / (float)D);
+    for (int p = 0; p < npos; p++)
+        for (int i = 0; i < half; i++) {
+            float ang = (float)p * inv[i];
+            tab[((size_t)p * half + i) * 2] = cosf(ang);
+            tab[((size_t)p * half + i) * 2 + 1] = sinf(ang);
+        }
+    free(inv);
+    return tab;
+}
+
+/* The context's table covering positions [0, npos), rebuilt (for at least
+ * twice the old range) only when D, base or the range change. NULL when
+ * memory is short. */
+static const float *rope_cached(kn_ctx *c, int npos, int D, float base)
+{
+    cpu_state *st = c->impl;
+    if (st->rope_tab && st->rope_D == D && st->rope_base == base && st->rope_pos >= npos)
+        return st->rope_tab;
+    int want = npos;
+    if (st->rope_tab && st->rope_D == D && st->rope_base == base && st->rope_pos * 2 > want)
+        want = st->rope_pos * 2;
+    float *tab = rope_table(want, D, base);
     if (!tab)
         return NULL;
-    for (int t = 0; t < T; t++) {
-        float pos = (float)(t + pos_offset);
-        for (int i = 0; i < half; i++) {
-            float inv = 1.0f / powf(base, (float)(2 * i) / (float)D);
-            float ang = pos * inv;
-            tab[((size_t)t * half + i) * 2] = cosf(ang);
-            tab[((size_t)t * half + i) * 2 + 1] = sinf(ang);
-        }
-    }
+    free(st->rope_tab);
+    st->rope_tab = tab;
+    st->rope_pos = want;
+    st->rope_D = D;
+    st->rope_base = base;
     return tab;
 }
 
@@ -43,11 +69,11 @@ static void rope_apply(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, 
     int half = D / 2;
     if (B <= 0 || T <= 0 || H <= 0 || half <= 0)
         return;
-    float *tab = rope_table(T, D, base, pos_offset);
+    const float *tab = pos_offset >= 0 ? rope_cached(c, pos_offset + T, D, base) : NULL;
     if (tab) {
 #pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
         for (int bt = 0; bt < B * T; bt++) {
-            const float *cs = tab + (size_t)(bt % T) * half * 2;
+            const float *cs = tab + (size_t)(bt % T + pos_offset) * half * 2;
             for (int h = 0; h < H; h++) {
                 float *r = x + (size_t)bt * ld + (size_t)h * D;
                 for (int i = 0; i < half; i++) {
@@ -58,10 +84,10 @@ static void rope_apply(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, 
                 }
             }
         }
-        free(tab);
         return;
     }
-    /* No memory for the table: the same arithmetic, computed in place. */
+    /* No table (short of memory, or a negative offset): the same
+     * arithmetic, computed as we go. */
     for (int bt = 0; bt < B * T; bt++) {
         float pos = (float)(bt % T + pos_offset);
         for (int i = 0; i < half; i++) {

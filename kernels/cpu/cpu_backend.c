@@ -1,8 +1,9 @@
 /* cpu_backend.c — the CPU device: memory, copies and the kn_backend table.
  *
  * "Device" memory is ordinary 64-byte-aligned host memory, so copies are
- * memcpy and sync is a no-op. Opening a context loads OpenBLAS (once per
- * process, cpu_blas.c). */
+ * memcpy and sync is a no-op. Opening a context puts OpenBLAS in
+ * single-threaded mode (cpu_blas.c) and allocates the small per-context
+ * state (cpu_state). */
 #include "cpu.h"
 
 #include <stdio.h>
@@ -15,12 +16,22 @@ static int cpu_open(kn_ctx *c, int device_index, ty_err *err)
     int rc = cpu_blas_init(err);
     if (rc)
         return rc;
+    c->impl = calloc(1, sizeof(cpu_state));
+    if (!c->impl)
+        return ty_err_set(err, TY_ENOMEM, "out of memory opening a CPU kernel context");
     snprintf(c->desc, sizeof c->desc, "cpu: %s, %d thread%s", cpu_blas_desc(), c->n_threads,
              c->n_threads == 1 ? "" : "s");
     return 0;
 }
 
-static void cpu_close(kn_ctx *c) { (void)c; }
+static void cpu_close(kn_ctx *c)
+{
+    cpu_state *st = c->impl;
+    if (st)
+        free(st->rope_tab);
+    free(st);
+    c->impl = NULL;
+}
 
 static void *cpu_alloc(kn_ctx *c, size_t bytes)
 {

@@ -629,11 +629,9 @@ static double rope_loss(void *st)
     return dot_r(s->r, s->out, (size_t)s->B * s->T * s->ld);
 }
 
-static void test_rope(void)
+static void run_rope(kn_ctx *c, int B, int T, int H, int D, int ld, int off, double base)
 {
-    kn_ctx *c = open_cpu(2);
-    /* H=3 heads of D=10 inside rows of 37 (a fused buffer with extra columns). */
-    rope_st s = {.B = 2, .T = 5, .H = 3, .D = 10, .ld = 37, .off = 3, .base = 10000.0};
+    rope_st s = {.B = B, .T = T, .H = H, .D = D, .ld = ld, .off = off, .base = base};
     size_t n = (size_t)s.B * s.T * s.ld;
     float *x = frand(c, &s.x, n, 1.0);
     float *r = frand(c, &s.r, n, 1.0);
@@ -657,6 +655,19 @@ static void test_rope(void)
     free(s.x);
     free(s.r);
     free(s.out);
+}
+
+static void test_rope(void)
+{
+    kn_ctx *c = open_cpu(2);
+    /* H=3 heads of D=10 inside rows of 37 (a fused buffer with extra
+     * columns). One context throughout, so the cached cos/sin table is
+     * reused, grown, and rebuilt for a new D and base. */
+    run_rope(c, 2, 5, 3, 10, 37, 3, 10000.0);
+    run_rope(c, 1, 4, 2, 10, 20, 0, 10000.0);   /* inside the cached range */
+    run_rope(c, 1, 30, 1, 10, 10, 25, 10000.0); /* grows it */
+    run_rope(c, 2, 6, 2, 8, 19, 1, 500000.0);   /* new D and base */
+    run_rope(c, 1, 3, 1, 10, 10, -2, 10000.0);  /* negative offset: no table */
     kn_close(c);
 }
 
