@@ -90,7 +90,7 @@ static int gcs_call(store *s, const gcs_req *r, const char *what, http_resp *rs,
 {
     int rc = TY_EIO, refreshed = 0;
     for (int attempt = 1; attempt <= s->tune.max_attempts; attempt++) {
-        if (attempt > 1) retry_sleep(&s->tune, attempt - 1);
+        if (attempt > 1 && (rc = retry_sleep(s, attempt - 1, err)) != 0) return rc;
         if (r->resp_fd >= 0 && (rc = store_fd_reset(r->resp_fd, err)) != 0) return rc;
         int retryable = 0;
         rc = gcs_attempt(s, r, 0, rs, &retryable, err);
@@ -218,7 +218,7 @@ static int gcs_upload_session(store *s, const char *full, int fd, uint64_t size,
         }
         if (!retryable || ++failures >= s->tune.max_attempts) break;
         /* Ask the session where it stands, then go on from there. */
-        retry_sleep(&s->tune, failures);
+        if ((rc = retry_sleep(s, failures, err)) != 0) break;
         snprintf(cr, sizeof cr, "Content-Range: bytes */%llu", (unsigned long long)size);
         gcs_req q;
         gcs_req_init(&q, "PUT", session);

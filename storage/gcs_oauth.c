@@ -159,7 +159,7 @@ static int fetch_token(store *s, gcs_oauth *o, ty_err *err)
     int rc = http_header(&h, err, "Content-Type: application/x-www-form-urlencoded");
     http_resp rs = {0};
     for (int attempt = 1; h && attempt <= s->tune.max_attempts; attempt++) {
-        if (attempt > 1) retry_sleep(&s->tune, attempt - 1);
+        if (attempt > 1 && (rc = retry_sleep(s, attempt - 1, err)) != 0) break;
         http_req rq;
         http_req_init(&rq, "POST", o->token_uri);
         rq.headers = h;

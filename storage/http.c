@@ -151,6 +151,14 @@ static size_t write_cb(char *p, size_t size, size_t nmemb, void *u)
     return n;
 }
 
+/* Aborts a transfer once store_cancel was called. */
+static int progress_cb(void *u, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    store *s = u;
+    return atomic_load(&s->cancelled) ? 1 : 0;
+}
+
 static void copy_hval(char *dst, size_t dsz, const char *v, size_t vl)
 {
     while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' ')) vl--;
@@ -216,6 +224,8 @@ int http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err 
 {
     *retryable = 0;
     http_resp_clear(rs);
+    int crc = store_check_cancel(s, err);
+    if (crc) return crc;
     CURL *h = curl_easy_init();
     if (!h) return ty_err_set(err, TY_ENOMEM, "storage: curl_easy_init failed");
     xfer x = {.rq = rq, .rs = rs};
@@ -240,6 +250,11 @@ int http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err 
     curl_easy_setopt(h, CURLOPT_URL, rq->url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     if (s && s->share) curl_easy_setopt(h, CURLOPT_SHARE, s->share);
+    if (s) {
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, progress_cb);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, s);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    }
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, all);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -283,6 +298,7 @@ int http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err 
     describe(rq, what, sizeof what);
     if (x.io_error)
         return ty_err_set(err, TY_EIO, "storage: %s: local file: %s", what, strerror(x.io_error));
+    if (cc == CURLE_ABORTED_BY_CALLBACK) return ty_err_set(err, TY_ESTATE, "storage: %s: cancelled", what);
     if (cc == CURLE_WRITE_ERROR && x.over_cap)
         return ty_err_set(err, TY_ETOOBIG, "storage: %s: reply larger than %d bytes", what, HTTP_BODY_CAP);
     if (cc != CURLE_OK) {

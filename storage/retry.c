@@ -4,7 +4,7 @@
  * Full jitter over the upper half of the window ([d/2, d]) keeps parallel
  * parts that failed together from retrying in lockstep while still waiting
  * at least half the nominal delay, which a throttling service (429/503)
- * asks for. */
+ * asks for. The wait is sliced so that store_cancel ends it promptly. */
 #include "store_int.h"
 
 #include <errno.h>
@@ -21,7 +21,13 @@ int64_t retry_delay_ms(const store_tuning *t, int attempt, uint32_t rnd)
     return half + (half > 0 ? (int64_t)(rnd % (uint32_t)(half + 1)) : 0);
 }
 
-void retry_sleep(const store_tuning *t, int attempt)
+int store_check_cancel(store *s, ty_err *err)
+{
+    if (s && atomic_load(&s->cancelled)) return ty_err_set(err, TY_ESTATE, "storage: cancelled");
+    return 0;
+}
+
+int retry_sleep(store *s, int attempt, ty_err *err)
 {
     /* Per-thread seed from the clock and the thread's stack address: good
      * enough to spread retries, no shared state to lock. */
@@ -32,8 +38,16 @@ void retry_sleep(const store_tuning *t, int attempt)
         seed = (unsigned)ts.tv_nsec ^ (unsigned)(uintptr_t)&ts;
         if (!seed) seed = 1;
     }
-    int64_t ms = retry_delay_ms(t, attempt, (uint32_t)rand_r(&seed));
-    struct timespec req = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (nanosleep(&req, &req) != 0 && errno == EINTR) {
+    int64_t ms = retry_delay_ms(&s->tune, attempt, (uint32_t)rand_r(&seed));
+    /* Sleep in short slices so store_cancel is noticed promptly. */
+    while (ms > 0) {
+        int rc = store_check_cancel(s, err);
+        if (rc) return rc;
+        int64_t slice = ms < 50 ? ms : 50;
+        struct timespec req = {.tv_sec = 0, .tv_nsec = slice * 1000000L};
+        while (nanosleep(&req, &req) != 0 && errno == EINTR) {
+        }
+        ms -= slice;
     }
+    return store_check_cancel(s, err);
 }

@@ -178,7 +178,7 @@ static int s3_call(store *s, const s3_op *op, http_resp *rs, ty_err *err)
 {
     int rc = TY_EIO;
     for (int attempt = 1; attempt <= s->tune.max_attempts; attempt++) {
-        if (attempt > 1) retry_sleep(&s->tune, attempt - 1);
+        if (attempt > 1 && (rc = retry_sleep(s, attempt - 1, err)) != 0) return rc;
         if (op->resp_fd >= 0 && (rc = store_fd_reset(op->resp_fd, err)) != 0) return rc;
         int retryable = 0;
         rc = s3_attempt(s, op, rs, &retryable, err);

@@ -71,6 +71,13 @@ void store_config_init(store_config *cfg);
 int store_open(const char *uri, const store_config *cfg, store **out, ty_err *err);
 void store_close(store *s);
 
+/* Stops every transfer running on this store, from any thread: requests
+ * in flight are aborted, no retry starts, and those calls (and any later
+ * transfer on this store) return TY_ESTATE. To cancel one job's upload
+ * without touching others, give that upload its own store: store_open is
+ * cheap and does not contact the service. */
+void store_cancel(store *s);
+
 /* The root URI the store was opened on (no credentials in it). */
 const char *store_uri(const store *s);
 

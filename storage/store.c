@@ -116,7 +116,8 @@ int store_open(const char *uri, const store_config *cfg_in, store **out, ty_err 
                 s->prefix[plen] = plen ? '/' : '\0';
                 s->prefix[plen + 1] = '\0';
             }
-            for (const char *c = s->bucket; *c; c++)
+            if (!s->bucket || !s->prefix) rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+            for (const char *c = s->bucket; rc == 0 && *c; c++)
                 if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' ||
                       *c == '.' || *c == '_'))
                     rc = ty_err_set(err, TY_EINVAL,
@@ -171,6 +172,11 @@ void store_close(store *s)
 
 const char *store_uri(const store *s) { return s->uri; }
 
+void store_cancel(store *s)
+{
+    if (s) atomic_store(&s->cancelled, 1);
+}
+
 int store_full_key(const store *s, const char *key, char **out, ty_err *err)
 {
     *out = NULL;
@@ -218,7 +224,9 @@ int store_put_file(store *s, const char *key, const char *local_path, ty_err *er
                           strerror(errno));
     if (!S_ISREG(st.st_mode)) return ty_err_set(err, TY_EINVAL, "storage: '%s' is not a regular file", local_path);
     char *full;
-    int rc = store_full_key(s, key, &full, err);
+    int rc = store_check_cancel(s, err);
+    if (rc) return rc;
+    rc = store_full_key(s, key, &full, err);
     if (rc) return rc;
     free(full);
     return s->be->put_file(s, key, local_path, err);
@@ -227,7 +235,9 @@ int store_put_file(store *s, const char *key, const char *local_path, ty_err *er
 int store_get_file(store *s, const char *key, const char *local_path, ty_err *err)
 {
     char *full;
-    int rc = store_full_key(s, key, &full, err);
+    int rc = store_check_cancel(s, err);
+    if (rc) return rc;
+    rc = store_full_key(s, key, &full, err);
     if (rc) return rc;
     free(full);
     if (!local_path || !*local_path) return ty_err_set(err, TY_EINVAL, "storage: empty local path");

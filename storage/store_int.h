@@ -9,6 +9,7 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -42,6 +43,7 @@ struct store {
     CURLSH *share;    /* DNS + connection cache shared by this store's handles */
     pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
     void *impl;       /* backend state */
+    atomic_int cancelled; /* set by store_cancel */
 };
 
 /* The full object name for a relative key: prefix + key. Validates key
@@ -116,8 +118,11 @@ int http_header(struct curl_slist **h, ty_err *err, const char *fmt, ...)
 
 /* --- retries (retry.c) --- */
 /* Sleeps before attempt number `attempt` (1 = first retry): exponential from
- * base_ms, capped at max_ms, with full jitter in [d/2, d]. */
-void retry_sleep(const store_tuning *t, int attempt);
+ * base_ms, capped at max_ms, with full jitter in [d/2, d]. Returns 0, or
+ * TY_ESTATE (with err filled) if the store is cancelled meanwhile. */
+int retry_sleep(store *s, int attempt, ty_err *err);
+/* TY_ESTATE with a message if the store was cancelled, else 0. */
+int store_check_cancel(store *s, ty_err *err);
 /* Milliseconds that retry_sleep would wait at most, for tests. */
 int64_t retry_delay_ms(const store_tuning *t, int attempt, uint32_t rnd);
 

@@ -3,7 +3,9 @@ SharedKey from a connection string (BlobEndpoint → Azurite), Put Blob for a
 small file, Put Block + Put Block List for a large one (checked through the
 REST API's block list), Get/Head/List/Delete, checkpoints, a wrong key
 rejected by the service without the key in the message, and an account SAS
-token accepted while a tampered one is refused.
+token accepted while a tampered one is refused; through faultproxy.py, a
+failing block or Put Blob is retried alone and a corrupted download is
+caught by Content-MD5.
 
 The test talks to Azurite itself through a few lines of REST with its own
 SharedKey signer, so container setup and read-backs do not go through the
@@ -144,6 +146,26 @@ def main():
     c.ok(r.returncode == 3, f"tampered SAS is refused ({r.returncode})")
     sig = urllib.parse.parse_qs(bad_sas)["sig"][0]
     c.ok(sig not in r.stderr and urllib.parse.quote(sig, safe="") not in r.stderr, "no SAS signature in the error")
+
+    # Faults between us and Azurite: a block and a Put Blob fail, and only
+    # they are sent again.
+    px = H.FaultProxy(endpoint.rsplit("/", 1)[0])
+    pconn = conn.replace(f"BlobEndpoint={endpoint}", f"BlobEndpoint={px.url}/{H.AZURITE_ACCOUNT}")
+    fenv = {"AZURE_STORAGE_CONNECTION_STRING": pconn, "TY_STORE_RETRY_BASE_MS": "20"}
+    px.set([{"method": "PUT", "query": "comp=block&", "action": "500", "skip": 2, "times": 2}])
+    st.run("put", root, "f/big.bin", big, env=fenv)
+    lg = px.log()
+    blocks = sum(1 for e in lg if "comp=block&" in e["query"])
+    c.ok(blocks == 8 and sum(1 for e in lg if "comp=blocklist" in e["query"]) == 1,
+         f"two 500s on one block: 6 blocks + 2 retries, one block list ({blocks})")
+    status, _, body = rest(endpoint, "GET", "/ckpt/jobs/f/big.bin")
+    c.ok(hashlib.sha256(body).hexdigest() == H.sha256_file(big), "blob intact after block retries")
+    px.set([{"method": "PUT", "action": "reset", "times": 1}])
+    st.run("put", root, "f/small.bin", small, env=fenv)
+    c.ok(len(px.log()) == 2, "Put Blob reset mid-body and retried")
+    px.set([{"method": "GET", "action": "corrupt_response", "times": 1}])
+    st.run("get", root, "f/small.bin", out, env=fenv)
+    c.ok(H.sha256_file(out) == H.sha256_file(small) and len(px.log()) == 2, "corrupted download caught by Content-MD5")
     c.done()
 
 

@@ -4,6 +4,8 @@
  * the file:// backend and checkpoint upload/download rules end to end, and
  * that error messages never carry a credential. */
 #include <fcntl.h>
+#include <pthread.h>
+#include <time.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
@@ -328,6 +330,45 @@ static void test_secrets(void)
     ty_rm_rf(dir, NULL);
 }
 
+/* --- cancellation --- */
+
+static void *cancel_later(void *arg)
+{
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    store_cancel(arg);
+    return NULL;
+}
+
+static void test_cancel(void)
+{
+    char dir[] = "/tmp/ty-storage-cancel-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char src[512];
+    snprintf(src, sizeof src, "%s", write_temp(dir, "f", "data"));
+    store_config cfg;
+    store_config_init(&cfg);
+    cfg.use_env = 0;
+    cfg.aws_access_key_id = "AK";
+    cfg.aws_secret_access_key = "SK";
+    cfg.s3_endpoint = "http://127.0.0.1:9";
+    cfg.max_attempts = 1000; /* would retry for many minutes without the cancel */
+    cfg.retry_base_ms = 100;
+    cfg.retry_max_ms = 1000;
+    store *s = NULL;
+    ty_err err = {0};
+    CHECK(store_open("s3://bkt", &cfg, &s, &err) == 0, "%s", err.msg);
+    if (!s) return;
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_later, s);
+    int rc = store_put_file(s, "k", src, &err);
+    pthread_join(th, NULL);
+    CHECK(rc == TY_ESTATE && strstr(err.msg, "cancelled"), "cancelled put: %d %s", rc, err.msg);
+    CHECK(store_get_file(s, "k", src, &err) == TY_ESTATE, "store stays cancelled");
+    store_close(s);
+    ty_rm_rf(dir, NULL);
+}
+
 /* --- file:// backend and checkpoints --- */
 
 static int write_bytes(const char *path, size_t n, unsigned seed)
@@ -451,6 +492,7 @@ int main(void)
     test_uris_and_keys();
     test_helpers();
     test_secrets();
+    test_cancel();
     test_file_backend();
     if (failures) {
         fprintf(stderr, "storage unit: %d failure(s)\n", failures);
