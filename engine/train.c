@@ -125,7 +125,10 @@ static int open_device(run *r, ty_err *err)
 {
     jobspec_backend b = r->spec.backend;
     if (b == BACKEND_CUDA) return kn_open(&r->kn, KN_CUDA, r->a->local_rank, r->a->threads, err);
-    if (b == BACKEND_AUTO && kn_open(&r->kn, KN_CUDA, r->a->local_rank, r->a->threads, NULL) == 0) return 0;
+    /* auto: a GPU when the job was given one (resources.gpus > 0) and this
+     * build has one to offer, else the CPU. */
+    if (b == BACKEND_AUTO && r->spec.gpus > 0 && kn_open(&r->kn, KN_CUDA, r->a->local_rank, r->a->threads, NULL) == 0)
+        return 0;
     return kn_open(&r->kn, KN_CPU, 0, r->a->threads, err);
 }
 
