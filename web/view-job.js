@@ -30,9 +30,9 @@ export function mount(main, app, {id}) {
     lr: new Chart({title: 'Learning rate', yMin: 0, series: [{name: 'lr', color: '#a66cc1'}]}),
     tps: new Chart({title: 'Tokens/s', yMin: 0, series: [{name: 'tokens/s', color: '#17a589'}]}),
     util: new Chart({title: 'GPU utilisation (%)', xKind: 'time', yMin: 0, yMax: 100,
-      emptyText: 'no GPU samples (CPU job)', yFormat: (v) => `${Math.round(v)}%`}),
+      emptyText: 'waiting for GPU samples…', yFormat: (v) => `${Math.round(v)}%`}),
     mem: new Chart({title: 'GPU memory (GiB)', xKind: 'time', yMin: 0,
-      emptyText: 'no GPU samples (CPU job)', yFormat: (v) => `${v.toFixed(2)} GiB`}),
+      emptyText: 'waiting for GPU samples…', yFormat: (v) => `${v.toFixed(2)} GiB`}),
   };
   charts.loss.element.id = 'chart-loss';
   charts.lr.element.id = 'chart-lr';
@@ -80,6 +80,15 @@ export function mount(main, app, {id}) {
     h('section', null, h('h2', null, 'Spec'), specPre));
   main.append(root);
 
+  // A CPU job has no GPU samples: its GPU charts stay out of the way.
+  charts.util.element.hidden = true;
+  charts.mem.element.hidden = true;
+  function showGpuCharts(on) {
+    if (!on || !charts.util.element.hidden) return;
+    charts.util.element.hidden = false;
+    charts.mem.element.hidden = false;
+  }
+
   // ---- summary and controls ------------------------------------------
 
   function renderSummary() {
@@ -116,6 +125,7 @@ export function mount(main, app, {id}) {
       job.finished_at ? item('Finished', fmtTime(job.finished_at)) : null);
     jobError.hidden = !job.error;
     jobError.textContent = job.error ? `Error: ${typeof job.error === 'string' ? job.error : JSON.stringify(job.error)}` : '';
+    showGpuCharts(job.gpus && job.gpus.length > 0 || !!(job.spec && job.spec.resources && job.spec.resources.gpus));
     const xmax = max ? Number(max) : null;
     charts.loss.setXMax(xmax); charts.lr.setXMax(xmax); charts.tps.setXMax(xmax);
   }
@@ -187,6 +197,7 @@ export function mount(main, app, {id}) {
         if (job) { job.last_eval = d; scheduleSummary(); }
         break;
       case 'gpu': {
+        showGpuCharts(true);
         const t = Date.parse(ev.ts) || Date.now();
         const name = `gpu ${d.index}`;
         const color = GPU_COLORS[(d.index || 0) % GPU_COLORS.length];
