@@ -391,12 +391,12 @@ static int setup(run *r, int *code)
         return -1;
     }
     int vocab = cfg.vocab;
-    if ((rc = model_create(&r->m, &cfg, r->kn, &err))) {
-        hfconfig_free(&cfg);
+    rc = model_create(&r->m, &cfg, r->kn, &err); /* takes cfg, even on failure */
+    r->have_model = 1;                          /* model_free copes with a partial model */
+    if (rc) {
         *code = fail(NULL, &err);
         return -1;
     }
-    r->have_model = 1;
     if ((rc = data_load_tokens(s->train, vocab, &r->train, &err))) {
         *code = fail("dataset.train", &err);
         return -1;
