@@ -165,6 +165,17 @@ export function mount(main, app, params) {
     }, 50);
   }
 
+  let queuedTimer = null;
+  function refreshQueued() {
+    clearTimeout(queuedTimer);
+    queuedTimer = setTimeout(async () => {
+      try {
+        const res = await api(`/jobs?state=queued&limit=${PAGE}`);
+        if (alive) for (const j of res.jobs) upsert(j);
+      } catch { /* the next state event or reload retries */ }
+    }, 150);
+  }
+
   async function poll() {
     if (!alive) return;
     const active = [...jobs.values()].some((j) => ACTIVE.includes(j.state));
@@ -185,9 +196,10 @@ export function mount(main, app, params) {
     if (!ev.job_id) return;
     if (type === 'state' || type === 'started') {
       refreshJob(ev.job_id);
-      // A state change moves everyone's queue position.
-      if (type === 'state') {
-        for (const j of jobs.values()) if (j.state === 'queued' && j.id !== ev.job_id) refreshJob(j.id);
+      // A state change can move every queued job's position: one request
+      // re-reads them all.
+      if (type === 'state' && [...jobs.values()].some((j) => j.state === 'queued' && j.id !== ev.job_id)) {
+        refreshQueued();
       }
     }
   });
@@ -205,6 +217,7 @@ export function mount(main, app, params) {
   return () => {
     alive = false;
     clearTimeout(timer);
+    clearTimeout(queuedTimer);
     offEvents();
     offStatus();
   };
