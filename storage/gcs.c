@@ -202,6 +202,8 @@ static int gcs_upload_session(store *s, const char *full, int fd, uint64_t size,
         r.ok_308 = 1;
         int retryable = 0;
         rc = gcs_attempt(s, &r, 0, &rs, &retryable, err);
+        if (rc == 0 && rs.status == 401) /* token revoked mid-upload: refresh once */
+            rc = gcs_attempt(s, &r, 1, &rs, &retryable, err);
         if (rc == 0 && (rs.status == 200 || rs.status == 201)) {
             rc = check_final(&rs, md5_b64, full, err);
             break;
