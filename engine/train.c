@@ -115,6 +115,9 @@ static int check_supported(run *r, const model_config *c, char *msg, size_t n)
     if (s->seq_len > c->max_pos)
         return snprintf(msg, n, "hyperparameters.seq_len %d exceeds the model's maximum of %d positions (%s)",
                         s->seq_len, c->max_pos, c->arch == ARCH_GPT2 ? "n_positions" : "max_position_embeddings"), 1;
+    if ((int64_t)s->batch_size * s->seq_len > INT32_MAX / 4)
+        return snprintf(msg, n, "hyperparameters.batch_size x seq_len = %lld positions per micro-batch is too many",
+                        (long long)s->batch_size * s->seq_len), 1;
     if (c->sliding_window && c->sliding_window < s->seq_len)
         return snprintf(msg, n, "hyperparameters.seq_len %d exceeds the model's sliding_window %d (not supported)",
                         s->seq_len, c->sliding_window), 1;
