@@ -12,7 +12,7 @@ usage: fakegcs.py PORT CLIENT_EMAIL MODULUS_HEX EXPONENT
 
 POST /_control with a JSON object arms faults: fail_chunks (store half of
 the next N chunks, answer 503), reject_bearer (answer 401 to the next N
-storage requests), token_fail (answer 500 to the next N token requests),
+storage requests; reject_chunk_bearer only for chunk PUTs), token_fail (answer 500 to the next N token requests),
 corrupt_media (flip a byte in the next N media downloads). GET /_log
 returns the request log."""
 import base64
@@ -32,7 +32,7 @@ lock = threading.Lock()
 objects = {}      # (bucket, name) -> (bytes, md5 b64, generation)
 sessions = {}     # id -> dict(bucket, name, size, md5, data)
 tokens = set()
-faults = {"fail_chunks": 0, "reject_bearer": 0, "token_fail": 0, "corrupt_media": 0}
+faults = {"fail_chunks": 0, "reject_bearer": 0, "reject_chunk_bearer": 0, "token_fail": 0, "corrupt_media": 0}
 log = []
 
 
@@ -134,6 +134,10 @@ class GCS(BaseHTTPRequestHandler):
             if self.command == "POST" and q.get("uploadType") == "resumable":
                 return self.start_session(parts[5], q, body)
             if self.command == "PUT" and "upload_id" in q:
+                if self.take("reject_chunk_bearer"):
+                    with lock:
+                        tokens.discard(auth[7:])
+                    return self.error(401, "Invalid Credentials")
                 return self.chunk(q["upload_id"], body)
         # /storage/v1/b/BUCKET/o[/NAME]
         if u.path.startswith("/storage/v1/b/") and len(parts) >= 6 and parts[5] == "o":

@@ -95,6 +95,14 @@ def main():
     st.run("stat", root, "a/big.bin")
     c.ok(sum(1 for e in get_log()[n0:] if e["path"] == "/token") == 2, "401 refreshes the token once")
 
+    control(reject_chunk_bearer=1)
+    n0 = len(get_log())
+    st.run("put", root, "a/refreshed.bin", big)
+    lg = get_log()[n0:]
+    c.ok(sum(1 for e in lg if e["path"] == "/token") == 2, "401 on a chunk refreshes the token and resends it")
+    st.run("get", root, "a/refreshed.bin", out)
+    c.ok(H.sha256_file(out) == H.sha256_file(big), "upload intact after the refresh")
+
     control(token_fail=1)
     r = st.run("stat", root, "a/big.bin", check=False)
     c.ok(r.returncode == 0, "token endpoint 500 retried")
@@ -107,7 +115,8 @@ def main():
         st.run("put", root, f"b/f{i}.bin", small)
     r = st.run("ls", root)
     keys = [x.split("\t")[0] for x in r.stdout.splitlines()]
-    c.ok(keys == ["a/big.bin", "a/resumed.bin", "a/small.bin", "b/f0.bin", "b/f1.bin", "b/f2.bin"],
+    c.ok(keys == ["a/big.bin", "a/refreshed.bin", "a/resumed.bin", "a/small.bin", "b/f0.bin", "b/f1.bin",
+                 "b/f2.bin"],
          f"list across pages {keys}")
     r = st.run("ls", root, "b/")
     c.ok(len(r.stdout.splitlines()) == 3, "list with prefix")
