@@ -254,4 +254,26 @@ function llama2Vocab() {
   fs.writeFileSync(path.join(out, 'llama3.lines.ids'),
     lines.map((t) => llama3.encode(t, { bos: false, eos: false }).join(' ')).join('\n') + '\n');
 }
-console.log(`make-fixtures: wrote gpt2, llama2, llama2-metaspace, llama3 under ${out}`);
+// ---- Qwen2's shape on the Llama 3 vocabulary ------------------------------------
+// No JS tokenizer for Qwen2 exists, but its tokenizer.json differs from Llama
+// 3's only in an NFC normalizer, a regex that takes digits one at a time, and
+// no bos. On the Llama 3 vocabulary that gives Llama 3's ids for any text
+// without digits, after NFC (done here by JavaScript's own String.normalize).
+{
+  const l3 = JSON.parse(fs.readFileSync(path.join(out, 'llama3', 'tokenizer.json'), 'utf8'));
+  const qwenPattern = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  l3.normalizer = { type: 'NFC' };
+  l3.pre_tokenizer.pretokenizers[0].pattern = { Regex: qwenPattern };
+  l3.post_processor = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false };
+  l3.model.ignore_merges = false;
+  write(path.join(out, 'qwen2-shape'), 'tokenizer.json', l3);
+  write(path.join(out, 'qwen2-shape'), 'tokenizer_config.json', { bos_token: null, eos_token: '<|end_of_text|>' });
+  write(path.join(out, 'qwen2-shape'), 'config.json', { model_type: 'qwen2', bos_token_id: 128000, eos_token_id: 128001 });
+  const noDigits = texts.filter((t) => !/\p{N}/u.test(t));
+  const cases = noDigits.map((text) => ({
+    text, add_special: true, roundtrip: text === text.normalize('NFC'),
+    ids: llama3.encode(text.normalize('NFC'), { bos: false, eos: false }),
+  }));
+  write(out, 'qwen2-shape.cases.json', { cases });
+}
+console.log(`make-fixtures: wrote gpt2, llama2, llama2-metaspace, llama3, qwen2-shape under ${out}`);
