@@ -1096,6 +1096,73 @@ static void test_adamw(void)
     kn_close(c);
 }
 
+/* ---- determinism --------------------------------------------------------- */
+
+/* One small training-step-shaped pipeline (matmul, attention on a fused
+ * qkv, layernorm, gelu, cross-entropy, AdamW, grad norm) on a fresh context;
+ * returns the grad norm and leaves the updated weights in w_out. */
+static double pipeline(int threads, float *w_out)
+{
+    kn_ctx *c = open_cpu(threads);
+    uint64_t saved = g_rng;
+    g_rng = 0x9e3779b97f4a7c15ULL; /* same inputs on every call */
+    int B = 2, T = 33, C = 24, H = 3, V = 41, N = B * T;
+    double *tmp;
+    float *x = frand(c, &tmp, (size_t)N * C, 1.0);
+    free(tmp);
+    size_t nw = (size_t)3 * C * C + (size_t)V * C;
+    float *w = frand(c, &tmp, nw, 0.2);
+    free(tmp);
+    float *wqkv = w, *whead = w + (size_t)3 * C * C;
+    float *gw = falloc(c, nw), *m = falloc(c, nw), *v = falloc(c, nw);
+    float *qkv = falloc(c, (size_t)N * 3 * C), *att = falloc(c, (size_t)B * H * T * T);
+    float *ao = falloc(c, (size_t)N * C), *ln = falloc(c, (size_t)N * C);
+    float *mean = falloc(c, N), *rstd = falloc(c, N), *ones = falloc(c, C);
+    float *act = falloc(c, (size_t)N * C), *logits = falloc(c, (size_t)N * V);
+    float *losses = falloc(c, N), *dact = falloc(c, (size_t)N * C), *dln = falloc(c, (size_t)N * C);
+    float *dao = falloc(c, (size_t)N * C), *dqkv = falloc(c, (size_t)N * 3 * C);
+    float *dx = falloc(c, (size_t)N * C);
+    int32_t *tg = malloc(N * sizeof *tg);
+    for (int n = 0; n < N; n++)
+        tg[n] = n % 7 == 3 ? -100 : (n * 13) % V;
+    for (int i = 0; i < C; i++)
+        ones[i] = 1.0f;
+    g_rng = saved;
+
+    kn_matmul_fwd(c, qkv, x, wqkv, NULL, N, C, 3 * C);
+    kn_attention_fwd(c, ao, att, qkv, qkv + C, qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C);
+    kn_layernorm_fwd(c, ln, mean, rstd, ao, ones, NULL, N, C, 1e-5f);
+    kn_gelu_fwd(c, act, ln, (size_t)N * C);
+    kn_matmul_fwd(c, logits, act, whead, NULL, N, C, V);
+    kn_crossentropy_fwd_bwd(c, losses, logits, logits, tg, N, V, 1.0f / N);
+    kn_matmul_bwd(c, dact, gw + (size_t)3 * C * C, NULL, logits, act, whead, N, C, V);
+    kn_gelu_bwd(c, dln, dact, ln, (size_t)N * C);
+    kn_layernorm_bwd(c, dao, NULL, NULL, dln, ao, ones, mean, rstd, N, C);
+    kn_attention_bwd(c, dqkv, dqkv + C, dqkv + 2 * C, dao, att, qkv, qkv + C, qkv + 2 * C, B, T,
+                     H, H, C / H, 3 * C, 3 * C);
+    kn_matmul_bwd(c, dx, gw, NULL, dqkv, x, wqkv, N, C, 3 * C);
+    double norm = sqrt(kn_sumsq(c, gw, nw)) + kn_sum(c, losses, N);
+    kn_adamw(c, w, gw, m, v, nw, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+    memcpy(w_out, w, nw * sizeof *w);
+    free(tg);
+    kn_close(c);
+    return norm;
+}
+
+static void test_determinism(void)
+{
+    size_t nw = (size_t)3 * 24 * 24 + (size_t)41 * 24;
+    float *a = malloc(nw * sizeof *a), *b = malloc(nw * sizeof *b);
+    for (int threads = 1; threads <= 2; threads++) {
+        double na = pipeline(threads, a), nb = pipeline(threads, b);
+        CHECK(memcmp(&na, &nb, sizeof na) == 0, "%d threads: grad norm differs across runs", threads);
+        check_same("weights after a step, two runs", a, b, nw);
+        CHECK(isfinite(na) && na > 0, "pipeline norm %g", na);
+    }
+    free(a);
+    free(b);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static const struct {
@@ -1109,7 +1176,7 @@ static const struct {
     {"attention", test_attention}, {"attention_fused", test_attention_fused},
     {"gelu", test_gelu},           {"swiglu", test_swiglu},
     {"dropout", test_dropout},     {"crossentropy", test_crossentropy},
-    {"adamw", test_adamw},
+    {"adamw", test_adamw},         {"determinism", test_determinism},
 };
 
 int main(int argc, char **argv)
