@@ -801,8 +801,15 @@ int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err 
     if (begin(d, err)) return TY_EIO;
     for (int i = 0; i < n; i++) {
         if (insert_event(d, in[i].job_id, in[i].ts_ms, in[i].type, in[i].data,
-                         out ? &out[i] : NULL, err))
+                         out ? &out[i] : NULL, err)) {
+            /* An event of a job deleted meanwhile (a late GPU sample) is
+             * skipped, not allowed to sink the whole batch. */
+            if (sqlite3_extended_errcode(d->h) == SQLITE_CONSTRAINT_FOREIGNKEY) {
+                ty_err_clear(err);
+                continue;
+            }
             goto fail;
+        }
     }
     if (update_summaries(d, in, n, err) || commit(d, err)) goto fail;
     return 0;

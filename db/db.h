@@ -157,7 +157,8 @@ typedef struct db_event_in {
 
 /* Appends n events in one transaction, assigning per-job seq and global id
  * into out[i] (which may be NULL). metric/eval/started events also update
- * the job's last_metric / last_eval / engine columns. */
+ * the job's last_metric / last_eval / engine columns. An event naming a job
+ * that no longer exists is skipped (out[i].id stays 0). */
 int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err *err);
 
 /* Events of one job with seq > after_seq, in order, at most limit. */

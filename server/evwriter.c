@@ -59,7 +59,7 @@ static int flush_queue_locked(struct evw *w, int limit, ty_err *err)
             w->events += n;
             w->batches++;
             for (int i = 0; i < n; i++)
-                if (w->publish) w->publish(w->ctx, &out[i]);
+                if (w->publish && out[i].id > 0) w->publish(w->ctx, &out[i]);
         } else {
             rc = brc;
         }

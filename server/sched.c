@@ -621,8 +621,14 @@ static void reap(sched *x)
             pp = &r->next;
             continue;
         }
-        /* Drain what the engine wrote before exiting. */
-        while (r->fd >= 0) read_pipe(x, r);
+        /* Drain what the engine wrote before exiting; then close the pipe
+         * even if a stray grandchild still holds its write end. */
+        for (int i = 0; i < 64 && r->fd >= 0; i++) read_pipe(x, r);
+        if (r->fd >= 0) {
+            epoll_ctl(x->efd, EPOLL_CTL_DEL, r->fd, NULL);
+            close(r->fd);
+            r->fd = -1;
+        }
         *pp = r->next;
         release(x, r);
         finish_run(x, r);

@@ -139,6 +139,15 @@ int main(void)
     CHECK(j.last_eval && strstr(j.last_eval, "2.2"));
     CHECK(j.metric0_step == 1 && j.metric0_ms == 1000 && j.metric_last_ms == 2000);
     db_job_free(&j);
+    /* An event of a job that does not exist is skipped, the rest kept. */
+    db_event_in mixed[2] = {
+        {.job_id = 424242, .ts_ms = 1, .type = "gpu", .data = "{}"},
+        {.job_id = l2, .ts_ms = 1, .type = "log", .data = "{\"line\":\"x\"}"},
+    };
+    CHECK(db_events_append(d, mixed, 2, out, &err) == 0);
+    CHECK(out[0].id == 0 && out[1].id > 0 && out[1].seq == 2);
+    db_event_clear(&out[0]);
+    db_event_clear(&out[1]);
     db_event *evs;
     CHECK(db_events_metrics(d, l1, &evs, &n, &err) == 0 && n == 2);
     db_events_free(evs, n);
