@@ -9,7 +9,7 @@ usage: faultproxy.py PORT UPSTREAM_URL RULES_JSON LOG_JSONL
 
 RULES_JSON is re-read whenever it changes: a list of
   {"method": "PUT", "query": "partNumber=2", "path": "optimizer",
-   "action": "500" | "503" | "reset" | "truncate" | "corrupt_request" | "corrupt_response",
+   "action": "500" | "503" | "reset" | "truncate" | "corrupt_request" | "corrupt_response" | "hang",
    "times": N (-1 = always), "skip": K}
 where method/query/path are optional substring matches."""
 import http.client
@@ -19,6 +19,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -87,6 +88,11 @@ class Proxy(BaseHTTPRequestHandler):
             self._reset()
             return
         body = self.rfile.read(length) if length else b""
+        if action == "hang":
+            # Say nothing for longer than the client's stall timeout, then
+            # answer normally: a client without a timeout would accept this
+            # late reply and never send the request again.
+            time.sleep(20)
         if action in ("500", "503"):
             msg = b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
             self.send_response(int(action))
@@ -122,7 +128,13 @@ class Proxy(BaseHTTPRequestHandler):
             return
         self.wfile.write(rbody)
 
-    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+    def _guarded(self):
+        try:
+            self._handle()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client gave up first
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _guarded
 
 
 if __name__ == "__main__":

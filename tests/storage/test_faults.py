@@ -2,7 +2,8 @@
 faultproxy.py between ty-store and s3rver: 500s and resets on one part are
 retried for that part alone, a part corrupted on the way in (caught by its
 ETag) and a download truncated or corrupted on the way out (caught by
-length and MD5) are retried, and a checkpoint whose upload fails never
+length and MD5) and a request that stalls past the timeout are retried,
+and a checkpoint whose upload fails never
 leaves a MANIFEST.json behind — only a complete upload commits one."""
 import collections
 import os
@@ -73,6 +74,11 @@ def main():
     px.set([{"method": "GET", "path": "small.bin", "action": "corrupt_response", "times": 1}])
     st.run("get", root, "p/small.bin", out)
     c.ok(H.sha256_file(out) == H.sha256_file(small) and len(px.log()) == 2, "corrupted download caught by MD5")
+
+    # 5b. A server that stops answering: the stall timeout ends the wait.
+    px.set([{"method": "GET", "path": "small.bin", "action": "hang", "times": 1}])
+    r = st.run("get", root, "p/small.bin", out, env={"TY_STORE_STALL_S": "2"})
+    c.ok(H.sha256_file(out) == H.sha256_file(small) and len(px.log()) == 2, "stalled request timed out and retried")
 
     # 6. A failure that does not go away: the error says why, no object.
     px.set([{"method": "PUT", "query": "partNumber=5&", "action": "500", "times": -1}])
