@@ -531,14 +531,20 @@ def test_cli():
     srv.wait_state(jid, "running", 30)
     watcher = subprocess.Popen([TRAINYARD, "watch", str(jid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                env=dict(os.environ, TY_URL="http://127.0.0.1:%d" % srv.port))
+    follower = subprocess.Popen([TRAINYARD, "logs", str(jid), "-f"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=dict(os.environ, TY_URL="http://127.0.0.1:%d" % srv.port))
     time.sleep(0.5)
     check(cli(srv, "cancel", str(jid)).returncode == 0, "cancel")
     try:
         rc = watcher.wait(60)
+        logs_out, _ = follower.communicate(timeout=60)
     finally:
-        if watcher.poll() is None:
-            watcher.kill()
+        for p in (watcher, follower):
+            if p.poll() is None:
+                p.kill()
     check(rc == 8, "watch of a cancelled job exits 8, got %d" % rc)
+    check(follower.returncode == 0 and b"fake-engine: stopped at step" in logs_out,
+          "logs -f follows until the job ends: %d %r" % (follower.returncode, logs_out[-300:]))
 
     failing = model_dir(srv.tmp, {"step_ms": 10, "error_at_step": 3}, "failing")
     with open(path, "w") as f:
