@@ -135,6 +135,19 @@ export function mount(main) {
     modelInit.hidden = modelKind.value !== 'init';
     loraFields.hidden = method.value === 'full';
   };
+  // On a machine without GPUs a job asking for one would wait forever:
+  // start the form at 0 there.
+  api('/gpus').then((res) => {
+    const n = (res && res.gpus || []).length;
+    const input = form.elements['resources.gpus'];
+    const hint = input.parentElement.querySelector('.hint');
+    if (n === 0 && input.value === '1') {
+      input.value = '0';
+      form.elements.precision.value = 'fp32';
+    }
+    hint.textContent = n ? `This server has ${n} GPU${n > 1 ? 's' : ''}; 0 runs on CPU slots.`
+      : 'This server has no GPUs: jobs run on CPU slots.';
+  }).catch(() => { /* keep the defaults */ });
   modelKind.addEventListener('change', syncVisibility);
   method.addEventListener('change', syncVisibility);
   syncVisibility();
