@@ -194,6 +194,19 @@ def test_crash_requeue():
                and e[2]["data"]["to"] == "queued"]
     check(len(requeue) == 1 and requeue[0].get("reason"), "requeue has a reason: %s" % requeue)
 
+    # An engine's own error event is terminal: failed with its message, no requeue.
+    err = model_dir(srv.tmp, {"step_ms": 10, "error_at_step": 3}, "error")
+    c = srv.submit(spec(err, train, max_steps=10))["id"]
+    jc = srv.wait_state(c, ["failed", "succeeded"], 60)
+    check(jc["state"] == "failed" and jc["restarts"] == 0 and "injected error at step 3" in (jc["error"] or ""),
+          "engine error event: %s / %r" % (jc["state"], jc["error"]))
+    # Exit status 2 is a bad spec (DESIGN §5): failed at once, never requeued.
+    bad = model_dir(srv.tmp, {"step_ms": 10, "exit_code": 2, "exit_at_step": 1}, "exit2")
+    d = srv.submit(spec(bad, train, max_steps=10))["id"]
+    jd = srv.wait_state(d, ["failed", "succeeded"], 60)
+    check(jd["state"] == "failed" and jd["restarts"] == 0 and "spec" in (jd["error"] or ""),
+          "engine exit 2: %s / %r" % (jd["state"], jd["error"]))
+
 
 def test_sigterm_grace():
     """An engine that ignores SIGTERM (or hangs) is SIGKILLed after the grace period."""
