@@ -11,7 +11,7 @@
 
 const PAD = {left: 52, right: 12, top: 10, bottom: 24};
 
-class Series {
+export class Series {
   constructor(name, color) {
     this.name = name;
     this.color = color;
