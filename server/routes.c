@@ -39,7 +39,7 @@ static json_t *json_parsed_or_null(const char *s)
     return o ? o : json_null();
 }
 
-static json_t *render_job(srv *s, db *d, const db_job *j)
+static json_t *render_job(db *d, const db_job *j)
 {
     ty_err err = {0};
     json_t *spec = json_parsed_or_null(j->spec);
@@ -99,7 +99,6 @@ static json_t *render_job(srv *s, db *d, const db_job *j)
         engine = e;
     }
     json_object_set_new(o, "engine", engine);
-    (void)s;
     return o;
 }
 
@@ -110,7 +109,7 @@ static enum MHD_Result reply_job(http_req *q, unsigned status, int64_t id)
     ty_err err = {0};
     if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
     if (db_job_get(d, id, &j, &err)) return http_ty_error(q, &err);
-    json_t *o = render_job(q->s, d, &j);
+    json_t *o = render_job(d, &j);
     db_job_free(&j);
     return http_json(q, status, o);
 }
@@ -180,7 +179,7 @@ static enum MHD_Result post_jobs(http_req *q)
     snprintf(loc, sizeof loc, "/jobs/%lld", (long long)id);
     db_job j;
     if (db_job_get(d, id, &j, &err)) return http_ty_error(q, &err);
-    json_t *o = render_job(s, d, &j);
+    json_t *o = render_job(d, &j);
     db_job_free(&j);
     char *txt = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -246,7 +245,7 @@ static enum MHD_Result get_jobs(http_req *q)
     if (!d || db_job_list(d, f.mask, before, (int)limit + 1, &jobs, &n, &err))
         return http_error(q, 500, "internal", NULL, "%s", err.msg);
     json_t *arr = json_array();
-    for (int i = 0; i < n && i < limit; i++) json_array_append_new(arr, render_job(q->s, d, &jobs[i]));
+    for (int i = 0; i < n && i < limit; i++) json_array_append_new(arr, render_job(d, &jobs[i]));
     json_t *next = json_null();
     if (n > limit) {
         char cur[32];
@@ -489,11 +488,8 @@ static enum MHD_Result get_gpus(http_req *q)
     return http_json(q, 200, json_pack("{so}", "gpus", arr));
 }
 
-static int64_t started_ms;
-
 static enum MHD_Result get_healthz(http_req *q)
 {
-    if (!started_ms) started_ms = ty_mono_ms();
     bool ok = srv_db(q->s) != NULL;
     return http_json(q, ok ? 200 : 503,
                      json_pack("{ss ss}", "status", ok ? "ok" : "database unavailable",
