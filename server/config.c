@@ -72,7 +72,7 @@ static int copy_str(const char *key, char *dst, size_t cap, const char *v, ty_er
 
 int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
 {
-    long x;
+    long x = 0;
     if (!strcmp(key, "listen")) {
         char host[256];
         int port;
