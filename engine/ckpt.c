@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,7 +117,21 @@ int ckpt_verify(const char *dir, int64_t *step, ty_err *err)
 typedef struct {
     int64_t step;
     int committed;
+    int best;        /* spared by keep_best */
+    double eval;     /* eval_loss from trainer_state.json, INFINITY if none */
 } ckpt_entry;
+
+static double ckpt_eval_loss(const char *dir)
+{
+    char path[4500];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    json_t *v = json_object_get(o, "eval_loss");
+    double loss = json_is_number(v) ? json_number_value(v) : INFINITY;
+    json_decref(o);
+    return loss;
+}
 
 static int ckpt_cmp(const void *a, const void *b)
 {
@@ -124,7 +139,7 @@ static int ckpt_cmp(const void *a, const void *b)
     return x->step < y->step ? -1 : x->step > y->step ? 1 : 0;
 }
 
-int ckpt_prune(const char *workdir, int keep_last, ty_err *err)
+int ckpt_prune(const char *workdir, int keep_last, int keep_best, ty_err *err)
 {
     char root[4096];
     snprintf(root, sizeof root, "%s/checkpoints", workdir);
@@ -148,6 +163,9 @@ int ckpt_prune(const char *workdir, int keep_last, ty_err *err)
         snprintf(mp, sizeof mp, "%s/%s/MANIFEST.json", root, de->d_name);
         e[n].step = step;
         e[n].committed = stat(mp, &st) == 0;
+        e[n].best = 0;
+        snprintf(mp, sizeof mp, "%s/%s", root, de->d_name);
+        e[n].eval = e[n].committed && keep_best > 0 ? ckpt_eval_loss(mp) : INFINITY;
         n++;
     }
     closedir(d);
@@ -159,12 +177,21 @@ int ckpt_prune(const char *workdir, int keep_last, ty_err *err)
             newest = e[i].step;
             n_committed++;
         }
+    /* keep_best: repeatedly mark the lowest unmarked finite eval loss. */
+    for (int k = 0; k < keep_best; k++) {
+        int pick = -1;
+        for (int i = 0; i < n; i++)
+            if (e[i].committed && !e[i].best && isfinite(e[i].eval) && (pick < 0 || e[i].eval < e[pick].eval))
+                pick = i;
+        if (pick < 0) break;
+        e[pick].best = 1;
+    }
     int rc = 0, seen = 0;
     for (int i = 0; i < n && !rc; i++) {
         int drop;
         if (e[i].committed) {
             seen++;
-            drop = keep_last > 0 && n_committed - seen >= keep_last && e[i].step != newest;
+            drop = keep_last > 0 && n_committed - seen >= keep_last && e[i].step != newest && !e[i].best;
         } else {
             drop = e[i].step < newest; /* an abandoned partial write */
         }

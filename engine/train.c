@@ -59,6 +59,8 @@ typedef struct run {
     int64_t tokens;        /* positions processed (incl. padding) */
     int32_t *in, *tg;      /* host batch: grad_accum x batch_size x seq_len */
     int64_t last_ckpt;     /* step of the newest checkpoint written by us */
+    int64_t eval_step;     /* step of the latest eval, -1 before any */
+    double eval_loss;
 } run;
 
 static int fail(const char *prefix, const ty_err *e)
@@ -154,6 +156,9 @@ static int write_trainer_state(run *r, const char *path, ty_err *err)
                           "spec_sha256", r->spec_sha,
                           "model_type", r->m.cfg.model_type,
                           "params", (json_int_t)r->m.n_params);
+    /* The eval loss of this very step, for checkpoint.keep_best. */
+    if (r->eval_step == r->step && isfinite(r->eval_loss))
+        json_object_set_new(o, "eval_loss", json_real(r->eval_loss));
     char *text = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!text) return ty_err_set(err, TY_ENOMEM, "trainer state");
@@ -223,7 +228,7 @@ static int save_checkpoint(run *r, ty_err *err)
                       (json_int_t)bytes));
     ev_log("checkpoint %s (%llu bytes)", rel, (unsigned long long)bytes);
     ty_err perr = {0};
-    if (ckpt_prune(r->a->workdir, r->spec.keep_last, &perr)) ev_log("warning: pruning checkpoints: %s", perr.msg);
+    if (ckpt_prune(r->a->workdir, r->spec.keep_last, r->spec.keep_best, &perr)) ev_log("warning: pruning checkpoints: %s", perr.msg);
     return 0;
 }
 
@@ -283,6 +288,8 @@ static double run_eval(run *r)
 static void emit_eval(run *r)
 {
     double loss = run_eval(r);
+    r->eval_step = r->step;
+    r->eval_loss = loss;
     ev_emit(json_pack("{s:s, s:I, s:f}", "ev", "eval", "step", (json_int_t)r->step, "loss", loss));
     ev_log("eval step %lld loss %.6f", (long long)r->step, loss);
 }
@@ -541,6 +548,7 @@ int train_run(const train_args *a)
     memset(&r, 0, sizeof r);
     r.a = a;
     r.last_ckpt = -1;
+    r.eval_step = -1;
     ev_init(a->rank);
     int code = TRAIN_OK;
     ty_err err = {0};

@@ -385,13 +385,40 @@ static void test_ckpt(void)
     CHECK_ERR(rc, err, "no MANIFEST.json");
     /* keep_last 2: 30 and 40 stay; the incomplete 50 is newer than the newest
      * committed one and may still be in progress, so it stays too */
-    CHECK(ckpt_prune(tmpdir, 2, &err) == 0);
+    CHECK(ckpt_prune(tmpdir, 2, 0, &err) == 0);
     struct stat st;
     char p[600];
     for (int s = 1; s <= 5; s++) {
         ckpt_dir_name(p, sizeof p, tmpdir, s * 10);
         int exists = stat(p, &st) == 0;
         CHECK(exists == (s >= 3));
+    }
+}
+
+/* keep_best spares the lowest eval losses from keep_last's pruning. */
+static void test_keep_best(void)
+{
+    char root[300], dir[600], file[700];
+    ty_err err = {0};
+    snprintf(root, sizeof root, "%s/best", tmpdir);
+    static const double losses[5] = {3.0, 1.5, 2.0, 1.0, 4.0}; /* steps 1..5; step 4 has no eval */
+    for (int s = 1; s <= 5; s++) {
+        ckpt_dir_name(dir, sizeof dir, root, s);
+        CHECK(ckpt_begin(dir, &err) == 0);
+        char state[128];
+        if (s == 4) snprintf(state, sizeof state, "{\"step\": %d}", s);
+        else snprintf(state, sizeof state, "{\"step\": %d, \"eval_loss\": %g}", s, losses[s - 1]);
+        snprintf(file, sizeof file, "%s/trainer_state.json", dir);
+        CHECK(ty_write_file_atomic(file, state, strlen(state), &err) == 0);
+        const char *files[] = {"trainer_state.json"};
+        CHECK(ckpt_commit(dir, s, files, 1, NULL, &err) == 0);
+    }
+    /* keep_last 1 keeps step 5; keep_best 2 keeps steps 2 (1.5) and 3 (2.0) */
+    CHECK(ckpt_prune(root, 1, 2, &err) == 0);
+    struct stat st;
+    for (int s = 1; s <= 5; s++) {
+        ckpt_dir_name(dir, sizeof dir, root, s);
+        CHECK((stat(dir, &st) == 0) == (s == 2 || s == 3 || s == 5));
     }
 }
 
@@ -407,6 +434,7 @@ int main(void)
     test_split();
     test_shuffle();
     test_ckpt();
+    test_keep_best();
     ty_rm_rf(tmpdir, NULL);
     if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
     else printf("engine io: all checks passed\n");
