@@ -7,8 +7,9 @@
 # In most cases the dataset holds exactly batch_size x grad_accum examples, so
 # each optimizer step is one whole epoch and the comparison does not depend on
 # the engine's shuffle; the *_shuffle cases hold 13 examples for 4 per step and
-# follow the permutation engine/data.h documents. The resume case instead compares the engine with itself:
-# an interrupted-and-resumed run must print the same losses, bit for bit.
+# follow the permutation engine/data.h documents. The resume case instead
+# compares the engine with itself: an interrupted-and-resumed run must print
+# the same losses as a straight one, bit for bit.
 import argparse
 import json
 import os
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 import torch
 
@@ -63,6 +65,9 @@ def run_engine(engine, spec_path, workdir, resume=None, stop_at_step=None):
     proc = subprocess.Popen(engine_cmd(engine, spec_path, workdir, resume), stdout=subprocess.PIPE,
                             stderr=errf, text=True)
     events, signalled = [], False
+    # A hung engine must not hang the test (nor outlive it).
+    watchdog = threading.Timer(ENGINE_TIMEOUT_S, proc.kill)
+    watchdog.start()
     try:
         for line in proc.stdout:
             if not line.strip():
@@ -75,6 +80,7 @@ def run_engine(engine, spec_path, workdir, resume=None, stop_at_step=None):
                 signalled = True
         rc = proc.wait(timeout=ENGINE_TIMEOUT_S)
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
