@@ -548,11 +548,10 @@ static int encode_segment(enc_ctx *c, const char *s, size_t len, bool at_start)
     const tok_tokenizer *t = c->t;
     int rc = normalize(c, s, len);
     if (rc || c->norm.len == 0) return rc;
-    bool any_normalized = false;
-    for (int k = 0; k < t->n_added; k++) any_normalized |= t->added[k].normalized;
-    if (!any_normalized) return encode_words(c, at_start);
+    if (!t->any_normalized_added) return encode_words(c, at_start);
 
-    /* The normalized text is split here; keep it in tmp-free storage. */
+    /* encode_words reads c->norm, so the whole normalized segment moves
+     * aside and each piece between added tokens takes its place in turn. */
     tok_buf whole = c->norm;
     memset(&c->norm, 0, sizeof c->norm);
     size_t pos = 0, ms, me;

@@ -193,6 +193,7 @@ struct tok_tokenizer {
     tok_added *added;         /* sorted by length, longest first */
     int n_added;
     bool added_first[256];    /* quick reject: first bytes of added tokens */
+    bool any_normalized_added;/* some added token matches normalized text */
     tok_strmap added_map;
 
     tok_cache *cache;         /* internally locked; NULL disables it */

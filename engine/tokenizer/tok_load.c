@@ -566,6 +566,7 @@ static int parse_added(tok_tokenizer *t, json_t *added, ty_err *err)
     for (int j = 0; j < t->n_added; j++) {
         tok_strmap_put(&t->added_map, t->added[j].content, (uint32_t)t->added[j].len, t->added[j].id);
         t->added_first[(unsigned char)t->added[j].content[0]] = true;
+        t->any_normalized_added |= t->added[j].normalized;
     }
     return 0;
 }
