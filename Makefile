@@ -18,7 +18,7 @@ deps:
 
 build: deps-build
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS)
+	@cmake --build $(BUILD) -j $(JOBS) --target trainyard trainyard-engine
 
 run: build
 	$(BUILD)/bin/trainyard serve --listen $(LISTEN) --data-dir $(DATA_DIR)
