@@ -25,11 +25,11 @@
 #define AZ_VERSION "2021-08-06"
 
 typedef struct az_impl {
-    char *endpoint;        /* scheme://host[:port][/path], no trailing slash */
+    char *endpoint; /* scheme://host[:port][/path], no trailing slash */
     char *account;
     unsigned char key[128];
-    size_t keylen;         /* 0: SAS */
-    char *sas;             /* without leading '?' */
+    size_t keylen; /* 0: SAS */
+    char *sas;     /* without leading '?' */
 } az_impl;
 
 typedef struct az_param {
@@ -38,10 +38,10 @@ typedef struct az_param {
 
 typedef struct az_op {
     const char *method;
-    const char *blob;       /* full blob name or NULL for the container */
+    const char *blob; /* full blob name or NULL for the container */
     az_param query[4];
     size_t n_query;
-    const char *xms[4][2];  /* extra x-ms-* headers (lowercase names) */
+    const char *xms[4][2]; /* extra x-ms-* headers (lowercase names) */
     size_t n_xms;
     const char *content_type;
     const char *content_md5;
@@ -85,17 +85,21 @@ static int hcmp(const void *a, const void *b)
 }
 
 /* Builds the SharedKey string to sign (exposed for the unit test). */
-char *azure_string_to_sign(const char *method, const char *content_length, const char *content_md5,
-                           const char *content_type, const char *(*xms)[2], size_t n_xms,
-                           const char *account, const char *path, const az_param *query, size_t n_query);
+char *store_azure_string_to_sign(const char *method, const char *content_length,
+                                 const char *content_md5, const char *content_type,
+                                 const char *(*xms)[2], size_t n_xms, const char *account,
+                                 const char *path, const az_param *query, size_t n_query);
 
-char *azure_string_to_sign(const char *method, const char *content_length, const char *content_md5,
-                           const char *content_type, const char *(*xms)[2], size_t n_xms,
-                           const char *account, const char *path, const az_param *query, size_t n_query)
+char *store_azure_string_to_sign(const char *method, const char *content_length,
+                                 const char *content_md5, const char *content_type,
+                                 const char *(*xms)[2], size_t n_xms, const char *account,
+                                 const char *path, const az_param *query, size_t n_query)
 {
     size_t cap = 1024 + strlen(path) + strlen(account);
-    for (size_t i = 0; i < n_xms; i++) cap += strlen(xms[i][0]) + strlen(xms[i][1]) + 2;
-    for (size_t i = 0; i < n_query; i++) cap += strlen(query[i].name) + strlen(query[i].value) + 2;
+    for (size_t i = 0; i < n_xms; i++)
+        cap += strlen(xms[i][0]) + strlen(xms[i][1]) + 2;
+    for (size_t i = 0; i < n_query; i++)
+        cap += strlen(query[i].name) + strlen(query[i].value) + 2;
     char *out = malloc(cap);
     az_param *q = calloc(n_query + 1, sizeof *q);
     if (!out || !q) {
@@ -110,9 +114,11 @@ char *azure_string_to_sign(const char *method, const char *content_length, const
     /* x-ms-* headers: "name:value\n" sorted by name (names are lowercase). */
     const char *names[16][2];
     size_t nn = n_xms < 16 ? n_xms : 16;
-    for (size_t i = 0; i < nn; i++) names[i][0] = xms[i][0], names[i][1] = xms[i][1];
+    for (size_t i = 0; i < nn; i++)
+        names[i][0] = xms[i][0], names[i][1] = xms[i][1];
     qsort(names, nn, sizeof names[0], hcmp);
-    for (size_t i = 0; i < nn; i++) n += (size_t)snprintf(out + n, cap - n, "%s:%s\n", names[i][0], names[i][1]);
+    for (size_t i = 0; i < nn; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s:%s\n", names[i][0], names[i][1]);
     n += (size_t)snprintf(out + n, cap - n, "/%s%s", account, path);
     memcpy(q, query, n_query * sizeof *q);
     qsort(q, n_query, sizeof *q, qcmp);
@@ -144,7 +150,8 @@ static int az_attempt(store *s, const az_op *op, http_resp *rs, int *retryable, 
     char *path = malloc(pl);
     /* Query string: encoded params, then the SAS token. */
     size_t ql = 16 + (m->sas ? strlen(m->sas) : 0);
-    for (size_t i = 0; i < op->n_query; i++) ql += 3 * (strlen(op->query[i].name) + strlen(op->query[i].value)) + 2;
+    for (size_t i = 0; i < op->n_query; i++)
+        ql += 3 * (strlen(op->query[i].name) + strlen(op->query[i].value)) + 2;
     char *qs = malloc(ql);
     char *url = NULL;
     char *sts = NULL;
@@ -158,7 +165,8 @@ static int az_attempt(store *s, const az_op *op, http_resp *rs, int *retryable, 
     size_t qn = 0;
     qs[0] = '\0';
     for (size_t i = 0; i < op->n_query; i++) {
-        char *en = store_urlencode(op->query[i].name, 0), *ev = store_urlencode(op->query[i].value, 0);
+        char *en = store_urlencode(op->query[i].name, 0),
+             *ev = store_urlencode(op->query[i].value, 0);
         if (en && ev) qn += (size_t)snprintf(qs + qn, ql - qn, "%s%s=%s", qn ? "&" : "", en, ev);
         free(en);
         free(ev);
@@ -170,40 +178,48 @@ static int az_attempt(store *s, const az_op *op, http_resp *rs, int *retryable, 
         rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
         goto out;
     }
-    snprintf(url, ul, "%.*s%s%s%s", (int)(epath ? (size_t)(epath - m->endpoint) : strlen(m->endpoint)),
-             m->endpoint, path, qs[0] ? "?" : "", qs);
+    snprintf(url, ul, "%.*s%s%s%s",
+             (int)(epath ? (size_t)(epath - m->endpoint) : strlen(m->endpoint)), m->endpoint, path,
+             qs[0] ? "?" : "", qs);
 
     const char *xms[8][2];
     size_t nx = 0;
     xms[nx][0] = "x-ms-date", xms[nx++][1] = date;
     xms[nx][0] = "x-ms-version", xms[nx++][1] = AZ_VERSION;
-    for (size_t i = 0; i < op->n_xms; i++) xms[nx][0] = op->xms[i][0], xms[nx++][1] = op->xms[i][1];
+    for (size_t i = 0; i < op->n_xms; i++)
+        xms[nx][0] = op->xms[i][0], xms[nx++][1] = op->xms[i][1];
     uint64_t blen = op->body_fd >= 0 ? op->body_size : op->body_len;
     int has_body = op->body_fd >= 0 || op->body || !strcmp(op->method, "PUT");
     char clen[32];
     snprintf(clen, sizeof clen, "%llu", (unsigned long long)blen);
-    for (size_t i = 0; i < nx && rc == 0; i++) rc = http_header(&h, err, "%s: %s", xms[i][0], xms[i][1]);
-    if (rc == 0 && op->content_md5) rc = http_header(&h, err, "Content-MD5: %s", op->content_md5);
+    for (size_t i = 0; i < nx && rc == 0; i++)
+        rc = store_http_header(&h, err, "%s: %s", xms[i][0], xms[i][1]);
+    if (rc == 0 && op->content_md5)
+        rc = store_http_header(&h, err, "Content-MD5: %s", op->content_md5);
     /* curl would otherwise add its own form Content-Type to a PUT body,
      * which then would not match the signature. */
-    if (rc == 0) rc = http_header(&h, err, "Content-Type: %s", op->content_type ? op->content_type : "");
+    if (rc == 0)
+        rc = store_http_header(&h, err, "Content-Type: %s",
+                               op->content_type ? op->content_type : "");
     if (rc == 0 && m->keylen) {
-        sts = azure_string_to_sign(op->method, has_body ? clen : "", op->content_md5, op->content_type, xms, nx,
-                                   m->account, path, (const az_param *)op->query, op->n_query);
+        sts = store_azure_string_to_sign(op->method, has_body ? clen : "", op->content_md5,
+                                         op->content_type, xms, nx, m->account, path,
+                                         (const az_param *)op->query, op->n_query);
         if (!sts) {
             rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
             goto out;
         }
         unsigned char mac[32];
         unsigned int ml = 32;
-        HMAC(EVP_sha256(), m->key, (int)m->keylen, (const unsigned char *)sts, strlen(sts), mac, &ml);
+        HMAC(EVP_sha256(), m->key, (int)m->keylen, (const unsigned char *)sts, strlen(sts), mac,
+             &ml);
         char b64[64];
         store_b64(mac, 32, b64, sizeof b64);
-        rc = http_header(&h, err, "Authorization: SharedKey %s:%s", m->account, b64);
+        rc = store_http_header(&h, err, "Authorization: SharedKey %s:%s", m->account, b64);
     }
     if (rc == 0) {
         http_req rq;
-        http_req_init(&rq, op->method, url);
+        store_http_req_init(&rq, op->method, url);
         rq.headers = h;
         rq.body = op->body;
         rq.body_len = op->body_len;
@@ -213,7 +229,7 @@ static int az_attempt(store *s, const az_op *op, http_resp *rs, int *retryable, 
         rq.resp_fd = op->resp_fd;
         rq.want_md5 = op->resp_fd >= 0;
         rq.no_body = op->no_body;
-        rc = http_do(s, &rq, rs, retryable, err);
+        rc = store_http_do(s, &rq, rs, retryable, err);
     }
 out:
     curl_slist_free_all(h);
@@ -229,7 +245,7 @@ static int az_call(store *s, const az_op *op, http_resp *rs, ty_err *err)
 {
     int rc = TY_EIO;
     for (int attempt = 1; attempt <= s->tune.max_attempts; attempt++) {
-        if (attempt > 1 && (rc = retry_sleep(s, attempt - 1, err)) != 0) return rc;
+        if (attempt > 1 && (rc = store_retry_sleep(s, attempt - 1, err)) != 0) return rc;
         if (op->resp_fd >= 0 && (rc = store_fd_reset(op->resp_fd, err)) != 0) return rc;
         int retryable = 0;
         rc = az_attempt(s, op, rs, &retryable, err);
@@ -240,20 +256,23 @@ static int az_call(store *s, const az_op *op, http_resp *rs, ty_err *err)
         if (rs->status >= 200 && rs->status < 300) return 0;
         char code[128] = "";
         size_t pos = 0;
-        if (rs->err_code[0]) store_strlcpy(code, rs->err_code, sizeof code);
-        else if (rs->body) store_xml_field(rs->body, "Code", &pos, code, sizeof code);
-        int ty = rs->status == 404 ? TY_ENOENT
-                 : rs->status == 403 || rs->status == 401 ? TY_EAUTH
+        if (rs->err_code[0])
+            store_strlcpy(code, rs->err_code, sizeof code);
+        else if (rs->body)
+            store_xml_field(rs->body, "Code", &pos, code, sizeof code);
+        int ty = rs->status == 404                                               ? TY_ENOENT
+                 : rs->status == 403 || rs->status == 401                        ? TY_EAUTH
                  : (!strcmp(code, "Md5Mismatch") || !strcmp(code, "InvalidMd5")) ? TY_ECORRUPT
-                                                                                  : TY_EIO;
+                                                                                 : TY_EIO;
         rc = ty_err_set(err, ty, "storage: %s az://%s/%s: HTTP %ld%s%s", op->method, s->bucket,
                         op->blob ? op->blob : "", rs->status, code[0] ? " " : "", code);
-        if (!http_status_retryable(rs->status)) return rc;
+        if (!store_http_status_retryable(rs->status)) return rc;
     }
     return rc;
 }
 
-static void md5_b64_of(int fd, uint64_t off, uint64_t len, char out[32], unsigned char raw[16], int *rc, ty_err *err)
+static void md5_b64_of(int fd, uint64_t off, uint64_t len, char out[32], unsigned char raw[16],
+                       int *rc, ty_err *err)
 {
     *rc = store_hash_range(fd, off, len, raw, NULL, err);
     if (*rc == 0) store_b64(raw, 16, out, 32);
@@ -294,7 +313,7 @@ static int az_put_block(void *ctx, int i, ty_err *err)
     op.body_size = len;
     http_resp rs = {0};
     rc = az_call(b->s, &op, &rs, err);
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     return rc;
 }
 
@@ -326,7 +345,8 @@ static int az_put_file(store *s, const char *key, const char *path, ty_err *err)
         if (rc == 0) rc = az_call(s, &op, &rs, err);
     } else {
         uint64_t bsize = s->tune.part_size;
-        while ((size + bsize - 1) / bsize > 50000) bsize *= 2; /* the service's block count limit */
+        while ((size + bsize - 1) / bsize > 50000)
+            bsize *= 2; /* the service's block count limit */
         int nblocks = (int)((size + bsize - 1) / bsize);
         az_blocks b = {s, full, fd, size, bsize};
         rc = store_run_parts(s, nblocks, az_put_block, &b, err);
@@ -334,9 +354,11 @@ static int az_put_file(store *s, const char *key, const char *path, ty_err *err)
         if (rc == 0) {
             size_t cap = 128 + (size_t)nblocks * 48;
             xml = malloc(cap);
-            if (!xml) rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+            if (!xml)
+                rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
             else {
-                size_t n = (size_t)snprintf(xml, cap, "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
+                size_t n = (size_t)snprintf(
+                    xml, cap, "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
                 for (int i = 0; i < nblocks; i++) {
                     char id[32];
                     block_id(i, id);
@@ -361,7 +383,7 @@ static int az_put_file(store *s, const char *key, const char *path, ty_err *err)
          * abort call exists. */
         free(xml);
     }
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     close(fd);
     free(full);
     return rc;
@@ -388,10 +410,11 @@ static int az_fetch(void *vctx, int fd, ty_err *err)
         char got[32];
         store_b64(rs.md5, 16, got, sizeof got);
         if (!strcmp(got, rs.content_md5)) break;
-        rc = ty_err_set(err, TY_ECORRUPT, "storage: az://%s/%s: downloaded bytes do not match Content-MD5",
+        rc = ty_err_set(err, TY_ECORRUPT,
+                        "storage: az://%s/%s: downloaded bytes do not match Content-MD5",
                         c->s->bucket, c->blob);
     }
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     return rc;
 }
 
@@ -426,7 +449,7 @@ static int az_stat(store *s, const char *key, store_object *out, ty_err *err)
         out->mtime = store_parse_time(rs.last_modified);
         if (!out->key) rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     }
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     free(full);
     return rc;
 }
@@ -453,9 +476,10 @@ static int az_list(store *s, const char *prefix, store_listing *out, ty_err *err
         if (marker[0]) op.query[op.n_query++] = (az_param){"marker", marker};
         http_resp rs = {0};
         rc = az_call(s, &op, &rs, err);
-        if (rc == 0 && !rs.body) rc = ty_err_set(err, TY_EIO, "storage: list az://%s: empty reply", s->bucket);
+        if (rc == 0 && !rs.body)
+            rc = ty_err_set(err, TY_EIO, "storage: list az://%s: empty reply", s->bucket);
         if (rc) {
-            http_resp_clear(&rs);
+            store_http_resp_clear(&rs);
             break;
         }
         size_t pos = 0;
@@ -470,12 +494,14 @@ static int az_list(store *s, const char *prefix, store_listing *out, ty_err *err
             q = 0;
             store_xml_field(item, "Last-Modified", &q, lm, sizeof lm);
             const char *rel = store_rel_key(s, name);
-            if (rel && *rel) rc = store_listing_add(out, rel, strtoull(len, NULL, 10), et, store_parse_time(lm), err);
+            if (rel && *rel)
+                rc = store_listing_add(out, rel, strtoull(len, NULL, 10), et, store_parse_time(lm),
+                                       err);
         }
         marker[0] = '\0';
         pos = 0;
         store_xml_field(rs.body, "NextMarker", &pos, marker, sizeof marker);
-        http_resp_clear(&rs);
+        store_http_resp_clear(&rs);
         if (rc || !marker[0]) break;
     }
     free(item);
@@ -492,12 +518,13 @@ static int az_del(store *s, const char *key, ty_err *err)
     az_op_init(&op, "DELETE", full);
     http_resp rs = {0};
     rc = az_call(s, &op, &rs, err);
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     free(full);
     return rc;
 }
 
-static const store_backend az_backend = {"az", az_put_file, az_get_file, az_stat, az_list, az_del, az_close};
+static const store_backend az_backend = {"az",    az_put_file, az_get_file, az_stat,
+                                         az_list, az_del,      az_close};
 
 /* Value of Name= in a ';'-separated connection string, copied; NULL if absent. */
 static char *conn_field(const char *cs, const char *name)
@@ -505,10 +532,12 @@ static char *conn_field(const char *cs, const char *name)
     size_t nl = strlen(name);
     const char *p = cs;
     while (p && *p) {
-        while (*p == ';' || *p == ' ') p++;
+        while (*p == ';' || *p == ' ')
+            p++;
         const char *end = strchr(p, ';');
         size_t l = end ? (size_t)(end - p) : strlen(p);
-        if (l > nl && !strncasecmp(p, name, nl) && p[nl] == '=') return strndup(p + nl + 1, l - nl - 1);
+        if (l > nl && !strncasecmp(p, name, nl) && p[nl] == '=')
+            return strndup(p + nl + 1, l - nl - 1);
         p = end;
     }
     return NULL;
@@ -521,7 +550,8 @@ int store_azure_open(store *s, const store_config *cfg, ty_err *err)
     s->impl = m;
     s->be = &az_backend;
     char *key = NULL;
-    const char *cs = store_cfg_str(cfg, cfg->azure_connection_string, "AZURE_STORAGE_CONNECTION_STRING");
+    const char *cs =
+        store_cfg_str(cfg, cfg->azure_connection_string, "AZURE_STORAGE_CONNECTION_STRING");
     int rc = 0;
     if (cs) {
         m->account = conn_field(cs, "AccountName");
@@ -529,7 +559,8 @@ int store_azure_open(store *s, const store_config *cfg, ty_err *err)
         m->sas = conn_field(cs, "SharedAccessSignature");
         m->endpoint = conn_field(cs, "BlobEndpoint");
         if (!m->endpoint) {
-            char *proto = conn_field(cs, "DefaultEndpointsProtocol"), *suffix = conn_field(cs, "EndpointSuffix");
+            char *proto = conn_field(cs, "DefaultEndpointsProtocol"),
+                 *suffix = conn_field(cs, "EndpointSuffix");
             if (m->account) {
                 size_t n = strlen(m->account) + 64 + (suffix ? strlen(suffix) : 0);
                 m->endpoint = malloc(n);
@@ -549,30 +580,38 @@ int store_azure_open(store *s, const store_config *cfg, ty_err *err)
         m->account = store_strdup0(store_cfg_str(cfg, cfg->azure_account, "AZURE_STORAGE_ACCOUNT"));
         key = store_strdup0(store_cfg_str(cfg, cfg->azure_key, "AZURE_STORAGE_KEY"));
         m->sas = store_strdup0(store_cfg_str(cfg, cfg->azure_sas_token, "AZURE_STORAGE_SAS_TOKEN"));
-        m->endpoint = store_strdup0(store_cfg_str(cfg, cfg->azure_endpoint, "AZURE_STORAGE_BLOB_ENDPOINT"));
+        m->endpoint =
+            store_strdup0(store_cfg_str(cfg, cfg->azure_endpoint, "AZURE_STORAGE_BLOB_ENDPOINT"));
         if (!m->endpoint && m->account) {
             size_t n = strlen(m->account) + 40;
             m->endpoint = malloc(n);
-            if (m->endpoint) snprintf(m->endpoint, n, "https://%s.blob.core.windows.net", m->account);
+            if (m->endpoint)
+                snprintf(m->endpoint, n, "https://%s.blob.core.windows.net", m->account);
         }
     }
     if (!m->account || (!key && !m->sas)) {
-        rc = ty_err_set(err, TY_EAUTH,
-                        "storage: %s needs AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT with "
-                        "AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN",
-                        s->uri);
-    } else if (!m->endpoint || (strncmp(m->endpoint, "http://", 7) && strncmp(m->endpoint, "https://", 8))) {
-        rc = ty_err_set(err, TY_EINVAL, "storage: Azure blob endpoint must start with http:// or https://");
+        rc = ty_err_set(
+            err, TY_EAUTH,
+            "storage: %s needs AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT with "
+            "AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN",
+            s->uri);
+    } else if (!m->endpoint ||
+               (strncmp(m->endpoint, "http://", 7) && strncmp(m->endpoint, "https://", 8))) {
+        rc = ty_err_set(err, TY_EINVAL,
+                        "storage: Azure blob endpoint must start with http:// or https://");
     }
     if (rc == 0 && key) {
         long kl = store_b64_decode(key, m->key, sizeof m->key);
-        if (kl <= 0) rc = ty_err_set(err, TY_EAUTH, "storage: the Azure account key is not valid base64");
-        else m->keylen = (size_t)kl;
+        if (kl <= 0)
+            rc = ty_err_set(err, TY_EAUTH, "storage: the Azure account key is not valid base64");
+        else
+            m->keylen = (size_t)kl;
     }
     if (rc == 0 && m->sas && m->sas[0] == '?') memmove(m->sas, m->sas + 1, strlen(m->sas));
     if (rc == 0) {
         size_t el = strlen(m->endpoint);
-        while (el && m->endpoint[el - 1] == '/') m->endpoint[--el] = '\0';
+        while (el && m->endpoint[el - 1] == '/')
+            m->endpoint[--el] = '\0';
     }
     store_free_secret(key);
     return rc;

@@ -19,7 +19,7 @@
 #define FORMAT "trainyard-checkpoint/1"
 
 typedef struct ck_file {
-    const char *path;   /* borrowed from the json */
+    const char *path; /* borrowed from the json */
     uint64_t bytes;
     const char *sha256;
 } ck_file;
@@ -55,12 +55,15 @@ static int manifest_load(const char *file, const char *what, ck_manifest *m, ty_
     memset(m, 0, sizeof *m);
     json_error_t je;
     m->root = json_load_file(file, 0, &je);
-    if (!m->root) return ty_err_field(err, TY_ECORRUPT, MANIFEST, "storage: %s: %s (line %d)", what, je.text, je.line);
+    if (!m->root)
+        return ty_err_field(err, TY_ECORRUPT, MANIFEST, "storage: %s: %s (line %d)", what, je.text,
+                            je.line);
     const char *fmt = json_string_value(json_object_get(m->root, "format"));
     json_t *files = json_object_get(m->root, "files");
     int rc = 0;
     if (!fmt || strcmp(fmt, FORMAT))
-        rc = ty_err_field(err, TY_ECORRUPT, "format", "storage: %s: format is not \"%s\"", what, FORMAT);
+        rc = ty_err_field(err, TY_ECORRUPT, "format", "storage: %s: format is not \"%s\"", what,
+                          FORMAT);
     else if (!json_is_array(files) || json_array_size(files) == 0)
         rc = ty_err_field(err, TY_ECORRUPT, "files", "storage: %s: no files listed", what);
     if (rc) {
@@ -81,7 +84,8 @@ static int manifest_load(const char *file, const char *what, ck_manifest *m, ty_
         c->sha256 = json_string_value(json_object_get(f, "sha256"));
         if (!path_ok(c->path) || !json_is_integer(b) || json_integer_value(b) < 0 || !c->sha256 ||
             strlen(c->sha256) != 64) {
-            rc = ty_err_field(err, TY_ECORRUPT, "files", "storage: %s: entry %zu needs a relative path, bytes and a sha256",
+            rc = ty_err_field(err, TY_ECORRUPT, "files",
+                              "storage: %s: entry %zu needs a relative path, bytes and a sha256",
                               what, i);
             manifest_free(m);
             return rc;
@@ -89,7 +93,8 @@ static int manifest_load(const char *file, const char *what, ck_manifest *m, ty_
         c->bytes = (uint64_t)json_integer_value(b);
         for (size_t k = 0; k < i; k++)
             if (!strcmp(m->files[k].path, c->path)) {
-                rc = ty_err_field(err, TY_ECORRUPT, "files", "storage: %s: '%s' listed twice", what, c->path);
+                rc = ty_err_field(err, TY_ECORRUPT, "files", "storage: %s: '%s' listed twice", what,
+                                  c->path);
                 manifest_free(m);
                 return rc;
             }
@@ -113,7 +118,8 @@ static int clean_prefix(store *s, const char *remote_prefix, char **out, ty_err 
     char *p = strdup(remote_prefix);
     if (!p) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     size_t n = strlen(p);
-    while (n && p[n - 1] == '/') p[--n] = '\0';
+    while (n && p[n - 1] == '/')
+        p[--n] = '\0';
     char *full;
     int rc = store_full_key(s, p, &full, err);
     if (rc) {
@@ -132,15 +138,17 @@ static int verify_local(const char *path, const ck_file *f, ty_err *err)
     int rc = ty_sha256_file(path, hex, &bytes, err);
     if (rc) return rc;
     if (bytes != f->bytes)
-        return ty_err_field(err, TY_ECORRUPT, f->path, "storage: %s: %llu bytes, manifest says %llu", f->path,
+        return ty_err_field(err, TY_ECORRUPT, f->path,
+                            "storage: %s: %llu bytes, manifest says %llu", f->path,
                             (unsigned long long)bytes, (unsigned long long)f->bytes);
     if (strcmp(hex, f->sha256))
-        return ty_err_field(err, TY_ECORRUPT, f->path, "storage: %s: sha256 does not match the manifest", f->path);
+        return ty_err_field(err, TY_ECORRUPT, f->path,
+                            "storage: %s: sha256 does not match the manifest", f->path);
     return 0;
 }
 
-int store_put_checkpoint(store *s, const char *local_dir, const char *remote_prefix, uint64_t *bytes_out,
-                         ty_err *err)
+int store_put_checkpoint(store *s, const char *local_dir, const char *remote_prefix,
+                         uint64_t *bytes_out, ty_err *err)
 {
     if (bytes_out) *bytes_out = 0;
     char *prefix = NULL, *mpath = join(local_dir, MANIFEST);
@@ -158,7 +166,8 @@ int store_put_checkpoint(store *s, const char *local_dir, const char *remote_pre
      * garbage under a valid manifest. */
     for (size_t i = 0; i < m.n && rc == 0; i++) {
         char *lp = join(local_dir, m.files[i].path);
-        rc = lp ? verify_local(lp, &m.files[i], err) : ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+        rc = lp ? verify_local(lp, &m.files[i], err)
+                : ty_err_set(err, TY_ENOMEM, "storage: out of memory");
         free(lp);
     }
     for (size_t i = 0; i < m.n && rc == 0; i++) {
@@ -173,16 +182,19 @@ int store_put_checkpoint(store *s, const char *local_dir, const char *remote_pre
     for (size_t i = 0; i < m.n && rc == 0; i++) {
         char *key = join(prefix, m.files[i].path);
         store_object o;
-        rc = key ? store_stat(s, key, &o, err) : ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+        rc = key ? store_stat(s, key, &o, err)
+                 : ty_err_set(err, TY_ENOMEM, "storage: out of memory");
         if (rc == 0 && o.size != m.files[i].bytes)
-            rc = ty_err_field(err, TY_ECORRUPT, m.files[i].path, "storage: %s landed with %llu bytes, expected %llu",
-                              m.files[i].path, (unsigned long long)o.size, (unsigned long long)m.files[i].bytes);
+            rc = ty_err_field(err, TY_ECORRUPT, m.files[i].path,
+                              "storage: %s landed with %llu bytes, expected %llu", m.files[i].path,
+                              (unsigned long long)o.size, (unsigned long long)m.files[i].bytes);
         store_object_clear(&o);
         free(key);
     }
     if (rc == 0) {
         char *key = join(prefix, MANIFEST);
-        rc = key ? store_put_file(s, key, mpath, err) : ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+        rc = key ? store_put_file(s, key, mpath, err)
+                 : ty_err_set(err, TY_ENOMEM, "storage: out of memory");
         free(key);
     }
     if (rc == 0 && bytes_out) *bytes_out = total;
@@ -216,13 +228,15 @@ int store_get_checkpoint(store *s, const char *remote_prefix, const char *local_
         free(prefix);
         return rc;
     }
-    char *mkey = join(prefix, MANIFEST), *mfinal = join(local_dir, MANIFEST), *mtmp = join(local_dir, ".MANIFEST.json.dl");
+    char *mkey = join(prefix, MANIFEST), *mfinal = join(local_dir, MANIFEST),
+         *mtmp = join(local_dir, ".MANIFEST.json.dl");
     ck_manifest m = {0};
     if (!mkey || !mfinal || !mtmp) rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     if (rc == 0) {
         rc = store_get_file(s, mkey, mtmp, err);
         if (rc == TY_ENOENT)
-            rc = ty_err_set(err, TY_ENOENT, "storage: %s/%s: no committed checkpoint (no manifest)", store_uri(s), prefix);
+            rc = ty_err_set(err, TY_ENOENT, "storage: %s/%s: no committed checkpoint (no manifest)",
+                            store_uri(s), prefix);
     }
     if (rc == 0) rc = manifest_load(mtmp, mkey, &m, err);
     for (size_t i = 0; i < m.n && rc == 0; i++) {

@@ -74,7 +74,9 @@ static int file_put(store *s, const char *key, const char *path, ty_err *err)
     size_t tl = strlen(dst) + strlen(TMP_MARK) + 32;
     char *tmp = malloc(tl);
     if (rc == 0 && !tmp) rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
-    if (rc == 0) snprintf(tmp, tl, "%s/" TMP_MARK "%ld-%lx", dst, (long)getpid(), (unsigned long)pthread_self());
+    if (rc == 0)
+        snprintf(tmp, tl, "%s/" TMP_MARK "%ld-%lx", dst, (long)getpid(),
+                 (unsigned long)pthread_self());
     *slash = '/';
     int in = -1, out = -1;
     if (rc == 0 && (in = open(path, O_RDONLY | O_CLOEXEC)) < 0)
@@ -82,8 +84,10 @@ static int file_put(store *s, const char *key, const char *path, ty_err *err)
     if (rc == 0 && (out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
         rc = ty_err_set(err, TY_EIO, "storage: cannot create '%s': %s", tmp, strerror(errno));
     if (rc == 0) rc = copy_fd(in, out, path, err);
-    if (rc == 0 && fsync(out) != 0) rc = ty_err_set(err, TY_EIO, "storage: fsync: %s", strerror(errno));
-    if (out >= 0 && close(out) != 0 && rc == 0) rc = ty_err_set(err, TY_EIO, "storage: close: %s", strerror(errno));
+    if (rc == 0 && fsync(out) != 0)
+        rc = ty_err_set(err, TY_EIO, "storage: fsync: %s", strerror(errno));
+    if (out >= 0 && close(out) != 0 && rc == 0)
+        rc = ty_err_set(err, TY_EIO, "storage: close: %s", strerror(errno));
     if (in >= 0) close(in);
     if (rc == 0 && rename(tmp, dst) != 0)
         rc = ty_err_set(err, TY_EIO, "storage: rename to '%s': %s", dst, strerror(errno));
@@ -107,7 +111,8 @@ static int file_fetch(void *vctx, int fd, ty_err *err)
     file_get_ctx *c = vctx;
     int in = open(c->src, O_RDONLY | O_CLOEXEC);
     if (in < 0)
-        return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "storage: %s: %s", c->src, strerror(errno));
+        return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "storage: %s: %s", c->src,
+                          strerror(errno));
     int rc = copy_fd(in, fd, c->src, err);
     close(in);
     return rc;
@@ -149,16 +154,20 @@ static int file_stat(store *s, const char *key, store_object *out, ty_err *err)
 
 /* Depth-first walk of dir (whose object name is rel) adding files whose
  * names start with prefix. */
-static int walk(store *s, const char *dir, const char *rel, const char *prefix, store_listing *out, int depth,
-                ty_err *err)
+static int walk(store *s, const char *dir, const char *rel, const char *prefix, store_listing *out,
+                int depth, ty_err *err)
 {
     if (depth > 64) return 0;
     DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? 0 : ty_err_set(err, TY_EIO, "storage: list %s: %s", dir, strerror(errno));
+    if (!d)
+        return errno == ENOENT
+                   ? 0
+                   : ty_err_set(err, TY_EIO, "storage: list %s: %s", dir, strerror(errno));
     int rc = 0;
     struct dirent *e;
     while (rc == 0 && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strncmp(e->d_name, TMP_MARK, strlen(TMP_MARK)))
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            !strncmp(e->d_name, TMP_MARK, strlen(TMP_MARK)))
             continue;
         size_t pl = strlen(dir) + strlen(e->d_name) + 2, rl = strlen(rel) + strlen(e->d_name) + 2;
         char *p = malloc(pl), *r = malloc(rl);
@@ -208,8 +217,9 @@ static int file_del(store *s, const char *key, ty_err *err)
     int rc = file_path(s, key, &p, err);
     if (rc) return rc;
     if (unlink(p) != 0) {
-        rc = errno == ENOENT ? ty_err_set(err, TY_ENOENT, "storage: %s: no such object", p)
-                             : ty_err_set(err, TY_EIO, "storage: delete %s: %s", p, strerror(errno));
+        rc = errno == ENOENT
+                 ? ty_err_set(err, TY_ENOENT, "storage: %s: no such object", p)
+                 : ty_err_set(err, TY_EIO, "storage: delete %s: %s", p, strerror(errno));
     } else {
         /* Remove directories left empty, up to the store root, so deleted
          * checkpoints do not leave a tree of empty folders behind. */
@@ -224,9 +234,13 @@ static int file_del(store *s, const char *key, ty_err *err)
     return rc;
 }
 
-static void file_close(store *s) { (void)s; }
+static void file_close(store *s)
+{
+    (void)s;
+}
 
-static const store_backend file_backend = {"file", file_put, file_get, file_stat, file_list, file_del, file_close};
+static const store_backend file_backend = {"file",    file_put, file_get,  file_stat,
+                                           file_list, file_del, file_close};
 
 int store_file_open(store *s, const store_config *cfg, ty_err *err)
 {
@@ -234,6 +248,7 @@ int store_file_open(store *s, const store_config *cfg, ty_err *err)
     (void)err;
     s->be = &file_backend;
     size_t n = strlen(s->bucket);
-    while (n > 1 && s->bucket[n - 1] == '/') s->bucket[--n] = '\0';
+    while (n > 1 && s->bucket[n - 1] == '/')
+        s->bucket[--n] = '\0';
     return 0;
 }

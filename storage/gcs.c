@@ -22,7 +22,7 @@
 #include "tyutil.h"
 
 typedef struct gcs_impl {
-    char *base;          /* scheme://host[:port], no trailing slash */
+    char *base; /* scheme://host[:port], no trailing slash */
     gcs_oauth *oauth;
 } gcs_impl;
 
@@ -31,7 +31,7 @@ static void gcs_close(store *s)
     gcs_impl *m = s->impl;
     if (!m) return;
     free(m->base);
-    gcs_oauth_free(m->oauth);
+    store_gcs_oauth_free(m->oauth);
     free(m);
     s->impl = NULL;
 }
@@ -39,7 +39,7 @@ static void gcs_close(store *s)
 typedef struct gcs_req {
     const char *method;
     const char *url;
-    const char *hdrs[4];     /* extra headers, "Name: value" */
+    const char *hdrs[4]; /* extra headers, "Name: value" */
     size_t n_hdrs;
     const char *body;
     size_t body_len;
@@ -47,7 +47,7 @@ typedef struct gcs_req {
     uint64_t body_off, body_size;
     int resp_fd;
     int no_body;
-    int ok_308;              /* 308 is a normal answer (resumable uploads) */
+    int ok_308; /* 308 is a normal answer (resumable uploads) */
 } gcs_req;
 
 static void gcs_req_init(gcs_req *r, const char *method, const char *url)
@@ -60,15 +60,17 @@ static void gcs_req_init(gcs_req *r, const char *method, const char *url)
 }
 
 /* One request with a bearer token. A 401 refreshes the token once. */
-static int gcs_attempt(store *s, const gcs_req *r, int refresh, http_resp *rs, int *retryable, ty_err *err)
+static int gcs_attempt(store *s, const gcs_req *r, int refresh, http_resp *rs, int *retryable,
+                       ty_err *err)
 {
     gcs_impl *m = s->impl;
     struct curl_slist *h = NULL;
-    int rc = gcs_oauth_header(s, m->oauth, refresh, &h, err);
-    for (size_t i = 0; rc == 0 && i < r->n_hdrs; i++) rc = http_header(&h, err, "%s", r->hdrs[i]);
+    int rc = store_gcs_oauth_header(s, m->oauth, refresh, &h, err);
+    for (size_t i = 0; rc == 0 && i < r->n_hdrs; i++)
+        rc = store_http_header(&h, err, "%s", r->hdrs[i]);
     if (rc == 0) {
         http_req rq;
-        http_req_init(&rq, r->method, r->url);
+        store_http_req_init(&rq, r->method, r->url);
         rq.headers = h;
         rq.body = r->body;
         rq.body_len = r->body_len;
@@ -78,7 +80,7 @@ static int gcs_attempt(store *s, const gcs_req *r, int refresh, http_resp *rs, i
         rq.resp_fd = r->resp_fd;
         rq.want_md5 = r->resp_fd >= 0;
         rq.no_body = r->no_body;
-        rc = http_do(s, &rq, rs, retryable, err);
+        rc = store_http_do(s, &rq, rs, retryable, err);
     } else if (rc == TY_EIO) {
         *retryable = 1; /* token endpoint unreachable: worth another try */
     }
@@ -90,7 +92,7 @@ static int gcs_call(store *s, const gcs_req *r, const char *what, http_resp *rs,
 {
     int rc = TY_EIO, refreshed = 0;
     for (int attempt = 1; attempt <= s->tune.max_attempts; attempt++) {
-        if (attempt > 1 && (rc = retry_sleep(s, attempt - 1, err)) != 0) return rc;
+        if (attempt > 1 && (rc = store_retry_sleep(s, attempt - 1, err)) != 0) return rc;
         if (r->resp_fd >= 0 && (rc = store_fd_reset(r->resp_fd, err)) != 0) return rc;
         int retryable = 0;
         rc = gcs_attempt(s, r, 0, rs, &retryable, err);
@@ -106,11 +108,13 @@ static int gcs_call(store *s, const gcs_req *r, const char *what, http_resp *rs,
         const char *msg = NULL;
         json_t *ej = rs->body ? json_loads(rs->body, 0, NULL) : NULL;
         if (ej) msg = json_string_value(json_object_get(json_object_get(ej, "error"), "message"));
-        int ty = rs->status == 404 ? TY_ENOENT : (rs->status == 401 || rs->status == 403) ? TY_EAUTH : TY_EIO;
-        rc = ty_err_set(err, ty, "storage: %s gs://%s/%s: HTTP %ld%s%s", r->method, s->bucket, what, rs->status,
-                        msg ? ": " : "", msg ? msg : "");
+        int ty = rs->status == 404                          ? TY_ENOENT
+                 : (rs->status == 401 || rs->status == 403) ? TY_EAUTH
+                                                            : TY_EIO;
+        rc = ty_err_set(err, ty, "storage: %s gs://%s/%s: HTTP %ld%s%s", r->method, s->bucket, what,
+                        rs->status, msg ? ": " : "", msg ? msg : "");
         json_decref(ej);
-        if (!http_status_retryable(rs->status)) return rc;
+        if (!store_http_status_retryable(rs->status)) return rc;
     }
     return rc;
 }
@@ -144,12 +148,14 @@ static int check_final(const http_resp *rs, const char *md5_b64, const char *ful
     const char *got = j ? json_string_value(json_object_get(j, "md5Hash")) : NULL;
     int rc = 0;
     if (got && strcmp(got, md5_b64))
-        rc = ty_err_set(err, TY_ECORRUPT, "storage: gs:// %s: stored MD5 differs from the uploaded file", full);
+        rc = ty_err_set(err, TY_ECORRUPT,
+                        "storage: gs:// %s: stored MD5 differs from the uploaded file", full);
     json_decref(j);
     return rc;
 }
 
-static int gcs_upload_session(store *s, const char *full, int fd, uint64_t size, const char *md5_b64, ty_err *err)
+static int gcs_upload_session(store *s, const char *full, int fd, uint64_t size,
+                              const char *md5_b64, ty_err *err)
 {
     gcs_impl *m = s->impl;
     char *eb = store_urlencode(s->bucket, 0), *eo = store_urlencode(full, 0);
@@ -176,7 +182,8 @@ static int gcs_upload_session(store *s, const char *full, int fd, uint64_t size,
     r.body = mbody;
     r.body_len = strlen(mbody);
     rc = gcs_call(s, &r, full, &rs, err);
-    if (rc == 0 && !rs.location[0]) rc = ty_err_set(err, TY_EIO, "storage: gs:// %s: no upload session URL", full);
+    if (rc == 0 && !rs.location[0])
+        rc = ty_err_set(err, TY_EIO, "storage: gs:// %s: no upload session URL", full);
     if (rc) goto out;
     session = strdup(rs.location);
     if (!session) {
@@ -191,9 +198,11 @@ static int gcs_upload_session(store *s, const char *full, int fd, uint64_t size,
     for (;;) {
         uint64_t len = size - off < chunk ? size - off : chunk;
         char cr[96];
-        if (size == 0) snprintf(cr, sizeof cr, "Content-Range: bytes */0");
-        else snprintf(cr, sizeof cr, "Content-Range: bytes %llu-%llu/%llu", (unsigned long long)off,
-                      (unsigned long long)(off + len - 1), (unsigned long long)size);
+        if (size == 0)
+            snprintf(cr, sizeof cr, "Content-Range: bytes */0");
+        else
+            snprintf(cr, sizeof cr, "Content-Range: bytes %llu-%llu/%llu", (unsigned long long)off,
+                     (unsigned long long)(off + len - 1), (unsigned long long)size);
         gcs_req_init(&r, "PUT", session);
         r.hdrs[r.n_hdrs++] = cr;
         r.body_fd = fd;
@@ -214,13 +223,14 @@ static int gcs_upload_session(store *s, const char *full, int fd, uint64_t size,
             continue;
         }
         if (rc == 0) {
-            retryable = http_status_retryable(rs.status);
+            retryable = store_http_status_retryable(rs.status);
             rc = ty_err_set(err, rs.status == 404 || rs.status == 410 ? TY_ESTATE : TY_EIO,
-                            "storage: gs:// %s: chunk at %llu: HTTP %ld", full, (unsigned long long)off, rs.status);
+                            "storage: gs:// %s: chunk at %llu: HTTP %ld", full,
+                            (unsigned long long)off, rs.status);
         }
         if (!retryable || ++failures >= s->tune.max_attempts) break;
         /* Ask the session where it stands, then go on from there. */
-        if ((rc = retry_sleep(s, failures, err)) != 0) break;
+        if ((rc = store_retry_sleep(s, failures, err)) != 0) break;
         snprintf(cr, sizeof cr, "Content-Range: bytes */%llu", (unsigned long long)size);
         gcs_req q;
         gcs_req_init(&q, "PUT", session);
@@ -236,7 +246,7 @@ static int gcs_upload_session(store *s, const char *full, int fd, uint64_t size,
         rc = 0;
     }
 out:
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     free(session);
     free(url);
     free(mbody);
@@ -265,7 +275,8 @@ static int gcs_put_file(store *s, const char *key, const char *path, ty_err *err
         store_b64(md5, 16, md5_b64, sizeof md5_b64);
         rc = gcs_upload_session(s, full, fd, (uint64_t)st.st_size, md5_b64, err);
         /* A session that expired or a corrupted result: one fresh session. */
-        if (rc == TY_ESTATE || rc == TY_ECORRUPT) rc = gcs_upload_session(s, full, fd, (uint64_t)st.st_size, md5_b64, err);
+        if (rc == TY_ESTATE || rc == TY_ECORRUPT)
+            rc = gcs_upload_session(s, full, fd, (uint64_t)st.st_size, md5_b64, err);
     }
     close(fd);
     free(full);
@@ -298,10 +309,11 @@ static int gcs_fetch(void *vctx, int fd, ty_err *err)
         char got[32];
         store_b64(rs.md5, 16, got, sizeof got);
         if (!strcmp(got, want)) break;
-        rc = ty_err_set(err, TY_ECORRUPT, "storage: gs://%s/%s: downloaded bytes do not match x-goog-hash",
+        rc = ty_err_set(err, TY_ECORRUPT,
+                        "storage: gs://%s/%s: downloaded bytes do not match x-goog-hash",
                         c->s->bucket, c->full);
     }
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     free(url);
     return rc;
 }
@@ -336,7 +348,8 @@ static int gcs_stat(store *s, const char *key, store_object *out, ty_err *err)
         const char *et = j ? json_string_value(json_object_get(j, "etag")) : NULL;
         const char *up = j ? json_string_value(json_object_get(j, "updated")) : NULL;
         if (!size) {
-            rc = ty_err_set(err, TY_EIO, "storage: gs://%s/%s: metadata reply has no size", s->bucket, full);
+            rc = ty_err_set(err, TY_EIO, "storage: gs://%s/%s: metadata reply has no size",
+                            s->bucket, full);
         } else {
             out->key = strdup(key);
             out->size = strtoull(size, NULL, 10);
@@ -346,7 +359,7 @@ static int gcs_stat(store *s, const char *key, store_object *out, ty_err *err)
         }
         json_decref(j);
     }
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     free(url);
     free(full);
     return rc;
@@ -371,14 +384,16 @@ static int gcs_list(store *s, const char *prefix, store_listing *out, ty_err *er
             rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
             break;
         }
-        snprintf(url, ul, "%s/storage/v1/b/%s/o?prefix=%s%s%s", m->base, eb, ep, et ? "&pageToken=" : "", et ? et : "");
+        snprintf(url, ul, "%s/storage/v1/b/%s/o?prefix=%s%s%s", m->base, eb, ep,
+                 et ? "&pageToken=" : "", et ? et : "");
         free(et);
         gcs_req r;
         gcs_req_init(&r, "GET", url);
         http_resp rs = {0};
         rc = gcs_call(s, &r, full, &rs, err);
         json_t *j = (rc == 0 && rs.body) ? json_loads(rs.body, 0, NULL) : NULL;
-        if (rc == 0 && !j) rc = ty_err_set(err, TY_EIO, "storage: list gs://%s: reply is not JSON", s->bucket);
+        if (rc == 0 && !j)
+            rc = ty_err_set(err, TY_EIO, "storage: list gs://%s: reply is not JSON", s->bucket);
         size_t i;
         json_t *it;
         json_array_foreach(json_object_get(j, "items"), i, it)
@@ -388,16 +403,17 @@ static int gcs_list(store *s, const char *prefix, store_listing *out, ty_err *er
             const char *size = json_string_value(json_object_get(it, "size"));
             const char *rel = name ? store_rel_key(s, name) : NULL;
             if (rel && *rel)
-                rc = store_listing_add(out, rel, size ? strtoull(size, NULL, 10) : 0,
-                                       json_string_value(json_object_get(it, "etag")),
-                                       store_parse_time(json_string_value(json_object_get(it, "updated"))), err);
+                rc = store_listing_add(
+                    out, rel, size ? strtoull(size, NULL, 10) : 0,
+                    json_string_value(json_object_get(it, "etag")),
+                    store_parse_time(json_string_value(json_object_get(it, "updated"))), err);
         }
         free(token);
         token = NULL;
         const char *nt = j ? json_string_value(json_object_get(j, "nextPageToken")) : NULL;
         if (nt && *nt) token = strdup(nt);
         json_decref(j);
-        http_resp_clear(&rs);
+        store_http_resp_clear(&rs);
         free(url);
         if (!token) break;
     }
@@ -420,23 +436,27 @@ static int gcs_del(store *s, const char *key, ty_err *err)
         gcs_req_init(&r, "DELETE", url);
         http_resp rs = {0};
         rc = gcs_call(s, &r, full, &rs, err);
-        http_resp_clear(&rs);
+        store_http_resp_clear(&rs);
     }
     free(url);
     free(full);
     return rc;
 }
 
-static const store_backend gcs_backend = {"gs", gcs_put_file, gcs_get_file, gcs_stat, gcs_list, gcs_del, gcs_close};
+static const store_backend gcs_backend = {"gs",     gcs_put_file, gcs_get_file, gcs_stat,
+                                          gcs_list, gcs_del,      gcs_close};
 
 int store_gcs_open(store *s, const store_config *cfg, ty_err *err)
 {
     /* HMAC keys select the XML API. */
-    if (store_cfg_str(cfg, cfg->gcs_hmac_access_id, "GCS_HMAC_ACCESS_ID")) return store_s3_open(s, cfg, 1, err);
-    const char *cred = store_cfg_str(cfg, cfg->gcs_credentials_file, "GOOGLE_APPLICATION_CREDENTIALS");
+    if (store_cfg_str(cfg, cfg->gcs_hmac_access_id, "GCS_HMAC_ACCESS_ID"))
+        return store_s3_open(s, cfg, 1, err);
+    const char *cred =
+        store_cfg_str(cfg, cfg->gcs_credentials_file, "GOOGLE_APPLICATION_CREDENTIALS");
     if (!cred)
         return ty_err_set(err, TY_EAUTH,
-                          "storage: %s needs GOOGLE_APPLICATION_CREDENTIALS (a service account key) or GCS HMAC keys",
+                          "storage: %s needs GOOGLE_APPLICATION_CREDENTIALS (a service account "
+                          "key) or GCS HMAC keys",
                           s->uri);
     gcs_impl *m = calloc(1, sizeof *m);
     if (!m) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
@@ -451,6 +471,7 @@ int store_gcs_open(store *s, const store_config *cfg, ty_err *err)
     if (!m->base) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     snprintf(m->base, n, "%s%s", bare ? "http://" : "", ep);
     size_t bl = strlen(m->base);
-    while (bl && m->base[bl - 1] == '/') m->base[--bl] = '\0';
-    return gcs_oauth_load(cred, NULL, &m->oauth, err);
+    while (bl && m->base[bl - 1] == '/')
+        m->base[--bl] = '\0';
+    return store_gcs_oauth_load(cred, NULL, &m->oauth, err);
 }

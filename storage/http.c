@@ -25,14 +25,14 @@ enum { HTTP_BODY_CAP = 4 << 20 };
 typedef struct xfer {
     const http_req *rq;
     http_resp *rs;
-    uint64_t sent;       /* of the request body */
+    uint64_t sent; /* of the request body */
     size_t mem_off;
-    int io_error;        /* errno of a failed local read/write */
+    int io_error; /* errno of a failed local read/write */
     int over_cap;
     EVP_MD_CTX *md5;
 } xfer;
 
-void http_req_init(http_req *rq, const char *method, const char *url)
+void store_http_req_init(http_req *rq, const char *method, const char *url)
 {
     memset(rq, 0, sizeof *rq);
     rq->method = method;
@@ -41,28 +41,29 @@ void http_req_init(http_req *rq, const char *method, const char *url)
     rq->resp_fd = -1;
 }
 
-void http_resp_clear(http_resp *rs)
+void store_http_resp_clear(http_resp *rs)
 {
     free(rs->body);
     memset(rs, 0, sizeof *rs);
     rs->content_length = -1;
 }
 
-int http_header(struct curl_slist **h, ty_err *err, const char *fmt, ...)
+int store_http_header(struct curl_slist **h, ty_err *err, const char *fmt, ...)
 {
     char buf[4096];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof buf) return ty_err_set(err, TY_EINVAL, "storage: header too long");
+    if (n < 0 || (size_t)n >= sizeof buf)
+        return ty_err_set(err, TY_EINVAL, "storage: header too long");
     struct curl_slist *nh = curl_slist_append(*h, buf);
     if (!nh) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     *h = nh;
     return 0;
 }
 
-int http_status_retryable(long status)
+int store_http_status_retryable(long status)
 {
     return status >= 500 || status == 429 || status == 408;
 }
@@ -152,7 +153,8 @@ static size_t write_cb(char *p, size_t size, size_t nmemb, void *u)
 }
 
 /* Aborts a transfer once store_cancel was called. */
-static int progress_cb(void *u, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+static int progress_cb(void *u, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
 {
     (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
     store *s = u;
@@ -161,8 +163,10 @@ static int progress_cb(void *u, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
 
 static void copy_hval(char *dst, size_t dsz, const char *v, size_t vl)
 {
-    while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' ')) vl--;
-    while (vl && *v == ' ') v++, vl--;
+    while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+        vl--;
+    while (vl && *v == ' ')
+        v++, vl--;
     if (vl >= dsz) vl = dsz - 1;
     memcpy(dst, v, vl);
     dst[vl] = '\0';
@@ -188,7 +192,8 @@ static size_t header_cb(char *p, size_t size, size_t nmemb, void *u)
     const char *v = colon + 1;
     size_t vl = n - nl - 1;
 #define HDR(name) (nl == sizeof(name) - 1 && !strncasecmp(p, name, nl))
-    if (HDR("etag")) copy_hval(rs->etag, sizeof rs->etag, v, vl);
+    if (HDR("etag"))
+        copy_hval(rs->etag, sizeof rs->etag, v, vl);
     else if (HDR("content-md5") || HDR("x-ms-blob-content-md5"))
         copy_hval(rs->content_md5, sizeof rs->content_md5, v, vl);
     else if (HDR("x-goog-hash")) {
@@ -196,10 +201,14 @@ static size_t header_cb(char *p, size_t size, size_t nmemb, void *u)
         copy_hval(tmp, sizeof tmp, v, vl);
         size_t cur = strlen(rs->goog_hash);
         snprintf(rs->goog_hash + cur, sizeof rs->goog_hash - cur, "%s%s", cur ? "," : "", tmp);
-    } else if (HDR("location")) copy_hval(rs->location, sizeof rs->location, v, vl);
-    else if (HDR("range")) copy_hval(rs->range, sizeof rs->range, v, vl);
-    else if (HDR("last-modified")) copy_hval(rs->last_modified, sizeof rs->last_modified, v, vl);
-    else if (HDR("x-ms-error-code")) copy_hval(rs->err_code, sizeof rs->err_code, v, vl);
+    } else if (HDR("location"))
+        copy_hval(rs->location, sizeof rs->location, v, vl);
+    else if (HDR("range"))
+        copy_hval(rs->range, sizeof rs->range, v, vl);
+    else if (HDR("last-modified"))
+        copy_hval(rs->last_modified, sizeof rs->last_modified, v, vl);
+    else if (HDR("x-ms-error-code"))
+        copy_hval(rs->err_code, sizeof rs->err_code, v, vl);
     else if (HDR("content-length")) {
         char tmp[32];
         copy_hval(tmp, sizeof tmp, v, vl);
@@ -220,10 +229,10 @@ static void describe(const http_req *rq, char *out, size_t n)
     snprintf(out, n, "%s %.*s", rq->method, (int)l, u);
 }
 
-int http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err *err)
+int store_http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err *err)
 {
     *retryable = 0;
-    http_resp_clear(rs);
+    store_http_resp_clear(rs);
     int crc = store_check_cancel(s, err);
     if (crc) return crc;
     CURL *h = curl_easy_init();
@@ -243,8 +252,10 @@ int http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err 
     struct curl_slist *hdrs = rq->headers;
     struct curl_slist *extra = curl_slist_append(NULL, "Expect:");
     struct curl_slist *all = NULL;
-    for (struct curl_slist *p = hdrs; p; p = p->next) all = curl_slist_append(all, p->data);
-    for (struct curl_slist *p = extra; p; p = p->next) all = curl_slist_append(all, p->data);
+    for (struct curl_slist *p = hdrs; p; p = p->next)
+        all = curl_slist_append(all, p->data);
+    for (struct curl_slist *p = extra; p; p = p->next)
+        all = curl_slist_append(all, p->data);
     curl_slist_free_all(extra);
 
     curl_easy_setopt(h, CURLOPT_URL, rq->url);
@@ -283,7 +294,8 @@ int http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err 
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, 0L);
     }
-    if (strcmp(rq->method, "GET") && !rq->no_body) curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, rq->method);
+    if (strcmp(rq->method, "GET") && !rq->no_body)
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, rq->method);
 
     CURLcode cc = curl_easy_perform(h);
     long status = 0;
@@ -298,9 +310,11 @@ int http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err 
     describe(rq, what, sizeof what);
     if (x.io_error)
         return ty_err_set(err, TY_EIO, "storage: %s: local file: %s", what, strerror(x.io_error));
-    if (cc == CURLE_ABORTED_BY_CALLBACK) return ty_err_set(err, TY_ESTATE, "storage: %s: cancelled", what);
+    if (cc == CURLE_ABORTED_BY_CALLBACK)
+        return ty_err_set(err, TY_ESTATE, "storage: %s: cancelled", what);
     if (cc == CURLE_WRITE_ERROR && x.over_cap)
-        return ty_err_set(err, TY_ETOOBIG, "storage: %s: reply larger than %d bytes", what, HTTP_BODY_CAP);
+        return ty_err_set(err, TY_ETOOBIG, "storage: %s: reply larger than %d bytes", what,
+                          HTTP_BODY_CAP);
     if (cc != CURLE_OK) {
         switch (cc) {
         case CURLE_OPERATION_TIMEDOUT:
@@ -319,7 +333,8 @@ int http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err 
         default:
             break;
         }
-        return ty_err_set(err, TY_EIO, "storage: %s: %s", what, errbuf[0] ? errbuf : curl_easy_strerror(cc));
+        return ty_err_set(err, TY_EIO, "storage: %s: %s", what,
+                          errbuf[0] ? errbuf : curl_easy_strerror(cc));
     }
     rs->status = status;
     /* A 2xx body shorter than announced is a truncation curl may not flag

@@ -41,7 +41,8 @@ static void *pool_worker(void *arg)
     return NULL;
 }
 
-int store_run_parts(store *s, int nparts, int (*fn)(void *ctx, int idx, ty_err *err), void *ctx, ty_err *err)
+int store_run_parts(store *s, int nparts, int (*fn)(void *ctx, int idx, ty_err *err), void *ctx,
+                    ty_err *err)
 {
     pool p = {.fn = fn, .ctx = ctx, .nparts = nparts};
     pthread_mutex_init(&p.mu, NULL);
@@ -53,7 +54,8 @@ int store_run_parts(store *s, int nparts, int (*fn)(void *ctx, int idx, ty_err *
         started++;
     }
     if (started == 0) pool_worker(&p);
-    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
     pthread_mutex_destroy(&p.mu);
     if (p.failed) {
         if (err) *err = p.first_err;

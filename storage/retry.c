@@ -11,11 +11,12 @@
 #include <stdlib.h>
 #include <time.h>
 
-int64_t retry_delay_ms(const store_tuning *t, int attempt, uint32_t rnd)
+int64_t store_retry_delay_ms(const store_tuning *t, int attempt, uint32_t rnd)
 {
     if (attempt < 1) return 0;
     int64_t d = t->retry_base_ms;
-    for (int i = 1; i < attempt && d < t->retry_max_ms; i++) d *= 2;
+    for (int i = 1; i < attempt && d < t->retry_max_ms; i++)
+        d *= 2;
     if (d > t->retry_max_ms) d = t->retry_max_ms;
     int64_t half = d / 2;
     return half + (half > 0 ? (int64_t)(rnd % (uint32_t)(half + 1)) : 0);
@@ -27,7 +28,7 @@ int store_check_cancel(store *s, ty_err *err)
     return 0;
 }
 
-int retry_sleep(store *s, int attempt, ty_err *err)
+int store_retry_sleep(store *s, int attempt, ty_err *err)
 {
     /* Per-thread seed from the clock and the thread's stack address: good
      * enough to spread retries, no shared state to lock. */
@@ -38,7 +39,7 @@ int retry_sleep(store *s, int attempt, ty_err *err)
         seed = (unsigned)ts.tv_nsec ^ (unsigned)(uintptr_t)&ts;
         if (!seed) seed = 1;
     }
-    int64_t ms = retry_delay_ms(&s->tune, attempt, (uint32_t)rand_r(&seed));
+    int64_t ms = store_retry_delay_ms(&s->tune, attempt, (uint32_t)rand_r(&seed));
     /* Sleep in short slices so store_cancel is noticed promptly. */
     while (ms > 0) {
         int rc = store_check_cancel(s, err);

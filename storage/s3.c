@@ -24,8 +24,8 @@
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 typedef struct s3_impl {
-    char *endpoint;   /* scheme://host[:port][/base], no trailing slash */
-    char *host;       /* host[:port] for the Host header */
+    char *endpoint; /* scheme://host[:port][/base], no trailing slash */
+    char *host;     /* host[:port] for the Host header */
     char *access_key, *secret_key, *token, *region;
     const char *service;
     int gcs;
@@ -34,18 +34,18 @@ typedef struct s3_impl {
 /* One signed request. */
 typedef struct s3_op {
     const char *method;
-    const char *key;              /* full object name or NULL for the bucket */
+    const char *key; /* full object name or NULL for the bucket */
     sigv4_param query[4];
     size_t n_query;
-    sigv4_param headers[4];       /* extra headers to sign and send */
+    sigv4_param headers[4]; /* extra headers to sign and send */
     size_t n_headers;
-    const char *body;             /* memory body */
+    const char *body; /* memory body */
     size_t body_len;
-    int body_fd;                  /* or file range */
+    int body_fd; /* or file range */
     uint64_t body_off, body_size;
-    const char *payload_hash;     /* hex; computed by the caller */
-    const char *content_md5;      /* base64, or NULL */
-    int resp_fd;                  /* download target */
+    const char *payload_hash; /* hex; computed by the caller */
+    const char *content_md5;  /* base64, or NULL */
+    int resp_fd;              /* download target */
     int no_body;
 } s3_op;
 
@@ -93,7 +93,8 @@ static int s3_status_code(long st, const http_resp *rs)
 {
     if (st == 404) return TY_ENOENT;
     if (st == 401 || st == 403) return TY_EAUTH;
-    if (st == 400 && rs->body && (strstr(rs->body, "BadDigest") || strstr(rs->body, "InvalidDigest")))
+    if (st == 400 && rs->body &&
+        (strstr(rs->body, "BadDigest") || strstr(rs->body, "InvalidDigest")))
         return TY_ECORRUPT;
     return TY_EIO;
 }
@@ -103,7 +104,7 @@ static int s3_attempt(store *s, const s3_op *op, http_resp *rs, int *retryable, 
 {
     s3_impl *m = s->impl;
     char amz_date[17];
-    sigv4_amz_date(time(NULL), amz_date);
+    store_sigv4_amz_date(time(NULL), amz_date);
     sigv4_param hdrs[12];
     size_t nh = 0;
     hdrs[nh++] = (sigv4_param){"host", m->host};
@@ -111,7 +112,8 @@ static int s3_attempt(store *s, const s3_op *op, http_resp *rs, int *retryable, 
     hdrs[nh++] = (sigv4_param){"x-amz-content-sha256", op->payload_hash};
     if (m->token) hdrs[nh++] = (sigv4_param){"x-amz-security-token", m->token};
     if (op->content_md5) hdrs[nh++] = (sigv4_param){"content-md5", op->content_md5};
-    for (size_t i = 0; i < op->n_headers; i++) hdrs[nh++] = op->headers[i];
+    for (size_t i = 0; i < op->n_headers; i++)
+        hdrs[nh++] = op->headers[i];
 
     /* Path: /bucket/key with each segment percent-encoded once ('/' kept). */
     char *ekey = op->key ? store_urlencode(op->key, 1) : strdup("");
@@ -126,12 +128,20 @@ static int s3_attempt(store *s, const s3_op *op, http_resp *rs, int *retryable, 
     snprintf(path, plen, "%s/%s%s%s", base ? base : "", s->bucket, op->key ? "/" : "", ekey);
     free(ekey);
 
-    sigv4_input in = {.access_key = m->access_key, .secret_key = m->secret_key, .region = m->region,
-                      .service = m->service, .method = op->method, .path = path, .query = op->query,
-                      .n_query = op->n_query, .headers = hdrs, .n_headers = nh,
-                      .payload_hash = op->payload_hash, .amz_date = amz_date};
+    sigv4_input in = {.access_key = m->access_key,
+                      .secret_key = m->secret_key,
+                      .region = m->region,
+                      .service = m->service,
+                      .method = op->method,
+                      .path = path,
+                      .query = op->query,
+                      .n_query = op->n_query,
+                      .headers = hdrs,
+                      .n_headers = nh,
+                      .payload_hash = op->payload_hash,
+                      .amz_date = amz_date};
     sigv4_output so;
-    int rc = sigv4_sign(&in, &so, err);
+    int rc = store_sigv4_sign(&in, &so, err);
     if (rc) {
         free(path);
         return rc;
@@ -144,14 +154,14 @@ static int s3_attempt(store *s, const s3_op *op, http_resp *rs, int *retryable, 
         rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
         goto out;
     }
-    snprintf(url, ulen, "%.*s%s%s%s", (int)hostlen, m->endpoint, path, so.query_string[0] ? "?" : "",
-             so.query_string);
+    snprintf(url, ulen, "%.*s%s%s%s", (int)hostlen, m->endpoint, path,
+             so.query_string[0] ? "?" : "", so.query_string);
     for (size_t i = 1; i < nh && rc == 0; i++) /* host is set by curl from the URL */
-        rc = http_header(&h, err, "%s: %s", hdrs[i].name, hdrs[i].value);
-    if (rc == 0) rc = http_header(&h, err, "Authorization: %s", so.authorization);
+        rc = store_http_header(&h, err, "%s: %s", hdrs[i].name, hdrs[i].value);
+    if (rc == 0) rc = store_http_header(&h, err, "Authorization: %s", so.authorization);
     if (rc == 0) {
         http_req rq;
-        http_req_init(&rq, op->method, url);
+        store_http_req_init(&rq, op->method, url);
         rq.headers = h;
         rq.body = op->body;
         rq.body_len = op->body_len;
@@ -162,13 +172,13 @@ static int s3_attempt(store *s, const s3_op *op, http_resp *rs, int *retryable, 
         rq.want_md5 = op->resp_fd >= 0;
         rq.no_body = op->no_body;
         if (op->body && !op->body_len) rq.body = NULL;
-        rc = http_do(s, &rq, rs, retryable, err);
+        rc = store_http_do(s, &rq, rs, retryable, err);
     }
 out:
     curl_slist_free_all(h);
     free(url);
     free(path);
-    sigv4_output_free(&so);
+    store_sigv4_output_free(&so);
     return rc;
 }
 
@@ -178,7 +188,7 @@ static int s3_call(store *s, const s3_op *op, http_resp *rs, ty_err *err)
 {
     int rc = TY_EIO;
     for (int attempt = 1; attempt <= s->tune.max_attempts; attempt++) {
-        if (attempt > 1 && (rc = retry_sleep(s, attempt - 1, err)) != 0) return rc;
+        if (attempt > 1 && (rc = store_retry_sleep(s, attempt - 1, err)) != 0) return rc;
         if (op->resp_fd >= 0 && (rc = store_fd_reset(op->resp_fd, err)) != 0) return rc;
         int retryable = 0;
         rc = s3_attempt(s, op, rs, &retryable, err);
@@ -191,7 +201,7 @@ static int s3_call(store *s, const s3_op *op, http_resp *rs, ty_err *err)
         s3_error_detail(rs, detail, sizeof detail);
         rc = ty_err_set(err, s3_status_code(rs->status, rs), "storage: %s %s/%s: %s", op->method,
                         s->bucket, op->key ? op->key : "", detail);
-        if (!http_status_retryable(rs->status)) return rc;
+        if (!store_http_status_retryable(rs->status)) return rc;
     }
     return rc;
 }
@@ -217,7 +227,8 @@ static int etag_matches(const char *etag, const unsigned char md5[16])
 /* Hashes [off, off+len) and PUTs it, retrying the whole range on failure
  * or on an ETag that does not match what was sent. */
 static int s3_put_range(store *s, const char *full, int fd, uint64_t off, uint64_t len,
-                        const char *upload_id, int part_no, char *etag_out, size_t etag_sz, ty_err *err)
+                        const char *upload_id, int part_no, char *etag_out, size_t etag_sz,
+                        ty_err *err)
 {
     unsigned char md5[16], sha[32];
     int rc = store_hash_range(fd, off, len, md5, sha, err);
@@ -245,10 +256,11 @@ static int s3_put_range(store *s, const char *full, int fd, uint64_t off, uint64
             store_strlcpy(etag_out, rs.etag, etag_sz);
             break;
         }
-        rc = ty_err_set(err, TY_ECORRUPT, "storage: %s (part %d): stored checksum differs from the sent data",
-                        full, part_no);
+        rc = ty_err_set(err, TY_ECORRUPT,
+                        "storage: %s (part %d): stored checksum differs from the sent data", full,
+                        part_no);
     }
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     return rc;
 }
 
@@ -266,7 +278,8 @@ static int mp_part(void *ctx, int i, ty_err *err)
     mp_job *j = ctx;
     uint64_t off = (uint64_t)i * j->part_size;
     uint64_t len = j->size - off < j->part_size ? j->size - off : j->part_size;
-    return s3_put_range(j->s, j->full, j->fd, off, len, j->upload_id, i + 1, j->etags[i], sizeof j->etags[i], err);
+    return s3_put_range(j->s, j->full, j->fd, off, len, j->upload_id, i + 1, j->etags[i],
+                        sizeof j->etags[i], err);
 }
 
 static void s3_abort(store *s, const char *full, const char *upload_id)
@@ -277,14 +290,15 @@ static void s3_abort(store *s, const char *full, const char *upload_id)
     http_resp rs = {0};
     ty_err ignored;
     s3_call(s, &op, &rs, &ignored); /* best effort: lifecycle rules clean up the rest */
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
 }
 
 static int s3_multipart(store *s, const char *full, int fd, uint64_t size, ty_err *err)
 {
     uint64_t part = s->tune.part_size;
     if (part < (5u << 20) && size > part) part = 5u << 20; /* S3's minimum for all but the last */
-    while ((size + part - 1) / part > 10000) part *= 2;    /* S3's maximum part count */
+    while ((size + part - 1) / part > 10000)
+        part *= 2; /* S3's maximum part count */
     int nparts = (int)((size + part - 1) / part);
 
     s3_op op;
@@ -294,13 +308,16 @@ static int s3_multipart(store *s, const char *full, int fd, uint64_t size, ty_er
     int rc = s3_call(s, &op, &rs, err);
     char upload_id[512] = "";
     size_t pos = 0;
-    if (rc == 0 && (!rs.body || !store_xml_field(rs.body, "UploadId", &pos, upload_id, sizeof upload_id) ||
-                    !upload_id[0]))
-        rc = ty_err_set(err, TY_EIO, "storage: %s: CreateMultipartUpload reply has no UploadId", full);
-    http_resp_clear(&rs);
+    if (rc == 0 &&
+        (!rs.body || !store_xml_field(rs.body, "UploadId", &pos, upload_id, sizeof upload_id) ||
+         !upload_id[0]))
+        rc = ty_err_set(err, TY_EIO, "storage: %s: CreateMultipartUpload reply has no UploadId",
+                        full);
+    store_http_resp_clear(&rs);
     if (rc) return rc;
 
-    mp_job j = {.s = s, .full = full, .upload_id = upload_id, .fd = fd, .size = size, .part_size = part};
+    mp_job j = {
+        .s = s, .full = full, .upload_id = upload_id, .fd = fd, .size = size, .part_size = part};
     j.etags = calloc((size_t)nparts, sizeof *j.etags);
     if (!j.etags) {
         s3_abort(s, full, upload_id);
@@ -318,7 +335,8 @@ static int s3_multipart(store *s, const char *full, int fd, uint64_t size, ty_er
     }
     size_t n = (size_t)snprintf(xml, cap, "<CompleteMultipartUpload>");
     for (int i = 0; i < nparts; i++)
-        n += (size_t)snprintf(xml + n, cap - n, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i + 1,
+        n += (size_t)snprintf(xml + n, cap - n,
+                              "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i + 1,
                               j.etags[i]);
     n += (size_t)snprintf(xml + n, cap - n, "</CompleteMultipartUpload>");
     unsigned char md5[16], sha[32];
@@ -339,9 +357,10 @@ static int s3_multipart(store *s, const char *full, int fd, uint64_t size, ty_er
     if (rc == 0 && rs.body && strstr(rs.body, "<Error>")) {
         char detail[400];
         s3_error_detail(&rs, detail, sizeof detail);
-        rc = ty_err_set(err, TY_EIO, "storage: %s: CompleteMultipartUpload failed: %s", full, detail);
+        rc = ty_err_set(err, TY_EIO, "storage: %s: CompleteMultipartUpload failed: %s", full,
+                        detail);
     }
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     free(xml);
     if (rc) goto fail;
     free(j.etags);
@@ -396,10 +415,10 @@ static int s3_fetch(void *vctx, int fd, ty_err *err)
         /* A plain ETag is the MD5 of the object; multipart ETags ("...-N")
          * are not, and those objects rely on the manifest's sha256. */
         if (etag_matches(rs.etag, rs.md5)) break;
-        rc = ty_err_set(err, TY_ECORRUPT, "storage: %s: downloaded bytes do not match the object's MD5",
-                        c->full);
+        rc = ty_err_set(err, TY_ECORRUPT,
+                        "storage: %s: downloaded bytes do not match the object's MD5", c->full);
     }
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     return rc;
 }
 
@@ -436,7 +455,7 @@ static int s3_stat(store *s, const char *key, store_object *out, ty_err *err)
     } else if (rc == TY_ENOENT) {
         rc = ty_err_set(err, TY_ENOENT, "storage: %s/%s: no such object", s->bucket, full);
     }
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     free(full);
     return rc;
 }
@@ -462,9 +481,10 @@ static int s3_list(store *s, const char *prefix, store_listing *out, ty_err *err
         if (token[0]) op.query[op.n_query++] = (sigv4_param){"continuation-token", token};
         http_resp rs = {0};
         rc = s3_call(s, &op, &rs, err);
-        if (rc == 0 && !rs.body) rc = ty_err_set(err, TY_EIO, "storage: list %s: empty reply", s->bucket);
+        if (rc == 0 && !rs.body)
+            rc = ty_err_set(err, TY_EIO, "storage: list %s: empty reply", s->bucket);
         if (rc) {
-            http_resp_clear(&rs);
+            store_http_resp_clear(&rs);
             break;
         }
         size_t pos = 0;
@@ -480,15 +500,17 @@ static int s3_list(store *s, const char *prefix, store_listing *out, ty_err *err
             store_xml_field(item, "LastModified", &q, lm, sizeof lm);
             const char *rel = store_rel_key(s, k);
             if (rel && *rel)
-                rc = store_listing_add(out, rel, strtoull(sz, NULL, 10), et, store_parse_time(lm), err);
+                rc = store_listing_add(out, rel, strtoull(sz, NULL, 10), et, store_parse_time(lm),
+                                       err);
         }
         char trunc[16] = "";
         pos = 0;
         store_xml_field(rs.body, "IsTruncated", &pos, trunc, sizeof trunc);
         token[0] = '\0';
         pos = 0;
-        if (!strcmp(trunc, "true")) store_xml_field(rs.body, "NextContinuationToken", &pos, token, sizeof token);
-        http_resp_clear(&rs);
+        if (!strcmp(trunc, "true"))
+            store_xml_field(rs.body, "NextContinuationToken", &pos, token, sizeof token);
+        store_http_resp_clear(&rs);
         if (rc || !token[0]) break;
     }
     free(item);
@@ -505,13 +527,15 @@ static int s3_del(store *s, const char *key, ty_err *err)
     s3_op_init(&op, "DELETE", full);
     http_resp rs = {0};
     rc = s3_call(s, &op, &rs, err);
-    http_resp_clear(&rs);
+    store_http_resp_clear(&rs);
     free(full);
     return rc;
 }
 
-static const store_backend s3_backend = {"s3", s3_put_file, s3_get_file, s3_stat, s3_list, s3_del, s3_close};
-static const store_backend gs_xml_backend = {"gs", s3_put_file, s3_get_file, s3_stat, s3_list, s3_del, s3_close};
+static const store_backend s3_backend = {"s3",    s3_put_file, s3_get_file, s3_stat,
+                                         s3_list, s3_del,      s3_close};
+static const store_backend gs_xml_backend = {"gs",    s3_put_file, s3_get_file, s3_stat,
+                                             s3_list, s3_del,      s3_close};
 
 int store_s3_open(store *s, const store_config *cfg, int gcs, ty_err *err)
 {
@@ -540,8 +564,10 @@ int store_s3_open(store *s, const store_config *cfg, int gcs, ty_err *err)
     }
     if (!ak || !sk)
         return ty_err_set(err, TY_EAUTH,
-                          gcs ? "storage: %s needs GCS HMAC keys (GCS_HMAC_ACCESS_ID, GCS_HMAC_SECRET) or a service account"
-                              : "storage: %s needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (environment or config)",
+                          gcs ? "storage: %s needs GCS HMAC keys (GCS_HMAC_ACCESS_ID, "
+                                "GCS_HMAC_SECRET) or a service account"
+                              : "storage: %s needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                                "(environment or config)",
                           s->uri);
     char defep[128];
     if (!ep) {
@@ -549,11 +575,13 @@ int store_s3_open(store *s, const store_config *cfg, int gcs, ty_err *err)
         ep = defep;
     }
     if (strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8))
-        return ty_err_set(err, TY_EINVAL, "storage: endpoint '%s' must start with http:// or https://", ep);
+        return ty_err_set(err, TY_EINVAL,
+                          "storage: endpoint '%s' must start with http:// or https://", ep);
     m->endpoint = strdup(ep);
     if (!m->endpoint) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     size_t el = strlen(m->endpoint);
-    while (el && m->endpoint[el - 1] == '/') m->endpoint[--el] = '\0';
+    while (el && m->endpoint[el - 1] == '/')
+        m->endpoint[--el] = '\0';
     const char *h = strstr(m->endpoint, "://") + 3;
     m->host = strndup(h, strcspn(h, "/"));
     m->access_key = strdup(ak);

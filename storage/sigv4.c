@@ -27,7 +27,8 @@ static void sb_addn(sbuf *b, const char *s, size_t n)
     if (b->oom) return;
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + n + 1) nc *= 2;
+        while (nc < b->n + n + 1)
+            nc *= 2;
         char *np = realloc(b->p, nc);
         if (!np) {
             b->oom = 1;
@@ -41,7 +42,10 @@ static void sb_addn(sbuf *b, const char *s, size_t n)
     b->p[b->n] = '\0';
 }
 
-static void sb_add(sbuf *b, const char *s) { sb_addn(b, s, strlen(s)); }
+static void sb_add(sbuf *b, const char *s)
+{
+    sb_addn(b, s, strlen(s));
+}
 
 typedef struct kv {
     char *k, *v;
@@ -74,7 +78,8 @@ static char *canon_value(const char *v)
     char *o = malloc(n + 1), *p = o;
     if (!o) return NULL;
     int space = 0;
-    while (*v == ' ' || *v == '\t') v++;
+    while (*v == ' ' || *v == '\t')
+        v++;
     for (; *v; v++) {
         if (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') {
             space = 1;
@@ -94,14 +99,14 @@ static void hmac(const unsigned char *key, size_t klen, const char *msg, unsigne
     HMAC(EVP_sha256(), key, (int)klen, (const unsigned char *)msg, strlen(msg), out, &olen);
 }
 
-void sigv4_amz_date(time_t t, char out[17])
+void store_sigv4_amz_date(time_t t, char out[17])
 {
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(out, 17, "%Y%m%dT%H%M%SZ", &tm);
 }
 
-void sigv4_output_free(sigv4_output *o)
+void store_sigv4_output_free(sigv4_output *o)
 {
     free(o->canonical_request);
     free(o->string_to_sign);
@@ -111,11 +116,11 @@ void sigv4_output_free(sigv4_output *o)
     memset(o, 0, sizeof *o);
 }
 
-int sigv4_sign(const sigv4_input *in, sigv4_output *out, ty_err *err)
+int store_sigv4_sign(const sigv4_input *in, sigv4_output *out, ty_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (!in->access_key || !in->secret_key || !in->region || !in->service || !in->method || !in->path ||
-        !in->payload_hash || !in->amz_date || strlen(in->amz_date) != 16)
+    if (!in->access_key || !in->secret_key || !in->region || !in->service || !in->method ||
+        !in->path || !in->payload_hash || !in->amz_date || strlen(in->amz_date) != 16)
         return ty_err_set(err, TY_EINVAL, "sigv4: incomplete signing input");
     int rc = 0;
     size_t nq = in->n_query, nh = in->n_headers;
@@ -233,8 +238,10 @@ int sigv4_sign(const sigv4_input *in, sigv4_output *out, ty_err *err)
 oom:
     rc = ty_err_set(err, TY_ENOMEM, "sigv4: out of memory");
 done:
-    for (size_t i = 0; q && i < nq; i++) free(q[i].k), free(q[i].v);
-    for (size_t i = 0; h && i < nh; i++) free(h[i].k), free(h[i].v);
+    for (size_t i = 0; q && i < nq; i++)
+        free(q[i].k), free(q[i].v);
+    for (size_t i = 0; h && i < nh; i++)
+        free(h[i].k), free(h[i].v);
     free(q);
     free(h);
     free(cr.p);

@@ -37,18 +37,19 @@ typedef struct store_config {
 
     /* gs:// — HMAC keys select the XML API; otherwise a service account
      * key selects the JSON API with OAuth2. */
-    const char *gcs_hmac_access_id;    /* GCS_HMAC_ACCESS_ID */
-    const char *gcs_hmac_secret;       /* GCS_HMAC_SECRET */
-    const char *gcs_credentials_file;  /* GOOGLE_APPLICATION_CREDENTIALS */
-    const char *gcs_xml_endpoint;      /* GCS_ENDPOINT_URL; else https://storage.googleapis.com */
-    const char *gcs_json_endpoint;     /* STORAGE_EMULATOR_HOST; else https://storage.googleapis.com */
+    const char *gcs_hmac_access_id;   /* GCS_HMAC_ACCESS_ID */
+    const char *gcs_hmac_secret;      /* GCS_HMAC_SECRET */
+    const char *gcs_credentials_file; /* GOOGLE_APPLICATION_CREDENTIALS */
+    const char *gcs_xml_endpoint;     /* GCS_ENDPOINT_URL; else https://storage.googleapis.com */
+    const char *gcs_json_endpoint; /* STORAGE_EMULATOR_HOST; else https://storage.googleapis.com */
 
     /* az:// */
     const char *azure_connection_string; /* AZURE_STORAGE_CONNECTION_STRING */
     const char *azure_account;           /* AZURE_STORAGE_ACCOUNT */
     const char *azure_key;               /* AZURE_STORAGE_KEY (base64) */
     const char *azure_sas_token;         /* AZURE_STORAGE_SAS_TOKEN */
-    const char *azure_endpoint;          /* AZURE_STORAGE_BLOB_ENDPOINT; else https://ACCOUNT.blob.core.windows.net */
+    const char *azure_endpoint;          /* AZURE_STORAGE_BLOB_ENDPOINT; else
+                                            https://ACCOUNT.blob.core.windows.net */
 
     /* Transfer tuning; 0 picks the default. */
     uint64_t multipart_threshold; /* bytes; default 64 MiB (S3, Azure blocks, GCS chunks) */
@@ -58,7 +59,7 @@ typedef struct store_config {
     int retry_base_ms;            /* first backoff; default 200 ms, doubling, with jitter */
     int retry_max_ms;             /* backoff cap; default 10 s */
     long connect_timeout_s;       /* default 10 */
-    long stall_timeout_s;         /* abort a transfer slower than 1 KiB/s for this long; default 30 */
+    long stall_timeout_s; /* abort a transfer slower than 1 KiB/s for this long; default 30 */
 } store_config;
 
 /* Defaults, with use_env = 1. */
@@ -89,10 +90,10 @@ int store_put_file(store *s, const char *key, const char *local_path, ty_err *er
 int store_get_file(store *s, const char *key, const char *local_path, ty_err *err);
 
 typedef struct store_object {
-    char *key;          /* relative to the store root */
+    char *key; /* relative to the store root */
     uint64_t size;
-    char etag[80];      /* as the service reports it, quotes removed; may be empty */
-    int64_t mtime;      /* seconds since the epoch; 0 if unknown */
+    char etag[80]; /* as the service reports it, quotes removed; may be empty */
+    int64_t mtime; /* seconds since the epoch; 0 if unknown */
 } store_object;
 
 /* Metadata of one object; TY_ENOENT if missing. out->key is owned by the
@@ -132,8 +133,7 @@ int store_put_checkpoint(store *s, const char *local_dir, const char *remote_pre
  * local_dir, verifying size and sha256 of each; writes MANIFEST.json last
  * into local_dir. TY_ENOENT if there is no manifest (nothing committed),
  * TY_ECORRUPT if a file does not match. */
-int store_get_checkpoint(store *s, const char *remote_prefix, const char *local_dir,
-                         ty_err *err);
+int store_get_checkpoint(store *s, const char *remote_prefix, const char *local_dir, ty_err *err);
 
 /* Deletes every object under remote_prefix/, the manifest first so a
  * half-deleted checkpoint is never seen as committed. Missing objects count

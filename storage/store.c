@@ -23,7 +23,10 @@
 #include "tyutil.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init_once(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 void store_config_init(store_config *cfg)
 {
@@ -79,7 +82,9 @@ int store_open(const char *uri, const store_config *cfg_in, store **out, ty_err 
     }
     if (!uri || !*uri) return ty_err_set(err, TY_EINVAL, "storage: empty URI");
     const char *sep = strstr(uri, "://");
-    if (!sep) return ty_err_set(err, TY_EINVAL, "storage: '%s' is not a URI (want file://, s3://, gs:// or az://)", uri);
+    if (!sep)
+        return ty_err_set(err, TY_EINVAL,
+                          "storage: '%s' is not a URI (want file://, s3://, gs:// or az://)", uri);
     size_t schemelen = (size_t)(sep - uri);
     const char *rest = sep + 3;
 
@@ -88,7 +93,8 @@ int store_open(const char *uri, const store_config *cfg_in, store **out, ty_err 
     if (!s) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     s->uri = strdup(uri);
     tuning_from(&s->tune, cfg_in);
-    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_init(&s->share_locks[i], NULL);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&s->share_locks[i], NULL);
     int rc = 0;
 
     if (schemelen == 4 && !strncmp(uri, "file", 4)) {
@@ -109,7 +115,8 @@ int store_open(const char *uri, const store_config *cfg_in, store **out, ty_err 
             s->bucket = strndup(rest, blen);
             const char *p = slash ? slash + 1 : "";
             size_t plen = strlen(p);
-            while (plen && p[plen - 1] == '/') plen--;
+            while (plen && p[plen - 1] == '/')
+                plen--;
             s->prefix = malloc(plen + 2);
             if (s->prefix) {
                 memcpy(s->prefix, p, plen);
@@ -134,7 +141,8 @@ int store_open(const char *uri, const store_config *cfg_in, store **out, ty_err 
                     rc = store_azure_open(s, cfg_in, err);
                 else
                     rc = ty_err_set(err, TY_EINVAL,
-                                    "storage: unsupported scheme in '%s' (want file, s3, gs or az)", uri);
+                                    "storage: unsupported scheme in '%s' (want file, s3, gs or az)",
+                                    uri);
             }
         }
     }
@@ -163,14 +171,18 @@ void store_close(store *s)
     if (!s) return;
     if (s->be && s->be->close) s->be->close(s);
     if (s->share) curl_share_cleanup(s->share);
-    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_destroy(&s->share_locks[i]);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&s->share_locks[i]);
     free(s->uri);
     free(s->bucket);
     free(s->prefix);
     free(s);
 }
 
-const char *store_uri(const store *s) { return s->uri; }
+const char *store_uri(const store *s)
+{
+    return s->uri;
+}
 
 void store_cancel(store *s)
 {
@@ -193,11 +205,13 @@ int store_full_key(const store *s, const char *key, char **out, ty_err *err)
         const char *e = strchr(seg, '/');
         size_t l = e ? (size_t)(e - seg) : strlen(seg);
         if (l == 0 || (l == 1 && seg[0] == '.') || (l == 2 && seg[0] == '.' && seg[1] == '.'))
-            return ty_err_set(err, TY_EINVAL, "storage: key '%s' has an empty, '.' or '..' segment", key);
+            return ty_err_set(err, TY_EINVAL, "storage: key '%s' has an empty, '.' or '..' segment",
+                              key);
         if (!e) break;
         seg = e + 1;
     }
-    if (!ty_utf8_valid(key, n)) return ty_err_set(err, TY_EINVAL, "storage: key is not valid UTF-8");
+    if (!ty_utf8_valid(key, n))
+        return ty_err_set(err, TY_EINVAL, "storage: key is not valid UTF-8");
     size_t pl = strlen(s->prefix);
     char *f = malloc(pl + n + 1);
     if (!f) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
@@ -220,9 +234,10 @@ int store_put_file(store *s, const char *key, const char *local_path, ty_err *er
 {
     struct stat st;
     if (!local_path || stat(local_path, &st) != 0)
-        return ty_err_set(err, TY_ENOENT, "storage: cannot read '%s': %s", local_path ? local_path : "(null)",
-                          strerror(errno));
-    if (!S_ISREG(st.st_mode)) return ty_err_set(err, TY_EINVAL, "storage: '%s' is not a regular file", local_path);
+        return ty_err_set(err, TY_ENOENT, "storage: cannot read '%s': %s",
+                          local_path ? local_path : "(null)", strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return ty_err_set(err, TY_EINVAL, "storage: '%s' is not a regular file", local_path);
     char *full;
     int rc = store_check_cancel(s, err);
     if (rc) return rc;
@@ -265,7 +280,8 @@ int store_list(store *s, const char *prefix, store_listing *out, ty_err *err)
 {
     memset(out, 0, sizeof *out);
     if (!prefix) prefix = "";
-    if (prefix[0] == '/') return ty_err_set(err, TY_EINVAL, "storage: list prefix must be relative");
+    if (prefix[0] == '/')
+        return ty_err_set(err, TY_EINVAL, "storage: list prefix must be relative");
     int rc = s->be->list(s, prefix, out, err);
     if (rc) {
         store_listing_free(out);
@@ -278,7 +294,8 @@ int store_list(store *s, const char *prefix, store_listing *out, ty_err *err)
 void store_listing_free(store_listing *l)
 {
     if (!l) return;
-    for (size_t i = 0; i < l->n; i++) free(l->items[i].key);
+    for (size_t i = 0; i < l->n; i++)
+        free(l->items[i].key);
     free(l->items);
     memset(l, 0, sizeof *l);
 }
@@ -416,8 +433,8 @@ char *store_urlencode(const char *in, int keep_slash)
     if (!o) return NULL;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)in[i];
-        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-            c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
             *p++ = (char)c;
         } else {
             *p++ = '%';
@@ -443,7 +460,10 @@ int store_xml_field(const char *xml, const char *tag, size_t *pos, char *out, si
     size_t o = 0;
     for (const char *p = a; p < b && o + 1 < outsz;) {
         if (*p == '&') {
-            static const struct { const char *ent; char c; } ents[] = {
+            static const struct {
+                const char *ent;
+                char c;
+            } ents[] = {
                 {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
             int done = 0;
             for (size_t i = 0; i < sizeof ents / sizeof ents[0]; i++) {
@@ -508,8 +528,10 @@ int store_download_to(const char *path, int (*fetch)(void *ctx, int fd, ty_err *
         return rc;
     }
     int rc = fetch(ctx, fd, err);
-    if (rc == 0 && fsync(fd) != 0) rc = ty_err_set(err, TY_EIO, "storage: fsync '%s': %s", part, strerror(errno));
-    if (close(fd) != 0 && rc == 0) rc = ty_err_set(err, TY_EIO, "storage: close '%s': %s", part, strerror(errno));
+    if (rc == 0 && fsync(fd) != 0)
+        rc = ty_err_set(err, TY_EIO, "storage: fsync '%s': %s", part, strerror(errno));
+    if (close(fd) != 0 && rc == 0)
+        rc = ty_err_set(err, TY_EIO, "storage: close '%s': %s", part, strerror(errno));
     if (rc == 0 && rename(part, path) != 0)
         rc = ty_err_set(err, TY_EIO, "storage: rename to '%s': %s", path, strerror(errno));
     if (rc != 0) unlink(part);
@@ -524,7 +546,10 @@ void store_free_secret(char *p)
     free(p);
 }
 
-char *store_strdup0(const char *p) { return p ? strdup(p) : NULL; }
+char *store_strdup0(const char *p)
+{
+    return p ? strdup(p) : NULL;
+}
 
 void store_strlcpy(char *dst, const char *src, size_t n)
 {

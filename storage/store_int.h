@@ -36,13 +36,13 @@ typedef struct store_tuning {
 
 struct store {
     const store_backend *be;
-    char *uri;        /* root URI as given, for messages */
-    char *bucket;     /* bucket / container; for file:// the root directory */
-    char *prefix;     /* "" or "a/b/" (always ends with '/') */
+    char *uri;    /* root URI as given, for messages */
+    char *bucket; /* bucket / container; for file:// the root directory */
+    char *prefix; /* "" or "a/b/" (always ends with '/') */
     store_tuning tune;
-    CURLSH *share;    /* DNS + connection cache shared by this store's handles */
+    CURLSH *share; /* DNS + connection cache shared by this store's handles */
     pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
-    void *impl;       /* backend state */
+    void *impl;           /* backend state */
     atomic_int cancelled; /* set by store_cancel */
 };
 
@@ -85,51 +85,52 @@ typedef struct http_req {
     uint64_t body_off, body_size;
     int resp_fd;
     int want_md5;
-    int no_body;              /* HEAD */
+    int no_body; /* HEAD */
 } http_req;
 
 typedef struct http_resp {
     long status;
-    char *body;               /* NUL-terminated; owned; may be NULL */
+    char *body; /* NUL-terminated; owned; may be NULL */
     size_t body_len;
-    uint64_t bytes_written;   /* to resp_fd */
-    unsigned char md5[16];    /* of the bytes written to resp_fd */
+    uint64_t bytes_written; /* to resp_fd */
+    unsigned char md5[16];  /* of the bytes written to resp_fd */
     char etag[128];
-    char content_md5[64];     /* Content-MD5 / x-ms-blob-content-md5 (base64) */
-    char goog_hash[256];      /* x-goog-hash, all values joined by ',' */
+    char content_md5[64]; /* Content-MD5 / x-ms-blob-content-md5 (base64) */
+    char goog_hash[256];  /* x-goog-hash, all values joined by ',' */
     char location[2048];
     char range[128];
     char last_modified[64];
-    char err_code[128];       /* x-ms-error-code */
-    int64_t content_length;   /* -1 unknown */
+    char err_code[128];     /* x-ms-error-code */
+    int64_t content_length; /* -1 unknown */
 } http_resp;
 
-void http_req_init(http_req *rq, const char *method, const char *url);
-void http_resp_clear(http_resp *rs);
+void store_http_req_init(http_req *rq, const char *method, const char *url);
+void store_http_resp_clear(http_resp *rs);
 /* Performs one attempt. Returns 0 when an HTTP response arrived (any
  * status), or TY_EIO for a transport failure; *retryable says whether
  * trying again could help (timeouts, resets, truncation). */
-int http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err *err);
+int store_http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, ty_err *err);
 /* Whether an HTTP status is worth retrying (5xx, 429, 408). */
-int http_status_retryable(long status);
+int store_http_status_retryable(long status);
 /* Adds a header "Name: value" (printf-style); returns 0 or TY_ENOMEM. */
-int http_header(struct curl_slist **h, ty_err *err, const char *fmt, ...)
+int store_http_header(struct curl_slist **h, ty_err *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* --- retries (retry.c) --- */
 /* Sleeps before attempt number `attempt` (1 = first retry): exponential from
  * base_ms, capped at max_ms, with full jitter in [d/2, d]. Returns 0, or
  * TY_ESTATE (with err filled) if the store is cancelled meanwhile. */
-int retry_sleep(store *s, int attempt, ty_err *err);
+int store_retry_sleep(store *s, int attempt, ty_err *err);
 /* TY_ESTATE with a message if the store was cancelled, else 0. */
 int store_check_cancel(store *s, ty_err *err);
-/* Milliseconds that retry_sleep would wait at most, for tests. */
-int64_t retry_delay_ms(const store_tuning *t, int attempt, uint32_t rnd);
+/* Milliseconds that store_retry_sleep would wait at most, for tests. */
+int64_t store_retry_delay_ms(const store_tuning *t, int attempt, uint32_t rnd);
 
 /* --- parallel parts (parts.c) --- */
 /* Calls fn(ctx, i) for i in [0, nparts) on up to tune.parallel threads;
  * stops handing out parts after the first failure and returns it. */
-int store_run_parts(store *s, int nparts, int (*fn)(void *ctx, int idx, ty_err *err), void *ctx, ty_err *err);
+int store_run_parts(store *s, int nparts, int (*fn)(void *ctx, int idx, ty_err *err), void *ctx,
+                    ty_err *err);
 
 /* --- hashing and encoding (util in store.c) --- */
 /* MD5 and SHA-256 of a file range, streaming. Either out may be NULL. */
@@ -156,7 +157,7 @@ char *store_strdup0(const char *p);
 int store_fd_reset(int fd, ty_err *err);
 /* Download helper shared by backends: open path.part, call fetch, then
  * fsync + rename. */
-int store_download_to(const char *path, int (*fetch)(void *ctx, int fd, ty_err *err),
-                      void *ctx, ty_err *err);
+int store_download_to(const char *path, int (*fetch)(void *ctx, int fd, ty_err *err), void *ctx,
+                      ty_err *err);
 
 #endif

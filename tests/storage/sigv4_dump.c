@@ -46,29 +46,40 @@ int main(void)
             break;
         }
         sigv4_param q[32], h[32];
-        size_t nq = pairs(json_object_get(j, "query"), q, 32), nh = pairs(json_object_get(j, "headers"), h, 32);
+        size_t nq = pairs(json_object_get(j, "query"), q, 32),
+               nh = pairs(json_object_get(j, "headers"), h, 32);
         const char *p = json_string_value(json_object_get(j, "path"));
         char *path = !p ? NULL : !strncmp(p, "raw:", 4) ? store_urlencode(p + 4, 1) : strdup(p);
 #define S(k) json_string_value(json_object_get(j, k))
-        sigv4_input in = {.access_key = S("ak"), .secret_key = S("sk"), .region = S("region"),
-                          .service = S("service"), .method = S("method"), .path = path, .query = q, .n_query = nq,
-                          .headers = h, .n_headers = nh, .payload_hash = S("payload"), .amz_date = S("amz_date")};
+        sigv4_input in = {.access_key = S("ak"),
+                          .secret_key = S("sk"),
+                          .region = S("region"),
+                          .service = S("service"),
+                          .method = S("method"),
+                          .path = path,
+                          .query = q,
+                          .n_query = nq,
+                          .headers = h,
+                          .n_headers = nh,
+                          .payload_hash = S("payload"),
+                          .amz_date = S("amz_date")};
 #undef S
         sigv4_output out;
         ty_err err = {0};
-        if (sigv4_sign(&in, &out, &err) != 0) {
+        if (store_sigv4_sign(&in, &out, &err) != 0) {
             fprintf(stderr, "%s\n", err.msg);
             status = 1;
         } else {
-            json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "canonical_request", out.canonical_request,
-                                  "string_to_sign", out.string_to_sign, "signed_headers", out.signed_headers,
-                                  "query_string", out.query_string, "authorization", out.authorization,
-                                  "signature", out.signature);
+            json_t *o =
+                json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "canonical_request",
+                          out.canonical_request, "string_to_sign", out.string_to_sign,
+                          "signed_headers", out.signed_headers, "query_string", out.query_string,
+                          "authorization", out.authorization, "signature", out.signature);
             char *s = json_dumps(o, JSON_COMPACT);
             puts(s);
             free(s);
             json_decref(o);
-            sigv4_output_free(&out);
+            store_sigv4_output_free(&out);
         }
         free(path);
         json_decref(j);

@@ -26,9 +26,8 @@ static uint64_t env_u64(const char *name)
 
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: ty-store put|get URI KEY FILE | stat|rm URI KEY | ls URI [PREFIX]\n"
-            "       ty-store put-ckpt|get-ckpt URI PREFIX DIR | rm-ckpt URI PREFIX\n");
+    fprintf(stderr, "usage: ty-store put|get URI KEY FILE | stat|rm URI KEY | ls URI [PREFIX]\n"
+                    "       ty-store put-ckpt|get-ckpt URI PREFIX DIR | rm-ckpt URI PREFIX\n");
     return 1;
 }
 
@@ -48,13 +47,18 @@ int main(int argc, char **argv)
     store *s = NULL;
     int rc = store_open(uri, &cfg, &s, &err);
     if (rc == 0) {
-        if (!strcmp(cmd, "put") && argc == 5) rc = store_put_file(s, argv[3], argv[4], &err);
-        else if (!strcmp(cmd, "get") && argc == 5) rc = store_get_file(s, argv[3], argv[4], &err);
-        else if (!strcmp(cmd, "rm") && argc == 4) rc = store_delete(s, argv[3], &err);
+        if (!strcmp(cmd, "put") && argc == 5)
+            rc = store_put_file(s, argv[3], argv[4], &err);
+        else if (!strcmp(cmd, "get") && argc == 5)
+            rc = store_get_file(s, argv[3], argv[4], &err);
+        else if (!strcmp(cmd, "rm") && argc == 4)
+            rc = store_delete(s, argv[3], &err);
         else if (!strcmp(cmd, "stat") && argc == 4) {
             store_object o;
             rc = store_stat(s, argv[3], &o, &err);
-            if (rc == 0) printf("%s\t%llu\t%s\t%lld\n", o.key, (unsigned long long)o.size, o.etag, (long long)o.mtime);
+            if (rc == 0)
+                printf("%s\t%llu\t%s\t%lld\n", o.key, (unsigned long long)o.size, o.etag,
+                       (long long)o.mtime);
             store_object_clear(&o);
         } else if (!strcmp(cmd, "ls") && (argc == 3 || argc == 4)) {
             store_listing l;
@@ -66,8 +70,10 @@ int main(int argc, char **argv)
             uint64_t bytes = 0;
             rc = store_put_checkpoint(s, argv[4], argv[3], &bytes, &err);
             if (rc == 0) printf("uploaded %llu bytes\n", (unsigned long long)bytes);
-        } else if (!strcmp(cmd, "get-ckpt") && argc == 5) rc = store_get_checkpoint(s, argv[3], argv[4], &err);
-        else if (!strcmp(cmd, "rm-ckpt") && argc == 4) rc = store_delete_checkpoint(s, argv[3], &err);
+        } else if (!strcmp(cmd, "get-ckpt") && argc == 5)
+            rc = store_get_checkpoint(s, argv[3], argv[4], &err);
+        else if (!strcmp(cmd, "rm-ckpt") && argc == 4)
+            rc = store_delete_checkpoint(s, argv[3], &err);
         else {
             store_close(s);
             return usage();

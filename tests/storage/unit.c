@@ -24,14 +24,14 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            failures++;                                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                           \
-            fprintf(stderr, __VA_ARGS__);                                                                             \
-            fputc('\n', stderr);                                                                                      \
-        }                                                                                                             \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* --- SigV4: AWS test-suite vectors (AKIDEXAMPLE, 20150830T123600Z, us-east-1, "service") --- */
@@ -41,46 +41,63 @@ static int failures;
 #define EX_DATE "20150830T123600Z"
 #define EMPTY_HASH "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
-static void sign_vector(const char *name, const char *method, const char *path, const sigv4_param *q, size_t nq,
-                        const sigv4_param *extra, size_t nextra, const char *body, const char *want_sig,
-                        const char *want_cr, const char *want_sts_hash)
+static void sign_vector(const char *name, const char *method, const char *path,
+                        const sigv4_param *q, size_t nq, const sigv4_param *extra, size_t nextra,
+                        const char *body, const char *want_sig, const char *want_cr,
+                        const char *want_sts_hash)
 {
     sigv4_param h[8];
     size_t nh = 0;
     h[nh++] = (sigv4_param){"Host", "example.amazonaws.com"};
     h[nh++] = (sigv4_param){"X-Amz-Date", EX_DATE};
-    for (size_t i = 0; i < nextra; i++) h[nh++] = extra[i];
+    for (size_t i = 0; i < nextra; i++)
+        h[nh++] = extra[i];
     char ph[65];
     ty_sha256_hex(body, strlen(body), ph);
-    sigv4_input in = {.access_key = EX_AK, .secret_key = EX_SK, .region = "us-east-1", .service = "service",
-                      .method = method, .path = path, .query = q, .n_query = nq, .headers = h, .n_headers = nh,
-                      .payload_hash = ph, .amz_date = EX_DATE};
+    sigv4_input in = {.access_key = EX_AK,
+                      .secret_key = EX_SK,
+                      .region = "us-east-1",
+                      .service = "service",
+                      .method = method,
+                      .path = path,
+                      .query = q,
+                      .n_query = nq,
+                      .headers = h,
+                      .n_headers = nh,
+                      .payload_hash = ph,
+                      .amz_date = EX_DATE};
     sigv4_output out;
     ty_err err = {0};
-    int rc = sigv4_sign(&in, &out, &err);
+    int rc = store_sigv4_sign(&in, &out, &err);
     CHECK(rc == 0, "%s: %s", name, err.msg);
     if (rc) return;
-    CHECK(!strcmp(out.signature, want_sig), "%s: signature %s, want %s\ncanonical:\n%s", name, out.signature,
-          want_sig, out.canonical_request);
-    if (want_cr) CHECK(!strcmp(out.canonical_request, want_cr), "%s: canonical request\n%s", name, out.canonical_request);
+    CHECK(!strcmp(out.signature, want_sig), "%s: signature %s, want %s\ncanonical:\n%s", name,
+          out.signature, want_sig, out.canonical_request);
+    if (want_cr)
+        CHECK(!strcmp(out.canonical_request, want_cr), "%s: canonical request\n%s", name,
+              out.canonical_request);
     if (want_sts_hash) {
         const char *last = strrchr(out.string_to_sign, '\n');
-        CHECK(last && !strcmp(last + 1, want_sts_hash), "%s: string to sign\n%s", name, out.string_to_sign);
+        CHECK(last && !strcmp(last + 1, want_sts_hash), "%s: string to sign\n%s", name,
+              out.string_to_sign);
     }
     char auth[512];
     snprintf(auth, sizeof auth,
-             "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, SignedHeaders=%s, "
+             "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
+             "SignedHeaders=%s, "
              "Signature=%s",
              out.signed_headers, want_sig);
     CHECK(!strcmp(out.authorization, auth), "%s: authorization %s", name, out.authorization);
-    sigv4_output_free(&out);
+    store_sigv4_output_free(&out);
 }
 
 static void test_sigv4_vectors(void)
 {
     sign_vector("get-vanilla", "GET", "/", NULL, 0, NULL, 0, "",
                 "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
-                "GET\n/\n\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\nhost;x-amz-date\n" EMPTY_HASH,
+                "GET\n/"
+                "\n\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\nhost;x-amz-"
+                "date\n" EMPTY_HASH,
                 "bb579772317eb040ac9ed261061d46c1f17a8133879d6129b6e1c25292927e63");
     sigv4_param qk[] = {{"Param2", "value2"}, {"Param1", "value1"}};
     sign_vector("get-vanilla-query-order-key-case", "GET", "/", qk, 2, NULL, 0, "",
@@ -93,27 +110,37 @@ static void test_sigv4_vectors(void)
     sign_vector("post-header-value-case", "POST", "/", NULL, 0, hv, 1, "",
                 "cdbc9802e29d2942e5e10b5bccfdd67c5f22c7c4e8ae67b53629efa58b974b7d", NULL, NULL);
     sigv4_param ct[] = {{"Content-Type", "application/x-www-form-urlencoded"}};
-    sign_vector("post-x-www-form-urlencoded", "POST", "/", NULL, 0, ct, 1, "Param1=value1",
-                "ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a",
-                "POST\n/\n\ncontent-type:application/x-www-form-urlencoded\nhost:example.amazonaws.com\n"
-                "x-amz-date:20150830T123600Z\n\ncontent-type;host;x-amz-date\n"
-                "9095672bbd1f56dfc5b65f3e153adc8731a4a654192329106275f4c7b24d0b6e",
-                "42a5e5bb34198acb3e84da4f085bb7927f2bc277ca766e6d19c73c2154021281");
+    sign_vector(
+        "post-x-www-form-urlencoded", "POST", "/", NULL, 0, ct, 1, "Param1=value1",
+        "ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a",
+        "POST\n/\n\ncontent-type:application/x-www-form-urlencoded\nhost:example.amazonaws.com\n"
+        "x-amz-date:20150830T123600Z\n\ncontent-type;host;x-amz-date\n"
+        "9095672bbd1f56dfc5b65f3e153adc8731a4a654192329106275f4c7b24d0b6e",
+        "42a5e5bb34198acb3e84da4f085bb7927f2bc277ca766e6d19c73c2154021281");
 
     /* Trimming and repeated headers (the suite's get-header-value-trim /
      * key-duplicate rules). */
-    sigv4_param dup[] = {{"host", "h"}, {"My-Header1", "  a   b  "}, {"my-header1", "c"}, {"x-amz-date", EX_DATE}};
-    sigv4_input in = {.access_key = EX_AK, .secret_key = EX_SK, .region = "r", .service = "s", .method = "GET",
-                      .path = "/", .headers = dup, .n_headers = 4, .payload_hash = "UNSIGNED-PAYLOAD",
+    sigv4_param dup[] = {
+        {"host", "h"}, {"My-Header1", "  a   b  "}, {"my-header1", "c"}, {"x-amz-date", EX_DATE}};
+    sigv4_input in = {.access_key = EX_AK,
+                      .secret_key = EX_SK,
+                      .region = "r",
+                      .service = "s",
+                      .method = "GET",
+                      .path = "/",
+                      .headers = dup,
+                      .n_headers = 4,
+                      .payload_hash = "UNSIGNED-PAYLOAD",
                       .amz_date = EX_DATE};
     sigv4_output out;
     ty_err err = {0};
-    CHECK(sigv4_sign(&in, &out, &err) == 0, "%s", err.msg);
-    CHECK(strstr(out.canonical_request, "\nmy-header1:a b,c\n") != NULL, "dup headers:\n%s", out.canonical_request);
+    CHECK(store_sigv4_sign(&in, &out, &err) == 0, "%s", err.msg);
+    CHECK(strstr(out.canonical_request, "\nmy-header1:a b,c\n") != NULL, "dup headers:\n%s",
+          out.canonical_request);
     CHECK(!strcmp(out.signed_headers, "host;my-header1;x-amz-date"), "%s", out.signed_headers);
-    sigv4_output_free(&out);
+    store_sigv4_output_free(&out);
     in.amz_date = "2015";
-    CHECK(sigv4_sign(&in, &out, &err) == TY_EINVAL, "short date accepted");
+    CHECK(store_sigv4_sign(&in, &out, &err) == TY_EINVAL, "short date accepted");
 }
 
 /* --- validation --- */
@@ -125,7 +152,8 @@ static void test_uris_and_keys(void)
     CHECK(store_open("ftp://x/y", NULL, &s, &err) == TY_EINVAL, "ftp accepted");
     CHECK(store_open("s3://", NULL, &s, &err) == TY_EINVAL, "no bucket accepted");
     CHECK(store_open("s3://Bad Bucket/x", NULL, &s, &err) == TY_EINVAL, "bad bucket accepted");
-    CHECK(store_open("file://relative/dir", NULL, &s, &err) == TY_EINVAL, "relative file URI accepted");
+    CHECK(store_open("file://relative/dir", NULL, &s, &err) == TY_EINVAL,
+          "relative file URI accepted");
     CHECK(store_open("nonsense", NULL, &s, &err) == TY_EINVAL, "no scheme accepted");
     CHECK(s == NULL, "store returned on failure");
 
@@ -134,14 +162,16 @@ static void test_uris_and_keys(void)
     char uri[128];
     snprintf(uri, sizeof uri, "file://%s", dir);
     CHECK(store_open(uri, NULL, &s, &err) == 0, "%s", err.msg);
-    const char *bad[] = {"", "/abs", "a//b", "a/../b", ".", "..", "a/./b", "a\x01", "trail/", "back\\slash"};
+    const char *bad[] = {"",   "/abs",  "a//b",  "a/../b", ".",
+                         "..", "a/./b", "a\x01", "trail/", "back\\slash"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *full = NULL;
         CHECK(store_full_key(s, bad[i], &full, &err) == TY_EINVAL, "key '%s' accepted", bad[i]);
         free(full);
     }
     char *full = NULL;
-    CHECK(store_full_key(s, "job-1/step-000001/model.safetensors", &full, &err) == 0, "%s", err.msg);
+    CHECK(store_full_key(s, "job-1/step-000001/model.safetensors", &full, &err) == 0, "%s",
+          err.msg);
     free(full);
     store_close(s);
     ty_rm_rf(dir, NULL);
@@ -152,10 +182,12 @@ static void test_uris_and_keys(void)
     cfg.use_env = 0;
     cfg.aws_access_key_id = "AK";
     cfg.aws_secret_access_key = "SK";
-    CHECK(store_open("s3://bucket/a//b", &cfg, &s, &err) == TY_EINVAL && s == NULL, "a//b accepted");
+    CHECK(store_open("s3://bucket/a//b", &cfg, &s, &err) == TY_EINVAL && s == NULL,
+          "a//b accepted");
     CHECK(store_open("s3://bucket/a/b//", &cfg, &s, &err) == 0, "%s", err.msg);
     if (s) {
-        CHECK(store_full_key(s, "k", &full, &err) == 0 && !strcmp(full, "a/b/k"), "full key %s", full);
+        CHECK(store_full_key(s, "k", &full, &err) == 0 && !strcmp(full, "a/b/k"), "full key %s",
+              full);
         free(full);
         CHECK(store_rel_key(s, "a/b/k") && !strcmp(store_rel_key(s, "a/b/k"), "k"), "rel key");
         CHECK(store_rel_key(s, "other/k") == NULL, "rel key outside prefix");
@@ -167,7 +199,8 @@ static void test_helpers(void)
 {
     char out[64];
     size_t pos = 0;
-    CHECK(store_xml_field("<a><Key>x&amp;y&lt;&#47;</Key></a>", "Key", &pos, out, sizeof out) == 1 &&
+    CHECK(store_xml_field("<a><Key>x&amp;y&lt;&#47;</Key></a>", "Key", &pos, out, sizeof out) ==
+                  1 &&
               !strcmp(out, "x&y</"),
           "xml decode '%s'", out);
     pos = 0;
@@ -186,7 +219,8 @@ static void test_helpers(void)
 
     store_tuning t = {.retry_base_ms = 100, .retry_max_ms = 1000};
     for (uint32_t r = 0; r < 1000; r += 37) {
-        int64_t d1 = retry_delay_ms(&t, 1, r), d3 = retry_delay_ms(&t, 3, r), d9 = retry_delay_ms(&t, 9, r);
+        int64_t d1 = store_retry_delay_ms(&t, 1, r), d3 = store_retry_delay_ms(&t, 3, r),
+                d9 = store_retry_delay_ms(&t, 9, r);
         CHECK(d1 >= 50 && d1 <= 100, "attempt 1 delay %lld", (long long)d1);
         CHECK(d3 >= 200 && d3 <= 400, "attempt 3 delay %lld", (long long)d3);
         CHECK(d9 >= 500 && d9 <= 1000, "capped delay %lld", (long long)d9);
@@ -216,7 +250,8 @@ static EVP_PKEY *gen_rsa(void)
 {
     EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_id(EVP_PKEY_RSA, NULL);
     EVP_PKEY *k = NULL;
-    if (c && EVP_PKEY_keygen_init(c) == 1 && EVP_PKEY_CTX_set_rsa_keygen_bits(c, 2048) == 1) EVP_PKEY_keygen(c, &k);
+    if (c && EVP_PKEY_keygen_init(c) == 1 && EVP_PKEY_CTX_set_rsa_keygen_bits(c, 2048) == 1)
+        EVP_PKEY_keygen(c, &k);
     EVP_PKEY_CTX_free(c);
     return k;
 }
@@ -277,10 +312,13 @@ static void test_secrets(void)
     char *pem;
     long pl = BIO_get_mem_data(b, &pem);
     char *json = malloc((size_t)pl * 2 + 512), *jp = json;
-    jp += sprintf(jp, "{\"type\":\"service_account\",\"client_email\":\"sa@proj.iam.example\",\"private_key\":\"");
+    jp += sprintf(jp, "{\"type\":\"service_account\",\"client_email\":\"sa@proj.iam.example\","
+                      "\"private_key\":\"");
     for (long i = 0; i < pl; i++) {
-        if (pem[i] == '\n') jp += sprintf(jp, "\\n");
-        else *jp++ = pem[i];
+        if (pem[i] == '\n')
+            jp += sprintf(jp, "\\n");
+        else
+            *jp++ = pem[i];
     }
     sprintf(jp, "\",\"token_uri\":\"http://127.0.0.1:9/token\"}");
     BIO_free(b);
@@ -298,9 +336,9 @@ static void test_secrets(void)
 
     /* The JWT verifies with the public key and carries the claims. */
     gcs_oauth *o = NULL;
-    CHECK(gcs_oauth_load(keypath, NULL, &o, &err) == 0, "%s", err.msg);
+    CHECK(store_gcs_oauth_load(keypath, NULL, &o, &err) == 0, "%s", err.msg);
     if (o) {
-        char *jwt = gcs_oauth_jwt(o, 1700000000, &err);
+        char *jwt = store_gcs_oauth_jwt(o, 1700000000, &err);
         CHECK(jwt != NULL, "%s", err.msg);
         char *dot2 = jwt ? strrchr(jwt, '.') : NULL;
         if (dot2) {
@@ -308,7 +346,8 @@ static void test_secrets(void)
             long sl = store_b64_decode(dot2 + 1, sig, sizeof sig);
             EVP_MD_CTX *md = EVP_MD_CTX_new();
             int ok = EVP_DigestVerifyInit(md, NULL, EVP_sha256(), NULL, k) == 1 &&
-                     EVP_DigestVerify(md, sig, (size_t)sl, (unsigned char *)jwt, (size_t)(dot2 - jwt)) == 1;
+                     EVP_DigestVerify(md, sig, (size_t)sl, (unsigned char *)jwt,
+                                      (size_t)(dot2 - jwt)) == 1;
             EVP_MD_CTX_free(md);
             CHECK(ok, "JWT signature does not verify");
             char *dot1 = strchr(jwt, '.');
@@ -316,17 +355,21 @@ static void test_secrets(void)
             *dot2 = '\0';
             long cl = store_b64_decode(dot1 + 1, (unsigned char *)claims, sizeof claims - 1);
             claims[cl > 0 ? cl : 0] = '\0';
-            CHECK(strstr(claims, "\"iss\":\"sa@proj.iam.example\"") && strstr(claims, "\"iat\":1700000000") &&
-                      strstr(claims, "\"exp\":1700003600") && strstr(claims, "\"aud\":\"http://127.0.0.1:9/token\"") &&
+            CHECK(strstr(claims, "\"iss\":\"sa@proj.iam.example\"") &&
+                      strstr(claims, "\"iat\":1700000000") &&
+                      strstr(claims, "\"exp\":1700003600") &&
+                      strstr(claims, "\"aud\":\"http://127.0.0.1:9/token\"") &&
                       strstr(claims, "devstorage.read_write"),
                   "claims %s", claims);
         }
         free(jwt);
-        gcs_oauth_free(o);
+        store_gcs_oauth_free(o);
     }
     EVP_PKEY_free(k);
-    snprintf(keypath, sizeof keypath, "%s", write_temp(dir, "bad.json", "{\"type\":\"authorized_user\"}"));
-    CHECK(gcs_oauth_load(keypath, NULL, &o, &err) == TY_EAUTH, "non-service-account key accepted");
+    snprintf(keypath, sizeof keypath, "%s",
+             write_temp(dir, "bad.json", "{\"type\":\"authorized_user\"}"));
+    CHECK(store_gcs_oauth_load(keypath, NULL, &o, &err) == TY_EAUTH,
+          "non-service-account key accepted");
     ty_rm_rf(dir, NULL);
 }
 
@@ -375,7 +418,8 @@ static int write_bytes(const char *path, size_t n, unsigned seed)
 {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
-    for (size_t i = 0; i < n; i++) fputc((int)((i * 131u + seed) & 0xff), f);
+    for (size_t i = 0; i < n; i++)
+        fputc((int)((i * 131u + seed) & 0xff), f);
     return fclose(f);
 }
 
@@ -385,14 +429,17 @@ static void make_checkpoint(const char *dir)
     const char *names[] = {"model.safetensors", "optimizer.safetensors", "trainer_state.json"};
     size_t sizes[] = {300000, 600000, 412};
     char manifest[4096];
-    size_t n = (size_t)snprintf(manifest, sizeof manifest, "{\"format\": \"trainyard-checkpoint/1\", \"step\": 200, \"files\": [");
+    size_t n =
+        (size_t)snprintf(manifest, sizeof manifest,
+                         "{\"format\": \"trainyard-checkpoint/1\", \"step\": 200, \"files\": [");
     for (int i = 0; i < 3; i++) {
         char p[1024], hex[65];
         uint64_t bytes;
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         write_bytes(p, sizes[i], (unsigned)i);
         ty_sha256_file(p, hex, &bytes, NULL);
-        n += (size_t)snprintf(manifest + n, sizeof manifest - n, "%s{\"path\": \"%s\", \"bytes\": %llu, \"sha256\": \"%s\"}",
+        n += (size_t)snprintf(manifest + n, sizeof manifest - n,
+                              "%s{\"path\": \"%s\", \"bytes\": %llu, \"sha256\": \"%s\"}",
                               i ? ", " : "", names[i], (unsigned long long)bytes, hex);
     }
     snprintf(manifest + n, sizeof manifest - n, "]}");
@@ -427,7 +474,8 @@ static void test_file_backend(void)
     write_bytes(p, 100000, 7);
     CHECK(store_put_file(s, "x/a.bin", p, &err) == 0, "%s", err.msg);
     store_object o;
-    CHECK(store_stat(s, "x/a.bin", &o, &err) == 0 && o.size == 100000, "stat size %llu", (unsigned long long)o.size);
+    CHECK(store_stat(s, "x/a.bin", &o, &err) == 0 && o.size == 100000, "stat size %llu",
+          (unsigned long long)o.size);
     store_object_clear(&o);
     CHECK(store_stat(s, "x/none", &o, &err) == TY_ENOENT, "stat missing");
     snprintf(q, sizeof q, "%s/back.bin", local);
@@ -438,10 +486,12 @@ static void test_file_backend(void)
     ty_sha256_file(q, h2, &n2, NULL);
     CHECK(!strcmp(h1, h2) && n1 == n2, "round trip differs");
     CHECK(store_get_file(s, "x/none", q, &err) == TY_ENOENT, "get missing");
-    CHECK(store_put_file(s, "x/b.bin", "/nonexistent/file", &err) == TY_ENOENT, "put of missing local file");
+    CHECK(store_put_file(s, "x/b.bin", "/nonexistent/file", &err) == TY_ENOENT,
+          "put of missing local file");
     store_listing l;
     CHECK(store_put_file(s, "y/c.bin", p, &err) == 0, "%s", err.msg);
-    CHECK(store_list(s, "x/", &l, &err) == 0 && l.n == 1 && !strcmp(l.items[0].key, "x/a.bin"), "list x/: %zu", l.n);
+    CHECK(store_list(s, "x/", &l, &err) == 0 && l.n == 1 && !strcmp(l.items[0].key, "x/a.bin"),
+          "list x/: %zu", l.n);
     store_listing_free(&l);
     CHECK(store_list(s, "", &l, &err) == 0 && l.n == 2, "list all: %zu", l.n);
     store_listing_free(&l);
@@ -459,14 +509,18 @@ static void test_file_backend(void)
     CHECK(store_list(s, "job-1/step-000200/", &l, &err) == 0 && l.n == 4, "remote files %zu", l.n);
     store_listing_free(&l);
     CHECK(store_get_checkpoint(s, "job-1/step-000200/", back, &err) == 0, "%s", err.msg);
-    CHECK(exists(back, "MANIFEST.json") && exists(back, "optimizer.safetensors"), "restored files missing");
-    CHECK(store_get_checkpoint(s, "job-1/step-000999", back, &err) == TY_ENOENT, "missing checkpoint: %s", err.msg);
+    CHECK(exists(back, "MANIFEST.json") && exists(back, "optimizer.safetensors"),
+          "restored files missing");
+    CHECK(store_get_checkpoint(s, "job-1/step-000999", back, &err) == TY_ENOENT,
+          "missing checkpoint: %s", err.msg);
 
     /* A torn local checkpoint is refused and commits nothing. */
     snprintf(p, sizeof p, "%s/optimizer.safetensors", ck);
     write_bytes(p, 600000, 99);
-    CHECK(store_put_checkpoint(s, ck, "job-1/step-000300", &bytes, &err) == TY_ECORRUPT, "torn upload: %s", err.msg);
-    CHECK(store_stat(s, "job-1/step-000300/MANIFEST.json", &o, &err) == TY_ENOENT, "manifest of torn checkpoint");
+    CHECK(store_put_checkpoint(s, ck, "job-1/step-000300", &bytes, &err) == TY_ECORRUPT,
+          "torn upload: %s", err.msg);
+    CHECK(store_stat(s, "job-1/step-000300/MANIFEST.json", &o, &err) == TY_ENOENT,
+          "manifest of torn checkpoint");
     store_object_clear(&o);
 
     /* A remote file changed after commit is caught on download, and the
@@ -475,11 +529,13 @@ static void test_file_backend(void)
     write_bytes(p, 300000, 42);
     char back2[512];
     snprintf(back2, sizeof back2, "%s/restored2", local);
-    CHECK(store_get_checkpoint(s, "job-1/step-000200", back2, &err) == TY_ECORRUPT, "corrupt download: %s", err.msg);
+    CHECK(store_get_checkpoint(s, "job-1/step-000200", back2, &err) == TY_ECORRUPT,
+          "corrupt download: %s", err.msg);
     CHECK(!exists(back2, "MANIFEST.json"), "manifest written for a corrupt download");
 
     CHECK(store_delete_checkpoint(s, "job-1/step-000200", &err) == 0, "%s", err.msg);
-    CHECK(store_list(s, "job-1/step-000200/", &l, &err) == 0 && l.n == 0, "left after delete: %zu", l.n);
+    CHECK(store_list(s, "job-1/step-000200/", &l, &err) == 0 && l.n == 0, "left after delete: %zu",
+          l.n);
     store_listing_free(&l);
     CHECK(store_delete_checkpoint(s, "job-1/step-000200", &err) == 0, "second delete: %s", err.msg);
     store_close(s);
