@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tok_internal.h"
 #include "tokenizer.h"
 
 static int failures;
@@ -336,6 +337,45 @@ static void test_metaspace(void)
     tok_free(t);
 }
 
+/* The word cache through its own interface: far more distinct words than
+ * it holds, so shards fill and are cleared; every hit must give back
+ * exactly the ids stored for that word, never another word's. */
+static void test_cache(void)
+{
+    tok_cache *cache = tok_cache_new();
+    check(cache != NULL, "cache allocates");
+    if (!cache) return;
+    tok_ids out = {0};
+    size_t hits = 0, wrong = 0;
+    /* 300 000 words through 64 shards of 2 048: every shard is cleared
+     * many times over. Then the most recent ones are looked up again. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = pass ? 290000 : 0; i < 300000; i++) {
+            char w[32];
+            int n = snprintf(w, sizeof w, "w%d", i);
+            int32_t ids[3] = {i, i * 7, -i};
+            out.n = 0;
+            int r = tok_cache_get(cache, w, (size_t)n, &out);
+            if (r == 1) {
+                hits++;
+                if (out.n != (size_t)(1 + i % 3) || memcmp(out.v, ids, out.n * sizeof *ids)) wrong++;
+            } else if (r == 0 && !pass) {
+                tok_cache_put(cache, w, (size_t)n, ids, (size_t)(1 + i % 3));
+            }
+        }
+    }
+    /* Words longer than the limit are never cached. */
+    char long_word[TOK_CACHE_MAX_WORD + 2];
+    memset(long_word, 'x', sizeof long_word);
+    int32_t one = 5;
+    tok_cache_put(cache, long_word, sizeof long_word, &one, 1);
+    out.n = 0;
+    check(tok_cache_get(cache, long_word, sizeof long_word, &out) == 0, "over-long words are not cached");
+    check(wrong == 0 && hits > 0, "cache: %zu hits, %zu with wrong ids", hits, wrong);
+    free(out.v);
+    tok_cache_free(cache);
+}
+
 int main(void)
 {
     test_bad_inputs();
@@ -344,6 +384,7 @@ int main(void)
     test_normalizer_fallback_added();
     test_byte_level();
     test_metaspace();
+    test_cache();
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     else printf("tokenizer unit tests passed\n");
     return failures > 100 ? 100 : failures;
