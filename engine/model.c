@@ -7,7 +7,6 @@
  * Hq/Hkv query/kv heads of size D, V = vocabulary). */
 #include "model.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

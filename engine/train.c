@@ -10,7 +10,6 @@
  * bit-identically. */
 #include "train.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
