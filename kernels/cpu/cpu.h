@@ -4,7 +4,8 @@
  * cpu_backend.c puts them in the kn_backend table. Threading rules for all
  * of them: OpenMP `parallel for schedule(static)` with ctx->n_threads, work
  * split so that every output element is written by one thread and every
- * reduction runs in an order that does not depend on the thread count. */
+ * reduction we write runs in an order that does not depend on the thread
+ * count (sgemm's own order is OpenBLAS's: fixed per thread count). */
 #ifndef TY_KERNELS_CPU_H
 #define TY_KERNELS_CPU_H
 
