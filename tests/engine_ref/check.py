@@ -127,6 +127,8 @@ SEQ_LEN, BATCH, ACCUM, STEPS = 16, 2, 2, 6
 # Cases whose dataset spans several steps, so the engine's documented
 # per-epoch shuffle (engine/data.h) decides which examples each step sees.
 SHUFFLED = {"gpt2_shuffle": "gpt2", "llama_shuffle": "llama_gqa"}
+# Cases that also give an eval file: `eval` events checked against torch.
+EVAL_CASES = {"llama_gqa", "gpt2_shuffle"}
 
 
 def build_case(tmp, name, seed=11, n_examples=None, steps=STEPS, every_steps=0):
@@ -146,6 +148,11 @@ def build_case(tmp, name, seed=11, n_examples=None, steps=STEPS, every_steps=0):
     hfgen.write_tokens_dataset(data, n_examples or BATCH * ACCUM, cfg["vocab_size"], SEQ_LEN, g)
     spec = hfgen.job_spec(model_dir, data, steps, BATCH, SEQ_LEN, grad_accum=ACCUM,
                           every_steps=every_steps, name=f"engine-ref-{name}", **skw)
+    if name in EVAL_CASES:
+        # 5 eval examples: not a multiple of batch_size, some padded, some cut.
+        spec["dataset"]["eval"] = os.path.join(tmp, "eval.jsonl")
+        spec["hyperparameters"]["eval_every_steps"] = 3
+        hfgen.write_tokens_dataset(spec["dataset"]["eval"], 5, cfg["vocab_size"], SEQ_LEN, g)
     spec_path = os.path.join(tmp, "spec.json")
     hfgen.write_json(spec_path, spec)
     return spec, spec_path
@@ -155,8 +162,9 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def compare(name, spec, got, order=torchref.identity_order, final=None):
-    ref = torchref.train(spec, order=order, final=final)
+def compare(name, spec, got, order=torchref.identity_order, final=None, got_evals=None):
+    evals = {}
+    ref = torchref.train(spec, order=order, final=final, evals=evals)
     print(f"{'step':>4} {'engine loss':>14} {'torch loss':>14} {'rel':>9}  "
           f"{'engine lr':>10} {'torch lr':>10}  {'engine gnorm':>12} {'torch gnorm':>12}")
     bad = []
@@ -178,6 +186,13 @@ def compare(name, spec, got, order=torchref.identity_order, final=None):
             bad.append(f"step {r['step']}: lr {m['lr']!r} vs torch {r['lr']!r}")
     if len(got) != len(ref):
         bad.append(f"{len(got)} metric events for {len(ref)} steps")
+    got_evals = {e["step"]: e["loss"] for e in got_evals or []}
+    if sorted(got_evals) != sorted(evals):
+        bad.append(f"eval events at steps {sorted(got_evals)}, expected {sorted(evals)}")
+    for k in sorted(set(evals) & set(got_evals)):
+        print(f"eval step {k}: engine {got_evals[k]:.8f} torch {evals[k]:.8f}")
+        if rel(got_evals[k], evals[k]) > REL_TOL:
+            bad.append(f"eval at step {k}: {got_evals[k]!r} vs torch {evals[k]!r}")
     if bad:
         diagnose(spec, got, ref, order)
         fail(f"{name}: " + "; ".join(bad))
@@ -262,7 +277,8 @@ def case_compare(engine, name, keep):
             fail(f"{name}: started.params {started[0].get('params')} but the model has {n_params}")
         final = {}
         compare(name, spec, metrics_of(events),
-                torchref.engine_order if shuffled else torchref.identity_order, final)
+                torchref.engine_order if shuffled else torchref.identity_order, final,
+                [e for e in events if e["ev"] == "eval"])
         check_export(name, spec, os.path.join(tmp, "work", "export"), final)
     finally:
         if keep:

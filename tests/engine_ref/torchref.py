@@ -217,11 +217,15 @@ def lr_lambda(schedule, step0, warmup, total):
     raise ValueError(f"unknown schedule {schedule}")
 
 
-def train(spec, dtype=torch.float64, order=identity_order, lr_offset=0, steps=None, final=None):
+def train(spec, dtype=torch.float64, order=identity_order, lr_offset=0, steps=None, final=None,
+          evals=None):
     """Runs the spec's training loop; returns one dict per step:
     {step, loss, lr, grad_norm, tokens}. lr_offset=1 evaluates the schedule at
     k instead of k-1 (for engines that count the first update as step 1).
-    final: a dict that receives the trained parameters (our names)."""
+    final: a dict that receives the trained parameters (our names).
+    evals: a dict that receives {step: eval loss} when the spec has an eval
+    file: mean CE over all of its non-ignored targets with the weights after
+    that step, every eval_every_steps steps and after the last one."""
     hp = spec["hyperparameters"]
     cfg, p = load_model(spec["model"]["path"], dtype)
     if final is not None:
@@ -238,6 +242,9 @@ def train(spec, dtype=torch.float64, order=identity_order, lr_offset=0, steps=No
         lr=hp["lr"], betas=(hp.get("adam_beta1", 0.9), hp.get("adam_beta2", 0.999)),
         eps=hp.get("adam_eps", 1e-8))
     max_steps = hp["max_steps"]
+    eval_path = spec["dataset"].get("eval")
+    eval_rows = load_examples(eval_path, T) if eval_path and evals is not None else []
+    eval_every = hp.get("eval_every_steps", 0)
     out = []
     for k in range(1, (steps or max_steps) + 1):
         micro = []
@@ -267,4 +274,17 @@ def train(spec, dtype=torch.float64, order=identity_order, lr_offset=0, steps=No
         opt.step()
         out.append({"step": k, "loss": total / n_tok, "lr": lr, "grad_norm": gn,
                     "tokens": B * T * GA})
+        if eval_rows and ((eval_every > 0 and k % eval_every == 0) or k == max_steps):
+            evals[k] = eval_loss(cfg, p, eval_rows)
     return out
+
+
+def eval_loss(cfg, p, rows):
+    """Mean cross-entropy over every non-ignored target of the eval rows."""
+    with torch.no_grad():
+        ids = torch.tensor([r[0] for r in rows])
+        tg = torch.tensor([r[1] for r in rows])
+        logits = forward(cfg, p, ids)
+        s = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tg.reshape(-1),
+                                              ignore_index=IGNORE, reduction="sum")
+        return float(s) / int((tg != IGNORE).sum())
