@@ -1,8 +1,8 @@
-/* store.c — the public store_* entry points: URI parsing, config and
- * environment resolution, key validation, dispatch to a backend, and the
- * small helpers every backend shares (hashing a file range, base64, URL
- * encoding, reading one field out of an XML reply, dates, and the
- * "download to .part, verify, rename" sequence).
+/* store.c — the public store_* entry points: config and environment
+ * resolution, opening a store (uri.c parses the URI), argument checks,
+ * dispatch to a backend, and the small helpers every backend shares
+ * (hashing a file range, base64, reading one field out of an XML reply,
+ * dates, and the "download to .part, verify, rename" sequence).
  *
  * Keeping these here means each backend file only speaks its service's
  * protocol. */
@@ -80,71 +80,37 @@ int store_open(const char *uri, const store_config *cfg_in, store **out, ty_err 
         store_config_init(&defcfg);
         cfg_in = &defcfg;
     }
-    if (!uri || !*uri) return ty_err_set(err, TY_EINVAL, "storage: empty URI");
-    const char *sep = strstr(uri, "://");
-    if (!sep)
-        return ty_err_set(err, TY_EINVAL,
-                          "storage: '%s' is not a URI (want file://, s3://, gs:// or az://)", uri);
-    size_t schemelen = (size_t)(sep - uri);
-    const char *rest = sep + 3;
+    store_scheme scheme;
+    char *bucket = NULL, *prefix = NULL;
+    int rc = store_uri_parse(uri, &scheme, &bucket, &prefix, err);
+    if (rc) return rc;
 
     pthread_once(&curl_once, curl_init_once);
     store *s = calloc(1, sizeof *s);
-    if (!s) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+    if (!s) {
+        free(bucket);
+        free(prefix);
+        return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+    }
     s->uri = strdup(uri);
+    s->bucket = bucket;
+    s->prefix = prefix;
     tuning_from(&s->tune, cfg_in);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&s->share_locks[i], NULL);
-    int rc = 0;
-
-    if (schemelen == 4 && !strncmp(uri, "file", 4)) {
-        if (rest[0] != '/')
-            rc = ty_err_set(err, TY_EINVAL, "storage: file URI needs an absolute path: '%s'", uri);
-        else {
-            s->bucket = strdup(rest);
-            s->prefix = strdup("");
-            rc = store_file_open(s, cfg_in, err);
-        }
-    } else {
-        /* bucket[/prefix] */
-        const char *slash = strchr(rest, '/');
-        size_t blen = slash ? (size_t)(slash - rest) : strlen(rest);
-        if (blen == 0) {
-            rc = ty_err_set(err, TY_EINVAL, "storage: '%s' names no bucket or container", uri);
-        } else {
-            s->bucket = strndup(rest, blen);
-            const char *p = slash ? slash + 1 : "";
-            size_t plen = strlen(p);
-            while (plen && p[plen - 1] == '/')
-                plen--;
-            s->prefix = malloc(plen + 2);
-            if (s->prefix) {
-                memcpy(s->prefix, p, plen);
-                s->prefix[plen] = plen ? '/' : '\0';
-                s->prefix[plen + 1] = '\0';
-            }
-            if (!s->bucket || !s->prefix) rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
-            for (const char *c = s->bucket; rc == 0 && *c; c++)
-                if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' ||
-                      *c == '.' || *c == '_'))
-                    rc = ty_err_set(err, TY_EINVAL,
-                                    "storage: bucket/container name '%s' has invalid characters",
-                                    s->bucket);
-            if (rc == 0 && plen && strstr(s->prefix, "//"))
-                rc = ty_err_set(err, TY_EINVAL, "storage: empty path segment in '%s'", uri);
-            if (rc == 0) {
-                if (schemelen == 2 && !strncmp(uri, "s3", 2))
-                    rc = store_s3_open(s, cfg_in, 0, err);
-                else if (schemelen == 2 && !strncmp(uri, "gs", 2))
-                    rc = store_gcs_open(s, cfg_in, err);
-                else if (schemelen == 2 && !strncmp(uri, "az", 2))
-                    rc = store_azure_open(s, cfg_in, err);
-                else
-                    rc = ty_err_set(err, TY_EINVAL,
-                                    "storage: unsupported scheme in '%s' (want file, s3, gs or az)",
-                                    uri);
-            }
-        }
+    switch (scheme) {
+    case STORE_FILE:
+        rc = store_file_open(s, cfg_in, err);
+        break;
+    case STORE_S3:
+        rc = store_s3_open(s, cfg_in, 0, err);
+        break;
+    case STORE_GS:
+        rc = store_gcs_open(s, cfg_in, err);
+        break;
+    case STORE_AZ:
+        rc = store_azure_open(s, cfg_in, err);
+        break;
     }
     if (rc == 0 && (!s->uri || !s->bucket || !s->prefix))
         rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
@@ -187,45 +153,6 @@ const char *store_uri(const store *s)
 void store_cancel(store *s)
 {
     if (s) atomic_store(&s->cancelled, 1);
-}
-
-int store_full_key(const store *s, const char *key, char **out, ty_err *err)
-{
-    *out = NULL;
-    if (!key || !*key) return ty_err_set(err, TY_EINVAL, "storage: empty object key");
-    if (key[0] == '/') return ty_err_set(err, TY_EINVAL, "storage: key '%s' must be relative", key);
-    size_t n = strlen(key);
-    if (n > 900) return ty_err_set(err, TY_EINVAL, "storage: key too long (%zu bytes)", n);
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)key[i] < 0x20 || key[i] == 0x7f || key[i] == '\\')
-            return ty_err_set(err, TY_EINVAL, "storage: key has a control character or backslash");
-    /* Check each segment. */
-    const char *seg = key;
-    for (;;) {
-        const char *e = strchr(seg, '/');
-        size_t l = e ? (size_t)(e - seg) : strlen(seg);
-        if (l == 0 || (l == 1 && seg[0] == '.') || (l == 2 && seg[0] == '.' && seg[1] == '.'))
-            return ty_err_set(err, TY_EINVAL, "storage: key '%s' has an empty, '.' or '..' segment",
-                              key);
-        if (!e) break;
-        seg = e + 1;
-    }
-    if (!ty_utf8_valid(key, n))
-        return ty_err_set(err, TY_EINVAL, "storage: key is not valid UTF-8");
-    size_t pl = strlen(s->prefix);
-    char *f = malloc(pl + n + 1);
-    if (!f) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
-    memcpy(f, s->prefix, pl);
-    memcpy(f + pl, key, n + 1);
-    *out = f;
-    return 0;
-}
-
-const char *store_rel_key(const store *s, const char *full)
-{
-    size_t pl = strlen(s->prefix);
-    if (strncmp(full, s->prefix, pl) != 0) return NULL;
-    return full + pl;
 }
 
 /* --- public operations: validate, then dispatch --- */
@@ -423,27 +350,6 @@ long store_b64_decode(const char *in, unsigned char *out, size_t outsz)
         }
     }
     return (long)n;
-}
-
-char *store_urlencode(const char *in, int keep_slash)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = strlen(in);
-    char *o = malloc(3 * n + 1), *p = o;
-    if (!o) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)in[i];
-        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-            c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
-            *p++ = (char)c;
-        } else {
-            *p++ = '%';
-            *p++ = hex[c >> 4];
-            *p++ = hex[c & 15];
-        }
-    }
-    *p = '\0';
-    return o;
 }
 
 int store_xml_field(const char *xml, const char *tag, size_t *pos, char *out, size_t outsz)

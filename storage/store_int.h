@@ -46,6 +46,12 @@ struct store {
     atomic_int cancelled; /* set by store_cancel */
 };
 
+/* --- URIs and keys (uri.c) --- */
+typedef enum store_scheme { STORE_FILE, STORE_S3, STORE_GS, STORE_AZ } store_scheme;
+/* Splits a root URI into its scheme, bucket (for file://, the directory)
+ * and prefix ("" or ending in '/'); both strings are the caller's. */
+int store_uri_parse(const char *uri, store_scheme *scheme, char **bucket, char **prefix,
+                    ty_err *err);
 /* The full object name for a relative key: prefix + key. Validates key
  * (non-empty, no leading '/', no "." or ".." segments, no empty segments,
  * no control characters). Caller frees. */
