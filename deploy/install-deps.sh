@@ -8,7 +8,7 @@ build_pkgs=(build-essential cmake pkg-config
             libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev
             libssl-dev libopenblas-dev libpcre2-dev libutf8proc-dev)
 test_pkgs=(python3-torch python3-numpy awscli chromium nodejs npm wrk hyperfine
-           valgrind curl sqlite3 procps)
+           valgrind curl sqlite3 procps openssl)
 
 want=("${build_pkgs[@]}")
 [ "${1:-}" = "--build-only" ] || want+=("${test_pkgs[@]}")
