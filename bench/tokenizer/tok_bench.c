@@ -95,8 +95,13 @@ int main(int argc, char **argv)
         bench_job jobs[64];
         pthread_t th[64];
         for (int k = 0; k < threads; k++) {
-            jobs[k] = (bench_job){tok, lines, lens, n_lines * (size_t)k / (size_t)threads,
-                                  n_lines * (size_t)(k + 1) / (size_t)threads, 0, 0};
+            jobs[k] = (bench_job){tok,
+                                  lines,
+                                  lens,
+                                  n_lines * (size_t)k / (size_t)threads,
+                                  n_lines * (size_t)(k + 1) / (size_t)threads,
+                                  0,
+                                  0};
             pthread_create(&th[k], NULL, bench_thread, &jobs[k]);
         }
         for (int k = 0; k < threads; k++) {
@@ -111,7 +116,8 @@ int main(int argc, char **argv)
     } while (elapsed < 2.0);
     printf("{\"bytes\": %zu, \"tokens\": %zu, \"seconds\": %.3f, \"passes\": %d, \"threads\": %d, "
            "\"load_seconds\": %.3f, \"first_pass_mb_per_s\": %.3f, \"mb_per_s\": %.3f}\n",
-           bytes, tokens, elapsed, passes, threads, load_s, (double)len / 1e6 / first, (double)bytes / 1e6 / elapsed);
+           bytes, tokens, elapsed, passes, threads, load_s, (double)len / 1e6 / first,
+           (double)bytes / 1e6 / elapsed);
     free(lines);
     free(lens);
     free(text);

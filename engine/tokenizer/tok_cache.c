@@ -11,13 +11,13 @@
 #include <string.h>
 
 #define SHARDS 64
-#define SLOTS 4096          /* per shard, power of two */
-#define MAX_ENTRIES 2048    /* keeps the load factor at or under 1/2 */
+#define SLOTS 4096       /* per shard, power of two */
+#define MAX_ENTRIES 2048 /* keeps the load factor at or under 1/2 */
 #define ARENA_BYTES (256 * 1024)
 
 typedef struct cache_slot {
-    uint64_t hash;          /* 0: empty */
-    uint32_t off;           /* arena offset of key bytes, then the ids */
+    uint64_t hash; /* 0: empty */
+    uint32_t off;  /* arena offset of key bytes, then the ids */
     uint16_t klen, nids;
 } cache_slot;
 

@@ -24,7 +24,8 @@ static void usage(FILE *f, const char *prog)
             prog);
 }
 
-static int encode_line(const tok_tokenizer *tok, const char *line, size_t len, int add_special, long lineno)
+static int encode_line(const tok_tokenizer *tok, const char *line, size_t len, int add_special,
+                       long lineno)
 {
     int32_t *ids;
     size_t n;
@@ -33,7 +34,8 @@ static int encode_line(const tok_tokenizer *tok, const char *line, size_t len, i
         fprintf(stderr, "tokenize: line %ld: %s\n", lineno, err.msg);
         return 1;
     }
-    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+    for (size_t i = 0; i < n; i++)
+        printf(i ? " %d" : "%d", (int)ids[i]);
     putchar('\n');
     free(ids);
     return 0;
@@ -46,19 +48,24 @@ static int decode_line(const tok_tokenizer *tok, char *line, long lineno)
     if (!ids) return 1;
     char *p = line;
     for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+        while (*p == ' ' || *p == '\t' || *p == '\r')
+            p++;
         if (!*p) break;
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ' ' && *end != '\t' && *end != '\r')) {
+        if (end == p || errno || v < 0 || v > INT32_MAX ||
+            (*end && *end != ' ' && *end != '\t' && *end != '\r')) {
             fprintf(stderr, "tokenize: line %ld: \"%.32s\" is not a token id\n", lineno, p);
             free(ids);
             return 1;
         }
         if (n == cap) {
             int32_t *g = realloc(ids, (cap *= 2) * sizeof *g);
-            if (!g) { free(ids); return 1; }
+            if (!g) {
+                free(ids);
+                return 1;
+            }
             ids = g;
         }
         ids[n++] = (int32_t)v;
@@ -93,11 +100,21 @@ int tokenizer_cli_main(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model = optarg; break;
-        case 's': add_special = 1; break;
-        case 'd': decode = 1; break;
-        case 'h': usage(stdout, prog); return 0;
-        default: usage(stderr, prog); return 2;
+        case 'm':
+            model = optarg;
+            break;
+        case 's':
+            add_special = 1;
+            break;
+        case 'd':
+            decode = 1;
+            break;
+        case 'h':
+            usage(stdout, prog);
+            return 0;
+        default:
+            usage(stderr, prog);
+            return 2;
         }
     }
     if (!model || optind != argc) {
@@ -118,7 +135,8 @@ int tokenizer_cli_main(int argc, char **argv)
     while (status == 0 && (len = getline(&line, &cap, stdin)) >= 0) {
         lineno++;
         if (len > 0 && line[len - 1] == '\n') line[--len] = '\0';
-        status = decode ? decode_line(tok, line, lineno) : encode_line(tok, line, (size_t)len, add_special, lineno);
+        status = decode ? decode_line(tok, line, lineno)
+                        : encode_line(tok, line, (size_t)len, add_special, lineno);
     }
     free(line);
     tok_free(tok);

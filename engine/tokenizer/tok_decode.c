@@ -26,8 +26,10 @@ static int fallback_byte(const char *s, size_t n)
     int v = 0;
     for (int i = 3; i < 5; i++) {
         char ch = s[i];
-        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
-              : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        int d = ch >= '0' && ch <= '9'   ? ch - '0'
+                : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                         : -1;
         if (d < 0) return -1;
         v = v * 16 + d;
     }
@@ -47,7 +49,8 @@ static int dec_bytelevel(tok_spans *a, tok_spans *b)
             uint32_t cp = (unsigned char)s[k];
             if (cl > 1) {
                 cp &= cl == 2 ? 0x1F : cl == 3 ? 0x0F : 0x07;
-                for (size_t j = 1; j < cl; j++) cp = (cp << 6) | ((unsigned char)s[k + j] & 0x3F);
+                for (size_t j = 1; j < cl; j++)
+                    cp = (cp << 6) | ((unsigned char)s[k + j] & 0x3F);
             }
             int byte = tok_cp_to_byte(cp);
             if (byte >= 0) {
@@ -75,7 +78,8 @@ static int dec_replace(const tok_dec *d, tok_spans *a, tok_spans *b)
                 return TY_ENOMEM;
             k = (size_t)(hit - s) + d->pattern_len;
         }
-        if (tok_buf_put(&b->buf, s + k, len - k) || tok_spans_add(b, off, b->buf.len - off)) return TY_ENOMEM;
+        if (tok_buf_put(&b->buf, s + k, len - k) || tok_spans_add(b, off, b->buf.len - off))
+            return TY_ENOMEM;
     }
     return 0;
 }
@@ -97,7 +101,8 @@ static int dec_bytefallback(tok_spans *a, tok_spans *b)
             if (tok_utf8_check(run.p, run.len) == (size_t)-1) {
                 rc = tok_spans_add_text(b, run.p, run.len);
             } else {
-                for (size_t k = 0; k < run.len && !rc; k++) rc = tok_spans_add_text(b, "\xEF\xBF\xBD", 3);
+                for (size_t k = 0; k < run.len && !rc; k++)
+                    rc = tok_spans_add_text(b, "\xEF\xBF\xBD", 3);
             }
             run.len = 0;
         }
@@ -120,9 +125,13 @@ static int dec_strip(const tok_dec *d, tok_spans *a, tok_spans *b)
     for (size_t i = 0; i < a->n; i++) {
         const char *s = a->buf.p + a->v[i].off;
         size_t st = 0, en = a->v[i].len;
-        for (int k = 0; k < d->start && en - st >= d->strip_len && !memcmp(s + st, d->strip, d->strip_len); k++)
+        for (int k = 0;
+             k < d->start && en - st >= d->strip_len && !memcmp(s + st, d->strip, d->strip_len);
+             k++)
             st += d->strip_len;
-        for (int k = 0; k < d->stop && en - st >= d->strip_len && !memcmp(s + en - d->strip_len, d->strip, d->strip_len); k++)
+        for (int k = 0; k < d->stop && en - st >= d->strip_len &&
+                        !memcmp(s + en - d->strip_len, d->strip, d->strip_len);
+             k++)
             en -= d->strip_len;
         if (tok_spans_add_text(b, s + st, en - st)) return TY_ENOMEM;
     }
@@ -152,7 +161,8 @@ static int dec_metaspace(const tok_dec *d, tok_spans *a, tok_spans *b)
     return 0;
 }
 
-int tok_decode(const tok_tokenizer *tok, const int32_t *ids, size_t n, char **text, size_t *len, ty_err *err)
+int tok_decode(const tok_tokenizer *tok, const int32_t *ids, size_t n, char **text, size_t *len,
+               ty_err *err)
 {
     *text = NULL;
     *len = 0;
@@ -162,7 +172,8 @@ int tok_decode(const tok_tokenizer *tok, const int32_t *ids, size_t n, char **te
     for (size_t i = 0; i < n && !rc; i++) {
         const char *s = tok_token_str(tok, ids[i]);
         if (!s) {
-            rc = ty_err_set(err, TY_EINVAL, "id %d (position %zu) is not in the vocabulary (size %d)", (int)ids[i],
+            rc = ty_err_set(err, TY_EINVAL,
+                            "id %d (position %zu) is not in the vocabulary (size %d)", (int)ids[i],
                             i, (int)tok->vocab_size);
             break;
         }
@@ -172,12 +183,24 @@ int tok_decode(const tok_tokenizer *tok, const int32_t *ids, size_t n, char **te
         const tok_dec *d = &tok->decs[k];
         tok_spans_reset(&b);
         switch (d->kind) {
-        case DEC_BYTELEVEL: rc = dec_bytelevel(&a, &b); break;
-        case DEC_REPLACE: rc = dec_replace(d, &a, &b); break;
-        case DEC_BYTEFALLBACK: rc = dec_bytefallback(&a, &b); break;
-        case DEC_FUSE: rc = dec_fuse(&a, &b); break;
-        case DEC_STRIP: rc = dec_strip(d, &a, &b); break;
-        case DEC_METASPACE: rc = dec_metaspace(d, &a, &b); break;
+        case DEC_BYTELEVEL:
+            rc = dec_bytelevel(&a, &b);
+            break;
+        case DEC_REPLACE:
+            rc = dec_replace(d, &a, &b);
+            break;
+        case DEC_BYTEFALLBACK:
+            rc = dec_bytefallback(&a, &b);
+            break;
+        case DEC_FUSE:
+            rc = dec_fuse(&a, &b);
+            break;
+        case DEC_STRIP:
+            rc = dec_strip(d, &a, &b);
+            break;
+        case DEC_METASPACE:
+            rc = dec_metaspace(d, &a, &b);
+            break;
         }
         if (!rc) swap_in(&a, &b);
     }

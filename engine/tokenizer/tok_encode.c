@@ -23,11 +23,11 @@ typedef struct merge_cand {
 typedef struct enc_ctx {
     const tok_tokenizer *t;
     tok_ids out;
-    tok_buf norm, tmp;          /* normalizer input/output */
-    tok_spans a, b;             /* pre-tokenizer piece lists */
-    tok_buf mapped;             /* byte-level spelling of a word */
+    tok_buf norm, tmp; /* normalizer input/output */
+    tok_spans a, b;    /* pre-tokenizer piece lists */
+    tok_buf mapped;    /* byte-level spelling of a word */
     pcre2_match_data *md;
-    pcre2_match_context *mctx;  /* with a large JIT stack, made on demand */
+    pcre2_match_context *mctx; /* with a large JIT stack, made on demand */
     pcre2_jit_stack *jit;
     /* BPE scratch, one slot per symbol of the current word */
     int32_t *sym, *prev, *next;
@@ -48,7 +48,8 @@ static bool cp_is_space(utf8proc_int32_t cp)
 {
     if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D) || cp == 0x85) return true;
     utf8proc_category_t cat = utf8proc_category(cp);
-    return cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP;
+    return cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL ||
+           cat == UTF8PROC_CATEGORY_ZP;
 }
 
 static bool cp_is_word(utf8proc_int32_t cp)
@@ -63,7 +64,8 @@ static bool cp_is_word(utf8proc_int32_t cp)
 static utf8proc_int32_t cp_at(const char *s, size_t len, size_t i, size_t *n)
 {
     utf8proc_int32_t cp;
-    utf8proc_ssize_t r = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
+    utf8proc_ssize_t r =
+        utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
     *n = r > 0 ? (size_t)r : 1;
     return r > 0 ? cp : -1;
 }
@@ -71,7 +73,9 @@ static utf8proc_int32_t cp_at(const char *s, size_t len, size_t i, size_t *n)
 /* Start of the character that ends just before s[i]. */
 static size_t cp_before(const char *s, size_t i)
 {
-    do i--; while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80);
+    do
+        i--;
+    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80);
     return i;
 }
 
@@ -109,7 +113,10 @@ static merge_cand heap_pop(enc_ctx *c)
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
         const merge_cand *best = &last;
-        if (l < n && cand_less(&c->heap[l], best)) { m = l; best = &c->heap[l]; }
+        if (l < n && cand_less(&c->heap[l], best)) {
+            m = l;
+            best = &c->heap[l];
+        }
         if (r < n && cand_less(&c->heap[r], best)) m = r;
         if (m == i) break;
         c->heap[i] = c->heap[m];
@@ -135,7 +142,8 @@ static int sym_reserve(enc_ctx *c, size_t n)
 {
     if (n <= c->sym_cap) return 0;
     size_t cap = c->sym_cap ? c->sym_cap : 64;
-    while (cap < n) cap *= 2;
+    while (cap < n)
+        cap *= 2;
     int32_t *s = realloc(c->sym, cap * sizeof *s), *p, *q;
     if (!s) return oom(c);
     c->sym = s;
@@ -155,7 +163,8 @@ static int initial_symbols(enc_ctx *c, const char *w, size_t len, size_t *n_out)
     size_t n = 0;
     if (sym_reserve(c, len + 1)) return c->err ? c->err->code : TY_ENOMEM;
     if (t->byte_level) {
-        for (size_t i = 0; i < len; i++) c->sym[n++] = t->byte_ids[(unsigned char)w[i]];
+        for (size_t i = 0; i < len; i++)
+            c->sym[n++] = t->byte_ids[(unsigned char)w[i]];
         *n_out = n;
         return 0;
     }
@@ -167,16 +176,20 @@ static int initial_symbols(enc_ctx *c, const char *w, size_t len, size_t *n_out)
             c->sym[n++] = id;
         } else {
             bool bytes_ok = t->byte_fallback;
-            for (size_t k = 0; bytes_ok && k < cl; k++) bytes_ok = t->fallback_ids[(unsigned char)w[i + k]] >= 0;
+            for (size_t k = 0; bytes_ok && k < cl; k++)
+                bytes_ok = t->fallback_ids[(unsigned char)w[i + k]] >= 0;
             if (bytes_ok) {
-                for (size_t k = 0; k < cl; k++) c->sym[n++] = t->fallback_ids[(unsigned char)w[i + k]];
+                for (size_t k = 0; k < cl; k++)
+                    c->sym[n++] = t->fallback_ids[(unsigned char)w[i + k]];
             } else if (t->unk_id >= 0) {
                 if (!(t->fuse_unk && n > 0 && c->sym[n - 1] == t->unk_id)) c->sym[n++] = t->unk_id;
             } else {
                 size_t dummy;
-                return ty_err_set(c->err, TY_EINVAL,
-                                  "character U+%04X is not in the vocabulary and the model has neither "
-                                  "byte_fallback nor unk_token", (unsigned)cp_at(w, len, i, &dummy));
+                return ty_err_set(
+                    c->err, TY_EINVAL,
+                    "character U+%04X is not in the vocabulary and the model has neither "
+                    "byte_fallback nor unk_token",
+                    (unsigned)cp_at(w, len, i, &dummy));
             }
         }
         i += cl;
@@ -253,8 +266,8 @@ static int norm_unicode(enc_ctx *c, utf8proc_option_t opts)
 {
     if (all_ascii(c->norm.p, c->norm.len)) return 0; /* every form leaves ASCII alone */
     utf8proc_uint8_t *dst = NULL;
-    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)c->norm.p, (utf8proc_ssize_t)c->norm.len,
-                                      &dst, opts | UTF8PROC_STABLE);
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)c->norm.p,
+                                      (utf8proc_ssize_t)c->norm.len, &dst, opts | UTF8PROC_STABLE);
     if (r < 0) return ty_err_set(c->err, TY_EINVAL, "normalization failed: %s", utf8proc_errmsg(r));
     c->norm.len = 0;
     int rc = tok_buf_put(&c->norm, dst, (size_t)r);
@@ -269,7 +282,8 @@ static int norm_lowercase(enc_ctx *c)
         size_t n;
         utf8proc_int32_t cp = cp_at(c->norm.p, c->norm.len, i, &n);
         char u[4];
-        if (tok_buf_put(&c->tmp, u, (size_t)tok_utf8_put(u, (uint32_t)utf8proc_tolower(cp)))) return oom(c);
+        if (tok_buf_put(&c->tmp, u, (size_t)tok_utf8_put(u, (uint32_t)utf8proc_tolower(cp))))
+            return oom(c);
         i += n;
     }
     tok_buf t = c->norm;
@@ -290,7 +304,9 @@ static int norm_replace(enc_ctx *c, const tok_norm *nm)
         if (nm->re) {
             int r = pcre2_match(nm->re, (PCRE2_SPTR)s, len, i, PCRE2_NOTEMPTY, c->md, c->mctx);
             if (r == PCRE2_ERROR_NOMATCH) break;
-            if (r < 0) return ty_err_set(c->err, TY_EINTERNAL, "normalizer regex failed (PCRE2 error %d)", r);
+            if (r < 0)
+                return ty_err_set(c->err, TY_EINTERNAL, "normalizer regex failed (PCRE2 error %d)",
+                                  r);
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
             ms = ov[0];
             me = ov[1];
@@ -300,7 +316,9 @@ static int norm_replace(enc_ctx *c, const tok_norm *nm)
             ms = (size_t)(hit - s);
             me = ms + nm->text_len;
         }
-        if (tok_buf_put(&c->tmp, s + i, ms - i) || tok_buf_put(&c->tmp, nm->content, nm->content_len)) return oom(c);
+        if (tok_buf_put(&c->tmp, s + i, ms - i) ||
+            tok_buf_put(&c->tmp, nm->content, nm->content_len))
+            return oom(c);
         i = me;
     }
     if (tok_buf_put(&c->tmp, s + i, len - i)) return oom(c);
@@ -313,7 +331,8 @@ static int norm_replace(enc_ctx *c, const tok_norm *nm)
 static void norm_strip(enc_ctx *c, const tok_norm *nm)
 {
     size_t s = 0, e = c->norm.len, n;
-    while (nm->left && s < e && cp_is_space(cp_at(c->norm.p, e, s, &n))) s += n;
+    while (nm->left && s < e && cp_is_space(cp_at(c->norm.p, e, s, &n)))
+        s += n;
     while (nm->right && e > s) {
         size_t b = cp_before(c->norm.p, e);
         if (!cp_is_space(cp_at(c->norm.p, e, b, &n))) break;
@@ -333,23 +352,38 @@ static int normalize(enc_ctx *c, const char *s, size_t len)
         const tok_norm *nm = &c->t->norms[i];
         int rc = 0;
         switch (nm->kind) {
-        case NORM_NFC: rc = norm_unicode(c, UTF8PROC_COMPOSE); break;
-        case NORM_NFD: rc = norm_unicode(c, UTF8PROC_DECOMPOSE); break;
-        case NORM_NFKC: rc = norm_unicode(c, UTF8PROC_COMPOSE | UTF8PROC_COMPAT); break;
-        case NORM_NFKD: rc = norm_unicode(c, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT); break;
-        case NORM_LOWERCASE: rc = norm_lowercase(c); break;
+        case NORM_NFC:
+            rc = norm_unicode(c, UTF8PROC_COMPOSE);
+            break;
+        case NORM_NFD:
+            rc = norm_unicode(c, UTF8PROC_DECOMPOSE);
+            break;
+        case NORM_NFKC:
+            rc = norm_unicode(c, UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
+            break;
+        case NORM_NFKD:
+            rc = norm_unicode(c, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+            break;
+        case NORM_LOWERCASE:
+            rc = norm_lowercase(c);
+            break;
         case NORM_PREPEND:
             if (c->norm.len) {
                 c->tmp.len = 0;
-                if (tok_buf_put(&c->tmp, nm->text, nm->text_len) || tok_buf_put(&c->tmp, c->norm.p, c->norm.len))
+                if (tok_buf_put(&c->tmp, nm->text, nm->text_len) ||
+                    tok_buf_put(&c->tmp, c->norm.p, c->norm.len))
                     return oom(c);
                 tok_buf t = c->norm;
                 c->norm = c->tmp;
                 c->tmp = t;
             }
             break;
-        case NORM_REPLACE: rc = norm_replace(c, nm); break;
-        case NORM_STRIP: norm_strip(c, nm); break;
+        case NORM_REPLACE:
+            rc = norm_replace(c, nm);
+            break;
+        case NORM_STRIP:
+            norm_strip(c, nm);
+            break;
         }
         if (rc) return rc;
     }
@@ -367,7 +401,11 @@ static int split_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, 
      * (MergedWithNext) or a run of matches (Contiguous). */
     size_t cs = 0, ce = 0, pos = 0;
     bool have = false, cur_is_match = false;
-#define FLUSH() do { if (have && ce > cs && tok_spans_add(out, base + cs, ce - cs)) return oom(c); have = false; } while (0)
+#define FLUSH()                                                                                    \
+    do {                                                                                           \
+        if (have && ce > cs && tok_spans_add(out, base + cs, ce - cs)) return oom(c);              \
+        have = false;                                                                              \
+    } while (0)
     while (pos <= len) {
         size_t ms = len, me = len;
         if (pos < len) {
@@ -386,7 +424,8 @@ static int split_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, 
                 ms = ov[0];
                 me = ov[1];
             } else if (r != PCRE2_ERROR_NOMATCH) {
-                return ty_err_set(c->err, TY_EINTERNAL, "pre-tokenizer regex failed (PCRE2 error %d)", r);
+                return ty_err_set(c->err, TY_EINTERNAL,
+                                  "pre-tokenizer regex failed (PCRE2 error %d)", r);
             }
         }
         /* Two segments: the gap [pos, ms) and the match [ms, me). */
@@ -402,19 +441,37 @@ static int split_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, 
                 if (tok_spans_add(out, base + ss, se - ss)) return oom(c);
                 break;
             case SPLIT_MERGED_PREV:
-                if (is_match && have) { ce = se; break; }
+                if (is_match && have) {
+                    ce = se;
+                    break;
+                }
                 FLUSH();
-                cs = ss; ce = se; have = true;
+                cs = ss;
+                ce = se;
+                have = true;
                 break;
             case SPLIT_MERGED_NEXT:
-                if (!is_match && have && cur_is_match) { ce = se; cur_is_match = false; break; }
+                if (!is_match && have && cur_is_match) {
+                    ce = se;
+                    cur_is_match = false;
+                    break;
+                }
                 FLUSH();
-                cs = ss; ce = se; have = true; cur_is_match = is_match;
+                cs = ss;
+                ce = se;
+                have = true;
+                cur_is_match = is_match;
                 break;
             case SPLIT_CONTIGUOUS:
-                if (is_match && have && cur_is_match) { ce = se; break; }
+                if (is_match && have && cur_is_match) {
+                    ce = se;
+                    break;
+                }
                 FLUSH();
-                cs = ss; ce = se; have = true; cur_is_match = is_match;
+                cs = ss;
+                ce = se;
+                have = true;
+                cur_is_match = is_match;
                 break;
             }
         }
@@ -430,11 +487,13 @@ static int split_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, 
  * prepended as the scheme says unless the piece already starts with one
  * (so " hello" gives "▁hello", as current Hugging Face does), and the piece
  * splits before each replacement. */
-static int metaspace_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, bool first, tok_spans *out)
+static int metaspace_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, bool first,
+                           tok_spans *out)
 {
     c->tmp.len = 0;
     bool prepend = p->prepend == PREPEND_ALWAYS || (p->prepend == PREPEND_FIRST && first);
-    bool starts = len > 0 && (s[0] == ' ' || (len >= p->replacement_len && !memcmp(s, p->replacement, p->replacement_len)));
+    bool starts = len > 0 && (s[0] == ' ' || (len >= p->replacement_len &&
+                                              !memcmp(s, p->replacement, p->replacement_len)));
     if (prepend && !starts && len > 0)
         if (tok_buf_put(&c->tmp, p->replacement, p->replacement_len)) return oom(c);
     for (size_t i = 0; i < len; i++) {
@@ -487,8 +546,10 @@ static int pre_tokenize(enc_ctx *c, bool at_start)
                     src = c->tmp.p;
                     n = c->tmp.len;
                 }
-                if (p->re) rc = split_piece(c, p, src, n, &c->b);
-                else rc = tok_spans_add_text(&c->b, src, n) ? oom(c) : 0;
+                if (p->re)
+                    rc = split_piece(c, p, src, n, &c->b);
+                else
+                    rc = tok_spans_add_text(&c->b, src, n) ? oom(c) : 0;
                 break;
             }
             }
@@ -513,7 +574,9 @@ static int find_added(const tok_tokenizer *t, const char *s, size_t len, size_t 
         if (!t->added_first[(unsigned char)s[i]]) continue;
         for (int k = 0; k < t->n_added; k++) {
             const tok_added *a = &t->added[k];
-            if (a->normalized != normalized || a->len > len - i || memcmp(s + i, a->content, a->len)) continue;
+            if (a->normalized != normalized || a->len > len - i ||
+                memcmp(s + i, a->content, a->len))
+                continue;
             size_t n;
             if (a->single_word) {
                 if (i > 0 && cp_is_word(cp_at(s, len, cp_before(s, i), &n))) continue;
@@ -525,7 +588,8 @@ static int find_added(const tok_tokenizer *t, const char *s, size_t len, size_t 
                 if (!cp_is_space(cp_at(s, len, pb, &n))) break;
                 b = pb;
             }
-            while (a->rstrip && e < len && cp_is_space(cp_at(s, len, e, &n))) e += n;
+            while (a->rstrip && e < len && cp_is_space(cp_at(s, len, e, &n)))
+                e += n;
             *ms = b;
             *me = e;
             return k;
@@ -537,7 +601,8 @@ static int find_added(const tok_tokenizer *t, const char *s, size_t len, size_t 
 static int encode_words(enc_ctx *c, bool at_start)
 {
     int rc = pre_tokenize(c, at_start);
-    for (size_t i = 0; !rc && i < c->a.n; i++) rc = bpe_word(c, c->a.buf.p + c->a.v[i].off, c->a.v[i].len);
+    for (size_t i = 0; !rc && i < c->a.n; i++)
+        rc = bpe_word(c, c->a.buf.p + c->a.v[i].off, c->a.v[i].len);
     return rc;
 }
 
@@ -589,21 +654,23 @@ static int encode_text(enc_ctx *c, const char *s, size_t len)
     }
 }
 
-int tok_encode(const tok_tokenizer *tok, const char *text, size_t len, int add_special, int32_t **ids,
-               size_t *n, ty_err *err)
+int tok_encode(const tok_tokenizer *tok, const char *text, size_t len, int add_special,
+               int32_t **ids, size_t *n, ty_err *err)
 {
     *ids = NULL;
     *n = 0;
     size_t bad = tok_utf8_check(text, len);
     if (bad != (size_t)-1)
-        return ty_err_set(err, TY_EINVAL, "text is not valid UTF-8 (byte offset %zu, byte 0x%02X)", bad,
-                          (unsigned char)text[bad]);
+        return ty_err_set(err, TY_EINVAL, "text is not valid UTF-8 (byte offset %zu, byte 0x%02X)",
+                          bad, (unsigned char)text[bad]);
     enc_ctx c = {.t = tok, .err = err};
     c.md = pcre2_match_data_create(4, NULL);
     int rc = c.md ? 0 : oom(&c);
-    if (!rc && add_special && tok->prefix_id >= 0 && tok_ids_push(&c.out, tok->prefix_id)) rc = oom(&c);
+    if (!rc && add_special && tok->prefix_id >= 0 && tok_ids_push(&c.out, tok->prefix_id))
+        rc = oom(&c);
     if (!rc) rc = encode_text(&c, text, len);
-    if (!rc && add_special && tok->suffix_id >= 0 && tok_ids_push(&c.out, tok->suffix_id)) rc = oom(&c);
+    if (!rc && add_special && tok->suffix_id >= 0 && tok_ids_push(&c.out, tok->suffix_id))
+        rc = oom(&c);
     pcre2_match_data_free(c.md);
     pcre2_match_context_free(c.mctx);
     pcre2_jit_stack_free(c.jit);

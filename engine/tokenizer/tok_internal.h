@@ -55,10 +55,10 @@ int tok_ids_push(tok_ids *a, int32_t id);
 
 /* token string -> id; keys point into strings the tokenizer owns. */
 typedef struct tok_strmap {
-    uint32_t mask;            /* capacity - 1 (power of two) */
+    uint32_t mask; /* capacity - 1 (power of two) */
     const char **key;
     uint32_t *klen;
-    int32_t *val;             /* -1 marks an empty slot */
+    int32_t *val; /* -1 marks an empty slot */
 } tok_strmap;
 
 int tok_strmap_init(tok_strmap *m, size_t expected);
@@ -70,7 +70,7 @@ void tok_strmap_free(tok_strmap *m);
 /* (left id, right id) -> merge rank and merged id. One slot holds all
  * three so a lookup touches one cache line. */
 typedef struct tok_pair_slot {
-    uint64_t key;             /* UINT64_MAX marks an empty slot */
+    uint64_t key; /* UINT64_MAX marks an empty slot */
     int32_t rank;
     int32_t merged;
 } tok_pair_slot;
@@ -108,56 +108,74 @@ void tok_cache_put(tok_cache *c, const char *word, size_t len, const int32_t *id
 /* ---- components ------------------------------------------------------------ */
 
 typedef enum {
-    NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_LOWERCASE,
-    NORM_PREPEND, NORM_REPLACE, NORM_STRIP,
+    NORM_NFC,
+    NORM_NFD,
+    NORM_NFKC,
+    NORM_NFKD,
+    NORM_LOWERCASE,
+    NORM_PREPEND,
+    NORM_REPLACE,
+    NORM_STRIP,
 } tok_norm_kind;
 
 typedef struct tok_norm {
     tok_norm_kind kind;
-    char *text;               /* PREPEND: what; REPLACE: literal pattern */
+    char *text; /* PREPEND: what; REPLACE: literal pattern */
     size_t text_len;
-    pcre2_code *re;           /* REPLACE with a Regex pattern */
-    char *content;            /* REPLACE: the replacement */
+    pcre2_code *re; /* REPLACE with a Regex pattern */
+    char *content;  /* REPLACE: the replacement */
     size_t content_len;
-    bool left, right;         /* STRIP */
+    bool left, right; /* STRIP */
 } tok_norm;
 
 typedef enum {
-    PRE_SPLIT, PRE_BYTELEVEL, PRE_METASPACE, PRE_DIGITS,
+    PRE_SPLIT,
+    PRE_BYTELEVEL,
+    PRE_METASPACE,
+    PRE_DIGITS,
 } tok_pre_kind;
 
 /* How a Split keeps the pieces its pattern matches (HF's names). */
 typedef enum {
-    SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS,
+    SPLIT_REMOVED,
+    SPLIT_ISOLATED,
+    SPLIT_MERGED_PREV,
+    SPLIT_MERGED_NEXT,
+    SPLIT_CONTIGUOUS,
 } tok_split_behavior;
 
 typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } tok_prepend;
 
 typedef struct tok_pre {
     tok_pre_kind kind;
-    pcre2_code *re;           /* SPLIT (literal patterns compiled as literal) and BYTELEVEL */
+    pcre2_code *re; /* SPLIT (literal patterns compiled as literal) and BYTELEVEL */
     tok_split_behavior behavior;
     bool invert;
-    bool add_prefix_space;    /* BYTELEVEL */
-    char replacement[8];      /* METASPACE: one character, UTF-8 */
+    bool add_prefix_space; /* BYTELEVEL */
+    char replacement[8];   /* METASPACE: one character, UTF-8 */
     size_t replacement_len;
-    tok_prepend prepend;      /* METASPACE */
-    bool split;               /* METASPACE */
-    bool individual_digits;   /* DIGITS */
+    tok_prepend prepend;    /* METASPACE */
+    bool split;             /* METASPACE */
+    bool individual_digits; /* DIGITS */
 } tok_pre;
 
 typedef enum {
-    DEC_BYTELEVEL, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP, DEC_METASPACE,
+    DEC_BYTELEVEL,
+    DEC_REPLACE,
+    DEC_BYTEFALLBACK,
+    DEC_FUSE,
+    DEC_STRIP,
+    DEC_METASPACE,
 } tok_dec_kind;
 
 typedef struct tok_dec {
     tok_dec_kind kind;
-    char *pattern, *content;  /* REPLACE (literal) */
+    char *pattern, *content; /* REPLACE (literal) */
     size_t pattern_len, content_len;
-    char strip[8];            /* STRIP: the character; METASPACE: replacement */
+    char strip[8]; /* STRIP: the character; METASPACE: replacement */
     size_t strip_len;
-    int start, stop;          /* STRIP */
-    tok_prepend prepend;      /* METASPACE */
+    int start, stop;     /* STRIP */
+    tok_prepend prepend; /* METASPACE */
 } tok_dec;
 
 typedef struct tok_added {
@@ -173,14 +191,14 @@ struct tok_tokenizer {
     uint32_t *piece_len;
     int32_t vocab_size;
 
-    tok_strmap vocab;         /* the model's vocabulary */
+    tok_strmap vocab; /* the model's vocabulary */
     tok_pairmap merges;
-    int32_t unk_id;           /* -1 when none */
+    int32_t unk_id; /* -1 when none */
     bool byte_fallback, fuse_unk, ignore_merges;
-    int32_t fallback_ids[256];/* ids of <0xNN>, -1 when absent */
+    int32_t fallback_ids[256]; /* ids of <0xNN>, -1 when absent */
 
-    bool byte_level;          /* a ByteLevel pre-tokenizer maps bytes to chars */
-    int32_t byte_ids[256];    /* byte-level: id of the one-character token of each byte */
+    bool byte_level;       /* a ByteLevel pre-tokenizer maps bytes to chars */
+    int32_t byte_ids[256]; /* byte-level: id of the one-character token of each byte */
 
     tok_norm *norms;
     int n_norms;
@@ -190,13 +208,13 @@ struct tok_tokenizer {
     int n_decs;
     bool has_decoder;
 
-    tok_added *added;         /* sorted by length, longest first */
+    tok_added *added; /* sorted by length, longest first */
     int n_added;
-    bool added_first[256];    /* quick reject: first bytes of added tokens */
-    bool any_normalized_added;/* some added token matches normalized text */
+    bool added_first[256];     /* quick reject: first bytes of added tokens */
+    bool any_normalized_added; /* some added token matches normalized text */
     tok_strmap added_map;
 
-    tok_cache *cache;         /* internally locked; NULL disables it */
+    tok_cache *cache; /* internally locked; NULL disables it */
 
     int32_t bos, eos;
     /* what add_special puts around the text (post_processor template, or
@@ -221,8 +239,7 @@ int tok_utf8_lossy(tok_buf *b, const char *s, size_t len);
 
 /* Compiles a pattern in UTF mode with Unicode properties and JIT;
  * err names what for. */
-pcre2_code *tok_regex_compile(const char *pat, size_t len, bool literal,
-                              const char *what, ty_err *err);
-
+pcre2_code *tok_regex_compile(const char *pat, size_t len, bool literal, const char *what,
+                              ty_err *err);
 
 #endif

@@ -29,7 +29,10 @@ static const char *jtype(json_t *o)
 static int jbool(json_t *o, const char *k, bool dflt, bool *out, const char *where, ty_err *err)
 {
     json_t *v = json_object_get(o, k);
-    if (!v || json_is_null(v)) { *out = dflt; return 0; }
+    if (!v || json_is_null(v)) {
+        *out = dflt;
+        return 0;
+    }
     if (!json_is_boolean(v))
         return ty_err_set(err, TY_EINVAL, TJ ": %s.%s must be true or false", where, k);
     *out = json_is_true(v);
@@ -37,7 +40,8 @@ static int jbool(json_t *o, const char *k, bool dflt, bool *out, const char *whe
 }
 
 /* Required string member; *len gets its byte length (strings may hold NUL). */
-static int jstr(json_t *o, const char *k, const char **out, size_t *len, const char *where, ty_err *err)
+static int jstr(json_t *o, const char *k, const char **out, size_t *len, const char *where,
+                ty_err *err)
 {
     json_t *v = json_object_get(o, k);
     if (!json_is_string(v))
@@ -82,9 +86,20 @@ static int jpattern(json_t *o, const char *where, const char **pat, size_t *len,
 {
     json_t *p = json_object_get(o, "pattern");
     json_t *s = json_object_get(p, "String"), *r = json_object_get(p, "Regex");
-    if (json_is_string(s)) { *pat = json_string_value(s); *len = json_string_length(s); *is_regex = false; return 0; }
-    if (json_is_string(r)) { *pat = json_string_value(r); *len = json_string_length(r); *is_regex = true; return 0; }
-    return ty_err_set(err, TY_EINVAL, TJ ": %s.pattern must be {\"String\": ...} or {\"Regex\": ...}", where);
+    if (json_is_string(s)) {
+        *pat = json_string_value(s);
+        *len = json_string_length(s);
+        *is_regex = false;
+        return 0;
+    }
+    if (json_is_string(r)) {
+        *pat = json_string_value(r);
+        *len = json_string_length(r);
+        *is_regex = true;
+        return 0;
+    }
+    return ty_err_set(err, TY_EINVAL,
+                      TJ ": %s.pattern must be {\"String\": ...} or {\"Regex\": ...}", where);
 }
 
 static int parse_prepend_scheme(json_t *o, const char *where, tok_prepend *out, ty_err *err)
@@ -92,10 +107,15 @@ static int parse_prepend_scheme(json_t *o, const char *where, tok_prepend *out, 
     json_t *ps = json_object_get(o, "prepend_scheme");
     if (json_is_string(ps)) {
         const char *s = json_string_value(ps);
-        if (!strcmp(s, "always")) *out = PREPEND_ALWAYS;
-        else if (!strcmp(s, "first")) *out = PREPEND_FIRST;
-        else if (!strcmp(s, "never")) *out = PREPEND_NEVER;
-        else return ty_err_set(err, TY_EINVAL, TJ ": %s.prepend_scheme \"%s\" is not supported", where, s);
+        if (!strcmp(s, "always"))
+            *out = PREPEND_ALWAYS;
+        else if (!strcmp(s, "first"))
+            *out = PREPEND_FIRST;
+        else if (!strcmp(s, "never"))
+            *out = PREPEND_NEVER;
+        else
+            return ty_err_set(err, TY_EINVAL, TJ ": %s.prepend_scheme \"%s\" is not supported",
+                              where, s);
         return 0;
     }
     /* The older form says add_prefix_space instead. */
@@ -127,7 +147,8 @@ static int parse_normalizer(tok_tokenizer *t, json_t *o, const char *where, ty_e
             return ty_err_set(err, TY_EINVAL, TJ ": %s.normalizers must be an array", where);
         size_t i;
         json_t *c;
-        json_array_foreach(list, i, c) {
+        json_array_foreach(list, i, c)
+        {
             char w[96];
             snprintf(w, sizeof w, "%s.normalizers[%zu]", where, i);
             int rc = parse_normalizer(t, c, w, err);
@@ -135,11 +156,16 @@ static int parse_normalizer(tok_tokenizer *t, json_t *o, const char *where, ty_e
         }
         return 0;
     }
-    if (!strcmp(type, "NFC")) n.kind = NORM_NFC;
-    else if (!strcmp(type, "NFD")) n.kind = NORM_NFD;
-    else if (!strcmp(type, "NFKC")) n.kind = NORM_NFKC;
-    else if (!strcmp(type, "NFKD")) n.kind = NORM_NFKD;
-    else if (!strcmp(type, "Lowercase")) n.kind = NORM_LOWERCASE;
+    if (!strcmp(type, "NFC"))
+        n.kind = NORM_NFC;
+    else if (!strcmp(type, "NFD"))
+        n.kind = NORM_NFD;
+    else if (!strcmp(type, "NFKC"))
+        n.kind = NORM_NFKC;
+    else if (!strcmp(type, "NFKD"))
+        n.kind = NORM_NFKD;
+    else if (!strcmp(type, "Lowercase"))
+        n.kind = NORM_LOWERCASE;
     else if (!strcmp(type, "Prepend")) {
         const char *s = NULL;
         size_t len = 0;
@@ -177,8 +203,8 @@ static int parse_normalizer(tok_tokenizer *t, json_t *o, const char *where, ty_e
             jbool(o, "strip_right", true, &n.right, where, err))
             return err ? err->code : TY_EINVAL;
     } else {
-        return ty_err_field(err, TY_EINVAL, where, TJ ": normalizer type \"%s\" (%s) is not supported",
-                            type, where);
+        return ty_err_field(err, TY_EINVAL, where,
+                            TJ ": normalizer type \"%s\" (%s) is not supported", type, where);
     }
     int rc = add_norm(t, &n, err);
     if (rc) {
@@ -211,9 +237,10 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
     const char *type = jtype(o);
     if (!type) return ty_err_set(err, TY_EINVAL, TJ ": %s has no type", where);
     if (t->byte_level)
-        return ty_err_set(err, TY_EINVAL,
-                          TJ ": %s (%s) follows a ByteLevel pre-tokenizer; only ByteLevel last is supported",
-                          where, type);
+        return ty_err_set(
+            err, TY_EINVAL,
+            TJ ": %s (%s) follows a ByteLevel pre-tokenizer; only ByteLevel last is supported",
+            where, type);
     tok_pre p = {0};
     if (!strcmp(type, "Sequence")) {
         json_t *list = json_object_get(o, "pretokenizers");
@@ -221,7 +248,8 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
             return ty_err_set(err, TY_EINVAL, TJ ": %s.pretokenizers must be an array", where);
         size_t i;
         json_t *c;
-        json_array_foreach(list, i, c) {
+        json_array_foreach(list, i, c)
+        {
             char w[96];
             snprintf(w, sizeof w, "%s.pretokenizers[%zu]", where, i);
             int rc = parse_pre_tokenizer(t, c, w, err);
@@ -236,12 +264,19 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
         if (jpattern(o, where, &pat, &plen, &is_regex, err)) return err ? err->code : TY_EINVAL;
         if (jstr(o, "behavior", &beh, NULL, where, err)) return err ? err->code : TY_EINVAL;
         if (jbool(o, "invert", false, &p.invert, where, err)) return err ? err->code : TY_EINVAL;
-        if (!strcmp(beh, "Removed")) p.behavior = SPLIT_REMOVED;
-        else if (!strcmp(beh, "Isolated")) p.behavior = SPLIT_ISOLATED;
-        else if (!strcmp(beh, "MergedWithPrevious")) p.behavior = SPLIT_MERGED_PREV;
-        else if (!strcmp(beh, "MergedWithNext")) p.behavior = SPLIT_MERGED_NEXT;
-        else if (!strcmp(beh, "Contiguous")) p.behavior = SPLIT_CONTIGUOUS;
-        else return ty_err_set(err, TY_EINVAL, TJ ": %s.behavior \"%s\" is not supported", where, beh);
+        if (!strcmp(beh, "Removed"))
+            p.behavior = SPLIT_REMOVED;
+        else if (!strcmp(beh, "Isolated"))
+            p.behavior = SPLIT_ISOLATED;
+        else if (!strcmp(beh, "MergedWithPrevious"))
+            p.behavior = SPLIT_MERGED_PREV;
+        else if (!strcmp(beh, "MergedWithNext"))
+            p.behavior = SPLIT_MERGED_NEXT;
+        else if (!strcmp(beh, "Contiguous"))
+            p.behavior = SPLIT_CONTIGUOUS;
+        else
+            return ty_err_set(err, TY_EINVAL, TJ ": %s.behavior \"%s\" is not supported", where,
+                              beh);
         if (plen == 0) return ty_err_set(err, TY_EINVAL, TJ ": %s.pattern is empty", where);
         p.kind = PRE_SPLIT;
         p.re = tok_regex_compile(pat, plen, !is_regex, where, err);
@@ -260,7 +295,8 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
         t->byte_level = true;
     } else if (!strcmp(type, "Metaspace")) {
         p.kind = PRE_METASPACE;
-        if (jchar(o, "replacement", "\xE2\x96\x81", p.replacement, &p.replacement_len, where, err) ||
+        if (jchar(o, "replacement", "\xE2\x96\x81", p.replacement, &p.replacement_len, where,
+                  err) ||
             parse_prepend_scheme(o, where, &p.prepend, err) ||
             jbool(o, "split", true, &p.split, where, err))
             return err ? err->code : TY_EINVAL;
@@ -273,8 +309,8 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
         if (!p.re) return err ? err->code : TY_EINVAL;
         p.behavior = SPLIT_ISOLATED;
     } else {
-        return ty_err_field(err, TY_EINVAL, where, TJ ": pre-tokenizer type \"%s\" (%s) is not supported",
-                            type, where);
+        return ty_err_field(err, TY_EINVAL, where,
+                            TJ ": pre-tokenizer type \"%s\" (%s) is not supported", type, where);
     }
     int rc = add_pre(t, &p, err);
     if (rc) pcre2_code_free(p.re);
@@ -303,7 +339,8 @@ static int parse_decoder(tok_tokenizer *t, json_t *o, const char *where, ty_err 
             return ty_err_set(err, TY_EINVAL, TJ ": %s.decoders must be an array", where);
         size_t i;
         json_t *c;
-        json_array_foreach(list, i, c) {
+        json_array_foreach(list, i, c)
+        {
             char w[96];
             snprintf(w, sizeof w, "%s.decoders[%zu]", where, i);
             int rc = parse_decoder(t, c, w, err);
@@ -311,16 +348,21 @@ static int parse_decoder(tok_tokenizer *t, json_t *o, const char *where, ty_err 
         }
         return 0;
     }
-    if (!strcmp(type, "ByteLevel")) d.kind = DEC_BYTELEVEL;
-    else if (!strcmp(type, "ByteFallback")) d.kind = DEC_BYTEFALLBACK;
-    else if (!strcmp(type, "Fuse")) d.kind = DEC_FUSE;
+    if (!strcmp(type, "ByteLevel"))
+        d.kind = DEC_BYTELEVEL;
+    else if (!strcmp(type, "ByteFallback"))
+        d.kind = DEC_BYTEFALLBACK;
+    else if (!strcmp(type, "Fuse"))
+        d.kind = DEC_FUSE;
     else if (!strcmp(type, "Replace")) {
         const char *pat = NULL, *content = NULL;
         size_t plen = 0, clen = 0;
         bool is_regex = false;
         if (jpattern(o, where, &pat, &plen, &is_regex, err)) return err ? err->code : TY_EINVAL;
         if (is_regex)
-            return ty_err_set(err, TY_EINVAL, TJ ": %s: a Replace decoder with a Regex pattern is not supported", where);
+            return ty_err_set(err, TY_EINVAL,
+                              TJ ": %s: a Replace decoder with a Regex pattern is not supported",
+                              where);
         if (jstr(o, "content", &content, &clen, where, err)) return err ? err->code : TY_EINVAL;
         if (plen == 0) return ty_err_set(err, TY_EINVAL, TJ ": %s.pattern is empty", where);
         d.kind = DEC_REPLACE;
@@ -336,13 +378,15 @@ static int parse_decoder(tok_tokenizer *t, json_t *o, const char *where, ty_err 
     } else if (!strcmp(type, "Strip")) {
         d.kind = DEC_STRIP;
         json_t *st = json_object_get(o, "start"), *sp = json_object_get(o, "stop");
-        if (jchar(o, "content", " ", d.strip, &d.strip_len, where, err)) return err ? err->code : TY_EINVAL;
+        if (jchar(o, "content", " ", d.strip, &d.strip_len, where, err))
+            return err ? err->code : TY_EINVAL;
         if ((st && !json_is_integer(st)) || (sp && !json_is_integer(sp)))
             return ty_err_set(err, TY_EINVAL, TJ ": %s.start and .stop must be integers", where);
         d.start = st ? (int)json_integer_value(st) : 0;
         d.stop = sp ? (int)json_integer_value(sp) : 0;
         if (d.start < 0 || d.stop < 0)
-            return ty_err_set(err, TY_EINVAL, TJ ": %s.start and .stop must not be negative", where);
+            return ty_err_set(err, TY_EINVAL, TJ ": %s.start and .stop must not be negative",
+                              where);
     } else if (!strcmp(type, "Metaspace")) {
         d.kind = DEC_METASPACE;
         if (jchar(o, "replacement", "\xE2\x96\x81", d.strip, &d.strip_len, where, err) ||
@@ -363,7 +407,8 @@ static int parse_decoder(tok_tokenizer *t, json_t *o, const char *where, ty_err 
 /* ---- model: vocabulary and merges ------------------------------------------------------- */
 
 /* Records the spelling of an id; added tokens overwrite the model's. */
-static int set_piece(tok_tokenizer *t, int32_t id, const char *s, size_t len, bool overwrite, ty_err *err)
+static int set_piece(tok_tokenizer *t, int32_t id, const char *s, size_t len, bool overwrite,
+                     ty_err *err)
 {
     if (t->pieces[id] && !overwrite) return 0;
     char *p = memdup0(s, len);
@@ -382,8 +427,9 @@ static int parse_merge(json_t *m, size_t i, const char **a, size_t *alen, const 
         size_t n = json_string_length(m);
         const char *sp = memchr(s, ' ', n);
         if (!sp || sp == s || sp == s + n - 1 || memchr(sp + 1, ' ', (size_t)(s + n - sp - 1)))
-            return ty_err_field(err, TY_EINVAL, "model.merges",
-                                TJ ": model.merges[%zu] \"%.64s\" is not two tokens separated by one space", i, s);
+            return ty_err_field(
+                err, TY_EINVAL, "model.merges",
+                TJ ": model.merges[%zu] \"%.64s\" is not two tokens separated by one space", i, s);
         *a = s;
         *alen = (size_t)(sp - s);
         *b = sp + 1;
@@ -415,9 +461,10 @@ static int load_merges(tok_tokenizer *t, json_t *merges, ty_err *err)
         if (rc) break;
         int32_t ia = tok_strmap_get(&t->vocab, a, alen), ib = tok_strmap_get(&t->vocab, b, blen);
         if (ia < 0 || ib < 0) {
-            rc = ty_err_field(err, TY_EINVAL, "model.merges",
-                              TJ ": model.merges[%zu] names token \"%.*s\", which is not in the vocabulary",
-                              i, (int)(ia < 0 ? alen : blen), ia < 0 ? a : b);
+            rc = ty_err_field(
+                err, TY_EINVAL, "model.merges",
+                TJ ": model.merges[%zu] names token \"%.*s\", which is not in the vocabulary", i,
+                (int)(ia < 0 ? alen : blen), ia < 0 ? a : b);
             break;
         }
         cat.len = 0;
@@ -427,9 +474,10 @@ static int load_merges(tok_tokenizer *t, json_t *merges, ty_err *err)
         }
         int32_t im = tok_strmap_get(&t->vocab, cat.p, cat.len);
         if (im < 0) {
-            rc = ty_err_field(err, TY_EINVAL, "model.merges",
-                              TJ ": model.merges[%zu] makes token \"%.*s\", which is not in the vocabulary",
-                              i, (int)cat.len, cat.p);
+            rc = ty_err_field(
+                err, TY_EINVAL, "model.merges",
+                TJ ": model.merges[%zu] makes token \"%.*s\", which is not in the vocabulary", i,
+                (int)cat.len, cat.p);
             break;
         }
         tok_pairmap_put(&t->merges, ia, ib, (int32_t)i, im);
@@ -445,16 +493,19 @@ static int max_id(json_t *vocab, json_t *added, int64_t *out, ty_err *err)
     int64_t mx = -1;
     const char *k;
     json_t *v;
-    json_object_foreach(vocab, k, v) {
+    json_object_foreach(vocab, k, v)
+    {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 30))
             return ty_err_field(err, TY_EINVAL, "model.vocab",
                                 TJ ": model.vocab[\"%.64s\"] must be an id in [0, 2^30)", k);
         if (json_integer_value(v) > mx) mx = json_integer_value(v);
     }
     size_t i;
-    json_array_foreach(added, i, v) {
+    json_array_foreach(added, i, v)
+    {
         json_t *id = json_object_get(v, "id");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 30))
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) >= (1 << 30))
             return ty_err_field(err, TY_EINVAL, "added_tokens",
                                 TJ ": added_tokens[%zu].id must be an id in [0, 2^30)", i);
         if (json_integer_value(id) > mx) mx = json_integer_value(id);
@@ -475,8 +526,10 @@ static int parse_model(tok_tokenizer *t, json_t *model, ty_err *err)
     if (strcmp(type, "BPE"))
         return ty_err_field(err, TY_EINVAL, "model.type",
                             TJ ": model.type \"%s\" is not supported (only BPE)", type);
-    if (!json_is_object(vocab)) return ty_err_set(err, TY_EINVAL, TJ ": model.vocab must be an object");
-    if (!json_is_array(merges)) return ty_err_set(err, TY_EINVAL, TJ ": model.merges must be an array");
+    if (!json_is_object(vocab))
+        return ty_err_set(err, TY_EINVAL, TJ ": model.vocab must be an object");
+    if (!json_is_array(merges))
+        return ty_err_set(err, TY_EINVAL, TJ ": model.merges must be an array");
 
     json_t *dropout = json_object_get(model, "dropout");
     if (dropout && !json_is_null(dropout) && json_number_value(dropout) > 0)
@@ -485,17 +538,20 @@ static int parse_model(tok_tokenizer *t, json_t *model, ty_err *err)
     for (int i = 0; i < 2; i++) {
         json_t *v = json_object_get(model, affixes[i]);
         if (json_is_string(v) && json_string_length(v) > 0)
-            return ty_err_field(err, TY_EINVAL, affixes[i], TJ ": model.%s is not supported", affixes[i]);
+            return ty_err_field(err, TY_EINVAL, affixes[i], TJ ": model.%s is not supported",
+                                affixes[i]);
     }
     if (jbool(model, "byte_fallback", false, &t->byte_fallback, "model", err) ||
         jbool(model, "fuse_unk", false, &t->fuse_unk, "model", err) ||
         jbool(model, "ignore_merges", false, &t->ignore_merges, "model", err))
         return err ? err->code : TY_EINVAL;
 
-    if (tok_strmap_init(&t->vocab, json_object_size(vocab))) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    if (tok_strmap_init(&t->vocab, json_object_size(vocab)))
+        return ty_err_set(err, TY_ENOMEM, "out of memory");
     const char *k;
     json_t *v;
-    json_object_foreach(vocab, k, v) {
+    json_object_foreach(vocab, k, v)
+    {
         int32_t id = (int32_t)json_integer_value(v);
         size_t klen = strlen(k);
         int rc = set_piece(t, id, k, klen, false, err);
@@ -513,7 +569,8 @@ static int parse_model(tok_tokenizer *t, json_t *model, ty_err *err)
         t->unk_id = tok_strmap_get(&t->vocab, json_string_value(unk), json_string_length(unk));
         if (t->unk_id < 0)
             return ty_err_field(err, TY_EINVAL, "model.unk_token",
-                                TJ ": model.unk_token \"%s\" is not in the vocabulary", json_string_value(unk));
+                                TJ ": model.unk_token \"%s\" is not in the vocabulary",
+                                json_string_value(unk));
     }
     for (int b = 0; b < 256; b++) {
         char name[8];
@@ -541,7 +598,8 @@ static int parse_added(tok_tokenizer *t, json_t *added, ty_err *err)
     if (!t->added) return ty_err_set(err, TY_ENOMEM, "out of memory");
     size_t i;
     json_t *a;
-    json_array_foreach(added, i, a) {
+    json_array_foreach(added, i, a)
+    {
         char w[48];
         snprintf(w, sizeof w, "added_tokens[%zu]", i);
         const char *content = NULL;
@@ -549,7 +607,8 @@ static int parse_added(tok_tokenizer *t, json_t *added, ty_err *err)
         tok_added *x = &t->added[t->n_added];
         if (jstr(a, "content", &content, &len, w, err)) return err ? err->code : TY_EINVAL;
         if (len == 0) return ty_err_set(err, TY_EINVAL, TJ ": %s.content is empty", w);
-        if (jbool(a, "special", false, &x->special, w, err) || jbool(a, "lstrip", false, &x->lstrip, w, err) ||
+        if (jbool(a, "special", false, &x->special, w, err) ||
+            jbool(a, "lstrip", false, &x->lstrip, w, err) ||
             jbool(a, "rstrip", false, &x->rstrip, w, err) ||
             jbool(a, "normalized", !x->special, &x->normalized, w, err) ||
             jbool(a, "single_word", false, &x->single_word, w, err))
@@ -564,7 +623,8 @@ static int parse_added(tok_tokenizer *t, json_t *added, ty_err *err)
     }
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added_len);
     for (int j = 0; j < t->n_added; j++) {
-        tok_strmap_put(&t->added_map, t->added[j].content, (uint32_t)t->added[j].len, t->added[j].id);
+        tok_strmap_put(&t->added_map, t->added[j].content, (uint32_t)t->added[j].len,
+                       t->added[j].id);
         t->added_first[(unsigned char)t->added[j].content[0]] = true;
         t->any_normalized_added |= t->added[j].normalized;
     }
@@ -579,9 +639,11 @@ static int template_special(json_t *proc, json_t *piece, int32_t *id, ty_err *er
     json_t *st = json_object_get(piece, "SpecialToken");
     if (!st) return 0;
     json_t *name = json_object_get(st, "id");
-    json_t *spec = json_object_get(json_object_get(proc, "special_tokens"), json_string_value(name));
+    json_t *spec =
+        json_object_get(json_object_get(proc, "special_tokens"), json_string_value(name));
     json_t *ids = json_object_get(spec, "ids");
-    if (!json_is_string(name) || json_array_size(ids) != 1 || !json_is_integer(json_array_get(ids, 0)))
+    if (!json_is_string(name) || json_array_size(ids) != 1 ||
+        !json_is_integer(json_array_get(ids, 0)))
         return ty_err_set(err, TY_EINVAL,
                           TJ ": post_processor: special token \"%s\" must map to exactly one id",
                           json_is_string(name) ? json_string_value(name) : "?");
@@ -597,7 +659,8 @@ static int parse_post_processor(tok_tokenizer *t, json_t *o, const char *where, 
         json_t *list = json_object_get(o, "processors");
         size_t i;
         json_t *c;
-        json_array_foreach(list, i, c) {
+        json_array_foreach(list, i, c)
+        {
             int rc = parse_post_processor(t, c, where, err);
             if (rc) return rc;
         }
@@ -607,22 +670,31 @@ static int parse_post_processor(tok_tokenizer *t, json_t *o, const char *where, 
     if (!strcmp(type, "TemplateProcessing")) {
         json_t *single = json_object_get(o, "single");
         size_t n = json_array_size(single);
-        if (!n) return ty_err_set(err, TY_EINVAL, TJ ": %s.single must be a non-empty array", where);
+        if (!n)
+            return ty_err_set(err, TY_EINVAL, TJ ": %s.single must be a non-empty array", where);
         size_t i;
         json_t *piece;
         int32_t id;
-        json_array_foreach(single, i, piece) {
+        json_array_foreach(single, i, piece)
+        {
             bool ok = json_object_get(piece, "SpecialToken") || json_object_get(piece, "Sequence");
-            if (!ok) return ty_err_set(err, TY_EINVAL, TJ ": %s.single[%zu] is neither SpecialToken nor Sequence", where, i);
-            if (json_object_get(piece, "SpecialToken") && i != 0 && i != n - 1)
+            if (!ok)
                 return ty_err_set(err, TY_EINVAL,
-                                  TJ ": %s: special tokens in the middle of the template are not supported", where);
+                                  TJ ": %s.single[%zu] is neither SpecialToken nor Sequence", where,
+                                  i);
+            if (json_object_get(piece, "SpecialToken") && i != 0 && i != n - 1)
+                return ty_err_set(
+                    err, TY_EINVAL,
+                    TJ ": %s: special tokens in the middle of the template are not supported",
+                    where);
         }
         id = -1;
-        if (template_special(o, json_array_get(single, 0), &id, err)) return err ? err->code : TY_EINVAL;
+        if (template_special(o, json_array_get(single, 0), &id, err))
+            return err ? err->code : TY_EINVAL;
         if (id >= 0) t->prefix_id = id;
         id = -1;
-        if (n > 1 && template_special(o, json_array_get(single, n - 1), &id, err)) return err ? err->code : TY_EINVAL;
+        if (n > 1 && template_special(o, json_array_get(single, n - 1), &id, err))
+            return err ? err->code : TY_EINVAL;
         if (id >= 0) t->suffix_id = id;
         return 0;
     }
@@ -634,7 +706,8 @@ static int parse_post_processor(tok_tokenizer *t, json_t *o, const char *where, 
         t->suffix_id = (int32_t)json_integer_value(json_array_get(sep, 1));
         return 0;
     }
-    return ty_err_field(err, TY_EINVAL, where, TJ ": post-processor type \"%s\" is not supported", type);
+    return ty_err_field(err, TY_EINVAL, where, TJ ": post-processor type \"%s\" is not supported",
+                        type);
 }
 
 /* bos_token / eos_token in tokenizer_config.json: a string or an
@@ -645,11 +718,14 @@ static int config_token(tok_tokenizer *t, json_t *cfg, const char *key, int32_t 
     if (json_is_object(v)) v = json_object_get(v, "content");
     if (!v || json_is_null(v)) return 0;
     if (!json_is_string(v))
-        return ty_err_set(err, TY_EINVAL, "tokenizer_config.json: %s must be a string or an object with content", key);
+        return ty_err_set(err, TY_EINVAL,
+                          "tokenizer_config.json: %s must be a string or an object with content",
+                          key);
     int32_t id = tok_token_id(t, json_string_value(v));
     if (id < 0)
-        return ty_err_set(err, TY_EINVAL, "tokenizer_config.json: %s \"%s\" is not a token of this tokenizer",
-                          key, json_string_value(v));
+        return ty_err_set(err, TY_EINVAL,
+                          "tokenizer_config.json: %s \"%s\" is not a token of this tokenizer", key,
+                          json_string_value(v));
     *out = id;
     return 0;
 }
@@ -673,10 +749,13 @@ static int parse_special_config(tok_tokenizer *t, json_t *tcfg, json_t *cfg, ty_
     if (tcfg && (config_token(t, tcfg, "bos_token", &t->bos, err) ||
                  config_token(t, tcfg, "eos_token", &t->eos, err)))
         return err ? err->code : TY_EINVAL;
-    if (cfg && t->bos < 0 && config_id(t, cfg, "bos_token_id", &t->bos, err)) return err ? err->code : TY_EINVAL;
-    if (cfg && t->eos < 0 && config_id(t, cfg, "eos_token_id", &t->eos, err)) return err ? err->code : TY_EINVAL;
+    if (cfg && t->bos < 0 && config_id(t, cfg, "bos_token_id", &t->bos, err))
+        return err ? err->code : TY_EINVAL;
+    if (cfg && t->eos < 0 && config_id(t, cfg, "eos_token_id", &t->eos, err))
+        return err ? err->code : TY_EINVAL;
     /* transformers rebuilds the template from these flags when they are set. */
-    json_t *ab = json_object_get(tcfg, "add_bos_token"), *ae = json_object_get(tcfg, "add_eos_token");
+    json_t *ab = json_object_get(tcfg, "add_bos_token"),
+           *ae = json_object_get(tcfg, "add_eos_token");
     if (json_is_boolean(ab)) t->prefix_id = json_is_true(ab) ? t->bos : -1;
     if (json_is_boolean(ae)) t->suffix_id = json_is_true(ae) ? t->eos : -1;
     return 0;
@@ -689,7 +768,8 @@ static json_t *parse_text(const char *text, const char *name, ty_err *err)
     json_error_t je;
     json_t *root = json_loads(text, JSON_ALLOW_NUL, &je);
     if (!root) {
-        ty_err_set(err, TY_EINVAL, "%s: not valid JSON at line %d column %d: %s", name, je.line, je.column, je.text);
+        ty_err_set(err, TY_EINVAL, "%s: not valid JSON at line %d column %d: %s", name, je.line,
+                   je.column, je.text);
         return NULL;
     }
     if (!json_is_object(root)) {
@@ -739,23 +819,27 @@ static int build(tok_tokenizer *t, json_t *root, json_t *tcfg, json_t *cfg, ty_e
             int n = tok_utf8_put(s, tok_byte_to_cp((unsigned)b));
             t->byte_ids[b] = tok_strmap_get(&t->vocab, s, (size_t)n);
             if (t->byte_ids[b] < 0)
-                return ty_err_set(err, TY_EINVAL,
-                                  TJ ": ByteLevel: the vocabulary has no token for byte 0x%02X (\"%.*s\")", b, n, s);
+                return ty_err_set(
+                    err, TY_EINVAL,
+                    TJ ": ByteLevel: the vocabulary has no token for byte 0x%02X (\"%.*s\")", b, n,
+                    s);
         }
     }
     return 0;
 }
 
-int tok_load_json(tok_tokenizer **out, const char *tokenizer_json, const char *tokenizer_config_json,
-                  const char *config_json, ty_err *err)
+int tok_load_json(tok_tokenizer **out, const char *tokenizer_json,
+                  const char *tokenizer_config_json, const char *config_json, ty_err *err)
 {
     *out = NULL;
     json_t *root = parse_text(tokenizer_json, TJ, err), *tcfg = NULL, *cfg = NULL;
     if (!root) return err ? err->code : TY_EINVAL;
     int rc = 0;
-    if (tokenizer_config_json && !(tcfg = parse_text(tokenizer_config_json, "tokenizer_config.json", err)))
+    if (tokenizer_config_json &&
+        !(tcfg = parse_text(tokenizer_config_json, "tokenizer_config.json", err)))
         rc = err ? err->code : TY_EINVAL;
-    if (!rc && config_json && !(cfg = parse_text(config_json, "config.json", err))) rc = err ? err->code : TY_EINVAL;
+    if (!rc && config_json && !(cfg = parse_text(config_json, "config.json", err)))
+        rc = err ? err->code : TY_EINVAL;
     tok_tokenizer *t = NULL;
     if (!rc) {
         t = calloc(1, sizeof *t);
@@ -774,7 +858,8 @@ int tok_load_json(tok_tokenizer **out, const char *tokenizer_json, const char *t
 }
 
 /* Reads dir/name; a missing optional file leaves *text NULL. */
-static int read_model_file(const char *dir, const char *name, bool required, char **text, ty_err *err)
+static int read_model_file(const char *dir, const char *name, bool required, char **text,
+                           ty_err *err)
 {
     char path[4096];
     size_t len;
@@ -786,7 +871,9 @@ static int read_model_file(const char *dir, const char *name, bool required, cha
         ty_err_clear(err);
         return 0;
     }
-    if (rc == TY_ENOENT) return ty_err_set(err, TY_ENOENT, "%s: no such file (the model directory needs a tokenizer.json)", path);
+    if (rc == TY_ENOENT)
+        return ty_err_set(err, TY_ENOENT,
+                          "%s: no such file (the model directory needs a tokenizer.json)", path);
     return rc;
 }
 
@@ -806,11 +893,26 @@ int tok_load(tok_tokenizer **out, const char *model_dir, ty_err *err)
 
 /* ---- accessors ------------------------------------------------------------------------------ */
 
-int32_t tok_bos(const tok_tokenizer *t) { return t->bos; }
-int32_t tok_eos(const tok_tokenizer *t) { return t->eos; }
-int tok_adds_bos(const tok_tokenizer *t) { return t->prefix_id >= 0; }
-int tok_adds_eos(const tok_tokenizer *t) { return t->suffix_id >= 0; }
-int32_t tok_vocab_size(const tok_tokenizer *t) { return t->vocab_size; }
+int32_t tok_bos(const tok_tokenizer *t)
+{
+    return t->bos;
+}
+int32_t tok_eos(const tok_tokenizer *t)
+{
+    return t->eos;
+}
+int tok_adds_bos(const tok_tokenizer *t)
+{
+    return t->prefix_id >= 0;
+}
+int tok_adds_eos(const tok_tokenizer *t)
+{
+    return t->suffix_id >= 0;
+}
+int32_t tok_vocab_size(const tok_tokenizer *t)
+{
+    return t->vocab_size;
+}
 
 int32_t tok_token_id(const tok_tokenizer *t, const char *token)
 {
@@ -828,7 +930,8 @@ const char *tok_token_str(const tok_tokenizer *t, int32_t id)
 void tok_free(tok_tokenizer *t)
 {
     if (!t) return;
-    for (int32_t i = 0; i < t->vocab_size; i++) free(t->pieces[i]);
+    for (int32_t i = 0; i < t->vocab_size; i++)
+        free(t->pieces[i]);
     free(t->pieces);
     free(t->piece_len);
     if (t->vocab.val)
@@ -842,14 +945,16 @@ void tok_free(tok_tokenizer *t)
         pcre2_code_free(t->norms[i].re);
     }
     free(t->norms);
-    for (int i = 0; i < t->n_pres; i++) pcre2_code_free(t->pres[i].re);
+    for (int i = 0; i < t->n_pres; i++)
+        pcre2_code_free(t->pres[i].re);
     free(t->pres);
     for (int i = 0; i < t->n_decs; i++) {
         free(t->decs[i].pattern);
         free(t->decs[i].content);
     }
     free(t->decs);
-    for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
+    for (int i = 0; i < t->n_added; i++)
+        free(t->added[i].content);
     free(t->added);
     tok_strmap_free(&t->added_map);
     tok_cache_free(t->cache);

@@ -15,7 +15,8 @@ int tok_buf_reserve(tok_buf *b, size_t extra)
 {
     if (b->len + extra + 1 <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1) cap *= 2;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
     char *p = realloc(b->p, cap);
     if (!p) return TY_ENOMEM;
     b->p = p;
@@ -102,7 +103,8 @@ static uint32_t str_hash(const char *s, size_t n)
 static uint32_t pow2_cap(size_t expected)
 {
     uint32_t cap = 16;
-    while (cap < expected * 2 + 1) cap *= 2;
+    while (cap < expected * 2 + 1)
+        cap *= 2;
     return cap;
 }
 
@@ -117,7 +119,8 @@ int tok_strmap_init(tok_strmap *m, size_t expected)
         tok_strmap_free(m);
         return TY_ENOMEM;
     }
-    for (uint32_t i = 0; i < cap; i++) m->val[i] = -1;
+    for (uint32_t i = 0; i < cap; i++)
+        m->val[i] = -1;
     return 0;
 }
 
@@ -170,7 +173,8 @@ int tok_pairmap_init(tok_pairmap *m, size_t expected)
     m->mask = cap - 1;
     m->slot = malloc(cap * sizeof *m->slot);
     if (!m->slot) return TY_ENOMEM;
-    for (uint32_t i = 0; i < cap; i++) m->slot[i].key = UINT64_MAX;
+    for (uint32_t i = 0; i < cap; i++)
+        m->slot[i].key = UINT64_MAX;
     return 0;
 }
 
@@ -244,7 +248,10 @@ int tok_cp_to_byte(uint32_t cp)
 int tok_utf8_put(char *out, uint32_t cp)
 {
     unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x80) {
+        o[0] = (unsigned char)cp;
+        return 1;
+    }
     if (cp < 0x800) {
         o[0] = (unsigned char)(0xC0 | (cp >> 6));
         o[1] = (unsigned char)(0x80 | (cp & 0x3F));
@@ -294,7 +301,10 @@ size_t tok_utf8_check(const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s, *end = p + len;
     while (p < end) {
-        if (*p < 0x80) { p++; continue; }
+        if (*p < 0x80) {
+            p++;
+            continue;
+        }
         size_t n = utf8_valid_seq(p, end);
         if (!n) return (size_t)(p - (const unsigned char *)s);
         p += n;
@@ -321,8 +331,8 @@ int tok_utf8_lossy(tok_buf *b, const char *s, size_t len)
 
 /* ---- regular expressions ----------------------------------------------------------- */
 
-pcre2_code *tok_regex_compile(const char *pat, size_t len, bool literal,
-                              const char *what, ty_err *err)
+pcre2_code *tok_regex_compile(const char *pat, size_t len, bool literal, const char *what,
+                              ty_err *err)
 {
     int ec;
     PCRE2_SIZE eo;

@@ -26,23 +26,22 @@ int tok_load(tok_tokenizer **out, const char *model_dir, ty_err *err);
 /* Same, from the text of a tokenizer.json and optional configs (either may
  * be NULL). Used by tok_load and by tests that build tokenizers in memory. */
 int tok_load_json(tok_tokenizer **out, const char *tokenizer_json,
-                  const char *tokenizer_config_json, const char *config_json,
-                  ty_err *err);
+                  const char *tokenizer_config_json, const char *config_json, ty_err *err);
 
 /* Encodes len bytes of UTF-8 text. Added tokens in the text (special or
  * not) become their ids, as Hugging Face does by default. add_special adds
  * bos and/or eos as the model's configuration asks (tok_adds_bos/eos).
  * Invalid UTF-8 is TY_EINVAL naming the byte offset. *ids is malloc'd and
  * owned by the caller; *n may be 0 (then *ids may still need free()). */
-int tok_encode(const tok_tokenizer *tok, const char *text, size_t len,
-               int add_special, int32_t **ids, size_t *n, ty_err *err);
+int tok_encode(const tok_tokenizer *tok, const char *text, size_t len, int add_special,
+               int32_t **ids, size_t *n, ty_err *err);
 
 /* Decodes ids back to text with the model's decoder chain; special tokens
  * are written as their text. The result is always valid UTF-8 (byte
  * sequences that are not valid UTF-8 become U+FFFD) and NUL-terminated;
  * *text is owned by the caller. An id outside the vocabulary is TY_EINVAL. */
-int tok_decode(const tok_tokenizer *tok, const int32_t *ids, size_t n,
-               char **text, size_t *len, ty_err *err);
+int tok_decode(const tok_tokenizer *tok, const int32_t *ids, size_t n, char **text, size_t *len,
+               ty_err *err);
 
 /* -1 when the model has none. */
 int32_t tok_bos(const tok_tokenizer *tok);

@@ -24,7 +24,8 @@
 static void print_ids(const char *label, const int32_t *ids, size_t n)
 {
     fprintf(stderr, "  %s (%zu):", label, n);
-    for (size_t i = 0; i < n && i < 60; i++) fprintf(stderr, " %d", (int)ids[i]);
+    for (size_t i = 0; i < n && i < 60; i++)
+        fprintf(stderr, " %d", (int)ids[i]);
     fprintf(stderr, n > 60 ? " ...\n" : "\n");
 }
 
@@ -53,7 +54,8 @@ static void *agree_thread(void *arg)
             continue;
         }
         int same = n == json_array_size(want);
-        for (size_t k = 0; same && k < n; k++) same = ids[k] == json_integer_value(json_array_get(want, k));
+        for (size_t k = 0; same && k < n; k++)
+            same = ids[k] == json_integer_value(json_array_get(want, k));
         j->mismatches += !same;
         free(ids);
     }
@@ -83,7 +85,8 @@ int main(int argc, char **argv)
     }
     size_t i, failures = 0, roundtrips = 0;
     json_t *c;
-    json_array_foreach(cases, i, c) {
+    json_array_foreach(cases, i, c)
+    {
         const char *text = json_string_value(json_object_get(c, "text"));
         size_t tlen = json_string_length(json_object_get(c, "text"));
         int add_special = json_is_true(json_object_get(c, "add_special"));
@@ -96,11 +99,13 @@ int main(int argc, char **argv)
             continue;
         }
         int same = n == json_array_size(want);
-        for (size_t k = 0; same && k < n; k++) same = ids[k] == json_integer_value(json_array_get(want, k));
+        for (size_t k = 0; same && k < n; k++)
+            same = ids[k] == json_integer_value(json_array_get(want, k));
         if (!same) {
             fprintf(stderr, "FAIL case %zu: ids differ for text \"%s\"\n", i, text);
             int32_t *w = malloc((json_array_size(want) + 1) * sizeof *w);
-            for (size_t k = 0; k < json_array_size(want); k++) w[k] = (int32_t)json_integer_value(json_array_get(want, k));
+            for (size_t k = 0; k < json_array_size(want); k++)
+                w[k] = (int32_t)json_integer_value(json_array_get(want, k));
             print_ids("reference", w, json_array_size(want));
             print_ids("ours     ", ids, n);
             free(w);
@@ -109,13 +114,14 @@ int main(int argc, char **argv)
         int has_special = 0;
         for (size_t k = 0; k < n; k++) {
             const char *s = tok_token_str(tok, ids[k]);
-            has_special |= (ids[k] == tok_bos(tok) || ids[k] == tok_eos(tok) || (s && s[0] == '<' && strlen(s) > 2 &&
-                            s[strlen(s) - 1] == '>' && strncmp(s, "<0x", 3) != 0));
+            has_special |= (ids[k] == tok_bos(tok) || ids[k] == tok_eos(tok) ||
+                            (s && s[0] == '<' && strlen(s) > 2 && s[strlen(s) - 1] == '>' &&
+                             strncmp(s, "<0x", 3) != 0));
         }
         /* A case may say its text does not come back (NFC changed it). */
         int roundtrip = !json_is_false(json_object_get(c, "roundtrip"));
-        if (roundtrip && (!add_special || tok_adds_bos(tok) == 0) && (specials_roundtrip || !has_special) &&
-            !(metaspace && text[0] == ' ')) {
+        if (roundtrip && (!add_special || tok_adds_bos(tok) == 0) &&
+            (specials_roundtrip || !has_special) && !(metaspace && text[0] == ' ')) {
             char *back;
             size_t blen;
             if (tok_decode(tok, ids, n, &back, &blen, &err)) {
@@ -144,12 +150,13 @@ int main(int argc, char **argv)
     for (int k = 0; k < 4; k++) {
         pthread_join(th[k], NULL);
         if (jobs[k].mismatches) {
-            fprintf(stderr, "FAIL: thread %d: %zu cases differ when encoding concurrently\n", k, jobs[k].mismatches);
+            fprintf(stderr, "FAIL: thread %d: %zu cases differ when encoding concurrently\n", k,
+                    jobs[k].mismatches);
             failures++;
         }
     }
-    printf("%s: %zu cases, %zu round trips, 4 concurrent passes, %zu failures\n", argv[2], json_array_size(cases),
-           roundtrips, failures);
+    printf("%s: %zu cases, %zu round trips, 4 concurrent passes, %zu failures\n", argv[2],
+           json_array_size(cases), roundtrips, failures);
     json_decref(root);
     tok_free(tok);
     return failures ? 1 : 0;

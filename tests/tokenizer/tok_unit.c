@@ -33,10 +33,13 @@ static void check(int ok, const char *fmt, ...)
 static json_t *bpe_json(const char *const *vocab, const char *const *merges)
 {
     json_t *v = json_object(), *m = json_array();
-    for (int i = 0; vocab[i]; i++) json_object_set_new(v, vocab[i], json_integer(i));
-    for (int i = 0; merges && merges[i]; i++) json_array_append_new(m, json_string(merges[i]));
-    return json_pack("{s:s, s:[], s:n, s:n, s:n, s:{s:s, s:o, s:o}}", "version", "1.0", "added_tokens",
-                     "normalizer", "pre_tokenizer", "decoder", "model", "type", "BPE", "vocab", v, "merges", m);
+    for (int i = 0; vocab[i]; i++)
+        json_object_set_new(v, vocab[i], json_integer(i));
+    for (int i = 0; merges && merges[i]; i++)
+        json_array_append_new(m, json_string(merges[i]));
+    return json_pack("{s:s, s:[], s:n, s:n, s:n, s:{s:s, s:o, s:o}}", "version", "1.0",
+                     "added_tokens", "normalizer", "pre_tokenizer", "decoder", "model", "type",
+                     "BPE", "vocab", v, "merges", m);
 }
 
 static tok_tokenizer *load(json_t *root, const char *tcfg, ty_err *err)
@@ -55,13 +58,15 @@ static void expect_load_error(json_t *root, const char *want, const char *what)
 {
     ty_err err;
     tok_tokenizer *t = load(root, NULL, &err);
-    check(!t && err.code == TY_EINVAL && strstr(err.msg, want), "%s: wanted an error naming \"%s\", got %s \"%s\"",
-          what, want, t ? "success" : ty_err_name(err.code), err.msg);
+    check(!t && err.code == TY_EINVAL && strstr(err.msg, want),
+          "%s: wanted an error naming \"%s\", got %s \"%s\"", what, want,
+          t ? "success" : ty_err_name(err.code), err.msg);
     tok_free(t);
 }
 
 /* Encodes text and compares with the expected token spellings. */
-static void expect_tokens(const tok_tokenizer *t, const char *text, const char *const *want, const char *what)
+static void expect_tokens(const tok_tokenizer *t, const char *text, const char *const *want,
+                          const char *what)
 {
     int32_t *ids;
     size_t n;
@@ -71,14 +76,18 @@ static void expect_tokens(const tok_tokenizer *t, const char *text, const char *
         return;
     }
     size_t nw = 0;
-    while (want[nw]) nw++;
+    while (want[nw])
+        nw++;
     int ok = n == nw;
-    for (size_t i = 0; ok && i < n; i++) ok = !strcmp(tok_token_str(t, ids[i]), want[i]);
+    for (size_t i = 0; ok && i < n; i++)
+        ok = !strcmp(tok_token_str(t, ids[i]), want[i]);
     if (!ok) {
         fprintf(stderr, "FAIL: %s: got", what);
-        for (size_t i = 0; i < n; i++) fprintf(stderr, " [%s]", tok_token_str(t, ids[i]));
+        for (size_t i = 0; i < n; i++)
+            fprintf(stderr, " [%s]", tok_token_str(t, ids[i]));
         fprintf(stderr, ", wanted");
-        for (size_t i = 0; i < nw; i++) fprintf(stderr, " [%s]", want[i]);
+        for (size_t i = 0; i < nw; i++)
+            fprintf(stderr, " [%s]", want[i]);
         fprintf(stderr, "\n");
         failures++;
     }
@@ -99,7 +108,8 @@ static void test_bad_inputs(void)
                       "merge naming a missing token");
 
     static const char *const no_result[] = {"b a", NULL};
-    expect_load_error(bpe_json(small_vocab, no_result), "makes token \"ba\"", "merge whose result is missing");
+    expect_load_error(bpe_json(small_vocab, no_result), "makes token \"ba\"",
+                      "merge whose result is missing");
 
     static const char *const malformed[] = {"a - b", NULL};
     expect_load_error(bpe_json(small_vocab, malformed), "not two tokens", "merge with three parts");
@@ -109,8 +119,9 @@ static void test_bad_inputs(void)
     expect_load_error(j, "normalizer type \"BertNormalizer\"", "unsupported normalizer");
 
     j = bpe_json(small_vocab, small_merges);
-    json_object_set_new(j, "pre_tokenizer", json_pack("{s:s, s:[{s:s}]}", "type", "Sequence", "pretokenizers",
-                                                      "type", "Whitespace"));
+    json_object_set_new(
+        j, "pre_tokenizer",
+        json_pack("{s:s, s:[{s:s}]}", "type", "Sequence", "pretokenizers", "type", "Whitespace"));
     expect_load_error(j, "pre-tokenizer type \"Whitespace\"", "unsupported pre-tokenizer");
 
     j = bpe_json(small_vocab, small_merges);
@@ -118,8 +129,9 @@ static void test_bad_inputs(void)
     expect_load_error(j, "decoder type \"WordPiece\"", "unsupported decoder");
 
     j = bpe_json(small_vocab, small_merges);
-    json_object_set_new(j, "pre_tokenizer", json_pack("{s:s, s:{s:s}, s:s}", "type", "Split", "pattern", "Regex",
-                                                      "(unclosed", "behavior", "Isolated"));
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{s:s, s:{s:s}, s:s}", "type", "Split", "pattern", "Regex",
+                                  "(unclosed", "behavior", "Isolated"));
     expect_load_error(j, "regex does not compile", "bad regex");
 
     j = bpe_json(small_vocab, small_merges);
@@ -128,9 +140,11 @@ static void test_bad_inputs(void)
 
     ty_err err;
     tok_tokenizer *t = NULL;
-    check(tok_load_json(&t, "{\"model\": ", NULL, NULL, &err) == TY_EINVAL && strstr(err.msg, "not valid JSON"),
+    check(tok_load_json(&t, "{\"model\": ", NULL, NULL, &err) == TY_EINVAL &&
+              strstr(err.msg, "not valid JSON"),
           "truncated JSON: got \"%s\"", err.msg);
-    check(tok_load(&t, "/nonexistent/model", &err) == TY_ENOENT && strstr(err.msg, "tokenizer.json"),
+    check(tok_load(&t, "/nonexistent/model", &err) == TY_ENOENT &&
+              strstr(err.msg, "tokenizer.json"),
           "missing directory: got \"%s\"", err.msg);
 }
 
@@ -140,11 +154,14 @@ static void test_invalid_utf8(void)
     tok_tokenizer *t = load(bpe_json(small_vocab, small_merges), NULL, &err);
     check(t != NULL, "small tokenizer loads: %s", err.msg);
     if (!t) return;
-    static const struct { const char *s; size_t off; } bad[] = {
-        {"ab\x80", 2},          /* stray continuation byte */
-        {"a\xC3", 1},           /* truncated sequence */
-        {"\xC0\xAF", 0},        /* overlong '/' */
-        {"a\xED\xA0\x80", 1},   /* UTF-16 surrogate */
+    static const struct {
+        const char *s;
+        size_t off;
+    } bad[] = {
+        {"ab\x80", 2},            /* stray continuation byte */
+        {"a\xC3", 1},             /* truncated sequence */
+        {"\xC0\xAF", 0},          /* overlong '/' */
+        {"a\xED\xA0\x80", 1},     /* UTF-16 surrogate */
         {"a\xF5\x80\x80\x80", 1}, /* beyond U+10FFFF */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -171,7 +188,11 @@ static void test_invalid_utf8(void)
  * piece boundaries fall. */
 static void test_split_behaviours(void)
 {
-    static const struct { const char *behavior; int invert; const char *want[4]; } cases[] = {
+    static const struct {
+        const char *behavior;
+        int invert;
+        const char *want[4];
+    } cases[] = {
         {"Isolated", 0, {"a", "-", "a", NULL}},
         {"Removed", 0, {"a", "a", NULL}},
         {"MergedWithPrevious", 0, {"a-", "a", NULL}},
@@ -181,12 +202,14 @@ static void test_split_behaviours(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_t *j = bpe_json(small_vocab, small_merges);
         json_object_set_new(j, "pre_tokenizer",
-                            json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "String", "-",
-                                      "behavior", cases[i].behavior, "invert", cases[i].invert));
+                            json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern",
+                                      "String", "-", "behavior", cases[i].behavior, "invert",
+                                      cases[i].invert));
         ty_err err;
         tok_tokenizer *t = load(j, NULL, &err);
         char what[64];
-        snprintf(what, sizeof what, "Split %s%s", cases[i].behavior, cases[i].invert ? " inverted" : "");
+        snprintf(what, sizeof what, "Split %s%s", cases[i].behavior,
+                 cases[i].invert ? " inverted" : "");
         check(t != NULL, "%s loads: %s", what, err.msg);
         if (t) expect_tokens(t, "a-a", cases[i].want, what);
         tok_free(t);
@@ -204,8 +227,9 @@ static void test_split_behaviours(void)
  * lstrip / rstrip. */
 static void test_normalizer_fallback_added(void)
 {
-    static const char *const vocab[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "\xC3\xA9", "e", "<0xCC>", "<0x81>",
-                                        "x", "<mask>", "\xE2\x96\x81x", NULL};
+    static const char *const vocab[] = {"<unk>",    "<s>",    "</s>",          "\xE2\x96\x81",
+                                        "\xC3\xA9", "e",      "<0xCC>",        "<0x81>",
+                                        "x",        "<mask>", "\xE2\x96\x81x", NULL};
     static const char *const merges[] = {"\xE2\x96\x81 x", NULL};
     json_t *j = bpe_json(vocab, merges);
     json_t *model = json_object_get(j, "model");
@@ -213,20 +237,26 @@ static void test_normalizer_fallback_added(void)
     json_object_set_new(model, "byte_fallback", json_true());
     json_object_set_new(model, "fuse_unk", json_true());
     json_object_set_new(j, "normalizer",
-                        json_pack("{s:s, s:[{s:s}, {s:s, s:s}, {s:s, s:{s:s}, s:s}]}", "type", "Sequence",
-                                  "normalizers", "type", "NFC", "type", "Prepend", "prepend", "\xE2\x96\x81",
-                                  "type", "Replace", "pattern", "String", " ", "content", "\xE2\x96\x81"));
-    json_object_set_new(j, "added_tokens",
-                        json_pack("[{s:i, s:s, s:b, s:b, s:b, s:b}, {s:i, s:s, s:b, s:b, s:b, s:b}]",
-                                  "id", 1, "content", "<s>", "special", 1, "normalized", 0, "lstrip", 0, "rstrip", 0,
-                                  "id", 9, "content", "<mask>", "special", 1, "normalized", 0, "lstrip", 1, "rstrip", 1));
-    json_object_set_new(j, "decoder",
-                        json_pack("{s:s, s:[{s:s, s:{s:s}, s:s}, {s:s}, {s:s}, {s:s, s:s, s:i, s:i}]}", "type",
-                                  "Sequence", "decoders", "type", "Replace", "pattern", "String", "\xE2\x96\x81",
-                                  "content", " ", "type", "ByteFallback", "type", "Fuse", "type", "Strip", "content",
-                                  " ", "start", 1, "stop", 0));
+                        json_pack("{s:s, s:[{s:s}, {s:s, s:s}, {s:s, s:{s:s}, s:s}]}", "type",
+                                  "Sequence", "normalizers", "type", "NFC", "type", "Prepend",
+                                  "prepend", "\xE2\x96\x81", "type", "Replace", "pattern", "String",
+                                  " ", "content", "\xE2\x96\x81"));
+    json_object_set_new(
+        j, "added_tokens",
+        json_pack("[{s:i, s:s, s:b, s:b, s:b, s:b}, {s:i, s:s, s:b, s:b, s:b, s:b}]", "id", 1,
+                  "content", "<s>", "special", 1, "normalized", 0, "lstrip", 0, "rstrip", 0, "id",
+                  9, "content", "<mask>", "special", 1, "normalized", 0, "lstrip", 1, "rstrip", 1));
+    json_object_set_new(
+        j, "decoder",
+        json_pack("{s:s, s:[{s:s, s:{s:s}, s:s}, {s:s}, {s:s}, {s:s, s:s, s:i, s:i}]}", "type",
+                  "Sequence", "decoders", "type", "Replace", "pattern", "String", "\xE2\x96\x81",
+                  "content", " ", "type", "ByteFallback", "type", "Fuse", "type", "Strip",
+                  "content", " ", "start", 1, "stop", 0));
     ty_err err;
-    tok_tokenizer *t = load(j, "{\"bos_token\": \"<s>\", \"eos_token\": {\"content\": \"</s>\"}, \"add_bos_token\": true}", &err);
+    tok_tokenizer *t = load(
+        j,
+        "{\"bos_token\": \"<s>\", \"eos_token\": {\"content\": \"</s>\"}, \"add_bos_token\": true}",
+        &err);
     check(t != NULL, "sentencepiece-style tokenizer loads: %s", err.msg);
     if (!t) return;
     /* "e" + combining acute composes to é (in the vocabulary). */
@@ -273,14 +303,21 @@ static void test_byte_level(void)
         static int next = 256;
         int cp = printable ? b : next++;
         char s[4];
-        if (cp < 0x80) { s[0] = (char)cp; s[1] = 0; }
-        else { s[0] = (char)(0xC0 | (cp >> 6)); s[1] = (char)(0x80 | (cp & 0x3F)); s[2] = 0; }
+        if (cp < 0x80) {
+            s[0] = (char)cp;
+            s[1] = 0;
+        } else {
+            s[0] = (char)(0xC0 | (cp >> 6));
+            s[1] = (char)(0x80 | (cp & 0x3F));
+            s[2] = 0;
+        }
         json_object_set_new(v, s, json_integer(b));
     }
     json_object_set_new(v, "\xC4\xA0h", json_integer(256)); /* "Ġh" */
-    json_t *j = json_pack("{s:[], s:{s:s, s:b}, s:{s:s}, s:{s:s, s:o, s:[s]}}", "added_tokens", "pre_tokenizer",
-                          "type", "ByteLevel", "add_prefix_space", 1, "decoder", "type", "ByteLevel", "model", "type",
-                          "BPE", "vocab", v, "merges", "\xC4\xA0 h");
+    json_t *j =
+        json_pack("{s:[], s:{s:s, s:b}, s:{s:s}, s:{s:s, s:o, s:[s]}}", "added_tokens",
+                  "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 1, "decoder", "type",
+                  "ByteLevel", "model", "type", "BPE", "vocab", v, "merges", "\xC4\xA0 h");
     ty_err err;
     tok_tokenizer *t = load(j, NULL, &err);
     check(t != NULL, "byte-level tokenizer loads: %s", err.msg);
@@ -310,20 +347,28 @@ static void test_byte_level(void)
  * the first token's "▁". ignore_merges lets whole words map to the vocab. */
 static void test_metaspace(void)
 {
-    static const char *const vocab[] = {"<unk>", "\xE2\x96\x81Hey", "\xE2\x96\x81", "\xE2\x96\x81" "friend!", NULL};
+    static const char *const vocab[] = {"<unk>", "\xE2\x96\x81Hey", "\xE2\x96\x81",
+                                        "\xE2\x96\x81"
+                                        "friend!",
+                                        NULL};
     json_t *j = bpe_json(vocab, NULL);
     json_t *model = json_object_get(j, "model");
     json_object_set_new(model, "unk_token", json_string("<unk>"));
     json_object_set_new(model, "ignore_merges", json_true());
-    json_object_set_new(j, "pre_tokenizer", json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement",
-                                                      "\xE2\x96\x81", "prepend_scheme", "always", "split", 1));
-    json_object_set_new(j, "decoder", json_pack("{s:s, s:s, s:s}", "type", "Metaspace", "replacement",
-                                                "\xE2\x96\x81", "prepend_scheme", "always"));
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement",
+                                  "\xE2\x96\x81", "prepend_scheme", "always", "split", 1));
+    json_object_set_new(j, "decoder",
+                        json_pack("{s:s, s:s, s:s}", "type", "Metaspace", "replacement",
+                                  "\xE2\x96\x81", "prepend_scheme", "always"));
     ty_err err;
     tok_tokenizer *t = load(j, NULL, &err);
     check(t != NULL, "metaspace tokenizer loads: %s", err.msg);
     if (!t) return;
-    static const char *const runs[] = {"\xE2\x96\x81Hey", "\xE2\x96\x81", "\xE2\x96\x81", "\xE2\x96\x81" "friend!", NULL};
+    static const char *const runs[] = {"\xE2\x96\x81Hey", "\xE2\x96\x81", "\xE2\x96\x81",
+                                       "\xE2\x96\x81"
+                                       "friend!",
+                                       NULL};
     expect_tokens(t, "Hey   friend!", runs, "Metaspace split before each space");
     static const char *const lead[] = {"\xE2\x96\x81Hey", NULL};
     expect_tokens(t, " Hey", lead, "Metaspace does not prepend to a leading space");
@@ -358,7 +403,8 @@ static void test_cache(void)
             int r = tok_cache_get(cache, w, (size_t)n, &out);
             if (r == 1) {
                 hits++;
-                if (out.n != (size_t)(1 + i % 3) || memcmp(out.v, ids, out.n * sizeof *ids)) wrong++;
+                if (out.n != (size_t)(1 + i % 3) || memcmp(out.v, ids, out.n * sizeof *ids))
+                    wrong++;
             } else if (r == 0 && !pass) {
                 tok_cache_put(cache, w, (size_t)n, ids, (size_t)(1 + i % 3));
             }
@@ -370,7 +416,8 @@ static void test_cache(void)
     int32_t one = 5;
     tok_cache_put(cache, long_word, sizeof long_word, &one, 1);
     out.n = 0;
-    check(tok_cache_get(cache, long_word, sizeof long_word, &out) == 0, "over-long words are not cached");
+    check(tok_cache_get(cache, long_word, sizeof long_word, &out) == 0,
+          "over-long words are not cached");
     check(wrong == 0 && hits > 0, "cache: %zu hits, %zu with wrong ids", hits, wrong);
     free(out.v);
     tok_cache_free(cache);
@@ -385,7 +432,9 @@ int main(void)
     test_byte_level();
     test_metaspace();
     test_cache();
-    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-    else printf("tokenizer unit tests passed\n");
+    if (failures)
+        fprintf(stderr, "%d check(s) failed\n", failures);
+    else
+        printf("tokenizer unit tests passed\n");
     return failures > 100 ? 100 : failures;
 }
