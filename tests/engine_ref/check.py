@@ -293,7 +293,9 @@ def case_resume(engine, keep):
     try:
         # More examples than one step, so the data cursor and the per-epoch
         # shuffle state must survive the restart too.
-        spec, spec_path = build_case(tmp, "llama_gqa", n_examples=3 * BATCH * ACCUM + 1, steps=20)
+        # every_steps 7: the straight run also leaves periodic checkpoints.
+        spec, spec_path = build_case(tmp, "llama_gqa", n_examples=3 * BATCH * ACCUM + 1, steps=20,
+                                     every_steps=7)
         rc, ev_a, err = run_engine(engine, spec_path, os.path.join(tmp, "straight"))
         expect_success(rc, ev_a, err, "straight run")
         straight = {m["step"]: m["loss"] for m in metrics_of(ev_a)}
@@ -343,6 +345,20 @@ def case_resume(engine, keep):
         if diffs:
             fail("resumed losses are not bit-identical: " + "; ".join(diffs))
         print(f"resume_exact: steps 1..{stop} + resume {stop + 1}..20 identical to 20 straight")
+
+        # The same from a periodic checkpoint of the straight run, resumed
+        # into a fresh work directory.
+        periodic = os.path.join(tmp, "straight", "checkpoints", "step-000014")
+        if not os.path.exists(os.path.join(periodic, "MANIFEST.json")):
+            fail(f"checkpoint.every_steps 7 left no committed {periodic}")
+        rc, ev_d, err = run_engine(engine, spec_path, os.path.join(tmp, "fresh"), resume=periodic)
+        expect_success(rc, ev_d, err, "run resumed from the periodic checkpoint")
+        third = {m["step"]: m["loss"] for m in metrics_of(ev_d)}
+        if third != {k: straight[k] for k in range(15, 21)}:
+            fail(f"resumed from step 14: losses {third} differ from the straight run's "
+                 f"{ {k: straight[k] for k in range(15, 21)} }")
+        print("resume_exact: resuming the periodic step-14 checkpoint in a fresh workdir gives "
+              "steps 15..20 bit-identical too")
     finally:
         if keep:
             print(f"kept {tmp}")
