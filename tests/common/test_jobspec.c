@@ -132,6 +132,17 @@ static void test_model_init(void)
     CHECK(json_integer_value(json_object_get(s.model_init, "hidden_size")) == 64, "init content");
     CHECK(s.method == METHOD_QLORA && s.lora_r == 4 && s.n_targets == 1 && s.seed == 0, "qlora");
     CHECK(strcmp(s.train, "file:///d/t.jsonl") == 0, "file URI kept verbatim");
+    json_t *j1 = jobspec_to_json(&s);
+    jobspec s2;
+    rc = jobspec_parse(j1, &s2, &e);
+    CHECK(rc == 0, "model.init round trip rejected: %s", e.msg);
+    if (rc == 0) {
+        json_t *j2 = jobspec_to_json(&s2);
+        CHECK(json_equal(j1, j2) && json_equal(s.model_init, s2.model_init), "model.init round trip differs");
+        json_decref(j2);
+        jobspec_free(&s2);
+    }
+    json_decref(j1);
     jobspec_free(&s);
 }
 

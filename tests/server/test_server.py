@@ -531,6 +531,15 @@ def test_cli():
     r = cli(srv, "submit", badp)
     check(r.returncode == 6 and "hyperparameters.max_steps" in r.stderr, "invalid spec: rejected (6): %r" % r.stderr)
     check(cli("http://127.0.0.1:%d" % free_port(), "jobs").returncode == 5, "no server: cannot connect (5)")
+    r1 = cli(srv, "submit", path, "--idempotency-key", "cli-k")
+    r2 = cli(srv, "submit", path, "--idempotency-key", "cli-k")
+    check(r1.returncode == 0 and r2.returncode == 0 and r1.stdout == r2.stdout, "idempotent CLI retry: %r %r" %
+          (r1.stdout, r2.stdout))
+    other = os.path.join(srv.tmp, "other.json")
+    with open(other, "w") as f:
+        json.dump(spec(model, train, max_steps=13), f)
+    check(cli(srv, "submit", other, "--idempotency-key", "cli-k").returncode == 4,
+          "same key, other body: conflict (4)")
 
     # pause / resume / cancel through the CLI, and watch's exit for a cancelled job
     slow = model_dir(srv.tmp, {"step_ms": 40}, "slow")
