@@ -17,6 +17,7 @@
 struct db {
     sqlite3 *h;
     sqlite3_stmt *ins_event; /* prepared once: the hot path of event ingestion */
+    sqlite3_stmt *max_seq;
 };
 
 /* ---- states ---------------------------------------------------------------- */
@@ -248,6 +249,7 @@ void db_close(db *d)
 {
     if (!d) return;
     sqlite3_finalize(d->ins_event);
+    sqlite3_finalize(d->max_seq);
     sqlite3_close(d->h);
     free(d);
 }
@@ -267,42 +269,64 @@ void db_events_free(db_event *evs, int n)
     free(evs);
 }
 
-/* Inserts one event inside the caller's transaction. The per-job seq is
- * max+1 through the UNIQUE(job_id, seq) index: one B-tree probe (`=`, not
- * `IS`, so the index is used). An event of no job gets seq 1. */
-static int insert_event(db *d, int64_t job_id, int64_t ts, const char *type,
-                        const char *data, db_event *out, ty_err *err)
+/* The next per-job sequence number: max+1 through the UNIQUE(job_id, seq)
+ * index, one B-tree probe (`=`, so the index is used). No job: seq 1. */
+static int next_seq(db *d, int64_t job_id, int64_t *seq, ty_err *err)
 {
-    static const char *sql =
-        "INSERT INTO job_events(job_id, seq, type, data, ts_ms) VALUES (?1,"
-        " (SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?1),"
-        " ?2, ?3, ?4) RETURNING id, seq";
-    if (!d->ins_event && prep(d, sql, &d->ins_event, err)) return TY_EIO;
+    *seq = 1;
+    if (job_id <= 0) return 0;
+    if (!d->max_seq &&
+        prep(d, "SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?", &d->max_seq,
+             err))
+        return TY_EIO;
+    sqlite3_reset(d->max_seq);
+    sqlite3_bind_int64(d->max_seq, 1, job_id);
+    if (sqlite3_step(d->max_seq) != SQLITE_ROW) {
+        sqlite3_reset(d->max_seq);
+        return sql_err(d, err, "next event seq");
+    }
+    *seq = sqlite3_column_int64(d->max_seq, 0);
+    sqlite3_reset(d->max_seq);
+    return 0;
+}
+
+/* Inserts one event with a known seq inside the caller's transaction. */
+static int insert_event_seq(db *d, int64_t job_id, int64_t seq, int64_t ts, const char *type,
+                            const char *data, db_event *out, ty_err *err)
+{
+    if (!d->ins_event &&
+        prep(d, "INSERT INTO job_events(job_id, seq, type, data, ts_ms) VALUES (?,?,?,?,?)",
+             &d->ins_event, err))
+        return TY_EIO;
     sqlite3_stmt *st = d->ins_event;
     sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
     if (job_id > 0) sqlite3_bind_int64(st, 1, job_id);
     else sqlite3_bind_null(st, 1);
-    sqlite3_bind_text(st, 2, type, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, data, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 4, ts);
+    sqlite3_bind_int64(st, 2, seq);
+    sqlite3_bind_text(st, 3, type, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, data, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, ts);
     int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        sqlite3_reset(st);
-        return sql_err(d, err, "insert event");
-    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) return sql_err(d, err, "insert event");
     if (out) {
         memset(out, 0, sizeof *out);
-        out->id = sqlite3_column_int64(st, 0);
-        out->seq = sqlite3_column_int64(st, 1);
+        out->id = sqlite3_last_insert_rowid(d->h);
+        out->seq = seq;
         out->job_id = job_id;
         out->ts_ms = ts;
         snprintf(out->type, sizeof out->type, "%s", type);
         out->data = strdup(data);
     }
-    sqlite3_step(st);
-    sqlite3_reset(st);
     return 0;
+}
+
+static int insert_event(db *d, int64_t job_id, int64_t ts, const char *type, const char *data,
+                        db_event *out, ty_err *err)
+{
+    int64_t seq;
+    if (next_seq(d, job_id, &seq, err)) return TY_EIO;
+    return insert_event_seq(d, job_id, seq, ts, type, data, out, err);
 }
 
 /* ---- jobs ---------------------------------------------------------------------- */
@@ -799,17 +823,38 @@ int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err 
     if (n <= 0) return 0;
     if (out) memset(out, 0, sizeof *out * (size_t)n);
     if (begin(d, err)) return TY_EIO;
+    /* Per-job next seq, looked up once per job per batch. */
+    struct {
+        int64_t job_id, next;
+    } seqs[64];
+    int nseqs = 0;
     for (int i = 0; i < n; i++) {
-        if (insert_event(d, in[i].job_id, in[i].ts_ms, in[i].type, in[i].data,
-                         out ? &out[i] : NULL, err)) {
+        int64_t seq = 1;
+        int k = 0;
+        while (k < nseqs && seqs[k].job_id != in[i].job_id) k++;
+        if (k < nseqs) {
+            seq = seqs[k].next;
+        } else {
+            if (next_seq(d, in[i].job_id, &seq, err)) goto fail;
+            if (nseqs < 64) {
+                seqs[nseqs].job_id = in[i].job_id;
+                k = nseqs++;
+            } else {
+                k = -1; /* more jobs than slots: look up each time */
+            }
+        }
+        if (insert_event_seq(d, in[i].job_id, seq, in[i].ts_ms, in[i].type, in[i].data,
+                             out ? &out[i] : NULL, err)) {
             /* An event of a job deleted meanwhile (a late GPU sample) is
              * skipped, not allowed to sink the whole batch. */
             if (sqlite3_extended_errcode(d->h) == SQLITE_CONSTRAINT_FOREIGNKEY) {
                 ty_err_clear(err);
+                if (k >= 0) seqs[k].next = seq;
                 continue;
             }
             goto fail;
         }
+        if (k >= 0) seqs[k].next = seq + 1;
     }
     if (update_summaries(d, in, n, err) || commit(d, err)) goto fail;
     return 0;

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -370,6 +371,23 @@ static int spawn_rank(sched *x, run *r, int rank, const char *jobdir, const char
     return 0;
 }
 
+/* Writes path via a temporary file and rename, so an engine never reads a
+ * half-written spec. */
+static int write_spec(const char *path, const char *text, ty_err *err)
+{
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "we");
+    if (!f) return ty_err_set(err, TY_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    bool ok = fputs(text, f) >= 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return ty_err_set(err, TY_EIO, "cannot write %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
 /* Starts job id on the resources picked by the caller (x->mu held). */
 static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
 {
@@ -428,7 +446,9 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
     {
         char specpath[PATH_MAX + 16];
         snprintf(specpath, sizeof specpath, "%s/spec.json", jobdir);
-        if (ty_write_file_atomic(specpath, j.spec, strlen(j.spec), &err)) goto fail;
+        /* No fsync: the database is the record and the file is rewritten
+         * at every start, so a crash costs nothing but dispatch latency. */
+        if (write_spec(specpath, j.spec, &err)) goto fail;
     }
     logfd = open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
