@@ -227,6 +227,21 @@ def diagnose(spec, got, ref, order):
           "AdamW update (decay groups, bias correction) disagree")
 
 
+def check_metric_fields(name, metrics):
+    """DESIGN §5's metric fields: a growing token count, a positive rate and
+    memory figure on every event."""
+    last = 0
+    for m in metrics:
+        missing = [k for k in ("step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s",
+                               "mem_bytes") if k not in m]
+        if missing:
+            fail(f"{name}: metric event {m} lacks {missing}")
+        if not (isinstance(m["tokens"], int) and m["tokens"] > last and m["tokens_per_s"] > 0
+                and isinstance(m["mem_bytes"], int) and m["mem_bytes"] > 0):
+            fail(f"{name}: metric event {m}: tokens must grow, tokens_per_s and mem_bytes be > 0")
+        last = m["tokens"]
+
+
 def check_export(name, spec, export_dir, final):
     """The exported HF directory holds the trained weights: same names (up to
     GPT-2's optional `transformer.` prefix), same HF layouts, values equal to
@@ -290,8 +305,12 @@ def case_compare(engine, name, keep):
         if not started:
             fail(f"{name}: no started event")
         n_params = sum(t.numel() for t in torchref.load_model(spec["model"]["path"])[1].values())
-        if started[0].get("params") != n_params:
-            fail(f"{name}: started.params {started[0].get('params')} but the model has {n_params}")
+        st = started[0]
+        if (st.get("params"), st.get("trainable"), st.get("world"), st.get("backend")) != \
+                (n_params, n_params, 1, "cpu"):
+            fail(f"{name}: started event {st}; wanted params = trainable = {n_params} (full "
+                 "fine-tuning), world 1, backend cpu")
+        check_metric_fields(name, metrics_of(events))
         final = {}
         compare(name, spec, metrics_of(events),
                 torchref.engine_order if shuffled else torchref.identity_order, final,
