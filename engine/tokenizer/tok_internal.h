@@ -78,6 +78,11 @@ typedef struct tok_pair_slot {
 typedef struct tok_pairmap {
     uint32_t mask;
     tok_pair_slot *slot;
+    /* One bit per hash value (a filter small enough for the CPU cache):
+     * most pairs BPE asks about are not merges, and a clear bit answers
+     * that without touching the large slot table. */
+    uint64_t *filter;
+    uint32_t filter_mask;
 } tok_pairmap;
 
 int tok_pairmap_init(tok_pairmap *m, size_t expected);

@@ -172,7 +172,16 @@ int tok_pairmap_init(tok_pairmap *m, size_t expected)
     uint32_t cap = pow2_cap(expected);
     m->mask = cap - 1;
     m->slot = malloc(cap * sizeof *m->slot);
-    if (!m->slot) return TY_ENOMEM;
+    /* 8 bits per expected merge keeps false positives near 12 %. */
+    uint32_t bits = 1u << 16;
+    while (bits < expected * 8 && bits < (1u << 28))
+        bits <<= 1;
+    m->filter_mask = bits - 1;
+    m->filter = calloc(bits / 64, sizeof *m->filter);
+    if (!m->slot || !m->filter) {
+        tok_pairmap_free(m);
+        return TY_ENOMEM;
+    }
     for (uint32_t i = 0; i < cap; i++)
         m->slot[i].key = UINT64_MAX;
     return 0;
@@ -191,6 +200,8 @@ int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t 
         i = (i + 1) & m->mask;
     }
     m->slot[i] = (tok_pair_slot){k, rank, merged};
+    uint32_t f = (pair_hash(k) >> 7) & m->filter_mask;
+    m->filter[f / 64] |= 1ull << (f % 64);
     return 1;
 }
 
@@ -198,7 +209,9 @@ int32_t tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *mer
 {
     if (!m->slot) return -1;
     uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    uint32_t i = pair_hash(k) & m->mask;
+    uint32_t h = pair_hash(k), f = (h >> 7) & m->filter_mask;
+    if (!(m->filter[f / 64] & (1ull << (f % 64)))) return -1;
+    uint32_t i = h & m->mask;
     while (m->slot[i].key != UINT64_MAX) {
         if (m->slot[i].key == k) {
             *merged = m->slot[i].merged;
@@ -212,6 +225,7 @@ int32_t tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *mer
 void tok_pairmap_free(tok_pairmap *m)
 {
     free(m->slot);
+    free(m->filter);
     memset(m, 0, sizeof *m);
 }
 
