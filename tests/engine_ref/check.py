@@ -192,7 +192,7 @@ def compare(name, spec, got, order=torchref.identity_order, final=None, got_eval
         if "grad_norm" not in m or rel(m["grad_norm"], r["grad_norm"]) > REL_TOL:
             bad.append(f"step {r['step']}: grad_norm {m.get('grad_norm')!r} vs torch {r['grad_norm']!r}")
         if "lr" not in m or abs(m["lr"] - r["lr"]) > 1e-6 * hp_lr(spec) + 1e-12:
-            bad.append(f"step {r['step']}: lr {m['lr']!r} vs torch {r['lr']!r}")
+            bad.append(f"step {r['step']}: lr {m.get('lr')!r} vs torch {r['lr']!r}")
     if len(got) != len(ref):
         bad.append(f"{len(got)} metric events for {len(ref)} steps")
     got_evals = {e["step"]: e["loss"] for e in got_evals or []}
