@@ -132,6 +132,8 @@ int data_load_tokens(const char *path, int vocab, dataset *d, ty_err *err)
 void data_free(dataset *d)
 {
     if (!d) return;
+    if (d->text && d->owns_text) d->ops->free(d->text);
+    free(d->map);
     free(d->off);
     free(d->tok);
     free(d->lab);
@@ -169,6 +171,20 @@ static int data_subset(const dataset *d, const char *keep, char want, dataset *o
     return 0;
 }
 
+/* Text formats: the split divides the row map; the text stays shared. */
+static int text_subset(const dataset *d, const char *keep, char want, dataset *out)
+{
+    memset(out, 0, sizeof *out);
+    out->map = malloc((size_t)d->n * sizeof *out->map);
+    if (!out->map) return TY_ENOMEM;
+    for (int i = 0; i < d->n; i++)
+        if (keep[i] == want) out->map[out->n++] = d->map[i];
+    out->text = d->text;
+    out->ops = d->ops;
+    out->skipped = d->skipped;
+    return 0;
+}
+
 int data_split(dataset *d, double fraction, uint64_t seed, dataset *eval, ty_err *err)
 {
     memset(eval, 0, sizeof *eval);
@@ -186,30 +202,50 @@ int data_split(dataset *d, double fraction, uint64_t seed, dataset *eval, ty_err
     if (!rc) {
         data_permutation(seed ^ DATA_SPLIT_SALT, 0, d->n, perm);
         for (long long i = 0; i < k; i++) held[perm[i]] = 1;
-        rc = data_subset(d, held, 1, eval);
-        if (!rc && (rc = data_subset(d, held, 0, &train))) data_free(eval);
+        if (d->text) {
+            rc = text_subset(d, held, 1, eval);
+            if (!rc && (rc = text_subset(d, held, 0, &train))) data_free(eval);
+        } else {
+            rc = data_subset(d, held, 1, eval);
+            if (!rc && (rc = data_subset(d, held, 0, &train))) data_free(eval);
+        }
     }
     free(perm);
     free(held);
     if (rc) return ty_err_set(err, TY_ENOMEM, "out of memory splitting the dataset");
+    if (d->text) { /* the train part takes over ownership of the text */
+        train.owns_text = d->owns_text;
+        d->owns_text = 0;
+    }
     data_free(d);
     *d = train;
     return 0;
 }
 
-int data_fill_row(const dataset *d, int ex, int T, int32_t *inputs, int32_t *targets)
+int data_row_from(const int32_t *tok, const int32_t *lab, int64_t len, int T, int32_t *inputs, int32_t *targets)
 {
-    int64_t b = d->off[ex], len = d->off[ex + 1] - b;
     if (len > T) len = T;
     int count = 0;
     for (int t = 0; t < T; t++) {
-        inputs[t] = t < len ? d->tok[b + t] : 0;
+        inputs[t] = t < len ? tok[t] : 0;
         /* Position t predicts label t+1; targets beyond the (truncated)
          * example are ignored, exactly like HF's shift inside the model. */
-        targets[t] = t + 1 < len ? d->lab[b + t + 1] : DATA_IGNORE;
+        targets[t] = t + 1 < len ? lab[t + 1] : DATA_IGNORE;
         if (targets[t] != DATA_IGNORE) count++;
     }
     return count;
+}
+
+int data_fill_row(const dataset *d, int ex, int T, int32_t *inputs, int32_t *targets)
+{
+    if (d->text) return d->ops->fill(d->text, d->map[ex], T, inputs, targets);
+    int64_t b = d->off[ex];
+    return data_row_from(d->tok + b, d->lab + b, d->off[ex + 1] - b, T, inputs, targets);
+}
+
+const char *data_error(const dataset *d)
+{
+    return d->text ? d->ops->error(d->text) : "no error";
 }
 
 uint64_t data_splitmix64(uint64_t *state)

@@ -15,11 +15,30 @@
 
 #define DATA_IGNORE (-100)
 
+struct data_text;
+
+/* The text formats (textdata.c) plug in through these: rows are built on
+ * demand from a streamed file, so data.c needs no tokenizer. fill returns
+ * the row's target count, or -1 with the reason in error(). */
+typedef struct data_text_ops {
+    int (*fill)(struct data_text *t, int row, int T, int32_t *inputs, int32_t *targets);
+    const char *(*error)(const struct data_text *t);
+    void (*free)(struct data_text *t);
+} data_text_ops;
+
 typedef struct dataset {
-    int n;            /* examples */
-    int64_t *off;     /* n + 1 offsets into tok / lab */
+    int n;            /* examples (tokens) or rows (text formats) */
+    int64_t *off;     /* tokens: n + 1 offsets into tok / lab */
     int32_t *tok;
     int32_t *lab;     /* labels, DATA_IGNORE where ignored */
+    /* Text formats: rows come from `text`; map[i] is the source row of
+     * row i (a split keeps part of them). The train set owns `text`; an
+     * eval set split off it borrows it. */
+    struct data_text *text;
+    const data_text_ops *ops;
+    int owns_text;
+    int32_t *map;
+    int64_t skipped;  /* invalid lines skipped (dataset.skip_invalid) */
 } dataset;
 
 /* Loads a tokens JSONL file; ids must lie in [0, vocab). Errors name the
@@ -36,8 +55,13 @@ int data_split(dataset *d, double fraction, uint64_t seed, dataset *eval, ty_err
 
 /* Fills one batch row of T positions from example ex; returns the number of
  * non-ignored targets. Padding inputs are id 0 (never attended to by a real
- * position under the causal mask). */
+ * position under the causal mask). Text formats build the row on demand and
+ * may fail (I/O): -1, with the reason in data_error(). */
 int data_fill_row(const dataset *d, int ex, int T, int32_t *inputs, int32_t *targets);
+const char *data_error(const dataset *d);
+/* The row of an example of len tokens with HF labels: inputs are its first
+ * T ids, target t is lab[t + 1] (-100 past the truncated end). */
+int data_row_from(const int32_t *tok, const int32_t *lab, int64_t len, int T, int32_t *inputs, int32_t *targets);
 
 /* splitmix64: the generator behind shuffling (Steele et al., 2014). */
 uint64_t data_splitmix64(uint64_t *state);

@@ -2,6 +2,7 @@
  *
  *   trainyard-engine --spec FILE --workdir DIR [--resume CKPT_DIR] [--threads N]
  *   trainyard-engine tokenize --model DIR [...]     (the tokenizer's CLI)
+ *   trainyard-engine dump-rows --spec FILE [--eval] (the batch rows, for tests)
  *
  * Rank and world size come from TY_RANK / TY_WORLD_SIZE / TY_LOCAL_RANK, or
  * Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID. Everything else is in
@@ -41,11 +42,26 @@ static int env_int(const char *a, const char *b, int def, int *ok)
 static void usage(void)
 {
     fprintf(stderr, "usage: trainyard-engine --spec FILE --workdir DIR [--resume CKPT_DIR] [--threads N]\n"
-                    "       trainyard-engine tokenize --model DIR [--add-special] [--decode]\n");
+                    "       trainyard-engine tokenize --model DIR [--add-special] [--decode]\n"
+                    "       trainyard-engine dump-rows --spec FILE [--eval]\n");
 }
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "dump-rows")) {
+        const char *spec = NULL;
+        int eval = 0;
+        for (int i = 2; i < argc; i++) {
+            if (!strcmp(argv[i], "--spec") && i + 1 < argc) spec = argv[++i];
+            else if (!strcmp(argv[i], "--eval")) eval = 1;
+            else spec = NULL, i = argc;
+        }
+        if (!spec) {
+            usage();
+            return 2;
+        }
+        return train_dump_rows(spec, eval);
+    }
     if (argc > 1 && !strcmp(argv[1], "tokenize")) {
 #ifdef TY_HAVE_TOKENIZER
         return tokenizer_cli_main(argc - 1, argv + 1);

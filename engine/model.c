@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "data.h"
+#include "lora.h"
 #include "safetensors.h"
 #include "tyutil.h"
 
@@ -129,9 +130,14 @@ static void build_llama(model *m, table_builder *tb)
 }
 
 static inline float *P(const model *m, int i) { return i < 0 ? NULL : m->params + m->t[i].off; }
-static inline float *G(const model *m, int i) { return i < 0 ? NULL : m->grads + m->t[i].off; }
+static inline float *G(const model *m, int i) { return i < 0 || !m->grads ? NULL : m->grads + m->t[i].off; }
 
 int model_create(model *m, model_config *cfg, kn_ctx *kn, ty_err *err)
+{
+    return model_create_ex(m, cfg, kn, 0, err);
+}
+
+int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err *err)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -150,7 +156,12 @@ int model_create(model *m, model_config *cfg, kn_ctx *kn, ty_err *err)
     for (int i = 0; i < m->nt; i++) real += m->t[i].numel;
     m->n_params = real;
     size_t bytes = total * sizeof(float);
+    m->frozen = frozen;
     m->params = kn_alloc(kn, bytes);
+    if (frozen) {
+        if (!m->params) return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes for parameters", bytes);
+        return 0;
+    }
     m->grads = kn_alloc(kn, bytes);
     m->m = kn_alloc(kn, bytes);
     m->v = kn_alloc(kn, bytes);
@@ -621,36 +632,45 @@ double model_forward(model *m, const int32_t *inputs, const int32_t *targets, in
             /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
             kn_layernorm_fwd(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, L->ln1_w), P(m, L->ln1_b), N, C, c->norm_eps);
             kn_matmul_fwd(k, a->q, a->ln1, P(m, L->attn_w), P(m, L->attn_b), N, C, 3 * C);
+            if (m->lora) lora_fwd(m->lora, l, LS_ATTN, a->q, a->ln1, N);
             /* atty[N,C] = causal attention over heads of the fused rows */
             kn_attention_fwd(k, a->atty, a->att, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
         } else {
             /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
             kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, P(m, L->ln1_w), N, C, c->norm_eps);
             kn_matmul_fwd(k, a->q, a->ln1, P(m, L->q_w), P(m, L->q_b), N, C, QD);
+            if (m->lora) lora_fwd(m->lora, l, LS_Q, a->q, a->ln1, N);
             kn_matmul_fwd(k, a->k, a->ln1, P(m, L->k_w), P(m, L->k_b), N, C, KD);
+            if (m->lora) lora_fwd(m->lora, l, LS_K, a->k, a->ln1, N);
             kn_matmul_fwd(k, a->v, a->ln1, P(m, L->v_w), P(m, L->v_b), N, C, KD);
+            if (m->lora) lora_fwd(m->lora, l, LS_V, a->v, a->ln1, N);
             kn_rope_fwd(k, a->q, B, T, Hq, D, QD, c->rope_theta, 0);
             kn_rope_fwd(k, a->k, B, T, Hkv, D, KD, c->rope_theta, 0);
             kn_attention_fwd(k, a->atty, a->att, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
         }
         /* res2[N,C] = x + atty Wo^T + bo */
         kn_matmul_fwd(k, m->tmp, a->atty, P(m, L->o_w), P(m, L->o_b), N, QD, C);
+        if (m->lora) lora_fwd(m->lora, l, LS_O, m->tmp, a->atty, N);
         kn_add(k, a->res2, x, m->tmp, (size_t)N * C);
         if (gpt2) {
             /* act[N,F] = gelu(layernorm(res2) Wfc^T + bfc) */
             kn_layernorm_fwd(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, L->ln2_w), P(m, L->ln2_b), N, C,
                              c->norm_eps);
             kn_matmul_fwd(k, a->fc, a->ln2, P(m, L->fc_w), P(m, L->fc_b), N, C, F);
+            if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
             kn_gelu_fwd(k, a->act, a->fc, (size_t)N * F);
         } else {
             /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
             kn_rmsnorm_fwd(k, a->ln2, a->ln2_rstd, a->res2, P(m, L->ln2_w), N, C, c->norm_eps);
             kn_matmul_fwd(k, a->fc, a->ln2, P(m, L->fc_w), NULL, N, C, F);
+            if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
             kn_matmul_fwd(k, a->up, a->ln2, P(m, L->up_w), NULL, N, C, F);
+            if (m->lora) lora_fwd(m->lora, l, LS_UP, a->up, a->ln2, N);
             kn_swiglu_fwd(k, a->act, a->fc, a->up, (size_t)N * F);
         }
         /* res3[N,C] = res2 + act Wproj^T + bproj */
         kn_matmul_fwd(k, m->tmp, a->act, P(m, L->proj_w), P(m, L->proj_b), N, F, C);
+        if (m->lora) lora_fwd(m->lora, l, LS_PROJ, m->tmp, a->act, N);
         kn_add(k, a->res3, a->res2, m->tmp, (size_t)N * C);
         x = a->res3;
     }
@@ -693,28 +713,34 @@ void model_backward(model *m, int B, int T, float scale)
          * MLP branch: dact[N,F] = dres Wproj; dWproj += dres^T act */
         kn_zero(k, m->dact, NF);
         kn_matmul_bwd(k, m->dact, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, P(m, L->proj_w), N, F, C);
+        if (m->lora) lora_bwd(m->lora, l, LS_PROJ, m->dact, m->dres, a->act, N);
         kn_zero(k, m->dfc, NF);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             kn_gelu_bwd(k, m->dfc, m->dact, a->fc, NF);
             kn_matmul_bwd(k, m->dln, G(m, L->fc_w), G(m, L->fc_b), m->dfc, a->ln2, P(m, L->fc_w), N, C, F);
+            if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
             kn_layernorm_bwd(k, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2, P(m, L->ln2_w), a->ln2_mean,
                              a->ln2_rstd, N, C);
         } else {
             kn_zero(k, m->dup, NF);
             kn_swiglu_bwd(k, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
             kn_matmul_bwd(k, m->dln, G(m, L->fc_w), NULL, m->dfc, a->ln2, P(m, L->fc_w), N, C, F);
+            if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
             kn_matmul_bwd(k, m->dln, G(m, L->up_w), NULL, m->dup, a->ln2, P(m, L->up_w), N, C, F);
+            if (m->lora) lora_bwd(m->lora, l, LS_UP, m->dln, m->dup, a->ln2, N);
             kn_rmsnorm_bwd(k, m->dres, G(m, L->ln2_w), m->dln, a->res2, P(m, L->ln2_w), a->ln2_rstd, N, C);
         }
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
         kn_zero(k, m->datty, (size_t)N * QD);
         kn_matmul_bwd(k, m->datty, G(m, L->o_w), G(m, L->o_b), m->dres, a->atty, P(m, L->o_w), N, QD, C);
+        if (m->lora) lora_bwd(m->lora, l, LS_O, m->datty, m->dres, a->atty, N);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             kn_zero(k, m->dq, (size_t)N * 3 * C);
             kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
             kn_matmul_bwd(k, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, P(m, L->attn_w), N, C, 3 * C);
+            if (m->lora) lora_bwd(m->lora, l, LS_ATTN, m->dln, m->dq, a->ln1, N);
             kn_layernorm_bwd(k, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x, P(m, L->ln1_w), a->ln1_mean,
                              a->ln1_rstd, N, C);
         } else {
@@ -725,13 +751,17 @@ void model_backward(model *m, int B, int T, float scale)
             kn_rope_bwd(k, m->dq, B, T, Hq, D, QD, c->rope_theta, 0);
             kn_rope_bwd(k, m->dk, B, T, Hkv, D, KD, c->rope_theta, 0);
             kn_matmul_bwd(k, m->dln, G(m, L->q_w), G(m, L->q_b), m->dq, a->ln1, P(m, L->q_w), N, C, QD);
+            if (m->lora) lora_bwd(m->lora, l, LS_Q, m->dln, m->dq, a->ln1, N);
             kn_matmul_bwd(k, m->dln, G(m, L->k_w), G(m, L->k_b), m->dk, a->ln1, P(m, L->k_w), N, C, KD);
+            if (m->lora) lora_bwd(m->lora, l, LS_K, m->dln, m->dk, a->ln1, N);
             kn_matmul_bwd(k, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, P(m, L->v_w), N, C, KD);
+            if (m->lora) lora_bwd(m->lora, l, LS_V, m->dln, m->dv, a->ln1, N);
             kn_rmsnorm_bwd(k, m->dres, G(m, L->ln1_w), m->dln, x, P(m, L->ln1_w), a->ln1_rstd, N, C);
         }
         /* dres now holds d(x), the previous layer's res3 */
     }
     /* Embeddings: dwte[ids] += dres (and dwpe[t] += dres) */
+    if (m->frozen) return; /* no embedding gradients to accumulate */
     kn_embedding_bwd(k, G(m, m->wte), m->ids, m->dres, N, C);
     if (gpt2) kn_embedding_bwd(k, G(m, m->wpe), m->pos, m->dres, N, C);
 }

@@ -70,11 +70,19 @@ typedef struct model {
     float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *tmp;
     float *dres, *dln, *datty, *dq, *dk, *dv, *dact, *dfc, *dup;
     int32_t *ids, *targets, *pos; /* kn_alloc'd, B*T each */
+
+    /* LoRA (lora.h): the base weights are frozen, so grads, m and v are not
+     * allocated (NULL), and the adapters hook into every targeted matmul. */
+    int frozen;
+    struct lora *lora;    /* borrowed; NULL for full fine-tuning */
 } model;
 
 /* Builds the tensor table for cfg and allocates the parameter, gradient and
  * optimizer buffers (zeroed). Takes ownership of cfg (it moves). */
 int model_create(model *m, model_config *cfg, kn_ctx *kn, ty_err *err);
+/* Same; frozen = 1 allocates the parameters only (no gradients or AdamW
+ * state): the model is trained through adapters (lora.h). */
+int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err *err);
 void model_free(model *m);
 
 /* Random weights: normal(0, initializer_range) for weights and embeddings

@@ -24,7 +24,10 @@
 #include "hfconfig.h"
 #include "jobspec.h"
 #include "kernels.h"
+#include "lora.h"
 #include "model.h"
+#include "textdata.h"
+#include "tokenizer.h"
 #include "tyutil.h"
 
 volatile sig_atomic_t train_stop_requested = 0;
@@ -52,6 +55,9 @@ typedef struct run {
     kn_ctx *kn;
     model m;
     int have_model;
+    lora lora;             /* method lora: the adapters (m.lora points here) */
+    int have_lora;
+    tok_tokenizer *tok;    /* text formats */
     dataset train, eval;
     data_sampler sampler;
     int64_t step;          /* optimizer updates done */
@@ -108,11 +114,16 @@ static int load_spec(run *r, ty_err *err)
 static int check_supported(run *r, const model_config *c, char *msg, size_t n)
 {
     const jobspec *s = &r->spec;
-    if (s->method != METHOD_FULL)
-        return snprintf(msg, n, "method: %s is not supported by this engine yet (use \"full\")",
-                        jobspec_method_name(s->method)), 1;
-    if (s->format != DS_TOKENS)
-        return snprintf(msg, n, "dataset.format: only \"tokens\" is supported by this engine yet"), 1;
+    if (s->method == METHOD_QLORA)
+        return snprintf(msg, n, "method: qlora is not supported by this engine yet (use \"lora\" or \"full\")"), 1;
+    if (s->format != DS_TOKENS && !s->model_path)
+        return snprintf(msg, n, "dataset.format %s needs model.path (a directory with tokenizer.json)",
+                        jobspec_format_name(s->format)), 1;
+    textdata_template tp;
+    if (s->format == DS_CHAT && textdata_template_parse(s->chat_template, &tp))
+        return snprintf(msg, n, "dataset.chat_template \"%s\" is not one of chatml, llama3, llama2", s->chat_template), 1;
+    if (s->method == METHOD_LORA && s->lora_r < 1)
+        return snprintf(msg, n, "lora.r must be at least 1 (got %d)", s->lora_r), 1;
     if (s->seq_len > c->max_pos)
         return snprintf(msg, n, "hyperparameters.seq_len %d exceeds the model's maximum of %d positions (%s)",
                         s->seq_len, c->max_pos, c->arch == ARCH_GPT2 ? "n_positions" : "max_position_embeddings"), 1;
@@ -212,13 +223,17 @@ static int save_checkpoint(run *r, ty_err *err)
     ckpt_dir_name(dir, sizeof dir, r->a->workdir, r->step);
     ckpt_rel_name(rel, sizeof rel, r->step);
     int rc = ckpt_begin(dir, err);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (!rc) rc = model_save_file(&r->m, path, err);
+    /* LoRA checkpoints hold the adapters and their moments only; the frozen
+     * base is model.path (or model.init) again on resume. */
+    int lo = r->have_lora;
+    snprintf(path, sizeof path, "%s/%s", dir, lo ? "adapter_model.safetensors" : "model.safetensors");
+    if (!rc) rc = lo ? lora_save(&r->lora, path, err) : model_save_file(&r->m, path, err);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    if (!rc) rc = model_save_optimizer(&r->m, path, err);
+    if (!rc) rc = lo ? lora_save_optimizer(&r->lora, path, err) : model_save_optimizer(&r->m, path, err);
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     if (!rc) rc = write_trainer_state(r, path, err);
-    static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "trainer_state.json"};
+    const char *files[] = {lo ? "adapter_model.safetensors" : "model.safetensors", "optimizer.safetensors",
+                           "trainer_state.json"};
     uint64_t bytes = 0;
     if (!rc) rc = ckpt_commit(dir, r->step, files, 3, &bytes, err);
     if (rc) return rc;
@@ -247,14 +262,25 @@ static int export_model(run *r, ty_err *err)
     snprintf(dir, sizeof dir, "%s/export", r->a->workdir);
     int rc = ty_rm_rf(dir, err);
     if (!rc) rc = ty_mkdir_p(dir, err);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (!rc) rc = model_save_file(&r->m, path, err);
-    json_t *cfg = hfconfig_export(&r->m.cfg);
-    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(cfg);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!rc) rc = text ? ty_write_file_atomic(path, text, strlen(text), err) : ty_err_set(err, TY_ENOMEM, "config");
-    free(text);
+    if (r->have_lora && !r->spec.lora_merge) {
+        /* A PEFT adapter directory (PeftModel.from_pretrained loads it). */
+        snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+        if (!rc) rc = lora_save(&r->lora, path, err);
+        snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+        if (!rc) rc = lora_write_config(&r->lora, &r->m, r->spec.model_path, path, err);
+    } else {
+        /* Full weights; with lora.merge, W + (alpha / r) B A. The merge is
+         * the run's last use of the base weights. */
+        if (!rc && r->have_lora) rc = lora_merge(&r->lora, &r->m, err);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if (!rc) rc = model_save_file(&r->m, path, err);
+        json_t *cfg = hfconfig_export(&r->m.cfg);
+        char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        json_decref(cfg);
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        if (!rc) rc = text ? ty_write_file_atomic(path, text, strlen(text), err) : ty_err_set(err, TY_ENOMEM, "config");
+        free(text);
+    }
     /* The tokenizer travels with the weights when the model dir had one. */
     static const char *const tok_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                             "vocab.json", "merges.txt", "tokenizer.model",
@@ -270,27 +296,34 @@ static int export_model(run *r, ty_err *err)
 }
 
 /* Mean token loss over the whole eval set, in file order. */
-static double run_eval(run *r)
+static int run_eval(run *r, double *loss, ty_err *err)
 {
     int B = r->spec.batch_size, T = r->spec.seq_len;
     double sum = 0;
     long long count = 0;
+    if (r->have_lora) r->lora.training = 0; /* model.eval(): no dropout */
     for (int start = 0; start < r->eval.n; start += B) {
         int rows = r->eval.n - start < B ? r->eval.n - start : B;
-        for (int b = 0; b < rows; b++)
-            count += data_fill_row(&r->eval, start + b, T, r->in + (size_t)b * T, r->tg + (size_t)b * T);
+        for (int b = 0; b < rows; b++) {
+            int c = data_fill_row(&r->eval, start + b, T, r->in + (size_t)b * T, r->tg + (size_t)b * T);
+            if (c < 0) return ty_err_set(err, TY_EIO, "dataset.eval: %s", data_error(&r->eval));
+            count += c;
+        }
         sum += model_forward(&r->m, r->in, r->tg, rows, T);
     }
-    return count ? sum / (double)count : NAN;
+    *loss = count ? sum / (double)count : NAN;
+    return 0;
 }
 
-static void emit_eval(run *r)
+static int emit_eval(run *r, ty_err *err)
 {
-    double loss = run_eval(r);
+    double loss;
+    if (run_eval(r, &loss, err)) return -1;
     r->eval_step = r->step;
     r->eval_loss = loss;
     ev_emit(json_pack("{s:s, s:I, s:f}", "ev", "eval", "step", (json_int_t)r->step, "loss", loss));
     ev_log("eval step %lld loss %.6f", (long long)r->step, loss);
+    return 0;
 }
 
 /* ---- one optimizer step ------------------------------------------------- */
@@ -309,35 +342,51 @@ static int train_step(run *r, step_result *out, ty_err *err)
     for (int a = 0; a < A; a++)
         for (int b = 0; b < B; b++) {
             size_t o = (size_t)a * rowsz + (size_t)b * T;
-            count += data_fill_row(&r->train, data_sampler_next(&r->sampler), T, r->in + o, r->tg + o);
+            int c = data_fill_row(&r->train, data_sampler_next(&r->sampler), T, r->in + o, r->tg + o);
+            if (c < 0) return ty_err_set(err, TY_EIO, "dataset.train: %s", data_error(&r->train));
+            count += c;
         }
     if (count == 0)
         return ty_err_set(err, TY_EINVAL,
                           "step %lld: its %d examples (from position %lld of epoch %lld) have no target tokens",
                           (long long)r->step + 1, A * B, (long long)first_row, (long long)first_epoch);
     model *m = &r->m;
-    size_t nbuf = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
-    kn_zero(r->kn, m->grads, nbuf);
+    /* The trainable buffer: the whole model, or only the adapters. */
+    float *grads = r->have_lora ? r->lora.grads : m->grads;
+    size_t nbuf = r->have_lora ? r->lora.n_buf : m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
+    kn_zero(r->kn, grads, nbuf);
     double sum = 0;
     float scale = (float)(1.0 / (double)count);
     for (int a = 0; a < A; a++) {
+        if (r->have_lora) { /* dropout masks: a function of (seed, step, micro-batch) */
+            r->lora.training = 1;
+            r->lora.rng_step = (uint64_t)r->step * (uint64_t)A + (uint64_t)a;
+        }
         sum += model_forward(m, r->in + (size_t)a * rowsz, r->tg + (size_t)a * rowsz, B, T);
         model_backward(m, B, T, scale);
     }
     out->loss = sum / (double)count;
     if (!isfinite(out->loss)) return 0;
     /* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), applied if < 1 */
-    out->grad_norm = sqrt(kn_sumsq(r->kn, m->grads, nbuf));
+    out->grad_norm = sqrt(kn_sumsq(r->kn, grads, nbuf));
     if (!isfinite(out->grad_norm))
         return ty_err_set(err, TY_EINVAL, "gradient norm is %s at step %lld (loss %g); stopping before the update",
                           isnan(out->grad_norm) ? "NaN" : "infinite", (long long)r->step + 1, out->loss);
     if (s->max_grad_norm > 0) {
         double coef = s->max_grad_norm / (out->grad_norm + 1e-6);
-        if (coef < 1.0) kn_scale(r->kn, m->grads, nbuf, (float)coef);
+        if (coef < 1.0) kn_scale(r->kn, grads, nbuf, (float)coef);
     }
     out->lr = s->lr * train_lr_lambda(s->schedule, r->step, s->warmup_steps, s->max_steps);
     int64_t t = r->step + 1;
-    for (int i = 0; i < m->nt; i++) {
+    for (int i = 0; r->have_lora && i < 2 * r->lora.n; i++) { /* A and B are 2-D: decayed */
+        const lora_adapter *la = &r->lora.ad[i / 2];
+        size_t off = i % 2 ? la->b_off : la->a_off;
+        size_t n = i % 2 ? (size_t)la->out * r->lora.r : (size_t)r->lora.r * la->in;
+        kn_adamw(r->kn, r->lora.params + off, r->lora.grads + off, r->lora.m + off, r->lora.v + off, n,
+                 (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps,
+                 (float)s->weight_decay, t);
+    }
+    for (int i = 0; !r->have_lora && i < m->nt; i++) {
         const model_tensor *mt = &m->t[i];
         kn_adamw(r->kn, m->params + mt->off, m->grads + mt->off, m->m + mt->off, m->v + mt->off, mt->numel,
                  (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps,
@@ -349,6 +398,64 @@ static int train_step(run *r, step_result *out, ty_err *err)
 }
 
 /* ---- the run ------------------------------------------------------------ */
+
+/* One dataset file in the spec's format; text formats stream (textdata.h). */
+static int load_data(run *r, const char *path, int vocab, dataset *d, ty_err *err)
+{
+    const jobspec *s = &r->spec;
+    if (s->format == DS_TOKENS) return data_load_tokens(path, vocab, d, err);
+    if (!r->tok) {
+        int rc = tok_load(&r->tok, s->model_path, err);
+        if (rc) return rc;
+        if (tok_vocab_size(r->tok) > vocab)
+            return ty_err_set(err, TY_EINVAL, "%s/tokenizer.json has %d tokens but the model's vocabulary is %d",
+                              s->model_path, tok_vocab_size(r->tok), vocab);
+    }
+    textdata_opts o = {0};
+    o.format = s->format == DS_TEXT ? TD_TEXT : s->format == DS_PROMPT_COMPLETION ? TD_PROMPT_COMPLETION : TD_CHAT;
+    o.text_field = s->text_field;
+    textdata_template_parse(s->chat_template, &o.chat_template); /* checked in check_supported */
+    o.packing = s->packing;
+    o.seq_len = s->seq_len;
+    o.skip_invalid = s->skip_invalid;
+    o.vocab = vocab;
+    o.tok = r->tok;
+    int rc = textdata_open(path, &o, d, err);
+    if (!rc && d->skipped) {
+        const char *base = strrchr(path, '/');
+        char msg[600];
+        snprintf(msg, sizeof msg, "skipped %lld invalid line%s in %s (dataset.skip_invalid)", (long long)d->skipped,
+                 d->skipped == 1 ? "" : "s", base ? base + 1 : path);
+        ev_emit(json_pack("{s:s, s:s, s:s, s:I}", "ev", "log", "level", "warn", "line", msg, "skipped",
+                          (json_int_t)d->skipped));
+        ev_log("warning: %s", msg);
+    }
+    return rc;
+}
+
+/* The adapters of method lora: fresh (PEFT init) or lora.adapter. */
+static int setup_lora(run *r, ty_err *err)
+{
+    const jobspec *s = &r->spec;
+    int rc = lora_create(&r->lora, &r->m, s->lora_r, s->lora_alpha, s->lora_dropout, s->targets, s->n_targets, err);
+    r->have_lora = 1; /* lora_free copes with a partial one */
+    if (rc) return rc;
+    r->lora.seed = s->seed;
+    r->m.lora = &r->lora;
+    if (!s->lora_adapter) {
+        lora_init(&r->lora, s->seed);
+        return 0;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", s->lora_adapter);
+    rc = lora_load(&r->lora, path, err);
+    if (rc) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return ty_err_set(err, rc, "lora.adapter: %s", msg);
+    }
+    return 0;
+}
 
 static int setup(run *r, int *code)
 {
@@ -400,17 +507,17 @@ static int setup(run *r, int *code)
         return -1;
     }
     int vocab = cfg.vocab;
-    rc = model_create(&r->m, &cfg, r->kn, &err); /* takes cfg, even on failure */
+    rc = model_create_ex(&r->m, &cfg, r->kn, s->method == METHOD_LORA, &err); /* takes cfg, even on failure */
     r->have_model = 1;                          /* model_free copes with a partial model */
     if (rc) {
         *code = fail(NULL, &err);
         return -1;
     }
-    if ((rc = data_load_tokens(s->train, vocab, &r->train, &err))) {
+    if ((rc = load_data(r, s->train, vocab, &r->train, &err))) {
         *code = fail("dataset.train", &err);
         return -1;
     }
-    if (s->eval && (rc = data_load_tokens(s->eval, vocab, &r->eval, &err))) {
+    if (s->eval && (rc = load_data(r, s->eval, vocab, &r->eval, &err))) {
         *code = fail("dataset.eval", &err);
         return -1;
     }
@@ -434,10 +541,21 @@ static int setup(run *r, int *code)
             *code = TRAIN_FAILED;
             return -1;
         }
-        snprintf(path, sizeof path, "%s/model.safetensors", a->resume);
-        if (!(rc = model_load_file(&r->m, path, &err))) {
+        if (s->method == METHOD_LORA) {
+            /* The frozen base comes from the spec; the adapters and their
+             * moments from the checkpoint. */
+            rc = s->model_path ? model_load_dir(&r->m, s->model_path, &err) : model_init_random(&r->m, s->seed, &err);
+            if (!rc) rc = setup_lora(r, &err);
+            snprintf(path, sizeof path, "%s/adapter_model.safetensors", a->resume);
+            if (!rc) rc = lora_load(&r->lora, path, &err);
             snprintf(path, sizeof path, "%s/optimizer.safetensors", a->resume);
-            rc = model_load_optimizer(&r->m, path, &err);
+            if (!rc) rc = lora_load_optimizer(&r->lora, path, &err);
+        } else {
+            snprintf(path, sizeof path, "%s/model.safetensors", a->resume);
+            if (!(rc = model_load_file(&r->m, path, &err))) {
+                snprintf(path, sizeof path, "%s/optimizer.safetensors", a->resume);
+                rc = model_load_optimizer(&r->m, path, &err);
+            }
         }
         if (rc) {
             *code = fail("checkpoint", &err);
@@ -454,7 +572,13 @@ static int setup(run *r, int *code)
         *code = fail(NULL, &err);
         return -1;
     }
+    if (!a->resume && s->method == METHOD_LORA && (rc = setup_lora(r, &err))) {
+        *code = fail(NULL, &err);
+        if (err.code == TY_EINVAL && !strncmp(err.field, "lora.", 5)) *code = TRAIN_BAD_SPEC;
+        return -1;
+    }
     if ((rc = data_sampler_init(&r->sampler, r->train.n, s->seed, epoch, cursor, &err)) ||
+        (r->have_lora && (rc = lora_alloc_acts(&r->lora, s->batch_size, s->seq_len, &err))) ||
         (rc = model_alloc_acts(&r->m, s->batch_size, s->seq_len, &err))) {
         *code = fail(NULL, &err);
         return -1;
@@ -469,7 +593,15 @@ static int setup(run *r, int *code)
     }
     /* An eval set must have something to score, or its loss would be 0/0. */
     long long targets = 0;
-    for (int i = 0; i < r->eval.n; i++) targets += data_fill_row(&r->eval, i, s->seq_len, r->in, r->tg);
+    for (int i = 0; i < r->eval.n; i++) {
+        int c = data_fill_row(&r->eval, i, s->seq_len, r->in, r->tg);
+        if (c < 0) {
+            ty_err_set(&err, TY_EIO, "%s", data_error(&r->eval));
+            *code = fail("dataset.eval", &err);
+            return -1;
+        }
+        targets += c;
+    }
     if (r->eval.n && targets == 0) {
         ty_err_set(&err, TY_EINVAL, "the eval set has no target tokens within seq_len %d", s->seq_len);
         *code = fail("dataset.eval", &err);
@@ -483,9 +615,11 @@ static void teardown(run *r)
     free(r->in);
     free(r->tg);
     data_sampler_free(&r->sampler);
+    data_free(&r->eval); /* may borrow the train set's text */
     data_free(&r->train);
-    data_free(&r->eval);
+    if (r->have_lora) lora_free(&r->lora);
     if (r->have_model) model_free(&r->m);
+    tok_free(r->tok);
     if (r->kn) kn_close(r->kn);
     if (r->have_spec) jobspec_free(&r->spec);
 }
@@ -494,11 +628,18 @@ static int train_loop(run *r)
 {
     const jobspec *s = &r->spec;
     ty_err err = {0};
-    ev_emit(json_pack("{s:s, s:I, s:I, s:i, s:s}", "ev", "started", "params", (json_int_t)r->m.n_params, "trainable",
-                      (json_int_t)r->m.n_params, "world", r->a->world, "backend", kn_device_name(r->kn)));
-    ev_log("%s model, %zu parameters, %d training examples, backend %s", r->m.cfg.model_type, r->m.n_params,
-           r->train.n, kn_device_name(r->kn));
-    int64_t win_t0 = ty_mono_ms(), win_tokens = r->tokens;
+    size_t trainable = r->have_lora ? r->lora.n_params : r->m.n_params;
+    /* rows: training rows per epoch (examples, or packed rows);
+     * tokens_per_epoch: the positions they fill (rows x seq_len, padding
+     * included, the unit of metric.tokens). */
+    ev_emit(json_pack("{s:s, s:I, s:I, s:i, s:s, s:s, s:s, s:I, s:I, s:I}", "ev", "started", "params",
+                      (json_int_t)r->m.n_params, "trainable", (json_int_t)trainable, "world", r->a->world, "backend",
+                      kn_device_name(r->kn), "method", jobspec_method_name(s->method), "format",
+                      jobspec_format_name(s->format), "rows", (json_int_t)r->train.n, "eval_rows",
+                      (json_int_t)r->eval.n, "tokens_per_epoch", (json_int_t)r->train.n * s->seq_len));
+    ev_log("%s model, %zu parameters (%zu trainable), %d training rows, backend %s", r->m.cfg.model_type,
+           r->m.n_params, trainable, r->train.n, kn_device_name(r->kn));
+    int64_t win_t0 = ty_mono_ms(), win_tokens = r->tokens, run_t0 = win_t0, run_step0 = r->step;
     while (r->step < s->max_steps) {
         if (train_stop_requested) break;
         step_result sr = {0};
@@ -515,16 +656,20 @@ static int train_loop(run *r)
             int64_t now = ty_mono_ms();
             double secs = (double)(now - win_t0) / 1000.0;
             double tps = secs > 0 ? (double)(r->tokens - win_tokens) / secs : 0.0;
-            ev_emit(json_pack("{s:s, s:I, s:f, s:f, s:f, s:I, s:f, s:I}", "ev", "metric", "step", (json_int_t)r->step,
-                              "loss", sr.loss, "lr", sr.lr, "grad_norm", sr.grad_norm, "tokens", (json_int_t)r->tokens,
-                              "tokens_per_s", tps, "mem_bytes", (json_int_t)peak_mem_bytes(r)));
+            /* ETA from this process's mean step time so far. */
+            double per_step = (double)(now - run_t0) / 1000.0 / (double)(r->step - run_step0);
+            double eta = per_step * (double)(s->max_steps - r->step);
+            ev_emit(json_pack("{s:s, s:I, s:f, s:f, s:f, s:I, s:f, s:I, s:f}", "ev", "metric", "step",
+                              (json_int_t)r->step, "loss", sr.loss, "lr", sr.lr, "grad_norm", sr.grad_norm, "tokens",
+                              (json_int_t)r->tokens, "tokens_per_s", tps, "mem_bytes",
+                              (json_int_t)peak_mem_bytes(r), "eta_s", eta));
             ev_log("step %lld loss %.6f lr %.3g grad_norm %.4f %.1f tok/s", (long long)r->step, sr.loss, sr.lr,
                    sr.grad_norm, tps);
             win_t0 = now;
             win_tokens = r->tokens;
         }
         if (r->eval.n && s->eval_every_steps > 0 && r->step % s->eval_every_steps == 0 && r->step < s->max_steps)
-            emit_eval(r);
+            if (emit_eval(r, &err)) return fail(NULL, &err);
         if (s->ckpt_every_steps > 0 && r->step % s->ckpt_every_steps == 0 && save_checkpoint(r, &err))
             return fail("checkpoint", &err);
     }
@@ -534,7 +679,7 @@ static int train_loop(run *r)
         ev_log("stopped at step %lld", (long long)r->step);
         return TRAIN_OK;
     }
-    if (r->eval.n) emit_eval(r);
+    if (r->eval.n && emit_eval(r, &err)) return fail(NULL, &err);
     if (r->last_ckpt != r->step && save_checkpoint(r, &err)) return fail("checkpoint", &err);
     if (export_model(r, &err)) return fail("export", &err);
     ev_done("succeeded");
@@ -556,6 +701,73 @@ int train_run(const train_args *a)
     } else if (setup(&r, &code) == 0) {
         code = train_loop(&r);
     }
+    teardown(&r);
+    return code;
+}
+
+/* ---- dump-rows ------------------------------------------------------------ */
+
+int train_dump_rows(const char *spec_path, int eval)
+{
+    run r;
+    memset(&r, 0, sizeof r);
+    train_args a = {0};
+    a.spec_path = spec_path;
+    r.a = &a;
+    ty_err err = {0};
+    model_config cfg;
+    int code = TRAIN_FAILED, have_cfg = 0;
+    if (load_spec(&r, &err)) {
+        fprintf(stderr, "trainyard-engine: spec: %s%s%s\n", err.field, err.field[0] ? ": " : "", err.msg);
+        code = TRAIN_BAD_SPEC;
+        goto out;
+    }
+    const jobspec *s = &r.spec;
+    int rc = s->model_path ? hfconfig_load_dir(s->model_path, &cfg, &err) : hfconfig_parse(s->model_init, "model.init", &cfg, &err);
+    if (rc) goto fail;
+    have_cfg = 1;
+    char msg[512];
+    if (check_supported(&r, &cfg, msg, sizeof msg)) {
+        fprintf(stderr, "trainyard-engine: %s\n", msg);
+        code = TRAIN_BAD_SPEC;
+        goto out;
+    }
+    if ((rc = load_data(&r, s->train, cfg.vocab, &r.train, &err))) goto fail;
+    if (s->eval && (rc = load_data(&r, s->eval, cfg.vocab, &r.eval, &err))) goto fail;
+    if (!s->eval && s->eval_fraction > 0 && (rc = data_split(&r.train, s->eval_fraction, s->seed, &r.eval, &err)))
+        goto fail;
+    const dataset *d = eval ? &r.eval : &r.train;
+    int T = s->seq_len;
+    r.in = malloc((size_t)T * sizeof *r.in);
+    r.tg = malloc((size_t)T * sizeof *r.tg);
+    if (!r.in || !r.tg) {
+        ty_err_set(&err, TY_ENOMEM, "out of memory");
+        goto fail;
+    }
+    /* Rows in dataset order (not shuffled); targets[t] is the label that
+     * position t predicts (-100: no loss). */
+    for (int i = 0; i < d->n; i++) {
+        if (data_fill_row(d, i, T, r.in, r.tg) < 0) {
+            ty_err_set(&err, TY_EIO, "%s", data_error(d));
+            goto fail;
+        }
+        json_t *ids = json_array(), *tg = json_array();
+        for (int t = 0; t < T; t++) {
+            json_array_append_new(ids, json_integer(r.in[t]));
+            json_array_append_new(tg, json_integer(r.tg[t]));
+        }
+        json_t *o = json_pack("{s:i, s:o, s:o}", "row", i, "input_ids", ids, "targets", tg);
+        char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(o);
+        if (line) printf("%s\n", line);
+        free(line);
+    }
+    code = TRAIN_OK;
+    goto out;
+fail:
+    fprintf(stderr, "trainyard-engine: %s\n", err.msg);
+out:
+    if (have_cfg) hfconfig_free(&cfg);
     teardown(&r);
     return code;
 }

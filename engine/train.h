@@ -25,6 +25,14 @@ extern volatile sig_atomic_t train_stop_requested;
 
 int train_run(const train_args *a);
 
+/* `trainyard-engine dump-rows --spec FILE [--eval]`: builds the batch rows of
+ * the spec's dataset exactly as training does (format, template, packing,
+ * masking, split) and prints them in dataset order to stdout, one JSON
+ * object per row: {"row": i, "input_ids": [...], "targets": [...]} with
+ * targets[t] the label position t predicts (-100 = no loss). Returns the
+ * exit status; errors on stderr. */
+int train_dump_rows(const char *spec_path, int eval);
+
 /* The learning-rate multiplier of HF's get_{constant,linear,cosine}_schedule
  * _with_warmup after `k` scheduler steps. The update of step s (from 1) uses
  * lr * train_lr_lambda(s - 1): the scheduler is stepped after each update,

@@ -316,8 +316,9 @@ def case_checkpoints():
             started["params"] != started["trainable"] or started["params"] <= 0:
         fail(f"started event {started}")
     metrics = [e for e in events if e["ev"] == "metric"]
-    keys = ["ev", "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mem_bytes"]
-    if [m["step"] for m in metrics] != [1, 2, 3, 4, 5] or any(list(m) != keys for m in metrics):
+    keys = ["ev", "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mem_bytes", "eta_s"]
+    if [m["step"] for m in metrics] != [1, 2, 3, 4, 5] or any(list(m) != keys for m in metrics) or \
+            any(m["eta_s"] < 0 for m in metrics) or metrics[-1]["eta_s"] != 0:
         fail(f"metric events {metrics}")
     if metrics[-1]["tokens"] != 5 * 2 * 16:
         fail(f"tokens {metrics[-1]['tokens']}, wanted {5 * 2 * 16}")

@@ -1,0 +1,405 @@
+/* lora.c — LoRA adapters: table, init, forward/backward hooks, PEFT files.
+ *
+ * The model calls lora_fwd right after each targeted base matmul and
+ * lora_bwd right after the base layer's backward, with the same x, out and
+ * dout buffers, so the adapters see exactly the tensors nn.Linear would in
+ * PEFT's LoraLayer. All arithmetic goes through kn_* operations; the only
+ * host loops over elements are the uniform init and the merge at export. */
+#include "lora.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "model.h"
+#include "safetensors.h"
+#include "tyutil.h"
+
+#define LORA_INIT_SALT 0x6c6f72615f696e69ull /* "lora_ini" */
+
+/* The layer_ix field of each slot. */
+static int slot_tensor(const layer_ix *L, int slot)
+{
+    switch (slot) {
+    case LS_ATTN: return L->attn_w;
+    case LS_Q: return L->q_w;
+    case LS_K: return L->k_w;
+    case LS_V: return L->v_w;
+    case LS_O: return L->o_w;
+    case LS_FC: return L->fc_w;
+    case LS_UP: return L->up_w;
+    default: return L->proj_w;
+    }
+}
+
+/* PEFT matches a target by equality or by ".<target>" suffix of the path. */
+static int target_matches(const char *module, const char *target)
+{
+    size_t n = strlen(module), t = strlen(target);
+    if (!strcmp(module, target)) return 1;
+    return n > t && module[n - t - 1] == '.' && !strcmp(module + n - t, target);
+}
+
+int lora_create(lora *l, const model *m, int r, double alpha, double dropout, char *const *targets, int n_targets,
+                ty_err *err)
+{
+    memset(l, 0, sizeof *l);
+    l->kn = m->kn;
+    if (r < 1) return ty_err_field(err, TY_EINVAL, "lora.r", "lora.r must be at least 1 (got %d)", r);
+    if (dropout < 0 || dropout >= 1)
+        return ty_err_field(err, TY_EINVAL, "lora.dropout", "lora.dropout must lie in [0, 1)");
+    l->r = r;
+    l->alpha = alpha;
+    l->scale = (float)(alpha / r);
+    l->dropout = (float)dropout;
+    l->n_layer = m->cfg.n_layer;
+    static char *const gpt2_def[] = {"c_attn"}, *const llama_def[] = {"q_proj", "v_proj"};
+    if (n_targets == 0) {
+        int gpt2 = m->cfg.arch == ARCH_GPT2;
+        targets = gpt2 ? gpt2_def : llama_def;
+        n_targets = gpt2 ? 1 : 2;
+    }
+    if (n_targets > 16) return ty_err_field(err, TY_EINVAL, "lora.targets", "at most 16 lora.targets");
+    l->n_targets = n_targets;
+    for (int i = 0; i < n_targets; i++) snprintf(l->targets[i], sizeof l->targets[i], "%s", targets[i]);
+    l->slot_ix = malloc((size_t)(l->n_layer ? l->n_layer : 1) * LS_N * sizeof *l->slot_ix);
+    l->ad = calloc((size_t)(l->n_layer ? l->n_layer : 1) * LS_N, sizeof *l->ad);
+    if (!l->slot_ix || !l->ad) return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA adapters");
+    int used[16] = {0};
+    size_t off = 0;
+    for (int layer = 0; layer < l->n_layer; layer++)
+        for (int s = 0; s < LS_N; s++) {
+            l->slot_ix[layer * LS_N + s] = -1;
+            int ti = slot_tensor(&m->L[layer], s);
+            if (ti < 0) continue;
+            char module[128];
+            model_hf_name(m, &m->t[ti], module, sizeof module);
+            module[strlen(module) - strlen(".weight")] = 0;
+            int hit = 0;
+            for (int k = 0; k < n_targets; k++)
+                if (target_matches(module, targets[k])) used[k] = hit = 1;
+            if (!hit) continue;
+            lora_adapter *a = &l->ad[l->n];
+            a->layer = layer;
+            a->slot = s;
+            a->base = ti;
+            a->out = (int)m->t[ti].shape[0];
+            a->in = (int)m->t[ti].shape[1];
+            snprintf(a->module, sizeof a->module, "%s", module);
+            a->a_off = off;
+            off += ((size_t)r * a->in + 15) & ~(size_t)15;
+            a->b_off = off;
+            off += ((size_t)a->out * r + 15) & ~(size_t)15;
+            l->n_params += (size_t)r * a->in + (size_t)a->out * r;
+            l->slot_ix[layer * LS_N + s] = l->n++;
+        }
+    for (int k = 0; k < n_targets; k++)
+        if (!used[k])
+            return ty_err_field(err, TY_EINVAL, "lora.targets",
+                                "lora.targets: \"%s\" matches no module of this %s model (%s)", targets[k],
+                                m->cfg.model_type,
+                                m->cfg.arch == ARCH_GPT2 ? "GPT-2 has c_attn, c_proj, c_fc"
+                                                         : "it has q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                                                           "up_proj, down_proj");
+    l->n_buf = off ? off : 16;
+    size_t bytes = l->n_buf * sizeof(float);
+    l->params = kn_alloc(l->kn, bytes);
+    l->grads = kn_alloc(l->kn, bytes);
+    l->m = kn_alloc(l->kn, bytes);
+    l->v = kn_alloc(l->kn, bytes);
+    if (!l->params || !l->grads || !l->m || !l->v)
+        return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA parameters (4 x %zu bytes)", bytes);
+    kn_zero(l->kn, l->params, l->n_buf);
+    kn_zero(l->kn, l->grads, l->n_buf);
+    kn_zero(l->kn, l->m, l->n_buf);
+    kn_zero(l->kn, l->v, l->n_buf);
+    return 0;
+}
+
+void lora_free(lora *l)
+{
+    if (!l) return;
+    if (l->kn) {
+        kn_free(l->kn, l->params);
+        kn_free(l->kn, l->grads);
+        kn_free(l->kn, l->m);
+        kn_free(l->kn, l->v);
+        kn_free(l->kn, l->acts);
+        kn_free(l->kn, l->masks);
+    }
+    free(l->ad);
+    free(l->slot_ix);
+    memset(l, 0, sizeof *l);
+}
+
+void lora_init(lora *l, uint64_t seed)
+{
+    uint64_t state = seed ^ LORA_INIT_SALT;
+    for (int i = 0; i < l->n; i++) {
+        lora_adapter *a = &l->ad[i];
+        size_t n = (size_t)l->r * a->in;
+        float *buf = malloc(n * sizeof *buf);
+        if (!buf) continue; /* cannot happen for sizes that fit the device buffers above */
+        double bound = 1.0 / sqrt((double)a->in);
+        for (size_t j = 0; j < n; j++) {
+            double u = (double)(data_splitmix64(&state) >> 11) * 0x1.0p-53;
+            buf[j] = (float)((2.0 * u - 1.0) * bound);
+        }
+        kn_to_device(l->kn, l->params + a->a_off, buf, n * sizeof(float));
+        free(buf);
+    }
+}
+
+int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
+{
+    size_t N = (size_t)B * T, total = 0, maxout = 1, maxin = 1, mask = 0;
+    int drop = l->dropout > 0;
+    for (int i = 0; i < l->n; i++) {
+        total += (N * (size_t)l->r + 15) & ~(size_t)15;
+        if (drop) {
+            total += (N * (size_t)l->ad[i].in + 15) & ~(size_t)15;
+            mask += N * (size_t)l->ad[i].in;
+        }
+        if ((size_t)l->ad[i].out > maxout) maxout = (size_t)l->ad[i].out;
+        if ((size_t)l->ad[i].in > maxin) maxin = (size_t)l->ad[i].in;
+    }
+    size_t scratch = ((N * maxout + 15) & ~(size_t)15) + ((N * (size_t)l->r + 15) & ~(size_t)15) + N * maxin;
+    l->acts = kn_alloc(l->kn, (total + scratch) * sizeof(float));
+    l->masks = mask ? kn_alloc(l->kn, mask) : NULL;
+    if (!l->acts || (mask && !l->masks)) return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA activations");
+    float *p = l->acts;
+    uint8_t *q = l->masks;
+    for (int i = 0; i < l->n; i++) {
+        lora_adapter *a = &l->ad[i];
+        a->h = p;
+        p += (N * (size_t)l->r + 15) & ~(size_t)15;
+        if (drop) {
+            a->xd = p;
+            p += (N * (size_t)a->in + 15) & ~(size_t)15;
+            a->mask = q;
+            q += N * (size_t)a->in;
+        }
+    }
+    l->s_out = p;
+    p += (N * maxout + 15) & ~(size_t)15;
+    l->s_dh = p;
+    p += (N * (size_t)l->r + 15) & ~(size_t)15;
+    l->s_dx = p;
+    l->N = N;
+    return 0;
+}
+
+static int drop_on(const lora *l) { return l->training && l->dropout > 0; }
+
+void lora_fwd(lora *l, int layer, int slot, float *out, const float *x, int N)
+{
+    int i = l->slot_ix[layer * LS_N + slot];
+    if (i < 0) return;
+    lora_adapter *a = &l->ad[i];
+    kn_ctx *k = l->kn;
+    const float *xd = x;
+    if (drop_on(l)) {
+        /* A distinct counter range per (step, micro-batch, adapter). */
+        uint64_t offset = ((l->rng_step * (uint64_t)l->n + (uint64_t)i) << 32);
+        kn_dropout_fwd(k, a->xd, a->mask, x, (size_t)N * a->in, l->dropout, l->seed, offset);
+        xd = a->xd;
+    }
+    /* h[N,r] = d(x) A^T; s_out[N,out] = h B^T; out += scale s_out */
+    kn_matmul_fwd(k, a->h, xd, l->params + a->a_off, NULL, N, a->in, l->r);
+    kn_matmul_fwd(k, l->s_out, a->h, l->params + a->b_off, NULL, N, l->r, a->out);
+    kn_axpy(k, out, l->s_out, (size_t)N * a->out, l->scale);
+}
+
+void lora_bwd(lora *l, int layer, int slot, float *dx, const float *dout, const float *x, int N)
+{
+    int i = l->slot_ix[layer * LS_N + slot];
+    if (i < 0) return;
+    lora_adapter *a = &l->ad[i];
+    kn_ctx *k = l->kn;
+    size_t nout = (size_t)N * a->out, nin = (size_t)N * a->in;
+    /* s_out = scale dout; dh[N,r] = s_out B; dB += s_out^T h */
+    kn_zero(k, l->s_out, nout);
+    kn_axpy(k, l->s_out, dout, nout, l->scale);
+    kn_zero(k, l->s_dh, (size_t)N * l->r);
+    kn_matmul_bwd(k, l->s_dh, l->grads + a->b_off, NULL, l->s_out, a->h, l->params + a->b_off, N, l->r, a->out);
+    /* d(dx)[N,in] = dh A; dA += dh^T d(x); dropout's backward into dx */
+    if (drop_on(l)) {
+        kn_zero(k, l->s_dx, nin);
+        kn_matmul_bwd(k, l->s_dx, l->grads + a->a_off, NULL, l->s_dh, a->xd, l->params + a->a_off, N, a->in, l->r);
+        kn_dropout_bwd(k, dx, l->s_dx, a->mask, nin, l->dropout);
+    } else {
+        kn_matmul_bwd(k, dx, l->grads + a->a_off, NULL, l->s_dh, x, l->params + a->a_off, N, a->in, l->r);
+    }
+}
+
+/* ---- files ---------------------------------------------------------------- */
+
+typedef struct {
+    lora *l;
+    const float *bufs[2];
+} lsave_ctx;
+
+static int lsave_fill(void *vctx, int i, float *out, ty_err *err)
+{
+    (void)err;
+    lsave_ctx *c = vctx;
+    lora *l = c->l;
+    int per = 2 * l->n;
+    const float *buf = c->bufs[i / per];
+    int j = i % per;
+    const lora_adapter *a = &l->ad[j / 2];
+    size_t n = j % 2 ? (size_t)a->out * l->r : (size_t)l->r * a->in;
+    kn_to_host(l->kn, out, buf + (j % 2 ? a->b_off : a->a_off), n * sizeof(float));
+    return 0;
+}
+
+static void tensor_name(const lora *l, int j, const char *suffix, char *out, size_t n)
+{
+    snprintf(out, n, "base_model.model.%s.lora_%c.weight%s", l->ad[j / 2].module, j % 2 ? 'B' : 'A', suffix);
+}
+
+static int save_bufs(lora *l, const char *path, const float *b0, const float *b1, const char *s0, const char *s1,
+                     ty_err *err)
+{
+    int per = 2 * l->n, n = per * (b1 ? 2 : 1);
+    st_out *outs = calloc((size_t)(n ? n : 1), sizeof *outs);
+    char (*names)[200] = calloc((size_t)(n ? n : 1), sizeof *names);
+    int rc;
+    if (!outs || !names) {
+        rc = ty_err_set(err, TY_ENOMEM, "out of memory writing %s", path);
+    } else {
+        for (int i = 0; i < n; i++) {
+            int j = i % per;
+            const lora_adapter *a = &l->ad[j / 2];
+            tensor_name(l, j, i < per ? s0 : s1, names[i], sizeof names[i]);
+            outs[i].name = names[i];
+            outs[i].ndim = 2;
+            outs[i].shape[0] = j % 2 ? a->out : l->r;
+            outs[i].shape[1] = j % 2 ? l->r : a->in;
+        }
+        lsave_ctx c = {l, {b0, b1}};
+        json_t *meta = json_pack("{s:s}", "format", "pt");
+        rc = st_write(path, outs, n, meta, lsave_fill, &c, err);
+        json_decref(meta);
+    }
+    free(outs);
+    free(names);
+    return rc;
+}
+
+int lora_save(lora *l, const char *path, ty_err *err) { return save_bufs(l, path, l->params, NULL, "", "", err); }
+
+int lora_save_optimizer(lora *l, const char *path, ty_err *err)
+{
+    return save_bufs(l, path, l->m, l->v, ".exp_avg", ".exp_avg_sq", err);
+}
+
+/* Loads every adapter tensor (name + suffix) of f into buf, exactly once. */
+static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, int other_suffixes, ty_err *err)
+{
+    int per = 2 * l->n, rc = 0;
+    size_t maxn = 1;
+    for (int j = 0; j < per; j++) {
+        const lora_adapter *a = &l->ad[j / 2];
+        size_t n = j % 2 ? (size_t)a->out * l->r : (size_t)l->r * a->in;
+        if (n > maxn) maxn = n;
+    }
+    float *stage = malloc(maxn * sizeof *stage);
+    if (!stage) return ty_err_set(err, TY_ENOMEM, "out of memory loading %s", f->path);
+    int found = 0;
+    for (int j = 0; j < per && !rc; j++) {
+        const lora_adapter *a = &l->ad[j / 2];
+        char name[200];
+        tensor_name(l, j, suffix, name, sizeof name);
+        const st_tensor *t = st_find(f, name);
+        if (!t) {
+            rc = ty_err_field(err, TY_EINVAL, name, "%s: missing tensor %s (lora.targets / lora.r must match the adapter)",
+                              f->path, name);
+            break;
+        }
+        int64_t want0 = j % 2 ? a->out : l->r, want1 = j % 2 ? l->r : a->in;
+        if (t->ndim != 2 || t->shape[0] != want0 || t->shape[1] != want1) {
+            rc = ty_err_field(err, TY_EINVAL, name, "%s: tensor %s has the wrong shape (expected [%lld, %lld]: r = %d)",
+                              f->path, name, (long long)want0, (long long)want1, l->r);
+            break;
+        }
+        if ((rc = st_to_f32(t, stage, err))) break;
+        kn_to_device(l->kn, buf + (j % 2 ? a->b_off : a->a_off), stage, (size_t)(want0 * want1) * sizeof(float));
+        found++;
+    }
+    free(stage);
+    if (!rc && !other_suffixes && f->n != found)
+        rc = ty_err_set(err, TY_EINVAL, "%s holds %d tensors that are not adapters of lora.targets (%s...)", f->path,
+                        f->n - found, f->n ? f->t[0].name : "");
+    return rc;
+}
+
+int lora_load(lora *l, const char *path, ty_err *err)
+{
+    st_file f;
+    int rc = st_open(&f, path, err);
+    if (rc) return rc;
+    rc = load_bufs(l, &f, l->params, "", 0, err);
+    st_close(&f);
+    return rc;
+}
+
+int lora_load_optimizer(lora *l, const char *path, ty_err *err)
+{
+    st_file f;
+    int rc = st_open(&f, path, err);
+    if (rc) return rc;
+    rc = load_bufs(l, &f, l->m, ".exp_avg", 1, err);
+    if (!rc) rc = load_bufs(l, &f, l->v, ".exp_avg_sq", 1, err);
+    st_close(&f);
+    return rc;
+}
+
+int lora_write_config(const lora *l, const model *m, const char *base_model, const char *path, ty_err *err)
+{
+    json_t *targets = json_array();
+    for (int i = 0; i < l->n_targets; i++) json_array_append_new(targets, json_string(l->targets[i]));
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:n, s:n}", "peft_type", "LORA",
+                          "task_type", "CAUSAL_LM", "base_model_name_or_path", base_model, "r", l->r, "lora_alpha",
+                          l->alpha, "lora_dropout", (double)l->dropout, "target_modules", targets, "bias", "none",
+                          "fan_in_fan_out", m->cfg.arch == ARCH_GPT2, "inference_mode", 1, "use_rslora", 0,
+                          "modules_to_save", "layers_to_transform");
+    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    if (!text) return ty_err_set(err, TY_ENOMEM, "adapter_config.json");
+    int rc = ty_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+int lora_merge(lora *l, model *m, ty_err *err)
+{
+    for (int i = 0; i < l->n; i++) {
+        const lora_adapter *a = &l->ad[i];
+        size_t nw = (size_t)a->out * a->in;
+        float *w = malloc(nw * sizeof *w), *A = malloc((size_t)l->r * a->in * sizeof *A),
+              *B = malloc((size_t)a->out * l->r * sizeof *B);
+        if (!w || !A || !B) {
+            free(w), free(A), free(B);
+            return ty_err_set(err, TY_ENOMEM, "out of memory merging LoRA");
+        }
+        float *dw = m->params + m->t[a->base].off;
+        kn_to_host(l->kn, w, dw, nw * sizeof(float));
+        kn_to_host(l->kn, A, l->params + a->a_off, (size_t)l->r * a->in * sizeof(float));
+        kn_to_host(l->kn, B, l->params + a->b_off, (size_t)a->out * l->r * sizeof(float));
+        /* W[o, i] += scale sum_k B[o, k] A[k, i] (engine layout [out, in];
+         * the Conv1D transpose happens at save). */
+        for (int o = 0; o < a->out; o++)
+            for (int c = 0; c < a->in; c++) {
+                double s = 0;
+                for (int k = 0; k < l->r; k++) s += (double)B[(size_t)o * l->r + k] * A[(size_t)k * a->in + c];
+                w[(size_t)o * a->in + c] += (float)(l->scale * s);
+            }
+        kn_to_device(l->kn, dw, w, nw * sizeof(float));
+        free(w), free(A), free(B);
+    }
+    return 0;
+}

@@ -1,0 +1,40 @@
+/* textdata.h — the text dataset formats: text, prompt_completion and chat.
+ *
+ * A JSONL file is mmapped and indexed in one pass (the byte offset and
+ * length of every valid line; each line is checked then: UTF-8, JSON, the
+ * format's fields and types). Rows are tokenised on demand when a batch
+ * asks for them, so a large file is never held tokenised in memory. With
+ * packing, a second pass counts each example's tokens (the counts alone are
+ * kept) so packed rows can be cut out of the concatenation without storing
+ * it. The result plugs into data.h's dataset, so sampling, splits and the
+ * trainer treat every format alike. */
+#ifndef TY_TEXTDATA_H
+#define TY_TEXTDATA_H
+
+#include "data.h"
+#include "tokenizer.h"
+#include "tyerr.h"
+
+typedef enum { TD_TEXT = 1, TD_PROMPT_COMPLETION, TD_CHAT } textdata_format;
+typedef enum { TD_CHATML = 0, TD_LLAMA3, TD_LLAMA2 } textdata_template;
+
+typedef struct textdata_opts {
+    textdata_format format;
+    const char *text_field;      /* TD_TEXT; "text" when NULL */
+    textdata_template chat_template;
+    int packing;                 /* concatenate examples into full seq_len rows */
+    int seq_len;                 /* needed for packing */
+    int skip_invalid;            /* skip bad lines (counted) instead of failing */
+    int vocab;                   /* the model's vocabulary: every id must be below it */
+    const tok_tokenizer *tok;    /* borrowed; must outlive the dataset */
+} textdata_opts;
+
+/* Indexes path into *d (rows = examples, or packed rows). A bad line is an
+ * error naming file and line unless skip_invalid (then d->skipped counts
+ * them). An empty file is an error. */
+int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *err);
+
+/* Parses a chat template name ("chatml", "llama3", "llama2"). */
+int textdata_template_parse(const char *name, textdata_template *out);
+
+#endif
