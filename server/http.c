@@ -284,6 +284,12 @@ static int start_http(srv *s, ty_err *err)
         {MHD_OPTION_SOCK_ADDR, 0, &ss},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, 10000, NULL},
+        /* A client that stops reading is dropped by the SSE hub, but its
+         * socket only closes once MHD sees no progress for this long.
+         * Suspended (idle) streams do not time out, and heartbeats keep
+         * live ones active. */
+        {MHD_OPTION_CONNECTION_TIMEOUT,
+         s->cfg.heartbeat_s * 4 > 60 ? s->cfg.heartbeat_s * 4 : 60, NULL},
         {MHD_OPTION_THREAD_POOL_SIZE, s->cfg.http_threads, NULL},
         {cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
         {key ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, key},
