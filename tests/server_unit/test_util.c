@@ -1,6 +1,8 @@
-/* test_util.c — the server's pure helpers: list cursors (round trip and
- * rejection of forged ones), timestamps, API tokens (format, hashing,
- * matching) and the Prometheus text format, line by line. */
+/* test_util.c — the server's pure helpers: SSE frames, list cursors (round
+ * trip and rejection of forged ones), timestamps, API tokens (format,
+ * hashing, matching), the Prometheus text format line by line, listen
+ * addresses and the config file. */
+#include <jansson.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 
 #include "check.h"
 #include "server.h"
+#include "sse.h"
 
 static void test_cursor(void)
 {
@@ -167,14 +170,44 @@ static void test_config(void)
     unlink(path);
 }
 
+/* One SSE frame: id line (seq on job streams, global id on /events), event
+ * name, one data line holding valid JSON, blank line. */
+static void test_sse_frame(void)
+{
+    db_event ev = {.id = 41, .job_id = 7, .seq = 12, .ts_ms = 1796222660883LL, .type = "metric",
+                   .data = "{\"step\":3,\"loss\":2.5}"};
+    size_t len;
+    char *job = sse_format_event(&ev, 0, &len);
+    CHECK(job && strlen(job) == len);
+    CHECK(!strncmp(job, "id: 12\nevent: metric\ndata: {", 28));
+    CHECK(len > 2 && !strcmp(job + len - 2, "\n\n"));
+    CHECK(strchr(job + 28, '\n') == job + len - 2); /* a single data line */
+    json_error_t jerr;
+    char *data = job + strlen("id: 12\nevent: metric\ndata: ");
+    json_t *o = json_loadb(data, strlen(data) - 2, 0, &jerr);
+    CHECK(o);
+    CHECK(json_integer_value(json_object_get(o, "job_id")) == 7);
+    CHECK(json_integer_value(json_object_get(o, "seq")) == 12);
+    CHECK(json_integer_value(json_object_get(o, "id")) == 41);
+    CHECK(!strcmp(json_string_value(json_object_get(o, "ts")), "2026-12-02T14:44:20.883Z"));
+    CHECK(!strcmp(json_string_value(json_object_get(o, "type")), "metric"));
+    CHECK(json_real_value(json_object_get(json_object_get(o, "data"), "loss")) == 2.5);
+    json_decref(o);
+    char *global = sse_format_event(&ev, 1, &len);
+    CHECK(global && !strncmp(global, "id: 41\n", 7));
+    free(job);
+    free(global);
+}
+
 int main(void)
 {
+    test_sse_frame();
     test_cursor();
     test_time();
     test_tokens();
     test_prom();
     test_listen();
     test_config();
-    printf("util: cursor, time, tokens, prometheus, listen, config ok\n");
+    printf("util: sse frame, cursor, time, tokens, prometheus, listen, config ok\n");
     return 0;
 }
