@@ -103,9 +103,10 @@ void sched_wake(sched *x)
     }
 }
 
+/* Signals the job's process group; a SIGTERM also starts the grace timer
+ * after which enforce_grace() sends SIGKILL. */
 static void stop_run(sched *x, run *r, int sig)
 {
-    (void)x;
     if (r->pgid > 0) kill(-r->pgid, sig);
     if (sig == SIGTERM && !r->kill_at_ms) r->kill_at_ms = ty_mono_ms() + x->s->cfg.grace_s * 1000LL;
 }
