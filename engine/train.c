@@ -399,18 +399,29 @@ static int train_step(run *r, step_result *out, ty_err *err)
 
 /* ---- the run ------------------------------------------------------------ */
 
+/* The model directory's tokenizer, for the text formats. */
+static int load_tokenizer(run *r, int vocab, ty_err *err)
+{
+    const jobspec *s = &r->spec;
+    if (s->format == DS_TOKENS) return 0;
+    int rc = tok_load(&r->tok, s->model_path, err);
+    if (rc) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return ty_err_set(err, rc, "model.path %s: %s", s->model_path, msg);
+    }
+    if (tok_vocab_size(r->tok) > vocab)
+        return ty_err_set(err, TY_EINVAL, "%s/tokenizer.json has %d tokens but the model's vocabulary is %d",
+                          s->model_path, tok_vocab_size(r->tok), vocab);
+    return 0;
+}
+
 /* One dataset file in the spec's format; text formats stream (textdata.h). */
 static int load_data(run *r, const char *path, int vocab, dataset *d, ty_err *err)
 {
     const jobspec *s = &r->spec;
     if (s->format == DS_TOKENS) return data_load_tokens(path, vocab, d, err);
-    if (!r->tok) {
-        int rc = tok_load(&r->tok, s->model_path, err);
-        if (rc) return rc;
-        if (tok_vocab_size(r->tok) > vocab)
-            return ty_err_set(err, TY_EINVAL, "%s/tokenizer.json has %d tokens but the model's vocabulary is %d",
-                              s->model_path, tok_vocab_size(r->tok), vocab);
-    }
+    if (!r->tok) return ty_err_set(err, TY_EINVAL, "no tokenizer loaded");
     textdata_opts o = {0};
     o.format = s->format == DS_TEXT ? TD_TEXT : s->format == DS_PROMPT_COMPLETION ? TD_PROMPT_COMPLETION : TD_CHAT;
     o.text_field = s->text_field;
@@ -510,6 +521,10 @@ static int setup(run *r, int *code)
     rc = model_create_ex(&r->m, &cfg, r->kn, s->method == METHOD_LORA, &err); /* takes cfg, even on failure */
     r->have_model = 1;                          /* model_free copes with a partial model */
     if (rc) {
+        *code = fail(NULL, &err);
+        return -1;
+    }
+    if ((rc = load_tokenizer(r, vocab, &err))) {
         *code = fail(NULL, &err);
         return -1;
     }
@@ -714,6 +729,7 @@ int train_dump_rows(const char *spec_path, int eval)
     train_args a = {0};
     a.spec_path = spec_path;
     r.a = &a;
+    ev_init(1); /* as a non-zero rank: stdout carries rows, never events (logs still go to stderr) */
     ty_err err = {0};
     model_config cfg;
     int code = TRAIN_FAILED, have_cfg = 0;
@@ -732,7 +748,8 @@ int train_dump_rows(const char *spec_path, int eval)
         code = TRAIN_BAD_SPEC;
         goto out;
     }
-    if ((rc = load_data(&r, s->train, cfg.vocab, &r.train, &err))) goto fail;
+    if ((rc = load_tokenizer(&r, cfg.vocab, &err)) || (rc = load_data(&r, s->train, cfg.vocab, &r.train, &err)))
+        goto fail;
     if (s->eval && (rc = load_data(&r, s->eval, cfg.vocab, &r.eval, &err))) goto fail;
     if (!s->eval && s->eval_fraction > 0 && (rc = data_split(&r.train, s->eval_fraction, s->seed, &r.eval, &err)))
         goto fail;
