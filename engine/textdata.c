@@ -49,7 +49,8 @@ typedef struct {
 
 static int rd_put(render *r, const char *s, size_t n)
 {
-    if (r->n + n + 1 > r->cap) {
+    if (n > ((size_t)1 << 40) || r->n > ((size_t)1 << 40)) return TY_ETOOBIG; /* also bounds the sizes for -O3 */
+    if (!r->s || r->n + n + 1 > r->cap) {
         size_t cap = r->cap ? r->cap : 1024;
         while (cap < r->n + n + 1) cap *= 2;
         char *ns = realloc(r->s, cap);
@@ -57,7 +58,7 @@ static int rd_put(render *r, const char *s, size_t n)
         r->s = ns;
         r->cap = cap;
     }
-    memcpy(r->s + r->n, s, n);
+    if (n) memcpy(r->s + r->n, s, n);
     r->n += n;
     r->s[r->n] = 0;
     return 0;
@@ -86,8 +87,11 @@ static void strip(const char **s, size_t *n)
 
 struct data_text {
     char path[1024];
-    const char *map;
+    const char *map;     /* the file, mapped during the index pass only */
     size_t size;
+    int fd;              /* rows are read back with pread */
+    char *line;          /* one line read back */
+    size_t line_cap;
     textdata_opts o;
     char *field;
     int n_ex;
@@ -265,9 +269,15 @@ static int render_example(const struct data_text *t, json_t *o, render *r, char 
 static int check_line(struct data_text *t, const char *line, size_t len, char *why, size_t wn)
 {
     if (!ty_utf8_valid(line, len)) {
-        size_t ok = 0;
-        while (ok < len && ty_utf8_valid(line, ok + 1)) ok++;
-        return snprintf(why, wn, "invalid UTF-8 (byte %zu)", ok + 1), -1;
+        /* Name the first byte that starts no valid character (1-based). */
+        size_t at = 0;
+        while (at < len) {
+            size_t k = 1;
+            while (k <= 4 && at + k <= len && !ty_utf8_valid(line + at, k)) k++;
+            if (k > 4 || at + k > len) break;
+            at += k;
+        }
+        return snprintf(why, wn, "invalid UTF-8 (byte %zu)", at + 1), -1;
     }
     json_error_t je;
     json_t *o = json_loadb(line, len, 0, &je);
@@ -295,9 +305,24 @@ static int encode_len(const struct data_text *t, const char *s, size_t n, int64_
 static int build_example(struct data_text *t, int ex)
 {
     char why[512];
-    const char *line = t->map + t->line_off[ex];
+    size_t llen = (size_t)t->line_len[ex];
+    if (llen + 1 > t->line_cap) {
+        char *nl = realloc(t->line, llen + 1);
+        if (!nl) return snprintf(t->err, sizeof t->err, "out of memory reading %s", t->path), -1;
+        t->line = nl;
+        t->line_cap = llen + 1;
+    }
+    for (size_t got = 0; got < llen;) {
+        ssize_t k = pread(t->fd, t->line + got, llen - got, (off_t)t->line_off[ex] + (off_t)got);
+        if (k <= 0) {
+            snprintf(t->err, sizeof t->err, "reading %s line %d: %s", t->path, t->line_no[ex],
+                     k < 0 ? strerror(errno) : "the file is shorter than when it was indexed");
+            return -1;
+        }
+        got += (size_t)k;
+    }
     json_error_t je;
-    json_t *o = json_loadb(line, (size_t)t->line_len[ex], 0, &je);
+    json_t *o = json_loadb(t->line, llen, 0, &je);
     render *r = &t->rd;
     if (!o || render_example(t, o, r, why, sizeof why)) {
         if (!o) snprintf(why, sizeof why, "not valid JSON (%s)", je.text);
@@ -413,6 +438,8 @@ static void td_free(struct data_text *t)
 {
     if (!t) return;
     if (t->map && t->size) munmap((void *)t->map, t->size);
+    if (t->fd >= 0) close(t->fd);
+    free(t->line);
     free(t->field);
     free(t->line_off);
     free(t->line_len);
@@ -439,7 +466,7 @@ int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *
     t->o = *o;
     t->field = strdup(o->text_field ? o->text_field : "text");
     int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = t->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st)) {
         rc = ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "dataset %s: %s", path, strerror(errno));
@@ -459,7 +486,15 @@ int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *
     /* One pass: every line is checked and its offset kept. */
     int cap = 0;
     long line = 0;
+    size_t dropped = 0;
+    const size_t chunk = (size_t)64 << 20;
     for (size_t pos = 0; pos < t->size;) {
+        /* Pages behind the scan are dropped as it goes: the index pass
+         * never holds more than a chunk of the file in the process. */
+        if (pos - dropped >= chunk) {
+            madvise((void *)(t->map + dropped), chunk, MADV_DONTNEED);
+            dropped += chunk;
+        }
         const char *s = t->map + pos, *nl = memchr(s, '\n', t->size - pos);
         size_t len = nl ? (size_t)(nl - s) : t->size - pos;
         size_t next = pos + len + (nl ? 1 : 0);
@@ -506,6 +541,8 @@ int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *
         rc = ty_err_set(err, TY_EINVAL, "%s: empty dataset (no %sexamples)", path, d->skipped ? "valid " : "");
         goto out;
     }
+    if (t->map) munmap((void *)t->map, t->size);
+    t->map = NULL;
     t->n_rows = t->n_ex;
     if (o->packing) {
         /* Token counts only; the tokens themselves are rebuilt per row. */
@@ -541,8 +578,7 @@ int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *
     d->ops = &td_ops;
     d->owns_text = 1;
 out:
-    if (fd >= 0) close(fd);
-    if (rc) {
+    if (rc) { /* td_free closes the file */
         free(d->map);
         d->map = NULL;
         td_free(t);

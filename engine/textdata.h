@@ -1,9 +1,10 @@
 /* textdata.h — the text dataset formats: text, prompt_completion and chat.
  *
- * A JSONL file is mmapped and indexed in one pass (the byte offset and
+ * A JSONL file is mapped and indexed in one pass (the byte offset and
  * length of every valid line; each line is checked then: UTF-8, JSON, the
- * format's fields and types). Rows are tokenised on demand when a batch
- * asks for them, so a large file is never held tokenised in memory. With
+ * format's fields and types), dropping the pages behind the scan. Rows are
+ * read back with pread and tokenised when a batch asks for them, so a large
+ * file is never held, raw or tokenised, in memory. With
  * packing, a second pass counts each example's tokens (the counts alone are
  * kept) so packed rows can be cut out of the concatenation without storing
  * it. The result plugs into data.h's dataset, so sampling, splits and the

@@ -317,7 +317,7 @@ static int run_eval(run *r, double *loss, ty_err *err)
 
 static int emit_eval(run *r, ty_err *err)
 {
-    double loss;
+    double loss = NAN;
     if (run_eval(r, &loss, err)) return -1;
     r->eval_step = r->step;
     r->eval_loss = loss;

@@ -625,7 +625,7 @@ def case_bad_inputs(tmp):
     # invalid UTF-8 in a dataset line
     bad = os.path.join(tmp, "bad-utf8.jsonl")
     write_jsonl(bad, [{"text": "ok"}], raw_lines=[b'{"text": "\xff\xfe"}'])
-    expect_error(spec_for(m, bad, "text", 16), tmp, "utf8", ["bad-utf8.jsonl line 2", "UTF-8"])
+    expect_error(spec_for(m, bad, "text", 16), tmp, "utf8", ["bad-utf8.jsonl line 2", "invalid UTF-8 (byte 11)"])
     # a LoRA target that matches no module
     s = spec_for(m, train, "text", 16)
     s["method"] = "lora"
