@@ -324,6 +324,26 @@ def case_masking(tmp):
                               eval_rows=True)
     if rc or rc2 or len(tr) != 9 or len(ev) != 3:
         fail(f"eval_fraction: {rc} {rc2} {tr and len(tr)} {ev and len(ev)} {err} {err2}")
+    # end to end: LoRA on packed chat rows with a held-out split; the started
+    # event's counts are the rows dump-rows builds
+    convs = [{"messages": [{"role": "user", "content": "Hello" * (1 + i % 4)},
+                           {"role": "assistant", "content": "the world " * (1 + i % 3)}]} for i in range(16)]
+    path = os.path.join(tmp, "chat-many.jsonl")
+    write_jsonl(path, convs)
+    spec = spec_for(m, path, "chat", 32, chat_template="llama3", packing=True, eval_fraction=0.2)
+    spec["method"] = "lora"
+    spec["lora"] = {"r": 2, "alpha": 4, "dropout": 0.1}
+    rc, tr, err = dump_rows(spec, tmp)
+    rc2, ev, err2 = dump_rows(spec, tmp, eval_rows=True)
+    if rc or rc2:
+        fail(f"chat packing rows: {err} {err2}")
+    events = ok_run(spec, os.path.join(tmp, "chat-lora"), "LoRA on packed chat")
+    st = events[0]
+    if (st["rows"], st["eval_rows"], st["tokens_per_epoch"], st["format"], st["method"]) != \
+            (len(tr), len(ev), 32 * len(tr), "chat", "lora"):
+        fail(f"started {st} vs {len(tr)} train / {len(ev)} eval rows")
+    if not [e for e in events if e["ev"] == "eval"]:
+        fail("no eval event with eval_fraction")
     print("ok masking")
 
 
