@@ -251,6 +251,13 @@ static int check_path_value(const char *f, const char *p, ty_err *err)
                 return ty_err_field(err, TY_EINVAL, f, "%s: URI %s has no bucket or container", f, p);
             if (has_dotdot(bucket))
                 return ty_err_field(err, TY_EINVAL, f, "%s: must not contain a '..' component", f);
+            /* Credentials belong in the server's config, never in a spec
+             * (which is stored and shown): no user@ part, no query (SAS). */
+            size_t auth = strcspn(bucket, "/");
+            if (memchr(bucket, '@', auth) || memchr(bucket, ':', auth) || strpbrk(p, "?#"))
+                return ty_err_field(err, TY_EINVAL, f,
+                                    "%s: URI must not carry credentials, a port or a query string; "
+                                    "configure credentials on the server", f);
             return 0;
         }
     }

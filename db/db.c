@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,9 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "  error TEXT);"
     "CREATE INDEX uploads_due ON uploads(state, next_attempt_ms);"
     "CREATE INDEX job_events_type ON job_events(type, id);",
+    /* 3: the queue carries remote deletes (retention) beside uploads. */
+    "ALTER TABLE uploads ADD COLUMN op TEXT NOT NULL DEFAULT 'put'"
+    "  CHECK (op IN ('put','delete'));",
 };
 
 int db_user_version(db *d)
@@ -949,7 +953,8 @@ int64_t db_events_max_id(db *d)
 /* ---- checkpoints ---------------------------------------------------------------------- */
 
 int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int64_t bytes,
-                      const char *sha256, const char *local_path, db_event *ev, ty_err *err)
+                      const char *sha256, const char *local_path, const char *store_uri,
+                      db_event *ev, ty_err *err)
 {
     sqlite3_stmt *st;
     int64_t now = ty_now_ms();
@@ -977,6 +982,38 @@ int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int6
         sql_err(d, err, "insert checkpoint");
         rollback(d);
         return TY_EIO;
+    }
+    /* The upload is queued in the same transaction: a checkpoint of a job
+     * with a store is never recorded without its upload. A re-reported step
+     * replaces its queued upload. */
+    if (store_uri) {
+        if (prep(d, "DELETE FROM uploads WHERE checkpoint_id = (SELECT id FROM checkpoints"
+                    " WHERE job_id = ? AND step = ?) AND op = 'put'", &st, err)) {
+            rollback(d);
+            return TY_EIO;
+        }
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int64(st, 2, step);
+        rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE ||
+            prep(d, "INSERT INTO uploads(checkpoint_id, file, uri, op) SELECT id, ?, ?, 'put'"
+                    " FROM checkpoints WHERE job_id = ? AND step = ?", &st, err)) {
+            if (rc != SQLITE_DONE) sql_err(d, err, "replace upload");
+            rollback(d);
+            return TY_EIO;
+        }
+        bind_str(st, 1, local_path ? local_path : dir);
+        bind_str(st, 2, store_uri);
+        sqlite3_bind_int64(st, 3, job_id);
+        sqlite3_bind_int64(st, 4, step);
+        rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE) {
+            sql_err(d, err, "queue upload");
+            rollback(d);
+            return TY_EIO;
+        }
     }
     json_t *o = json_pack("{sI ss sI ss}", "step", (json_int_t)step, "dir", dir, "bytes",
                           (json_int_t)bytes, "state", "local");
@@ -1061,6 +1098,237 @@ int db_checkpoint_newest(db *d, int64_t job_id, char **dir, ty_err *err)
     if (sqlite3_step(st) == SQLITE_ROW) *dir = col_str(st, 0);
     sqlite3_finalize(st);
     return 0;
+}
+
+/* ---- upload queue ------------------------------------------------------------------------ */
+
+void db_upload_clear(db_upload *u)
+{
+    free(u->dir);
+    free(u->local_path);
+    free(u->uri);
+    memset(u, 0, sizeof *u);
+}
+
+/* Appends a `checkpoint` event {step, dir, state[, error][, remote_uri]}
+ * inside the caller's transaction. */
+static int checkpoint_event(db *d, int64_t job_id, int64_t step, const char *dir,
+                            const char *state, const char *error, const char *remote_uri,
+                            db_event *ev, ty_err *err)
+{
+    json_t *o = json_pack("{sI ss ss}", "step", (json_int_t)step, "dir", dir, "state", state);
+    if (error) json_object_set_new(o, "error", json_string(error));
+    if (remote_uri) json_object_set_new(o, "remote_uri", json_string(remote_uri));
+    char *data = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!data) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    int rc = insert_event(d, job_id, ty_now_ms(), "checkpoint", data, ev, err);
+    free(data);
+    return rc;
+}
+
+/* Runs one statement with int64 parameters (a NULL-terminated format of
+ * 'i' for int64 and 's' for text), inside the caller's transaction. */
+static int exec_bound(db *d, const char *sql, ty_err *err, const char *fmt, ...)
+{
+    sqlite3_stmt *st;
+    if (prep(d, sql, &st, err)) return TY_EIO;
+    va_list ap;
+    va_start(ap, fmt);
+    for (int i = 0; fmt[i]; i++) {
+        if (fmt[i] == 'i') sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
+        else bind_str(st, i + 1, va_arg(ap, const char *));
+    }
+    va_end(ap);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return sql_err(d, err, "update upload queue");
+    return 0;
+}
+
+int db_upload_claim(db *d, int64_t now_ms, db_upload *out, db_event *ev, ty_err *err)
+{
+    sqlite3_stmt *st;
+    memset(out, 0, sizeof *out);
+    if (ev) memset(ev, 0, sizeof *ev);
+    if (begin(d, err)) return TY_EIO;
+    if (prep(d, "SELECT u.id, u.checkpoint_id, u.op, u.uri, u.attempts, c.job_id, c.step, c.dir,"
+                " c.local_path FROM uploads u JOIN checkpoints c ON c.id = u.checkpoint_id"
+                " WHERE u.state = 'pending' AND u.next_attempt_ms <= ? ORDER BY u.id LIMIT 1",
+             &st, err)) {
+        rollback(d);
+        return TY_EIO;
+    }
+    sqlite3_bind_int64(st, 1, now_ms);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        rollback(d);
+        if (rc != SQLITE_DONE) return sql_err(d, err, "claim upload");
+        return TY_ENOENT;
+    }
+    out->id = sqlite3_column_int64(st, 0);
+    out->checkpoint_id = sqlite3_column_int64(st, 1);
+    snprintf(out->op, sizeof out->op, "%s", (const char *)sqlite3_column_text(st, 2));
+    out->uri = col_str(st, 3);
+    out->attempts = sqlite3_column_int(st, 4) + 1;
+    out->job_id = sqlite3_column_int64(st, 5);
+    out->step = sqlite3_column_int64(st, 6);
+    out->dir = col_str(st, 7);
+    out->local_path = col_str(st, 8);
+    sqlite3_finalize(st);
+    bool put = !strcmp(out->op, "put");
+    if (exec_bound(d, "UPDATE uploads SET state = 'running', attempts = attempts + 1 WHERE id = ?",
+                   err, "i", out->id) ||
+        (put && (exec_bound(d, "UPDATE checkpoints SET state = 'uploading', attempts = attempts"
+                               " + 1 WHERE id = ?", err, "i", out->checkpoint_id) ||
+                 checkpoint_event(d, out->job_id, out->step, out->dir, "uploading", NULL, NULL, ev,
+                                  err))) ||
+        commit(d, err)) {
+        rollback(d);
+        if (ev) db_event_clear(ev);
+        db_upload_clear(out);
+        return TY_EIO;
+    }
+    return 0;
+}
+
+int db_upload_finish(db *d, const db_upload *u, db_upload_outcome o, const char *remote_uri,
+                     const char *error, int64_t retry_at_ms, db_event *ev, ty_err *err)
+{
+    if (ev) memset(ev, 0, sizeof *ev);
+    if (begin(d, err)) return TY_EIO;
+    int rc = 0;
+    bool put = !strcmp(u->op, "put");
+    /* The queue row: gone when done or skipped, pending again for a retry,
+     * failed for good otherwise (kept, with its reason, for inspection). */
+    if (o == DB_UP_DONE || o == DB_UP_SKIPPED)
+        rc = exec_bound(d, "DELETE FROM uploads WHERE id = ?", err, "i", u->id);
+    else if (o == DB_UP_RETRY)
+        rc = exec_bound(d, "UPDATE uploads SET state = 'pending', next_attempt_ms = ?, error = ?"
+                           " WHERE id = ?", err, "isi", retry_at_ms, error, u->id);
+    else
+        rc = exec_bound(d, "UPDATE uploads SET state = 'failed', error = ? WHERE id = ?", err,
+                        "si", error, u->id);
+    /* The checkpoint row and its event (uploads only: a remote delete
+     * concerns a checkpoint already shown as deleted). */
+    if (!rc && put) {
+        const char *state = o == DB_UP_DONE ? "committed" : o == DB_UP_SKIPPED ? "deleted" : "failed";
+        if (o == DB_UP_DONE)
+            rc = exec_bound(d, "UPDATE checkpoints SET state = 'committed', remote_uri = ?,"
+                               " error = NULL WHERE id = ? AND state = 'uploading'", err, "si",
+                            remote_uri, u->checkpoint_id);
+        else
+            rc = exec_bound(d, "UPDATE checkpoints SET state = ?, error = ? WHERE id = ? AND"
+                               " state = 'uploading'", err, "ssi", state, error, u->checkpoint_id);
+        if (!rc && sqlite3_changes(d->h) > 0)
+            rc = checkpoint_event(d, u->job_id, u->step, u->dir, state, o == DB_UP_DONE ? NULL : error,
+                                  o == DB_UP_DONE ? remote_uri : NULL, ev, err);
+    }
+    if (rc || commit(d, err)) {
+        rollback(d);
+        if (ev) db_event_clear(ev);
+        return TY_EIO;
+    }
+    return 0;
+}
+
+int db_upload_recover(db *d, int *requeued, ty_err *err)
+{
+    *requeued = 0;
+    if (begin(d, err)) return TY_EIO;
+    int rc = exec_bound(d, "UPDATE uploads SET state = 'pending', next_attempt_ms = 0"
+                           " WHERE state = 'running'", err, "");
+    if (!rc) *requeued = sqlite3_changes(d->h);
+    if (!rc) rc = exec_bound(d, "UPDATE checkpoints SET state = 'local' WHERE state = 'uploading'",
+                             err, "");
+    if (rc || commit(d, err)) {
+        rollback(d);
+        return TY_EIO;
+    }
+    return 0;
+}
+
+int db_upload_busy(db *d, int64_t job_id, int *n, ty_err *err)
+{
+    sqlite3_stmt *st;
+    *n = 0;
+    if (prep(d, "SELECT COUNT(*) FROM uploads u JOIN checkpoints c ON c.id = u.checkpoint_id"
+                " WHERE c.job_id = ? AND u.op = 'put' AND (u.state = 'running' OR"
+                " (u.state = 'pending' AND u.attempts = 0))", &st, err))
+        return TY_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    if (sqlite3_step(st) == SQLITE_ROW) *n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return 0;
+}
+
+int db_upload_count(db *d, const char *state, int *n, ty_err *err)
+{
+    sqlite3_stmt *st;
+    *n = 0;
+    if (prep(d, "SELECT COUNT(*) FROM uploads WHERE state = ?", &st, err)) return TY_EIO;
+    sqlite3_bind_text(st, 1, state, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW) *n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return 0;
+}
+
+int db_checkpoint_retire(db *d, const db_checkpoint *c, const char *store_uri, db_event *ev,
+                         ty_err *err)
+{
+    if (ev) memset(ev, 0, sizeof *ev);
+    if (begin(d, err)) return TY_EIO;
+    /* Only a checkpoint no upload is working on: a running one finishes
+     * first and the next retention pass sees it. */
+    sqlite3_stmt *st;
+    int busy = 0;
+    if (prep(d, "SELECT COUNT(*) FROM uploads WHERE checkpoint_id = ? AND op = 'put' AND"
+                " state = 'running'", &st, err)) {
+        rollback(d);
+        return TY_EIO;
+    }
+    sqlite3_bind_int64(st, 1, c->id);
+    if (sqlite3_step(st) == SQLITE_ROW) busy = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (busy) {
+        rollback(d);
+        return ty_err_set(err, TY_ESTATE, "checkpoint %s is being uploaded", c->dir);
+    }
+    int rc = exec_bound(d, "DELETE FROM uploads WHERE checkpoint_id = ? AND op = 'put'", err, "i",
+                        c->id);
+    if (!rc) rc = exec_bound(d, "UPDATE checkpoints SET state = 'deleted', error = NULL"
+                                " WHERE id = ? AND state <> 'deleted'", err, "i", c->id);
+    bool changed = !rc && sqlite3_changes(d->h) > 0;
+    if (!rc && changed && store_uri)
+        rc = exec_bound(d, "INSERT INTO uploads(checkpoint_id, file, uri, op)"
+                           " VALUES (?, ?, ?, 'delete')", err, "iss", c->id, c->dir, store_uri);
+    if (!rc && changed)
+        rc = checkpoint_event(d, c->job_id, c->step, c->dir, "deleted", NULL, NULL, ev, err);
+    if (rc || commit(d, err)) {
+        rollback(d);
+        if (ev) db_event_clear(ev);
+        return TY_EIO;
+    }
+    return 0;
+}
+
+int db_checkpoint_eval_loss(db *d, int64_t job_id, int64_t step, double *loss, ty_err *err)
+{
+    sqlite3_stmt *st;
+    if (prep(d, "SELECT json_extract(data, '$.loss') FROM job_events WHERE job_id = ? AND"
+                " type = 'eval' AND json_extract(data, '$.step') = ? ORDER BY seq DESC LIMIT 1",
+             &st, err))
+        return TY_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, step);
+    int rc = TY_ENOENT;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        *loss = sqlite3_column_double(st, 0);
+        rc = 0;
+    }
+    sqlite3_finalize(st);
+    return rc;
 }
 
 /* ---- tokens ---------------------------------------------------------------------------- */

@@ -17,7 +17,7 @@
 typedef struct db db;
 
 /* Newest schema version this build knows; migrations run on open. */
-#define DB_SCHEMA_VERSION 2
+#define DB_SCHEMA_VERSION 3
 
 typedef enum {
     JOB_QUEUED = 0,
@@ -182,14 +182,62 @@ typedef struct db_checkpoint {
 } db_checkpoint;
 
 /* Records a checkpoint (state "local") and its `checkpoint` event in one
- * transaction. A second report of the same step replaces the row. */
+ * transaction; with store_uri (the job's checkpoint.store, no credentials)
+ * its upload is queued in the same transaction. A second report of the same
+ * step replaces the row and its queued upload. */
 int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir,
                       int64_t bytes, const char *sha256, const char *local_path,
-                      db_event *ev, ty_err *err);
+                      const char *store_uri, db_event *ev, ty_err *err);
 int db_checkpoint_list(db *d, int64_t job_id, db_checkpoint **out, int *n, ty_err *err);
 void db_checkpoints_free(db_checkpoint *c, int n);
 /* dir of the newest checkpoint not failed or deleted; *dir NULL if none. */
 int db_checkpoint_newest(db *d, int64_t job_id, char **dir, ty_err *err);
+
+/* Retention: marks a checkpoint deleted (with its `checkpoint` event),
+ * drops its queued upload, and with store_uri queues the remote delete.
+ * TY_ESTATE while an upload of it is running. No-op if already deleted. */
+int db_checkpoint_retire(db *d, const db_checkpoint *c, const char *store_uri, db_event *ev,
+                         ty_err *err);
+/* The loss of the job's eval event at exactly this step; TY_ENOENT if none. */
+int db_checkpoint_eval_loss(db *d, int64_t job_id, int64_t step, double *loss, ty_err *err);
+
+/* ---- upload queue (uploads table) ----------------------------------------
+ * One row per remote operation on a checkpoint: "put" (upload it) or
+ * "delete" (retention). Rows go pending → running → removed when done;
+ * a retry puts them back to pending with a due time; "failed" is final.
+ * Every put step also moves the checkpoint row (local → uploading →
+ * committed | failed | deleted) and appends its `checkpoint` event, in the
+ * same transaction, for the caller to publish. */
+typedef struct db_upload {
+    int64_t id, checkpoint_id, job_id, step;
+    char op[8];        /* "put" | "delete" */
+    char *dir;         /* checkpoint dir relative to the job dir */
+    char *local_path;  /* absolute path of the local checkpoint */
+    char *uri;         /* store root URI (never credentials) */
+    int attempts;      /* including this one */
+} db_upload;
+
+typedef enum {
+    DB_UP_DONE,    /* put: committed (remote_uri); delete: gone */
+    DB_UP_RETRY,   /* failed this time (error); pending again at retry_at_ms */
+    DB_UP_FAILED,  /* failed for good (error) */
+    DB_UP_SKIPPED  /* put: the local checkpoint vanished (engine's keep_last); deleted */
+} db_upload_outcome;
+
+void db_upload_clear(db_upload *u);
+/* Claims the oldest due pending row (→ running, attempts + 1); a put moves
+ * its checkpoint to uploading with an event in *ev (ev->id 0 for none).
+ * TY_ENOENT when nothing is due. Safe across threads and handles. */
+int db_upload_claim(db *d, int64_t now_ms, db_upload *out, db_event *ev, ty_err *err);
+int db_upload_finish(db *d, const db_upload *u, db_upload_outcome o, const char *remote_uri,
+                     const char *error, int64_t retry_at_ms, db_event *ev, ty_err *err);
+/* At start: rows a killed server left running are pending again and their
+ * checkpoints local (uploads are idempotent; the manifest goes last). */
+int db_upload_recover(db *d, int *requeued, ty_err *err);
+/* Puts of the job that are running or not yet tried (what a pause waits for). */
+int db_upload_busy(db *d, int64_t job_id, int *n, ty_err *err);
+/* Rows in a queue state (pending, running, failed). */
+int db_upload_count(db *d, const char *state, int *n, ty_err *err);
 
 /* ---- tokens -------------------------------------------------------------- */
 

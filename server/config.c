@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "storage.h"
 #include "tyutil.h"
 
 int srv_config_defaults(srv_config *c, ty_err *err)
@@ -29,6 +30,9 @@ int srv_config_defaults(srv_config *c, ty_err *err)
     c->gpu_sample_ms = 2000;
     c->heartbeat_s = 15;
     c->http_threads = 2;
+    c->upload_workers = 2;
+    c->upload_wait_s = 300;
+    c->upload_attempts = 5;
     /* The engine is built beside us: <dir of /proc/self/exe>/trainyard-engine. */
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -138,8 +142,74 @@ int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
         c->http_threads = (int)x;
         return 0;
     }
+    if (!strcmp(key, "upload-workers")) {
+        if (parse_int(key, v, 1, 64, &x, err)) return TY_EINVAL;
+        c->upload_workers = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "upload-wait")) {
+        if (parse_int(key, v, 0, 86400, &x, err)) return TY_EINVAL;
+        c->upload_wait_s = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "upload-attempts")) {
+        if (parse_int(key, v, 1, 1000, &x, err)) return TY_EINVAL;
+        c->upload_attempts = (int)x;
+        return 0;
+    }
+    /* Object-store settings: copied as given, never echoed in a message. */
+#define STORE_KEY(name, field)                                                     \
+    if (!strcmp(key, name)) return copy_str(key, c->store.field, sizeof c->store.field, v, err);
+    STORE_KEY("s3-access-key-id", s3_access_key_id)
+    STORE_KEY("s3-secret-access-key", s3_secret_access_key)
+    STORE_KEY("s3-session-token", s3_session_token)
+    STORE_KEY("s3-region", s3_region)
+    STORE_KEY("s3-endpoint", s3_endpoint)
+    STORE_KEY("gcs-hmac-access-id", gcs_hmac_access_id)
+    STORE_KEY("gcs-hmac-secret", gcs_hmac_secret)
+    STORE_KEY("gcs-credentials-file", gcs_credentials_file)
+    STORE_KEY("gcs-xml-endpoint", gcs_xml_endpoint)
+    STORE_KEY("gcs-json-endpoint", gcs_json_endpoint)
+    STORE_KEY("azure-connection-string", azure_connection_string)
+    STORE_KEY("azure-account", azure_account)
+    STORE_KEY("azure-key", azure_key)
+    STORE_KEY("azure-sas-token", azure_sas_token)
+    STORE_KEY("azure-endpoint", azure_endpoint)
+#undef STORE_KEY
     return ty_err_field(err, TY_EINVAL, key, "unknown setting '%s' (see trainyard serve --help)",
                         key);
+}
+
+bool srv_config_is_secret(const char *key)
+{
+    static const char *const secrets[] = {"s3-secret-access-key", "s3-session-token",
+                                          "gcs-hmac-secret", "azure-connection-string",
+                                          "azure-key", "azure-sas-token"};
+    for (size_t i = 0; i < sizeof secrets / sizeof *secrets; i++)
+        if (!strcmp(key, secrets[i])) return true;
+    return false;
+}
+
+static const char *or_null(const char *s) { return s[0] ? s : NULL; }
+
+void srv_store_config(const srv_config *c, store_config *out)
+{
+    store_config_init(out);
+    out->aws_access_key_id = or_null(c->store.s3_access_key_id);
+    out->aws_secret_access_key = or_null(c->store.s3_secret_access_key);
+    out->aws_session_token = or_null(c->store.s3_session_token);
+    out->aws_region = or_null(c->store.s3_region);
+    out->s3_endpoint = or_null(c->store.s3_endpoint);
+    out->gcs_hmac_access_id = or_null(c->store.gcs_hmac_access_id);
+    out->gcs_hmac_secret = or_null(c->store.gcs_hmac_secret);
+    out->gcs_credentials_file = or_null(c->store.gcs_credentials_file);
+    out->gcs_xml_endpoint = or_null(c->store.gcs_xml_endpoint);
+    out->gcs_json_endpoint = or_null(c->store.gcs_json_endpoint);
+    out->azure_connection_string = or_null(c->store.azure_connection_string);
+    out->azure_account = or_null(c->store.azure_account);
+    out->azure_key = or_null(c->store.azure_key);
+    out->azure_sas_token = or_null(c->store.azure_sas_token);
+    out->azure_endpoint = or_null(c->store.azure_endpoint);
 }
 
 static char *trim(char *s)
@@ -215,6 +285,16 @@ void srv_config_usage(FILE *out)
           "  --heartbeat SECONDS   SSE heartbeat comment period (default 15)\n"
           "  --http-threads N      HTTP worker threads, each with its own epoll\n"
           "                        (default 2)\n"
+          "  --upload-workers N    checkpoint upload threads (default 2)\n"
+          "  --upload-wait SECONDS pause/cancel/finish wait this long for a running\n"
+          "                        checkpoint upload, then cancel it (default 300)\n"
+          "  --upload-attempts N   tries of one upload before it fails for good (default 5)\n"
+          "\n"
+          "Object stores (config file; secrets only there, else the environment):\n"
+          "  s3-access-key-id s3-secret-access-key s3-session-token s3-region s3-endpoint\n"
+          "  gcs-hmac-access-id gcs-hmac-secret gcs-credentials-file gcs-xml-endpoint\n"
+          "  gcs-json-endpoint azure-connection-string azure-account azure-key\n"
+          "  azure-sas-token azure-endpoint\n"
           "  --help                this text\n",
           out);
 }
@@ -253,6 +333,10 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *er
         else if (i + 1 < argc) val = argv[++i];
         else return ty_err_set(err, TY_EINVAL, "flag --%s needs a value", key);
         if (!strcmp(key, "config")) continue;
+        if (srv_config_is_secret(key))
+            return ty_err_field(err, TY_EINVAL, key,
+                                "--%s is a secret: set it in the --config file or the environment, "
+                                "not on the command line", key);
         if (srv_config_set(c, key, val, err)) return TY_EINVAL;
     }
     if ((c->tls_cert[0] != 0) != (c->tls_key[0] != 0))

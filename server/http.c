@@ -17,6 +17,7 @@
 
 #include "exec.h"
 #include "sse.h"
+#include "upload.h"
 #include "tyutil.h"
 
 /* ---- shared server plumbing --------------------------------------------------------- */
@@ -353,7 +354,8 @@ int srv_serve_main(int argc, char **argv)
 
     if (!(s->hub = sse_hub_new(s, &err)) ||
         !(s->evw = evw_new(s->db_path, &s->write_lock, writer_publish, s, &err)) ||
-        !(s->sched = sched_new(s, &err)) || start_http(s, &err)) {
+        !(s->up = uploader_new(s, &err)) || !(s->sched = sched_new(s, &err)) ||
+        start_http(s, &err)) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;
     }
@@ -377,8 +379,10 @@ int srv_serve_main(int argc, char **argv)
     MHD_stop_daemon(s->mhd);
     if (lsock != MHD_INVALID_SOCKET) close(lsock);
     sched_stop(s->sched);
+    uploader_stop(s->up); /* transfers in flight stay queued for the next start */
     evw_free(s->evw);
     sched_free(s->sched);
+    uploader_free(s->up);
     sse_hub_free(s->hub);
     db_close(pthread_getspecific(s->db_key));
     pthread_setspecific(s->db_key, NULL);

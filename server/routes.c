@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "exec.h"
+#include "upload.h"
 #include "http.h"
 #include "jobspec.h"
 #include "sse.h"
@@ -287,18 +288,21 @@ static enum MHD_Result delete_job(http_req *q)
     if (purge && strcmp(purge, "0") && strcmp(purge, "1"))
         return http_error(q, 400, "invalid_spec", "purge", "purge must be 0 or 1");
     if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
-    /* Remote copies are kept unless purge=1; the uploader (which owns remote
-     * deletes) is not part of this build, so a purge with remote checkpoints
-     * is refused rather than silently leaving them behind. */
-    db_checkpoint *cks;
-    int n;
-    if (db_checkpoint_list(d, q->id, &cks, &n, &err)) return http_ty_error(q, &err);
-    bool remote = false;
-    for (int i = 0; i < n; i++) remote |= cks[i].remote_uri != NULL;
-    db_checkpoints_free(cks, n);
-    if (remote && purge && !strcmp(purge, "1"))
-        return http_error(q, 409, "conflict", "purge",
-                          "this server cannot delete remote checkpoints yet; delete without purge");
+    /* Remote copies are kept unless purge=1. A purge deletes them first
+     * (only for a finished job: db_job_delete refuses the others, and a
+     * live job may still be writing checkpoints), so a failed remote delete
+     * leaves the job in place to try again. */
+    db_job j;
+    if (db_job_get(d, q->id, &j, &err)) return http_ty_error(q, &err);
+    bool finished = db_state_terminal(j.state);
+    db_job_free(&j);
+    if (finished && purge && !strcmp(purge, "1")) {
+        uploader_cancel_job(q->s->up, q->id);
+        if (upload_purge_job(q->s, q->id, &err))
+            return http_error(q, 502, "internal", "purge",
+                              "remote checkpoints could not all be deleted (the job is kept; "
+                              "retry): %s", err.msg);
+    }
     if (db_job_delete(d, q->id, &err)) return http_ty_error(q, &err);
     char dir[PATH_MAX];
     srv_job_dir(q->s, q->id, dir, sizeof dir);

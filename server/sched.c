@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "sse.h"
+#include "upload.h"
 #include "tyutil.h"
 
 extern char **environ;
@@ -51,16 +52,29 @@ typedef struct run {
     char *rank_failure;       /* first non-zero exit of another rank */
     char intent[8];           /* "pause" | "cancel" | "" */
     int64_t kill_at_ms;       /* monotonic SIGKILL deadline, 0 = none */
+    char *store;              /* the spec's checkpoint.store, or NULL */
     double bucket;            /* flood limiter tokens */
     int64_t bucket_ms;
     struct run *next;
 } run;
+
+/* A job whose engines are gone but whose final state waits for its
+ * checkpoint uploads (pause, cancel, success), up to --upload-wait. */
+typedef struct waiter {
+    int64_t job_id;
+    job_state to;
+    char reason[1100];
+    int64_t deadline_ms;
+    bool cancelled;
+    struct waiter *next;
+} waiter;
 
 struct sched {
     srv *s;
     gpu_inv *gpu;
     pthread_mutex_t mu;
     run *runs;
+    waiter *waiters;
     uint64_t gpus_busy;
     int cpu_busy;
     int efd, wake_fd;
@@ -83,6 +97,7 @@ static void run_free(run *r)
     free(r->error);
     free(r->fail_reason);
     free(r->rank_failure);
+    free(r->store);
     free(r);
 }
 
@@ -168,12 +183,13 @@ static void note_checkpoint(sched *x, run *r, json_t *o)
     pthread_mutex_lock(&s->write_lock);
     evw_flush_locked(s->evw, &err);
     db *d = srv_db(s);
-    if (d && db_checkpoint_add(d, r->job_id, json_integer_value(jstep), dir, bytes, sha, path, &ev,
-                               &err) == 0) {
+    if (d && db_checkpoint_add(d, r->job_id, json_integer_value(jstep), dir, bytes, sha, path,
+                               r->store, &ev, &err) == 0) {
         srv_publish(s, &ev);
         db_event_clear(&ev);
     }
     pthread_mutex_unlock(&s->write_lock);
+    if (r->store) uploader_wake(s->up);
 }
 
 static void handle_line(sched *x, run *r, const char *line, size_t len)
@@ -445,11 +461,22 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
     r->bucket_ms = ty_mono_ms();
     if (ty_mkdir_p(jobdir, &err)) goto fail;
     {
+        json_t *sj = json_loads(j.spec, 0, NULL);
+        const char *st = json_string_value(json_object_get(json_object_get(sj, "checkpoint"), "store"));
+        r->store = st ? strdup(st) : NULL;
+        json_decref(sj);
+        /* The resume checkpoint made local (downloaded if its files are
+         * gone) and remote inputs fetched into the cache; the engine gets
+         * the spec with those paths rewritten. */
+        char *spec_text = NULL;
+        if (upload_prepare_start(s, id, j.spec, &j.resume_from, &spec_text, &err)) goto fail;
         char specpath[PATH_MAX + 16];
         snprintf(specpath, sizeof specpath, "%s/spec.json", jobdir);
         /* No fsync: the database is the record and the file is rewritten
          * at every start, so a crash costs nothing but dispatch latency. */
-        if (write_spec(specpath, j.spec, &err)) goto fail;
+        int wrc = write_spec(specpath, spec_text, &err);
+        free(spec_text);
+        if (wrc) goto fail;
     }
     logfd = open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -551,6 +578,28 @@ static void describe_status(int st, char *out, size_t cap)
     else snprintf(out, cap, "ended (status %d)", st);
 }
 
+/* The final transition of a run (or of a job that waited for its uploads). */
+static void finalize(sched *x, int64_t job_id, job_state to, const char *reason)
+{
+    srv *s = x->s;
+    ty_err err = {0};
+    const unsigned live = JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING);
+    db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
+    char *ck = NULL;
+    if (to == JOB_PAUSED) {
+        ck = newest_checkpoint(s, job_id);
+        up.has_resume_from = true;
+        up.resume_from = ck;
+    }
+    if (to == JOB_FAILED) {
+        up.has_error = true;
+        up.error = reason;
+    }
+    if (db_state_terminal(to)) up.set_finished = true;
+    srv_transition(s, job_id, live, to, reason, &up, NULL, &err);
+    free(ck);
+}
+
 /* All ranks have exited: the DESIGN §2 transition for how they ended. */
 static void finish_run(sched *x, run *r)
 {
@@ -602,19 +651,49 @@ static void finish_run(sched *x, run *r)
         db_job_free(&j);
         to = JOB_FAILED;
     }
-    char *ck = NULL;
-    if (to == JOB_PAUSED) {
-        ck = newest_checkpoint(s, r->job_id);
-        up.has_resume_from = true;
-        up.resume_from = ck;
+    /* Pause, cancel and success wait for the job's checkpoint uploads
+     * (the final checkpoint in particular), bounded by --upload-wait. */
+    if (to != JOB_FAILED && r->store && uploader_job_busy(s->up, r->job_id)) {
+        waiter *w = calloc(1, sizeof *w);
+        if (w) {
+            w->job_id = r->job_id;
+            w->to = to;
+            snprintf(w->reason, sizeof w->reason, "%s", reason);
+            w->deadline_ms = ty_mono_ms() + s->cfg.upload_wait_s * 1000LL;
+            w->next = x->waiters;
+            x->waiters = w;
+            db *d = srv_db(s);
+            db_job_update pg = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
+            if (d) db_job_update_fields(d, r->job_id, &pg, &err);
+            return;
+        }
     }
-    if (to == JOB_FAILED) {
-        up.has_error = true;
-        up.error = reason;
+    finalize(x, r->job_id, to, reason);
+}
+
+/* Checks the jobs waiting for uploads: finalizes those whose uploads are
+ * done; past the deadline, cancels the upload (it stays queued) and says so. */
+static void check_waiters(sched *x)
+{
+    srv *s = x->s;
+    for (waiter **pp = &x->waiters; *pp;) {
+        waiter *w = *pp;
+        if (uploader_job_busy(s->up, w->job_id)) {
+            if (!w->cancelled && ty_mono_ms() >= w->deadline_ms) {
+                uploader_cancel_job(s->up, w->job_id);
+                w->cancelled = true;
+                size_t n = strlen(w->reason);
+                snprintf(w->reason + n, sizeof w->reason - n,
+                         "; checkpoint upload still running after %d s was cancelled and stays "
+                         "queued", s->cfg.upload_wait_s);
+            }
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        finalize(x, w->job_id, w->to, w->reason);
+        free(w);
     }
-    if (db_state_terminal(to)) up.set_finished = true;
-    srv_transition(s, r->job_id, live, to, reason, &up, NULL, &err);
-    free(ck);
 }
 
 static void reap(sched *x)
@@ -700,6 +779,7 @@ static void *sched_main(void *arg)
         }
         reap(x);
         enforce_grace(x);
+        check_waiters(x);
         if (woken || n == 0) schedule(x);
     }
     pthread_mutex_unlock(&x->mu);
@@ -987,6 +1067,11 @@ void sched_free(sched *x)
         run *r = x->runs;
         x->runs = r->next;
         run_free(r);
+    }
+    while (x->waiters) {
+        waiter *w = x->waiters;
+        x->waiters = w->next;
+        free(w);
     }
     if (x->efd >= 0) close(x->efd);
     if (x->wake_fd >= 0) close(x->wake_fd);

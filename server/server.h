@@ -37,7 +37,28 @@ typedef struct srv_config {
     int gpu_sample_ms;        /* GPU sampling period, default 2000 */
     int heartbeat_s;          /* SSE heartbeat, default 15 */
     int http_threads;         /* MHD thread pool size, default 2 */
+    int upload_workers;       /* checkpoint upload threads, default 2 */
+    int upload_wait_s;        /* pause/cancel/finish wait for a running upload, default 300 */
+    int upload_attempts;      /* tries of one upload before it fails for good, default 5 */
+    /* Object-store settings and credentials (config file only for secrets;
+     * empty = the environment variable storage.h names). Never logged. */
+    struct {
+        char s3_access_key_id[256], s3_secret_access_key[256], s3_session_token[4096];
+        char s3_region[64], s3_endpoint[1024];
+        char gcs_hmac_access_id[256], gcs_hmac_secret[256], gcs_credentials_file[PATH_MAX];
+        char gcs_xml_endpoint[1024], gcs_json_endpoint[1024];
+        char azure_connection_string[4096], azure_account[256], azure_key[256];
+        char azure_sas_token[2048], azure_endpoint[1024];
+    } store;
 } srv_config;
+
+struct store_config;
+/* Fills a storage config from the server's (unset fields fall back to the
+ * environment). The pointers borrow from c. */
+void srv_store_config(const srv_config *c, struct store_config *out);
+/* Is this setting a secret (accepted from the config file only, never a
+ * flag, which `ps` would show)? */
+bool srv_config_is_secret(const char *key);
 
 /* Fills defaults (needs the cwd and /proc/self/exe). */
 int srv_config_defaults(srv_config *c, ty_err *err);
@@ -92,6 +113,7 @@ char *srv_prom_render(const srv_prom *p);
 struct sse_hub;
 struct evw;
 struct sched;
+struct uploader;
 struct gpu_inv;
 struct MHD_Daemon;
 
@@ -104,6 +126,7 @@ typedef struct srv {
     struct sse_hub *hub;
     struct evw *evw;
     struct sched *sched;
+    struct uploader *up;       /* checkpoint upload queue workers (upload.c) */
     struct gpu_inv *gpu;
     struct MHD_Daemon *mhd;
     atomic_llong events_ingested;

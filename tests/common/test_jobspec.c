@@ -285,6 +285,13 @@ static const struct bad BAD[] = {
      TY_EINVAL, "model.path"},
     {"{\"model\":{\"path\":\"s3://\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
      TY_EINVAL, "model.path"},
+    /* Credentials never ride in a spec: user:secret@bucket, SAS query strings. */
+    {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1},"
+     "\"checkpoint\":{\"store\":\"s3://AKIDEXAMPLE:secret@bucket/runs\"}}", TY_EINVAL, "checkpoint.store"},
+    {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1},"
+     "\"checkpoint\":{\"store\":\"az://ckpts/runs?sv=2022-11-02&sig=abc\"}}", TY_EINVAL, "checkpoint.store"},
+    {"{\"model\":{\"path\":\"gs://key@bucket/m\"},\"dataset\":{\"train\":\"/t\"},"
+     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "model.path"},
     {"{\"model\":{\"path\":\"file://m\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
      TY_EINVAL, "model.path"},
     {"{\"model\":{\"path\":\"http://x/m\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",

@@ -24,6 +24,22 @@ static bool has_table(const char *path, const char *name)
     return found;
 }
 
+/* Does table have a column named col? (pragma_table_info, read-only.) */
+static bool has_column(const char *path, const char *table, const char *col)
+{
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    CHECK(sqlite3_open(path, &h) == SQLITE_OK);
+    CHECK(sqlite3_prepare_v2(h, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?", -1, &st,
+                             NULL) == SQLITE_OK);
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, col, -1, SQLITE_STATIC);
+    bool found = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return found;
+}
+
 static void set_user_version(const char *path, int v)
 {
     sqlite3 *h;
@@ -60,7 +76,7 @@ int main(void)
     /* Upgrade from N-1 keeps the data written at N-1. */
     CHECK(db_open_at_version(old, DB_SCHEMA_VERSION - 1, &d, &err) == 0);
     CHECK(db_user_version(d) == DB_SCHEMA_VERSION - 1);
-    CHECK(!has_table(old, "uploads"));
+    CHECK(has_table(old, "uploads") && !has_column(old, "uploads", "op"));
     db_new_job nj = {.name = "kept", .spec = "{\"a\":1}", .max_restarts = 3, .max_steps = 7};
     int64_t id;
     bool existing;
@@ -68,7 +84,7 @@ int main(void)
     db_close(d);
     CHECK(db_open(old, &d, &err) == 0);
     CHECK(db_user_version(d) == DB_SCHEMA_VERSION);
-    CHECK(has_table(old, "uploads"));
+    CHECK(has_table(old, "uploads") && has_column(old, "uploads", "op"));
     db_job j;
     CHECK(db_job_get(d, id, &j, &err) == 0);
     CHECK(!strcmp(j.name, "kept") && j.max_steps == 7 && j.state == JOB_QUEUED);
@@ -157,10 +173,10 @@ int main(void)
 
     /* Checkpoints: newest not failed/deleted. */
     db_event ev;
-    CHECK(db_checkpoint_add(d, l1, 5, "checkpoints/step-000005", 10, "ab", "/x", &ev, &err) == 0);
+    CHECK(db_checkpoint_add(d, l1, 5, "checkpoints/step-000005", 10, "ab", "/x", NULL, &ev, &err) == 0);
     CHECK(!strcmp(ev.type, "checkpoint"));
     db_event_clear(&ev);
-    CHECK(db_checkpoint_add(d, l1, 10, "checkpoints/step-000010", 10, "cd", "/y", NULL, &err) == 0);
+    CHECK(db_checkpoint_add(d, l1, 10, "checkpoints/step-000010", 10, "cd", "/y", NULL, NULL, &err) == 0);
     char *newest;
     CHECK(db_checkpoint_newest(d, l1, &newest, &err) == 0);
     CHECK(newest && !strcmp(newest, "checkpoints/step-000010"));

@@ -1,0 +1,713 @@
+/* upload.c — checkpoint upload workers, retention, remote resume and the
+ * cache of remote inputs (see upload.h and docs/storage.md, "Wiring").
+ *
+ * The queue is the `uploads` table, so it survives a crash: workers claim
+ * one row at a time in a transaction (two workers never take the same row),
+ * run the transfer outside any lock, and record the outcome with the
+ * checkpoint's new state and its `checkpoint` event. Events are committed
+ * and published under srv->write_lock like every other event, so streams
+ * keep their id order. Error texts stored and shown come from the storage
+ * library, which never puts credentials in a message. */
+#include "upload.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "jobspec.h"
+#include "storage.h"
+#include "tyutil.h"
+
+#define UPLOAD_POLL_MS 500      /* idle workers look for due retries this often */
+#define UPLOAD_BACKOFF_MAX_S 60 /* retry delays double from 2 s up to this */
+
+/* One transfer in flight, findable by job so pause/cancel can abort it. */
+typedef struct active {
+    int64_t job_id;
+    store *st;
+    struct active *next;
+} active;
+
+struct uploader {
+    srv *s;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    bool stop;
+    int wakes;          /* pending wake-ups, so a wake between polls is not lost */
+    active *act;
+    int nthreads;
+    pthread_t *threads;
+};
+
+static void up_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void up_log(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("trainyard: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void upload_remote_prefix(int64_t job_id, const char *dir, char *out, size_t cap)
+{
+    snprintf(out, cap, "job-%lld/%s", (long long)job_id, dir);
+}
+
+static int open_store(srv *s, const char *uri, store **out, ty_err *err)
+{
+    store_config cfg;
+    srv_store_config(&s->cfg, &cfg);
+    return store_open(uri, &cfg, out, err);
+}
+
+/* Commits a db change that produced an event and publishes it, in order
+ * after any engine events the writer holds (the srv_transition rule). */
+typedef int (*db_step_fn)(db *d, void *arg, db_event *ev, ty_err *err);
+static int with_event(srv *s, db_step_fn fn, void *arg, ty_err *err)
+{
+    db_event ev;
+    memset(&ev, 0, sizeof ev);
+    pthread_mutex_lock(&s->write_lock);
+    evw_flush_locked(s->evw, err);
+    db *d = srv_db(s);
+    int rc = d ? fn(d, arg, &ev, err) : ty_err_set(err, TY_EIO, "no database handle");
+    if (rc == 0 && ev.id > 0) srv_publish(s, &ev);
+    db_event_clear(&ev);
+    pthread_mutex_unlock(&s->write_lock);
+    return rc;
+}
+
+typedef struct claim_arg {
+    db_upload *u;
+} claim_arg;
+
+static int claim_fn(db *d, void *arg, db_event *ev, ty_err *err)
+{
+    return db_upload_claim(d, ty_now_ms(), ((claim_arg *)arg)->u, ev, err);
+}
+
+typedef struct finish_arg {
+    const db_upload *u;
+    db_upload_outcome o;
+    const char *remote_uri, *error;
+    int64_t retry_at;
+} finish_arg;
+
+static int finish_fn(db *d, void *arg, db_event *ev, ty_err *err)
+{
+    finish_arg *a = arg;
+    return db_upload_finish(d, a->u, a->o, a->remote_uri, a->error, a->retry_at, ev, err);
+}
+
+typedef struct retire_arg {
+    const db_checkpoint *c;
+    const char *store_uri;
+} retire_arg;
+
+static int retire_fn(db *d, void *arg, db_event *ev, ty_err *err)
+{
+    retire_arg *a = arg;
+    return db_checkpoint_retire(d, a->c, a->store_uri, ev, err);
+}
+
+/* ---- the job's checkpoint settings ------------------------------------------------------ */
+
+typedef struct ckpt_policy {
+    char *store; /* NULL: the job has no remote store */
+    int keep_last, keep_best;
+} ckpt_policy;
+
+static int job_policy(srv *s, int64_t job_id, ckpt_policy *p, ty_err *err)
+{
+    memset(p, 0, sizeof *p);
+    db *d = srv_db(s);
+    db_job j;
+    if (!d) return ty_err_set(err, TY_EIO, "no database handle");
+    int rc = db_job_get(d, job_id, &j, err);
+    if (rc) return rc;
+    json_t *spec = json_loads(j.spec, 0, NULL);
+    json_t *c = json_object_get(spec, "checkpoint");
+    const char *st = json_string_value(json_object_get(c, "store"));
+    p->store = st ? strdup(st) : NULL;
+    p->keep_last = (int)json_integer_value(json_object_get(c, "keep_last"));
+    p->keep_best = (int)json_integer_value(json_object_get(c, "keep_best"));
+    json_decref(spec);
+    db_job_free(&j);
+    return 0;
+}
+
+/* ---- workers ------------------------------------------------------------------------------ */
+
+static void act_add(uploader *u, active *a)
+{
+    pthread_mutex_lock(&u->mu);
+    a->next = u->act;
+    u->act = a;
+    /* A stop that came before we registered must still abort us. */
+    if (u->stop) store_cancel(a->st);
+    pthread_mutex_unlock(&u->mu);
+}
+
+static void act_remove(uploader *u, active *a)
+{
+    pthread_mutex_lock(&u->mu);
+    for (active **pp = &u->act; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
+            break;
+        }
+    pthread_mutex_unlock(&u->mu);
+}
+
+/* Is this checkpoint the job's newest one still standing? */
+static bool is_newest(srv *s, const db_upload *up)
+{
+    db *d = srv_db(s);
+    db_checkpoint *c;
+    int n;
+    ty_err err = {0};
+    if (!d || db_checkpoint_list(d, up->job_id, &c, &n, &err)) return true;
+    bool newest = true;
+    for (int i = 0; i < n; i++)
+        if (c[i].step > up->step && strcmp(c[i].state, "deleted")) newest = false;
+    db_checkpoints_free(c, n);
+    return newest;
+}
+
+static int64_t backoff_ms(int attempts)
+{
+    int64_t d = 2000LL << (attempts > 5 ? 5 : attempts - 1);
+    if (d > UPLOAD_BACKOFF_MAX_S * 1000LL) d = UPLOAD_BACKOFF_MAX_S * 1000LL;
+    return d;
+}
+
+static void do_put(uploader *u, db_upload *up)
+{
+    srv *s = u->s;
+    ty_err err = {0};
+    finish_arg fa = {.u = up};
+    char manifest[PATH_MAX + 32], prefix[600], remote[2048] = "", reason[700];
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST.json", up->local_path ? up->local_path : "");
+    struct stat sb;
+    if (!up->local_path || stat(manifest, &sb) != 0) {
+        /* The engine's own keep_last removed it before we got to it: not a
+         * failure, unless it was the checkpoint a resume needs. */
+        if (is_newest(s, up)) {
+            snprintf(reason, sizeof reason, "local checkpoint %s is gone before it was uploaded",
+                     up->dir);
+            fa.o = DB_UP_FAILED;
+            fa.error = reason;
+        } else {
+            fa.o = DB_UP_SKIPPED;
+            fa.error = "removed locally by the engine's keep_last before upload";
+        }
+        with_event(s, finish_fn, &fa, &err);
+        return;
+    }
+    upload_remote_prefix(up->job_id, up->dir, prefix, sizeof prefix);
+    store *st = NULL;
+    int rc = open_store(s, up->uri, &st, &err);
+    if (rc == 0) {
+        active a = {.job_id = up->job_id, .st = st};
+        act_add(u, &a);
+        uint64_t bytes = 0;
+        rc = store_put_checkpoint(st, up->local_path, prefix, &bytes, &err);
+        act_remove(u, &a);
+        if (rc == 0) snprintf(remote, sizeof remote, "%s/%s", store_uri(st), prefix);
+        store_close(st);
+    }
+    if (rc == 0) {
+        fa.o = DB_UP_DONE;
+        fa.remote_uri = remote;
+    } else {
+        bool stopping = rc == TY_ESTATE; /* store_cancel: pause timeout or shutdown */
+        bool transient = stopping || rc == TY_EIO || rc == TY_ENOMEM;
+        if (stopping)
+            snprintf(reason, sizeof reason, "upload cancelled (it stays queued): %s", err.msg);
+        else
+            snprintf(reason, sizeof reason, "%s (attempt %d of %d)", err.msg, up->attempts,
+                     s->cfg.upload_attempts);
+        fa.error = reason;
+        if (transient && (stopping || up->attempts < s->cfg.upload_attempts)) {
+            fa.o = DB_UP_RETRY;
+            fa.retry_at = ty_now_ms() + (stopping ? 1000 : backoff_ms(up->attempts));
+        } else {
+            fa.o = DB_UP_FAILED;
+        }
+        up_log("job %lld: upload of %s failed: %s", (long long)up->job_id, up->dir, reason);
+    }
+    ty_err e2 = {0};
+    if (with_event(s, finish_fn, &fa, &e2))
+        up_log("job %lld: cannot record the upload of %s: %s", (long long)up->job_id, up->dir,
+               e2.msg);
+    if (rc == 0) upload_retention(s, up->job_id);
+}
+
+static void do_delete(uploader *u, db_upload *up)
+{
+    srv *s = u->s;
+    ty_err err = {0};
+    char prefix[600];
+    upload_remote_prefix(up->job_id, up->dir, prefix, sizeof prefix);
+    store *st = NULL;
+    int rc = open_store(s, up->uri, &st, &err);
+    if (rc == 0) {
+        active a = {.job_id = up->job_id, .st = st};
+        act_add(u, &a);
+        rc = store_delete_checkpoint(st, prefix, &err);
+        act_remove(u, &a);
+        store_close(st);
+    }
+    finish_arg fa = {.u = up, .o = DB_UP_DONE};
+    if (rc != 0 && rc != TY_ENOENT) {
+        /* Never blocks or fails the job: retried later, logged only. */
+        fa.o = up->attempts < s->cfg.upload_attempts * 4 ? DB_UP_RETRY : DB_UP_FAILED;
+        fa.error = err.msg;
+        fa.retry_at = ty_now_ms() + backoff_ms(up->attempts);
+        up_log("job %lld: remote delete of %s failed (%s): %s", (long long)up->job_id, up->dir,
+               fa.o == DB_UP_RETRY ? "will retry" : "gave up", err.msg);
+    }
+    ty_err e2 = {0};
+    with_event(s, finish_fn, &fa, &e2);
+}
+
+static void *worker_main(void *arg)
+{
+    uploader *u = arg;
+    srv *s = u->s;
+    pthread_mutex_lock(&u->mu);
+    while (!u->stop) {
+        pthread_mutex_unlock(&u->mu);
+        db_upload up;
+        ty_err err = {0};
+        claim_arg ca = {.u = &up};
+        int rc = with_event(s, claim_fn, &ca, &err);
+        if (rc == 0) {
+            if (!strcmp(up.op, "put")) do_put(u, &up);
+            else do_delete(u, &up);
+            db_upload_clear(&up);
+            sched_wake(s->sched); /* a job may be waiting for this upload */
+            pthread_mutex_lock(&u->mu);
+            continue;
+        }
+        if (rc != TY_ENOENT) up_log("upload queue: %s", err.msg);
+        pthread_mutex_lock(&u->mu);
+        if (u->wakes > 0) {
+            u->wakes--;
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + UPLOAD_POLL_MS * 1000000LL;
+        ts.tv_sec += ns / 1000000000LL;
+        ts.tv_nsec = ns % 1000000000LL;
+        if (!u->stop) pthread_cond_timedwait(&u->cond, &u->mu, &ts);
+        if (u->wakes > 0) u->wakes--;
+    }
+    pthread_mutex_unlock(&u->mu);
+    db_close(pthread_getspecific(s->db_key));
+    pthread_setspecific(s->db_key, NULL);
+    return NULL;
+}
+
+uploader *uploader_new(srv *s, ty_err *err)
+{
+    db *d = srv_db(s);
+    int requeued = 0;
+    if (!d) {
+        ty_err_set(err, TY_EIO, "no database handle");
+        return NULL;
+    }
+    if (db_upload_recover(d, &requeued, err)) return NULL;
+    if (requeued > 0)
+        up_log("%d checkpoint upload(s) interrupted by the last shutdown are queued again",
+               requeued);
+    uploader *u = calloc(1, sizeof *u);
+    if (u) u->threads = calloc((size_t)s->cfg.upload_workers, sizeof *u->threads);
+    if (!u || !u->threads) {
+        if (u) free(u);
+        ty_err_set(err, TY_ENOMEM, "out of memory");
+        return NULL;
+    }
+    u->s = s;
+    pthread_mutex_init(&u->mu, NULL);
+    pthread_cond_init(&u->cond, NULL);
+    for (int i = 0; i < s->cfg.upload_workers; i++) {
+        if (pthread_create(&u->threads[i], NULL, worker_main, u)) {
+            ty_err_set(err, TY_EINTERNAL, "cannot start upload worker %d", i);
+            uploader_stop(u);
+            uploader_free(u);
+            return NULL;
+        }
+        u->nthreads++;
+    }
+    return u;
+}
+
+void uploader_wake(uploader *u)
+{
+    if (!u) return;
+    pthread_mutex_lock(&u->mu);
+    u->wakes++;
+    pthread_cond_signal(&u->cond);
+    pthread_mutex_unlock(&u->mu);
+}
+
+bool uploader_job_busy(uploader *u, int64_t job_id)
+{
+    if (!u) return false;
+    int n = 0;
+    ty_err err = {0};
+    db *d = srv_db(u->s);
+    if (!d || db_upload_busy(d, job_id, &n, &err)) return false;
+    return n > 0;
+}
+
+void uploader_cancel_job(uploader *u, int64_t job_id)
+{
+    if (!u) return;
+    pthread_mutex_lock(&u->mu);
+    for (active *a = u->act; a; a = a->next)
+        if (a->job_id == job_id) store_cancel(a->st);
+    pthread_mutex_unlock(&u->mu);
+}
+
+void uploader_stop(uploader *u)
+{
+    if (!u) return;
+    pthread_mutex_lock(&u->mu);
+    u->stop = true;
+    for (active *a = u->act; a; a = a->next) store_cancel(a->st);
+    pthread_cond_broadcast(&u->cond);
+    pthread_mutex_unlock(&u->mu);
+    for (int i = 0; i < u->nthreads; i++) pthread_join(u->threads[i], NULL);
+    u->nthreads = 0;
+}
+
+void uploader_free(uploader *u)
+{
+    if (!u) return;
+    pthread_mutex_destroy(&u->mu);
+    pthread_cond_destroy(&u->cond);
+    free(u->threads);
+    free(u);
+}
+
+/* ---- retention ---------------------------------------------------------------------------- */
+
+typedef struct ranked {
+    int idx;
+    double loss;
+} ranked;
+
+static int by_loss(const void *a, const void *b)
+{
+    double x = ((const ranked *)a)->loss, y = ((const ranked *)b)->loss;
+    return (x > y) - (x < y);
+}
+
+void upload_retention(srv *s, int64_t job_id)
+{
+    ty_err err = {0};
+    ckpt_policy p;
+    if (job_policy(s, job_id, &p, &err)) return;
+    db *d = srv_db(s);
+    db_checkpoint *c = NULL;
+    int n = 0;
+    if (p.keep_last <= 0 && p.keep_best <= 0) goto out;
+    if (!d || db_checkpoint_list(d, job_id, &c, &n, &err)) goto out;
+    /* Rows are in step order. Keep: the keep_last newest standing ones (the
+     * engine's own rule for its local dirs, so we never fight over them),
+     * the keep_best lowest eval losses, and always the newest committed. */
+    bool *keep = calloc((size_t)n + 1, sizeof *keep);
+    ranked *rk = calloc((size_t)n + 1, sizeof *rk);
+    if (!keep || !rk) {
+        free(keep);
+        free(rk);
+        goto out;
+    }
+    int standing = 0, nr = 0, newest_committed = -1;
+    for (int i = n - 1; i >= 0; i--) {
+        if (!strcmp(c[i].state, "deleted")) continue;
+        if (p.keep_last <= 0 || standing < p.keep_last) keep[i] = true;
+        standing++;
+        if (newest_committed < 0 && !strcmp(c[i].state, "committed")) newest_committed = i;
+        double loss;
+        if (p.keep_best > 0 && db_checkpoint_eval_loss(d, job_id, c[i].step, &loss, &err) == 0)
+            rk[nr++] = (ranked){i, loss};
+    }
+    if (p.keep_best > 0) {
+        if (p.keep_last <= 0)
+            for (int i = 0; i < n; i++) keep[i] = false;
+        qsort(rk, (size_t)nr, sizeof *rk, by_loss);
+        for (int k = 0; k < nr && k < p.keep_best; k++) keep[rk[k].idx] = true;
+        /* Without a loss yet, the newest stays until an eval ranks it. */
+        for (int i = n - 1; i >= 0; i--)
+            if (strcmp(c[i].state, "deleted")) {
+                keep[i] = true;
+                break;
+            }
+    }
+    if (newest_committed >= 0) keep[newest_committed] = true;
+    for (int i = 0; i < n; i++) {
+        if (keep[i] || !strcmp(c[i].state, "deleted") || !strcmp(c[i].state, "uploading")) continue;
+        /* A remote copy may exist (committed) or be partly there (a failed
+         * or interrupted try): either way the remote delete is queued. */
+        bool remote = p.store && (c[i].remote_uri || c[i].attempts > 0);
+        retire_arg ra = {.c = &c[i], .store_uri = remote ? p.store : NULL};
+        ty_err e2 = {0};
+        if (with_event(s, retire_fn, &ra, &e2)) continue; /* being uploaded: next pass */
+        if (c[i].local_path && ty_rm_rf(c[i].local_path, &e2) && e2.code != TY_ENOENT)
+            up_log("job %lld: cannot remove %s: %s", (long long)job_id, c[i].local_path, e2.msg);
+    }
+    if (s->up) uploader_wake(s->up);
+    free(keep);
+    free(rk);
+out:
+    db_checkpoints_free(c, n);
+    free(p.store);
+}
+
+/* ---- purge -------------------------------------------------------------------------------- */
+
+int upload_purge_job(srv *s, int64_t job_id, ty_err *err)
+{
+    ckpt_policy p;
+    int rc = job_policy(s, job_id, &p, err);
+    if (rc) return rc;
+    db *d = srv_db(s);
+    db_checkpoint *c = NULL;
+    int n = 0;
+    if (p.store && d && (rc = db_checkpoint_list(d, job_id, &c, &n, err)) == 0) {
+        store *st = NULL;
+        if ((rc = open_store(s, p.store, &st, err)) == 0) {
+            /* Every row, whatever its state: a failed or deleted one may
+             * have left files behind. Missing objects count as deleted. */
+            for (int i = 0; i < n && rc == 0; i++) {
+                char prefix[600];
+                upload_remote_prefix(job_id, c[i].dir, prefix, sizeof prefix);
+                rc = store_delete_checkpoint(st, prefix, err);
+                if (rc == TY_ENOENT) rc = 0;
+            }
+            store_close(st);
+        }
+    }
+    db_checkpoints_free(c, n);
+    free(p.store);
+    return rc;
+}
+
+/* ---- before a start: resume checkpoint and remote inputs --------------------------------- */
+
+static bool is_remote(const char *p)
+{
+    return p && (!strncmp(p, "s3://", 5) || !strncmp(p, "gs://", 5) || !strncmp(p, "az://", 5));
+}
+
+static bool local_checkpoint_ok(const char *jobdir, const char *dir)
+{
+    char m[PATH_MAX + 600];
+    struct stat sb;
+    snprintf(m, sizeof m, "%s/%s/MANIFEST.json", jobdir, dir);
+    return stat(m, &sb) == 0;
+}
+
+/* Makes the checkpoint to resume from local; see upload_prepare_start. */
+static int prepare_resume(srv *s, int64_t job_id, const char *store_root, char **resume,
+                          ty_err *err)
+{
+    char jobdir[PATH_MAX];
+    srv_job_dir(s, job_id, jobdir, sizeof jobdir);
+    /* Only a resume needs a checkpoint; one on disk is used as it is, and
+     * without a store the engine reports a missing one itself. */
+    if (!*resume || !store_root || local_checkpoint_ok(jobdir, *resume)) return 0;
+    db *d = srv_db(s);
+    db_checkpoint *c = NULL;
+    int n = 0, rc;
+    if (!d || (rc = db_checkpoint_list(d, job_id, &c, &n, err))) return d ? rc : TY_EIO;
+    /* The newest committed copy, unless a local one is newer still. */
+    int pick = -1;
+    for (int i = n - 1; i >= 0 && pick < 0; i--)
+        if (!strcmp(c[i].state, "committed") && c[i].remote_uri) pick = i;
+    if (pick < 0) {
+        rc = ty_err_set(err, TY_ENOENT, "cannot resume: checkpoint %s is not on disk and the job "
+                        "has no committed remote checkpoint", *resume);
+        db_checkpoints_free(c, n);
+        return rc;
+    }
+    char local[PATH_MAX + 600], prefix[600];
+    snprintf(local, sizeof local, "%s/%s", jobdir, c[pick].dir);
+    upload_remote_prefix(job_id, c[pick].dir, prefix, sizeof prefix);
+    store *st = NULL;
+    if ((rc = ty_mkdir_p(local, err)) == 0 && (rc = open_store(s, store_root, &st, err)) == 0) {
+        rc = store_get_checkpoint(st, prefix, local, err);
+        store_close(st);
+    }
+    if (rc) {
+        char m[sizeof err->msg];
+        snprintf(m, sizeof m, "%s", err->msg);
+        ty_err_set(err, rc, "cannot resume: download of checkpoint %s failed: %s", c[pick].dir, m);
+    } else {
+        up_log("job %lld: checkpoint %s downloaded from the store and verified",
+               (long long)job_id, c[pick].dir);
+        free(*resume);
+        *resume = strdup(c[pick].dir);
+        if (!*resume) rc = ty_err_set(err, TY_ENOMEM, "out of memory");
+    }
+    db_checkpoints_free(c, n);
+    return rc;
+}
+
+/* Splits "s3://bucket/a/b.jsonl" into the parent URI and the last segment. */
+static int split_uri(const char *uri, char *parent, size_t cap, const char **base, ty_err *err)
+{
+    const char *slash = strrchr(uri, '/');
+    const char *bucket = strstr(uri, "://") + 3;
+    if (!slash || slash < bucket || !slash[1])
+        return ty_err_set(err, TY_EINVAL, "%s names no object (bucket/key expected)", uri);
+    snprintf(parent, cap, "%.*s", (int)(slash - uri), uri);
+    *base = slash + 1;
+    return 0;
+}
+
+/* Keeps only characters safe in a directory name (ETags carry quotes and dashes). */
+static void safe_tag(const char *in, char *out, size_t cap)
+{
+    size_t k = 0;
+    for (; *in && k + 1 < cap; in++)
+        if ((*in >= 'a' && *in <= 'z') || (*in >= 'A' && *in <= 'Z') || (*in >= '0' && *in <= '9') ||
+            *in == '-')
+            out[k++] = *in;
+    out[k] = 0;
+}
+
+/* A remote file into <data>/cache/<sha256(URI)>-<etag>/<name>. */
+static int cache_file(srv *s, const char *uri, char *out, size_t cap, ty_err *err)
+{
+    char parent[2048], key_hash[65], tag[96], dir[PATH_MAX];
+    const char *base;
+    int rc = split_uri(uri, parent, sizeof parent, &base, err);
+    if (rc) return rc;
+    store *st = NULL;
+    if ((rc = open_store(s, parent, &st, err))) return rc;
+    store_object o = {0};
+    if ((rc = store_stat(st, base, &o, err)) == 0) {
+        ty_sha256_hex(uri, strlen(uri), key_hash);
+        safe_tag(o.etag, tag, sizeof tag);
+        if (!tag[0]) snprintf(tag, sizeof tag, "%llu-%lld", (unsigned long long)o.size,
+                              (long long)o.mtime);
+        snprintf(dir, sizeof dir, "%.3900s/cache/%.32s-%s", s->cfg.data_dir, key_hash, tag);
+        snprintf(out, cap, "%s/%s", dir, base);
+        struct stat sb;
+        if (stat(out, &sb) != 0) {
+            /* store_get_file writes .part and renames after verification,
+             * so a present file is a complete one. */
+            if ((rc = ty_mkdir_p(dir, err)) == 0) rc = store_get_file(st, base, out, err);
+        }
+        store_object_clear(&o);
+    }
+    store_close(st);
+    return rc;
+}
+
+/* A remote directory (every object under the URI) into the cache, keyed by
+ * the URI and a hash of every object's key and ETag. */
+static int cache_dir(srv *s, const char *uri, char *out, size_t cap, ty_err *err)
+{
+    store *st = NULL;
+    int rc = open_store(s, uri, &st, err);
+    if (rc) return rc;
+    store_listing l = {0};
+    if ((rc = store_list(st, "", &l, err)) == 0 && l.n == 0)
+        rc = ty_err_set(err, TY_ENOENT, "%s holds no objects", uri);
+    if (rc == 0) {
+        /* Content key: the keys, sizes and ETags of the listing. */
+        size_t len = 0;
+        for (size_t i = 0; i < l.n; i++) len += strlen(l.items[i].key) + strlen(l.items[i].etag) + 24;
+        char *buf = malloc(len + 1), *p = buf;
+        if (!buf) rc = ty_err_set(err, TY_ENOMEM, "out of memory");
+        for (size_t i = 0; buf && i < l.n; i++)
+            p += sprintf(p, "%s\n%llu\n%s\n", l.items[i].key, (unsigned long long)l.items[i].size,
+                         l.items[i].etag);
+        char key_hash[65], content[65], dir[PATH_MAX], part[PATH_MAX + 8];
+        if (buf) {
+            ty_sha256_hex(uri, strlen(uri), key_hash);
+            ty_sha256_hex(buf, (size_t)(p - buf), content);
+            free(buf);
+            snprintf(dir, sizeof dir, "%.3900s/cache/%.32s-%.16s", s->cfg.data_dir, key_hash, content);
+            snprintf(out, cap, "%s", dir);
+            struct stat sb;
+            if (stat(dir, &sb) != 0) {
+                /* Downloaded beside, renamed into place whole. */
+                snprintf(part, sizeof part, "%s.part", dir);
+                ty_err e2 = {0};
+                ty_rm_rf(part, &e2);
+                for (size_t i = 0; i < l.n && rc == 0; i++) {
+                    char path[PATH_MAX * 2], *slash;
+                    snprintf(path, sizeof path, "%s/%s", part, l.items[i].key);
+                    if ((slash = strrchr(path, '/'))) {
+                        *slash = 0;
+                        rc = ty_mkdir_p(path, err);
+                        *slash = '/';
+                    }
+                    if (rc == 0) rc = store_get_file(st, l.items[i].key, path, err);
+                }
+                if (rc == 0 && rename(part, dir) != 0)
+                    rc = ty_err_set(err, TY_EIO, "cannot rename %s: %s", part, strerror(errno));
+                if (rc) ty_rm_rf(part, &e2);
+            }
+        }
+    }
+    store_listing_free(&l);
+    store_close(st);
+    return rc;
+}
+
+/* Replaces spec[section][field] (a remote URI) by its cached local copy. */
+static int localize(srv *s, json_t *spec, const char *section, const char *field, bool dir,
+                    ty_err *err)
+{
+    json_t *sec = json_object_get(spec, section);
+    const char *uri = json_string_value(json_object_get(sec, field));
+    if (!is_remote(uri)) return 0;
+    char local[PATH_MAX * 2];
+    int rc = dir ? cache_dir(s, uri, local, sizeof local, err)
+                 : cache_file(s, uri, local, sizeof local, err);
+    if (rc) {
+        char m[sizeof err->msg];
+        snprintf(m, sizeof m, "%s", err->msg);
+        return ty_err_field(err, rc, field, "cannot fetch %s.%s (%s): %s", section, field, uri, m);
+    }
+    json_object_set_new(sec, field, json_string(local));
+    return 0;
+}
+
+int upload_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **resume,
+                         char **spec_text, ty_err *err)
+{
+    *spec_text = NULL;
+    json_t *spec = json_loads(spec_json, 0, NULL);
+    if (!spec) return ty_err_set(err, TY_ECORRUPT, "stored spec of job %lld is not JSON",
+                                 (long long)job_id);
+    const char *store_root =
+        json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
+    int rc = prepare_resume(s, job_id, store_root, resume, err);
+    if (!rc) rc = localize(s, spec, "model", "path", true, err);
+    if (!rc) rc = localize(s, spec, "dataset", "train", false, err);
+    if (!rc) rc = localize(s, spec, "dataset", "eval", false, err);
+    if (!rc) {
+        *spec_text = json_dumps(spec, JSON_INDENT(2));
+        if (!*spec_text) rc = ty_err_set(err, TY_ENOMEM, "out of memory");
+    }
+    json_decref(spec);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* upload.h — the server's side of object storage: the durable checkpoint
+ * upload queue and its workers, retention, and bringing checkpoints and
+ * remote inputs back before an engine starts.
+ *
+ * The queue lives in SQLite (db.h, `uploads`): a checkpoint event of a job
+ * with checkpoint.store queues a put in the same transaction that records
+ * the checkpoint, so a crash never loses one. --upload-workers threads claim
+ * rows, upload with store_put_checkpoint (MANIFEST.json last) and move the
+ * checkpoint row local → uploading → committed | failed, publishing a
+ * `checkpoint` event at each step. Every upload opens its own store, so one
+ * job's upload can be cancelled (store_cancel) without touching others. */
+#ifndef TY_UPLOAD_H
+#define TY_UPLOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server.h"
+
+typedef struct uploader uploader;
+
+/* Puts rows a killed server left running back in the queue, then starts
+ * the workers. */
+uploader *uploader_new(srv *s, ty_err *err);
+/* A row was queued: claim it now rather than at the next poll. */
+void uploader_wake(uploader *u);
+/* Is an upload of this job running, or queued and not yet tried? (What
+ * pause, cancel and success wait for.) */
+bool uploader_job_busy(uploader *u, int64_t job_id);
+/* Aborts the job's running uploads (store_cancel); they go back to the
+ * queue and are tried again later. */
+void uploader_cancel_job(uploader *u, int64_t job_id);
+/* Cancels running transfers (they stay queued for the next start) and
+ * joins the workers. */
+void uploader_stop(uploader *u);
+void uploader_free(uploader *u);
+
+/* keep_last / keep_best of the job's spec: marks older checkpoints deleted,
+ * removes their local directories and queues their remote deletes. Never
+ * the newest committed checkpoint; a checkpoint being uploaded waits for
+ * the next pass. Failures are logged, never fatal. */
+void upload_retention(srv *s, int64_t job_id);
+
+/* DELETE ?purge=1: deletes every remote checkpoint of a finished job now
+ * (not-found counts as done). TY_EIO with the first failure. */
+int upload_purge_job(srv *s, int64_t job_id, ty_err *err);
+
+/* Before an engine starts: makes the resume checkpoint local (downloading
+ * the newest committed one, verified file by file, when the local files
+ * are gone) and fetches remote model/dataset URIs into
+ * <data-dir>/cache/<sha256(URI)>-<etag>. *resume (in/out, malloc'd
+ * relative dir or NULL) may change to the checkpoint actually used;
+ * *spec_text (malloc'd) is the spec for the engine with remote paths
+ * rewritten to the cache. A failure is a clear reason to fail the start. */
+int upload_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **resume,
+                         char **spec_text, ty_err *err);
+
+/* "job-<id>/<dir>": where a checkpoint lives under its store root. */
+void upload_remote_prefix(int64_t job_id, const char *dir, char *out, size_t cap);
+
+#endif
