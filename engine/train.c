@@ -458,6 +458,24 @@ static int setup_lora(run *r, ty_err *err)
         return 0;
     }
     char path[4200];
+    /* The spec's r / alpha define the adapters; a PEFT config that says
+     * otherwise is named (r) or noted (alpha scales differently). */
+    snprintf(path, sizeof path, "%s/adapter_config.json", s->lora_adapter);
+    json_error_t je;
+    json_t *ac = json_load_file(path, 0, &je);
+    if (ac) {
+        json_t *jr = json_object_get(ac, "r"), *ja = json_object_get(ac, "lora_alpha");
+        if (json_is_integer(jr) && json_integer_value(jr) != s->lora_r) {
+            rc = ty_err_field(err, TY_EINVAL, "lora.r", "lora.adapter: %s has r = %lld but lora.r is %d", path,
+                              (long long)json_integer_value(jr), s->lora_r);
+            json_decref(ac);
+            return rc;
+        }
+        if (json_is_number(ja) && json_number_value(ja) != s->lora_alpha)
+            ev_log("note: %s has lora_alpha %g; training with lora.alpha %g", path, json_number_value(ja),
+                   s->lora_alpha);
+        json_decref(ac);
+    }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", s->lora_adapter);
     rc = lora_load(&r->lora, path, err);
     if (rc) {

@@ -657,7 +657,13 @@ def case_bad_inputs(tmp):
     errs = [e for e in events if e["ev"] == "error"]
     if rc != 2 or not errs or "lora.r" not in errs[-1]["message"]:
         fail(f"r = 0: exit {rc}, {errs}")
-    # a starting adapter of another rank
+    # a starting adapter whose config says another rank
+    ad = os.path.join(tmp, "r8-adapter")
+    os.makedirs(ad)
+    hfgen.write_json(os.path.join(ad, "adapter_config.json"), {"peft_type": "LORA", "r": 8, "lora_alpha": 8})
+    s["lora"] = {"r": 2, "alpha": 8, "adapter": ad}
+    expect_error(s, tmp, "adapter_r", ["r = 8", "lora.r is 2"])
+    # a missing starting adapter
     s["lora"] = {"r": 2, "alpha": 8, "adapter": os.path.join(tmp, "nowhere")}
     expect_error(s, tmp, "adapter", ["lora.adapter", "nowhere"])
     # skip_invalid: a warning event with the count, then training
