@@ -1,9 +1,26 @@
 /* sse.c — the SSE hub (see sse.h): subscriber queues of shared messages,
  * database replay inside the content callback, heartbeats and log follow.
  *
+ * Fan-out rounds: with 1000 clients on one job, the cost of an event is
+ * one send() per client, and the kernel's loopback/TCP path dominates it.
+ * When events come faster than one pass over the clients, resuming a client
+ * again for each new event (while others have not yet had the previous one)
+ * only multiplies the sends. So resumes go in rounds: a publish with no
+ * round in progress resumes every waiting client at once (no added delay);
+ * a publish during a round only queues, and when the last client of the
+ * round has been called back, one new round resumes everyone with queued
+ * messages, who then get all of them in one send. Under load each send
+ * carries several events; when the server keeps up it is one event a send,
+ * as before. A client is "in the round" from its resume until its next
+ * callback (or its end), which MHD runs promptly whether or not its socket
+ * has room, so a slow reader cannot hold a round open; the ticker also
+ * restarts a round that looks stuck (it cannot, but a missed count must not
+ * stall every stream).
+ *
  * Locking: hub->mu guards the client list; each client's mu guards its
- * queue and flags. Publishers take hub->mu then a client's mu; callbacks take
- * only their client's mu (and hub->mu when the client is freed). */
+ * queue and flags; round_mu guards the round counters. Order: hub->mu, then
+ * a client's mu, then round_mu. Callbacks take their client's mu, and
+ * round_mu (or, to start a round, hub->mu) with no other lock held. */
 #include "sse.h"
 
 #include <fcntl.h>
@@ -39,6 +56,7 @@ typedef struct sse_client {
     sse_msg **q;
     int qhead, qlen;
     bool suspended, dropped;
+    bool in_round; /* resumed by the current round, not yet called back */
     /* Touched only by the connection's callback thread: */
     bool replaying, ended;
     int64_t last_id;
@@ -57,6 +75,10 @@ struct sse_hub {
     sse_client *head;
     int64_t nclients;
     bool closing;
+    pthread_mutex_t round_mu;
+    int round_left;        /* clients of the current round not yet called back */
+    bool round_dirty;      /* messages were queued for waiting clients meanwhile */
+    int64_t round_start_ms;
     pthread_t ticker;
     pthread_mutex_t tick_mu;
     pthread_cond_t tick_cond;
@@ -113,8 +135,46 @@ static bool is_global_type(const char *t)
     return !strcmp(t, "state") || !strcmp(t, "started") || !strcmp(t, "gpu");
 }
 
-/* Appends m to c's queue, or drops c when it is full. Caller holds hub->mu. */
-static void client_enqueue(sse_client *c, sse_msg *m)
+/* Resumes suspended client c as part of the current round. Caller holds
+ * c->mu. */
+static void client_resume_in_round(sse_hub *h, sse_client *c)
+{
+    pthread_mutex_lock(&h->round_mu);
+    if (h->round_left++ == 0) h->round_start_ms = ty_mono_ms();
+    pthread_mutex_unlock(&h->round_mu);
+    c->in_round = true;
+    c->suspended = false;
+    MHD_resume_connection(c->conn);
+}
+
+/* Starts a round: resumes every waiting client that has something queued
+ * (or must end). Called with no lock held. */
+static void round_start(sse_hub *h)
+{
+    pthread_mutex_lock(&h->mu);
+    for (sse_client *c = h->head; c; c = c->next) {
+        if (c->kind == SSE_LOG) continue;
+        pthread_mutex_lock(&c->mu);
+        if (c->suspended && (c->qlen > 0 || c->dropped)) client_resume_in_round(h, c);
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* c was called back (or ended) after its round's resume. The last client of
+ * a round starts the next one if messages were queued meanwhile. */
+static void round_visited(sse_hub *h)
+{
+    pthread_mutex_lock(&h->round_mu);
+    bool next = --h->round_left == 0 && h->round_dirty;
+    if (next) h->round_dirty = false;
+    pthread_mutex_unlock(&h->round_mu);
+    if (next) round_start(h);
+}
+
+/* Appends m to c's queue, or drops c when it is full; resumes c now unless
+ * a round is in progress (see the top of this file). Caller holds hub->mu. */
+static void client_enqueue(sse_hub *h, sse_client *c, sse_msg *m)
 {
     pthread_mutex_lock(&c->mu);
     if (!c->dropped) {
@@ -126,8 +186,11 @@ static void client_enqueue(sse_client *c, sse_msg *m)
         }
     }
     if (c->suspended) {
-        c->suspended = false;
-        MHD_resume_connection(c->conn);
+        pthread_mutex_lock(&h->round_mu);
+        bool wait = h->round_left > 0 && !c->dropped;
+        if (wait) h->round_dirty = true;
+        pthread_mutex_unlock(&h->round_mu);
+        if (!wait) client_resume_in_round(h, c);
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -151,7 +214,7 @@ void sse_hub_publish(sse_hub *h, const db_event *ev)
             free(txt);
             if (!*mp) continue;
         }
-        client_enqueue(c, *mp);
+        client_enqueue(h, c, *mp);
     }
     pthread_mutex_unlock(&h->mu);
     msg_unref(jm);
@@ -173,7 +236,7 @@ void sse_hub_publish_live(sse_hub *h, const char *type, const char *data_json)
     if (!m) return;
     pthread_mutex_lock(&h->mu);
     for (sse_client *c = h->head; c; c = c->next)
-        if (c->kind == SSE_GLOBAL) client_enqueue(c, m);
+        if (c->kind == SSE_GLOBAL) client_enqueue(h, c, m);
     pthread_mutex_unlock(&h->mu);
     msg_unref(m);
 }
@@ -229,6 +292,11 @@ static ssize_t events_cb(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     sse_client *c = cls;
     size_t n = 0;
+    pthread_mutex_lock(&c->mu);
+    bool was_in_round = c->in_round;
+    c->in_round = false;
+    pthread_mutex_unlock(&c->mu);
+    if (was_in_round) round_visited(c->hub);
     for (;;) {
         if (c->cur) {
             size_t k = c->cur->len - c->cur_off;
@@ -329,6 +397,7 @@ static void client_free_cb(void *cls)
     h->nclients--;
     pthread_cond_broadcast(&h->gone);
     pthread_mutex_unlock(&h->mu);
+    if (c->in_round) round_visited(h);
     for (int i = 0; i < c->qlen; i++) msg_unref(c->q[(c->qhead + i) % SSE_QCAP]);
     msg_unref(c->cur);
     db_events_free(c->replay, c->replay_n);
@@ -451,11 +520,19 @@ static void *ticker_main(void *arg)
                 }
                 pthread_mutex_unlock(&c->mu);
             } else if (m) {
-                client_enqueue(c, m);
+                client_enqueue(h, c, m);
             }
         }
         pthread_mutex_unlock(&h->mu);
         msg_unref(m);
+        /* A round open for a second with messages waiting: start the next
+         * one anyway (a lost count would otherwise hold every stream). */
+        pthread_mutex_lock(&h->round_mu);
+        bool stuck = h->round_dirty && h->round_left > 0 &&
+                     ty_mono_ms() - h->round_start_ms > 1000;
+        if (stuck) h->round_dirty = false;
+        pthread_mutex_unlock(&h->round_mu);
+        if (stuck) round_start(h);
     }
     pthread_mutex_unlock(&h->tick_mu);
     return NULL;
@@ -473,6 +550,7 @@ sse_hub *sse_hub_new(srv *s, ty_err *err)
     pthread_cond_init(&h->gone, NULL);
     pthread_mutex_init(&h->tick_mu, NULL);
     pthread_cond_init(&h->tick_cond, NULL);
+    pthread_mutex_init(&h->round_mu, NULL);
     if (pthread_create(&h->ticker, NULL, ticker_main, h)) {
         free(h);
         ty_err_set(err, TY_EINTERNAL, "cannot start the SSE ticker thread");
@@ -515,5 +593,6 @@ void sse_hub_free(sse_hub *h)
     pthread_cond_destroy(&h->gone);
     pthread_mutex_destroy(&h->tick_mu);
     pthread_cond_destroy(&h->tick_cond);
+    pthread_mutex_destroy(&h->round_mu);
     free(h);
 }

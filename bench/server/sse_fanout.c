@@ -4,9 +4,13 @@
  * Each connection de-chunks its stream, splits SSE lines, counts events and,
  * for every event whose data carries "ts_us" (the fake engine stamps its
  * metric events with CLOCK_REALTIME microseconds), records the delivery lag
- * now - ts_us. Prints READY once every client has its first event (so the
- * driver can start the job), then one JSON line of results when every
- * stream has ended or the timeout passes.
+ * now - ts_us. Per stamped event it also keeps the first and the last
+ * arrival over all clients, which splits the lag into the server's pipeline
+ * (engine -> database -> publish -> first client) and the fan-out spread
+ * (first client -> last client). Prints READY once every client has its
+ * first event (so the driver can start the job), then one JSON line of
+ * results when every stream has ended or the timeout passes, including this
+ * process's own CPU time (it shares the machine with the server).
  * Usage: ty-bench-sse-fanout PORT PATH CLIENTS TIMEOUT_S */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -35,6 +39,7 @@ typedef struct client {
     char size_line[32];
     size_t size_len;
     long events;
+    long cur_id;     /* the "id:" of the event being read */
     int ended;       /* stream closed by the server */
     int terminal;    /* saw the terminal state event */
 } client;
@@ -42,6 +47,13 @@ typedef struct client {
 static double *g_lags;
 static size_t g_nlags, g_caplags;
 static long g_first_events; /* clients that have their first event */
+
+/* Per stamped event, indexed by its id: stamp, first and last arrival. */
+typedef struct arrival {
+    double ts_us, first_us, last_us;
+} arrival;
+static arrival *g_arr;
+static size_t g_narr;
 
 static double now_us(void)
 {
@@ -60,17 +72,43 @@ static void add_lag(double ms)
     g_lags[g_nlags++] = ms;
 }
 
+static void note_arrival(long id, double ts_us, double now)
+{
+    if (id < 0 || id > 10000000) return;
+    if ((size_t)id >= g_narr) {
+        size_t n = g_narr ? g_narr : 4096;
+        while (n <= (size_t)id) n *= 2;
+        g_arr = realloc(g_arr, n * sizeof *g_arr);
+        if (!g_arr) exit(1);
+        memset(g_arr + g_narr, 0, (n - g_narr) * sizeof *g_arr);
+        g_narr = n;
+    }
+    arrival *a = &g_arr[id];
+    if (a->ts_us == 0 || now < a->first_us) a->first_us = now;
+    if (now > a->last_us) a->last_us = now;
+    a->ts_us = ts_us;
+}
+
 static void on_line(client *c, char *line, size_t n)
 {
     if (n == 0) {
         c->events++;
         if (c->events == 1) g_first_events++;
+        c->cur_id = -1;
+        return;
+    }
+    line[n] = '\0';
+    if (strncmp(line, "id:", 3) == 0) {
+        c->cur_id = strtol(line + 3, NULL, 10);
         return;
     }
     if (strncmp(line, "data:", 5) != 0) return;
-    line[n] = '\0';
     const char *p = strstr(line, "\"ts_us\":");
-    if (p) add_lag((now_us() - strtod(p + 8, NULL)) / 1000.0);
+    if (p) {
+        double now = now_us(), ts = strtod(p + 8, NULL);
+        add_lag((now - ts) / 1000.0);
+        note_arrival(c->cur_id, ts, now);
+    }
     if (strstr(line, "\"type\":\"state\"") &&
         (strstr(line, "\"to\":\"succeeded\"") || strstr(line, "\"to\":\"failed\"") ||
          strstr(line, "\"to\":\"cancelled\"")))
@@ -143,6 +181,20 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* p50, p99 and max of xs (sorted in place); -1 each when there is none
+ * (qsort is never handed a NULL array). */
+static void percentiles(double *xs, size_t n, double *p50, double *p99, double *mx)
+{
+    if (n == 0) {
+        *p50 = *p99 = *mx = -1;
+        return;
+    }
+    qsort(xs, n, sizeof *xs, cmp_double);
+    *p50 = xs[n / 2];
+    *p99 = xs[(size_t)((double)n * 0.99)];
+    *mx = xs[n - 1];
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
@@ -185,10 +237,15 @@ int main(int argc, char **argv)
         int k = epoll_wait(ep, evs, 256, 200);
         for (int e = 0; e < k; e++) {
             client *c = evs[e].data.ptr;
+            /* Level-triggered: one read per readiness. A short read drained
+             * the socket, and anything left is reported again; reading on
+             * to EAGAIN would double this client's syscalls (it shares the
+             * CPUs with the server it measures). */
             for (;;) {
                 ssize_t r = read(c->fd, buf, sizeof buf);
                 if (r > 0) {
                     feed(c, buf, (size_t)r);
+                    if ((size_t)r < sizeof buf) break;
                     continue;
                 }
                 if (r < 0 && (errno == EAGAIN || errno == EINTR)) break;
@@ -213,12 +270,33 @@ int main(int argc, char **argv)
         terminal += cs[i].terminal;
         if (cs[i].fd >= 0) close(cs[i].fd);
     }
-    qsort(g_lags, g_nlags, sizeof *g_lags, cmp_double);
-    double p50 = g_nlags ? g_lags[g_nlags / 2] : -1, p99 = g_nlags ? g_lags[(size_t)((double)g_nlags * 0.99)] : -1;
-    double mx = g_nlags ? g_lags[g_nlags - 1] : -1;
+    double p50, p99, mx;
+    percentiles(g_lags, g_nlags, &p50, &p99, &mx);
+    /* Per event: pipeline = first arrival - stamp, spread = last - first. */
+    double *pipe = calloc(g_narr + 1, sizeof *pipe), *spread = calloc(g_narr + 1, sizeof *spread);
+    size_t ne = 0;
+    for (size_t i = 0; i < g_narr; i++) {
+        if (g_arr[i].ts_us == 0) continue;
+        pipe[ne] = (g_arr[i].first_us - g_arr[i].ts_us) / 1000.0;
+        spread[ne++] = (g_arr[i].last_us - g_arr[i].first_us) / 1000.0;
+    }
+    double pp50, pp99, ppmx, sp50, sp99, spmx;
+    percentiles(pipe, ne, &pp50, &pp99, &ppmx);
+    percentiles(spread, ne, &sp50, &sp99, &spmx);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                   (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
     printf("{\"clients\": %d, \"ended_with_terminal\": %ld, \"events_min\": %ld, \"events_max\": %ld, "
-           "\"lag_samples\": %zu, \"lag_ms_p50\": %.2f, \"lag_ms_p99\": %.2f, \"lag_ms_max\": %.2f}\n",
-           n, terminal, emin, emax, g_nlags, p50, p99, mx);
+           "\"lag_samples\": %zu, \"lag_ms_p50\": %.2f, \"lag_ms_p99\": %.2f, \"lag_ms_max\": %.2f, "
+           "\"stamped_events\": %zu, \"pipeline_ms_p50\": %.2f, \"pipeline_ms_p99\": %.2f, "
+           "\"spread_ms_p50\": %.2f, \"spread_ms_p99\": %.2f, \"spread_ms_max\": %.2f, "
+           "\"client_cpu_s\": %.2f}\n",
+           n, terminal, emin, emax, g_nlags, p50, p99, mx, ne, pp50, pp99, sp50, sp99, spmx, cpu_s);
+    (void)ppmx;
+    free(pipe);
+    free(spread);
+    free(g_arr);
     free(g_lags);
     free(cs);
     close(ep);
