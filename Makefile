@@ -26,7 +26,9 @@ run: build
 demo: build
 	$(BUILD)/bin/trainyard demo
 
-test: deps
+# `make test` also builds the Release binaries `make run` uses, so a warning
+# that only an optimised build raises cannot break the README's first command.
+test: deps build
 	@cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTY_SANITIZE=ON >/dev/null
 	@cmake --build $(TEST_BUILD) -j $(JOBS)
 	@cd $(TEST_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900

@@ -594,7 +594,7 @@ static void safe_tag(const char *in, char *out, size_t cap)
 static int cache_file(srv *s, const char *uri, char *out, size_t cap, ty_err *err)
 {
     char parent[2048], key_hash[65], tag[96], dir[PATH_MAX];
-    const char *base;
+    const char *base = NULL;
     int rc = split_uri(uri, parent, sizeof parent, &base, err);
     if (rc) return rc;
     store *st = NULL;
