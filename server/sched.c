@@ -65,7 +65,6 @@ typedef struct waiter {
     job_state to;
     char reason[1100];
     int64_t deadline_ms;
-    bool cancelled;
     struct waiter *next;
 } waiter;
 
@@ -469,7 +468,12 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
          * gone) and remote inputs fetched into the cache; the engine gets
          * the spec with those paths rewritten. */
         char *spec_text = NULL;
-        if (upload_prepare_start(s, id, j.spec, &j.resume_from, &spec_text, &err)) goto fail;
+        /* Downloads may take a while: let API threads in meanwhile (this
+         * run is not listed and holds no resources yet). */
+        pthread_mutex_unlock(&x->mu);
+        int prc = upload_prepare_start(s, id, j.spec, &j.resume_from, &spec_text, &err);
+        pthread_mutex_lock(&x->mu);
+        if (prc) goto fail;
         char specpath[PATH_MAX + 16];
         snprintf(specpath, sizeof specpath, "%s/spec.json", jobdir);
         /* No fsync: the database is the record and the file is rewritten
@@ -663,7 +667,11 @@ static void finish_run(sched *x, run *r)
             w->next = x->waiters;
             x->waiters = w;
             db *d = srv_db(s);
-            db_job_update pg = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
+            /* The intent survives a restart: a job that finished waits no
+             * more and is not rerun (see recover). */
+            db_job_update pg = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = "",
+                                .has_stop_intent = to == JOB_SUCCEEDED,
+                                .stop_intent = "succeeded"};
             if (d) db_job_update_fields(d, r->job_id, &pg, &err);
             return;
         }
@@ -672,23 +680,25 @@ static void finish_run(sched *x, run *r)
 }
 
 /* Checks the jobs waiting for uploads: finalizes those whose uploads are
- * done; past the deadline, cancels the upload (it stays queued) and says so. */
+ * done; at the deadline, cancels the job's running uploads (they stay
+ * queued and are tried again later), says so in the reason, and finalizes
+ * without waiting for the rest. */
 static void check_waiters(sched *x)
 {
     srv *s = x->s;
+    int64_t now = ty_mono_ms();
     for (waiter **pp = &x->waiters; *pp;) {
         waiter *w = *pp;
         if (uploader_job_busy(s->up, w->job_id)) {
-            if (!w->cancelled && ty_mono_ms() >= w->deadline_ms) {
-                uploader_cancel_job(s->up, w->job_id);
-                w->cancelled = true;
-                size_t n = strlen(w->reason);
-                snprintf(w->reason + n, sizeof w->reason - n,
-                         "; checkpoint upload still running after %d s was cancelled and stays "
-                         "queued", s->cfg.upload_wait_s);
+            if (now < w->deadline_ms) {
+                pp = &w->next;
+                continue;
             }
-            pp = &w->next;
-            continue;
+            uploader_cancel_job(s->up, w->job_id);
+            size_t n = strlen(w->reason);
+            snprintf(w->reason + n, sizeof w->reason - n,
+                     "; checkpoint upload still running after %d s was cancelled and stays queued",
+                     s->cfg.upload_wait_s);
         }
         *pp = w->next;
         finalize(x, w->job_id, w->to, w->reason);
@@ -973,7 +983,14 @@ static void recover(sched *x)
         db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = "",
                             .has_resume_from = true, .resume_from = ck};
         char reason[512];
-        if (j.state == JOB_STOPPING && j.stop_intent) {
+        if (j.state == JOB_RUNNING && j.stop_intent && !strcmp(j.stop_intent, "succeeded")) {
+            /* The engine had finished; only its final upload was pending,
+             * and that upload is still queued. */
+            up.set_finished = true;
+            srv_transition(s, j.id, live, JOB_SUCCEEDED,
+                           "engine finished; server restarted while the final checkpoint upload "
+                           "was pending (it stays queued)", &up, NULL, &err);
+        } else if (j.state == JOB_STOPPING && j.stop_intent) {
             bool pause = strcmp(j.stop_intent, "cancel") != 0;
             snprintf(reason, sizeof reason, "server restarted while %s", pause ? "pausing" : "cancelling");
             up.set_finished = !pause;

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,6 +416,37 @@ static int by_loss(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+void upload_retention_pick(const db_checkpoint *c, int n, int keep_last, int keep_best,
+                           const double *loss, bool *keep)
+{
+    /* Rows are in step order. Keep: the keep_last newest standing ones (the
+     * engine's own rule for its local dirs, so we never fight over them),
+     * the keep_best lowest eval losses, and always the newest committed. */
+    int standing = 0, nr = 0, newest_committed = -1, newest = -1;
+    ranked *rk = calloc((size_t)n + 1, sizeof *rk);
+    for (int i = n - 1; i >= 0; i--) {
+        keep[i] = false;
+        if (!strcmp(c[i].state, "deleted")) continue;
+        if (newest < 0) newest = i;
+        if (keep_last <= 0 || standing < keep_last) keep[i] = true;
+        standing++;
+        if (newest_committed < 0 && !strcmp(c[i].state, "committed")) newest_committed = i;
+        if (rk && !isnan(loss[i])) rk[nr++] = (ranked){i, loss[i]};
+    }
+    if (keep_best > 0) {
+        if (keep_last <= 0)
+            for (int i = 0; i < n; i++) keep[i] = false;
+        if (rk) qsort(rk, (size_t)nr, sizeof *rk, by_loss);
+        for (int k = 0; k < nr && k < keep_best; k++) keep[rk[k].idx] = true;
+        /* Without a loss yet, the newest stays until an eval ranks it. */
+        if (newest >= 0) keep[newest] = true;
+    }
+    if (newest_committed >= 0) keep[newest_committed] = true;
+    if (!rk) /* out of memory: keep everything rather than guess */
+        for (int i = 0; i < n; i++) keep[i] = true;
+    free(rk);
+}
+
 void upload_retention(srv *s, int64_t job_id)
 {
     ty_err err = {0};
@@ -423,41 +455,17 @@ void upload_retention(srv *s, int64_t job_id)
     db *d = srv_db(s);
     db_checkpoint *c = NULL;
     int n = 0;
+    bool *keep = NULL;
+    double *loss = NULL;
     if (p.keep_last <= 0 && p.keep_best <= 0) goto out;
     if (!d || db_checkpoint_list(d, job_id, &c, &n, &err)) goto out;
-    /* Rows are in step order. Keep: the keep_last newest standing ones (the
-     * engine's own rule for its local dirs, so we never fight over them),
-     * the keep_best lowest eval losses, and always the newest committed. */
-    bool *keep = calloc((size_t)n + 1, sizeof *keep);
-    ranked *rk = calloc((size_t)n + 1, sizeof *rk);
-    if (!keep || !rk) {
-        free(keep);
-        free(rk);
-        goto out;
-    }
-    int standing = 0, nr = 0, newest_committed = -1;
-    for (int i = n - 1; i >= 0; i--) {
-        if (!strcmp(c[i].state, "deleted")) continue;
-        if (p.keep_last <= 0 || standing < p.keep_last) keep[i] = true;
-        standing++;
-        if (newest_committed < 0 && !strcmp(c[i].state, "committed")) newest_committed = i;
-        double loss;
-        if (p.keep_best > 0 && db_checkpoint_eval_loss(d, job_id, c[i].step, &loss, &err) == 0)
-            rk[nr++] = (ranked){i, loss};
-    }
-    if (p.keep_best > 0) {
-        if (p.keep_last <= 0)
-            for (int i = 0; i < n; i++) keep[i] = false;
-        qsort(rk, (size_t)nr, sizeof *rk, by_loss);
-        for (int k = 0; k < nr && k < p.keep_best; k++) keep[rk[k].idx] = true;
-        /* Without a loss yet, the newest stays until an eval ranks it. */
-        for (int i = n - 1; i >= 0; i--)
-            if (strcmp(c[i].state, "deleted")) {
-                keep[i] = true;
-                break;
-            }
-    }
-    if (newest_committed >= 0) keep[newest_committed] = true;
+    keep = calloc((size_t)n + 1, sizeof *keep);
+    loss = calloc((size_t)n + 1, sizeof *loss);
+    if (!keep || !loss) goto out;
+    for (int i = 0; i < n; i++)
+        if (p.keep_best <= 0 || db_checkpoint_eval_loss(d, job_id, c[i].step, &loss[i], &err))
+            loss[i] = NAN;
+    upload_retention_pick(c, n, p.keep_last, p.keep_best, loss, keep);
     for (int i = 0; i < n; i++) {
         if (keep[i] || !strcmp(c[i].state, "deleted") || !strcmp(c[i].state, "uploading")) continue;
         /* A remote copy may exist (committed) or be partly there (a failed
@@ -470,9 +478,9 @@ void upload_retention(srv *s, int64_t job_id)
             up_log("job %lld: cannot remove %s: %s", (long long)job_id, c[i].local_path, e2.msg);
     }
     if (s->up) uploader_wake(s->up);
-    free(keep);
-    free(rk);
 out:
+    free(keep);
+    free(loss);
     db_checkpoints_free(c, n);
     free(p.store);
 }

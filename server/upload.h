@@ -42,6 +42,13 @@ void uploader_free(uploader *u);
  * the next pass. Failures are logged, never fatal. */
 void upload_retention(srv *s, int64_t job_id);
 
+/* Retention's choice, a pure function over a job's checkpoints in step
+ * order: keep[i] for the keep_last newest not yet deleted (0 = all), the
+ * keep_best lowest loss[i] (NAN = no eval at that step; the newest is then
+ * kept too), and always the newest committed one. */
+void upload_retention_pick(const db_checkpoint *c, int n, int keep_last, int keep_best,
+                           const double *loss, bool *keep);
+
 /* DELETE ?purge=1: deletes every remote checkpoint of a finished job now
  * (not-found counts as done). TY_EIO with the first failure. */
 int upload_purge_job(srv *s, int64_t job_id, ty_err *err);

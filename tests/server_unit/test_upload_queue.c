@@ -4,16 +4,21 @@
  * moves it to running and the checkpoint to uploading; a retry is not due
  * before its time; done commits with the remote URI; skipped and retired
  * checkpoints become deleted; a restart puts running rows back; and each
- * checkpoint step leaves a `checkpoint` event with the new state. */
+ * checkpoint step leaves a `checkpoint` event with the new state. Also
+ * retention's choice (upload_retention_pick): keep_last, keep_best, and
+ * never the newest committed checkpoint. */
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <math.h>
+
 #include "check.h"
 #include "db.h"
 #include "tyutil.h"
+#include "upload.h"
 
 static const char *STORE = "s3://bucket/runs";
 
@@ -58,8 +63,54 @@ static int count(db *d, const char *state)
     return n;
 }
 
+/* Retention over rows given as a state string, one letter per step
+ * (l local, u uploading, c committed, f failed, d deleted); returns the
+ * kept ones as a string of 'K' and '.'. */
+static void pick(const char *states, int keep_last, int keep_best, const double *loss,
+                 const char *want)
+{
+    int n = (int)strlen(states);
+    db_checkpoint c[16] = {0};
+    bool keep[16] = {0};
+    double none[16] = {0};
+    static const char *const names[] = {"local", "uploading", "committed", "failed", "deleted"};
+    for (int i = 0; i < n; i++) {
+        memset(&c[i], 0, sizeof c[i]);
+        c[i].step = (i + 1) * 10;
+        c[i].state = (char *)names[strchr("lucfd", states[i]) - "lucfd"];
+        none[i] = NAN;
+    }
+    upload_retention_pick(c, n, keep_last, keep_best, loss ? loss : none, keep);
+    char got[17];
+    for (int i = 0; i < n; i++) got[i] = keep[i] ? 'K' : '.';
+    got[n] = 0;
+    if (strcmp(got, want)) {
+        fprintf(stderr, "retention of %s (last %d, best %d): kept %s, want %s\n", states, keep_last,
+                keep_best, got, want);
+        exit(1);
+    }
+}
+
+static void test_retention_pick(void)
+{
+    pick("ccccc", 2, 0, NULL, "...KK");
+    pick("ccdcc", 3, 0, NULL, ".K.KK"); /* deleted rows do not count */
+    /* The newest committed stays even when newer ones are still local. */
+    pick("cclll", 2, 0, NULL, ".K.KK");
+    pick("cfll", 1, 0, NULL, "K..K");
+    pick("lll", 1, 0, NULL, "..K");
+    pick("ccc", 0, 0, NULL, "KKK"); /* keep all */
+    /* keep_best: lowest losses, plus the newest (not ranked yet), plus the
+     * newest committed. */
+    double loss[] = {3.0, 1.0, 2.0, 0.5, NAN};
+    pick("ccccl", 0, 2, loss, ".K.KK");
+    pick("ccccl", 1, 1, loss, "...KK");
+    pick("ccccc", 0, 1, loss, "...KK");
+}
+
 int main(void)
 {
+    test_retention_pick();
     char dir[] = "/tmp/ty-upq-XXXXXX", path[256];
     CHECK(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/q.db", dir);
