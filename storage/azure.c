@@ -389,44 +389,26 @@ static int az_put_file(store *s, const char *key, const char *path, ty_err *err)
     return rc;
 }
 
-typedef struct az_get_ctx {
-    store *s;
-    const char *blob;
-} az_get_ctx;
-
-static int az_fetch(void *vctx, int fd, ty_err *err)
+static int az_get_once(store *s, const char *blob, int fd, http_resp *rs, ty_err *err)
 {
-    az_get_ctx *c = vctx;
     az_op op;
-    az_op_init(&op, "GET", c->blob);
+    az_op_init(&op, "GET", blob);
     op.resp_fd = fd;
-    http_resp rs = {0};
-    int rc = 0;
-    for (int tries = 0; tries < 3; tries++) {
-        rc = az_call(c->s, &op, &rs, err);
-        if (rc) break;
-        /* Content-MD5 is returned when the blob has one (Put Blob stores it). */
-        if (!rs.content_md5[0]) break;
-        char got[32];
-        store_b64(rs.md5, 16, got, sizeof got);
-        if (!strcmp(got, rs.content_md5)) break;
-        rc = ty_err_set(err, TY_ECORRUPT,
-                        "storage: az://%s/%s: downloaded bytes do not match Content-MD5",
-                        c->s->bucket, c->blob);
-    }
-    store_http_resp_clear(&rs);
-    return rc;
+    return az_call(s, &op, rs, err);
+}
+
+/* Content-MD5 is returned when the blob has one (Put Blob stores it). */
+static int az_md5_ok(const http_resp *rs)
+{
+    if (!rs->content_md5[0]) return 1;
+    char got[32];
+    store_b64(rs->md5, 16, got, sizeof got);
+    return !strcmp(got, rs->content_md5);
 }
 
 static int az_get_file(store *s, const char *key, const char *path, ty_err *err)
 {
-    char *full;
-    int rc = store_full_key(s, key, &full, err);
-    if (rc) return rc;
-    az_get_ctx c = {s, full};
-    rc = store_download_to(path, az_fetch, &c, err);
-    free(full);
-    return rc;
+    return store_get_verified(s, key, path, az_get_once, az_md5_ok, "Content-MD5", err);
 }
 
 static int az_stat(store *s, const char *key, store_object *out, ty_err *err)
@@ -439,16 +421,7 @@ static int az_stat(store *s, const char *key, store_object *out, ty_err *err)
     op.no_body = 1;
     http_resp rs = {0};
     rc = az_call(s, &op, &rs, err);
-    if (rc == 0) {
-        out->key = strdup(key);
-        out->size = rs.content_length > 0 ? (uint64_t)rs.content_length : 0;
-        const char *e = rs.etag[0] == '"' ? rs.etag + 1 : rs.etag;
-        store_strlcpy(out->etag, e, sizeof out->etag);
-        size_t l = strlen(out->etag);
-        if (l && out->etag[l - 1] == '"') out->etag[l - 1] = '\0';
-        out->mtime = store_parse_time(rs.last_modified);
-        if (!out->key) rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
-    }
+    if (rc == 0) rc = store_object_from_head(key, &rs, out, err);
     store_http_resp_clear(&rs);
     free(full);
     return rc;
@@ -456,15 +429,10 @@ static int az_stat(store *s, const char *key, store_object *out, ty_err *err)
 
 static int az_list(store *s, const char *prefix, store_listing *out, ty_err *err)
 {
-    size_t pl = strlen(s->prefix) + strlen(prefix) + 1;
-    char *full = malloc(pl);
-    char *item = malloc(64 * 1024);
-    if (!full || !item) {
-        free(full);
-        free(item);
-        return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
-    }
-    snprintf(full, pl, "%s%s", s->prefix, prefix);
+    static const store_xml_list_tags tags = {"Blob", "Name", "Content-Length", "Etag",
+                                             "Last-Modified"};
+    char *full = store_list_prefix(s, prefix);
+    if (!full) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     char marker[1024] = "";
     int rc = 0;
     for (;;) {
@@ -482,29 +450,13 @@ static int az_list(store *s, const char *prefix, store_listing *out, ty_err *err
             store_http_resp_clear(&rs);
             break;
         }
-        size_t pos = 0;
-        while (rc == 0 && store_xml_field(rs.body, "Blob", &pos, item, 64 * 1024)) {
-            char name[1024] = "", len[32] = "", et[128] = "", lm[64] = "";
-            size_t q = 0;
-            store_xml_field(item, "Name", &q, name, sizeof name);
-            q = 0;
-            store_xml_field(item, "Content-Length", &q, len, sizeof len);
-            q = 0;
-            store_xml_field(item, "Etag", &q, et, sizeof et);
-            q = 0;
-            store_xml_field(item, "Last-Modified", &q, lm, sizeof lm);
-            const char *rel = store_rel_key(s, name);
-            if (rel && *rel)
-                rc = store_listing_add(out, rel, strtoull(len, NULL, 10), et, store_parse_time(lm),
-                                       err);
-        }
+        rc = store_xml_list_page(s, rs.body, &tags, out, err);
         marker[0] = '\0';
-        pos = 0;
+        size_t pos = 0;
         store_xml_field(rs.body, "NextMarker", &pos, marker, sizeof marker);
         store_http_resp_clear(&rs);
         if (rc || !marker[0]) break;
     }
-    free(item);
     free(full);
     return rc;
 }

@@ -283,50 +283,34 @@ static int gcs_put_file(store *s, const char *key, const char *path, ty_err *err
     return rc;
 }
 
-typedef struct gcs_get_ctx {
-    store *s;
-    const char *full;
-} gcs_get_ctx;
-
-static int gcs_fetch(void *vctx, int fd, ty_err *err)
+static int gcs_get_once(store *s, const char *full, int fd, http_resp *rs, ty_err *err)
 {
-    gcs_get_ctx *c = vctx;
-    char *url = obj_url(c->s, c->full, "?alt=media");
+    char *url = obj_url(s, full, "?alt=media");
     if (!url) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     gcs_req r;
     gcs_req_init(&r, "GET", url);
     r.resp_fd = fd;
-    http_resp rs = {0};
-    int rc = 0;
-    for (int tries = 0; tries < 3; tries++) {
-        rc = gcs_call(c->s, &r, c->full, &rs, err);
-        if (rc) break;
-        const char *m = strstr(rs.goog_hash, "md5=");
-        if (!m) break;
-        char want[32];
-        store_strlcpy(want, m + 4, sizeof want);
-        want[strcspn(want, ",")] = '\0';
-        char got[32];
-        store_b64(rs.md5, 16, got, sizeof got);
-        if (!strcmp(got, want)) break;
-        rc = ty_err_set(err, TY_ECORRUPT,
-                        "storage: gs://%s/%s: downloaded bytes do not match x-goog-hash",
-                        c->s->bucket, c->full);
-    }
-    store_http_resp_clear(&rs);
+    int rc = gcs_call(s, &r, full, rs, err);
     free(url);
     return rc;
 }
 
+/* x-goog-hash carries "crc32c=...,md5=..."; composite objects have no md5. */
+static int gcs_md5_ok(const http_resp *rs)
+{
+    const char *m = strstr(rs->goog_hash, "md5=");
+    if (!m) return 1;
+    char want[32];
+    store_strlcpy(want, m + 4, sizeof want);
+    want[strcspn(want, ",")] = '\0';
+    char got[32];
+    store_b64(rs->md5, 16, got, sizeof got);
+    return !strcmp(got, want);
+}
+
 static int gcs_get_file(store *s, const char *key, const char *path, ty_err *err)
 {
-    char *full;
-    int rc = store_full_key(s, key, &full, err);
-    if (rc) return rc;
-    gcs_get_ctx c = {s, full};
-    rc = store_download_to(path, gcs_fetch, &c, err);
-    free(full);
-    return rc;
+    return store_get_verified(s, key, path, gcs_get_once, gcs_md5_ok, "x-goog-hash", err);
 }
 
 static int gcs_stat(store *s, const char *key, store_object *out, ty_err *err)
@@ -368,10 +352,8 @@ static int gcs_stat(store *s, const char *key, store_object *out, ty_err *err)
 static int gcs_list(store *s, const char *prefix, store_listing *out, ty_err *err)
 {
     gcs_impl *m = s->impl;
-    size_t pl = strlen(s->prefix) + strlen(prefix) + 1;
-    char *full = malloc(pl);
+    char *full = store_list_prefix(s, prefix);
     if (!full) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
-    snprintf(full, pl, "%s%s", s->prefix, prefix);
     char *ep = store_urlencode(full, 0), *eb = store_urlencode(s->bucket, 0);
     char *token = NULL;
     int rc = (ep && eb) ? 0 : ty_err_set(err, TY_ENOMEM, "storage: out of memory");

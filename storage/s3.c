@@ -213,11 +213,8 @@ static int etag_matches(const char *etag, const unsigned char md5[16])
 {
     char hex[33], e[80];
     ty_hex(md5, 16, hex);
-    const char *p = etag;
-    if (*p == '"') p++;
-    store_strlcpy(e, p, sizeof e);
+    store_etag_unquote(etag, e, sizeof e);
     size_t l = strlen(e);
-    if (l && e[l - 1] == '"') e[--l] = '\0';
     if (l != 32) return 1;
     for (size_t i = 0; i < l; i++)
         if (e[i] >= 'A' && e[i] <= 'F') e[i] = (char)(e[i] - 'A' + 'a');
@@ -396,41 +393,24 @@ static int s3_put_file(store *s, const char *key, const char *path, ty_err *err)
     return rc;
 }
 
-typedef struct s3_get_ctx {
-    store *s;
-    const char *full;
-} s3_get_ctx;
-
-static int s3_fetch(void *vctx, int fd, ty_err *err)
+static int s3_get_once(store *s, const char *full, int fd, http_resp *rs, ty_err *err)
 {
-    s3_get_ctx *c = vctx;
     s3_op op;
-    s3_op_init(&op, "GET", c->full);
+    s3_op_init(&op, "GET", full);
     op.resp_fd = fd;
-    http_resp rs = {0};
-    int rc = 0;
-    for (int tries = 0; tries < 3; tries++) {
-        rc = s3_call(c->s, &op, &rs, err);
-        if (rc) break;
-        /* A plain ETag is the MD5 of the object; multipart ETags ("...-N")
-         * are not, and those objects rely on the manifest's sha256. */
-        if (etag_matches(rs.etag, rs.md5)) break;
-        rc = ty_err_set(err, TY_ECORRUPT,
-                        "storage: %s: downloaded bytes do not match the object's MD5", c->full);
-    }
-    store_http_resp_clear(&rs);
-    return rc;
+    return s3_call(s, &op, rs, err);
+}
+
+/* A plain ETag is the MD5 of the object; multipart ETags ("...-N") are
+ * not, and those objects rely on the manifest's sha256. */
+static int s3_md5_ok(const http_resp *rs)
+{
+    return etag_matches(rs->etag, rs->md5);
 }
 
 static int s3_get_file(store *s, const char *key, const char *path, ty_err *err)
 {
-    char *full;
-    int rc = store_full_key(s, key, &full, err);
-    if (rc) return rc;
-    s3_get_ctx c = {s, full};
-    rc = store_download_to(path, s3_fetch, &c, err);
-    free(full);
-    return rc;
+    return store_get_verified(s, key, path, s3_get_once, s3_md5_ok, "the object's MD5", err);
 }
 
 static int s3_stat(store *s, const char *key, store_object *out, ty_err *err)
@@ -444,14 +424,7 @@ static int s3_stat(store *s, const char *key, store_object *out, ty_err *err)
     http_resp rs = {0};
     rc = s3_call(s, &op, &rs, err);
     if (rc == 0) {
-        out->key = strdup(key);
-        out->size = rs.content_length > 0 ? (uint64_t)rs.content_length : 0;
-        const char *e = rs.etag[0] == '"' ? rs.etag + 1 : rs.etag;
-        store_strlcpy(out->etag, e, sizeof out->etag);
-        size_t l = strlen(out->etag);
-        if (l && out->etag[l - 1] == '"') out->etag[l - 1] = '\0';
-        out->mtime = store_parse_time(rs.last_modified);
-        if (!out->key) rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+        rc = store_object_from_head(key, &rs, out, err);
     } else if (rc == TY_ENOENT) {
         rc = ty_err_set(err, TY_ENOENT, "storage: %s/%s: no such object", s->bucket, full);
     }
@@ -462,17 +435,11 @@ static int s3_stat(store *s, const char *key, store_object *out, ty_err *err)
 
 static int s3_list(store *s, const char *prefix, store_listing *out, ty_err *err)
 {
-    size_t pl = strlen(s->prefix) + strlen(prefix) + 1;
-    char *full = malloc(pl);
+    static const store_xml_list_tags tags = {"Contents", "Key", "Size", "ETag", "LastModified"};
+    char *full = store_list_prefix(s, prefix);
     if (!full) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
-    snprintf(full, pl, "%s%s", s->prefix, prefix);
     char token[1024] = "";
     int rc = 0;
-    char *item = malloc(64 * 1024);
-    if (!item) {
-        free(full);
-        return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
-    }
     for (;;) {
         s3_op op;
         s3_op_init(&op, "GET", NULL);
@@ -487,24 +454,9 @@ static int s3_list(store *s, const char *prefix, store_listing *out, ty_err *err
             store_http_resp_clear(&rs);
             break;
         }
-        size_t pos = 0;
-        while (rc == 0 && store_xml_field(rs.body, "Contents", &pos, item, 64 * 1024)) {
-            char k[1024] = "", sz[32] = "", et[128] = "", lm[64] = "";
-            size_t q = 0;
-            store_xml_field(item, "Key", &q, k, sizeof k);
-            q = 0;
-            store_xml_field(item, "Size", &q, sz, sizeof sz);
-            q = 0;
-            store_xml_field(item, "ETag", &q, et, sizeof et);
-            q = 0;
-            store_xml_field(item, "LastModified", &q, lm, sizeof lm);
-            const char *rel = store_rel_key(s, k);
-            if (rel && *rel)
-                rc = store_listing_add(out, rel, strtoull(sz, NULL, 10), et, store_parse_time(lm),
-                                       err);
-        }
+        rc = store_xml_list_page(s, rs.body, &tags, out, err);
         char trunc[16] = "";
-        pos = 0;
+        size_t pos = 0;
         store_xml_field(rs.body, "IsTruncated", &pos, trunc, sizeof trunc);
         token[0] = '\0';
         pos = 0;
@@ -513,7 +465,6 @@ static int s3_list(store *s, const char *prefix, store_listing *out, ty_err *err
         store_http_resp_clear(&rs);
         if (rc || !token[0]) break;
     }
-    free(item);
     free(full);
     return rc;
 }

@@ -2,7 +2,8 @@
  * resolution, opening a store (uri.c parses the URI), argument checks,
  * dispatch to a backend, and the small helpers every backend shares
  * (hashing a file range, base64, reading one field out of an XML reply,
- * dates, and the "download to .part, verify, rename" sequence).
+ * dates, one page of an XML listing, a HEAD reply as a stat result, and
+ * the "download to .part, verify, rename" sequence).
  *
  * Keeping these here means each backend file only speaks its service's
  * protocol. */
@@ -157,6 +158,16 @@ void store_cancel(store *s)
 
 /* --- public operations: validate, then dispatch --- */
 
+/* Rejects a bad key here, before any backend sees it, so every backend
+ * answers the same invalid keys with the same error. */
+static int check_key(store *s, const char *key, ty_err *err)
+{
+    char *full;
+    int rc = store_full_key(s, key, &full, err);
+    if (rc == 0) free(full);
+    return rc;
+}
+
 int store_put_file(store *s, const char *key, const char *local_path, ty_err *err)
 {
     struct stat st;
@@ -165,23 +176,16 @@ int store_put_file(store *s, const char *key, const char *local_path, ty_err *er
                           local_path ? local_path : "(null)", strerror(errno));
     if (!S_ISREG(st.st_mode))
         return ty_err_set(err, TY_EINVAL, "storage: '%s' is not a regular file", local_path);
-    char *full;
     int rc = store_check_cancel(s, err);
-    if (rc) return rc;
-    rc = store_full_key(s, key, &full, err);
-    if (rc) return rc;
-    free(full);
-    return s->be->put_file(s, key, local_path, err);
+    if (rc == 0) rc = check_key(s, key, err);
+    return rc ? rc : s->be->put_file(s, key, local_path, err);
 }
 
 int store_get_file(store *s, const char *key, const char *local_path, ty_err *err)
 {
-    char *full;
     int rc = store_check_cancel(s, err);
+    if (rc == 0) rc = check_key(s, key, err);
     if (rc) return rc;
-    rc = store_full_key(s, key, &full, err);
-    if (rc) return rc;
-    free(full);
     if (!local_path || !*local_path) return ty_err_set(err, TY_EINVAL, "storage: empty local path");
     return s->be->get_file(s, key, local_path, err);
 }
@@ -189,11 +193,8 @@ int store_get_file(store *s, const char *key, const char *local_path, ty_err *er
 int store_stat(store *s, const char *key, store_object *out, ty_err *err)
 {
     memset(out, 0, sizeof *out);
-    char *full;
-    int rc = store_full_key(s, key, &full, err);
-    if (rc) return rc;
-    free(full);
-    return s->be->stat(s, key, out, err);
+    int rc = check_key(s, key, err);
+    return rc ? rc : s->be->stat(s, key, out, err);
 }
 
 void store_object_clear(store_object *o)
@@ -243,13 +244,7 @@ int store_listing_add(store_listing *l, const char *key, uint64_t size, const ch
     if (!o->key) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     o->size = size;
     o->mtime = mtime;
-    if (etag) {
-        const char *e = etag;
-        if (*e == '"') e++;
-        store_strlcpy(o->etag, e, sizeof o->etag);
-        size_t el = strlen(o->etag);
-        if (el && o->etag[el - 1] == '"') o->etag[el - 1] = '\0';
-    }
+    if (etag) store_etag_unquote(etag, o->etag, sizeof o->etag);
     l->n++;
     return 0;
 }
@@ -266,11 +261,8 @@ void store_listing_sort(store_listing *l)
 
 int store_delete(store *s, const char *key, ty_err *err)
 {
-    char *full;
-    int rc = store_full_key(s, key, &full, err);
-    if (rc) return rc;
-    free(full);
-    return s->be->del(s, key, err);
+    int rc = check_key(s, key, err);
+    return rc ? rc : s->be->del(s, key, err);
 }
 
 /* --- shared helpers --- */
@@ -445,6 +437,88 @@ int store_download_to(const char *path, int (*fetch)(void *ctx, int fd, ty_err *
     return rc;
 }
 
+typedef struct verified_get {
+    store *s;
+    const char *full;
+    store_get_fn get;
+    store_verify_fn verified;
+    const char *checksum;
+} verified_get;
+
+static int fetch_verified(void *vctx, int fd, ty_err *err)
+{
+    verified_get *c = vctx;
+    http_resp rs = {0};
+    int rc = 0;
+    /* A mismatch means bytes were damaged on the way; a fresh GET (the
+     * backend's call truncates fd first) usually fixes it. */
+    for (int tries = 0; tries < 3; tries++) {
+        rc = c->get(c->s, c->full, fd, &rs, err);
+        if (rc) break;
+        if (c->verified(&rs)) break;
+        rc = ty_err_set(err, TY_ECORRUPT, "storage: %s://%s/%s: downloaded bytes do not match %s",
+                        c->s->be->scheme, c->s->bucket, c->full, c->checksum);
+    }
+    store_http_resp_clear(&rs);
+    return rc;
+}
+
+int store_get_verified(store *s, const char *key, const char *path, store_get_fn get,
+                       store_verify_fn verified, const char *checksum, ty_err *err)
+{
+    char *full;
+    int rc = store_full_key(s, key, &full, err);
+    if (rc) return rc;
+    verified_get c = {s, full, get, verified, checksum};
+    rc = store_download_to(path, fetch_verified, &c, err);
+    free(full);
+    return rc;
+}
+
+int store_object_from_head(const char *key, const http_resp *rs, store_object *out, ty_err *err)
+{
+    out->key = strdup(key);
+    if (!out->key) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+    out->size = rs->content_length > 0 ? (uint64_t)rs->content_length : 0;
+    store_etag_unquote(rs->etag, out->etag, sizeof out->etag);
+    out->mtime = store_parse_time(rs->last_modified);
+    return 0;
+}
+
+char *store_list_prefix(const store *s, const char *prefix)
+{
+    size_t n = strlen(s->prefix) + strlen(prefix) + 1;
+    char *full = malloc(n);
+    if (full) snprintf(full, n, "%s%s", s->prefix, prefix);
+    return full;
+}
+
+int store_xml_list_page(const store *s, const char *xml, const store_xml_list_tags *t,
+                        store_listing *out, ty_err *err)
+{
+    enum { ITEM_CAP = 64 * 1024 };
+    char *item = malloc(ITEM_CAP);
+    if (!item) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+    int rc = 0;
+    size_t pos = 0;
+    while (rc == 0 && store_xml_field(xml, t->item, &pos, item, ITEM_CAP)) {
+        char k[1024] = "", sz[32] = "", et[128] = "", lm[64] = "";
+        size_t q = 0;
+        store_xml_field(item, t->key, &q, k, sizeof k);
+        q = 0;
+        store_xml_field(item, t->size, &q, sz, sizeof sz);
+        q = 0;
+        store_xml_field(item, t->etag, &q, et, sizeof et);
+        q = 0;
+        store_xml_field(item, t->mtime, &q, lm, sizeof lm);
+        const char *rel = store_rel_key(s, k);
+        if (rel && *rel)
+            rc = store_listing_add(out, rel, strtoull(sz, NULL, 10), et, store_parse_time(lm), err);
+    }
+    free(item);
+    return rc;
+}
+
 void store_free_secret(char *p)
 {
     if (!p) return;
@@ -455,6 +529,13 @@ void store_free_secret(char *p)
 char *store_strdup0(const char *p)
 {
     return p ? strdup(p) : NULL;
+}
+
+void store_etag_unquote(const char *etag, char *out, size_t n)
+{
+    store_strlcpy(out, etag[0] == '"' ? etag + 1 : etag, n);
+    size_t l = strlen(out);
+    if (l && out[l - 1] == '"') out[l - 1] = '\0';
 }
 
 void store_strlcpy(char *dst, const char *src, size_t n)

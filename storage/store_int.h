@@ -155,6 +155,8 @@ int store_xml_field(const char *xml, const char *tag, size_t *pos, char *out, si
 int64_t store_parse_time(const char *s);
 /* Wipes and frees a copied credential (NULL is fine). */
 void store_free_secret(char *p);
+/* An ETag without its surrounding double quotes, copied into out[n]. */
+void store_etag_unquote(const char *etag, char *out, size_t n);
 /* Copies src into dst[n], truncating, always NUL-terminated. */
 void store_strlcpy(char *dst, const char *src, size_t n);
 /* strdup that returns NULL for NULL. */
@@ -165,5 +167,34 @@ int store_fd_reset(int fd, ty_err *err);
  * fsync + rename. */
 int store_download_to(const char *path, int (*fetch)(void *ctx, int fd, ty_err *err), void *ctx,
                       ty_err *err);
+
+/* The store prefix joined with a relative list prefix; NULL when out of
+ * memory. Caller frees. */
+char *store_list_prefix(const store *s, const char *prefix);
+
+/* --- what the HTTP backends share (store.c) --- */
+/* One GET of object `full` into fd (the call truncates fd before each
+ * attempt), its response headers left in rs. */
+typedef int (*store_get_fn)(store *s, const char *full, int fd, http_resp *rs, ty_err *err);
+/* 1 when the bytes received match the checksum header in rs, or when the
+ * service sent none to check against. */
+typedef int (*store_verify_fn)(const http_resp *rs);
+/* get_file for an HTTP backend: downloads key to path through a .part file
+ * with get, checking each try with verified; a mismatch is retried twice,
+ * then reported as TY_ECORRUPT naming `checksum`. */
+int store_get_verified(store *s, const char *key, const char *path, store_get_fn get,
+                       store_verify_fn verified, const char *checksum, ty_err *err);
+/* Fills a stat result from a HEAD reply (size, unquoted ETag, mtime). */
+int store_object_from_head(const char *key, const http_resp *rs, store_object *out, ty_err *err);
+
+/* Element names of one XML listing dialect (S3 ListObjectsV2, Azure List
+ * Blobs): the repeated item and its key, size, ETag and mtime fields. */
+typedef struct store_xml_list_tags {
+    const char *item, *key, *size, *etag, *mtime;
+} store_xml_list_tags;
+/* Adds each item of one XML listing page to out, skipping names outside
+ * the store prefix. Paging markers are the caller's: they differ. */
+int store_xml_list_page(const store *s, const char *xml, const store_xml_list_tags *t,
+                        store_listing *out, ty_err *err);
 
 #endif
