@@ -320,17 +320,10 @@ static int az_put_block(void *ctx, int i, ty_err *err)
 static int az_put_file(store *s, const char *key, const char *path, ty_err *err)
 {
     char *full;
-    int rc = store_full_key(s, key, &full, err);
+    int fd;
+    uint64_t size;
+    int rc = store_put_open(s, key, path, &full, &fd, &size, err);
     if (rc) return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        rc = ty_err_set(err, TY_ENOENT, "storage: cannot read '%s': %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
-        free(full);
-        return rc;
-    }
-    uint64_t size = (uint64_t)st.st_size;
     http_resp rs = {0};
     if (size <= s->tune.multipart_threshold) {
         char md5[32];

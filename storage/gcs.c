@@ -258,25 +258,19 @@ out:
 static int gcs_put_file(store *s, const char *key, const char *path, ty_err *err)
 {
     char *full;
-    int rc = store_full_key(s, key, &full, err);
+    int fd;
+    uint64_t size;
+    int rc = store_put_open(s, key, path, &full, &fd, &size, err);
     if (rc) return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        rc = ty_err_set(err, TY_ENOENT, "storage: cannot read '%s': %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
-        free(full);
-        return rc;
-    }
     unsigned char md5[16];
     char md5_b64[32];
-    rc = store_hash_range(fd, 0, (uint64_t)st.st_size, md5, NULL, err);
+    rc = store_hash_range(fd, 0, size, md5, NULL, err);
     if (rc == 0) {
         store_b64(md5, 16, md5_b64, sizeof md5_b64);
-        rc = gcs_upload_session(s, full, fd, (uint64_t)st.st_size, md5_b64, err);
+        rc = gcs_upload_session(s, full, fd, size, md5_b64, err);
         /* A session that expired or a corrupted result: one fresh session. */
         if (rc == TY_ESTATE || rc == TY_ECORRUPT)
-            rc = gcs_upload_session(s, full, fd, (uint64_t)st.st_size, md5_b64, err);
+            rc = gcs_upload_session(s, full, fd, size, md5_b64, err);
     }
     close(fd);
     free(full);

@@ -371,17 +371,10 @@ fail:
 static int s3_put_file(store *s, const char *key, const char *path, ty_err *err)
 {
     char *full;
-    int rc = store_full_key(s, key, &full, err);
+    int fd;
+    uint64_t size;
+    int rc = store_put_open(s, key, path, &full, &fd, &size, err);
     if (rc) return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        rc = ty_err_set(err, TY_ENOENT, "storage: cannot read '%s': %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
-        free(full);
-        return rc;
-    }
-    uint64_t size = (uint64_t)st.st_size;
     if (size > s->tune.multipart_threshold && size > (5u << 20)) {
         rc = s3_multipart(s, full, fd, size, err);
     } else {

@@ -437,6 +437,25 @@ int store_download_to(const char *path, int (*fetch)(void *ctx, int fd, ty_err *
     return rc;
 }
 
+int store_put_open(store *s, const char *key, const char *path, char **full, int *fd,
+                   uint64_t *size, ty_err *err)
+{
+    int rc = store_full_key(s, key, full, err);
+    if (rc) return rc;
+    struct stat st;
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0 || fstat(*fd, &st) != 0) {
+        rc = ty_err_set(err, TY_ENOENT, "storage: cannot read '%s': %s", path, strerror(errno));
+        if (*fd >= 0) close(*fd);
+        free(*full);
+        *full = NULL;
+        *fd = -1;
+        return rc;
+    }
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
 typedef struct verified_get {
     store *s;
     const char *full;

@@ -173,6 +173,10 @@ int store_download_to(const char *path, int (*fetch)(void *ctx, int fd, ty_err *
 char *store_list_prefix(const store *s, const char *prefix);
 
 /* --- what the HTTP backends share (store.c) --- */
+/* Start of put_file: the object's full name and the source opened with its
+ * size. On success the caller closes *fd and frees *full. */
+int store_put_open(store *s, const char *key, const char *path, char **full, int *fd,
+                   uint64_t *size, ty_err *err);
 /* One GET of object `full` into fd (the call truncates fd before each
  * attempt), its response headers left in rs. */
 typedef int (*store_get_fn)(store *s, const char *full, int fd, http_resp *rs, ty_err *err);
