@@ -17,6 +17,7 @@
 
 #define NAME_MAX_LEN 128
 #define PATH_MAX_LEN 4096
+enum { FIELD_LEN = 128 }; /* longest dotted field path in a message */
 
 /* ---- names of enum values, shared by the parser and jobspec_to_json ---- */
 
@@ -74,7 +75,7 @@ static int check_keys(const json_t *obj, const char *parent, const char *const *
         for (const char *const *k = known; *k; k++)
             if (strcmp(*k, key) == 0) { ok = 1; break; }
         if (!ok) {
-            char f[128];
+            char f[FIELD_LEN];
             path_join(f, sizeof f, parent, key);
             return ty_err_field(err, TY_EINVAL, f, "%s: unknown field", f);
         }
@@ -82,38 +83,57 @@ static int check_keys(const json_t *obj, const char *parent, const char *const *
     return 0;
 }
 
-/* Looks up an optional object member; a missing key leaves *out NULL. A key
- * present with a null value counts as a wrong type: a spec says what it means. */
-static int get_object(const json_t *obj, const char *parent, const char *key, int required,
-                      json_t **out, ty_err *err)
+/* JSON types a field may be asked to have; the words match json_type_word. */
+typedef enum { WANT_OBJECT, WANT_INTEGER, WANT_NUMBER, WANT_BOOLEAN, WANT_STRING } field_want;
+
+/* The start of every field reader: looks obj.key up, writes its dotted path
+ * into f[FIELD_LEN] for messages, and checks its type. A missing key is an
+ * error only when required; otherwise 0 with *v NULL. A key present with a
+ * null value counts as a wrong type: a spec says what it means. */
+static int get_field(const json_t *obj, const char *parent, const char *key, int required,
+                     field_want want, char *f, json_t **v, ty_err *err)
 {
-    char f[128];
-    path_join(f, sizeof f, parent, key);
-    json_t *v = json_object_get(obj, key);
-    *out = NULL;
-    if (!v) {
+    static const char *const words[] = {"an object", "an integer", "a number", "a boolean",
+                                        "a string"};
+    path_join(f, FIELD_LEN, parent, key);
+    *v = obj ? json_object_get(obj, key) : NULL;
+    if (!*v) {
         if (required) return ty_err_field(err, TY_EINVAL, f, "%s: required field is missing", f);
         return 0;
     }
-    if (!json_is_object(v))
-        return ty_err_field(err, TY_EINVAL, f, "%s: must be an object, got %s", f, json_type_word(v));
-    *out = v;
+    int ok;
+    switch (want) {
+    case WANT_OBJECT: ok = json_is_object(*v); break;
+    case WANT_INTEGER: ok = json_is_integer(*v); break;
+    case WANT_NUMBER: ok = json_is_number(*v); break;
+    case WANT_BOOLEAN: ok = json_is_boolean(*v); break;
+    default: ok = json_is_string(*v); break;
+    }
+    if (!ok)
+        return ty_err_field(err, TY_EINVAL, f, "%s: must be %s, got %s", f, words[want],
+                            json_type_word(*v));
     return 0;
+}
+
+/* An object member; a missing optional key leaves *out NULL. */
+static int get_object(const json_t *obj, const char *parent, const char *key, int required,
+                      json_t **out, ty_err *err)
+{
+    char f[FIELD_LEN];
+    json_t *v;
+    int rc = get_field(obj, parent, key, required, WANT_OBJECT, f, &v, err);
+    *out = rc ? NULL : v;
+    return rc;
 }
 
 /* Integer field in [lo, hi]; a missing key keeps *out (the default) unless required. */
 static int get_int(const json_t *obj, const char *parent, const char *key, int required,
                    int64_t lo, int64_t hi, int64_t *out, ty_err *err)
 {
-    char f[128];
-    path_join(f, sizeof f, parent, key);
-    json_t *v = obj ? json_object_get(obj, key) : NULL;
-    if (!v) {
-        if (required) return ty_err_field(err, TY_EINVAL, f, "%s: required field is missing", f);
-        return 0;
-    }
-    if (!json_is_integer(v))
-        return ty_err_field(err, TY_EINVAL, f, "%s: must be an integer, got %s", f, json_type_word(v));
+    char f[FIELD_LEN];
+    json_t *v;
+    int rc = get_field(obj, parent, key, required, WANT_INTEGER, f, &v, err);
+    if (rc || !v) return rc;
     json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
         return ty_err_field(err, TY_EINVAL, f, "%s: must be in [%lld, %lld], got %lld", f,
@@ -135,12 +155,10 @@ static int get_int32(const json_t *obj, const char *parent, const char *key, int
 static int get_num(const json_t *obj, const char *parent, const char *key,
                    double lo, int lo_open, double hi, int hi_open, double *out, ty_err *err)
 {
-    char f[128];
-    path_join(f, sizeof f, parent, key);
-    json_t *v = obj ? json_object_get(obj, key) : NULL;
-    if (!v) return 0;
-    if (!json_is_number(v))
-        return ty_err_field(err, TY_EINVAL, f, "%s: must be a number, got %s", f, json_type_word(v));
+    char f[FIELD_LEN];
+    json_t *v;
+    int rc = get_field(obj, parent, key, 0, WANT_NUMBER, f, &v, err);
+    if (rc || !v) return rc;
     double x = json_number_value(v);
     int bad = !isfinite(x) || (lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi);
     if (bad)
@@ -152,12 +170,10 @@ static int get_num(const json_t *obj, const char *parent, const char *key,
 
 static int get_bool(const json_t *obj, const char *parent, const char *key, bool *out, ty_err *err)
 {
-    char f[128];
-    path_join(f, sizeof f, parent, key);
-    json_t *v = obj ? json_object_get(obj, key) : NULL;
-    if (!v) return 0;
-    if (!json_is_boolean(v))
-        return ty_err_field(err, TY_EINVAL, f, "%s: must be a boolean, got %s", f, json_type_word(v));
+    char f[FIELD_LEN];
+    json_t *v;
+    int rc = get_field(obj, parent, key, 0, WANT_BOOLEAN, f, &v, err);
+    if (rc || !v) return rc;
     *out = json_is_true(v);
     return 0;
 }
@@ -167,15 +183,10 @@ static int get_bool(const json_t *obj, const char *parent, const char *key, bool
 static int get_string(const json_t *obj, const char *parent, const char *key, int required,
                       size_t maxlen, char **out, ty_err *err)
 {
-    char f[128];
-    path_join(f, sizeof f, parent, key);
-    json_t *v = obj ? json_object_get(obj, key) : NULL;
-    if (!v) {
-        if (required) return ty_err_field(err, TY_EINVAL, f, "%s: required field is missing", f);
-        return 0;
-    }
-    if (!json_is_string(v))
-        return ty_err_field(err, TY_EINVAL, f, "%s: must be a string, got %s", f, json_type_word(v));
+    char f[FIELD_LEN];
+    json_t *v;
+    int rc = get_field(obj, parent, key, required, WANT_STRING, f, &v, err);
+    if (rc || !v) return rc;
     const char *s = json_string_value(v);
     size_t n = json_string_length(v);
     if (n == 0) return ty_err_field(err, TY_EINVAL, f, "%s: must not be empty", f);
@@ -195,12 +206,10 @@ static int get_string(const json_t *obj, const char *parent, const char *key, in
 static int get_enum(const json_t *obj, const char *parent, const char *key,
                     const char *const *names, int n, int *out, ty_err *err)
 {
-    char f[128];
-    path_join(f, sizeof f, parent, key);
-    json_t *v = obj ? json_object_get(obj, key) : NULL;
-    if (!v) return 0;
-    if (!json_is_string(v))
-        return ty_err_field(err, TY_EINVAL, f, "%s: must be a string, got %s", f, json_type_word(v));
+    char f[FIELD_LEN];
+    json_t *v;
+    int rc = get_field(obj, parent, key, 0, WANT_STRING, f, &v, err);
+    if (rc || !v) return rc;
     const char *s = json_string_value(v);
     for (int i = 0; i < n; i++)
         if (strcmp(s, names[i]) == 0) { *out = i; return 0; }
@@ -280,7 +289,7 @@ static int get_path(const json_t *obj, const char *parent, const char *key, int 
 {
     int rc = get_string(obj, parent, key, required, PATH_MAX_LEN, out, err);
     if (rc || !*out) return rc;
-    char f[128];
+    char f[FIELD_LEN];
     path_join(f, sizeof f, parent, key);
     return check_path_value(f, *out, err);
 }
@@ -291,7 +300,7 @@ static int get_store(const json_t *obj, const char *parent, const char *key, cha
     int rc = get_path(obj, parent, key, 0, out, err);
     if (rc || !*out) return rc;
     if ((*out)[0] == '/') {
-        char f[128];
+        char f[FIELD_LEN];
         path_join(f, sizeof f, parent, key);
         return ty_err_field(err, TY_EINVAL, f,
                             "%s: must be a URI (s3://, gs://, az:// or file:///...), got a bare path", f);
