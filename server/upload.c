@@ -191,6 +191,24 @@ static int64_t backoff_ms(int attempts)
     return d;
 }
 
+/* The local checkpoint is gone: the engine's own keep_last removed it
+ * before or while we read it. Not a failure, unless it was the job's newest
+ * (the one a resume needs). */
+static void finish_vanished(srv *s, db_upload *up)
+{
+    ty_err err = {0};
+    char reason[700];
+    finish_arg fa = {.u = up, .o = DB_UP_SKIPPED,
+                     .error = "removed locally by the engine's keep_last before upload"};
+    if (is_newest(s, up)) {
+        snprintf(reason, sizeof reason, "local checkpoint %s is gone before it was uploaded",
+                 up->dir);
+        fa.o = DB_UP_FAILED;
+        fa.error = reason;
+    }
+    with_event(s, finish_fn, &fa, &err);
+}
+
 static void do_put(uploader *u, db_upload *up)
 {
     srv *s = u->s;
@@ -200,18 +218,7 @@ static void do_put(uploader *u, db_upload *up)
     snprintf(manifest, sizeof manifest, "%s/MANIFEST.json", up->local_path ? up->local_path : "");
     struct stat sb;
     if (!up->local_path || stat(manifest, &sb) != 0) {
-        /* The engine's own keep_last removed it before we got to it: not a
-         * failure, unless it was the checkpoint a resume needs. */
-        if (is_newest(s, up)) {
-            snprintf(reason, sizeof reason, "local checkpoint %s is gone before it was uploaded",
-                     up->dir);
-            fa.o = DB_UP_FAILED;
-            fa.error = reason;
-        } else {
-            fa.o = DB_UP_SKIPPED;
-            fa.error = "removed locally by the engine's keep_last before upload";
-        }
-        with_event(s, finish_fn, &fa, &err);
+        finish_vanished(s, up);
         return;
     }
     upload_remote_prefix(up->job_id, up->dir, prefix, sizeof prefix);
@@ -225,6 +232,10 @@ static void do_put(uploader *u, db_upload *up)
         act_remove(u, &a);
         if (rc == 0) snprintf(remote, sizeof remote, "%s/%s", store_uri(st), prefix);
         store_close(st);
+    }
+    if (rc != 0 && rc != TY_ESTATE && stat(manifest, &sb) != 0) {
+        finish_vanished(s, up);
+        return;
     }
     if (rc == 0) {
         fa.o = DB_UP_DONE;
