@@ -1263,6 +1263,28 @@ int db_upload_busy(db *d, int64_t job_id, int *n, ty_err *err)
     return 0;
 }
 
+int db_upload_drop_job(db *d, int64_t job_id, int *running, ty_err *err)
+{
+    sqlite3_stmt *st;
+    *running = 0;
+    if (begin(d, err)) return TY_EIO;
+    int rc = exec_bound(d, "DELETE FROM uploads WHERE state <> 'running' AND checkpoint_id IN"
+                           " (SELECT id FROM checkpoints WHERE job_id = ?)", err, "i", job_id);
+    if (!rc && prep(d, "SELECT COUNT(*) FROM uploads WHERE checkpoint_id IN"
+                       " (SELECT id FROM checkpoints WHERE job_id = ?)", &st, err) == 0) {
+        sqlite3_bind_int64(st, 1, job_id);
+        if (sqlite3_step(st) == SQLITE_ROW) *running = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    } else if (!rc) {
+        rc = TY_EIO;
+    }
+    if (rc || commit(d, err)) {
+        rollback(d);
+        return TY_EIO;
+    }
+    return 0;
+}
+
 int db_upload_count(db *d, const char *state, int *n, ty_err *err)
 {
     sqlite3_stmt *st;

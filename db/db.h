@@ -236,6 +236,9 @@ int db_upload_finish(db *d, const db_upload *u, db_upload_outcome o, const char 
 int db_upload_recover(db *d, int *requeued, ty_err *err);
 /* Puts of the job that are running or not yet tried (what a pause waits for). */
 int db_upload_busy(db *d, int64_t job_id, int *n, ty_err *err);
+/* Purge: drops the job's queue rows that are not running; *running gets
+ * how many are (the caller cancels them and calls again). */
+int db_upload_drop_job(db *d, int64_t job_id, int *running, ty_err *err);
 /* Rows in a queue state (pending, running, failed). */
 int db_upload_count(db *d, const char *state, int *n, ty_err *err);
 

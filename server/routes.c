@@ -297,7 +297,6 @@ static enum MHD_Result delete_job(http_req *q)
     bool finished = db_state_terminal(j.state);
     db_job_free(&j);
     if (finished && purge && !strcmp(purge, "1")) {
-        uploader_cancel_job(q->s->up, q->id);
         if (upload_purge_job(q->s, q->id, &err))
             return http_error(q, 502, "internal", "purge",
                               "remote checkpoints could not all be deleted (the job is kept; "

@@ -505,8 +505,21 @@ int upload_purge_job(srv *s, int64_t job_id, ty_err *err)
     if (rc) return rc;
     db *d = srv_db(s);
     db_checkpoint *c = NULL;
-    int n = 0;
-    if (p.store && d && (rc = db_checkpoint_list(d, job_id, &c, &n, err)) == 0) {
+    int n = 0, running = 0;
+    if (!d) rc = ty_err_set(err, TY_EIO, "no database handle");
+    /* Nothing may upload behind our back: drop the queue rows, cancel the
+     * running ones (a cancelled upload commits nothing) until none is left. */
+    for (int64_t until = ty_mono_ms() + 30000; d && rc == 0;) {
+        if ((rc = db_upload_drop_job(d, job_id, &running, err)) || running == 0) break;
+        if (ty_mono_ms() > until) {
+            rc = ty_err_set(err, TY_ESTATE, "an upload of job %lld does not stop",
+                            (long long)job_id);
+            break;
+        }
+        uploader_cancel_job(s->up, job_id);
+        usleep(50000);
+    }
+    if (rc == 0 && p.store && (rc = db_checkpoint_list(d, job_id, &c, &n, err)) == 0) {
         store *st = NULL;
         if ((rc = open_store(s, p.store, &st, err)) == 0) {
             /* Every row, whatever its state: a failed or deleted one may

@@ -233,6 +233,19 @@ int main(void)
     CHECK(count(d, "failed") == 0 && count(d, "pending") == 1);
     expect_state(d, job, 15, "local");
 
+    /* Purge drops the job's rows but the running one, which the caller
+     * cancels; once it is back in the queue the next call drops it too. */
+    CHECK(db_upload_claim(d, now, &u, NULL, &err) == 0 && u.step == 15);
+    CHECK(db_checkpoint_add(d, job, 20, "checkpoints/step-000020", 10, "gh", "/l/20", STORE, NULL,
+                            &err) == 0);
+    int running = -1;
+    CHECK(db_upload_drop_job(d, job, &running, &err) == 0 && running == 1);
+    CHECK(count(d, "pending") == 0 && count(d, "running") == 1);
+    CHECK(db_upload_finish(d, &u, DB_UP_RETRY, NULL, "cancelled", now, NULL, &err) == 0);
+    db_upload_clear(&u);
+    CHECK(db_upload_drop_job(d, job, &running, &err) == 0 && running == 0);
+    CHECK(count(d, "pending") + count(d, "running") == 0);
+
     /* keep_best reads the eval loss at the checkpoint's step. */
     db_event_in in = {.job_id = job, .ts_ms = now, .type = "eval",
                       .data = "{\"step\":15,\"loss\":1.25}"};
