@@ -114,6 +114,20 @@ int ty_fsync_dir(const char *dir, ty_err *err)
     return 0;
 }
 
+int ty_read_json(const char *path, int bad_code, json_t **out, ty_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    *out = NULL;
+    int rc = ty_read_file(path, &text, &len, err);
+    if (rc) return rc;
+    json_error_t je;
+    *out = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!*out) return ty_err_set(err, bad_code, "%s: not valid JSON (line %d: %s)", path, je.line, je.text);
+    return 0;
+}
+
 int ty_write_file_atomic(const char *path, const void *data, size_t len, ty_err *err)
 {
     char tmp[4096], dir[4096];

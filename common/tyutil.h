@@ -1,10 +1,12 @@
 /* tyutil.h — small file, hashing and time helpers used by several modules.
  *
- * Everything here is plain POSIX + OpenSSL; no module state. */
+ * Everything here is plain POSIX + OpenSSL (+ jansson for reading a JSON
+ * file); no module state. */
 #ifndef TY_TYUTIL_H
 #define TY_TYUTIL_H
 
 #include <stddef.h>
+#include <jansson.h>
 #include <stdint.h>
 #include "tyerr.h"
 
@@ -18,6 +20,10 @@ int ty_mkdir_p(const char *path, ty_err *err);
 int ty_rm_rf(const char *path, ty_err *err);
 /* Reads a whole (small) file; *out is NUL-terminated and owned by the caller. */
 int ty_read_file(const char *path, char **out, size_t *len, ty_err *err);
+/* Reads and parses a whole JSON file into *out (the caller's reference).
+ * A file that cannot be read gives ty_read_file's error; one that does not
+ * parse gives bad_code with "<path>: not valid JSON (line N: why)". */
+int ty_read_json(const char *path, int bad_code, json_t **out, ty_err *err);
 /* Writes path.tmp, fsyncs, renames over path, fsyncs the directory. */
 int ty_write_file_atomic(const char *path, const void *data, size_t len, ty_err *err);
 /* fsync a directory (after a rename into it). */

@@ -68,16 +68,14 @@ int ckpt_verify(const char *dir, int64_t *step, ty_err *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/MANIFEST.json", dir);
-    char *text = NULL;
-    size_t len = 0;
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return ty_err_set(err, TY_ENOENT, "checkpoint %s: no such directory", dir);
-    if (ty_read_file(path, &text, &len, NULL) != 0)
+    /* Unparsable JSON is reported below, with a manifest of the wrong shape. */
+    json_t *m;
+    int rc = ty_read_json(path, TY_ECORRUPT, &m, NULL);
+    if (rc && rc != TY_ECORRUPT)
         return ty_err_set(err, TY_ENOENT, "checkpoint %s has no MANIFEST.json (incomplete checkpoint)", dir);
-    json_error_t je;
-    json_t *m = json_loadb(text, len, 0, &je);
-    free(text);
     json_t *files = json_object_get(m, "files"), *js = json_object_get(m, "step"),
            *fmt = json_object_get(m, "format");
     if (!m || !json_is_array(files) || !json_is_integer(js) || !json_is_string(fmt) ||
@@ -89,7 +87,7 @@ int ckpt_verify(const char *dir, int64_t *step, ty_err *err)
     *step = json_integer_value(js);
     size_t i;
     json_t *f;
-    int rc = 0;
+    rc = 0;
     json_array_foreach(files, i, f) {
         json_t *jp = json_object_get(f, "path"), *jb = json_object_get(f, "bytes"), *jh = json_object_get(f, "sha256");
         if (!json_is_string(jp) || !json_is_integer(jb) || !json_is_string(jh) ||

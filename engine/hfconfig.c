@@ -172,14 +172,9 @@ int hfconfig_load_dir(const char *dir, model_config *out, ty_err *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = NULL;
-    size_t len = 0;
-    int rc = ty_read_file(path, &text, &len, err);
+    json_t *o;
+    int rc = ty_read_json(path, TY_EINVAL, &o, err);
     if (rc) return rc;
-    json_error_t je;
-    json_t *o = json_loadb(text, len, 0, &je);
-    free(text);
-    if (!o) return ty_err_set(err, TY_EINVAL, "%s: not valid JSON (line %d: %s)", path, je.line, je.text);
     rc = hfconfig_parse(o, path, out, err);
     json_decref(o);
     return rc;

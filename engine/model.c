@@ -368,13 +368,9 @@ int model_load_file(model *m, const char *path, ty_err *err)
 /* Sharded: the distinct files named by weight_map, each loaded in turn. */
 static int load_sharded(model *m, const char *dir, const char *index_path, ty_err *err)
 {
-    char *text = NULL;
-    size_t len = 0;
-    int rc = ty_read_file(index_path, &text, &len, err);
+    json_t *idx;
+    int rc = ty_read_json(index_path, TY_EINVAL, &idx, err);
     if (rc) return rc;
-    json_error_t je;
-    json_t *idx = json_loadb(text, len, 0, &je);
-    free(text);
     json_t *wm = json_object_get(idx, "weight_map");
     if (!json_is_object(wm)) {
         json_decref(idx);

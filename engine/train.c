@@ -179,16 +179,12 @@ static int write_trainer_state(run *r, const char *path, ty_err *err)
 
 static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t *cursor, ty_err *err)
 {
-    char *text = NULL;
-    size_t len = 0;
-    int rc = ty_read_file(path, &text, &len, err);
+    json_t *o;
+    int rc = ty_read_json(path, TY_ECORRUPT, &o, err);
     if (rc) return rc;
-    json_error_t je;
-    json_t *o = json_loadb(text, len, 0, &je);
-    free(text);
     json_int_t step = -1, ep = -1, cur = -1, n = -1, tokens = 0;
     const char *seed = NULL;
-    if (!o || json_unpack(o, "{s:I, s:I, s:I, s:I, s:{s:s}, s:I}", "step", &step, "epoch", &ep, "cursor", &cur,
+    if (json_unpack(o, "{s:I, s:I, s:I, s:I, s:{s:s}, s:I}", "step", &step, "epoch", &ep, "cursor", &cur,
                           "n_examples", &n, "rng", "seed", &seed, "tokens", &tokens) != 0) {
         json_decref(o);
         return ty_err_set(err, TY_ECORRUPT, "%s: not a trainer state", path);
