@@ -85,6 +85,18 @@ static void strip(const char **s, size_t *n)
     while (*n && strchr(" \t\n\r\f\v", (*s)[*n - 1])) (*n)--;
 }
 
+/* A chat turn's content and its closing token. In an assistant turn both
+ * carry the loss, as one span (the model learns to end its turn). */
+static int rd_turn(render *r, const char *cs, size_t cn, const char *end, int loss)
+{
+    if (!loss) return rd_put(r, cs, cn) | rd_str(r, end);
+    render part = {0};
+    int oom = rd_put(&part, cs, cn) | rd_str(&part, end);
+    oom |= part.s ? rd_loss(r, part.s, part.n) : 1;
+    free(part.s);
+    return oom;
+}
+
 struct data_text {
     char path[1024];
     const char *map;     /* the file, mapped during the index pass only */
@@ -239,27 +251,12 @@ static int render_example(const struct data_text *t, json_t *o, render *r, char 
             /* <|im_start|>{role}\n{content}<|im_end|>\n — the assistant's
              * content and <|im_end|> carry the loss. */
             oom |= rd_str(r, "<|im_start|>") | rd_str(r, rs) | rd_str(r, "\n");
-            if (asst) {
-                render part = {0};
-                oom |= rd_put(&part, cs, cn) | rd_str(&part, "<|im_end|>");
-                oom |= part.s ? rd_loss(r, part.s, part.n) : 1;
-                free(part.s);
-            } else {
-                oom |= rd_put(r, cs, cn) | rd_str(r, "<|im_end|>");
-            }
-            oom |= rd_str(r, "\n");
+            oom |= rd_turn(r, cs, cn, "<|im_end|>", asst) | rd_str(r, "\n");
         } else {
             /* Llama 3: <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|> */
             oom |= rd_str(r, "<|start_header_id|>") | rd_str(r, rs) | rd_str(r, "<|end_header_id|>\n\n");
             strip(&cs, &cn);
-            if (asst) {
-                render part = {0};
-                oom |= rd_put(&part, cs, cn) | rd_str(&part, "<|eot_id|>");
-                oom |= part.s ? rd_loss(r, part.s, part.n) : 1;
-                free(part.s);
-            } else {
-                oom |= rd_put(r, cs, cn) | rd_str(r, "<|eot_id|>");
-            }
+            oom |= rd_turn(r, cs, cn, "<|eot_id|>", asst);
         }
     }
     return oom ? (snprintf(why, wn, "too many turns or out of memory"), -1) : 0;
