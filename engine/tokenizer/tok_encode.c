@@ -397,8 +397,8 @@ static int split_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, 
 {
     size_t base = out->buf.len;
     if (tok_buf_put(&out->buf, s, len)) return oom(c);
-    /* cur: the piece being built [cs, ce); cur_is_match: it is a lone match
-     * (MergedWithNext) or a run of matches (Contiguous). */
+    /* cur: the piece being built [cs, ce); cur_is_match: it holds matches
+     * only (a lone match for MergedWithNext, a run of them for Contiguous). */
     size_t cs = 0, ce = 0, pos = 0;
     bool have = false, cur_is_match = false;
 #define FLUSH()                                                                                    \
@@ -441,19 +441,18 @@ static int split_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, 
                 if (tok_spans_add(out, base + ss, se - ss)) return oom(c);
                 break;
             case SPLIT_MERGED_PREV:
-                if (is_match && have) {
-                    ce = se;
-                    break;
-                }
-                FLUSH();
-                cs = ss;
-                ce = se;
-                have = true;
-                break;
             case SPLIT_MERGED_NEXT:
-                if (!is_match && have && cur_is_match) {
+            case SPLIT_CONTIGUOUS: {
+                /* Does this segment join the piece being built? A match
+                 * joins what precedes it (MergedWithPrevious); a gap joins
+                 * a lone match (MergedWithNext); a match joins a run of
+                 * matches (Contiguous). Anything else starts a new piece. */
+                bool join = have && (p->behavior == SPLIT_MERGED_PREV   ? is_match
+                                     : p->behavior == SPLIT_MERGED_NEXT ? cur_is_match && !is_match
+                                                                        : cur_is_match && is_match);
+                if (join) {
                     ce = se;
-                    cur_is_match = false;
+                    cur_is_match = cur_is_match && is_match;
                     break;
                 }
                 FLUSH();
@@ -462,17 +461,7 @@ static int split_piece(enc_ctx *c, const tok_pre *p, const char *s, size_t len, 
                 have = true;
                 cur_is_match = is_match;
                 break;
-            case SPLIT_CONTIGUOUS:
-                if (is_match && have && cur_is_match) {
-                    ce = se;
-                    break;
-                }
-                FLUSH();
-                cs = ss;
-                ce = se;
-                have = true;
-                cur_is_match = is_match;
-                break;
+            }
             }
         }
         if (ms >= len) break;
