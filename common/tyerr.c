@@ -1,4 +1,9 @@
-/* tyerr.c — filling and naming ty_err values (see tyerr.h). */
+/* tyerr.c — filling and naming ty_err values (see tyerr.h).
+ *
+ * Every setter also returns the code, so a failure is reported and passed up
+ * in one statement (`return ty_err_set(err, TY_EIO, ...)`); a NULL err is
+ * allowed for callers that only want the code. ty_err_name gives a short
+ * stable word for each code, for tools that print an error. */
 #include "tyerr.h"
 
 #include <stdarg.h>
