@@ -45,12 +45,7 @@ typedef struct az_op {
     size_t n_xms;
     const char *content_type;
     const char *content_md5;
-    const char *body;
-    size_t body_len;
-    int body_fd;
-    uint64_t body_off, body_size;
-    int resp_fd;
-    int no_body;
+    http_req io; /* body and download target; the call sets method, URL, headers */
 } az_op;
 
 static void az_op_init(az_op *op, const char *method, const char *blob)
@@ -58,8 +53,7 @@ static void az_op_init(az_op *op, const char *method, const char *blob)
     memset(op, 0, sizeof *op);
     op->method = method;
     op->blob = blob;
-    op->body_fd = -1;
-    op->resp_fd = -1;
+    store_http_req_init(&op->io, method, NULL);
 }
 
 static void az_close(store *s)
@@ -188,8 +182,8 @@ static int az_attempt(store *s, const az_op *op, http_resp *rs, int *retryable, 
     xms[nx][0] = "x-ms-version", xms[nx++][1] = AZ_VERSION;
     for (size_t i = 0; i < op->n_xms; i++)
         xms[nx][0] = op->xms[i][0], xms[nx++][1] = op->xms[i][1];
-    uint64_t blen = op->body_fd >= 0 ? op->body_size : op->body_len;
-    int has_body = op->body_fd >= 0 || op->body || !strcmp(op->method, "PUT");
+    uint64_t blen = op->io.body_fd >= 0 ? op->io.body_size : op->io.body_len;
+    int has_body = op->io.body_fd >= 0 || op->io.body || !strcmp(op->method, "PUT");
     char clen[32];
     snprintf(clen, sizeof clen, "%llu", (unsigned long long)blen);
     for (size_t i = 0; i < nx && rc == 0; i++)
@@ -218,17 +212,10 @@ static int az_attempt(store *s, const az_op *op, http_resp *rs, int *retryable, 
         rc = store_http_header(&h, err, "Authorization: SharedKey %s:%s", m->account, b64);
     }
     if (rc == 0) {
-        http_req rq;
-        store_http_req_init(&rq, op->method, url);
+        http_req rq = op->io;
+        rq.method = op->method;
+        rq.url = url;
         rq.headers = h;
-        rq.body = op->body;
-        rq.body_len = op->body_len;
-        rq.body_fd = op->body_fd;
-        rq.body_off = op->body_off;
-        rq.body_size = op->body_size;
-        rq.resp_fd = op->resp_fd;
-        rq.want_md5 = op->resp_fd >= 0;
-        rq.no_body = op->no_body;
         rc = store_http_do(s, &rq, rs, retryable, err);
     }
 out:
@@ -246,7 +233,7 @@ static int az_call(store *s, const az_op *op, http_resp *rs, ty_err *err)
     int rc = TY_EIO;
     for (int attempt = 1; attempt <= s->tune.max_attempts; attempt++) {
         if (attempt > 1 && (rc = store_retry_sleep(s, attempt - 1, err)) != 0) return rc;
-        if (op->resp_fd >= 0 && (rc = store_fd_reset(op->resp_fd, err)) != 0) return rc;
+        if (op->io.resp_fd >= 0 && (rc = store_fd_reset(op->io.resp_fd, err)) != 0) return rc;
         int retryable = 0;
         rc = az_attempt(s, op, rs, &retryable, err);
         if (rc != 0) {
@@ -308,9 +295,9 @@ static int az_put_block(void *ctx, int i, ty_err *err)
     op.query[op.n_query++] = (az_param){"comp", "block"};
     op.query[op.n_query++] = (az_param){"blockid", id};
     op.content_md5 = md5;
-    op.body_fd = b->fd;
-    op.body_off = off;
-    op.body_size = len;
+    op.io.body_fd = b->fd;
+    op.io.body_off = off;
+    op.io.body_size = len;
     http_resp rs = {0};
     rc = az_call(b->s, &op, &rs, err);
     store_http_resp_clear(&rs);
@@ -333,8 +320,8 @@ static int az_put_file(store *s, const char *key, const char *path, ty_err *err)
         az_op_init(&op, "PUT", full);
         op.xms[op.n_xms][0] = "x-ms-blob-type", op.xms[op.n_xms++][1] = "BlockBlob";
         op.content_md5 = md5;
-        op.body_fd = fd;
-        op.body_size = size;
+        op.io.body_fd = fd;
+        op.io.body_size = size;
         if (rc == 0) rc = az_call(s, &op, &rs, err);
     } else {
         uint64_t bsize = s->tune.part_size;
@@ -367,8 +354,8 @@ static int az_put_file(store *s, const char *key, const char *path, ty_err *err)
                 op.query[op.n_query++] = (az_param){"comp", "blocklist"};
                 op.content_type = "application/xml";
                 op.content_md5 = md5;
-                op.body = xml;
-                op.body_len = n;
+                op.io.body = xml;
+                op.io.body_len = n;
                 rc = az_call(s, &op, &rs, err);
             }
         }
@@ -386,7 +373,7 @@ static int az_get_once(store *s, const char *blob, int fd, http_resp *rs, ty_err
 {
     az_op op;
     az_op_init(&op, "GET", blob);
-    op.resp_fd = fd;
+    op.io.resp_fd = fd;
     return az_call(s, &op, rs, err);
 }
 
@@ -411,7 +398,7 @@ static int az_stat(store *s, const char *key, store_object *out, ty_err *err)
     if (rc) return rc;
     az_op op;
     az_op_init(&op, "HEAD", full);
-    op.no_body = 1;
+    op.io.no_body = 1;
     http_resp rs = {0};
     rc = az_call(s, &op, &rs, err);
     if (rc == 0) rc = store_object_from_head(key, &rs, out, err);

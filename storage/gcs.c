@@ -37,26 +37,16 @@ static void gcs_close(store *s)
 }
 
 typedef struct gcs_req {
-    const char *method;
-    const char *url;
+    http_req io; /* method, URL, body and download target; the call adds headers */
     const char *hdrs[4]; /* extra headers, "Name: value" */
     size_t n_hdrs;
-    const char *body;
-    size_t body_len;
-    int body_fd;
-    uint64_t body_off, body_size;
-    int resp_fd;
-    int no_body;
     int ok_308; /* 308 is a normal answer (resumable uploads) */
 } gcs_req;
 
 static void gcs_req_init(gcs_req *r, const char *method, const char *url)
 {
     memset(r, 0, sizeof *r);
-    r->method = method;
-    r->url = url;
-    r->body_fd = -1;
-    r->resp_fd = -1;
+    store_http_req_init(&r->io, method, url);
 }
 
 /* One request with a bearer token. A 401 refreshes the token once. */
@@ -69,17 +59,8 @@ static int gcs_attempt(store *s, const gcs_req *r, int refresh, http_resp *rs, i
     for (size_t i = 0; rc == 0 && i < r->n_hdrs; i++)
         rc = store_http_header(&h, err, "%s", r->hdrs[i]);
     if (rc == 0) {
-        http_req rq;
-        store_http_req_init(&rq, r->method, r->url);
+        http_req rq = r->io;
         rq.headers = h;
-        rq.body = r->body;
-        rq.body_len = r->body_len;
-        rq.body_fd = r->body_fd;
-        rq.body_off = r->body_off;
-        rq.body_size = r->body_size;
-        rq.resp_fd = r->resp_fd;
-        rq.want_md5 = r->resp_fd >= 0;
-        rq.no_body = r->no_body;
         rc = store_http_do(s, &rq, rs, retryable, err);
     } else if (rc == TY_EIO) {
         *retryable = 1; /* token endpoint unreachable: worth another try */
@@ -93,7 +74,7 @@ static int gcs_call(store *s, const gcs_req *r, const char *what, http_resp *rs,
     int rc = TY_EIO, refreshed = 0;
     for (int attempt = 1; attempt <= s->tune.max_attempts; attempt++) {
         if (attempt > 1 && (rc = store_retry_sleep(s, attempt - 1, err)) != 0) return rc;
-        if (r->resp_fd >= 0 && (rc = store_fd_reset(r->resp_fd, err)) != 0) return rc;
+        if (r->io.resp_fd >= 0 && (rc = store_fd_reset(r->io.resp_fd, err)) != 0) return rc;
         int retryable = 0;
         rc = gcs_attempt(s, r, 0, rs, &retryable, err);
         if (rc == 0 && rs->status == 401 && !refreshed) {
@@ -111,7 +92,7 @@ static int gcs_call(store *s, const gcs_req *r, const char *what, http_resp *rs,
         int ty = rs->status == 404                          ? TY_ENOENT
                  : (rs->status == 401 || rs->status == 403) ? TY_EAUTH
                                                             : TY_EIO;
-        rc = ty_err_set(err, ty, "storage: %s gs://%s/%s: HTTP %ld%s%s", r->method, s->bucket, what,
+        rc = ty_err_set(err, ty, "storage: %s gs://%s/%s: HTTP %ld%s%s", r->io.method, s->bucket, what,
                         rs->status, msg ? ": " : "", msg ? msg : "");
         json_decref(ej);
         if (!store_http_status_retryable(rs->status)) return rc;
@@ -179,8 +160,8 @@ static int gcs_upload_session(store *s, const char *full, int fd, uint64_t size,
     r.hdrs[r.n_hdrs++] = "Content-Type: application/json; charset=UTF-8";
     r.hdrs[r.n_hdrs++] = "X-Upload-Content-Type: application/octet-stream";
     r.hdrs[r.n_hdrs++] = lenh;
-    r.body = mbody;
-    r.body_len = strlen(mbody);
+    r.io.body = mbody;
+    r.io.body_len = strlen(mbody);
     rc = gcs_call(s, &r, full, &rs, err);
     if (rc == 0 && !rs.location[0])
         rc = ty_err_set(err, TY_EIO, "storage: gs:// %s: no upload session URL", full);
@@ -205,9 +186,9 @@ static int gcs_upload_session(store *s, const char *full, int fd, uint64_t size,
                      (unsigned long long)(off + len - 1), (unsigned long long)size);
         gcs_req_init(&r, "PUT", session);
         r.hdrs[r.n_hdrs++] = cr;
-        r.body_fd = fd;
-        r.body_off = off;
-        r.body_size = len;
+        r.io.body_fd = fd;
+        r.io.body_off = off;
+        r.io.body_size = len;
         r.ok_308 = 1;
         int retryable = 0;
         rc = gcs_attempt(s, &r, 0, &rs, &retryable, err);
@@ -283,7 +264,7 @@ static int gcs_get_once(store *s, const char *full, int fd, http_resp *rs, ty_er
     if (!url) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     gcs_req r;
     gcs_req_init(&r, "GET", url);
-    r.resp_fd = fd;
+    r.io.resp_fd = fd;
     int rc = gcs_call(s, &r, full, rs, err);
     free(url);
     return rc;

@@ -238,7 +238,7 @@ int store_http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, t
     CURL *h = curl_easy_init();
     if (!h) return ty_err_set(err, TY_ENOMEM, "storage: curl_easy_init failed");
     xfer x = {.rq = rq, .rs = rs};
-    if (rq->want_md5) {
+    if (rq->resp_fd >= 0) {
         x.md5 = EVP_MD_CTX_new();
         if (!x.md5) {
             curl_easy_cleanup(h);

@@ -39,14 +39,9 @@ typedef struct s3_op {
     size_t n_query;
     sigv4_param headers[4]; /* extra headers to sign and send */
     size_t n_headers;
-    const char *body; /* memory body */
-    size_t body_len;
-    int body_fd; /* or file range */
-    uint64_t body_off, body_size;
+    http_req io; /* body and download target; the call sets method, URL, headers */
     const char *payload_hash; /* hex; computed by the caller */
     const char *content_md5;  /* base64, or NULL */
-    int resp_fd;              /* download target */
-    int no_body;
 } s3_op;
 
 static void s3_op_init(s3_op *op, const char *method, const char *key)
@@ -54,8 +49,7 @@ static void s3_op_init(s3_op *op, const char *method, const char *key)
     memset(op, 0, sizeof *op);
     op->method = method;
     op->key = key;
-    op->body_fd = -1;
-    op->resp_fd = -1;
+    store_http_req_init(&op->io, method, NULL);
     op->payload_hash = EMPTY_SHA256;
 }
 
@@ -160,18 +154,11 @@ static int s3_attempt(store *s, const s3_op *op, http_resp *rs, int *retryable, 
         rc = store_http_header(&h, err, "%s: %s", hdrs[i].name, hdrs[i].value);
     if (rc == 0) rc = store_http_header(&h, err, "Authorization: %s", so.authorization);
     if (rc == 0) {
-        http_req rq;
-        store_http_req_init(&rq, op->method, url);
+        http_req rq = op->io;
+        rq.method = op->method;
+        rq.url = url;
         rq.headers = h;
-        rq.body = op->body;
-        rq.body_len = op->body_len;
-        rq.body_fd = op->body_fd;
-        rq.body_off = op->body_off;
-        rq.body_size = op->body_size;
-        rq.resp_fd = op->resp_fd;
-        rq.want_md5 = op->resp_fd >= 0;
-        rq.no_body = op->no_body;
-        if (op->body && !op->body_len) rq.body = NULL;
+        if (rq.body && !rq.body_len) rq.body = NULL;
         rc = store_http_do(s, &rq, rs, retryable, err);
     }
 out:
@@ -189,7 +176,7 @@ static int s3_call(store *s, const s3_op *op, http_resp *rs, ty_err *err)
     int rc = TY_EIO;
     for (int attempt = 1; attempt <= s->tune.max_attempts; attempt++) {
         if (attempt > 1 && (rc = store_retry_sleep(s, attempt - 1, err)) != 0) return rc;
-        if (op->resp_fd >= 0 && (rc = store_fd_reset(op->resp_fd, err)) != 0) return rc;
+        if (op->io.resp_fd >= 0 && (rc = store_fd_reset(op->io.resp_fd, err)) != 0) return rc;
         int retryable = 0;
         rc = s3_attempt(s, op, rs, &retryable, err);
         if (rc != 0) {
@@ -240,9 +227,9 @@ static int s3_put_range(store *s, const char *full, int fd, uint64_t off, uint64
         op.query[op.n_query++] = (sigv4_param){"partNumber", pn};
         op.query[op.n_query++] = (sigv4_param){"uploadId", upload_id};
     }
-    op.body_fd = fd;
-    op.body_off = off;
-    op.body_size = len;
+    op.io.body_fd = fd;
+    op.io.body_off = off;
+    op.io.body_size = len;
     op.payload_hash = sha_hex;
     op.content_md5 = md5_b64;
     http_resp rs = {0};
@@ -345,8 +332,8 @@ static int s3_multipart(store *s, const char *full, int fd, uint64_t size, ty_er
     s3_op_init(&op, "POST", full);
     op.query[op.n_query++] = (sigv4_param){"uploadId", upload_id};
     op.headers[op.n_headers++] = (sigv4_param){"content-type", "application/xml"};
-    op.body = xml;
-    op.body_len = n;
+    op.io.body = xml;
+    op.io.body_len = n;
     op.payload_hash = sha_hex;
     op.content_md5 = md5_b64;
     rc = s3_call(s, &op, &rs, err);
@@ -390,7 +377,7 @@ static int s3_get_once(store *s, const char *full, int fd, http_resp *rs, ty_err
 {
     s3_op op;
     s3_op_init(&op, "GET", full);
-    op.resp_fd = fd;
+    op.io.resp_fd = fd;
     return s3_call(s, &op, rs, err);
 }
 
@@ -413,7 +400,7 @@ static int s3_stat(store *s, const char *key, store_object *out, ty_err *err)
     if (rc) return rc;
     s3_op op;
     s3_op_init(&op, "HEAD", full);
-    op.no_body = 1;
+    op.io.no_body = 1;
     http_resp rs = {0};
     rc = s3_call(s, &op, &rs, err);
     if (rc == 0) {

@@ -78,9 +78,12 @@ int store_azure_open(store *s, const store_config *cfg, ty_err *err);
 
 /* One HTTP exchange. The body comes from memory (body/body_len) or from a
  * file range (body_fd >= 0). A 2xx response body goes to resp_fd when it is
- * >= 0 (hashed on the way into resp_md5 when want_md5), otherwise into
- * resp.body (capped at 4 MiB). Non-2xx bodies are always captured (capped)
- * so error codes in them can be read. */
+ * >= 0 (hashed on the way into resp.md5 for the caller to verify), otherwise
+ * into resp.body (capped at 4 MiB). Non-2xx bodies are always captured
+ * (capped) so error codes in them can be read.
+ *
+ * The backends' request structs carry one of these for the body and the
+ * download target, and their call adds the method, URL and headers. */
 typedef struct http_req {
     const char *method;
     const char *url;
@@ -90,7 +93,6 @@ typedef struct http_req {
     int body_fd;
     uint64_t body_off, body_size;
     int resp_fd;
-    int want_md5;
     int no_body; /* HEAD */
 } http_req;
 
