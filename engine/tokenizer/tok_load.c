@@ -125,6 +125,31 @@ static int parse_prepend_scheme(json_t *o, const char *where, tok_prepend *out, 
     return 0;
 }
 
+/* ---- sequences -------------------------------------------------------------------- */
+
+typedef int (*part_parser)(tok_tokenizer *t, json_t *o, const char *where, ty_err *err);
+
+/* A "Sequence" normalizer, pre-tokenizer or decoder: each member of the array
+ * o[key] is parsed in order by parse (which may meet a nested Sequence), and
+ * named where.key[i] in its errors. */
+static int parse_sequence(tok_tokenizer *t, json_t *o, const char *where, const char *key,
+                          part_parser parse, ty_err *err)
+{
+    json_t *list = json_object_get(o, key);
+    if (!json_is_array(list))
+        return ty_err_set(err, TY_EINVAL, TJ ": %s.%s must be an array", where, key);
+    size_t i;
+    json_t *c;
+    json_array_foreach(list, i, c)
+    {
+        char w[96];
+        snprintf(w, sizeof w, "%s.%s[%zu]", where, key, i);
+        int rc = parse(t, c, w, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 /* ---- normalizers ---------------------------------------------------------------- */
 
 static int add_norm(tok_tokenizer *t, tok_norm *n, ty_err *err)
@@ -141,21 +166,8 @@ static int parse_normalizer(tok_tokenizer *t, json_t *o, const char *where, ty_e
     const char *type = jtype(o);
     if (!type) return ty_err_set(err, TY_EINVAL, TJ ": %s has no type", where);
     tok_norm n = {0};
-    if (!strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(o, "normalizers");
-        if (!json_is_array(list))
-            return ty_err_set(err, TY_EINVAL, TJ ": %s.normalizers must be an array", where);
-        size_t i;
-        json_t *c;
-        json_array_foreach(list, i, c)
-        {
-            char w[96];
-            snprintf(w, sizeof w, "%s.normalizers[%zu]", where, i);
-            int rc = parse_normalizer(t, c, w, err);
-            if (rc) return rc;
-        }
-        return 0;
-    }
+    if (!strcmp(type, "Sequence"))
+        return parse_sequence(t, o, where, "normalizers", parse_normalizer, err);
     if (!strcmp(type, "NFC"))
         n.kind = NORM_NFC;
     else if (!strcmp(type, "NFD"))
@@ -242,21 +254,8 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
             TJ ": %s (%s) follows a ByteLevel pre-tokenizer; only ByteLevel last is supported",
             where, type);
     tok_pre p = {0};
-    if (!strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(o, "pretokenizers");
-        if (!json_is_array(list))
-            return ty_err_set(err, TY_EINVAL, TJ ": %s.pretokenizers must be an array", where);
-        size_t i;
-        json_t *c;
-        json_array_foreach(list, i, c)
-        {
-            char w[96];
-            snprintf(w, sizeof w, "%s.pretokenizers[%zu]", where, i);
-            int rc = parse_pre_tokenizer(t, c, w, err);
-            if (rc) return rc;
-        }
-        return 0;
-    }
+    if (!strcmp(type, "Sequence"))
+        return parse_sequence(t, o, where, "pretokenizers", parse_pre_tokenizer, err);
     if (!strcmp(type, "Split")) {
         const char *pat = NULL, *beh = NULL;
         size_t plen = 0;
@@ -333,21 +332,8 @@ static int parse_decoder(tok_tokenizer *t, json_t *o, const char *where, ty_err 
     const char *type = jtype(o);
     if (!type) return ty_err_set(err, TY_EINVAL, TJ ": %s has no type", where);
     tok_dec d = {0};
-    if (!strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(o, "decoders");
-        if (!json_is_array(list))
-            return ty_err_set(err, TY_EINVAL, TJ ": %s.decoders must be an array", where);
-        size_t i;
-        json_t *c;
-        json_array_foreach(list, i, c)
-        {
-            char w[96];
-            snprintf(w, sizeof w, "%s.decoders[%zu]", where, i);
-            int rc = parse_decoder(t, c, w, err);
-            if (rc) return rc;
-        }
-        return 0;
-    }
+    if (!strcmp(type, "Sequence"))
+        return parse_sequence(t, o, where, "decoders", parse_decoder, err);
     if (!strcmp(type, "ByteLevel"))
         d.kind = DEC_BYTELEVEL;
     else if (!strcmp(type, "ByteFallback"))
