@@ -4,7 +4,10 @@
  * GPUs or CPU slot are free, reads rank 0's event pipe (fd 3) through epoll,
  * reaps exited ranks, enforces the SIGTERM→SIGKILL grace period, and turns
  * each exit into the DESIGN §2 transition. API threads call in under x->mu
- * to cancel or pause. A second thread samples the GPUs. */
+ * to cancel or pause. A second thread samples the GPUs. Downloads before a
+ * start (a resume checkpoint, remote inputs) run on a fetch thread per job
+ * while the job holds its slot in `starting`, so one slow download never
+ * stalls the other jobs' starts or pipes. */
 #include "exec.h"
 
 #include <errno.h>
@@ -33,6 +36,20 @@ extern char **environ;
 #define READ_BUDGET (256 * 1024)   /* bytes read per pipe per wake-up */
 #define TICK_MS 100
 
+/* A start's downloads on their own thread (fetch_main). */
+typedef struct fetch {
+    struct sched *x;
+    int64_t job_id;
+    char *spec_json;  /* the stored spec */
+    char *resume;     /* in/out of upload_prepare_start */
+    char *spec_text;  /* out: the engine's spec */
+    int rc;
+    ty_err err;
+    upload_fetch *h;  /* cancels the transfer (pause, cancel, shutdown) */
+    atomic_bool done; /* set last by the thread; then it may be joined */
+    pthread_t thread;
+} fetch;
+
 typedef struct run {
     int64_t job_id;
     int nranks, alive;
@@ -53,6 +70,7 @@ typedef struct run {
     char intent[8];           /* "pause" | "cancel" | "" */
     int64_t kill_at_ms;       /* monotonic SIGKILL deadline, 0 = none */
     char *store;              /* the spec's checkpoint.store, or NULL */
+    fetch *f;                 /* downloads before the engine runs, or NULL */
     double bucket;            /* flood limiter tokens */
     int64_t bucket_ms;
     struct run *next;
@@ -89,8 +107,19 @@ struct sched {
 
 static bool run_pgid_alive(pid_t pgid) { return pgid > 0 && kill(-pgid, 0) == 0; }
 
+static void fetch_free(fetch *f)
+{
+    free(f->spec_json);
+    free(f->resume);
+    free(f->spec_text);
+    upload_fetch_free(f->h);
+    free(f);
+}
+
+/* A run's fetch thread, if any, must have been joined. */
 static void run_free(run *r)
 {
+    if (r->f) fetch_free(r->f);
     if (r->fd >= 0) close(r->fd);
     free(r->line);
     free(r->error);
@@ -404,7 +433,149 @@ static int write_spec(const char *path, const char *text, ty_err *err)
     return 0;
 }
 
-/* Starts job id on the resources picked by the caller (x->mu held). */
+/* "2,3": the device indices of the GPU slots in mask. */
+static int gpu_list(sched *x, uint64_t mask, char *out, size_t cap)
+{
+    int n = 0;
+    out[0] = 0;
+    for (int i = 0; i < gpu_inv_count(x->gpu); i++) {
+        if (!(mask & (1ull << i))) continue;
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%d", n ? "," : "", gpu_inv_index(x->gpu, i));
+        n++;
+    }
+    return n;
+}
+
+/* Takes the run's GPUs or CPU slot and lists it (x->mu held). From here
+ * until reap() or start_failed() the slot is the job's, downloads included. */
+static void hold(sched *x, run *r)
+{
+    x->gpus_busy |= r->gpu_mask;
+    if (r->cpu_slot) x->cpu_busy++;
+    pthread_mutex_lock(&x->sample_mu);
+    for (int i = 0; i < GPU_MAX; i++)
+        if (r->gpu_mask & (1ull << i)) x->sample_job[i] = r->job_id;
+    pthread_mutex_unlock(&x->sample_mu);
+    r->next = x->runs;
+    x->runs = r;
+}
+
+static void unlist(sched *x, run *r)
+{
+    for (run **pp = &x->runs; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+}
+
+/* A held run that never got an engine: frees its slot and fails the job
+ * (starting → failed) with the reason in err. */
+static void start_failed(sched *x, run *r, const ty_err *err)
+{
+    int64_t id = r->job_id;
+    unlist(x, r);
+    release(x, r);
+    run_free(r);
+    ty_err e2 = {0};
+    db_job_update up = {.has_error = true, .error = err->msg, .set_finished = true};
+    srv_transition(x->s, id, JOB_BIT(JOB_STARTING), JOB_FAILED, err->msg, &up, NULL, &e2);
+    sched_wake(x);
+}
+
+/* Writes the engine's spec and spawns its ranks for a held run (x->mu
+ * held). On failure nothing of the engine is left running. */
+static int launch(sched *x, run *r, const char *resume, const char *spec_text, ty_err *err)
+{
+    srv *s = x->s;
+    char jobdir[PATH_MAX], logpath[PATH_MAX + 16], specpath[PATH_MAX + 16], cuda[GPU_MAX * 4];
+    srv_job_dir(s, r->job_id, jobdir, sizeof jobdir);
+    snprintf(logpath, sizeof logpath, "%s/engine.log", jobdir);
+    snprintf(specpath, sizeof specpath, "%s/spec.json", jobdir);
+    gpu_list(x, r->gpu_mask, cuda, sizeof cuda);
+    /* No fsync: the database is the record and the file is rewritten at
+     * every start, so a crash costs nothing but dispatch latency. */
+    int rc = write_spec(specpath, spec_text, err);
+    if (rc) return rc;
+    int pipefd[2] = {-1, -1};
+    int logfd = open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (logfd < 0 || devnull < 0 || pipe2(pipefd, O_CLOEXEC) != 0) {
+        rc = ty_err_set(err, TY_EIO, "cannot set up the engine's files: %s", strerror(errno));
+    }
+    for (int rank = 0; rc == 0 && rank < r->nranks; rank++) {
+        rc = spawn_rank(x, r, rank, jobdir, resume, cuda, logfd, pipefd[1], devnull, err);
+        if (rc) {
+            if (r->pgid > 0) kill(-r->pgid, SIGKILL);
+            for (int k = 0; k < rank; k++) waitpid(r->pid[k], NULL, 0);
+            r->alive = 0;
+        }
+    }
+    if (pipefd[1] >= 0) close(pipefd[1]);
+    if (logfd >= 0) close(logfd);
+    if (devnull >= 0) close(devnull);
+    if (rc) {
+        if (pipefd[0] >= 0) close(pipefd[0]);
+        return rc;
+    }
+    r->fd = pipefd[0];
+    fcntl(r->fd, F_SETFL, O_NONBLOCK);
+    struct epoll_event ee = {.events = EPOLLIN, .data.ptr = r};
+    epoll_ctl(x->efd, EPOLL_CTL_ADD, r->fd, &ee);
+    ty_err e2 = {0};
+    db *d = srv_db(s);
+    db_job_update pg = {.has_pgid = true, .pgid = r->pgid};
+    if (d) db_job_update_fields(d, r->job_id, &pg, &e2);
+    return 0;
+}
+
+/* The downloads of one start, on their own thread so the scheduler keeps
+ * starting other jobs and reading their pipes. The thread touches only
+ * this struct (and its own database handle); the scheduler reads the
+ * results after joining it. */
+static void *fetch_main(void *arg)
+{
+    fetch *f = arg;
+    srv *s = f->x->s;
+    f->rc = upload_prepare_start(s, f->job_id, f->spec_json, &f->resume, &f->spec_text, f->h,
+                                 &f->err);
+    db_close(pthread_getspecific(s->db_key));
+    pthread_setspecific(s->db_key, NULL);
+    atomic_store(&f->done, true);
+    sched_wake(f->x);
+    return NULL;
+}
+
+/* Hands a held run's downloads to a fetch thread; the job stays starting
+ * and collect_fetches() launches it when they are done. Takes ownership
+ * of spec_json and resume. */
+static int fetch_start(sched *x, run *r, char *spec_json, char *resume, ty_err *err)
+{
+    fetch *f = calloc(1, sizeof *f);
+    if (f) f->h = upload_fetch_new();
+    if (!f || !f->h) {
+        free(f);
+        free(spec_json);
+        free(resume);
+        return ty_err_set(err, TY_ENOMEM, "out of memory");
+    }
+    f->x = x;
+    f->job_id = r->job_id;
+    f->spec_json = spec_json;
+    f->resume = resume;
+    if (pthread_create(&f->thread, NULL, fetch_main, f)) {
+        fetch_free(f);
+        return ty_err_set(err, TY_EINTERNAL, "cannot start a thread to fetch the job's inputs");
+    }
+    r->f = f;
+    return 0;
+}
+
+/* Starts job id on the resources picked by the caller (x->mu held): the
+ * job goes starting and holds them; the engine is spawned now, or when
+ * its downloads (resume checkpoint, remote inputs) finish on a fetch
+ * thread. */
 static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
 {
     srv *s = x->s;
@@ -412,124 +583,103 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
     db_job j;
     db *d = srv_db(s);
     if (!d || db_job_get(d, id, &j, &err)) return;
-    char gpus[GPU_MAX * 4] = "", cuda[GPU_MAX * 4] = "";
-    int ngpu = 0;
-    for (int i = 0; i < gpu_inv_count(x->gpu); i++) {
-        if (!(gpu_mask & (1ull << i))) continue;
-        size_t n = strlen(gpus);
-        snprintf(gpus + n, sizeof gpus - n, "%s%d", ngpu ? "," : "", gpu_inv_index(x->gpu, i));
-        ngpu++;
-    }
-    snprintf(cuda, sizeof cuda, "%s", gpus);
+    char gpus[GPU_MAX * 4];
+    int ngpu = gpu_list(x, gpu_mask, gpus, sizeof gpus);
     const char *backend = ngpu > 0 ? "cuda" : "cpu";
     json_t *spec = json_loads(j.spec, 0, NULL);
     const char *want = json_string_value(json_object_get(json_object_get(spec, "resources"), "backend"));
     if (want && strcmp(want, "auto")) backend = !strcmp(want, "cuda") ? "cuda" : "cpu";
     char backend_s[8];
     snprintf(backend_s, sizeof backend_s, "%s", backend);
+    const char *st = json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
+    char *store = st ? strdup(st) : NULL;
     json_decref(spec);
+    bool fetching = upload_start_needs_fetch(s, id, j.spec, j.resume_from);
 
     db_job_update up = {.has_backend = true, .backend = backend_s, .has_gpus = true, .gpus = gpus,
                         .set_started = true, .has_stop_intent = true, .stop_intent = NULL,
                         .has_error = true, .error = NULL};
-    char reason[128];
-    if (j.resume_from) snprintf(reason, sizeof reason, "scheduled; resuming from %s", j.resume_from);
-    else snprintf(reason, sizeof reason, "scheduled");
+    char reason[600];
+    snprintf(reason, sizeof reason, "scheduled%s%.500s%s", j.resume_from ? "; resuming from " : "",
+             j.resume_from ? j.resume_from : "", fetching ? "; fetching inputs" : "");
     if (srv_transition(s, id, JOB_BIT(JOB_QUEUED), JOB_STARTING, reason, &up, NULL, &err)) {
+        free(store);
         db_job_free(&j);
         return; /* cancelled or paused meanwhile */
     }
     run *r = calloc(1, sizeof *r);
     char *line = malloc(LINE_MAX_BYTES);
-    char jobdir[PATH_MAX], logpath[PATH_MAX + 16];
-    srv_job_dir(s, id, jobdir, sizeof jobdir);
-    snprintf(logpath, sizeof logpath, "%s/engine.log", jobdir);
-    int pipefd[2] = {-1, -1}, logfd = -1, devnull = -1;
     if (!r || !line) {
+        free(r);
+        free(line);
+        free(store);
         ty_err_set(&err, TY_ENOMEM, "out of memory");
-        goto fail;
+        db_job_update up2 = {.has_error = true, .error = err.msg, .set_finished = true};
+        ty_err e2 = {0};
+        srv_transition(s, id, JOB_BIT(JOB_STARTING), JOB_FAILED, err.msg, &up2, NULL, &e2);
+        db_job_free(&j);
+        return;
     }
     r->job_id = id;
     r->fd = -1;
     r->line = line;
-    line = NULL;
     r->gpu_mask = gpu_mask;
     r->cpu_slot = cpu_slot;
     r->nranks = ngpu > 0 ? ngpu : 1;
     r->bucket = 2.0 * s->cfg.event_rate;
     r->bucket_ms = ty_mono_ms();
-    if (ty_mkdir_p(jobdir, &err)) goto fail;
-    {
-        json_t *sj = json_loads(j.spec, 0, NULL);
-        const char *st = json_string_value(json_object_get(json_object_get(sj, "checkpoint"), "store"));
-        r->store = st ? strdup(st) : NULL;
-        json_decref(sj);
-        /* The resume checkpoint made local (downloaded if its files are
-         * gone) and remote inputs fetched into the cache; the engine gets
-         * the spec with those paths rewritten. */
+    r->store = store;
+    hold(x, r);
+    char jobdir[PATH_MAX];
+    srv_job_dir(s, id, jobdir, sizeof jobdir);
+    int rc = ty_mkdir_p(jobdir, &err);
+    if (rc == 0 && fetching) {
+        rc = fetch_start(x, r, j.spec, j.resume_from, &err);
+        j.spec = j.resume_from = NULL; /* the fetch owns them */
+    } else if (rc == 0) {
+        /* Nothing to download: the resume checkpoint is on disk and the
+         * inputs are local, so this is quick enough to do here. */
         char *spec_text = NULL;
-        /* Downloads may take a while: let API threads in meanwhile (this
-         * run is not listed and holds no resources yet). */
-        pthread_mutex_unlock(&x->mu);
-        int prc = upload_prepare_start(s, id, j.spec, &j.resume_from, &spec_text, &err);
-        pthread_mutex_lock(&x->mu);
-        if (prc) goto fail;
-        char specpath[PATH_MAX + 16];
-        snprintf(specpath, sizeof specpath, "%s/spec.json", jobdir);
-        /* No fsync: the database is the record and the file is rewritten
-         * at every start, so a crash costs nothing but dispatch latency. */
-        int wrc = write_spec(specpath, spec_text, &err);
+        rc = upload_prepare_start(s, id, j.spec, &j.resume_from, &spec_text, NULL, &err);
+        if (rc == 0) rc = launch(x, r, j.resume_from, spec_text, &err);
         free(spec_text);
-        if (wrc) goto fail;
     }
-    logfd = open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (logfd < 0 || devnull < 0 || pipe2(pipefd, O_CLOEXEC) != 0) {
-        ty_err_set(&err, TY_EIO, "cannot set up the engine's files: %s", strerror(errno));
-        goto fail;
-    }
-    for (int rank = 0; rank < r->nranks; rank++) {
-        if (spawn_rank(x, r, rank, jobdir, j.resume_from, cuda, logfd, pipefd[1], devnull, &err)) {
-            if (r->pgid > 0) kill(-r->pgid, SIGKILL);
-            for (int k = 0; k < rank; k++) waitpid(r->pid[k], NULL, 0);
-            goto fail;
+    if (rc) start_failed(x, r, &err);
+    db_job_free(&j);
+}
+
+static void finalize(sched *x, int64_t job_id, job_state to, const char *reason);
+
+/* Runs whose fetch thread finished (x->mu held): join it, then launch the
+ * engine, fail the start with the download's reason, or, when the job was
+ * paused or cancelled meanwhile (it is stopping), finish that. */
+static void collect_fetches(sched *x)
+{
+    run *next;
+    for (run *r = x->runs; r; r = next) {
+        next = r->next;
+        fetch *f = r->f;
+        if (!f || !atomic_load(&f->done)) continue;
+        pthread_join(f->thread, NULL);
+        r->f = NULL;
+        if (r->intent[0]) {
+            bool pause = strcmp(r->intent, "cancel") != 0;
+            int64_t id = r->job_id;
+            unlist(x, r);
+            release(x, r);
+            run_free(r);
+            finalize(x, id, pause ? JOB_PAUSED : JOB_CANCELLED,
+                     pause ? "paused while fetching inputs (no engine had started)"
+                           : "cancelled while fetching inputs (no engine had started)");
+            sched_wake(x);
+        } else {
+            ty_err err = f->err;
+            int rc = f->rc;
+            if (rc == 0) rc = launch(x, r, f->resume, f->spec_text, &err);
+            if (rc) start_failed(x, r, &err);
         }
+        fetch_free(f);
     }
-    close(pipefd[1]);
-    close(logfd);
-    close(devnull);
-    r->fd = pipefd[0];
-    fcntl(r->fd, F_SETFL, O_NONBLOCK);
-    struct epoll_event ee = {.events = EPOLLIN, .data.ptr = r};
-    epoll_ctl(x->efd, EPOLL_CTL_ADD, r->fd, &ee);
-    x->gpus_busy |= gpu_mask;
-    if (cpu_slot) x->cpu_busy++;
-    pthread_mutex_lock(&x->sample_mu);
-    for (int i = 0; i < GPU_MAX; i++)
-        if (gpu_mask & (1ull << i)) x->sample_job[i] = id;
-    pthread_mutex_unlock(&x->sample_mu);
-    r->next = x->runs;
-    x->runs = r;
-    db_job_update pg = {.has_pgid = true, .pgid = r->pgid};
-    db_job_update_fields(d, id, &pg, &err);
-    db_job_free(&j);
-    return;
-fail:
-    if (pipefd[0] >= 0) close(pipefd[0]);
-    if (pipefd[1] >= 0) close(pipefd[1]);
-    if (logfd >= 0) close(logfd);
-    if (devnull >= 0) close(devnull);
-    free(line);
-    if (r) {
-        r->fd = -1;
-        run_free(r);
-    }
-    {
-        ty_err e2 = {0};
-        db_job_update up2 = {.has_error = true, .error = err.msg, .set_finished = true};
-        srv_transition(s, id, JOB_BIT(JOB_STARTING), JOB_FAILED, err.msg, &up2, NULL, &e2);
-    }
-    db_job_free(&j);
 }
 
 /* Priority then FIFO; a job that does not fit now is skipped, so smaller
@@ -710,6 +860,10 @@ static void reap(sched *x)
 {
     for (run **pp = &x->runs; *pp;) {
         run *r = *pp;
+        if (r->f) { /* no engine yet: collect_fetches() owns it */
+            pp = &r->next;
+            continue;
+        }
         for (int k = 0; k < r->nranks; k++) {
             if (r->exited[k]) continue;
             int st;
@@ -788,6 +942,7 @@ static void *sched_main(void *arg)
                 }
         }
         reap(x);
+        collect_fetches(x);
         enforce_grace(x);
         check_waiters(x);
         if (woken || n == 0) schedule(x);
@@ -889,7 +1044,10 @@ static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
                        &up, NULL, err))
         return err->code;
     snprintf(r->intent, sizeof r->intent, "%s", intent);
-    stop_run(x, r, SIGTERM);
+    /* No engine yet: abort the downloads; collect_fetches() then finishes
+     * the stop as soon as the fetch thread returns. */
+    if (r->f) upload_fetch_cancel(r->f->h);
+    else stop_run(x, r, SIGTERM);
     return 0;
 }
 
@@ -1065,8 +1223,12 @@ void sched_stop(sched *x)
     x->stop = true;
     /* Engines get SIGTERM (they checkpoint and stop) but we do not wait: the
      * jobs stay running in the database and the next start recovers them. */
-    for (run *r = x->runs; r; r = r->next)
+    for (run *r = x->runs; r; r = r->next) {
         if (r->pgid > 0) kill(-r->pgid, SIGTERM);
+        /* Downloads are aborted too (nothing partial stays); the job stays
+         * starting and is requeued by the next start's recovery. */
+        if (r->f) upload_fetch_cancel(r->f->h);
+    }
     pthread_mutex_unlock(&x->mu);
     sched_wake(x);
     pthread_mutex_lock(&x->sample_mu);
@@ -1074,6 +1236,12 @@ void sched_stop(sched *x)
     pthread_mutex_unlock(&x->sample_mu);
     if (x->thread) pthread_join(x->thread, NULL);
     if (x->sampler) pthread_join(x->sampler, NULL);
+    for (run *r = x->runs; r; r = r->next)
+        if (r->f) {
+            pthread_join(r->f->thread, NULL);
+            fetch_free(r->f);
+            r->f = NULL;
+        }
     x->thread = x->sampler = 0;
 }
 

@@ -553,9 +553,63 @@ static bool local_checkpoint_ok(const char *jobdir, const char *dir)
     return stat(m, &sb) == 0;
 }
 
+/* ---- fetch handles: one start's downloads, cancellable from another thread ---- */
+
+struct upload_fetch {
+    pthread_mutex_t mu;
+    store *st;      /* the store of the transfer running now, or NULL */
+    bool cancelled; /* set once; every later open is cancelled at once */
+};
+
+upload_fetch *upload_fetch_new(void)
+{
+    upload_fetch *f = calloc(1, sizeof *f);
+    if (f) pthread_mutex_init(&f->mu, NULL);
+    return f;
+}
+
+void upload_fetch_cancel(upload_fetch *f)
+{
+    if (!f) return;
+    pthread_mutex_lock(&f->mu);
+    f->cancelled = true;
+    if (f->st) store_cancel(f->st);
+    pthread_mutex_unlock(&f->mu);
+}
+
+void upload_fetch_free(upload_fetch *f)
+{
+    if (!f) return;
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+/* open_store, registered with f (may be NULL) so upload_fetch_cancel can
+ * abort its transfers; a cancel that came first aborts it at once. */
+static int fetch_open(srv *s, upload_fetch *f, const char *uri, store **out, ty_err *err)
+{
+    int rc = open_store(s, uri, out, err);
+    if (rc || !f) return rc;
+    pthread_mutex_lock(&f->mu);
+    f->st = *out;
+    if (f->cancelled) store_cancel(*out);
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+}
+
+static void fetch_close(upload_fetch *f, store *st)
+{
+    if (f) {
+        pthread_mutex_lock(&f->mu);
+        if (f->st == st) f->st = NULL;
+        pthread_mutex_unlock(&f->mu);
+    }
+    store_close(st);
+}
+
 /* Makes the checkpoint to resume from local; see upload_prepare_start. */
-static int prepare_resume(srv *s, int64_t job_id, const char *store_root, char **resume,
-                          ty_err *err)
+static int prepare_resume(srv *s, upload_fetch *f, int64_t job_id, const char *store_root,
+                          char **resume, ty_err *err)
 {
     char jobdir[PATH_MAX];
     srv_job_dir(s, job_id, jobdir, sizeof jobdir);
@@ -580,11 +634,16 @@ static int prepare_resume(srv *s, int64_t job_id, const char *store_root, char *
     snprintf(local, sizeof local, "%s/%s", jobdir, c[pick].dir);
     upload_remote_prefix(job_id, c[pick].dir, prefix, sizeof prefix);
     store *st = NULL;
-    if ((rc = ty_mkdir_p(local, err)) == 0 && (rc = open_store(s, store_root, &st, err)) == 0) {
+    if ((rc = ty_mkdir_p(local, err)) == 0 &&
+        (rc = fetch_open(s, f, store_root, &st, err)) == 0) {
         rc = store_get_checkpoint(st, prefix, local, err);
-        store_close(st);
+        fetch_close(f, st);
     }
     if (rc) {
+        /* Its manifest is written last, so what is there is no checkpoint:
+         * a failed or cancelled download leaves nothing behind. */
+        ty_err e2 = {0};
+        ty_rm_rf(local, &e2);
         char m[sizeof err->msg];
         snprintf(m, sizeof m, "%s", err->msg);
         ty_err_set(err, rc, "cannot resume: download of checkpoint %s failed: %s", c[pick].dir, m);
@@ -623,14 +682,15 @@ static void safe_tag(const char *in, char *out, size_t cap)
 }
 
 /* A remote file into <data>/cache/<sha256(URI)>-<etag>/<name>. */
-static int cache_file(srv *s, const char *uri, char *out, size_t cap, ty_err *err)
+static int cache_file(srv *s, upload_fetch *f, const char *uri, char *out, size_t cap,
+                      ty_err *err)
 {
     char parent[2048], key_hash[65], tag[96], dir[PATH_MAX];
     const char *base = NULL;
     int rc = split_uri(uri, parent, sizeof parent, &base, err);
     if (rc) return rc;
     store *st = NULL;
-    if ((rc = open_store(s, parent, &st, err))) return rc;
+    if ((rc = fetch_open(s, f, parent, &st, err))) return rc;
     store_object o = {0};
     if ((rc = store_stat(st, base, &o, err)) == 0) {
         ty_sha256_hex(uri, strlen(uri), key_hash);
@@ -644,19 +704,21 @@ static int cache_file(srv *s, const char *uri, char *out, size_t cap, ty_err *er
             /* store_get_file writes .part and renames after verification,
              * so a present file is a complete one. */
             if ((rc = ty_mkdir_p(dir, err)) == 0) rc = store_get_file(st, base, out, err);
+            if (rc) rmdir(dir); /* only if empty: a failed get removed its .part */
         }
         store_object_clear(&o);
     }
-    store_close(st);
+    fetch_close(f, st);
     return rc;
 }
 
 /* A remote directory (every object under the URI) into the cache, keyed by
  * the URI and a hash of every object's key and ETag. */
-static int cache_dir(srv *s, const char *uri, char *out, size_t cap, ty_err *err)
+static int cache_dir(srv *s, upload_fetch *f, const char *uri, char *out, size_t cap,
+                     ty_err *err)
 {
     store *st = NULL;
-    int rc = open_store(s, uri, &st, err);
+    int rc = fetch_open(s, f, uri, &st, err);
     if (rc) return rc;
     store_listing l = {0};
     if ((rc = store_list(st, "", &l, err)) == 0 && l.n == 0)
@@ -700,20 +762,20 @@ static int cache_dir(srv *s, const char *uri, char *out, size_t cap, ty_err *err
         }
     }
     store_listing_free(&l);
-    store_close(st);
+    fetch_close(f, st);
     return rc;
 }
 
 /* Replaces spec[section][field] (a remote URI) by its cached local copy. */
-static int localize(srv *s, json_t *spec, const char *section, const char *field, bool dir,
-                    ty_err *err)
+static int localize(srv *s, upload_fetch *f, json_t *spec, const char *section,
+                    const char *field, bool dir, ty_err *err)
 {
     json_t *sec = json_object_get(spec, section);
     const char *uri = json_string_value(json_object_get(sec, field));
     if (!is_remote(uri)) return 0;
     char local[PATH_MAX * 2];
-    int rc = dir ? cache_dir(s, uri, local, sizeof local, err)
-                 : cache_file(s, uri, local, sizeof local, err);
+    int rc = dir ? cache_dir(s, f, uri, local, sizeof local, err)
+                 : cache_file(s, f, uri, local, sizeof local, err);
     if (rc) {
         char m[sizeof err->msg];
         snprintf(m, sizeof m, "%s", err->msg);
@@ -723,8 +785,25 @@ static int localize(srv *s, json_t *spec, const char *section, const char *field
     return 0;
 }
 
+bool upload_start_needs_fetch(srv *s, int64_t job_id, const char *spec_json, const char *resume)
+{
+    json_t *spec = json_loads(spec_json, 0, NULL);
+    if (!spec) return false; /* upload_prepare_start reports it */
+    const char *store_root =
+        json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
+    char jobdir[PATH_MAX];
+    srv_job_dir(s, job_id, jobdir, sizeof jobdir);
+    json_t *model = json_object_get(spec, "model"), *data = json_object_get(spec, "dataset");
+    bool need = (resume && store_root && !local_checkpoint_ok(jobdir, resume)) ||
+                is_remote(json_string_value(json_object_get(model, "path"))) ||
+                is_remote(json_string_value(json_object_get(data, "train"))) ||
+                is_remote(json_string_value(json_object_get(data, "eval")));
+    json_decref(spec);
+    return need;
+}
+
 int upload_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **resume,
-                         char **spec_text, ty_err *err)
+                         char **spec_text, upload_fetch *f, ty_err *err)
 {
     *spec_text = NULL;
     json_t *spec = json_loads(spec_json, 0, NULL);
@@ -732,10 +811,10 @@ int upload_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **r
                                  (long long)job_id);
     const char *store_root =
         json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
-    int rc = prepare_resume(s, job_id, store_root, resume, err);
-    if (!rc) rc = localize(s, spec, "model", "path", true, err);
-    if (!rc) rc = localize(s, spec, "dataset", "train", false, err);
-    if (!rc) rc = localize(s, spec, "dataset", "eval", false, err);
+    int rc = prepare_resume(s, f, job_id, store_root, resume, err);
+    if (!rc) rc = localize(s, f, spec, "model", "path", true, err);
+    if (!rc) rc = localize(s, f, spec, "dataset", "train", false, err);
+    if (!rc) rc = localize(s, f, spec, "dataset", "eval", false, err);
     if (!rc) {
         *spec_text = json_dumps(spec, JSON_INDENT(2));
         if (!*spec_text) rc = ty_err_set(err, TY_ENOMEM, "out of memory");

@@ -9,7 +9,8 @@ remotely; a resume after the local job directory is deleted downloads the
 newest committed checkpoint and continues from its step; an emulator that
 is down fails the upload with a reason and a later retry commits it; a
 server killed with -9 mid-upload resumes its queue; remote model/dataset
-URIs are fetched into the cache; credentials never show in the API, the
+URIs are fetched into the cache, on a fetch thread that neither blocks
+other jobs nor a cancel or pause of the fetching job; credentials never show in the API, the
 events or the server log; purge deletes the remote copies.
 """
 import json
@@ -322,8 +323,78 @@ def remote_inputs():
     no_secret(srv, jid, S3_SECRET)
 
 
+def fetch_off_scheduler():
+    """Downloads run on a fetch thread: while one job fetches from a stalled
+    emulator, another job starts and runs on the other CPU slot; the
+    fetching job holds its slot, a cancel answers 202 and lands in
+    cancelled, a pause lands in paused, neither leaks its slot or a partial
+    file, and the paused job resumes once the emulator answers."""
+    url, proc = H.start_s3rver(["ckpts"])
+    srv = new_server(lambda d: s3_config(d, url), "--cpu-slots", "2")
+    model, train = inputs(srv, {"step_ms": 10})
+    r = aws(url, "s3", "cp", train, "s3://ckpts/data/slow.jsonl")
+    check(r.returncode == 0, "aws s3 cp: %s" % r.stderr)
+    remote = T.spec(model, "s3://ckpts/data/slow.jsonl", max_steps=3)
+    local = T.spec(model, train, max_steps=3)
+
+    def fetching(jid):
+        j = srv.job(jid)
+        if j["state"] != "starting":
+            return None
+        with srv.events(jid, from_=0) as sse:
+            evs = sse.read_until_end(10, stop=lambda e: e[1] == "state" and
+                                     e[2]["data"]["to"] == "starting")
+        return "fetching inputs" in evs[-1][2]["data"]["reason"]
+
+    # A stopped emulator accepts connections and never answers: a download
+    # that takes as long as the test wants (the client's stall timeout and
+    # retries take minutes to give up).
+    os.killpg(proc.pid, signal.SIGSTOP)
+    try:
+        a = srv.submit(remote)["id"]
+        wait_for(lambda: fetching(a), 30, "job %d starting, fetching its dataset" % a)
+        b = srv.submit(local)["id"]
+        srv.wait_state(b, "succeeded", timeout=60)
+        check(srv.job(a)["state"] == "starting", "job %d still fetching: %r" % (a, srv.job(a)))
+        c = srv.submit(remote)["id"]
+        wait_for(lambda: fetching(c), 30, "job %d starting, fetching its dataset" % c)
+        # Both CPU slots are held by the fetching jobs.
+        d = srv.submit(local)["id"]
+        check(srv.job(d)["state"] == "queued", "no free slot for job %d" % d)
+        r = srv.post("/jobs/%d/cancel" % a)
+        check(r.status == 202, "cancel of a fetching job: %r" % r)
+        ja = srv.wait_state(a, "cancelled", timeout=30)
+        with srv.events(a, from_=0) as sse:
+            evs = sse.read_until_end(10)
+        reason = [e for e in evs if e[1] == "state"][-1][2]["data"]["reason"]
+        check("while fetching inputs" in reason, "cancel reason: %r" % reason)
+        check(ja["finished_at"], "cancelled job finished: %r" % ja)
+        # A's slot is free again: D starts and runs while C still fetches.
+        srv.wait_state(d, "succeeded", timeout=60)
+        check(srv.job(c)["state"] == "starting", "job %d still fetching" % c)
+        r = srv.post("/jobs/%d/pause" % c)
+        check(r.status == 202, "pause of a fetching job: %r" % r)
+        srv.wait_state(c, "paused", timeout=30)
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
+    parts = [os.path.join(dp, f) for dp, ds, fs in os.walk(srv.data_dir) for f in ds + fs
+             if f.endswith(".part")]
+    check(not parts, "no partial download left: %r" % parts)
+    # Both slots are free: the paused job resumes (its download now
+    # completes) beside a new local job.
+    check(srv.post("/jobs/%d/resume" % c).status == 202, "resume accepted")
+    e = srv.submit(local)["id"]
+    srv.wait_state(c, "succeeded", timeout=90)
+    srv.wait_state(e, "succeeded", timeout=60)
+    with open(os.path.join(srv.data_dir, "jobs", str(c), "spec.json")) as f:
+        check(json.load(f)["dataset"]["train"].startswith(os.path.join(srv.data_dir, "cache")),
+              "the resumed job got the cached dataset")
+    no_secret(srv, c, S3_SECRET)
+
+
 if __name__ == "__main__":
     T.run_tests({"s3_upload_retention_resume": s3_upload_retention_resume,
                  "s3_fault_and_kill9": s3_fault_and_kill9,
                  "azure_upload": azure_upload,
-                 "remote_inputs": remote_inputs})
+                 "remote_inputs": remote_inputs,
+                 "fetch_off_scheduler": fetch_off_scheduler})
