@@ -2,8 +2,10 @@
  * followed logs, all on suspended libmicrohttpd connections.
  *
  * No thread per client: a publisher appends a shared, reference-counted
- * message to each subscriber's bounded queue and resumes its connection; the
- * connection's content callback drains the queue. A client whose queue is
+ * message to each subscriber's bounded queue and resumes its connection (in
+ * rounds: during a fan-out pass new messages wait for the pass to end, so a
+ * client gets everything queued in one send; see sse.c); the connection's
+ * content callback drains the queue. A client whose queue is
  * full is dropped (it reconnects with Last-Event-ID) so one slow reader never
  * slows the others. Replay from the database happens inside the callback
  * after subscribing, and live messages with ids already replayed are skipped:

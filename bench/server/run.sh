@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Server benchmark: trainyard against a bare libmicrohttpd server and against
 # the issue's goals, side by side in one run (see bench.py for the five
-# figures). Usage: bench/server/run.sh RELEASE_BUILD_DIR [--quick]
+# figures). Usage: bench/server/run.sh RELEASE_BUILD_DIR [--quick] [--only=sse,...]
+# (bench.py lists the options: --only, --serve-arg, --client-cpus).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: run.sh BUILD_DIR [--quick]}" && pwd)
