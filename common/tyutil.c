@@ -124,7 +124,9 @@ int ty_read_json(const char *path, int bad_code, json_t **out, ty_err *err)
     json_error_t je;
     *out = json_loadb(text, len, 0, &je);
     free(text);
-    if (!*out) return ty_err_set(err, bad_code, "%s: not valid JSON (line %d: %s)", path, je.line, je.text);
+    if (!*out)
+        return ty_err_set(err, bad_code, "%s: not valid JSON (line %d: %s)", path, je.line,
+                          je.text);
     return 0;
 }
 

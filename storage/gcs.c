@@ -37,7 +37,7 @@ static void gcs_close(store *s)
 }
 
 typedef struct gcs_req {
-    http_req io; /* method, URL, body and download target; the call adds headers */
+    http_req io;         /* method, URL, body and download target; the call adds headers */
     const char *hdrs[4]; /* extra headers, "Name: value" */
     size_t n_hdrs;
     int ok_308; /* 308 is a normal answer (resumable uploads) */
@@ -92,8 +92,8 @@ static int gcs_call(store *s, const gcs_req *r, const char *what, http_resp *rs,
         int ty = rs->status == 404                          ? TY_ENOENT
                  : (rs->status == 401 || rs->status == 403) ? TY_EAUTH
                                                             : TY_EIO;
-        rc = ty_err_set(err, ty, "storage: %s gs://%s/%s: HTTP %ld%s%s", r->io.method, s->bucket, what,
-                        rs->status, msg ? ": " : "", msg ? msg : "");
+        rc = ty_err_set(err, ty, "storage: %s gs://%s/%s: HTTP %ld%s%s", r->io.method, s->bucket,
+                        what, rs->status, msg ? ": " : "", msg ? msg : "");
         json_decref(ej);
         if (!store_http_status_retryable(rs->status)) return rc;
     }

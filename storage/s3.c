@@ -39,7 +39,7 @@ typedef struct s3_op {
     size_t n_query;
     sigv4_param headers[4]; /* extra headers to sign and send */
     size_t n_headers;
-    http_req io; /* body and download target; the call sets method, URL, headers */
+    http_req io;              /* body and download target; the call sets method, URL, headers */
     const char *payload_hash; /* hex; computed by the caller */
     const char *content_md5;  /* base64, or NULL */
 } s3_op;
