@@ -338,13 +338,18 @@ def fetch_off_scheduler():
     local = T.spec(model, train, max_steps=3)
 
     def fetching(jid):
-        j = srv.job(jid)
-        if j["state"] != "starting":
+        """Is the job starting, its newest state event saying it fetches?"""
+        if srv.job(jid)["state"] != "starting":
             return None
-        with srv.events(jid, from_=0) as sse:
-            evs = sse.read_until_end(10, stop=lambda e: e[1] == "state" and
-                                     e[2]["data"]["to"] == "starting")
-        return "fetching inputs" in evs[-1][2]["data"]["reason"]
+        con = sqlite3.connect("file:%s?mode=ro" % os.path.join(srv.data_dir, "trainyard.db"),
+                              uri=True, timeout=10)
+        try:
+            row = con.execute("select data from job_events where job_id = ? and type = 'state' "
+                              "order by seq desc limit 1", (jid,)).fetchone()
+        finally:
+            con.close()
+        st = json.loads(row[0])
+        return st["to"] == "starting" and "fetching inputs" in st["reason"]
 
     # A stopped emulator accepts connections and never answers: a download
     # that takes as long as the test wants (the client's stall timeout and
@@ -390,6 +395,31 @@ def fetch_off_scheduler():
         check(json.load(f)["dataset"]["train"].startswith(os.path.join(srv.data_dir, "cache")),
               "the resumed job got the cached dataset")
     no_secret(srv, c, S3_SECRET)
+
+    # The resume download of a checkpoint whose local files are gone is
+    # fetched the same way; a cancel removes the half-made directory.
+    slow = T.model_dir(srv.tmp, {"step_ms": 150}, name="slow")
+    g = srv.submit(T.spec(slow, train, max_steps=200,
+                          checkpoint={"every_steps": 3, "store": "s3://ckpts/runs"}))["id"]
+    wait_for(lambda: any(k["state"] == "committed" for k in checkpoints(srv, g)), 60,
+             "a committed checkpoint of job %d" % g)
+    check(srv.post("/jobs/%d/pause" % g).status == 202, "pause accepted")
+    srv.wait_state(g, "paused", timeout=60)
+    jobdir = os.path.join(srv.data_dir, "jobs", str(g))
+    subprocess.run(["rm", "-rf", jobdir], check=True)
+    os.killpg(proc.pid, signal.SIGSTOP)
+    try:
+        check(srv.post("/jobs/%d/resume" % g).status == 202, "resume accepted")
+        wait_for(lambda: fetching(g), 30, "job %d starting, fetching its checkpoint" % g)
+        h = srv.submit(local)["id"]
+        srv.wait_state(h, "succeeded", timeout=60)
+        check(srv.post("/jobs/%d/cancel" % g).status == 202, "cancel of a fetching resume")
+        srv.wait_state(g, "cancelled", timeout=30)
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
+    left = os.listdir(os.path.join(jobdir, "checkpoints")) if os.path.isdir(
+        os.path.join(jobdir, "checkpoints")) else []
+    check(left == [], "no half-downloaded checkpoint directory: %r" % left)
 
 
 if __name__ == "__main__":

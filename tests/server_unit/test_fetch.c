@@ -1,0 +1,100 @@
+/* test_fetch.c — what the scheduler relies on to move a job's downloads
+ * off its thread: upload_start_needs_fetch says which starts download (a
+ * remote model or dataset URI, or a resume checkpoint whose files are gone
+ * and that a store can bring back) without contacting any store, and a
+ * fetch cancelled with upload_fetch_cancel fails upload_prepare_start at
+ * once with TY_ESTATE, naming the input, leaving nothing in the cache.
+ * The real transfers are covered by storage_e2e.fetch_off_scheduler. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "server.h"
+#include "tyutil.h"
+#include "upload.h"
+
+static const char *LOCAL = "{\"model\":{\"path\":\"/models/m\"},\"dataset\":{\"train\":\"/data/t.jsonl\"}}";
+static const char *REMOTE_TRAIN =
+    "{\"model\":{\"path\":\"/models/m\"},\"dataset\":{\"train\":\"s3://bkt/data/t.jsonl\"}}";
+static const char *REMOTE_EVAL = "{\"model\":{\"path\":\"/models/m\"},\"dataset\":{\"train\":"
+                                 "\"/data/t.jsonl\",\"eval\":\"az://c/e.jsonl\"}}";
+static const char *REMOTE_MODEL =
+    "{\"model\":{\"path\":\"gs://bkt/models/m\"},\"dataset\":{\"train\":\"/data/t.jsonl\"}}";
+static const char *STORED = "{\"model\":{\"path\":\"/models/m\"},\"dataset\":{\"train\":"
+                            "\"/data/t.jsonl\"},\"checkpoint\":{\"store\":\"s3://bkt/runs\"}}";
+
+static int entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+int main(void)
+{
+    char tmpl[] = "/tmp/ty-fetch-XXXXXX";
+    CHECK(mkdtemp(tmpl) != NULL);
+    static srv s; /* large: keep it off the stack */
+    snprintf(s.cfg.data_dir, sizeof s.cfg.data_dir, "%s", tmpl);
+    snprintf(s.jobs_dir, sizeof s.jobs_dir, "%s/jobs", tmpl);
+    /* Credentials that exist but lead nowhere: nothing may contact it. */
+    snprintf(s.cfg.store.s3_access_key_id, sizeof s.cfg.store.s3_access_key_id, "AKIDTEST");
+    snprintf(s.cfg.store.s3_secret_access_key, sizeof s.cfg.store.s3_secret_access_key, "x");
+    snprintf(s.cfg.store.s3_region, sizeof s.cfg.store.s3_region, "us-east-1");
+    snprintf(s.cfg.store.s3_endpoint, sizeof s.cfg.store.s3_endpoint, "http://127.0.0.1:9");
+
+    /* Which starts download. */
+    CHECK(!upload_start_needs_fetch(&s, 1, LOCAL, NULL));
+    CHECK(upload_start_needs_fetch(&s, 1, REMOTE_TRAIN, NULL));
+    CHECK(upload_start_needs_fetch(&s, 1, REMOTE_EVAL, NULL));
+    CHECK(upload_start_needs_fetch(&s, 1, REMOTE_MODEL, NULL));
+    CHECK(!upload_start_needs_fetch(&s, 1, "not json", NULL));
+    /* A resume: only with a store and without the local manifest. */
+    CHECK(!upload_start_needs_fetch(&s, 1, LOCAL, "checkpoints/step-000004"));
+    CHECK(upload_start_needs_fetch(&s, 1, STORED, "checkpoints/step-000004"));
+    char ck[PATH_MAX + 64], manifest[PATH_MAX + 96];
+    snprintf(ck, sizeof ck, "%s/1/checkpoints/step-000004", s.jobs_dir);
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST.json", ck);
+    ty_err err = {0};
+    CHECK(ty_mkdir_p(ck, &err) == 0);
+    CHECK(upload_start_needs_fetch(&s, 1, STORED, "checkpoints/step-000004"));
+    FILE *f = fopen(manifest, "w");
+    CHECK(f && fputs("{}", f) >= 0 && fclose(f) == 0);
+    CHECK(!upload_start_needs_fetch(&s, 1, STORED, "checkpoints/step-000004"));
+
+    /* A cancelled fetch fails at once, before any request, and says which
+     * input it was fetching. Cancelling twice is harmless. */
+    upload_fetch *h = upload_fetch_new();
+    CHECK(h != NULL);
+    upload_fetch_cancel(h);
+    upload_fetch_cancel(h);
+    char *resume = NULL, *spec_text = (char *)"unset";
+    int rc = upload_prepare_start(&s, 1, REMOTE_TRAIN, &resume, &spec_text, h, &err);
+    CHECK(rc == TY_ESTATE);
+    CHECK(spec_text == NULL);
+    CHECK(strstr(err.msg, "dataset.train") && strstr(err.msg, "s3://bkt/data/t.jsonl"));
+    CHECK(!strcmp(err.field, "train"));
+    char cache[PATH_MAX + 16];
+    snprintf(cache, sizeof cache, "%s/cache", tmpl);
+    CHECK(entries(cache) == 0);
+    upload_fetch_free(h);
+    upload_fetch_free(NULL);
+    upload_fetch_cancel(NULL);
+
+    /* Without a handle nothing is remote here: the spec comes back as is. */
+    ty_err_clear(&err);
+    rc = upload_prepare_start(&s, 1, LOCAL, &resume, &spec_text, NULL, &err);
+    CHECK(rc == 0 && spec_text && strstr(spec_text, "/data/t.jsonl"));
+    free(spec_text);
+
+    CHECK(ty_rm_rf(tmpl, &err) == 0);
+    puts("server_unit.fetch: ok");
+    return 0;
+}
