@@ -3,13 +3,13 @@
  * A chatty engine can emit tens of thousands of lines a second; one
  * transaction per line would stall the supervisor behind the database.
  * Events are queued here and one thread commits whatever is pending (up to
- * EVW_MAX_BATCH per transaction, a few milliseconds after the first one
- * arrives), then publishes them under the shared lock, in id order. */
+ * EVW_MAX_BATCH per transaction), then publishes them under the shared lock,
+ * in id order. Batches form naturally: what arrives during one commit goes
+ * into the next. */
 #include "server.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "tyutil.h"
 
@@ -86,19 +86,10 @@ static void *writer_main(void *arg)
     for (;;) {
         pthread_mutex_lock(&w->qmu);
         while (w->n == 0 && !w->stop) pthread_cond_wait(&w->qcond, &w->qmu);
-        /* Let a batch coalesce for EVW_FLUSH_MS unless it is full. */
-        if (w->n > 0 && w->n < EVW_MAX_BATCH && !w->stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += EVW_FLUSH_MS * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            while (w->n < EVW_MAX_BATCH && !w->stop &&
-                   pthread_cond_timedwait(&w->qcond, &w->qmu, &ts) == 0) {
-            }
-        }
+        /* No fixed coalescing window: a lone event after a quiet spell is
+         * committed at once (its latency is what SSE clients see), and under
+         * load batches form by themselves from whatever arrives while the
+         * previous transaction commits. */
         bool stop = w->stop;
         pthread_mutex_unlock(&w->qmu);
         ty_err err = {0};

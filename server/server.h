@@ -156,11 +156,10 @@ int srv_token_main(int argc, char **argv);
 /* Engine events are queued here and committed by one thread in batches of at
  * most EVW_MAX_BATCH events, then handed to the publish callback in id order
  * (under *lock, which also orders transitions). The writer commits as soon
- * as it is idle after a short coalescing window (EVW_FLUSH_MS), so a quiet
- * job's events reach streams in milliseconds while a chatty one's are
- * grouped: whatever arrives during a commit goes into the next one. */
+ * as it is idle, so a quiet job's events reach streams at once while a
+ * chatty one's are grouped: whatever arrives during a commit goes into the
+ * next one. */
 #define EVW_MAX_BATCH 1000
-#define EVW_FLUSH_MS 5
 typedef void (*evw_publish_fn)(void *ctx, const db_event *ev);
 struct evw *evw_new(const char *db_path, pthread_mutex_t *lock, evw_publish_fn publish,
                     void *ctx, ty_err *err);
