@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import sqlite3
 import subprocess
 import threading
@@ -327,6 +328,77 @@ def test_sse_fanout():
     for i, r in enumerate(results):
         check(r is not None and [e[2] for e in r] == full, "client %d got %d of %d events" %
               (i, len(r or []), len(full)))
+
+
+def test_sse_heartbeat():
+    """An idle stream gets a `: hb` comment every --heartbeat seconds."""
+    srv, _, _ = setup(None, "--heartbeat", "1")
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    try:
+        sock.sendall(b"GET /events HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")
+        buf, deadline = b"", time.monotonic() + 3.6
+        while time.monotonic() < deadline:
+            sock.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                chunk = sock.recv(4096)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            buf += chunk
+    finally:
+        sock.close()
+    check(b" 200 " in buf.split(b"\r\n", 1)[0], "stream answered 200: %r" % buf[:80])
+    hbs = buf.count(b": hb")
+    check(2 <= hbs <= 5, "expected about 3 heartbeats in 3.6 s on an idle stream, got %d" % hbs)
+
+
+def test_sse_slow_client():
+    """A client that stops reading is dropped; a reading client on the same job misses nothing."""
+    srv, _, train = setup(None, "--event-rate", "0")
+    model = model_dir(srv.tmp, {"flood": True, "flood_events": 60000})
+    # The job is queued behind nothing but starts only after both clients are
+    # subscribed: hold the single CPU slot with a parked job first.
+    parked = srv.submit(spec(model_dir(srv.tmp, {"step_ms": 50}, "parked"), train, max_steps=5000))["id"]
+    srv.wait_state(parked, "running")
+    jid = srv.submit(spec(model, train, max_steps=60000, max_restarts=0))["id"]
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(("127.0.0.1", srv.port))
+    slow.sendall(("GET /jobs/%d/events?from=0 HTTP/1.1\r\nHost: t\r\n\r\n" % jid).encode())
+    got, reconnects = [], 0
+    with srv.events(jid, from_=0, timeout=120) as fast:
+        got.append(fast.next())  # subscribed and caught up
+        wait_for(lambda: "trainyard_sse_clients 2" in srv.get("/metrics").body.decode(), 10,
+                 "both clients subscribed")
+        check(srv.post("/jobs/%d/cancel" % parked).status == 202, "cancel the parked job")
+        got += fast.read_until_end(120)
+    # A reader that falls behind the flood is dropped too; it comes back with
+    # Last-Event-ID and, across reconnects, must see every event exactly once.
+    while not is_terminal_event(got[-1]):
+        reconnects += 1
+        check(reconnects < 50, "a reconnecting reader never reached the end")
+        with srv.events(jid, last_event_id=got[-1][0], timeout=120) as again:
+            got += again.read_until_end(120)
+    full = srv.all_events(jid)
+    check([e[0] for e in got] == [e[0] for e in full],
+          "the reading client got every event once, in order (%d of %d, %d reconnects)" %
+          (len(got), len(full), reconnects))
+    check(len(full) > 20000, "the flood produced enough events to overrun a client (%d)" % len(full))
+    # The slow client's stream was cut: it ends (EOF) without the terminal state.
+    slow.settimeout(30)
+    data = b""
+    while True:
+        chunk = slow.recv(1 << 20)
+        if not chunk:
+            break
+        data += chunk
+    slow.close()
+    check(len(data) > 0, "the slow client got the start of its stream")
+    check(b'"to":"succeeded"' not in data and b'"to":"failed"' not in data,
+          "the slow client was dropped before the end of the job (%d bytes)" % len(data))
+    wait_for(lambda: "trainyard_sse_clients 0" in srv.get("/metrics").body.decode(), 10,
+             "no stream clients left")
 
 
 # ---------------------------------------------------------------- bad input
