@@ -179,6 +179,18 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     /* 3: the queue carries remote deletes (retention) beside uploads. */
     "ALTER TABLE uploads ADD COLUMN op TEXT NOT NULL DEFAULT 'put'"
     "  CHECK (op IN ('put','delete'));",
+    /* 4: running time for cost: run_ms sums the finished runs (engine
+     * alive: starting, running, stopping), run_since_ms is when the current
+     * run began (NULL while not running), so paused time never counts. Rows
+     * from before keep what can be known: a live job's run began when it
+     * started, a finished one ran from started to finished. */
+    "ALTER TABLE jobs ADD COLUMN run_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN run_since_ms INTEGER;"
+    "UPDATE jobs SET run_since_ms = started_ms"
+    "  WHERE state IN ('starting','running','stopping') AND started_ms IS NOT NULL;"
+    "UPDATE jobs SET run_ms = MAX(0, finished_ms - started_ms)"
+    "  WHERE state IN ('succeeded','failed','cancelled')"
+    "  AND started_ms IS NOT NULL AND finished_ms IS NOT NULL;",
 };
 
 int db_user_version(db *d)
@@ -339,7 +351,7 @@ static int insert_event(db *d, int64_t job_id, int64_t ts, const char *type, con
     "id, name, state, spec, priority, gpus_wanted, max_steps, created_ms, "        \
     "started_ms, finished_ms, updated_ms, restarts, max_restarts, resume_from, "    \
     "error, backend, gpus, last_metric, last_eval, engine, metric0_ms, "           \
-    "metric0_step, metric_last_ms, pgid, stop_intent"
+    "metric0_step, metric_last_ms, pgid, stop_intent, run_ms, run_since_ms"
 
 static void read_job(sqlite3_stmt *st, db_job *j)
 {
@@ -370,6 +382,8 @@ static void read_job(sqlite3_stmt *st, db_job *j)
     j->metric_last_ms = sqlite3_column_int64(st, 22);
     j->pgid = sqlite3_column_int64(st, 23);
     j->stop_intent = col_str(st, 24);
+    j->run_ms = sqlite3_column_int64(st, 25);
+    j->run_since_ms = sqlite3_column_int64(st, 26);
 }
 
 void db_job_free(db_job *j)
@@ -708,6 +722,42 @@ static int update_job_fields(db *d, int64_t id, const char *state, const db_job_
     return 0;
 }
 
+/* States in which the engine's processes are alive and hold their slots:
+ * the time spent in them is what a job's cost is charged for. */
+static bool state_runs(job_state s)
+{
+    return s == JOB_STARTING || s == JOB_RUNNING || s == JOB_STOPPING;
+}
+
+/* Opens a run on entering a running state and folds it into run_ms on
+ * leaving, inside the transition's transaction. */
+static int account_run_time(db *d, int64_t id, job_state from, job_state to, int64_t now,
+                            ty_err *err)
+{
+    const char *sql;
+    if (!state_runs(from) && state_runs(to))
+        sql = "UPDATE jobs SET run_since_ms = ?1 WHERE id = ?2";
+    else if (state_runs(from) && !state_runs(to))
+        sql = "UPDATE jobs SET run_ms = run_ms + MAX(0, ?1 - COALESCE(run_since_ms, ?1)),"
+              " run_since_ms = NULL WHERE id = ?2";
+    else
+        return 0;
+    sqlite3_stmt *st;
+    if (prep(d, sql, &st, err)) return TY_EIO;
+    sqlite3_bind_int64(st, 1, now);
+    sqlite3_bind_int64(st, 2, id);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : sql_err(d, err, "account run time");
+}
+
+int64_t db_job_run_ms(const db_job *j, int64_t now_ms)
+{
+    int64_t ms = j->run_ms;
+    if (j->run_since_ms > 0 && now_ms > j->run_since_ms) ms += now_ms - j->run_since_ms;
+    return ms;
+}
+
 int db_job_transition(db *d, int64_t id, unsigned from_mask, job_state to, const char *reason,
                       const db_job_update *upd, job_state *from_out, db_event *ev, ty_err *err)
 {
@@ -735,6 +785,7 @@ int db_job_transition(db *d, int64_t id, unsigned from_mask, job_state to, const
     int64_t now = ty_now_ms();
     char *data = state_event_json((job_state)from, to, reason);
     if (update_job_fields(d, id, db_state_name(to), upd, now, err) ||
+        account_run_time(d, id, (job_state)from, to, now, err) ||
         insert_event(d, id, now, "state", data, ev, err)) {
         free(data);
         rollback(d);

@@ -17,7 +17,7 @@
 typedef struct db db;
 
 /* Newest schema version this build knows; migrations run on open. */
-#define DB_SCHEMA_VERSION 3
+#define DB_SCHEMA_VERSION 4
 
 typedef enum {
     JOB_QUEUED = 0,
@@ -71,9 +71,14 @@ typedef struct db_job {
     int64_t metric_last_ms;
     int64_t pgid;        /* engine process group, 0 when none */
     char *stop_intent;   /* "pause" | "cancel" | NULL */
+    int64_t run_ms;       /* running time of the finished runs */
+    int64_t run_since_ms; /* start of the current run, 0 when not running */
 } db_job;
 
 void db_job_free(db_job *j);
+/* Time the job's engine has been alive (starting, running or stopping)
+ * up to now_ms, summed over runs; paused and queued time is not counted. */
+int64_t db_job_run_ms(const db_job *j, int64_t now_ms);
 
 typedef struct db_new_job {
     const char *name;

@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +34,9 @@ int srv_config_defaults(srv_config *c, ty_err *err)
     c->upload_workers = 2;
     c->upload_wait_s = 300;
     c->upload_attempts = 5;
+    c->gpu_hour_price = -1;
+    c->cpu_hour_price = -1;
+    snprintf(c->currency, sizeof c->currency, "USD");
     /* The engine is built beside us: <dir of /proc/self/exe>/trainyard-engine. */
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -52,6 +56,18 @@ static int parse_int(const char *key, const char *v, long lo, long hi, long *out
     if (errno || end == v || *end || x < lo || x > hi)
         return ty_err_field(err, TY_EINVAL, key, "%s must be an integer in [%ld, %ld], got '%s'",
                             key, lo, hi, v);
+    *out = x;
+    return 0;
+}
+
+/* A price: a finite number >= 0 (strtod also takes "inf" and "nan"). */
+static int parse_price(const char *key, const char *v, double *out, ty_err *err)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x) || x < 0)
+        return ty_err_field(err, TY_EINVAL, key, "%s must be a number >= 0, got '%s'", key, v);
     *out = x;
     return 0;
 }
@@ -156,6 +172,15 @@ int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
         if (parse_int(key, v, 1, 1000, &x, err)) return TY_EINVAL;
         c->upload_attempts = (int)x;
         return 0;
+    }
+    if (!strcmp(key, "gpu-hour-price")) return parse_price(key, v, &c->gpu_hour_price, err);
+    if (!strcmp(key, "cpu-hour-price")) return parse_price(key, v, &c->cpu_hour_price, err);
+    if (!strcmp(key, "currency")) {
+        if (strlen(v) != 3 || !isupper((unsigned char)v[0]) || !isupper((unsigned char)v[1]) ||
+            !isupper((unsigned char)v[2]))
+            return ty_err_field(err, TY_EINVAL, key,
+                                "currency must be a 3-letter ISO 4217 code like USD, got '%s'", v);
+        return copy_str(key, c->currency, sizeof c->currency, v, err);
     }
     /* Object-store settings: copied as given, never echoed in a message. */
 #define STORE_KEY(name, field)                                                     \
@@ -289,6 +314,11 @@ void srv_config_usage(FILE *out)
           "  --upload-wait SECONDS pause/cancel/finish wait this long for a running\n"
           "                        checkpoint upload, then cancel it (default 300)\n"
           "  --upload-attempts N   tries of one upload before it fails for good (default 5)\n"
+          "  --gpu-hour-price X    price of one GPU-hour of running time; with it jobs\n"
+          "                        report their cost (default: unknown, cost is null)\n"
+          "  --cpu-hour-price X    price of one hour of a CPU job's running time\n"
+          "                        (default: unknown)\n"
+          "  --currency CODE       ISO 4217 code of those prices (default USD)\n"
           "\n"
           "Object stores (config file; secrets only there, else the environment):\n"
           "  s3-access-key-id s3-secret-access-key s3-session-token s3-region s3-endpoint\n"

@@ -40,7 +40,22 @@ static json_t *json_parsed_or_null(const char *s)
     return o ? o : json_null();
 }
 
-static json_t *render_job(db *d, const db_job *j)
+/* The job's cost so far: its running time (db_job_run_ms) times its GPUs
+ * at the GPU-hour price, or times one slot at the CPU-hour price for a CPU
+ * job; null while the operator has not given the price that applies. */
+static json_t *render_cost(const srv_config *cfg, const db_job *j)
+{
+    bool gpu = j->gpus_wanted > 0;
+    double price = gpu ? cfg->gpu_hour_price : cfg->cpu_hour_price;
+    if (price < 0) return json_null();
+    double hours = (double)db_job_run_ms(j, ty_now_ms()) / 3600000.0;
+    double gpu_hours = gpu ? hours * j->gpus_wanted : 0.0;
+    double cpu_hours = gpu ? 0.0 : hours;
+    return json_pack("{sf ss sf sf}", "amount", (gpu ? gpu_hours : cpu_hours) * price, "currency",
+                     cfg->currency, "gpu_hours", gpu_hours, "cpu_hours", cpu_hours);
+}
+
+static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
 {
     ty_err err = {0};
     json_t *spec = json_parsed_or_null(j->spec);
@@ -100,6 +115,7 @@ static json_t *render_job(db *d, const db_job *j)
         engine = e;
     }
     json_object_set_new(o, "engine", engine);
+    json_object_set_new(o, "cost", render_cost(cfg, j));
     return o;
 }
 
@@ -110,7 +126,7 @@ static enum MHD_Result reply_job(http_req *q, unsigned status, int64_t id)
     ty_err err = {0};
     if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
     if (db_job_get(d, id, &j, &err)) return http_ty_error(q, &err);
-    json_t *o = render_job(d, &j);
+    json_t *o = render_job(&q->s->cfg, d, &j);
     db_job_free(&j);
     return http_json(q, status, o);
 }
@@ -180,7 +196,7 @@ static enum MHD_Result post_jobs(http_req *q)
     snprintf(loc, sizeof loc, "/jobs/%lld", (long long)id);
     db_job j;
     if (db_job_get(d, id, &j, &err)) return http_ty_error(q, &err);
-    json_t *o = render_job(d, &j);
+    json_t *o = render_job(&q->s->cfg, d, &j);
     db_job_free(&j);
     char *txt = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -246,7 +262,8 @@ static enum MHD_Result get_jobs(http_req *q)
     if (!d || db_job_list(d, f.mask, before, (int)limit + 1, &jobs, &n, &err))
         return http_error(q, 500, "internal", NULL, "%s", err.msg);
     json_t *arr = json_array();
-    for (int i = 0; i < n && i < limit; i++) json_array_append_new(arr, render_job(d, &jobs[i]));
+    for (int i = 0; i < n && i < limit; i++)
+        json_array_append_new(arr, render_job(&q->s->cfg, d, &jobs[i]));
     json_t *next = json_null();
     if (n > limit) {
         char cur[32];

@@ -40,6 +40,9 @@ typedef struct srv_config {
     int upload_workers;       /* checkpoint upload threads, default 2 */
     int upload_wait_s;        /* pause/cancel/finish wait for a running upload, default 300 */
     int upload_attempts;      /* tries of one upload before it fails for good, default 5 */
+    double gpu_hour_price;    /* per GPU-hour of running time; < 0 = unknown (default) */
+    double cpu_hour_price;    /* per hour of a CPU job's running time; < 0 = unknown */
+    char currency[4];         /* ISO 4217 code of those prices, default USD */
     /* Object-store settings and credentials (config file only for secrets;
      * empty = the environment variable storage.h names). Never logged. */
     struct {

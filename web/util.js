@@ -140,6 +140,27 @@ export function modelLabel(spec) {
   return '–';
 }
 
+// A job's cost so far in its currency ("$1.23", "€0.0042"); '–' when the
+// server knows no price (cost is null). Amounts under one unit keep two
+// significant digits so a short run does not read as free.
+export function fmtCost(cost) {
+  if (!cost || typeof cost.amount !== 'number') return '–';
+  const a = cost.amount;
+  const frac = a > 0 && a < 1 ? Math.min(6, Math.max(2, 1 - Math.floor(Math.log10(a)))) : 2;
+  try {
+    return new Intl.NumberFormat('en-US', {style: 'currency', currency: cost.currency || 'USD',
+      minimumFractionDigits: 2, maximumFractionDigits: frac}).format(a);
+  } catch (e) { // a code this browser does not know
+    return `${a.toFixed(frac)} ${cost.currency}`;
+  }
+}
+
+// "0.5 GPU-h" / "0.02 CPU-h": what the cost was charged for (a tooltip).
+export function costHours(cost) {
+  if (!cost) return 'no price configured on the server';
+  return cost.gpu_hours > 0 ? `${fmtNum(cost.gpu_hours, 3)} GPU-hours` : `${fmtNum(cost.cpu_hours, 3)} CPU-hours`;
+}
+
 export function gpuLabel(job) {
   if (job.gpus && job.gpus.length) return job.gpus.join(',');
   const want = job.spec && job.spec.resources && job.spec.resources.gpus;

@@ -9,7 +9,7 @@
 
 import {api, openStream, followText} from './api.js';
 import {Chart} from './charts.js';
-import {h, fill, stateBadge, allowedActions, TERMINAL, fmtNum, fmtCount, fmtBytes,
+import {h, fill, stateBadge, allowedActions, TERMINAL, fmtNum, fmtCount, fmtBytes, fmtCost,
   fmtDuration, fmtTime, modelLabel, gpuLabel} from './util.js';
 
 const LOG_LINES = 400;
@@ -117,6 +117,7 @@ export function mount(main, app, {id}) {
       item('Method', (job.spec && job.spec.method) || 'full'),
       item('Model', modelLabel(job.spec)),
       item('GPUs', gpuLabel(job)),
+      item('Cost', h('span', {id: 'job-cost'}, fmtCost(job.cost))),
       item('Backend', job.backend || '–'),
       job.engine ? item('Parameters', `${fmtCount(job.engine.params)} (${fmtCount(job.engine.trainable)} trainable)`) : null,
       item('Restarts', `${job.restarts ?? 0} / ${job.max_restarts ?? '?'}`),

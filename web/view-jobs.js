@@ -7,7 +7,7 @@
 // few seconds — one small request however many jobs are listed.
 
 import {api} from './api.js';
-import {h, fill, STATES, stateBadge, fmtNum, fmtDuration, fmtAge, modelLabel, gpuLabel, TERMINAL} from './util.js';
+import {h, fill, STATES, stateBadge, fmtNum, fmtDuration, fmtAge, fmtCost, costHours, modelLabel, gpuLabel, TERMINAL} from './util.js';
 
 const ACTIVE = ['starting', 'running', 'stopping'];
 const POLL_MS = 3000;
@@ -28,7 +28,7 @@ export function mount(main, app, params) {
   const more = h('button', {type: 'button', hidden: true, onclick: () => loadPage(nextCursor)}, 'Load older jobs');
   const table = h('table', {class: 'jobs', id: 'jobs-table'},
     h('thead', null, h('tr', null,
-      ['ID', 'Name', 'State', 'Method', 'Model', 'Progress', 'Loss', 'Tokens/s', 'ETA', 'GPUs', 'Age']
+      ['ID', 'Name', 'State', 'Method', 'Model', 'Progress', 'Loss', 'Tokens/s', 'ETA', 'GPUs', 'Cost', 'Age']
         .map((t) => h('th', {scope: 'col'}, t)))),
     tbody);
   main.append(
@@ -83,6 +83,7 @@ export function mount(main, app, params) {
     h('td', {class: 'num'}, m.tokens_per_s !== undefined ? fmtNum(m.tokens_per_s, 3) : '–'),
     h('td', {class: 'num'}, eta !== null && eta !== undefined ? fmtDuration(eta) : '–'),
     h('td', null, gpuLabel(j)),
+    h('td', {class: 'num cost', title: costHours(j.cost)}, fmtCost(j.cost)),
     h('td', {class: 'num', title: j.created_at || ''}, fmtAge(j.created_at)));
     return tr;
   }

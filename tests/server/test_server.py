@@ -663,6 +663,43 @@ def test_cli_auth():
 
 # ---------------------------------------------------------------- the spec
 
+def test_cost():
+    """cost: null without a price; with one it grows while running, stops while paused, is fixed at the end."""
+    t0 = time.monotonic()
+    bare, model0, train0 = setup({"step_ms": 50})
+    j = bare.submit(spec(model0, train0, max_steps=20))
+    check(j["cost"] is None, "no price configured: cost is null, got %r" % j["cost"])
+    bare.post("/jobs/%d/cancel" % j["id"])
+    # 3600 per CPU-hour: one second of running time costs 1.0.
+    srv, model, train = setup({"step_ms": 50}, "--cpu-hour-price", "3600", "--currency", "EUR")
+    jid = srv.submit(spec(model, train, max_steps=20))["id"]
+    wait_for(lambda: (srv.job(jid)["last_metric"] or {}).get("step", 0) >= 2, 60, "a few steps")
+    a = srv.job(jid)["cost"]
+    check(a is not None and a["currency"] == "EUR" and a["gpu_hours"] == 0, "cost of a CPU job: %r" % a)
+    time.sleep(0.3)
+    b = srv.job(jid)
+    check(b["state"] != "running" or b["cost"]["amount"] > a["amount"],
+          "cost grows while running: %r then %r" % (a, b["cost"]))
+    srv.wait_state(jid, "succeeded", 60)
+    c = srv.job(jid)["cost"]
+    time.sleep(0.3)
+    d = srv.job(jid)["cost"]
+    check(c == d, "a finished job's cost is fixed: %r then %r" % (c, d))
+    wall = time.monotonic() - t0
+    check(0.3 < c["amount"] < wall, "cost %r of ~1 s of running, test wall time %.1f s" % (c, wall))
+    check(abs(c["cpu_hours"] * 3600 - c["amount"]) < 1e-6, "amount = cpu_hours x price: %r" % c)
+    # Paused: the running time, and so the cost, stands still.
+    srv2, model2, train2 = setup({"step_ms": 100}, "--cpu-hour-price", "3600")
+    pid = srv2.submit(spec(model2, train2, max_steps=300))["id"]
+    wait_for(lambda: (srv2.job(pid)["last_metric"] or {}).get("step", 0) >= 2, 60, "a few steps")
+    check(srv2.post("/jobs/%d/pause" % pid).status == 202, "pause accepted")
+    p1 = srv2.wait_state(pid, "paused", 30)["cost"]
+    check(p1["amount"] > 0 and p1["currency"] == "USD", "a paused job keeps what it cost: %r" % p1)
+    time.sleep(1.0)
+    p2 = srv2.job(pid)["cost"]
+    check(p2 == p1, "cost does not grow while paused: %r then %r" % (p1, p2))
+
+
 def test_routes_match():
     """`trainyard routes` and openapi.yaml's paths+methods are the same set."""
     out = subprocess.run([TRAINYARD, "routes"], capture_output=True, text=True, timeout=30)

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "db.h"
+#include "tyutil.h"
 
 static bool has_table(const char *path, const char *name)
 {
@@ -76,7 +77,7 @@ int main(void)
     /* Upgrade from N-1 keeps the data written at N-1. */
     CHECK(db_open_at_version(old, DB_SCHEMA_VERSION - 1, &d, &err) == 0);
     CHECK(db_user_version(d) == DB_SCHEMA_VERSION - 1);
-    CHECK(has_table(old, "uploads") && !has_column(old, "uploads", "op"));
+    CHECK(has_table(old, "uploads") && !has_column(old, "jobs", "run_ms"));
     db_new_job nj = {.name = "kept", .spec = "{\"a\":1}", .max_restarts = 3, .max_steps = 7};
     int64_t id;
     bool existing;
@@ -84,10 +85,31 @@ int main(void)
     db_close(d);
     CHECK(db_open(old, &d, &err) == 0);
     CHECK(db_user_version(d) == DB_SCHEMA_VERSION);
-    CHECK(has_table(old, "uploads") && has_column(old, "uploads", "op"));
+    CHECK(has_column(old, "jobs", "run_ms") && has_column(old, "jobs", "run_since_ms"));
     db_job j;
     CHECK(db_job_get(d, id, &j, &err) == 0);
     CHECK(!strcmp(j.name, "kept") && j.max_steps == 7 && j.state == JOB_QUEUED);
+    CHECK(j.run_ms == 0 && j.run_since_ms == 0);
+    db_job_free(&j);
+
+    /* Running time: counted from starting until paused, not while paused,
+     * again after resuming. */
+    CHECK(db_job_transition(d, id, ~0u, JOB_STARTING, "s", NULL, NULL, NULL, &err) == 0);
+    CHECK(db_job_get(d, id, &j, &err) == 0);
+    CHECK(j.run_since_ms > 0 && j.run_ms == 0);
+    CHECK(db_job_run_ms(&j, j.run_since_ms + 5000) == 5000);
+    db_job_free(&j);
+    CHECK(db_job_transition(d, id, ~0u, JOB_RUNNING, "r", NULL, NULL, NULL, &err) == 0);
+    CHECK(db_job_transition(d, id, ~0u, JOB_STOPPING, "p", NULL, NULL, NULL, &err) == 0);
+    CHECK(db_job_transition(d, id, ~0u, JOB_PAUSED, "p", NULL, NULL, NULL, &err) == 0);
+    CHECK(db_job_get(d, id, &j, &err) == 0);
+    int64_t ran = j.run_ms;
+    CHECK(j.run_since_ms == 0 && ran >= 0);
+    CHECK(db_job_run_ms(&j, ty_now_ms() + 60000) == ran);
+    db_job_free(&j);
+    CHECK(db_job_transition(d, id, ~0u, JOB_QUEUED, "resume", NULL, NULL, NULL, &err) == 0);
+    CHECK(db_job_get(d, id, &j, &err) == 0);
+    CHECK(j.run_ms == ran && j.run_since_ms == 0);
     db_job_free(&j);
     db_close(d);
 

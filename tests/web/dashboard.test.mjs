@@ -44,7 +44,10 @@ test.before(async () => {
       // Two GPUs by list: without NVML the server still schedules them and
       // samples them (as zeros), which exercises the GPU view and charts.
       ...(args.suite === 'controls' ? ['--gpus', '0,1', '--gpu-sample-ms', '250'] : ['--gpus', 'none']),
-      ...(args.suite === 'auth' ? ['--require-token'] : [])]});
+      ...(args.suite === 'auth' ? ['--require-token'] : []),
+      // A priced server: the live suite checks the cost column (3600 per
+      // CPU-hour, so a second of running costs $1).
+      ...(args.suite === 'live' ? ['--cpu-hour-price', '3600'] : [])]});
   if (args.suite === 'auth') daemon.token = daemon.createToken('browser-test');
   await daemon.start();
   browser = await launch();
@@ -97,6 +100,11 @@ if (args.suite === 'live') {
       const t = document.querySelector(`${sel} .progress-text`);
       return t && parseInt(t.textContent, 10) > 0;
     }, row);
+    // Cost so far, in dollars, above zero once the job has run a while.
+    await page.waitForFunction((sel) => {
+      const c = document.querySelector(`${sel} td.cost`);
+      return c && /^\$\d/.test(c.textContent) && parseFloat(c.textContent.slice(1)) > 0;
+    }, row);
     daemon.liveJob = job.id;
   });
 
@@ -105,6 +113,7 @@ if (args.suite === 'live') {
     assert.ok(id, 'needs the job of the previous test');
     await page.click(`tr[data-job-id="${id}"] a`);
     await page.waitForSelector('#job-view');
+    assert.match(await page.textContent('#job-cost'), /^\$\d/);
     await page.waitForFunction(() => Number(document.querySelector('#chart-loss').dataset.points) > 2);
     const n1 = await points('#chart-loss');
     await page.waitForFunction((n) => Number(document.querySelector('#chart-loss').dataset.points) >= n + 3, n1);
