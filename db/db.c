@@ -100,6 +100,18 @@ static char *col_str(sqlite3_stmt *st, int i)
     return s ? strdup((const char *)s) : NULL;
 }
 
+/* Makes room for row n of a result array that grows by doubling. Returns
+ * the array (moved or not), or NULL when out of memory with the old array
+ * left as it was, so the caller can free the rows it already read. */
+static void *grow_rows(void *rows, int n, int *cap, size_t row_size)
+{
+    if (n < *cap) return rows;
+    int ncap = *cap ? *cap * 2 : 16;
+    void *g = realloc(rows, (size_t)ncap * row_size);
+    if (g) *cap = ncap;
+    return g;
+}
+
 static void bind_str(sqlite3_stmt *st, int i, const char *s)
 {
     if (s) sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
@@ -582,17 +594,15 @@ static int id_query(db *d, const char *sql, int64_t **ids, int *n, ty_err *err)
     if (prep(d, sql, &st, err)) return TY_EIO;
     int cap = 0, rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            int64_t *g = realloc(*ids, (size_t)cap * sizeof *g);
-            if (!g) {
-                sqlite3_finalize(st);
-                free(*ids);
-                *ids = NULL;
-                return ty_err_set(err, TY_ENOMEM, "out of memory");
-            }
-            *ids = g;
+        int64_t *g = grow_rows(*ids, *n, &cap, sizeof *g);
+        if (!g) {
+            sqlite3_finalize(st);
+            free(*ids);
+            *ids = NULL;
+            *n = 0;
+            return ty_err_set(err, TY_ENOMEM, "out of memory");
         }
+        *ids = g;
         (*ids)[(*n)++] = sqlite3_column_int64(st, 0);
     }
     sqlite3_finalize(st);
@@ -926,15 +936,12 @@ static int read_events(db *d, sqlite3_stmt *st, db_event **out, int *n, ty_err *
     *out = NULL;
     *n = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            db_event *g = realloc(*out, (size_t)cap * sizeof *g);
-            if (!g) {
-                rc = SQLITE_NOMEM;
-                break;
-            }
-            *out = g;
+        db_event *g = grow_rows(*out, *n, &cap, sizeof *g);
+        if (!g) {
+            rc = SQLITE_NOMEM;
+            break;
         }
+        *out = g;
         db_event *e = &(*out)[(*n)++];
         memset(e, 0, sizeof *e);
         e->id = sqlite3_column_int64(st, 0);
@@ -1092,15 +1099,12 @@ int db_checkpoint_list(db *d, int64_t job_id, db_checkpoint **out, int *n, ty_er
     sqlite3_bind_int64(st, 1, job_id);
     int cap = 0, rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            db_checkpoint *g = realloc(*out, (size_t)cap * sizeof *g);
-            if (!g) {
-                rc = SQLITE_NOMEM;
-                break;
-            }
-            *out = g;
+        db_checkpoint *g = grow_rows(*out, *n, &cap, sizeof *g);
+        if (!g) {
+            rc = SQLITE_NOMEM;
+            break;
         }
+        *out = g;
         db_checkpoint *c = &(*out)[(*n)++];
         c->id = sqlite3_column_int64(st, 0);
         c->job_id = sqlite3_column_int64(st, 1);
@@ -1428,18 +1432,25 @@ int db_token_hashes(db *d, char (**hashes)[65], int *n, ty_err *err)
     *hashes = NULL;
     *n = 0;
     if (prep(d, "SELECT sha256 FROM tokens", &st, err)) return TY_EIO;
-    int cap = 0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    int cap = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *h = (const char *)sqlite3_column_text(st, 0);
         if (!h || strlen(h) != 64) continue;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 8;
-            char(*g)[65] = realloc(*hashes, (size_t)cap * sizeof *g);
-            if (!g) break;
-            *hashes = g;
+        char(*g)[65] = grow_rows(*hashes, *n, &cap, sizeof *g);
+        if (!g) {
+            rc = SQLITE_NOMEM;
+            break;
         }
+        *hashes = g;
         memcpy((*hashes)[(*n)++], h, 65);
     }
     sqlite3_finalize(st);
+    /* A partial list would silently refuse valid tokens: report it. */
+    if (rc != SQLITE_DONE) {
+        free(*hashes);
+        *hashes = NULL;
+        *n = 0;
+        return sql_err(d, err, "read tokens");
+    }
     return 0;
 }
