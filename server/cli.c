@@ -502,14 +502,16 @@ static size_t on_sse_checked(char *p, size_t size, size_t n, void *ud)
     return on_sse(p, size, n, ud);
 }
 
-static size_t on_sse_header(char *p, size_t size, size_t n, void *ud)
+/* Header callback of the streaming requests (watch, logs -f): keeps the
+ * HTTP status in the long that CURLOPT_HEADERDATA points at, so the body
+ * callbacks can tell an error body from the stream before curl is done. */
+static size_t on_status_header(char *p, size_t size, size_t n, void *ud)
 {
-    sse_state *st = ud;
-    long code;
+    long *status = ud, code;
     /* The status line starts every header block. */
     if (size * n > 9 && strncmp(p, "HTTP/", 5) == 0) {
         const char *sp = memchr(p, ' ', size * n);
-        if (sp && sscanf(sp, " %ld", &code) == 1) st->status = code;
+        if (sp && sscanf(sp, " %ld", &code) == 1) *status = code;
     }
     return size * n;
 }
@@ -542,8 +544,8 @@ static int cmd_watch(cli_ctx *c, long long id)
         }
         hdrs = curl_slist_append(hdrs, "Accept: text/event-stream");
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_sse_header);
-        curl_easy_setopt(h, CURLOPT_HEADERDATA, &st);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_status_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, &st.status);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_sse_checked);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
         /* No overall timeout; a stream silent for 60 s (no heartbeat) is dead. */
@@ -586,17 +588,6 @@ typedef struct logs_state {
     buf errbody;
 } logs_state;
 
-static size_t on_logs_header(char *p, size_t size, size_t n, void *ud)
-{
-    logs_state *ls = ud;
-    long code;
-    if (size * n > 9 && strncmp(p, "HTTP/", 5) == 0) {
-        const char *sp = memchr(p, ' ', size * n);
-        if (sp && sscanf(sp, " %ld", &code) == 1) ls->status = code;
-    }
-    return size * n;
-}
-
 static size_t on_logs(char *p, size_t size, size_t n, void *ud)
 {
     logs_state *ls = ud;
@@ -618,8 +609,8 @@ static int cmd_logs(cli_ctx *c, long long id, int follow)
     if (!h) return CLI_EXIT_FAILED;
     logs_state ls = {0};
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_logs_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &ls);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_status_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &ls.status);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_logs);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &ls);
     if (!follow) curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
