@@ -5,6 +5,7 @@
  * (`--json` prints the server's JSON untouched for scripts), errors on
  * stderr, and the HTTP status is mapped to a stable exit code. */
 #include "cli.h"
+#include "cli_fmt.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -268,22 +269,6 @@ static int cmd_submit(cli_ctx *c, int argc, char **argv)
 
 /* ---- jobs, show ---- */
 
-static void print_job_row(json_t *j)
-{
-    json_t *prog = json_object_get(j, "progress");
-    json_t *lm = json_object_get(j, "last_metric");
-    char step[48] = "-", loss[32] = "-";
-    if (json_is_object(prog))
-        snprintf(step, sizeof step, "%lld/%lld", (long long)json_integer_value(json_object_get(prog, "step")),
-                 (long long)json_integer_value(json_object_get(prog, "max_steps")));
-    if (json_is_number(json_object_get(lm, "loss")))
-        snprintf(loss, sizeof loss, "%.4f", json_number_value(json_object_get(lm, "loss")));
-    const char *name = json_string_value(json_object_get(j, "name"));
-    const char *state = json_string_value(json_object_get(j, "state"));
-    printf("%-8lld %-10s %-16s %-10s %s\n", (long long)json_integer_value(json_object_get(j, "id")),
-           state ? state : "?", step, loss, name ? name : "");
-}
-
 static int cmd_jobs(cli_ctx *c, int argc, char **argv)
 {
     char query[512] = "";
@@ -320,13 +305,15 @@ static int cmd_jobs(cli_ctx *c, int argc, char **argv)
     if (c->json) {
         print_json(page);
     } else {
-        printf("%-8s %-10s %-16s %-10s %s\n", "ID", "STATE", "STEP", "LOSS", "NAME");
+        clifmt_jobs_header(stdout);
         size_t i;
         json_t *j;
-        json_array_foreach(jobs, i, j) print_job_row(j);
-        if (json_is_string(json_object_get(page, "next_cursor")))
-            fprintf(stderr, "(more jobs: use --limit, or GET /jobs?cursor=%s)\n",
-                    json_string_value(json_object_get(page, "next_cursor")));
+        json_array_foreach(jobs, i, j) clifmt_jobs_row(stdout, j);
+        /* A user who chose --limit asked for that many: no hint to use it. */
+        if (json_is_string(json_object_get(page, "next_cursor"))) {
+            if (!limit) fputs("(more jobs: use --limit N, up to 200)\n", stderr);
+            else fprintf(stderr, "(the newest %d shown; there are older ones)\n", limit);
+        }
     }
     json_decref(page);
     return 0;
@@ -381,6 +368,7 @@ typedef struct sse_state {
     long long last_id;      /* for Last-Event-ID on reconnect */
     const char *terminal;   /* "succeeded" | "failed" | "cancelled" once seen */
     int json;
+    clifmt_watch view;      /* what the human-readable lines remember */
     long status;            /* HTTP status of the current connection */
     buf errbody;            /* body of a non-2xx answer */
 } sse_state;
@@ -388,39 +376,6 @@ typedef struct sse_state {
 static int is_terminal(const char *s)
 {
     return s && (strcmp(s, "succeeded") == 0 || strcmp(s, "failed") == 0 || strcmp(s, "cancelled") == 0);
-}
-
-static void print_event(sse_state *st, const char *type, json_t *d)
-{
-    if (strcmp(type, "metric") == 0) {
-        printf("step %-8lld loss %-10.4f tokens/s %-10.1f lr %g\n",
-               (long long)json_integer_value(json_object_get(d, "step")),
-               json_number_value(json_object_get(d, "loss")),
-               json_number_value(json_object_get(d, "tokens_per_s")),
-               json_number_value(json_object_get(d, "lr")));
-    } else if (strcmp(type, "state") == 0) {
-        const char *to = json_string_value(json_object_get(d, "to"));
-        const char *from = json_string_value(json_object_get(d, "from"));
-        const char *reason = json_string_value(json_object_get(d, "reason"));
-        printf("state %s -> %s%s%s\n", from ? from : "-", to ? to : "?", reason && *reason ? ": " : "",
-               reason && *reason ? reason : "");
-    } else if (strcmp(type, "eval") == 0) {
-        printf("eval step %lld loss %.4f\n", (long long)json_integer_value(json_object_get(d, "step")),
-               json_number_value(json_object_get(d, "loss")));
-    } else if (strcmp(type, "checkpoint") == 0) {
-        printf("checkpoint step %lld %s (%s)\n", (long long)json_integer_value(json_object_get(d, "step")),
-               str_or(json_string_value(json_object_get(d, "dir")), ""),
-               str_or(json_string_value(json_object_get(d, "state")), "local"));
-    } else if (strcmp(type, "log") == 0) {
-        printf("log %s\n", str_or(json_string_value(json_object_get(d, "line")), ""));
-    } else if (strcmp(type, "started") == 0) {
-        printf("started: %lld parameters, %lld trainable, world %lld, backend %s\n",
-               (long long)json_integer_value(json_object_get(d, "params")),
-               (long long)json_integer_value(json_object_get(d, "trainable")),
-               (long long)json_integer_value(json_object_get(d, "world")),
-               str_or(json_string_value(json_object_get(d, "backend")), "?"));
-    }
-    (void)st;
 }
 
 /* One complete SSE event: {"job_id","seq","ts","type","data"} in data. */
@@ -437,7 +392,7 @@ static void sse_dispatch(sse_state *st)
             if (s) puts(s);
             free(s);
         } else {
-            print_event(st, type, d);
+            clifmt_watch_event(&st->view, stdout, type, d, json_string_value(json_object_get(ev, "ts")));
         }
         if (strcmp(type, "state") == 0) {
             const char *to = json_string_value(json_object_get(d, "to"));
@@ -524,10 +479,10 @@ static int cmd_watch(cli_ctx *c, long long id)
     json_t *job;
     int rc = call_json(c, "GET", path, NULL, 0, NULL, &job);
     if (rc) return rc;
-    json_decref(job);
-
     sse_state st = {0};
     st.json = c->json;
+    clifmt_watch_init(&st.view, job);
+    json_decref(job);
     int failures = 0;
     /* Replay from the start (from=0), then follow; after a dropped
      * connection resume with Last-Event-ID so nothing is printed twice. */
@@ -638,17 +593,19 @@ int cli_is_command(const char *name)
 
 void cli_usage(FILE *out)
 {
-    fputs("client commands (server from TY_URL, default " CLI_DEFAULT_URL "; token from TY_TOKEN):\n"
-          "  trainyard submit FILE|- [--idempotency-key KEY]   submit a job spec; prints the job id\n"
-          "  trainyard jobs [--state S] [--limit N]            list jobs, newest first\n"
-          "  trainyard show ID                                 one job as JSON\n"
-          "  trainyard watch ID                                follow a job's events until it ends\n"
-          "  trainyard logs ID [-f]                            the engine's log; -f follows it\n"
-          "  trainyard cancel|pause|resume ID                  change a job's state\n"
-          "  trainyard delete ID [--purge]                     delete a finished job\n"
-          "  --json (any command) prints the server's JSON\n"
-          "exit codes: 0 ok, 1 job or server failure, 2 usage, 3 not found, 4 conflict,\n"
-          "  5 cannot connect, 6 input rejected, 7 unauthorized, 8 job cancelled (watch)\n",
+    fputs("Client commands (to the server at $TY_URL, default " CLI_DEFAULT_URL ",\n"
+          "with the token in $TY_TOKEN when it needs one):\n"
+          "  submit FILE|- [--idempotency-key KEY]   submit a job spec; prints the job id\n"
+          "  jobs [--state S] [--limit N]            list jobs, newest first\n"
+          "  show ID                                 one job as JSON\n"
+          "  watch ID                                follow a job's progress until it ends\n"
+          "  logs ID [-f]                            the engine's log; -f follows it\n"
+          "  cancel|pause|resume ID                  change a job's state\n"
+          "  delete ID [--purge]                     delete a finished job\n"
+          "  --json (with any of them)               print the server's JSON instead\n"
+          "\n"
+          "Exit codes: 0 ok, 1 job or server failure, 2 usage, 3 not found, 4 conflict,\n"
+          "5 cannot connect, 6 input rejected, 7 unauthorized, 8 job cancelled (watch).\n",
           out);
 }
 

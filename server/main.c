@@ -20,16 +20,16 @@ static void usage(FILE *out)
 {
     fputs("usage: trainyard COMMAND [args]\n"
           "\n"
-          "server:\n"
+          "Server commands:\n"
           "  serve [flags]          run the job server (trainyard serve --help)\n"
           "  token create NAME      print a new API token (--data-dir DIR)\n"
           "  routes                 list the HTTP routes the server answers\n",
           out);
 #ifdef TY_HAVE_DEMO
-    fputs("  demo                   submit a small demo job and print the dashboard URL\n", out);
+    fputs("  demo [--steps N]       submit a small demo job and print the dashboard URL\n", out);
 #endif
 #ifdef TY_HAVE_CLI
-    fputs("\nclient:\n", out);
+    fputc('\n', out);
     cli_usage(out);
 #endif
 }
