@@ -203,6 +203,9 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "UPDATE jobs SET run_ms = MAX(0, finished_ms - started_ms)"
     "  WHERE state IN ('succeeded','failed','cancelled')"
     "  AND started_ms IS NOT NULL AND finished_ms IS NOT NULL;",
+    /* 5: token scopes (read, submit, admin; comma-separated). Tokens made
+     * before scopes existed keep every right. */
+    "ALTER TABLE tokens ADD COLUMN scopes TEXT NOT NULL DEFAULT 'read,submit,admin';",
 };
 
 int db_user_version(db *d)
@@ -1410,19 +1413,59 @@ int db_checkpoint_eval_loss(db *d, int64_t job_id, int64_t step, double *loss, t
 
 /* ---- tokens ---------------------------------------------------------------------------- */
 
-int db_token_add(db *d, const char *name, const char sha256_hex[65], ty_err *err)
+int db_token_add_scoped(db *d, const char *name, const char sha256_hex[65], const char *scopes,
+                        ty_err *err)
 {
     sqlite3_stmt *st;
-    if (prep(d, "INSERT INTO tokens(name, sha256, created_ms) VALUES (?,?,?)", &st, err))
+    if (prep(d, "INSERT INTO tokens(name, sha256, created_ms, scopes) VALUES (?,?,?,?)", &st, err))
         return TY_EIO;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, sha256_hex, 64, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, ty_now_ms());
+    sqlite3_bind_text(st, 4, scopes, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc == SQLITE_CONSTRAINT)
         return ty_err_field(err, TY_ESTATE, "name", "a token named '%s' already exists", name);
     if (rc != SQLITE_DONE) return sql_err(d, err, "insert token");
+    return 0;
+}
+
+int db_token_add(db *d, const char *name, const char sha256_hex[65], ty_err *err)
+{
+    return db_token_add_scoped(d, name, sha256_hex, "read,submit,admin", err);
+}
+
+int db_token_list(db *d, db_token **rows, int *n, ty_err *err)
+{
+    sqlite3_stmt *st;
+    *rows = NULL;
+    *n = 0;
+    if (prep(d, "SELECT id, sha256, scopes FROM tokens ORDER BY id", &st, err)) return TY_EIO;
+    int cap = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *h = (const char *)sqlite3_column_text(st, 1);
+        const char *sc = (const char *)sqlite3_column_text(st, 2);
+        if (!h || strlen(h) != 64) continue;
+        db_token *g = grow_rows(*rows, *n, &cap, sizeof *g);
+        if (!g) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        *rows = g;
+        db_token *t = &(*rows)[(*n)++];
+        t->id = sqlite3_column_int64(st, 0);
+        memcpy(t->sha256, h, 65);
+        snprintf(t->scopes, sizeof t->scopes, "%s", sc ? sc : "");
+    }
+    sqlite3_finalize(st);
+    /* A partial list would silently refuse valid tokens: report it. */
+    if (rc != SQLITE_DONE) {
+        free(*rows);
+        *rows = NULL;
+        *n = 0;
+        return sql_err(d, err, "read tokens");
+    }
     return 0;
 }
 

@@ -17,7 +17,7 @@
 typedef struct db db;
 
 /* Newest schema version this build knows; migrations run on open. */
-#define DB_SCHEMA_VERSION 4
+#define DB_SCHEMA_VERSION 5
 
 typedef enum {
     JOB_QUEUED = 0,
@@ -252,5 +252,15 @@ int db_upload_count(db *d, const char *state, int *n, ty_err *err);
 int db_token_add(db *d, const char *name, const char sha256_hex[65], ty_err *err);
 /* All stored hashes (64 hex chars each, NUL-terminated). */
 int db_token_hashes(db *d, char (**hashes)[65], int *n, ty_err *err);
+/* With scopes ("read,submit,admin" or a part of it; db_token_add gives all). */
+int db_token_add_scoped(db *d, const char *name, const char sha256_hex[65], const char *scopes,
+                        ty_err *err);
+typedef struct db_token {
+    int64_t id;
+    char sha256[65];
+    char scopes[64];
+} db_token;
+/* Every token's id, hash and scopes; one malloc'd array. */
+int db_token_list(db *d, db_token **rows, int *n, ty_err *err);
 
 #endif

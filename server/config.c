@@ -34,6 +34,11 @@ int srv_config_defaults(srv_config *c, ty_err *err)
     c->upload_workers = 2;
     c->upload_wait_s = 300;
     c->upload_attempts = 5;
+    c->per_ip_connections = 256;
+    c->header_timeout_s = 10;
+    c->request_timeout_s = 60;
+    c->rate_limit = 20;
+    c->rate_burst = 100;
     c->gpu_hour_price = -1;
     c->cpu_hour_price = -1;
     snprintf(c->currency, sizeof c->currency, "USD");
@@ -173,6 +178,31 @@ int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
         c->upload_attempts = (int)x;
         return 0;
     }
+    if (!strcmp(key, "per-ip-connections")) {
+        if (parse_int(key, v, 0, 1000000, &x, err)) return TY_EINVAL;
+        c->per_ip_connections = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "header-timeout")) {
+        if (parse_int(key, v, 1, 3600, &x, err)) return TY_EINVAL;
+        c->header_timeout_s = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "request-timeout")) {
+        if (parse_int(key, v, 0, 86400, &x, err)) return TY_EINVAL;
+        c->request_timeout_s = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "rate-limit")) {
+        if (parse_int(key, v, 0, 1000000, &x, err)) return TY_EINVAL;
+        c->rate_limit = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "rate-burst")) {
+        if (parse_int(key, v, 1, 1000000, &x, err)) return TY_EINVAL;
+        c->rate_burst = (int)x;
+        return 0;
+    }
     if (!strcmp(key, "gpu-hour-price")) return parse_price(key, v, &c->gpu_hour_price, err);
     if (!strcmp(key, "cpu-hour-price")) return parse_price(key, v, &c->cpu_hour_price, err);
     if (!strcmp(key, "currency")) {
@@ -303,6 +333,18 @@ void srv_config_usage(FILE *out)
           "  --tls-cert FILE       PEM certificate; with --tls-key serves HTTPS\n"
           "  --tls-key FILE        PEM private key\n"
           "  --require-token       require a bearer token even on loopback\n"
+          "  --per-ip-connections N  connections one client address may hold, request\n"
+          "                        heads still arriving included; 0 = no limit\n"
+          "                        (default 256)\n"
+          "  --header-timeout SECONDS  the whole request head must arrive within this\n"
+          "                        from connect, else 408 (default 10)\n"
+          "  --request-timeout SECONDS  the whole body must arrive within this from\n"
+          "                        the head, else the connection is closed; 0 = off\n"
+          "                        (default 60)\n"
+          "  --rate-limit N        requests per second one API token may make on\n"
+          "                        average, else 429 with Retry-After; 0 = off\n"
+          "                        (default 20)\n"
+          "  --rate-burst N        requests one token may make at once (default 100)\n"
           "  --event-rate N        engine event lines per second (a 2-second burst\n"
           "                        allowed) above which a job fails as flooding;\n"
           "                        0 = off (default 1000)\n"

@@ -2,20 +2,26 @@
  * scheduler, then answers HTTP on libmicrohttpd until SIGINT/SIGTERM.
  *
  * libmicrohttpd runs a small pool of epoll threads; streams are suspended
- * connections (sse.c), so no thread is ever tied to one client. This file
- * also holds what requests share: body accumulation with the size limit,
- * bearer-token checks and the JSON error helpers. */
+ * connections (sse.c), so no thread is ever tied to one client. In front
+ * of it the gate (gate.c) accepts connections, limits them per address and
+ * checks each request head, so libmicrohttpd never answers on its own.
+ * This file also holds what requests share: body accumulation with the
+ * size and time limits, bearer tokens with their scopes, the per-token
+ * rate limit and the JSON error helpers. */
 #include "http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "exec.h"
+#include "gate.h"
 #include "sse.h"
 #include "upload.h"
 #include "tyutil.h"
@@ -75,6 +81,14 @@ void srv_job_dir(const srv *s, int64_t id, char *out, size_t cap)
 
 /* ---- responses -------------------------------------------------------------------------- */
 
+enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r)
+{
+    /* Every request must pass the gate, so no connection carries a second
+     * one (see gate.h). */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    return MHD_queue_response(conn, status, r);
+}
+
 enum MHD_Result http_bytes(http_req *q, unsigned status, const char *ctype, const void *data,
                            size_t len, bool copy)
 {
@@ -82,7 +96,23 @@ enum MHD_Result http_bytes(http_req *q, unsigned status, const char *ctype, cons
         len, (void *)data, copy ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     if (ctype) MHD_add_response_header(r, "Content-Type", ctype);
-    enum MHD_Result ok = MHD_queue_response(q->conn, status, r);
+    enum MHD_Result ok = http_queue(q->conn, status, r);
+    MHD_destroy_response(r);
+    q->answered = true;
+    return ok;
+}
+
+static enum MHD_Result queue_text(http_req *q, unsigned status, char *txt, const char *retry_after)
+{
+    if (!txt) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(txt);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (retry_after) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+    enum MHD_Result ok = http_queue(q->conn, status, r);
     MHD_destroy_response(r);
     q->answered = true;
     return ok;
@@ -92,31 +122,38 @@ enum MHD_Result http_json(http_req *q, unsigned status, json_t *body)
 {
     char *txt = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    if (!txt) return MHD_NO;
-    size_t n = strlen(txt);
-    struct MHD_Response *r = MHD_create_response_from_buffer(n, txt, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(txt);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    enum MHD_Result ok = MHD_queue_response(q->conn, status, r);
-    MHD_destroy_response(r);
-    q->answered = true;
-    return ok;
+    return queue_text(q, status, txt, NULL);
+}
+
+static enum MHD_Result verror(http_req *q, unsigned status, const char *retry_after,
+                              const char *code, const char *field, const char *fmt, va_list ap)
+{
+    char msg[768];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return queue_text(q, status, srv_error_json(code, field, msg), retry_after);
 }
 
 enum MHD_Result http_error(http_req *q, unsigned status, const char *code, const char *field,
                            const char *fmt, ...)
 {
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    enum MHD_Result ok = verror(q, status, NULL, code, field, fmt, ap);
     va_end(ap);
-    json_t *e = json_pack("{ss ss}", "code", code, "message", msg);
-    if (field && *field) json_object_set_new(e, "field", json_string(field));
-    return http_json(q, status, json_pack("{so}", "error", e));
+    return ok;
+}
+
+static enum MHD_Result http_error_retry(http_req *q, unsigned status, const char *retry_after,
+                                        const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static enum MHD_Result http_error_retry(http_req *q, unsigned status, const char *retry_after,
+                                        const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result ok = verror(q, status, retry_after, code, NULL, fmt, ap);
+    va_end(ap);
+    return ok;
 }
 
 enum MHD_Result http_ty_error(http_req *q, const ty_err *err)
@@ -136,7 +173,9 @@ const char *http_arg(http_req *q, const char *key)
 
 /* ---- auth ------------------------------------------------------------------------------- */
 
-static bool authorized(http_req *q)
+/* The token of this request: its row id and scopes, or false for a missing
+ * or unknown token. */
+static bool token_of(http_req *q, int64_t *id, unsigned *scopes)
 {
     const char *h = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Authorization");
     const char *tok = NULL;
@@ -146,13 +185,194 @@ static bool authorized(http_req *q)
     if (!tok) tok = http_arg(q, "access_token");
     if (!tok || strncmp(tok, "ty_", 3)) return false;
     db *d = srv_db(q->s);
-    char(*hashes)[65] = NULL;
+    db_token *rows = NULL;
     int n = 0;
     ty_err err = {0};
-    if (!d || db_token_hashes(d, &hashes, &n, &err)) return false;
-    bool ok = srv_token_matches(tok, (const char(*)[65])hashes, n);
+    if (!d || db_token_list(d, &rows, &n, &err)) return false;
+    char(*hashes)[65] = n ? malloc((size_t)n * sizeof *hashes) : NULL;
+    int i = -1;
+    if (hashes) {
+        for (int k = 0; k < n; k++) memcpy(hashes[k], rows[k].sha256, 65);
+        i = srv_token_find(tok, (const char(*)[65])hashes, n);
+    }
+    bool ok = i >= 0 && srv_scopes_parse(rows[i].scopes, scopes) == 0;
+    if (ok) *id = rows[i].id;
     free(hashes);
+    free(rows);
     return ok;
+}
+
+/* Per-token token buckets: `rate_limit` requests a second on average,
+ * bursts of `rate_burst`. Few tokens exist, so a small array will do. */
+typedef struct bucket {
+    int64_t token_id;
+    double level;
+    int64_t last_ms;
+} bucket;
+
+struct ratelim {
+    pthread_mutex_t mu;
+    bucket *b;
+    int n, cap;
+};
+
+/* Takes one request from the token's bucket; false with the seconds until
+ * the next one is due when it is empty. */
+static bool rate_take(srv *s, int64_t token_id, int *retry_s)
+{
+    if (s->cfg.rate_limit <= 0 || !s->rl) return true;
+    struct ratelim *rl = s->rl;
+    int64_t now = ty_now_ms();
+    bool ok = true;
+    pthread_mutex_lock(&rl->mu);
+    bucket *b = NULL;
+    for (int i = 0; i < rl->n && !b; i++)
+        if (rl->b[i].token_id == token_id) b = &rl->b[i];
+    if (!b && rl->n == rl->cap) {
+        int cap = rl->cap ? rl->cap * 2 : 8;
+        bucket *g = realloc(rl->b, (size_t)cap * sizeof *g);
+        if (g) {
+            rl->b = g;
+            rl->cap = cap;
+        }
+    }
+    if (!b && rl->n < rl->cap) {
+        b = &rl->b[rl->n++];
+        *b = (bucket){token_id, (double)s->cfg.rate_burst, now};
+    }
+    if (b) {
+        b->level += (double)(now - b->last_ms) * s->cfg.rate_limit / 1000.0;
+        if (b->level > s->cfg.rate_burst) b->level = s->cfg.rate_burst;
+        b->last_ms = now;
+        if (b->level >= 1.0) {
+            b->level -= 1.0;
+        } else {
+            ok = false;
+            double wait = (1.0 - b->level) / s->cfg.rate_limit;
+            *retry_s = (int)wait + ((double)(int)wait < wait ? 1 : 0);
+            if (*retry_s < 1) *retry_s = 1;
+        }
+    }
+    pthread_mutex_unlock(&rl->mu);
+    return ok;
+}
+
+/* ---- request checks ------------------------------------------------------------------------- */
+
+typedef struct header_count {
+    const char *name;
+    int n;
+    const char *value;
+} header_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    (void)kind;
+    header_count *c = cls;
+    if (key && !strcasecmp(key, c->name)) {
+        c->n++;
+        c->value = value;
+    }
+    return MHD_YES;
+}
+
+/* The first query parameter whose key or value holds a control byte
+ * (values are counted, so a decoded NUL is seen too). */
+typedef struct ctl_arg {
+    char key[64];
+    bool found;
+} ctl_arg;
+
+static enum MHD_Result find_ctl_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    ctl_arg *c = cls;
+    if (gate_has_ctl(key, key_size) || (value && gate_has_ctl(value, value_size))) {
+        snprintf(c->key, sizeof c->key, "%.*s", (int)strnlen(key, key_size), key);
+        c->found = true;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+/* Everything decided from the head alone, in this order: the decoded
+ * target, the route, the token (401), its scope (403) and rate (429), the
+ * query, the body's type and length. */
+static enum MHD_Result check_head(http_req *q)
+{
+    srv *s = q->s;
+    struct MHD_Connection *conn = q->conn;
+    /* libmicrohttpd's C strings end at a decoded NUL ("/jobs/8%00/x" would
+     * route as /jobs/8): the unescaper flagged it. */
+    if (gate_take_bad_target(conn)) {
+        ctl_arg c = {0};
+        MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, find_ctl_arg, &c);
+        if (c.found)
+            return http_error(q, 400, "invalid_spec", c.key,
+                              "query parameter '%s' holds a NUL or control character", c.key);
+        return http_error(q, 400, "bad_request", NULL,
+                          "the request path holds a NUL or control character once decoded");
+    }
+    q->route = routes_match(q, q->method, q->url);
+    if (q->route == -1)
+        return http_error(q, 404, "not_found", NULL, "no such endpoint: %s %s", q->method, q->url);
+    if (q->route == -2)
+        return http_error(q, 405, "not_found", NULL, "%s is not allowed on %s", q->method, q->url);
+    const route *rt = &routes_table[q->route];
+    if (s->auth_required && !rt->public_) {
+        int64_t tid = 0;
+        unsigned scopes = 0;
+        if (!token_of(q, &tid, &scopes))
+            return http_error(q, 401, "unauthorized", NULL,
+                              "a valid bearer token is required (Authorization: Bearer ty_...)");
+        if (!(scopes & rt->scope)) {
+            char have[64];
+            srv_scopes_format(scopes, have);
+            return http_error(q, 403, "forbidden", NULL,
+                              "this token lacks the '%s' scope that %s %s needs (it has: %s)",
+                              srv_scope_name(rt->scope), rt->method, rt->pattern, have);
+        }
+        int retry = 1;
+        if (!rate_take(s, tid, &retry)) {
+            char ra[16];
+            snprintf(ra, sizeof ra, "%d", retry);
+            return http_error_retry(q, 429, ra, "rate_limited",
+                                    "this token is over its rate limit (%d requests/s, bursts of "
+                                    "%d); retry after %d s", s->cfg.rate_limit, s->cfg.rate_burst,
+                                    retry);
+        }
+    }
+    char field[64], msg[256];
+    if (routes_check_query(q, rt, field, sizeof field, msg, sizeof msg))
+        return http_error(q, 400, "invalid_spec", field, "%s", msg);
+    if (rt->json_body) {
+        const char *ct =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        size_t n = ct ? strcspn(ct, "; ") : 0;
+        if (!ct || n != 16 || strncasecmp(ct, "application/json", 16))
+            return http_error(q, 415, "unsupported_media_type", NULL,
+                              "Content-Type must be application/json, got '%s'",
+                              ct ? ct : "(none)");
+    }
+    /* The gate already refused these on a plain listener; under TLS it
+     * cannot read the head, so they are checked here too. */
+    header_count cl = {MHD_HTTP_HEADER_CONTENT_LENGTH, 0, NULL};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &cl);
+    if (cl.n > 1)
+        return http_error(q, 400, "bad_request", "Content-Length",
+                          "more than one Content-Length header");
+    if (cl.n == 1) {
+        const char *v = cl.value ? cl.value : "";
+        if (!*v || v[strspn(v, "0123456789")])
+            return http_error(q, 400, "bad_request", "Content-Length",
+                              "Content-Length must be a decimal byte count");
+        if (strlen(v) > 12 || strtoull(v, NULL, 10) > s->cfg.max_body)
+            return http_error(q, 413, "too_large", NULL, "request body over the %zu-byte limit",
+                              s->cfg.max_body);
+    }
+    return MHD_YES;
 }
 
 /* ---- request handling ---------------------------------------------------------------------- */
@@ -172,34 +392,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         q->conn = conn;
         q->method = method;
         q->url = url;
+        q->route = -1;
+        q->start_ms = ty_now_ms();
         atomic_fetch_add(&s->http_requests, 1);
-        q->route = routes_match(q, method, url);
-        if (q->route == -1)
-            return http_error(q, 404, "not_found", NULL, "no such endpoint: %s %s", method, url);
-        if (q->route == -2)
-            return http_error(q, 405, "not_found", NULL, "%s is not allowed on %s",
-                              method, url);
-        const route *rt = &routes_table[q->route];
-        if (s->auth_required && !rt->public_ && !authorized(q))
-            return http_error(q, 401, "unauthorized", NULL,
-                              "a valid bearer token is required (Authorization: Bearer ty_...)");
-        if (rt->json_body) {
-            const char *ct =
-                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-            size_t n = ct ? strcspn(ct, "; ") : 0;
-            if (!ct || n != 16 || strncasecmp(ct, "application/json", 16))
-                return http_error(q, 415, "unsupported_media_type", NULL,
-                                  "Content-Type must be application/json, got '%s'",
-                                  ct ? ct : "(none)");
-        }
-        const char *cl =
-            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
-            return http_error(q, 413, "too_large", NULL, "request body over the %zu-byte limit",
-                              s->cfg.max_body);
-        return MHD_YES;
+        return check_head(q);
     }
     if (*upload_size > 0) {
+        /* A body slower than --request-timeout ends the connection: the
+         * daemon cannot answer in the middle of a body, and a client this
+         * slow holds a connection for nothing. */
+        if (s->cfg.request_timeout_s > 0 &&
+            ty_now_ms() - q->start_ms > (int64_t)s->cfg.request_timeout_s * 1000)
+            return MHD_NO;
         /* A response queued early (error) ends the request: discard. */
         if (!q->answered && !q->too_big) {
             if (q->len + *upload_size > s->cfg.max_body) {
@@ -243,34 +447,35 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- serve ----------------------------------------------------------------------------------- */
 
-static int start_http(srv *s, ty_err *err)
+/* Descriptors bound how many clients can connect at all: take the hard
+ * limit, so the per-address limit is what one client meets first. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max > (1u << 20) ? (1u << 20) : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int start_http(srv *s, int *port_out, ty_err *err)
 {
     char host[256];
     int port;
     if (srv_listen_parse(s->cfg.listen, host, sizeof host, &port, err)) return TY_EINVAL;
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    socklen_t sl;
+    gate_config gc = {
+        .lim = {.max_line = 8192, .max_head = 16384, .max_fields = 100, .max_body = s->cfg.max_body},
+        .per_ip = s->cfg.per_ip_connections,
+        .head_timeout_ms = s->cfg.header_timeout_s * 1000,
+        .max_pending = 4096,
+        .inspect = !s->cfg.tls_cert[0],
+    };
+    if (!(s->gate = gate_new(&gc, err))) return TY_ENOMEM;
     /* No MHD_USE_ERROR_LOG: it reports every client that hangs up on a
-     * stream; failures to start are reported by us. */
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-    const char *h = !strcmp(host, "localhost") ? "127.0.0.1" : host;
-    if (inet_pton(AF_INET, h, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)port);
-        sl = sizeof *a4;
-    } else if (inet_pton(AF_INET6, h, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)port);
-        sl = sizeof *a6;
-        flags |= MHD_USE_IPv6;
-    } else {
-        return ty_err_field(err, TY_EINVAL, "listen", "listen host must be an IP address or "
-                            "localhost, got '%s'", host);
-    }
-    (void)sl;
+     * stream; failures to start are reported by us. The gate accepts and
+     * hands connections over (MHD_add_connection, which needs ITC). */
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     char *cert = NULL, *key = NULL;
     if (s->cfg.tls_cert[0]) {
         size_t n;
@@ -282,9 +487,13 @@ static int start_http(srv *s, ty_err *err)
         flags |= MHD_USE_TLS;
     }
     struct MHD_OptionItem opts[] = {
-        {MHD_OPTION_SOCK_ADDR, 0, &ss},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)gate_notify, s->gate},
+        {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)gate_unescape, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, 10000, NULL},
+        /* Room for the largest head the gate lets through, so the daemon
+         * never runs out of it and answers 431/414 itself. */
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 64 * 1024, NULL},
         /* A client that stops reading is dropped by the SSE hub, but its
          * socket only closes once MHD sees no progress for this long.
          * Suspended (idle) streams do not time out, and heartbeats keep
@@ -296,15 +505,13 @@ static int start_http(srv *s, ty_err *err)
         {key ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, key},
         {MHD_OPTION_END, 0, NULL},
     };
-    s->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
-                              MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts,
+                              MHD_OPTION_END);
     /* MHD copies the TLS material while starting. */
     free(cert);
     free(key);
-    if (!s->mhd)
-        return ty_err_set(err, TY_EIO, "cannot listen on %s (in use, or TLS material invalid)",
-                          s->cfg.listen);
-    return 0;
+    if (!s->mhd) return ty_err_set(err, TY_EIO, "cannot start the HTTP daemon (TLS material invalid?)");
+    return gate_listen(s->gate, host, port, s->mhd, port_out, err);
 }
 
 int srv_serve_main(int argc, char **argv)
@@ -323,7 +530,7 @@ int srv_serve_main(int argc, char **argv)
         return 2;
     }
     char host[256];
-    int port;
+    int port, bound_port = 0;
     srv_listen_parse(s->cfg.listen, host, sizeof host, &port, &err);
     s->auth_required = s->cfg.require_token || !srv_host_is_loopback(host);
     snprintf(s->db_path, sizeof s->db_path, "%.4000s/trainyard.db", s->cfg.data_dir);
@@ -340,6 +547,9 @@ int srv_serve_main(int argc, char **argv)
         snprintf(s->jobs_dir, sizeof s->jobs_dir, "%.4000s/jobs", abs);
     }
     pthread_key_create(&s->db_key, db_key_free);
+    raise_nofile();
+    static struct ratelim rl = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    s->rl = &rl;
     pthread_mutex_init(&s->write_lock, NULL);
     if (!srv_db(s)) return 1;
 
@@ -355,14 +565,13 @@ int srv_serve_main(int argc, char **argv)
     if (!(s->hub = sse_hub_new(s, &err)) ||
         !(s->evw = evw_new(s->db_path, &s->write_lock, writer_publish, s, &err)) ||
         !(s->up = uploader_new(s, &err)) || !(s->sched = sched_new(s, &err)) ||
-        start_http(s, &err)) {
+        start_http(s, &bound_port, &err)) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr,
             "trainyard: serving on %s://%s:%u (data %s, %d GPU(s), %d CPU slot(s), tokens %s)\n",
-            s->cfg.tls_cert[0] ? "https" : "http", host, di ? di->port : (unsigned)port,
+            s->cfg.tls_cert[0] ? "https" : "http", host, (unsigned)bound_port,
             s->cfg.data_dir, sched_gpu_count(s->sched), s->cfg.cpu_slots,
             s->auth_required ? "required" : "optional");
     fflush(stderr);
@@ -374,10 +583,10 @@ int srv_serve_main(int argc, char **argv)
     atomic_store(&s->stopping, true);
     /* Stop accepting, end the streams, stop HTTP, then the scheduler (which
      * SIGTERMs engines without waiting), and flush the event writer last. */
-    MHD_socket lsock = MHD_quiesce_daemon(s->mhd);
+    gate_stop(s->gate);
     sse_hub_shutdown(s->hub);
     MHD_stop_daemon(s->mhd);
-    if (lsock != MHD_INVALID_SOCKET) close(lsock);
+    gate_free(s->gate);
     sched_stop(s->sched);
     uploader_stop(s->up); /* transfers in flight stay queued for the next start */
     evw_free(s->evw);
@@ -393,10 +602,12 @@ int srv_serve_main(int argc, char **argv)
 
 int srv_token_main(int argc, char **argv)
 {
-    const char *data_dir = "./trainyard-data", *name = NULL;
+    const char *data_dir = "./trainyard-data", *name = NULL, *scope = "read,submit,admin";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--data-dir") && i + 1 < argc) data_dir = argv[++i];
         else if (!strncmp(argv[i], "--data-dir=", 11)) data_dir = argv[i] + 11;
+        else if (!strcmp(argv[i], "--scope") && i + 1 < argc) scope = argv[++i];
+        else if (!strncmp(argv[i], "--scope=", 8)) scope = argv[i] + 8;
         else if (!strcmp(argv[i], "create") && !name && i + 1 < argc && argv[i + 1][0] != '-')
             name = argv[++i];
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -408,10 +619,20 @@ int srv_token_main(int argc, char **argv)
         }
     }
     if (!name) {
-        fputs("usage: trainyard token create NAME [--data-dir DIR]\n"
-              "Prints a new API token once; the server keeps only its SHA-256.\n", stderr);
+        fputs("usage: trainyard token create NAME [--scope read,submit,admin] [--data-dir DIR]\n"
+              "Prints a new API token once; the server keeps only its SHA-256.\n"
+              "Scopes: read (GET routes), submit (POST /jobs, cancel, pause, resume),\n"
+              "admin (DELETE /jobs/{id}); default all three.\n", stderr);
         return 2;
     }
+    unsigned mask;
+    char scopes[64];
+    if (srv_scopes_parse(scope, &mask)) {
+        fprintf(stderr, "trainyard token: --scope must be a comma-separated list of read, submit "
+                        "and admin, got '%s'\n", scope);
+        return 2;
+    }
+    srv_scopes_format(mask, scopes);
     ty_err err = {0};
     char path[PATH_MAX + 32], tok[68], hash[65];
     if (ty_mkdir_p(data_dir, &err)) {
@@ -425,7 +646,7 @@ int srv_token_main(int argc, char **argv)
         return 1;
     }
     srv_token_hash(tok, hash);
-    int rc = db_token_add(d, name, hash, &err);
+    int rc = db_token_add_scoped(d, name, hash, scopes, &err);
     db_close(d);
     if (rc) {
         fprintf(stderr, "trainyard token: %s\n", err.msg);

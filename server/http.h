@@ -23,6 +23,7 @@ typedef struct http_req {
     size_t len, cap;
     bool too_big;
     bool answered;      /* a response was queued early (413, 415, 401) */
+    int64_t start_ms;   /* head received: the body's deadline counts from here */
 } http_req;
 
 typedef enum MHD_Result (*route_fn)(http_req *q);
@@ -33,6 +34,8 @@ typedef struct route {
     route_fn fn;
     bool json_body;       /* body must be application/json */
     bool public_;         /* no token needed (static assets, health) */
+    unsigned scope;       /* SCOPE_READ / SCOPE_SUBMIT / SCOPE_ADMIN a token needs */
+    const char *params;   /* query parameters, comma-separated; "name*" may repeat */
 } route;
 
 extern const route routes_table[];
@@ -41,6 +44,14 @@ extern const int routes_count;
 /* Matches method + path; returns the route index, -1 for an unknown path,
  * -2 for a known path with another method. Fills q->id / q->arg. */
 int routes_match(http_req *q, const char *method, const char *path);
+/* Strict query parsing for the route: a parameter it takes given twice
+ * (unless a list), without a value, with a control character, or a list
+ * over 255 bytes in all. Returns nonzero with field and msg filled. */
+int routes_check_query(http_req *q, const route *rt, char *field, size_t fcap, char *msg,
+                       size_t mcap);
+
+/* Queues r with `Connection: close` (every request passes the gate). */
+enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r);
 
 enum MHD_Result http_json(http_req *q, unsigned status, json_t *body);
 enum MHD_Result http_error(http_req *q, unsigned status, const char *code, const char *field,

@@ -22,7 +22,7 @@ static void usage(FILE *out)
           "\n"
           "Server commands:\n"
           "  serve [flags]          run the job server (trainyard serve --help)\n"
-          "  token create NAME      print a new API token (--data-dir DIR)\n"
+          "  token create NAME      print a new API token (--scope S,.. --data-dir DIR)\n"
           "  routes                 list the HTTP routes the server answers\n",
           out);
 #ifdef TY_HAVE_DEMO

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "exec.h"
+#include "gate.h"
 #include "upload.h"
 #include "http.h"
 #include "jobspec.h"
@@ -203,40 +204,45 @@ static enum MHD_Result post_jobs(http_req *q)
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "application/json");
     MHD_add_response_header(r, "Location", loc);
-    enum MHD_Result ok = MHD_queue_response(q->conn, existing ? 200 : 201, r);
+    enum MHD_Result ok = http_queue(q->conn, existing ? 200 : 201, r);
     MHD_destroy_response(r);
     return ok;
 }
 
 typedef struct state_filter {
     unsigned mask;
+    bool is_bad;
     char bad[64];
 } state_filter;
 
+/* Every state= value, each a comma-separated list (routes_check_query has
+ * capped the total at 255 bytes). */
 static enum MHD_Result collect_states(void *cls, enum MHD_ValueKind kind, const char *key,
                                       const char *value)
 {
     (void)kind;
     state_filter *f = cls;
     if (strcmp(key, "state") || !value) return MHD_YES;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", value);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int st = db_state_parse(t);
+    for (const char *p = value;;) {
+        size_t n = strcspn(p, ",");
+        char name[16];
+        int st = n < sizeof name ? (memcpy(name, p, n), name[n] = 0, db_state_parse(name)) : -1;
         if (st < 0) {
-            snprintf(f->bad, sizeof f->bad, "%s", t);
+            snprintf(f->bad, sizeof f->bad, "%.*s", (int)(n > 40 ? 40 : n), p);
+            f->is_bad = true;
             return MHD_NO;
         }
         f->mask |= JOB_BIT(st);
+        if (!p[n]) return MHD_YES;
+        p += n + 1;
     }
-    return MHD_YES;
 }
 
 static enum MHD_Result get_jobs(http_req *q)
 {
     state_filter f = {0};
     MHD_get_connection_values(q->conn, MHD_GET_ARGUMENT_KIND, collect_states, &f);
-    if (f.bad[0])
+    if (f.is_bad)
         return http_error(q, 400, "invalid_spec", "state",
                           "unknown state '%s' (queued, starting, running, stopping, paused, "
                           "succeeded, failed, cancelled)", f.bad);
@@ -252,7 +258,7 @@ static enum MHD_Result get_jobs(http_req *q)
     }
     int64_t before = 0;
     const char *c = http_arg(q, "cursor");
-    if (c && *c && srv_cursor_decode(c, &before))
+    if (c && srv_cursor_decode(c, &before))
         return http_error(q, 400, "invalid_spec", "cursor", "cursor is not one this server "
                           "issued");
     db *d = srv_db(q->s);
@@ -432,7 +438,7 @@ static enum MHD_Result get_metrics_of_job(http_req *q)
     if (csv) {
         struct MHD_Response *r = MHD_create_response_from_buffer(len, out, MHD_RESPMEM_MUST_FREE);
         MHD_add_response_header(r, "Content-Type", "text/csv; charset=utf-8");
-        enum MHD_Result ok = MHD_queue_response(q->conn, 200, r);
+        enum MHD_Result ok = http_queue(q->conn, 200, r);
         MHD_destroy_response(r);
         return ok;
     }
@@ -461,7 +467,7 @@ static enum MHD_Result get_logs(http_req *q)
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
-    enum MHD_Result ok = MHD_queue_response(q->conn, 200, r);
+    enum MHD_Result ok = http_queue(q->conn, 200, r);
     MHD_destroy_response(r);
     return ok;
 }
@@ -535,7 +541,7 @@ static enum MHD_Result get_prom(http_req *q)
     if (!txt) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-    enum MHD_Result ok = MHD_queue_response(q->conn, 200, r);
+    enum MHD_Result ok = http_queue(q->conn, 200, r);
     MHD_destroy_response(r);
     return ok;
 }
@@ -548,7 +554,7 @@ static enum MHD_Result serve_asset(http_req *q, const web_asset *tab, size_t n, 
                 tab[i].len, (void *)tab[i].data, MHD_RESPMEM_PERSISTENT);
             MHD_add_response_header(r, "Content-Type", tab[i].ctype);
             MHD_add_response_header(r, "Cache-Control", "no-cache");
-            enum MHD_Result ok = MHD_queue_response(q->conn, 200, r);
+            enum MHD_Result ok = http_queue(q->conn, 200, r);
             MHD_destroy_response(r);
             return ok;
         }
@@ -572,25 +578,27 @@ static enum MHD_Result get_static(http_req *q)
 
 /* ---- the table ---------------------------------------------------------------------------- */
 
+/* Each route names the token scope it needs (docs/server.md) and the query
+ * parameters it takes (access_token is taken everywhere). */
 const route routes_table[] = {
-    {"POST", "/jobs", post_jobs, true, false},
-    {"GET", "/jobs", get_jobs, false, false},
-    {"GET", "/jobs/{id}", get_job, false, false},
-    {"DELETE", "/jobs/{id}", delete_job, false, false},
-    {"POST", "/jobs/{id}/cancel", post_cancel, false, false},
-    {"POST", "/jobs/{id}/pause", post_pause, false, false},
-    {"POST", "/jobs/{id}/resume", post_resume, false, false},
-    {"GET", "/jobs/{id}/events", get_job_events, false, false},
-    {"GET", "/jobs/{id}/metrics", get_metrics_of_job, false, false},
-    {"GET", "/jobs/{id}/logs", get_logs, false, false},
-    {"GET", "/jobs/{id}/checkpoints", get_checkpoints, false, false},
-    {"GET", "/gpus", get_gpus, false, false},
-    {"GET", "/events", get_events, false, false},
-    {"GET", "/healthz", get_healthz, false, true},
-    {"GET", "/metrics", get_prom, false, false},
-    {"GET", "/openapi.yaml", get_openapi, false, true},
-    {"GET", "/", get_index, false, true},
-    {"GET", "/static/{name}", get_static, false, true},
+    {"POST", "/jobs", post_jobs, true, false, SCOPE_SUBMIT, ""},
+    {"GET", "/jobs", get_jobs, false, false, SCOPE_READ, "state*,limit,cursor"},
+    {"GET", "/jobs/{id}", get_job, false, false, SCOPE_READ, ""},
+    {"DELETE", "/jobs/{id}", delete_job, false, false, SCOPE_ADMIN, "purge"},
+    {"POST", "/jobs/{id}/cancel", post_cancel, false, false, SCOPE_SUBMIT, ""},
+    {"POST", "/jobs/{id}/pause", post_pause, false, false, SCOPE_SUBMIT, ""},
+    {"POST", "/jobs/{id}/resume", post_resume, false, false, SCOPE_SUBMIT, ""},
+    {"GET", "/jobs/{id}/events", get_job_events, false, false, SCOPE_READ, "from"},
+    {"GET", "/jobs/{id}/metrics", get_metrics_of_job, false, false, SCOPE_READ, "format"},
+    {"GET", "/jobs/{id}/logs", get_logs, false, false, SCOPE_READ, "follow"},
+    {"GET", "/jobs/{id}/checkpoints", get_checkpoints, false, false, SCOPE_READ, ""},
+    {"GET", "/gpus", get_gpus, false, false, SCOPE_READ, ""},
+    {"GET", "/events", get_events, false, false, SCOPE_READ, "from"},
+    {"GET", "/healthz", get_healthz, false, true, SCOPE_READ, ""},
+    {"GET", "/metrics", get_prom, false, false, SCOPE_READ, ""},
+    {"GET", "/openapi.yaml", get_openapi, false, true, SCOPE_READ, ""},
+    {"GET", "/", get_index, false, true, SCOPE_READ, ""},
+    {"GET", "/static/{name}", get_static, false, true, SCOPE_READ, ""},
 };
 const int routes_count = sizeof routes_table / sizeof routes_table[0];
 
@@ -640,4 +648,84 @@ int routes_match(http_req *q, const char *method, const char *path)
             return i;
     }
     return path_known ? -2 : -1;
+}
+
+/* ---- strict query parsing ------------------------------------------------------------------ */
+
+#define QUERY_LIST_MAX 255
+
+typedef struct query_check {
+    const char *params; /* the route's, "a,b*,c" */
+    int seen[16];       /* per parameter of params, then access_token */
+    size_t list_bytes[16];
+    char field[64];
+    char msg[256];
+    bool bad;
+} query_check;
+
+/* Index of key in params (and whether it may repeat); -1 when the route
+ * does not take it. access_token is index 15 on every route. */
+static int param_index(const char *params, const char *key, size_t kn, bool *list)
+{
+    *list = false;
+    if (kn == 12 && !memcmp(key, "access_token", 12)) return 15;
+    int i = 0;
+    for (const char *p = params; *p && i < 15; i++) {
+        size_t n = strcspn(p, ",");
+        bool star = n > 0 && p[n - 1] == '*';
+        size_t name_n = star ? n - 1 : n;
+        if (name_n == kn && !memcmp(p, key, kn)) {
+            *list = star;
+            return i;
+        }
+        p += n;
+        if (*p == ',') p++;
+    }
+    return -1;
+}
+
+static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    query_check *c = cls;
+    snprintf(c->field, sizeof c->field, "%.*s", (int)strnlen(key, key_size), key);
+    if (gate_has_ctl(key, key_size) || (value && gate_has_ctl(value, value_size))) {
+        snprintf(c->msg, sizeof c->msg, "query parameter '%s' holds a NUL or control character",
+                 c->field);
+        c->bad = true;
+        return MHD_NO;
+    }
+    bool list;
+    int i = param_index(c->params, key, key_size, &list);
+    if (i < 0) return MHD_YES; /* not this route's: ignored, as documented */
+    if (!value) {
+        snprintf(c->msg, sizeof c->msg, "query parameter '%s' needs a value", c->field);
+        c->bad = true;
+        return MHD_NO;
+    }
+    if (c->seen[i]++ && !list) {
+        snprintf(c->msg, sizeof c->msg, "query parameter '%s' is given more than once", c->field);
+        c->bad = true;
+        return MHD_NO;
+    }
+    c->list_bytes[i] += value_size + (c->seen[i] > 1 ? 1 : 0);
+    if (list && c->list_bytes[i] > QUERY_LIST_MAX) {
+        snprintf(c->msg, sizeof c->msg, "the '%s' list is over %d bytes", c->field,
+                 QUERY_LIST_MAX);
+        c->bad = true;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+int routes_check_query(http_req *q, const route *rt, char *field, size_t fcap, char *msg,
+                       size_t mcap)
+{
+    query_check c = {.params = rt->params ? rt->params : ""};
+    MHD_get_connection_values_n(q->conn, MHD_GET_ARGUMENT_KIND, check_arg, &c);
+    if (!c.bad) return 0;
+    snprintf(field, fcap, "%s", c.field);
+    snprintf(msg, mcap, "%s", c.msg);
+    return TY_EINVAL;
 }

@@ -33,6 +33,11 @@ typedef struct srv_config {
     char tls_cert[PATH_MAX];
     char tls_key[PATH_MAX];
     bool require_token;
+    int per_ip_connections;   /* connections one client address may hold; 0 = no limit */
+    int header_timeout_s;     /* whole request head within this, from accept (408) */
+    int request_timeout_s;    /* whole body within this, from the head; 0 = off */
+    int rate_limit;           /* requests per second per token; 0 = off */
+    int rate_burst;           /* requests a token may make at once */
     int event_rate;           /* engine lines per second before a job is failed; 0 = off */
     int gpu_sample_ms;        /* GPU sampling period, default 2000 */
     int heartbeat_s;          /* SSE heartbeat, default 15 */
@@ -84,11 +89,24 @@ int srv_cursor_decode(const char *s, int64_t *id);
 /* RFC 3339 UTC with milliseconds; "" for 0. */
 void srv_time_fmt(int64_t ms, char out[32]);
 
+/* {"error": {"code", "message", "field"?}} as compact JSON; malloc'd. */
+char *srv_error_json(const char *code, const char *field, const char *msg);
+
 /* API tokens: "ty_" + 64 hex chars from 32 random bytes. */
 int srv_token_generate(char out[68], ty_err *err);
 void srv_token_hash(const char *token, char hex[65]);
 /* Constant-time: does the token hash to any of the n stored hashes? */
 bool srv_token_matches(const char *token, const char (*hashes)[65], int n);
+/* The same, returning which (-1: none); every hash is still compared. */
+int srv_token_find(const char *token, const char (*hashes)[65], int n);
+
+/* Token scopes: what a route needs, what a token may do (docs/server.md). */
+enum { SCOPE_READ = 1, SCOPE_SUBMIT = 2, SCOPE_ADMIN = 4, SCOPE_ALL = 7 };
+/* "read,submit" -> mask; TY_EINVAL for an unknown or empty scope. */
+int srv_scopes_parse(const char *s, unsigned *mask);
+/* mask -> "read,submit" ("none" for 0). */
+void srv_scopes_format(unsigned mask, char out[64]);
+const char *srv_scope_name(unsigned one_scope);
 
 typedef struct srv_gpu_sample {
     int index;
@@ -119,6 +137,8 @@ struct sched;
 struct uploader;
 struct gpu_inv;
 struct MHD_Daemon;
+struct gate;
+struct ratelim;
 
 typedef struct srv {
     srv_config cfg;
@@ -132,6 +152,8 @@ typedef struct srv {
     struct uploader *up;       /* checkpoint upload queue workers (upload.c) */
     struct gpu_inv *gpu;
     struct MHD_Daemon *mhd;
+    struct gate *gate;         /* accepts and checks request heads (gate.c) */
+    struct ratelim *rl;        /* per-token request buckets (http.c) */
     atomic_llong events_ingested;
     atomic_llong http_requests;
     atomic_bool stopping;

@@ -4,6 +4,7 @@
  * Nothing here touches the daemon's state, so each is testable alone. */
 #include "server.h"
 
+#include <jansson.h>
 #include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -90,13 +91,70 @@ void srv_token_hash(const char *token, char hex[65])
 
 /* Hashing first makes the comparison length-independent; every stored hash
  * is compared in full, so timing says nothing about which one matched. */
-bool srv_token_matches(const char *token, const char (*hashes)[65], int n)
+int srv_token_find(const char *token, const char (*hashes)[65], int n)
 {
     char h[65];
     srv_token_hash(token, h);
-    int found = 0;
-    for (int i = 0; i < n; i++) found |= ty_memeq_ct(h, hashes[i], 64);
-    return found != 0;
+    int found = -1;
+    for (int i = 0; i < n; i++) {
+        /* Branch-free select: the loop does the same work whichever matches. */
+        int eq = ty_memeq_ct(h, hashes[i], 64) != 0;
+        found = eq * i + (1 - eq) * found;
+    }
+    return found;
+}
+
+bool srv_token_matches(const char *token, const char (*hashes)[65], int n)
+{
+    return srv_token_find(token, hashes, n) >= 0;
+}
+
+static const char *const scope_names[] = {"read", "submit", "admin"};
+
+const char *srv_scope_name(unsigned one_scope)
+{
+    for (unsigned i = 0; i < 3; i++)
+        if (one_scope == 1u << i) return scope_names[i];
+    return "unknown";
+}
+
+int srv_scopes_parse(const char *s, unsigned *mask)
+{
+    *mask = 0;
+    if (!s || !*s) return TY_EINVAL;
+    for (const char *p = s;;) {
+        size_t n = strcspn(p, ",");
+        unsigned bit = 0;
+        for (unsigned i = 0; i < 3; i++)
+            if (n == strlen(scope_names[i]) && !strncmp(p, scope_names[i], n)) bit = 1u << i;
+        if (!bit) return TY_EINVAL;
+        *mask |= bit;
+        if (!p[n]) return 0;
+        p += n + 1;
+    }
+}
+
+void srv_scopes_format(unsigned mask, char out[64])
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (unsigned i = 0; i < 3; i++)
+        if (mask & (1u << i))
+            o += (size_t)snprintf(out + o, 64 - o, "%s%s", o ? "," : "", scope_names[i]);
+    if (!o) snprintf(out, 64, "none");
+}
+
+/* The JSON error of docs/api.md; malloc'd text. The gate writes it on the
+ * raw socket and http_error through libmicrohttpd, so both say the same. */
+char *srv_error_json(const char *code, const char *field, const char *msg)
+{
+    json_t *e = json_pack("{ss ss}", "code", code, "message", msg && *msg ? msg : code);
+    if (!e) return NULL;
+    if (field && *field) json_object_set_new(e, "field", json_string(field));
+    json_t *o = json_pack("{so}", "error", e);
+    char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return txt;
 }
 
 /* ---- Prometheus ------------------------------------------------------------------ */

@@ -458,6 +458,9 @@ class SSE:
             h["Last-Event-ID"] = str(last_event_id)
         self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
         self.conn.request("GET", path + q, headers=h)
+        # Kept apart: the server answers `Connection: close`, after which
+        # http.client drops conn.sock while the response still reads from it.
+        self.sock = self.conn.sock
         self.resp = self.conn.getresponse()
         self.status = self.resp.status
         if self.status != 200:
@@ -477,7 +480,7 @@ class SSE:
 
     def close(self):
         try:
-            self.conn.sock and self.conn.sock.close()
+            self.sock and self.sock.close()
         except OSError:
             pass
         self.conn.close()
@@ -510,7 +513,7 @@ class SSE:
 
     def read_until_end(self, timeout=60, stop=None):
         """Events until the stream ends (the job's terminal state) or stop(ev)."""
-        self.conn.sock.settimeout(timeout)
+        self.sock.settimeout(timeout)
         out = []
         while True:
             ev = self.next()

@@ -77,7 +77,16 @@ int main(void)
     /* Upgrade from N-1 keeps the data written at N-1. */
     CHECK(db_open_at_version(old, DB_SCHEMA_VERSION - 1, &d, &err) == 0);
     CHECK(db_user_version(d) == DB_SCHEMA_VERSION - 1);
-    CHECK(has_table(old, "uploads") && !has_column(old, "jobs", "run_ms"));
+    CHECK(has_column(old, "jobs", "run_ms") && !has_column(old, "tokens", "scopes"));
+    {
+        /* A token from before scopes (migration 5) keeps every right. */
+        sqlite3 *h;
+        CHECK(sqlite3_open(old, &h) == SQLITE_OK);
+        CHECK(sqlite3_exec(h, "INSERT INTO tokens(name, sha256, created_ms) VALUES ('old', "
+                              "'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', 1)",
+                           NULL, NULL, NULL) == SQLITE_OK);
+        sqlite3_close(h);
+    }
     db_new_job nj = {.name = "kept", .spec = "{\"a\":1}", .max_restarts = 3, .max_steps = 7};
     int64_t id;
     bool existing;
@@ -86,6 +95,14 @@ int main(void)
     CHECK(db_open(old, &d, &err) == 0);
     CHECK(db_user_version(d) == DB_SCHEMA_VERSION);
     CHECK(has_column(old, "jobs", "run_ms") && has_column(old, "jobs", "run_since_ms"));
+    CHECK(has_column(old, "tokens", "scopes"));
+    {
+        db_token *toks;
+        int nt;
+        CHECK(db_token_list(d, &toks, &nt, &err) == 0 && nt == 1);
+        CHECK(!strcmp(toks[0].scopes, "read,submit,admin") && toks[0].sha256[0] == 'b');
+        free(toks);
+    }
     db_job j;
     CHECK(db_job_get(d, id, &j, &err) == 0);
     CHECK(!strcmp(j.name, "kept") && j.max_steps == 7 && j.state == JOB_QUEUED);
@@ -213,6 +230,13 @@ int main(void)
     char(*hs)[65];
     CHECK(db_token_hashes(d, &hs, &n, &err) == 0 && n == 1 && !strcmp(hs[0], hash));
     free(hs);
+    hash[0] = 'c';
+    CHECK(db_token_add_scoped(d, "reader", hash, "read", &err) == 0);
+    db_token *toks;
+    CHECK(db_token_list(d, &toks, &n, &err) == 0 && n == 2);
+    CHECK(!strcmp(toks[0].scopes, "read,submit,admin") && !strcmp(toks[1].scopes, "read") &&
+          toks[1].sha256[0] == 'c' && toks[1].id > toks[0].id);
+    free(toks);
     db_close(d);
 
     char cmd[300];

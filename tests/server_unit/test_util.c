@@ -62,6 +62,22 @@ static void test_tokens(void)
     char pre[40];
     snprintf(pre, sizeof pre, "%.30s", a);
     CHECK(!srv_token_matches(pre, (const char(*)[65])hs, 2));
+    /* Which one matched, for its scopes. */
+    CHECK(srv_token_find(a, (const char(*)[65])hs, 2) == 0);
+    CHECK(srv_token_find(b, (const char(*)[65])hs, 2) == 1);
+    CHECK(srv_token_find("ty_nope", (const char(*)[65])hs, 2) == -1);
+
+    unsigned m;
+    char out[64];
+    CHECK(srv_scopes_parse("read", &m) == 0 && m == SCOPE_READ);
+    CHECK(srv_scopes_parse("admin,read,submit", &m) == 0 && m == SCOPE_ALL);
+    srv_scopes_format(m, out);
+    CHECK(!strcmp(out, "read,submit,admin"));
+    srv_scopes_format(0, out);
+    CHECK(!strcmp(out, "none"));
+    const char *bad[] = {"", "write", "read,", ",read", "read,,admin", "READ", "read submit"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(srv_scopes_parse(bad[i], &m) != 0);
+    CHECK(!strcmp(srv_scope_name(SCOPE_SUBMIT), "submit"));
 }
 
 static void test_prom(void)
