@@ -1,11 +1,14 @@
 # Thin wrapper over CMake and ctest. The README's two commands: `make run`, `make test`.
+# `make install` puts trainyard and trainyard-engine in $(DESTDIR)$(PREFIX)/bin.
 BUILD      ?= build
 TEST_BUILD ?= build-test
 JOBS       ?= $(shell nproc)
 LISTEN     ?= 127.0.0.1:8080
 DATA_DIR   ?= ./trainyard-data
+PREFIX     ?= /usr/local
+DESTDIR    ?=
 
-.PHONY: all deps deps-build deps-test build run test bench demo clean
+.PHONY: all deps deps-build deps-test build run test bench demo install install-only clean
 
 all: build
 
@@ -16,15 +19,34 @@ deps:
 	@bash deploy/install-deps.sh
 	@bash tests/setup-npm.sh
 
+# Quiet: a summary and the binaries' paths; the CMake output goes to
+# $(BUILD)/build.log and is shown when the build fails (deploy/build.sh).
 build: deps-build
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS) --target trainyard trainyard-engine
+	@bash deploy/build.sh $(BUILD) Release $(JOBS) trainyard trainyard-engine
 
 run: build
-	$(BUILD)/bin/trainyard serve --listen $(LISTEN) --data-dir $(DATA_DIR)
+	@echo "CLI:       $(abspath $(BUILD))/bin/trainyard (\`make install\` puts it on PATH; or export PATH=\"$(abspath $(BUILD))/bin:\$$PATH\")"
+	@echo "dashboard: http://$(LISTEN)/  (Ctrl-C stops the server)"
+	@exec $(BUILD)/bin/trainyard serve --listen $(LISTEN) --data-dir $(DATA_DIR)
 
 demo: build
-	$(BUILD)/bin/trainyard demo
+	@$(BUILD)/bin/trainyard demo
+
+# PREFIX (default /usr/local; root needed there: sudo make install) and
+# DESTDIR (a staging root for packages) as usual. deploy/CMakeLists.txt says
+# what is installed: bin/trainyard, bin/trainyard-engine beside it (where
+# `trainyard serve` looks), and lib/systemd/system/trainyard.service with
+# ExecStart under $(PREFIX)/bin.
+install: build
+	@$(MAKE) --no-print-directory install-only
+
+# Installs what $(BUILD) holds, without building it first.
+install-only:
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)" >$(BUILD)/install.log 2>&1 || \
+	  { cat $(BUILD)/install.log; exit 1; }
+	@sed -n 's/^-- Installing: /installed /p; s/^-- Up-to-date: /up to date /p' $(BUILD)/install.log
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) echo "trainyard is on your PATH: try trainyard --help";; \
+	  *) echo "note: $(PREFIX)/bin is not on your PATH; run $(PREFIX)/bin/trainyard, or add it";; esac
 
 # `make test` also builds the Release binaries `make run` uses, so a warning
 # that only an optimised build raises cannot break the README's first command.

@@ -4,7 +4,8 @@
  * (arithmetic progressions modulo the vocabulary), submits a from-scratch
  * GPT-2 job (`model.init`) that learns it on a couple of CPU cores to the
  * server at TY_URL, and prints the dashboard URL where its loss curve falls
- * live. It is a client of the public REST API only, like the CLI. */
+ * live — or, when the job waits behind others, that it is queued and at
+ * which position. It is a client of the public REST API only, like the CLI. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
@@ -100,17 +101,18 @@ static size_t demo_collect(char *ptr, size_t size, size_t n, void *ud)
     return add;
 }
 
-/* POST /jobs; on success fills *job_id. The server's JSON error, or the
- * transport error, goes into err. */
-static int demo_submit(const char *base, const char *token, const char *body, long *job_id,
-                       ty_err *err)
+/* One request to the server; on a 2xx answer *doc is its JSON (the caller
+ * frees it). The server's JSON error, or the transport error, goes into err. */
+static int demo_request(const char *base, const char *token, const char *path, const char *body, json_t **doc,
+                        ty_err *err)
 {
+    *doc = NULL;
     CURL *c = curl_easy_init();
     if (!c) return ty_err_set(err, TY_ENOMEM, "cannot initialise libcurl");
     char url[1024], auth[1024];
-    snprintf(url, sizeof url, "%s/jobs", base);
-    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-    hdr = curl_slist_append(hdr, "Accept: application/json");
+    snprintf(url, sizeof url, "%s%s", base, path);
+    struct curl_slist *hdr = curl_slist_append(NULL, "Accept: application/json");
+    if (body) hdr = curl_slist_append(hdr, "Content-Type: application/json");
     if (token && *token) {
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
         hdr = curl_slist_append(hdr, auth);
@@ -118,7 +120,7 @@ static int demo_submit(const char *base, const char *token, const char *body, lo
     demo_buf resp = {0};
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    if (body) curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, demo_collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &resp);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 5L);
@@ -130,28 +132,58 @@ static int demo_submit(const char *base, const char *token, const char *body, lo
     curl_easy_cleanup(c);
 
     int rc = 0;
-    json_t *doc = resp.data ? json_loads(resp.data, 0, NULL) : NULL;
+    json_t *j = resp.data ? json_loads(resp.data, 0, NULL) : NULL;
     if (cc != CURLE_OK) {
         rc = ty_err_set(err, TY_EIO, "cannot reach the server at %s: %s (is `trainyard serve` running? "
                         "`make run` starts one)", base, curl_easy_strerror(cc));
-    } else if (status != 201 && status != 200) {
-        json_t *e = json_object_get(doc, "error");
+    } else if (status < 200 || status > 299) {
+        json_t *e = json_object_get(j, "error");
         const char *msg = json_string_value(json_object_get(e, "message"));
         if (status == 401)
             rc = ty_err_set(err, TY_EAUTH, "the server wants a token: set TY_TOKEN (%s)", msg ? msg : "401");
         else
-            rc = ty_err_set(err, TY_EINVAL, "the server refused the job (HTTP %ld): %s", status,
-                            msg ? msg : "no error message");
+            rc = ty_err_set(err, TY_EINVAL, "the server refused %s (HTTP %ld): %s", body ? "the job" : path,
+                            status, msg ? msg : "no error message");
+    } else if (!json_is_object(j)) {
+        rc = ty_err_set(err, TY_EIO, "the server's answer to %s is not a JSON object", path);
     } else {
-        json_t *id = json_object_get(doc, "id");
-        if (!json_is_integer(id))
-            rc = ty_err_set(err, TY_EIO, "the server's answer has no job id");
-        else
-            *job_id = (long)json_integer_value(id);
+        *doc = j;
+        j = NULL;
     }
-    json_decref(doc);
+    json_decref(j);
     free(resp.data);
     return rc;
+}
+
+/* Jobs holding or about to hold a slot: the ones a queued job waits for. */
+static long demo_active_jobs(const char *base, const char *token)
+{
+    ty_err err = {0};
+    json_t *page;
+    if (demo_request(base, token, "/jobs?state=starting,running,stopping&limit=200", NULL, &page, &err)) return -1;
+    long n = (long)json_array_size(json_object_get(page, "jobs"));
+    json_decref(page);
+    return n;
+}
+
+/* Where the new job stands a moment after submission: the server schedules
+ * a job within milliseconds when a slot is free, so one still queued after
+ * about two seconds is waiting behind others. Returns the last Job seen. */
+static json_t *demo_settle(const char *base, const char *token, long id, json_t *job)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/jobs/%ld", id);
+    for (int i = 0; i < 20; i++) {
+        const char *st = json_string_value(json_object_get(job, "state"));
+        if (!st || strcmp(st, "queued") != 0) break;
+        usleep(100 * 1000);
+        ty_err err = {0};
+        json_t *again;
+        if (demo_request(base, token, path, NULL, &again, &err)) break;
+        json_decref(job);
+        job = again;
+    }
+    return job;
 }
 
 static void demo_usage(FILE *f)
@@ -161,7 +193,8 @@ static void demo_usage(FILE *f)
             "\n"
             "Submits a small from-scratch GPT-2 job on a generated dataset to the\n"
             "server at $TY_URL (default http://127.0.0.1:8080; token in $TY_TOKEN)\n"
-            "and prints the dashboard page where its loss falls live.\n"
+            "and prints the dashboard page where its loss falls live (or its place\n"
+            "in the queue when other jobs hold the slots).\n"
             "  --steps N   training steps (default 300)\n");
 }
 
@@ -212,16 +245,36 @@ int demo_main(int argc, char **argv)
         return 1;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    long id = 0;
-    int rc = demo_submit(base, getenv("TY_TOKEN"), body, &id, &err);
-    curl_global_cleanup();
+    const char *token = getenv("TY_TOKEN");
+    json_t *job = NULL;
+    int rc = demo_request(base, token, "/jobs", body, &job, &err);
     free(body);
+    long id = rc ? 0 : (long)json_integer_value(json_object_get(job, "id"));
+    if (rc == 0 && id <= 0) rc = ty_err_set(&err, TY_EIO, "the server's answer has no job id");
     if (rc) {
+        json_decref(job);
+        curl_global_cleanup();
         fprintf(stderr, "trainyard demo: %s\n", err.msg);
         return 1;
     }
-    printf("Submitted job %ld: a 2-layer GPT-2 learning arithmetic sequences (%ld steps, data in %s).\n"
-           "Watch its loss fall live: %s/#/jobs/%ld\n",
-           id, steps, dir, base, id);
+    job = demo_settle(base, token, id, job);
+    const char *state = json_string_value(json_object_get(job, "state"));
+    printf("Submitted job %ld: a 2-layer GPT-2 learning arithmetic sequences (%ld steps, data in %s).\n", id, steps,
+           dir);
+    if (state && strcmp(state, "queued") == 0) {
+        json_t *pos = json_object_get(job, "queue_position");
+        long active = demo_active_jobs(base, token);
+        printf("It is queued");
+        if (json_is_integer(pos)) printf(" at position %lld", (long long)json_integer_value(pos));
+        if (active > 0) printf(", behind %ld running job%s", active, active == 1 ? "" : "s");
+        printf("; it starts when a slot frees up.\n"
+               "Its page, where the loss curve appears once it runs: %s/#/jobs/%ld\n", base, id);
+    } else if (state && (!strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "cancelled"))) {
+        printf("It has already ended (%s): %s/#/jobs/%ld\n", state, base, id);
+    } else {
+        printf("It is %s. Watch its loss fall live: %s/#/jobs/%ld\n", state ? state : "submitted", base, id);
+    }
+    json_decref(job);
+    curl_global_cleanup();
     return 0;
 }
