@@ -5,9 +5,9 @@ follows it, against an installed trainyard.
    temporary PREFIX, and again with DESTDIR staging: both binaries land in
    bin/, the systemd unit in lib/systemd/system/ with ExecStart under the
    prefix the files will run from.
-2. `trainyard serve` from the installed bin/, started the way `make run`
-   starts it (no --engine: it must find the installed trainyard-engine,
-   which then trains the README's job for real).
+2. `trainyard serve` from the installed bin/, started with the flags
+   `make run` uses (`make -n run` says which; no --engine: it must find the
+   installed trainyard-engine, which then trains the README's job for real).
 3. Every command of the README's "30-second tour" block, taken from
    README.md itself and run by bash with only the port and the dataset path
    substituted; each must be one this test knows how to check, so a README
@@ -199,6 +199,20 @@ def check_install(work):
     return prefix
 
 
+def make_run_serve(work, port):
+    """The `trainyard serve ...` line `make run` would run (make -n prints
+    it), with the installed trainyard instead of the build tree's: the
+    server starts with the same flags as for a user following the README."""
+    marker = "/nonexistent-build-dir"
+    out = run("make --no-print-directory -n -C %s run BUILD=%s LISTEN=127.0.0.1:%d DATA_DIR=./trainyard-data" %
+              (shlex.quote(SRC), marker, port), work, _env()).stdout
+    lines = [x for x in out.splitlines() if "%s/bin/trainyard serve " % marker in x]
+    check(len(lines) == 1, "make -n run shows one trainyard serve line:\n" + out)
+    cmd = lines[0].strip()
+    cmd = cmd[len("exec "):] if cmd.startswith("exec ") else cmd
+    return cmd.replace("%s/bin/trainyard" % marker, "trainyard")
+
+
 def api(port, path, method="GET"):
     import http.client
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -374,9 +388,7 @@ def main():
         port = free_port()
         env = _env({"PATH": os.path.join(prefix, "bin") + ":" + os.environ.get("PATH", ""),
                     "TY_URL": "http://127.0.0.1:%d" % port})
-        # As `make run` starts it: the default data dir in the working directory.
-        server, slines = popen("exec trainyard serve --listen 127.0.0.1:%d --data-dir ./trainyard-data" % port,
-                               work, env)
+        server, slines = popen("exec " + make_run_serve(work, port), work, env)
         read_until(slines, lambda l: "serving on" in l, 60, "the installed server to listen")
         spec_body = run_tour(work, port, env, os.path.join(prefix, "bin", "trainyard-engine"))
         run_cli(work, port, env, spec_body)
