@@ -206,6 +206,9 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     /* 5: token scopes (read, submit, admin; comma-separated). Tokens made
      * before scopes existed keep every right. */
     "ALTER TABLE tokens ADD COLUMN scopes TEXT NOT NULL DEFAULT 'read,submit,admin';",
+    /* 6: checkpoint_error: the newest upload of the job's checkpoints or
+     * export to its store that failed for good (NULL while none did). */
+    "ALTER TABLE jobs ADD COLUMN checkpoint_error TEXT;",
 };
 
 int db_user_version(db *d)
@@ -366,7 +369,8 @@ static int insert_event(db *d, int64_t job_id, int64_t ts, const char *type, con
     "id, name, state, spec, priority, gpus_wanted, max_steps, created_ms, "        \
     "started_ms, finished_ms, updated_ms, restarts, max_restarts, resume_from, "    \
     "error, backend, gpus, last_metric, last_eval, engine, metric0_ms, "           \
-    "metric0_step, metric_last_ms, pgid, stop_intent, run_ms, run_since_ms"
+    "metric0_step, metric_last_ms, pgid, stop_intent, run_ms, run_since_ms, "        \
+    "checkpoint_error"
 
 static void read_job(sqlite3_stmt *st, db_job *j)
 {
@@ -399,6 +403,7 @@ static void read_job(sqlite3_stmt *st, db_job *j)
     j->stop_intent = col_str(st, 24);
     j->run_ms = sqlite3_column_int64(st, 25);
     j->run_since_ms = sqlite3_column_int64(st, 26);
+    j->checkpoint_error = col_str(st, 27);
 }
 
 void db_job_free(db_job *j)
@@ -414,6 +419,7 @@ void db_job_free(db_job *j)
     free(j->last_eval);
     free(j->engine);
     free(j->stop_intent);
+    free(j->checkpoint_error);
     memset(j, 0, sizeof *j);
 }
 
@@ -705,6 +711,7 @@ static int update_job_fields(db *d, int64_t id, const char *state, const db_job_
     ADD(has_gpus, "gpus");
     ADD(has_pgid, "pgid");
     ADD(has_stop_intent, "stop_intent");
+    ADD(has_checkpoint_error, "checkpoint_error");
     ADD(set_started, "started_ms");
     ADD(set_finished, "finished_ms");
 #undef ADD
@@ -725,6 +732,7 @@ static int update_job_fields(db *d, int64_t id, const char *state, const db_job_
         if (upd->has_gpus) bind_str(st, i++, upd->gpus ? upd->gpus : "");
         if (upd->has_pgid) sqlite3_bind_int64(st, i++, upd->pgid);
         if (upd->has_stop_intent) bind_str(st, i++, upd->stop_intent);
+        if (upd->has_checkpoint_error) bind_str(st, i++, upd->checkpoint_error);
         if (upd->set_started) sqlite3_bind_int64(st, i++, now);
         if (upd->set_finished) sqlite3_bind_int64(st, i++, now);
     }
@@ -1307,15 +1315,16 @@ int db_upload_recover(db *d, int *requeued, ty_err *err)
     return 0;
 }
 
-int db_upload_busy(db *d, int64_t job_id, int *n, ty_err *err)
+int db_upload_busy(db *d, int64_t job_id, bool retries, int *n, ty_err *err)
 {
     sqlite3_stmt *st;
     *n = 0;
     if (prep(d, "SELECT COUNT(*) FROM uploads u JOIN checkpoints c ON c.id = u.checkpoint_id"
                 " WHERE c.job_id = ? AND u.op = 'put' AND (u.state = 'running' OR"
-                " (u.state = 'pending' AND u.attempts = 0))", &st, err))
+                " (u.state = 'pending' AND (u.attempts = 0 OR ?)))", &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, retries ? 1 : 0);
     if (sqlite3_step(st) == SQLITE_ROW) *n = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
     return 0;

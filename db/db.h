@@ -17,7 +17,7 @@
 typedef struct db db;
 
 /* Newest schema version this build knows; migrations run on open. */
-#define DB_SCHEMA_VERSION 5
+#define DB_SCHEMA_VERSION 6
 
 typedef enum {
     JOB_QUEUED = 0,
@@ -73,6 +73,7 @@ typedef struct db_job {
     char *stop_intent;   /* "pause" | "cancel" | NULL */
     int64_t run_ms;       /* running time of the finished runs */
     int64_t run_since_ms; /* start of the current run, 0 when not running */
+    char *checkpoint_error; /* newest upload to the store that failed for good, or NULL */
 } db_job;
 
 void db_job_free(db_job *j);
@@ -137,6 +138,7 @@ typedef struct db_job_update {
     bool has_gpus;        const char *gpus;
     bool has_pgid;        int64_t pgid;
     bool has_stop_intent; const char *stop_intent;
+    bool has_checkpoint_error; const char *checkpoint_error;
     bool set_started;     /* started_at = now, resets metric timing */
     bool set_finished;    /* finished_at = now */
 } db_job_update;
@@ -239,8 +241,10 @@ int db_upload_finish(db *d, const db_upload *u, db_upload_outcome o, const char 
 /* At start: rows a killed server left running are pending again and their
  * checkpoints local (uploads are idempotent; the manifest goes last). */
 int db_upload_recover(db *d, int *requeued, ty_err *err);
-/* Puts of the job that are running or not yet tried (what a pause waits for). */
-int db_upload_busy(db *d, int64_t job_id, int *n, ty_err *err);
+/* Puts of the job that are running or not yet tried (what a pause waits
+ * for); with retries also those waiting for a retry after a failed try
+ * (what success waits for: the final checkpoint must land or fail for good). */
+int db_upload_busy(db *d, int64_t job_id, bool retries, int *n, ty_err *err);
 /* Purge: drops the job's queue rows that are not running; *running gets
  * how many are (the caller cancels them and calls again). */
 int db_upload_drop_job(db *d, int64_t job_id, int *running, ty_err *err);

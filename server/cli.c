@@ -532,6 +532,14 @@ static int cmd_watch(cli_ctx *c, long long id)
     free(st.data.data);
     free(st.errbody.data);
     if (rc) return rc;
+    /* Never end on "succeeded" alone when an upload to the job's store
+     * failed for good: say what is missing from the bucket. */
+    snprintf(path, sizeof path, "/jobs/%lld", id);
+    if (!c->json && call_json(c, "GET", path, NULL, 0, NULL, &job) == 0) {
+        const char *ce = json_string_value(json_object_get(job, "checkpoint_error"));
+        if (ce) fprintf(stderr, "checkpoint_error: %s\n", ce);
+        json_decref(job);
+    }
     if (strcmp(st.terminal, "succeeded") == 0) return CLI_EXIT_OK;
     return strcmp(st.terminal, "cancelled") == 0 ? CLI_EXIT_CANCELLED : CLI_EXIT_FAILED;
 }

@@ -190,8 +190,10 @@ void clifmt_watch_event(clifmt_watch *w, FILE *out, const char *type, json_t *d,
         w->eval_loss = json_number_value(json_object_get(d, "loss"));
         fprintf(out, "eval at step %lld: loss %.4f\n", jint(d, "step"), w->eval_loss);
     } else if (strcmp(type, "checkpoint") == 0) {
-        fprintf(out, "checkpoint at step %lld: %s (%s)\n", jint(d, "step"), jstr(d, "dir", ""),
-                jstr(d, "state", "local"));
+        /* A failed upload says why (the store and the service's reason). */
+        const char *cerr = jstr(d, "error", NULL);
+        fprintf(out, "checkpoint at step %lld: %s (%s)%s%s\n", jint(d, "step"), jstr(d, "dir", ""),
+                jstr(d, "state", "local"), cerr ? ": " : "", cerr ? cerr : "");
     } else if (strcmp(type, "log") == 0) {
         fprintf(out, "log %s\n", jstr(d, "line", ""));
     } else if (strcmp(type, "started") == 0) {

@@ -98,6 +98,7 @@ static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
     json_object_set_new(o, "max_restarts", json_integer(j->max_restarts));
     json_object_set_new(o, "resume_from", json_text_or_null(j->resume_from));
     json_object_set_new(o, "error", json_text_or_null(j->error));
+    json_object_set_new(o, "checkpoint_error", json_text_or_null(j->checkpoint_error));
     json_object_set_new(o, "backend", json_text_or_null(j->backend));
     json_object_set_new(o, "gpus", gpus);
     json_object_set_new(o, "progress", progress);
@@ -160,6 +161,12 @@ static enum MHD_Result post_jobs(http_req *q)
         jobspec_free(&spec);
         return http_error(q, 400, "invalid_spec", "Idempotency-Key",
                           "Idempotency-Key must be 1 to 255 characters");
+    }
+    /* The store must take a write and a delete with our credentials before
+     * any training time is spent on the job (docs/storage.md). */
+    if (spec.store && upload_probe_store(s, spec.store, &err)) {
+        jobspec_free(&spec);
+        return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
     }
     /* Stored with every default filled in: what the engine will run with
      * and what GET /jobs/{id} shows. */

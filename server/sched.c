@@ -745,6 +745,13 @@ static void finalize(sched *x, int64_t job_id, job_state to, const char *reason)
         up.has_resume_from = true;
         up.resume_from = ck;
     }
+    /* A job with a store succeeds only with its result in the store
+     * (docs/storage.md, "When the store fails"). */
+    char why[2400];
+    if (to == JOB_SUCCEEDED && !upload_job_verdict(s, job_id, why, sizeof why)) {
+        to = JOB_FAILED;
+        reason = why;
+    }
     if (to == JOB_FAILED) {
         up.has_error = true;
         up.error = reason;
@@ -807,7 +814,8 @@ static void finish_run(sched *x, run *r)
     }
     /* Pause, cancel and success wait for the job's checkpoint uploads
      * (the final checkpoint in particular), bounded by --upload-wait. */
-    if (to != JOB_FAILED && r->store && uploader_job_busy(s->up, r->job_id)) {
+    if (to == JOB_SUCCEEDED && r->store) uploader_export(s->up, r->job_id);
+    if (to != JOB_FAILED && r->store && uploader_job_busy(s->up, r->job_id, to == JOB_SUCCEEDED)) {
         waiter *w = calloc(1, sizeof *w);
         if (w) {
             w->job_id = r->job_id;
@@ -839,7 +847,7 @@ static void check_waiters(sched *x)
     int64_t now = ty_mono_ms();
     for (waiter **pp = &x->waiters; *pp;) {
         waiter *w = *pp;
-        if (uploader_job_busy(s->up, w->job_id)) {
+        if (uploader_job_busy(s->up, w->job_id, w->to == JOB_SUCCEEDED)) {
             if (now < w->deadline_ms) {
                 pp = &w->next;
                 continue;
@@ -1142,12 +1150,21 @@ static void recover(sched *x)
                             .has_resume_from = true, .resume_from = ck};
         char reason[512];
         if (j.state == JOB_RUNNING && j.stop_intent && !strcmp(j.stop_intent, "succeeded")) {
-            /* The engine had finished; only its final upload was pending,
-             * and that upload is still queued. */
-            up.set_finished = true;
-            srv_transition(s, j.id, live, JOB_SUCCEEDED,
-                           "engine finished; server restarted while the final checkpoint upload "
-                           "was pending (it stays queued)", &up, NULL, &err);
+            /* The engine had finished; its final uploads were pending. The
+             * queue kept the checkpoint's, the export is queued again, and
+             * the job waits for them as before (finalize's verdict). */
+            db_job_update_fields(d, j.id, &up, &err);
+            uploader_export(s->up, j.id);
+            waiter *w = calloc(1, sizeof *w);
+            const char *why = "engine finished; server restarted while its final uploads were pending";
+            if (!w) {
+                finalize(x, j.id, JOB_SUCCEEDED, why);
+            } else {
+                *w = (waiter){.job_id = j.id, .to = JOB_SUCCEEDED, .next = x->waiters,
+                              .deadline_ms = ty_mono_ms() + s->cfg.upload_wait_s * 1000LL};
+                snprintf(w->reason, sizeof w->reason, "%s", why);
+                x->waiters = w;
+            }
         } else if (j.state == JOB_STOPPING && j.stop_intent) {
             bool pause = strcmp(j.stop_intent, "cancel") != 0;
             snprintf(reason, sizeof reason, "server restarted while %s", pause ? "pausing" : "cancelling");

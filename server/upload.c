@@ -28,6 +28,7 @@
 
 #define UPLOAD_POLL_MS 500      /* idle workers look for due retries this often */
 #define UPLOAD_BACKOFF_MAX_S 60 /* retry delays double from 2 s up to this */
+#define UPLOAD_PROBE_TIMEOUT_S 4 /* per request of the submit-time store probe */
 
 /* One transfer in flight, findable by job so pause/cancel can abort it. */
 typedef struct active {
@@ -36,6 +37,16 @@ typedef struct active {
     struct active *next;
 } active;
 
+/* A finished job's export/ waiting for (or in) its upload. Not in the
+ * database: the job waits for it in `running` with stop_intent
+ * "succeeded", and the scheduler queues it again when it recovers such a
+ * job after a restart. */
+typedef struct export_job {
+    int64_t job_id;
+    bool running;
+    struct export_job *next;
+} export_job;
+
 struct uploader {
     srv *s;
     pthread_mutex_t mu;
@@ -43,6 +54,7 @@ struct uploader {
     bool stop;
     int wakes;          /* pending wake-ups, so a wake between polls is not lost */
     active *act;
+    export_job *exports; /* queued or running export uploads, oldest last */
     int nthreads;
     pthread_t *threads;
 };
@@ -191,6 +203,27 @@ static int64_t backoff_ms(int attempts)
     return d;
 }
 
+/* A put failed for good: the job says so (checkpoint_error, shown by GET
+ * /jobs, the dashboard and `trainyard status`) until a later one does. */
+static void set_checkpoint_error(srv *s, int64_t job_id, const char *what, const char *uri,
+                                 const char *reason)
+{
+    char text[1200];
+    snprintf(text, sizeof text, "%s not uploaded to %s: %s", what, uri, reason);
+    db *d = srv_db(s);
+    ty_err err = {0};
+    db_job_update up = {.has_checkpoint_error = true, .checkpoint_error = text};
+    if (!d || db_job_update_fields(d, job_id, &up, &err))
+        up_log("job %lld: cannot record checkpoint_error: %s", (long long)job_id, err.msg);
+}
+
+/* "checkpoints/step-000020" → "step-000020" for messages. */
+static const char *dir_name(const char *dir)
+{
+    const char *slash = strrchr(dir, '/');
+    return slash ? slash + 1 : dir;
+}
+
 /* The local checkpoint is gone: the engine's own keep_last removed it
  * before or while we read it. Not a failure, unless it was the job's newest
  * (the one a resume needs). */
@@ -206,7 +239,8 @@ static void finish_vanished(srv *s, db_upload *up)
         fa.o = DB_UP_FAILED;
         fa.error = reason;
     }
-    with_event(s, finish_fn, &fa, &err);
+    if (with_event(s, finish_fn, &fa, &err) == 0 && fa.o == DB_UP_FAILED)
+        set_checkpoint_error(s, up->job_id, dir_name(up->dir), up->uri, reason);
 }
 
 static void do_put(uploader *u, db_upload *up)
@@ -261,6 +295,8 @@ static void do_put(uploader *u, db_upload *up)
     if (with_event(s, finish_fn, &fa, &e2))
         up_log("job %lld: cannot record the upload of %s: %s", (long long)up->job_id, up->dir,
                e2.msg);
+    else if (fa.o == DB_UP_FAILED)
+        set_checkpoint_error(s, up->job_id, dir_name(up->dir), up->uri, reason);
     if (rc == 0) upload_retention(s, up->job_id);
 }
 
@@ -292,12 +328,35 @@ static void do_delete(uploader *u, db_upload *up)
     with_event(s, finish_fn, &fa, &e2);
 }
 
+static void do_export(uploader *u, int64_t job_id);
+
+/* The oldest queued export not yet running, marked running; 0 if none.
+ * Called with u->mu held. */
+static int64_t take_export(uploader *u)
+{
+    export_job *pick = NULL;
+    for (export_job *e = u->exports; e; e = e->next)
+        if (!e->running) pick = e;
+    if (!pick) return 0;
+    pick->running = true;
+    return pick->job_id;
+}
+
 static void *worker_main(void *arg)
 {
     uploader *u = arg;
     srv *s = u->s;
     pthread_mutex_lock(&u->mu);
     while (!u->stop) {
+        /* A finished job's export first: its final state waits for it. */
+        int64_t ex = take_export(u);
+        if (ex) {
+            pthread_mutex_unlock(&u->mu);
+            do_export(u, ex);
+            sched_wake(s->sched);
+            pthread_mutex_lock(&u->mu);
+            continue;
+        }
         pthread_mutex_unlock(&u->mu);
         db_upload up;
         ty_err err = {0};
@@ -374,13 +433,19 @@ void uploader_wake(uploader *u)
     pthread_mutex_unlock(&u->mu);
 }
 
-bool uploader_job_busy(uploader *u, int64_t job_id)
+bool uploader_job_busy(uploader *u, int64_t job_id, bool final)
 {
     if (!u) return false;
+    bool exporting = false;
+    pthread_mutex_lock(&u->mu);
+    for (export_job *e = u->exports; e; e = e->next)
+        if (e->job_id == job_id) exporting = true;
+    pthread_mutex_unlock(&u->mu);
+    if (exporting) return true;
     int n = 0;
     ty_err err = {0};
     db *d = srv_db(u->s);
-    if (!d || db_upload_busy(d, job_id, &n, &err)) return false;
+    if (!d || db_upload_busy(d, job_id, final, &n, &err)) return false;
     return n > 0;
 }
 
@@ -408,6 +473,11 @@ void uploader_stop(uploader *u)
 void uploader_free(uploader *u)
 {
     if (!u) return;
+    while (u->exports) {
+        export_job *e = u->exports;
+        u->exports = e->next;
+        free(e);
+    }
     pthread_mutex_destroy(&u->mu);
     pthread_cond_destroy(&u->cond);
     free(u->threads);
@@ -820,5 +890,181 @@ int upload_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **r
         if (!*spec_text) rc = ty_err_set(err, TY_ENOMEM, "out of memory");
     }
     json_decref(spec);
+    return rc;
+}
+
+/* ---- the export, the final verdict, the store probe --------------------------------------- */
+
+static void export_paths(srv *s, int64_t job_id, char *dir, char *marker, size_t cap)
+{
+    char jobdir[PATH_MAX];
+    srv_job_dir(s, job_id, jobdir, sizeof jobdir);
+    snprintf(dir, cap, "%.4000s/export", jobdir);
+    snprintf(marker, cap, "%.4000s/export.uploaded", jobdir);
+}
+
+static bool is_dir(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+void uploader_export(uploader *u, int64_t job_id)
+{
+    if (!u) return;
+    ckpt_policy p;
+    ty_err err = {0};
+    if (job_policy(u->s, job_id, &p, &err)) return;
+    char dir[PATH_MAX], marker[PATH_MAX];
+    export_paths(u->s, job_id, dir, marker, sizeof dir);
+    bool want = p.store && is_dir(dir);
+    free(p.store);
+    if (!want) return;
+    /* The marker says "this export is in the store"; a new export (the
+     * engine rewrites export/ whole) is not until uploaded again. */
+    unlink(marker);
+    export_job *e = calloc(1, sizeof *e);
+    if (!e) return; /* the verdict then says the export was not uploaded */
+    e->job_id = job_id;
+    pthread_mutex_lock(&u->mu);
+    for (export_job *x = u->exports; x; x = x->next)
+        if (x->job_id == job_id) { /* already queued or running */
+            free(e);
+            e = NULL;
+            break;
+        }
+    if (e) {
+        e->next = u->exports;
+        u->exports = e;
+        u->wakes++;
+        pthread_cond_signal(&u->cond);
+    }
+    pthread_mutex_unlock(&u->mu);
+}
+
+static void job_log(srv *s, int64_t job_id, const char *level, const char *line)
+{
+    json_t *l = json_pack("{ss ss}", "line", line, "level", level);
+    char *text = l ? json_dumps(l, JSON_COMPACT) : NULL;
+    json_decref(l);
+    if (text) evw_push(s->evw, job_id, "log", text);
+}
+
+/* Uploads <job dir>/export/ to STORE/job-<id>/export/ once (each request
+ * is retried by storage/); the outcome is the marker file or the job's
+ * checkpoint_error, which the final verdict reads. */
+static void do_export(uploader *u, int64_t job_id)
+{
+    srv *s = u->s;
+    ty_err err = {0};
+    ckpt_policy p;
+    char dir[PATH_MAX], marker[PATH_MAX], prefix[64], remote[2200], line[2600];
+    export_paths(s, job_id, dir, marker, sizeof dir);
+    snprintf(prefix, sizeof prefix, "job-%lld/export", (long long)job_id);
+    int rc = job_policy(s, job_id, &p, &err);
+    if (rc == 0 && !p.store) rc = ty_err_set(&err, TY_EINVAL, "the job has no checkpoint.store");
+    uint64_t bytes = 0;
+    int files = 0;
+    store *st = NULL;
+    if (rc == 0 && (rc = open_store(s, p.store, &st, &err)) == 0) {
+        active a = {.job_id = job_id, .st = st};
+        act_add(u, &a);
+        rc = store_put_dir(st, dir, prefix, &bytes, &files, &err);
+        act_remove(u, &a);
+        snprintf(remote, sizeof remote, "%s/%s", store_uri(st), prefix);
+        store_close(st);
+    }
+    if (rc == 0)
+        rc = ty_write_file_atomic(marker, remote, strlen(remote), &err);
+    if (rc == 0) {
+        snprintf(line, sizeof line, "export uploaded to %s (%d files, %llu bytes)", remote, files,
+                 (unsigned long long)bytes);
+        job_log(s, job_id, "info", line);
+        up_log("job %lld: %s", (long long)job_id, line);
+    } else if (p.store) {
+        char reason[700];
+        snprintf(reason, sizeof reason, "%s%s", rc == TY_ESTATE ? "upload cancelled: " : "",
+                 err.msg);
+        set_checkpoint_error(s, job_id, "export", p.store, reason);
+        snprintf(line, sizeof line, "export not uploaded to %s: %s", p.store, reason);
+        job_log(s, job_id, "warn", line);
+        up_log("job %lld: %s", (long long)job_id, line);
+    }
+    free(p.store);
+    pthread_mutex_lock(&u->mu);
+    for (export_job **pp = &u->exports; *pp; pp = &(*pp)->next)
+        if ((*pp)->job_id == job_id) {
+            export_job *e = *pp;
+            *pp = e->next;
+            free(e);
+            break;
+        }
+    pthread_mutex_unlock(&u->mu);
+}
+
+bool upload_job_verdict(srv *s, int64_t job_id, char *why, size_t cap)
+{
+    ckpt_policy p;
+    ty_err err = {0};
+    why[0] = 0;
+    if (job_policy(s, job_id, &p, &err) || !p.store) return true;
+    db *d = srv_db(s);
+    db_checkpoint *c = NULL;
+    db_job j;
+    int n = 0;
+    bool have_job = d && db_job_get(d, job_id, &j, &err) == 0;
+    size_t k = 0;
+#define SAY(...) (k += (size_t)snprintf(why + k, k < cap ? cap - k : 0, __VA_ARGS__))
+    if (d && db_checkpoint_list(d, job_id, &c, &n, &err) == 0) {
+        int newest = -1;
+        for (int i = n - 1; i >= 0 && newest < 0; i--)
+            if (strcmp(c[i].state, "deleted")) newest = i;
+        if (newest >= 0 && strcmp(c[newest].state, "committed")) {
+            bool queued = uploader_job_busy(s->up, job_id, true);
+            SAY("training finished, but the final checkpoint %s is not in %s: %s%s",
+                dir_name(c[newest].dir), p.store,
+                c[newest].error ? c[newest].error : "its upload did not run",
+                queued ? "; the upload stays queued and is retried" : "");
+        }
+    }
+    char dir[PATH_MAX], marker[PATH_MAX];
+    struct stat sb;
+    export_paths(s, job_id, dir, marker, sizeof dir);
+    if (is_dir(dir) && stat(marker, &sb) != 0) {
+        const char *ce = have_job ? j.checkpoint_error : NULL;
+        SAY("%straining finished, but the export was not uploaded to %s%s%s", k ? "; " : "",
+            p.store, ce && !strncmp(ce, "export ", 7) ? ": " : " (its upload did not finish)",
+            ce && !strncmp(ce, "export ", 7) ? strstr(ce, ": ") + 2 : "");
+    }
+#undef SAY
+    db_checkpoints_free(c, n);
+    if (have_job) db_job_free(&j);
+    free(p.store);
+    return why[0] == 0;
+}
+
+int upload_probe_store(srv *s, const char *uri, ty_err *err)
+{
+    store_config cfg;
+    srv_store_config(&s->cfg, &cfg);
+    /* Bounded: the submit that runs this holds an HTTP thread. Two tries
+     * of each request, each at most UPLOAD_PROBE_TIMEOUT_S. */
+    cfg.max_attempts = 2;
+    cfg.retry_base_ms = 200;
+    cfg.retry_max_ms = 500;
+    cfg.connect_timeout_s = UPLOAD_PROBE_TIMEOUT_S;
+    cfg.stall_timeout_s = UPLOAD_PROBE_TIMEOUT_S;
+    cfg.request_timeout_s = UPLOAD_PROBE_TIMEOUT_S;
+    store *st = NULL;
+    int rc = store_open(uri, &cfg, &st, err);
+    if (rc == 0) {
+        rc = store_probe(st, NULL, 0, err);
+        store_close(st);
+    }
+    if (rc) {
+        char m[sizeof err->msg];
+        snprintf(m, sizeof m, "%s", err->msg);
+        ty_err_field(err, rc, "checkpoint.store", "checkpoint.store %s cannot be used: %s", uri, m);
+    }
     return rc;
 }

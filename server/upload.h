@@ -25,9 +25,16 @@ typedef struct uploader uploader;
 uploader *uploader_new(srv *s, ty_err *err);
 /* A row was queued: claim it now rather than at the next poll. */
 void uploader_wake(uploader *u);
-/* Is an upload of this job running, or queued and not yet tried? (What
- * pause, cancel and success wait for.) */
-bool uploader_job_busy(uploader *u, int64_t job_id);
+/* Is an upload of this job running, or queued and not yet tried (what
+ * pause and cancel wait for)? With final, also a checkpoint waiting for a
+ * retry after a failed try, and the job's export (what success waits for:
+ * the final checkpoint and the export land or fail for good). */
+bool uploader_job_busy(uploader *u, int64_t job_id, bool final);
+/* A job with checkpoint.store finished: queue the upload of its export/
+ * (if the engine wrote one) to STORE/job-<id>/export/. Tried once (each
+ * request retried by storage/); success leaves <job dir>/export.uploaded,
+ * failure sets the job's checkpoint_error. */
+void uploader_export(uploader *u, int64_t job_id);
 /* Aborts the job's running uploads (store_cancel); they go back to the
  * queue and are tried again later. */
 void uploader_cancel_job(uploader *u, int64_t job_id);
@@ -78,6 +85,19 @@ bool upload_start_needs_fetch(srv *s, int64_t job_id, const char *spec_json, con
  * clear reason to fail the start. */
 int upload_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **resume,
                          char **spec_text, upload_fetch *f, ty_err *err);
+
+/* Before a job with a store may end `succeeded`: is its result in the
+ * store? False, with why (one sentence naming the store and the reason),
+ * when the newest checkpoint is not committed or the export was not
+ * uploaded; true for a job without a store. */
+bool upload_job_verdict(srv *s, int64_t job_id, char *why, size_t cap);
+
+/* POST /jobs: writes and deletes a probe object in checkpoint.store with
+ * the server's credentials (store_probe), each request bounded by a few
+ * seconds so a dead endpoint cannot hold the HTTP thread for long. On
+ * failure err->field is "checkpoint.store" and err->msg names the URI and
+ * the service's reason. */
+int upload_probe_store(srv *s, const char *uri, ty_err *err);
 
 /* "job-<id>/<dir>": where a checkpoint lives under its store root. */
 void upload_remote_prefix(int64_t job_id, const char *dir, char *out, size_t cap);

@@ -272,6 +272,8 @@ int store_http_do(store *s, const http_req *rq, http_resp *rs, int *retryable, t
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, s ? s->tune.connect_timeout_s : 10L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, s ? s->tune.stall_timeout_s : 30L);
+    if (s && s->tune.request_timeout_s > 0)
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, s->tune.request_timeout_s);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);

@@ -60,6 +60,8 @@ typedef struct store_config {
     int retry_max_ms;             /* backoff cap; default 10 s */
     long connect_timeout_s;       /* default 10 */
     long stall_timeout_s; /* abort a transfer slower than 1 KiB/s for this long; default 30 */
+    long request_timeout_s; /* whole-request limit (each attempt); default 0 = none. The
+                               server's store probe sets it so a submit never hangs. */
 } store_config;
 
 /* Defaults, with use_env = 1. */
@@ -115,6 +117,21 @@ void store_listing_free(store_listing *l);
  * says so (file, GCS, Azure; S3 answers 204 either way, so 0); callers that
  * only want it gone (retention) treat TY_ENOENT as done. */
 int store_delete(store *s, const char *key, ty_err *err);
+
+/* Writes a small object with a unique name (".trainyard-probe-<16 hex>")
+ * under the store's root, then deletes it: the calls the upload queue and
+ * retention will make, with the same credentials. key_out (may be NULL)
+ * receives the object's name. On failure err->msg says which of the two
+ * steps failed and the service's reason; the caller adds the store URI. */
+int store_probe(store *s, char *key_out, size_t key_cap, ty_err *err);
+
+/* Uploads every regular file under local_dir (subdirectories included) to
+ * remote_prefix/<relative path>, in name order, checking each landed with
+ * its size. No manifest and no commit marker: the caller records the
+ * outcome. TY_ENOENT if the directory is missing or holds no file;
+ * symlinks and other special files are refused (TY_EINVAL). */
+int store_put_dir(store *s, const char *local_dir, const char *remote_prefix, uint64_t *bytes_out,
+                  int *files_out, ty_err *err);
 
 /* --- checkpoints (DESIGN.md §6) -------------------------------------------
  * A checkpoint is a local directory with MANIFEST.json listing its files

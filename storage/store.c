@@ -71,6 +71,7 @@ static void tuning_from(store_tuning *t, const store_config *c)
     t->retry_max_ms = c->retry_max_ms > 0 ? c->retry_max_ms : 10000;
     t->connect_timeout_s = c->connect_timeout_s > 0 ? c->connect_timeout_s : 10;
     t->stall_timeout_s = c->stall_timeout_s > 0 ? c->stall_timeout_s : 30;
+    t->request_timeout_s = c->request_timeout_s > 0 ? c->request_timeout_s : 0;
 }
 
 int store_open(const char *uri, const store_config *cfg_in, store **out, ty_err *err)

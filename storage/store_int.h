@@ -31,7 +31,7 @@ typedef struct store_backend {
 typedef struct store_tuning {
     uint64_t multipart_threshold, part_size;
     int parallel, max_attempts, retry_base_ms, retry_max_ms;
-    long connect_timeout_s, stall_timeout_s;
+    long connect_timeout_s, stall_timeout_s, request_timeout_s;
 } store_tuning;
 
 struct store {

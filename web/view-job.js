@@ -50,6 +50,9 @@ export function mount(main, app, {id}) {
   };
   const actionError = h('p', {class: 'error', id: 'action-error', role: 'alert', hidden: true});
   const jobError = h('p', {class: 'error job-error', hidden: true});
+  // An upload to the job's store that failed for good: shown whatever the
+  // state, so a succeeded job never looks fine when a checkpoint is missing.
+  const ckptError = h('p', {class: 'error checkpoint-error', id: 'checkpoint-error', role: 'alert', hidden: true});
   const loadError = h('p', {class: 'error', id: 'load-error', hidden: true});
   const summary = h('div', {class: 'summary'});
   const streamState = h('span', {class: 'stream-state'});
@@ -68,7 +71,7 @@ export function mount(main, app, {id}) {
     h('div', {class: 'view-head'},
       h('a', {href: '#/', class: 'back'}, '← Jobs'), title, badge, h('span', {class: 'spacer'}),
       h('div', {class: 'actions'}, buttons.pause, buttons.resume, buttons.cancel, buttons.delete)),
-    actionError, loadError, jobError, summary,
+    actionError, loadError, jobError, ckptError, summary,
     h('section', {class: 'charts'},
       h('div', {class: 'charts-head'}, h('h2', null, 'Training'), streamState),
       h('div', {class: 'chart-grid'}, charts.loss.element, charts.lr.element, charts.tps.element,
@@ -126,6 +129,8 @@ export function mount(main, app, {id}) {
       job.finished_at ? item('Finished', fmtTime(job.finished_at)) : null);
     jobError.hidden = !job.error;
     jobError.textContent = job.error ? `Error: ${typeof job.error === 'string' ? job.error : JSON.stringify(job.error)}` : '';
+    ckptError.hidden = !job.checkpoint_error;
+    ckptError.textContent = job.checkpoint_error ? `Not in the store: ${job.checkpoint_error}` : '';
     showGpuCharts(job.gpus && job.gpus.length > 0 || !!(job.spec && job.spec.resources && job.spec.resources.gpus));
     const xmax = max ? Number(max) : null;
     charts.loss.setXMax(xmax); charts.lr.setXMax(xmax); charts.tps.setXMax(xmax);
@@ -222,6 +227,8 @@ export function mount(main, app, {id}) {
         break;
       case 'checkpoint':
         later('ckpt', loadCheckpoints, 300);
+        // A failed upload may have set the job's checkpoint_error.
+        if (d.state === 'failed') later('job', refreshJob, 300);
         break;
       case 'started':
         if (job) { job.engine = d; scheduleSummary(); }

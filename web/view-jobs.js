@@ -75,7 +75,10 @@ export function mount(main, app, params) {
     },
     h('td', {class: 'num'}, h('a', {href: `#/jobs/${j.id}`}, String(j.id))),
     h('td', {class: 'name'}, j.name || (j.spec && j.spec.name) || '–'),
-    h('td', {class: 'state-cell'}, stateBadge(j.state)),
+    h('td', {class: 'state-cell'}, stateBadge(j.state),
+      // An upload to the store failed for good: never a plain "succeeded".
+      j.checkpoint_error ? h('span', {class: 'ckpt-warn', title: `Not in the store: ${j.checkpoint_error}`,
+        'aria-label': 'checkpoint upload failed'}, ' ⚠') : null),
     h('td', null, (j.spec && j.spec.method) || 'full'),
     h('td', {class: 'model', title: (j.spec && j.spec.model && j.spec.model.path) || ''}, modelLabel(j.spec)),
     h('td', {class: 'progress-cell'}, progressCell(j)),

@@ -138,7 +138,7 @@ int main(void)
     expect_event(&ev, "local");
     CHECK(count(d, "pending") == 1);
     int busy = 0;
-    CHECK(db_upload_busy(d, job, &busy, &err) == 0 && busy == 1);
+    CHECK(db_upload_busy(d, job, false, &busy, &err) == 0 && busy == 1);
     CHECK(db_upload_claim(d, now, &u, &ev, &err) == 0);
     expect_event(&ev, "uploading");
     CHECK(!strcmp(u.op, "put") && u.job_id == job && u.step == 5 && u.attempts == 1);
@@ -155,7 +155,8 @@ int main(void)
                            &err) == 0);
     expect_event(&ev, "failed");
     expect_state(d, job, 5, "failed");
-    CHECK(db_upload_busy(d, job, &busy, &err) == 0 && busy == 0); /* tried: nobody waits */
+    CHECK(db_upload_busy(d, job, false, &busy, &err) == 0 && busy == 0); /* tried: a pause does not wait */
+    CHECK(db_upload_busy(d, job, true, &busy, &err) == 0 && busy == 1);  /* success waits for the retry */
     CHECK(db_upload_claim(d, now, &u2, NULL, &err) == TY_ENOENT); /* not due yet */
     db_upload_clear(&u);
     CHECK(db_upload_claim(d, now + 60000, &u, &ev, &err) == 0);

@@ -9,7 +9,7 @@ usage: faultproxy.py PORT UPSTREAM_URL RULES_JSON LOG_JSONL
 
 RULES_JSON is re-read whenever it changes: a list of
   {"method": "PUT", "query": "partNumber=2", "path": "optimizer",
-   "action": "500" | "503" | "reset" | "truncate" | "corrupt_request" | "corrupt_response" | "hang",
+   "action": "500" | "503" | "403" | "reset" | "truncate" | "corrupt_request" | "corrupt_response" | "hang",
    "times": N (-1 = always), "skip": K}
 where method/query/path are optional substring matches."""
 import http.client
@@ -93,8 +93,10 @@ class Proxy(BaseHTTPRequestHandler):
             # answer normally: a client without a timeout would accept this
             # late reply and never send the request again.
             time.sleep(20)
-        if action in ("500", "503"):
-            msg = b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
+        if action in ("500", "503", "403"):
+            # 403 is a refusal clients must not retry (a revoked key).
+            code = b"AccessDenied" if action == "403" else b"InternalError"
+            msg = b"<Error><Code>" + code + b"</Code><Message>injected</Message></Error>"
             self.send_response(int(action))
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(msg)))
