@@ -976,11 +976,31 @@ static void do_export(uploader *u, int64_t job_id)
     }
     if (rc == 0)
         rc = ty_write_file_atomic(marker, remote, strlen(remote), &err);
+    bool stopping = false;
+    pthread_mutex_lock(&u->mu);
+    stopping = u->stop;
+    pthread_mutex_unlock(&u->mu);
     if (rc == 0) {
         snprintf(line, sizeof line, "export uploaded to %s (%d files, %llu bytes)", remote, files,
                  (unsigned long long)bytes);
         job_log(s, job_id, "info", line);
         up_log("job %lld: %s", (long long)job_id, line);
+        /* An earlier failed try of this export (before a restart) no
+         * longer holds. */
+        db *d = srv_db(s);
+        db_job j;
+        if (d && db_job_get(d, job_id, &j, &err) == 0) {
+            if (j.checkpoint_error && !strncmp(j.checkpoint_error, "export not uploaded", 19)) {
+                db_job_update cl = {.has_checkpoint_error = true, .checkpoint_error = NULL};
+                db_job_update_fields(d, job_id, &cl, &err);
+            }
+            db_job_free(&j);
+        }
+    } else if (rc == TY_ESTATE && stopping) {
+        /* Shutdown: the job still waits (stop_intent), and the restart's
+         * recovery uploads the export again. Not a failure of the job. */
+        up_log("job %lld: export upload interrupted by shutdown; retried after the restart",
+               (long long)job_id);
     } else if (p.store) {
         char reason[700];
         snprintf(reason, sizeof reason, "%s%s", rc == TY_ESTATE ? "upload cancelled: " : "",

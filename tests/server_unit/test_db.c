@@ -74,10 +74,12 @@ int main(void)
     CHECK(db_user_version(d) == DB_SCHEMA_VERSION);
     db_close(d);
 
-    /* Upgrade from N-1 keeps the data written at N-1. */
-    CHECK(db_open_at_version(old, DB_SCHEMA_VERSION - 1, &d, &err) == 0);
-    CHECK(db_user_version(d) == DB_SCHEMA_VERSION - 1);
-    CHECK(has_column(old, "jobs", "run_ms") && !has_column(old, "tokens", "scopes"));
+    /* Upgrade from version 4 (before token scopes, 5, and checkpoint_error,
+     * 6) runs every later migration and keeps the data written at 4. */
+    CHECK(db_open_at_version(old, 4, &d, &err) == 0);
+    CHECK(db_user_version(d) == 4);
+    CHECK(has_column(old, "jobs", "run_ms") && !has_column(old, "tokens", "scopes") &&
+          !has_column(old, "jobs", "checkpoint_error"));
     {
         /* A token from before scopes (migration 5) keeps every right. */
         sqlite3 *h;
@@ -95,7 +97,7 @@ int main(void)
     CHECK(db_open(old, &d, &err) == 0);
     CHECK(db_user_version(d) == DB_SCHEMA_VERSION);
     CHECK(has_column(old, "jobs", "run_ms") && has_column(old, "jobs", "run_since_ms"));
-    CHECK(has_column(old, "tokens", "scopes"));
+    CHECK(has_column(old, "tokens", "scopes") && has_column(old, "jobs", "checkpoint_error"));
     {
         db_token *toks;
         int nt;
@@ -106,7 +108,16 @@ int main(void)
     db_job j;
     CHECK(db_job_get(d, id, &j, &err) == 0);
     CHECK(!strcmp(j.name, "kept") && j.max_steps == 7 && j.state == JOB_QUEUED);
-    CHECK(j.run_ms == 0 && j.run_since_ms == 0);
+    CHECK(j.run_ms == 0 && j.run_since_ms == 0 && j.checkpoint_error == NULL);
+    db_job_free(&j);
+    /* checkpoint_error is set and cleared like any other field. */
+    db_job_update ce = {.has_checkpoint_error = true, .checkpoint_error = "step-000001 not uploaded"};
+    CHECK(db_job_update_fields(d, id, &ce, &err) == 0 && db_job_get(d, id, &j, &err) == 0);
+    CHECK(j.checkpoint_error && !strcmp(j.checkpoint_error, "step-000001 not uploaded"));
+    db_job_free(&j);
+    ce.checkpoint_error = NULL;
+    CHECK(db_job_update_fields(d, id, &ce, &err) == 0 && db_job_get(d, id, &j, &err) == 0);
+    CHECK(j.checkpoint_error == NULL);
     db_job_free(&j);
 
     /* Running time: counted from starting until paused, not while paused,

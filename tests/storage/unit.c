@@ -542,6 +542,67 @@ static void test_file_backend(void)
     ty_rm_rf(root, NULL);
 }
 
+/* store_probe writes and removes one uniquely named object; a root that
+ * cannot be written fails naming the probe step. store_put_dir uploads a
+ * tree as it is and refuses what is not a file or directory. */
+static void test_probe_and_dir(void)
+{
+    char root[] = "/tmp/ty-storage-probe-XXXXXX";
+    CHECK(mkdtemp(root) != NULL, "mkdtemp");
+    char uri[320], p[1024], key[64] = "";
+    snprintf(uri, sizeof uri, "file://%s/store", root);
+    store *s = NULL;
+    ty_err err = {0};
+    CHECK(store_open(uri, NULL, &s, &err) == 0, "%s", err.msg);
+    if (!s) return;
+    CHECK(store_probe(s, key, sizeof key, &err) == 0, "%s", err.msg);
+    CHECK(!strncmp(key, ".trainyard-probe-", 17) && strlen(key) == 17 + 16, "probe key %s", key);
+    store_listing l;
+    CHECK(store_list(s, "", &l, &err) == 0 && l.n == 0, "probe left %zu object(s)", l.n);
+    store_listing_free(&l);
+    char key2[64];
+    CHECK(store_probe(s, key2, sizeof key2, &err) == 0 && strcmp(key, key2), "names are unique");
+
+    /* A tree: nested files land under the prefix, sizes checked. */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/export", root);
+    snprintf(p, sizeof p, "%s/sub", dir);
+    ty_mkdir_p(p, NULL);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    write_bytes(p, 200000, 3);
+    snprintf(p, sizeof p, "%s/sub/tokenizer.json", dir);
+    write_bytes(p, 10, 4);
+    uint64_t bytes = 0;
+    int files = 0;
+    CHECK(store_put_dir(s, dir, "job-3/export/", &bytes, &files, &err) == 0, "%s", err.msg);
+    CHECK(bytes == 200010 && files == 2, "put_dir %llu bytes, %d files",
+          (unsigned long long)bytes, files);
+    CHECK(store_list(s, "job-3/export/", &l, &err) == 0 && l.n == 2 &&
+          !strcmp(l.items[0].key, "job-3/export/model.safetensors") &&
+          !strcmp(l.items[1].key, "job-3/export/sub/tokenizer.json"), "export listing");
+    store_listing_free(&l);
+    snprintf(p, sizeof p, "%s/link", dir);
+    CHECK(symlink("/etc/hostname", p) == 0, "symlink");
+    CHECK(store_put_dir(s, dir, "job-4/export", &bytes, &files, &err) == TY_EINVAL,
+          "a symlink is refused: %s", err.msg);
+    snprintf(p, sizeof p, "%s/empty", root);
+    ty_mkdir_p(p, NULL);
+    CHECK(store_put_dir(s, p, "job-5/export", &bytes, &files, &err) == TY_ENOENT, "empty dir");
+    store_close(s);
+
+    /* The store's root is a file: the probe cannot write, and says so. */
+    snprintf(p, sizeof p, "%s/blocked", root);
+    write_bytes(p, 1, 0);
+    snprintf(uri, sizeof uri, "file://%s/blocked/store", root);
+    s = NULL;
+    if (store_open(uri, NULL, &s, &err) == 0) {
+        CHECK(store_probe(s, NULL, 0, &err) != 0 && strstr(err.msg, "cannot write probe object"),
+              "blocked root: %s", err.msg);
+        store_close(s);
+    }
+    ty_rm_rf(root, NULL);
+}
+
 int main(void)
 {
     test_sigv4_vectors();
@@ -550,6 +611,7 @@ int main(void)
     test_secrets();
     test_cancel();
     test_file_backend();
+    test_probe_and_dir();
     if (failures) {
         fprintf(stderr, "storage unit: %d failure(s)\n", failures);
         return 1;

@@ -7,7 +7,8 @@ checked: checkpoints land in the bucket (read back with /usr/bin/aws and the
 Azure REST API) and go `committed` in the API; keep_last leaves exactly N
 remotely; a resume after the local job directory is deleted downloads the
 newest committed checkpoint and continues from its step; an emulator that
-is down fails the upload with a reason and a later retry commits it; a
+is down fails the upload with a reason, the job whose final checkpoint is
+not stored ends failed saying so, and a later retry commits it; a
 server killed with -9 mid-upload resumes its queue; remote model/dataset
 URIs are fetched into the cache, on a fetch thread that neither blocks
 other jobs nor a cancel or pause of the fetching job; credentials never show in the API, the
@@ -189,16 +190,22 @@ def s3_fault_and_kill9():
     srv = new_server(lambda d: s3_config(d, url), "--upload-workers", "1", "--upload-wait", "30")
     model, train = inputs(srv, {"step_ms": 30})
 
-    # Emulator down: the upload fails with a reason, and is retried later.
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    s = T.spec(model, train, max_steps=6,
+    # Emulator down after the submit (which probed it): the upload fails
+    # with a reason and is retried; success waits for the retries up to
+    # --upload-wait, and a job whose final checkpoint is still not in the
+    # store then ends failed, saying so (never "succeeded").
+    slow6 = T.model_dir(srv.tmp, {"step_ms": 400}, name="slow6")
+    s = T.spec(slow6, train, max_steps=6,
                checkpoint={"every_steps": 6, "store": "s3://ckpts/runs"})
     jid = srv.submit(s)["id"]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
     cks = wait_for(lambda: [c for c in checkpoints(srv, jid) if c["state"] == "failed"], 90,
                    "a failed upload")
     check(cks[0]["error"] and "attempt 1" in cks[0]["error"], "failure has a reason: %r" % cks[0])
-    srv.wait_state(jid, "succeeded", timeout=60)  # a failed upload never holds the job
+    j = srv.wait_state(jid, ["succeeded", "failed"], timeout=90)
+    check(j["state"] == "failed" and "step-000006 is not in s3://ckpts/runs" in j["error"] and
+          "stays queued" in j["error"], "the job says its final checkpoint is not stored: %r" % j)
     # The same emulator comes back on the same port (fresh data): retried → committed.
     d = H.tmpdir("s3rver-again")
     os.makedirs(os.path.join(d, "data"))
@@ -211,12 +218,15 @@ def s3_fault_and_kill9():
     check(any(k.endswith("MANIFEST.json") for k in s3_keys(url, "s3://ckpts/runs/job-%d/" % jid)),
           "manifest in the bucket after the retry")
 
-    # kill -9 mid-upload: a stalled emulator keeps the upload running.
+    # kill -9 mid-upload: a stalled emulator keeps the upload running (it
+    # stops after the submit's probe; a checkpoint before that commits and
+    # a later one stalls).
+    slow = T.model_dir(srv.tmp, {"step_ms": 100}, name="slow")
+    s2 = T.spec(slow, train, max_steps=12,
+                checkpoint={"every_steps": 3, "store": "s3://ckpts/runs"})
+    j2 = srv.submit(s2)["id"]
     os.killpg(p2.pid, signal.SIGSTOP)
     try:
-        s2 = T.spec(model, train, max_steps=6,
-                    checkpoint={"every_steps": 3, "store": "s3://ckpts/runs"})
-        j2 = srv.submit(s2)["id"]
         wait_for(lambda: any(c["state"] == "uploading" for c in checkpoints(srv, j2)), 60,
                  "an upload in flight")
         srv.kill9()
@@ -232,11 +242,10 @@ def s3_fault_and_kill9():
     srv.stop()
     srv.extra += ["--upload-wait", "2"]
     srv.start()
+    j3 = srv.submit(T.spec(slow, train, max_steps=300,
+                           checkpoint={"every_steps": 2, "store": "s3://ckpts/runs"}))["id"]
     os.killpg(p2.pid, signal.SIGSTOP)
     try:
-        slow = T.model_dir(srv.tmp, {"step_ms": 100}, name="slow")
-        j3 = srv.submit(T.spec(slow, train, max_steps=300,
-                               checkpoint={"every_steps": 2, "store": "s3://ckpts/runs"}))["id"]
         wait_for(lambda: any(c["state"] == "uploading" for c in checkpoints(srv, j3)), 60,
                  "an upload of job %d in flight" % j3)
         check(srv.post("/jobs/%d/pause" % j3).status == 202, "pause accepted")

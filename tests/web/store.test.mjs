@@ -1,0 +1,80 @@
+// store.test.mjs — the dashboard never shows a job as fine when its
+// checkpoints are not in its store (issue 9, item 4).
+//
+//   node store.test.mjs --trainyard BIN --engine BIN --out DIR
+//
+// A real `trainyard serve` with the test engine and a file:// checkpoint
+// store that stops taking writes right after the submit (its directory is
+// replaced by a file): the job view shows the job's checkpoint_error as
+// soon as an upload fails for good, the job ends failed with the reason
+// naming the store, and the jobs list marks the job.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import {parseArgs} from 'node:util';
+import {launch, closeBrowser} from './browser.mjs';
+import {Daemon} from './daemon.mjs';
+
+const {values: args} = parseArgs({options: {
+  trainyard: {type: 'string'}, engine: {type: 'string'}, out: {type: 'string'},
+}});
+for (const k of ['trainyard', 'engine', 'out']) {
+  if (!args[k]) { console.error(`store.test.mjs: --${k} is required`); process.exit(2); }
+}
+const outDir = path.join(args.out, 'store');
+fs.rmSync(outDir, {recursive: true, force: true});
+fs.mkdirSync(outDir, {recursive: true});
+
+let daemon, browser, page;
+const pageErrors = [];
+
+test.before(async () => {
+  // One try per upload: the first failure is final, so the test does not
+  // wait out the retry backoff.
+  daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
+    extra: ['--cpu-slots', '1', '--gpus', 'none', '--upload-attempts', '1']});
+  await daemon.start();
+  browser = await launch();
+  page = browser.context.pages()[0] || await browser.context.newPage();
+  page.setDefaultTimeout(60000);
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+});
+
+test.after(async () => {
+  if (page) {
+    try { await page.screenshot({path: path.join(outDir, 'last-page.png'), fullPage: true}); } catch { /* closed */ }
+  }
+  await closeBrowser(browser);
+  if (daemon) {
+    await daemon.cleanup();
+    assert.deepEqual(daemon.sanitizerReports(), [], 'the daemon reported memory or UB errors');
+  }
+});
+
+test('a store that stops taking writes: the job view and the list say so, the job fails', async () => {
+  const storeDir = path.join(daemon.root, 'store');
+  fs.mkdirSync(storeDir);
+  const uri = `file://${storeDir}`;
+  const model = daemon.fixture('steady', {step_ms: 80});
+  const spec = daemon.spec('broken-store', model, {maxSteps: 40, ckptEvery: 10});
+  spec.checkpoint.store = uri;
+  const job = await daemon.api('/jobs', {method: 'POST', body: spec}); // the probe passed
+  fs.rmSync(storeDir, {recursive: true, force: true});
+  fs.writeFileSync(storeDir, 'not a directory any more\n');
+
+  await page.goto(`${daemon.base}/#/jobs/${job.id}`);
+  await page.waitForSelector('#checkpoint-error:not([hidden])');
+  assert.match(await page.textContent('#checkpoint-error'),
+    new RegExp(`^Not in the store: step-\\d{6} not uploaded to ${uri}: `));
+  await page.waitForSelector('#job-view[data-state="failed"]');
+  assert.match(await page.textContent('.job-error'),
+    new RegExp(`final checkpoint step-000040 is not in ${uri}`));
+  await page.screenshot({path: path.join(outDir, 'job-view.png'), fullPage: true});
+
+  await page.goto(`${daemon.base}/#/`);
+  const warn = `tr[data-job-id="${job.id}"] .ckpt-warn`;
+  await page.waitForSelector(warn);
+  assert.match(await page.getAttribute(warn, 'title'), new RegExp(`not uploaded to ${uri}`));
+  assert.deepEqual(pageErrors, []);
+});
