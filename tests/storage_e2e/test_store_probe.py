@@ -151,10 +151,13 @@ def store_fails_mid_job():
     # One intermediate checkpoint refused for good (403 is never retried);
     # the final one lands: succeeded, and checkpoint_error says which is
     # missing from the bucket.
+    # (The rule is in place before the submit, whose probe it does not
+    # match: step-000004 is this job's alone, the next one checkpoints
+    # every 5 steps.)
+    proxy.set([{"method": "PUT", "path": "/checkpoints/step-000004/", "action": "403",
+                "times": -1}])
     jid = srv.submit(T.spec(model, train, max_steps=12,
                             checkpoint={"every_steps": 4, "store": "s3://ckpts/runs"}))["id"]
-    proxy.set([{"method": "PUT", "path": "job-%d/checkpoints/step-000004/" % jid,
-                "action": "403", "times": -1}])
     j = srv.wait_state(jid, ["succeeded", "failed"], timeout=120)
     cks = {c["step"]: c for c in E.checkpoints(srv, jid)}
     check(j["state"] == "succeeded", "the final checkpoint is in the store: %r / %r" % (j, cks))
@@ -209,8 +212,8 @@ def export_upload():
 
     # The export's upload refused: the checkpoints are there, the job is not
     # told it succeeded.
+    proxy.set([{"method": "PUT", "path": "/export/", "action": "403", "times": -1}])
     j2 = srv.submit(s)["id"]
-    proxy.set([{"method": "PUT", "path": "job-%d/export/" % j2, "action": "403", "times": -1}])
     j = srv.wait_state(j2, ["succeeded", "failed"], timeout=120)
     check(j["state"] == "failed" and "export was not uploaded to s3://ckpts/runs" in j["error"],
           "job: %r" % j)
