@@ -68,6 +68,8 @@ test('a store that stops taking writes: the job view and the list say so, the jo
   assert.match(await page.textContent('#checkpoint-error'),
     new RegExp(`^Not in the store: step-\\d{6} not uploaded to ${uri}: `));
   await page.waitForSelector('#job-view[data-state="failed"]');
+  // The state event comes first; the error arrives with the job's re-read.
+  await page.waitForSelector('.job-error:not([hidden])');
   assert.match(await page.textContent('.job-error'),
     new RegExp(`final checkpoint step-000040 is not in ${uri}`));
   await page.screenshot({path: path.join(outDir, 'job-view.png'), fullPage: true});
