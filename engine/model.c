@@ -530,7 +530,7 @@ int model_alloc_acts(model *m, int B, int T, ty_err *err)
     const model_config *c = &m->cfg;
     size_t N = (size_t)B * T, C = (size_t)c->dim, F = (size_t)c->ffn, V = (size_t)c->vocab;
     size_t QD = (size_t)c->n_head * c->head_dim, KD = (size_t)c->n_kv_head * c->head_dim;
-    size_t ATT = (size_t)B * c->n_head * T * T;
+    size_t LSE = (size_t)B * c->n_head * T; /* attention keeps one number per row */
     int gpt2 = c->arch == ARCH_GPT2;
     /* Two passes: the first measures, the second assigns views. */
     float *base = NULL;
@@ -555,7 +555,7 @@ int model_alloc_acts(model *m, int B, int T, ty_err *err)
                 a->k = TAKE(N * KD);
                 a->v = TAKE(N * KD);
             }
-            a->att = TAKE(ATT);
+            a->lse = TAKE(LSE);
             a->atty = TAKE(N * QD);
             a->res2 = TAKE(N * C);
             a->ln2 = TAKE(N * C);
@@ -607,7 +607,8 @@ int model_alloc_acts(model *m, int B, int T, ty_err *err)
 
 /* ---- forward ----------------------------------------------------------- */
 
-double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
+/* Everything up to the logits: m->logits[N,V] for the B x T host inputs. */
+static void forward_logits(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
@@ -630,7 +631,7 @@ double model_forward(model *m, const int32_t *inputs, const int32_t *targets, in
             kn_matmul_fwd(k, a->q, a->ln1, P(m, L->attn_w), P(m, L->attn_b), N, C, 3 * C);
             if (m->lora) lora_fwd(m->lora, l, LS_ATTN, a->q, a->ln1, N);
             /* atty[N,C] = causal attention over heads of the fused rows */
-            kn_attention_fwd(k, a->atty, a->att, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
+            kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
         } else {
             /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
             kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, P(m, L->ln1_w), N, C, c->norm_eps);
@@ -642,7 +643,7 @@ double model_forward(model *m, const int32_t *inputs, const int32_t *targets, in
             if (m->lora) lora_fwd(m->lora, l, LS_V, a->v, a->ln1, N);
             kn_rope_fwd(k, a->q, B, T, Hq, D, QD, c->rope_theta, 0);
             kn_rope_fwd(k, a->k, B, T, Hkv, D, KD, c->rope_theta, 0);
-            kn_attention_fwd(k, a->atty, a->att, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
+            kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
         }
         /* res2[N,C] = x + atty Wo^T + bo */
         kn_matmul_fwd(k, m->tmp, a->atty, P(m, L->o_w), P(m, L->o_b), N, QD, C);
@@ -674,13 +675,20 @@ double model_forward(model *m, const int32_t *inputs, const int32_t *targets, in
     if (gpt2) kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, P(m, m->lnf_w), P(m, m->lnf_b), N, C, c->norm_eps);
     else kn_rmsnorm_fwd(k, m->lnf, m->lnf_rstd, x, P(m, m->lnf_w), N, C, c->norm_eps);
     kn_matmul_fwd(k, m->logits, m->lnf, P(m, m->lm_head), NULL, N, C, V);
-    kn_crossentropy_fwd(k, m->losses, m->logits, m->targets, N, V);
-    return kn_sum(k, m->losses, (size_t)N);
+}
+
+double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
+{
+    int N = B * T;
+    forward_logits(m, inputs, targets, B, T);
+    kn_crossentropy_fwd(m->kn, m->losses, m->logits, m->targets, N, m->cfg.vocab);
+    return kn_sum(m->kn, m->losses, (size_t)N);
 }
 
 /* ---- backward ---------------------------------------------------------- */
 
-void model_backward(model *m, int B, int T, float scale)
+/* Backward from dlogits (already in m->logits); adds into the gradients. */
+static void backward_from_logits(model *m, int B, int T)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
@@ -688,9 +696,8 @@ void model_backward(model *m, int B, int T, float scale)
     int QD = Hq * D, KD = Hkv * D, gpt2 = c->arch == ARCH_GPT2;
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
 
-    /* dlogits[N,V] overwrite logits; dlnf[N,C] = dlogits W_lm; dW_lm += dlogits^T lnf */
-    float *dlogits = m->logits;
-    kn_crossentropy_bwd(k, dlogits, m->logits, m->targets, N, V, scale);
+    /* dlnf[N,C] = dlogits W_lm; dW_lm += dlogits^T lnf */
+    const float *dlogits = m->logits;
     kn_zero(k, m->dln, NC);
     kn_matmul_bwd(k, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, P(m, m->lm_head), N, C, V);
     const float *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
@@ -734,7 +741,7 @@ void model_backward(model *m, int B, int T, float scale)
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             kn_zero(k, m->dq, (size_t)N * 3 * C);
-            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
+            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
             kn_matmul_bwd(k, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, P(m, L->attn_w), N, C, 3 * C);
             if (m->lora) lora_bwd(m->lora, l, LS_ATTN, m->dln, m->dq, a->ln1, N);
             kn_layernorm_bwd(k, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x, P(m, L->ln1_w), a->ln1_mean,
@@ -743,7 +750,7 @@ void model_backward(model *m, int B, int T, float scale)
             kn_zero(k, m->dq, (size_t)N * QD);
             kn_zero(k, m->dk, (size_t)N * KD);
             kn_zero(k, m->dv, (size_t)N * KD);
-            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->att, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
+            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
             kn_rope_bwd(k, m->dq, B, T, Hq, D, QD, c->rope_theta, 0);
             kn_rope_bwd(k, m->dk, B, T, Hkv, D, KD, c->rope_theta, 0);
             kn_matmul_bwd(k, m->dln, G(m, L->q_w), G(m, L->q_b), m->dq, a->ln1, P(m, L->q_w), N, C, QD);
@@ -760,4 +767,15 @@ void model_backward(model *m, int B, int T, float scale)
     if (m->frozen) return; /* no embedding gradients to accumulate */
     kn_embedding_bwd(k, G(m, m->wte), m->ids, m->dres, N, C);
     if (gpt2) kn_embedding_bwd(k, G(m, m->wpe), m->pos, m->dres, N, C);
+}
+
+double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale)
+{
+    int N = B * T;
+    forward_logits(m, inputs, targets, B, T);
+    /* losses[N] and dlogits[N,V] in one pass; dlogits overwrite the logits */
+    kn_crossentropy_fwd_bwd(m->kn, m->losses, m->logits, m->logits, m->targets, N, m->cfg.vocab, scale);
+    double sum = kn_sum(m->kn, m->losses, (size_t)N);
+    backward_from_logits(m, B, T);
+    return sum;
 }

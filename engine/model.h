@@ -47,7 +47,7 @@ typedef struct layer_ix {
 typedef struct layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd;
     float *q, *k, *v;       /* GPT-2: views into the fused qkv rows */
-    float *att, *atty;
+    float *lse, *atty;      /* attention: log-sum-exp per (b, head, row), output */
     float *res2, *ln2, *ln2_mean, *ln2_rstd;
     float *fc, *up, *act;   /* GPT-2: fc, -, gelu(fc); Llama: gate, up, swiglu */
     float *res3;
@@ -108,11 +108,13 @@ int model_load_optimizer(model *m, const char *path, ty_err *err);
 /* Allocates activations for micro-batches of up to B rows of T tokens. */
 int model_alloc_acts(model *m, int B, int T, ty_err *err);
 /* Forward pass on B x T host token ids and targets (-100 ignored); returns
- * the SUM of per-token cross-entropy over non-ignored targets. */
+ * the SUM of per-token cross-entropy over non-ignored targets (evaluation). */
 double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T);
-/* Backward of the last forward; adds into m->grads. dlogits are scaled by
- * `scale` (1 / non-ignored targets of the whole optimizer step). */
-void model_backward(model *m, int B, int T, float scale);
+/* One training micro-batch: forward, the fused cross-entropy forward and
+ * backward (dlogits scaled by `scale`, 1 / non-ignored targets of the whole
+ * optimizer step), and the backward, adding into m->grads (or the
+ * adapters'). Returns the loss SUM as model_forward does. */
+double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale);
 
 /* The HF name with the family prefix as transformers saves it. */
 void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n);

@@ -66,6 +66,7 @@ typedef struct run {
     int64_t last_ckpt;     /* step of the newest checkpoint written by us */
     int64_t eval_step;     /* step of the latest eval, -1 before any */
     double eval_loss;
+    char fallback[600];    /* backend auto fell back to the CPU: why ("" if not) */
 } run;
 
 static int fail(const char *prefix, const ty_err *e)
@@ -141,9 +142,14 @@ static int open_device(run *r, ty_err *err)
     jobspec_backend b = r->spec.backend;
     if (b == BACKEND_CUDA) return kn_open(&r->kn, KN_CUDA, r->a->local_rank, r->a->threads, err);
     /* auto: a GPU when the job was given one (resources.gpus > 0) and this
-     * build has one to offer, else the CPU. */
-    if (b == BACKEND_AUTO && r->spec.gpus > 0 && kn_open(&r->kn, KN_CUDA, r->a->local_rank, r->a->threads, NULL) == 0)
-        return 0;
+     * build has one to offer, else the CPU -- said out loud (log line and
+     * the started event's `fallback`), never silently. */
+    if (b == BACKEND_AUTO && r->spec.gpus > 0) {
+        ty_err cerr = {0};
+        if (kn_open(&r->kn, KN_CUDA, r->a->local_rank, r->a->threads, &cerr) == 0) return 0;
+        snprintf(r->fallback, sizeof r->fallback, "cuda unavailable (%s); running on the cpu", cerr.msg);
+        ev_log("backend auto: %s", r->fallback);
+    }
     return kn_open(&r->kn, KN_CPU, 0, r->a->threads, err);
 }
 
@@ -307,6 +313,7 @@ static int run_eval(run *r, double *loss, ty_err *err)
         }
         sum += model_forward(&r->m, r->in, r->tg, rows, T);
     }
+    if (kn_check(r->kn, err)) return -1;
     *loss = count ? sum / (double)count : NAN;
     return 0;
 }
@@ -358,9 +365,11 @@ static int train_step(run *r, step_result *out, ty_err *err)
             r->lora.training = 1;
             r->lora.rng_step = (uint64_t)r->step * (uint64_t)A + (uint64_t)a;
         }
-        sum += model_forward(m, r->in + (size_t)a * rowsz, r->tg + (size_t)a * rowsz, B, T);
-        model_backward(m, B, T, scale);
+        sum += model_forward_backward(m, r->in + (size_t)a * rowsz, r->tg + (size_t)a * rowsz, B, T, scale);
     }
+    /* A kernel failure (kn_fail) in any of those ops surfaces here, once per
+     * step, before anything is updated. */
+    if (kn_check(r->kn, err)) return -1;
     out->loss = sum / (double)count;
     if (!isfinite(out->loss)) return 0;
     /* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), applied if < 1 */
@@ -661,11 +670,14 @@ static int train_loop(run *r)
     /* rows: training rows per epoch (examples, or packed rows);
      * tokens_per_epoch: the positions they fill (rows x seq_len, padding
      * included, the unit of metric.tokens). */
-    ev_emit(json_pack("{s:s, s:I, s:I, s:i, s:s, s:s, s:s, s:I, s:I, s:I}", "ev", "started", "params",
+    json_t *started = json_pack("{s:s, s:I, s:I, s:i, s:s, s:s, s:s, s:I, s:I, s:I, s:s}", "ev", "started", "params",
                       (json_int_t)r->m.n_params, "trainable", (json_int_t)trainable, "world", r->a->world, "backend",
                       kn_device_name(r->kn), "method", jobspec_method_name(s->method), "format",
                       jobspec_format_name(s->format), "rows", (json_int_t)r->train.n, "eval_rows",
-                      (json_int_t)r->eval.n, "tokens_per_epoch", (json_int_t)r->train.n * s->seq_len));
+                      (json_int_t)r->eval.n, "tokens_per_epoch", (json_int_t)r->train.n * s->seq_len,
+                      "device", kn_describe(r->kn));
+    if (r->fallback[0]) json_object_set_new(started, "fallback", json_string(r->fallback));
+    ev_emit(started);
     ev_log("%s model, %zu parameters (%zu trainable), %d training rows, backend %s", r->m.cfg.model_type,
            r->m.n_params, trainable, r->train.n, kn_device_name(r->kn));
     int64_t win_t0 = ty_mono_ms(), win_tokens = r->tokens, run_t0 = win_t0, run_step0 = r->step;

@@ -8,6 +8,8 @@
 #include "backend.h"
 
 #include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +83,25 @@ static size_t slot_take(kn_ctx *c, const void *p, int *known)
     return bytes;
 }
 
+/* Op names in list order, for TY_KN_FAIL_OP. */
+static const char *const op_names[] = {
+#define KN_NAME(ret, name, params, args) #name,
+    KN_OPS(KN_NAME)
+#undef KN_NAME
+};
+
+/* TY_KN_FAIL_OP=<op> makes every call of that op fail as a device error
+ * would: the way tests reach the error path of the engine without a broken
+ * device. Unknown names are ignored (-1). */
+static int fail_op_from_env(void)
+{
+    const char *want = getenv("TY_KN_FAIL_OP");
+    for (int i = 0; want && i < KN_OP_COUNT; i++)
+        if (!strcmp(want, op_names[i]))
+            return i;
+    return -1;
+}
+
 /* ---- context and memory ----------------------------------------------- */
 
 int kn_open(kn_ctx **out, kn_device dev, int device_index, int n_threads, ty_err *err)
@@ -99,12 +120,21 @@ int kn_open(kn_ctx **out, kn_device dev, int device_index, int n_threads, ty_err
         return ty_err_set(err, TY_EINVAL, "unknown kernel device %d", (int)dev);
     if (n_threads < 0)
         return ty_err_set(err, TY_EINVAL, "n_threads must be >= 0, got %d", n_threads);
+    /* A backend that left an op out of its table is refused here, by name,
+     * rather than crashing on the first call. */
+    const char *be_label = be->name;
+#define KN_HAS(ret, op, params, args)                                                             \
+    if (!be->op)                                                                                   \
+        return ty_err_set(err, TY_EINVAL, "%s backend lacks op %s", be_label, #op);
+    KN_OPS(KN_HAS)
+#undef KN_HAS
 
     kn_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return ty_err_set(err, TY_ENOMEM, "out of memory opening a kernel context");
     c->dev = dev;
     c->be = be;
+    c->fail_op = fail_op_from_env();
     c->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
     if (c->n_threads < 1)
         c->n_threads = 1;
@@ -176,128 +206,47 @@ void kn_to_host(kn_ctx *c, void *host_dst, const void *src, size_t bytes)
 }
 void kn_sync(kn_ctx *c) { c->be->sync(c); }
 
-/* ---- operations: straight forwarding ----------------------------------- */
+/* ---- error channel ----------------------------------------------------- */
 
-void kn_zero(kn_ctx *c, float *x, size_t n) { c->be->zero(c, x, n); }
-void kn_copy(kn_ctx *c, float *dst, const float *src, size_t n) { c->be->copy(c, dst, src, n); }
-void kn_scale(kn_ctx *c, float *x, size_t n, float s) { c->be->scale(c, x, n, s); }
-void kn_axpy(kn_ctx *c, float *y, const float *x, size_t n, float a) { c->be->axpy(c, y, x, n, a); }
-void kn_add(kn_ctx *c, float *out, const float *a, const float *b, size_t n)
+void kn_fail(kn_ctx *c, int code, const char *fmt, ...)
 {
-    c->be->add(c, out, a, b, n);
-}
-double kn_sum(kn_ctx *c, const float *x, size_t n) { return c->be->sum(c, x, n); }
-double kn_sumsq(kn_ctx *c, const float *x, size_t n) { return c->be->sumsq(c, x, n); }
-int kn_nonfinite(kn_ctx *c, const float *x, size_t n) { return c->be->nonfinite(c, x, n); }
-
-void kn_embedding_fwd(kn_ctx *c, float *out, const int32_t *ids, const float *table, int N, int C,
-                      int accumulate)
-{
-    c->be->embedding_fwd(c, out, ids, table, N, C, accumulate);
-}
-void kn_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float *dout, int N, int C)
-{
-    c->be->embedding_bwd(c, dtable, ids, dout, N, C);
+    if (c->err_code)
+        return; /* the first failure is the one worth reporting */
+    c->err_code = code ? code : TY_EINTERNAL;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err_msg, sizeof c->err_msg, fmt, ap);
+    va_end(ap);
 }
 
-void kn_layernorm_fwd(kn_ctx *c, float *out, float *mean, float *rstd, const float *x,
-                      const float *w, const float *b, int N, int C, float eps)
+int kn_check(kn_ctx *c, ty_err *err)
 {
-    c->be->layernorm_fwd(c, out, mean, rstd, x, w, b, N, C, eps);
-}
-void kn_layernorm_bwd(kn_ctx *c, float *dx, float *dw, float *db, const float *dout,
-                      const float *x, const float *w, const float *mean, const float *rstd,
-                      int N, int C)
-{
-    c->be->layernorm_bwd(c, dx, dw, db, dout, x, w, mean, rstd, N, C);
-}
-void kn_rmsnorm_fwd(kn_ctx *c, float *out, float *rstd, const float *x, const float *w, int N,
-                    int C, float eps)
-{
-    c->be->rmsnorm_fwd(c, out, rstd, x, w, N, C, eps);
-}
-void kn_rmsnorm_bwd(kn_ctx *c, float *dx, float *dw, const float *dout, const float *x,
-                    const float *w, const float *rstd, int N, int C)
-{
-    c->be->rmsnorm_bwd(c, dx, dw, dout, x, w, rstd, N, C);
+    int code = c->err_code;
+    if (!code)
+        return 0;
+    c->err_code = 0;
+    return ty_err_set(err, code, "%s kernel: %s", c->be->name, c->err_msg);
 }
 
-void kn_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias, int N,
-                   int K, int M)
-{
-    c->be->matmul_fwd(c, out, x, w, bias, N, K, M);
-}
-void kn_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,
-                   const float *x, const float *w, int N, int K, int M)
-{
-    c->be->matmul_bwd(c, dx, dw, dbias, dout, x, w, N, K, M);
-}
+/* ---- operations, generated from kn_ops.h -------------------------------- */
 
-void kn_rope_fwd(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,
-                 int pos_offset)
-{
-    c->be->rope_fwd(c, x, B, T, H, D, ld, base, pos_offset);
-}
-void kn_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,
-                 int pos_offset)
-{
-    c->be->rope_bwd(c, dx, B, T, H, D, ld, base, pos_offset);
-}
-void kn_attention_fwd(kn_ctx *c, float *out, float *att, const float *q, const float *k,
-                      const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
-{
-    c->be->attention_fwd(c, out, att, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
-}
-void kn_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout,
-                      const float *att, const float *q, const float *k, const float *v, int B,
-                      int T, int Hq, int Hkv, int D, int ldq, int ldkv)
-{
-    c->be->attention_bwd(c, dq, dk, dv, dout, att, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
-}
-
-void kn_gelu_fwd(kn_ctx *c, float *out, const float *x, size_t n) { c->be->gelu_fwd(c, out, x, n); }
-void kn_gelu_bwd(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n)
-{
-    c->be->gelu_bwd(c, dx, dout, x, n);
-}
-void kn_swiglu_fwd(kn_ctx *c, float *out, const float *gate, const float *up, size_t n)
-{
-    c->be->swiglu_fwd(c, out, gate, up, n);
-}
-void kn_swiglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout, const float *gate,
-                   const float *up, size_t n)
-{
-    c->be->swiglu_bwd(c, dgate, dup, dout, gate, up, n);
-}
-void kn_dropout_fwd(kn_ctx *c, float *out, uint8_t *mask, const float *x, size_t n, float p,
-                    uint64_t seed, uint64_t offset)
-{
-    c->be->dropout_fwd(c, out, mask, x, n, p, seed, offset);
-}
-void kn_dropout_bwd(kn_ctx *c, float *dx, const float *dout, const uint8_t *mask, size_t n, float p)
-{
-    c->be->dropout_bwd(c, dx, dout, mask, n, p);
-}
-
-void kn_crossentropy_fwd(kn_ctx *c, float *losses, const float *logits, const int32_t *targets,
-                         int N, int V)
-{
-    c->be->crossentropy_fwd(c, losses, logits, targets, N, V);
-}
-void kn_crossentropy_bwd(kn_ctx *c, float *dlogits, const float *logits, const int32_t *targets,
-                         int N, int V, float scale)
-{
-    c->be->crossentropy_bwd(c, dlogits, logits, targets, N, V, scale);
-}
-
-void kn_crossentropy_fwd_bwd(kn_ctx *c, float *losses, float *dlogits, const float *logits,
-                             const int32_t *targets, int N, int V, float scale)
-{
-    c->be->crossentropy_fwd_bwd(c, losses, dlogits, logits, targets, N, V, scale);
-}
-
-void kn_adamw(kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,
-              float b1, float b2, float eps, float wd, int64_t t)
-{
-    c->be->adamw(c, p, g, m, v, n, lr, b1, b2, eps, wd, t);
-}
+/* Each kn_<op> forwards to ctx->be-><op>, unless an earlier op failed: then
+ * it does nothing (value ops return 0) until kn_check collects the error,
+ * the way a device's sticky error state behaves. */
+#define KN_RET_void
+#define KN_RET_int return
+#define KN_RET_double return
+#define KN_SKIP_void
+#define KN_SKIP_int 0
+#define KN_SKIP_double 0.0
+#define KN_DISPATCH(ret, name, params, args)                                                      \
+    ret kn_##name params                                                                           \
+    {                                                                                              \
+        if (c->fail_op == KN_OP_##name)                                                            \
+            kn_fail(c, TY_EIO, "%s failed (injected by TY_KN_FAIL_OP)", #name);                    \
+        if (c->err_code)                                                                           \
+            return KN_SKIP_##ret;                                                                  \
+        KN_RET_##ret c->be->name args;                                                             \
+    }
+KN_OPS(KN_DISPATCH)
+#undef KN_DISPATCH

@@ -1,13 +1,20 @@
 /* cpu_attention.c — rotary embeddings and causal grouped-query attention.
  *
- * Attention works on one (batch, head) at a time straight from the strided
- * q/k/v rows, so GPT-2's fused qkv buffer needs no split copy. The forward
- * splits (b, query head) across threads. The backward splits (b, kv head):
- * all query heads that share a kv head run on the same thread, so dk and dv
- * are accumulated by exactly one thread in a fixed order (no atomics, same
- * bits for any thread count). Products are single-threaded sgemm calls on
- * blocks of 64 query rows, covering only columns up to the block's end, so
- * about half of the T x T work is skipped by the causal mask. */
+ * Attention keeps no T x T matrix between the passes (FlashAttention-2's
+ * scheme, on the CPU): the forward saves the output and one log-sum-exp
+ * per (batch, head, row); the backward recomputes the probabilities tile by
+ * tile as P = exp(S - lse) and uses D_i = rowsum(dO_i * O_i) in place of
+ * rowsum(P_i * dP_i), so no tile needs its whole row. Saved memory is
+ * O(B H T); scratch is one block of rows per thread in the forward and two
+ * 64 x 64 tiles per thread in the backward.
+ *
+ * Work comes straight from the strided q/k/v rows, so GPT-2's fused qkv
+ * buffer needs no split copy. The forward splits (b, query head) across
+ * threads. The backward splits (b, kv head): all query heads that share a
+ * kv head run on the same thread, so dk and dv are accumulated by exactly
+ * one thread in a fixed order (no atomics, same bits for any thread count).
+ * Products are single-threaded sgemm calls; tiles above the diagonal are
+ * never computed, so about half of the T x T work is skipped. */
 #include "cpu.h"
 #include "cpu_math.h"
 
@@ -117,13 +124,14 @@ void cpu_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, floa
 
 /* ---- attention -------------------------------------------------------- */
 
-/* Query rows per block: the causal triangle is covered block by block, so
- * only columns j < (end of the block) are ever computed. */
+/* Query rows per block (forward and backward) and key columns per tile
+ * (backward). */
 #define ATT_BLOCK 64
 
-/* Row i of scores s[0..i] (already scaled) -> probabilities in place; the
- * masked tail s[i+1..T) is set to zero. */
-CPU_HOT static void softmax_causal_row(float *s, int i, int T)
+/* Row i of scores s[0..i] (already scaled) -> probabilities in place;
+ * returns the row's log-sum-exp, the one number the backward needs to
+ * rebuild the row (P_ij = exp(s_ij - lse_i)). */
+CPU_HOT static float softmax_causal_row(float *s, int i)
 {
     int n = i + 1;
     float mx = -INFINITY;
@@ -141,24 +149,10 @@ CPU_HOT static void softmax_causal_row(float *s, int i, int T)
 #pragma omp simd
     for (int j = 0; j < n; j++)
         s[j] *= inv;
-    for (int j = n; j < T; j++)
-        s[j] = 0.0f;
+    return mx + logf(sum);
 }
 
-/* dS = P * (dP - rowsum(P * dP)) * scale over j <= i, in place on dp. */
-CPU_HOT static void softmax_bwd_row(float *dp, const float *p, int i, float scale)
-{
-    int n = i + 1;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int j = 0; j < n; j++)
-        s += p[j] * dp[j];
-#pragma omp simd
-    for (int j = 0; j < n; j++)
-        dp[j] = p[j] * (dp[j] - s) * scale;
-}
-
-void cpu_attention_fwd(kn_ctx *c, float *out, float *att, const float *q, const float *k,
+void cpu_attention_fwd(kn_ctx *c, float *out, float *lse, const float *q, const float *k,
                        const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
 {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0)
@@ -166,32 +160,111 @@ void cpu_attention_fwd(kn_ctx *c, float *out, float *att, const float *q, const 
     int group = Hq / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     int ldo = Hq * D;
-#pragma omp parallel for schedule(static) num_threads(c->n_threads)
-    for (int bh = 0; bh < B * Hq; bh++) {
-        int b = bh / Hq, h = bh % Hq, g = h / group;
-        const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
-        const float *kb = k + (size_t)b * T * ldkv + (size_t)g * D;
-        const float *vb = v + (size_t)b * T * ldkv + (size_t)g * D;
-        float *ob = out + (size_t)b * T * ldo + (size_t)h * D;
-        float *ab = att + (size_t)bh * T * T;
-        for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-            int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, rows = i1 - i0;
-            float *a = ab + (size_t)i0 * T;
-            /* S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T */
-            cpu_sgemm(CblasNoTrans, CblasTrans, rows, i1, D, scale, qb + (size_t)i0 * ldq, ldq,
-                      kb, ldkv, 0.0f, a, T);
-            for (int r = 0; r < rows; r++)
-                softmax_causal_row(a + (size_t)r * T, i0 + r, T);
-            /* O[i0:i1] = P[i0:i1, 0:i1] V[0:i1] */
-            cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, i1, 1.0f, a, T, vb, ldkv, 0.0f,
-                      ob + (size_t)i0 * ldo, ldo);
+    int nt = c->n_threads < B * Hq ? c->n_threads : B * Hq;
+    int failed = 0;
+#pragma omp parallel num_threads(nt) reduction(| : failed)
+    {
+        /* One block of score rows, ATT_BLOCK x T: O(T) per thread. */
+        float *a = malloc((size_t)ATT_BLOCK * T * sizeof *a);
+        if (!a)
+            failed = 1;
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * Hq; bh++) {
+            if (!a)
+                continue;
+            int b = bh / Hq, h = bh % Hq, g = h / group;
+            const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
+            const float *kb = k + (size_t)b * T * ldkv + (size_t)g * D;
+            const float *vb = v + (size_t)b * T * ldkv + (size_t)g * D;
+            float *ob = out + (size_t)b * T * ldo + (size_t)h * D;
+            float *lb = lse + (size_t)bh * T;
+            for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+                int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, rows = i1 - i0;
+                /* S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T */
+                cpu_sgemm(CblasNoTrans, CblasTrans, rows, i1, D, scale, qb + (size_t)i0 * ldq, ldq,
+                          kb, ldkv, 0.0f, a, T);
+                for (int r = 0; r < rows; r++) {
+                    float *row = a + (size_t)r * T;
+                    lb[i0 + r] = softmax_causal_row(row, i0 + r);
+                    for (int j = i0 + r + 1; j < i1; j++)
+                        row[j] = 0.0f; /* the causal mask inside the block */
+                }
+                /* O[i0:i1] = P[i0:i1, 0:i1] V[0:i1] */
+                cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, i1, 1.0f, a, T, vb, ldkv, 0.0f,
+                          ob + (size_t)i0 * ldo, ldo);
+            }
         }
+        free(a);
+    }
+    if (failed)
+        kn_fail(c, TY_ENOMEM, "attention forward: out of memory for %d x %d scores", ATT_BLOCK, T);
+}
+
+/* One tile of the backward: rows [i0, i0+rows) of query head qb against key
+ * columns [j0, j0+cols). s and dp are ATT_BLOCK x ATT_BLOCK scratch. */
+CPU_HOT static void att_bwd_tile(float *s, float *dp, const float *qb, const float *kb,
+                                 const float *vb, const float *gb, const float *lb,
+                                 const float *db, float *dqb, float *dkb, float *dvb, int i0,
+                                 int rows, int j0, int cols, int D, int ldq, int ldkv, int ldo,
+                                 float scale)
+{
+    const int ld = ATT_BLOCK;
+    const float *qi = qb + (size_t)i0 * ldq, *gi = gb + (size_t)i0 * ldo;
+    const float *kj = kb + (size_t)j0 * ldkv, *vj = vb + (size_t)j0 * ldkv;
+    /* P = exp(scale Q_i K_j^T - lse_i), zero above the diagonal */
+    cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, scale, qi, ldq, kj, ldkv, 0.0f, s, ld);
+    for (int r = 0; r < rows; r++) {
+        float *pr = s + (size_t)r * ld, l = lb[i0 + r];
+        int n = i0 + r - j0 + 1; /* visible columns of this row */
+        if (n > cols)
+            n = cols;
+        if (n < 0)
+            n = 0;
+#pragma omp simd
+        for (int j = 0; j < n; j++)
+            pr[j] = cpu_expf(pr[j] - l);
+        for (int j = n; j < cols; j++)
+            pr[j] = 0.0f;
+    }
+    /* dV_j += P^T dO_i */
+    if (dvb)
+        cpu_sgemm(CblasTrans, CblasNoTrans, cols, D, rows, 1.0f, s, ld, gi, ldo, 1.0f,
+                  dvb + (size_t)j0 * ldkv, ldkv);
+    if (!dqb && !dkb)
+        return;
+    /* dP = dO_i V_j^T; dS = P (dP - D_i) scale (zero where P is) */
+    cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, 1.0f, gi, ldo, vj, ldkv, 0.0f, dp, ld);
+    for (int r = 0; r < rows; r++) {
+        float *pr = s + (size_t)r * ld, *dr = dp + (size_t)r * ld, di = db[i0 + r];
+#pragma omp simd
+        for (int j = 0; j < cols; j++)
+            dr[j] = pr[j] * (dr[j] - di) * scale;
+    }
+    /* dQ_i += dS K_j;  dK_j += dS^T Q_i */
+    if (dqb)
+        cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, cols, 1.0f, dp, ld, kj, ldkv, 1.0f,
+                  dqb + (size_t)i0 * ldq, ldq);
+    if (dkb)
+        cpu_sgemm(CblasTrans, CblasNoTrans, cols, D, rows, 1.0f, dp, ld, qi, ldq, 1.0f,
+                  dkb + (size_t)j0 * ldkv, ldkv);
+}
+
+/* D_i = sum_d dO[i,d] O[i,d] for the T rows of one head. */
+CPU_HOT static void att_rowdot(float *dst, const float *gb, const float *ob, int T, int D, int ldo)
+{
+    for (int i = 0; i < T; i++) {
+        const float *g = gb + (size_t)i * ldo, *o = ob + (size_t)i * ldo;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int d = 0; d < D; d++)
+            s += g[d] * o[d];
+        dst[i] = s;
     }
 }
 
 void cpu_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout,
-                       const float *att, const float *q, const float *k, const float *v, int B,
-                       int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+                       const float *out, const float *lse, const float *q, const float *k,
+                       const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
 {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0)
         return;
@@ -201,59 +274,44 @@ void cpu_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *
     float scale = 1.0f / sqrtf((float)D);
     int ldo = Hq * D;
     int nt = c->n_threads < B * Hkv ? c->n_threads : B * Hkv;
-#pragma omp parallel num_threads(nt)
+    int failed = 0;
+#pragma omp parallel num_threads(nt) reduction(| : failed)
     {
-        /* dL/dP of one block of query rows, turned into dL/dS in place. If
-         * the heap cannot spare ATT_BLOCK rows, one row on the stack does
-         * the same work in blocks of one (slower; same maths, other rounding). */
-        float *heap = malloc((size_t)ATT_BLOCK * T * sizeof *heap);
-        float one_row[heap ? 1 : T];
-        float *dp = heap ? heap : one_row;
-        int bs = heap ? ATT_BLOCK : 1;
+        /* Two tiles (P, dS) and one D_i vector per thread. */
+        float *s = malloc(((size_t)2 * ATT_BLOCK * ATT_BLOCK + (size_t)T) * sizeof *s);
+        if (!s)
+            failed = 1;
+        float *dp = s ? s + ATT_BLOCK * ATT_BLOCK : NULL, *db = s ? dp + ATT_BLOCK * ATT_BLOCK : NULL;
 #pragma omp for schedule(static)
         for (int bg = 0; bg < B * Hkv; bg++) {
+            if (!s)
+                continue;
             int b = bg / Hkv, g = bg % Hkv;
             const float *kb = k + (size_t)b * T * ldkv + (size_t)g * D;
             const float *vb = v + (size_t)b * T * ldkv + (size_t)g * D;
             float *dkb = dk ? dk + (size_t)b * T * ldkv + (size_t)g * D : NULL;
             float *dvb = dv ? dv + (size_t)b * T * ldkv + (size_t)g * D : NULL;
-            /* Query heads sharing this kv head, in order: dk/dv sum in a fixed order. */
+            /* Query heads sharing this kv head, then row blocks, then key
+             * tiles, in order: dk/dv sum in a fixed order. */
             for (int h = g * group; h < (g + 1) * group; h++) {
                 const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
                 float *dqb = dq ? dq + (size_t)b * T * ldq + (size_t)h * D : NULL;
                 const float *gb = dout + (size_t)b * T * ldo + (size_t)h * D;
-                const float *ab = att + ((size_t)b * Hq + h) * T * T;
-                for (int i0 = 0; i0 < T; i0 += bs) {
-                    int i1 = i0 + bs < T ? i0 + bs : T, rows = i1 - i0;
-                    const float *p = ab + (size_t)i0 * T;
-                    const float *gi = gb + (size_t)i0 * ldo;
-                    /* dV[0:i1] += P[i0:i1, 0:i1]^T dO[i0:i1] */
-                    if (dvb)
-                        cpu_sgemm(CblasTrans, CblasNoTrans, i1, D, rows, 1.0f, p, T, gi, ldo, 1.0f,
-                                  dvb, ldkv);
-                    if (!dqb && !dkb)
-                        continue;
-                    /* dP[i0:i1, 0:i1] = dO[i0:i1] V[0:i1]^T, then dS in place */
-                    cpu_sgemm(CblasNoTrans, CblasTrans, rows, i1, D, 1.0f, gi, ldo, vb, ldkv, 0.0f,
-                              dp, T);
-                    for (int r = 0; r < rows; r++)
-                        softmax_bwd_row(dp + (size_t)r * T, p + (size_t)r * T, i0 + r, scale);
-                    /* Columns past each row's diagonal are not zero in dp (they hold
-                     * dO V^T); zero them so the products below see the causal dS. */
-                    for (int r = 0; r < rows; r++)
-                        for (int j = i0 + r + 1; j < i1; j++)
-                            dp[(size_t)r * T + j] = 0.0f;
-                    /* dQ[i0:i1] += dS K[0:i1] */
-                    if (dqb)
-                        cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, i1, 1.0f, dp, T, kb, ldkv,
-                                  1.0f, dqb + (size_t)i0 * ldq, ldq);
-                    /* dK[0:i1] += dS^T Q[i0:i1] */
-                    if (dkb)
-                        cpu_sgemm(CblasTrans, CblasNoTrans, i1, D, rows, 1.0f, dp, T,
-                                  qb + (size_t)i0 * ldq, ldq, 1.0f, dkb, ldkv);
+                const float *ob = out + (size_t)b * T * ldo + (size_t)h * D;
+                const float *lb = lse + ((size_t)b * Hq + h) * T;
+                att_rowdot(db, gb, ob, T, D, ldo);
+                for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+                    int rows = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK;
+                    for (int j0 = 0; j0 < i0 + rows; j0 += ATT_BLOCK) {
+                        int cols = i0 + rows - j0 < ATT_BLOCK ? i0 + rows - j0 : ATT_BLOCK;
+                        att_bwd_tile(s, dp, qb, kb, vb, gb, lb, db, dqb, dkb, dvb, i0, rows, j0,
+                                     cols, D, ldq, ldkv, ldo, scale);
+                    }
                 }
             }
         }
-        free(heap);
+        free(s);
     }
+    if (failed)
+        kn_fail(c, TY_ENOMEM, "attention backward: out of memory for its tiles");
 }

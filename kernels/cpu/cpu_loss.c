@@ -94,14 +94,6 @@ void cpu_crossentropy_fwd(kn_ctx *c, float *losses, const float *logits, const i
         ce_row(losses + n, NULL, logits + (size_t)n * V, targets[n], V, 0.0f);
 }
 
-void cpu_crossentropy_bwd(kn_ctx *c, float *dlogits, const float *logits, const int32_t *targets,
-                          int N, int V, float scale)
-{
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N * V))
-    for (int n = 0; n < N; n++)
-        ce_row(NULL, dlogits + (size_t)n * V, logits + (size_t)n * V, targets[n], V, scale);
-}
-
 void cpu_crossentropy_fwd_bwd(kn_ctx *c, float *losses, float *dlogits, const float *logits,
                               const int32_t *targets, int N, int V, float scale)
 {

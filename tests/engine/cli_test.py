@@ -111,14 +111,16 @@ def write_spec(model=None, train=None, name="spec.json", **hp):
     return p
 
 
-def run(spec, workdir="work", resume=None, fd3=False, timeout=120):
-    """Runs the engine; returns (exit code, events, stderr)."""
+def run(spec, workdir="work", resume=None, fd3=False, timeout=120, env=None):
+    """Runs the engine (extra environment variables in env); returns (exit
+    code, events, stderr)."""
     cmd = [ENGINE, "--spec", spec, "--workdir", os.path.join(TMP, workdir), "--threads", "1"]
     if resume:
         cmd += ["--resume", resume]
     if fd3:  # events on fd 3, stdout must stay free of them
         cmd = ["/bin/bash", "-c", 'exec "$0" "$@" 3>&1 1>&2'] + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, **env) if env else None)
     events = []
     for line in p.stdout.splitlines():
         try:
@@ -269,6 +271,37 @@ def case_nan_loss():
     expect_error(result, "loss is NaN at step 1")
     if os.path.exists(os.path.join(TMP, "work", "checkpoints", "step-000001")):
         fail("a checkpoint was written for the step whose loss was NaN")
+
+
+def case_kernel_error():
+    # A failure inside a kernel op (TY_KN_FAIL_OP simulates a device error
+    # in one op) surfaces at the step's check: one error event naming the
+    # op, a non-zero exit, and no checkpoint for the failed step.
+    for op in ("attention_bwd", "matmul_fwd"):
+        result = run(write_spec(extra={"checkpoint": {"every_steps": 1}}), workdir="work-" + op,
+                     env={"TY_KN_FAIL_OP": op})
+        expect_error(result, "cpu kernel: " + op + " failed", code=1)
+        if os.path.exists(os.path.join(TMP, "work-" + op, "checkpoints", "step-000001")):
+            fail("a checkpoint was written for a step whose kernels failed")
+
+
+def case_auto_fallback():
+    # backend auto with a GPU asked for, in a build without CUDA: the run
+    # goes to the CPU and says why, in the log and in the started event.
+    result = run(write_spec(extra={"resources": {"gpus": 1, "backend": "auto"}}), workdir="work-auto")
+    events = expect_success(result)
+    st = [e for e in events if e.get("ev") == "started"][0]
+    if st.get("backend") != "cpu" or "no CUDA backend" not in st.get("fallback", ""):
+        fail(f"started event does not show the fallback: {st}")
+    if not st.get("device", "").startswith("cpu: "):
+        fail(f"started.device {st.get('device')!r}")
+    if "backend auto: cuda unavailable" not in result[2]:
+        fail(f"fallback not logged: {result[2][-2000:]}")
+    # backend cpu (or no GPU asked for) is not a fallback.
+    events = expect_success(run(write_spec(extra={"resources": {"backend": "cpu"}}), workdir="work-cpu"))
+    st = [e for e in events if e.get("ev") == "started"][0]
+    if "fallback" in st:
+        fail(f"fallback reported for backend cpu: {st}")
 
 
 def check_manifest(ckdir, step):

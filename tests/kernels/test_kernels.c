@@ -676,7 +676,7 @@ static void test_rope(void)
 typedef struct {
     int B, T, Hq, Hkv, D, ldq, ldkv;
     double *q, *k, *v, *r; /* q/k/v may point into one fused buffer */
-    double *out, *att;
+    double *out, *att, *lse; /* att [B,Hq,T,T] is only the reference's */
 } att_st;
 
 static double att_loss(void *st)
@@ -702,6 +702,7 @@ static double att_loss(void *st)
                 double z = 0;
                 for (int j = 0; j <= i; j++)
                     z += exp(sc[j] - mx);
+                s->lse[((size_t)b * s->Hq + h) * s->T + i] = mx + log(z);
                 double *arow = s->att + (((size_t)b * s->Hq + h) * s->T + i) * s->T;
                 for (int j = 0; j < s->T; j++)
                     arow[j] = j <= i ? exp(sc[j] - mx) / z : 0.0;
@@ -752,16 +753,21 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
     }
     size_t no = (size_t)B * T * C, na = (size_t)B * Hq * T * T;
     float *r = frand(c, &s.r, no, 1.0);
+    size_t nl = (size_t)B * Hq * T;
     s.out = dzeros(no);
     s.att = dzeros(na);
+    s.lse = dzeros(nl);
 
-    float *out = falloc(c, no), *att = falloc(c, na);
-    for (size_t i = 0; i < na; i++)
-        att[i] = 7.0f; /* must be overwritten, including the masked half */
-    kn_attention_fwd(c, out, att, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+    /* Outputs are poisoned: every element must be written. */
+    float *out = falloc(c, no), *lse = falloc(c, nl);
+    for (size_t i = 0; i < no; i++)
+        out[i] = NAN;
+    for (size_t i = 0; i < nl; i++)
+        lse[i] = NAN;
+    kn_attention_fwd(c, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
     att_loss(&s);
     check_close("attention out", out, s.out, no, 1e-4, 1e-5);
-    check_close("attention att", att, s.att, na, 1e-4, 1e-6);
+    check_close("attention lse", lse, s.lse, nl, 1e-5, 1e-6);
 
     /* Gradient buffers share the input layouts (fused: one dqkv). */
     float *gq, *gk, *gv, *gbuf = NULL, *gq_s = NULL, *gk_s = NULL, *gv_s = NULL;
@@ -775,7 +781,7 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
         gk = gk_s = falloc(c, nkv);
         gv = gv_s = falloc(c, nkv);
     }
-    kn_attention_bwd(c, gq, gk, gv, r, att, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+    kn_attention_bwd(c, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
     if (fused) {
         /* One FD pass over the whole fused buffer checks q, k and v at once,
          * and that the padding columns (none here) stay untouched. */
@@ -790,24 +796,25 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
     /* Accumulation and NULL gradients (separate-buffer case only). */
     if (!fused) {
         float *q1 = fcopy(c, gq, nq), *k1 = fcopy(c, gk, nkv), *v1 = fcopy(c, gv, nkv);
-        kn_attention_bwd(c, gq, gk, gv, r, att, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        kn_attention_bwd(c, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
         check_doubled("attention dq", gq, q1, nq);
         check_doubled("attention dk", gk, k1, nkv);
         check_doubled("attention dv", gv, v1, nkv);
         float *q2 = falloc(c, nq), *k2 = falloc(c, nkv), *v2 = falloc(c, nkv);
-        kn_attention_bwd(c, q2, NULL, NULL, r, att, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
-        kn_attention_bwd(c, NULL, k2, NULL, r, att, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
-        kn_attention_bwd(c, NULL, NULL, v2, r, att, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        kn_attention_bwd(c, q2, NULL, NULL, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        kn_attention_bwd(c, NULL, k2, NULL, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        kn_attention_bwd(c, NULL, NULL, v2, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
         check_same("attention dq alone", q2, q1, nq);
         check_same("attention dk alone", k2, k1, nkv);
         check_same("attention dv alone", v2, v1, nkv);
 
         /* Same bits on 1 thread as on 2, forward and backward. */
-        float *out1 = falloc(c, no), *att1 = falloc(c, na);
-        kn_attention_fwd(c1, out1, att1, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        float *out1 = falloc(c, no), *lse1 = falloc(c, nl);
+        kn_attention_fwd(c1, out1, lse1, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
         check_same("attention out 1 vs 2 threads", out1, out, no);
+        check_same("attention lse 1 vs 2 threads", lse1, lse, nl);
         float *q3 = falloc(c, nq), *k3 = falloc(c, nkv), *v3 = falloc(c, nkv);
-        kn_attention_bwd(c1, q3, k3, v3, r, att, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        kn_attention_bwd(c1, q3, k3, v3, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
         check_same("attention dq 1 vs 2 threads", q3, q1, nq);
         check_same("attention dk 1 vs 2 threads", k3, k1, nkv);
         check_same("attention dv 1 vs 2 threads", v3, v1, nkv);
@@ -820,6 +827,7 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
     free(s.r);
     free(s.out);
     free(s.att);
+    free(s.lse);
     kn_close(c);
     kn_close(c1);
 }
@@ -836,6 +844,125 @@ static void test_attention_fused(void)
 {
     run_attention(2, 6, 3, 3, 4, 1); /* GPT-2 fused qkv, ld = 3C */
     run_attention(1, 66, 2, 2, 4, 1);
+}
+
+/* The kernel before issue 10 kept the probabilities P [B,Hq,T,T] from the
+ * forward and used rowsum(P * dP) in the backward. This is that algorithm
+ * in plain fp32 loops (no tiles), so the tiled recomputing backward can be
+ * held to it: the same gradients within fp32 rounding. q/k/v contiguous. */
+static void old_attention(const float *q, const float *k, const float *v, const float *dout,
+                          float *out, float *dq, float *dk, float *dv, int B, int T, int Hq,
+                          int Hkv, int D)
+{
+    int grp = Hq / Hkv;
+    float scale = 1.0f / sqrtf((float)D);
+    float *P = malloc((size_t)T * T * sizeof *P), *dP = malloc((size_t)T * sizeof *dP);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hq; h++) {
+            int g = h / grp;
+#define Q(t) (q + ((size_t)b * T + (t)) * Hq * D + (size_t)h * D)
+#define K(t) (k + ((size_t)b * T + (t)) * Hkv * D + (size_t)g * D)
+#define V(t) (v + ((size_t)b * T + (t)) * Hkv * D + (size_t)g * D)
+#define O(t) ((size_t)b * T + (t)) * Hq * D + (size_t)h * D
+#define KV(t) ((size_t)b * T + (t)) * Hkv * D + (size_t)g * D
+            for (int i = 0; i < T; i++) {
+                float mx = -INFINITY, sum = 0.0f, *p = P + (size_t)i * T;
+                for (int j = 0; j <= i; j++) {
+                    float a = 0.0f;
+                    for (int d = 0; d < D; d++)
+                        a += Q(i)[d] * K(j)[d];
+                    p[j] = a * scale;
+                    mx = fmaxf(mx, p[j]);
+                }
+                for (int j = 0; j <= i; j++) {
+                    p[j] = expf(p[j] - mx);
+                    sum += p[j];
+                }
+                for (int j = 0; j <= i; j++)
+                    p[j] /= sum;
+                for (int d = 0; d < D; d++) {
+                    float a = 0.0f;
+                    for (int j = 0; j <= i; j++)
+                        a += p[j] * V(j)[d];
+                    out[O(i) + d] = a;
+                }
+            }
+            for (int i = 0; i < T; i++) {
+                const float *p = P + (size_t)i * T, *go = dout + O(i);
+                float rs = 0.0f;
+                for (int j = 0; j <= i; j++) {
+                    float a = 0.0f;
+                    for (int d = 0; d < D; d++)
+                        a += go[d] * V(j)[d];
+                    dP[j] = a;
+                    rs += p[j] * a;
+                }
+                for (int j = 0; j <= i; j++) {
+                    float ds = p[j] * (dP[j] - rs) * scale;
+                    for (int d = 0; d < D; d++) {
+                        dq[O(i) + d] += ds * K(j)[d];
+                        dk[KV(j) + d] += ds * Q(i)[d];
+                        dv[KV(j) + d] += p[j] * go[d];
+                    }
+                }
+            }
+#undef Q
+#undef K
+#undef V
+#undef O
+#undef KV
+        }
+    free(P);
+    free(dP);
+}
+
+/* Tiled recomputing attention against the old materialising kernel, over
+ * shapes that cross several 64 x 64 tiles (partial last tiles, GQA). */
+static void run_attention_old(int B, int T, int Hq, int Hkv, int D)
+{
+    kn_ctx *c = open_cpu(2);
+    size_t nq = (size_t)B * T * Hq * D, nkv = (size_t)B * T * Hkv * D, nl = (size_t)B * Hq * T;
+    double *tmp;
+    float *q = frand(c, &tmp, nq, 2.0);
+    free(tmp);
+    float *k = frand(c, &tmp, nkv, 2.0);
+    free(tmp);
+    float *v = frand(c, &tmp, nkv, 1.0);
+    free(tmp);
+    float *g = frand(c, &tmp, nq, 1.0);
+    free(tmp);
+    float *out = falloc(c, nq), *lse = falloc(c, nl), *dq = falloc(c, nq), *dk = falloc(c, nkv),
+          *dv = falloc(c, nkv);
+    float *oo = calloc(nq, sizeof *oo), *odq = calloc(nq, sizeof *odq),
+          *odk = calloc(nkv, sizeof *odk), *odv = calloc(nkv, sizeof *odv);
+    kn_attention_fwd(c, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D);
+    kn_attention_bwd(c, dq, dk, dv, g, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D);
+    old_attention(q, k, v, g, oo, odq, odk, odv, B, T, Hq, Hkv, D);
+    double *w = malloc((nq > nkv ? nq : nkv) * sizeof *w);
+#define AGAINST_OLD(what, got, old, n)                                                             \
+    do {                                                                                           \
+        for (size_t i = 0; i < (n); i++)                                                           \
+            w[i] = (old)[i];                                                                       \
+        check_close(what, got, w, n, 2e-4, 2e-5);                                                  \
+    } while (0)
+    AGAINST_OLD("attention out vs old kernel", out, oo, nq);
+    AGAINST_OLD("attention dq vs old kernel", dq, odq, nq);
+    AGAINST_OLD("attention dk vs old kernel", dk, odk, nkv);
+    AGAINST_OLD("attention dv vs old kernel", dv, odv, nkv);
+#undef AGAINST_OLD
+    free(w);
+    free(oo);
+    free(odq);
+    free(odk);
+    free(odv);
+    kn_close(c);
+}
+
+static void test_attention_old(void)
+{
+    run_attention_old(1, 150, 4, 2, 8); /* three row blocks, partial last tile */
+    run_attention_old(2, 64, 2, 2, 16); /* exactly one tile */
+    run_attention_old(1, 129, 3, 1, 5); /* MQA, one row into a third block */
 }
 
 /* ---- activations ------------------------------------------------------- */
@@ -1018,26 +1145,23 @@ static void test_crossentropy(void)
     float *d = falloc(c, nl);
     for (size_t i = 0; i < nl; i++)
         d[i] = 123.0f; /* overwritten, not accumulated */
-    kn_crossentropy_bwd(c, d, l, t, N, V, (float)s.scale);
+    kn_crossentropy_fwd_bwd(c, NULL, d, l, t, N, V, (float)s.scale);
     check_grad("crossentropy dlogits", d, ce_loss, &s, s.l, nl);
     for (int j = 0; j < V; j++)
         CHECK(d[1 * V + j] == 0.0f && d[5 * V + j] == 0.0f, "ignored row has a gradient");
 
     /* In place over the logits gives the same result. */
     float *alias = fcopy(c, l, nl);
-    kn_crossentropy_bwd(c, alias, alias, t, N, V, (float)s.scale);
+    kn_crossentropy_fwd_bwd(c, NULL, alias, alias, t, N, V, (float)s.scale);
     check_same("crossentropy in place", alias, d, nl);
 
-    /* The fused call gives the same bits as fwd then bwd, with or without
-     * losses, in place or not. */
+    /* The fused call's losses are the forward's bits, and asking for them
+     * does not change the gradient. */
     float *loss2 = falloc(c, N), *d2 = falloc(c, nl);
     kn_crossentropy_fwd(c, loss, l, t, N, V);
     kn_crossentropy_fwd_bwd(c, loss2, d2, l, t, N, V, (float)s.scale);
     check_same("crossentropy fused loss", loss2, loss, N);
     check_same("crossentropy fused dlogits", d2, d, nl);
-    float *alias2 = fcopy(c, l, nl);
-    kn_crossentropy_fwd_bwd(c, NULL, alias2, alias2, t, N, V, (float)s.scale);
-    check_same("crossentropy fused in place", alias2, d, nl);
 
     /* Huge logits stay finite (max subtracted before exp). */
     for (size_t i = 0; i < nl; i++) {
@@ -1048,7 +1172,7 @@ static void test_crossentropy(void)
     ce_loss(&s);
     CHECK(!kn_nonfinite(c, loss, N), "non-finite loss on large logits");
     check_close("crossentropy fwd large", loss, s.loss, N, 1e-4, 1e-5);
-    kn_crossentropy_bwd(c, d, l, t, N, V, 1.0f);
+    kn_crossentropy_fwd_bwd(c, NULL, d, l, t, N, V, 1.0f);
     CHECK(!kn_nonfinite(c, d, nl), "non-finite gradient on large logits");
 
     /* A target outside [0, V) is poisoned, so the engine's NaN check stops. */
@@ -1115,7 +1239,7 @@ static double pipeline(int threads, float *w_out)
     free(tmp);
     float *wqkv = w, *whead = w + (size_t)3 * C * C;
     float *gw = falloc(c, nw), *m = falloc(c, nw), *v = falloc(c, nw);
-    float *qkv = falloc(c, (size_t)N * 3 * C), *att = falloc(c, (size_t)B * H * T * T);
+    float *qkv = falloc(c, (size_t)N * 3 * C), *lse = falloc(c, (size_t)B * H * T);
     float *ao = falloc(c, (size_t)N * C), *ln = falloc(c, (size_t)N * C);
     float *mean = falloc(c, N), *rstd = falloc(c, N), *ones = falloc(c, C);
     float *act = falloc(c, (size_t)N * C), *logits = falloc(c, (size_t)N * V);
@@ -1130,7 +1254,7 @@ static double pipeline(int threads, float *w_out)
     g_rng = saved;
 
     kn_matmul_fwd(c, qkv, x, wqkv, NULL, N, C, 3 * C);
-    kn_attention_fwd(c, ao, att, qkv, qkv + C, qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C);
+    kn_attention_fwd(c, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C);
     kn_layernorm_fwd(c, ln, mean, rstd, ao, ones, NULL, N, C, 1e-5f);
     kn_gelu_fwd(c, act, ln, (size_t)N * C);
     kn_matmul_fwd(c, logits, act, whead, NULL, N, C, V);
@@ -1138,7 +1262,7 @@ static double pipeline(int threads, float *w_out)
     kn_matmul_bwd(c, dact, gw + (size_t)3 * C * C, NULL, logits, act, whead, N, C, V);
     kn_gelu_bwd(c, dln, dact, ln, (size_t)N * C);
     kn_layernorm_bwd(c, dao, NULL, NULL, dln, ao, ones, mean, rstd, N, C);
-    kn_attention_bwd(c, dqkv, dqkv + C, dqkv + 2 * C, dao, att, qkv, qkv + C, qkv + 2 * C, B, T,
+    kn_attention_bwd(c, dqkv, dqkv + C, dqkv + 2 * C, dao, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T,
                      H, H, C / H, 3 * C, 3 * C);
     kn_matmul_bwd(c, dx, gw, NULL, dqkv, x, wqkv, N, C, 3 * C);
     double norm = sqrt(kn_sumsq(c, gw, nw)) + kn_sum(c, losses, N);
@@ -1174,6 +1298,7 @@ static const struct {
     {"layernorm", test_layernorm}, {"rmsnorm", test_rmsnorm},
     {"matmul", test_matmul},       {"rope", test_rope},
     {"attention", test_attention}, {"attention_fused", test_attention_fused},
+    {"attention_old", test_attention_old},
     {"gelu", test_gelu},           {"swiglu", test_swiglu},
     {"dropout", test_dropout},     {"crossentropy", test_crossentropy},
     {"adamw", test_adamw},         {"determinism", test_determinism},

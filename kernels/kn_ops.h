@@ -1,0 +1,87 @@
+/* kn_ops.h — the one list of kernel operations.
+ *
+ * Every tensor operation is written here once, as
+ *     X(return type, name, (parameters), (arguments))
+ * and everything else is generated from this list: the kn_* prototypes in
+ * kernels.h, the function-pointer table a device fills (struct kn_backend
+ * in backend.h) and the dispatching kn_* definitions in kernels.c. Adding
+ * an op is one line here plus one function per backend; a backend that
+ * forgets it fails to compile its table (designated initialisers are
+ * checked by kn_open at run time too: a NULL entry is a TY_EINVAL there).
+ *
+ * The first parameter is always `kn_ctx *c`. Return types are single
+ * tokens (void, int, double) so the generators can paste them. Semantics,
+ * shapes and the accumulate convention are documented in kernels.h and
+ * docs/kernels.md. */
+#ifndef TY_KN_OPS_H
+#define TY_KN_OPS_H
+
+/* clang-format off */
+#define KN_OPS(X)                                                                                  \
+    /* elementwise utilities */                                                                    \
+    X(void, zero, (kn_ctx *c, float *x, size_t n), (c, x, n))                                      \
+    X(void, copy, (kn_ctx *c, float *dst, const float *src, size_t n), (c, dst, src, n))           \
+    X(void, scale, (kn_ctx *c, float *x, size_t n, float s), (c, x, n, s))                         \
+    X(void, axpy, (kn_ctx *c, float *y, const float *x, size_t n, float a), (c, y, x, n, a))       \
+    X(void, add, (kn_ctx *c, float *out, const float *a, const float *b, size_t n),                \
+      (c, out, a, b, n))                                                                           \
+    X(double, sum, (kn_ctx *c, const float *x, size_t n), (c, x, n))                               \
+    X(double, sumsq, (kn_ctx *c, const float *x, size_t n), (c, x, n))                             \
+    X(int, nonfinite, (kn_ctx *c, const float *x, size_t n), (c, x, n))                            \
+    /* embedding */                                                                                \
+    X(void, embedding_fwd, (kn_ctx *c, float *out, const int32_t *ids, const float *table,         \
+      int N, int C, int accumulate), (c, out, ids, table, N, C, accumulate))                       \
+    X(void, embedding_bwd, (kn_ctx *c, float *dtable, const int32_t *ids, const float *dout,       \
+      int N, int C), (c, dtable, ids, dout, N, C))                                                 \
+    /* normalisation */                                                                            \
+    X(void, layernorm_fwd, (kn_ctx *c, float *out, float *mean, float *rstd, const float *x,       \
+      const float *w, const float *b, int N, int C, float eps),                                    \
+      (c, out, mean, rstd, x, w, b, N, C, eps))                                                    \
+    X(void, layernorm_bwd, (kn_ctx *c, float *dx, float *dw, float *db, const float *dout,         \
+      const float *x, const float *w, const float *mean, const float *rstd, int N, int C),         \
+      (c, dx, dw, db, dout, x, w, mean, rstd, N, C))                                               \
+    X(void, rmsnorm_fwd, (kn_ctx *c, float *out, float *rstd, const float *x, const float *w,      \
+      int N, int C, float eps), (c, out, rstd, x, w, N, C, eps))                                   \
+    X(void, rmsnorm_bwd, (kn_ctx *c, float *dx, float *dw, const float *dout, const float *x,      \
+      const float *w, const float *rstd, int N, int C), (c, dx, dw, dout, x, w, rstd, N, C))       \
+    /* matmul */                                                                                   \
+    X(void, matmul_fwd, (kn_ctx *c, float *out, const float *x, const float *w,                    \
+      const float *bias, int N, int K, int M), (c, out, x, w, bias, N, K, M))                      \
+    X(void, matmul_bwd, (kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,         \
+      const float *x, const float *w, int N, int K, int M), (c, dx, dw, dbias, dout, x, w, N, K, M)) \
+    /* attention */                                                                                \
+    X(void, rope_fwd, (kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,        \
+      int pos_offset), (c, x, B, T, H, D, ld, base, pos_offset))                                   \
+    X(void, rope_bwd, (kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,       \
+      int pos_offset), (c, dx, B, T, H, D, ld, base, pos_offset))                                  \
+    X(void, attention_fwd, (kn_ctx *c, float *out, float *lse, const float *q, const float *k,     \
+      const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),                    \
+      (c, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                                         \
+    X(void, attention_bwd, (kn_ctx *c, float *dq, float *dk, float *dv, const float *dout,         \
+      const float *out, const float *lse, const float *q, const float *k, const float *v,          \
+      int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),                                    \
+      (c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                       \
+    /* activations */                                                                              \
+    X(void, gelu_fwd, (kn_ctx *c, float *out, const float *x, size_t n), (c, out, x, n))           \
+    X(void, gelu_bwd, (kn_ctx *c, float *dx, const float *dout, const float *x, size_t n),         \
+      (c, dx, dout, x, n))                                                                         \
+    X(void, swiglu_fwd, (kn_ctx *c, float *out, const float *gate, const float *up, size_t n),     \
+      (c, out, gate, up, n))                                                                       \
+    X(void, swiglu_bwd, (kn_ctx *c, float *dgate, float *dup, const float *dout,                   \
+      const float *gate, const float *up, size_t n), (c, dgate, dup, dout, gate, up, n))           \
+    X(void, dropout_fwd, (kn_ctx *c, float *out, uint8_t *mask, const float *x, size_t n,          \
+      float p, uint64_t seed, uint64_t offset), (c, out, mask, x, n, p, seed, offset))             \
+    X(void, dropout_bwd, (kn_ctx *c, float *dx, const float *dout, const uint8_t *mask,            \
+      size_t n, float p), (c, dx, dout, mask, n, p))                                               \
+    /* loss */                                                                                     \
+    X(void, crossentropy_fwd, (kn_ctx *c, float *losses, const float *logits,                      \
+      const int32_t *targets, int N, int V), (c, losses, logits, targets, N, V))                   \
+    X(void, crossentropy_fwd_bwd, (kn_ctx *c, float *losses, float *dlogits,                       \
+      const float *logits, const int32_t *targets, int N, int V, float scale),                     \
+      (c, losses, dlogits, logits, targets, N, V, scale))                                          \
+    /* optimizer */                                                                                \
+    X(void, adamw, (kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,   \
+      float b1, float b2, float eps, float wd, int64_t t), (c, p, g, m, v, n, lr, b1, b2, eps, wd, t))
+/* clang-format on */
+
+#endif
