@@ -21,9 +21,13 @@ s3rver where a store must start failing in the middle of a job.
                      STORE/job-<id>/export/ before the job succeeds; when
                      its upload fails the job ends failed saying the export
                      was not uploaded.
+  restart_while_finishing  kill -9 while a finished job waits for its final
+                     uploads: after the restart it waits again and succeeds
+                     with the checkpoint and the export in the bucket.
 """
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 
@@ -222,7 +226,47 @@ def export_upload():
     check(all(c["state"] == "committed" for c in E.checkpoints(srv, j2)), "checkpoints committed")
 
 
+def restart_while_finishing():
+    """The engine finished while its final uploads were stuck (a stalled
+    emulator); the server is killed with -9 then. After the restart the job
+    waits for them again (the export is uploaded anew) and succeeds with
+    everything in the bucket."""
+    url, s3proc = H.start_s3rver(["ckpts"])
+    srv = E.new_server(lambda d: E.s3_config(d, url), "--upload-workers", "1")
+    # Slow enough that no upload can finish between the submit (whose probe
+    # needs the emulator) and the SIGSTOP right after it.
+    model, train = E.inputs(srv, {"step_ms": 300, "export_bytes": 1000})
+    jid = srv.submit(T.spec(model, train, max_steps=6,
+                            checkpoint={"every_steps": 3, "store": "s3://ckpts/runs"}))["id"]
+    os.killpg(s3proc.pid, signal.SIGSTOP)
+    db = os.path.join(srv.data_dir, "trainyard.db")
+
+    def intent():
+        con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=10)
+        try:
+            return con.execute("select stop_intent from jobs where id = ?", (jid,)).fetchone()[0]
+        finally:
+            con.close()
+    try:
+        wait_for(lambda: intent() == "succeeded", 60, "the engine finished; the job waits for uploads")
+        j = srv.job(jid)
+        check(j["state"] == "running", "still running while it waits: %r" % j)
+        srv.kill9()
+    finally:
+        os.killpg(s3proc.pid, signal.SIGCONT)
+    srv.start()
+    j = srv.wait_state(jid, ["succeeded", "failed"], timeout=120)
+    check(j["state"] == "succeeded" and j["checkpoint_error"] is None, "job: %r" % j)
+    keys = E.s3_keys(url, "s3://ckpts/runs/job-%d/" % jid)
+    check("runs/job-%d/export/model.safetensors" % jid in keys and
+          "runs/job-%d/checkpoints/step-000006/MANIFEST.json" % jid in keys, "in the bucket: %r" % keys)
+    states = [e[2]["data"] for e in srv.all_events(jid) if e[1] == "state"]
+    check("server restarted while its final uploads were pending" in states[-1]["reason"],
+          "reason: %r" % states[-1])
+
+
 if __name__ == "__main__":
     T.run_tests({"probe_submit": probe_submit,
                  "store_fails_mid_job": store_fails_mid_job,
-                 "export_upload": export_upload})
+                 "export_upload": export_upload,
+                 "restart_while_finishing": restart_while_finishing})
