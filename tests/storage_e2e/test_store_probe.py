@@ -21,6 +21,8 @@ s3rver where a store must start failing in the middle of a job.
                      STORE/job-<id>/export/ before the job succeeds; when
                      its upload fails the job ends failed saying the export
                      was not uploaded.
+  real_engine_export the real engine's checkpoints and HF export, read back
+                     from the bucket byte for byte.
   restart_while_finishing  kill -9 while a finished job waits for its final
                      uploads: after the restart it waits again and succeeds
                      with the checkpoint and the export in the bucket.
@@ -265,8 +267,45 @@ def restart_while_finishing():
           "reason: %r" % states[-1])
 
 
+def real_engine_export():
+    """The real trainyard-engine (a tiny GPT-2 from model.init on the CPU):
+    its checkpoints and its Hugging Face export land in the bucket, byte
+    for byte what it wrote locally, before the job succeeds."""
+    engine = os.environ.get("TY_ENGINE")
+    if not engine or not os.access(engine, os.X_OK):
+        print("skip: TY_ENGINE names no engine binary")
+        sys.exit(77)
+    url, _ = H.start_s3rver(["ckpts"])
+    srv = E.new_server(lambda d: E.s3_config(d, url), "--engine", engine)
+    train = os.path.join(srv.tmp, "tokens.jsonl")
+    with open(train, "w") as f:
+        for i in range(16):
+            f.write('{"input_ids": [%s]}\n' % ", ".join(str((i + t) % 32) for t in range(17)))
+    spec = {"model": {"init": {"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2,
+                               "n_positions": 32, "vocab_size": 32}},
+            "dataset": {"train": train, "format": "tokens"},
+            "hyperparameters": {"max_steps": 4, "batch_size": 2, "seq_len": 16, "log_every_steps": 1},
+            "resources": {"backend": "cpu"},
+            "checkpoint": {"every_steps": 2, "store": "s3://ckpts/runs"}}
+    jid = srv.submit(spec)["id"]
+    j = srv.wait_state(jid, ["succeeded", "failed"], timeout=180)
+    check(j["state"] == "succeeded" and j["checkpoint_error"] is None, "job: %r" % j)
+    check(all(c["state"] == "committed" for c in E.checkpoints(srv, jid)), "checkpoints committed")
+    local = os.path.join(srv.data_dir, "jobs", str(jid), "export")
+    names = sorted(os.listdir(local))
+    check("model.safetensors" in names and "config.json" in names, "the engine exported: %r" % names)
+    keys = E.s3_keys(url, "s3://ckpts/runs/job-%d/export/" % jid)
+    check(keys == ["runs/job-%d/export/%s" % (jid, n) for n in names], "export in the bucket: %r" % keys)
+    for n in names:
+        out = os.path.join(srv.tmp, "back-" + n)
+        r = E.aws(url, "s3", "cp", "s3://ckpts/runs/job-%d/export/%s" % (jid, n), out)
+        with open(out, "rb") as f, open(os.path.join(local, n), "rb") as g:
+            check(r.returncode == 0 and f.read() == g.read(), "%s reads back whole" % n)
+
+
 if __name__ == "__main__":
     T.run_tests({"probe_submit": probe_submit,
                  "store_fails_mid_job": store_fails_mid_job,
                  "export_upload": export_upload,
-                 "restart_while_finishing": restart_while_finishing})
+                 "restart_while_finishing": restart_while_finishing,
+                 "real_engine_export": real_engine_export})
