@@ -68,8 +68,22 @@ export function fmtNum(v, digits = 4) {
   return Number(v.toPrecision(digits)).toString();
 }
 
+// One format per column, whatever the value (fmtNum above switches to
+// exponents below 1e-3, so a column would mix 0.001733 and 7.59e-4):
+// losses with four decimals, learning rates always as 1.50e-4, rates as
+// whole numbers with thousands separators.
+export function fmtLoss(v) {
+  if (typeof v !== 'number' || !Number.isFinite(v)) return '–';
+  return v.toFixed(4);
+}
+
+export function fmtLr(v) {
+  if (typeof v !== 'number' || !Number.isFinite(v)) return '–';
+  return v.toExponential(2);
+}
+
 export function fmtInt(v) {
-  if (v === null || v === undefined) return '–';
+  if (typeof v !== 'number' || !Number.isFinite(v)) return '–';
   return Math.round(v).toLocaleString('en-US');
 }
 

@@ -9,7 +9,7 @@
 
 import {api, openStream, followText} from './api.js';
 import {Chart} from './charts.js';
-import {h, fill, stateBadge, allowedActions, TERMINAL, fmtNum, fmtCount, fmtBytes, fmtCost,
+import {h, fill, stateBadge, allowedActions, TERMINAL, fmtLoss, fmtLr, fmtInt, fmtCount, fmtBytes, fmtCost,
   fmtDuration, fmtTime, modelLabel, gpuLabel} from './util.js';
 
 const LOG_LINES = 400;
@@ -94,6 +94,15 @@ export function mount(main, app, {id}) {
 
   // ---- summary and controls ------------------------------------------
 
+  // "all trainable" for full fine-tuning, "4.19M trainable (0.38%)" for
+  // LoRA: under the count, so the card never cuts "112k (112k trai…".
+  function trainableLabel(e) {
+    if (e.trainable === undefined || e.trainable === null) return null;
+    if (e.trainable === e.params) return 'all trainable';
+    const pct = e.params ? ` (${(100 * e.trainable / e.params).toPrecision(2)}%)` : '';
+    return `${fmtCount(e.trainable)} trainable${pct}`;
+  }
+
   function renderSummary() {
     if (!job) return;
     title.textContent = `${job.name || 'Job'} #${job.id}`;
@@ -106,23 +115,27 @@ export function mount(main, app, {id}) {
     const e = job.last_eval || {};
     const max = p.max_steps || (job.spec && job.spec.hyperparameters && job.spec.hyperparameters.max_steps);
     const frac = p.fraction ?? (max ? (p.step || 0) / max : 0);
-    const item = (k, v) => h('div', {class: 'stat'}, h('span', {class: 'stat-k'}, k), h('span', {class: 'stat-v'}, v));
+    // A value too wide for its card ends in an ellipsis; the whole text is
+    // its tooltip. sub is a second, smaller line that may wrap.
+    const item = (k, v, sub) => h('div', {class: 'stat'}, h('span', {class: 'stat-k'}, k),
+      h('span', {class: 'stat-v', title: typeof v === 'string' ? v : null}, v),
+      sub ? h('span', {class: 'stat-sub'}, sub) : null);
     fill(summary,
       item('Progress', h('div', {class: 'progress'},
         h('div', {class: 'bar'}, h('div', {class: `fill state-${job.state}`, style: {width: `${Math.min(100, frac * 100)}%`}})),
         h('span', {class: 'progress-text', id: 'progress-text'}, `${p.step || 0} / ${max || '?'}`))),
       job.state === 'queued' && job.queue_position ? item('Queue', `#${job.queue_position}`) : null,
-      item('Loss', h('span', {id: 'last-loss'}, fmtNum(m.loss))),
-      item('Eval loss', fmtNum(e.loss)),
-      item('LR', fmtNum(m.lr)),
-      item('Tokens/s', fmtNum(m.tokens_per_s, 3)),
+      item('Loss', h('span', {id: 'last-loss'}, fmtLoss(m.loss))),
+      item('Eval loss', fmtLoss(e.loss)),
+      item('LR', fmtLr(m.lr)),
+      item('Tokens/s', fmtInt(m.tokens_per_s)),
       item('ETA', TERMINAL.has(job.state) ? '–' : fmtDuration(p.eta_s)),
       item('Method', (job.spec && job.spec.method) || 'full'),
       item('Model', modelLabel(job.spec)),
       item('GPUs', gpuLabel(job)),
       item('Cost', h('span', {id: 'job-cost'}, fmtCost(job.cost))),
       item('Backend', job.backend || '–'),
-      job.engine ? item('Parameters', `${fmtCount(job.engine.params)} (${fmtCount(job.engine.trainable)} trainable)`) : null,
+      job.engine ? item('Parameters', fmtCount(job.engine.params), trainableLabel(job.engine)) : null,
       item('Restarts', `${job.restarts ?? 0} / ${job.max_restarts ?? '?'}`),
       item('Created', fmtTime(job.created_at)),
       job.started_at ? item('Started', fmtTime(job.started_at)) : null,

@@ -7,7 +7,7 @@
 // few seconds — one small request however many jobs are listed.
 
 import {api} from './api.js';
-import {h, fill, STATES, stateBadge, fmtNum, fmtDuration, fmtAge, fmtCost, costHours, modelLabel, gpuLabel, TERMINAL} from './util.js';
+import {h, fill, STATES, stateBadge, fmtLoss, fmtInt, fmtDuration, fmtAge, fmtCost, costHours, modelLabel, gpuLabel, TERMINAL} from './util.js';
 
 const ACTIVE = ['starting', 'running', 'stopping'];
 const POLL_MS = 3000;
@@ -82,8 +82,8 @@ export function mount(main, app, params) {
     h('td', null, (j.spec && j.spec.method) || 'full'),
     h('td', {class: 'model', title: (j.spec && j.spec.model && j.spec.model.path) || ''}, modelLabel(j.spec)),
     h('td', {class: 'progress-cell'}, progressCell(j)),
-    h('td', {class: 'num'}, fmtNum(m.loss)),
-    h('td', {class: 'num'}, m.tokens_per_s !== undefined ? fmtNum(m.tokens_per_s, 3) : '–'),
+    h('td', {class: 'num loss'}, fmtLoss(m.loss)),
+    h('td', {class: 'num'}, fmtInt(m.tokens_per_s)),
     h('td', {class: 'num'}, eta !== null && eta !== undefined ? fmtDuration(eta) : '–'),
     h('td', null, gpuLabel(j)),
     h('td', {class: 'num cost', title: costHours(j.cost)}, fmtCost(j.cost)),
