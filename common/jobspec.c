@@ -25,6 +25,7 @@ static const char *const method_names[] = {"full", "lora", "qlora"};
 static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
 static const char *const backend_names[] = {"auto", "cuda", "cpu"};
 static const char *const schedule_names[] = {"constant", "linear", "cosine"};
+static const char *const recompute_names[] = {"none", "mlp", "all"};
 static const char *const format_names[] = {"tokens", "text", "prompt_completion", "chat"};
 static const char *const template_names[] = {"chatml", "llama3", "llama2"};
 #define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -38,6 +39,7 @@ const char *jobspec_method_name(jobspec_method m) { return enum_name(method_name
 const char *jobspec_precision_name(jobspec_precision p) { return enum_name(precision_names, NELEM(precision_names), p); }
 const char *jobspec_backend_name(jobspec_backend b) { return enum_name(backend_names, NELEM(backend_names), b); }
 const char *jobspec_schedule_name(jobspec_schedule s) { return enum_name(schedule_names, NELEM(schedule_names), s); }
+const char *jobspec_recompute_name(jobspec_recompute r) { return enum_name(recompute_names, NELEM(recompute_names), r); }
 const char *jobspec_format_name(jobspec_format f) { return enum_name(format_names, NELEM(format_names), f); }
 
 /* ---- field paths ---- */
@@ -432,10 +434,10 @@ static int parse_hyper(const json_t *root, jobspec *s, ty_err *err)
     static const char *const keys[] = {"max_steps", "batch_size", "seq_len", "grad_accum", "lr",
                                        "schedule", "warmup_steps", "weight_decay", "max_grad_norm",
                                        "adam_beta1", "adam_beta2", "adam_eps", "seed",
-                                       "log_every_steps", "eval_every_steps", NULL};
+                                       "log_every_steps", "eval_every_steps", "recompute", NULL};
     const char *P = "hyperparameters";
     json_t *h;
-    int rc, sched = s->schedule;
+    int rc, sched = s->schedule, recompute = s->recompute;
     int64_t seed = (int64_t)s->seed;
     if ((rc = get_object(root, "", P, 1, &h, err))) return rc;
     if ((rc = check_keys(h, P, keys, err))) return rc;
@@ -456,6 +458,8 @@ static int parse_hyper(const json_t *root, jobspec *s, ty_err *err)
     s->seed = (uint64_t)seed;
     if ((rc = get_int(h, P, "log_every_steps", 0, 1, 1000000000, &s->log_every_steps, err))) return rc;
     if ((rc = get_int(h, P, "eval_every_steps", 0, 0, 1000000000, &s->eval_every_steps, err))) return rc;
+    if ((rc = get_enum(h, P, "recompute", recompute_names, NELEM(recompute_names), &recompute, err))) return rc;
+    s->recompute = (jobspec_recompute)recompute;
     return 0;
 }
 
@@ -737,6 +741,7 @@ json_t *jobspec_to_json(const jobspec *s)
     json_object_set_new(h, "seed", json_integer((json_int_t)s->seed));
     json_object_set_new(h, "log_every_steps", json_integer(s->log_every_steps));
     json_object_set_new(h, "eval_every_steps", json_integer(s->eval_every_steps));
+    json_object_set_new(h, "recompute", json_string(jobspec_recompute_name(s->recompute)));
     json_object_set_new(root, "hyperparameters", h);
 
     json_object_set_new(root, "precision", json_string(jobspec_precision_name(s->precision)));

@@ -21,6 +21,7 @@ typedef enum { PREC_FP32 = 0, PREC_BF16, PREC_FP16 } jobspec_precision;
 typedef enum { BACKEND_AUTO = 0, BACKEND_CUDA, BACKEND_CPU } jobspec_backend;
 typedef enum { SCHED_CONSTANT = 0, SCHED_LINEAR, SCHED_COSINE } jobspec_schedule;
 typedef enum { DS_TOKENS = 0, DS_TEXT, DS_PROMPT_COMPLETION, DS_CHAT } jobspec_format;
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_MLP, RECOMPUTE_ALL } jobspec_recompute;
 
 typedef struct jobspec {
     char *name;               /* optional; NULL when absent */
@@ -64,6 +65,7 @@ typedef struct jobspec {
     uint64_t seed;            /* default 1234 */
     int64_t log_every_steps;  /* default 10, >= 1 */
     int64_t eval_every_steps; /* default 0 = only at the end when eval is set */
+    jobspec_recompute recompute; /* default none */
 
     jobspec_precision precision; /* default fp32 */
     int gpus;                 /* default 0 = run on CPU slots; [0, 64] */
@@ -88,7 +90,7 @@ typedef struct jobspec {
  *   lora{r, alpha, dropout, targets, adapter, merge} (method lora/qlora only);
  *   hyperparameters{max_steps, batch_size, seq_len, grad_accum, lr, schedule,
  *   warmup_steps, weight_decay, max_grad_norm, adam_beta1, adam_beta2,
- *   adam_eps, seed, log_every_steps, eval_every_steps}; precision;
+ *   adam_eps, seed, log_every_steps, eval_every_steps, recompute}; precision;
  *   resources{gpus, backend}; checkpoint{every_steps, keep_last, keep_best,
  *   store}; priority; max_restarts. */
 int jobspec_parse(json_t *root, jobspec *out, ty_err *err);
@@ -110,6 +112,7 @@ const char *jobspec_method_name(jobspec_method m);
 const char *jobspec_precision_name(jobspec_precision p);
 const char *jobspec_backend_name(jobspec_backend b);
 const char *jobspec_schedule_name(jobspec_schedule s);
+const char *jobspec_recompute_name(jobspec_recompute r);
 const char *jobspec_format_name(jobspec_format f);
 
 #endif

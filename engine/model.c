@@ -525,7 +525,7 @@ int model_save_optimizer(model *m, const char *path, ty_err *err)
 
 /* ---- activations ------------------------------------------------------- */
 
-int model_alloc_acts(model *m, int B, int T, ty_err *err)
+int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *err)
 {
     const model_config *c = &m->cfg;
     size_t N = (size_t)B * T, C = (size_t)c->dim, F = (size_t)c->ffn, V = (size_t)c->vocab;
@@ -537,34 +537,45 @@ int model_alloc_acts(model *m, int B, int T, ty_err *err)
     size_t off = 0;
     m->A = calloc((size_t)c->n_layer, sizeof *m->A);
     if (!m->A) return ty_err_set(err, TY_ENOMEM, "out of memory for activations");
+    m->recompute = rc_mode;
+    /* Recomputed activations are not kept per layer: every layer's view
+     * points at layer 0's (the backward refills it just before use). With
+     * mlp: ln2 and the F-wide fc/up/act; with all: everything but res3,
+     * the layer's output and the next layer's input. */
+    int keep_attn = rc_mode != MODEL_RECOMPUTE_ALL, keep_mlp = rc_mode == MODEL_RECOMPUTE_NONE;
     for (int pass = 0; pass < 2; pass++) {
         off = 0;
 #define TAKE(n) (off += (((n) + 15) & ~(size_t)15), base ? base + off - (((n) + 15) & ~(size_t)15) : NULL)
         m->encoded = TAKE(N * C);
         for (int l = 0; l < c->n_layer; l++) {
             layer_acts *a = &m->A[l];
-            a->ln1 = TAKE(N * C);
-            a->ln1_mean = gpt2 ? TAKE(N) : NULL;
-            a->ln1_rstd = TAKE(N);
+            const layer_acts *a0 = &m->A[0];
+#define KEEP(field, keep, n) a->field = (keep) || l == 0 ? TAKE(n) : a0->field
+            KEEP(ln1, keep_attn, N * C);
+            a->ln1_mean = NULL;
+            if (gpt2) KEEP(ln1_mean, keep_attn, N);
+            KEEP(ln1_rstd, keep_attn, N);
             if (gpt2) {
-                a->q = TAKE(N * 3 * C); /* fused qkv rows [N, 3C] */
+                KEEP(q, keep_attn, N * 3 * C); /* fused qkv rows [N, 3C] */
                 a->k = a->q ? a->q + C : NULL;
                 a->v = a->q ? a->q + 2 * C : NULL;
             } else {
-                a->q = TAKE(N * QD);
-                a->k = TAKE(N * KD);
-                a->v = TAKE(N * KD);
+                KEEP(q, keep_attn, N * QD);
+                KEEP(k, keep_attn, N * KD);
+                KEEP(v, keep_attn, N * KD);
             }
-            a->lse = TAKE(LSE);
-            a->atty = TAKE(N * QD);
-            a->res2 = TAKE(N * C);
-            a->ln2 = TAKE(N * C);
-            a->ln2_mean = gpt2 ? TAKE(N) : NULL;
-            a->ln2_rstd = TAKE(N);
-            a->fc = TAKE(N * F);
-            a->up = gpt2 ? NULL : TAKE(N * F);
-            a->act = TAKE(N * F);
+            KEEP(lse, keep_attn, LSE);
+            KEEP(atty, keep_attn, N * QD);
+            KEEP(res2, keep_attn, N * C);
+            KEEP(ln2, keep_mlp, N * C);
+            a->ln2_mean = a->up = NULL;
+            if (gpt2) KEEP(ln2_mean, keep_mlp, N);
+            KEEP(ln2_rstd, keep_mlp, N);
+            KEEP(fc, keep_mlp, N * F);
+            if (!gpt2) KEEP(up, keep_mlp, N * F);
+            KEEP(act, keep_mlp, N * F);
             a->res3 = TAKE(N * C);
+#undef KEEP
         }
         m->lnf = TAKE(N * C);
         m->lnf_mean = TAKE(N);
@@ -608,12 +619,80 @@ int model_alloc_acts(model *m, int B, int T, ty_err *err)
 /* ---- forward ----------------------------------------------------------- */
 
 /* Everything up to the logits: m->logits[N,V] for the B x T host inputs. */
+/* The MLP's input side of layer l: ln2, fc (and up), act from res2. Split
+ * out because recompute mlp|all runs it again in the backward. */
+static void mlp_in_fwd(model *m, int l, int B, int T)
+{
+    kn_ctx *k = m->kn;
+    const model_config *c = &m->cfg;
+    int N = B * T, C = c->dim, F = c->ffn, gpt2 = c->arch == ARCH_GPT2;
+    const layer_ix *L = &m->L[l];
+    layer_acts *a = &m->A[l];
+    if (gpt2) {
+        /* act[N,F] = gelu(layernorm(res2) Wfc^T + bfc) */
+        kn_layernorm_fwd(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, L->ln2_w), P(m, L->ln2_b), N, C,
+                         c->norm_eps);
+        kn_matmul_fwd(k, a->fc, a->ln2, P(m, L->fc_w), P(m, L->fc_b), N, C, F);
+        if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
+        kn_gelu_fwd(k, a->act, a->fc, (size_t)N * F);
+    } else {
+        /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
+        kn_rmsnorm_fwd(k, a->ln2, a->ln2_rstd, a->res2, P(m, L->ln2_w), N, C, c->norm_eps);
+        kn_matmul_fwd(k, a->fc, a->ln2, P(m, L->fc_w), NULL, N, C, F);
+        if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
+        kn_matmul_fwd(k, a->up, a->ln2, P(m, L->up_w), NULL, N, C, F);
+        if (m->lora) lora_fwd(m->lora, l, LS_UP, a->up, a->ln2, N);
+        kn_swiglu_fwd(k, a->act, a->fc, a->up, (size_t)N * F);
+    }
+}
+
+/* Layer l from its input x[N,C] up to res3; with recompute all, the
+ * backward calls it again for the layer it is about to differentiate. */
+static void layer_fwd(model *m, int l, const float *x, int B, int T)
+{
+    kn_ctx *k = m->kn;
+    const model_config *c = &m->cfg;
+    int N = B * T, C = c->dim, F = c->ffn, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
+    int QD = Hq * D, KD = Hkv * D, gpt2 = c->arch == ARCH_GPT2;
+    const layer_ix *L = &m->L[l];
+    layer_acts *a = &m->A[l];
+    if (gpt2) {
+        /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
+        kn_layernorm_fwd(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, L->ln1_w), P(m, L->ln1_b), N, C, c->norm_eps);
+        kn_matmul_fwd(k, a->q, a->ln1, P(m, L->attn_w), P(m, L->attn_b), N, C, 3 * C);
+        if (m->lora) lora_fwd(m->lora, l, LS_ATTN, a->q, a->ln1, N);
+        /* atty[N,C] = causal attention over heads of the fused rows */
+        kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
+    } else {
+        /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
+        kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, P(m, L->ln1_w), N, C, c->norm_eps);
+        kn_matmul_fwd(k, a->q, a->ln1, P(m, L->q_w), P(m, L->q_b), N, C, QD);
+        if (m->lora) lora_fwd(m->lora, l, LS_Q, a->q, a->ln1, N);
+        kn_matmul_fwd(k, a->k, a->ln1, P(m, L->k_w), P(m, L->k_b), N, C, KD);
+        if (m->lora) lora_fwd(m->lora, l, LS_K, a->k, a->ln1, N);
+        kn_matmul_fwd(k, a->v, a->ln1, P(m, L->v_w), P(m, L->v_b), N, C, KD);
+        if (m->lora) lora_fwd(m->lora, l, LS_V, a->v, a->ln1, N);
+        kn_rope_fwd(k, a->q, B, T, Hq, D, QD, c->rope_theta, 0);
+        kn_rope_fwd(k, a->k, B, T, Hkv, D, KD, c->rope_theta, 0);
+        kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
+    }
+    /* res2[N,C] = x + atty Wo^T + bo */
+    kn_matmul_fwd(k, m->tmp, a->atty, P(m, L->o_w), P(m, L->o_b), N, QD, C);
+    if (m->lora) lora_fwd(m->lora, l, LS_O, m->tmp, a->atty, N);
+    kn_add(k, a->res2, x, m->tmp, (size_t)N * C);
+    mlp_in_fwd(m, l, B, T);
+    /* res3[N,C] = res2 + act Wproj^T + bproj */
+    kn_matmul_fwd(k, m->tmp, a->act, P(m, L->proj_w), P(m, L->proj_b), N, F, C);
+    if (m->lora) lora_fwd(m->lora, l, LS_PROJ, m->tmp, a->act, N);
+    kn_add(k, a->res3, a->res2, m->tmp, (size_t)N * C);
+}
+
+/* Everything up to the logits: m->logits[N,V] for the B x T host inputs. */
 static void forward_logits(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
-    int N = B * T, C = c->dim, F = c->ffn, V = c->vocab, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
-    int QD = Hq * D, KD = Hkv * D, gpt2 = c->arch == ARCH_GPT2;
+    int N = B * T, C = c->dim, V = c->vocab, gpt2 = c->arch == ARCH_GPT2;
     kn_to_device(k, m->ids, inputs, (size_t)N * sizeof(int32_t));
     kn_to_device(k, m->targets, targets, (size_t)N * sizeof(int32_t));
 
@@ -623,53 +702,8 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
 
     const float *x = m->encoded;
     for (int l = 0; l < c->n_layer; l++) {
-        const layer_ix *L = &m->L[l];
-        layer_acts *a = &m->A[l];
-        if (gpt2) {
-            /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
-            kn_layernorm_fwd(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, L->ln1_w), P(m, L->ln1_b), N, C, c->norm_eps);
-            kn_matmul_fwd(k, a->q, a->ln1, P(m, L->attn_w), P(m, L->attn_b), N, C, 3 * C);
-            if (m->lora) lora_fwd(m->lora, l, LS_ATTN, a->q, a->ln1, N);
-            /* atty[N,C] = causal attention over heads of the fused rows */
-            kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
-        } else {
-            /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
-            kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, P(m, L->ln1_w), N, C, c->norm_eps);
-            kn_matmul_fwd(k, a->q, a->ln1, P(m, L->q_w), P(m, L->q_b), N, C, QD);
-            if (m->lora) lora_fwd(m->lora, l, LS_Q, a->q, a->ln1, N);
-            kn_matmul_fwd(k, a->k, a->ln1, P(m, L->k_w), P(m, L->k_b), N, C, KD);
-            if (m->lora) lora_fwd(m->lora, l, LS_K, a->k, a->ln1, N);
-            kn_matmul_fwd(k, a->v, a->ln1, P(m, L->v_w), P(m, L->v_b), N, C, KD);
-            if (m->lora) lora_fwd(m->lora, l, LS_V, a->v, a->ln1, N);
-            kn_rope_fwd(k, a->q, B, T, Hq, D, QD, c->rope_theta, 0);
-            kn_rope_fwd(k, a->k, B, T, Hkv, D, KD, c->rope_theta, 0);
-            kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
-        }
-        /* res2[N,C] = x + atty Wo^T + bo */
-        kn_matmul_fwd(k, m->tmp, a->atty, P(m, L->o_w), P(m, L->o_b), N, QD, C);
-        if (m->lora) lora_fwd(m->lora, l, LS_O, m->tmp, a->atty, N);
-        kn_add(k, a->res2, x, m->tmp, (size_t)N * C);
-        if (gpt2) {
-            /* act[N,F] = gelu(layernorm(res2) Wfc^T + bfc) */
-            kn_layernorm_fwd(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, L->ln2_w), P(m, L->ln2_b), N, C,
-                             c->norm_eps);
-            kn_matmul_fwd(k, a->fc, a->ln2, P(m, L->fc_w), P(m, L->fc_b), N, C, F);
-            if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
-            kn_gelu_fwd(k, a->act, a->fc, (size_t)N * F);
-        } else {
-            /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
-            kn_rmsnorm_fwd(k, a->ln2, a->ln2_rstd, a->res2, P(m, L->ln2_w), N, C, c->norm_eps);
-            kn_matmul_fwd(k, a->fc, a->ln2, P(m, L->fc_w), NULL, N, C, F);
-            if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
-            kn_matmul_fwd(k, a->up, a->ln2, P(m, L->up_w), NULL, N, C, F);
-            if (m->lora) lora_fwd(m->lora, l, LS_UP, a->up, a->ln2, N);
-            kn_swiglu_fwd(k, a->act, a->fc, a->up, (size_t)N * F);
-        }
-        /* res3[N,C] = res2 + act Wproj^T + bproj */
-        kn_matmul_fwd(k, m->tmp, a->act, P(m, L->proj_w), P(m, L->proj_b), N, F, C);
-        if (m->lora) lora_fwd(m->lora, l, LS_PROJ, m->tmp, a->act, N);
-        kn_add(k, a->res3, a->res2, m->tmp, (size_t)N * C);
-        x = a->res3;
+        layer_fwd(m, l, x, B, T);
+        x = m->A[l].res3;
     }
     /* lnf[N,C] = norm(x); logits[N,V] = lnf W_lm^T; losses[N] = CE */
     if (gpt2) kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, P(m, m->lnf_w), P(m, m->lnf_b), N, C, c->norm_eps);
@@ -712,6 +746,10 @@ static void backward_from_logits(model *m, int B, int T)
         const layer_ix *L = &m->L[l];
         layer_acts *a = &m->A[l];
         const float *x = l ? m->A[l - 1].res3 : m->encoded;
+        /* Activations that were not kept are computed again, by the same
+         * calls on the same inputs: the same bits as the forward's. */
+        if (m->recompute == MODEL_RECOMPUTE_ALL) layer_fwd(m, l, x, B, T);
+        else if (m->recompute == MODEL_RECOMPUTE_MLP) mlp_in_fwd(m, l, B, T);
         /* dres holds d(res3); the residual passes it to res2 unchanged.
          * MLP branch: dact[N,F] = dres Wproj; dWproj += dres^T act */
         kn_zero(k, m->dact, NF);

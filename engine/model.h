@@ -24,6 +24,12 @@
 
 typedef enum { INIT_NORMAL = 0, INIT_ONES, INIT_ZEROS } model_init_kind;
 
+/* Activation recomputation (hyperparameters.recompute): which activations
+ * the backward computes again instead of keeping them from the forward.
+ * MLP: ln2, fc/up and act of every layer; ALL: everything but each
+ * layer's output. Same calls on the same inputs: identical results. */
+typedef enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_MLP, MODEL_RECOMPUTE_ALL } model_recompute;
+
 typedef struct model_tensor {
     char name[96];        /* HF name without the family prefix */
     int ndim;
@@ -64,6 +70,7 @@ typedef struct model {
     layer_ix *L;
 
     int B, T;             /* activation capacity */
+    model_recompute recompute;
     float *acts;
     size_t n_acts;
     layer_acts *A;
@@ -105,8 +112,9 @@ int model_save_file(model *m, const char *path, ty_err *err);
 int model_save_optimizer(model *m, const char *path, ty_err *err);
 int model_load_optimizer(model *m, const char *path, ty_err *err);
 
-/* Allocates activations for micro-batches of up to B rows of T tokens. */
-int model_alloc_acts(model *m, int B, int T, ty_err *err);
+/* Allocates activations for micro-batches of up to B rows of T tokens,
+ * keeping per layer only what `recompute` does not recompute. */
+int model_alloc_acts(model *m, int B, int T, model_recompute recompute, ty_err *err);
 /* Forward pass on B x T host token ids and targets (-100 ignored); returns
  * the SUM of per-token cross-entropy over non-ignored targets (evaluation). */
 double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T);

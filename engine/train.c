@@ -617,7 +617,7 @@ static int setup(run *r, int *code)
     }
     if ((rc = data_sampler_init(&r->sampler, r->train.n, s->seed, epoch, cursor, &err)) ||
         (r->have_lora && (rc = lora_alloc_acts(&r->lora, s->batch_size, s->seq_len, &err))) ||
-        (rc = model_alloc_acts(&r->m, s->batch_size, s->seq_len, &err))) {
+        (rc = model_alloc_acts(&r->m, s->batch_size, s->seq_len, (model_recompute)s->recompute, &err))) {
         *code = fail(NULL, &err);
         return -1;
     }
@@ -680,6 +680,7 @@ static int train_loop(run *r)
     ev_emit(started);
     ev_log("%s model, %zu parameters (%zu trainable), %d training rows, backend %s", r->m.cfg.model_type,
            r->m.n_params, trainable, r->train.n, kn_device_name(r->kn));
+    ev_log("activations: %zu bytes (recompute %s)", r->m.n_acts * sizeof(float), jobspec_recompute_name(s->recompute));
     int64_t win_t0 = ty_mono_ms(), win_tokens = r->tokens, run_t0 = win_t0, run_step0 = r->step;
     while (r->step < s->max_steps) {
         if (train_stop_requested) break;

@@ -9,6 +9,7 @@
 import hashlib
 import json
 import os
+import re
 import random
 import shutil
 import signal
@@ -302,6 +303,44 @@ def case_auto_fallback():
     st = [e for e in events if e.get("ev") == "started"][0]
     if "fallback" in st:
         fail(f"fallback reported for backend cpu: {st}")
+
+
+def case_recompute():
+    # hyperparameters.recompute none | mlp | all: the same losses, grad
+    # norms and final weights bit for bit, with fewer activation bytes
+    # kept (logged at start) as more is recomputed. GPT-2, a GQA Llama, and
+    # LoRA with dropout (its masks must come out the same when recomputed).
+    llama = {"model_type": "llama", "vocab_size": VOCAB, "hidden_size": 24, "intermediate_size": 40,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "max_position_embeddings": 32}
+    runs = [("gpt2", {"init": gpt2_config()}, {}),
+            ("llama", {"init": llama}, {}),
+            ("lora", {"init": llama}, {"method": "lora", "lora": {"r": 4, "dropout": 0.2,
+                                                                  "targets": ["q_proj", "v_proj", "up_proj"]}})]
+    for tag, model, extra in runs:
+        seen = {}
+        for mode in ("none", "mlp", "all"):
+            spec = write_spec(model=model, name=f"spec-{tag}-{mode}.json", recompute=mode, grad_accum=2,
+                              max_steps=4, extra=extra)
+            rc, events, stderr = result = run(spec, workdir=f"work-{tag}-{mode}")
+            expect_success(result)
+            metrics = [(e["step"], e["loss"], e["grad_norm"]) for e in events if e.get("ev") == "metric"]
+            m = re.search(r"activations: (\d+) bytes \(recompute " + mode + r"\)", stderr)
+            if not m:
+                fail(f"{tag}/{mode}: no activations line in the log")
+            exp = os.path.join(TMP, f"work-{tag}-{mode}", "export")
+            weights = b"".join(open(os.path.join(exp, f), "rb").read() for f in sorted(os.listdir(exp))
+                               if f.endswith(".safetensors"))
+            seen[mode] = (metrics, int(m.group(1)), weights)
+        base = seen["none"]
+        for mode in ("mlp", "all"):
+            if seen[mode][0] != base[0]:
+                fail(f"{tag}: recompute {mode} metrics {seen[mode][0]} differ from none {base[0]}")
+            if seen[mode][2] != base[2]:
+                fail(f"{tag}: recompute {mode} exported different weights")
+        if not base[1] > seen["mlp"][1] > seen["all"][1]:
+            fail(f"{tag}: activation bytes none/mlp/all {base[1]}/{seen['mlp'][1]}/{seen['all'][1]}")
+        print(f"ok: {tag} identical in none/mlp/all; activations {base[1]}/{seen['mlp'][1]}/{seen['all'][1]} bytes")
 
 
 def check_manifest(ckdir, step):

@@ -31,7 +31,7 @@ static void run(kn_ctx *kn, const char *cfg_json, const char *tag)
     CHECK(model_create(&m, &c, kn, &err) == 0);
     CHECK(model_init_random(&m, 7, &err) == 0);
     size_t before = kn_bytes_in_use(kn);
-    CHECK(model_alloc_acts(&m, B, T, &err) == 0);
+    CHECK(model_alloc_acts(&m, B, T, MODEL_RECOMPUTE_NONE, &err) == 0);
     size_t acts = kn_bytes_in_use(kn) - before;
     double old_att = (double)L * B * H * T * (double)T * sizeof(float);
     printf("%s: T=%d activations %.1f MiB; the old kernel's attention matrices alone %.1f MiB\n", tag, T,
