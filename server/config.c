@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "storage.h"
+#include "typath.h"
 #include "tyutil.h"
 
 int srv_config_defaults(srv_config *c, ty_err *err)
@@ -411,6 +412,10 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *er
                                 "not on the command line", key);
         if (srv_config_set(c, key, val, err)) return TY_EINVAL;
     }
+    /* The data dir absolute and clean from here on, so every message and
+     * default root built from it reads /srv/x/trainyard-data, never
+     * /srv/x/./trainyard-data (typath.h). */
+    ty_path_absolute(c->data_dir, c->data_dir, sizeof c->data_dir);
     if ((c->tls_cert[0] != 0) != (c->tls_key[0] != 0))
         return ty_err_field(err, TY_EINVAL, c->tls_cert[0] ? "tls-key" : "tls-cert",
                             "--tls-cert and --tls-key go together");
