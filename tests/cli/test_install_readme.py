@@ -206,6 +206,8 @@ def make_run_serve(work, port):
     marker = "/nonexistent-build-dir"
     out = run("make --no-print-directory -n -C %s run BUILD=%s LISTEN=127.0.0.1:%d DATA_DIR=./trainyard-data" %
               (shlex.quote(SRC), marker, port), work, _env()).stdout
+    check("dashboard: http://127.0.0.1:%d/" % port in out and "%s/bin/trainyard " % marker in out,
+          "make run prints the URL and the binary's path:\n" + out)
     lines = [x for x in out.splitlines() if "%s/bin/trainyard serve " % marker in x]
     check(len(lines) == 1, "make -n run shows one trainyard serve line:\n" + out)
     cmd = lines[0].strip()
@@ -370,6 +372,15 @@ def run_cli(work, port, env, spec_body):
     check(re.search(r"It is queued at position 1, behind 1 running job", out), "demo says it queued: %r" % out)
     m = re.search(r"Submitted job (\d+)", out)
     check(m and "#/jobs/%s" % m.group(1) in out, "demo names its job's page: %r" % out)
+
+    # --limit: the user chose it, so no note telling them to use it.
+    r = run("trainyard jobs --limit 1", work, env)
+    check(len(r.stdout.splitlines()) == 2 and "--limit" not in r.stderr and "newest 1 shown" in r.stderr,
+          "jobs --limit 1: %r %r" % (r.stdout, r.stderr))
+    # --help: one heading per section, commands listed once.
+    h = run("trainyard --help", work, env).stdout
+    check(h.count("Server commands:") == 1 and h.count("Client commands") == 1 and "\nclient:" not in h
+          and len(re.findall(r"^  watch ID", h, re.M)) == 1, "trainyard --help:\n" + h)
 
     tok = cli("trainyard token create alice").stdout.strip()
     check(re.match(r"^ty_[0-9a-f]{64}$", tok), "token create prints a token: %r" % tok)
