@@ -348,21 +348,31 @@ def run_cli(work, port, env, spec_body):
     resumed_at = job(port, 1)["progress"]["step"]
     read_until(wlines, lambda l: (lambda m: m and int(m.group(1)) > resumed_at)(
         re.match(r"step +(\d+)/3000 ", l)), 180, "a live metric line from watch")
-    cli("trainyard cancel 1")
+    # The README's job is 3000 steps: minutes here, but a fast machine could
+    # finish it first; then cancel is refused (4) and watch ends succeeded.
+    done.add("trainyard cancel 1")
+    r = run("trainyard cancel 1", work, env, ok=False)
+    end_state = job(port, 1)["state"]
+    if r.returncode == 0:
+        want_code, want_line = 8, "Job 1 was cancelled"
+    elif r.returncode == 4 and end_state == "succeeded":
+        want_code, want_line = 0, "Job 1 succeeded"
+    else:
+        fail("trainyard cancel 1: exit %d, job %s: %s" % (r.returncode, end_state, r.stderr))
     code, wout = drain(watch, wlines, 120)
-    check(code == 8, "watch of a cancelled job exits 8, got %d:\n%s" % (code, wout[-2000:]))
+    check(code == want_code, "watch exits %d, got %d:\n%s" % (want_code, code, wout[-2000:]))
     lcode, lout = drain(logs, llines, 120)
     check(lcode == 0 and lout.strip(), "logs -f ends with the job: %d %r" % (lcode, lout[-500:]))
     # watch from the start (it replays): the sentence first, steps of 3000 with
     # one lr format, the end.
     whole = run("trainyard watch 1", work, env, ok=False)
-    check(whole.returncode == 8, "watch of the cancelled job: %d" % whole.returncode)
+    check(whole.returncode == want_code, "watch of the ended job: %d" % whole.returncode)
     lines = whole.stdout.splitlines()
     check(lines[0] == "Job 1 was submitted and is queued.", "watch's first line: %r" % lines[0])
     steps = [x for x in lines if x.startswith("step ")]
     check(steps and all(re.match(r"step +\d+/3000 +\d+\.\d%  loss \d+\.\d{4}  lr \d\.\d{3}e[-+]\d\d  ", x)
                         for x in steps), "metric lines: %s" % steps[:5])
-    check(any(x.startswith("Job 1 was cancelled") for x in lines), "watch ends with the cancel: %s" % lines[-3:])
+    check(any(x.startswith(want_line) for x in lines), "watch ends with %r: %s" % (want_line, lines[-3:]))
 
     # Job 2 runs now; the demo's job waits behind it and says so.
     wait_state(port, 2, ["starting", "running"])
