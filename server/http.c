@@ -102,7 +102,12 @@ enum MHD_Result http_bytes(http_req *q, unsigned status, const char *ctype, cons
     return ok;
 }
 
-static enum MHD_Result queue_text(http_req *q, unsigned status, char *txt, const char *retry_after)
+/* An extra header of an error answer: Retry-After (429) or Allow (405). */
+typedef struct extra_header {
+    const char *name, *value;
+} extra_header;
+
+static enum MHD_Result queue_text(http_req *q, unsigned status, char *txt, const extra_header *x)
 {
     if (!txt) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
@@ -111,7 +116,7 @@ static enum MHD_Result queue_text(http_req *q, unsigned status, char *txt, const
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
-    if (retry_after) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+    if (x && x->name) MHD_add_response_header(r, x->name, x->value);
     enum MHD_Result ok = http_queue(q->conn, status, r);
     MHD_destroy_response(r);
     q->answered = true;
@@ -125,12 +130,12 @@ enum MHD_Result http_json(http_req *q, unsigned status, json_t *body)
     return queue_text(q, status, txt, NULL);
 }
 
-static enum MHD_Result verror(http_req *q, unsigned status, const char *retry_after,
+static enum MHD_Result verror(http_req *q, unsigned status, const extra_header *x,
                               const char *code, const char *field, const char *fmt, va_list ap)
 {
     char msg[768];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    return queue_text(q, status, srv_error_json(code, field, msg), retry_after);
+    return queue_text(q, status, srv_error_json(code, field, msg), x);
 }
 
 enum MHD_Result http_error(http_req *q, unsigned status, const char *code, const char *field,
@@ -143,15 +148,15 @@ enum MHD_Result http_error(http_req *q, unsigned status, const char *code, const
     return ok;
 }
 
-static enum MHD_Result http_error_retry(http_req *q, unsigned status, const char *retry_after,
-                                        const char *code, const char *fmt, ...)
+static enum MHD_Result http_error_with(http_req *q, unsigned status, extra_header x,
+                                       const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static enum MHD_Result http_error_retry(http_req *q, unsigned status, const char *retry_after,
-                                        const char *code, const char *fmt, ...)
+static enum MHD_Result http_error_with(http_req *q, unsigned status, extra_header x,
+                                       const char *code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    enum MHD_Result ok = verror(q, status, retry_after, code, NULL, fmt, ap);
+    enum MHD_Result ok = verror(q, status, &x, code, NULL, fmt, ap);
     va_end(ap);
     return ok;
 }
@@ -318,8 +323,12 @@ static enum MHD_Result check_head(http_req *q)
     q->route = routes_match(q, q->method, q->url);
     if (q->route == -1)
         return http_error(q, 404, "not_found", NULL, "no such endpoint: %s %s", q->method, q->url);
-    if (q->route == -2)
-        return http_error(q, 405, "not_found", NULL, "%s is not allowed on %s", q->method, q->url);
+    if (q->route == -2) {
+        char allow[128];
+        routes_allowed(q->url, allow, sizeof allow);
+        return http_error_with(q, 405, (extra_header){MHD_HTTP_HEADER_ALLOW, allow}, "not_found",
+                               "%s is not allowed on %s (allowed: %s)", q->method, q->url, allow);
+    }
     const route *rt = &routes_table[q->route];
     if (s->auth_required && !rt->public_) {
         int64_t tid = 0;
@@ -338,7 +347,8 @@ static enum MHD_Result check_head(http_req *q)
         if (!rate_take(s, tid, &retry)) {
             char ra[16];
             snprintf(ra, sizeof ra, "%d", retry);
-            return http_error_retry(q, 429, ra, "rate_limited",
+            return http_error_with(q, 429, (extra_header){MHD_HTTP_HEADER_RETRY_AFTER, ra},
+                                   "rate_limited",
                                     "this token is over its rate limit (%d requests/s, bursts of "
                                     "%d); retry after %d s", s->cfg.rate_limit, s->cfg.rate_burst,
                                     retry);

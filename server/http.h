@@ -44,6 +44,8 @@ extern const int routes_count;
 /* Matches method + path; returns the route index, -1 for an unknown path,
  * -2 for a known path with another method. Fills q->id / q->arg. */
 int routes_match(http_req *q, const char *method, const char *path);
+/* The methods the path answers, "GET, HEAD, DELETE" (for 405's Allow). */
+void routes_allowed(const char *path, char *out, size_t cap);
 /* Strict query parsing for the route: a parameter it takes given twice
  * (unless a list), without a value, with a control character, or a list
  * over 255 bytes in all. Returns nonzero with field and msg filled. */

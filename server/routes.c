@@ -351,17 +351,24 @@ static bool job_exists(http_req *q)
     return true;
 }
 
-/* Last-Event-ID header, else ?from=; -2 on a malformed value. */
-static int64_t stream_from(http_req *q, int64_t dflt)
+static int64_t parse_event_id(const char *v)
 {
-    const char *v = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Last-Event-ID");
-    if (!v) v = http_arg(q, "from");
-    if (!v) return dflt;
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < 0) return -2;
+    if (errno || end == v || *end || x < 0 || !isdigit((unsigned char)*v)) return -2;
     return x;
+}
+
+/* Last-Event-ID header, else ?from=; -2 when either is malformed (both are
+ * checked, so a bad ?from= is not hidden by the header). */
+static int64_t stream_from(http_req *q, int64_t dflt)
+{
+    const char *h = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Last-Event-ID");
+    const char *f = http_arg(q, "from");
+    int64_t hv = h ? parse_event_id(h) : dflt, fv = f ? parse_event_id(f) : dflt;
+    if (hv == -2 || fv == -2) return -2;
+    return h ? hv : fv;
 }
 
 static enum MHD_Result get_job_events(http_req *q)
@@ -636,6 +643,22 @@ static bool match_pattern(const char *pat, const char *path, http_req *q)
         path += sl;
     }
     return *pat == 0 && *path == 0;
+}
+
+void routes_allowed(const char *path, char *out, size_t cap)
+{
+    char buf[1024];
+    size_t n = strlen(path), o = 0;
+    out[0] = 0;
+    if (n >= sizeof buf) return;
+    memcpy(buf, path, n + 1);
+    if (n > 1 && buf[n - 1] == '/') buf[n - 1] = 0;
+    for (int i = 0; i < routes_count; i++) {
+        if (!match_pattern(routes_table[i].pattern, buf, NULL)) continue;
+        const char *m = routes_table[i].method;
+        if (o < cap) o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? ", " : "", m);
+        if (!strcmp(m, "GET") && o < cap) o += (size_t)snprintf(out + o, cap - o, ", HEAD");
+    }
 }
 
 int routes_match(http_req *q, const char *method, const char *path)

@@ -89,6 +89,9 @@ int srv_cursor_decode(const char *s, int64_t *id);
 /* RFC 3339 UTC with milliseconds; "" for 0. */
 void srv_time_fmt(int64_t ms, char out[32]);
 
+/* Copies in to out (cap bytes with the NUL), each byte that is not part of
+ * valid UTF-8 replaced by '?', never cutting a character. */
+void srv_utf8_sanitize(const char *in, char *out, size_t cap);
 /* {"error": {"code", "message", "field"?}} as compact JSON; malloc'd. */
 char *srv_error_json(const char *code, const char *field, const char *msg);
 

@@ -144,13 +144,52 @@ void srv_scopes_format(unsigned mask, char out[64])
     if (!o) snprintf(out, 64, "none");
 }
 
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if none. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+    if (p[0] < 0x80) return 1;
+    size_t len = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+    if (p[0] >= 0xf5 || len == 0 || len > n) return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    /* Overlong, surrogate and beyond-U+10FFFF forms. */
+    if (len == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) return 0;
+    if (len == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))) return 0;
+    return len;
+}
+
+void srv_utf8_sanitize(const char *in, char *out, size_t cap)
+{
+    size_t n = strlen(in), o = 0;
+    for (size_t i = 0; i < n && o + 1 < cap;) {
+        size_t k = utf8_seq((const unsigned char *)in + i, n - i);
+        if (k == 0 || o + k >= cap) {
+            if (k) break; /* a whole character that no longer fits */
+            out[o++] = '?';
+            i++;
+            continue;
+        }
+        memcpy(out + o, in + i, k);
+        o += k;
+        i += k;
+    }
+    out[o] = 0;
+}
+
 /* The JSON error of docs/api.md; malloc'd text. The gate writes it on the
- * raw socket and http_error through libmicrohttpd, so both say the same. */
+ * raw socket and http_error through libmicrohttpd, so both say the same.
+ * Messages quote client input (paths, parameter names), which need not be
+ * UTF-8: JSON strings must be, so invalid bytes become '?'. */
 char *srv_error_json(const char *code, const char *field, const char *msg)
 {
-    json_t *e = json_pack("{ss ss}", "code", code, "message", msg && *msg ? msg : code);
+    char m[1024], f[256];
+    srv_utf8_sanitize(msg && *msg ? msg : code, m, sizeof m);
+    json_t *e = json_pack("{ss ss}", "code", code, "message", m);
     if (!e) return NULL;
-    if (field && *field) json_object_set_new(e, "field", json_string(field));
+    if (field && *field) {
+        srv_utf8_sanitize(field, f, sizeof f);
+        json_object_set_new(e, "field", json_string(f));
+    }
     json_t *o = json_pack("{so}", "error", e);
     char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);

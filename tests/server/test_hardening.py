@@ -124,6 +124,15 @@ def test_json_errors():
     # HTTP/1.0 needs no Host.
     st, _, _ = parse(raw(srv, b"GET /healthz HTTP/1.0\r\n\r\n"))
     check(st == 200, "HTTP/1.0 /healthz: %d" % st)
+    # Client bytes quoted in a message need not be UTF-8; the body is still JSON.
+    for path in (b"/%FF%FE", b"/jobs/%C3", b"/static/%F0%9F"):
+        json_error(raw(srv, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n"), 404, "not_found",
+                   what="GET " + path.decode())
+    json_error(raw(srv, b"GET /jobs?%C3%11=1 HTTP/1.1\r\nHost: x\r\n\r\n"), 400, "invalid_spec",
+               what="control byte after a cut UTF-8 sequence in a parameter name")
+    # 405 says which methods the path takes.
+    h, _ = json_error(raw(srv, b"TRACE /jobs/1 HTTP/1.1\r\nHost: x\r\n\r\n"), 405, what="TRACE")
+    check(h.get("allow") == "GET, HEAD, DELETE", "Allow: %r" % h.get("allow"))
     check(srv.get("/healthz").status == 200, "server still answers")
 
 
@@ -154,12 +163,16 @@ def test_query_strict():
            ("/jobs?" + "&".join(["state=succeeded"] * 30), "state"),
            ("/jobs?state=", "state"), ("/jobs?state=running,,queued", "state"),
            ("/jobs?limit", "limit"), ("/jobs?st%00ate=running", "st"),
+           ("/events?from=-1", "from"), ("/jobs/%d/events?from=x" % jid, "from"),
            ("/events?from=1&from=2", "from"), ("/jobs/%d/metrics?format=json&format=csv" % jid, "format"),
            ("/jobs/%d/logs?follow=0&follow=0" % jid, "follow")]
     for path, field in bad:
         r = srv.get(path)
         check(r.status == 400 and r.json["error"].get("field") == field,
               "GET %s: want 400 naming %s, got %r" % (path, field, r))
+    # A bad ?from= is not hidden by a good Last-Event-ID.
+    r = srv.get("/jobs/%d/events?from=-1" % jid, headers={"Last-Event-ID": "0"})
+    check(r.status == 400 and r.json["error"]["field"] == "from", "from=-1 with Last-Event-ID: %r" % r)
     r = srv.request("DELETE", "/jobs/%d?purge=0&purge=1" % jid)
     check(r.status == 400 and r.json["error"]["field"] == "purge", "purge twice: %r" % r)
     ok = ["/jobs?state=succeeded&state=failed", "/jobs?state=" + ",".join(["succeeded"] * 25),

@@ -80,6 +80,24 @@ static void test_tokens(void)
     CHECK(!strcmp(srv_scope_name(SCOPE_SUBMIT), "submit"));
 }
 
+/* Error bodies quote client input: always valid JSON, invalid UTF-8 as '?'. */
+static void test_error_json(void)
+{
+    char o[16];
+    srv_utf8_sanitize("a\xff\xc3\xa9\xed\xa0\x80z", o, sizeof o);
+    CHECK(!strcmp(o, "a?\xc3\xa9???z"));
+    srv_utf8_sanitize("abc\xe2\x82\xac", o, 6); /* the euro sign does not fit whole */
+    CHECK(!strcmp(o, "abc"));
+    char *j = srv_error_json("not_found", "\xc3", "no such endpoint: GET /\xff\x11");
+    CHECK(j);
+    json_t *v = json_loads(j, 0, NULL);
+    CHECK(v && !strcmp(json_string_value(json_object_get(json_object_get(v, "error"), "message")),
+                       "no such endpoint: GET /?\x11"));
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(v, "error"), "field")), "?"));
+    json_decref(v);
+    free(j);
+}
+
 static void test_prom(void)
 {
     srv_gpu_sample g[2] = {
@@ -221,6 +239,7 @@ int main(void)
     test_cursor();
     test_time();
     test_tokens();
+    test_error_json();
     test_prom();
     test_listen();
     test_config();
