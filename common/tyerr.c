@@ -54,6 +54,7 @@ const char *ty_err_name(int code)
     case TY_ECORRUPT: return "corrupt";
     case TY_EAUTH: return "unauthorized";
     case TY_ETOOBIG: return "too_large";
+    case TY_ENOSPC: return "no_space";
     default: return "internal";
     }
 }

@@ -20,6 +20,7 @@ enum {
     TY_EAUTH = -7,
     TY_ETOOBIG = -8,
     TY_EINTERNAL = -9,
+    TY_ENOSPC = -10,  /* no space left on a disk (a state that passes) */
 };
 
 typedef struct ty_err {

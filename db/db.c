@@ -71,16 +71,20 @@ bool db_transition_legal(job_state from, job_state to)
 
 /* ---- helpers ----------------------------------------------------------------- */
 
+/* A full disk is TY_ENOSPC (the API answers 503 and the scheduler retries)
+ * rather than a generic I/O error. */
 static int sql_err(db *d, ty_err *err, const char *what)
 {
-    return ty_err_set(err, TY_EIO, "database: %s: %s", what, sqlite3_errmsg(d->h));
+    int code = (sqlite3_extended_errcode(d->h) & 0xff) == SQLITE_FULL ? TY_ENOSPC : TY_EIO;
+    return ty_err_set(err, code, "database: %s: %s", what, sqlite3_errmsg(d->h));
 }
 
 static int exec_sql(db *d, const char *sql, ty_err *err)
 {
     char *msg = NULL;
     if (sqlite3_exec(d->h, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        int rc = ty_err_set(err, TY_EIO, "database: %s", msg ? msg : "exec failed");
+        int code = (sqlite3_extended_errcode(d->h) & 0xff) == SQLITE_FULL ? TY_ENOSPC : TY_EIO;
+        int rc = ty_err_set(err, code, "database: %s", msg ? msg : "exec failed");
         sqlite3_free(msg);
         return rc;
     }
@@ -712,7 +716,10 @@ static int update_job_fields(db *d, int64_t id, const char *state, const db_job_
     ADD(has_pgid, "pgid");
     ADD(has_stop_intent, "stop_intent");
     ADD(has_checkpoint_error, "checkpoint_error");
-    ADD(set_started, "started_ms");
+    /* The first start's time is kept: a resume or a restart is not a new
+     * start of the job (only the ETA's metric timing restarts). */
+    if (upd && upd->set_started)
+        n += (size_t)snprintf(sql + n, sizeof sql - n, ", started_ms = COALESCE(started_ms, ?)");
     ADD(set_finished, "finished_ms");
 #undef ADD
     if (upd && upd->set_started)
@@ -1000,8 +1007,15 @@ int db_events_global(db *d, int64_t after_id, int limit, db_event **out, int *n,
 int db_events_metrics(db *d, int64_t job_id, db_event **out, int *n, ty_err *err)
 {
     sqlite3_stmt *st;
-    if (prep(d, "SELECT id, job_id, seq, type, data, ts_ms FROM job_events"
-                " WHERE job_id = ? AND type = 'metric' ORDER BY seq", &st, err))
+    /* A metric followed (later id) by one of the same or a lower step was
+     * replayed: the job resumed from an earlier checkpoint and redid that
+     * step, so only the newest run's row of each step is kept. */
+    if (prep(d, "SELECT id, job_id, seq, type, data, ts_ms FROM"
+                " (SELECT id, job_id, seq, type, data, ts_ms, json_extract(data, '$.step') AS step,"
+                "  MIN(json_extract(data, '$.step')) OVER (ORDER BY id DESC ROWS BETWEEN"
+                "  UNBOUNDED PRECEDING AND 1 PRECEDING) AS later"
+                "  FROM job_events WHERE job_id = ? AND type = 'metric')"
+                " WHERE later IS NULL OR later > step ORDER BY seq", &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, job_id);
     return read_events(d, st, out, n, err);

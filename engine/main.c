@@ -8,6 +8,8 @@
  * Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID. Everything else is in
  * train.c; this file only turns the command line into train_args. */
 #include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,5 +124,18 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     /* A vanished event reader must not kill us mid-checkpoint. */
     signal(SIGPIPE, SIG_IGN);
+    /* Under trainyard serve we die with the server: SIGTERM when it goes
+     * (we checkpoint and stop, and its next start adopts that checkpoint
+     * from disk). The server may have died between spawning us and the
+     * prctl, so the parent is checked after it. */
+    const char *sup = getenv("TY_SUPERVISOR_PID");
+    if (sup && *sup) {
+        a.supervised = 1;
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != (pid_t)strtol(sup, NULL, 10)) {
+            ev_error("the server that started this engine is gone; not starting");
+            return 1;
+        }
+    }
     return train_run(&a);
 }

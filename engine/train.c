@@ -238,13 +238,20 @@ static int save_checkpoint(run *r, ty_err *err)
                            "trainer_state.json"};
     uint64_t bytes = 0;
     if (!rc) rc = ckpt_commit(dir, r->step, files, 3, &bytes, err);
-    if (rc) return rc;
+    if (rc) {
+        /* A partial checkpoint (full disk, I/O error) is not left behind
+         * to fill the disk or be mistaken for one. */
+        ty_rm_rf(dir, NULL);
+        return rc;
+    }
     r->last_ckpt = r->step;
     ev_emit(json_pack("{s:s, s:I, s:s, s:I}", "ev", "checkpoint", "step", (json_int_t)r->step, "dir", rel, "bytes",
                       (json_int_t)bytes));
     ev_log("checkpoint %s (%llu bytes)", rel, (unsigned long long)bytes);
+    /* Pruning has one owner: under trainyard serve the server prunes (its
+     * database knows which checkpoint it points at); alone, we do. */
     ty_err perr = {0};
-    if (ckpt_prune(r->a->workdir, r->spec.keep_last, r->spec.keep_best, &perr)) ev_log("warning: pruning checkpoints: %s", perr.msg);
+    if (!r->a->supervised && ckpt_prune(r->a->workdir, r->spec.keep_last, r->spec.keep_best, &perr)) ev_log("warning: pruning checkpoints: %s", perr.msg);
     return 0;
 }
 

@@ -12,6 +12,7 @@
 typedef struct train_args {
     const char *spec_path;
     const char *workdir;
+    int supervised;        /* run by trainyard serve (TY_SUPERVISOR_PID): it prunes */
     const char *resume;      /* checkpoint directory or NULL */
     int threads;             /* 0 = OpenMP default */
     int rank, world, local_rank;

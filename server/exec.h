@@ -44,9 +44,32 @@ int sched_resume(sched *x, int64_t id, ty_err *err);
 int sched_gpu_count(sched *x);
 /* Latest GPU samples with the holding job; returns the count. */
 int sched_gpu_snapshot(sched *x, srv_gpu_sample *out);
-/* Stops scheduling; sends SIGTERM to running engines (they checkpoint and
- * stop) without waiting, leaving their jobs for the next start to recover. */
+/* Stops scheduling and shuts the engines down gracefully: SIGTERM to every
+ * engine group, then up to the grace period for their final checkpoints,
+ * which are recorded; each such job is requeued from it (no restart
+ * counted). Engines still alive then are left to the next start. */
 void sched_stop(sched *x);
 void sched_free(sched *x);
+
+/* ---- checkpoints on disk vs. the database (recovery.c) ------------------------- */
+
+/* Makes the job's checkpoint rows agree with its directory (see recovery.c):
+ * removes partial directories, adopts complete unknown ones (upload queued
+ * with store), marks rows whose directory is gone deleted. *newest gets the
+ * newest complete checkpoint's dir (malloc'd; local or committed remote) and
+ * *newest_step its step, or NULL / -1. No engine of the job may be alive. */
+int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int64_t *newest_step,
+                  ty_err *err);
+/* Reads dir/MANIFEST.json (its sha256 into sha, the step, the total bytes)
+ * and with sums checks every listed file's size and sha256. */
+int rec_manifest_check(const char *dir, bool sums, int64_t *step, char sha[65], uint64_t *bytes,
+                       ty_err *err);
+/* The step of "checkpoints/step-000123", or -1. */
+int64_t rec_dir_step(const char *dir);
+
+/* Below this much free space on the data directory's disk, submits are
+ * refused with TY_ENOSPC (503): a job could not checkpoint anyway. */
+#define SRV_MIN_FREE_BYTES (1024 * 1024)
+int srv_disk_check(srv *s, ty_err *err);
 
 #endif

@@ -69,9 +69,19 @@ static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
     }
     json_t *metric = json_parsed_or_null(j->last_metric);
     int64_t step = json_integer_value(json_object_get(metric, "step"));
+    /* Progress is where the job would continue from: a paused or requeued
+     * job (or one whose new run has not reported yet) is at its resume
+     * checkpoint's step, not at the last metric of the run that stopped. */
+    int64_t ck_step = rec_dir_step(j->resume_from);
+    bool no_run_metric = j->metric0_ms == 0;
+    if (ck_step >= 0 && (j->state == JOB_QUEUED || j->state == JOB_PAUSED ||
+                         ((j->state == JOB_STARTING || j->state == JOB_RUNNING) && no_run_metric)))
+        step = ck_step;
+    /* Only a running engine has an ETA. */
     json_t *eta = json_null();
-    if (j->metric0_ms > 0 && j->metric_last_ms > j->metric0_ms && step > j->metric0_step &&
-        j->max_steps > step) {
+    if (j->state != JOB_RUNNING) {
+    } else if (j->metric0_ms > 0 && j->metric_last_ms > j->metric0_ms && step > j->metric0_step &&
+               j->max_steps > step) {
         double per_step = (double)(j->metric_last_ms - j->metric0_ms) / 1000.0 /
                           (double)(step - j->metric0_step);
         eta = json_real(per_step * (double)(j->max_steps - step));
@@ -155,6 +165,10 @@ static enum MHD_Result post_jobs(http_req *q)
         jobspec_free(&spec);
         return http_error(q, 400, "invalid_spec", "resources.gpus",
                           "the job asks for %d GPU(s); this server has %d", want, ngpu);
+    }
+    if (srv_disk_check(s, &err)) { /* 503 while the disk is full */
+        jobspec_free(&spec);
+        return http_ty_error(q, &err);
     }
     const char *key = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Idempotency-Key");
     if (key && (strlen(key) == 0 || strlen(key) > 255)) {

@@ -10,6 +10,7 @@
  * stalls the other jobs' starts or pipes. */
 #include "exec.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -86,12 +87,37 @@ typedef struct waiter {
     struct waiter *next;
 } waiter;
 
+/* A run's final transition that could not be written (full disk, I/O
+ * error): retried every tick until it lands, and logged, so a job never
+ * stays `running` with no engine behind it. */
+typedef struct pending {
+    int64_t job_id;
+    job_state to;
+    int restarts;          /* new value, or -1 to leave it */
+    char *store;
+    char reason[1100];
+    int64_t next_ms;
+    int tries;
+    struct pending *next;
+} pending;
+
+/* A job a previous server left live, between the two halves of recovery
+ * (recover_mark before the API serves, recover_finish on the scheduler
+ * thread). The scheduler does not start it meanwhile. */
+typedef struct recov {
+    int64_t job_id;
+    pid_t pgid;            /* its orphaned engine group, 0 if none is left */
+} recov;
+
 struct sched {
     srv *s;
     gpu_inv *gpu;
     pthread_mutex_t mu;
     run *runs;
     waiter *waiters;
+    pending *pend;
+    recov *recov;
+    int nrecov;
     uint64_t gpus_busy;
     int cpu_busy;
     int efd, wake_fd;
@@ -218,6 +244,10 @@ static void note_checkpoint(sched *x, run *r, json_t *o)
     }
     pthread_mutex_unlock(&s->write_lock);
     if (r->store) uploader_wake(s->up);
+    /* The server is the one owner of pruning (the engine leaves it to us
+     * when supervised): keep_last / keep_best are applied to the rows, so a
+     * checkpoint the database still points at is never removed under it. */
+    upload_retention(s, r->job_id);
 }
 
 static void handle_line(sched *x, run *r, const char *line, size_t len)
@@ -353,19 +383,19 @@ static int spawn_rank(sched *x, run *r, int rank, const char *jobdir, const char
     /* The server's environment minus the variables we set, plus ours. */
     size_t ne = 0;
     while (environ[ne]) ne++;
-    char **envp = calloc(ne + 8, sizeof *envp);
+    char **envp = calloc(ne + 9, sizeof *envp);
     if (!envp) return ty_err_set(err, TY_ENOMEM, "out of memory");
     size_t k = 0;
     static const char *const ours[] = {"TY_RANK=", "TY_WORLD_SIZE=", "TY_LOCAL_RANK=",
                                        "CUDA_VISIBLE_DEVICES=", "TY_JOB_ID=",
-                                       "CUDA_DEVICE_ORDER="};
+                                       "CUDA_DEVICE_ORDER=", "TY_SUPERVISOR_PID="};
     for (size_t i = 0; i < ne; i++) {
         bool skip = false;
         for (size_t j = 0; j < sizeof ours / sizeof *ours; j++)
             skip |= !strncmp(environ[i], ours[j], strlen(ours[j]));
         if (!skip) envp[k++] = environ[i];
     }
-    char e_rank[32], e_world[32], e_local[32], e_cuda[300], e_job[40];
+    char e_rank[32], e_world[32], e_local[32], e_cuda[300], e_job[40], e_sup[48];
     snprintf(e_rank, sizeof e_rank, "TY_RANK=%d", rank);
     snprintf(e_world, sizeof e_world, "TY_WORLD_SIZE=%d", r->nranks);
     snprintf(e_local, sizeof e_local, "TY_LOCAL_RANK=%d", rank);
@@ -376,6 +406,11 @@ static int spawn_rank(sched *x, run *r, int rank, const char *jobdir, const char
     envp[k++] = e_local;
     envp[k++] = e_cuda;
     envp[k++] = e_job;
+    /* The engine dies with us: it sets PR_SET_PDEATHSIG and, for the race
+     * of our death before that, compares getppid() with this pid. It also
+     * leaves checkpoint pruning to us (docs/server.md, "one owner"). */
+    snprintf(e_sup, sizeof e_sup, "TY_SUPERVISOR_PID=%d", (int)getpid());
+    envp[k++] = e_sup;
     /* NVML numbers GPUs in PCI order; make CUDA agree. */
     envp[k++] = "CUDA_DEVICE_ORDER=PCI_BUS_ID";
     envp[k] = NULL;
@@ -594,14 +629,34 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
     const char *st = json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
     char *store = st ? strdup(st) : NULL;
     json_decref(spec);
+    /* The disk is the truth: resume from the newest complete checkpoint
+     * there is (local or committed remote), whatever the row said. With
+     * none at all the recorded one stays, so its absence fails the start
+     * with a clear reason rather than silently starting over. */
+    char *newest = NULL;
+    int64_t nstep = -1;
+    ty_err rerr = {0};
+    if (rec_reconcile(s, id, store, &newest, &nstep, &rerr))
+        fprintf(stderr, "trainyard: job %lld: checkpoint reconciliation: %s\n", (long long)id,
+                rerr.msg);
+    if (newest) {
+        free(j.resume_from);
+        j.resume_from = newest;
+    }
     bool fetching = upload_start_needs_fetch(s, id, j.spec, j.resume_from);
 
     db_job_update up = {.has_backend = true, .backend = backend_s, .has_gpus = true, .gpus = gpus,
                         .set_started = true, .has_stop_intent = true, .stop_intent = NULL,
-                        .has_error = true, .error = NULL};
-    char reason[600];
-    snprintf(reason, sizeof reason, "scheduled%s%.500s%s", j.resume_from ? "; resuming from " : "",
-             j.resume_from ? j.resume_from : "", fetching ? "; fetching inputs" : "");
+                        .has_error = true, .error = NULL, .has_resume_from = true,
+                        .resume_from = j.resume_from};
+    char reason[700], from[600] = "";
+    int64_t rstep = rec_dir_step(j.resume_from);
+    if (j.resume_from && rstep >= 0)
+        snprintf(from, sizeof from, "; resumed from step %lld (%.500s)", (long long)rstep,
+                 j.resume_from);
+    else if (j.resume_from)
+        snprintf(from, sizeof from, "; resumed from %.500s", j.resume_from);
+    snprintf(reason, sizeof reason, "scheduled%s%s", from, fetching ? "; fetching inputs" : "");
     if (srv_transition(s, id, JOB_BIT(JOB_QUEUED), JOB_STARTING, reason, &up, NULL, &err)) {
         free(store);
         db_job_free(&j);
@@ -662,15 +717,19 @@ static void collect_fetches(sched *x)
         if (!f || !atomic_load(&f->done)) continue;
         pthread_join(f->thread, NULL);
         r->f = NULL;
-        if (r->intent[0]) {
-            bool pause = strcmp(r->intent, "cancel") != 0;
+        if (r->intent[0] || x->stop) {
+            bool pause = strcmp(r->intent, "cancel") != 0, shut = !r->intent[0];
             int64_t id = r->job_id;
             unlist(x, r);
             release(x, r);
             run_free(r);
-            finalize(x, id, pause ? JOB_PAUSED : JOB_CANCELLED,
-                     pause ? "paused while fetching inputs (no engine had started)"
-                           : "cancelled while fetching inputs (no engine had started)");
+            if (shut) /* shutdown aborted the downloads */
+                finalize(x, id, JOB_QUEUED, "server shut down while fetching inputs (no engine "
+                                            "had started)");
+            else
+                finalize(x, id, pause ? JOB_PAUSED : JOB_CANCELLED,
+                         pause ? "paused while fetching inputs (no engine had started)"
+                               : "cancelled while fetching inputs (no engine had started)");
             sched_wake(x);
         } else {
             ty_err err = f->err;
@@ -694,6 +753,9 @@ static void schedule(sched *x)
     if (!d || db_job_queued_ids(d, &ids, &n, &err)) return;
     int ngpu = gpu_inv_count(x->gpu);
     for (int i = 0; i < n && !x->stop; i++) {
+        bool recovering = false;
+        for (int k = 0; k < x->nrecov; k++) recovering |= x->recov[k].job_id == ids[i];
+        if (recovering) continue; /* its old engine may still be writing */
         db_job j;
         if (db_job_get(d, ids[i], &j, &err)) continue;
         int want = j.gpus_wanted;
@@ -732,33 +794,122 @@ static void describe_status(int st, char *out, size_t cap)
     else snprintf(out, cap, "ended (status %d)", st);
 }
 
-/* The final transition of a run (or of a job that waited for its uploads). */
-static void finalize(sched *x, int64_t job_id, job_state to, const char *reason)
+/* The job's checkpoint.store from its stored spec (malloc'd), or NULL. */
+static char *job_store(srv *s, int64_t id)
+{
+    db_job j;
+    ty_err err = {0};
+    db *d = srv_db(s);
+    if (!d || db_job_get(d, id, &j, &err)) return NULL;
+    json_t *spec = json_loads(j.spec, 0, NULL);
+    const char *st = json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
+    char *out = st ? strdup(st) : NULL;
+    json_decref(spec);
+    db_job_free(&j);
+    return out;
+}
+
+/* Tries one settle transition; 0 when it landed or can never land (the job
+ * moved on or is gone), else the write error. */
+static int settle_once(sched *x, int64_t job_id, job_state to, int restarts, const char *store,
+                       const char *reason, ty_err *err)
 {
     srv *s = x->s;
-    ty_err err = {0};
     const unsigned live = JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING);
-    db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
+    /* The engine is gone: make the rows match the disk (a partial
+     * checkpoint of a failed write is removed here) and find where a
+     * pause or requeue resumes from. */
     char *ck = NULL;
-    if (to == JOB_PAUSED) {
-        ck = newest_checkpoint(s, job_id);
+    int64_t step = -1;
+    ty_err rerr = {0};
+    if (rec_reconcile(s, job_id, store, &ck, &step, &rerr) && !ck) ck = newest_checkpoint(s, job_id);
+    db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
+    char why[1300];
+    snprintf(why, sizeof why, "%s", reason);
+    if (to == JOB_PAUSED || to == JOB_QUEUED) {
         up.has_resume_from = true;
         up.resume_from = ck;
+        if (ck && step >= 0 && !strstr(reason, ck)) {
+            size_t n = strlen(why);
+            snprintf(why + n, sizeof why - n, "; resumes from step %lld", (long long)step);
+        }
     }
     /* A job with a store succeeds only with its result in the store
      * (docs/storage.md, "When the store fails"). */
-    char why[2400];
-    if (to == JOB_SUCCEEDED && !upload_job_verdict(s, job_id, why, sizeof why)) {
+    char verdict[2400];
+    if (to == JOB_SUCCEEDED && !upload_job_verdict(s, job_id, verdict, sizeof verdict)) {
         to = JOB_FAILED;
-        reason = why;
+        reason = verdict;
+        snprintf(why, sizeof why, "%s", reason);
     }
     if (to == JOB_FAILED) {
         up.has_error = true;
         up.error = reason;
     }
+    if (restarts >= 0) {
+        up.has_restarts = true;
+        up.restarts = restarts;
+    }
     if (db_state_terminal(to)) up.set_finished = true;
-    srv_transition(s, job_id, live, to, reason, &up, NULL, &err);
+    int rc = srv_transition(s, job_id, live, to, why, &up, NULL, err);
     free(ck);
+    return rc == TY_ESTATE || rc == TY_ENOENT ? 0 : rc;
+}
+
+/* The final transition of a run (or of a job that waited for its uploads);
+ * a write that fails is logged and retried (check_pending). */
+static void settle(sched *x, int64_t job_id, job_state to, int restarts, const char *store,
+                   const char *reason)
+{
+    ty_err err = {0};
+    if (settle_once(x, job_id, to, restarts, store, reason, &err) == 0) return;
+    fprintf(stderr, "trainyard: job %lld: cannot record %s (%s): %s; retrying\n",
+            (long long)job_id, db_state_name(to), reason, err.msg);
+    pending *p = calloc(1, sizeof *p);
+    if (!p) return;
+    p->job_id = job_id;
+    p->to = to;
+    p->restarts = restarts;
+    p->store = store ? strdup(store) : NULL;
+    snprintf(p->reason, sizeof p->reason, "%s", reason);
+    p->next_ms = ty_mono_ms() + 500;
+    p->next = x->pend;
+    x->pend = p;
+}
+
+static void finalize(sched *x, int64_t job_id, job_state to, const char *reason)
+{
+    char *store = job_store(x->s, job_id);
+    settle(x, job_id, to, -1, store, reason);
+    free(store);
+}
+
+/* Retries the transitions that failed to write, every 0.5 s, logging every
+ * 20th failure so a full disk stays visible in the server log. */
+static void check_pending(sched *x)
+{
+    int64_t now = ty_mono_ms();
+    for (pending **pp = &x->pend; *pp;) {
+        pending *p = *pp;
+        if (now < p->next_ms) {
+            pp = &p->next;
+            continue;
+        }
+        ty_err err = {0};
+        if (settle_once(x, p->job_id, p->to, p->restarts, p->store, p->reason, &err) == 0) {
+            fprintf(stderr, "trainyard: job %lld: %s recorded after %d retries\n",
+                    (long long)p->job_id, db_state_name(p->to), p->tries + 1);
+            *pp = p->next;
+            free(p->store);
+            free(p);
+            continue;
+        }
+        if (++p->tries % 20 == 0)
+            fprintf(stderr, "trainyard: job %lld: still cannot record %s: %s\n",
+                    (long long)p->job_id, db_state_name(p->to), err.msg);
+        p->next_ms = now + 500;
+        pp = &p->next;
+    }
 }
 
 /* All ranks have exited: the DESIGN §2 transition for how they ended. */
@@ -768,8 +919,6 @@ static void finish_run(sched *x, run *r)
     ty_err err = {0};
     char reason[1024], how[160];
     describe_status(r->status[0], how, sizeof how);
-    const unsigned live = JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING);
-    db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
     job_state to;
     if (r->fail_reason || r->error) {
         snprintf(reason, sizeof reason, "%s", r->fail_reason ? r->fail_reason : r->error);
@@ -777,12 +926,22 @@ static void finish_run(sched *x, run *r)
     } else if (r->done_succeeded) {
         snprintf(reason, sizeof reason, "engine finished");
         to = JOB_SUCCEEDED;
-    } else if (r->intent[0] || r->done_stopped) {
+    } else if (r->intent[0]) {
         bool pause = strcmp(r->intent, "cancel") != 0;
         to = pause ? JOB_PAUSED : JOB_CANCELLED;
         if (r->done_stopped) snprintf(reason, sizeof reason, "%s", pause ? "paused" : "cancelled");
         else snprintf(reason, sizeof reason, "%s: engine %s without stopping cleanly",
                       pause ? "paused" : "cancelled", how);
+    } else if (x->stop) {
+        /* Graceful shutdown: the engine wrote its final checkpoint; the job
+         * waits in the queue for the next start. Not a restart of the job. */
+        settle(x, r->job_id, JOB_QUEUED, -1, r->store,
+               r->done_stopped ? "server shut down; the engine stopped at a checkpoint"
+                               : "server shut down");
+        return;
+    } else if (r->done_stopped) {
+        snprintf(reason, sizeof reason, "paused");
+        to = JOB_PAUSED;
     } else if (WIFEXITED(r->status[0]) && WEXITSTATUS(r->status[0]) == 2) {
         snprintf(reason, sizeof reason, "engine rejected the spec (exit status 2); see engine.log");
         to = JOB_FAILED;
@@ -794,17 +953,11 @@ static void finish_run(sched *x, run *r)
         if (!d || db_job_get(d, r->job_id, &j, &err)) return;
         const char *why = r->rank_failure ? r->rank_failure : how;
         if (j.restarts < j.max_restarts) {
-            char *ck = newest_checkpoint(s, r->job_id);
-            snprintf(reason, sizeof reason,
-                     "engine %s without a terminal event; restart %d of %d%s%s", why,
-                     j.restarts + 1, j.max_restarts, ck ? " from " : "", ck ? ck : "");
-            up.has_restarts = true;
-            up.restarts = j.restarts + 1;
-            up.has_resume_from = true;
-            up.resume_from = ck;
-            srv_transition(s, r->job_id, live, JOB_QUEUED, reason, &up, NULL, &err);
-            free(ck);
+            snprintf(reason, sizeof reason, "engine %s without a terminal event; restart %d of %d",
+                     why, j.restarts + 1, j.max_restarts);
+            int restarts = j.restarts + 1;
             db_job_free(&j);
+            settle(x, r->job_id, JOB_QUEUED, restarts, r->store, reason);
             return;
         }
         snprintf(reason, sizeof reason, "engine %s without a terminal event; gave up after %d "
@@ -815,7 +968,17 @@ static void finish_run(sched *x, run *r)
     /* Pause, cancel and success wait for the job's checkpoint uploads
      * (the final checkpoint in particular), bounded by --upload-wait. */
     if (to == JOB_SUCCEEDED && r->store) uploader_export(s->up, r->job_id);
-    if (to != JOB_FAILED && r->store && uploader_job_busy(s->up, r->job_id, to == JOB_SUCCEEDED)) {
+    bool busy = to != JOB_FAILED && r->store && uploader_job_busy(s->up, r->job_id, to == JOB_SUCCEEDED);
+    if (busy && x->stop && to == JOB_SUCCEEDED) {
+        /* Shutting down with the final uploads pending: the job keeps its
+         * intent and the next start waits for them (recover_mark). */
+        db *d = srv_db(s);
+        db_job_update pg = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = "",
+                            .has_stop_intent = true, .stop_intent = "succeeded"};
+        if (d) db_job_update_fields(d, r->job_id, &pg, &err);
+        return;
+    }
+    if (busy && !x->stop) {
         waiter *w = calloc(1, sizeof *w);
         if (w) {
             w->job_id = r->job_id;
@@ -834,7 +997,9 @@ static void finish_run(sched *x, run *r)
             return;
         }
     }
-    finalize(x, r->job_id, to, reason);
+    if (to == JOB_FAILED)
+        fprintf(stderr, "trainyard: job %lld failed: %s\n", (long long)r->job_id, reason);
+    settle(x, r->job_id, to, -1, r->store, reason);
 }
 
 /* Checks the jobs waiting for uploads: finalizes those whose uploads are
@@ -847,8 +1012,14 @@ static void check_waiters(sched *x)
     int64_t now = ty_mono_ms();
     for (waiter **pp = &x->waiters; *pp;) {
         waiter *w = *pp;
+        if (x->stop && w->to == JOB_SUCCEEDED) {
+            /* Shutdown: the job stays with its intent for the next start. */
+            *pp = w->next;
+            free(w);
+            continue;
+        }
         if (uploader_job_busy(s->up, w->job_id, w->to == JOB_SUCCEEDED)) {
-            if (now < w->deadline_ms) {
+            if (now < w->deadline_ms && !x->stop) {
                 pp = &w->next;
                 continue;
             }
@@ -919,17 +1090,24 @@ static void enforce_grace(sched *x)
         }
 }
 
-static void recover(sched *x);
+static void recover_finish(sched *x);
 
 static void *sched_main(void *arg)
 {
     sched *x = arg;
     struct epoll_event evs[64];
-    /* Recovery may wait out a grace period; the HTTP side already serves. */
-    recover(x);
+    /* The second half of recovery may wait out one grace period; the HTTP
+     * side already serves, and every job it concerns is already queued,
+     * paused or finished (recover_mark), so cancel and pause just work. */
+    recover_finish(x);
     pthread_mutex_lock(&x->mu);
     schedule(x);
-    while (!x->stop) {
+    /* After sched_stop: keep reading pipes and reaping until every engine
+     * has written its final checkpoint and exited, or the grace period
+     * (plus a second for the last events) is over. */
+    int64_t drain_until = 0;
+    while (!x->stop || (x->runs && ty_mono_ms() < drain_until)) {
+        if (x->stop && !drain_until) drain_until = ty_mono_ms() + x->s->cfg.grace_s * 1000LL + 1000;
         pthread_mutex_unlock(&x->mu);
         int n = epoll_wait(x->efd, evs, 64, TICK_MS);
         pthread_mutex_lock(&x->mu);
@@ -953,7 +1131,8 @@ static void *sched_main(void *arg)
         collect_fetches(x);
         enforce_grace(x);
         check_waiters(x);
-        if (woken || n == 0) schedule(x);
+        check_pending(x);
+        if ((woken || n == 0) && !x->stop) schedule(x);
     }
     pthread_mutex_unlock(&x->mu);
     return NULL;
@@ -1033,7 +1212,16 @@ static run *find_run(sched *x, int64_t id)
 static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
 {
     run *r = find_run(x, id);
-    if (!r) return ty_err_set(err, TY_ESTATE, "job %lld has no running engine", (long long)id);
+    if (!r) {
+        /* Its engine is gone and its final state is being written again
+         * (check_pending): accepted; a requeue becomes the request. */
+        for (pending *p = x->pend; p; p = p->next)
+            if (p->job_id == id) {
+                if (p->to == JOB_QUEUED) p->to = strcmp(intent, "cancel") ? JOB_PAUSED : JOB_CANCELLED;
+                return 0;
+            }
+        return ty_err_set(err, TY_ESTATE, "job %lld has no running engine", (long long)id);
+    }
     if (r->intent[0]) {
         /* Already stopping: a cancel may upgrade a pause, nothing else. */
         if (!strcmp(intent, "cancel") && strcmp(r->intent, "cancel")) {
@@ -1123,10 +1311,50 @@ static bool engine_group_is_job(pid_t pgid, int64_t id)
     return found;
 }
 
-/* Jobs a killed server left live: stop their engines (SIGTERM, grace, then
- * SIGKILL) and requeue them from the newest checkpoint; a restart counts.
- * A job that was stopping honours its recorded intent instead. */
-static void recover(sched *x)
+/* Does any process of group pg still run? Zombies do not count: an orphan
+ * is reaped by init (or a subreaper) on its own schedule, and a zombie
+ * writes nothing. */
+static bool group_running(pid_t pg)
+{
+    if (!run_pgid_alive(pg)) return false;
+    DIR *dh = opendir("/proc");
+    if (!dh) return true;
+    bool running = false;
+    struct dirent *de;
+    while (!running && (de = readdir(dh))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9') continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+        FILE *f = fopen(path, "re");
+        if (!f) continue;
+        size_t k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = 0;
+        char *rp = strrchr(buf, ')');
+        char state;
+        int ppid, pgrp;
+        if (rp && sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pg &&
+            state != 'Z')
+            running = true;
+    }
+    closedir(dh);
+    return running;
+}
+
+/* Recovery, first half, in sched_new before the API serves: every job a
+ * previous server left starting, running or stopping is settled at once
+ * in the database, and each orphaned engine group is sent SIGTERM (all of
+ * them now; recover_finish waits once for all). No job is then shown as an
+ * engine-backed `running` job without an engine, and cancel and pause take
+ * the ordinary paths for queued or paused jobs (202, honoured):
+ *   - a job that had finished and only waited for its final uploads: waits
+ *     for them again (its export is queued again), then succeeds or fails
+ *     on their verdict (finalize);
+ *   - a job that was stopping: its recorded intent (paused / cancelled);
+ *   - any other: queued again, not counted as a restart (the server, not
+ *     the job, failed). The scheduler does not start it until its old
+ *     engine is gone and its checkpoints are reconciled. */
+static void recover_mark(sched *x)
 {
     srv *s = x->s;
     ty_err err = {0};
@@ -1135,20 +1363,17 @@ static void recover(sched *x)
     db *d = srv_db(s);
     const unsigned live = JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING);
     if (!d || db_job_ids_in(d, live, &ids, &n, &err)) return;
+    x->recov = n ? calloc((size_t)n, sizeof *x->recov) : NULL;
     for (int i = 0; i < n; i++) {
         db_job j;
         if (db_job_get(d, ids[i], &j, &err)) continue;
         pid_t pg = (pid_t)j.pgid;
-        if (pg > 0 && run_pgid_alive(pg) && engine_group_is_job(pg, j.id)) {
-            kill(-pg, SIGTERM);
-            int64_t deadline = ty_mono_ms() + s->cfg.grace_s * 1000LL;
-            while (run_pgid_alive(pg) && ty_mono_ms() < deadline && !x->stop) usleep(50000);
-            if (run_pgid_alive(pg)) kill(-pg, SIGKILL);
-        }
-        char *ck = newest_checkpoint(s, j.id);
-        db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = "",
-                            .has_resume_from = true, .resume_from = ck};
-        char reason[512];
+        if (!(pg > 0 && run_pgid_alive(pg) && engine_group_is_job(pg, j.id))) pg = 0;
+        if (pg) kill(-pg, SIGTERM);
+        if (x->recov) x->recov[x->nrecov++] = (recov){.job_id = j.id, .pgid = pg};
+        db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
+        char reason[256];
+        job_state to;
         if (j.state == JOB_RUNNING && j.stop_intent && !strcmp(j.stop_intent, "succeeded")) {
             /* The engine had finished; its final uploads were pending. The
              * queue kept the checkpoint's, the export is queued again, and
@@ -1165,29 +1390,79 @@ static void recover(sched *x)
                 snprintf(w->reason, sizeof w->reason, "%s", why);
                 x->waiters = w;
             }
+            db_job_free(&j);
+            continue;
         } else if (j.state == JOB_STOPPING && j.stop_intent) {
             bool pause = strcmp(j.stop_intent, "cancel") != 0;
-            snprintf(reason, sizeof reason, "server restarted while %s", pause ? "pausing" : "cancelling");
-            up.set_finished = !pause;
-            srv_transition(s, j.id, live, pause ? JOB_PAUSED : JOB_CANCELLED, reason, &up, NULL, &err);
-        } else if (j.restarts < j.max_restarts) {
-            snprintf(reason, sizeof reason, "server restarted; restart %d of %d%s%s", j.restarts + 1,
-                     j.max_restarts, ck ? " from " : "", ck ? ck : "");
-            up.has_restarts = true;
-            up.restarts = j.restarts + 1;
-            srv_transition(s, j.id, live, JOB_QUEUED, reason, &up, NULL, &err);
+            to = pause ? JOB_PAUSED : JOB_CANCELLED;
+            snprintf(reason, sizeof reason, "server restarted while %s",
+                     pause ? "pausing" : "cancelling");
         } else {
-            snprintf(reason, sizeof reason, "server restarted; gave up after %d restarts",
-                     j.restarts);
-            up.has_error = true;
-            up.error = reason;
-            up.set_finished = true;
-            srv_transition(s, j.id, live, JOB_FAILED, reason, &up, NULL, &err);
+            to = JOB_QUEUED;
+            snprintf(reason, sizeof reason, "server restarted; recovering%s (not counted as a "
+                     "restart)", pg ? ": waiting for the previous engine's final checkpoint" : "");
         }
-        free(ck);
+        up.set_finished = db_state_terminal(to);
+        if (srv_transition(s, j.id, live, to, reason, &up, NULL, &err))
+            fprintf(stderr, "trainyard: job %lld: recovery cannot record %s: %s\n",
+                    (long long)j.id, db_state_name(to), err.msg);
         db_job_free(&j);
     }
     free(ids);
+}
+
+/* Recovery, second half, on the scheduler thread: one wait for all the
+ * orphaned engine groups (SIGKILL for what is left after the grace
+ * period), then each job's checkpoints are reconciled with its directory
+ * and a queued or paused job resumes from the newest complete one. */
+static void recover_finish(sched *x)
+{
+    srv *s = x->s;
+    if (x->nrecov == 0) return;
+    int64_t deadline = ty_mono_ms() + s->cfg.grace_s * 1000LL;
+    for (bool any = true; any;) {
+        any = false;
+        for (int i = 0; i < x->nrecov; i++) any |= x->recov[i].pgid && group_running(x->recov[i].pgid);
+        if (!any || x->stop) break;
+        if (ty_mono_ms() >= deadline) {
+            for (int i = 0; i < x->nrecov; i++)
+                if (x->recov[i].pgid) kill(-x->recov[i].pgid, SIGKILL);
+            int64_t gone = ty_mono_ms() + 5000;
+            for (bool left = true; left && ty_mono_ms() < gone;) {
+                left = false;
+                for (int i = 0; i < x->nrecov; i++)
+                    left |= x->recov[i].pgid && group_running(x->recov[i].pgid);
+                if (left) usleep(20000);
+            }
+            break;
+        }
+        usleep(20000);
+    }
+    for (int i = 0; i < x->nrecov; i++) {
+        int64_t id = x->recov[i].job_id;
+        char *store = job_store(s, id), *ck = NULL;
+        int64_t step = -1;
+        ty_err err = {0};
+        if (rec_reconcile(s, id, store, &ck, &step, &err))
+            fprintf(stderr, "trainyard: job %lld: checkpoint reconciliation: %s\n", (long long)id,
+                    err.msg);
+        db_job j;
+        db *d = srv_db(s);
+        if (ck && d && db_job_get(d, id, &j, &err) == 0) {
+            if (j.state == JOB_QUEUED || j.state == JOB_PAUSED) {
+                db_job_update up = {.has_resume_from = true, .resume_from = ck};
+                db_job_update_fields(d, id, &up, &err);
+            }
+            db_job_free(&j);
+        }
+        free(ck);
+        free(store);
+    }
+    pthread_mutex_lock(&x->mu);
+    free(x->recov);
+    x->recov = NULL;
+    x->nrecov = 0;
+    pthread_mutex_unlock(&x->mu);
 }
 
 sched *sched_new(srv *s, ty_err *err)
@@ -1215,6 +1490,7 @@ sched *sched_new(srv *s, ty_err *err)
         return NULL;
     }
     gpu_inv_sample(x->gpu, x->samples);
+    recover_mark(x); /* before the API answers for any job */
     if (pthread_create(&x->thread, NULL, sched_main, x)) {
         ty_err_set(err, TY_EINTERNAL, "cannot start the scheduler thread");
         sched_free(x);
@@ -1238,12 +1514,13 @@ void sched_stop(sched *x)
 {
     pthread_mutex_lock(&x->mu);
     x->stop = true;
-    /* Engines get SIGTERM (they checkpoint and stop) but we do not wait: the
-     * jobs stay running in the database and the next start recovers them. */
+    /* Engines get SIGTERM (they checkpoint and stop); the scheduler thread
+     * reads their final events and requeues their jobs (finish_run), up to
+     * the grace period. A job whose engine outlives that stays running in
+     * the database and the next start recovers it. Downloads are aborted
+     * (nothing partial stays) and the job is requeued. */
     for (run *r = x->runs; r; r = r->next) {
-        if (r->pgid > 0) kill(-r->pgid, SIGTERM);
-        /* Downloads are aborted too (nothing partial stays); the job stays
-         * starting and is requeued by the next start's recovery. */
+        if (r->pgid > 0) stop_run(x, r, SIGTERM);
         if (r->f) upload_fetch_cancel(r->f->h);
     }
     pthread_mutex_unlock(&x->mu);
@@ -1275,6 +1552,13 @@ void sched_free(sched *x)
         x->waiters = w->next;
         free(w);
     }
+    while (x->pend) {
+        pending *p = x->pend;
+        x->pend = p->next;
+        free(p->store);
+        free(p);
+    }
+    free(x->recov);
     if (x->efd >= 0) close(x->efd);
     if (x->wake_fd >= 0) close(x->wake_fd);
     gpu_inv_free(x->gpu);

@@ -1,0 +1,261 @@
+/* recovery.c — the disk is the truth for checkpoints, the database its index.
+ *
+ * A crash can leave a job directory and the checkpoints table disagreeing:
+ * an engine that outlived a killed server wrote a checkpoint nobody
+ * recorded; an engine killed mid-write left a directory without its
+ * MANIFEST.json; retention marked a row deleted but died before removing
+ * the files; a full disk stopped a checkpoint half way. Before every start
+ * or resume, and when a run ends, rec_reconcile() makes the two agree
+ * again, always from what is on disk:
+ *
+ *   - a directory without MANIFEST.json is a partial write: removed;
+ *   - a complete directory the database does not know (manifest valid, every
+ *     file's size and sha256 checked) is adopted: recorded like an engine's
+ *     checkpoint event (upload queued when the job has a store);
+ *   - a directory whose manifest fails its sums is removed (it is not a
+ *     checkpoint, and resuming it would fail the job);
+ *   - a directory whose row is `deleted` is removed (retention's intent);
+ *   - a `local` or `failed` row whose directory is gone is marked `deleted`,
+ *     so it is no longer listed as a local checkpoint.
+ *
+ * It runs only while no engine of the job is alive, so nothing is being
+ * written under it. Known rows are checked by their manifest's sha256 only
+ * (cheap); full sums are computed only for directories to adopt. */
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "exec.h"
+#include "tyutil.h"
+
+#define MANIFEST_FORMAT "trainyard-checkpoint/1" /* engine/ckpt.h CKPT_FORMAT */
+
+static void rec_log(srv *s, int64_t job_id, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void rec_log(srv *s, int64_t job_id, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "trainyard: job %lld: %s\n", (long long)job_id, msg);
+    json_t *l = json_pack("{ss ss}", "line", msg, "level", "warn");
+    char *data = l ? json_dumps(l, JSON_COMPACT) : NULL;
+    json_decref(l);
+    if (data && s->evw) evw_push(s->evw, job_id, "log", data);
+    else free(data);
+}
+
+int rec_manifest_check(const char *dir, bool sums, int64_t *step, char sha[65], uint64_t *bytes,
+                       ty_err *err)
+{
+    char path[PATH_MAX + 400];
+    snprintf(path, sizeof path, "%s/MANIFEST.json", dir);
+    uint64_t mbytes = 0;
+    int rc = ty_sha256_file(path, sha, &mbytes, err);
+    if (rc) return rc;
+    json_t *m = NULL;
+    rc = ty_read_json(path, TY_ECORRUPT, &m, err);
+    if (rc) return rc;
+    json_t *files = json_object_get(m, "files"), *js = json_object_get(m, "step"),
+           *fmt = json_object_get(m, "format");
+    if (!json_is_array(files) || !json_is_integer(js) || !json_is_string(fmt) ||
+        strcmp(json_string_value(fmt), MANIFEST_FORMAT)) {
+        json_decref(m);
+        return ty_err_set(err, TY_ECORRUPT, "%s is not a %s manifest", path, MANIFEST_FORMAT);
+    }
+    *step = json_integer_value(js);
+    uint64_t total = mbytes;
+    size_t i;
+    json_t *f;
+    json_array_foreach(files, i, f) {
+        const char *name = json_string_value(json_object_get(f, "path"));
+        const char *want = json_string_value(json_object_get(f, "sha256"));
+        json_t *jb = json_object_get(f, "bytes");
+        if (!name || !want || !json_is_integer(jb) || strchr(name, '/') || !strcmp(name, "..")) {
+            rc = ty_err_set(err, TY_ECORRUPT, "%s: bad file entry %zu", path, i);
+            break;
+        }
+        total += (uint64_t)json_integer_value(jb);
+        if (!sums) continue;
+        char fp[2 * PATH_MAX + 400], hex[65];
+        uint64_t got = 0;
+        snprintf(fp, sizeof fp, "%s/%s", dir, name);
+        if (ty_sha256_file(fp, hex, &got, NULL)) {
+            rc = ty_err_set(err, TY_ECORRUPT, "%s is missing", fp);
+            break;
+        }
+        if (got != (uint64_t)json_integer_value(jb) || strcmp(hex, want)) {
+            rc = ty_err_set(err, TY_ECORRUPT, "%s: size or sha256 differs from the manifest", fp);
+            break;
+        }
+    }
+    json_decref(m);
+    if (!rc && bytes) *bytes = total;
+    return rc;
+}
+
+/* Records an adopted checkpoint and publishes its event (as note_checkpoint
+ * does for an engine's report). */
+static int adopt(srv *s, int64_t job_id, int64_t step, const char *rel, const char *path,
+                 uint64_t bytes, const char *sha, const char *store, ty_err *err)
+{
+    db_event ev;
+    pthread_mutex_lock(&s->write_lock);
+    ty_err ferr = {0};
+    evw_flush_locked(s->evw, &ferr);
+    db *d = srv_db(s);
+    int rc = d ? db_checkpoint_add(d, job_id, step, rel, (int64_t)bytes, sha, path, store, &ev, err)
+               : ty_err_set(err, TY_EIO, "no database handle");
+    if (rc == 0) {
+        srv_publish(s, &ev);
+        db_event_clear(&ev);
+    }
+    pthread_mutex_unlock(&s->write_lock);
+    return rc;
+}
+
+static int retire(srv *s, const db_checkpoint *c, const char *store, ty_err *err)
+{
+    db_event ev;
+    pthread_mutex_lock(&s->write_lock);
+    ty_err ferr = {0};
+    evw_flush_locked(s->evw, &ferr);
+    db *d = srv_db(s);
+    bool remote = store && (c->remote_uri || c->attempts > 0);
+    int rc = d ? db_checkpoint_retire(d, c, remote ? store : NULL, &ev, err)
+               : ty_err_set(err, TY_EIO, "no database handle");
+    if (rc == 0 && ev.id) srv_publish(s, &ev);
+    if (rc == 0) db_event_clear(&ev);
+    pthread_mutex_unlock(&s->write_lock);
+    return rc;
+}
+
+static const db_checkpoint *row_of(const db_checkpoint *c, int n, int64_t step)
+{
+    for (int i = 0; i < n; i++)
+        if (c[i].step == step) return &c[i];
+    return NULL;
+}
+
+static bool has_manifest(const char *dir)
+{
+    char m[PATH_MAX + 400];
+    struct stat sb;
+    snprintf(m, sizeof m, "%s/MANIFEST.json", dir);
+    return stat(m, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int64_t *newest_step,
+                  ty_err *err)
+{
+    if (newest) *newest = NULL;
+    if (newest_step) *newest_step = -1;
+    db *d = srv_db(s);
+    if (!d) return ty_err_set(err, TY_EIO, "no database handle");
+    db_checkpoint *c = NULL;
+    int n = 0;
+    int rc = db_checkpoint_list(d, job_id, &c, &n, err);
+    if (rc) return rc;
+    char jobdir[PATH_MAX], root[PATH_MAX + 16];
+    srv_job_dir(s, job_id, jobdir, sizeof jobdir);
+    snprintf(root, sizeof root, "%s/checkpoints", jobdir);
+    DIR *dh = opendir(root);
+    struct dirent *de;
+    while (dh && (de = readdir(dh))) {
+        long long step;
+        char tail;
+        if (sscanf(de->d_name, "step-%lld%c", &step, &tail) != 1 || step < 0) continue;
+        char path[PATH_MAX + 300], rel[300];
+        snprintf(path, sizeof path, "%s/%s", root, de->d_name);
+        snprintf(rel, sizeof rel, "checkpoints/%s", de->d_name);
+        ty_err e2 = {0};
+        const db_checkpoint *row = row_of(c, n, step);
+        if (!has_manifest(path)) {
+            if (ty_rm_rf(path, &e2) == 0)
+                rec_log(s, job_id, "removed %s: partial checkpoint (no MANIFEST.json)", rel);
+            continue;
+        }
+        if (row && !strcmp(row->state, "deleted")) {
+            if (ty_rm_rf(path, &e2) == 0)
+                rec_log(s, job_id, "removed %s: its checkpoint was already deleted", rel);
+            continue;
+        }
+        char sha[65];
+        uint64_t bytes = 0;
+        int64_t mstep = -1;
+        bool known = row && row->sha256 &&
+                     rec_manifest_check(path, false, &mstep, sha, &bytes, &e2) == 0 &&
+                     !strcmp(sha, row->sha256);
+        if (known) continue;
+        ty_err_clear(&e2);
+        if (rec_manifest_check(path, true, &mstep, sha, &bytes, &e2) || mstep != step) {
+            if (!e2.msg[0]) ty_err_set(&e2, TY_ECORRUPT, "manifest says step %lld", (long long)mstep);
+            ty_err e3 = {0};
+            ty_rm_rf(path, &e3);
+            rec_log(s, job_id, "removed %s: not a complete checkpoint (%s)", rel, e2.msg);
+            continue;
+        }
+        if (adopt(s, job_id, step, rel, path, bytes, sha, store, &e2) == 0)
+            rec_log(s, job_id, "adopted %s: complete on disk but not in the database", rel);
+        else
+            rec_log(s, job_id, "cannot record %s found on disk: %s", rel, e2.msg);
+    }
+    if (dh) closedir(dh);
+    /* Rows that say "on disk" whose directory is gone. */
+    for (int i = 0; i < n; i++) {
+        if (strcmp(c[i].state, "local") && strcmp(c[i].state, "failed")) continue;
+        char path[PATH_MAX + 300];
+        if (c[i].local_path) snprintf(path, sizeof path, "%s", c[i].local_path);
+        else snprintf(path, sizeof path, "%s/%s", jobdir, c[i].dir);
+        if (has_manifest(path)) continue;
+        ty_err e2 = {0};
+        if (retire(s, &c[i], store, &e2) == 0)
+            rec_log(s, job_id, "%s is gone from disk: marked deleted", c[i].dir);
+    }
+    db_checkpoints_free(c, n);
+    c = NULL;
+    n = 0;
+    /* The newest complete checkpoint: on disk, or committed to the store. */
+    if ((rc = db_checkpoint_list(d, job_id, &c, &n, err))) return rc;
+    for (int i = n - 1; i >= 0; i--) {
+        if (!strcmp(c[i].state, "deleted")) continue;
+        char path[PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", jobdir, c[i].dir);
+        bool remote = !strcmp(c[i].state, "committed") && c[i].remote_uri;
+        if (!remote && !has_manifest(path)) continue;
+        if (newest) *newest = strdup(c[i].dir);
+        if (newest_step) *newest_step = c[i].step;
+        break;
+    }
+    db_checkpoints_free(c, n);
+    return 0;
+}
+
+int64_t rec_dir_step(const char *dir)
+{
+    const char *p = dir ? strrchr(dir, '/') : NULL;
+    long long step;
+    char tail;
+    if (!p || sscanf(p + 1, "step-%lld%c", &step, &tail) != 1) return -1;
+    return step;
+}
+
+int srv_disk_check(srv *s, ty_err *err)
+{
+    struct statvfs v;
+    if (statvfs(s->cfg.data_dir, &v) != 0) return 0; /* cannot tell: let the write say */
+    uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
+    if (avail < SRV_MIN_FREE_BYTES)
+        return ty_err_set(err, TY_ENOSPC,
+                          "the data directory's disk is full (%llu bytes free); try again once "
+                          "space is freed",
+                          (unsigned long long)avail);
+    return 0;
+}
