@@ -107,6 +107,7 @@ typedef struct pending {
 typedef struct recov {
     int64_t job_id;
     pid_t pgid;            /* its orphaned engine group, 0 if none is left */
+    bool pause;            /* pause requested meanwhile: paused at the newest checkpoint */
 } recov;
 
 struct sched {
@@ -1265,6 +1266,24 @@ int sched_cancel(sched *x, int64_t id, ty_err *err)
 int sched_pause(sched *x, int64_t id, ty_err *err)
 {
     pthread_mutex_lock(&x->mu);
+    /* A queued job recovery has not reached yet: accepted now, paused by
+     * recover_finish at the newest complete checkpoint once the old engine
+     * has written it. */
+    for (int k = 0; k < x->nrecov; k++)
+        if (x->recov[k].job_id == id) {
+            db_job j;
+            db *d = srv_db(x->s);
+            if (d && db_job_get(d, id, &j, err) == 0) {
+                bool queued = j.state == JOB_QUEUED;
+                db_job_free(&j);
+                if (queued) {
+                    x->recov[k].pause = true;
+                    pthread_mutex_unlock(&x->mu);
+                    return 0;
+                }
+            }
+            ty_err_clear(err);
+        }
     job_state from;
     int rc = srv_transition(x->s, id, JOB_BIT(JOB_QUEUED), JOB_PAUSED, "pause requested (was queued)",
                             NULL, &from, err);
@@ -1370,6 +1389,8 @@ static void recover_mark(sched *x)
         pid_t pg = (pid_t)j.pgid;
         if (!(pg > 0 && run_pgid_alive(pg) && engine_group_is_job(pg, j.id))) pg = 0;
         if (pg) kill(-pg, SIGTERM);
+        fprintf(stderr, "trainyard: job %lld: recovering after a restart%s\n", (long long)j.id,
+                pg ? "; its previous engine group got SIGTERM" : "");
         if (x->recov) x->recov[x->nrecov++] = (recov){.job_id = j.id, .pgid = pg};
         db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
         char reason[256];
@@ -1448,8 +1469,19 @@ static void recover_finish(sched *x)
                     err.msg);
         db_job j;
         db *d = srv_db(s);
-        if (ck && d && db_job_get(d, id, &j, &err) == 0) {
-            if (j.state == JOB_QUEUED || j.state == JOB_PAUSED) {
+        pthread_mutex_lock(&x->mu);
+        bool pause = x->recov[i].pause;
+        pthread_mutex_unlock(&x->mu);
+        if (d && db_job_get(d, id, &j, &err) == 0) {
+            if (pause && j.state == JOB_QUEUED) {
+                char reason[200];
+                if (ck) snprintf(reason, sizeof reason, "pause requested while recovering; paused at "
+                                 "step %lld", (long long)step);
+                else snprintf(reason, sizeof reason, "pause requested while recovering; paused (no "
+                              "checkpoint yet)");
+                db_job_update up = {.has_resume_from = true, .resume_from = ck};
+                srv_transition(s, id, JOB_BIT(JOB_QUEUED), JOB_PAUSED, reason, &up, NULL, &err);
+            } else if (ck && (j.state == JOB_QUEUED || j.state == JOB_PAUSED)) {
                 db_job_update up = {.has_resume_from = true, .resume_from = ck};
                 db_job_update_fields(d, id, &up, &err);
             }
