@@ -67,6 +67,10 @@ typedef struct run {
     int64_t eval_step;     /* step of the latest eval, -1 before any */
     double eval_loss;
     char fallback[600];    /* backend auto fell back to the CPU: why ("" if not) */
+    /* Metric events (without "ev") since the last checkpoint, saved in its
+     * trainer_state.json as log_history: a server killed before it
+     * committed them gets them back when it adopts the checkpoint. */
+    json_t *history;
 } run;
 
 static int fail(const char *prefix, const ty_err *e)
@@ -175,6 +179,7 @@ static int write_trainer_state(run *r, const char *path, ty_err *err)
     /* The eval loss of this very step, for checkpoint.keep_best. */
     if (r->eval_step == r->step && isfinite(r->eval_loss))
         json_object_set_new(o, "eval_loss", json_real(r->eval_loss));
+    if (r->history) json_object_set(o, "log_history", r->history);
     char *text = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!text) return ty_err_set(err, TY_ENOMEM, "trainer state");
@@ -245,6 +250,7 @@ static int save_checkpoint(run *r, ty_err *err)
         return rc;
     }
     r->last_ckpt = r->step;
+    if (r->history) json_array_clear(r->history);
     ev_emit(json_pack("{s:s, s:I, s:s, s:I}", "ev", "checkpoint", "step", (json_int_t)r->step, "dir", rel, "bytes",
                       (json_int_t)bytes));
     ev_log("checkpoint %s (%llu bytes)", rel, (unsigned long long)bytes);
@@ -667,6 +673,7 @@ static void teardown(run *r)
     tok_free(r->tok);
     if (r->kn) kn_close(r->kn);
     if (r->have_spec) jobspec_free(&r->spec);
+    json_decref(r->history);
 }
 
 static int train_loop(run *r)
@@ -708,10 +715,16 @@ static int train_loop(run *r)
             /* ETA from this process's mean step time so far. */
             double per_step = (double)(now - run_t0) / 1000.0 / (double)(r->step - run_step0);
             double eta = per_step * (double)(s->max_steps - r->step);
-            ev_emit(json_pack("{s:s, s:I, s:f, s:f, s:f, s:I, s:f, s:I, s:f}", "ev", "metric", "step",
-                              (json_int_t)r->step, "loss", sr.loss, "lr", sr.lr, "grad_norm", sr.grad_norm, "tokens",
-                              (json_int_t)r->tokens, "tokens_per_s", tps, "mem_bytes",
-                              (json_int_t)peak_mem_bytes(r), "eta_s", eta));
+            json_t *m = json_pack("{s:s, s:I, s:f, s:f, s:f, s:I, s:f, s:I, s:f}", "ev", "metric", "step",
+                                  (json_int_t)r->step, "loss", sr.loss, "lr", sr.lr, "grad_norm", sr.grad_norm,
+                                  "tokens", (json_int_t)r->tokens, "tokens_per_s", tps, "mem_bytes",
+                                  (json_int_t)peak_mem_bytes(r), "eta_s", eta);
+            if (r->history && m) {
+                json_t *h = json_deep_copy(m);
+                json_object_del(h, "ev");
+                json_array_append_new(r->history, h);
+            }
+            ev_emit(m);
             ev_log("step %lld loss %.6f lr %.3g grad_norm %.4f %.1f tok/s", (long long)r->step, sr.loss, sr.lr,
                    sr.grad_norm, tps);
             win_t0 = now;
@@ -741,6 +754,7 @@ int train_run(const train_args *a)
     memset(&r, 0, sizeof r);
     r.a = a;
     r.last_ckpt = -1;
+    r.history = json_array();
     r.eval_step = -1;
     ev_init(a->rank);
     int code = TRAIN_OK;

@@ -18,6 +18,12 @@
  *   - a `local` or `failed` row whose directory is gone is marked `deleted`,
  *     so it is no longer listed as a local checkpoint.
  *
+ * An adopted checkpoint also brings back the metric events the killed
+ * server never committed: the engine saves the metrics since its previous
+ * checkpoint in trainer_state.json (`log_history`), and those past the
+ * job's last recorded metric are appended, so GET /jobs/{id}/metrics has
+ * every step the checkpoint covers.
+ *
  * It runs only while no engine of the job is alive, so nothing is being
  * written under it. Known rows are checked by their manifest's sha256 only
  * (cheap); full sums are computed only for directories to adopt. */
@@ -137,6 +143,36 @@ static int retire(srv *s, const db_checkpoint *c, const char *store, ty_err *err
     return rc;
 }
 
+/* Appends the metrics of an adopted checkpoint's log_history whose step is
+ * past *floor (the job's last recorded metric step), in step order. */
+static void backfill_metrics(srv *s, int64_t job_id, const char *ckdir, int64_t *floor)
+{
+    char path[PATH_MAX + 400];
+    snprintf(path, sizeof path, "%s/trainer_state.json", ckdir);
+    json_t *st = NULL;
+    if (ty_read_json(path, TY_ECORRUPT, &st, NULL)) return;
+    json_t *hist = json_object_get(st, "log_history"), *m;
+    size_t i;
+    int n = 0;
+    json_array_foreach(hist, i, m) {
+        json_t *js = json_object_get(m, "step");
+        if (!json_is_object(m) || !json_is_integer(js) || json_integer_value(js) <= *floor) continue;
+        char *data = json_dumps(m, JSON_COMPACT);
+        if (!data) continue;
+        evw_push(s->evw, job_id, "metric", data);
+        *floor = json_integer_value(js);
+        n++;
+    }
+    json_decref(st);
+    if (n) rec_log(s, job_id, "recovered %d metric event(s) from %s/trainer_state.json", n, ckdir);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 static const db_checkpoint *row_of(const db_checkpoint *c, int n, int64_t step)
 {
     for (int i = 0; i < n; i++)
@@ -166,15 +202,44 @@ int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int6
     char jobdir[PATH_MAX], root[PATH_MAX + 16];
     srv_job_dir(s, job_id, jobdir, sizeof jobdir);
     snprintf(root, sizeof root, "%s/checkpoints", jobdir);
+    /* The job's last recorded metric step: metrics past it come back from
+     * adopted checkpoints. */
+    int64_t floor = -1;
+    db_job j;
+    if (db_job_get(d, job_id, &j, NULL) == 0) {
+        json_t *lm = j.last_metric ? json_loads(j.last_metric, 0, NULL) : NULL;
+        json_t *js = json_object_get(lm, "step");
+        if (json_is_integer(js)) floor = json_integer_value(js);
+        json_decref(lm);
+        db_job_free(&j);
+    }
+    /* Step order, so adopted checkpoints and their metrics go in order. */
+    int64_t *steps = NULL;
+    int ns = 0, cap = 0;
     DIR *dh = opendir(root);
     struct dirent *de;
     while (dh && (de = readdir(dh))) {
         long long step;
         char tail;
+        char name[64];
         if (sscanf(de->d_name, "step-%lld%c", &step, &tail) != 1 || step < 0) continue;
+        snprintf(name, sizeof name, "step-%06lld", step);
+        if (strcmp(name, de->d_name)) continue; /* not a name the engine writes */
+        if (ns == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *g = realloc(steps, (size_t)cap * sizeof *g);
+            if (!g) break;
+            steps = g;
+        }
+        steps[ns++] = step;
+    }
+    if (dh) closedir(dh);
+    if (ns) qsort(steps, (size_t)ns, sizeof *steps, cmp_i64);
+    for (int k = 0; k < ns; k++) {
+        long long step = steps[k];
         char path[PATH_MAX + 300], rel[300];
-        snprintf(path, sizeof path, "%s/%s", root, de->d_name);
-        snprintf(rel, sizeof rel, "checkpoints/%s", de->d_name);
+        snprintf(path, sizeof path, "%s/checkpoints/step-%06lld", jobdir, step);
+        snprintf(rel, sizeof rel, "checkpoints/step-%06lld", step);
         ty_err e2 = {0};
         const db_checkpoint *row = row_of(c, n, step);
         if (!has_manifest(path)) {
@@ -202,12 +267,13 @@ int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int6
             rec_log(s, job_id, "removed %s: not a complete checkpoint (%s)", rel, e2.msg);
             continue;
         }
+        backfill_metrics(s, job_id, path, &floor);
         if (adopt(s, job_id, step, rel, path, bytes, sha, store, &e2) == 0)
             rec_log(s, job_id, "adopted %s: complete on disk but not in the database", rel);
         else
             rec_log(s, job_id, "cannot record %s found on disk: %s", rel, e2.msg);
     }
-    if (dh) closedir(dh);
+    free(steps);
     /* Rows that say "on disk" whose directory is gone. */
     for (int i = 0; i < n; i++) {
         if (strcmp(c[i].state, "local") && strcmp(c[i].state, "failed")) continue;

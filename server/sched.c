@@ -1107,8 +1107,11 @@ static void *sched_main(void *arg)
      * has written its final checkpoint and exited, or the grace period
      * (plus a second for the last events) is over. */
     int64_t drain_until = 0;
-    while (!x->stop || (x->runs && ty_mono_ms() < drain_until)) {
-        if (x->stop && !drain_until) drain_until = ty_mono_ms() + x->s->cfg.grace_s * 1000LL + 1000;
+    for (;;) {
+        if (x->stop) {
+            if (!drain_until) drain_until = ty_mono_ms() + x->s->cfg.grace_s * 1000LL + 1000;
+            if (!x->runs || ty_mono_ms() >= drain_until) break;
+        }
         pthread_mutex_unlock(&x->mu);
         int n = epoll_wait(x->efd, evs, 64, TICK_MS);
         pthread_mutex_lock(&x->mu);
