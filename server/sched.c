@@ -663,6 +663,14 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
         db_job_free(&j);
         return; /* cancelled or paused meanwhile */
     }
+    if (from[0]) {
+        /* Said where the dashboard's notices and `trainyard logs` show it:
+         * progress goes back to the checkpoint's step, and this is why. */
+        json_t *l = json_pack("{ss ss}", "line", from + 2, "level", "info");
+        char *data = l ? json_dumps(l, JSON_COMPACT) : NULL;
+        json_decref(l);
+        if (data) evw_push(s->evw, id, "log", data);
+    }
     run *r = calloc(1, sizeof *r);
     char *line = malloc(LINE_MAX_BYTES);
     if (!r || !line) {

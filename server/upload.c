@@ -224,15 +224,16 @@ static const char *dir_name(const char *dir)
     return slash ? slash + 1 : dir;
 }
 
-/* The local checkpoint is gone: the engine's own keep_last removed it
- * before or while we read it. Not a failure, unless it was the job's newest
+/* The local checkpoint is gone (a standalone engine's keep_last, or a
+ * directory removed by hand) before or while we read it. Not a failure,
+ * unless it was the job's newest
  * (the one a resume needs). */
 static void finish_vanished(srv *s, db_upload *up)
 {
     ty_err err = {0};
     char reason[700];
     finish_arg fa = {.u = up, .o = DB_UP_SKIPPED,
-                     .error = "removed locally by the engine's keep_last before upload"};
+                     .error = "removed locally before upload"};
     if (is_newest(s, up)) {
         snprintf(reason, sizeof reason, "local checkpoint %s is gone before it was uploaded",
                  up->dir);
@@ -501,7 +502,7 @@ void upload_retention_pick(const db_checkpoint *c, int n, int keep_last, int kee
                            const double *loss, bool *keep)
 {
     /* Rows are in step order. Keep: the keep_last newest standing ones (the
-     * engine's own rule for its local dirs, so we never fight over them),
+     * server is the one owner of pruning, local and remote),
      * the keep_best lowest eval losses, and always the newest committed. */
     int standing = 0, nr = 0, newest_committed = -1, newest = -1;
     ranked *rk = calloc((size_t)n + 1, sizeof *rk);
