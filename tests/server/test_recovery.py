@@ -417,13 +417,14 @@ def test_disk_full():
 
     # While the disk is full, submits are 503 with a JSON error, not 500.
     filler = os.path.join(mnt, "filler")
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     r = srv.post("/jobs", real_spec(train, 10, every=5, keep_last=1))
     check(r.status == 503 and r.json["error"]["code"] == "unavailable", "submit on a full disk: %r" % r)
     os.unlink(filler)
