@@ -168,6 +168,9 @@ static void set_str(char **dst, const char *fmt, ...)
 
 void sched_wake(sched *x)
 {
+    /* The upload workers start before the scheduler exists (and recovery
+     * runs inside sched_new): nothing to wake yet. */
+    if (!x) return;
     uint64_t one = 1;
     if (write(x->wake_fd, &one, sizeof one) < 0) { /* counter full: already woken */
     }
