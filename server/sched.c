@@ -836,7 +836,7 @@ static int settle_once(sched *x, int64_t job_id, job_state to, int restarts, con
     ty_err rerr = {0};
     if (rec_reconcile(s, job_id, store, &ck, &step, &rerr) && !ck) ck = newest_checkpoint(s, job_id);
     db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
-    char why[1300];
+    char why[2600];
     snprintf(why, sizeof why, "%s", reason);
     if (to == JOB_PAUSED || to == JOB_QUEUED) {
         up.has_resume_from = true;
@@ -1233,6 +1233,13 @@ static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
         for (pending *p = x->pend; p; p = p->next)
             if (p->job_id == id) {
                 if (p->to == JOB_QUEUED) p->to = strcmp(intent, "cancel") ? JOB_PAUSED : JOB_CANCELLED;
+                return 0;
+            }
+        /* Its engine has ended and the job waits for its uploads: a cancel
+         * of a pause is honoured; the outcome of a finished engine stays. */
+        for (waiter *w = x->waiters; w; w = w->next)
+            if (w->job_id == id) {
+                if (w->to == JOB_PAUSED && !strcmp(intent, "cancel")) w->to = JOB_CANCELLED;
                 return 0;
             }
         return ty_err_set(err, TY_ESTATE, "job %lld has no running engine", (long long)id);
