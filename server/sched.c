@@ -511,15 +511,19 @@ static void unlist(sched *x, run *r)
 
 /* A held run that never got an engine: frees its slot and fails the job
  * (starting → failed) with the reason in err. */
+static void settle(sched *x, int64_t job_id, job_state to, int restarts, const char *store,
+                   const char *reason);
+
 static void start_failed(sched *x, run *r, const ty_err *err)
 {
     int64_t id = r->job_id;
+    char *store = r->store;
+    r->store = NULL;
     unlist(x, r);
     release(x, r);
     run_free(r);
-    ty_err e2 = {0};
-    db_job_update up = {.has_error = true, .error = err->msg, .set_finished = true};
-    srv_transition(x->s, id, JOB_BIT(JOB_STARTING), JOB_FAILED, err->msg, &up, NULL, &e2);
+    settle(x, id, JOB_FAILED, -1, store, err->msg); /* retried if it cannot be written */
+    free(store);
     sched_wake(x);
 }
 

@@ -2,6 +2,9 @@
 """test_recovery.py — restarts, crashes and full disks lose nothing (issues 9 and 18).
 
 Cases (ctest server.recovery_NAME):
+  reconcile   before a resume: a vanished checkpoint is marked deleted, a
+              partial and a corrupt directory are removed, an unknown
+              complete one is adopted and resumed from. Fake engine.
   three_jobs  kill -9 the server with three running jobs (one engine deaf to
               SIGTERM, so recovery holds its window open for a grace
               period), restart, and cancel / pause / leave one each at once
@@ -243,6 +246,84 @@ def test_three_jobs():
     no_sanitizer_report(srv)
 
 
+# ---------------------------------------------------------------- issue 9: disk vs. database
+
+def test_reconcile():
+    """Before a resume the job's checkpoint rows are made to match its directory."""
+    srv = Server(grace=2)
+    train = os.path.join(srv.tmp, "train.jsonl")
+    with open(train, "w") as f:
+        f.write('{"text": "hello"}\n')
+    model = model_dir(srv.tmp, {"step_ms": 20, "checkpoint_every": 2, "resume_step_ms": 2})
+    jid = srv.submit(spec(model, train, max_steps=60, checkpoint={"keep_last": 0}))["id"]
+    wait_for(lambda: (srv.job(jid)["last_metric"] or {}).get("step", 0) >= 9, 30, "step 9")
+    check(srv.post("/jobs/%d/pause" % jid).status == 202, "pause")
+    job = srv.wait_state(jid, "paused", 30)
+    # 17.3: a paused job is at its checkpoint's step and has no ETA.
+    check(job["resume_from"] and job["progress"]["step"] == step_of(job["resume_from"]),
+          "paused at %s but progress says step %d" % (job["resume_from"], job["progress"]["step"]))
+    check(job["progress"]["eta_s"] is None, "a paused job has no ETA")
+    root = os.path.join(srv.data_dir, "jobs", str(jid), "checkpoints")
+    newest = max(step_of(d) for d in os.listdir(root))
+    adopted = newest + 2
+    # Odd steps past it: the resumed engine (checkpoint every 2) never writes them.
+    partial = adopted + 1 if (adopted + 1) % 2 else adopted + 2
+    corrupt = partial + 2
+    # (a) a listed checkpoint whose directory is gone
+    import shutil
+    shutil.rmtree(os.path.join(root, "step-000002"))
+    # (b) a partial write (no manifest)
+    os.makedirs(os.path.join(root, "step-%06d" % (partial)))
+    with open(os.path.join(root, "step-%06d" % (partial), "model.safetensors"), "wb") as f:
+        f.write(b"half")
+    # (c) a complete checkpoint the database never heard of (what an engine
+    #     that outlived a killed server leaves): a copy renumbered
+    src, dst = os.path.join(root, "step-%06d" % newest), os.path.join(root, "step-%06d" % adopted)
+    shutil.copytree(src, dst)
+    with open(os.path.join(dst, "MANIFEST.json")) as f:
+        man = json.load(f)
+    man["step"] = adopted
+    with open(os.path.join(dst, "MANIFEST.json"), "w") as f:
+        json.dump(man, f)
+    # (d) a manifest whose files do not match it
+    bad = os.path.join(root, "step-%06d" % (corrupt))
+    shutil.copytree(src, bad)
+    with open(os.path.join(bad, "MANIFEST.json")) as f:
+        man = json.load(f)
+    man["step"] = corrupt
+    with open(os.path.join(bad, "MANIFEST.json"), "w") as f:
+        json.dump(man, f)
+    with open(os.path.join(bad, "optimizer.safetensors"), "ab") as f:
+        f.write(b"x")
+
+    check(srv.post("/jobs/%d/resume" % jid).status == 202, "resume")
+    job = srv.wait_state(jid, "succeeded", 60)
+    evs = srv.all_events(jid)
+    check_contiguous(evs, "reconciled job")
+    started = [e[2]["data"] for e in evs if e[1] == "started"]
+    check(started[-1].get("resumed_from_step") == adopted,
+          "resumed from the adopted checkpoint %d: %s" % (adopted, started[-1]))
+    starting = [e[2]["data"]["reason"] for e in evs if e[1] == "state" and e[2]["data"]["to"] == "starting"]
+    check("resumed from step %d" % adopted in starting[-1], "start reason: %r" % starting[-1])
+    logs = " | ".join(e[2]["data"]["line"] for e in evs if e[1] == "log")
+    for what in ("step-000002 is gone from disk", "adopted checkpoints/step-%06d" % adopted,
+                 "removed checkpoints/step-%06d: partial" % (partial),
+                 "removed checkpoints/step-%06d: not a complete checkpoint" % (corrupt)):
+        check(what in logs, "job log says %r: %s" % (what, logs[-2000:]))
+    cks = {c["step"]: c for c in check_checkpoints_true(srv, jid)}
+    check(cks[2]["state"] == "deleted", "the vanished checkpoint is marked deleted: %s" % cks[2])
+    check(cks[adopted]["state"] == "local", "the adopted checkpoint is listed: %s" % cks.get(adopted))
+    check(partial not in cks and corrupt not in cks, "no row for the partial or corrupt ones")
+    check(not os.path.exists(bad) and not os.path.exists(os.path.join(root, "step-%06d" % (partial))),
+          "partial and corrupt directories removed")
+    check(job["progress"]["eta_s"] is None, "a finished job has no ETA")
+    # One row per step; the renumbered copy stands for steps no engine ran.
+    steps = [m["step"] for m in srv.get("/jobs/%d/metrics" % jid).json["metrics"]]
+    check(steps == list(range(1, newest + 1)) + list(range(adopted + 1, 61)), "metric steps %s" % steps)
+    srv.stop()
+    no_sanitizer_report(srv)
+
+
 # ---------------------------------------------------------------- issue 9: the exact restart case
 
 def test_exact():
@@ -456,7 +537,7 @@ def test_disk_full():
     no_sanitizer_report(srv)
 
 
-TESTS = {"three_jobs": test_three_jobs, "exact": test_exact, "chaos": test_chaos, "disk_full": test_disk_full}
+TESTS = {"reconcile": test_reconcile, "three_jobs": test_three_jobs, "exact": test_exact, "chaos": test_chaos, "disk_full": test_disk_full}
 
 if __name__ == "__main__":
     run_tests(TESTS)
