@@ -64,7 +64,8 @@ static bool name_is(const char *h, size_t n, const char *want)
 }
 
 /* The request line: METHOD SP /target SP HTTP/1.x CRLF. */
-static int check_request_line(const char *buf, size_t ll, bool *http11, gate_verdict *v)
+static int check_request_line(const char *buf, size_t ll, const gate_limits *lim, bool *http11,
+                              gate_verdict *v)
 {
     if (ll < 2 || buf[ll - 2] != '\r')
         return reject(v, 400, "bad_request", NULL, "request lines must end with CRLF");
@@ -80,10 +81,19 @@ static int check_request_line(const char *buf, size_t ll, bool *http11, gate_ver
     if (!sp2 || sp2 == t) return reject(v, 400, "bad_request", NULL, "malformed request line");
     if (*t != '/')
         return reject(v, 400, "bad_request", NULL, "the request target must be a path ('/...')");
-    for (const char *p = t; p < sp2; p++)
+    int params = 0;
+    bool in_query = false;
+    for (const char *p = t; p < sp2; p++) {
         if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
             return reject(v, 400, "bad_request", NULL,
                           "the request target holds a byte that must be percent-encoded");
+        /* Each parameter takes libmicrohttpd connection memory (a request
+         * with a thousand stalls there without an answer). */
+        if ((*p == '?' && !in_query) || (in_query && *p == '&')) params++;
+        in_query = in_query || *p == '?';
+    }
+    if (params > lim->max_params)
+        return reject(v, 414, "too_large", NULL, "more than %d query parameters", lim->max_params);
     const char *ver = sp2 + 1;
     if (end - ver != 8 || memcmp(ver, "HTTP/", 5) || !isdigit((unsigned char)ver[5]) ||
         ver[6] != '.' || !isdigit((unsigned char)ver[7]))
@@ -96,7 +106,7 @@ static int check_request_line(const char *buf, size_t ll, bool *http11, gate_ver
 }
 
 typedef struct head_facts {
-    int content_length_n, host_n, transfer_encoding_n;
+    int content_length_n, host_n, transfer_encoding_n, cookies;
     unsigned long long content_length;
 } head_facts;
 
@@ -138,6 +148,11 @@ static int check_field(const char *h, size_t n, head_facts *f, gate_verdict *v)
         f->content_length = x;
     } else if (name_is(h, nl, "Host")) {
         f->host_n++;
+    } else if (name_is(h, nl, "Cookie")) {
+        /* libmicrohttpd keeps each cookie in the connection's memory: too
+         * many exhaust it and it answers with HTML itself. */
+        f->cookies++;
+        for (const char *p = val; p < ve; p++) f->cookies += *p == ';';
     } else if (name_is(h, nl, "Transfer-Encoding")) {
         f->transfer_encoding_n++;
     }
@@ -166,7 +181,7 @@ int gate_check_head(const char *buf, size_t n, const gate_limits *lim, gate_verd
     if (ll > lim->max_line)
         return reject(v, 414, "too_large", NULL, "request line over %zu bytes", lim->max_line);
     bool http11 = false;
-    if (check_request_line(buf, ll, &http11, v)) return GATE_REJECT;
+    if (check_request_line(buf, ll, lim, &http11, v)) return GATE_REJECT;
 
     head_facts f = {0};
     int fields = 0;
@@ -184,6 +199,8 @@ int gate_check_head(const char *buf, size_t n, const gate_limits *lim, gate_verd
         if (check_field(buf + off, len - 2, &f, v)) return GATE_REJECT;
         off += len;
     }
+    if (f.cookies > lim->max_cookies)
+        return reject(v, 431, "too_large", "Cookie", "more than %d cookies", lim->max_cookies);
     if (f.transfer_encoding_n && f.content_length_n)
         return reject(v, 400, "bad_request", "Transfer-Encoding",
                       "Content-Length and Transfer-Encoding together");

@@ -24,6 +24,8 @@ typedef struct gate_limits {
     size_t max_line;   /* request line, bytes with CRLF (414 beyond) */
     size_t max_head;   /* request line + header fields + blank line (431 beyond) */
     int max_fields;    /* header fields (431 beyond) */
+    int max_params;    /* query parameters (414 beyond) */
+    int max_cookies;   /* cookies over all Cookie fields (431 beyond) */
     size_t max_body;   /* Content-Length (413 beyond) */
 } gate_limits;
 

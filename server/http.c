@@ -475,7 +475,8 @@ static int start_http(srv *s, int *port_out, ty_err *err)
     int port;
     if (srv_listen_parse(s->cfg.listen, host, sizeof host, &port, err)) return TY_EINVAL;
     gate_config gc = {
-        .lim = {.max_line = 8192, .max_head = 16384, .max_fields = 100, .max_body = s->cfg.max_body},
+        .lim = {.max_line = 8192, .max_head = 16384, .max_fields = 100, .max_params = 100,
+                .max_cookies = 50, .max_body = s->cfg.max_body},
         .per_ip = s->cfg.per_ip_connections,
         .head_timeout_ms = s->cfg.header_timeout_s * 1000,
         .max_pending = 4096,

@@ -113,6 +113,14 @@ def test_json_errors():
          b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 411, "length_required"),
         (b"POST /jobs HTTP/1.1\r\n" + host + b"Content-Type: application/json\r\n"
          b"Content-Length: 99999999999999999999999\r\n\r\n", 413, "too_large"),
+        # libmicrohttpd keeps parameters and cookies in per-connection memory;
+        # a thousand of either used to stall it or draw its HTML 431.
+        (b"GET /jobs?" + b"&".join([b"a"] * 1000) + b" HTTP/1.1\r\n" + host + b"\r\n", 414, "too_large"),
+        (b"GET /jobs?" + b"&".join([b"a"] * 101) + b" HTTP/1.1\r\n" + host + b"\r\n", 414, "too_large"),
+        (b"GET /jobs HTTP/1.1\r\n" + host + b"Cookie: " + b"; ".join([b"c=1"] * 1000) + b"\r\n\r\n",
+         431, "too_large"),
+        (b"GET /jobs HTTP/1.1\r\n" + host + b"Cookie: " + b"; ".join([b"c=1"] * 30) + b"\r\nCookie: " +
+         b"; ".join([b"c=1"] * 21) + b"\r\n\r\n", 431, "too_large"),
     ]
     for req, status, code in cases:
         json_error(raw(srv, req), status, code, what=repr(req[:60]))
@@ -121,6 +129,13 @@ def test_json_errors():
     st, h, body = parse(raw(srv, b"GET /healthz HTTP/1.1\r\n" + host + fields + b"\r\n"))
     check(st == 200 and json.loads(body)["status"] == "ok", "large head: %d %r" % (st, body[:200]))
     check(h.get("connection") == "close", "every answer closes the connection: %r" % h)
+    # The most of everything at once: 100 parameters, 50 cookies, 100 fields.
+    fields = b"Cookie: " + b"; ".join([b"c%d=1" % i for i in range(50)]) + b"\r\n"
+    fields += b"".join(b"X-Pad-%02d: %s\r\n" % (i, b"p" * 120) for i in range(98))
+    req = b"GET /jobs?" + b"&".join([b"p%d=1" % i for i in range(100)]) + b" HTTP/1.1\r\n" + host + fields + b"\r\n"
+    check(len(req) <= 16384, "the request is within the head limit (%d)" % len(req))
+    st, h, body = parse(raw(srv, req))
+    check(st == 200 and "jobs" in json.loads(body), "largest head: %d %r" % (st, body[:200]))
     # HTTP/1.0 needs no Host.
     st, _, _ = parse(raw(srv, b"GET /healthz HTTP/1.0\r\n\r\n"))
     check(st == 200, "HTTP/1.0 /healthz: %d" % st)
@@ -220,6 +235,34 @@ def test_header_timeout():
     json_error(out, 408, "request_timeout", what="trickled head")
     json_error(raw(srv, b""), 408, "request_timeout", what="silent client")
     check(srv.get("/healthz").status == 200, "server still answers")
+
+
+def test_body_timeout():
+    """A body that trickles in past --request-timeout ends its connection
+    (the daemon cannot answer mid-body); no job is created."""
+    srv = Server("--request-timeout", "1")
+    s = socket.socket()
+    s.settimeout(30)
+    s.connect(("127.0.0.1", srv.port))
+    s.sendall(b"POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 1000\r\n\r\n{")
+    closed = False
+    for _ in range(999):  # at most 999 bytes: the body never completes
+        try:
+            s.sendall(b" ")
+            s.settimeout(0.2)
+            if s.recv(65536) == b"":
+                closed = True
+                break
+        except socket.timeout:
+            continue
+        except OSError:
+            closed = True
+            break
+    s.close()
+    check(closed, "the connection outlived 999 trickled body bytes with --request-timeout 1")
+    r = srv.get("/jobs")
+    check(r.status == 200 and r.json["jobs"] == [], "server answers, no job: %r" % r)
 
 
 def test_per_ip_limit():
@@ -332,6 +375,7 @@ TESTS = {
     "ctl_path": test_ctl_path,
     "query_strict": test_query_strict,
     "header_timeout": test_header_timeout,
+    "body_timeout": test_body_timeout,
     "per_ip_limit": test_per_ip_limit,
     "scopes": test_scopes,
     "loopback_token": test_loopback_token,
