@@ -471,8 +471,12 @@ static void conn_readable(gate *g, conn *c, uint32_t events)
     if (rc == GATE_OK) conn_handover(g, c);
     else if (rc == GATE_REJECT) conn_refuse(g, c, v.status, v.code, v.field, v.msg);
     /* The peer is done sending and the head is not complete: it never
-     * will be (its unread bytes hide the end of file from the peek). */
-    else if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) conn_close(g, c);
+     * will be (its unread bytes hide the end of file from the peek). It
+     * may still be reading, so it gets the answer. */
+    else if (events & (EPOLLHUP | EPOLLERR)) conn_close(g, c);
+    else if (events & EPOLLRDHUP)
+        conn_refuse(g, c, 400, "bad_request", NULL,
+                    "the connection ended inside the request head (no blank line after it)");
 }
 
 static void accept_all(gate *g)

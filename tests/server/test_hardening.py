@@ -19,8 +19,9 @@ from tyharness import (TRAINYARD, Server, check, fail, run_tests, setup, spec, v
                        wait_for)
 
 
-def raw(srv, data, timeout=20, src=None):
-    """Sends data as it is and reads the whole answer (the server closes)."""
+def raw(srv, data, timeout=20, src=None, half_close=False):
+    """Sends data as it is and reads the whole answer (the server closes);
+    half_close ends the sending side after data."""
     s = socket.socket()
     s.settimeout(timeout)
     if src:
@@ -28,6 +29,8 @@ def raw(srv, data, timeout=20, src=None):
     s.connect(("127.0.0.1", srv.port))
     try:
         s.sendall(data)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
     except OSError:
         pass  # the server may answer and close before reading everything
     out = b""
@@ -139,6 +142,9 @@ def test_json_errors():
     # HTTP/1.0 needs no Host.
     st, _, _ = parse(raw(srv, b"GET /healthz HTTP/1.0\r\n\r\n"))
     check(st == 200, "HTTP/1.0 /healthz: %d" % st)
+    # A client that stops sending inside the head still reads its answer.
+    json_error(raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n", half_close=True), 400, "bad_request",
+               what="head cut short")
     # Client bytes quoted in a message need not be UTF-8; the body is still JSON.
     for path in (b"/%FF%FE", b"/jobs/%C3", b"/static/%F0%9F"):
         json_error(raw(srv, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n"), 404, "not_found",
