@@ -8,7 +8,7 @@ DATA_DIR   ?= ./trainyard-data
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 
-.PHONY: all deps deps-build deps-test build run test bench demo install install-only clean
+.PHONY: all deps deps-build deps-test build run test bench demo fuzz install install-only clean
 
 all: build
 
@@ -55,8 +55,16 @@ test: deps build
 	@cmake --build $(TEST_BUILD) -j $(JOBS)
 	@cd $(TEST_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
+# Longer fuzzing than `make test`'s 60 s per target (docs/fuzzing.md); the
+# corpus grows in $(FUZZ_BUILD)/corpus across runs.
+FUZZ_SECONDS ?= 600
+FUZZ_BUILD   ?= build-fuzz
+fuzz:
+	@bash deploy/install-deps.sh
+	@bash tests/fuzz/fuzz.sh all $(FUZZ_BUILD) $(FUZZ_SECONDS) $(JOBS)
+
 bench: deps build
 	@bash bench/run-all.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(TEST_BUILD)
+	rm -rf $(BUILD) $(TEST_BUILD) $(FUZZ_BUILD)

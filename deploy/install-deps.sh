@@ -9,7 +9,8 @@ build_pkgs=(build-essential cmake pkg-config
             libssl-dev libopenblas-dev libpcre2-dev libutf8proc-dev)
 test_pkgs=(python3-torch python3-numpy awscli chromium nodejs npm wrk hyperfine
            valgrind curl sqlite3 procps openssl
-           python3-venv)  # python3-venv: tests/schemathesis makes a venv
+           python3-venv    # tests/schemathesis makes a venv
+           clang libclang-rt-14-dev)  # tests/fuzz: libFuzzer
 
 want=("${build_pkgs[@]}")
 [ "${1:-}" = "--build-only" ] || want+=("${test_pkgs[@]}")

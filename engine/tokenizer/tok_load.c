@@ -619,8 +619,20 @@ static int parse_added(tok_tokenizer *t, json_t *added, ty_err *err)
 
 /* ---- post-processor and bos / eos ---------------------------------------------------------- */
 
+/* An id the post-processor or config.json names must be one of this
+ * tokenizer's tokens: encode would otherwise emit an id with no spelling
+ * (or past the vocabulary), which decode and the model cannot take. */
+static int known_id(const tok_tokenizer *t, json_int_t id, const char *what, ty_err *err)
+{
+    if (id < 0 || id >= t->vocab_size || !t->pieces[id])
+        return ty_err_set(err, TY_EINVAL, "%s: id %lld is not a token of this tokenizer", what,
+                          (long long)id);
+    return 0;
+}
+
 /* The id a TemplateProcessing piece {"SpecialToken": {"id": "<s>"}} adds. */
-static int template_special(json_t *proc, json_t *piece, int32_t *id, ty_err *err)
+static int template_special(const tok_tokenizer *t, json_t *proc, json_t *piece, int32_t *id,
+                            ty_err *err)
 {
     json_t *st = json_object_get(piece, "SpecialToken");
     if (!st) return 0;
@@ -633,6 +645,8 @@ static int template_special(json_t *proc, json_t *piece, int32_t *id, ty_err *er
         return ty_err_set(err, TY_EINVAL,
                           TJ ": post_processor: special token \"%s\" must map to exactly one id",
                           json_is_string(name) ? json_string_value(name) : "?");
+    if (known_id(t, json_integer_value(json_array_get(ids, 0)), TJ ": post_processor", err))
+        return TY_EINVAL;
     *id = (int32_t)json_integer_value(json_array_get(ids, 0));
     return 0;
 }
@@ -675,11 +689,11 @@ static int parse_post_processor(tok_tokenizer *t, json_t *o, const char *where, 
                     where);
         }
         id = -1;
-        if (template_special(o, json_array_get(single, 0), &id, err))
+        if (template_special(t, o, json_array_get(single, 0), &id, err))
             return err ? err->code : TY_EINVAL;
         if (id >= 0) t->prefix_id = id;
         id = -1;
-        if (n > 1 && template_special(o, json_array_get(single, n - 1), &id, err))
+        if (n > 1 && template_special(t, o, json_array_get(single, n - 1), &id, err))
             return err ? err->code : TY_EINVAL;
         if (id >= 0) t->suffix_id = id;
         return 0;
@@ -688,6 +702,9 @@ static int parse_post_processor(tok_tokenizer *t, json_t *o, const char *where, 
         json_t *cls = json_object_get(o, "cls"), *sep = json_object_get(o, "sep");
         if (!json_is_integer(json_array_get(cls, 1)) || !json_is_integer(json_array_get(sep, 1)))
             return ty_err_set(err, TY_EINVAL, TJ ": %s.cls and .sep must be [token, id]", where);
+        if (known_id(t, json_integer_value(json_array_get(cls, 1)), TJ ": post_processor.cls", err) ||
+            known_id(t, json_integer_value(json_array_get(sep, 1)), TJ ": post_processor.sep", err))
+            return TY_EINVAL;
         t->prefix_id = (int32_t)json_integer_value(json_array_get(cls, 1));
         t->suffix_id = (int32_t)json_integer_value(json_array_get(sep, 1));
         return 0;
@@ -723,7 +740,8 @@ static int config_id(tok_tokenizer *t, json_t *cfg, const char *key, int32_t *ou
     json_t *v = json_object_get(cfg, key);
     if (json_is_array(v)) v = json_array_get(v, 0);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= t->vocab_size)
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= t->vocab_size ||
+        !t->pieces[json_integer_value(v)])
         return ty_err_set(err, TY_EINVAL, "config.json: %s is not an id of this tokenizer", key);
     *out = (int32_t)json_integer_value(v);
     return 0;

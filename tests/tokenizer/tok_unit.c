@@ -138,6 +138,21 @@ static void test_bad_inputs(void)
     json_object_set_new(json_object_get(j, "model"), "unk_token", json_string("<nope>"));
     expect_load_error(j, "unk_token \"<nope>\"", "unk token missing");
 
+    /* Found by fuzz.tokenizer: a post-processor id that is no token was
+     * accepted, and encode then emitted an id without a spelling. */
+    j = bpe_json(small_vocab, small_merges);
+    json_object_set_new(
+        j, "post_processor",
+        json_pack("{s:s, s:[{s:{s:s}}, {s:{s:s}}], s:{s:{s:[i]}}}", "type", "TemplateProcessing",
+                  "single", "SpecialToken", "id", "<s>", "Sequence", "id", "A", "special_tokens",
+                  "<s>", "ids", 99));
+    expect_load_error(j, "id 99 is not a token", "post-processor id outside the vocabulary");
+    j = bpe_json(small_vocab, small_merges);
+    json_object_set_new(j, "post_processor",
+                        json_pack("{s:s, s:[s, i], s:[s, i]}", "type", "RobertaProcessing", "cls",
+                                  "<s>", -1, "sep", "</s>", 2));
+    expect_load_error(j, "id -1 is not a token", "Roberta cls id outside the vocabulary");
+
     ty_err err;
     tok_tokenizer *t = NULL;
     check(tok_load_json(&t, "{\"model\": ", NULL, NULL, &err) == TY_EINVAL &&
