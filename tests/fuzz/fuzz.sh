@@ -27,6 +27,7 @@ find_clang() {
 max_len() {
   case "$1" in
     tokenizer|safetensors) echo 65536 ;;
+    request) echo 20000 ;;
     *) echo 16384 ;;
   esac
 }

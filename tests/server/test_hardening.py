@@ -110,6 +110,9 @@ def test_json_errors():
          b"Content-Length: 2\r\n\r\n{}", 400, "bad_request"),
         (b"POST /jobs HTTP/1.1\r\n" + host + b"Content-Type: application/json\r\nContent-Length: 2, 2\r\n\r\n{}",
          400, "bad_request"),
+        # Found by fuzz.request: libmicrohttpd answered this one in HTML.
+        (b"POST /jobs HTTP/1.1\r\n" + host + b"Content-Type: application/json\r\nContent-Length: 2 \r\n\r\n{}",
+         400, "bad_request"),
         (b"POST /jobs HTTP/1.1\r\n" + host + b"Content-Type: application/json\r\nContent-Length: 2\r\n"
          b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 400, "bad_request"),
         (b"POST /jobs HTTP/1.1\r\n" + host + b"Content-Type: application/json\r\n"
