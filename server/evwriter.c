@@ -8,6 +8,7 @@
  * into the next. */
 #include "server.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +63,9 @@ static int flush_queue_locked(struct evw *w, int limit, ty_err *err)
                 if (w->publish && out[i].id > 0) w->publish(w->ctx, &out[i]);
         } else {
             rc = brc;
+            /* Said where an operator looks (a full disk, a locked file). */
+            fprintf(stderr, "trainyard: %d event(s) could not be written and are dropped: %s\n", n,
+                    err ? err->msg : "database error");
         }
         /* A failed batch is dropped, not retried forever: the job's state
          * transitions still go through, and the error is returned. */

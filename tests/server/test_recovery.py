@@ -2,6 +2,9 @@
 """test_recovery.py — restarts, crashes and full disks lose nothing (issues 9 and 18).
 
 Cases (ctest server.recovery_NAME):
+  write_retry a final transition that cannot be written (database locked by
+              another writer past the busy timeout) is logged and retried
+              until it lands; the job is never left a ghost.
   reconcile   before a resume: a vanished checkpoint is marked deleted, a
               partial and a corrupt directory are removed, an unknown
               complete one is adopted and resumed from. Fake engine.
@@ -241,6 +244,36 @@ def test_three_jobs():
             check_prefix(seen[j], evs, "iteration %d job %d" % (it, j))
         wait_for(lambda: not engine_pids(srv.data_dir), 15, "no engine left (iteration %d)" % it)
         check(srv.post("/jobs/%d/cancel" % b).status == 202, "cancel the paused job")
+    check(srv.get("/healthz").status == 200, "server answers")
+    srv.stop()
+    no_sanitizer_report(srv)
+
+
+# ---------------------------------------------------------------- issue 9: failures are states
+
+def test_write_retry():
+    """A final transition that cannot be written is logged and retried until it lands."""
+    srv = Server(grace=2)
+    train = os.path.join(srv.tmp, "train.jsonl")
+    with open(train, "w") as f:
+        f.write('{"text": "hello"}\n')
+    model = model_dir(srv.tmp, {"step_ms": 30})
+    jid = srv.submit(spec(model, train, max_steps=20))["id"]
+    wait_for(lambda: (srv.job(jid)["last_metric"] or {}).get("step", 0) >= 3, 30, "step 3")
+    # Another writer holds the database past the server's busy timeout
+    # (5 s) while the engine finishes: the transition fails to write.
+    con = sqlite3.connect(db_path(srv.data_dir), timeout=30, isolation_level=None)
+    con.execute("BEGIN EXCLUSIVE")
+    try:
+        wait_for(lambda: not engine_pids(srv.data_dir), 30, "the engine to finish")
+        wait_for(lambda: "cannot record succeeded" in srv.log_text(), 30, "the failed write in the log")
+        check(srv.job(jid)["state"] == "running", "nothing recorded while the database is locked")
+    finally:
+        con.execute("ROLLBACK")
+        con.close()
+    job = srv.wait_state(jid, ["succeeded", "failed"], 30)
+    check(job["state"] == "succeeded", "the transition landed once the database took writes: %s" % job)
+    check("succeeded recorded after" in srv.log_text(), "the retry is logged")
     check(srv.get("/healthz").status == 200, "server answers")
     srv.stop()
     no_sanitizer_report(srv)
@@ -537,7 +570,7 @@ def test_disk_full():
     no_sanitizer_report(srv)
 
 
-TESTS = {"reconcile": test_reconcile, "three_jobs": test_three_jobs, "exact": test_exact, "chaos": test_chaos, "disk_full": test_disk_full}
+TESTS = {"write_retry": test_write_retry, "reconcile": test_reconcile, "three_jobs": test_three_jobs, "exact": test_exact, "chaos": test_chaos, "disk_full": test_disk_full}
 
 if __name__ == "__main__":
     run_tests(TESTS)
