@@ -128,6 +128,13 @@ static void print_state(clifmt_watch *w, FILE *out, json_t *d)
     /* "submitted" is what a first state change always says: the sentence
      * says it already. */
     if (first && strcmp(reason, "submitted") == 0) reason = "";
+    /* "paused; resumes from step 18" under "Job 7 is paused" would say
+     * paused twice: a reason that opens with the state drops that word. */
+    size_t tl = strlen(to);
+    if (strncmp(reason, to, tl) == 0 && (reason[tl] == '\0' || reason[tl] == ';' || reason[tl] == ',')) {
+        reason += tl;
+        while (*reason == ';' || *reason == ',' || *reason == ' ') reason++;
+    }
     fprintf(out, "Job %lld ", w->job_id);
     if (strcmp(to, "queued") == 0) fputs(first ? "was submitted and is queued" : "is queued again", out);
     else if (strcmp(to, "succeeded") == 0) fputs("succeeded", out);

@@ -144,6 +144,7 @@ static void check_watch(const char *dir)
     CHECK(strstr(out, "resumed from step 201"));
     CHECK(strstr(out, "step  101/3000   3.4%"));
     CHECK(strstr(out, "eval loss 1.2001"));
+    CHECK(strstr(out, "Job 7 is paused: resumes from step 201.\n")); /* not "paused: paused; ..." */
     free(out);
     free(events);
     json_decref(job);
