@@ -12,7 +12,9 @@
  * in Hugging Face), so such texts skip the round trip.
  * Without --specials-roundtrip, cases whose ids hold a special token skip
  * the round trip: SentencePiece-style models re-add a "▁" after each
- * special token, so their text legitimately differs (as in Hugging Face). */
+ * special token, so their text legitimately differs (as in Hugging Face).
+ * A case with a "decoded" string (tests/hf: the `tokenizers` library's own
+ * decode of the reference ids) must decode to exactly that instead. */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -117,6 +119,25 @@ int main(int argc, char **argv)
             has_special |= (ids[k] == tok_bos(tok) || ids[k] == tok_eos(tok) ||
                             (s && s[0] == '<' && strlen(s) > 2 && s[strlen(s) - 1] == '>' &&
                              strncmp(s, "<0x", 3) != 0));
+        }
+        json_t *decoded = json_object_get(c, "decoded");
+        if (json_is_string(decoded)) {
+            char *back;
+            size_t blen;
+            if (tok_decode(tok, ids, n, &back, &blen, &err)) {
+                fprintf(stderr, "FAIL case %zu: decode: %s\n", i, err.msg);
+                failures++;
+            } else {
+                if (blen != json_string_length(decoded) || memcmp(back, json_string_value(decoded), blen)) {
+                    fprintf(stderr, "FAIL case %zu: decode \"%s\", reference \"%s\"\n", i, back,
+                            json_string_value(decoded));
+                    failures++;
+                }
+                roundtrips++;
+                free(back);
+            }
+            free(ids);
+            continue;
         }
         /* A case may say its text does not come back (NFC changed it). */
         int roundtrip = !json_is_false(json_object_get(c, "roundtrip"));
