@@ -3,6 +3,7 @@
  *   trainyard-engine --spec FILE --workdir DIR [--resume CKPT_DIR] [--threads N]
  *   trainyard-engine tokenize --model DIR [...]     (the tokenizer's CLI)
  *   trainyard-engine dump-rows --spec FILE [--eval] (the batch rows, for tests)
+ *   trainyard-engine generate|logits --model DIR ... (generate.c)
  *
  * Rank and world size come from TY_RANK / TY_WORLD_SIZE / TY_LOCAL_RANK, or
  * Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID. Everything else is in
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "events.h"
+#include "generate.h"
 #include "train.h"
 #ifdef TY_HAVE_TOKENIZER
 #include "tokenizer.h"
@@ -45,7 +47,11 @@ static void usage(void)
 {
     fprintf(stderr, "usage: trainyard-engine --spec FILE --workdir DIR [--resume CKPT_DIR] [--threads N]\n"
                     "       trainyard-engine tokenize --model DIR [--add-special] [--decode]\n"
-                    "       trainyard-engine dump-rows --spec FILE [--eval]\n");
+                    "       trainyard-engine dump-rows --spec FILE [--eval]\n"
+                    "       trainyard-engine generate (--model DIR | --config FILE) [--weights FILE] [--adapter DIR]\n"
+                    "                        (--prompt TEXT | --prompt-ids IDS) [--max-tokens N] [--temperature T]\n"
+                    "                        [--top-p P] [--seed S] [--stop STR]... [--ignore-eos] [--threads N]\n"
+                    "       trainyard-engine logits (model options as generate) --prompt-ids IDS [--kv]\n");
 }
 
 int main(int argc, char **argv)
@@ -64,6 +70,8 @@ int main(int argc, char **argv)
         }
         return train_dump_rows(spec, eval);
     }
+    if (argc > 1 && !strcmp(argv[1], "generate")) return generate_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "logits")) return logits_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "tokenize")) {
 #ifdef TY_HAVE_TOKENIZER
         return tokenizer_cli_main(argc - 1, argv + 1);

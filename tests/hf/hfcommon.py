@@ -1,0 +1,115 @@
+"""hfcommon.py — shared helpers of the tests/hf checks: tiny random models
+made by transformers itself, job specs, running the engine and comparing
+tensors."""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import transformers
+
+ENGINE_TIMEOUT_S = 300
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", flush=True)
+    sys.exit(1)
+
+
+def tiny_config(arch, vocab=97):
+    """A two-layer random model of each supported architecture, eager
+    attention, no dropout (the engine trains with eval numerics)."""
+    common = dict(vocab_size=vocab, bos_token_id=1, eos_token_id=2)
+    if arch == "gpt2":
+        return transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, n_positions=64, resid_pdrop=0.0,
+                                       embd_pdrop=0.0, attn_pdrop=0.0, **common)
+    kw = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              max_position_embeddings=64, attention_dropout=0.0, **common)
+    if arch == "llama":
+        return transformers.LlamaConfig(num_key_value_heads=2, tie_word_embeddings=False,
+                                        rope_theta=10000.0, **kw)
+    if arch == "mistral":
+        return transformers.MistralConfig(num_key_value_heads=1, tie_word_embeddings=False,
+                                          sliding_window=None, **kw)
+    if arch == "qwen2":
+        return transformers.Qwen2Config(num_key_value_heads=2, tie_word_embeddings=True, **kw)
+    raise ValueError(arch)
+
+
+def make_model(arch, path, seed=7, vocab=97):
+    torch.manual_seed(seed)
+    cfg = tiny_config(arch, vocab)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
+                                                          dtype=torch.float32)
+    # Larger-than-default weights so the logits are not all near zero.
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.08)
+            elif "bias" in n:
+                p.normal_(0, 0.02)
+    model.save_pretrained(path)
+    return model
+
+
+def load_model(path):
+    return transformers.AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager",
+                                                             dtype=torch.float32).eval()
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+
+
+def job_spec(model_dir, train_path, steps, batch, seq_len, **kw):
+    hp = {"max_steps": steps, "batch_size": batch, "seq_len": seq_len, "grad_accum": 1,
+          "lr": kw.pop("lr", 3e-3), "schedule": "constant", "warmup_steps": 0,
+          "weight_decay": kw.pop("weight_decay", 0.1), "max_grad_norm": kw.pop("max_grad_norm", 1.0),
+          "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8, "seed": 1234, "log_every_steps": 1}
+    spec = {"name": "hf-ref", "model": {"path": model_dir},
+            "dataset": {"train": train_path, "format": "tokens"}, "method": "full",
+            "hyperparameters": hp, "precision": "fp32", "resources": {"backend": "cpu"},
+            "checkpoint": {"every_steps": 0}}
+    spec.update(kw)
+    return spec
+
+
+def run_engine(engine, spec, workdir):
+    """Trains; returns the metric events. Any error fails the test."""
+    os.makedirs(workdir, exist_ok=True)
+    sp = os.path.join(workdir, "spec.json")
+    write_json(sp, spec)
+    cmd = ["/bin/bash", "-c", 'exec "$0" "$@" 3>&1 1>&2', engine, "--spec", sp, "--workdir", workdir]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S)
+    events = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+    done = [e for e in events if e["ev"] == "done"]
+    if r.returncode != 0 or not done or done[-1]["status"] != "succeeded":
+        fail(f"engine exit {r.returncode}: {[e for e in events if e['ev'] == 'error']}\n{r.stderr[-2000:]}")
+    return [e for e in events if e["ev"] == "metric"]
+
+
+def engine_json(engine, sub, args):
+    r = subprocess.run([engine, sub] + args, capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S)
+    if r.returncode != 0:
+        fail(f"trainyard-engine {sub} {' '.join(args)}: exit {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+def engine_logits(engine, model_args, ids, kv=False):
+    j = engine_json(engine, "logits", model_args + ["--prompt-ids", " ".join(map(str, ids))] + (["--kv"] if kv else []))
+    return torch.tensor(j["logits"], dtype=torch.float64)
+
+
+def rel_err(a, b):
+    """max |a - b| / max |b|: the error relative to the tensor's scale."""
+    a, b = a.double(), b.double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def check_close(what, got, want, tol):
+    e = rel_err(got, want)
+    print(f"  {what}: rel {e:.2e} (tolerance {tol:.0e})", flush=True)
+    if not e <= tol:
+        fail(f"{what}: relative error {e:.3e} > {tol:.0e}")
