@@ -7,6 +7,10 @@ LISTEN     ?= 127.0.0.1:8080
 DATA_DIR   ?= ./trainyard-data
 PREFIX     ?= /usr/local
 DESTDIR    ?=
+# Where `make run`'s jobs may read: the README's tour and `make demo` write
+# their datasets under /tmp. A development setting; the server's own
+# default is DATA_DIR/inputs only (docs/server.md, "Roots").
+RUN_ROOTS  ?= /tmp:$(abspath $(DATA_DIR))/inputs
 
 .PHONY: all deps deps-build deps-test build run test bench demo fuzz install install-only clean
 
@@ -27,7 +31,7 @@ build: deps-build
 run: build
 	@echo "CLI:       $(abspath $(BUILD))/bin/trainyard (\`make install\` puts it on PATH; or export PATH=\"$(abspath $(BUILD))/bin:\$$PATH\")"
 	@echo "dashboard: http://$(LISTEN)/  (Ctrl-C stops the server)"
-	@exec $(BUILD)/bin/trainyard serve --listen $(LISTEN) --data-dir $(DATA_DIR)
+	@exec $(BUILD)/bin/trainyard serve --listen $(LISTEN) --data-dir $(DATA_DIR) --allowed-roots $(RUN_ROOTS)
 
 demo: build
 	@$(BUILD)/bin/trainyard demo

@@ -7,6 +7,8 @@
  * and the first fault is reported with its dotted path in err->field. */
 #include "jobspec.h"
 
+#include "tyopen.h"
+
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -605,50 +607,18 @@ int jobspec_parse_text(const char *text, size_t len, jobspec *out, ty_err *err)
 
 /* ---- allowed roots ---- */
 
-/* Is path equal to root or below it? Both are absolute and free of "..". */
-static int path_under(const char *path, const char *root, size_t rlen)
-{
-    while (rlen > 1 && root[rlen - 1] == '/') rlen--; /* "/data/" == "/data" */
-    if (rlen == 1 && root[0] == '/') return 1;
-    return strncmp(path, root, rlen) == 0 && (path[rlen] == '\0' || path[rlen] == '/');
-}
-
-static int under_any_root(const char *path, const char *roots)
-{
-    const char *r = roots;
-    while (*r) {
-        const char *e = strchr(r, ':');
-        size_t n = e ? (size_t)(e - r) : strlen(r);
-        if (n > 0 && r[0] == '/') {
-            if (path_under(path, r, n)) return 1;
-            /* Compare resolved paths too, so a root given through a symlink
-             * (/tmp → /private/tmp) still matches. */
-            char root[PATH_MAX_LEN + 1], rroot[PATH_MAX];
-            if (n <= PATH_MAX_LEN) {
-                memcpy(root, r, n);
-                root[n] = '\0';
-                if (realpath(root, rroot) && path_under(path, rroot, strlen(rroot))) return 1;
-            }
-        }
-        if (!e) break;
-        r = e + 1;
-    }
-    return 0;
-}
-
 static int check_one_root(const char *field, const char *p, const char *roots, ty_err *err)
 {
     if (!p) return 0;
     const char *local = local_part(p);
     if (!local) return 0; /* object-store URIs: credentials, not roots, guard them */
-    if (!under_any_root(local, roots))
+    if (!ty_path_under_roots(local, roots))
         return ty_err_field(err, TY_EINVAL, field, "%s: %s is outside the allowed roots (%s)", field, local, roots);
-    /* A symlink inside a root may point outside it: check where it leads
-     * when the path exists already. */
-    char real[PATH_MAX];
-    if (realpath(local, real) && !under_any_root(real, roots))
-        return ty_err_field(err, TY_EINVAL, field, "%s: %s resolves to %s, outside the allowed roots (%s)",
-                            field, local, real, roots);
+    /* A symlink inside a root may point outside it: check where it leads.
+     * The engine checks again when it opens the file. */
+    if (!ty_path_within_roots(local, roots))
+        return ty_err_field(err, TY_EINVAL, field, "%s: %s resolves to a place outside the allowed roots (%s)",
+                            field, local, roots);
     return 0;
 }
 
@@ -661,6 +631,20 @@ int jobspec_check_roots(const jobspec *s, const char *allowed_roots, ty_err *err
     if ((rc = check_one_root("dataset.train", s->train, allowed_roots, err))) return rc;
     if ((rc = check_one_root("dataset.eval", s->eval, allowed_roots, err))) return rc;
     if ((rc = check_one_root("lora.adapter", s->lora_adapter, allowed_roots, err))) return rc;
+    return 0;
+}
+
+int jobspec_check_store_roots(const jobspec *s, const char *store_roots, ty_err *err)
+{
+    ty_err_clear(err);
+    if (!s->store || strncmp(s->store, "file://", 7)) return 0;
+    const char *local = s->store + 7;
+    if (!store_roots || !*store_roots)
+        return ty_err_field(err, TY_EINVAL, "checkpoint.store",
+                            "checkpoint.store: file:// stores are off on this server (no store roots)");
+    if (!ty_path_within_roots(local, store_roots))
+        return ty_err_field(err, TY_EINVAL, "checkpoint.store",
+                            "checkpoint.store: %s is outside the store roots (%s)", local, store_roots);
     return 0;
 }
 

@@ -103,6 +103,11 @@ int jobspec_parse_text(const char *text, size_t len, jobspec *out, ty_err *err);
  * resolving symlinks where the path exists; remote URIs are not checked
  * here. NULL or "" means no restriction. TY_EINVAL with err->field. */
 int jobspec_check_roots(const jobspec *s, const char *allowed_roots, ty_err *err);
+/* A file:// checkpoint.store must lie under one of the colon-separated
+ * store roots, also where its existing part leads through symlinks; NULL or
+ * "" refuses every file:// store. Other stores pass. TY_EINVAL, field
+ * "checkpoint.store". */
+int jobspec_check_store_roots(const jobspec *s, const char *store_roots, ty_err *err);
 void jobspec_free(jobspec *s);
 /* The spec back as JSON with every default filled in (what GET /jobs/{id}
  * shows); parsing it again gives the same struct. Caller owns the result. */

@@ -4,6 +4,8 @@
  * leaves either the old or the new contents, never a torn file. */
 #include "tyutil.h"
 
+#include "tyopen.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -80,8 +82,10 @@ int ty_rm_rf(const char *path, ty_err *err)
 
 int ty_read_file(const char *path, char **out, size_t *len, ty_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "open %s: %s", path, strerror(errno));
+    /* Through ty_open_input: regular files only, inside the roots when the
+     * process has set some (the engine does). */
+    FILE *f = ty_fopen_input(path, err);
+    if (!f) return err ? err->code : TY_EIO;
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap + 1);
     if (!buf) { fclose(f); return ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path); }
@@ -114,6 +118,30 @@ int ty_fsync_dir(const char *dir, ty_err *err)
     return 0;
 }
 
+const char *ty_json_error(const json_error_t *je)
+{
+    /* jansson's own text ends in "near '<the text it read>'": from a file
+     * that is not JSON (a key file, a database) that is its first word. The
+     * error code says what went wrong without it. */
+    switch (json_error_code(je)) {
+    case json_error_out_of_memory: return "out of memory";
+    case json_error_stack_overflow: return "nested too deeply";
+    case json_error_cannot_open_file: return "cannot open the file";
+    case json_error_invalid_utf8: return "invalid UTF-8";
+    case json_error_premature_end_of_input: return "unexpected end of input";
+    case json_error_end_of_input_expected: return "text after the JSON value";
+    case json_error_invalid_syntax: return "syntax error";
+    case json_error_invalid_format: return "invalid format";
+    case json_error_wrong_type: return "wrong type";
+    case json_error_null_character: return "NUL character in a string";
+    case json_error_null_value: return "null value";
+    case json_error_null_byte_in_key: return "NUL byte in an object key";
+    case json_error_duplicate_key: return "duplicate object key";
+    case json_error_numeric_overflow: return "number out of range";
+    default: return "not valid JSON";
+    }
+}
+
 int ty_read_json(const char *path, int bad_code, json_t **out, ty_err *err)
 {
     char *text = NULL;
@@ -125,8 +153,8 @@ int ty_read_json(const char *path, int bad_code, json_t **out, ty_err *err)
     *out = json_loadb(text, len, 0, &je);
     free(text);
     if (!*out)
-        return ty_err_set(err, bad_code, "%s: not valid JSON (line %d: %s)", path, je.line,
-                          je.text);
+        return ty_err_set(err, bad_code, "%s: not valid JSON (line %d, column %d: %s)", path,
+                          je.line, je.column, ty_json_error(&je));
     return 0;
 }
 

@@ -18,12 +18,20 @@ int64_t ty_mono_ms(void);
 int ty_mkdir_p(const char *path, ty_err *err);
 /* rm -rf; a missing path is success. */
 int ty_rm_rf(const char *path, ty_err *err);
-/* Reads a whole (small) file; *out is NUL-terminated and owned by the caller. */
+/* Reads a whole (small) file; *out is NUL-terminated and owned by the caller.
+ * Opens it with ty_open_input (tyopen.h): regular files only, inside the
+ * process's roots when it has set some. */
 int ty_read_file(const char *path, char **out, size_t *len, ty_err *err);
 /* Reads and parses a whole JSON file into *out (the caller's reference).
  * A file that cannot be read gives ty_read_file's error; one that does not
- * parse gives bad_code with "<path>: not valid JSON (line N: why)". */
+ * parse gives bad_code with "<path>: not valid JSON (line N, column C: why)",
+ * where why never quotes the file (see ty_json_error). */
 int ty_read_json(const char *path, int bad_code, json_t **out, ty_err *err);
+/* What went wrong in a failed jansson load, without the "near '...'" part
+ * jansson adds: that quotes the input, and a file that is not JSON (a
+ * credentials file, a database) must not leak its first word into an error
+ * message. A static string. */
+const char *ty_json_error(const json_error_t *je);
 /* Writes path.tmp, fsyncs, renames over path, fsyncs the directory. */
 int ty_write_file_atomic(const char *path, const void *data, size_t len, ty_err *err);
 /* fsync a directory (after a rename into it). */

@@ -6,12 +6,15 @@
  * (BEGIN IMMEDIATE, so two writers never deadlock on a lock upgrade). */
 #include "db.h"
 
+#include <fcntl.h>
 #include <jansson.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "tyutil.h"
 
@@ -254,6 +257,19 @@ int db_open_at_version(const char *path, int version, db **out, ty_err *err)
     *out = NULL;
     if (version < 0 || version > DB_SCHEMA_VERSION)
         return ty_err_set(err, TY_EINVAL, "no schema version %d", version);
+    /* The database holds token hashes and every spec: the owner's alone.
+     * Created 0600 before SQLite opens it (its -wal and -shm copy the
+     * mode), and a file made by an older version is tightened. */
+    static const char *const sfx[] = {"", "-wal", "-shm"};
+    for (int i = 0; path[0] && strcmp(path, ":memory:") && i < 3; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s%s", path, sfx[i]);
+        int fd = open(p, O_RDWR | O_CLOEXEC | (i == 0 ? O_CREAT : 0), 0600);
+        if (fd >= 0) {
+            fchmod(fd, 0600);
+            close(fd);
+        }
+    }
     db *d = calloc(1, sizeof *d);
     if (!d) return ty_err_set(err, TY_ENOMEM, "out of memory");
     if (sqlite3_open_v2(path, &d->h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |

@@ -4,6 +4,9 @@
  * large dataset costs two allocations, not one per line. */
 #include "data.h"
 
+#include "tyopen.h"
+#include "tyutil.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -54,8 +57,10 @@ static int read_ids(json_t *arr, const char *path, long line, const char *key, i
 int data_load_tokens(const char *path, int vocab, dataset *d, ty_err *err)
 {
     memset(d, 0, sizeof *d);
-    FILE *fp = fopen(path, "r");
-    if (!fp) return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "dataset %s: %s", path, strerror(errno));
+    /* Regular files inside the engine's roots only (tyopen.h). */
+    ty_err oe = {0};
+    FILE *fp = ty_fopen_input(path, &oe);
+    if (!fp) return ty_err_set(err, oe.code, "dataset %s", oe.msg);
     i32vec tok = {0}, lab = {0};
     int64_t *off = NULL;
     int n = 0, cap = 0, rc = 0;
@@ -70,7 +75,8 @@ int data_load_tokens(const char *path, int vocab, dataset *d, ty_err *err)
         json_error_t je;
         json_t *o = json_loadb(buf, (size_t)len, 0, &je);
         if (!o) {
-            rc = ty_err_set(err, TY_EINVAL, "%s line %ld: not valid JSON (%s)", path, line, je.text);
+            rc = ty_err_set(err, TY_EINVAL, "%s line %ld: not valid JSON (column %d: %s)", path, line,
+                            je.column, ty_json_error(&je));
             break;
         }
         json_t *ids = json_object_get(o, "input_ids"), *labels = json_object_get(o, "labels");

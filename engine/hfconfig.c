@@ -180,6 +180,24 @@ int hfconfig_load_dir(const char *dir, model_config *out, ty_err *err)
     return rc;
 }
 
+uint64_t hfconfig_param_count(const model_config *c)
+{
+    /* In double: a config of 2^30-sized fields overflows 64 bits. */
+    double V = c->vocab, C = c->dim, F = c->ffn, L = c->n_layer, n;
+    if (c->arch == ARCH_GPT2) {
+        double layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) + (C * F + C);
+        n = V * C + (double)c->max_pos * C + L * layer + 2 * C;
+    } else {
+        double QD = (double)c->n_head * c->head_dim, KD = (double)c->n_kv_head * c->head_dim;
+        double layer = C + QD * C + 2 * KD * C + C * QD + C + 3 * F * C;
+        if (c->qkv_bias) layer += QD + 2 * KD;
+        if (c->o_bias) layer += C;
+        n = V * C + L * layer + C;
+    }
+    if (!c->tied) n += V * C;
+    return n >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)n;
+}
+
 json_t *hfconfig_export(const model_config *c)
 {
     json_t *o = json_deep_copy(c->raw);

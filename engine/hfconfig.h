@@ -10,6 +10,7 @@
 #define TY_HFCONFIG_H
 
 #include <jansson.h>
+#include <stdint.h>
 #include "tyerr.h"
 
 typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA } model_arch;
@@ -40,6 +41,10 @@ typedef struct model_config {
 int hfconfig_parse(json_t *obj, const char *where, model_config *out, ty_err *err);
 /* Reads <dir>/config.json. */
 int hfconfig_load_dir(const char *dir, model_config *out, ty_err *err);
+/* The number of parameters the engine builds for c (as model.h's
+ * n_params), saturating at UINT64_MAX; the server bounds model.init with it
+ * at submit (--max-params) without allocating anything. */
+uint64_t hfconfig_param_count(const model_config *c);
 /* The config.json to export: the original object with architectures and
  * torch_dtype ("float32") set. New reference. */
 json_t *hfconfig_export(const model_config *c);

@@ -8,6 +8,8 @@
  * Rank and world size come from TY_RANK / TY_WORLD_SIZE / TY_LOCAL_RANK, or
  * Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID. Everything else is in
  * train.c; this file only turns the command line into train_args. */
+#include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include "events.h"
 #include "generate.h"
 #include "train.h"
+#include "tyopen.h"
 #ifdef TY_HAVE_TOKENIZER
 #include "tokenizer.h"
 #endif
@@ -123,6 +126,29 @@ int main(int argc, char **argv)
         usage();
         ev_error("--spec and --workdir are required");
         return 2;
+    }
+    /* Set by the server: the directories job specs may read from (its
+     * --allowed-roots plus its input cache). Our own work directory joins
+     * them for the spec, resume checkpoints and what we write there. Every
+     * input file is then opened through ty_open_input, which refuses
+     * anything that leads outside. */
+    const char *roots = getenv("TY_ALLOWED_ROOTS");
+    if (roots && *roots) {
+        char wd[PATH_MAX];
+        if (!realpath(a.workdir, wd)) {
+            char m[PATH_MAX + 128];
+            snprintf(m, sizeof m, "--workdir %s: %s", a.workdir, strerror(errno));
+            ev_error(m);
+            return 2;
+        }
+        size_t n = strlen(roots) + strlen(wd) + 2;
+        char *all = malloc(n);
+        ty_err e = {0};
+        if (!all || (snprintf(all, n, "%s:%s", roots, wd), ty_open_set_roots(all, &e))) {
+            ev_error("out of memory");
+            return 2;
+        }
+        free(all);
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

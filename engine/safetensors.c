@@ -5,6 +5,9 @@
  * sorted by offset to check that no two overlap (holes are tolerated). */
 #include "safetensors.h"
 
+#include "tyopen.h"
+#include "tyutil.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -36,6 +39,19 @@ uint64_t st_numel(const st_tensor *t)
     uint64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= (uint64_t)t->shape[i];
     return n;
+}
+
+/* An unknown dtype as it may be quoted: a short name ("Q4", "F12"), else
+ * a placeholder; error messages never carry arbitrary file content. */
+static const char *dtype_word(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 16) return "?";
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return "?";
+    return s;
 }
 
 static void st_free_tensors(st_file *f)
@@ -73,7 +89,7 @@ static int st_parse_entry(const char *path, const char *name, json_t *v, uint64_
         if (!strcmp(json_string_value(jd), st_dtypes[i].name)) dt = i;
     if (dt < 0)
         return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: unknown dtype \"%s\"", path, name,
-                            json_string_value(jd));
+                            dtype_word(json_string_value(jd)));
     t->dtype = (st_dtype)dt;
     if (json_array_size(js) > ST_MAX_DIMS)
         return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: more than %d dimensions", path, name,
@@ -121,13 +137,13 @@ static int st_cmp_begin(const void *a, const void *b)
 int st_open(st_file *f, const char *path, ty_err *err)
 {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "%s: %s", path, strerror(errno));
+    /* Regular files inside the engine's roots only (tyopen.h). */
+    int fd = ty_open_input(path, err);
+    if (fd < 0) return err ? err->code : TY_EIO;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         close(fd);
-        return ty_err_set(err, TY_EIO, "%s: not a regular file", path);
+        return ty_err_set(err, TY_EIO, "%s: %s", path, strerror(errno));
     }
     size_t size = (size_t)st.st_size;
     if (size < 8) {
@@ -158,7 +174,8 @@ int st_open(st_file *f, const char *path, ty_err *err)
     json_error_t je;
     json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        rc = ty_err_set(err, TY_EINVAL, "%s: header is not valid JSON: %s", path, je.text);
+        rc = ty_err_set(err, TY_EINVAL, "%s: header is not valid JSON (byte %d: %s)", path,
+                        je.position, ty_json_error(&je));
         goto fail;
     }
     if (!json_is_object(root)) {

@@ -9,6 +9,8 @@
  * every template, where BPE never merges across them. */
 #include "textdata.h"
 
+#include "tyopen.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -177,7 +179,7 @@ static int render_example(const struct data_text *t, json_t *o, render *r, char 
             return snprintf(why, wn, "messages[%zu] needs string \"role\" and \"content\"", i), -1;
         const char *rs = json_string_value(role);
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
-            return snprintf(why, wn, "messages[%zu].role \"%.40s\" is not system, user or assistant", i, rs), -1;
+            return snprintf(why, wn, "messages[%zu].role is not system, user or assistant", i), -1;
         if (!strcmp(rs, "system") && i != 0) return snprintf(why, wn, "messages[%zu]: a system message must come first", i), -1;
     }
     const tok_tokenizer *tk = t->o.tok;
@@ -278,7 +280,7 @@ static int check_line(struct data_text *t, const char *line, size_t len, char *w
     }
     json_error_t je;
     json_t *o = json_loadb(line, len, 0, &je);
-    if (!o) return snprintf(why, wn, "not valid JSON (%s)", je.text), -1;
+    if (!o) return snprintf(why, wn, "not valid JSON (column %d: %s)", je.column, ty_json_error(&je)), -1;
     int rc = render_example(t, o, NULL, why, wn);
     json_decref(o);
     return rc;
@@ -322,7 +324,7 @@ static int build_example(struct data_text *t, int ex)
     json_t *o = json_loadb(t->line, llen, 0, &je);
     render *r = &t->rd;
     if (!o || render_example(t, o, r, why, sizeof why)) {
-        if (!o) snprintf(why, sizeof why, "not valid JSON (%s)", je.text);
+        if (!o) snprintf(why, sizeof why, "not valid JSON (column %d: %s)", je.column, ty_json_error(&je));
         json_decref(o);
         snprintf(t->err, sizeof t->err, "%s line %d: %s", t->path, t->line_no[ex], why);
         return -1;
@@ -463,10 +465,16 @@ int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *
     t->o = *o;
     t->field = strdup(o->text_field ? o->text_field : "text");
     int rc = 0;
-    int fd = t->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Regular files inside the engine's roots only (tyopen.h). */
+    ty_err oe = {0};
+    int fd = t->fd = ty_open_input(path, &oe);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st)) {
-        rc = ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "dataset %s: %s", path, strerror(errno));
+    if (fd < 0) {
+        rc = ty_err_set(err, oe.code, "dataset %s", oe.msg);
+        goto out;
+    }
+    if (fstat(fd, &st)) {
+        rc = ty_err_set(err, TY_EIO, "dataset %s: %s", path, strerror(errno));
         goto out;
     }
     t->size = (size_t)st.st_size;

@@ -28,6 +28,7 @@
 #include "model.h"
 #include "textdata.h"
 #include "tokenizer.h"
+#include "tyopen.h"
 #include "tyutil.h"
 
 volatile sig_atomic_t train_stop_requested = 0;
@@ -112,6 +113,11 @@ static int load_spec(run *r, ty_err *err)
     rc = jobspec_parse_text(text, len, &r->spec, err);
     free(text);
     if (rc == 0) r->have_spec = 1;
+    /* The server checked the paths at submit; what they name may have
+     * changed since (a symlink swapped in while the job was queued), so
+     * they are checked again here, and each file once more as it is
+     * opened (ty_open_input). */
+    if (rc == 0 && ty_open_roots()) rc = jobspec_check_roots(&r->spec, ty_open_roots(), err);
     return rc;
 }
 
@@ -479,8 +485,11 @@ static int setup_lora(run *r, ty_err *err)
     /* The spec's r / alpha define the adapters; a PEFT config that says
      * otherwise is named (r) or noted (alpha scales differently). */
     snprintf(path, sizeof path, "%s/adapter_config.json", s->lora_adapter);
-    json_error_t je;
-    json_t *ac = json_load_file(path, 0, &je);
+    json_t *ac = NULL;
+    ty_err ae = {0};
+    rc = ty_read_json(path, TY_EINVAL, &ac, &ae);
+    if (rc && rc != TY_ENOENT) return ty_err_field(err, rc, "lora.adapter", "lora.adapter: %s", ae.msg);
+    rc = 0;
     if (ac) {
         json_t *jr = json_object_get(ac, "r"), *ja = json_object_get(ac, "lora_alpha");
         if (json_is_integer(jr) && json_integer_value(jr) != s->lora_r) {

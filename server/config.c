@@ -43,14 +43,15 @@ int srv_config_defaults(srv_config *c, ty_err *err)
     c->gpu_hour_price = -1;
     c->cpu_hour_price = -1;
     snprintf(c->currency, sizeof c->currency, "USD");
+    c->max_params = 1000000000;
     /* The engine is built beside us: <dir of /proc/self/exe>/trainyard-engine. */
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) return ty_err_set(err, TY_EIO, "readlink /proc/self/exe: %s", strerror(errno));
     exe[n] = 0;
     snprintf(c->engine, sizeof c->engine, "%s/trainyard-engine", dirname(exe));
-    /* allowed_roots is completed in srv_config_parse once data_dir is final;
-     * an empty value here means "use the defaults". */
+    /* allowed_roots and store_roots are completed in srv_config_parse once
+     * data_dir is final; an empty value here means "use the defaults". */
     return 0;
 }
 
@@ -121,15 +122,21 @@ int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
         c->cpu_slots = (int)x;
         return 0;
     }
-    if (!strcmp(key, "allowed-roots")) {
+    if (!strcmp(key, "allowed-roots") || !strcmp(key, "store-roots")) {
         for (const char *p = v; *p;) {
             const char *e = strchrnul(p, ':');
             if (e > p && *p != '/')
-                return ty_err_field(err, TY_EINVAL, key,
-                                    "allowed root '%.*s' is not an absolute path", (int)(e - p), p);
+                return ty_err_field(err, TY_EINVAL, key, "%s: '%.*s' is not an absolute path", key,
+                                    (int)(e - p), p);
             p = *e ? e + 1 : e;
         }
-        return copy_str(key, c->allowed_roots, sizeof c->allowed_roots, v, err);
+        if (key[0] == 'a') return copy_str(key, c->allowed_roots, sizeof c->allowed_roots, v, err);
+        return copy_str(key, c->store_roots, sizeof c->store_roots, v, err);
+    }
+    if (!strcmp(key, "max-params")) {
+        if (parse_int(key, v, 0, 1000000000000000L, &x, err)) return TY_EINVAL;
+        c->max_params = x;
+        return 0;
     }
     if (!strcmp(key, "max-body")) {
         if (parse_int(key, v, 1024, 1L << 30, &x, err)) return TY_EINVAL;
@@ -266,6 +273,7 @@ void srv_store_config(const srv_config *c, store_config *out)
     out->azure_key = or_null(c->store.azure_key);
     out->azure_sas_token = or_null(c->store.azure_sas_token);
     out->azure_endpoint = or_null(c->store.azure_endpoint);
+    out->file_roots = c->store_roots;
 }
 
 static char *trim(char *s)
@@ -327,8 +335,13 @@ void srv_config_usage(FILE *out)
           "  --gpus auto|none|LIST GPUs to schedule: auto asks NVML, none runs CPU jobs\n"
           "                        only, LIST is like 0,1 (default auto)\n"
           "  --cpu-slots N         CPU-only jobs that may run at once (default 1)\n"
-          "  --allowed-roots A:B   directories job specs may read from (default:\n"
-          "                        DATA_DIR:/tmp:/data:/models:$HOME:<server cwd>)\n"
+          "  --allowed-roots A:B   directories job specs may read from, checked at\n"
+          "                        submit and again by the engine on every open\n"
+          "                        (default DATA_DIR/inputs)\n"
+          "  --store-roots A:B     directories file:// checkpoint stores may lie in\n"
+          "                        (default DATA_DIR/stores)\n"
+          "  --max-params N        largest model.init (parameters) accepted at submit;\n"
+          "                        0 = no limit (default 1000000000)\n"
           "  --max-body BYTES      largest request body accepted (default 1048576)\n"
           "  --grace SECONDS       SIGTERM to SIGKILL delay for cancel/pause (default 30)\n"
           "  --tls-cert FILE       PEM certificate; with --tls-key serves HTTPS\n"
@@ -419,18 +432,23 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *er
     if ((c->tls_cert[0] != 0) != (c->tls_key[0] != 0))
         return ty_err_field(err, TY_EINVAL, c->tls_cert[0] ? "tls-key" : "tls-cert",
                             "--tls-cert and --tls-key go together");
-    if (!c->allowed_roots[0]) {
+    /* The defaults are directories of our own, never the cwd, $HOME or /:
+     * a root is what any API client may read, and the data directory
+     * itself holds the database. srv_data_dir_prepare creates them. */
+    if (!c->allowed_roots[0] || !c->store_roots[0]) {
         char cwd[PATH_MAX] = "";
         char dd[PATH_MAX];
-        const char *home = getenv("HOME");
         if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
         if (!realpath(c->data_dir, dd)) {
             if (c->data_dir[0] == '/') snprintf(dd, sizeof dd, "%s", c->data_dir);
-            else snprintf(dd, sizeof dd, "%.2040s/%.2040s", cwd, c->data_dir);
+            else
+                snprintf(dd, sizeof dd, "%.2040s/%.2040s", cwd,
+                         c->data_dir + (strncmp(c->data_dir, "./", 2) ? 0 : 2));
         }
-        snprintf(c->allowed_roots, sizeof c->allowed_roots, "%.4000s:/tmp:/data:/models%s%.2000s%s%.2000s",
-                 dd, home && home[0] == '/' ? ":" : "", home && home[0] == '/' ? home : "",
-                 cwd[0] ? ":" : "", cwd);
+        if (!c->allowed_roots[0])
+            snprintf(c->allowed_roots, sizeof c->allowed_roots, "%.4000s/inputs", dd);
+        if (!c->store_roots[0])
+            snprintf(c->store_roots, sizeof c->store_roots, "%.4000s/stores", dd);
     }
     return 0;
 }

@@ -558,6 +558,10 @@ int srv_serve_main(int argc, char **argv)
         snprintf(s->db_path, sizeof s->db_path, "%.4000s/trainyard.db", abs);
         snprintf(s->jobs_dir, sizeof s->jobs_dir, "%.4000s/jobs", abs);
     }
+    if (srv_data_dir_prepare(&s->cfg, &err)) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 1;
+    }
     pthread_key_create(&s->db_key, db_key_free);
     raise_nofile();
     static struct ratelim rl = {.mu = PTHREAD_MUTEX_INITIALIZER};

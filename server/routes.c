@@ -155,7 +155,7 @@ static enum MHD_Result post_jobs(http_req *q)
     if (rc == TY_ECORRUPT)
         return http_error(q, 400, "invalid_json", err.field, "%s", err.msg);
     if (rc) return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
-    if (jobspec_check_roots(&spec, s->cfg.allowed_roots, &err)) {
+    if (srv_spec_check(&s->cfg, &spec, &err)) {
         jobspec_free(&spec);
         return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
     }

@@ -384,21 +384,31 @@ static int spawn_rank(sched *x, run *r, int rank, const char *jobdir, const char
     }
     argv[a] = NULL;
 
-    /* The server's environment minus the variables we set, plus ours. */
+    /* The allow-listed part of the server's environment (confine.c: no
+     * cloud credentials) minus the variables we set, plus ours. */
     size_t ne = 0;
     while (environ[ne]) ne++;
-    char **envp = calloc(ne + 9, sizeof *envp);
-    if (!envp) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    char **envp = calloc(ne + 10, sizeof *envp);
+    char *e_roots = malloc(sizeof s->cfg.allowed_roots + PATH_MAX + 32);
+    if (!envp || !e_roots) {
+        free(envp);
+        free(e_roots);
+        return ty_err_set(err, TY_ENOMEM, "out of memory");
+    }
     size_t k = 0;
     static const char *const ours[] = {"TY_RANK=", "TY_WORLD_SIZE=", "TY_LOCAL_RANK=",
                                        "CUDA_VISIBLE_DEVICES=", "TY_JOB_ID=",
                                        "CUDA_DEVICE_ORDER=", "TY_SUPERVISOR_PID="};
     for (size_t i = 0; i < ne; i++) {
-        bool skip = false;
+        bool skip = !srv_engine_env_keep(environ[i]);
         for (size_t j = 0; j < sizeof ours / sizeof *ours; j++)
             skip |= !strncmp(environ[i], ours[j], strlen(ours[j]));
         if (!skip) envp[k++] = environ[i];
     }
+    /* The engine re-checks every input it opens against these: the roots
+     * plus the cache remote inputs are downloaded into. */
+    sprintf(e_roots, "TY_ALLOWED_ROOTS=%s:%s/cache", s->cfg.allowed_roots, s->cfg.data_dir);
+    envp[k++] = e_roots;
     char e_rank[32], e_world[32], e_local[32], e_cuda[300], e_job[40], e_sup[48];
     snprintf(e_rank, sizeof e_rank, "TY_RANK=%d", rank);
     snprintf(e_world, sizeof e_world, "TY_WORLD_SIZE=%d", r->nranks);
@@ -446,6 +456,7 @@ static int spawn_rank(sched *x, run *r, int rank, const char *jobdir, const char
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     free(envp);
+    free(e_roots);
     if (rc != 0)
         return ty_err_set(err, TY_EIO, "cannot run the engine %s: %s", s->cfg.engine,
                           strerror(rc));

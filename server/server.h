@@ -27,7 +27,9 @@ typedef struct srv_config {
     char engine[PATH_MAX];    /* default trainyard-engine beside this binary */
     char gpus[256];           /* auto | none | 0,1,... */
     int cpu_slots;            /* concurrent CPU jobs, default 1 */
-    char allowed_roots[8192]; /* colon-separated */
+    char allowed_roots[8192]; /* colon-separated; default DATA_DIR/inputs */
+    char store_roots[8192];   /* where file:// stores may lie; default DATA_DIR/stores */
+    int64_t max_params;       /* largest model.init accepted at submit; 0 = no limit */
     size_t max_body;          /* bytes, default 1 MiB */
     int grace_s;              /* SIGTERM → SIGKILL, default 30 */
     char tls_cert[PATH_MAX];
@@ -77,6 +79,19 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *er
 int srv_config_set(srv_config *c, const char *key, const char *value, ty_err *err);
 int srv_config_load_file(srv_config *c, const char *path, ty_err *err);
 void srv_config_usage(FILE *out);
+/* ---- confinement (confine.c, speccheck.c) ---------------------------------- */
+
+/* The data directory 0700 (also one made before) and its default roots
+ * inputs/ and stores/ created; the directory must exist. */
+int srv_data_dir_prepare(const srv_config *c, ty_err *err);
+/* Does this NAME=value of the server's environment go to an engine? */
+bool srv_engine_env_keep(const char *kv);
+struct jobspec;
+/* The submit-time checks beyond jobspec_parse: spec paths under
+ * allowed_roots, a file:// store under store_roots, model.init valid for
+ * the engine and within max_params. TY_EINVAL with err->field. */
+int srv_spec_check(const srv_config *c, const struct jobspec *spec, ty_err *err);
+
 /* Splits "host:port" ([v6]:port accepted); is the host a loopback address? */
 int srv_listen_parse(const char *listen, char *host, size_t hostcap, int *port, ty_err *err);
 bool srv_host_is_loopback(const char *host);

@@ -3,7 +3,12 @@
  * Useful on its own (a shared filesystem, an NFS mount) and as the
  * reference the remote backends are tested against. Puts copy into a
  * hidden temporary file beside the target, fsync and rename, so an object
- * appears whole or not at all, like a remote PUT. */
+ * appears whole or not at all, like a remote PUT.
+ *
+ * A server confines file:// stores to its store roots (store_config's
+ * file_roots, kept in s->impl): checked when the store is opened and on
+ * every object path before it is used, with symlinks resolved, so a link
+ * swapped into the tree later cannot redirect a write or a delete. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +18,7 @@
 #include <unistd.h>
 
 #include "store_int.h"
+#include "tyopen.h"
 #include "tyutil.h"
 
 #define TMP_MARK ".ty-part-"
@@ -30,6 +36,11 @@ static int file_path(store *s, const char *key, char **out, ty_err *err)
     }
     snprintf(*out, n, "%s/%s", s->bucket, full);
     free(full);
+    if (s->impl && !ty_path_within_roots(*out, s->impl)) {
+        free(*out);
+        *out = NULL;
+        return ty_err_set(err, TY_EAUTH, "storage: %s leads outside the store roots", s->uri);
+    }
     return 0;
 }
 
@@ -71,6 +82,8 @@ static int file_put(store *s, const char *key, const char *path, ty_err *err)
     char *slash = strrchr(dst, '/');
     *slash = '\0';
     rc = ty_mkdir_p(dst, err);
+    if (rc == 0 && s->impl && !ty_path_within_roots(dst, s->impl))
+        rc = ty_err_set(err, TY_EAUTH, "storage: %s leads outside the store roots", s->uri);
     size_t tl = strlen(dst) + strlen(TMP_MARK) + 32;
     char *tmp = malloc(tl);
     if (rc == 0 && !tmp) rc = ty_err_set(err, TY_ENOMEM, "storage: out of memory");
@@ -236,7 +249,8 @@ static int file_del(store *s, const char *key, ty_err *err)
 
 static void file_close(store *s)
 {
-    (void)s;
+    free(s->impl);
+    s->impl = NULL;
 }
 
 static const store_backend file_backend = {"file",    file_put, file_get,  file_stat,
@@ -244,11 +258,16 @@ static const store_backend file_backend = {"file",    file_put, file_get,  file_
 
 int store_file_open(store *s, const store_config *cfg, ty_err *err)
 {
-    (void)cfg;
-    (void)err;
     s->be = &file_backend;
     size_t n = strlen(s->bucket);
     while (n > 1 && s->bucket[n - 1] == '/')
         s->bucket[--n] = '\0';
+    if (!cfg || !cfg->file_roots) return 0;
+    if (!cfg->file_roots[0])
+        return ty_err_set(err, TY_EAUTH, "storage: file:// stores are not allowed here (no store roots)");
+    if (!ty_path_within_roots(s->bucket, cfg->file_roots))
+        return ty_err_set(err, TY_EAUTH, "storage: %s is outside the store roots (%s)", s->uri,
+                          cfg->file_roots);
+    if (!(s->impl = strdup(cfg->file_roots))) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     return 0;
 }

@@ -51,6 +51,11 @@ typedef struct store_config {
     const char *azure_endpoint;          /* AZURE_STORAGE_BLOB_ENDPOINT; else
                                             https://ACCOUNT.blob.core.windows.net */
 
+    /* file:// — colon-separated directories a file:// store must lie in
+     * (checked at open and before every put, symlinks resolved); NULL =
+     * anywhere (the library on its own), "" = file:// refused. */
+    const char *file_roots;
+
     /* Transfer tuning; 0 picks the default. */
     uint64_t multipart_threshold; /* bytes; default 64 MiB (S3, Azure blocks, GCS chunks) */
     uint64_t part_size;           /* bytes; default 16 MiB */

@@ -773,7 +773,7 @@ static json_t *parse_text(const char *text, const char *name, ty_err *err)
     json_t *root = json_loads(text, JSON_ALLOW_NUL, &je);
     if (!root) {
         ty_err_set(err, TY_EINVAL, "%s: not valid JSON at line %d column %d: %s", name, je.line,
-                   je.column, je.text);
+                   je.column, ty_json_error(&je));
         return NULL;
     }
     if (!json_is_object(root)) {

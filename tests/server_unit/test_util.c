@@ -188,7 +188,11 @@ static void test_config(void)
     CHECK(srv_config_parse(&c, 6, argv, stdout, &err) == 0);
     CHECK(c.grace_s == 9 && c.cpu_slots == 3 && !strcmp(c.listen, "127.0.0.1:9000"));
     CHECK(!strcmp(c.gpus, "none"));
-    CHECK(strstr(c.allowed_roots, ":/tmp:") != NULL);
+    /* Default roots: the data directory's inputs/ and stores/ only — never
+     * the cwd, $HOME or /tmp. */
+    CHECK(!strstr(c.allowed_roots, ":") && strstr(c.allowed_roots, "/trainyard-data/inputs"));
+    CHECK(!strstr(c.store_roots, ":") && strstr(c.store_roots, "/trainyard-data/stores"));
+    CHECK(c.max_params == 1000000000);
     srv_config c2;
     CHECK(srv_config_defaults(&c2, &err) == 0);
     char *bad[] = {"serve", "--grace", "-1", NULL};

@@ -1,0 +1,39 @@
+/* speccheck.c — what POST /jobs checks beyond the spec parser: the paths
+ * against this server's roots, a file:// store against its store roots,
+ * and model.init with the engine's own config reader (hfconfig_parse), so
+ * an architecture the engine would refuse (n_embd -64, n_head 0) is a 400
+ * now instead of a failed job later, bounded by --max-params. */
+#include "server.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "hfconfig.h"
+#include "jobspec.h"
+
+static int check_init(const srv_config *c, const jobspec *spec, ty_err *err)
+{
+    if (!spec->model_init) return 0;
+    model_config mc;
+    ty_err e = {0};
+    if (hfconfig_parse(spec->model_init, "model.init", &mc, &e)) {
+        char field[sizeof err->field];
+        snprintf(field, sizeof field, "model.init%s%.100s", e.field[0] ? "." : "", e.field);
+        return ty_err_field(err, TY_EINVAL, field, "%s", e.msg);
+    }
+    uint64_t n = hfconfig_param_count(&mc);
+    hfconfig_free(&mc);
+    if (c->max_params > 0 && n > (uint64_t)c->max_params)
+        return ty_err_field(err, TY_EINVAL, "model.init",
+                            "model.init: %llu parameters is more than this server's --max-params "
+                            "%lld", (unsigned long long)n, (long long)c->max_params);
+    return 0;
+}
+
+int srv_spec_check(const srv_config *c, const jobspec *spec, ty_err *err)
+{
+    int rc;
+    if ((rc = jobspec_check_roots(spec, c->allowed_roots, err))) return rc;
+    if ((rc = jobspec_check_store_roots(spec, c->store_roots, err))) return rc;
+    return check_init(c, spec, err);
+}
