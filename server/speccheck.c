@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "hfconfig.h"
 #include "jobspec.h"
@@ -30,10 +31,28 @@ static int check_init(const srv_config *c, const jobspec *spec, ty_err *err)
     return 0;
 }
 
+/* A dataset that exists already must be a regular file: a FIFO would block
+ * the engine, a device never ends. (The engine refuses them too, for
+ * what appears after submit.) */
+static int check_kind(const char *field, const char *p, ty_err *err)
+{
+    struct stat st;
+    if (!p || (p[0] != '/' && strncmp(p, "file://", 7))) return 0;
+    const char *local = p[0] == '/' ? p : p + 7;
+    if (stat(local, &st) != 0 || S_ISREG(st.st_mode)) return 0;
+    return ty_err_field(err, TY_EINVAL, field, "%s: %s is %s, not a regular file", field, local,
+                        S_ISDIR(st.st_mode)    ? "a directory"
+                        : S_ISFIFO(st.st_mode) ? "a FIFO"
+                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                      : "a special file");
+}
+
 int srv_spec_check(const srv_config *c, const jobspec *spec, ty_err *err)
 {
     int rc;
     if ((rc = jobspec_check_roots(spec, c->allowed_roots, err))) return rc;
+    if ((rc = check_kind("dataset.train", spec->train, err))) return rc;
+    if ((rc = check_kind("dataset.eval", spec->eval, err))) return rc;
     if ((rc = jobspec_check_store_roots(spec, c->store_roots, err))) return rc;
     return check_init(c, spec, err);
 }
