@@ -142,6 +142,19 @@ const char *ty_json_error(const json_error_t *je)
     }
 }
 
+const char *ty_safe_word(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > 24) return "?";
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              strchr("_-.<>|", c)))
+            return "?";
+    }
+    return s;
+}
+
 int ty_read_json(const char *path, int bad_code, json_t **out, ty_err *err)
 {
     char *text = NULL;

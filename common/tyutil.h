@@ -32,6 +32,10 @@ int ty_read_json(const char *path, int bad_code, json_t **out, ty_err *err);
  * credentials file, a database) must not leak its first word into an error
  * message. A static string. */
 const char *ty_json_error(const json_error_t *je);
+/* s itself when it is a short name (1-24 characters of letters, digits,
+ * '_', '-', '.', '<', '>', '|'; a dtype, a type name, a special token like
+ * "<unk>"), else "?": what a message may quote from a file it read. */
+const char *ty_safe_word(const char *s);
 /* Writes path.tmp, fsyncs, renames over path, fsyncs the directory. */
 int ty_write_file_atomic(const char *path, const void *data, size_t len, ty_err *err);
 /* fsync a directory (after a rename into it). */

@@ -149,7 +149,8 @@ int hfconfig_parse(json_t *obj, const char *where, model_config *out, ty_err *er
         rc = cfg_llama(obj, where, type, out, err);
     else
         return ty_err_field(err, TY_EINVAL, "model_type",
-                            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2)", where, type);
+                            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2)", where,
+                            ty_safe_word(type));
     if (rc) return rc;
     snprintf(out->model_type, sizeof out->model_type, "%s", type);
     if (out->arch == ARCH_GPT2) {

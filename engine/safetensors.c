@@ -41,19 +41,6 @@ uint64_t st_numel(const st_tensor *t)
     return n;
 }
 
-/* An unknown dtype as it may be quoted: a short name ("Q4", "F12"), else
- * a placeholder; error messages never carry arbitrary file content. */
-static const char *dtype_word(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 16) return "?";
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
-            return "?";
-    return s;
-}
-
 static void st_free_tensors(st_file *f)
 {
     for (int i = 0; i < f->n; i++) free(f->t[i].name);
@@ -89,7 +76,7 @@ static int st_parse_entry(const char *path, const char *name, json_t *v, uint64_
         if (!strcmp(json_string_value(jd), st_dtypes[i].name)) dt = i;
     if (dt < 0)
         return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: unknown dtype \"%s\"", path, name,
-                            dtype_word(json_string_value(jd)));
+                            ty_safe_word(json_string_value(jd)));
     t->dtype = (st_dtype)dt;
     if (json_array_size(js) > ST_MAX_DIMS)
         return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: more than %d dimensions", path, name,

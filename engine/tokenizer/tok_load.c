@@ -115,7 +115,7 @@ static int parse_prepend_scheme(json_t *o, const char *where, tok_prepend *out, 
             *out = PREPEND_NEVER;
         else
             return ty_err_set(err, TY_EINVAL, TJ ": %s.prepend_scheme \"%s\" is not supported",
-                              where, s);
+                              where, ty_safe_word(s));
         return 0;
     }
     /* The older form says add_prefix_space instead. */
@@ -216,7 +216,8 @@ static int parse_normalizer(tok_tokenizer *t, json_t *o, const char *where, ty_e
             return err ? err->code : TY_EINVAL;
     } else {
         return ty_err_field(err, TY_EINVAL, where,
-                            TJ ": normalizer type \"%s\" (%s) is not supported", type, where);
+                            TJ ": normalizer type \"%s\" (%s) is not supported", ty_safe_word(type),
+                            where);
     }
     int rc = add_norm(t, &n, err);
     if (rc) {
@@ -275,7 +276,7 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
             p.behavior = SPLIT_CONTIGUOUS;
         else
             return ty_err_set(err, TY_EINVAL, TJ ": %s.behavior \"%s\" is not supported", where,
-                              beh);
+                              ty_safe_word(beh));
         if (plen == 0) return ty_err_set(err, TY_EINVAL, TJ ": %s.pattern is empty", where);
         p.kind = PRE_SPLIT;
         p.re = tok_regex_compile(pat, plen, !is_regex, where, err);
@@ -309,7 +310,8 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
         p.behavior = SPLIT_ISOLATED;
     } else {
         return ty_err_field(err, TY_EINVAL, where,
-                            TJ ": pre-tokenizer type \"%s\" (%s) is not supported", type, where);
+                            TJ ": pre-tokenizer type \"%s\" (%s) is not supported", ty_safe_word(type),
+                            where);
     }
     int rc = add_pre(t, &p, err);
     if (rc) pcre2_code_free(p.re);
@@ -380,7 +382,7 @@ static int parse_decoder(tok_tokenizer *t, json_t *o, const char *where, ty_err 
             return err ? err->code : TY_EINVAL;
     } else {
         return ty_err_field(err, TY_EINVAL, where, TJ ": decoder type \"%s\" (%s) is not supported",
-                            type, where);
+                            ty_safe_word(type), where);
     }
     int rc = add_dec(t, &d, err);
     if (rc) {
@@ -511,7 +513,7 @@ static int parse_model(tok_tokenizer *t, json_t *model, ty_err *err)
     if (!type) return ty_err_set(err, TY_EINVAL, TJ ": model.type is missing");
     if (strcmp(type, "BPE"))
         return ty_err_field(err, TY_EINVAL, "model.type",
-                            TJ ": model.type \"%s\" is not supported (only BPE)", type);
+                            TJ ": model.type \"%s\" is not supported (only BPE)", ty_safe_word(type));
     if (!json_is_object(vocab))
         return ty_err_set(err, TY_EINVAL, TJ ": model.vocab must be an object");
     if (!json_is_array(merges))
@@ -556,7 +558,7 @@ static int parse_model(tok_tokenizer *t, json_t *model, ty_err *err)
         if (t->unk_id < 0)
             return ty_err_field(err, TY_EINVAL, "model.unk_token",
                                 TJ ": model.unk_token \"%s\" is not in the vocabulary",
-                                json_string_value(unk));
+                                ty_safe_word(json_string_value(unk)));
     }
     for (int b = 0; b < 256; b++) {
         char name[8];
@@ -644,7 +646,7 @@ static int template_special(const tok_tokenizer *t, json_t *proc, json_t *piece,
         !json_is_integer(json_array_get(ids, 0)))
         return ty_err_set(err, TY_EINVAL,
                           TJ ": post_processor: special token \"%s\" must map to exactly one id",
-                          json_is_string(name) ? json_string_value(name) : "?");
+                          json_is_string(name) ? ty_safe_word(json_string_value(name)) : "?");
     if (known_id(t, json_integer_value(json_array_get(ids, 0)), TJ ": post_processor", err))
         return TY_EINVAL;
     *id = (int32_t)json_integer_value(json_array_get(ids, 0));
@@ -710,7 +712,7 @@ static int parse_post_processor(tok_tokenizer *t, json_t *o, const char *where, 
         return 0;
     }
     return ty_err_field(err, TY_EINVAL, where, TJ ": post-processor type \"%s\" is not supported",
-                        type);
+                        ty_safe_word(type));
 }
 
 /* bos_token / eos_token in tokenizer_config.json: a string or an
@@ -728,7 +730,7 @@ static int config_token(tok_tokenizer *t, json_t *cfg, const char *key, int32_t 
     if (id < 0)
         return ty_err_set(err, TY_EINVAL,
                           "tokenizer_config.json: %s \"%s\" is not a token of this tokenizer", key,
-                          json_string_value(v));
+                          ty_safe_word(json_string_value(v)));
     *out = id;
     return 0;
 }

@@ -151,6 +151,15 @@ static void test_no_content(void)
     snprintf(p, sizeof p, "%s/bad.safetensors", tmp);
     st_file f;
     CHECK(st_open(&f, p, &err) == TY_EINVAL && no_content(err.msg) && strstr(err.msg, "header is not valid JSON"));
+    /* Names from a file are quoted only when they are short words. */
+    CHECK(!strcmp(ty_safe_word("BF16"), "BF16") && !strcmp(ty_safe_word("<unk>"), "<unk>"));
+    CHECK(!strcmp(ty_safe_word("aws_secret_access_key = s3cr3t"), "?"));
+    CHECK(!strcmp(ty_safe_word(""), "?") && !strcmp(ty_safe_word("a b"), "?"));
+    json_t *cfg = json_loads("{\"model_type\": \"-----BEGIN PRIVATE KEY-----\"}", 0, NULL);
+    model_config mc;
+    CHECK(hfconfig_parse(cfg, "config.json", &mc, &err) == TY_EINVAL && !strstr(err.msg, "PRIVATE") &&
+          strstr(err.msg, "not supported"));
+    json_decref(cfg);
     /* A FIFO as safetensors: refused, not blocked on. */
     snprintf(p, sizeof p, "%s/root/fifo", tmp);
     CHECK(st_open(&f, p, &err) != 0 && strstr(err.msg, "FIFO"));
