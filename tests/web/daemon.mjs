@@ -39,7 +39,8 @@ export class Daemon {
     const log = fs.openSync(logPath, 'w');
     this.proc = spawn(this.opts.trainyard, ['serve', '--listen', `127.0.0.1:${this.port}`,
       '--data-dir', this.dataDir, '--engine', this.opts.engine,
-      '--allowed-roots', this.root, '--grace', '5', ...(this.opts.extra || [])],
+      '--allowed-roots', this.root, '--store-roots', this.root, '--grace', '5',
+      ...(this.opts.extra || [])],
     {stdio: ['ignore', log, log]});
     fs.closeSync(log);
     const proc = this.proc;
