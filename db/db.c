@@ -259,15 +259,20 @@ int db_open_at_version(const char *path, int version, db **out, ty_err *err)
         return ty_err_set(err, TY_EINVAL, "no schema version %d", version);
     /* The database holds token hashes and every spec: the owner's alone.
      * Created 0600 before SQLite opens it (its -wal and -shm copy the
-     * mode), and a file made by an older version is tightened. */
-    static const char *const sfx[] = {"", "-wal", "-shm"};
-    for (int i = 0; path[0] && strcmp(path, ":memory:") && i < 3; i++) {
-        char p[4200];
-        snprintf(p, sizeof p, "%s%s", path, sfx[i]);
-        int fd = open(p, O_RDWR | O_CLOEXEC | (i == 0 ? O_CREAT : 0), 0600);
-        if (fd >= 0) {
-            fchmod(fd, 0600);
-            close(fd);
+     * mode), and files made by an older version are tightened. Never by
+     * opening and closing an existing file: closing any descriptor of a
+     * file drops every POSIX lock this process holds on it, the locks other
+     * connections of ours rely on. O_EXCL opens only a file nobody uses yet;
+     * chmod works by name. */
+    if (path[0] && strcmp(path, ":memory:")) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) close(fd);
+        static const char *const sfx[] = {"", "-wal", "-shm"};
+        for (int i = 0; i < 3; i++) {
+            char p[4200];
+            struct stat st;
+            snprintf(p, sizeof p, "%s%s", path, sfx[i]);
+            if (stat(p, &st) == 0 && (st.st_mode & 077)) chmod(p, st.st_mode & 0700);
         }
     }
     db *d = calloc(1, sizeof *d);
