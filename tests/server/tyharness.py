@@ -271,7 +271,7 @@ class Server:
     def start(self):
         args = [TRAINYARD, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data-dir", self.data_dir,
                 "--engine", ENGINE, "--grace", str(self.grace), "--gpus", "none",
-                "--allowed-roots", self.roots] + self.extra
+                "--allowed-roots", self.roots, "--store-roots", self.roots] + self.extra
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
