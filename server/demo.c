@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "typath.h"
 #include "tyerr.h"
 #include "tyutil.h"
 
@@ -189,18 +190,21 @@ static json_t *demo_settle(const char *base, const char *token, long id, json_t 
 static void demo_usage(FILE *f)
 {
     fprintf(f,
-            "usage: trainyard demo [--steps N]\n"
+            "usage: trainyard demo [--steps N] [--dir DIR]\n"
             "\n"
             "Submits a small from-scratch GPT-2 job on a generated dataset to the\n"
             "server at $TY_URL (default http://127.0.0.1:8080; token in $TY_TOKEN)\n"
             "and prints the dashboard page where its loss falls live (or its place\n"
             "in the queue when other jobs hold the slots).\n"
-            "  --steps N   training steps (default 300)\n");
+            "  --steps N   training steps (default 300)\n"
+            "  --dir DIR   where to write the dataset (default /tmp/trainyard-demo-UID);\n"
+            "              it must lie under the server's --allowed-roots\n");
 }
 
 int demo_main(int argc, char **argv)
 {
     long steps = 300;
+    const char *dir_arg = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             demo_usage(stdout);
@@ -213,6 +217,8 @@ int demo_main(int argc, char **argv)
                 fprintf(stderr, "trainyard demo: --steps wants a number from 6 to 1000000, got '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
+            dir_arg = argv[++i];
         } else {
             fprintf(stderr, "trainyard demo: unknown argument '%s'\n", argv[i]);
             demo_usage(stderr);
@@ -227,8 +233,17 @@ int demo_main(int argc, char **argv)
     while (bl && base[bl - 1] == '/') base[--bl] = '\0';
 
     ty_err err = {0};
-    char dir[256], train[300], eval[300];
-    snprintf(dir, sizeof dir, "/tmp/trainyard-demo-%u", (unsigned)getuid());
+    char dir[1024], train[1100], eval[1100];
+    /* The spec names the files by absolute path: the server resolves them,
+     * not our working directory. */
+    if (dir_arg) {
+        if (!*dir_arg || ty_path_absolute(dir_arg, dir, sizeof dir)) {
+            fprintf(stderr, "trainyard demo: --dir '%s' is not a usable directory name\n", dir_arg);
+            return 2;
+        }
+    } else {
+        snprintf(dir, sizeof dir, "/tmp/trainyard-demo-%u", (unsigned)getuid());
+    }
     snprintf(train, sizeof train, "%s/train.jsonl", dir);
     snprintf(eval, sizeof eval, "%s/eval.jsonl", dir);
     if (ty_mkdir_p(dir, &err) || demo_write_dataset(train, DEMO_TRAIN_ROWS, 0x7472616e79617264ULL, &err) ||
@@ -255,6 +270,10 @@ int demo_main(int argc, char **argv)
         json_decref(job);
         curl_global_cleanup();
         fprintf(stderr, "trainyard demo: %s\n", err.msg);
+        if (strstr(err.msg, "allowed roots"))
+            fprintf(stderr, "trainyard demo: the server reads datasets only under its --allowed-roots: "
+                            "give one of them with --dir (e.g. --dir DATA_DIR/inputs/demo), or use "
+                            "`make run`, which also allows /tmp\n");
         return 1;
     }
     job = demo_settle(base, token, id, job);

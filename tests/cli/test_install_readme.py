@@ -16,6 +16,8 @@ follows it, against an installed trainyard.
    written with the installed bin/ first on PATH: submit, jobs, watch, logs
    -f, cancel|pause|resume, token create, and `trainyard demo --steps N`,
    which must say that its job is queued behind the running one.
+5. `trainyard demo` against a server with the default roots: refused with
+   a hint, accepted with --dir under the roots.
 
 Environment: TY_SRC (the source tree, for README.md and the Makefile),
 TY_BUILD_DIR (a configured, built tree to install from).
@@ -399,6 +401,27 @@ def run_cli(work, port, env, spec_body):
             fail("the README names `%s`, which this test does not run yet" % c)
 
 
+def check_demo_default_roots(work, env):
+    """`trainyard demo` against a server with the default roots (the data
+    dir's inputs/ only, not /tmp): refused with a hint to use --dir, then
+    accepted with --dir under the roots."""
+    port = free_port()
+    env = dict(env, TY_URL="http://127.0.0.1:%d" % port)
+    data = os.path.join(work, "plain-data")
+    server, slines = popen("exec trainyard serve --listen 127.0.0.1:%d --data-dir %s" % (port, shlex.quote(data)),
+                           work, env)
+    read_until(slines, lambda l: "serving on" in l, 60, "the default-roots server to listen")
+    r = run("trainyard demo --steps 6", work, env, ok=False)
+    check(r.returncode == 1 and "outside the allowed roots" in r.stderr and "--dir" in r.stderr,
+          "demo outside the roots says what to do: %d %r" % (r.returncode, r.stderr))
+    r = run("trainyard demo --steps 6 --dir %s" % shlex.quote(os.path.join(data, "inputs", "demo")), work, env)
+    check(re.search(r"^Submitted job 1: .*data in %s/inputs/demo\)" % re.escape(os.path.realpath(data)),
+                    r.stdout, re.M) or re.search(r"^Submitted job 1: .*data in %s/inputs/demo\)" % re.escape(data),
+                                                 r.stdout, re.M), "demo --dir: %r" % r.stdout)
+    os.killpg(server.pid, signal.SIGTERM)
+    server.wait(timeout=60)
+
+
 def main():
     check(SRC and os.path.isfile(os.path.join(SRC, "README.md")), "TY_SRC must name the source tree")
     check(BUILD and os.path.isfile(os.path.join(BUILD, "CMakeCache.txt")), "TY_BUILD_DIR must name a build tree")
@@ -415,6 +438,7 @@ def main():
         run_cli(work, port, env, spec_body)
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
+        check_demo_default_roots(work, env)
     finally:
         kill_all()
     print("ok cli.install_readme")
