@@ -437,7 +437,8 @@ static void conn_refuse(gate *g, conn *c, unsigned status, const char *code, con
                         const char *msg)
 {
     bool open = drain(c->fd);
-    send_error(c->fd, status, code, field, msg);
+    /* Under TLS a plain-text answer would only confuse the client. */
+    if (g->cfg.inspect) send_error(c->fd, status, code, field, msg);
     shutdown(c->fd, SHUT_WR);
     if (!c->draining) ip_give(g, &c->k);
     c->draining = true;
