@@ -36,6 +36,7 @@ int srv_config_defaults(srv_config *c, ty_err *err)
     c->upload_wait_s = 300;
     c->upload_attempts = 5;
     c->per_ip_connections = 256;
+    c->max_connections = 10000;
     c->header_timeout_s = 10;
     c->request_timeout_s = 60;
     c->rate_limit = 20;
@@ -189,6 +190,11 @@ int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
     if (!strcmp(key, "per-ip-connections")) {
         if (parse_int(key, v, 0, 1000000, &x, err)) return TY_EINVAL;
         c->per_ip_connections = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "max-connections")) {
+        if (parse_int(key, v, 1, 1000000, &x, err)) return TY_EINVAL;
+        c->max_connections = (int)x;
         return 0;
     }
     if (!strcmp(key, "header-timeout")) {
@@ -350,6 +356,8 @@ void srv_config_usage(FILE *out)
           "  --per-ip-connections N  connections one client address may hold, request\n"
           "                        heads still arriving included; 0 = no limit\n"
           "                        (default 256)\n"
+          "  --max-connections N   connections served at once, all clients together;\n"
+          "                        more are 503 (default 10000)\n"
           "  --header-timeout SECONDS  the whole request head must arrive within this\n"
           "                        from connect, else 408 (default 10)\n"
           "  --request-timeout SECONDS  the whole body must arrive within this from\n"

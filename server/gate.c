@@ -448,6 +448,14 @@ static void conn_refuse(gate *g, conn *c, unsigned status, const char *code, con
 
 static void conn_handover(gate *g, conn *c)
 {
+    /* At its limit the daemon would close the socket without a word. */
+    const union MHD_DaemonInfo *di =
+        g->cfg.max_served ? MHD_get_daemon_info(g->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS) : NULL;
+    if (di && di->num_connections >= g->cfg.max_served) {
+        conn_refuse(g, c, 503, "too_many_connections", NULL,
+                    "the server is at its connection limit; retry shortly");
+        return;
+    }
     epoll_ctl(g->efd, EPOLL_CTL_DEL, c->fd, NULL);
     /* The daemon takes the socket (and closes it on failure); its
      * STARTED notification counts the address before we give ours back. */

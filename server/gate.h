@@ -52,6 +52,7 @@ typedef struct gate_config {
     int per_ip;           /* connections one address may hold (pending + served) */
     int head_timeout_ms;  /* deadline for the whole head from accept */
     int max_pending;      /* connections whose head is still arriving */
+    unsigned max_served;  /* the daemon's MHD_OPTION_CONNECTION_LIMIT (503 at it) */
     bool inspect;         /* false under TLS: hand over at once */
 } gate_config;
 

@@ -480,6 +480,7 @@ static int start_http(srv *s, int *port_out, ty_err *err)
         .per_ip = s->cfg.per_ip_connections,
         .head_timeout_ms = s->cfg.header_timeout_s * 1000,
         .max_pending = 4096,
+        .max_served = (unsigned)s->cfg.max_connections,
         .inspect = !s->cfg.tls_cert[0],
     };
     if (!(s->gate = gate_new(&gc, err))) return TY_ENOMEM;
@@ -502,7 +503,7 @@ static int start_http(srv *s, int *port_out, ty_err *err)
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},
         {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)gate_notify, s->gate},
         {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)gate_unescape, NULL},
-        {MHD_OPTION_CONNECTION_LIMIT, 10000, NULL},
+        {MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_connections, NULL},
         /* Room for the largest head the gate lets through, so the daemon
          * never runs out of it and answers 431/414 itself. */
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 64 * 1024, NULL},

@@ -36,6 +36,7 @@ typedef struct srv_config {
     char tls_key[PATH_MAX];
     bool require_token;
     int per_ip_connections;   /* connections one client address may hold; 0 = no limit */
+    int max_connections;      /* requests being served at once, all clients (503 beyond) */
     int header_timeout_s;     /* whole request head within this, from accept (408) */
     int request_timeout_s;    /* whole body within this, from the head; 0 = off */
     int rate_limit;           /* requests per second per token; 0 = off */

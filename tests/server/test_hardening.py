@@ -305,6 +305,28 @@ def test_per_ip_limit():
         check(srv.get("/healthz").status == 200, "sequential requests within the limit")
 
 
+def test_max_connections():
+    """At --max-connections served requests the next one is 503 JSON, not a
+    silent close; a slot frees when a stream ends."""
+    srv = Server("--max-connections", "3", "--per-ip-connections", "0")
+    streams = []
+    for _ in range(3):
+        s = socket.socket()
+        s.settimeout(30)
+        s.connect(("127.0.0.1", srv.port))
+        s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        check(s.recv(4096).startswith(b"HTTP/1.1 200"), "stream accepted")
+        streams.append(s)
+    h, _ = json_error(raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"), 503, "too_many_connections",
+                      what="a 4th connection")
+    check(h.get("retry-after") == "1", "Retry-After: %r" % h)
+    streams.pop().close()
+    wait_for(lambda: parse(raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))[0] == 200, 30,
+             "a slot after one stream closed")
+    for s in streams:
+        s.close()
+
+
 def make_token(srv, name, *args):
     p = subprocess.run([TRAINYARD, "token", "create", name, "--data-dir", srv.data_dir] + list(args),
                        capture_output=True, text=True, timeout=60)
@@ -386,6 +408,7 @@ TESTS = {
     "header_timeout": test_header_timeout,
     "body_timeout": test_body_timeout,
     "per_ip_limit": test_per_ip_limit,
+    "max_connections": test_max_connections,
     "scopes": test_scopes,
     "loopback_token": test_loopback_token,
     "rate_limit": test_rate_limit,
