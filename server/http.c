@@ -595,11 +595,12 @@ int srv_serve_main(int argc, char **argv)
 
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "trainyard: %s: shutting down; running jobs are recovered on next start\n",
-            strsignal(sig));
+    fprintf(stderr, "trainyard: %s: shutting down; running engines checkpoint and their jobs are "
+            "requeued (up to --grace %d s)\n", strsignal(sig), s->cfg.grace_s);
     atomic_store(&s->stopping, true);
     /* Stop accepting, end the streams, stop HTTP, then the scheduler (which
-     * SIGTERMs engines without waiting), and flush the event writer last. */
+     * SIGTERMs engines and records their final checkpoints, up to the grace
+     * period), and flush the event writer last. */
     gate_stop(s->gate);
     sse_hub_shutdown(s->hub);
     MHD_stop_daemon(s->mhd);
