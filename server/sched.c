@@ -1284,6 +1284,8 @@ static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
     return 0;
 }
 
+static bool engine_group_is_job(pid_t pgid, int64_t id);
+
 int sched_cancel(sched *x, int64_t id, ty_err *err)
 {
     pthread_mutex_lock(&x->mu);
@@ -1295,6 +1297,12 @@ int sched_cancel(sched *x, int64_t id, ty_err *err)
         ty_err_clear(err);
         rc = stop_job(x, id, "cancel", err);
     }
+    /* Cancelled before recovery reached it: its previous engine's final
+     * checkpoint is of no use any more, so it need not finish writing it. */
+    for (int k = 0; rc == 0 && k < x->nrecov; k++)
+        if (x->recov[k].job_id == id && x->recov[k].pgid > 0 &&
+            engine_group_is_job(x->recov[k].pgid, id)) /* never a reused pid */
+            kill(-x->recov[k].pgid, SIGKILL);
     pthread_mutex_unlock(&x->mu);
     return rc;
 }
