@@ -28,6 +28,7 @@ static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
 static const char *const backend_names[] = {"auto", "cuda", "cpu"};
 static const char *const schedule_names[] = {"constant", "linear", "cosine"};
 static const char *const recompute_names[] = {"none", "mlp", "all"};
+static const char *const export_dtype_names[] = {"auto", "fp32", "bf16", "fp16"};
 static const char *const format_names[] = {"tokens", "text", "prompt_completion", "chat"};
 static const char *const template_names[] = {"chatml", "llama3", "llama2"};
 #define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -42,6 +43,10 @@ const char *jobspec_precision_name(jobspec_precision p) { return enum_name(preci
 const char *jobspec_backend_name(jobspec_backend b) { return enum_name(backend_names, NELEM(backend_names), b); }
 const char *jobspec_schedule_name(jobspec_schedule s) { return enum_name(schedule_names, NELEM(schedule_names), s); }
 const char *jobspec_recompute_name(jobspec_recompute r) { return enum_name(recompute_names, NELEM(recompute_names), r); }
+const char *jobspec_export_dtype_name(jobspec_export_dtype d)
+{
+    return enum_name(export_dtype_names, NELEM(export_dtype_names), d);
+}
 const char *jobspec_format_name(jobspec_format f) { return enum_name(format_names, NELEM(format_names), f); }
 
 /* ---- field paths ---- */
@@ -483,6 +488,19 @@ static int parse_resources(const json_t *root, jobspec *s, ty_err *err)
     return 0;
 }
 
+static int parse_export(const json_t *root, jobspec *s, ty_err *err)
+{
+    static const char *const keys[] = {"dtype", NULL};
+    json_t *e;
+    int rc, dt = s->export_dtype;
+    if ((rc = get_object(root, "", "export", 0, &e, err))) return rc;
+    if (!e) return 0;
+    if ((rc = check_keys(e, "export", keys, err))) return rc;
+    if ((rc = get_enum(e, "export", "dtype", export_dtype_names, NELEM(export_dtype_names), &dt, err))) return rc;
+    s->export_dtype = (jobspec_export_dtype)dt;
+    return 0;
+}
+
 static int parse_checkpoint(const json_t *root, jobspec *s, ty_err *err)
 {
     static const char *const keys[] = {"every_steps", "keep_last", "keep_best", "store", NULL};
@@ -525,7 +543,7 @@ static void set_defaults(jobspec *s)
 static int parse_all(const json_t *root, jobspec *s, ty_err *err)
 {
     static const char *const keys[] = {"name", "model", "dataset", "method", "lora",
-                                       "hyperparameters", "precision", "resources",
+                                       "hyperparameters", "precision", "export", "resources",
                                        "checkpoint", "priority", "max_restarts", NULL};
     int rc, method = 0, prec = 0;
     if (!json_is_object(root))
@@ -545,6 +563,7 @@ static int parse_all(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = parse_hyper(root, s, err))) return rc;
     if ((rc = get_enum(root, "", "precision", precision_names, NELEM(precision_names), &prec, err))) return rc;
     s->precision = (jobspec_precision)prec;
+    if ((rc = parse_export(root, s, err))) return rc;
     if ((rc = parse_resources(root, s, err))) return rc;
     if ((rc = parse_checkpoint(root, s, err))) return rc;
     if ((rc = get_int32(root, "", "priority", 0, -1000, 1000, &s->priority, err))) return rc;
@@ -729,6 +748,7 @@ json_t *jobspec_to_json(const jobspec *s)
     json_object_set_new(root, "hyperparameters", h);
 
     json_object_set_new(root, "precision", json_string(jobspec_precision_name(s->precision)));
+    json_object_set_new(root, "export", json_pack("{s:s}", "dtype", jobspec_export_dtype_name(s->export_dtype)));
     json_t *r = json_object();
     json_object_set_new(r, "gpus", json_integer(s->gpus));
     json_object_set_new(r, "backend", json_string(jobspec_backend_name(s->backend)));

@@ -22,6 +22,8 @@ typedef enum { BACKEND_AUTO = 0, BACKEND_CUDA, BACKEND_CPU } jobspec_backend;
 typedef enum { SCHED_CONSTANT = 0, SCHED_LINEAR, SCHED_COSINE } jobspec_schedule;
 typedef enum { DS_TOKENS = 0, DS_TEXT, DS_PROMPT_COMPLETION, DS_CHAT } jobspec_format;
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_MLP, RECOMPUTE_ALL } jobspec_recompute;
+/* export.dtype: auto = the model's own torch_dtype (fp32 for model.init). */
+typedef enum { EXPORT_DTYPE_AUTO = 0, EXPORT_DTYPE_FP32, EXPORT_DTYPE_BF16, EXPORT_DTYPE_FP16 } jobspec_export_dtype;
 
 typedef struct jobspec {
     char *name;               /* optional; NULL when absent */
@@ -68,6 +70,7 @@ typedef struct jobspec {
     jobspec_recompute recompute; /* default none */
 
     jobspec_precision precision; /* default fp32 */
+    jobspec_export_dtype export_dtype; /* default auto */
     int gpus;                 /* default 0 = run on CPU slots; [0, 64] */
     jobspec_backend backend;  /* default auto */
 
@@ -91,7 +94,7 @@ typedef struct jobspec {
  *   hyperparameters{max_steps, batch_size, seq_len, grad_accum, lr, schedule,
  *   warmup_steps, weight_decay, max_grad_norm, adam_beta1, adam_beta2,
  *   adam_eps, seed, log_every_steps, eval_every_steps, recompute}; precision;
- *   resources{gpus, backend}; checkpoint{every_steps, keep_last, keep_best,
+ *   export{dtype}; resources{gpus, backend}; checkpoint{every_steps, keep_last, keep_best,
  *   store}; priority; max_restarts. */
 int jobspec_parse(json_t *root, jobspec *out, ty_err *err);
 /* Convenience: parse text. Invalid UTF-8 and malformed JSON (including
@@ -118,6 +121,7 @@ const char *jobspec_precision_name(jobspec_precision p);
 const char *jobspec_backend_name(jobspec_backend b);
 const char *jobspec_schedule_name(jobspec_schedule s);
 const char *jobspec_recompute_name(jobspec_recompute r);
+const char *jobspec_export_dtype_name(jobspec_export_dtype d);
 const char *jobspec_format_name(jobspec_format f);
 
 #endif

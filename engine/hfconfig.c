@@ -199,7 +199,9 @@ uint64_t hfconfig_param_count(const model_config *c)
     return n >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)n;
 }
 
-json_t *hfconfig_export(const model_config *c)
+json_t *hfconfig_export(const model_config *c) { return hfconfig_export_as(c, "float32"); }
+
+json_t *hfconfig_export_as(const model_config *c, const char *torch_dtype)
 {
     json_t *o = json_deep_copy(c->raw);
     const char *arch = c->arch == ARCH_GPT2 ? "GPT2LMHeadModel"
@@ -207,7 +209,7 @@ json_t *hfconfig_export(const model_config *c)
                        : !strcmp(c->model_type, "qwen2")   ? "Qwen2ForCausalLM"
                                                            : "LlamaForCausalLM";
     if (!json_object_get(o, "architectures")) json_object_set_new(o, "architectures", json_pack("[s]", arch));
-    json_object_set_new(o, "torch_dtype", json_string("float32"));
+    json_object_set_new(o, "torch_dtype", json_string(torch_dtype));
     return o;
 }
 

@@ -48,6 +48,8 @@ uint64_t hfconfig_param_count(const model_config *c);
 /* The config.json to export: the original object with architectures and
  * torch_dtype ("float32") set. New reference. */
 json_t *hfconfig_export(const model_config *c);
+/* The same with torch_dtype set to the given name ("bfloat16", ...). */
+json_t *hfconfig_export_as(const model_config *c, const char *torch_dtype);
 void hfconfig_free(model_config *c);
 
 #endif

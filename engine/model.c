@@ -132,6 +132,84 @@ static void build_llama(model *m, table_builder *tb)
 static inline float *P(const model *m, int i) { return i < 0 ? NULL : m->params + m->t[i].off; }
 static inline float *G(const model *m, int i) { return i < 0 || !m->grads ? NULL : m->grads + m->t[i].off; }
 
+/* The weights the kernels compute with: the fp32 parameters, or with
+ * 16-bit storage their 16-bit copy converted into the scratch span that
+ * holds tensor i (load_span put it there; NULL would be an engine bug). */
+static inline float *W(const model *m, int i)
+{
+    if (i < 0) return NULL;
+    if (m->dt == KN_F32) return m->params + m->t[i].off;
+    size_t off = m->t[i].off;
+    for (int s = 0; s < 2; s++)
+        if (off >= m->span_off[s] && off + m->t[i].numel <= m->span_off[s] + m->span_n[s])
+            return m->wscr[s] + (off - m->span_off[s]);
+    return NULL;
+}
+
+/* Tensors [lo, hi] of the table (contiguous in the layout) converted from
+ * 16 bits into scratch slot `slot`; a span already there is kept. */
+static void load_span(model *m, int slot, int lo, int hi)
+{
+    if (m->dt == KN_F32) return;
+    size_t off = m->t[lo].off, n = m->t[hi].off + m->t[hi].numel - off;
+    if (m->span_n[slot] && m->span_off[slot] == off && m->span_n[slot] == n) return;
+    kn_convert(m->kn, m->wscr[slot], KN_F32, (const char *)m->p16 + off * kn_dtype_size(m->dt), m->dt, n);
+    m->span_off[slot] = off;
+    m->span_n[slot] = n;
+}
+
+/* First and last table index of layer l's tensors (built contiguously). */
+static void layer_span(const model *m, int l, int *lo, int *hi)
+{
+    const int *ix = (const int *)&m->L[l];
+    *lo = m->nt;
+    *hi = -1;
+    for (size_t j = 0; j < sizeof(layer_ix) / sizeof(int); j++)
+        if (ix[j] >= 0) {
+            if (ix[j] < *lo) *lo = ix[j];
+            if (ix[j] > *hi) *hi = ix[j];
+        }
+}
+
+static size_t span_floats(const model *m, int lo, int hi) { return m->t[hi].off + m->t[hi].numel - m->t[lo].off; }
+
+int model_set_precision(model *m, kn_dtype dt, ty_err *err)
+{
+    m->dt = dt;
+    if (dt == KN_F32) return 0;
+    size_t total = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
+    size_t n0 = 1, n1 = 1;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        int lo, hi;
+        layer_span(m, l, &lo, &hi);
+        if (hi >= lo && span_floats(m, lo, hi) > n0) n0 = span_floats(m, lo, hi);
+    }
+    if (m->wpe >= 0 && m->t[m->wpe].numel > n0) n0 = m->t[m->wpe].numel;
+    int lnf_hi = m->lnf_b >= 0 ? m->lnf_b : m->lnf_w;
+    if (span_floats(m, m->lnf_w, lnf_hi) > n0) n0 = span_floats(m, m->lnf_w, lnf_hi);
+    n1 = m->t[m->wte].numel > m->t[m->lm_head].numel ? m->t[m->wte].numel : m->t[m->lm_head].numel;
+    m->p16 = kn_alloc(m->kn, total * kn_dtype_size(dt));
+    m->wscr[0] = kn_alloc(m->kn, n0 * sizeof(float));
+    m->wscr[1] = kn_alloc(m->kn, n1 * sizeof(float));
+    m->wscr_n[0] = n0;
+    m->wscr_n[1] = n1;
+    if (!m->p16 || !m->wscr[0] || !m->wscr[1])
+        return ty_err_set(err, TY_ENOMEM, "out of memory for %s parameters (%zu bytes) and weight scratch",
+                          kn_dtype_name(dt), total * kn_dtype_size(dt));
+    model_sync_params(m);
+    return 0;
+}
+
+void model_sync_params(model *m)
+{
+    if (m->dt == KN_F32) return;
+    size_t total = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
+    kn_convert(m->kn, m->p16, m->dt, m->params, KN_F32, total);
+    m->span_n[0] = m->span_n[1] = 0; /* the scratch is stale now */
+}
+
+size_t model_act_bytes(const model *m) { return m->n_acts * sizeof(float) + m->n_acts16_bytes; }
+
 int model_create(model *m, model_config *cfg, kn_ctx *kn, ty_err *err)
 {
     return model_create_ex(m, cfg, kn, 0, err);
@@ -180,6 +258,10 @@ void model_free(model *m)
         kn_free(m->kn, m->m);
         kn_free(m->kn, m->v);
         kn_free(m->kn, m->acts);
+        kn_free(m->kn, m->acts16);
+        kn_free(m->kn, m->p16);
+        kn_free(m->kn, m->wscr[0]);
+        kn_free(m->kn, m->wscr[1]);
         kn_free(m->kn, m->ids);
         kn_free(m->kn, m->targets);
         kn_free(m->kn, m->pos);
@@ -187,6 +269,9 @@ void model_free(model *m)
     free(m->t);
     free(m->L);
     free(m->A);
+    free(m->stash);
+    free(m->stash_lo);
+    free(m->res3_stash);
     hfconfig_free(&m->cfg);
     memset(m, 0, sizeof *m);
 }
@@ -479,7 +564,7 @@ static int save_fill(void *vctx, int i, float *out, ty_err *err)
 }
 
 static int save_tensors(model *m, const char *path, const float *b0, const float *b1, const char *s0, const char *s1,
-                        ty_err *err)
+                        st_dtype dtype, ty_err *err)
 {
     int n = m->nt * (b1 ? 2 : 1);
     st_out *outs = calloc((size_t)n, sizeof *outs);
@@ -504,7 +589,7 @@ static int save_tensors(model *m, const char *path, const float *b0, const float
         outs[i].shape[1] = t->conv1d ? t->shape[0] : t->shape[1];
     }
     json_t *meta = json_pack("{s:s}", "format", "pt");
-    rc = st_write(path, outs, n, meta, save_fill, &sc, err);
+    rc = st_write_as(path, outs, n, meta, save_fill, &sc, dtype, err);
     json_decref(meta);
 out:
     free(outs);
@@ -515,12 +600,18 @@ out:
 
 int model_save_file(model *m, const char *path, ty_err *err)
 {
-    return save_tensors(m, path, m->params, NULL, "", "", err);
+    return save_tensors(m, path, m->params, NULL, "", "", ST_F32, err);
+}
+
+int model_save_file_as(model *m, const char *path, kn_dtype dt, ty_err *err)
+{
+    st_dtype sd = dt == KN_BF16 ? ST_BF16 : dt == KN_F16 ? ST_F16 : ST_F32;
+    return save_tensors(m, path, m->params, NULL, "", "", sd, err);
 }
 
 int model_save_optimizer(model *m, const char *path, ty_err *err)
 {
-    return save_tensors(m, path, m->m, m->v, ".exp_avg", ".exp_avg_sq", err);
+    return save_tensors(m, path, m->m, m->v, ".exp_avg", ".exp_avg_sq", ST_F32, err);
 }
 
 /* ---- activations ------------------------------------------------------- */
@@ -531,52 +622,86 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
     size_t N = (size_t)B * T, C = (size_t)c->dim, F = (size_t)c->ffn, V = (size_t)c->vocab;
     size_t QD = (size_t)c->n_head * c->head_dim, KD = (size_t)c->n_kv_head * c->head_dim;
     size_t LSE = (size_t)B * c->n_head * T; /* attention keeps one number per row */
-    int gpt2 = c->arch == ARCH_GPT2;
+    int gpt2 = c->arch == ARCH_GPT2, half = m->dt != KN_F32;
+    size_t es = kn_dtype_size(m->dt);
     /* Two passes: the first measures, the second assigns views. */
     float *base = NULL;
-    size_t off = 0;
+    char *base16 = NULL;
+    size_t off = 0, off16 = 0;
+    int nst = 0;
     m->A = calloc((size_t)c->n_layer, sizeof *m->A);
-    if (!m->A) return ty_err_set(err, TY_ENOMEM, "out of memory for activations");
+    m->stash_lo = calloc((size_t)c->n_layer + 1, sizeof *m->stash_lo);
+    m->res3_stash = calloc((size_t)c->n_layer, sizeof *m->res3_stash);
+    if (!m->A || !m->stash_lo || !m->res3_stash) return ty_err_set(err, TY_ENOMEM, "out of memory for activations");
     m->recompute = rc_mode;
     /* Recomputed activations are not kept per layer: every layer's view
      * points at layer 0's (the backward refills it just before use). With
      * mlp: ln2 and the F-wide fc/up/act; with all: everything but res3,
-     * the layer's output and the next layer's input. */
+     * the layer's output and the next layer's input.
+     * 16-bit storage (m->dt bf16/fp16): every layer computes in one shared
+     * fp32 working set (as with recompute all; res3 alternates between two
+     * buffers so a layer's input survives its own forward), and what is
+     * kept is stashed per layer in 16 bits after the layer's forward and
+     * unstashed before its backward. Per-row statistics (norm mean/rstd,
+     * attention lse) stay fp32 per layer: they are N-sized. */
     int keep_attn = rc_mode != MODEL_RECOMPUTE_ALL, keep_mlp = rc_mode == MODEL_RECOMPUTE_NONE;
     for (int pass = 0; pass < 2; pass++) {
-        off = 0;
+        off = off16 = 0;
+        nst = 0;
 #define TAKE(n) (off += (((n) + 15) & ~(size_t)15), base ? base + off - (((n) + 15) & ~(size_t)15) : NULL)
+#define STASH(ptr, n)                                                                                                  \
+    do {                                                                                                               \
+        if (m->stash) m->stash[nst] = (model_stash){(ptr), base16 + off16, (n)};                                        \
+        nst++;                                                                                                         \
+        off16 += ((n) * es + 63) & ~(size_t)63;                                                                         \
+    } while (0)
         m->encoded = TAKE(N * C);
         for (int l = 0; l < c->n_layer; l++) {
             layer_acts *a = &m->A[l];
             const layer_acts *a0 = &m->A[0];
+            m->stash_lo[l] = nst;
 #define KEEP(field, keep, n) a->field = (keep) || l == 0 ? TAKE(n) : a0->field
-            KEEP(ln1, keep_attn, N * C);
+#define BIG(field, keep, n)                                                                                            \
+    do {                                                                                                               \
+        if (!half) KEEP(field, keep, n);                                                                               \
+        else {                                                                                                         \
+            a->field = l == 0 ? TAKE(n) : a0->field;                                                                    \
+            if (keep) STASH(a->field, n);                                                                              \
+        }                                                                                                              \
+    } while (0)
+            BIG(ln1, keep_attn, N * C);
             a->ln1_mean = NULL;
             if (gpt2) KEEP(ln1_mean, keep_attn, N);
             KEEP(ln1_rstd, keep_attn, N);
             if (gpt2) {
-                KEEP(q, keep_attn, N * 3 * C); /* fused qkv rows [N, 3C] */
+                BIG(q, keep_attn, N * 3 * C); /* fused qkv rows [N, 3C] */
                 a->k = a->q ? a->q + C : NULL;
                 a->v = a->q ? a->q + 2 * C : NULL;
             } else {
-                KEEP(q, keep_attn, N * QD);
-                KEEP(k, keep_attn, N * KD);
-                KEEP(v, keep_attn, N * KD);
+                BIG(q, keep_attn, N * QD);
+                BIG(k, keep_attn, N * KD);
+                BIG(v, keep_attn, N * KD);
             }
             KEEP(lse, keep_attn, LSE);
-            KEEP(atty, keep_attn, N * QD);
-            KEEP(res2, keep_attn, N * C);
-            KEEP(ln2, keep_mlp, N * C);
+            BIG(atty, keep_attn, N * QD);
+            BIG(res2, keep_attn, N * C);
+            BIG(ln2, keep_mlp, N * C);
             a->ln2_mean = a->up = NULL;
             if (gpt2) KEEP(ln2_mean, keep_mlp, N);
             KEEP(ln2_rstd, keep_mlp, N);
-            KEEP(fc, keep_mlp, N * F);
-            if (!gpt2) KEEP(up, keep_mlp, N * F);
-            KEEP(act, keep_mlp, N * F);
-            a->res3 = TAKE(N * C);
+            BIG(fc, keep_mlp, N * F);
+            if (!gpt2) BIG(up, keep_mlp, N * F);
+            BIG(act, keep_mlp, N * F);
+            if (!half) a->res3 = TAKE(N * C);
+            else {
+                a->res3 = l < 2 ? TAKE(N * C) : m->A[l % 2].res3;
+                m->res3_stash[l] = nst;
+                STASH(a->res3, N * C);
+            }
+#undef BIG
 #undef KEEP
         }
+        m->stash_lo[c->n_layer] = nst;
         m->lnf = TAKE(N * C);
         m->lnf_mean = TAKE(N);
         m->lnf_rstd = TAKE(N);
@@ -593,11 +718,20 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
         m->dfc = TAKE(N * F);
         m->dup = gpt2 ? NULL : TAKE(N * F);
 #undef TAKE
+#undef STASH
         if (pass == 0) {
             base = kn_alloc(m->kn, off * sizeof(float));
             if (!base) return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes of activations", off * sizeof(float));
+            if (half) {
+                base16 = kn_alloc(m->kn, off16);
+                m->stash = calloc((size_t)nst + 1, sizeof *m->stash);
+                if (!base16 || !m->stash)
+                    return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes of 16-bit activations", off16);
+            }
         }
     }
+    m->acts16 = base16;
+    m->n_acts16_bytes = off16;
     m->acts = base;
     m->n_acts = off;
     m->B = B;
@@ -618,6 +752,32 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
 
 /* ---- forward ----------------------------------------------------------- */
 
+/* With 16-bit storage every activation (and, in the backward, every
+ * activation gradient) is rounded where it is produced, so the values the
+ * next op reads are exactly what a 16-bit tensor holds. No-op in fp32. */
+#define RND(x, n) kn_round(k, (x), (size_t)(n), m->dt)
+
+/* Layer l's kept activations to / from their 16-bit copies. */
+static void stash_layer(model *m, int l)
+{
+    if (m->dt == KN_F32) return;
+    for (int i = m->stash_lo[l]; i < m->stash_lo[l + 1]; i++)
+        kn_convert(m->kn, m->stash[i].s, m->dt, m->stash[i].f32, KN_F32, m->stash[i].n);
+}
+
+/* Before layer l's backward: its input (layer l-1's res3) and its own kept
+ * activations except its output, back into the fp32 working set. */
+static void unstash_layer(model *m, int l)
+{
+    if (m->dt == KN_F32) return;
+    if (l > 0) {
+        const model_stash *e = &m->stash[m->res3_stash[l - 1]];
+        kn_convert(m->kn, e->f32, KN_F32, e->s, m->dt, e->n);
+    }
+    for (int i = m->stash_lo[l]; i < m->stash_lo[l + 1]; i++)
+        if (i != m->res3_stash[l]) kn_convert(m->kn, m->stash[i].f32, KN_F32, m->stash[i].s, m->dt, m->stash[i].n);
+}
+
 /* Everything up to the logits: m->logits[N,V] for the B x T host inputs. */
 /* The MLP's input side of layer l: ln2, fc (and up), act from res2. Split
  * out because recompute mlp|all runs it again in the backward. */
@@ -630,19 +790,26 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
     layer_acts *a = &m->A[l];
     if (gpt2) {
         /* act[N,F] = gelu(layernorm(res2) Wfc^T + bfc) */
-        kn_layernorm_fwd(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, L->ln2_w), P(m, L->ln2_b), N, C,
+        kn_layernorm_fwd(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w), W(m, L->ln2_b), N, C,
                          c->norm_eps);
-        kn_matmul_fwd(k, a->fc, a->ln2, P(m, L->fc_w), P(m, L->fc_b), N, C, F);
+        RND(a->ln2, (size_t)N * C);
+        kn_matmul_fwd(k, a->fc, a->ln2, W(m, L->fc_w), W(m, L->fc_b), N, C, F);
         if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
+        RND(a->fc, (size_t)N * F);
         kn_gelu_fwd(k, a->act, a->fc, (size_t)N * F);
+        RND(a->act, (size_t)N * F);
     } else {
         /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
-        kn_rmsnorm_fwd(k, a->ln2, a->ln2_rstd, a->res2, P(m, L->ln2_w), N, C, c->norm_eps);
-        kn_matmul_fwd(k, a->fc, a->ln2, P(m, L->fc_w), NULL, N, C, F);
+        kn_rmsnorm_fwd(k, a->ln2, a->ln2_rstd, a->res2, W(m, L->ln2_w), N, C, c->norm_eps);
+        RND(a->ln2, (size_t)N * C);
+        kn_matmul_fwd(k, a->fc, a->ln2, W(m, L->fc_w), NULL, N, C, F);
         if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
-        kn_matmul_fwd(k, a->up, a->ln2, P(m, L->up_w), NULL, N, C, F);
+        RND(a->fc, (size_t)N * F);
+        kn_matmul_fwd(k, a->up, a->ln2, W(m, L->up_w), NULL, N, C, F);
         if (m->lora) lora_fwd(m->lora, l, LS_UP, a->up, a->ln2, N);
+        RND(a->up, (size_t)N * F);
         kn_swiglu_fwd(k, a->act, a->fc, a->up, (size_t)N * F);
+        RND(a->act, (size_t)N * F);
     }
 }
 
@@ -656,35 +823,51 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
     int QD = Hq * D, KD = Hkv * D, gpt2 = c->arch == ARCH_GPT2;
     const layer_ix *L = &m->L[l];
     layer_acts *a = &m->A[l];
+    int lo, hi;
+    layer_span(m, l, &lo, &hi);
+    load_span(m, 0, lo, hi);
     if (gpt2) {
         /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
-        kn_layernorm_fwd(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, L->ln1_w), P(m, L->ln1_b), N, C, c->norm_eps);
-        kn_matmul_fwd(k, a->q, a->ln1, P(m, L->attn_w), P(m, L->attn_b), N, C, 3 * C);
+        kn_layernorm_fwd(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w), W(m, L->ln1_b), N, C, c->norm_eps);
+        RND(a->ln1, (size_t)N * C);
+        kn_matmul_fwd(k, a->q, a->ln1, W(m, L->attn_w), W(m, L->attn_b), N, C, 3 * C);
         if (m->lora) lora_fwd(m->lora, l, LS_ATTN, a->q, a->ln1, N);
+        RND(a->q, (size_t)N * 3 * C);
         /* atty[N,C] = causal attention over heads of the fused rows */
         kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
     } else {
         /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
-        kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, P(m, L->ln1_w), N, C, c->norm_eps);
-        kn_matmul_fwd(k, a->q, a->ln1, P(m, L->q_w), P(m, L->q_b), N, C, QD);
+        kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, W(m, L->ln1_w), N, C, c->norm_eps);
+        RND(a->ln1, (size_t)N * C);
+        kn_matmul_fwd(k, a->q, a->ln1, W(m, L->q_w), W(m, L->q_b), N, C, QD);
         if (m->lora) lora_fwd(m->lora, l, LS_Q, a->q, a->ln1, N);
-        kn_matmul_fwd(k, a->k, a->ln1, P(m, L->k_w), P(m, L->k_b), N, C, KD);
+        RND(a->q, (size_t)N * QD);
+        kn_matmul_fwd(k, a->k, a->ln1, W(m, L->k_w), W(m, L->k_b), N, C, KD);
         if (m->lora) lora_fwd(m->lora, l, LS_K, a->k, a->ln1, N);
-        kn_matmul_fwd(k, a->v, a->ln1, P(m, L->v_w), P(m, L->v_b), N, C, KD);
+        RND(a->k, (size_t)N * KD);
+        kn_matmul_fwd(k, a->v, a->ln1, W(m, L->v_w), W(m, L->v_b), N, C, KD);
         if (m->lora) lora_fwd(m->lora, l, LS_V, a->v, a->ln1, N);
+        RND(a->v, (size_t)N * KD);
         kn_rope_fwd(k, a->q, B, T, Hq, D, QD, c->rope_theta, 0);
         kn_rope_fwd(k, a->k, B, T, Hkv, D, KD, c->rope_theta, 0);
+        RND(a->q, (size_t)N * QD);
+        RND(a->k, (size_t)N * KD);
         kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
     }
+    RND(a->atty, (size_t)N * QD);
     /* res2[N,C] = x + atty Wo^T + bo */
-    kn_matmul_fwd(k, m->tmp, a->atty, P(m, L->o_w), P(m, L->o_b), N, QD, C);
+    kn_matmul_fwd(k, m->tmp, a->atty, W(m, L->o_w), W(m, L->o_b), N, QD, C);
     if (m->lora) lora_fwd(m->lora, l, LS_O, m->tmp, a->atty, N);
+    RND(m->tmp, (size_t)N * C);
     kn_add(k, a->res2, x, m->tmp, (size_t)N * C);
+    RND(a->res2, (size_t)N * C);
     mlp_in_fwd(m, l, B, T);
     /* res3[N,C] = res2 + act Wproj^T + bproj */
-    kn_matmul_fwd(k, m->tmp, a->act, P(m, L->proj_w), P(m, L->proj_b), N, F, C);
+    kn_matmul_fwd(k, m->tmp, a->act, W(m, L->proj_w), W(m, L->proj_b), N, F, C);
     if (m->lora) lora_fwd(m->lora, l, LS_PROJ, m->tmp, a->act, N);
+    RND(m->tmp, (size_t)N * C);
     kn_add(k, a->res3, a->res2, m->tmp, (size_t)N * C);
+    RND(a->res3, (size_t)N * C);
 }
 
 /* Everything up to the logits: m->logits[N,V] for the B x T host inputs. */
@@ -697,18 +880,28 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
     kn_to_device(k, m->targets, targets, (size_t)N * sizeof(int32_t));
 
     /* encoded[N,C] = wte[ids] (+ wpe[t]) */
-    kn_embedding_fwd(k, m->encoded, m->ids, P(m, m->wte), N, C, 0);
-    if (gpt2) kn_embedding_fwd(k, m->encoded, m->pos, P(m, m->wpe), N, C, 1);
+    load_span(m, 1, m->wte, m->wte);
+    kn_embedding_fwd(k, m->encoded, m->ids, W(m, m->wte), N, C, 0);
+    if (gpt2) {
+        load_span(m, 0, m->wpe, m->wpe);
+        kn_embedding_fwd(k, m->encoded, m->pos, W(m, m->wpe), N, C, 1);
+    }
+    RND(m->encoded, (size_t)N * C);
 
     const float *x = m->encoded;
     for (int l = 0; l < c->n_layer; l++) {
         layer_fwd(m, l, x, B, T);
+        stash_layer(m, l);
         x = m->A[l].res3;
     }
+    load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
+    load_span(m, 1, m->lm_head, m->lm_head);
     /* lnf[N,C] = norm(x); logits[N,V] = lnf W_lm^T; losses[N] = CE */
-    if (gpt2) kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, P(m, m->lnf_w), P(m, m->lnf_b), N, C, c->norm_eps);
-    else kn_rmsnorm_fwd(k, m->lnf, m->lnf_rstd, x, P(m, m->lnf_w), N, C, c->norm_eps);
-    kn_matmul_fwd(k, m->logits, m->lnf, P(m, m->lm_head), NULL, N, C, V);
+    if (gpt2) kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b), N, C, c->norm_eps);
+    else kn_rmsnorm_fwd(k, m->lnf, m->lnf_rstd, x, W(m, m->lnf_w), N, C, c->norm_eps);
+    RND(m->lnf, (size_t)N * C);
+    kn_matmul_fwd(k, m->logits, m->lnf, W(m, m->lm_head), NULL, N, C, V);
+    RND(m->logits, (size_t)N * V);
 }
 
 double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
@@ -731,75 +924,103 @@ static void backward_from_logits(model *m, int B, int T)
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
 
     /* dlnf[N,C] = dlogits W_lm; dW_lm += dlogits^T lnf */
-    const float *dlogits = m->logits;
+    float *dlogits = m->logits;
+    RND(dlogits, (size_t)N * V);
+    load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
+    load_span(m, 1, m->lm_head, m->lm_head);
     kn_zero(k, m->dln, NC);
-    kn_matmul_bwd(k, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, P(m, m->lm_head), N, C, V);
+    kn_matmul_bwd(k, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, W(m, m->lm_head), N, C, V);
+    RND(m->dln, NC);
+    /* The last layer's output is still in the fp32 working set. */
     const float *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
     /* dres[N,C] = d(final norm input) */
     kn_zero(k, m->dres, NC);
     if (gpt2)
-        kn_layernorm_bwd(k, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL, P(m, m->lnf_w), m->lnf_mean,
+        kn_layernorm_bwd(k, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL, W(m, m->lnf_w), m->lnf_mean,
                          m->lnf_rstd, N, C);
-    else kn_rmsnorm_bwd(k, m->dres, G(m, m->lnf_w), m->dln, xL, P(m, m->lnf_w), m->lnf_rstd, N, C);
+    else kn_rmsnorm_bwd(k, m->dres, G(m, m->lnf_w), m->dln, xL, W(m, m->lnf_w), m->lnf_rstd, N, C);
+    RND(m->dres, NC);
 
     for (int l = c->n_layer - 1; l >= 0; l--) {
         const layer_ix *L = &m->L[l];
         layer_acts *a = &m->A[l];
         const float *x = l ? m->A[l - 1].res3 : m->encoded;
-        /* Activations that were not kept are computed again, by the same
-         * calls on the same inputs: the same bits as the forward's. */
+        /* Kept 16-bit activations back to fp32; those that were not kept
+         * are computed again, by the same calls on the same inputs: the
+         * same bits as the forward's. */
+        unstash_layer(m, l);
+        int lo, hi;
+        layer_span(m, l, &lo, &hi);
+        load_span(m, 0, lo, hi);
         if (m->recompute == MODEL_RECOMPUTE_ALL) layer_fwd(m, l, x, B, T);
         else if (m->recompute == MODEL_RECOMPUTE_MLP) mlp_in_fwd(m, l, B, T);
         /* dres holds d(res3); the residual passes it to res2 unchanged.
          * MLP branch: dact[N,F] = dres Wproj; dWproj += dres^T act */
         kn_zero(k, m->dact, NF);
-        kn_matmul_bwd(k, m->dact, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, P(m, L->proj_w), N, F, C);
+        kn_matmul_bwd(k, m->dact, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, W(m, L->proj_w), N, F, C);
         if (m->lora) lora_bwd(m->lora, l, LS_PROJ, m->dact, m->dres, a->act, N);
+        RND(m->dact, NF);
         kn_zero(k, m->dfc, NF);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             kn_gelu_bwd(k, m->dfc, m->dact, a->fc, NF);
-            kn_matmul_bwd(k, m->dln, G(m, L->fc_w), G(m, L->fc_b), m->dfc, a->ln2, P(m, L->fc_w), N, C, F);
+            RND(m->dfc, NF);
+            kn_matmul_bwd(k, m->dln, G(m, L->fc_w), G(m, L->fc_b), m->dfc, a->ln2, W(m, L->fc_w), N, C, F);
             if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
-            kn_layernorm_bwd(k, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2, P(m, L->ln2_w), a->ln2_mean,
+            RND(m->dln, NC);
+            kn_layernorm_bwd(k, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2, W(m, L->ln2_w), a->ln2_mean,
                              a->ln2_rstd, N, C);
         } else {
             kn_zero(k, m->dup, NF);
             kn_swiglu_bwd(k, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
-            kn_matmul_bwd(k, m->dln, G(m, L->fc_w), NULL, m->dfc, a->ln2, P(m, L->fc_w), N, C, F);
+            RND(m->dfc, NF);
+            RND(m->dup, NF);
+            kn_matmul_bwd(k, m->dln, G(m, L->fc_w), NULL, m->dfc, a->ln2, W(m, L->fc_w), N, C, F);
             if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
-            kn_matmul_bwd(k, m->dln, G(m, L->up_w), NULL, m->dup, a->ln2, P(m, L->up_w), N, C, F);
+            kn_matmul_bwd(k, m->dln, G(m, L->up_w), NULL, m->dup, a->ln2, W(m, L->up_w), N, C, F);
             if (m->lora) lora_bwd(m->lora, l, LS_UP, m->dln, m->dup, a->ln2, N);
-            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln2_w), m->dln, a->res2, P(m, L->ln2_w), a->ln2_rstd, N, C);
+            RND(m->dln, NC);
+            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln2_w), m->dln, a->res2, W(m, L->ln2_w), a->ln2_rstd, N, C);
         }
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
+        RND(m->dres, NC);
         kn_zero(k, m->datty, (size_t)N * QD);
-        kn_matmul_bwd(k, m->datty, G(m, L->o_w), G(m, L->o_b), m->dres, a->atty, P(m, L->o_w), N, QD, C);
+        kn_matmul_bwd(k, m->datty, G(m, L->o_w), G(m, L->o_b), m->dres, a->atty, W(m, L->o_w), N, QD, C);
         if (m->lora) lora_bwd(m->lora, l, LS_O, m->datty, m->dres, a->atty, N);
+        RND(m->datty, (size_t)N * QD);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             kn_zero(k, m->dq, (size_t)N * 3 * C);
             kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
-            kn_matmul_bwd(k, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, P(m, L->attn_w), N, C, 3 * C);
+            RND(m->dq, (size_t)N * 3 * C);
+            kn_matmul_bwd(k, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, W(m, L->attn_w), N, C, 3 * C);
             if (m->lora) lora_bwd(m->lora, l, LS_ATTN, m->dln, m->dq, a->ln1, N);
-            kn_layernorm_bwd(k, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x, P(m, L->ln1_w), a->ln1_mean,
+            RND(m->dln, NC);
+            kn_layernorm_bwd(k, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x, W(m, L->ln1_w), a->ln1_mean,
                              a->ln1_rstd, N, C);
         } else {
             kn_zero(k, m->dq, (size_t)N * QD);
             kn_zero(k, m->dk, (size_t)N * KD);
             kn_zero(k, m->dv, (size_t)N * KD);
             kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
+            RND(m->dq, (size_t)N * QD);
+            RND(m->dk, (size_t)N * KD);
+            RND(m->dv, (size_t)N * KD);
             kn_rope_bwd(k, m->dq, B, T, Hq, D, QD, c->rope_theta, 0);
             kn_rope_bwd(k, m->dk, B, T, Hkv, D, KD, c->rope_theta, 0);
-            kn_matmul_bwd(k, m->dln, G(m, L->q_w), G(m, L->q_b), m->dq, a->ln1, P(m, L->q_w), N, C, QD);
+            RND(m->dq, (size_t)N * QD);
+            RND(m->dk, (size_t)N * KD);
+            kn_matmul_bwd(k, m->dln, G(m, L->q_w), G(m, L->q_b), m->dq, a->ln1, W(m, L->q_w), N, C, QD);
             if (m->lora) lora_bwd(m->lora, l, LS_Q, m->dln, m->dq, a->ln1, N);
-            kn_matmul_bwd(k, m->dln, G(m, L->k_w), G(m, L->k_b), m->dk, a->ln1, P(m, L->k_w), N, C, KD);
+            kn_matmul_bwd(k, m->dln, G(m, L->k_w), G(m, L->k_b), m->dk, a->ln1, W(m, L->k_w), N, C, KD);
             if (m->lora) lora_bwd(m->lora, l, LS_K, m->dln, m->dk, a->ln1, N);
-            kn_matmul_bwd(k, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, P(m, L->v_w), N, C, KD);
+            kn_matmul_bwd(k, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, W(m, L->v_w), N, C, KD);
             if (m->lora) lora_bwd(m->lora, l, LS_V, m->dln, m->dv, a->ln1, N);
-            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln1_w), m->dln, x, P(m, L->ln1_w), a->ln1_rstd, N, C);
+            RND(m->dln, NC);
+            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln1_w), m->dln, x, W(m, L->ln1_w), a->ln1_rstd, N, C);
         }
         /* dres now holds d(x), the previous layer's res3 */
+        RND(m->dres, NC);
     }
     /* Embeddings: dwte[ids] += dres (and dwpe[t] += dres) */
     if (m->frozen) return; /* no embedding gradients to accumulate */

@@ -59,6 +59,14 @@ typedef struct layer_acts {
     float *res3;
 } layer_acts;
 
+/* One kept activation in 16-bit storage: the fp32 working view it is
+ * stashed from and unstashed to, its 16-bit copy, and its length. */
+typedef struct model_stash {
+    float *f32;
+    void *s;
+    size_t n;
+} model_stash;
+
 typedef struct model {
     model_config cfg;
     kn_ctx *kn;           /* borrowed */
@@ -71,6 +79,25 @@ typedef struct model {
 
     int B, T;             /* activation capacity */
     model_recompute recompute;
+
+    /* Storage precision (model_set_precision). KN_F32: everything as
+     * above. KN_BF16 / KN_F16 (llm.c's scheme): `params` are the fp32
+     * master weights that AdamW updates and checkpoints keep; the forward
+     * and backward read p16 = round(params), converted span by span into
+     * the fp32 scratch wscr[] for the kernels; activations and their
+     * gradients are rounded to 16 bits where they are produced, and the
+     * kept activations are stored in 16 bits (acts16, the stash table);
+     * parameter gradients and AdamW moments stay fp32. */
+    kn_dtype dt;
+    void *p16;
+    float *wscr[2];
+    size_t wscr_n[2];
+    size_t span_off[2], span_n[2]; /* loaded spans (in floats of the layout) */
+    char *acts16;
+    size_t n_acts16_bytes;
+    model_stash *stash;   /* per layer l: entries [stash_lo[l], stash_lo[l+1]) */
+    int *stash_lo;
+    int *res3_stash;      /* per layer: the stash entry of its res3 */
     float *acts;
     size_t n_acts;
     layer_acts *A;
@@ -108,9 +135,21 @@ int model_load_file(model *m, const char *path, ty_err *err);
 /* Writes the parameters as an HF model.safetensors (prefixed names, Conv1D
  * transposed back, tied lm_head omitted as transformers does). */
 int model_save_file(model *m, const char *path, ty_err *err);
+/* The same in another dtype (the export's export.dtype): the fp32 masters
+ * rounded to nearest-even. Checkpoints always use model_save_file. */
+int model_save_file_as(model *m, const char *path, kn_dtype dt, ty_err *err);
 /* AdamW moments: "<hf name>.exp_avg" / ".exp_avg_sq", same layout. */
 int model_save_optimizer(model *m, const char *path, ty_err *err);
 int model_load_optimizer(model *m, const char *path, ty_err *err);
+
+/* Sets the storage precision before model_alloc_acts: for bf16 / fp16
+ * allocates the 16-bit parameters and the weight scratch. */
+int model_set_precision(model *m, kn_dtype dt, ty_err *err);
+/* Refreshes the 16-bit parameters from the fp32 masters (after loading,
+ * init, merge and every optimizer update). No-op in fp32. */
+void model_sync_params(model *m);
+/* Bytes of activations kept (fp32 working set + 16-bit stash). */
+size_t model_act_bytes(const model *m);
 
 /* Allocates activations for micro-batches of up to B rows of T tokens,
  * keeping per layer only what `recompute` does not recompute. */

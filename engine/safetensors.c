@@ -296,9 +296,37 @@ int st_to_f32(const st_tensor *t, float *out, ty_err *err)
     }
 }
 
+/* fp32 to bf16 / fp16, round-to-nearest-even (what torch's .to() does);
+ * NaN stays NaN, fp16 overflows to inf. */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    _Float16 h = (_Float16)f;
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+
 int st_write(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill, void *ctx,
              ty_err *err)
 {
+    return st_write_as(path, tensors, n, metadata, fill, ctx, ST_F32, err);
+}
+
+int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill, void *ctx,
+                st_dtype dtype, ty_err *err)
+{
+    if (dtype != ST_F32 && dtype != ST_BF16 && dtype != ST_F16)
+        return ty_err_set(err, TY_EINVAL, "%s: cannot write dtype %s", path, st_dtype_name(dtype));
+    size_t es = dtype == ST_F32 ? 4 : 2;
     json_t *hdr = json_object();
     if (metadata) json_object_set(hdr, "__metadata__", metadata);
     uint64_t off = 0, max_numel = 0;
@@ -312,11 +340,11 @@ int st_write(const char *path, const st_out *tensors, int n, json_t *metadata, s
         }
         if (numel > max_numel) max_numel = numel;
         json_t *e = json_object();
-        json_object_set_new(e, "dtype", json_string("F32"));
+        json_object_set_new(e, "dtype", json_string(st_dtype_name(dtype)));
         json_object_set_new(e, "shape", shape);
-        json_object_set_new(e, "data_offsets", json_pack("[II]", (json_int_t)off, (json_int_t)(off + numel * 4)));
+        json_object_set_new(e, "data_offsets", json_pack("[II]", (json_int_t)off, (json_int_t)(off + numel * es)));
         json_object_set_new(hdr, t->name, e);
-        off += numel * 4;
+        off += numel * es;
     }
     char *text = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(hdr);
@@ -340,7 +368,11 @@ int st_write(const char *path, const st_out *tensors, int n, json_t *metadata, s
         for (int d = 0; d < tensors[i].ndim; d++) numel *= (uint64_t)tensors[i].shape[d];
         rc = fill(ctx, i, buf, err);
         if (rc) break;
-        ok = fwrite(buf, sizeof(float), numel, fp) == numel;
+        if (dtype != ST_F32) { /* narrowed in place: element j's 2 bytes never pass element j's 4 */
+            uint16_t *h = (uint16_t *)buf;
+            for (uint64_t j = 0; j < numel; j++) h[j] = dtype == ST_BF16 ? f32_to_bf16(buf[j]) : f32_to_f16(buf[j]);
+        }
+        ok = fwrite(buf, es, numel, fp) == numel;
     }
     if (!rc && (!ok || fflush(fp) != 0 || fsync(fileno(fp)) != 0))
         rc = ty_err_set(err, TY_EIO, "writing %s: %s", path, strerror(errno));

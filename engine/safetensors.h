@@ -66,6 +66,11 @@ typedef int (*st_fill_fn)(void *ctx, int i, float *buf, ty_err *err);
 int st_write(const char *path, const st_out *tensors, int n, json_t *metadata,
              st_fill_fn fill, void *ctx, ty_err *err);
 
+/* The same, written as ST_F32, ST_BF16 or ST_F16 (narrowed with
+ * round-to-nearest-even; other dtypes are TY_EINVAL). */
+int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata,
+                st_fill_fn fill, void *ctx, st_dtype dtype, ty_err *err);
+
 /* fp16 / bf16 bit patterns to float (exact). */
 float st_f16_to_f32(uint16_t h);
 float st_bf16_to_f32(uint16_t h);

@@ -72,7 +72,17 @@ typedef struct run {
      * trainer_state.json as log_history: a server killed before it
      * committed them gets them back when it adopts the checkpoint. */
     json_t *history;
+    kn_dtype dt;           /* storage precision */
+    /* fp16 dynamic loss scaling (torch.cuda.amp.GradScaler's defaults):
+     * the scale (fp32, as GradScaler keeps it), clean steps since the last
+     * change, and the steps skipped for inf/NaN gradients, all in the
+     * checkpoint. bf16 / fp32: scale 1, nothing skipped. */
+    float loss_scale;
+    int64_t growth_tracker, skipped;
 } run;
+
+#define SCALE_INIT 65536.0f     /* 2^16 */
+#define SCALE_GROWTH_INTERVAL 2000
 
 static int fail(const char *prefix, const ty_err *e)
 {
@@ -178,10 +188,13 @@ static int write_trainer_state(run *r, const char *path, ty_err *err)
                           "rng", "algorithm", "splitmix64-fisher-yates", "seed", seed,
                           "epoch", (json_int_t)r->sampler.epoch,
                           "tokens", (json_int_t)r->tokens,
-                          "loss_scale", 1.0,
+                          "loss_scale", (double)r->loss_scale,
                           "spec_sha256", r->spec_sha,
                           "model_type", r->m.cfg.model_type,
                           "params", (json_int_t)r->m.n_params);
+    json_object_set_new(o, "growth_tracker", json_integer((json_int_t)r->growth_tracker));
+    json_object_set_new(o, "skipped_steps", json_integer((json_int_t)r->skipped));
+    json_object_set_new(o, "precision", json_string(kn_dtype_name(r->dt)));
     /* The eval loss of this very step, for checkpoint.keep_best. */
     if (r->eval_step == r->step && isfinite(r->eval_loss))
         json_object_set_new(o, "eval_loss", json_real(r->eval_loss));
@@ -219,6 +232,17 @@ static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t 
     else if (step < 0 || step > r->spec.max_steps)
         rc = ty_err_set(err, TY_EINVAL, "checkpoint step %lld is beyond hyperparameters.max_steps %lld",
                         (long long)step, (long long)r->spec.max_steps);
+    /* Loss-scaler state (absent in checkpoints from before issue 10: the
+     * precision's initial state). */
+    json_t *ls = json_object_get(o, "loss_scale"), *gt = json_object_get(o, "growth_tracker"),
+           *sk = json_object_get(o, "skipped_steps");
+    if (!rc && r->dt == KN_F16 && json_is_number(ls) && json_number_value(ls) > 0 && gt && sk) {
+        r->loss_scale = (float)json_number_value(ls);
+        r->growth_tracker = json_integer_value(gt);
+        r->skipped = json_integer_value(sk);
+    } else if (!rc && sk && json_integer_value(sk) > 0) {
+        r->skipped = json_integer_value(sk); /* AdamW's step count stays right across a precision change */
+    }
     json_decref(o);
     if (rc) return rc;
     r->step = step;
@@ -293,9 +317,19 @@ static int export_model(run *r, ty_err *err)
         /* Full weights; with lora.merge, W + (alpha / r) B A. The merge is
          * the run's last use of the base weights. */
         if (!rc && r->have_lora) rc = lora_merge(&r->lora, &r->m, err);
+        /* export.dtype, else the dtype the model came in (config.json's
+         * torch_dtype; fp32 for model.init). */
+        kn_dtype edt = KN_F32;
+        jobspec_export_dtype want = r->spec.export_dtype;
+        if (want == EXPORT_DTYPE_AUTO) {
+            const char *own = json_string_value(json_object_get(r->m.cfg.raw, "torch_dtype"));
+            edt = own && !strcmp(own, "bfloat16") ? KN_BF16 : own && !strcmp(own, "float16") ? KN_F16 : KN_F32;
+        } else {
+            edt = want == EXPORT_DTYPE_BF16 ? KN_BF16 : want == EXPORT_DTYPE_FP16 ? KN_F16 : KN_F32;
+        }
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        if (!rc) rc = model_save_file(&r->m, path, err);
-        json_t *cfg = hfconfig_export(&r->m.cfg);
+        if (!rc) rc = model_save_file_as(&r->m, path, edt, err);
+        json_t *cfg = hfconfig_export_as(&r->m.cfg, edt == KN_BF16 ? "bfloat16" : edt == KN_F16 ? "float16" : "float32");
         char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(cfg);
         snprintf(path, sizeof path, "%s/config.json", dir);
@@ -352,6 +386,7 @@ static int emit_eval(run *r, ty_err *err)
 
 typedef struct step_result {
     double loss, grad_norm, lr;
+    int skipped;           /* fp16: inf/NaN gradients, update skipped */
 } step_result;
 
 static int train_step(run *r, step_result *out, ty_err *err)
@@ -378,7 +413,8 @@ static int train_step(run *r, step_result *out, ty_err *err)
     size_t nbuf = r->have_lora ? r->lora.n_buf : m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
     kn_zero(r->kn, grads, nbuf);
     double sum = 0;
-    float scale = (float)(1.0 / (double)count);
+    /* fp16: the loss (so every gradient) is multiplied by the loss scale. */
+    float scale = (float)((double)r->loss_scale / (double)count);
     for (int a = 0; a < A; a++) {
         if (r->have_lora) { /* dropout masks: a function of (seed, step, micro-batch) */
             r->lora.training = 1;
@@ -390,7 +426,26 @@ static int train_step(run *r, step_result *out, ty_err *err)
      * step, before anything is updated. */
     if (kn_check(r->kn, err)) return -1;
     out->loss = sum / (double)count;
+    out->lr = s->lr * train_lr_lambda(s->schedule, r->step, s->warmup_steps, s->max_steps);
     if (!isfinite(out->loss)) return 0;
+    if (r->dt == KN_F16) {
+        /* GradScaler: inf/NaN anywhere -> skip the update, halve the scale;
+         * else unscale (times the fp32 reciprocal) and, after
+         * SCALE_GROWTH_INTERVAL clean steps in a row, double the scale. */
+        if (kn_nonfinite(r->kn, grads, nbuf)) {
+            ev_log("step %lld: inf/NaN gradients at loss scale %g; update skipped, scale halved",
+                   (long long)r->step + 1, (double)r->loss_scale);
+            r->loss_scale *= 0.5f;
+            r->growth_tracker = 0;
+            r->skipped++;
+            r->step++;
+            r->tokens += (int64_t)A * B * T;
+            out->skipped = 1;
+            out->grad_norm = NAN;
+            return 0;
+        }
+        kn_scale(r->kn, grads, nbuf, 1.0f / r->loss_scale);
+    }
     /* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), applied if < 1 */
     out->grad_norm = sqrt(kn_sumsq(r->kn, grads, nbuf));
     if (!isfinite(out->grad_norm))
@@ -400,8 +455,8 @@ static int train_step(run *r, step_result *out, ty_err *err)
         double coef = s->max_grad_norm / (out->grad_norm + 1e-6);
         if (coef < 1.0) kn_scale(r->kn, grads, nbuf, (float)coef);
     }
-    out->lr = s->lr * train_lr_lambda(s->schedule, r->step, s->warmup_steps, s->max_steps);
-    int64_t t = r->step + 1;
+    /* AdamW's own step count: skipped steps are not optimizer steps. */
+    int64_t t = r->step + 1 - r->skipped;
     for (int i = 0; r->have_lora && i < 2 * r->lora.n; i++) { /* A and B are 2-D: decayed */
         const lora_adapter *la = &r->lora.ad[i / 2];
         size_t off = i % 2 ? la->b_off : la->a_off;
@@ -416,8 +471,14 @@ static int train_step(run *r, step_result *out, ty_err *err)
                  (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps,
                  mt->decay ? (float)s->weight_decay : 0.0f, t);
     }
-    r->step = t;
+    r->step++;
     r->tokens += (int64_t)A * B * T;
+    if (r->dt == KN_F16 && ++r->growth_tracker == SCALE_GROWTH_INTERVAL) {
+        r->loss_scale *= 2.0f;
+        r->growth_tracker = 0;
+    }
+    /* The 16-bit weights the next forward reads: round(masters). */
+    if (!r->have_lora) model_sync_params(m);
     return 0;
 }
 
@@ -556,7 +617,8 @@ static int setup(run *r, int *code)
         *code = bad_spec(msg);
         return -1;
     }
-    if (s->precision != PREC_FP32) ev_log("note: precision %s: the CPU engine trains in fp32", jobspec_precision_name(s->precision));
+    r->dt = s->precision == PREC_BF16 ? KN_BF16 : s->precision == PREC_FP16 ? KN_F16 : KN_F32;
+    r->loss_scale = r->dt == KN_F16 ? SCALE_INIT : 1.0f;
     if ((rc = open_device(r, &err))) {
         hfconfig_free(&cfg);
         *code = fail("backend", &err);
@@ -637,6 +699,10 @@ static int setup(run *r, int *code)
         if (err.code == TY_EINVAL && !strncmp(err.field, "lora.", 5)) *code = TRAIN_BAD_SPEC;
         return -1;
     }
+    if ((rc = model_set_precision(&r->m, r->dt, &err))) { /* 16-bit weights from what was loaded */
+        *code = fail(NULL, &err);
+        return -1;
+    }
     if ((rc = data_sampler_init(&r->sampler, r->train.n, s->seed, epoch, cursor, &err)) ||
         (r->have_lora && (rc = lora_alloc_acts(&r->lora, s->batch_size, s->seq_len, &err))) ||
         (rc = model_alloc_acts(&r->m, s->batch_size, s->seq_len, (model_recompute)s->recompute, &err))) {
@@ -703,7 +769,8 @@ static int train_loop(run *r)
     ev_emit(started);
     ev_log("%s model, %zu parameters (%zu trainable), %d training rows, backend %s", r->m.cfg.model_type,
            r->m.n_params, trainable, r->train.n, kn_device_name(r->kn));
-    ev_log("activations: %zu bytes (recompute %s)", r->m.n_acts * sizeof(float), jobspec_recompute_name(s->recompute));
+    ev_log("activations: %zu bytes (recompute %s, %s storage)", model_act_bytes(&r->m), jobspec_recompute_name(s->recompute),
+           kn_dtype_name(r->dt));
     int64_t win_t0 = ty_mono_ms(), win_tokens = r->tokens, run_t0 = win_t0, run_step0 = r->step;
     while (r->step < s->max_steps) {
         if (train_stop_requested) break;
@@ -724,18 +791,20 @@ static int train_loop(run *r)
             /* ETA from this process's mean step time so far. */
             double per_step = (double)(now - run_t0) / 1000.0 / (double)(r->step - run_step0);
             double eta = per_step * (double)(s->max_steps - r->step);
-            json_t *m = json_pack("{s:s, s:I, s:f, s:f, s:f, s:I, s:f, s:I, s:f}", "ev", "metric", "step",
-                                  (json_int_t)r->step, "loss", sr.loss, "lr", sr.lr, "grad_norm", sr.grad_norm,
-                                  "tokens", (json_int_t)r->tokens, "tokens_per_s", tps, "mem_bytes",
-                                  (json_int_t)peak_mem_bytes(r), "eta_s", eta);
+            /* grad_norm is null for a step skipped by the loss scaler. */
+            json_t *m = json_pack("{s:s, s:I, s:f, s:f, s:o, s:I, s:f, s:I, s:f, s:f, s:I}", "ev", "metric", "step",
+                                  (json_int_t)r->step, "loss", sr.loss, "lr", sr.lr, "grad_norm",
+                                  sr.skipped ? json_null() : json_real(sr.grad_norm), "tokens", (json_int_t)r->tokens,
+                                  "tokens_per_s", tps, "mem_bytes", (json_int_t)peak_mem_bytes(r), "eta_s", eta,
+                                  "loss_scale", (double)r->loss_scale, "skipped_steps", (json_int_t)r->skipped);
             if (r->history && m) {
                 json_t *h = json_deep_copy(m);
                 json_object_del(h, "ev");
                 json_array_append_new(r->history, h);
             }
             ev_emit(m);
-            ev_log("step %lld loss %.6f lr %.3g grad_norm %.4f %.1f tok/s", (long long)r->step, sr.loss, sr.lr,
-                   sr.grad_norm, tps);
+            ev_log("step %lld loss %.6f lr %.3g grad_norm %.4f %.1f tok/s%s", (long long)r->step, sr.loss, sr.lr,
+                   sr.grad_norm, tps, sr.skipped ? " (skipped)" : "");
             win_t0 = now;
             win_tokens = r->tokens;
         }

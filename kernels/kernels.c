@@ -193,6 +193,9 @@ void kn_free(kn_ctx *c, void *p)
     c->be->free(c, p);
 }
 
+size_t kn_dtype_size(kn_dtype dt) { return dt == KN_F32 ? 4 : 2; }
+const char *kn_dtype_name(kn_dtype dt) { return dt == KN_BF16 ? "bf16" : dt == KN_F16 ? "fp16" : "fp32"; }
+
 size_t kn_bytes_in_use(const kn_ctx *c) { return c->bytes_in_use; }
 size_t kn_peak_bytes(const kn_ctx *c) { return c->peak_bytes; }
 

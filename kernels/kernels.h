@@ -37,6 +37,13 @@
 
 typedef enum { KN_CPU = 0, KN_CUDA = 1 } kn_device;
 
+/* Element types of stored tensors. Arithmetic is always fp32 (reductions
+ * wider); KN_BF16 / KN_F16 are storage formats, converted with
+ * round-to-nearest-even (fp16 overflows to inf, NaN stays NaN). */
+typedef enum { KN_F32 = 0, KN_BF16 = 1, KN_F16 = 2 } kn_dtype;
+size_t kn_dtype_size(kn_dtype dt);     /* 4 or 2 */
+const char *kn_dtype_name(kn_dtype dt); /* "fp32" | "bf16" | "fp16" */
+
 typedef struct kn_ctx kn_ctx;
 
 /* ---- context and memory ---------------------------------------------- */
@@ -87,6 +94,14 @@ KN_OPS(KN_PROTO)
  * Elementwise: kn_zero, kn_copy, kn_scale (x *= s), kn_axpy (y += a x),
  * kn_add (out = a + b); kn_sum and kn_sumsq return a double (the global
  * grad norm); kn_nonfinite is 1 if any element is NaN or inf.
+ *
+ * kn_convert: dst[n] (dst_dt) = src[n] (src_dt), round-to-nearest-even
+ *   when narrowing; dst and src must not overlap unless they are the same
+ *   pointer and type.
+ * kn_round: x[n] = (float)(dt)x[n] in place: fp32 values rounded to what
+ *   dt can hold (no-op for KN_F32). Where a 16-bit tensor is produced, the
+ *   engine rounds the fp32 result with this, so the values it computes with
+ *   are exactly the ones it stores.
  *
  * kn_embedding_fwd: out[N,C] (+)= table[ids[n], :]; accumulate=0 overwrites,
  *   1 adds (GPT-2: token embedding, then position embedding). ids are

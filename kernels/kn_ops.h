@@ -28,6 +28,10 @@
     X(double, sum, (kn_ctx *c, const float *x, size_t n), (c, x, n))                               \
     X(double, sumsq, (kn_ctx *c, const float *x, size_t n), (c, x, n))                             \
     X(int, nonfinite, (kn_ctx *c, const float *x, size_t n), (c, x, n))                            \
+    /* storage types */                                                                            \
+    X(void, convert, (kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtype src_dt,     \
+      size_t n), (c, dst, dst_dt, src, src_dt, n))                                                 \
+    X(void, round, (kn_ctx *c, float *x, size_t n, kn_dtype dt), (c, x, n, dt))                    \
     /* embedding */                                                                                \
     X(void, embedding_fwd, (kn_ctx *c, float *out, const int32_t *ids, const float *table,         \
       int N, int C, int accumulate), (c, out, ids, table, N, C, accumulate))                       \

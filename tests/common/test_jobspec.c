@@ -36,7 +36,7 @@ static const char *DESIGN_EXAMPLE =
     "                      \"grad_accum\": 4, \"lr\": 2e-4, \"schedule\": \"cosine\",\n"
     "                      \"warmup_steps\": 50, \"weight_decay\": 0.0,\n"
     "                      \"max_grad_norm\": 1.0, \"seed\": 1234, \"recompute\": \"mlp\"},\n"
-    "  \"precision\": \"bf16\",\n"
+    "  \"precision\": \"bf16\", \"export\": {\"dtype\": \"fp16\"},\n"
     "  \"resources\": {\"gpus\": 1, \"backend\": \"auto\"},\n"
     "  \"checkpoint\": {\"every_steps\": 200, \"keep_last\": 3,\n"
     "                 \"store\": \"s3://my-bucket/runs/med-qa\"},\n"
@@ -63,6 +63,8 @@ static void test_design_example(void)
     CHECK(s.max_steps == 1000 && s.batch_size == 8 && s.seq_len == 1024 && s.grad_accum == 4, "hp ints");
     CHECK(s.lr == 2e-4 && s.schedule == SCHED_COSINE && s.warmup_steps == 50, "hp lr");
     CHECK(s.recompute == RECOMPUTE_MLP && strcmp(jobspec_recompute_name(s.recompute), "mlp") == 0, "recompute");
+    CHECK(s.export_dtype == EXPORT_DTYPE_FP16 && strcmp(jobspec_export_dtype_name(s.export_dtype), "fp16") == 0,
+          "export.dtype");
     CHECK(s.precision == PREC_BF16 && s.gpus == 1 && s.backend == BACKEND_AUTO, "resources");
     CHECK(s.ckpt_every_steps == 200 && s.keep_last == 3 && strcmp(s.store, "s3://my-bucket/runs/med-qa") == 0,
           "checkpoint");
@@ -107,7 +109,7 @@ static void test_defaults(void)
     CHECK(s.weight_decay == 0 && s.max_grad_norm == 1.0, "wd defaults");
     CHECK(s.adam_beta1 == 0.9 && s.adam_beta2 == 0.999 && s.adam_eps == 1e-8, "adam defaults");
     CHECK(s.seed == 1234 && s.log_every_steps == 10 && s.eval_every_steps == 0, "misc defaults");
-    CHECK(s.recompute == RECOMPUTE_NONE, "recompute default");
+    CHECK(s.recompute == RECOMPUTE_NONE && s.export_dtype == EXPORT_DTYPE_AUTO, "recompute/export defaults");
     CHECK(s.precision == PREC_FP32 && s.gpus == 0 && s.backend == BACKEND_AUTO, "resource defaults");
     CHECK(s.ckpt_every_steps == 0 && s.keep_last == 0 && s.keep_best == 0, "checkpoint defaults");
     CHECK(s.priority == 0 && s.max_restarts == 3, "priority defaults");
@@ -255,6 +257,10 @@ static const struct bad BAD[] = {
      "hyperparameters.schedule"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"recompute\":\"attention\"}}", TY_EINVAL,
      "hyperparameters.recompute"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"export\":{\"dtype\":\"int8\"}}", TY_EINVAL,
+     "export.dtype"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"export\":{\"format\":\"gguf\"}}", TY_EINVAL,
+     "export.format"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"format\":\"csv\"},"
      "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "dataset.format"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"chat_template\":\"vicuna\"},"

@@ -325,7 +325,7 @@ def case_recompute():
             rc, events, stderr = result = run(spec, workdir=f"work-{tag}-{mode}")
             expect_success(result)
             metrics = [(e["step"], e["loss"], e["grad_norm"]) for e in events if e.get("ev") == "metric"]
-            m = re.search(r"activations: (\d+) bytes \(recompute " + mode + r"\)", stderr)
+            m = re.search(r"activations: (\d+) bytes \(recompute " + mode + r", fp32 storage\)", stderr)
             if not m:
                 fail(f"{tag}/{mode}: no activations line in the log")
             exp = os.path.join(TMP, f"work-{tag}-{mode}", "export")
@@ -388,7 +388,8 @@ def case_checkpoints():
             started["params"] != started["trainable"] or started["params"] <= 0:
         fail(f"started event {started}")
     metrics = [e for e in events if e["ev"] == "metric"]
-    keys = ["ev", "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mem_bytes", "eta_s"]
+    keys = ["ev", "step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mem_bytes", "eta_s", "loss_scale",
+            "skipped_steps"]
     if [m["step"] for m in metrics] != [1, 2, 3, 4, 5] or any(list(m) != keys for m in metrics) or \
             any(m["eta_s"] < 0 for m in metrics) or metrics[-1]["eta_s"] != 0:
         fail(f"metric events {metrics}")

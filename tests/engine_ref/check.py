@@ -139,7 +139,8 @@ SHUFFLED = {"gpt2_shuffle": "gpt2", "llama_shuffle": "llama_gqa"}
 EVAL_CASES = {"llama_gqa", "gpt2_shuffle"}
 
 
-def build_case(tmp, name, seed=11, n_examples=None, steps=STEPS, every_steps=0):
+def build_case(tmp, name, seed=11, n_examples=None, steps=STEPS, every_steps=0, extra=None):
+    """extra: top-level spec fields to set (precision, export, ...)."""
     family, ckw, tkw, skw = CASES[SHUFFLED.get(name, name)]
     g = torch.Generator().manual_seed(seed)
     model_dir = os.path.join(tmp, "model")
@@ -162,6 +163,7 @@ def build_case(tmp, name, seed=11, n_examples=None, steps=STEPS, every_steps=0):
         spec["dataset"]["eval"] = os.path.join(tmp, "eval.jsonl")
         spec["hyperparameters"]["eval_every_steps"] = 3
         hfgen.write_tokens_dataset(spec["dataset"]["eval"], 5, cfg["vocab_size"], SEQ_LEN, g)
+    spec.update(extra or {})
     spec_path = os.path.join(tmp, "spec.json")
     hfgen.write_json(spec_path, spec)
     return spec, spec_path
@@ -323,18 +325,24 @@ def case_compare(engine, name, keep):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def case_resume(engine, keep):
-    """20 steps straight vs 10 steps + SIGTERM + resume: identical losses."""
-    tmp = tempfile.mkdtemp(prefix="engine_ref_resume_")
+def state_of(m):
+    """What must match bit for bit between a straight and a resumed run."""
+    return (m["loss"], m.get("grad_norm"), m.get("loss_scale"), m.get("skipped_steps"))
+
+
+def case_resume(engine, keep, precision="fp32"):
+    """20 steps straight vs 10 steps + SIGTERM + resume: identical losses
+    (and, in any precision, identical loss scales and skipped counts)."""
+    tmp = tempfile.mkdtemp(prefix=f"engine_ref_resume_{precision}_")
     try:
         # More examples than one step, so the data cursor and the per-epoch
         # shuffle state must survive the restart too.
         # every_steps 7: the straight run also leaves periodic checkpoints.
         spec, spec_path = build_case(tmp, "llama_gqa", n_examples=3 * BATCH * ACCUM + 1, steps=20,
-                                     every_steps=7)
+                                     every_steps=7, extra={"precision": precision})
         rc, ev_a, err = run_engine(engine, spec_path, os.path.join(tmp, "straight"))
         expect_success(rc, ev_a, err, "straight run")
-        straight = {m["step"]: m["loss"] for m in metrics_of(ev_a)}
+        straight = {m["step"]: state_of(m) for m in metrics_of(ev_a)}
         if sorted(straight) != list(range(1, 21)):
             fail(f"straight run: metric steps {sorted(straight)}, wanted 1..20")
 
@@ -353,7 +361,7 @@ def case_resume(engine, keep):
         else:
             fail("the engine never stopped on SIGTERM")
         expect_success(rc, ev_b, err, "interrupted run", status="stopped")
-        first = {m["step"]: m["loss"] for m in metrics_of(ev_b)}
+        first = {m["step"]: state_of(m) for m in metrics_of(ev_b)}
         stop = max(first)
         ckpts = [e for e in ev_b if e["ev"] == "checkpoint"]
         if not ckpts or ckpts[-1].get("step") != stop:
@@ -369,7 +377,7 @@ def case_resume(engine, keep):
 
         rc, ev_c, err = run_engine(engine, spec_path, work, resume=ck)
         expect_success(rc, ev_c, err, "resumed run")
-        second = {m["step"]: m["loss"] for m in metrics_of(ev_c)}
+        second = {m["step"]: state_of(m) for m in metrics_of(ev_c)}
         if sorted(second) != list(range(stop + 1, 21)):
             fail(f"resumed run: metric steps {sorted(second)}, wanted {stop + 1}..20")
         combined = {**first, **second}
@@ -389,7 +397,7 @@ def case_resume(engine, keep):
             fail(f"checkpoint.every_steps 7 left no committed {periodic}")
         rc, ev_d, err = run_engine(engine, spec_path, os.path.join(tmp, "fresh"), resume=periodic)
         expect_success(rc, ev_d, err, "run resumed from the periodic checkpoint")
-        third = {m["step"]: m["loss"] for m in metrics_of(ev_d)}
+        third = {m["step"]: state_of(m) for m in metrics_of(ev_d)}
         if third != {k: straight[k] for k in range(15, 21)}:
             fail(f"resumed from step 14: losses {third} differ from the straight run's "
                  f"{ {k: straight[k] for k in range(15, 21)} }")

@@ -965,6 +965,96 @@ static void test_attention_old(void)
     run_attention_old(1, 129, 3, 1, 5); /* MQA, one row into a third block */
 }
 
+/* ---- storage conversions ----------------------------------------------- */
+
+/* Nearest value with `bits` significant bits (ties to even), exponent range
+ * [emin, emax] for normals, subnormals below, inf above the largest finite
+ * value: IEEE rounding written out in double, independently of the kernel. */
+static double ref_round(double x, int bits, int emin, int emax)
+{
+    if (isnan(x) || isinf(x) || x == 0.0)
+        return x;
+    double sign = x < 0 ? -1.0 : 1.0;
+    x = fabs(x);
+    int e;
+    frexp(x, &e); /* x in [2^(e-1), 2^e) */
+    int ex = e - 1 < emin ? emin : e - 1;
+    double ulp = ldexp(1.0, ex - (bits - 1));
+    double q = x / ulp, f = floor(q), r = q - f;
+    if (r > 0.5 || (r == 0.5 && fmod(f, 2.0) != 0.0))
+        f += 1.0;
+    double y = f * ulp;
+    double maxv = ldexp(2.0 - ldexp(1.0, -(bits - 1)), emax);
+    if (y > maxv)
+        return sign * INFINITY;
+    return copysign(y, sign);
+}
+
+static void test_convert(void)
+{
+    kn_ctx *c = open_cpu(2);
+    /* Random values over many binades, exact ties, overflow, tiny values,
+     * and the specials. 40000 > the parallel threshold: both threads work. */
+    size_t n = 40000;
+    float *x = falloc(c, n);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(urand() * ldexp(1.0, (int)(urand() * 40)));
+    x[0] = 1.0f + 0x1p-8f;             /* bf16 tie, round down to even */
+    x[1] = 1.0f + 3 * 0x1p-8f;         /* bf16 tie, round up to even */
+    x[2] = 65520.0f;                   /* fp16: rounds to inf */
+    x[3] = 65519.0f;                   /* fp16: 65504 */
+    x[4] = 3e-6f;                      /* fp16 subnormal */
+    x[5] = INFINITY;
+    x[6] = -INFINITY;
+    x[7] = NAN;
+    x[8] = 3.3895313892515355e38f;     /* bf16: overflows to inf */
+    x[9] = -0.0f;
+    x[10] = 1.0f + 0x1p-11f;           /* fp16 tie, to even */
+    const struct {
+        kn_dtype dt;
+        int bits, emin, emax;
+        const char *name;
+    } fmts[] = {{KN_BF16, 8, -126, 127, "bf16"}, {KN_F16, 11, -14, 15, "fp16"}};
+    for (int f = 0; f < 2; f++) {
+        uint16_t *h = kn_alloc(c, n * 2);
+        float *back = falloc(c, n), *r = fcopy(c, x, n);
+        for (size_t i = 0; i < n; i++)
+            back[i] = 7.0f; /* poisoned */
+        kn_convert(c, h, fmts[f].dt, x, KN_F32, n);
+        kn_convert(c, back, KN_F32, h, fmts[f].dt, n);
+        kn_round(c, r, n, fmts[f].dt);
+        int bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            double want = ref_round((double)x[i], fmts[f].bits, fmts[f].emin, fmts[f].emax);
+            int ok = isnan(want) ? isnan(back[i]) : (double)back[i] == want && !!signbit(back[i]) == !!signbit(want);
+            if (!ok && bad++ < 5)
+                fprintf(stderr, "FAIL convert %s [%zu]: %.9g -> %.9g, want %.9g\n", fmts[f].name, i,
+                        (double)x[i], (double)back[i], want);
+        }
+        g_fail += bad;
+        /* kn_round gives the same values without the 16-bit buffer. */
+        CHECK(memcmp(r + 8, back + 8, (n - 8) * sizeof *r) == 0 && !isnan(r[0]), "%s: kn_round != convert",
+              fmts[f].name);
+        CHECK(isnan(back[7]), "%s: NaN lost", fmts[f].name);
+        /* 16 -> 16 bits through fp32 and same-type copies. */
+        uint16_t *h2 = kn_alloc(c, n * 2);
+        kn_convert(c, h2, fmts[f].dt, h, fmts[f].dt, n);
+        CHECK(memcmp(h2, h, n * 2) == 0, "%s: same-type convert is not a copy", fmts[f].name);
+    }
+    /* bf16 -> fp16 equals rounding the bf16 value to fp16. */
+    uint16_t *hb = kn_alloc(c, n * 2), *hf = kn_alloc(c, n * 2);
+    float *v = falloc(c, n), *w = falloc(c, n);
+    kn_convert(c, hb, KN_BF16, x, KN_F32, n);
+    kn_convert(c, hf, KN_F16, hb, KN_BF16, n);
+    kn_convert(c, v, KN_F32, hb, KN_BF16, n);
+    kn_round(c, v, n, KN_F16);
+    kn_convert(c, w, KN_F32, hf, KN_F16, n);
+    CHECK(memcmp(v + 8, w + 8, (n - 8) * sizeof *v) == 0, "bf16 -> fp16 differs from rounding");
+    CHECK(kn_dtype_size(KN_BF16) == 2 && kn_dtype_size(KN_F32) == 4 && !strcmp(kn_dtype_name(KN_F16), "fp16"),
+          "dtype table");
+    kn_close(c);
+}
+
 /* ---- activations ------------------------------------------------------- */
 
 typedef struct {
@@ -1298,7 +1388,7 @@ static const struct {
     {"layernorm", test_layernorm}, {"rmsnorm", test_rmsnorm},
     {"matmul", test_matmul},       {"rope", test_rope},
     {"attention", test_attention}, {"attention_fused", test_attention_fused},
-    {"attention_old", test_attention_old},
+    {"attention_old", test_attention_old}, {"convert", test_convert},
     {"gelu", test_gelu},           {"swiglu", test_swiglu},
     {"dropout", test_dropout},     {"crossentropy", test_crossentropy},
     {"adamw", test_adamw},         {"determinism", test_determinism},

@@ -1,0 +1,130 @@
+/* cpu_convert.c — fp32 <-> bf16 / fp16 storage conversions.
+ *
+ * bf16 is the top half of an fp32: narrowing adds 0x7fff plus the lowest
+ * kept bit before truncating, which is round-to-nearest-even, and carries
+ * into the exponent correctly up to inf; NaNs are made quiet so none turns
+ * into inf. fp16 goes through the compiler's _Float16 (IEEE binary16,
+ * round-to-nearest-even, overflow to inf, subnormals kept), which uses the
+ * F16C / AVX-512 conversion instructions where the clone has them. */
+#include "cpu.h"
+#include "cpu_math.h"
+
+#include <string.h>
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN, sign kept */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+CPU_HOT static void to_bf16(uint16_t *d, const float *s, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++)
+        d[i] = f32_to_bf16(s[i]);
+}
+
+CPU_HOT static void from_bf16(float *d, const uint16_t *s, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++)
+        d[i] = bf16_to_f32(s[i]);
+}
+
+CPU_HOT static void to_f16(_Float16 *d, const float *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = (_Float16)s[i];
+}
+
+CPU_HOT static void from_f16(float *d, const _Float16 *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = (float)s[i];
+}
+
+CPU_HOT static void round_bf16(float *x, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++)
+        x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
+CPU_HOT static void round_f16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(_Float16)x[i];
+}
+
+/* n elements from src to dst (both already offset to this share). */
+static void convert_n(void *dst, kn_dtype ddt, const void *src, kn_dtype sdt, size_t n)
+{
+    if (ddt == sdt) {
+        if (dst != src)
+            memcpy(dst, src, n * kn_dtype_size(ddt));
+        return;
+    }
+    /* 16-bit to 16-bit goes through fp32 in a small stack buffer. */
+    if (ddt != KN_F32 && sdt != KN_F32) {
+        float tmp[1024];
+        size_t es = kn_dtype_size(sdt);
+        for (size_t i = 0; i < n; i += 1024) {
+            size_t m = n - i < 1024 ? n - i : 1024;
+            convert_n(tmp, KN_F32, (const char *)src + i * es, sdt, m);
+            convert_n((char *)dst + i * es, ddt, tmp, KN_F32, m);
+        }
+        return;
+    }
+    if (sdt == KN_F32) {
+        if (ddt == KN_BF16)
+            to_bf16(dst, src, n);
+        else
+            to_f16(dst, src, n);
+    } else if (sdt == KN_BF16) {
+        from_bf16(dst, src, n);
+    } else {
+        from_f16(dst, src, n);
+    }
+}
+
+void cpu_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtype src_dt,
+                 size_t n)
+{
+    size_t ds = kn_dtype_size(dst_dt), ss = kn_dtype_size(src_dt);
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 32, &lo, &hi);
+        if (hi > lo)
+            convert_n((char *)dst + lo * ds, dst_dt, (const char *)src + lo * ss, src_dt, hi - lo);
+    }
+}
+
+void cpu_round(kn_ctx *c, float *x, size_t n, kn_dtype dt)
+{
+    if (dt == KN_F32)
+        return;
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 16, &lo, &hi);
+        if (hi > lo) {
+            if (dt == KN_BF16)
+                round_bf16(x + lo, hi - lo);
+            else
+                round_f16(x + lo, hi - lo);
+        }
+    }
+}
