@@ -690,6 +690,28 @@ static void set_str(json_t *o, const char *k, const char *v)
     if (v) json_object_set_new(o, k, json_string(v));
 }
 
+jobspec_caps jobspec_default_caps(int cuda_gpus)
+{
+    unsigned all = 1u << PREC_FP32 | 1u << PREC_BF16 | 1u << PREC_FP16;
+    return (jobspec_caps){.cpu = all, .cuda = cuda_gpus > 0 ? all : 0};
+}
+
+int jobspec_check_precision(const jobspec *s, const jobspec_caps *caps, ty_err *err)
+{
+    /* auto runs on CUDA when it can and falls back to the CPU otherwise
+     * (logged by the engine), so either backend will do for it. */
+    int cuda = s->backend == BACKEND_CUDA;
+    unsigned can = cuda ? caps->cuda : s->backend == BACKEND_AUTO && s->gpus > 0 ? caps->cuda | caps->cpu : caps->cpu;
+    if (can & (1u << s->precision)) return 0;
+    if (cuda && !caps->cuda)
+        return ty_err_field(err, TY_EINVAL, "precision",
+                            "precision: %s cannot run on resources.backend %s: this installation has no CUDA GPUs "
+                            "(use backend \"cpu\", which runs fp32, bf16 and fp16)",
+                            jobspec_precision_name(s->precision), jobspec_backend_name(s->backend));
+    return ty_err_field(err, TY_EINVAL, "precision", "precision: backend %s cannot run %s",
+                        cuda ? "cuda" : "cpu", jobspec_precision_name(s->precision));
+}
+
 json_t *jobspec_to_json(const jobspec *s)
 {
     json_t *root = json_object();

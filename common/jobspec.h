@@ -112,6 +112,21 @@ int jobspec_check_roots(const jobspec *s, const char *allowed_roots, ty_err *err
  * "checkpoint.store". */
 int jobspec_check_store_roots(const jobspec *s, const char *store_roots, ty_err *err);
 void jobspec_free(jobspec *s);
+
+/* What each backend can run on this installation: bit sets over
+ * jobspec_precision (1u << PREC_*). */
+typedef struct jobspec_caps {
+    unsigned cpu, cuda;
+} jobspec_caps;
+/* The CPU engine runs fp32, bf16 and fp16 (it is the reference for every
+ * semantic a GPU will have); the CUDA backend the same where the
+ * installation has CUDA GPUs (cuda_gpus > 0), nothing where it has none. */
+jobspec_caps jobspec_default_caps(int cuda_gpus);
+/* The precision against the backend the job will run on (auto: CUDA or,
+ * failing that, the CPU). TY_EINVAL with err->field "precision" when that
+ * backend cannot run it. Shared by the server (400 at submit)
+ * and the engine (exit 2). */
+int jobspec_check_precision(const jobspec *s, const jobspec_caps *caps, ty_err *err);
 /* The spec back as JSON with every default filled in (what GET /jobs/{id}
  * shows); parsing it again gives the same struct. Caller owns the result. */
 json_t *jobspec_to_json(const jobspec *s);

@@ -617,6 +617,19 @@ static int setup(run *r, int *code)
         *code = bad_spec(msg);
         return -1;
     }
+    /* The same check as the server's at submit: this engine's CPU runs
+     * every precision; a CUDA job needs a CUDA build. */
+#ifdef TY_KN_HAVE_CUDA
+    jobspec_caps caps = jobspec_default_caps(1);
+#else
+    jobspec_caps caps = jobspec_default_caps(0);
+#endif
+    ty_err perr = {0};
+    if (jobspec_check_precision(s, &caps, &perr)) {
+        hfconfig_free(&cfg);
+        *code = bad_spec(perr.msg);
+        return -1;
+    }
     r->dt = s->precision == PREC_BF16 ? KN_BF16 : s->precision == PREC_FP16 ? KN_F16 : KN_F32;
     r->loss_scale = r->dt == KN_F16 ? SCALE_INIT : 1.0f;
     if ((rc = open_device(r, &err))) {

@@ -166,6 +166,12 @@ static enum MHD_Result post_jobs(http_req *q)
         return http_error(q, 400, "invalid_spec", "resources.gpus",
                           "the job asks for %d GPU(s); this server has %d", want, ngpu);
     }
+    /* The precision against what the chosen backend can run here. */
+    jobspec_caps caps = jobspec_default_caps(ngpu);
+    if (jobspec_check_precision(&spec, &caps, &err)) {
+        jobspec_free(&spec);
+        return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
+    }
     if (srv_disk_check(s, &err)) { /* 503 while the disk is full */
         jobspec_free(&spec);
         return http_ty_error(q, &err);

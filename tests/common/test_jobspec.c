@@ -399,9 +399,43 @@ static void test_roots(void)
     rmdir(dir);
 }
 
+/* Precision against the backend: the CPU runs all three; CUDA what the
+ * installation has (nothing without GPUs); auto may fall back to the CPU. */
+static void test_precision_caps(void)
+{
+    static const char *const precs[] = {"fp32", "bf16", "fp16"};
+    jobspec_caps none = jobspec_default_caps(0), gpu = jobspec_default_caps(2);
+    for (int p = 0; p < 3; p++) {
+        for (int b = 0; b < 3; b++) {
+            static const char *const backends[] = {"cpu", "cuda", "auto"};
+            char text[512];
+            snprintf(text, sizeof text,
+                     MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"precision\":\"%s\","
+                                  "\"resources\":{\"backend\":\"%s\",\"gpus\":%d}}",
+                     precs[p], backends[b], b == 0 ? 0 : 1);
+            jobspec s;
+            ty_err e;
+            int rc = jobspec_parse_text(text, strlen(text), &s, &e);
+            CHECK(rc == 0, "%s: %s", text, e.msg);
+            if (rc) continue;
+            ty_err e1 = {0}, e2 = {0};
+            int r_none = jobspec_check_precision(&s, &none, &e1), r_gpu = jobspec_check_precision(&s, &gpu, &e2);
+            CHECK(r_gpu == 0, "%s/%s with GPUs: %s", precs[p], backends[b], e2.msg);
+            if (b == 1)
+                CHECK(r_none == TY_EINVAL && !strcmp(e1.field, "precision") && strstr(e1.msg, "no CUDA GPUs") &&
+                          strstr(e1.msg, precs[p]),
+                      "cuda/%s without GPUs: rc %d %s", precs[p], r_none, e1.msg);
+            else
+                CHECK(r_none == 0, "%s/%s without GPUs: %s", precs[p], backends[b], e1.msg);
+            jobspec_free(&s);
+        }
+    }
+}
+
 int main(void)
 {
     test_design_example();
+    test_precision_caps();
     test_defaults();
     test_model_init();
     test_bad_inputs();
