@@ -189,7 +189,7 @@ def integrity_ok(data_dir):
 
 def test_three_jobs():
     """kill -9 with three running jobs; cancel / pause / leave right after /healthz; 20 times."""
-    srv = Server("--cpu-slots", "3", grace=3)
+    srv = Server("--cpu-slots", "3", grace=4)
     train = os.path.join(srv.tmp, "train.jsonl")
     with open(train, "w") as f:
         f.write('{"text": "hello"}\n')
