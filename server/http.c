@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -657,6 +658,7 @@ int srv_token_main(int argc, char **argv)
         fprintf(stderr, "trainyard token: %s\n", err.msg);
         return 1;
     }
+    chmod(data_dir, 0700); /* the owner's alone, as serve makes it (confine.c) */
     snprintf(path, sizeof path, "%s/trainyard.db", data_dir);
     db *d;
     if (db_open(path, &d, &err) || srv_token_generate(tok, &err)) {

@@ -172,6 +172,14 @@ def test_roots_tighten():
     check(stat.S_IMODE(os.stat(data).st_mode) == 0o700, "data dir not tightened")
     check(stat.S_IMODE(os.stat(db).st_mode) == 0o600, "database not tightened")
     srv.stop()
+    # `trainyard token create` on a fresh data dir makes it private too.
+    fresh = os.path.join(tmp, "fresh")
+    r = subprocess.run([H.TRAINYARD, "token", "create", "ci", "--data-dir", fresh], capture_output=True,
+                       timeout=60)
+    check(r.returncode == 0, "token create: %r" % r.stderr)
+    check(stat.S_IMODE(os.stat(fresh).st_mode) == 0o700, "token create's data dir is not 0700")
+    check(stat.S_IMODE(os.stat(os.path.join(fresh, "trainyard.db")).st_mode) == 0o600,
+          "token create's database is not 0600")
 
 
 def test_roots_symlink_swap():
