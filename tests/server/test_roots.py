@@ -97,6 +97,30 @@ class RealServer(H.Server):
             return False
 
 
+def write_byte_tokenizer(model_dir):
+    """A byte-level BPE tokenizer.json with no merges (256 byte tokens and
+    an end-of-text token): enough for the engine to read text rows."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    b2u, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            b2u[b] = chr(b)
+        else:
+            b2u[b] = chr(256 + extra)
+            extra += 1
+    eot = {"id": 256, "content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
+           "normalized": False, "special": True}
+    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [eot], "normalizer": None,
+          "pre_tokenizer": bl, "post_processor": None, "decoder": bl,
+          "model": {"type": "BPE", "dropout": None, "unk_token": None, "fuse_unk": False, "byte_fallback": False,
+                    "vocab": {b2u[b]: b for b in range(256)}, "merges": []}}
+    with open(os.path.join(model_dir, "tokenizer.json"), "w") as f:
+        json.dump(tj, f)
+    with open(os.path.join(model_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|endoftext|>", "bos_token": None, "add_bos_token": False}, f)
+
+
 def rejected(srv, body, field, *words):
     r = srv.post("/jobs", body)
     check(r.status == 400, "want 400 for %s, got %r" % (json.dumps(body)[:200], r))
@@ -368,6 +392,25 @@ def test_roots_no_content_in_errors():
     out = (p.stdout + p.stderr).decode(errors="replace")
     check(p.returncode != 0 and "tokenizer.json" in out, "tokenize should fail naming the file: %s" % out)
     no_secrets(out, "tokenizer error")
+    # Text and chat JSONL rows (the engine's dump-rows): a credentials file
+    # as a text dataset, a chat row whose role is a secret.
+    m3 = os.path.join(root, "m-tok")
+    os.makedirs(m3)
+    with open(os.path.join(m3, "config.json"), "w") as f:
+        json.dump(dict(TINY, vocab_size=300), f)
+    write_byte_tokenizer(m3)
+    chat = os.path.join(root, "chat.jsonl")
+    with open(chat, "w") as f:
+        f.write(json.dumps({"messages": [{"role": "s3cr3tW0RD", "content": "x"}]}) + "\n")
+    for fmt, path, word in (("text", creds, "not valid JSON"), ("chat", chat, "role")):
+        spec_path = os.path.join(root, "rows-%s.json" % fmt)
+        with open(spec_path, "w") as f:
+            json.dump({"model": {"path": m3}, "dataset": {"train": path, "format": fmt},
+                       "hyperparameters": {"max_steps": 1, "seq_len": 16}}, f)
+        p = subprocess.run([REAL_ENGINE, "dump-rows", "--spec", spec_path], capture_output=True, timeout=60)
+        out = (p.stdout + p.stderr).decode(errors="replace")
+        check(p.returncode != 0 and word in out, "dump-rows %s should fail on %s: %s" % (fmt, path, out[-600:]))
+        no_secrets(out, "%s row error" % fmt)
     srv.stop()
     no_secrets(srv.log_text(), "server log")
 
