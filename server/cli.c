@@ -344,6 +344,91 @@ static int cmd_action(cli_ctx *c, const char *action, long long id)
     return 0;
 }
 
+/* generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] [--seed S]
+ * [--stop S]... [--base] [--compare]: POST /jobs/{id}/generate. --compare
+ * asks twice, the base model and then the newest checkpoint, and prints
+ * both texts. */
+static int cmd_generate(cli_ctx *c, int argc, char **argv)
+{
+    long long id = 0;
+    const char *prompt = NULL;
+    int base = 0, compare = 0, rc;
+    json_t *req = json_object(), *stop = json_array();
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end;
+        if (!strcmp(a, "--base")) base = 1;
+        else if (!strcmp(a, "--compare")) compare = 1;
+        else if (v && !strcmp(a, "--stop")) json_array_append_new(stop, json_string(argv[++i]));
+        else if (v && (!strcmp(a, "--max-tokens") || !strcmp(a, "--seed"))) {
+            long long n = strtoll(v, &end, 10);
+            if (*end || end == v) {
+                cli_errorf("generate: %s needs an integer", a);
+                json_decref(req);
+                json_decref(stop);
+                return CLI_EXIT_USAGE;
+            }
+            json_object_set_new(req, a[2] == 'm' ? "max_tokens" : "seed", json_integer(n));
+            i++;
+        } else if (v && (!strcmp(a, "--temperature") || !strcmp(a, "--top-p"))) {
+            double d = strtod(v, &end);
+            if (*end || end == v) {
+                cli_errorf("generate: %s needs a number", a);
+                json_decref(req);
+                json_decref(stop);
+                return CLI_EXIT_USAGE;
+            }
+            json_object_set_new(req, a[2] == 't' ? "temperature" : "top_p", json_real(d));
+            i++;
+        } else if (!id && parse_id(a, &id) == 0) {
+        } else if (!prompt && id) prompt = a;
+        else {
+            cli_errorf("usage: trainyard generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] "
+                       "[--seed S] [--stop STR]... [--base | --compare]");
+            json_decref(req);
+            json_decref(stop);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!id || !prompt) {
+        cli_errorf("usage: trainyard generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] "
+                   "[--seed S] [--stop STR]... [--base | --compare]");
+        json_decref(req);
+        json_decref(stop);
+        return CLI_EXIT_USAGE;
+    }
+    json_object_set_new(req, "prompt", json_string(prompt));
+    if (json_array_size(stop)) json_object_set(req, "stop", stop);
+    json_decref(stop);
+    char path[96];
+    snprintf(path, sizeof path, "/jobs/%lld/generate", id);
+    rc = 0;
+    for (int pass = compare ? 0 : 1; pass < 2 && !rc; pass++) {
+        json_object_set_new(req, "base", json_boolean(compare ? pass == 0 : base));
+        char *body = json_dumps(req, JSON_COMPACT);
+        json_t *res = NULL;
+        rc = body ? call_json(c, "POST", path, body, strlen(body), NULL, &res) : CLI_EXIT_FAILED;
+        free(body);
+        if (rc) break;
+        if (c->json) {
+            print_json(res);
+        } else {
+            const char *text = json_string_value(json_object_get(res, "text"));
+            if (compare) printf("== %s\n", pass == 0 ? "base model" : "fine-tuned");
+            printf("%s%s\n", prompt, str_or(text, ""));
+            fprintf(stderr, "(%lld tokens, %s, %.1f tokens/s%s%s)\n",
+                    (long long)json_integer_value(json_object_get(res, "completion_tokens")),
+                    str_or(json_string_value(json_object_get(res, "finish_reason")), "?"),
+                    json_number_value(json_object_get(res, "tokens_per_s")),
+                    json_is_string(json_object_get(res, "checkpoint")) ? ", " : "",
+                    str_or(json_string_value(json_object_get(res, "checkpoint")), ""));
+        }
+        json_decref(res);
+    }
+    json_decref(req);
+    return rc;
+}
+
 static int cmd_delete(cli_ctx *c, long long id, int purge)
 {
     char path[96];
@@ -590,7 +675,7 @@ static int cmd_logs(cli_ctx *c, long long id, int follow)
 /* ---- dispatch ---- */
 
 static const char *const commands[] = {"submit", "jobs", "show", "watch", "logs",
-                                       "cancel", "pause", "resume", "delete", NULL};
+                                       "cancel", "pause", "resume", "delete", "generate", NULL};
 
 int cli_is_command(const char *name)
 {
@@ -610,6 +695,10 @@ void cli_usage(FILE *out)
           "  logs ID [-f]                            the engine's log; -f follows it\n"
           "  cancel|pause|resume ID                  change a job's state\n"
           "  delete ID [--purge]                     delete a finished job\n"
+          "  generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] [--seed S]\n"
+          "           [--stop STR]... [--base | --compare]\n"
+          "                                          text from the job's newest checkpoint\n"
+          "                                          (--base: the base model; --compare: both)\n"
           "  --json (with any of them)               print the server's JSON instead\n"
           "\n"
           "Exit codes: 0 ok, 1 job or server failure, 2 usage, 3 not found, 4 conflict,\n"
@@ -679,6 +768,8 @@ int cli_main(int argc, char **argv)
         rc = cmd_submit(&c, nargs, args);
     } else if (strcmp(cmd, "jobs") == 0) {
         rc = cmd_jobs(&c, nargs, args);
+    } else if (strcmp(cmd, "generate") == 0) {
+        rc = cmd_generate(&c, nargs, args);
     } else {
         long long id = 0;
         if (nargs != 1) {

@@ -23,6 +23,7 @@
 
 #include "exec.h"
 #include "gate.h"
+#include "genq.h"
 #include "sse.h"
 #include "upload.h"
 #include "tyutil.h"
@@ -604,6 +605,7 @@ int srv_serve_main(int argc, char **argv)
      * period), and flush the event writer last. */
     gate_stop(s->gate);
     sse_hub_shutdown(s->hub);
+    genq_shutdown(); /* answers and resumes suspended generate requests */
     MHD_stop_daemon(s->mhd);
     gate_free(s->gate);
     sched_stop(s->sched);

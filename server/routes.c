@@ -13,6 +13,7 @@
 
 #include "exec.h"
 #include "gate.h"
+#include "genq.h"
 #include "upload.h"
 #include "http.h"
 #include "jobspec.h"
@@ -626,6 +627,7 @@ const route routes_table[] = {
     {"GET", "/jobs/{id}/metrics", get_metrics_of_job, false, false, SCOPE_READ, "format"},
     {"GET", "/jobs/{id}/logs", get_logs, false, false, SCOPE_READ, "follow"},
     {"GET", "/jobs/{id}/checkpoints", get_checkpoints, false, false, SCOPE_READ, ""},
+    {"POST", "/jobs/{id}/generate", genq_post, true, false, SCOPE_SUBMIT, ""},
     {"GET", "/gpus", get_gpus, false, false, SCOPE_READ, ""},
     {"GET", "/events", get_events, false, false, SCOPE_READ, "from"},
     {"GET", "/healthz", get_healthz, false, true, SCOPE_READ, ""},

@@ -326,6 +326,29 @@ size_t tok_utf8_check(const char *s, size_t len)
     return (size_t)-1;
 }
 
+/* Bytes of the maximal subpart at s, an ill-formed sequence: the longest
+ * prefix of a well-formed sequence (at least 1 byte). Each such subpart is
+ * one U+FFFD, as Rust's String::from_utf8_lossy (which Hugging Face's
+ * decode uses) and the Unicode standard's recommended practice do. */
+static size_t utf8_maximal_subpart(const unsigned char *s, const unsigned char *end)
+{
+    unsigned c = s[0];
+    size_t n = (size_t)tok_utf8_len((unsigned char)c);
+    if (n == 1) return 1; /* 80..C1, F5..FF: a lone bad byte */
+    size_t k = 1;
+    for (; k < n && s + k < end; k++) {
+        unsigned lo = 0x80, hi = 0xBF, x = s[k];
+        if (k == 1) {
+            if (c == 0xE0) lo = 0xA0;
+            else if (c == 0xED) hi = 0x9F;
+            else if (c == 0xF0) lo = 0x90;
+            else if (c == 0xF4) hi = 0x8F;
+        }
+        if (x < lo || x > hi) break;
+    }
+    return k;
+}
+
 int tok_utf8_lossy(tok_buf *b, const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s, *end = p + len;
@@ -337,7 +360,7 @@ int tok_utf8_lossy(tok_buf *b, const char *s, size_t len)
             p += n;
         } else {
             if (tok_buf_put(b, "\xEF\xBF\xBD", 3)) return TY_ENOMEM;
-            p++;
+            p += utf8_maximal_subpart(p, end);
         }
     }
     return 0;

@@ -9,7 +9,9 @@ special tokens that style's published tokenizer.json uses, and saved with
 second corpus (code, CJK, emoji, accents, whitespace runs, special tokens
 glued to text, random strings) is encoded by the library, with and without
 special tokens, and decoded by it; tok_agree must produce the same ids and
-the same decoded text for every case (and again from four threads).
+the same decoded text for every case (and again from four threads). 400
+random id sequences per style are decoded too (bytes that are not UTF-8:
+the lossy replacement must be the library's).
 
 Usage: tok_check.py TOK_AGREE WORKDIR [--style NAME]"""
 import argparse
@@ -158,6 +160,13 @@ def main():
         specials = STYLES[style][2]
         texts = test_texts + corpus.specials_glued(rng, specials, test_texts, 300)
         cases = cases_for(tok, style, texts)
+        # Random id sequences: byte pieces that do not form UTF-8, lone
+        # continuation bytes, cut characters — the lossy part of decode.
+        vs = tok.get_vocab_size()
+        for k in range(400):
+            ids = [rng.randrange(vs) for _ in range(rng.randint(1, 12))]
+            cases.append({"text": "", "decode_only": True, "ids": ids,
+                          "decoded": tok.decode(ids, skip_special_tokens=False)})
         # The decode must give the text back wherever the library's does.
         same = sum(c["decoded"] == c["text"] for c in cases)
         cpath = os.path.join(a.workdir, f"{style}.cases.json")

@@ -1,0 +1,511 @@
+/* genq.c — generation requests on a job's newest checkpoint (or its base
+ * model), run by the engine's `generate` subcommand.
+ *
+ * Why a queue of its own and not the scheduler: a generation is a few
+ * seconds of one CPU thread, never a GPU (the engine generates on the CPU,
+ * CUDA_VISIBLE_DEVICES is empty), so it cannot take a device from a
+ * training run; one at a time, niced, with one thread, it takes at most one
+ * core beside them. Requests wait in FIFO order (at most GENQ_MAX; more is
+ * 429), each with a time limit (`time_limit_s`, default 60, at most 600)
+ * that kills the engine's process group and answers 503.
+ *
+ * What runs: the job's effective spec (<jobdir>/spec.json, written at its
+ * start with local paths) says the base model and the method. Full
+ * fine-tuning: --model BASE --weights <checkpoint>/model.safetensors; LoRA:
+ * --adapter <checkpoint> with the spec's r, alpha and targets; a model.init
+ * job: --config <jobdir>/generate-config.json (its init object). `"base":
+ * true` runs the base model without the checkpoint, for side-by-side
+ * comparisons (a model.init job has no base weights: 409).
+ *
+ * Connections: the handler suspends the connection after queueing; the
+ * worker fills the result and resumes it; libmicrohttpd calls the handler
+ * again, which finds the finished task in q->gen and answers. */
+#include "genq.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jobspec.h"
+#include "server.h"
+#include "tyutil.h"
+
+extern char **environ;
+
+#define GENQ_MAX 16
+#define GEN_ARGS 48
+#define OUT_MAX (4 << 20)
+
+typedef struct gen_task {
+    struct gen_task *next;
+    struct MHD_Connection *conn;
+    char *argv[GEN_ARGS];
+    int argc;
+    int time_limit_s;
+    json_t *extra;    /* merged into the engine's result */
+    /* result */
+    int done;
+    unsigned status;
+    const char *code; /* error code for status >= 400 */
+    char msg[600];
+    json_t *body;     /* 200 */
+} gen_task;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    gen_task *head, *tail;
+    int n;
+    int started, stopping;
+    pthread_t th;
+    pid_t running; /* process group of the running engine, 0 none */
+} G = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void task_free(gen_task *t)
+{
+    if (!t) return;
+    for (int i = 0; i < t->argc; i++)
+        free(t->argv[i]);
+    json_decref(t->extra);
+    json_decref(t->body);
+    free(t);
+}
+
+static int add_arg(gen_task *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int add_arg(gen_task *t, const char *fmt, ...)
+{
+    if (t->argc >= GEN_ARGS - 1) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vasprintf(&t->argv[t->argc], fmt, ap);
+    va_end(ap);
+    if (rc < 0) return -1;
+    t->argc++;
+    return 0;
+}
+
+static void finish(gen_task *t, unsigned status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void finish(gen_task *t, unsigned status, const char *code, const char *fmt, ...)
+{
+    t->status = status;
+    t->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->msg, sizeof t->msg, fmt, ap);
+    va_end(ap);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Runs the engine with stdout captured, under the time limit. */
+static void run_task(gen_task *t)
+{
+    int out[2];
+    if (pipe2(out, O_CLOEXEC)) {
+        finish(t, 500, "internal", "pipe: %s", strerror(errno));
+        return;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+    posix_spawnattr_setpgroup(&at, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&at, &none);
+    /* The server's environment, no GPU, one OpenMP thread. */
+    size_t ne = 0;
+    while (environ[ne]) ne++;
+    char **envp = calloc(ne + 3, sizeof *envp);
+    size_t k = 0;
+    for (size_t i = 0; envp && i < ne; i++)
+        if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) && strncmp(environ[i], "OMP_NUM_THREADS=", 16))
+            envp[k++] = environ[i];
+    if (envp) {
+        envp[k++] = "CUDA_VISIBLE_DEVICES=";
+        envp[k++] = "OMP_NUM_THREADS=1";
+        envp[k] = NULL;
+    }
+    pid_t pid = 0;
+    int rc = envp ? posix_spawn(&pid, t->argv[0], &fa, &at, t->argv, envp) : ENOMEM;
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    free(envp);
+    close(out[1]);
+    if (rc) {
+        close(out[0]);
+        finish(t, 500, "internal", "cannot start %s: %s", t->argv[0], strerror(rc));
+        return;
+    }
+    setpriority(PRIO_PROCESS, pid, 10);
+    pthread_mutex_lock(&G.mu);
+    G.running = pid;
+    int stopping = G.stopping;
+    pthread_mutex_unlock(&G.mu);
+    if (stopping) kill(-pid, SIGKILL);
+    char *buf = malloc(OUT_MAX + 1);
+    size_t len = 0;
+    int64_t deadline = mono_ms() + (int64_t)t->time_limit_s * 1000;
+    int timed_out = 0;
+    while (buf) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0) {
+            timed_out = 1;
+            kill(-pid, SIGKILL);
+            break;
+        }
+        struct pollfd p = {out[0], POLLIN, 0};
+        int pr = poll(&p, 1, (int)(left > 1000 ? 1000 : left));
+        if (pr < 0 && errno != EINTR) break;
+        if (pr <= 0) continue;
+        ssize_t r = read(out[0], buf + len, OUT_MAX - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+        if (len == OUT_MAX) {
+            kill(-pid, SIGKILL);
+            break;
+        }
+    }
+    close(out[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    pthread_mutex_lock(&G.mu);
+    G.running = 0;
+    stopping = G.stopping;
+    pthread_mutex_unlock(&G.mu);
+    if (!buf) {
+        finish(t, 500, "internal", "out of memory");
+        return;
+    }
+    buf[len] = 0;
+    /* The last line is the result (or the error event). */
+    while (len && buf[len - 1] == '\n') buf[--len] = 0;
+    char *line = strrchr(buf, '\n');
+    line = line ? line + 1 : buf;
+    json_t *j = json_loads(line, 0, NULL);
+    free(buf);
+    if (stopping) finish(t, 503, "unavailable", "the server is shutting down");
+    else if (timed_out) finish(t, 503, "unavailable", "generation exceeded its time limit of %d s", t->time_limit_s);
+    else if (json_is_string(json_object_get(j, "message")) &&
+             !strcmp(json_string_value(json_object_get(j, "ev")) ? json_string_value(json_object_get(j, "ev")) : "", "error"))
+        /* The engine names what is wrong with the request or the model. */
+        finish(t, WIFEXITED(st) && WEXITSTATUS(st) != 0 ? 400 : 500, "bad_request", "%s",
+               json_string_value(json_object_get(j, "message")));
+    else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !json_is_object(j))
+        finish(t, 500, "internal", "the engine's generate ended with status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    else {
+        t->status = 200;
+        json_object_update(j, t->extra);
+        t->body = j;
+        j = NULL;
+    }
+    json_decref(j);
+}
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&G.mu);
+    for (;;) {
+        while (!G.head && !G.stopping) pthread_cond_wait(&G.cv, &G.mu);
+        if (G.stopping) break;
+        gen_task *t = G.head;
+        G.head = t->next;
+        if (!G.head) G.tail = NULL;
+        pthread_mutex_unlock(&G.mu);
+        run_task(t);
+        pthread_mutex_lock(&G.mu);
+        G.n--;
+        t->done = 1;
+        MHD_resume_connection(t->conn);
+    }
+    pthread_mutex_unlock(&G.mu);
+    return NULL;
+}
+
+void genq_shutdown(void)
+{
+    pthread_mutex_lock(&G.mu);
+    if (!G.started) {
+        pthread_mutex_unlock(&G.mu);
+        return;
+    }
+    G.stopping = 1;
+    if (G.running) kill(-G.running, SIGKILL);
+    gen_task *t = G.head;
+    G.head = G.tail = NULL;
+    for (; t; t = t->next) {
+        finish(t, 503, "unavailable", "the server is shutting down");
+        t->done = 1;
+        MHD_resume_connection(t->conn);
+    }
+    pthread_cond_broadcast(&G.cv);
+    pthread_mutex_unlock(&G.mu);
+    pthread_join(G.th, NULL);
+}
+
+/* ---- the request ------------------------------------------------------------------------ */
+
+static enum MHD_Result answer(http_req *q)
+{
+    gen_task *t = q->gen;
+    q->gen = NULL;
+    enum MHD_Result r;
+    if (t->status == 200) {
+        r = http_json(q, 200, t->body);
+        t->body = NULL;
+    } else {
+        r = http_error(q, t->status, t->code, NULL, "%s", t->msg);
+    }
+    task_free(t);
+    return r;
+}
+
+static int dir_exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+enum MHD_Result genq_post(http_req *q)
+{
+    if (q->gen) return answer(q);
+    srv *s = q->s;
+    db *d = srv_db(s);
+    if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
+    json_error_t je;
+    json_t *b = q->len ? json_loadb(q->body, q->len, 0, &je) : json_object();
+    if (!json_is_object(b)) {
+        json_decref(b);
+        return http_error(q, 400, "bad_request", NULL, "the body must be a JSON object");
+    }
+    /* Fields: prompt | prompt_ids, max_tokens, temperature, top_p, seed, stop, base, time_limit_s. */
+    const char *key;
+    json_t *v;
+    json_object_foreach(b, key, v) {
+        static const char *const known[] = {"prompt", "prompt_ids", "max_tokens", "temperature", "top_p",
+                                            "seed", "stop", "base", "time_limit_s"};
+        int ok = 0;
+        for (size_t i = 0; i < sizeof known / sizeof *known; i++) ok |= !strcmp(key, known[i]);
+        if (!ok) {
+            enum MHD_Result r = http_error(q, 400, "bad_request", key, "unknown field %s", key);
+            json_decref(b);
+            return r;
+        }
+    }
+#define BAD(field, ...) do { enum MHD_Result r_ = http_error(q, 400, "bad_request", field, __VA_ARGS__); \
+                             json_decref(b); task_free(t); free(ck); jobspec_free(&spec); return r_; } while (0)
+    gen_task *t = calloc(1, sizeof *t);
+    char *ck = NULL;
+    jobspec spec;
+    memset(&spec, 0, sizeof spec);
+    if (!t) BAD(NULL, "out of memory");
+    json_t *prompt = json_object_get(b, "prompt"), *pids = json_object_get(b, "prompt_ids");
+    if (!prompt == !pids) BAD("prompt", "give exactly one of prompt (text) or prompt_ids (token ids)");
+    if (prompt && (!json_is_string(prompt) || !json_string_length(prompt)))
+        BAD("prompt", "prompt must be a non-empty string");
+    if (prompt && strlen(json_string_value(prompt)) != json_string_length(prompt))
+        BAD("prompt", "prompt must not contain NUL");
+    if (pids && (!json_is_array(pids) || !json_array_size(pids) || json_array_size(pids) > 8192))
+        BAD("prompt_ids", "prompt_ids must be a list of 1 to 8192 token ids");
+    json_t *x;
+    int max_tokens = 64, limit = 60;
+    if ((x = json_object_get(b, "max_tokens"))) {
+        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 4096)
+            BAD("max_tokens", "max_tokens must be an integer from 1 to 4096");
+        max_tokens = (int)json_integer_value(x);
+    }
+    if ((x = json_object_get(b, "time_limit_s"))) {
+        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 600)
+            BAD("time_limit_s", "time_limit_s must be an integer from 1 to 600");
+        limit = (int)json_integer_value(x);
+    }
+    double temperature = 0, top_p = 1;
+    if ((x = json_object_get(b, "temperature"))) {
+        if (!json_is_number(x) || json_number_value(x) < 0 || json_number_value(x) > 100)
+            BAD("temperature", "temperature must be a number from 0 (greedy) to 100");
+        temperature = json_number_value(x);
+    }
+    if ((x = json_object_get(b, "top_p"))) {
+        if (!json_is_number(x) || !(json_number_value(x) > 0) || json_number_value(x) > 1)
+            BAD("top_p", "top_p must be a number in (0, 1]");
+        top_p = json_number_value(x);
+    }
+    json_int_t seed = 0;
+    if ((x = json_object_get(b, "seed"))) {
+        if (!json_is_integer(x) || json_integer_value(x) < 0) BAD("seed", "seed must be a non-negative integer");
+        seed = json_integer_value(x);
+    }
+    json_t *stop = json_object_get(b, "stop");
+    if (stop && (!json_is_array(stop) || json_array_size(stop) > 8))
+        BAD("stop", "stop must be a list of at most 8 strings");
+    size_t i;
+    json_array_foreach(stop, i, x) {
+        if (!json_is_string(x) || !json_string_length(x) || strlen(json_string_value(x)) != json_string_length(x))
+            BAD("stop", "stop[%zu] must be a non-empty string", i);
+    }
+    json_t *jb = json_object_get(b, "base");
+    if (jb && !json_is_boolean(jb)) BAD("base", "base must be true or false");
+    int base = json_is_true(jb);
+
+    /* The job, its effective spec and newest checkpoint. */
+    db_job job;
+    ty_err err = {0};
+    if (db_job_get(d, q->id, &job, &err)) {
+        json_decref(b);
+        task_free(t);
+        return http_ty_error(q, &err);
+    }
+    db_job_free(&job);
+    char jobdir[PATH_MAX], path[PATH_MAX + 300];
+    srv_job_dir(s, q->id, jobdir, sizeof jobdir);
+    snprintf(path, sizeof path, "%s/spec.json", jobdir);
+    size_t slen;
+    char *stext = NULL;
+    ty_err rerr = {0};
+    if (ty_read_file(path, &stext, &slen, &rerr)) {
+        json_decref(b);
+        task_free(t);
+        return http_error(q, 409, "conflict", NULL, "job %lld has not started yet: nothing to generate with",
+                          (long long)q->id);
+    }
+    int prc = jobspec_parse_text(stext, slen, &spec, &err);
+    free(stext);
+    if (prc) BAD(NULL, "job %lld: its spec does not parse: %s", (long long)q->id, err.msg);
+    if (!base) {
+        if (db_checkpoint_newest(d, q->id, &ck, &err)) {
+            json_decref(b);
+            task_free(t);
+            jobspec_free(&spec);
+            return http_ty_error(q, &err);
+        }
+        snprintf(path, sizeof path, "%s/%s", jobdir, ck ? ck : "");
+        if (!ck || !dir_exists(path)) {
+            enum MHD_Result r = http_error(q, 409, "conflict", NULL,
+                                           ck ? "job %lld: its newest checkpoint %s is not on this server's disk"
+                                              : "job %lld has no checkpoint yet%s",
+                                           (long long)q->id, ck ? ck : "");
+            json_decref(b);
+            task_free(t);
+            free(ck);
+            jobspec_free(&spec);
+            return r;
+        }
+    }
+    if (spec.model_path && strstr(spec.model_path, "://"))
+        BAD(NULL, "job %lld: its model is at %s, not on this server's disk", (long long)q->id, spec.model_path);
+    if (!spec.model_path && base) {
+        json_decref(b);
+        task_free(t);
+        jobspec_free(&spec);
+        return http_error(q, 409, "conflict", "base", "job %lld starts from random weights (model.init): there is no base model",
+                          (long long)q->id);
+    }
+
+    int bad = add_arg(t, "%s", s->cfg.engine) || add_arg(t, "generate") || add_arg(t, "--threads") || add_arg(t, "1");
+    if (spec.model_path) {
+        bad |= add_arg(t, "--model") || add_arg(t, "%s", spec.model_path);
+    } else {
+        char cfgp[PATH_MAX + 64];
+        snprintf(cfgp, sizeof cfgp, "%s/generate-config.json", jobdir);
+        if (json_dump_file(spec.model_init, cfgp, JSON_COMPACT)) BAD(NULL, "cannot write %s", cfgp);
+        bad |= add_arg(t, "--config") || add_arg(t, "%s", cfgp);
+    }
+    if (!base && spec.method == METHOD_LORA) {
+        bad |= add_arg(t, "--adapter") || add_arg(t, "%s", path) || add_arg(t, "--lora-r") ||
+               add_arg(t, "%d", spec.lora_r) || add_arg(t, "--lora-alpha") || add_arg(t, "%.17g", spec.lora_alpha);
+        if (spec.n_targets) {
+            char tl[1024] = "";
+            for (int k = 0; k < spec.n_targets; k++)
+                snprintf(tl + strlen(tl), sizeof tl - strlen(tl), "%s%s", k ? "," : "", spec.targets[k]);
+            bad |= add_arg(t, "--lora-targets") || add_arg(t, "%s", tl);
+        }
+    } else if (!base) {
+        bad |= add_arg(t, "--weights") || add_arg(t, "%s/model.safetensors", path);
+    }
+    if (prompt) {
+        bad |= add_arg(t, "--prompt") || add_arg(t, "%s", json_string_value(prompt));
+    } else {
+        char *ids = calloc(json_array_size(pids), 12);
+        size_t off = 0;
+        json_array_foreach(pids, i, x) {
+            if (!ids || !json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
+                free(ids);
+                BAD("prompt_ids", "prompt_ids[%zu] must be a non-negative integer", i);
+            }
+            off += (size_t)sprintf(ids + off, "%s%lld", i ? " " : "", (long long)json_integer_value(x));
+        }
+        bad |= add_arg(t, "--prompt-ids") || add_arg(t, "%s", ids);
+        free(ids);
+    }
+    bad |= add_arg(t, "--max-tokens") || add_arg(t, "%d", max_tokens) || add_arg(t, "--temperature") ||
+           add_arg(t, "%.17g", temperature) || add_arg(t, "--top-p") || add_arg(t, "%.17g", top_p) ||
+           add_arg(t, "--seed") || add_arg(t, "%lld", (long long)seed);
+    json_array_foreach(stop, i, x) bad |= add_arg(t, "--stop") || add_arg(t, "%s", json_string_value(x));
+    if (bad) BAD(NULL, "too many arguments");
+    t->argv[t->argc] = NULL;
+    t->time_limit_s = limit;
+    t->extra = json_object();
+    json_object_set_new(t->extra, "job_id", json_integer((json_int_t)q->id));
+    json_object_set_new(t->extra, "base", json_boolean(base));
+    json_object_set_new(t->extra, "checkpoint", base ? json_null() : json_string(ck));
+    t->conn = q->conn;
+    json_decref(b);
+    free(ck);
+    ck = NULL;
+    jobspec_free(&spec);
+
+    pthread_mutex_lock(&G.mu);
+    if (G.stopping) {
+        pthread_mutex_unlock(&G.mu);
+        task_free(t);
+        return http_error(q, 503, "unavailable", NULL, "the server is shutting down");
+    }
+    if (G.n >= GENQ_MAX) {
+        pthread_mutex_unlock(&G.mu);
+        task_free(t);
+        return http_error(q, 429, "rate_limited", NULL, "%d generation requests are already waiting; try again later",
+                          GENQ_MAX);
+    }
+    if (!G.started) {
+        if (pthread_create(&G.th, NULL, worker, NULL)) {
+            pthread_mutex_unlock(&G.mu);
+            task_free(t);
+            return http_error(q, 500, "internal", NULL, "cannot start the generation worker");
+        }
+        G.started = 1;
+    }
+    /* Suspended before the worker can see it, so its resume always follows. */
+    q->gen = t;
+    MHD_suspend_connection(q->conn);
+    if (G.tail) G.tail->next = t;
+    else G.head = t;
+    G.tail = t;
+    G.n++;
+    pthread_cond_signal(&G.cv);
+    pthread_mutex_unlock(&G.mu);
+    return MHD_YES;
+#undef BAD
+}
