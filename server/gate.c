@@ -170,7 +170,8 @@ int gate_check_head(const char *buf, size_t n, const gate_limits *lim, gate_verd
     size_t scan = nl ? (size_t)(nl - buf) : n;
     for (size_t i = 0; i < scan; i++) {
         unsigned char c = (unsigned char)buf[i];
-        if (c == '\r' && nl && i + 1 == scan) break;
+        /* CR may end the line, or the bytes so far (LF still to come). */
+        if (c == '\r' && i + 1 == scan) break;
         if (c < 0x20 || c == 0x7f)
             return reject(v, 400, "bad_request", NULL,
                           "the request line holds a control byte (not an HTTP/1.x request?)");
