@@ -277,46 +277,55 @@ def test_body_timeout():
 def test_per_ip_limit():
     """One address cannot hold more connections than --per-ip-connections
     (429 JSON with Retry-After); another address is still served; the
-    slots come back when the connections close."""
+    slots come back when the connections close. The client under test is
+    127.0.0.3, so the harness's own requests from 127.0.0.1 (which the
+    daemon may not have finished closing) do not count against it."""
     srv = Server("--per-ip-connections", "8", "--header-timeout", "60")
+    me = "127.0.0.3"
     held = []
     for _ in range(8):
         s = socket.socket()
         s.settimeout(30)
+        s.bind((me, 0))
         s.connect(("127.0.0.1", srv.port))
         s.sendall(b"GET /healthz HTTP/1.1\r\n")  # an unfinished head: held in the gate
         held.append(s)
     # 40 more from the same address: every one refused, none served.
     for _ in range(40):
-        h, e = json_error(raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"), 429,
+        h, e = json_error(raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", src=me), 429,
                           "too_many_connections", what="9th connection")
         check(h.get("retry-after", "").isdigit(), "429 without Retry-After: %r" % h)
     # Another loopback address is another client.
     st, _, body = parse(raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", src="127.0.0.2"))
-    check(st == 200, "127.0.0.2 refused while 127.0.0.1 is at its limit: %d %r" % (st, body))
+    check(st == 200, "127.0.0.2 refused while %s is at its limit: %d %r" % (me, st, body))
     for s in held:
         s.close()
 
     def served():
-        return parse(raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))[0] == 200
-    wait_for(served, 30, "127.0.0.1 to be served again after closing its connections")
+        return parse(raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", src=me))[0] == 200
+    wait_for(served, 30, "%s to be served again after closing its connections" % me)
     # Finished requests give their slot back too.
     for _ in range(20):
-        check(srv.get("/healthz").status == 200, "sequential requests within the limit")
+        st, _, _ = parse(raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", src=me))
+        check(st == 200, "sequential requests within the limit: %d" % st)
 
 
 def test_max_connections():
     """At --max-connections served requests the next one is 503 JSON, not a
     silent close; a slot frees when a stream ends."""
-    srv = Server("--max-connections", "3", "--per-ip-connections", "0")
-    streams = []
-    for _ in range(3):
+    # A closed stream is noticed at its next heartbeat: one a second.
+    srv = Server("--max-connections", "3", "--per-ip-connections", "0", "--heartbeat", "1")
+    def open_stream():
+        # The harness's own last request may still hold a slot for a moment.
         s = socket.socket()
         s.settimeout(30)
         s.connect(("127.0.0.1", srv.port))
         s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
-        check(s.recv(4096).startswith(b"HTTP/1.1 200"), "stream accepted")
-        streams.append(s)
+        if s.recv(4096).startswith(b"HTTP/1.1 200"):
+            return s
+        s.close()
+        return None
+    streams = [wait_for(open_stream, 30, "a stream slot") for _ in range(3)]
     h, _ = json_error(raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"), 503, "too_many_connections",
                       what="a 4th connection")
     check(h.get("retry-after") == "1", "Retry-After: %r" % h)
