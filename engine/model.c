@@ -133,29 +133,58 @@ static inline float *P(const model *m, int i) { return i < 0 ? NULL : m->params 
 static inline float *G(const model *m, int i) { return i < 0 || !m->grads ? NULL : m->grads + m->t[i].off; }
 
 /* The weights the kernels compute with: the fp32 parameters, or with
- * 16-bit storage their 16-bit copy converted into the scratch span that
- * holds tensor i (load_span put it there; NULL would be an engine bug). */
-static inline float *W(const model *m, int i)
+ * 16-bit storage their 16-bit copy converted, on first use, into the
+ * scratch span that holds tensor i (load_span chose the span; NULL would
+ * be an engine bug). Matmul weights are not converted: kn_matmul16 reads
+ * them in 16 bits (W16). */
+static float *W(model *m, int i)
 {
     if (i < 0) return NULL;
     if (m->dt == KN_F32) return m->params + m->t[i].off;
-    size_t off = m->t[i].off;
+    size_t off = m->t[i].off, n = m->t[i].numel;
     for (int s = 0; s < 2; s++)
-        if (off >= m->span_off[s] && off + m->t[i].numel <= m->span_off[s] + m->span_n[s])
-            return m->wscr[s] + (off - m->span_off[s]);
+        if (m->span_n[s] && off >= m->span_off[s] && off + n <= m->span_off[s] + m->span_n[s]) {
+            float *p = m->wscr[s] + (off - m->span_off[s]);
+            if (m->wconv[i] != m->span_gen[s]) {
+                kn_convert(m->kn, p, KN_F32, (const char *)m->p16 + off * kn_dtype_size(m->dt), m->dt, n);
+                m->wconv[i] = m->span_gen[s];
+            }
+            return p;
+        }
     return NULL;
 }
 
-/* Tensors [lo, hi] of the table (contiguous in the layout) converted from
- * 16 bits into scratch slot `slot`; a span already there is kept. */
+static const void *W16(const model *m, int i)
+{
+    return i < 0 ? NULL : (const char *)m->p16 + m->t[i].off * kn_dtype_size(m->dt);
+}
+
+/* out[N,M] = x[N,K] W^T + b through the precision's matmul (weights wi,
+ * bias bi, -1 = none). */
+static void mm_fwd(model *m, float *out, const float *x, int wi, int bi, int N, int K, int M)
+{
+    if (m->dt == KN_F32) kn_matmul_fwd(m->kn, out, x, W(m, wi), W(m, bi), N, K, M);
+    else kn_matmul16_fwd(m->kn, m->dt, out, x, W16(m, wi), W(m, bi), N, K, M);
+}
+
+static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout, const float *x, int wi, int N, int K,
+                   int M)
+{
+    if (m->dt == KN_F32) kn_matmul_bwd(m->kn, dx, dw, db, dout, x, W(m, wi), N, K, M);
+    else kn_matmul16_bwd(m->kn, m->dt, dx, dw, db, dout, x, W16(m, wi), N, K, M);
+}
+
+/* Tensors [lo, hi] of the table (contiguous in the layout) become scratch
+ * slot `slot`'s span; W() converts them from 16 bits as they are used. A
+ * span already there is kept with what was converted. */
 static void load_span(model *m, int slot, int lo, int hi)
 {
     if (m->dt == KN_F32) return;
     size_t off = m->t[lo].off, n = m->t[hi].off + m->t[hi].numel - off;
     if (m->span_n[slot] && m->span_off[slot] == off && m->span_n[slot] == n) return;
-    kn_convert(m->kn, m->wscr[slot], KN_F32, (const char *)m->p16 + off * kn_dtype_size(m->dt), m->dt, n);
     m->span_off[slot] = off;
     m->span_n[slot] = n;
+    m->span_gen[slot] = ++m->span_counter; /* W converts each tensor again on first use */
 }
 
 /* First and last table index of layer l's tensors (built contiguously). */
@@ -189,6 +218,8 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
     if (span_floats(m, m->lnf_w, lnf_hi) > n0) n0 = span_floats(m, m->lnf_w, lnf_hi);
     n1 = m->t[m->wte].numel > m->t[m->lm_head].numel ? m->t[m->wte].numel : m->t[m->lm_head].numel;
     m->p16 = kn_alloc(m->kn, total * kn_dtype_size(dt));
+    m->wconv = calloc((size_t)m->nt, sizeof *m->wconv);
+    if (!m->wconv) return ty_err_set(err, TY_ENOMEM, "out of memory for the weight table");
     m->wscr[0] = kn_alloc(m->kn, n0 * sizeof(float));
     m->wscr[1] = kn_alloc(m->kn, n1 * sizeof(float));
     m->wscr_n[0] = n0;
@@ -270,6 +301,7 @@ void model_free(model *m)
     free(m->L);
     free(m->A);
     free(m->stash);
+    free(m->wconv);
     free(m->stash_lo);
     free(m->res3_stash);
     hfconfig_free(&m->cfg);
@@ -793,7 +825,7 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
         kn_layernorm_fwd(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w), W(m, L->ln2_b), N, C,
                          c->norm_eps);
         RND(a->ln2, (size_t)N * C);
-        kn_matmul_fwd(k, a->fc, a->ln2, W(m, L->fc_w), W(m, L->fc_b), N, C, F);
+        mm_fwd(m, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
         if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
         RND(a->fc, (size_t)N * F);
         kn_gelu_fwd(k, a->act, a->fc, (size_t)N * F);
@@ -802,10 +834,10 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
         /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
         kn_rmsnorm_fwd(k, a->ln2, a->ln2_rstd, a->res2, W(m, L->ln2_w), N, C, c->norm_eps);
         RND(a->ln2, (size_t)N * C);
-        kn_matmul_fwd(k, a->fc, a->ln2, W(m, L->fc_w), NULL, N, C, F);
+        mm_fwd(m, a->fc, a->ln2, L->fc_w, -1, N, C, F);
         if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
         RND(a->fc, (size_t)N * F);
-        kn_matmul_fwd(k, a->up, a->ln2, W(m, L->up_w), NULL, N, C, F);
+        mm_fwd(m, a->up, a->ln2, L->up_w, -1, N, C, F);
         if (m->lora) lora_fwd(m->lora, l, LS_UP, a->up, a->ln2, N);
         RND(a->up, (size_t)N * F);
         kn_swiglu_fwd(k, a->act, a->fc, a->up, (size_t)N * F);
@@ -830,7 +862,7 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
         kn_layernorm_fwd(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w), W(m, L->ln1_b), N, C, c->norm_eps);
         RND(a->ln1, (size_t)N * C);
-        kn_matmul_fwd(k, a->q, a->ln1, W(m, L->attn_w), W(m, L->attn_b), N, C, 3 * C);
+        mm_fwd(m, a->q, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
         if (m->lora) lora_fwd(m->lora, l, LS_ATTN, a->q, a->ln1, N);
         RND(a->q, (size_t)N * 3 * C);
         /* atty[N,C] = causal attention over heads of the fused rows */
@@ -839,13 +871,13 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
         kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, W(m, L->ln1_w), N, C, c->norm_eps);
         RND(a->ln1, (size_t)N * C);
-        kn_matmul_fwd(k, a->q, a->ln1, W(m, L->q_w), W(m, L->q_b), N, C, QD);
+        mm_fwd(m, a->q, a->ln1, L->q_w, L->q_b, N, C, QD);
         if (m->lora) lora_fwd(m->lora, l, LS_Q, a->q, a->ln1, N);
         RND(a->q, (size_t)N * QD);
-        kn_matmul_fwd(k, a->k, a->ln1, W(m, L->k_w), W(m, L->k_b), N, C, KD);
+        mm_fwd(m, a->k, a->ln1, L->k_w, L->k_b, N, C, KD);
         if (m->lora) lora_fwd(m->lora, l, LS_K, a->k, a->ln1, N);
         RND(a->k, (size_t)N * KD);
-        kn_matmul_fwd(k, a->v, a->ln1, W(m, L->v_w), W(m, L->v_b), N, C, KD);
+        mm_fwd(m, a->v, a->ln1, L->v_w, L->v_b, N, C, KD);
         if (m->lora) lora_fwd(m->lora, l, LS_V, a->v, a->ln1, N);
         RND(a->v, (size_t)N * KD);
         kn_rope_fwd(k, a->q, B, T, Hq, D, QD, c->rope_theta, 0);
@@ -856,14 +888,14 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
     }
     RND(a->atty, (size_t)N * QD);
     /* res2[N,C] = x + atty Wo^T + bo */
-    kn_matmul_fwd(k, m->tmp, a->atty, W(m, L->o_w), W(m, L->o_b), N, QD, C);
+    mm_fwd(m, m->tmp, a->atty, L->o_w, L->o_b, N, QD, C);
     if (m->lora) lora_fwd(m->lora, l, LS_O, m->tmp, a->atty, N);
     RND(m->tmp, (size_t)N * C);
     kn_add(k, a->res2, x, m->tmp, (size_t)N * C);
     RND(a->res2, (size_t)N * C);
     mlp_in_fwd(m, l, B, T);
     /* res3[N,C] = res2 + act Wproj^T + bproj */
-    kn_matmul_fwd(k, m->tmp, a->act, W(m, L->proj_w), W(m, L->proj_b), N, F, C);
+    mm_fwd(m, m->tmp, a->act, L->proj_w, L->proj_b, N, F, C);
     if (m->lora) lora_fwd(m->lora, l, LS_PROJ, m->tmp, a->act, N);
     RND(m->tmp, (size_t)N * C);
     kn_add(k, a->res3, a->res2, m->tmp, (size_t)N * C);
@@ -900,7 +932,7 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
     if (gpt2) kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b), N, C, c->norm_eps);
     else kn_rmsnorm_fwd(k, m->lnf, m->lnf_rstd, x, W(m, m->lnf_w), N, C, c->norm_eps);
     RND(m->lnf, (size_t)N * C);
-    kn_matmul_fwd(k, m->logits, m->lnf, W(m, m->lm_head), NULL, N, C, V);
+    mm_fwd(m, m->logits, m->lnf, m->lm_head, -1, N, C, V);
     RND(m->logits, (size_t)N * V);
 }
 
@@ -929,7 +961,7 @@ static void backward_from_logits(model *m, int B, int T)
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
     load_span(m, 1, m->lm_head, m->lm_head);
     kn_zero(k, m->dln, NC);
-    kn_matmul_bwd(k, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, W(m, m->lm_head), N, C, V);
+    mm_bwd(m, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, m->lm_head, N, C, V);
     RND(m->dln, NC);
     /* The last layer's output is still in the fp32 working set. */
     const float *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
@@ -957,7 +989,7 @@ static void backward_from_logits(model *m, int B, int T)
         /* dres holds d(res3); the residual passes it to res2 unchanged.
          * MLP branch: dact[N,F] = dres Wproj; dWproj += dres^T act */
         kn_zero(k, m->dact, NF);
-        kn_matmul_bwd(k, m->dact, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, W(m, L->proj_w), N, F, C);
+        mm_bwd(m, m->dact, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, L->proj_w, N, F, C);
         if (m->lora) lora_bwd(m->lora, l, LS_PROJ, m->dact, m->dres, a->act, N);
         RND(m->dact, NF);
         kn_zero(k, m->dfc, NF);
@@ -965,7 +997,7 @@ static void backward_from_logits(model *m, int B, int T)
         if (gpt2) {
             kn_gelu_bwd(k, m->dfc, m->dact, a->fc, NF);
             RND(m->dfc, NF);
-            kn_matmul_bwd(k, m->dln, G(m, L->fc_w), G(m, L->fc_b), m->dfc, a->ln2, W(m, L->fc_w), N, C, F);
+            mm_bwd(m, m->dln, G(m, L->fc_w), G(m, L->fc_b), m->dfc, a->ln2, L->fc_w, N, C, F);
             if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
             RND(m->dln, NC);
             kn_layernorm_bwd(k, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2, W(m, L->ln2_w), a->ln2_mean,
@@ -975,9 +1007,9 @@ static void backward_from_logits(model *m, int B, int T)
             kn_swiglu_bwd(k, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
             RND(m->dfc, NF);
             RND(m->dup, NF);
-            kn_matmul_bwd(k, m->dln, G(m, L->fc_w), NULL, m->dfc, a->ln2, W(m, L->fc_w), N, C, F);
+            mm_bwd(m, m->dln, G(m, L->fc_w), NULL, m->dfc, a->ln2, L->fc_w, N, C, F);
             if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
-            kn_matmul_bwd(k, m->dln, G(m, L->up_w), NULL, m->dup, a->ln2, W(m, L->up_w), N, C, F);
+            mm_bwd(m, m->dln, G(m, L->up_w), NULL, m->dup, a->ln2, L->up_w, N, C, F);
             if (m->lora) lora_bwd(m->lora, l, LS_UP, m->dln, m->dup, a->ln2, N);
             RND(m->dln, NC);
             kn_rmsnorm_bwd(k, m->dres, G(m, L->ln2_w), m->dln, a->res2, W(m, L->ln2_w), a->ln2_rstd, N, C);
@@ -985,7 +1017,7 @@ static void backward_from_logits(model *m, int B, int T)
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
         RND(m->dres, NC);
         kn_zero(k, m->datty, (size_t)N * QD);
-        kn_matmul_bwd(k, m->datty, G(m, L->o_w), G(m, L->o_b), m->dres, a->atty, W(m, L->o_w), N, QD, C);
+        mm_bwd(m, m->datty, G(m, L->o_w), G(m, L->o_b), m->dres, a->atty, L->o_w, N, QD, C);
         if (m->lora) lora_bwd(m->lora, l, LS_O, m->datty, m->dres, a->atty, N);
         RND(m->datty, (size_t)N * QD);
         kn_zero(k, m->dln, NC);
@@ -993,7 +1025,7 @@ static void backward_from_logits(model *m, int B, int T)
             kn_zero(k, m->dq, (size_t)N * 3 * C);
             kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
             RND(m->dq, (size_t)N * 3 * C);
-            kn_matmul_bwd(k, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, W(m, L->attn_w), N, C, 3 * C);
+            mm_bwd(m, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, L->attn_w, N, C, 3 * C);
             if (m->lora) lora_bwd(m->lora, l, LS_ATTN, m->dln, m->dq, a->ln1, N);
             RND(m->dln, NC);
             kn_layernorm_bwd(k, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x, W(m, L->ln1_w), a->ln1_mean,
@@ -1010,11 +1042,11 @@ static void backward_from_logits(model *m, int B, int T)
             kn_rope_bwd(k, m->dk, B, T, Hkv, D, KD, c->rope_theta, 0);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
-            kn_matmul_bwd(k, m->dln, G(m, L->q_w), G(m, L->q_b), m->dq, a->ln1, W(m, L->q_w), N, C, QD);
+            mm_bwd(m, m->dln, G(m, L->q_w), G(m, L->q_b), m->dq, a->ln1, L->q_w, N, C, QD);
             if (m->lora) lora_bwd(m->lora, l, LS_Q, m->dln, m->dq, a->ln1, N);
-            kn_matmul_bwd(k, m->dln, G(m, L->k_w), G(m, L->k_b), m->dk, a->ln1, W(m, L->k_w), N, C, KD);
+            mm_bwd(m, m->dln, G(m, L->k_w), G(m, L->k_b), m->dk, a->ln1, L->k_w, N, C, KD);
             if (m->lora) lora_bwd(m->lora, l, LS_K, m->dln, m->dk, a->ln1, N);
-            kn_matmul_bwd(k, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, W(m, L->v_w), N, C, KD);
+            mm_bwd(m, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, L->v_w, N, C, KD);
             if (m->lora) lora_bwd(m->lora, l, LS_V, m->dln, m->dv, a->ln1, N);
             RND(m->dln, NC);
             kn_rmsnorm_bwd(k, m->dres, G(m, L->ln1_w), m->dln, x, W(m, L->ln1_w), a->ln1_rstd, N, C);

@@ -93,6 +93,8 @@ typedef struct model {
     float *wscr[2];
     size_t wscr_n[2];
     size_t span_off[2], span_n[2]; /* loaded spans (in floats of the layout) */
+    unsigned span_gen[2], span_counter;
+    unsigned *wconv;      /* per tensor: span_gen of the span it was converted into */
     char *acts16;
     size_t n_acts16_bytes;
     model_stash *stash;   /* per layer l: entries [stash_lo[l], stash_lo[l+1]) */

@@ -117,6 +117,13 @@ KN_OPS(KN_PROTO)
  * kn_matmul_bwd: dx[N,K] += dout w; dw[M,K] += dout^T x; dbias[M] += sum_n
  *   dout. Any may be NULL.
  *
+ * kn_matmul16_fwd / kn_matmul16_bwd: the same products with w stored in
+ *   dt (bf16, fp16; KN_F32 is kn_matmul_*) and x / dout holding values dt
+ *   represents (the engine rounds them); fp32 results, fp32 accumulation.
+ *   bf16 runs on oneDNN's bf16 GEMM where the build has it and the CPU has
+ *   native code for it, else on converted weights and sgemm (measured:
+ *   docs/benchmarks.md). dx, dw, dbias accumulate; any may be NULL.
+ *
  * kn_rope_fwd: rotary position embedding, Hugging Face rotate-half, in
  *   place on x laid out [B, T, H, D] with row stride ld: for i < D/2,
  *   theta_i = pos * base^(-2i/D), pos = t + pos_offset,

@@ -53,6 +53,11 @@
       const float *bias, int N, int K, int M), (c, out, x, w, bias, N, K, M))                      \
     X(void, matmul_bwd, (kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,         \
       const float *x, const float *w, int N, int K, int M), (c, dx, dw, dbias, dout, x, w, N, K, M)) \
+    X(void, matmul16_fwd, (kn_ctx *c, kn_dtype dt, float *out, const float *x, const void *w,      \
+      const float *bias, int N, int K, int M), (c, dt, out, x, w, bias, N, K, M))                  \
+    X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *dbias,             \
+      const float *dout, const float *x, const void *w, int N, int K, int M),                      \
+      (c, dt, dx, dw, dbias, dout, x, w, N, K, M))                                                 \
     /* attention */                                                                                \
     X(void, rope_fwd, (kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,        \
       int pos_offset), (c, x, B, T, H, D, ld, base, pos_offset))                                   \

@@ -20,7 +20,15 @@ typedef struct cpu_state {
     float *rope_tab;
     int rope_pos, rope_D;
     float rope_base;
+    /* kn_matmul16 scratch (fp32 weights; 16-bit activations) and its
+     * oneDNN engine, stream and primitive cache (cpu_matmul16.c). */
+    void *mm_buf[3];
+    size_t mm_cap[3];
+    struct dnnl_state *dnnl;
 } cpu_state;
+
+/* Releases cpu_matmul16.c's oneDNN state (no-op without oneDNN). */
+void cpu_dnnl_free(kn_ctx *c);
 
 /* Loops shorter than this run on one thread: the fork costs more. */
 #define CPU_PAR_MIN 16384

@@ -19,16 +19,25 @@ static int cpu_open(kn_ctx *c, int device_index, ty_err *err)
     c->impl = calloc(1, sizeof(cpu_state));
     if (!c->impl)
         return ty_err_set(err, TY_ENOMEM, "out of memory opening a CPU kernel context");
-    snprintf(c->desc, sizeof c->desc, "cpu: %s, %d thread%s", cpu_blas_desc(), c->n_threads,
-             c->n_threads == 1 ? "" : "s");
+#ifdef TY_KN_HAVE_DNNL
+    const char *bf16 = ", bf16 matmul: onednn";
+#else
+    const char *bf16 = "";
+#endif
+    snprintf(c->desc, sizeof c->desc, "cpu: %s, %d thread%s%s", cpu_blas_desc(), c->n_threads,
+             c->n_threads == 1 ? "" : "s", bf16);
     return 0;
 }
 
 static void cpu_close(kn_ctx *c)
 {
     cpu_state *st = c->impl;
-    if (st)
+    if (st) {
+        cpu_dnnl_free(c);
         free(st->rope_tab);
+        for (int i = 0; i < 3; i++)
+            free(st->mm_buf[i]);
+    }
     free(st);
     c->impl = NULL;
 }

@@ -1055,6 +1055,77 @@ static void test_convert(void)
     kn_close(c);
 }
 
+/* kn_matmul16: 16-bit weights (oneDNN bf16 or converted + sgemm), inputs
+ * holding 16-bit values. Against double products of the same values:
+ * products are exact, only the fp32 summation order differs. Shapes cross
+ * oneDNN's and sgemm's blocking; the backward accumulates, NULLs skip. */
+static void run_matmul16(kn_dtype dt, int N, int K, int M, int with_bias)
+{
+    kn_ctx *c = open_cpu(2);
+    double *tmp;
+    float *x = frand(c, &tmp, (size_t)N * K, 1.0);
+    free(tmp);
+    float *w = frand(c, &tmp, (size_t)M * K, 0.5);
+    free(tmp);
+    float *g = frand(c, &tmp, (size_t)N * M, 1.0);
+    free(tmp);
+    float *b = with_bias ? frand(c, &tmp, M, 1.0) : NULL;
+    if (with_bias)
+        free(tmp);
+    kn_round(c, x, (size_t)N * K, dt);
+    kn_round(c, g, (size_t)N * M, dt);
+    uint16_t *w16 = kn_alloc(c, (size_t)M * K * 2);
+    kn_convert(c, w16, dt, w, KN_F32, (size_t)M * K);
+    kn_convert(c, w, KN_F32, w16, dt, (size_t)M * K); /* w: the 16-bit values, in fp32 */
+    double *ro = dzeros((size_t)N * M), *rdx = dzeros((size_t)N * K), *rdw = dzeros((size_t)M * K),
+           *rdb = dzeros(M);
+    for (int n = 0; n < N; n++)
+        for (int m = 0; m < M; m++) {
+            double a = b ? b[m] : 0.0;
+            for (int k = 0; k < K; k++)
+                a += (double)x[(size_t)n * K + k] * w[(size_t)m * K + k];
+            ro[(size_t)n * M + m] = a;
+            double gv = g[(size_t)n * M + m];
+            rdb[m] += 2 * gv;
+            for (int k = 0; k < K; k++) {
+                rdx[(size_t)n * K + k] += 2 * gv * w[(size_t)m * K + k];
+                rdw[(size_t)m * K + k] += 2 * gv * x[(size_t)n * K + k];
+            }
+        }
+    float *out = falloc(c, (size_t)N * M), *dx = falloc(c, (size_t)N * K), *dw = falloc(c, (size_t)M * K),
+          *db = falloc(c, M);
+    for (size_t i = 0; i < (size_t)N * M; i++)
+        out[i] = NAN; /* poisoned: every element written */
+    kn_matmul16_fwd(c, dt, out, x, w16, b, N, K, M);
+    check_close("matmul16 out", out, ro, (size_t)N * M, 1e-5, 1e-6);
+    /* Two backwards: the gradients accumulate (the reference is doubled);
+     * a third with only dbias must not touch dx / dw. */
+    kn_matmul16_bwd(c, dt, dx, dw, db, g, x, w16, N, K, M);
+    kn_matmul16_bwd(c, dt, dx, dw, db, g, x, w16, N, K, M);
+    check_close("matmul16 dx", dx, rdx, (size_t)N * K, 1e-5, 1e-6);
+    check_close("matmul16 dw", dw, rdw, (size_t)M * K, 1e-5, 1e-6);
+    check_close("matmul16 db", db, rdb, M, 1e-5, 1e-6);
+    float *dx2 = fcopy(c, dx, (size_t)N * K);
+    kn_matmul16_bwd(c, dt, NULL, NULL, db, g, x, w16, N, K, M);
+    check_same("matmul16 dx untouched", dx, dx2, (size_t)N * K);
+    /* The same call gives the same bits (the choice of path is fixed). */
+    float *out2 = falloc(c, (size_t)N * M);
+    kn_matmul16_fwd(c, dt, out2, x, w16, b, N, K, M);
+    check_same("matmul16 repeat", out2, out, (size_t)N * M);
+    ty_err err = {0};
+    CHECK(kn_check(c, &err) == 0, "matmul16: %s", err.msg);
+    free(ro), free(rdx), free(rdw), free(rdb);
+    kn_close(c);
+}
+
+static void test_matmul16(void)
+{
+    run_matmul16(KN_BF16, 37, 29, 53, 1);
+    run_matmul16(KN_BF16, 130, 70, 19, 0);
+    run_matmul16(KN_F16, 37, 29, 53, 1);
+    run_matmul16(KN_F16, 5, 64, 33, 0);
+}
+
 /* ---- activations ------------------------------------------------------- */
 
 typedef struct {
@@ -1389,6 +1460,7 @@ static const struct {
     {"matmul", test_matmul},       {"rope", test_rope},
     {"attention", test_attention}, {"attention_fused", test_attention_fused},
     {"attention_old", test_attention_old}, {"convert", test_convert},
+    {"matmul16", test_matmul16},
     {"gelu", test_gelu},           {"swiglu", test_swiglu},
     {"dropout", test_dropout},     {"crossentropy", test_crossentropy},
     {"adamw", test_adamw},         {"determinism", test_determinism},

@@ -1,0 +1,262 @@
+/* cpu_matmul16.c — matmul with 16-bit weights: oneDNN's bf16 GEMM, or
+ * convert + sgemm.
+ *
+ * kn_matmul16_* compute what kn_matmul_* compute with w stored in bf16 or
+ * fp16 and x / dout holding values that type represents (the engine rounds
+ * every activation and activation gradient it produces). Products of such
+ * values are exact in fp32 and the sums accumulate in fp32 either way, so
+ * the two paths differ only in summation order.
+ *
+ * Which path is faster was measured (bench/engine-cpu gemm-bf16,
+ * docs/benchmarks.md): on a CPU with AVX512-BF16, oneDNN's bf16 matmul
+ * (brgemm) beat converting the weights to fp32 for OpenBLAS sgemm by about
+ * 2x over the GPT-2 / Llama shapes. So bf16 goes to oneDNN when the build
+ * has it (TY_KN_HAVE_DNNL) and oneDNN picks a native implementation for
+ * this CPU; where it would only have its slow reference code, and for fp16
+ * (no AVX512-FP16 here), the weights are converted into a per-context fp32
+ * scratch and the sgemm kernels run. The choice is made once per shape and
+ * is the same on every call, so results are deterministic for a thread
+ * count, as the fp32 kernels are. oneDNN runs on the context's thread
+ * count (omp_set_num_threads before each call). */
+#include "cpu.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TY_KN_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+/* fp32 scratch for the converted weights (and, on the oneDNN path, the
+ * bf16 copies of x / dout), grown as needed; NULL + kn_fail when short. */
+static void *scratch(kn_ctx *c, int slot, size_t bytes)
+{
+    cpu_state *st = c->impl;
+    if (st->mm_cap[slot] < bytes) {
+        void *p = realloc(st->mm_buf[slot], bytes);
+        if (!p) {
+            kn_fail(c, TY_ENOMEM, "matmul16: out of memory for %zu bytes of scratch", bytes);
+            return NULL;
+        }
+        st->mm_buf[slot] = p;
+        st->mm_cap[slot] = bytes;
+    }
+    return st->mm_buf[slot];
+}
+
+#ifdef TY_KN_HAVE_DNNL
+
+enum { MM_FWD, MM_FWD_BIAS, MM_DX, MM_DW };
+
+/* One cached primitive per (kind, N, K, M). */
+typedef struct dnnl_mm {
+    int kind, N, K, M, native;
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t src, wei, bias, dst;
+} dnnl_mm;
+
+typedef struct dnnl_state {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    dnnl_mm *cache;
+    int n, cap;
+    int broken; /* oneDNN failed to initialise: convert + sgemm only */
+} dnnl_state;
+
+static dnnl_state *dn_state(kn_ctx *c)
+{
+    cpu_state *st = c->impl;
+    if (st->dnnl)
+        return st->dnnl;
+    dnnl_state *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    if (dnnl_engine_create(&d->eng, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&d->stream, d->eng, dnnl_stream_default_flags) != dnnl_success)
+        d->broken = 1;
+    st->dnnl = d;
+    return d;
+}
+
+/* The cached primitive for this product, creating it on first use; NULL
+ * when oneDNN has no native bf16 code for it here (then sgemm is used). */
+static dnnl_mm *dn_get(kn_ctx *c, int kind, int N, int K, int M)
+{
+    dnnl_state *d = dn_state(c);
+    if (!d || d->broken)
+        return NULL;
+    for (int i = 0; i < d->n; i++)
+        if (d->cache[i].kind == kind && d->cache[i].N == N && d->cache[i].K == K && d->cache[i].M == M)
+            return d->cache[i].native ? &d->cache[i] : NULL;
+    if (d->n == d->cap) {
+        int cap = d->cap ? 2 * d->cap : 16;
+        dnnl_mm *nc = realloc(d->cache, (size_t)cap * sizeof *nc);
+        if (!nc)
+            return NULL;
+        d->cache = nc;
+        d->cap = cap;
+    }
+    dnnl_mm *e = &d->cache[d->n++];
+    memset(e, 0, sizeof *e);
+    e->kind = kind, e->N = N, e->K = K, e->M = M;
+    /* Row-major everywhere: tag ab is [rows, cols], ba its transpose. */
+    dnnl_dims_t s, w, o;
+    dnnl_format_tag_t st_tag = dnnl_ab, wt_tag = dnnl_ab;
+    if (kind == MM_FWD || kind == MM_FWD_BIAS) { /* out[N,M] = x[N,K] w[M,K]^T */
+        s[0] = N, s[1] = K, w[0] = K, w[1] = M, o[0] = N, o[1] = M, wt_tag = dnnl_ba;
+    } else if (kind == MM_DX) { /* dx[N,K] += dout[N,M] w[M,K] */
+        s[0] = N, s[1] = M, w[0] = M, w[1] = K, o[0] = N, o[1] = K;
+    } else { /* dw[M,K] += dout[N,M]^T x[N,K] */
+        s[0] = M, s[1] = N, w[0] = N, w[1] = K, o[0] = M, o[1] = K, st_tag = dnnl_ba;
+    }
+    dnnl_dims_t b = {1, M};
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_memory_desc_init_by_tag(&e->src, 2, s, dnnl_bf16, st_tag) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&e->wei, 2, w, dnnl_bf16, wt_tag) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&e->dst, 2, o, dnnl_f32, dnnl_ab) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&e->bias, 2, b, dnnl_f32, dnnl_ab) == dnnl_success &&
+             dnnl_primitive_attr_create(&attr) == dnnl_success;
+    if (ok && (kind == MM_DX || kind == MM_DW)) /* the backward accumulates: dst += product */
+        ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    ok = ok && dnnl_matmul_desc_init(&md, &e->src, &e->wei, kind == MM_FWD_BIAS ? &e->bias : NULL, &e->dst) ==
+                   dnnl_success;
+    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, d->eng, NULL) == dnnl_success;
+    if (ok) {
+        const char *impl = NULL;
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+        /* Only native code is faster than sgemm; the reference loops are not. */
+        e->native = impl && strncmp(impl, "ref", 3) != 0;
+        ok = !e->native || dnnl_primitive_create(&e->prim, pd) == dnnl_success;
+        if (!ok)
+            e->native = 0;
+    }
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    return e->native ? e : NULL;
+}
+
+/* Runs a cached product; 0, or -1 after kn_fail. */
+static int dn_run(kn_ctx *c, dnnl_mm *e, void *src, const void *wei, const float *bias, float *dst)
+{
+    dnnl_state *d = dn_state(c);
+    dnnl_memory_t ms = NULL, mw = NULL, mb = NULL, mo = NULL;
+    int ok = dnnl_memory_create(&ms, &e->src, d->eng, src) == dnnl_success &&
+             dnnl_memory_create(&mw, &e->wei, d->eng, (void *)wei) == dnnl_success &&
+             dnnl_memory_create(&mo, &e->dst, d->eng, dst) == dnnl_success &&
+             (!bias || dnnl_memory_create(&mb, &e->bias, d->eng, (void *)bias) == dnnl_success);
+    if (ok) {
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, mo}, {DNNL_ARG_BIAS, mb}};
+        omp_set_num_threads(c->n_threads);
+        ok = dnnl_primitive_execute(e->prim, d->stream, bias ? 4 : 3, args) == dnnl_success &&
+             dnnl_stream_wait(d->stream) == dnnl_success;
+    }
+    dnnl_memory_destroy(ms);
+    dnnl_memory_destroy(mw);
+    dnnl_memory_destroy(mb);
+    dnnl_memory_destroy(mo);
+    if (!ok)
+        kn_fail(c, TY_EINTERNAL, "oneDNN bf16 matmul [%d x %d x %d] failed", e->N, e->K, e->M);
+    return ok ? 0 : -1;
+}
+
+void cpu_dnnl_free(kn_ctx *c)
+{
+    cpu_state *st = c->impl;
+    dnnl_state *d = st->dnnl;
+    if (!d)
+        return;
+    for (int i = 0; i < d->n; i++)
+        if (d->cache[i].prim)
+            dnnl_primitive_destroy(d->cache[i].prim);
+    free(d->cache);
+    if (d->stream)
+        dnnl_stream_destroy(d->stream);
+    if (d->eng)
+        dnnl_engine_destroy(d->eng);
+    free(d);
+    st->dnnl = NULL;
+}
+
+#else
+
+void cpu_dnnl_free(kn_ctx *c) { (void)c; }
+
+#endif
+
+/* w (dt) as fp32 in scratch slot 0; NULL after kn_fail. */
+static const float *weights_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
+{
+    if (dt == KN_F32)
+        return w;
+    float *w32 = scratch(c, 0, n * sizeof(float));
+    if (w32)
+        cpu_convert(c, w32, KN_F32, w, dt, n);
+    return w32;
+}
+
+void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, float *out, const float *x, const void *w,
+                      const float *bias, int N, int K, int M)
+{
+    if (N <= 0 || M <= 0)
+        return;
+#ifdef TY_KN_HAVE_DNNL
+    dnnl_mm *e = dt == KN_BF16 && K > 0 ? dn_get(c, bias ? MM_FWD_BIAS : MM_FWD, N, K, M) : NULL;
+    if (e) {
+        void *x16 = scratch(c, 1, (size_t)N * K * 2);
+        if (!x16)
+            return;
+        cpu_convert(c, x16, KN_BF16, x, KN_F32, (size_t)N * K);
+        dn_run(c, e, x16, w, bias, out);
+        return;
+    }
+#endif
+    const float *w32 = weights_f32(c, dt, w, (size_t)M * K);
+    if (w32)
+        cpu_matmul_fwd(c, out, x, w32, bias, N, K, M);
+}
+
+void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *dbias,
+                      const float *dout, const float *x, const void *w, int N, int K, int M)
+{
+    if (N <= 0 || M <= 0)
+        return;
+#ifdef TY_KN_HAVE_DNNL
+    dnnl_mm *ex = dt == KN_BF16 && dx && K > 0 ? dn_get(c, MM_DX, N, K, M) : NULL;
+    dnnl_mm *ew = dt == KN_BF16 && dw && K > 0 ? dn_get(c, MM_DW, N, K, M) : NULL;
+    if (ex || ew) {
+        uint16_t *g16 = scratch(c, 1, (size_t)N * M * 2), *x16 = ew ? scratch(c, 2, (size_t)N * K * 2) : NULL;
+        if (!g16 || (ew && !x16))
+            return;
+        cpu_convert(c, g16, KN_BF16, dout, KN_F32, (size_t)N * M);
+        if (ex && dn_run(c, ex, g16, w, NULL, dx))
+            return;
+        if (ew) {
+            cpu_convert(c, x16, KN_BF16, x, KN_F32, (size_t)N * K);
+            if (dn_run(c, ew, g16, x16, NULL, dw))
+                return;
+        }
+        /* What oneDNN did not take (dbias; a product without native code). */
+        if (dbias)
+            cpu_matmul_bwd(c, NULL, NULL, dbias, dout, x, NULL, N, K, M);
+        if ((dx && !ex) || (dw && !ew)) {
+            const float *w32 = weights_f32(c, dt, w, (size_t)M * K);
+            if (w32)
+                cpu_matmul_bwd(c, ex ? NULL : dx, ew ? NULL : dw, NULL, dout, x, w32, N, K, M);
+        }
+        return;
+    }
+#endif
+    const float *w32 = dx ? weights_f32(c, dt, w, (size_t)M * K) : NULL;
+    if (dx && !w32)
+        return;
+    cpu_matmul_bwd(c, dx, dw, dbias, dout, x, w32, N, K, M);
+}
