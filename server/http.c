@@ -642,8 +642,8 @@ int srv_token_main(int argc, char **argv)
     if (!name) {
         fputs("usage: trainyard token create NAME [--scope read,submit,admin] [--data-dir DIR]\n"
               "Prints a new API token once; the server keeps only its SHA-256.\n"
-              "Scopes: read (GET routes), submit (POST /jobs, cancel, pause, resume),\n"
-              "admin (DELETE /jobs/{id}); default all three.\n", stderr);
+              "Scopes: read (GET routes), submit (POST /jobs, cancel, pause, resume,\n"
+              "generate), admin (DELETE /jobs/{id}); default all three.\n", stderr);
         return 2;
     }
     unsigned mask;
