@@ -9,6 +9,7 @@
 
 import {api, openStream, followText} from './api.js';
 import {Chart} from './charts.js';
+import {tryBox} from './view-try.js';
 import {h, fill, stateBadge, allowedActions, TERMINAL, fmtLoss, fmtLr, fmtInt, fmtCount, fmtBytes, fmtCost,
   fmtDuration, fmtTime, modelLabel, gpuLabel} from './util.js';
 
@@ -78,6 +79,7 @@ export function mount(main, app, {id}) {
         charts.util.element, charts.mem.element)),
     h('section', null, h('h2', null, 'Checkpoints'),
       ckptTable, ckptEmpty),
+    tryBox(id),
     h('section', null, h('h2', null, 'Engine notices'), notices),
     h('section', null, h('h2', null, 'Log'), logPre),
     h('section', null, h('h2', null, 'Spec'), specPre));
