@@ -1,0 +1,409 @@
+/* test_table.c — one table of kernel cases, run against every backend the
+ * build contains (issue 10: device-independent kernel tests).
+ *
+ * Unlike test_kernels.c (CPU only: it reads kn_alloc'd memory directly),
+ * every case here goes through the device interface only: inputs are drawn
+ * on the host (uniform in +-[0.1, 1], never zero, so a kernel that skips
+ * work cannot pass by accident), copied in with kn_to_device, outputs are
+ * poisoned with NaN before the call, results come back with kn_to_host and
+ * are compared with a float64 reference written here, with the tolerance of
+ * the case's dtype (rtol and an absolute floor relative to the largest
+ * reference value):
+ *     fp32 1e-5 / 1e-6     bf16 1e-2 / 1e-3     fp16 2e-3 / 2e-4
+ * Accumulating ops start from random non-zero gradients, so the check
+ * covers "+=". Backends that cannot be opened (this build has no CUDA) are
+ * reported and skipped; the CPU always runs.
+ * Usage: test_kernels_table [case]  (ctest kernels.table). */
+#include "kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_fail;
+static uint64_t g_rng = 0x2545f4914f6cdd1dULL;
+
+static double draw(void) /* +-[0.1, 1) */
+{
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    double u = (double)(g_rng >> 11) / 9007199254740992.0;
+    double v = 0.1 + 0.9 * u;
+    return (g_rng & 1) ? v : -v;
+}
+
+static const struct {
+    double rtol, atol;
+} TOL[3] = {{1e-5, 1e-6}, {1e-2, 1e-3}, {2e-3, 2e-4}}; /* by kn_dtype */
+
+/* ---- host <-> device helpers ------------------------------------------- */
+
+typedef struct {
+    kn_ctx *c;
+    const char *dev, *name;
+} tc;
+
+static float *hrand(size_t n, double scale)
+{
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)(draw() * scale);
+    return h;
+}
+
+static void *dput(tc *t, const void *h, size_t bytes)
+{
+    void *d = kn_alloc(t->c, bytes ? bytes : 1);
+    if (h)
+        kn_to_device(t->c, d, h, bytes);
+    return d;
+}
+
+/* A device float buffer of n NaNs (an output that must be written). */
+static float *dpoison(tc *t, size_t n)
+{
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    float *d = dput(t, h, n * sizeof *h);
+    free(h);
+    return d;
+}
+
+/* Device result vs double reference under dtype dt's tolerance. */
+static void expect(tc *t, const char *what, const float *d, const double *want, size_t n, kn_dtype dt)
+{
+    float *h = malloc(n * sizeof *h);
+    kn_sync(t->c);
+    kn_to_host(t->c, h, d, n * sizeof *h);
+    double mx = 0;
+    for (size_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs(want[i]));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)h[i] - want[i]);
+        if (!(e <= TOL[dt].rtol * fabs(want[i]) + TOL[dt].atol * mx)) {
+            if (bad++ < 3)
+                fprintf(stderr, "FAIL %s %s %s[%zu]: got %.9g want %.9g\n", t->dev, t->name, what, i, h[i],
+                        want[i]);
+        }
+    }
+    g_fail += bad;
+    free(h);
+}
+
+static double *dvec(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+
+/* ---- cases ------------------------------------------------------------ */
+
+static void c_elementwise(tc *t)
+{
+    size_t n = 20011;
+    float *ha = hrand(n, 1), *hb = hrand(n, 1);
+    float *a = dput(t, ha, n * 4), *b = dput(t, hb, n * 4), *o = dpoison(t, n);
+    double *w = dvec(n);
+    kn_add(t->c, o, a, b, n);
+    for (size_t i = 0; i < n; i++)
+        w[i] = (double)ha[i] + hb[i];
+    expect(t, "add", o, w, n, KN_F32);
+    kn_axpy(t->c, a, b, n, 0.75f); /* a += 0.75 b */
+    for (size_t i = 0; i < n; i++)
+        w[i] = (double)ha[i] + 0.75 * hb[i];
+    expect(t, "axpy", a, w, n, KN_F32);
+    kn_scale(t->c, b, n, -1.5f);
+    for (size_t i = 0; i < n; i++)
+        w[i] = -1.5 * hb[i];
+    expect(t, "scale", b, w, n, KN_F32);
+    float *o2 = dpoison(t, n);
+    kn_copy(t->c, o2, b, n);
+    expect(t, "copy", o2, w, n, KN_F32);
+    double s = 0, ss = 0;
+    for (size_t i = 0; i < n; i++)
+        s += w[i], ss += w[i] * w[i];
+    double gs = kn_sum(t->c, b, n), gss = kn_sumsq(t->c, b, n);
+    if (fabs(gs - s) > 1e-9 * n || fabs(gss - ss) > 1e-9 * ss)
+        fprintf(stderr, "FAIL %s sum %.17g/%.17g vs %.17g/%.17g\n", t->dev, gs, gss, s, ss), g_fail++;
+    free(ha), free(hb), free(w);
+}
+
+static void c_convert(tc *t)
+{
+    size_t n = 5003;
+    float *h = hrand(n, 300.0);
+    float *x = dput(t, h, n * 4);
+    for (int dt = KN_BF16; dt <= KN_F16; dt++) {
+        void *d16 = dput(t, NULL, n * 2);
+        float *back = dpoison(t, n);
+        kn_convert(t->c, d16, (kn_dtype)dt, x, KN_F32, n);
+        kn_convert(t->c, back, KN_F32, d16, (kn_dtype)dt, n);
+        double *w = dvec(n);
+        for (size_t i = 0; i < n; i++)
+            w[i] = h[i];
+        expect(t, dt == KN_BF16 ? "convert bf16" : "convert fp16", back, w, n, (kn_dtype)dt);
+        free(w);
+    }
+    free(h);
+}
+
+static void c_embedding(tc *t)
+{
+    int V = 37, C = 19, N = 23;
+    float *ht = hrand((size_t)V * C, 1);
+    int32_t ids[23];
+    for (int i = 0; i < N; i++)
+        ids[i] = (i * 11 + 3) % V;
+    float *tab = dput(t, ht, (size_t)V * C * 4), *o = dpoison(t, (size_t)N * C);
+    int32_t *di = dput(t, ids, sizeof ids);
+    kn_embedding_fwd(t->c, o, di, tab, N, C, 0);
+    double *w = dvec((size_t)N * C);
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < C; j++)
+            w[(size_t)n * C + j] = ht[(size_t)ids[n] * C + j];
+    expect(t, "embedding", o, w, (size_t)N * C, KN_F32);
+    free(ht), free(w);
+}
+
+static void c_norms(tc *t)
+{
+    int N = 17, C = 45;
+    float *hx = hrand((size_t)N * C, 2), *hw = hrand(C, 1), *hb = hrand(C, 1);
+    float *x = dput(t, hx, (size_t)N * C * 4), *wgt = dput(t, hw, C * 4), *b = dput(t, hb, C * 4);
+    float *o = dpoison(t, (size_t)N * C), *mean = dpoison(t, N), *rstd = dpoison(t, N);
+    double *w = dvec((size_t)N * C), *wr = dvec(N);
+    kn_layernorm_fwd(t->c, o, mean, rstd, x, wgt, b, N, C, 1e-5f);
+    for (int n = 0; n < N; n++) {
+        double mu = 0, var = 0;
+        for (int j = 0; j < C; j++)
+            mu += hx[(size_t)n * C + j];
+        mu /= C;
+        for (int j = 0; j < C; j++)
+            var += (hx[(size_t)n * C + j] - mu) * (hx[(size_t)n * C + j] - mu);
+        double rs = 1.0 / sqrt(var / C + 1e-5);
+        wr[n] = rs;
+        for (int j = 0; j < C; j++)
+            w[(size_t)n * C + j] = (hx[(size_t)n * C + j] - mu) * rs * hw[j] + hb[j];
+    }
+    expect(t, "layernorm out", o, w, (size_t)N * C, KN_F32);
+    expect(t, "layernorm rstd", rstd, wr, N, KN_F32);
+    float *o2 = dpoison(t, (size_t)N * C), *r2 = dpoison(t, N);
+    kn_rmsnorm_fwd(t->c, o2, r2, x, wgt, N, C, 1e-6f);
+    for (int n = 0; n < N; n++) {
+        double ms = 0;
+        for (int j = 0; j < C; j++)
+            ms += (double)hx[(size_t)n * C + j] * hx[(size_t)n * C + j];
+        double rs = 1.0 / sqrt(ms / C + 1e-6);
+        wr[n] = rs;
+        for (int j = 0; j < C; j++)
+            w[(size_t)n * C + j] = hx[(size_t)n * C + j] * rs * hw[j];
+    }
+    expect(t, "rmsnorm out", o2, w, (size_t)N * C, KN_F32);
+    expect(t, "rmsnorm rstd", r2, wr, N, KN_F32);
+    free(hx), free(hw), free(hb), free(w), free(wr);
+}
+
+/* matmul in fp32 and with 16-bit weights (inputs rounded on the host to
+ * the dtype first, through the device's own convert). */
+static void c_matmul(tc *t)
+{
+    int N = 33, K = 47, M = 29;
+    for (int dt = KN_F32; dt <= KN_F16; dt++) {
+        float *hx = hrand((size_t)N * K, 1), *hw = hrand((size_t)M * K, 1), *hb = hrand(M, 1);
+        float *hg = hrand((size_t)N * M, 1), *hdx = hrand((size_t)N * K, 1), *hdw = hrand((size_t)M * K, 1);
+        float *x = dput(t, hx, (size_t)N * K * 4), *wf = dput(t, hw, (size_t)M * K * 4), *b = dput(t, hb, M * 4);
+        float *g = dput(t, hg, (size_t)N * M * 4);
+        void *w16 = NULL;
+        if (dt != KN_F32) { /* the values the op sees: rounded x, w, g */
+            kn_round(t->c, x, (size_t)N * K, (kn_dtype)dt);
+            kn_round(t->c, g, (size_t)N * M, (kn_dtype)dt);
+            w16 = dput(t, NULL, (size_t)M * K * 2);
+            kn_convert(t->c, w16, (kn_dtype)dt, wf, KN_F32, (size_t)M * K);
+            kn_convert(t->c, wf, KN_F32, w16, (kn_dtype)dt, (size_t)M * K);
+            kn_to_host(t->c, hx, x, (size_t)N * K * 4);
+            kn_to_host(t->c, hg, g, (size_t)N * M * 4);
+            kn_to_host(t->c, hw, wf, (size_t)M * K * 4);
+        }
+        float *o = dpoison(t, (size_t)N * M), *dx = dput(t, hdx, (size_t)N * K * 4),
+              *dw = dput(t, hdw, (size_t)M * K * 4);
+        if (dt == KN_F32) {
+            kn_matmul_fwd(t->c, o, x, wf, b, N, K, M);
+            kn_matmul_bwd(t->c, dx, dw, NULL, g, x, wf, N, K, M);
+        } else {
+            kn_matmul16_fwd(t->c, (kn_dtype)dt, o, x, w16, b, N, K, M);
+            kn_matmul16_bwd(t->c, (kn_dtype)dt, dx, dw, NULL, g, x, w16, N, K, M);
+        }
+        double *wo = dvec((size_t)N * M), *wdx = dvec((size_t)N * K), *wdw = dvec((size_t)M * K);
+        for (size_t i = 0; i < (size_t)N * K; i++)
+            wdx[i] = hdx[i];
+        for (size_t i = 0; i < (size_t)M * K; i++)
+            wdw[i] = hdw[i];
+        for (int n = 0; n < N; n++)
+            for (int m = 0; m < M; m++) {
+                double a = hb[m];
+                for (int k = 0; k < K; k++) {
+                    a += (double)hx[(size_t)n * K + k] * hw[(size_t)m * K + k];
+                    wdx[(size_t)n * K + k] += (double)hg[(size_t)n * M + m] * hw[(size_t)m * K + k];
+                    wdw[(size_t)m * K + k] += (double)hg[(size_t)n * M + m] * hx[(size_t)n * K + k];
+                }
+                wo[(size_t)n * M + m] = a;
+            }
+        /* Products of dt values are exact in fp32: fp32 tolerances hold. */
+        expect(t, "matmul out", o, wo, (size_t)N * M, KN_F32);
+        expect(t, "matmul dx (+=)", dx, wdx, (size_t)N * K, KN_F32);
+        expect(t, "matmul dw (+=)", dw, wdw, (size_t)M * K, KN_F32);
+        free(hx), free(hw), free(hb), free(hg), free(hdx), free(hdw), free(wo), free(wdx), free(wdw);
+    }
+}
+
+static void c_activations(tc *t)
+{
+    size_t n = 4099;
+    float *hx = hrand(n, 3), *hu = hrand(n, 2);
+    float *x = dput(t, hx, n * 4), *u = dput(t, hu, n * 4), *o = dpoison(t, n), *o2 = dpoison(t, n);
+    double *w = dvec(n);
+    kn_gelu_fwd(t->c, o, x, n);
+    for (size_t i = 0; i < n; i++) {
+        double v = hx[i];
+        w[i] = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    }
+    expect(t, "gelu", o, w, n, KN_F32);
+    kn_swiglu_fwd(t->c, o2, x, u, n);
+    for (size_t i = 0; i < n; i++)
+        w[i] = hx[i] / (1 + exp(-(double)hx[i])) * hu[i];
+    expect(t, "swiglu", o2, w, n, KN_F32);
+    free(hx), free(hu), free(w);
+}
+
+static void c_attention(tc *t)
+{
+    int B = 2, T = 70, Hq = 4, Hkv = 2, D = 8, ldq = Hq * D, ldkv = Hkv * D;
+    size_t nq = (size_t)B * T * ldq, nk = (size_t)B * T * ldkv, nl = (size_t)B * Hq * T;
+    float *hq = hrand(nq, 1), *hk = hrand(nk, 1), *hv = hrand(nk, 1);
+    float *q = dput(t, hq, nq * 4), *k = dput(t, hk, nk * 4), *v = dput(t, hv, nk * 4);
+    float *o = dpoison(t, nq), *lse = dpoison(t, nl);
+    kn_attention_fwd(t->c, o, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+    double *wo = dvec(nq), *wl = dvec(nl), *s = dvec(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hq; h++)
+            for (int i = 0; i < T; i++) {
+                int g = h / (Hq / Hkv);
+                double mx = -INFINITY, z = 0;
+                for (int j = 0; j <= i; j++) {
+                    double a = 0;
+                    for (int d = 0; d < D; d++)
+                        a += (double)hq[((size_t)b * T + i) * ldq + h * D + d] *
+                             hk[((size_t)b * T + j) * ldkv + g * D + d];
+                    s[j] = a / sqrt((double)D);
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j <= i; j++)
+                    z += exp(s[j] - mx);
+                wl[((size_t)b * Hq + h) * T + i] = mx + log(z);
+                for (int d = 0; d < D; d++) {
+                    double a = 0;
+                    for (int j = 0; j <= i; j++)
+                        a += exp(s[j] - mx) / z * hv[((size_t)b * T + j) * ldkv + g * D + d];
+                    wo[((size_t)b * T + i) * ldq + h * D + d] = a;
+                }
+            }
+    expect(t, "attention out", o, wo, nq, KN_F32);
+    expect(t, "attention lse", lse, wl, nl, KN_F32);
+    free(hq), free(hk), free(hv), free(wo), free(wl), free(s);
+}
+
+static void c_crossentropy(tc *t)
+{
+    int N = 11, V = 53;
+    float *hl = hrand((size_t)N * V, 4);
+    int32_t tg[11];
+    for (int n = 0; n < N; n++)
+        tg[n] = n == 4 ? -100 : (n * 17 + 1) % V;
+    float *l = dput(t, hl, (size_t)N * V * 4), *loss = dpoison(t, N), *dl = dpoison(t, (size_t)N * V);
+    int32_t *dt = dput(t, tg, sizeof tg);
+    kn_crossentropy_fwd_bwd(t->c, loss, dl, l, dt, N, V, 0.1f);
+    double *wl = dvec(N), *wd = dvec((size_t)N * V);
+    for (int n = 0; n < N; n++) {
+        if (tg[n] == -100)
+            continue;
+        double mx = -INFINITY, z = 0;
+        for (int j = 0; j < V; j++)
+            mx = fmax(mx, hl[(size_t)n * V + j]);
+        for (int j = 0; j < V; j++)
+            z += exp(hl[(size_t)n * V + j] - mx);
+        wl[n] = log(z) + mx - hl[(size_t)n * V + tg[n]];
+        for (int j = 0; j < V; j++)
+            wd[(size_t)n * V + j] = 0.1 * (exp(hl[(size_t)n * V + j] - mx) / z - (j == tg[n]));
+    }
+    expect(t, "crossentropy loss", loss, wl, N, KN_F32);
+    expect(t, "crossentropy dlogits", dl, wd, (size_t)N * V, KN_F32);
+    free(hl), free(wl), free(wd);
+}
+
+static void c_adamw(tc *t)
+{
+    size_t n = 3001;
+    float *hp = hrand(n, 1), *hg = hrand(n, 1), *hm = hrand(n, 0.1), *hv = hrand(n, 0.1);
+    for (size_t i = 0; i < n; i++)
+        hv[i] = fabsf(hv[i]);
+    float *p = dput(t, hp, n * 4), *g = dput(t, hg, n * 4), *m = dput(t, hm, n * 4), *v = dput(t, hv, n * 4);
+    kn_adamw(t->c, p, g, m, v, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3);
+    double *wp = dvec(n), *wm = dvec(n), *wv = dvec(n);
+    double bc1 = 1 - pow(0.9f, 3), bc2 = 1 - pow(0.999f, 3);
+    for (size_t i = 0; i < n; i++) {
+        double pi = hp[i] * (1 - 1e-2 * 0.1);
+        wm[i] = 0.9 * hm[i] + 0.1 * hg[i];
+        wv[i] = 0.999 * hv[i] + 0.001 * (double)hg[i] * hg[i];
+        wp[i] = pi - 1e-2 / bc1 * wm[i] / (sqrt(wv[i]) / sqrt(bc2) + 1e-8);
+    }
+    expect(t, "adamw p", p, wp, n, KN_F32);
+    expect(t, "adamw m", m, wm, n, KN_F32);
+    expect(t, "adamw v", v, wv, n, KN_F32);
+    free(hp), free(hg), free(hm), free(hv), free(wp), free(wm), free(wv);
+}
+
+static const struct {
+    const char *name;
+    void (*run)(tc *t);
+} CASES[] = {
+    {"elementwise", c_elementwise}, {"convert", c_convert},     {"embedding", c_embedding},
+    {"norms", c_norms},             {"matmul", c_matmul},       {"activations", c_activations},
+    {"attention", c_attention},     {"crossentropy", c_crossentropy}, {"adamw", c_adamw},
+};
+
+int main(int argc, char **argv)
+{
+    const struct {
+        kn_device dev;
+        const char *name;
+    } devs[] = {{KN_CPU, "cpu"}, {KN_CUDA, "cuda"}};
+    int ran = 0;
+    for (size_t d = 0; d < sizeof devs / sizeof *devs; d++) {
+        kn_ctx *c = NULL;
+        ty_err err = {0};
+        if (kn_open(&c, devs[d].dev, 0, 2, &err)) {
+            if (devs[d].dev == KN_CPU) {
+                fprintf(stderr, "FAIL: the CPU backend does not open: %s\n", err.msg);
+                return 1;
+            }
+            printf("skip %s: %s\n", devs[d].name, err.msg);
+            continue;
+        }
+        for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+            if (argc > 1 && strcmp(argv[1], CASES[i].name))
+                continue;
+            tc t = {c, devs[d].name, CASES[i].name};
+            int before = g_fail;
+            CASES[i].run(&t);
+            ty_err kerr = {0};
+            if (kn_check(c, &kerr))
+                fprintf(stderr, "FAIL %s %s: %s\n", devs[d].name, CASES[i].name, kerr.msg), g_fail++;
+            printf("%s %s %s\n", g_fail == before ? "ok  " : "FAIL", devs[d].name, CASES[i].name);
+            ran++;
+        }
+        kn_close(c);
+    }
+    if (!ran) {
+        fprintf(stderr, "no case ran\n");
+        return 2;
+    }
+    return g_fail ? 1 : 0;
+}
