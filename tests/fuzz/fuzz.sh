@@ -2,7 +2,10 @@
 # fuzz.sh — builds and runs the libFuzzer targets of tests/fuzz (docs/fuzzing.md).
 #
 #   fuzz.sh build DIR                 configure + build tests/fuzz with clang into DIR
-#   fuzz.sh run DIR TARGET SECONDS    fuzz one target for SECONDS
+#   fuzz.sh run DIR TARGET SECONDS [SEED]
+#                                     fuzz one target for SECONDS (SEED: libFuzzer's
+#                                     -seed; ctest passes a fixed one, so a CI run
+#                                     is repeatable; none = random, for make fuzz)
 #   fuzz.sh all DIR SECONDS [JOBS]    build, then every target, JOBS at a time
 #
 # A run starts from the seeds in tests/fuzz/corpus/TARGET (read only) plus
@@ -50,7 +53,8 @@ build() {
 }
 
 run() {
-  local dir="$1" t="$2" secs="$3"
+  local dir="$1" t="$2" secs="$3" seed=()
+  [ -n "${4:-}" ] && seed=(-seed="$4")
   local bin="$dir/build/fuzz_$t"
   if [ ! -x "$bin" ]; then
     find_clang >/dev/null || { echo "fuzz: clang is not installed; skipped"; exit 77; }
@@ -63,8 +67,12 @@ run() {
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:symbolize=1:${ASAN_OPTIONS:-}"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
   echo "fuzz: $t for ${secs}s (seeds $here/corpus/$t, corpus $work)"
+  # A dictionary of the format's words, where there is one, speeds the
+  # first minute up (field names the mutator would take long to spell).
+  local dict=()
+  [ -f "$here/dict/$t.dict" ] && dict=(-dict="$here/dict/$t.dict")
   local rc=0
-  "$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
+  "$bin" "${seed[@]}" "${dict[@]}" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
          -print_final_stats=1 -artifact_prefix="$art" "$work" "$here/corpus/$t" 2>"$dir/$t.log" || rc=$?
   # The full log is long (every new coverage line); show its tail, or all of
   # it from the first sanitizer/libFuzzer report on failure.
@@ -84,7 +92,7 @@ run() {
 cmd="${1:-}"
 case "$cmd" in
   build) build "$2" ;;
-  run) run "$2" "$3" "$4" ;;
+  run) run "$2" "$3" "$4" "${5:-}" ;;
   all)
     dir="$2" secs="$3" jobs="${4:-1}"
     build "$dir"

@@ -5,11 +5,13 @@
  * jobspec_to_json (what GET /jobs/{id} shows, and what the server hands the
  * engine) parses again to the same spec, since jobspec.h promises so and the
  * engine relies on it. The roots check runs too; it resolves paths, so it
- * only reads the file system. */
+ * only reads the file system. A model.init object goes on to the engine's
+ * config parser (engine/hfconfig.c), as the engine reads it. */
 #include <jansson.h>
 #include <string.h>
 
 #include "fuzz_util.h"
+#include "hfconfig.h"
 #include "jobspec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -34,6 +36,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     jobspec_free(&s2);
     free(txt);
     json_decref(j1);
+
+    if (s.model_init) {
+        model_config mc;
+        ty_err herr = {0};
+        if (hfconfig_parse(s.model_init, "model.init", &mc, &herr) == 0) {
+            json_t *ex = hfconfig_export(&mc);
+            FUZZ_ASSERT(ex, "hfconfig_export failed");
+            json_decref(ex);
+            hfconfig_free(&mc);
+        } else {
+            FUZZ_ASSERT(herr.msg[0], "a rejected model.init has no message");
+        }
+    }
 
     ty_err rerr = {0};
     if (jobspec_check_roots(&s, "/tmp/ty-fuzz-root:/srv/data", &rerr))
