@@ -112,6 +112,27 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
     json_t *rs = json_object_get(o, "rope_scaling");
     if (rs && !json_is_null(rs))
         return ty_err_field(err, TY_EINVAL, "rope_scaling", "%s: rope_scaling is not supported", w);
+    /* transformers 5 writes the RoPE settings as rope_parameters {rope_type,
+     * rope_theta, ...}: its theta counts when there is no top-level one, and
+     * a rope_type other than "default" (llama3, yarn, linear, ...) is a
+     * scaling the engine does not do. */
+    json_t *rp = json_object_get(o, "rope_parameters");
+    if (rp && !json_is_null(rp)) {
+        if (!json_is_object(rp))
+            return ty_err_field(err, TY_EINVAL, "rope_parameters", "%s: rope_parameters must be an object", w);
+        json_t *rt = json_object_get(rp, "rope_type");
+        if (rt && !json_is_null(rt) && (!json_is_string(rt) || strcmp(json_string_value(rt), "default")))
+            return ty_err_field(err, TY_EINVAL, "rope_parameters.rope_type",
+                                "%s: rope_parameters.rope_type \"%s\" (RoPE scaling) is not supported", w,
+                                json_is_string(rt) ? json_string_value(rt) : "?");
+        json_t *th = json_object_get(rp, "rope_theta");
+        if (th && !json_object_get(o, "rope_theta")) {
+            if (!json_is_number(th) || !(json_number_value(th) > 0))
+                return ty_err_field(err, TY_EINVAL, "rope_parameters.rope_theta",
+                                    "%s: rope_parameters.rope_theta must be a positive number", w);
+            c->rope_theta = (float)json_number_value(th);
+        }
+    }
     int flag = 0;
     if (is_qwen2) {
         c->qkv_bias = 1;

@@ -31,6 +31,31 @@ static int check_init(const srv_config *c, const jobspec *spec, ty_err *err)
     return 0;
 }
 
+/* A local model.path whose config.json is there already: read by the
+ * engine's own reader too, so a family or setting the engine does not
+ * support (model_type "gemma2", rope_scaling, mlp_bias, ...) is a 400
+ * naming the config field and the reason at submit, not a failed job.
+ * A directory that is not there yet (or a remote URI) is left to the
+ * engine, which checks the same when it starts. */
+static int check_model_dir(const jobspec *spec, ty_err *err)
+{
+    const char *p = spec->model_path;
+    if (!p || p[0] != '/') return 0;
+    char cfg[4200];
+    struct stat st;
+    snprintf(cfg, sizeof cfg, "%s/config.json", p);
+    if (stat(cfg, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    model_config mc;
+    ty_err e = {0};
+    if (hfconfig_load_dir(p, &mc, &e)) {
+        char field[sizeof err->field];
+        snprintf(field, sizeof field, "model.path%s%.100s", e.field[0] ? ":config.json." : "", e.field);
+        return ty_err_field(err, TY_EINVAL, field, "model.path: %s", e.msg);
+    }
+    hfconfig_free(&mc);
+    return 0;
+}
+
 /* A dataset that exists already must be a regular file: a FIFO would block
  * the engine, a device never ends. (The engine refuses them too, for
  * what appears after submit.) */
@@ -54,5 +79,6 @@ int srv_spec_check(const srv_config *c, const jobspec *spec, ty_err *err)
     if ((rc = check_kind("dataset.train", spec->train, err))) return rc;
     if ((rc = check_kind("dataset.eval", spec->eval, err))) return rc;
     if ((rc = jobspec_check_store_roots(spec, c->store_roots, err))) return rc;
+    if ((rc = check_model_dir(spec, err))) return rc;
     return check_init(c, spec, err);
 }

@@ -27,8 +27,10 @@ def tiny_config(arch, vocab=97):
     kw = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
               max_position_embeddings=64, attention_dropout=0.0, **common)
     if arch == "llama":
+        # A theta other than the default: transformers 5 writes it inside
+        # rope_parameters, which the engine must read.
         return transformers.LlamaConfig(num_key_value_heads=2, tie_word_embeddings=False,
-                                        rope_theta=10000.0, **kw)
+                                        rope_theta=500000.0, **kw)
     if arch == "mistral":
         return transformers.MistralConfig(num_key_value_heads=1, tie_word_embeddings=False,
                                           sliding_window=None, **kw)
