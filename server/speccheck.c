@@ -5,6 +5,7 @@
  * now instead of a failed job later, bounded by --max-params. */
 #include "server.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -45,12 +46,21 @@ static int check_model_dir(const jobspec *spec, ty_err *err)
     struct stat st;
     snprintf(cfg, sizeof cfg, "%s/config.json", p);
     if (stat(cfg, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    /* Only a JSON object is judged here: a file that does not parse is the
+     * engine's to report (its messages are kept free of file contents). */
+    json_t *o = json_load_file(cfg, 0, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return 0;
+    }
     model_config mc;
     ty_err e = {0};
-    if (hfconfig_load_dir(p, &mc, &e)) {
+    int rc = hfconfig_parse(o, "config.json", &mc, &e);
+    json_decref(o);
+    if (rc) {
         char field[sizeof err->field];
         snprintf(field, sizeof field, "model.path%s%.100s", e.field[0] ? ":config.json." : "", e.field);
-        return ty_err_field(err, TY_EINVAL, field, "model.path: %s", e.msg);
+        return ty_err_field(err, TY_EINVAL, field, "model.path %s: %s", p, e.msg);
     }
     hfconfig_free(&mc);
     return 0;
