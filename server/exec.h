@@ -31,12 +31,17 @@ void gpu_inv_free(gpu_inv *g);
 
 typedef struct sched sched;
 
-/* Recovers jobs a previous server left starting/running/stopping, then
- * starts the scheduling and GPU sampling threads. */
+/* Settles the jobs a previous server left starting/running/stopping (queued
+ * again, or their recorded intent) and signals their orphaned engines, so
+ * the API never shows them running without an engine; then starts the
+ * scheduling thread (which waits once for those engines, reconciles their
+ * checkpoints and lets them start again) and the GPU sampling thread. */
 sched *sched_new(srv *s, ty_err *err);
 /* Something changed (submit, resume): schedule now. */
 void sched_wake(sched *x);
-/* API actions; TY_ENOENT / TY_ESTATE with a message for the client. */
+/* API actions; TY_ENOENT / TY_ESTATE with a message for the client. A job
+ * recovery has not reached yet is queued: cancel ends it at once, pause is
+ * accepted and lands when recovery reaches it. */
 int sched_cancel(sched *x, int64_t id, ty_err *err);
 int sched_pause(sched *x, int64_t id, ty_err *err);
 int sched_resume(sched *x, int64_t id, ty_err *err);

@@ -7,7 +7,16 @@
  * to cancel or pause. A second thread samples the GPUs. Downloads before a
  * start (a resume checkpoint, remote inputs) run on a fetch thread per job
  * while the job holds its slot in `starting`, so one slow download never
- * stalls the other jobs' starts or pipes. */
+ * stalls the other jobs' starts or pipes.
+ *
+ * Nothing is lost across a restart or a crash (docs/server.md, "Shutdown
+ * and recovery"): engines die with the server (TY_SUPERVISOR_PID); a
+ * shutdown waits up to the grace period for their final checkpoints and
+ * requeues their jobs; a start settles every job a killed server left live
+ * before the API answers (recover_mark) and waits once for all orphaned
+ * engines (recover_finish); every run's end and every start reconcile the
+ * job's checkpoints with its directory (recovery.c); a final transition
+ * that cannot be written is retried until it lands (settle, check_pending). */
 #include "exec.h"
 
 #include <dirent.h>
