@@ -125,7 +125,11 @@ static int http_call(const cli_ctx *c, const char *method, const char *path, con
         return CLI_EXIT_FAILED;
     }
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+    /* A generation waits in the server's queue and may run up to its 600 s
+     * time limit; everything else answers at once. */
+    size_t pl = strlen(path);
+    int gen = pl > 9 && !strcmp(path + pl - 9, "/generate");
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, gen ? 900L : 60L);
     if (body) {
         hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);

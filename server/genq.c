@@ -266,6 +266,11 @@ void genq_shutdown(void)
     pthread_join(G.th, NULL);
 }
 
+void genq_release(void *task)
+{
+    task_free(task);
+}
+
 /* ---- the request ------------------------------------------------------------------------ */
 
 static enum MHD_Result answer(http_req *q)

@@ -453,6 +453,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     http_req *q = *con_cls;
     if (!q) return;
+    if (q->gen) genq_release(q->gen); /* a generate request whose client left */
     free(q->body);
     free(q);
     *con_cls = NULL;
