@@ -71,5 +71,13 @@ extern const kn_backend kn_cpu_backend;
 #ifdef TY_KN_HAVE_CUDA
 extern const kn_backend kn_cuda_backend;
 #endif
+/* The test-only emulated CUDA backend (kernels/cuda/emu): the CUDA sources
+ * compiled by the host compiler. Linked into test programs only. */
+extern const kn_backend kn_cuda_emu_backend;
+
+/* kn_open with an explicit table: how tests open `cuda-emu` (as device
+ * KN_CUDA), and what kn_open does after choosing the table. */
+int kn_open_backend(kn_ctx **out, const kn_backend *be, kn_device dev, int device_index,
+                    int n_threads, ty_err *err);
 
 #endif

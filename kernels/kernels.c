@@ -118,6 +118,13 @@ int kn_open(kn_ctx **out, kn_device dev, int device_index, int n_threads, ty_err
 #endif
     } else
         return ty_err_set(err, TY_EINVAL, "unknown kernel device %d", (int)dev);
+    return kn_open_backend(out, be, dev, device_index, n_threads, err);
+}
+
+int kn_open_backend(kn_ctx **out, const kn_backend *be, kn_device dev, int device_index,
+                    int n_threads, ty_err *err)
+{
+    *out = NULL;
     if (n_threads < 0)
         return ty_err_set(err, TY_EINVAL, "n_threads must be >= 0, got %d", n_threads);
     /* A backend that left an op out of its table is refused here, by name,

@@ -15,6 +15,9 @@
  * reported and skipped; the CPU always runs.
  * Usage: test_kernels_table [case]  (ctest kernels.table). */
 #include "kernels.h"
+#ifdef TY_TEST_CUDA_EMU
+#include "backend.h" /* kn_open_backend, kn_cuda_emu_backend */
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -374,12 +377,20 @@ int main(int argc, char **argv)
     const struct {
         kn_device dev;
         const char *name;
-    } devs[] = {{KN_CPU, "cpu"}, {KN_CUDA, "cuda"}};
+    } devs[] = {{KN_CPU, "cpu"}, {KN_CUDA, "cuda"}, {KN_CUDA, "cuda-emu"}};
     int ran = 0;
     for (size_t d = 0; d < sizeof devs / sizeof *devs; d++) {
         kn_ctx *c = NULL;
         ty_err err = {0};
-        if (kn_open(&c, devs[d].dev, 0, 2, &err)) {
+        int orc;
+#ifdef TY_TEST_CUDA_EMU
+        if (!strcmp(devs[d].name, "cuda-emu"))
+            orc = kn_open_backend(&c, &kn_cuda_emu_backend, KN_CUDA, 0, 2, &err);
+        else
+#endif
+            orc = strcmp(devs[d].name, "cuda-emu") ? kn_open(&c, devs[d].dev, 0, 2, &err)
+                                                   : ty_err_set(&err, TY_EINVAL, "not linked");
+        if (orc) {
             if (devs[d].dev == KN_CPU) {
                 fprintf(stderr, "FAIL: the CPU backend does not open: %s\n", err.msg);
                 return 1;

@@ -1,0 +1,335 @@
+/* cuda_attention.cu — RoPE and causal attention with grouped-query heads.
+ *
+ * Attention follows FlashAttention-2's scheme: nothing of size T x T
+ * exists, the forward keeps only out and lse = log sum_j exp(s_ij).
+ *  - Forward: a block owns ATT_BR query rows of one (batch, query head),
+ *    one thread per row holding its q row and output accumulator. Key and
+ *    value tiles of BC rows up to the block's last causal column are
+ *    staged in shared memory; each thread scores the tile, rescales its
+ *    running (max, sum, accumulator) once per tile (online softmax), and
+ *    at the end writes out = acc / l and lse = max + log l.
+ *  - Backward, deterministic without atomics, in two kernels that each own
+ *    their outputs: dq (a thread per query row walks the key tiles, as the
+ *    forward) and dk/dv (a thread per key row of a kv head walks every
+ *    query head of its group and the query tiles below the diagonal, Q
+ *    and dO staged in shared memory). Both rebuild P = exp(S - lse) and use
+ *    dS = P (dP - D_i) scale with D_i = rowsum(dO_i * O_i), which needs no
+ *    whole row of P. The price next to FA2's single pass is computing
+ *    the scores twice; the gain is no dq atomics and exact repeatability.
+ * Head dims up to 256 (per-thread rows in registers/local memory, sized by
+ * template: 64, 128, 256). This is the correct, tiled baseline; warp-level
+ * MMA tiles are the GPU tuning step left for a machine that can measure. */
+#include "kn_cuda.cuh"
+
+namespace KN_NS {
+
+/* ---- RoPE (Hugging Face rotate-half, fp32 angles as HF computes them) ---- */
+
+__global__ void k_rope(float *x, int T, int H, int D, int ld, float base, int pos_offset,
+                       float dir, size_t total)
+{
+    int half = D / 2;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(e % half);
+        size_t rest = e / half;
+        int h = (int)(rest % H);
+        size_t bt = rest / H;
+        float pos = (float)((int)(bt % T) + pos_offset);
+        float ang = pos * (1.0f / powf(base, (float)(2 * i) / (float)D));
+        float co = cosf(ang), si = dir * sinf(ang);
+        float *r = x + bt * ld + (size_t)h * D;
+        float a = r[i], b = r[i + half];
+        r[i] = a * co - b * si;
+        r[i + half] = b * co + a * si;
+    }
+}
+
+static void rope(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,
+                 int pos_offset, float dir)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || D < 2)
+        return;
+    size_t total = (size_t)B * T * H * (D / 2);
+    KN_LAUNCH(k_rope, kn_blocks(total, 256), 256, 0, c, x, T, H, D, ld, base, pos_offset, dir,
+              total);
+}
+void cuda_rope_fwd(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,
+                   int pos_offset)
+{
+    rope(c, x, B, T, H, D, ld, base, pos_offset, 1.0f);
+}
+void cuda_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,
+                   int pos_offset)
+{
+    rope(c, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+#define ATT_BR 32 /* query rows per block (one per thread) */
+
+template <int DM> struct att_tile {
+    static const int BC = DM <= 128 ? 32 : 16; /* staged rows: 2*BC*DM*4 <= 32 KiB */
+};
+
+__device__ __forceinline__ float dot_row(const float *a, const float *b, int D)
+{
+    float s = 0;
+    for (int d = 0; d < D; d++)
+        s += a[d] * b[d];
+    return s;
+}
+
+/* Stages rows [r0, r0+BC) of a [B,T,H,D] tensor with row stride ld into
+ * sm[BC][D] (rows past T as zeros). */
+__device__ __forceinline__ void stage(float *sm, const float *src, int r0, int BC, int T, int D,
+                                      int ld)
+{
+    for (int e = threadIdx.x; e < BC * D; e += blockDim.x) {
+        int r = e / D, d = e % D;
+        sm[e] = r0 + r < T ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+    }
+}
+
+template <int DM>
+__global__ void k_attn_fwd(float *out, float *lse, const float *q, const float *k,
+                           const float *v, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
+                           float scale)
+{
+    const int BC = att_tile<DM>::BC;
+    KN_DYN_SHARED(float, sm);
+    float *Ks = sm, *Vs = sm + BC * D;
+    int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
+    int i0 = blockIdx.x * ATT_BR, i = i0 + threadIdx.x;
+    bool live = i < T;
+    const float *kb = k + (size_t)b * T * ldkv + (size_t)hk * D;
+    const float *vb = v + (size_t)b * T * ldkv + (size_t)hk * D;
+    float qi[DM], acc[DM], s[BC];
+    for (int d = 0; d < D; d++) {
+        qi[d] = live ? q[((size_t)b * T + i) * ldq + (size_t)h * D + d] : 0.0f;
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    int last = min(T - 1, i0 + ATT_BR - 1);
+    for (int j0 = 0; j0 <= last; j0 += BC) {
+        __syncthreads(); /* the previous tile is consumed */
+        stage(Ks, kb, j0, BC, T, D, ldkv);
+        stage(Vs, vb, j0, BC, T, D, ldkv);
+        __syncthreads();
+        if (!live || j0 > i)
+            continue;
+        int n = min(BC, i - j0 + 1);
+        float tmax = -INFINITY;
+        for (int r = 0; r < n; r++) {
+            s[r] = dot_row(qi, Ks + r * D, D) * scale;
+            tmax = fmaxf(tmax, s[r]);
+        }
+        float mnew = fmaxf(m, tmax);
+        float corr = expf(m - mnew); /* 0 on the first tile (m = -inf) */
+        l *= corr;
+        for (int d = 0; d < D; d++)
+            acc[d] *= corr;
+        for (int r = 0; r < n; r++) {
+            float p = expf(s[r] - mnew);
+            l += p;
+            const float *vr = Vs + r * D;
+            for (int d = 0; d < D; d++)
+                acc[d] += p * vr[d];
+        }
+        m = mnew;
+    }
+    if (!live)
+        return;
+    float inv = 1.0f / l;
+    float *o = out + ((size_t)b * T + i) * Hq * D + (size_t)h * D;
+    for (int d = 0; d < D; d++)
+        o[d] = acc[d] * inv;
+    lse[((size_t)b * Hq + h) * T + i] = m + logf(l);
+}
+
+template <int DM>
+__global__ void k_attn_bwd_dq(float *dq, const float *dout, const float *out, const float *lse,
+                              const float *q, const float *k, const float *v, int T, int Hq,
+                              int Hkv, int D, int ldq, int ldkv, float scale)
+{
+    const int BC = att_tile<DM>::BC;
+    KN_DYN_SHARED(float, sm);
+    float *Ks = sm, *Vs = sm + BC * D;
+    int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
+    int i0 = blockIdx.x * ATT_BR, i = i0 + threadIdx.x;
+    bool live = i < T;
+    const float *kb = k + (size_t)b * T * ldkv + (size_t)hk * D;
+    const float *vb = v + (size_t)b * T * ldkv + (size_t)hk * D;
+    size_t orow = ((size_t)b * T + i) * Hq * D + (size_t)h * D;
+    float qi[DM], doi[DM], dqi[DM];
+    float Di = 0.0f, L = 0.0f;
+    if (live) {
+        for (int d = 0; d < D; d++) {
+            qi[d] = q[((size_t)b * T + i) * ldq + (size_t)h * D + d];
+            doi[d] = dout[orow + d];
+            dqi[d] = 0.0f;
+            Di += doi[d] * out[orow + d];
+        }
+        L = lse[((size_t)b * Hq + h) * T + i];
+    }
+    int last = min(T - 1, i0 + ATT_BR - 1);
+    for (int j0 = 0; j0 <= last; j0 += BC) {
+        __syncthreads();
+        stage(Ks, kb, j0, BC, T, D, ldkv);
+        stage(Vs, vb, j0, BC, T, D, ldkv);
+        __syncthreads();
+        if (!live || j0 > i)
+            continue;
+        int n = min(BC, i - j0 + 1);
+        for (int r = 0; r < n; r++) {
+            const float *kr = Ks + r * D;
+            float p = expf(dot_row(qi, kr, D) * scale - L);
+            float ds = p * (dot_row(doi, Vs + r * D, D) - Di) * scale;
+            for (int d = 0; d < D; d++)
+                dqi[d] += ds * kr[d];
+        }
+    }
+    if (!live)
+        return;
+    float *dst = dq + ((size_t)b * T + i) * ldq + (size_t)h * D;
+    for (int d = 0; d < D; d++)
+        dst[d] += dqi[d];
+}
+
+template <int DM>
+__global__ void k_attn_bwd_dkdv(float *dk, float *dv, const float *dout, const float *out,
+                                const float *lse, const float *q, const float *k, const float *v,
+                                int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale)
+{
+    const int BQ = att_tile<DM>::BC;
+    KN_DYN_SHARED(float, sm);
+    float *Qs = sm, *Os = sm + BQ * D, *Ls = sm + 2 * BQ * D, *Dd = Ls + BQ;
+    int b = blockIdx.z, hk = blockIdx.y, group = Hq / Hkv;
+    int j0 = blockIdx.x * ATT_BR, j = j0 + threadIdx.x;
+    bool live = j < T;
+    size_t krow = ((size_t)b * T + j) * ldkv + (size_t)hk * D;
+    float kj[DM], vj[DM], dkj[DM], dvj[DM];
+    for (int d = 0; d < D; d++) {
+        kj[d] = live ? k[krow + d] : 0.0f;
+        vj[d] = live ? v[krow + d] : 0.0f;
+        dkj[d] = dvj[d] = 0.0f;
+    }
+    for (int h = hk * group; h < (hk + 1) * group; h++) {
+        const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
+        const float *ob = dout + (size_t)b * T * Hq * D + (size_t)h * D;
+        for (int i0 = j0; i0 < T; i0 += BQ) {
+            __syncthreads();
+            stage(Qs, qb, i0, BQ, T, D, ldq);
+            stage(Os, ob, i0, BQ, T, D, Hq * D);
+            for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
+                int i = i0 + r;
+                float di = 0.0f, li = 0.0f;
+                if (i < T) {
+                    size_t orow = ((size_t)b * T + i) * Hq * D + (size_t)h * D;
+                    for (int d = 0; d < D; d++)
+                        di += dout[orow + d] * out[orow + d];
+                    li = lse[((size_t)b * Hq + h) * T + i];
+                }
+                Dd[r] = di;
+                Ls[r] = li;
+            }
+            __syncthreads();
+            if (!live)
+                continue;
+            for (int r = 0; r < BQ; r++) {
+                int i = i0 + r;
+                if (i < j || i >= T)
+                    continue;
+                const float *qr = Qs + r * D, *dor = Os + r * D;
+                float p = expf(dot_row(qr, kj, D) * scale - Ls[r]);
+                float ds = p * (dot_row(dor, vj, D) - Dd[r]) * scale;
+                for (int d = 0; d < D; d++) {
+                    dvj[d] += p * dor[d];
+                    dkj[d] += ds * qr[d];
+                }
+            }
+        }
+    }
+    if (!live)
+        return;
+    for (int d = 0; d < D; d++) {
+        if (dk)
+            dk[krow + d] += dkj[d];
+        if (dv)
+            dv[krow + d] += dvj[d];
+    }
+}
+
+template <int DM>
+static void attn_fwd(kn_ctx *c, float *out, float *lse, const float *q, const float *k,
+                     const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+{
+    const int BC = att_tile<DM>::BC;
+    dim3 grid((T + ATT_BR - 1) / ATT_BR, Hq, B);
+    size_t smem = 2 * (size_t)BC * D * sizeof(float);
+    float scale = 1.0f / sqrtf((float)D);
+    KN_LAUNCH(k_attn_fwd<DM>, grid, ATT_BR, smem, c, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv,
+              scale);
+}
+
+template <int DM>
+static void attn_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout,
+                     const float *out, const float *lse, const float *q, const float *k,
+                     const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+{
+    const int BC = att_tile<DM>::BC;
+    float scale = 1.0f / sqrtf((float)D);
+    if (dq) {
+        dim3 grid((T + ATT_BR - 1) / ATT_BR, Hq, B);
+        KN_LAUNCH(k_attn_bwd_dq<DM>, grid, ATT_BR, 2 * (size_t)BC * D * sizeof(float), c, dq,
+                  dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale);
+    }
+    if (dk || dv) {
+        dim3 grid((T + ATT_BR - 1) / ATT_BR, Hkv, B);
+        size_t smem = (2 * (size_t)BC * D + 2 * BC) * sizeof(float);
+        KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, ATT_BR, smem, c, dk, dv, dout, out, lse, q, k, v, T,
+                  Hq, Hkv, D, ldq, ldkv, scale);
+    }
+}
+
+static int attn_shape_ok(kn_ctx *c, int B, int T, int Hq, int Hkv, int D)
+{
+    if (B <= 0 || T <= 0)
+        return 0;
+    if (Hq <= 0 || Hkv <= 0 || Hq % Hkv || D <= 0 || D > 256) {
+        kn_fail(c, TY_EINVAL, "attention: unsupported heads %d/%d or head dim %d (max 256)", Hq,
+                Hkv, D);
+        return 0;
+    }
+    return 1;
+}
+
+void cuda_attention_fwd(kn_ctx *c, float *out, float *lse, const float *q, const float *k,
+                        const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+{
+    if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
+        return;
+    if (D <= 64)
+        attn_fwd<64>(c, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+    else if (D <= 128)
+        attn_fwd<128>(c, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+    else
+        attn_fwd<256>(c, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+}
+
+void cuda_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout,
+                        const float *out, const float *lse, const float *q, const float *k,
+                        const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+{
+    if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
+        return;
+    if (D <= 64)
+        attn_bwd<64>(c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+    else if (D <= 128)
+        attn_bwd<128>(c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+    else
+        attn_bwd<256>(c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+}
+
+} // namespace KN_NS

@@ -1,0 +1,146 @@
+/* cuda_backend.cu — the CUDA device: context, memory, copies, the table.
+ *
+ * Opening a context selects the GPU, creates one stream (every op and copy
+ * is queued on it, in order), a cuBLASLt handle with its workspace and the
+ * small reduction buffer, all allocated here once so no op allocates.
+ * Copies are asynchronous on the stream; to_host waits for its copy, since
+ * the caller reads the host buffer next. A runtime error in any call is
+ * recorded on the context (kn_fail), never handled by computing something
+ * else. Built twice: by nvcc as `cuda` and by the host compiler as the
+ * test-only `cuda-emu` (kn_cuda.cuh). */
+#include "kn_cuda.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+namespace KN_NS {
+
+#define LT_WORKSPACE (32u << 20) /* cuBLASLt's recommendation for Hopper */
+
+static void st_free(cuda_state *st)
+{
+    if (!st)
+        return;
+    kn_cuda_gemm_plans_free(st);
+    if (st->lt)
+        cublasLtDestroy(st->lt);
+    if (st->lt_ws)
+        cudaFree(st->lt_ws);
+    if (st->red)
+        cudaFree(st->red);
+    if (st->scratch)
+        cudaFree(st->scratch);
+    if (st->stream)
+        cudaStreamDestroy(st->stream);
+    free(st);
+}
+
+static int cuda_open(kn_ctx *c, int device_index, ty_err *err)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0)
+        return ty_err_set(err, TY_EINVAL, "no CUDA device: %s",
+                          e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+    if (device_index < 0 || device_index >= n)
+        return ty_err_set(err, TY_EINVAL, "CUDA device %d does not exist (%d visible)",
+                          device_index, n);
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(device_index)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, device_index)) != cudaSuccess)
+        return ty_err_set(err, TY_EIO, "CUDA device %d: %s", device_index, cudaGetErrorString(e));
+    cuda_state *st = (cuda_state *)calloc(1, sizeof *st);
+    if (!st)
+        return ty_err_set(err, TY_ENOMEM, "out of memory opening a CUDA kernel context");
+    st->cc_major = prop.major;
+    st->cc_minor = prop.minor;
+    st->lt_ws_bytes = LT_WORKSPACE;
+    void *red = nullptr;
+    if ((e = cudaStreamCreate(&st->stream)) != cudaSuccess ||
+        (e = cudaMalloc(&st->lt_ws, st->lt_ws_bytes)) != cudaSuccess ||
+        (e = cudaMalloc(&red, (KN_RED_BLOCKS + 1) * sizeof(double))) != cudaSuccess) {
+        st_free(st);
+        return ty_err_set(err, TY_EIO, "CUDA device %d setup: %s", device_index,
+                          cudaGetErrorString(e));
+    }
+    st->red = (double *)red;
+    if (cublasLtCreate(&st->lt) != CUBLAS_STATUS_SUCCESS) {
+        st->lt = nullptr;
+        st_free(st);
+        return ty_err_set(err, TY_EIO, "cuBLASLt could not be initialised on device %d",
+                          device_index);
+    }
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    c->impl = st;
+    snprintf(c->desc, sizeof c->desc, "%s: %.80s, sm_%d%d, %.1f GiB, driver %d.%d, runtime %d.%d",
+             KN_CUDA_NAME, prop.name, prop.major, prop.minor,
+             (double)prop.totalGlobalMem / (1u << 30), drv / 1000, drv % 1000 / 10, rt / 1000,
+             rt % 1000 / 10);
+    return 0;
+}
+
+static void cuda_close(kn_ctx *c)
+{
+    cuda_state *st = kn_cuda_st(c);
+    if (st)
+        cudaStreamSynchronize(st->stream);
+    st_free(st);
+    c->impl = nullptr;
+}
+
+static void *cuda_alloc(kn_ctx *c, size_t bytes)
+{
+    void *p = nullptr;
+    /* cudaMalloc aligns to 256 bytes; a 0-byte block still gets a unique
+     * pointer for the accounting table. */
+    if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess)
+        return nullptr;
+    if (cudaMemsetAsync(p, 0, bytes ? bytes : 64, kn_cuda_st(c)->stream) != cudaSuccess) {
+        cudaFree(p);
+        return nullptr;
+    }
+    return p;
+}
+
+static void cuda_free(kn_ctx *c, void *p)
+{
+    /* cudaFree synchronises the device, so queued work on p finishes first. */
+    (void)c;
+    cudaFree(p);
+}
+
+static void cuda_to_device(kn_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        kn_cuda_ok(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                                      kn_cuda_st(c)->stream), "copy to device");
+}
+
+static void cuda_to_host(kn_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    cuda_state *st = kn_cuda_st(c);
+    if (bytes &&
+        !kn_cuda_ok(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream),
+                    "copy to host"))
+        kn_cuda_ok(c, cudaStreamSynchronize(st->stream), "copy to host");
+}
+
+static void cuda_sync(kn_ctx *c) { kn_cuda_ok(c, cudaStreamSynchronize(kn_cuda_st(c)->stream), "sync"); }
+
+} // namespace KN_NS
+
+extern "C" const kn_backend KN_CUDA_BACKEND = {
+    .name = KN_CUDA_NAME,
+    .open = KN_NS::cuda_open,
+    .close = KN_NS::cuda_close,
+    .alloc = KN_NS::cuda_alloc,
+    .free = KN_NS::cuda_free,
+    .to_device = KN_NS::cuda_to_device,
+    .to_host = KN_NS::cuda_to_host,
+    .sync = KN_NS::cuda_sync,
+#define KN_CUDA_ENTRY(ret, name, params, args) .name = KN_NS::cuda_##name,
+    KN_OPS(KN_CUDA_ENTRY)
+#undef KN_CUDA_ENTRY
+};

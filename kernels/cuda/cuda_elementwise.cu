@@ -1,0 +1,258 @@
+/* cuda_elementwise.cu — the elementwise ops, the reductions to the host
+ * (kn_sum, kn_sumsq, kn_nonfinite), GELU, SwiGLU, dropout and AdamW.
+ *
+ * Elementwise kernels are grid-stride loops (any n with a bounded grid).
+ * Reductions run in two passes with a fixed shape (KN_RED_BLOCKS x
+ * KN_RED_THREADS, double accumulators): each thread sums a strided slice,
+ * each block sums its threads by shuffles, and one block sums the block
+ * partials in order — the same bits every run, no atomics. The result is
+ * the one host read-back these ops need. */
+#include "kn_cuda.cuh"
+
+namespace KN_NS {
+
+#define GRID_STRIDE(i, n)                                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                         \
+         i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void k_fill(float *x, size_t n, float v) { GRID_STRIDE(i, n) x[i] = v; }
+__global__ void k_scale(float *x, size_t n, float s) { GRID_STRIDE(i, n) x[i] *= s; }
+__global__ void k_axpy(float *y, const float *x, size_t n, float a)
+{
+    GRID_STRIDE(i, n) y[i] += a * x[i];
+}
+__global__ void k_add(float *out, const float *a, const float *b, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+void cuda_zero(kn_ctx *c, float *x, size_t n)
+{
+    if (n)
+        kn_cuda_ok(c, cudaMemsetAsync(x, 0, n * sizeof *x, kn_cuda_st(c)->stream), "zero");
+}
+void cuda_copy(kn_ctx *c, float *dst, const float *src, size_t n)
+{
+    if (n && dst != src)
+        kn_cuda_ok(c, cudaMemcpyAsync(dst, src, n * sizeof *dst, cudaMemcpyDeviceToDevice,
+                                      kn_cuda_st(c)->stream), "copy");
+}
+void cuda_scale(kn_ctx *c, float *x, size_t n, float s)
+{
+    if (n)
+        KN_LAUNCH(k_scale, kn_blocks(n, 256), 256, 0, c, x, n, s);
+}
+void cuda_axpy(kn_ctx *c, float *y, const float *x, size_t n, float a)
+{
+    if (n)
+        KN_LAUNCH(k_axpy, kn_blocks(n, 256), 256, 0, c, y, x, n, a);
+}
+void cuda_add(kn_ctx *c, float *out, const float *a, const float *b, size_t n)
+{
+    if (n)
+        KN_LAUNCH(k_add, kn_blocks(n, 256), 256, 0, c, out, a, b, n);
+}
+
+/* ---- reductions ---------------------------------------------------------- */
+
+/* mode 0: sum, 1: sum of squares, 2: count of non-finite values. */
+__global__ void k_reduce_partial(double *part, const float *x, size_t n, int mode)
+{
+    __shared__ double sh[33];
+    double acc = 0;
+    GRID_STRIDE(i, n)
+    {
+        float v = x[i];
+        acc += mode == 0 ? (double)v : mode == 1 ? (double)v * v : (double)!isfinite(v);
+    }
+    acc = kn_block_sum(acc, sh);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = acc;
+}
+__global__ void k_reduce_final(double *out, const double *part, int n)
+{
+    __shared__ double sh[33];
+    double acc = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        acc += part[i];
+    acc = kn_block_sum(acc, sh);
+    if (threadIdx.x == 0)
+        *out = acc;
+}
+
+static double reduce(kn_ctx *c, const float *x, size_t n, int mode)
+{
+    if (!n)
+        return 0.0;
+    cuda_state *st = kn_cuda_st(c);
+    KN_LAUNCH(k_reduce_partial, KN_RED_BLOCKS, KN_RED_THREADS, 0, c, st->red, x, n, mode);
+    KN_LAUNCH(k_reduce_final, 1, KN_RED_THREADS, 0, c, st->red + KN_RED_BLOCKS, st->red,
+              KN_RED_BLOCKS);
+    double r = 0;
+    if (kn_cuda_ok(c, cudaMemcpyAsync(&r, st->red + KN_RED_BLOCKS, sizeof r,
+                                      cudaMemcpyDeviceToHost, st->stream), "reduce read-back") ||
+        kn_cuda_ok(c, cudaStreamSynchronize(st->stream), "reduce"))
+        return 0.0;
+    return r;
+}
+double cuda_sum(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 0); }
+double cuda_sumsq(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 1); }
+int cuda_nonfinite(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 2) > 0; }
+
+/* ---- activations ----------------------------------------------------------- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+__global__ void k_gelu_fwd(float *out, const float *x, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = x[i];
+        out[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + 0.044715f * v * v * v)));
+    }
+}
+__global__ void k_gelu_bwd(float *dx, const float *dout, const float *x, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = x[i];
+        float t = tanhf(GELU_K * (v + 0.044715f * v * v * v));
+        float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
+        dx[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+    }
+}
+void cuda_gelu_fwd(kn_ctx *c, float *out, const float *x, size_t n)
+{
+    if (n)
+        KN_LAUNCH(k_gelu_fwd, kn_blocks(n, 256), 256, 0, c, out, x, n);
+}
+void cuda_gelu_bwd(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n)
+{
+    if (n && dx)
+        KN_LAUNCH(k_gelu_bwd, kn_blocks(n, 256), 256, 0, c, dx, dout, x, n);
+}
+
+__device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+__global__ void k_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float g = gate[i];
+        out[i] = g * sigmoid(g) * up[i];
+    }
+}
+__global__ void k_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                             const float *up, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float g = gate[i], s = sigmoid(g), d = dout[i];
+        if (dgate)
+            dgate[i] += d * up[i] * s * (1.0f + g * (1.0f - s));
+        if (dup)
+            dup[i] += d * g * s;
+    }
+}
+void cuda_swiglu_fwd(kn_ctx *c, float *out, const float *gate, const float *up, size_t n)
+{
+    if (n)
+        KN_LAUNCH(k_swiglu_fwd, kn_blocks(n, 256), 256, 0, c, out, gate, up, n);
+}
+void cuda_swiglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t n)
+{
+    if (n && (dgate || dup))
+        KN_LAUNCH(k_swiglu_bwd, kn_blocks(n, 256), 256, 0, c, dgate, dup, dout, gate, up, n);
+}
+
+/* ---- dropout: the CPU backend's counter-based mask, bit for bit ---------- */
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+__global__ void k_dropout_fwd(float *out, uint8_t *mask, const float *x, size_t n, float p,
+                              uint64_t seed, uint64_t offset, float keep_scale)
+{
+    uint64_t key = mix64(seed);
+    GRID_STRIDE(i, n)
+    {
+        uint64_t z = mix64(key + (offset + i + 1) * 0x9e3779b97f4a7c15ULL);
+        float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+        uint8_t keep = u >= p;
+        if (mask)
+            mask[i] = keep;
+        out[i] = keep ? x[i] * keep_scale : 0.0f;
+    }
+}
+__global__ void k_dropout_bwd(float *dx, const float *dout, const uint8_t *mask, size_t n,
+                              float keep_scale)
+{
+    GRID_STRIDE(i, n) dx[i] += mask[i] ? dout[i] * keep_scale : 0.0f;
+}
+void cuda_dropout_fwd(kn_ctx *c, float *out, uint8_t *mask, const float *x, size_t n, float p,
+                      uint64_t seed, uint64_t offset)
+{
+    if (!n)
+        return;
+    if (p <= 0.0f) {
+        cuda_copy(c, out, x, n);
+        if (mask)
+            kn_cuda_ok(c, cudaMemsetAsync(mask, 1, n, kn_cuda_st(c)->stream), "dropout mask");
+        return;
+    }
+    float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    KN_LAUNCH(k_dropout_fwd, kn_blocks(n, 256), 256, 0, c, out, mask, x, n, p, seed, offset,
+              keep_scale);
+}
+void cuda_dropout_bwd(kn_ctx *c, float *dx, const float *dout, const uint8_t *mask, size_t n,
+                      float p)
+{
+    if (!n || !dx)
+        return;
+    if (p <= 0.0f) {
+        cuda_axpy(c, dx, dout, n, 1.0f);
+        return;
+    }
+    float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    KN_LAUNCH(k_dropout_bwd, kn_blocks(n, 256), 256, 0, c, dx, dout, mask, n, keep_scale);
+}
+
+/* ---- AdamW over a flat buffer (torch 1.13 single-tensor order) ------------- */
+
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float decay,
+                        int do_decay, float b1, float b2, float omb1, float omb2, float step,
+                        float bc2_sqrt, float eps)
+{
+    GRID_STRIDE(i, n)
+    {
+        float pi = p[i], gi = g[i];
+        if (do_decay)
+            pi *= decay;
+        float mi = b1 * m[i] + omb1 * gi;
+        float vi = b2 * v[i] + omb2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+    }
+}
+void cuda_adamw(kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                float b1, float b2, float eps, float wd, int64_t t)
+{
+    if (!n)
+        return;
+    if (t < 1)
+        t = 1;
+    double bc1 = 1.0 - pow((double)b1, (double)t);
+    double bc2 = 1.0 - pow((double)b2, (double)t);
+    float decay = (float)(1.0 - (double)lr * (double)wd);
+    float step = (float)((double)lr / bc1);
+    float bc2_sqrt = (float)sqrt(bc2);
+    float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
+    KN_LAUNCH(k_adamw, kn_blocks(n, 256), 256, 0, c, p, g, m, v, n, decay, wd != 0.0f, b1, b2,
+              omb1, omb2, step, bc2_sqrt, eps);
+}
+
+} // namespace KN_NS

@@ -1,0 +1,70 @@
+/* cuda_loss.cu — fused softmax + cross-entropy.
+ *
+ * One block per row. The row is read twice (max, then the exponentials) and
+ * the gradient written once; the full-vocabulary probabilities are never
+ * stored anywhere else, and dlogits may alias logits (each element is read
+ * and written by the same thread, the target's logit is read first). The
+ * exponential sum is combined in double across the block, as the CPU
+ * backend sums each row in double. Target -100 is ignored (zero loss and
+ * gradient row); any other target outside [0, V) gives NaN, so the
+ * engine's non-finite check stops the run. */
+#include "kn_cuda.cuh"
+
+namespace KN_NS {
+
+#define CE_THREADS 256
+#define CE_IGNORE (-100)
+
+__global__ void k_crossentropy(float *losses, float *dlogits, const float *logits,
+                               const int32_t *targets, int V, float scale)
+{
+    __shared__ float shf[33];
+    __shared__ double shd[33];
+    size_t off = (size_t)blockIdx.x * V;
+    const float *l = logits + off;
+    float *d = dlogits ? dlogits + off : nullptr;
+    int t = targets[blockIdx.x];
+    if (t == CE_IGNORE || t < 0 || t >= V) {
+        float fill = t == CE_IGNORE ? 0.0f : NAN;
+        if (losses && threadIdx.x == 0)
+            losses[blockIdx.x] = fill;
+        for (int j = threadIdx.x; d && j < V; j += blockDim.x)
+            d[j] = fill;
+        return;
+    }
+    float lt = l[t];
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, l[j]);
+    mx = kn_block_max(mx, shf);
+    float part = 0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        part += expf(l[j] - mx);
+    double s = kn_block_sum((double)part, shd);
+    if (losses && threadIdx.x == 0)
+        losses[blockIdx.x] = (float)(log(s) - (double)(lt - mx));
+    if (!d)
+        return;
+    float k = (float)(scale / s);
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float g = expf(l[j] - mx) * k;
+        d[j] = j == t ? g - scale : g;
+    }
+}
+
+void cuda_crossentropy_fwd(kn_ctx *c, float *losses, const float *logits, const int32_t *targets,
+                           int N, int V)
+{
+    float *no_grad = nullptr;
+    if (N > 0 && V > 0)
+        KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, no_grad, logits, targets, V, 0.0f);
+}
+
+void cuda_crossentropy_fwd_bwd(kn_ctx *c, float *losses, float *dlogits, const float *logits,
+                               const int32_t *targets, int N, int V, float scale)
+{
+    if (N > 0 && V > 0)
+        KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, dlogits, logits, targets, V, scale);
+}
+
+} // namespace KN_NS

@@ -1,0 +1,166 @@
+/* cuda_matmul.cu — linear layers on cuBLASLt.
+ *
+ * Row-major out[N,M] = x[N,K] w[M,K]^T is, read column-major, the product
+ * out^T[M,N] = op(w)[M,K] x^T[K,N]: A = w (K x M col-major, transposed),
+ * B = x (K x N col-major), D = out (M x N, ld M), the bias added by the
+ * BIAS epilogue (one value per row of D = per output feature). Backward:
+ * dx^T[K,N] += w^T[K,M] dout^T[M,N] and dw^T[K,M] += x^T[K,N] dout[N,M]
+ * (beta = 1 gives the accumulate convention). dbias is a column sum of
+ * dout, one thread per column, rows in order (deterministic).
+ * Compute is CUBLAS_COMPUTE_32F: true fp32, no TF32, so fp32 results are
+ * comparable with the CPU's sgemm. The algorithm of each (shape,
+ * transposes, epilogue) is asked of the heuristic once and cached in the
+ * context with its descriptors; the steady state calls only cublasLtMatmul.
+ * Under cuda-emu the same calls go to a CPU reference (emu_cublaslt.cpp). */
+#include "kn_cuda.cuh"
+
+#include <stdlib.h>
+
+namespace KN_NS {
+
+struct cuda_gemm_plan {
+    int m, n, k, ta, tb, bias, lda, ldb, ldd;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+};
+
+void kn_cuda_gemm_plans_free(cuda_state *st)
+{
+    for (int i = 0; i < st->n_plans; i++) {
+        cuda_gemm_plan *p = &st->plans[i];
+        cublasLtMatmulDescDestroy(p->op);
+        cublasLtMatrixLayoutDestroy(p->a);
+        cublasLtMatrixLayoutDestroy(p->b);
+        cublasLtMatrixLayoutDestroy(p->d);
+    }
+    free(st->plans);
+    st->plans = nullptr;
+    st->n_plans = st->cap_plans = 0;
+}
+
+static int lt_ok(kn_ctx *c, cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return 1;
+    kn_fail(c, TY_EIO, "cuBLASLt %s failed (status %d)", what, (int)s);
+    return 0;
+}
+
+/* Finds or builds the plan for D[m,n] = op(A) op(B) (column-major). */
+static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb, int bias,
+                                 int lda, int ldb, int ldd)
+{
+    cuda_state *st = kn_cuda_st(c);
+    for (int i = 0; i < st->n_plans; i++) {
+        cuda_gemm_plan *p = &st->plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->bias == bias &&
+            p->lda == lda && p->ldb == ldb && p->ldd == ldd)
+            return p;
+    }
+    if (st->n_plans == st->cap_plans) {
+        int cap = st->cap_plans ? st->cap_plans * 2 : 16;
+        void *np = realloc(st->plans, (size_t)cap * sizeof *st->plans);
+        if (!np) {
+            kn_fail(c, TY_ENOMEM, "out of memory caching a matmul plan");
+            return nullptr;
+        }
+        st->plans = (cuda_gemm_plan *)np;
+        st->cap_plans = cap;
+    }
+    cuda_gemm_plan p = {m, n, k, ta, tb, bias, lda, ldb, ldd, nullptr, nullptr, nullptr, nullptr, {}};
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    uint64_t ws = st->lt_ws_bytes;
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasLtMatmulHeuristicResult_t h;
+    int got = 0;
+    int ok = lt_ok(c, cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc") &&
+             lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
+                                                     sizeof opa), "transa") &&
+             lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
+                                                     sizeof opb), "transb") &&
+             lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                     sizeof epi), "epilogue") &&
+             lt_ok(c, cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, ta ? k : m, ta ? m : k, lda),
+                   "layout A") &&
+             lt_ok(c, cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb),
+                   "layout B") &&
+             lt_ok(c, cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, m, n, ldd), "layout D") &&
+             lt_ok(c, cublasLtMatmulPreferenceCreate(&pref), "preference") &&
+             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
+                          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                   "workspace preference") &&
+             lt_ok(c, cublasLtMatmulAlgoGetHeuristic(st->lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &h,
+                                                     &got), "heuristic");
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (ok && got < 1) {
+        kn_fail(c, TY_EIO, "cuBLASLt has no algorithm for %dx%dx%d", m, n, k);
+        ok = 0;
+    }
+    if (!ok) {
+        if (p.op)
+            cublasLtMatmulDescDestroy(p.op);
+        if (p.a)
+            cublasLtMatrixLayoutDestroy(p.a);
+        if (p.b)
+            cublasLtMatrixLayoutDestroy(p.b);
+        if (p.d)
+            cublasLtMatrixLayoutDestroy(p.d);
+        return nullptr;
+    }
+    p.algo = h.algo;
+    st->plans[st->n_plans] = p;
+    return &st->plans[st->n_plans++];
+}
+
+/* D[m,n] (ld ldd) = op(A) op(B) + beta D (+ bias[m]), column-major. */
+static void gemm(kn_ctx *c, float *D, const float *A, const float *B, const float *bias, int m,
+                 int n, int k, int ta, int tb, int lda, int ldb, int ldd, float beta)
+{
+    cuda_state *st = kn_cuda_st(c);
+    cuda_gemm_plan *p = gemm_plan(c, m, n, k, ta, tb, bias != nullptr, lda, ldb, ldd);
+    if (!p)
+        return;
+    if (bias && !lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias, sizeof bias), "bias pointer"))
+        return;
+    float alpha = 1.0f;
+    lt_ok(c, cublasLtMatmul(st->lt, p->op, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d,
+                            &p->algo, st->lt_ws, st->lt_ws_bytes, st->stream), "matmul");
+}
+
+__global__ void k_colsum_acc(float *dbias, const float *dout, int N, int M)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= M)
+        return;
+    float s = 0;
+    for (int n = 0; n < N; n++)
+        s += dout[(size_t)n * M + col];
+    dbias[col] += s;
+}
+
+void cuda_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias,
+                     int N, int K, int M)
+{
+    if (N <= 0 || M <= 0)
+        return;
+    gemm(c, out, w, x, bias, M, N, K, 1, 0, K, K, M, 0.0f);
+}
+
+void cuda_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,
+                     const float *x, const float *w, int N, int K, int M)
+{
+    if (N <= 0 || M <= 0 || K <= 0)
+        return;
+    if (dx) /* dx^T[K,N] += w^T[K,M] dout^T[M,N]: A = w as K x M col-major */
+        gemm(c, dx, w, dout, nullptr, K, N, M, 0, 0, K, M, K, 1.0f);
+    if (dw) /* dw^T[K,M] += x^T[K,N] (dout^T)^T[N,M]: B = dout as M x N col-major, transposed */
+        gemm(c, dw, x, dout, nullptr, K, M, N, 0, 1, K, M, K, 1.0f);
+    if (dbias)
+        KN_LAUNCH(k_colsum_acc, kn_blocks((size_t)M, 128), 128, 0, c, dbias, dout, N, M);
+}
+
+} // namespace KN_NS

@@ -1,0 +1,180 @@
+/* cuda_norm.cu — layernorm, rmsnorm and the embedding lookup.
+ *
+ * Row statistics: one block per row, the row's threads striding over C,
+ * fp32 sums combined by shuffles in a fixed tree. Parameter gradients
+ * (dw, db, dtable) are reductions over rows; instead of float atomics each
+ * column is owned by one thread that walks the rows in order, as the CPU
+ * backend does: deterministic, and fast enough while C x N is small next
+ * to the matmuls around it (a segmented tree over rows is the next step
+ * for large N). */
+#include "kn_cuda.cuh"
+
+namespace KN_NS {
+
+#define ROW_THREADS 128
+
+__global__ void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, int C, float eps)
+{
+    __shared__ float sh[33];
+    const float *xr = x + (size_t)blockIdx.x * C;
+    float s = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        s += xr[i];
+    float mu = kn_block_sum(s, sh) / C;
+    float q = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float d = xr[i] - mu;
+        q += d * d;
+    }
+    float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
+    float *o = out + (size_t)blockIdx.x * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        o[i] = (xr[i] - mu) * rs * w[i] + (b ? b[i] : 0.0f);
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = rs;
+    }
+}
+
+/* dx for one row: dnorm = dout w, dx += rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)).
+ * has_mean 0 is rmsnorm (no centring, no mean(dnorm) term). */
+__global__ void k_norm_bwd_dx(float *dx, const float *dout, const float *x, const float *w,
+                              const float *mean, const float *rstd, int C, int has_mean)
+{
+    __shared__ float sh[33];
+    size_t off = (size_t)blockIdx.x * C;
+    float mu = has_mean ? mean[blockIdx.x] : 0.0f, rs = rstd[blockIdx.x];
+    float s1 = 0, s2 = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float dn = dout[off + i] * w[i];
+        s1 += dn;
+        s2 += dn * (x[off + i] - mu) * rs;
+    }
+    float m1 = has_mean ? kn_block_sum(s1, sh) / C : 0.0f;
+    float m2 = kn_block_sum(s2, sh) / C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float dn = dout[off + i] * w[i];
+        float xh = (x[off + i] - mu) * rs;
+        dx[off + i] += rs * (dn - m1 - xh * m2);
+    }
+}
+
+/* dw[c] += sum_n dout xhat, db[c] += sum_n dout: one thread per column. */
+__global__ void k_norm_bwd_dw(float *dw, float *db, const float *dout, const float *x,
+                              const float *mean, const float *rstd, int N, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float sw = 0, sb = 0;
+    for (int n = 0; n < N; n++) {
+        float d = dout[(size_t)n * C + c];
+        float xh = (x[(size_t)n * C + c] - (mean ? mean[n] : 0.0f)) * rstd[n];
+        sw += d * xh;
+        sb += d;
+    }
+    if (dw)
+        dw[c] += sw;
+    if (db)
+        db[c] += sb;
+}
+
+void cuda_layernorm_fwd(kn_ctx *c, float *out, float *mean, float *rstd, const float *x,
+                        const float *w, const float *b, int N, int C, float eps)
+{
+    if (N > 0 && C > 0)
+        KN_LAUNCH(k_layernorm_fwd, N, ROW_THREADS, 0, c, out, mean, rstd, x, w, b, C, eps);
+}
+
+void cuda_layernorm_bwd(kn_ctx *c, float *dx, float *dw, float *db, const float *dout,
+                        const float *x, const float *w, const float *mean, const float *rstd,
+                        int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    if (dx)
+        KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, dx, dout, x, w, mean, rstd, C, 1);
+    if (dw || db)
+        KN_LAUNCH(k_norm_bwd_dw, kn_blocks((size_t)C, 128), 128, 0, c, dw, db, dout, x, mean,
+                  rstd, N, C);
+}
+
+__global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int C,
+                              float eps)
+{
+    __shared__ float sh[33];
+    const float *xr = x + (size_t)blockIdx.x * C;
+    float q = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        q += xr[i] * xr[i];
+    float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
+    float *o = out + (size_t)blockIdx.x * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        o[i] = w[i] * (xr[i] * rs);
+    if (threadIdx.x == 0)
+        rstd[blockIdx.x] = rs;
+}
+
+void cuda_rmsnorm_fwd(kn_ctx *c, float *out, float *rstd, const float *x, const float *w, int N,
+                      int C, float eps)
+{
+    if (N > 0 && C > 0)
+        KN_LAUNCH(k_rmsnorm_fwd, N, ROW_THREADS, 0, c, out, rstd, x, w, C, eps);
+}
+
+void cuda_rmsnorm_bwd(kn_ctx *c, float *dx, float *dw, const float *dout, const float *x,
+                      const float *w, const float *rstd, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    const float *no_mean = nullptr;
+    float *no_db = nullptr;
+    if (dx)
+        KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, dx, dout, x, w, no_mean, rstd, C, 0);
+    if (dw)
+        KN_LAUNCH(k_norm_bwd_dw, kn_blocks((size_t)C, 128), 128, 0, c, dw, no_db, dout, x,
+                  no_mean, rstd, N, C);
+}
+
+/* ---- embedding ------------------------------------------------------------- */
+
+__global__ void k_embedding_fwd(float *out, const int32_t *ids, const float *table, int N, int C,
+                                int accumulate)
+{
+    size_t n_all = (size_t)N * C;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t n = i / C, col = i % C;
+        float v = table[(size_t)ids[n] * C + col];
+        out[i] = accumulate ? out[i] + v : v;
+    }
+}
+
+/* dtable[ids[n], c] += dout[n, c]: column c is one thread's, rows in order,
+ * so repeated ids add up the same way every run (no atomics). */
+__global__ void k_embedding_bwd(float *dtable, const int32_t *ids, const float *dout, int N, int C)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= C)
+        return;
+    for (int n = 0; n < N; n++)
+        dtable[(size_t)ids[n] * C + col] += dout[(size_t)n * C + col];
+}
+
+void cuda_embedding_fwd(kn_ctx *c, float *out, const int32_t *ids, const float *table, int N,
+                        int C, int accumulate)
+{
+    if (N > 0 && C > 0)
+        KN_LAUNCH(k_embedding_fwd, kn_blocks((size_t)N * C, 256), 256, 0, c, out, ids, table, N,
+                  C, accumulate);
+}
+
+void cuda_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float *dout, int N,
+                        int C)
+{
+    if (N > 0 && C > 0 && dtable)
+        KN_LAUNCH(k_embedding_bwd, kn_blocks((size_t)C, 128), 128, 0, c, dtable, ids, dout, N, C);
+}
+
+} // namespace KN_NS

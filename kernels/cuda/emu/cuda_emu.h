@@ -1,0 +1,160 @@
+/* cuda_emu.h — just enough of CUDA for the host compiler to run kernels/cuda.
+ *
+ * Test-only. The .cu sources of kernels/cuda are compiled by g++ as C++ with
+ * this header in place of cuda_runtime.h (kn_cuda.cuh picks it when
+ * KN_CUDA_EMU is defined), so the kernels the GPU runs are the kernels the
+ * CPU tests. A launch (KN_LAUNCH) runs the grid's blocks on OpenMP threads,
+ * each block's threads as cooperative fibers (ucontext) of one OS thread:
+ *  - __syncthreads() parks the fiber until every live thread of the block
+ *    has arrived, so shared memory keeps its meaning;
+ *  - __shared__ is `static thread_local`: one copy per OS thread, which runs
+ *    one block at a time, so every thread of a block sees the same array;
+ *  - warp shuffles park the fiber until every live lane of its warp has
+ *    posted its value (double-buffered slots, so a fast lane's next shuffle
+ *    cannot overwrite a value a slow lane still has to read).
+ * The runtime calls (cudaMalloc, copies, streams, device properties) are
+ * host versions in emu_runtime.cpp; cuBLASLt is emu_cublaslt.h, a CPU
+ * reference. Divergent barriers, which hang a GPU, abort here with a
+ * message. */
+#ifndef TY_CUDA_EMU_H
+#define TY_CUDA_EMU_H
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+/* ---- execution model ---------------------------------------------------- */
+
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+/* What a kernel reads (CUDA's uint3): a trivial type, so the thread-locals
+ * need no dynamic initialisation wrapper. */
+struct emu_uint3 {
+    unsigned x, y, z;
+};
+emu_uint3 emu_thread_idx(void);
+emu_uint3 emu_block_idx(void);
+emu_uint3 emu_block_dim(void);
+emu_uint3 emu_grid_dim(void);
+void *emu_dyn_shared(void);
+
+#define threadIdx (emu_thread_idx())
+#define blockIdx (emu_block_idx())
+#define blockDim (emu_block_dim())
+#define gridDim (emu_grid_dim())
+#define warpSize 32
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+#define __align__(n) alignas(n)
+
+void __syncthreads(void);
+
+/* Runs body once per thread of every block; returns 0, or -1 after a
+ * launch the GPU would refuse (empty grid, more than 1024 threads, shared
+ * memory above the 227 KiB an sm_90 block may have). */
+int emu_launch(dim3 grid, dim3 block, size_t dyn_smem, const std::function<void()> &body);
+
+/* Posts 8 bytes for this lane, waits for the warp, returns lane src's. */
+uint64_t emu_shfl_exchange(uint64_t mine, int src_lane);
+int emu_lane(void);
+
+template <typename T> static inline uint64_t emu_to_bits(T v)
+{
+    static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+    uint64_t b = 0;
+    std::memcpy(&b, &v, sizeof v);
+    return b;
+}
+template <typename T> static inline T emu_from_bits(uint64_t b)
+{
+    T v;
+    std::memcpy(&v, &b, sizeof v);
+    return v;
+}
+/* Lanes are grouped in segments of `width` (a power of two <= 32) as on
+ * the GPU; a source outside the segment returns the caller's own value. */
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int mask, int width = 32)
+{
+    int lane = emu_lane(), src = lane ^ mask;
+    if ((src & ~(width - 1)) != (lane & ~(width - 1)))
+        src = lane;
+    return emu_from_bits<T>(emu_shfl_exchange(emu_to_bits(v), src));
+}
+template <typename T> static inline T __shfl_down_sync(unsigned, T v, unsigned d, int width = 32)
+{
+    int lane = emu_lane(), src = lane + (int)d;
+    if ((src & ~(width - 1)) != (lane & ~(width - 1)))
+        src = lane;
+    return emu_from_bits<T>(emu_shfl_exchange(emu_to_bits(v), src));
+}
+template <typename T> static inline T __shfl_sync(unsigned, T v, int src, int width = 32)
+{
+    int lane = emu_lane();
+    src = (lane & ~(width - 1)) + (src & (width - 1));
+    return emu_from_bits<T>(emu_shfl_exchange(emu_to_bits(v), src));
+}
+
+/* ---- device math ---------------------------------------------------------- */
+
+static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+using std::isfinite;
+using std::isnan;
+
+/* ---- runtime API subset ---------------------------------------------------- */
+
+typedef int cudaError_t;
+enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1,
+       cudaErrorInvalidConfiguration = 9, cudaErrorNoDevice = 100 };
+typedef struct emu_stream *cudaStream_t;
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                      cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    int major, minor;
+    int multiProcessorCount;
+    size_t sharedMemPerBlockOptin;
+};
+
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaSetDevice(int dev);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev);
+cudaError_t cudaDriverGetVersion(int *v);
+cudaError_t cudaRuntimeGetVersion(int *v);
+cudaError_t cudaMalloc(void **p, size_t bytes);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s);
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t bytes, cudaMemcpyKind k,
+                            cudaStream_t st);
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaFuncSetAttribute(const void *f, int attr, int value);
+enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+const char *cudaGetErrorString(cudaError_t e);
+/* emu_launch records a refused launch here, for cudaGetLastError. */
+void emu_set_last_error(cudaError_t e);
+
+#define KN_EMU_LAUNCH(kernel, grid, block, smem, stream, ...)                                     \
+    do {                                                                                           \
+        (void)(stream);                                                                            \
+        if (emu_launch((grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))                 \
+            emu_set_last_error(cudaErrorInvalidConfiguration);                                     \
+    } while (0)
+
+#endif

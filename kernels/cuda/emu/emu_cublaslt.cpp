@@ -1,0 +1,177 @@
+/* emu_cublaslt.cpp — cuBLASLt on the CPU for the emulated backend: every
+ * matmul becomes one column-major cblas_sgemm (OpenBLAS, already the CPU
+ * backend's library), D = alpha op(A) op(B) + beta C, then + bias per row
+ * of D (cuBLASLt's BIAS epilogue: one value per row of the column-major
+ * result). In-place C == D is all kernels/cuda needs and all we accept. */
+#include "emu_cublaslt.h"
+
+#include <cblas.h>
+#include <cstdlib>
+
+struct emu_lt {
+    int unused;
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
+{
+    *h = new emu_lt{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
+{
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct,
+                                        cudaDataType_t st)
+{
+    if (ct != CUBLAS_COMPUTE_32F || st != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    *d = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
+{
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t a, const void *buf,
+                                              size_t size)
+{
+    switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+        if (size != sizeof(cublasOperation_t))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        cublasOperation_t op = *(const cublasOperation_t *)buf;
+        (a == CUBLASLT_MATMUL_DESC_TRANSA ? d->ta : d->tb) = op;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        if (size != sizeof(cublasLtEpilogue_t))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        d->epi = *(const cublasLtEpilogue_t *)buf;
+        return d->epi == CUBLASLT_EPILOGUE_DEFAULT || d->epi == CUBLASLT_EPILOGUE_BIAS
+                   ? CUBLAS_STATUS_SUCCESS
+                   : CUBLAS_STATUS_NOT_SUPPORTED;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        if (size != sizeof(void *))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        d->bias = *(const void *const *)buf;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t t,
+                                          uint64_t rows, uint64_t cols, int64_t ld)
+{
+    if (t != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (ld < (int64_t)rows || ld < 1)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *l = new emu_lt_layout{t, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
+{
+    delete l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+    *p = new emu_lt_pref{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t a,
+                                                    const void *buf, size_t size)
+{
+    if (a != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof(uint64_t))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    p->ws = *(const uint64_t *)buf;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The op(X) shape a layout describes. */
+static void op_shape(const emu_lt_layout *l, cublasOperation_t op, uint64_t *r, uint64_t *c)
+{
+    *r = op == CUBLAS_OP_N ? l->rows : l->cols;
+    *c = op == CUBLAS_OP_N ? l->cols : l->rows;
+}
+
+static cublasStatus_t check_shapes(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                   cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                   cublasLtMatrixLayout_t dl)
+{
+    uint64_t ar, ac, br, bc;
+    op_shape(a, d->ta, &ar, &ac);
+    op_shape(b, d->tb, &br, &bc);
+    if (ac != br || c->rows != ar || c->cols != bc || dl->rows != ar || dl->cols != bc ||
+        c->ld != dl->ld)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dl,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t *res, int *returned)
+{
+    *returned = 0;
+    if (requested < 1)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t s = check_shapes(d, a, b, c, dl);
+    if (s)
+        return s;
+    res[0] = cublasLtMatmulHeuristicResult_t{};
+    res[0].algo.id = 1;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t Al, const void *B,
+                              cublasLtMatrixLayout_t Bl, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
+                              const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t)
+{
+    if (!h || !algo || algo->id != 1)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    cublasStatus_t s = check_shapes(d, Al, Bl, Cl, Dl);
+    if (s)
+        return s;
+    if (C != D) /* out of place is legal in cuBLASLt but unused here */
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->epi == CUBLASLT_EPILOGUE_BIAS && !d->bias)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    uint64_t m, k, n, kb;
+    op_shape(Al, d->ta, &m, &k);
+    op_shape(Bl, d->tb, &kb, &n);
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    float *out = (float *)D;
+    if (m && n) {
+        if (k)
+            cblas_sgemm(CblasColMajor, d->ta == CUBLAS_OP_T ? CblasTrans : CblasNoTrans,
+                        d->tb == CUBLAS_OP_T ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                        al, (const float *)A, (int)Al->ld, (const float *)B, (int)Bl->ld, be, out,
+                        (int)Dl->ld);
+        else
+            for (uint64_t j = 0; j < n; j++)
+                for (uint64_t i = 0; i < m; i++)
+                    out[j * Dl->ld + i] = be == 0.0f ? 0.0f : be * out[j * Dl->ld + i];
+    }
+    if (d->epi == CUBLASLT_EPILOGUE_BIAS) {
+        const float *bias = (const float *)d->bias;
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++)
+                out[j * Dl->ld + i] += bias[i];
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,78 @@
+/* emu_cublaslt.h — the part of cuBLASLt kernels/cuda uses, on the CPU.
+ *
+ * Test-only, like cuda_emu.h. Same names and argument order as the real
+ * library, so cuda_matmul.cu has one source; cublasLtMatmul is routed to
+ * OpenBLAS's column-major sgemm (the CPU reference), with the bias
+ * epilogue applied after it. Only fp32 (CUDA_R_32F, CUBLAS_COMPUTE_32F)
+ * is accepted: anything else is CUBLAS_STATUS_NOT_SUPPORTED, so a kernel
+ * that asks for more than the emulation models fails loudly. */
+#ifndef TY_EMU_CUBLASLT_H
+#define TY_EMU_CUBLASLT_H
+
+#include "cuda_emu.h"
+
+typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1,
+               CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 } cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4,
+               CUBLASLT_MATMUL_DESC_EPILOGUE = 7, CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 }
+    cublasLtMatmulDescAttributes_t;
+typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+
+typedef struct emu_lt *cublasLtHandle_t;
+typedef struct emu_lt_desc {
+    cublasOperation_t ta, tb;
+    cublasLtEpilogue_t epi;
+    const void *bias;
+} *cublasLtMatmulDesc_t;
+typedef struct emu_lt_layout {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+} *cublasLtMatrixLayout_t;
+typedef struct emu_lt_pref {
+    size_t ws;
+} *cublasLtMatmulPreference_t;
+typedef struct {
+    int id;
+} cublasLtMatmulAlgo_t;
+typedef struct {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct,
+                                        cudaDataType_t scale_type);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t a, const void *buf,
+                                              size_t size);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t t,
+                                          uint64_t rows, uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t a,
+                                                    const void *buf, size_t size);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dl,
+                                              cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t *res, int *returned);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t Al, const void *B,
+                              cublasLtMatrixLayout_t Bl, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_size,
+                              cudaStream_t s);
+
+#endif

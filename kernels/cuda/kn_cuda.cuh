@@ -1,0 +1,161 @@
+/* kn_cuda.cuh — what every kernels/cuda source shares.
+ *
+ * One source, two compilers: nvcc builds it for the GPU (the `cuda`
+ * backend); the host compiler builds it with KN_CUDA_EMU defined against
+ * emu/cuda_emu.h (the test-only `cuda-emu` backend). The few places where
+ * the two differ are the macros here:
+ *   KN_LAUNCH(kernel, grid, block, smem, ctx, args...)  every launch; a
+ *     refused launch becomes kn_fail on the context (sticky error).
+ *   KN_DYN_SHARED(type, name)  the block's dynamic shared memory.
+ *   KN_CUDA_BACKEND / KN_CUDA_NAME  the table symbol and its name.
+ * Kernels are written as plain CUDA C otherwise: blockIdx/threadIdx,
+ * __shared__, __syncthreads, warp shuffles, fp32 accumulation.
+ *
+ * Conventions (as the CPU backend): no float atomics anywhere, every output
+ * element written by one thread, reductions in a fixed order, so results
+ * are the same run to run; every *_bwd accumulates. */
+#ifndef TY_KN_CUDA_CUH
+#define TY_KN_CUDA_CUH
+
+#ifdef KN_CUDA_EMU
+#include "emu/cuda_emu.h"
+#include "emu/emu_cublaslt.h"
+#define KN_CUDA_BACKEND kn_cuda_emu_backend
+#define KN_CUDA_NAME "cuda-emu"
+#else
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#define KN_CUDA_BACKEND kn_cuda_backend
+#define KN_CUDA_NAME "cuda"
+#endif
+
+extern "C" {
+#include "backend.h"
+}
+
+/* The two builds can meet in one program (a test binary of a CUDA build
+ * links both tables), so each keeps its C++ symbols in its own namespace. */
+#ifdef KN_CUDA_EMU
+#define KN_NS kn_cuda_emu_ns
+#else
+#define KN_NS kn_cuda_ns
+#endif
+namespace KN_NS {
+
+/* Per-context state (ctx->impl). */
+typedef struct cuda_state {
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_ws;                  /* cuBLASLt workspace, allocated once */
+    size_t lt_ws_bytes;
+    double *red;                  /* reduction partials + result, allocated once */
+    struct cuda_gemm_plan *plans; /* cuda_matmul.cu: algorithms cached per shape */
+    int n_plans, cap_plans;
+    void *scratch;                /* cuda_convert.cu: fp32 copy of a 16-bit weight */
+    size_t scratch_bytes;
+    int cc_major, cc_minor;
+} cuda_state;
+
+static inline cuda_state *kn_cuda_st(kn_ctx *c) { return (cuda_state *)c->impl; }
+
+/* Blocks of the two-pass reductions (kn_sum, kn_sumsq, kn_nonfinite), and
+ * the most blocks a grid-stride launch uses. The emulation runs every
+ * thread as a fiber, so it uses fewer, longer-lived threads: the kernels
+ * are grid-stride, so any grid gives the same elements (the reductions'
+ * last bits differ between the two builds, as their block counts do). */
+#ifdef KN_CUDA_EMU
+#define KN_RED_BLOCKS 8
+#define KN_MAX_BLOCKS 16u
+#else
+#define KN_RED_BLOCKS 256
+#define KN_MAX_BLOCKS (65535u * 16)
+#endif
+#define KN_RED_THREADS 256
+
+/* Records a runtime error on the context; returns 1 when there was one. */
+static inline int kn_cuda_ok(kn_ctx *c, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 0;
+    kn_fail(c, TY_EIO, "%s: %s", what, cudaGetErrorString(e));
+    return 1;
+}
+
+#ifdef KN_CUDA_EMU
+#define KN_LAUNCH(kernel, grid, block, smem, ctx, ...)                                             \
+    do {                                                                                           \
+        KN_EMU_LAUNCH(kernel, grid, block, smem, kn_cuda_st(ctx)->stream, __VA_ARGS__);           \
+        kn_cuda_ok((ctx), cudaGetLastError(), "launch of " #kernel);                               \
+    } while (0)
+#define KN_DYN_SHARED(type, name) type *name = (type *)emu_dyn_shared()
+#else
+#define KN_LAUNCH(kernel, grid, block, smem, ctx, ...)                                             \
+    do {                                                                                           \
+        kernel<<<(grid), (block), (smem), kn_cuda_st(ctx)->stream>>>(__VA_ARGS__);                 \
+        kn_cuda_ok((ctx), cudaGetLastError(), "launch of " #kernel);                               \
+    } while (0)
+#define KN_DYN_SHARED(type, name)                                                                  \
+    extern __shared__ __align__(16) unsigned char kn_dyn_smem_[];                                  \
+    type *name = (type *)kn_dyn_smem_
+#endif
+
+static inline unsigned kn_blocks(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < KN_MAX_BLOCKS ? (b ? b : 1) : KN_MAX_BLOCKS);
+}
+
+/* Sum over a warp, every lane gets the total (fixed butterfly order). */
+template <typename T> __device__ __forceinline__ T kn_warp_sum(T v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <typename T> __device__ __forceinline__ T kn_warp_max(T v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        T w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024);
+ * every thread gets the total. Uses 33 slots of shared scratch `sh`. */
+template <typename T> __device__ __forceinline__ T kn_block_sum(T v, T *sh)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = kn_warp_sum(v);
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    T t = lane < nw ? sh[lane] : (T)0;
+    t = kn_warp_sum(t);
+    __syncthreads(); /* sh may be reused by the caller's next reduction */
+    return t;
+}
+template <typename T> __device__ __forceinline__ T kn_block_max(T v, T *sh)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = kn_warp_max(v);
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    T t = lane < nw ? sh[lane] : sh[0];
+    t = kn_warp_max(t);
+    __syncthreads();
+    return t;
+}
+
+/* The ops, one per kn_ops.h entry, each with its kn_* signature. */
+#define KN_CUDA_PROTO(ret, name, params, args) ret cuda_##name params;
+KN_OPS(KN_CUDA_PROTO)
+#undef KN_CUDA_PROTO
+
+/* cuda_matmul.cu: releases the cached plans (cuda_backend.cu's close). */
+void kn_cuda_gemm_plans_free(cuda_state *st);
+
+} // namespace KN_NS
+
+#endif

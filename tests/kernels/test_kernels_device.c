@@ -1,0 +1,633 @@
+/* test_kernels_device.c — every op of a device backend against `cpu`.
+ *
+ * The same random inputs go to a CPU context and to a device context
+ * (`cuda-emu` here: the kernels/cuda sources compiled for the host, see
+ * kernels/cuda/emu; `cuda` on a GPU machine, tests/gpu/run.sh). Inputs are
+ * staged with kn_to_device and results read with kn_to_host, so nothing
+ * assumes host-visible device memory. Each output is compared with the
+ * CPU's: |dev - cpu| <= rtol |cpu| + atol * max|cpu| (fp32 on both sides;
+ * the tolerances below allow for a different summation order, nothing
+ * more). Dropout masks must be identical, and a second run of every op
+ * must give the same bits (no atomics). One line per output reports the
+ * max abs and rel error (tests/gpu/run.sh collects them).
+ * Usage: test_kernels_device <group> [cuda-emu|cuda] [scale]
+ *   scale 1 (default) is CI's small odd shapes; larger values grow T, C
+ *   and V for a real device. */
+#include "backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_fail;
+static int g_scale = 1;
+static uint64_t g_rng = 0x243f6a8885a308d3ULL;
+
+static double urand(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static float *hrand(size_t n, double a)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)(urand() * a);
+    return h;
+}
+
+typedef struct pair {
+    kn_ctx *cpu, *dev;
+} pair;
+
+/* A device buffer on each side holding the same host bytes. */
+typedef struct buf {
+    void *cpu, *dev;
+    size_t bytes;
+} buf;
+
+static buf bput(pair *p, const void *host, size_t bytes)
+{
+    buf b = {kn_alloc(p->cpu, bytes), kn_alloc(p->dev, bytes), bytes};
+    if (!b.cpu || !b.dev) {
+        fprintf(stderr, "kn_alloc(%zu) failed\n", bytes);
+        exit(2);
+    }
+    if (host && bytes) {
+        kn_to_device(p->cpu, b.cpu, host, bytes);
+        kn_to_device(p->dev, b.dev, host, bytes);
+    }
+    return b;
+}
+static buf bzeros(pair *p, size_t bytes) { return bput(p, NULL, bytes); }
+static buf brand(pair *p, size_t n, double a)
+{
+    float *h = hrand(n, a);
+    buf b = bput(p, h, n * sizeof(float));
+    free(h);
+    return b;
+}
+#define F(b, side) ((float *)(b).side)
+
+static void *fetch(kn_ctx *c, const void *d, size_t bytes)
+{
+    void *h = malloc(bytes ? bytes : 1);
+    kn_to_host(c, h, d, bytes);
+    return h;
+}
+
+static void ctx_ok(pair *p, const char *what)
+{
+    ty_err err = {0};
+    if (kn_check(p->cpu, &err)) {
+        fprintf(stderr, "FAIL %s: cpu error: %s\n", what, err.msg);
+        g_fail++;
+    }
+    if (kn_check(p->dev, &err)) {
+        fprintf(stderr, "FAIL %s: device error: %s\n", what, err.msg);
+        g_fail++;
+    }
+}
+
+/* Compares the device's copy of b with the CPU's. */
+static void cmp(pair *p, const char *what, buf b, double rtol, double atol)
+{
+    ctx_ok(p, what);
+    size_t n = b.bytes / sizeof(float);
+    float *x = fetch(p->cpu, b.cpu, b.bytes), *y = fetch(p->dev, b.dev, b.bytes);
+    double mx = 0, ea = 0, er = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i]))
+            mx = fmax(mx, fabs(x[i]));
+    int shown = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)x[i] - y[i]);
+        if (isnan(x[i]) && isnan(y[i]))
+            continue;
+        ea = fmax(ea, d);
+        if (fabs(x[i]) > 1e-3 * mx)
+            er = fmax(er, d / fabs(x[i]));
+        if (!(d <= rtol * fabs(x[i]) + atol * mx + 1e-30)) {
+            if (shown++ < 5)
+                fprintf(stderr, "FAIL %s[%zu]: device %.9g cpu %.9g\n", what, i, y[i], x[i]);
+            g_fail++;
+        }
+    }
+    printf("op=%s n=%zu max_abs=%.3g max_rel=%.3g max_ref=%.3g\n", what, n, ea, er, mx);
+    free(x);
+    free(y);
+}
+
+static void cmp_bytes(pair *p, const char *what, buf b)
+{
+    ctx_ok(p, what);
+    void *x = fetch(p->cpu, b.cpu, b.bytes), *y = fetch(p->dev, b.dev, b.bytes);
+    if (memcmp(x, y, b.bytes)) {
+        fprintf(stderr, "FAIL %s: device bytes differ from cpu\n", what);
+        g_fail++;
+    }
+    printf("op=%s n=%zu exact=%d\n", what, b.bytes, !memcmp(x, y, b.bytes));
+    free(x);
+    free(y);
+}
+
+static void cmp_val(const char *what, double cpu, double dev, double rtol)
+{
+    double d = fabs(cpu - dev);
+    printf("op=%s cpu=%.12g dev=%.12g abs=%.3g\n", what, cpu, dev, d);
+    if (!(d <= rtol * fabs(cpu) + 1e-12)) {
+        fprintf(stderr, "FAIL %s: device %.12g cpu %.12g\n", what, dev, cpu);
+        g_fail++;
+    }
+}
+
+/* Runs an op twice on the device from the same inputs and requires the
+ * same bits: `run` fills out from scratch each time. */
+static void same_twice(pair *p, const char *what, buf out, void (*run)(kn_ctx *, void *),
+                       void *arg)
+{
+    void *a = fetch(p->dev, out.dev, out.bytes);
+    run(p->dev, arg);
+    void *b = fetch(p->dev, out.dev, out.bytes);
+    if (memcmp(a, b, out.bytes)) {
+        fprintf(stderr, "FAIL %s: a second run differs bit-wise\n", what);
+        g_fail++;
+    }
+    free(a);
+    free(b);
+}
+
+/* ---- groups ------------------------------------------------------------- */
+
+static void t_elementwise(pair *p)
+{
+    size_t n = 20011 * (size_t)g_scale;
+    buf x = brand(p, n, 2), y = brand(p, n, 2), o = bzeros(p, n * 4);
+    kn_add(p->cpu, F(o, cpu), F(x, cpu), F(y, cpu), n);
+    kn_add(p->dev, F(o, dev), F(x, dev), F(y, dev), n);
+    cmp(p, "add", o, 0, 0);
+    kn_axpy(p->cpu, F(o, cpu), F(x, cpu), n, -0.375f);
+    kn_axpy(p->dev, F(o, dev), F(x, dev), n, -0.375f);
+    cmp(p, "axpy", o, 0, 0);
+    kn_scale(p->cpu, F(o, cpu), n, 1.7f);
+    kn_scale(p->dev, F(o, dev), n, 1.7f);
+    cmp(p, "scale", o, 0, 0);
+    kn_copy(p->cpu, F(y, cpu), F(o, cpu), n - 3);
+    kn_copy(p->dev, F(y, dev), F(o, dev), n - 3);
+    cmp(p, "copy", y, 0, 0);
+    kn_zero(p->cpu, F(y, cpu), n / 2);
+    kn_zero(p->dev, F(y, dev), n / 2);
+    cmp(p, "zero", y, 0, 0);
+    cmp_val("sum", kn_sum(p->cpu, F(x, cpu), n), kn_sum(p->dev, F(x, dev), n), 1e-12);
+    double s1 = kn_sumsq(p->dev, F(x, dev), n);
+    cmp_val("sumsq", kn_sumsq(p->cpu, F(x, cpu), n), s1, 1e-12);
+    if (kn_sumsq(p->dev, F(x, dev), n) != s1) {
+        fprintf(stderr, "FAIL sumsq: second call differs\n");
+        g_fail++;
+    }
+    cmp_val("sum_empty", 0.0, kn_sum(p->dev, F(x, dev), 0), 0);
+    if (kn_nonfinite(p->dev, F(x, dev), n)) {
+        fprintf(stderr, "FAIL nonfinite on finite data\n");
+        g_fail++;
+    }
+    float bad[2] = {INFINITY, NAN};
+    for (int k = 0; k < 2; k++) {
+        kn_to_device(p->dev, F(x, dev) + n - 1 - k * (n / 2), &bad[k], sizeof(float));
+        if (!kn_nonfinite(p->dev, F(x, dev), n)) {
+            fprintf(stderr, "FAIL nonfinite misses %g\n", bad[k]);
+            g_fail++;
+        }
+    }
+    ctx_ok(p, "elementwise");
+}
+
+static void t_activations(pair *p)
+{
+    size_t n = 30011 * (size_t)g_scale;
+    buf x = brand(p, n, 5), u = brand(p, n, 2), r = brand(p, n, 1);
+    buf o = bzeros(p, n * 4), d1 = brand(p, n, 1), d2 = brand(p, n, 1);
+    kn_gelu_fwd(p->cpu, F(o, cpu), F(x, cpu), n);
+    kn_gelu_fwd(p->dev, F(o, dev), F(x, dev), n);
+    cmp(p, "gelu_fwd", o, 2e-6, 2e-7);
+    kn_gelu_bwd(p->cpu, F(d1, cpu), F(r, cpu), F(x, cpu), n);
+    kn_gelu_bwd(p->dev, F(d1, dev), F(r, dev), F(x, dev), n);
+    cmp(p, "gelu_bwd", d1, 2e-5, 2e-6);
+    kn_swiglu_fwd(p->cpu, F(o, cpu), F(x, cpu), F(u, cpu), n);
+    kn_swiglu_fwd(p->dev, F(o, dev), F(x, dev), F(u, dev), n);
+    cmp(p, "swiglu_fwd", o, 2e-6, 2e-7);
+    kn_swiglu_bwd(p->cpu, F(d1, cpu), F(d2, cpu), F(r, cpu), F(x, cpu), F(u, cpu), n);
+    kn_swiglu_bwd(p->dev, F(d1, dev), F(d2, dev), F(r, dev), F(x, dev), F(u, dev), n);
+    cmp(p, "swiglu_bwd.dgate", d1, 2e-5, 2e-6);
+    cmp(p, "swiglu_bwd.dup", d2, 2e-5, 2e-6);
+    kn_swiglu_bwd(p->cpu, NULL, F(d2, cpu), F(r, cpu), F(x, cpu), F(u, cpu), n);
+    kn_swiglu_bwd(p->dev, NULL, F(d2, dev), F(r, dev), F(x, dev), F(u, dev), n);
+    cmp(p, "swiglu_bwd.null_dgate", d2, 2e-5, 2e-6);
+
+    buf m = bzeros(p, n);
+    for (int k = 0; k < 2; k++) {
+        float pd = k ? 0.0f : 0.3f;
+        kn_dropout_fwd(p->cpu, F(o, cpu), m.cpu, F(x, cpu), n, pd, 1234, 99);
+        kn_dropout_fwd(p->dev, F(o, dev), m.dev, F(x, dev), n, pd, 1234, 99);
+        cmp_bytes(p, k ? "dropout_fwd.p0.mask" : "dropout_fwd.mask", m);
+        cmp(p, k ? "dropout_fwd.p0" : "dropout_fwd", o, 0, 0);
+        kn_dropout_bwd(p->cpu, F(d1, cpu), F(r, cpu), m.cpu, n, pd);
+        kn_dropout_bwd(p->dev, F(d1, dev), F(r, dev), m.dev, n, pd);
+        cmp(p, "dropout_bwd", d1, 2e-5, 2e-6); /* d1 holds swiglu's rounding */
+    }
+}
+
+static void t_adamw(pair *p)
+{
+    size_t n = 30011 * (size_t)g_scale;
+    buf w = brand(p, n, 1), g = brand(p, n, 0.1), m = brand(p, n, 0.01), v = bzeros(p, n * 4);
+    float *vh = hrand(n, 1);
+    for (size_t i = 0; i < n; i++)
+        vh[i] = vh[i] * vh[i] * 1e-3f;
+    kn_to_device(p->cpu, v.cpu, vh, n * 4);
+    kn_to_device(p->dev, v.dev, vh, n * 4);
+    free(vh);
+    for (int t = 1; t <= 3; t++) {
+        kn_adamw(p->cpu, F(w, cpu), F(g, cpu), F(m, cpu), F(v, cpu), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                 t == 2 ? 0.0f : 0.1f, t);
+        kn_adamw(p->dev, F(w, dev), F(g, dev), F(m, dev), F(v, dev), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                 t == 2 ? 0.0f : 0.1f, t);
+    }
+    cmp(p, "adamw.p", w, 1e-6, 1e-7);
+    cmp(p, "adamw.m", m, 1e-6, 1e-7);
+    cmp(p, "adamw.v", v, 1e-6, 1e-7);
+}
+
+static void t_embedding(pair *p)
+{
+    int N = 53 * g_scale, C = 67, V = 29;
+    int32_t *ids = malloc(N * sizeof *ids);
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((urand() + 1) * 0.5 * V) % V;
+    ids[1] = ids[5] = ids[9]; /* repeated rows add up */
+    buf id = bput(p, ids, N * sizeof *ids), tab = brand(p, (size_t)V * C, 1);
+    buf pos = brand(p, (size_t)N * C, 1), o = bzeros(p, (size_t)N * C * 4);
+    kn_embedding_fwd(p->cpu, F(o, cpu), id.cpu, F(tab, cpu), N, C, 0);
+    kn_embedding_fwd(p->dev, F(o, dev), id.dev, F(tab, dev), N, C, 0);
+    cmp(p, "embedding_fwd", o, 0, 0);
+    kn_embedding_fwd(p->cpu, F(o, cpu), id.cpu, F(pos, cpu), N, C, 1);
+    kn_embedding_fwd(p->dev, F(o, dev), id.dev, F(pos, dev), N, C, 1);
+    cmp(p, "embedding_fwd.accumulate", o, 0, 0);
+    buf dt = brand(p, (size_t)V * C, 1);
+    kn_embedding_bwd(p->cpu, F(dt, cpu), id.cpu, F(pos, cpu), N, C);
+    kn_embedding_bwd(p->dev, F(dt, dev), id.dev, F(pos, dev), N, C);
+    cmp(p, "embedding_bwd", dt, 1e-6, 1e-7);
+    free(ids);
+}
+
+static void t_norm(pair *p)
+{
+    int N = 37 * g_scale, C = 203 * g_scale;
+    size_t nc = (size_t)N * C;
+    buf x = brand(p, nc, 3), w = brand(p, C, 1), b = brand(p, C, 1), r = brand(p, nc, 1);
+    buf o = bzeros(p, nc * 4), mean = bzeros(p, N * 4), rstd = bzeros(p, N * 4);
+    buf dx = brand(p, nc, 1), dw = brand(p, C, 1), db = brand(p, C, 1);
+    for (int hb = 0; hb < 2; hb++) {
+        kn_layernorm_fwd(p->cpu, F(o, cpu), F(mean, cpu), F(rstd, cpu), F(x, cpu), F(w, cpu),
+                         hb ? F(b, cpu) : NULL, N, C, 1e-5f);
+        kn_layernorm_fwd(p->dev, F(o, dev), F(mean, dev), F(rstd, dev), F(x, dev), F(w, dev),
+                         hb ? F(b, dev) : NULL, N, C, 1e-5f);
+        cmp(p, "layernorm_fwd", o, 1e-5, 1e-6);
+        cmp(p, "layernorm_fwd.mean", mean, 1e-5, 1e-6);
+        cmp(p, "layernorm_fwd.rstd", rstd, 1e-5, 1e-6);
+    }
+    kn_layernorm_bwd(p->cpu, F(dx, cpu), F(dw, cpu), F(db, cpu), F(r, cpu), F(x, cpu), F(w, cpu),
+                     F(mean, cpu), F(rstd, cpu), N, C);
+    kn_layernorm_bwd(p->dev, F(dx, dev), F(dw, dev), F(db, dev), F(r, dev), F(x, dev), F(w, dev),
+                     F(mean, dev), F(rstd, dev), N, C);
+    cmp(p, "layernorm_bwd.dx", dx, 1e-4, 1e-5);
+    cmp(p, "layernorm_bwd.dw", dw, 1e-4, 1e-5);
+    cmp(p, "layernorm_bwd.db", db, 1e-4, 1e-5);
+    kn_rmsnorm_fwd(p->cpu, F(o, cpu), F(rstd, cpu), F(x, cpu), F(w, cpu), N, C, 1e-6f);
+    kn_rmsnorm_fwd(p->dev, F(o, dev), F(rstd, dev), F(x, dev), F(w, dev), N, C, 1e-6f);
+    cmp(p, "rmsnorm_fwd", o, 1e-5, 1e-6);
+    cmp(p, "rmsnorm_fwd.rstd", rstd, 1e-5, 1e-6);
+    kn_rmsnorm_bwd(p->cpu, F(dx, cpu), F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu), F(rstd, cpu),
+                   N, C);
+    kn_rmsnorm_bwd(p->dev, F(dx, dev), F(dw, dev), F(r, dev), F(x, dev), F(w, dev), F(rstd, dev),
+                   N, C);
+    cmp(p, "rmsnorm_bwd.dx", dx, 1e-4, 1e-5);
+    cmp(p, "rmsnorm_bwd.dw", dw, 1e-4, 1e-5);
+    kn_rmsnorm_bwd(p->cpu, NULL, F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu), F(rstd, cpu), N, C);
+    kn_rmsnorm_bwd(p->dev, NULL, F(dw, dev), F(r, dev), F(x, dev), F(w, dev), F(rstd, dev), N, C);
+    cmp(p, "rmsnorm_bwd.null_dx", dw, 1e-4, 1e-5);
+}
+
+static void t_matmul(pair *p)
+{
+    int shapes[][3] = {{37, 29, 51}, {64, 64, 64}, {5, 130, 3}, {1, 7, 1}};
+    for (int s = 0; s < 4; s++) {
+        int N = shapes[s][0] * g_scale, K = shapes[s][1] * g_scale, M = shapes[s][2] * g_scale;
+        buf x = brand(p, (size_t)N * K, 1), w = brand(p, (size_t)M * K, 1), bias = brand(p, M, 1);
+        buf o = bzeros(p, (size_t)N * M * 4), d = brand(p, (size_t)N * M, 1);
+        buf dx = brand(p, (size_t)N * K, 1), dw = brand(p, (size_t)M * K, 1), db = brand(p, M, 1);
+        for (int hb = 0; hb < 2; hb++) {
+            kn_matmul_fwd(p->cpu, F(o, cpu), F(x, cpu), F(w, cpu), hb ? F(bias, cpu) : NULL, N, K,
+                          M);
+            kn_matmul_fwd(p->dev, F(o, dev), F(x, dev), F(w, dev), hb ? F(bias, dev) : NULL, N, K,
+                          M);
+            cmp(p, hb ? "matmul_fwd.bias" : "matmul_fwd", o, 1e-5, 1e-6);
+        }
+        kn_matmul_bwd(p->cpu, F(dx, cpu), F(dw, cpu), F(db, cpu), F(d, cpu), F(x, cpu), F(w, cpu),
+                      N, K, M);
+        kn_matmul_bwd(p->dev, F(dx, dev), F(dw, dev), F(db, dev), F(d, dev), F(x, dev), F(w, dev),
+                      N, K, M);
+        cmp(p, "matmul_bwd.dx", dx, 1e-5, 1e-6);
+        cmp(p, "matmul_bwd.dw", dw, 1e-5, 1e-6);
+        cmp(p, "matmul_bwd.dbias", db, 1e-5, 1e-6);
+        kn_matmul_bwd(p->cpu, NULL, F(dw, cpu), NULL, F(d, cpu), F(x, cpu), F(w, cpu), N, K, M);
+        kn_matmul_bwd(p->dev, NULL, F(dw, dev), NULL, F(d, dev), F(x, dev), F(w, dev), N, K, M);
+        cmp(p, "matmul_bwd.dw_only", dw, 1e-5, 1e-6);
+    }
+}
+
+static void t_rope(pair *p)
+{
+    int B = 2, T = 13 * g_scale, H = 3, D = 20, ld = H * D + 7;
+    size_t n = (size_t)B * T * ld;
+    buf x = brand(p, n, 1);
+    kn_rope_fwd(p->cpu, F(x, cpu), B, T, H, D, ld, 10000.0f, 5);
+    kn_rope_fwd(p->dev, F(x, dev), B, T, H, D, ld, 10000.0f, 5);
+    cmp(p, "rope_fwd", x, 1e-5, 1e-6);
+    kn_rope_bwd(p->cpu, F(x, cpu), B, T, H, D, ld, 500000.0f, 0);
+    kn_rope_bwd(p->dev, F(x, dev), B, T, H, D, ld, 500000.0f, 0);
+    cmp(p, "rope_bwd", x, 1e-5, 1e-6);
+}
+
+struct att_args {
+    buf out, lse, q, k, v;
+    int B, T, Hq, Hkv, D, ldq, ldkv;
+    const float *q_dev, *k_dev, *v_dev;
+};
+static void att_rerun(kn_ctx *c, void *a_)
+{
+    struct att_args *a = a_;
+    kn_attention_fwd(c, F(a->out, dev), F(a->lse, dev), a->q_dev, a->k_dev, a->v_dev, a->B, a->T,
+                     a->Hq, a->Hkv, a->D, a->ldq, a->ldkv);
+}
+
+/* One attention case: fused (q,k,v in one qkv buffer, GPT-2) or separate. */
+static void att_case(pair *p, int B, int T, int Hq, int Hkv, int D, int fused)
+{
+    char name[96];
+    int C = Hq * D, Ck = Hkv * D;
+    int ldq = fused ? C + 2 * Ck : C + 3, ldkv = fused ? C + 2 * Ck : Ck + 5;
+    size_t nq = (size_t)B * T * ldq, nkv = (size_t)B * T * ldkv, no = (size_t)B * T * C;
+    buf q = brand(p, nq, 1.5), k = fused ? q : brand(p, nkv, 1.5), v = fused ? q : brand(p, nkv, 1);
+    size_t ko = fused ? (size_t)C : 0, vo = fused ? (size_t)C + Ck : 0;
+    buf out = bzeros(p, no * 4), lse = bzeros(p, (size_t)B * Hq * T * 4), dout = brand(p, no, 1);
+    kn_attention_fwd(p->cpu, F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko, F(v, cpu) + vo,
+                     B, T, Hq, Hkv, D, ldq, ldkv);
+    kn_attention_fwd(p->dev, F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko, F(v, dev) + vo,
+                     B, T, Hq, Hkv, D, ldq, ldkv);
+    snprintf(name, sizeof name, "attention_fwd.B%d.T%d.H%d/%d.D%d%s", B, T, Hq, Hkv, D,
+             fused ? ".fused" : "");
+    cmp(p, name, out, 1e-4, 1e-5);
+    snprintf(name, sizeof name, "attention_fwd.lse.T%d.H%d/%d.D%d", T, Hq, Hkv, D);
+    cmp(p, name, lse, 1e-5, 1e-6);
+    struct att_args a = {out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,
+                         F(q, dev), F(k, dev) + ko, F(v, dev) + vo};
+    same_twice(p, "attention_fwd.repeat", out, att_rerun, &a);
+
+    /* Gradients accumulate onto non-zero buffers. */
+    buf dq = brand(p, nq, 0.1), dk = fused ? dq : brand(p, nkv, 0.1),
+        dv = fused ? dq : brand(p, nkv, 0.1);
+    kn_attention_bwd(p->cpu, F(dq, cpu), F(dk, cpu) + ko, F(dv, cpu) + vo, F(dout, cpu),
+                     F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko, F(v, cpu) + vo, B, T, Hq,
+                     Hkv, D, ldq, ldkv);
+    kn_attention_bwd(p->dev, F(dq, dev), F(dk, dev) + ko, F(dv, dev) + vo, F(dout, dev),
+                     F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko, F(v, dev) + vo, B, T, Hq,
+                     Hkv, D, ldq, ldkv);
+    snprintf(name, sizeof name, "attention_bwd.dq.T%d.H%d/%d.D%d%s", T, Hq, Hkv, D,
+             fused ? ".fused" : "");
+    cmp(p, name, dq, 2e-4, 2e-5);
+    if (!fused) {
+        snprintf(name, sizeof name, "attention_bwd.dk.T%d.H%d/%d.D%d", T, Hq, Hkv, D);
+        cmp(p, name, dk, 2e-4, 2e-5);
+        snprintf(name, sizeof name, "attention_bwd.dv.T%d.H%d/%d.D%d", T, Hq, Hkv, D);
+        cmp(p, name, dv, 2e-4, 2e-5);
+        /* NULL dq: only dk and dv move. */
+        kn_attention_bwd(p->cpu, NULL, F(dk, cpu), F(dv, cpu), F(dout, cpu), F(out, cpu),
+                         F(lse, cpu), F(q, cpu), F(k, cpu), F(v, cpu), B, T, Hq, Hkv, D, ldq, ldkv);
+        kn_attention_bwd(p->dev, NULL, F(dk, dev), F(dv, dev), F(dout, dev), F(out, dev),
+                         F(lse, dev), F(q, dev), F(k, dev), F(v, dev), B, T, Hq, Hkv, D, ldq, ldkv);
+        cmp(p, "attention_bwd.null_dq.dk", dk, 2e-4, 2e-5);
+        cmp(p, "attention_bwd.null_dq.dv", dv, 2e-4, 2e-5);
+    }
+}
+
+static void t_attention(pair *p)
+{
+    int s = g_scale;
+    /* T not a multiple of the 32-row tile; GQA ratios 1, 4, 8; head dims
+     * 64, 80, 128 and a small odd one. */
+    att_case(p, 2, 37 * s, 2, 2, 16, 0);
+    att_case(p, 1, 45 * s, 4, 1, 64, 0);
+    att_case(p, 1, 33 * s, 8, 1, 80, 0);
+    att_case(p, 1, 19 * s, 2, 2, 128, 0);
+    att_case(p, 2, 29 * s, 3, 3, 24, 1); /* GPT-2's fused qkv */
+    att_case(p, 1, 70 * s, 8, 2, 32, 0);
+    /* An unsupported head dim is an error on the context, not garbage. */
+    buf big = bzeros(p, 4 * 300 * 4);
+    kn_attention_fwd(p->dev, F(big, dev), F(big, dev), F(big, dev), F(big, dev), F(big, dev), 1,
+                     1, 1, 1, 300, 300, 300);
+    ty_err err = {0};
+    if (kn_check(p->dev, &err) == 0 || !strstr(err.msg, "head dim")) {
+        fprintf(stderr, "FAIL attention with D=300 was not refused ('%s')\n", err.msg);
+        g_fail++;
+    }
+}
+
+static void t_crossentropy(pair *p)
+{
+    int N = 23, V = 1001 * g_scale; /* V not a multiple of 64 */
+    int32_t *t = malloc(N * sizeof *t);
+    for (int i = 0; i < N; i++)
+        t[i] = (int32_t)((urand() + 1) * 0.5 * V) % V;
+    t[3] = -100;
+    t[7] = V - 1;
+    t[8] = 0;
+    buf tg = bput(p, t, N * sizeof *t), l = brand(p, (size_t)N * V, 8);
+    buf loss = bzeros(p, N * 4), dl = bzeros(p, (size_t)N * V * 4);
+    kn_crossentropy_fwd(p->cpu, F(loss, cpu), F(l, cpu), tg.cpu, N, V);
+    kn_crossentropy_fwd(p->dev, F(loss, dev), F(l, dev), tg.dev, N, V);
+    cmp(p, "crossentropy_fwd", loss, 1e-5, 1e-6);
+    kn_crossentropy_fwd_bwd(p->cpu, F(loss, cpu), F(dl, cpu), F(l, cpu), tg.cpu, N, V, 1.0f / 22);
+    kn_crossentropy_fwd_bwd(p->dev, F(loss, dev), F(dl, dev), F(l, dev), tg.dev, N, V, 1.0f / 22);
+    cmp(p, "crossentropy_fwd_bwd.loss", loss, 1e-5, 1e-6);
+    cmp(p, "crossentropy_fwd_bwd.dlogits", dl, 1e-5, 1e-6);
+    /* In place (dlogits == logits), losses NULL. */
+    kn_crossentropy_fwd_bwd(p->cpu, NULL, F(l, cpu), F(l, cpu), tg.cpu, N, V, 0.5f);
+    kn_crossentropy_fwd_bwd(p->dev, NULL, F(l, dev), F(l, dev), tg.dev, N, V, 0.5f);
+    cmp(p, "crossentropy_fwd_bwd.inplace", l, 1e-5, 1e-6);
+    /* An out-of-range target is NaN on both. */
+    t[0] = V;
+    kn_to_device(p->cpu, tg.cpu, t, N * sizeof *t);
+    kn_to_device(p->dev, tg.dev, t, N * sizeof *t);
+    kn_crossentropy_fwd(p->dev, F(loss, dev), F(dl, dev), tg.dev, N, V);
+    float l0;
+    kn_to_host(p->dev, &l0, F(loss, dev), sizeof l0);
+    if (!isnan(l0)) {
+        fprintf(stderr, "FAIL crossentropy: target V gave %g, not NaN\n", l0);
+        g_fail++;
+    }
+    free(t);
+}
+
+/* Conversions must match the CPU bit for bit, including the edges:
+ * NaN, inf, fp16 overflow (65504, 65519.99, 65520), subnormals and ties. */
+static void t_convert(pair *p)
+{
+    size_t n = 20000;
+    float *h = hrand(n, 4);
+    const float edge[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 65504.0f, 65519.99f,
+                          65520.0f, -65536.0f, 1e-8f, 5.9604645e-8f, 2.9802322e-8f,
+                          2.9802326e-8f, 6.1035156e-5f, 6.1e-5f, 1.00048828125f,
+                          1.00146484375f, 3.0e38f, 1.0e-40f, 1.00390625f, 1.01171875f};
+    for (size_t i = 0; i < sizeof edge / sizeof *edge; i++)
+        h[i] = edge[i];
+    for (size_t i = 100; i < 2100; i++) /* a sweep through fp16's subnormal range */
+        h[i] = (float)(i - 1100) * 3.1e-9f;
+    buf x = bput(p, h, n * 4), h16 = bzeros(p, n * 2), back = bzeros(p, n * 4);
+    const kn_dtype dts[2] = {KN_BF16, KN_F16};
+    for (int k = 0; k < 2; k++) {
+        const char *nm = kn_dtype_name(dts[k]);
+        char what[64];
+        kn_convert(p->cpu, h16.cpu, dts[k], x.cpu, KN_F32, n);
+        kn_convert(p->dev, h16.dev, dts[k], x.dev, KN_F32, n);
+        snprintf(what, sizeof what, "convert.f32_to_%s", nm);
+        cmp_bytes(p, what, h16);
+        kn_convert(p->cpu, back.cpu, KN_F32, h16.cpu, dts[k], n);
+        kn_convert(p->dev, back.dev, KN_F32, h16.dev, dts[k], n);
+        snprintf(what, sizeof what, "convert.%s_to_f32", nm);
+        cmp_bytes(p, what, back);
+        buf r = bput(p, h, n * 4);
+        kn_round(p->cpu, F(r, cpu), n, dts[k]);
+        kn_round(p->dev, F(r, dev), n, dts[k]);
+        snprintf(what, sizeof what, "round.%s", nm);
+        cmp_bytes(p, what, r);
+    }
+    buf b16 = bzeros(p, n * 2);
+    kn_convert(p->cpu, b16.cpu, KN_BF16, h16.cpu, KN_F16, n);
+    kn_convert(p->dev, b16.dev, KN_BF16, h16.dev, KN_F16, n);
+    cmp_bytes(p, "convert.f16_to_bf16", b16);
+    free(h);
+
+    /* matmul16: a 16-bit weight, fp32 activations holding 16-bit values. */
+    int N = 19, K = 37, M = 23;
+    for (int k = 0; k < 2; k++) {
+        buf xw = brand(p, (size_t)N * K, 1), w32 = brand(p, (size_t)M * K, 1);
+        kn_round(p->cpu, F(xw, cpu), (size_t)N * K, dts[k]);
+        kn_round(p->dev, F(xw, dev), (size_t)N * K, dts[k]);
+        buf w = bzeros(p, (size_t)M * K * 2), bias = brand(p, M, 1);
+        kn_convert(p->cpu, w.cpu, dts[k], w32.cpu, KN_F32, (size_t)M * K);
+        kn_convert(p->dev, w.dev, dts[k], w32.dev, KN_F32, (size_t)M * K);
+        buf o = bzeros(p, (size_t)N * M * 4), d = brand(p, (size_t)N * M, 1);
+        buf dx = brand(p, (size_t)N * K, 1), dw = brand(p, (size_t)M * K, 1), db = brand(p, M, 1);
+        kn_matmul16_fwd(p->cpu, dts[k], F(o, cpu), F(xw, cpu), w.cpu, F(bias, cpu), N, K, M);
+        kn_matmul16_fwd(p->dev, dts[k], F(o, dev), F(xw, dev), w.dev, F(bias, dev), N, K, M);
+        cmp(p, k ? "matmul16_fwd.fp16" : "matmul16_fwd.bf16", o, 1e-5, 1e-6);
+        kn_matmul16_bwd(p->cpu, dts[k], F(dx, cpu), F(dw, cpu), F(db, cpu), F(d, cpu), F(xw, cpu),
+                        w.cpu, N, K, M);
+        kn_matmul16_bwd(p->dev, dts[k], F(dx, dev), F(dw, dev), F(db, dev), F(d, dev), F(xw, dev),
+                        w.dev, N, K, M);
+        cmp(p, "matmul16_bwd.dx", dx, 1e-5, 1e-6);
+        cmp(p, "matmul16_bwd.dw", dw, 1e-5, 1e-6);
+        cmp(p, "matmul16_bwd.dbias", db, 1e-5, 1e-6);
+    }
+}
+
+static void t_context(pair *p)
+{
+    const char *d = kn_describe(p->dev);
+    printf("device: %s\n", d);
+    if (strncmp(d, kn_device_name(p->dev), strlen(kn_device_name(p->dev)))) {
+        fprintf(stderr, "FAIL describe '%s' does not name the device\n", d);
+        g_fail++;
+    }
+    size_t before = kn_bytes_in_use(p->dev);
+    void *a = kn_alloc(p->dev, 1000);
+    float z[250];
+    kn_to_host(p->dev, z, a, sizeof z);
+    for (int i = 0; i < 250; i++)
+        if (z[i] != 0.0f) {
+            fprintf(stderr, "FAIL kn_alloc memory not zeroed\n");
+            g_fail++;
+            break;
+        }
+    if (kn_bytes_in_use(p->dev) != before + 1000) {
+        fprintf(stderr, "FAIL byte accounting\n");
+        g_fail++;
+    }
+    kn_free(p->dev, a);
+    /* The sticky error channel: an op failing inside makes later ops no-ops
+     * until kn_check collects it. */
+    kn_fail(p->dev, TY_EIO, "synthetic");
+    ty_err err = {0};
+    if (kn_check(p->dev, &err) != TY_EIO || !strstr(err.msg, "synthetic") ||
+        strncmp(err.msg, kn_device_name(p->dev), strlen(kn_device_name(p->dev)))) {
+        fprintf(stderr, "FAIL kn_check: '%s'\n", err.msg);
+        g_fail++;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_kernels_device <group> [cuda-emu|cuda] [scale]\n");
+        return 2;
+    }
+    const char *bname = argc > 2 ? argv[2] : "cuda-emu";
+    if (argc > 3)
+        g_scale = atoi(argv[3]) > 0 ? atoi(argv[3]) : 1;
+    const kn_backend *be = NULL;
+    if (!strcmp(bname, "cuda-emu"))
+        be = &kn_cuda_emu_backend;
+#ifdef TY_KN_HAVE_CUDA
+    else if (!strcmp(bname, "cuda"))
+        be = &kn_cuda_backend;
+#endif
+    if (!be) {
+        fprintf(stderr, "backend %s is not in this build\n", bname);
+        return 2;
+    }
+    pair p = {0};
+    ty_err err = {0};
+    if (kn_open(&p.cpu, KN_CPU, 0, 1, &err) ||
+        kn_open_backend(&p.dev, be, KN_CUDA, 0, 0, &err)) {
+        fprintf(stderr, "open: %s\n", err.msg);
+        return 2;
+    }
+    static const struct {
+        const char *name;
+        void (*fn)(pair *);
+    } groups[] = {{"context", t_context},     {"elementwise", t_elementwise},
+                  {"activations", t_activations}, {"adamw", t_adamw},
+                  {"embedding", t_embedding}, {"norm", t_norm},
+                  {"matmul", t_matmul},       {"rope", t_rope},
+                  {"attention", t_attention}, {"crossentropy", t_crossentropy},
+                  {"convert", t_convert}};
+    int found = 0;
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        if (!strcmp(argv[1], groups[i].name) || !strcmp(argv[1], "all")) {
+            groups[i].fn(&p);
+            found = 1;
+        }
+    kn_close(p.dev);
+    kn_close(p.cpu);
+    if (!found) {
+        fprintf(stderr, "unknown group %s\n", argv[1]);
+        return 2;
+    }
+    if (g_fail)
+        fprintf(stderr, "%d failure(s)\n", g_fail);
+    return g_fail ? 1 : 0;
+}
