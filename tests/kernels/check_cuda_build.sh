@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# check_cuda_build.sh LIB N_SOURCES — kernels.cuda_build: the nvcc-built
+# backend library holds one object per .cu and defines the kn_cuda_backend
+# table (compiling it is the real check: warnings are errors, every
+# architecture of CMAKE_CUDA_ARCHITECTURES). Registered only when the
+# toolkit and the cuBLASLt header were found.
+set -euo pipefail
+lib=$1 want=$2
+n=$(ar t "$lib" | grep -c '\.o$')
+[ "$n" -eq "$want" ] || { echo "FAIL: $lib has $n objects, want $want"; exit 1; }
+nm "$lib" | grep -E ' [DR] kn_cuda_backend$' >/dev/null || { echo "FAIL: no kn_cuda_backend table in $lib"; exit 1; }
+echo "ok: $lib: $n objects, kn_cuda_backend defined"
