@@ -10,7 +10,10 @@ against transformers' and peft's generate on the job's own outputs.
 - a LoRA job: equals PeftModel.from_pretrained(base, export).generate;
 - `trainyard generate ID PROMPT --json` gives the API's ids; --compare prints
   the base and the fine-tuned text;
-- bad bodies are 400 naming the field; an unknown job 404.
+- bad bodies are 400 naming the field; an unknown job 404;
+- the time limit: with a generation that cannot finish (the server's engine
+  is a wrapper that, while a flag file exists, sleeps instead of
+  generating), time_limit_s 1 answers 503 and the next request runs.
 Responses are checked against openapi.yaml by the harness.
 
 Usage: server_generate.py TRAINYARD ENGINE WORKDIR"""
@@ -76,6 +79,15 @@ def main():
             s["lora"] = {"r": 4, "alpha": 16, "targets": ["c_attn", "c_fc"]}
         return s
 
+    # The server's engine: the real one, except that `generate` sleeps while
+    # the flag file exists (the time-limit case).
+    slow = os.path.join(work, "slow-generate")
+    wrapper = os.path.join(work, "engine.sh")
+    with open(wrapper, "w") as f:
+        f.write('#!/bin/sh\nif [ "$1" = generate ] && [ -e "%s" ]; then exec sleep 300; fi\nexec "%s" "$@"\n'
+                % (slow, engine))
+    os.chmod(wrapper, 0o755)
+    tyharness.ENGINE = wrapper
     srv = tyharness.Server("--cpu-slots", "1", roots=work)
     try:
         # 409: running, no checkpoint yet (every_steps 0: only at the end).
@@ -149,6 +161,16 @@ def main():
         r = srv.post(f"/jobs/{jid}/generate", {"prompt_ids": [5, 100000]}, timeout=60)
         if r.status != 400 or "vocabulary" not in r.json["error"]["message"] and "token id" not in r.json["error"]["message"]:
             fail(f"an id outside the vocabulary: {r.status} {r.body[:300]!r}")
+        # The time limit kills the engine's process group and answers 503.
+        open(slow, "w").close()
+        r = srv.post(f"/jobs/{jid}/generate", {"prompt": PROMPT, "time_limit_s": 1}, timeout=120)
+        os.unlink(slow)
+        if r.status != 503 or "time limit" not in r.json["error"]["message"]:
+            fail(f"time limit: {r.status} {r.body[:300]!r}, wanted 503 naming the time limit")
+        r = srv.post(f"/jobs/{jid}/generate", {"prompt": PROMPT, "max_tokens": 20}, timeout=120)
+        if r.status != 200 or r.json["ids"] != want:
+            fail(f"after a timed-out request: {r.status} {r.body[:300]!r}")
+        print("  time_limit_s 1 on a generation that cannot finish: 503; the next request runs")
         r = srv.post("/jobs/999999/generate", {"prompt": "x"})
         if r.status != 404:
             fail(f"unknown job: {r.status}")
