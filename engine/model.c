@@ -213,10 +213,12 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
         layer_span(m, l, &lo, &hi);
         if (hi >= lo && span_floats(m, lo, hi) > n0) n0 = span_floats(m, lo, hi);
     }
-    if (m->wpe >= 0 && m->t[m->wpe].numel > n0) n0 = m->t[m->wpe].numel;
     int lnf_hi = m->lnf_b >= 0 ? m->lnf_b : m->lnf_w;
     if (span_floats(m, m->lnf_w, lnf_hi) > n0) n0 = span_floats(m, m->lnf_w, lnf_hi);
-    n1 = m->t[m->wte].numel > m->t[m->lm_head].numel ? m->t[m->wte].numel : m->t[m->lm_head].numel;
+    /* Slot 1 is unused since matmuls read 16-bit weights and the
+     * embedding converts only the rows it gathers; kept, tiny, for spans
+     * a future caller may want. */
+    n1 = 1;
     m->p16 = kn_alloc(m->kn, total * kn_dtype_size(dt));
     m->wconv = calloc((size_t)m->nt, sizeof *m->wconv);
     if (!m->wconv) return ty_err_set(err, TY_ENOMEM, "out of memory for the weight table");
@@ -912,11 +914,21 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
     kn_to_device(k, m->targets, targets, (size_t)N * sizeof(int32_t));
 
     /* encoded[N,C] = wte[ids] (+ wpe[t]) */
-    load_span(m, 1, m->wte, m->wte);
-    kn_embedding_fwd(k, m->encoded, m->ids, W(m, m->wte), N, C, 0);
-    if (gpt2) {
-        load_span(m, 0, m->wpe, m->wpe);
-        kn_embedding_fwd(k, m->encoded, m->pos, W(m, m->wpe), N, C, 1);
+    if (m->dt == KN_F32) {
+        kn_embedding_fwd(k, m->encoded, m->ids, W(m, m->wte), N, C, 0);
+        if (gpt2) kn_embedding_fwd(k, m->encoded, m->pos, W(m, m->wpe), N, C, 1);
+    } else {
+        /* 16-bit tables: only the rows used are converted (the token rows
+         * straight into encoded; wpe's first T rows into tmp, then added
+         * as the fp32 path adds them), never a whole fp32 vocabulary. */
+        size_t es = kn_dtype_size(m->dt);
+        const char *wte16 = W16(m, m->wte);
+        for (int n = 0; n < N; n++)
+            kn_convert(k, m->encoded + (size_t)n * C, KN_F32, wte16 + (size_t)inputs[n] * C * es, m->dt, (size_t)C);
+        if (gpt2) {
+            kn_convert(k, m->tmp, KN_F32, W16(m, m->wpe), m->dt, (size_t)T * C);
+            kn_embedding_fwd(k, m->encoded, m->pos, m->tmp, N, C, 1);
+        }
     }
     RND(m->encoded, (size_t)N * C);
 
@@ -927,7 +939,6 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
         x = m->A[l].res3;
     }
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
-    load_span(m, 1, m->lm_head, m->lm_head);
     /* lnf[N,C] = norm(x); logits[N,V] = lnf W_lm^T; losses[N] = CE */
     if (gpt2) kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b), N, C, c->norm_eps);
     else kn_rmsnorm_fwd(k, m->lnf, m->lnf_rstd, x, W(m, m->lnf_w), N, C, c->norm_eps);
@@ -959,7 +970,6 @@ static void backward_from_logits(model *m, int B, int T)
     float *dlogits = m->logits;
     RND(dlogits, (size_t)N * V);
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
-    load_span(m, 1, m->lm_head, m->lm_head);
     kn_zero(k, m->dln, NC);
     mm_bwd(m, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, m->lm_head, N, C, V);
     RND(m->dln, NC);
