@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# Engine CPU benchmark: trainyard-engine vs the same PyTorch 1.13 training loop
-# on the same threads, GPT-2 4x256 (tokens/s) and the 124M shape (step, RSS).
+# Engine CPU benchmarks, each side by side in one run:
+#   bench.py      trainyard-engine vs the same PyTorch 1.13 training loop on
+#                 the same threads, GPT-2 4x256 (tokens/s) and the 124M shape
+#   gemm-bf16     oneDNN's bf16 matmul vs convert + sgemm (when built)
+#   precision.py  fp32 vs bf16 storage: tokens/s and peak RSS, GPT-2 124M and
+#                 a Llama-1B-wide model at seq 1024 / 4096, and the attention
+#                 memory curve against T (slow: minutes per step on 2 cores)
 # Usage: bench/engine-cpu/run.sh BUILD_DIR [extra bench.py args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd); shift
 engine="$build/bin/trainyard-engine"
 [ -x "$engine" ] || { echo "engine-cpu: $engine not built (cmake --build $build --target trainyard-engine)" >&2; exit 1; }
-exec /usr/bin/python3 "$here/bench.py" "$engine" --threads "$(nproc)" "$@"
+/usr/bin/python3 "$here/bench.py" "$engine" --threads "$(nproc)" "$@"
+if [ -x "$build/bin/gemm-bf16" ]; then
+  "$build/bin/gemm-bf16" "$(nproc)" 3
+else
+  echo "engine-cpu: gemm-bf16 not built (needs libdnnl-dev)"
+fi
+/usr/bin/python3 "$here/precision.py" "$engine" --threads "$(nproc)"
