@@ -8,7 +8,10 @@
  * sgemm) today, kernels/cuda (CUDA C, cuBLASLt, fp32 accumulation) next.
  *
  * Conventions (llm.c style: raw pointers plus sizes, shapes in comments):
- *  - All tensors are fp32, row-major, contiguous unless a leading dimension
+ *  - Ops compute in fp32 (wider where they reduce). 16-bit storage enters
+ *    through the ops that take a kn_dtype (kn_convert, kn_round,
+ *    kn_matmul16_*); every other tensor argument is fp32.
+ *  - Tensors are row-major, contiguous unless a leading dimension
  *    (`ld*`, in elements) is given. Pointers are device pointers obtained
  *    from kn_alloc on the same context.
  *  - Linear weights are stored as nn.Linear does: w[out, in]; y = x w^T + b.
