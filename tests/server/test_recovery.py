@@ -64,21 +64,7 @@ def check_prefix(before, after, what):
 
 def real_engine_pids(data_dir):
     """Live (non-zombie) trainyard-engine processes working in data_dir."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read().split(b"\0")
-            with open("/proc/%s/stat" % pid) as f:
-                st = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if st != "Z" and cmd and cmd[0].endswith(b"trainyard-engine") and \
-                any(data_dir.encode() in a for a in cmd):
-            out.append(int(pid))
-    return out
+    return engine_pids(data_dir, b"trainyard-engine")
 
 
 def kill_real_engines(data_dir):

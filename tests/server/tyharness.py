@@ -424,7 +424,8 @@ def kill_engines(data_dir):
                 pass
 
 
-def engine_pids(data_dir):
+def engine_pids(data_dir, binary=b"ty-fake-engine"):
+    """Live (non-zombie) engine processes (fake by default) working in data_dir."""
     out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -436,7 +437,7 @@ def engine_pids(data_dir):
                 st = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if st != "Z" and cmd and cmd[0].endswith(b"ty-fake-engine") and any(data_dir.encode() in a for a in cmd):
+        if st != "Z" and cmd and cmd[0].endswith(binary) and any(data_dir.encode() in a for a in cmd):
             out.append(int(pid))
     return out
 
