@@ -68,11 +68,7 @@ def real_engine_pids(data_dir):
 
 
 def kill_real_engines(data_dir):
-    for pid in real_engine_pids(data_dir):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    T.kill_engines(data_dir, (b"trainyard-engine",))
 
 
 def real_server(*extra, data_dir=None, grace=5):

@@ -51,19 +51,7 @@ def real_spec(train, steps=4, **kw):
 
 def kill_all_engines(data_dir):
     """Engines (real or fake) whose command line names data_dir."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read().split(b"\0")
-        except OSError:
-            continue
-        if cmd and b"engine" in cmd[0] and any(data_dir.encode() in a for a in cmd):
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except OSError:
-                pass
+    H.kill_engines(data_dir, (b"ty-fake-engine", b"trainyard-engine"))
 
 
 class RealServer(H.Server):

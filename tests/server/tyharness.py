@@ -406,9 +406,10 @@ def _db_name(data_dir):
     fail("no database file in %s: %s" % (data_dir, os.listdir(data_dir)))
 
 
-def kill_engines(data_dir):
-    """Kills fake engines whose command line names this data dir (the ones
-    a killed server left behind), by pid."""
+def kill_engines(data_dir, binaries=(b"ty-fake-engine",)):
+    """Kills engines (fake by default; name binaries for others) whose
+    command line names this data dir (the ones a killed server left
+    behind), by pid."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -417,7 +418,7 @@ def kill_engines(data_dir):
                 cmd = f.read().split(b"\0")
         except OSError:
             continue
-        if cmd and cmd[0].endswith(b"ty-fake-engine") and any(data_dir.encode() in a for a in cmd):
+        if cmd and cmd[0].endswith(tuple(binaries)) and any(data_dir.encode() in a for a in cmd):
             try:
                 os.kill(int(pid), signal.SIGKILL)
             except OSError:
