@@ -26,6 +26,7 @@
 #include "kernels.h"
 #include "lora.h"
 #include "model.h"
+#include "scaler.h"
 #include "textdata.h"
 #include "tokenizer.h"
 #include "tyopen.h"
@@ -73,16 +74,10 @@ typedef struct run {
      * committed them gets them back when it adopts the checkpoint. */
     json_t *history;
     kn_dtype dt;           /* storage precision */
-    /* fp16 dynamic loss scaling (torch.cuda.amp.GradScaler's defaults):
-     * the scale (fp32, as GradScaler keeps it), clean steps since the last
-     * change, and the steps skipped for inf/NaN gradients, all in the
-     * checkpoint. bf16 / fp32: scale 1, nothing skipped. */
-    float loss_scale;
-    int64_t growth_tracker, skipped;
+    /* fp16 dynamic loss scaling (scaler.h, GradScaler's rule), all of it
+     * in the checkpoint. bf16 / fp32: scale 1, nothing skipped. */
+    ty_scaler sc;
 } run;
-
-#define SCALE_INIT 65536.0f     /* 2^16 */
-#define SCALE_GROWTH_INTERVAL 2000
 
 static int fail(const char *prefix, const ty_err *e)
 {
@@ -188,12 +183,12 @@ static int write_trainer_state(run *r, const char *path, ty_err *err)
                           "rng", "algorithm", "splitmix64-fisher-yates", "seed", seed,
                           "epoch", (json_int_t)r->sampler.epoch,
                           "tokens", (json_int_t)r->tokens,
-                          "loss_scale", (double)r->loss_scale,
+                          "loss_scale", (double)r->sc.scale,
                           "spec_sha256", r->spec_sha,
                           "model_type", r->m.cfg.model_type,
                           "params", (json_int_t)r->m.n_params);
-    json_object_set_new(o, "growth_tracker", json_integer((json_int_t)r->growth_tracker));
-    json_object_set_new(o, "skipped_steps", json_integer((json_int_t)r->skipped));
+    json_object_set_new(o, "growth_tracker", json_integer((json_int_t)r->sc.growth_tracker));
+    json_object_set_new(o, "skipped_steps", json_integer((json_int_t)r->sc.skipped));
     json_object_set_new(o, "precision", json_string(kn_dtype_name(r->dt)));
     /* The eval loss of this very step, for checkpoint.keep_best. */
     if (r->eval_step == r->step && isfinite(r->eval_loss))
@@ -237,11 +232,11 @@ static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t 
     json_t *ls = json_object_get(o, "loss_scale"), *gt = json_object_get(o, "growth_tracker"),
            *sk = json_object_get(o, "skipped_steps");
     if (!rc && r->dt == KN_F16 && json_is_number(ls) && json_number_value(ls) > 0 && gt && sk) {
-        r->loss_scale = (float)json_number_value(ls);
-        r->growth_tracker = json_integer_value(gt);
-        r->skipped = json_integer_value(sk);
+        r->sc.scale = (float)json_number_value(ls);
+        r->sc.growth_tracker = json_integer_value(gt);
+        r->sc.skipped = json_integer_value(sk);
     } else if (!rc && sk && json_integer_value(sk) > 0) {
-        r->skipped = json_integer_value(sk); /* AdamW's step count stays right across a precision change */
+        r->sc.skipped = json_integer_value(sk); /* AdamW's step count stays right across a precision change */
     }
     json_decref(o);
     if (rc) return rc;
@@ -414,7 +409,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
     kn_zero(r->kn, grads, nbuf);
     double sum = 0;
     /* fp16: the loss (so every gradient) is multiplied by the loss scale. */
-    float scale = (float)((double)r->loss_scale / (double)count);
+    float scale = (float)((double)r->sc.scale / (double)count);
     for (int a = 0; a < A; a++) {
         if (r->have_lora) { /* dropout masks: a function of (seed, step, micro-batch) */
             r->lora.training = 1;
@@ -428,23 +423,21 @@ static int train_step(run *r, step_result *out, ty_err *err)
     out->loss = sum / (double)count;
     out->lr = s->lr * train_lr_lambda(s->schedule, r->step, s->warmup_steps, s->max_steps);
     if (!isfinite(out->loss)) return 0;
-    if (r->dt == KN_F16) {
+    if (r->sc.enabled) {
         /* GradScaler: inf/NaN anywhere -> skip the update, halve the scale;
-         * else unscale (times the fp32 reciprocal) and, after
-         * SCALE_GROWTH_INTERVAL clean steps in a row, double the scale. */
+         * else unscale (times the fp32 reciprocal); the growth after
+         * enough clean steps is counted once the update is done. */
         if (kn_nonfinite(r->kn, grads, nbuf)) {
             ev_log("step %lld: inf/NaN gradients at loss scale %g; update skipped, scale halved",
-                   (long long)r->step + 1, (double)r->loss_scale);
-            r->loss_scale *= 0.5f;
-            r->growth_tracker = 0;
-            r->skipped++;
+                   (long long)r->step + 1, (double)r->sc.scale);
+            ty_scaler_update(&r->sc, 1);
             r->step++;
             r->tokens += (int64_t)A * B * T;
             out->skipped = 1;
             out->grad_norm = NAN;
             return 0;
         }
-        kn_scale(r->kn, grads, nbuf, 1.0f / r->loss_scale);
+        kn_scale(r->kn, grads, nbuf, 1.0f / r->sc.scale);
     }
     /* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), applied if < 1 */
     out->grad_norm = sqrt(kn_sumsq(r->kn, grads, nbuf));
@@ -456,7 +449,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
         if (coef < 1.0) kn_scale(r->kn, grads, nbuf, (float)coef);
     }
     /* AdamW's own step count: skipped steps are not optimizer steps. */
-    int64_t t = r->step + 1 - r->skipped;
+    int64_t t = r->step + 1 - r->sc.skipped;
     for (int i = 0; r->have_lora && i < 2 * r->lora.n; i++) { /* A and B are 2-D: decayed */
         const lora_adapter *la = &r->lora.ad[i / 2];
         size_t off = i % 2 ? la->b_off : la->a_off;
@@ -473,10 +466,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
     }
     r->step++;
     r->tokens += (int64_t)A * B * T;
-    if (r->dt == KN_F16 && ++r->growth_tracker == SCALE_GROWTH_INTERVAL) {
-        r->loss_scale *= 2.0f;
-        r->growth_tracker = 0;
-    }
+    ty_scaler_update(&r->sc, 0);
     /* The 16-bit weights the next forward reads: round(masters). */
     if (!r->have_lora) model_sync_params(m);
     return 0;
@@ -631,7 +621,10 @@ static int setup(run *r, int *code)
         return -1;
     }
     r->dt = s->precision == PREC_BF16 ? KN_BF16 : s->precision == PREC_FP16 ? KN_F16 : KN_F32;
-    r->loss_scale = r->dt == KN_F16 ? SCALE_INIT : 1.0f;
+    ty_scaler_init(&r->sc, r->dt == KN_F16);
+    if (r->sc.enabled && (r->sc.interval = ty_scaler_env_interval()) != TY_SCALER_GROWTH_INTERVAL)
+        ev_log("test knob TY_TEST_SCALE_GROWTH_INTERVAL: the loss scale doubles after %lld clean steps",
+               (long long)r->sc.interval);
     if ((rc = open_device(r, &err))) {
         hfconfig_free(&cfg);
         *code = fail("backend", &err);
@@ -809,7 +802,7 @@ static int train_loop(run *r)
                                   (json_int_t)r->step, "loss", sr.loss, "lr", sr.lr, "grad_norm",
                                   sr.skipped ? json_null() : json_real(sr.grad_norm), "tokens", (json_int_t)r->tokens,
                                   "tokens_per_s", tps, "mem_bytes", (json_int_t)peak_mem_bytes(r), "eta_s", eta,
-                                  "loss_scale", (double)r->loss_scale, "skipped_steps", (json_int_t)r->skipped);
+                                  "loss_scale", (double)r->sc.scale, "skipped_steps", (json_int_t)r->sc.skipped);
             if (r->history && m) {
                 json_t *h = json_deep_copy(m);
                 json_object_del(h, "ev");

@@ -11,6 +11,11 @@
 #                         steps, halves the scale each time, then trains on;
 #                         the reference agrees; the scale and the skipped
 #                         count are in trainer_state.json and survive resume.
+#   fp16_growth           with the test knob TY_TEST_SCALE_GROWTH_INTERVAL=3
+#                         the scale doubles after every 3 clean steps (the
+#                         real 2000 is engine.scaler's unit test), as the
+#                         reference with the same interval; a resume from
+#                         mid-interval keeps the growth tracker.
 #
 # Tolerances: relative, per step. bf16 keeps 8 significant bits, fp16 11;
 # the engine and the reference round at the same points, so they differ only
@@ -182,6 +187,47 @@ def case_overflow(engine, keep):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def case_growth(engine, keep):
+    tmp = tempfile.mkdtemp(prefix="engine_ref_mixed_growth_")
+    os.environ["TY_TEST_SCALE_GROWTH_INTERVAL"] = "3"
+    try:
+        spec, spec_path = check.build_case(tmp, "llama_gqa", steps=10, every_steps=4,
+                                           extra={"precision": "fp16"})
+        rc, events, err = check.run_engine(engine, spec_path, os.path.join(tmp, "work"))
+        check.expect_success(rc, events, err, "fp16_growth")
+        if "doubles after 3 clean steps" not in err:
+            fail("fp16_growth: the engine did not log the test knob")
+        got = check.metrics_of(events)
+        ref, _ = mixedref.train(spec, growth_interval=3)
+        compare("fp16_growth", "fp16", got, ref)
+        scales = [m["loss_scale"] for m in got]
+        # Before any skipped step the scale is 2^16 for steps 1-2, doubles at 3
+        # and again at 6 (the reference agrees step by step, checked above).
+        if scales[:6] != [65536.0, 65536.0, 131072.0, 131072.0, 131072.0, 262144.0] or got[5]["skipped_steps"]:
+            fail(f"fp16_growth: scales {scales}, wanted a doubling after steps 3 and 6")
+        # Resume from step 4 (one clean step into the second interval): the
+        # growth tracker comes back, so the next doubling is still at step 6.
+        ck = os.path.join(tmp, "work", "checkpoints", "step-000004")
+        with open(os.path.join(ck, "trainer_state.json")) as f:
+            st = json.load(f)
+        if (st.get("loss_scale"), st.get("growth_tracker")) != (131072.0, 1):
+            fail(f"fp16_growth: step 4 trainer_state has scale/tracker {st.get('loss_scale')}/"
+                 f"{st.get('growth_tracker')}, wanted 131072/1")
+        rc, ev2, err = check.run_engine(engine, spec_path, os.path.join(tmp, "fresh"), resume=ck)
+        check.expect_success(rc, ev2, err, "fp16_growth resumed")
+        a = {m["step"]: check.state_of(m) for m in got if m["step"] > 4}
+        b = {m["step"]: check.state_of(m) for m in check.metrics_of(ev2)}
+        if a != b:
+            fail(f"fp16_growth: resumed steps differ:\n{a}\n{b}")
+        print(f"fp16_growth: scales {scales}; resumed from step 4, steps 5..10 bit-identical")
+    finally:
+        del os.environ["TY_TEST_SCALE_GROWTH_INTERVAL"]
+        if keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", required=True)
@@ -192,6 +238,8 @@ def main():
     fam, _, prec = a.case.partition("_")
     if a.case == "fp16_overflow":
         case_overflow(a.engine, a.keep)
+    elif a.case == "fp16_growth":
+        case_growth(a.engine, a.keep)
     elif fam == "resume" and prec in ("bf16", "fp16"):
         check.case_resume(a.engine, a.keep, prec)
     elif fam in FAMILY and prec in TOL:

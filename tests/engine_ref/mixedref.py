@@ -88,12 +88,13 @@ def llama_forward(cfg, p, ids, R):
     return R(x @ head.t())
 
 
-def train(spec, steps=None, planted=None):
+def train(spec, steps=None, planted=None, growth_interval=2000):
     """The spec's run in its precision; one dict per step: {step, loss, lr,
     grad_norm (None when skipped), loss_scale, skipped_steps} as the engine's
     metric events report them (loss_scale after the step's update).
     planted: name -> factor applied to the loaded masters (to force fp16
-    gradient overflow)."""
+    gradient overflow). growth_interval: clean steps before the fp16 scale
+    doubles (GradScaler's 2000; the engine's TY_TEST_SCALE_GROWTH_INTERVAL)."""
     prec = spec.get("precision", "fp32")
     dt = DTYPES[prec]
     hp = spec["hyperparameters"]
@@ -157,7 +158,7 @@ def train(spec, steps=None, planted=None):
             opt.step()
             if prec == "fp16":
                 growth += 1
-                if growth == 2000:
+                if growth == growth_interval:
                     scale, growth = scale * 2.0, 0
         out.append({"step": k, "loss": total / n_tok, "lr": lr, "grad_norm": gn,
                     "loss_scale": float(scale), "skipped_steps": skipped})
