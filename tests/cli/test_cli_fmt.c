@@ -15,15 +15,7 @@
 
 #include "cli_fmt.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                            \
-        }                                                                          \
-    } while (0)
+#include "tyassert.h"
 
 static char *read_all(const char *path)
 {
@@ -70,9 +62,8 @@ static void snapshot(const char *dir, const char *name, const char *got)
     }
     char *want = read_all(path);
     if (!want || strcmp(want, got) != 0) {
-        fprintf(stderr, "%s differs from the snapshot.\n--- want\n%s--- got\n%s---\n", name,
+        TY_FAIL("%s differs from the snapshot.\n--- want\n%s--- got\n%s---", name,
                 want ? want : "(missing)\n", got);
-        failures++;
     }
     free(want);
 }
@@ -176,10 +167,5 @@ int main(int argc, char **argv)
     check_helpers();
     check_watch(argv[1]);
     check_jobs(argv[1]);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    puts("ok cli.format");
-    return 0;
+    return ty_summary("cli.format");
 }

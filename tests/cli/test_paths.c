@@ -14,15 +14,7 @@
 #include "typath.h"
 #include "tyutil.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                            \
-        }                                                                          \
-    } while (0)
+#include "tyassert.h"
 
 static void clean_is(const char *in, const char *want)
 {
@@ -30,8 +22,7 @@ static void clean_is(const char *in, const char *want)
     snprintf(b, sizeof b, "%s", in);
     ty_path_clean(b);
     if (strcmp(b, want) != 0) {
-        fprintf(stderr, "ty_path_clean(\"%s\") = \"%s\", want \"%s\"\n", in, b, want);
-        failures++;
+        TY_FAIL("ty_path_clean(\"%s\") = \"%s\", want \"%s\"", in, b, want);
     }
 }
 
@@ -76,21 +67,14 @@ int main(void)
         char *argv[] = {"serve", "--data-dir", (char *)*sp, "--gpus", "none", NULL};
         CHECK(srv_config_parse(&c, 5, argv, stdout, &err) == 0);
         if (strcmp(c.data_dir, want) != 0) {
-            fprintf(stderr, "--data-dir %s gives data_dir %s, want %s\n", *sp, c.data_dir, want);
-            failures++;
+            TY_FAIL("--data-dir %s gives data_dir %s, want %s", *sp, c.data_dir, want);
         }
         if (untidy(c.allowed_roots) || !strstr(c.allowed_roots, want)) {
-            fprintf(stderr, "--data-dir %s gives allowed roots %s\n", *sp, c.allowed_roots);
-            failures++;
+            TY_FAIL("--data-dir %s gives allowed roots %s", *sp, c.allowed_roots);
         }
     }
     CHECK(chdir("/") == 0);
     ty_err err = {0};
     ty_rm_rf(dir, &err);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    puts("ok cli.paths");
-    return 0;
+    return ty_summary("cli.paths");
 }

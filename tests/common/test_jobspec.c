@@ -11,17 +11,7 @@
 
 #include "jobspec.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fputc('\n', stderr);                                 \
-        }                                                        \
-    } while (0)
+#include "tyassert.h"
 
 static const char *DESIGN_EXAMPLE =
     "{\n"
@@ -441,11 +431,5 @@ int main(void)
     test_bad_inputs();
     test_positions();
     test_roots();
-    if (failures) {
-        fprintf(stderr, "%d failure(s)\n", failures);
-        return 1;
-    }
-    printf("jobspec: all %zu bad inputs rejected, example, defaults, round trip and roots ok\n",
-           sizeof BAD / sizeof BAD[0]);
-    return 0;
+    return ty_summary("jobspec");
 }

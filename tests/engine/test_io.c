@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "ckpt.h"
 #include "data.h"
 #include "hfconfig.h"
@@ -436,7 +436,5 @@ int main(void)
     test_ckpt();
     test_keep_best();
     ty_rm_rf(tmpdir, NULL);
-    if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
-    else printf("engine io: all checks passed\n");
-    return check_failures != 0;
+    return ty_summary("engine io");
 }

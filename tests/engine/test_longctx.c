@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "hfconfig.h"
 #include "kernels.h"
 #include "model.h"
@@ -121,8 +121,7 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "memory")) {
         precision_memory(kn);
         kn_close(kn);
-        if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
-        return check_failures != 0;
+        return ty_summary("engine longctx");
     }
     run(kn,
         "{\"model_type\":\"gpt2\",\"n_embd\":32,\"n_layer\":2,\"n_head\":4,\"n_positions\":4096,"
@@ -134,7 +133,5 @@ int main(int argc, char **argv)
         "\"max_position_embeddings\":4096}",
         "llama");
     kn_close(kn);
-    if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
-    else printf("engine longctx: all checks passed\n");
-    return check_failures != 0;
+    return ty_summary("engine longctx");
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "hfconfig.h"
 #include "kernels.h"
 #include "model.h"
@@ -264,7 +264,5 @@ int main(void)
     test_sharded();
     kn_close(kn);
     ty_rm_rf(tmpdir, NULL);
-    if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
-    else printf("engine model: all checks passed\n");
-    return check_failures != 0;
+    return ty_summary("engine model");
 }

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "data.h"
 #include "hfconfig.h"
 #include "jobspec.h"
@@ -218,7 +218,5 @@ int main(void)
     test_no_content();
     test_param_count();
     ty_rm_rf(tmp, NULL);
-    if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
-    else printf("engine roots: all checks passed\n");
-    return check_failures != 0;
+    return ty_summary("engine roots");
 }

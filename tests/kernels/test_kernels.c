@@ -16,17 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_fail;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-            g_fail++;                                                        \
-        }                                                                    \
-    } while (0)
+#include "tyassert.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -94,8 +84,7 @@ static void check_close(const char *what, const float *got, const double *want, 
         double err = fabs((double)got[i] - want[i]);
         if (!(err <= rtol * fabs(want[i]) + floor)) {
             if (shown++ < 5)
-                fprintf(stderr, "FAIL %s[%zu]: got %.9g want %.9g\n", what, i, got[i], want[i]);
-            g_fail++;
+                TY_FAIL("%s[%zu]: got %.9g want %.9g", what, i, got[i], want[i]);
         }
     }
 }
@@ -149,9 +138,8 @@ static void check_doubled(const char *what, const float *second, const float *fi
         double want = 2.0 * first[i];
         if (!(fabs(second[i] - want) <= 1e-5 * fabs(want) + floor + 1e-12)) {
             if (shown++ < 3)
-                fprintf(stderr, "FAIL %s[%zu] after two backwards: %.9g, want %.9g\n", what, i,
+                TY_FAIL("%s[%zu] after two backwards: %.9g, want %.9g", what, i,
                         second[i], want);
-            g_fail++;
         }
     }
 }
@@ -1031,7 +1019,7 @@ static void test_convert(void)
                 fprintf(stderr, "FAIL convert %s [%zu]: %.9g -> %.9g, want %.9g\n", fmts[f].name, i,
                         (double)x[i], (double)back[i], want);
         }
-        g_fail += bad;
+        ty_failures += bad;
         /* kn_round gives the same values without the 16-bit buffer. */
         CHECK(memcmp(r + 8, back + 8, (n - 8) * sizeof *r) == 0 && !isnan(r[0]), "%s: kn_round != convert",
               fmts[f].name);
@@ -1471,14 +1459,14 @@ int main(int argc, char **argv)
     int ran = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
         if (argc < 2 || strcmp(argv[1], "all") == 0 || strcmp(argv[1], tests[i].name) == 0) {
-            int before = g_fail;
+            int before = ty_failures;
             tests[i].fn();
-            printf("%s %s\n", g_fail == before ? "ok  " : "FAIL", tests[i].name);
+            printf("%s %s\n", ty_failures == before ? "ok  " : "FAIL", tests[i].name);
             ran++;
         }
     if (!ran) {
         fprintf(stderr, "unknown test '%s'\n", argv[1]);
         return 2;
     }
-    return g_fail ? 1 : 0;
+    return ty_summary(argc > 1 ? argv[1] : "kernels");
 }

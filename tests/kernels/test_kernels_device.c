@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_fail;
+#include "tyassert.h"
+
 static int g_scale = 1;
 static uint64_t g_rng = 0x243f6a8885a308d3ULL;
 
@@ -84,12 +85,10 @@ static void ctx_ok(pair *p, const char *what)
 {
     ty_err err = {0};
     if (kn_check(p->cpu, &err)) {
-        fprintf(stderr, "FAIL %s: cpu error: %s\n", what, err.msg);
-        g_fail++;
+        TY_FAIL("%s: cpu error: %s", what, err.msg);
     }
     if (kn_check(p->dev, &err)) {
-        fprintf(stderr, "FAIL %s: device error: %s\n", what, err.msg);
-        g_fail++;
+        TY_FAIL("%s: device error: %s", what, err.msg);
     }
 }
 
@@ -113,8 +112,7 @@ static void cmp(pair *p, const char *what, buf b, double rtol, double atol)
             er = fmax(er, d / fabs(x[i]));
         if (!(d <= rtol * fabs(x[i]) + atol * mx + 1e-30)) {
             if (shown++ < 5)
-                fprintf(stderr, "FAIL %s[%zu]: device %.9g cpu %.9g\n", what, i, y[i], x[i]);
-            g_fail++;
+                TY_FAIL("%s[%zu]: device %.9g cpu %.9g", what, i, y[i], x[i]);
         }
     }
     printf("op=%s n=%zu max_abs=%.3g max_rel=%.3g max_ref=%.3g\n", what, n, ea, er, mx);
@@ -127,8 +125,7 @@ static void cmp_bytes(pair *p, const char *what, buf b)
     ctx_ok(p, what);
     void *x = fetch(p->cpu, b.cpu, b.bytes), *y = fetch(p->dev, b.dev, b.bytes);
     if (memcmp(x, y, b.bytes)) {
-        fprintf(stderr, "FAIL %s: device bytes differ from cpu\n", what);
-        g_fail++;
+        TY_FAIL("%s: device bytes differ from cpu", what);
     }
     printf("op=%s n=%zu exact=%d\n", what, b.bytes, !memcmp(x, y, b.bytes));
     free(x);
@@ -140,8 +137,7 @@ static void cmp_val(const char *what, double cpu, double dev, double rtol)
     double d = fabs(cpu - dev);
     printf("op=%s cpu=%.12g dev=%.12g abs=%.3g\n", what, cpu, dev, d);
     if (!(d <= rtol * fabs(cpu) + 1e-12)) {
-        fprintf(stderr, "FAIL %s: device %.12g cpu %.12g\n", what, dev, cpu);
-        g_fail++;
+        TY_FAIL("%s: device %.12g cpu %.12g", what, dev, cpu);
     }
 }
 
@@ -154,8 +150,7 @@ static void same_twice(pair *p, const char *what, buf out, void (*run)(kn_ctx *,
     run(p->dev, arg);
     void *b = fetch(p->dev, out.dev, out.bytes);
     if (memcmp(a, b, out.bytes)) {
-        fprintf(stderr, "FAIL %s: a second run differs bit-wise\n", what);
-        g_fail++;
+        TY_FAIL("%s: a second run differs bit-wise", what);
     }
     free(a);
     free(b);
@@ -186,20 +181,17 @@ static void t_elementwise(pair *p)
     double s1 = kn_sumsq(p->dev, F(x, dev), n);
     cmp_val("sumsq", kn_sumsq(p->cpu, F(x, cpu), n), s1, 1e-12);
     if (kn_sumsq(p->dev, F(x, dev), n) != s1) {
-        fprintf(stderr, "FAIL sumsq: second call differs\n");
-        g_fail++;
+        TY_FAIL("sumsq: second call differs");
     }
     cmp_val("sum_empty", 0.0, kn_sum(p->dev, F(x, dev), 0), 0);
     if (kn_nonfinite(p->dev, F(x, dev), n)) {
-        fprintf(stderr, "FAIL nonfinite on finite data\n");
-        g_fail++;
+        TY_FAIL("nonfinite on finite data");
     }
     float bad[2] = {INFINITY, NAN};
     for (int k = 0; k < 2; k++) {
         kn_to_device(p->dev, F(x, dev) + n - 1 - k * (n / 2), &bad[k], sizeof(float));
         if (!kn_nonfinite(p->dev, F(x, dev), n)) {
-            fprintf(stderr, "FAIL nonfinite misses %g\n", bad[k]);
-            g_fail++;
+            TY_FAIL("nonfinite misses %g", bad[k]);
         }
     }
     ctx_ok(p, "elementwise");
@@ -441,8 +433,7 @@ static void t_attention(pair *p)
                      1, 1, 1, 300, 300, 300);
     ty_err err = {0};
     if (kn_check(p->dev, &err) == 0 || !strstr(err.msg, "head dim")) {
-        fprintf(stderr, "FAIL attention with D=300 was not refused ('%s')\n", err.msg);
-        g_fail++;
+        TY_FAIL("attention with D=300 was not refused ('%s')", err.msg);
     }
 }
 
@@ -476,8 +467,7 @@ static void t_crossentropy(pair *p)
     float l0;
     kn_to_host(p->dev, &l0, F(loss, dev), sizeof l0);
     if (!isnan(l0)) {
-        fprintf(stderr, "FAIL crossentropy: target V gave %g, not NaN\n", l0);
-        g_fail++;
+        TY_FAIL("crossentropy: target V gave %g, not NaN", l0);
     }
     free(t);
 }
@@ -552,8 +542,7 @@ static void t_context(pair *p)
     const char *d = kn_describe(p->dev);
     printf("device: %s\n", d);
     if (strncmp(d, kn_device_name(p->dev), strlen(kn_device_name(p->dev)))) {
-        fprintf(stderr, "FAIL describe '%s' does not name the device\n", d);
-        g_fail++;
+        TY_FAIL("describe '%s' does not name the device", d);
     }
     size_t before = kn_bytes_in_use(p->dev);
     void *a = kn_alloc(p->dev, 1000);
@@ -561,13 +550,11 @@ static void t_context(pair *p)
     kn_to_host(p->dev, z, a, sizeof z);
     for (int i = 0; i < 250; i++)
         if (z[i] != 0.0f) {
-            fprintf(stderr, "FAIL kn_alloc memory not zeroed\n");
-            g_fail++;
+            TY_FAIL("kn_alloc memory not zeroed");
             break;
         }
     if (kn_bytes_in_use(p->dev) != before + 1000) {
-        fprintf(stderr, "FAIL byte accounting\n");
-        g_fail++;
+        TY_FAIL("byte accounting");
     }
     kn_free(p->dev, a);
     /* The sticky error channel: an op failing inside makes later ops no-ops
@@ -576,8 +563,7 @@ static void t_context(pair *p)
     ty_err err = {0};
     if (kn_check(p->dev, &err) != TY_EIO || !strstr(err.msg, "synthetic") ||
         strncmp(err.msg, kn_device_name(p->dev), strlen(kn_device_name(p->dev)))) {
-        fprintf(stderr, "FAIL kn_check: '%s'\n", err.msg);
-        g_fail++;
+        TY_FAIL("kn_check: '%s'", err.msg);
     }
 }
 
@@ -629,7 +615,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown group %s\n", argv[1]);
         return 2;
     }
-    if (g_fail)
-        fprintf(stderr, "%d failure(s)\n", g_fail);
-    return g_fail ? 1 : 0;
+    return ty_summary(argc > 1 ? argv[1] : "kernels");
 }

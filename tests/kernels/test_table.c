@@ -24,7 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_fail;
+#include "tyassert.h"
+
 static uint64_t g_rng = 0x2545f4914f6cdd1dULL;
 
 static double draw(void) /* +-[0.1, 1) */
@@ -91,7 +92,7 @@ static void expect(tc *t, const char *what, const float *d, const double *want, 
                         want[i]);
         }
     }
-    g_fail += bad;
+    ty_failures += bad;
     free(h);
 }
 
@@ -125,7 +126,7 @@ static void c_elementwise(tc *t)
         s += w[i], ss += w[i] * w[i];
     double gs = kn_sum(t->c, b, n), gss = kn_sumsq(t->c, b, n);
     if (fabs(gs - s) > 1e-9 * n || fabs(gss - ss) > 1e-9 * ss)
-        fprintf(stderr, "FAIL %s sum %.17g/%.17g vs %.17g/%.17g\n", t->dev, gs, gss, s, ss), g_fail++;
+        TY_FAIL("%s sum %.17g/%.17g vs %.17g/%.17g", t->dev, gs, gss, s, ss);
     free(ha), free(hb), free(w);
 }
 
@@ -402,12 +403,12 @@ int main(int argc, char **argv)
             if (argc > 1 && strcmp(argv[1], CASES[i].name))
                 continue;
             tc t = {c, devs[d].name, CASES[i].name};
-            int before = g_fail;
+            int before = ty_failures;
             CASES[i].run(&t);
             ty_err kerr = {0};
             if (kn_check(c, &kerr))
-                fprintf(stderr, "FAIL %s %s: %s\n", devs[d].name, CASES[i].name, kerr.msg), g_fail++;
-            printf("%s %s %s\n", g_fail == before ? "ok  " : "FAIL", devs[d].name, CASES[i].name);
+                TY_FAIL("%s %s: %s", devs[d].name, CASES[i].name, kerr.msg);
+            printf("%s %s %s\n", ty_failures == before ? "ok  " : "FAIL", devs[d].name, CASES[i].name);
             ran++;
         }
         kn_close(c);
@@ -416,5 +417,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "no case ran\n");
         return 2;
     }
-    return g_fail ? 1 : 0;
+    return ty_summary(argc > 1 ? argv[1] : "kernels");
 }

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "db.h"
 #include "tyutil.h"
 
@@ -254,5 +254,5 @@ int main(void)
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
     printf("db: migrations and queries ok\n");
-    return 0;
+    return ty_summary("db");
 }

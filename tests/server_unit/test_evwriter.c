@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "server.h"
 
 typedef struct pubs {
@@ -89,5 +89,5 @@ int main(void)
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
     printf("evwriter: %d events in %lld batches\n", N, (long long)batches);
-    return 0;
+    return ty_summary("evwriter");
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "server.h"
 #include "tyutil.h"
 #include "upload.h"
@@ -96,5 +96,5 @@ int main(void)
 
     CHECK(ty_rm_rf(tmpl, &err) == 0);
     puts("server_unit.fetch: ok");
-    return 0;
+    return ty_summary("fetch");
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "gate.h"
 
 static const gate_limits LIM = {.max_line = 64, .max_head = 256, .max_fields = 4,
@@ -113,5 +113,5 @@ int main(void)
 
     CHECK(gate_has_ctl("a\0b", 3) && gate_has_ctl("\x7f", 1) && !gate_has_ctl("a b\x80", 4));
     printf("gate: head checks ok\n");
-    return 0;
+    return ty_summary("gate");
 }

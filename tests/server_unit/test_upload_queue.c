@@ -15,7 +15,7 @@
 
 #include <math.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "db.h"
 #include "tyutil.h"
 #include "upload.h"
@@ -264,5 +264,5 @@ int main(void)
     unlink(wal);
     rmdir(dir);
     printf("upload queue: state transitions ok\n");
-    return 0;
+    return ty_summary("upload queue");
 }

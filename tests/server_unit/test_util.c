@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "server.h"
 #include "sse.h"
 
@@ -248,5 +248,5 @@ int main(void)
     test_listen();
     test_config();
     printf("util: sse frame, cursor, time, tokens, prometheus, listen, config ok\n");
-    return 0;
+    return ty_summary("server util");
 }

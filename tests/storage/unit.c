@@ -22,17 +22,7 @@
 #include "store_int.h"
 #include "tyutil.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
+#include "tyassert.h"
 
 /* --- SigV4: AWS test-suite vectors (AKIDEXAMPLE, 20150830T123600Z, us-east-1, "service") --- */
 
@@ -612,10 +602,5 @@ int main(void)
     test_cancel();
     test_file_backend();
     test_probe_and_dir();
-    if (failures) {
-        fprintf(stderr, "storage unit: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("storage unit: all passed\n");
-    return 0;
+    return ty_summary("storage unit");
 }

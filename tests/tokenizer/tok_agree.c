@@ -24,6 +24,8 @@
 
 #include "tokenizer.h"
 
+#include "tyassert.h"
+
 static void print_ids(const char *label, const int32_t *ids, size_t n)
 {
     fprintf(stderr, "  %s (%zu):", label, n);
@@ -87,7 +89,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "FAIL: %s: no cases (%s)\n", argv[2], je.text);
         return 1;
     }
-    size_t i, failures = 0, roundtrips = 0;
+    size_t i, roundtrips = 0;
     json_t *c;
     json_array_foreach(cases, i, c)
     {
@@ -102,14 +104,13 @@ int main(int argc, char **argv)
             char *back;
             size_t blen;
             if (tok_decode(tok, w, n, &back, &blen, &err)) {
-                fprintf(stderr, "FAIL case %zu: decode: %s\n", i, err.msg);
-                failures++;
+                TY_FAIL("case %zu: decode: %s", i, err.msg);
             } else {
                 if (blen != json_string_length(decoded) || memcmp(back, json_string_value(decoded), blen)) {
                     fprintf(stderr, "FAIL case %zu: decode of random ids \"%s\", reference \"%s\"\n", i, back,
                             json_string_value(decoded));
                     print_ids("ids", w, n);
-                    failures++;
+                    ty_failures++;
                 }
                 roundtrips++;
                 free(back);
@@ -124,8 +125,7 @@ int main(int argc, char **argv)
         int32_t *ids;
         size_t n;
         if (tok_encode(tok, text, tlen, add_special, &ids, &n, &err)) {
-            fprintf(stderr, "FAIL case %zu: encode: %s\n", i, err.msg);
-            failures++;
+            TY_FAIL("case %zu: encode: %s", i, err.msg);
             continue;
         }
         int same = n == json_array_size(want);
@@ -139,7 +139,7 @@ int main(int argc, char **argv)
             print_ids("reference", w, json_array_size(want));
             print_ids("ours     ", ids, n);
             free(w);
-            failures++;
+            ty_failures++;
         }
         int has_special = 0;
         for (size_t k = 0; k < n; k++) {
@@ -153,13 +153,11 @@ int main(int argc, char **argv)
             char *back;
             size_t blen;
             if (tok_decode(tok, ids, n, &back, &blen, &err)) {
-                fprintf(stderr, "FAIL case %zu: decode: %s\n", i, err.msg);
-                failures++;
+                TY_FAIL("case %zu: decode: %s", i, err.msg);
             } else {
                 if (blen != json_string_length(decoded) || memcmp(back, json_string_value(decoded), blen)) {
-                    fprintf(stderr, "FAIL case %zu: decode \"%s\", reference \"%s\"\n", i, back,
+                    TY_FAIL("case %zu: decode \"%s\", reference \"%s\"", i, back,
                             json_string_value(decoded));
-                    failures++;
                 }
                 roundtrips++;
                 free(back);
@@ -174,12 +172,10 @@ int main(int argc, char **argv)
             char *back;
             size_t blen;
             if (tok_decode(tok, ids, n, &back, &blen, &err)) {
-                fprintf(stderr, "FAIL case %zu: decode: %s\n", i, err.msg);
-                failures++;
+                TY_FAIL("case %zu: decode: %s", i, err.msg);
             } else {
                 if (blen != tlen || memcmp(back, text, tlen)) {
-                    fprintf(stderr, "FAIL case %zu: round trip \"%s\" -> \"%s\"\n", i, text, back);
-                    failures++;
+                    TY_FAIL("case %zu: round trip \"%s\" -> \"%s\"", i, text, back);
                 }
                 roundtrips++;
                 free(back);
@@ -199,14 +195,13 @@ int main(int argc, char **argv)
     for (int k = 0; k < 4; k++) {
         pthread_join(th[k], NULL);
         if (jobs[k].mismatches) {
-            fprintf(stderr, "FAIL: thread %d: %zu cases differ when encoding concurrently\n", k,
+            TY_FAIL("thread %d: %zu cases differ when encoding concurrently", k,
                     jobs[k].mismatches);
-            failures++;
         }
     }
-    printf("%s: %zu cases, %zu round trips, 4 concurrent passes, %zu failures\n", argv[2],
-           json_array_size(cases), roundtrips, failures);
+    printf("%s: %zu cases, %zu round trips, 4 concurrent passes\n", argv[2],
+           json_array_size(cases), roundtrips);
     json_decref(root);
     tok_free(tok);
-    return failures ? 1 : 0;
+    return ty_summary(argv[2]);
 }

@@ -15,19 +15,7 @@
 #include "tok_internal.h"
 #include "tokenizer.h"
 
-static int failures;
-
-static void check(int ok, const char *fmt, ...)
-{
-    if (ok) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "FAIL: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    failures++;
-}
+#include "tyassert.h"
 
 /* A BPE tokenizer.json over the given tokens (ids in order) and merges. */
 static json_t *bpe_json(const char *const *vocab, const char *const *merges)
@@ -58,7 +46,7 @@ static void expect_load_error(json_t *root, const char *want, const char *what)
 {
     ty_err err;
     tok_tokenizer *t = load(root, NULL, &err);
-    check(!t && err.code == TY_EINVAL && strstr(err.msg, want),
+    CHECK(!t && err.code == TY_EINVAL && strstr(err.msg, want),
           "%s: wanted an error naming \"%s\", got %s \"%s\"", what, want,
           t ? "success" : ty_err_name(err.code), err.msg);
     tok_free(t);
@@ -72,7 +60,7 @@ static void expect_tokens(const tok_tokenizer *t, const char *text, const char *
     size_t n;
     ty_err err;
     if (tok_encode(t, text, strlen(text), 0, &ids, &n, &err)) {
-        check(0, "%s: encode failed: %s", what, err.msg);
+        CHECK(0, "%s: encode failed: %s", what, err.msg);
         return;
     }
     size_t nw = 0;
@@ -88,8 +76,7 @@ static void expect_tokens(const tok_tokenizer *t, const char *text, const char *
         fprintf(stderr, ", wanted");
         for (size_t i = 0; i < nw; i++)
             fprintf(stderr, " [%s]", want[i]);
-        fprintf(stderr, "\n");
-        failures++;
+        TY_FAIL("");
     }
     free(ids);
 }
@@ -155,10 +142,10 @@ static void test_bad_inputs(void)
 
     ty_err err;
     tok_tokenizer *t = NULL;
-    check(tok_load_json(&t, "{\"model\": ", NULL, NULL, &err) == TY_EINVAL &&
+    CHECK(tok_load_json(&t, "{\"model\": ", NULL, NULL, &err) == TY_EINVAL &&
               strstr(err.msg, "not valid JSON"),
           "truncated JSON: got \"%s\"", err.msg);
-    check(tok_load(&t, "/nonexistent/model", &err) == TY_ENOENT &&
+    CHECK(tok_load(&t, "/nonexistent/model", &err) == TY_ENOENT &&
               strstr(err.msg, "tokenizer.json"),
           "missing directory: got \"%s\"", err.msg);
 }
@@ -167,7 +154,7 @@ static void test_invalid_utf8(void)
 {
     ty_err err;
     tok_tokenizer *t = load(bpe_json(small_vocab, small_merges), NULL, &err);
-    check(t != NULL, "small tokenizer loads: %s", err.msg);
+    CHECK(t != NULL, "small tokenizer loads: %s", err.msg);
     if (!t) return;
     static const struct {
         const char *s;
@@ -185,7 +172,7 @@ static void test_invalid_utf8(void)
         char want[64];
         snprintf(want, sizeof want, "byte offset %zu", bad[i].off);
         int rc = tok_encode(t, bad[i].s, strlen(bad[i].s), 0, &ids, &n, &err);
-        check(rc == TY_EINVAL && strstr(err.msg, "not valid UTF-8") && strstr(err.msg, want),
+        CHECK(rc == TY_EINVAL && strstr(err.msg, "not valid UTF-8") && strstr(err.msg, want),
               "invalid UTF-8 case %zu: rc %d \"%s\"", i, rc, err.msg);
         free(ids);
     }
@@ -193,7 +180,7 @@ static void test_invalid_utf8(void)
     int32_t bad_id[] = {0, 99};
     char *text = NULL;
     size_t len;
-    check(tok_decode(t, bad_id, 2, &text, &len, &err) == TY_EINVAL && strstr(err.msg, "id 99"),
+    CHECK(tok_decode(t, bad_id, 2, &text, &len, &err) == TY_EINVAL && strstr(err.msg, "id 99"),
           "decode of unknown id: \"%s\"", err.msg);
     free(text);
     tok_free(t);
@@ -225,7 +212,7 @@ static void test_split_behaviours(void)
         char what[64];
         snprintf(what, sizeof what, "Split %s%s", cases[i].behavior,
                  cases[i].invert ? " inverted" : "");
-        check(t != NULL, "%s loads: %s", what, err.msg);
+        CHECK(t != NULL, "%s loads: %s", what, err.msg);
         if (t) expect_tokens(t, "a-a", cases[i].want, what);
         tok_free(t);
     }
@@ -272,7 +259,7 @@ static void test_normalizer_fallback_added(void)
         j,
         "{\"bos_token\": \"<s>\", \"eos_token\": {\"content\": \"</s>\"}, \"add_bos_token\": true}",
         &err);
-    check(t != NULL, "sentencepiece-style tokenizer loads: %s", err.msg);
+    CHECK(t != NULL, "sentencepiece-style tokenizer loads: %s", err.msg);
     if (!t) return;
     /* "e" + combining acute composes to é (in the vocabulary). */
     static const char *const nfc[] = {"\xE2\x96\x81", "\xC3\xA9", NULL};
@@ -283,14 +270,14 @@ static void test_normalizer_fallback_added(void)
     /* <mask> swallows the spaces around it; <s> does not. */
     static const char *const strip2[] = {"\xE2\x96\x81x", "<mask>", "\xE2\x96\x81x", NULL};
     expect_tokens(t, "x  <mask>  x", strip2, "added token with lstrip/rstrip");
-    check(tok_bos(t) == 1 && tok_eos(t) == 2 && tok_adds_bos(t) && !tok_adds_eos(t),
+    CHECK(tok_bos(t) == 1 && tok_eos(t) == 2 && tok_adds_bos(t) && !tok_adds_eos(t),
           "bos/eos from tokenizer_config: bos %d eos %d", tok_bos(t), tok_eos(t));
-    check(tok_token_id(t, "<mask>") == 9 && tok_token_id(t, "nope") == -1, "tok_token_id");
+    CHECK(tok_token_id(t, "<mask>") == 9 && tok_token_id(t, "nope") == -1, "tok_token_id");
 
     int32_t *ids;
     size_t n;
     if (!tok_encode(t, "x", 1, 1, &ids, &n, &err)) {
-        check(n == 2 && ids[0] == 1 && ids[1] == 10, "add_special puts bos first: n=%zu", n);
+        CHECK(n == 2 && ids[0] == 1 && ids[1] == 10, "add_special puts bos first: n=%zu", n);
         free(ids);
     }
     /* Decode: <0xCC> alone is not UTF-8 and becomes U+FFFD; Strip removes
@@ -299,10 +286,10 @@ static void test_normalizer_fallback_added(void)
     char *text;
     size_t len;
     if (!tok_decode(t, lone, 3, &text, &len, &err)) {
-        check(!strcmp(text, "\xEF\xBF\xBDx"), "lossy byte fallback decode: \"%s\"", text);
+        CHECK(!strcmp(text, "\xEF\xBF\xBDx"), "lossy byte fallback decode: \"%s\"", text);
         free(text);
     } else {
-        check(0, "decode failed: %s", err.msg);
+        CHECK(0, "decode failed: %s", err.msg);
     }
     tok_free(t);
 }
@@ -335,20 +322,20 @@ static void test_byte_level(void)
                   "ByteLevel", "model", "type", "BPE", "vocab", v, "merges", "\xC4\xA0 h");
     ty_err err;
     tok_tokenizer *t = load(j, NULL, &err);
-    check(t != NULL, "byte-level tokenizer loads: %s", err.msg);
+    CHECK(t != NULL, "byte-level tokenizer loads: %s", err.msg);
     if (!t) return;
     const char text[] = "h\x00\x01\t\xF0\x9F\xA6\x99 h";
     int32_t *ids;
     size_t n;
     if (tok_encode(t, text, sizeof text - 1, 0, &ids, &n, &err)) {
-        check(0, "byte-level encode: %s", err.msg);
+        CHECK(0, "byte-level encode: %s", err.msg);
     } else {
         /* add_prefix_space makes the first word " h" -> one merged token. */
-        check(n > 0 && ids[0] == 256, "add_prefix_space + merge: first id %d", n ? ids[0] : -1);
+        CHECK(n > 0 && ids[0] == 256, "add_prefix_space + merge: first id %d", n ? ids[0] : -1);
         char *back;
         size_t blen;
         if (!tok_decode(t, ids, n, &back, &blen, &err)) {
-            check(blen == sizeof text && back[0] == ' ' && !memcmp(back + 1, text, sizeof text - 1),
+            CHECK(blen == sizeof text && back[0] == ' ' && !memcmp(back + 1, text, sizeof text - 1),
                   "byte-level round trip (with the added prefix space), %zu bytes", blen);
             free(back);
         }
@@ -378,7 +365,7 @@ static void test_metaspace(void)
                                   "\xE2\x96\x81", "prepend_scheme", "always"));
     ty_err err;
     tok_tokenizer *t = load(j, NULL, &err);
-    check(t != NULL, "metaspace tokenizer loads: %s", err.msg);
+    CHECK(t != NULL, "metaspace tokenizer loads: %s", err.msg);
     if (!t) return;
     static const char *const runs[] = {"\xE2\x96\x81Hey", "\xE2\x96\x81", "\xE2\x96\x81",
                                        "\xE2\x96\x81"
@@ -391,7 +378,7 @@ static void test_metaspace(void)
     char *text;
     size_t len;
     if (!tok_decode(t, ids, 2, &text, &len, &err)) {
-        check(!strcmp(text, "Hey friend!"), "Metaspace decoder: \"%s\"", text);
+        CHECK(!strcmp(text, "Hey friend!"), "Metaspace decoder: \"%s\"", text);
         free(text);
     }
     tok_free(t);
@@ -403,7 +390,7 @@ static void test_metaspace(void)
 static void test_cache(void)
 {
     tok_cache *cache = tok_cache_new();
-    check(cache != NULL, "cache allocates");
+    CHECK(cache != NULL, "cache allocates");
     if (!cache) return;
     tok_ids out = {0};
     size_t hits = 0, wrong = 0;
@@ -431,9 +418,9 @@ static void test_cache(void)
     int32_t one = 5;
     tok_cache_put(cache, long_word, sizeof long_word, &one, 1);
     out.n = 0;
-    check(tok_cache_get(cache, long_word, sizeof long_word, &out) == 0,
+    CHECK(tok_cache_get(cache, long_word, sizeof long_word, &out) == 0,
           "over-long words are not cached");
-    check(wrong == 0 && hits > 0, "cache: %zu hits, %zu with wrong ids", hits, wrong);
+    CHECK(wrong == 0 && hits > 0, "cache: %zu hits, %zu with wrong ids", hits, wrong);
     free(out.v);
     tok_cache_free(cache);
 }
@@ -447,9 +434,5 @@ int main(void)
     test_byte_level();
     test_metaspace();
     test_cache();
-    if (failures)
-        fprintf(stderr, "%d check(s) failed\n", failures);
-    else
-        printf("tokenizer unit tests passed\n");
-    return failures > 100 ? 100 : failures;
+    return ty_summary("tokenizer unit");
 }
