@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "check.h"
+#include "tyassert.h"
 #include "scaler.h"
 
 int main(void)
@@ -76,7 +76,5 @@ int main(void)
     }
     unsetenv("TY_TEST_SCALE_GROWTH_INTERVAL");
 
-    if (!check_failures)
-        printf("scaler: 2000-step growth, backoff, overflow guard and test knob ok\n");
-    return check_failures != 0;
+    return ty_summary("engine scaler");
 }
