@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "retention.h"
 #include "tyutil.h"
 
 void ckpt_rel_name(char *out, size_t n, int64_t step)
@@ -114,9 +115,7 @@ int ckpt_verify(const char *dir, int64_t *step, ty_err *err)
 
 typedef struct {
     int64_t step;
-    int committed;
-    int best;        /* spared by keep_best */
-    double eval;     /* eval_loss from trainer_state.json, INFINITY if none */
+    ty_ret_item r; /* committed or partial, and its eval loss */
 } ckpt_entry;
 
 static double ckpt_eval_loss(const char *dir)
@@ -126,7 +125,7 @@ static double ckpt_eval_loss(const char *dir)
     json_error_t je;
     json_t *o = json_load_file(path, 0, &je);
     json_t *v = json_object_get(o, "eval_loss");
-    double loss = json_is_number(v) ? json_number_value(v) : INFINITY;
+    double loss = json_is_number(v) ? json_number_value(v) : NAN;
     json_decref(o);
     return loss;
 }
@@ -137,6 +136,8 @@ static int ckpt_cmp(const void *a, const void *b)
     return x->step < y->step ? -1 : x->step > y->step ? 1 : 0;
 }
 
+/* Lists checkpoints/step-* in step order; the choice is ty_retention_select's,
+ * the same the server makes for its copies (common/retention.h). */
 int ckpt_prune(const char *workdir, int keep_last, int keep_best, ty_err *err)
 {
     char root[4096];
@@ -159,46 +160,30 @@ int ckpt_prune(const char *workdir, int keep_last, int keep_best, ty_err *err)
         char mp[4400];
         struct stat st;
         snprintf(mp, sizeof mp, "%s/%s/MANIFEST.json", root, de->d_name);
-        e[n].step = step;
-        e[n].committed = stat(mp, &st) == 0;
-        e[n].best = 0;
+        bool committed = stat(mp, &st) == 0;
         snprintf(mp, sizeof mp, "%s/%s", root, de->d_name);
-        e[n].eval = e[n].committed && keep_best > 0 ? ckpt_eval_loss(mp) : INFINITY;
+        e[n].step = step;
+        e[n].r.kind = committed ? TY_RET_COMMITTED : TY_RET_PARTIAL;
+        e[n].r.loss = committed && keep_best > 0 ? ckpt_eval_loss(mp) : NAN;
         n++;
     }
     closedir(d);
     qsort(e, (size_t)n, sizeof *e, ckpt_cmp);
-    int64_t newest = -1;
-    int n_committed = 0;
-    for (int i = 0; i < n; i++)
-        if (e[i].committed) {
-            newest = e[i].step;
-            n_committed++;
-        }
-    /* keep_best: repeatedly mark the lowest unmarked finite eval loss. */
-    for (int k = 0; k < keep_best; k++) {
-        int pick = -1;
-        for (int i = 0; i < n; i++)
-            if (e[i].committed && !e[i].best && isfinite(e[i].eval) && (pick < 0 || e[i].eval < e[pick].eval))
-                pick = i;
-        if (pick < 0) break;
-        e[pick].best = 1;
-    }
-    int rc = 0, seen = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        int drop;
-        if (e[i].committed) {
-            seen++;
-            drop = keep_last > 0 && n_committed - seen >= keep_last && e[i].step != newest && !e[i].best;
-        } else {
-            drop = e[i].step < newest; /* an abandoned partial write */
-        }
-        if (drop) {
+    ty_ret_item *items = malloc(((size_t)n + 1) * sizeof *items);
+    bool *keep = malloc((size_t)n + 1);
+    int rc = 0;
+    if (items && keep) {
+        for (int i = 0; i < n; i++) items[i] = e[i].r;
+        ty_retention_select(items, n, keep_last, keep_best, keep);
+        for (int i = 0; i < n && !rc; i++) {
+            if (keep[i]) continue;
             char dir[4096];
             ckpt_dir_name(dir, sizeof dir, workdir, e[i].step);
             rc = ty_rm_rf(dir, err);
         }
     }
+    free(items);
+    free(keep);
     free(e);
     return rc;
 }

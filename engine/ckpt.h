@@ -28,11 +28,12 @@ int ckpt_commit(const char *dir, int64_t step, const char *const *files, int n, 
 /* Reads and checks a manifest: format, step, every file's size and sha256
  * ("checkpoint corrupt: <file> sha256 mismatch"). *step gets its step. */
 int ckpt_verify(const char *dir, int64_t *step, ty_err *err);
-/* Deletes committed checkpoints beyond the newest keep_last (0 = keep all)
- * and incomplete ones older than the newest committed; never the newest.
- * keep_best > 0 also spares the keep_best committed checkpoints with the
- * lowest "eval_loss" in their trainer_state.json (those without one never
- * count as best). */
+/* Deletes what keep_last / keep_best do not keep (ty_retention_select,
+ * common/retention.h: the server's rule too): committed checkpoints beyond
+ * the newest keep_last (0 = keep all) that are not among the keep_best
+ * lowest "eval_loss" of their trainer_state.json (those without one never
+ * count as best), and incomplete ones older than the newest committed;
+ * never the newest committed. */
 int ckpt_prune(const char *workdir, int keep_last, int keep_best, ty_err *err);
 
 #endif

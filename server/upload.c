@@ -23,6 +23,7 @@
 
 #include "exec.h"
 #include "jobspec.h"
+#include "retention.h"
 #include "storage.h"
 #include "tyutil.h"
 
@@ -487,46 +488,24 @@ void uploader_free(uploader *u)
 
 /* ---- retention ---------------------------------------------------------------------------- */
 
-typedef struct ranked {
-    int idx;
-    double loss;
-} ranked;
-
-static int by_loss(const void *a, const void *b)
-{
-    double x = ((const ranked *)a)->loss, y = ((const ranked *)b)->loss;
-    return (x > y) - (x < y);
-}
-
 void upload_retention_pick(const db_checkpoint *c, int n, int keep_last, int keep_best,
                            const double *loss, bool *keep)
 {
-    /* Rows are in step order. Keep: the keep_last newest standing ones (the
-     * server is the one owner of pruning, local and remote),
-     * the keep_best lowest eval losses, and always the newest committed. */
-    int standing = 0, nr = 0, newest_committed = -1, newest = -1;
-    ranked *rk = calloc((size_t)n + 1, sizeof *rk);
-    for (int i = n - 1; i >= 0; i--) {
-        keep[i] = false;
-        if (!strcmp(c[i].state, "deleted")) continue;
-        if (newest < 0) newest = i;
-        if (keep_last <= 0 || standing < keep_last) keep[i] = true;
-        standing++;
-        if (newest_committed < 0 && !strcmp(c[i].state, "committed")) newest_committed = i;
-        if (rk && !isnan(loss[i])) rk[nr++] = (ranked){i, loss[i]};
-    }
-    if (keep_best > 0) {
-        if (keep_last <= 0)
-            for (int i = 0; i < n; i++) keep[i] = false;
-        if (rk) qsort(rk, (size_t)nr, sizeof *rk, by_loss);
-        for (int k = 0; k < nr && k < keep_best; k++) keep[rk[k].idx] = true;
-        /* Without a loss yet, the newest stays until an eval ranks it. */
-        if (newest >= 0) keep[newest] = true;
-    }
-    if (newest_committed >= 0) keep[newest_committed] = true;
-    if (!rk) /* out of memory: keep everything rather than guess */
+    /* Rows are in step order; the server is the one owner of pruning, local
+     * and remote, and chooses as a standalone engine does (retention.h). */
+    ty_ret_item *it = malloc(((size_t)n + 1) * sizeof *it);
+    if (!it) { /* out of memory: keep everything rather than guess */
         for (int i = 0; i < n; i++) keep[i] = true;
-    free(rk);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        it[i].kind = !strcmp(c[i].state, "deleted")     ? TY_RET_GONE
+                     : !strcmp(c[i].state, "committed") ? TY_RET_COMMITTED
+                                                        : TY_RET_STANDING;
+        it[i].loss = loss[i];
+    }
+    ty_retention_select(it, n, keep_last, keep_best, keep);
+    free(it);
 }
 
 void upload_retention(srv *s, int64_t job_id)
