@@ -4,7 +4,7 @@
  * bitmap) or CPU slots free up; the executor runs each job as N engine
  * processes in one process group and supervises them: events from rank 0's
  * fd 3 become job events, exits become the transitions of DESIGN §2. A
- * start that must download first (upload_prepare_start) does so on a fetch
+ * start that must download first (fetch_prepare_start) does so on a fetch
  * thread of its own; pause and cancel abort that download. */
 #ifndef TY_EXEC_H
 #define TY_EXEC_H

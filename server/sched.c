@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fetch.h"
 #include "sse.h"
 #include "upload.h"
 #include "tyutil.h"
@@ -51,11 +52,11 @@ typedef struct fetch {
     struct sched *x;
     int64_t job_id;
     char *spec_json;  /* the stored spec */
-    char *resume;     /* in/out of upload_prepare_start */
+    char *resume;     /* in/out of fetch_prepare_start */
     char *spec_text;  /* out: the engine's spec */
     int rc;
     ty_err err;
-    upload_fetch *h;  /* cancels the transfer (pause, cancel, shutdown) */
+    fetch_handle *h;  /* cancels the transfer (pause, cancel, shutdown) */
     atomic_bool done; /* set last by the thread; then it may be joined */
     pthread_t thread;
 } fetch;
@@ -148,7 +149,7 @@ static void fetch_free(fetch *f)
     free(f->spec_json);
     free(f->resume);
     free(f->spec_text);
-    upload_fetch_free(f->h);
+    fetch_handle_free(f->h);
     free(f);
 }
 
@@ -601,7 +602,7 @@ static void *fetch_main(void *arg)
 {
     fetch *f = arg;
     srv *s = f->x->s;
-    f->rc = upload_prepare_start(s, f->job_id, f->spec_json, &f->resume, &f->spec_text, f->h,
+    f->rc = fetch_prepare_start(s, f->job_id, f->spec_json, &f->resume, &f->spec_text, f->h,
                                  &f->err);
     db_close(pthread_getspecific(s->db_key));
     pthread_setspecific(s->db_key, NULL);
@@ -616,7 +617,7 @@ static void *fetch_main(void *arg)
 static int fetch_start(sched *x, run *r, char *spec_json, char *resume, ty_err *err)
 {
     fetch *f = calloc(1, sizeof *f);
-    if (f) f->h = upload_fetch_new();
+    if (f) f->h = fetch_handle_new();
     if (!f || !f->h) {
         free(f);
         free(spec_json);
@@ -671,7 +672,7 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
         free(j.resume_from);
         j.resume_from = newest;
     }
-    bool fetching = upload_start_needs_fetch(s, id, j.spec, j.resume_from);
+    bool fetching = fetch_needed(s, id, j.spec, j.resume_from);
 
     db_job_update up = {.has_backend = true, .backend = backend_s, .has_gpus = true, .gpus = gpus,
                         .set_started = true, .has_stop_intent = true, .stop_intent = NULL,
@@ -731,7 +732,7 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
         /* Nothing to download: the resume checkpoint is on disk and the
          * inputs are local, so this is quick enough to do here. */
         char *spec_text = NULL;
-        rc = upload_prepare_start(s, id, j.spec, &j.resume_from, &spec_text, NULL, &err);
+        rc = fetch_prepare_start(s, id, j.spec, &j.resume_from, &spec_text, NULL, &err);
         if (rc == 0) rc = launch(x, r, j.resume_from, spec_text, &err);
         free(spec_text);
     }
@@ -1288,7 +1289,7 @@ static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
     snprintf(r->intent, sizeof r->intent, "%s", intent);
     /* No engine yet: abort the downloads; collect_fetches() then finishes
      * the stop as soon as the fetch thread returns. */
-    if (r->f) upload_fetch_cancel(r->f->h);
+    if (r->f) fetch_handle_cancel(r->f->h);
     else stop_run(x, r, SIGTERM);
     return 0;
 }
@@ -1606,7 +1607,7 @@ void sched_stop(sched *x)
      * (nothing partial stays) and the job is requeued. */
     for (run *r = x->runs; r; r = r->next) {
         if (r->pgid > 0) stop_run(x, r, SIGTERM);
-        if (r->f) upload_fetch_cancel(r->f->h);
+        if (r->f) fetch_handle_cancel(r->f->h);
     }
     pthread_mutex_unlock(&x->mu);
     sched_wake(x);

@@ -1,6 +1,6 @@
 /* upload.h — the server's side of object storage: the durable checkpoint
- * upload queue and its workers, retention, and bringing checkpoints and
- * remote inputs back before an engine starts.
+ * upload queue and its workers, retention, the export and the final verdict
+ * (bringing checkpoints and remote inputs back before a start: fetch.h).
  *
  * The queue lives in SQLite (db.h, `uploads`): a checkpoint event of a job
  * with checkpoint.store queues a put in the same transaction that records
@@ -59,32 +59,6 @@ void upload_retention_pick(const db_checkpoint *c, int n, int keep_last, int kee
 /* DELETE ?purge=1: deletes every remote checkpoint of a finished job now
  * (not-found counts as done). TY_EIO with the first failure. */
 int upload_purge_job(srv *s, int64_t job_id, ty_err *err);
-
-/* One start's downloads, cancellable from another thread: the fetch
- * registers the store of each transfer here and upload_fetch_cancel
- * aborts it (store_cancel) and every later one. */
-typedef struct upload_fetch upload_fetch;
-upload_fetch *upload_fetch_new(void);
-void upload_fetch_cancel(upload_fetch *f);
-void upload_fetch_free(upload_fetch *f);
-
-/* Will upload_prepare_start download anything (a resume checkpoint whose
- * files are gone, or a remote model/dataset URI)? Then the scheduler runs
- * it on a fetch thread rather than its own. */
-bool upload_start_needs_fetch(srv *s, int64_t job_id, const char *spec_json, const char *resume);
-
-/* Before an engine starts: makes the resume checkpoint local (downloading
- * the newest committed one, verified file by file, when the local files
- * are gone) and fetches remote model/dataset URIs into
- * <data-dir>/cache/<sha256(URI)>-<etag>. *resume (in/out, malloc'd
- * relative dir or NULL) may change to the checkpoint actually used;
- * *spec_text (malloc'd) is the spec for the engine with remote paths
- * rewritten to the cache. f (may be NULL) lets another thread cancel the
- * downloads (they then fail with TY_ESTATE); a failed or cancelled
- * download leaves no partial file or checkpoint directory. A failure is a
- * clear reason to fail the start. */
-int upload_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **resume,
-                         char **spec_text, upload_fetch *f, ty_err *err);
 
 /* Before a job with a store may end `succeeded`: is its result in the
  * store? False, with why (one sentence naming the store and the reason),

@@ -1,8 +1,8 @@
 /* test_fetch.c — what the scheduler relies on to move a job's downloads
- * off its thread: upload_start_needs_fetch says which starts download (a
+ * off its thread: fetch_needed says which starts download (a
  * remote model or dataset URI, or a resume checkpoint whose files are gone
  * and that a store can bring back) without contacting any store, and a
- * fetch cancelled with upload_fetch_cancel fails upload_prepare_start at
+ * fetch cancelled with fetch_handle_cancel fails fetch_prepare_start at
  * once with TY_ESTATE, naming the input, leaving nothing in the cache.
  * The real transfers are covered by storage_e2e.fetch_off_scheduler. */
 #include <dirent.h>
@@ -14,6 +14,7 @@
 #include "tyassert.h"
 #include "server.h"
 #include "tyutil.h"
+#include "fetch.h"
 #include "upload.h"
 
 static const char *LOCAL = "{\"model\":{\"path\":\"/models/m\"},\"dataset\":{\"train\":\"/data/t.jsonl\"}}";
@@ -51,32 +52,32 @@ int main(void)
     snprintf(s.cfg.store.s3_endpoint, sizeof s.cfg.store.s3_endpoint, "http://127.0.0.1:9");
 
     /* Which starts download. */
-    CHECK(!upload_start_needs_fetch(&s, 1, LOCAL, NULL));
-    CHECK(upload_start_needs_fetch(&s, 1, REMOTE_TRAIN, NULL));
-    CHECK(upload_start_needs_fetch(&s, 1, REMOTE_EVAL, NULL));
-    CHECK(upload_start_needs_fetch(&s, 1, REMOTE_MODEL, NULL));
-    CHECK(!upload_start_needs_fetch(&s, 1, "not json", NULL));
+    CHECK(!fetch_needed(&s, 1, LOCAL, NULL));
+    CHECK(fetch_needed(&s, 1, REMOTE_TRAIN, NULL));
+    CHECK(fetch_needed(&s, 1, REMOTE_EVAL, NULL));
+    CHECK(fetch_needed(&s, 1, REMOTE_MODEL, NULL));
+    CHECK(!fetch_needed(&s, 1, "not json", NULL));
     /* A resume: only with a store and without the local manifest. */
-    CHECK(!upload_start_needs_fetch(&s, 1, LOCAL, "checkpoints/step-000004"));
-    CHECK(upload_start_needs_fetch(&s, 1, STORED, "checkpoints/step-000004"));
+    CHECK(!fetch_needed(&s, 1, LOCAL, "checkpoints/step-000004"));
+    CHECK(fetch_needed(&s, 1, STORED, "checkpoints/step-000004"));
     char ck[PATH_MAX + 64], manifest[PATH_MAX + 96];
     snprintf(ck, sizeof ck, "%s/1/checkpoints/step-000004", s.jobs_dir);
     snprintf(manifest, sizeof manifest, "%s/MANIFEST.json", ck);
     ty_err err = {0};
     CHECK(ty_mkdir_p(ck, &err) == 0);
-    CHECK(upload_start_needs_fetch(&s, 1, STORED, "checkpoints/step-000004"));
+    CHECK(fetch_needed(&s, 1, STORED, "checkpoints/step-000004"));
     FILE *f = fopen(manifest, "w");
     CHECK(f && fputs("{}", f) >= 0 && fclose(f) == 0);
-    CHECK(!upload_start_needs_fetch(&s, 1, STORED, "checkpoints/step-000004"));
+    CHECK(!fetch_needed(&s, 1, STORED, "checkpoints/step-000004"));
 
     /* A cancelled fetch fails at once, before any request, and says which
      * input it was fetching. Cancelling twice is harmless. */
-    upload_fetch *h = upload_fetch_new();
+    fetch_handle *h = fetch_handle_new();
     CHECK(h != NULL);
-    upload_fetch_cancel(h);
-    upload_fetch_cancel(h);
+    fetch_handle_cancel(h);
+    fetch_handle_cancel(h);
     char *resume = NULL, *spec_text = (char *)"unset";
-    int rc = upload_prepare_start(&s, 1, REMOTE_TRAIN, &resume, &spec_text, h, &err);
+    int rc = fetch_prepare_start(&s, 1, REMOTE_TRAIN, &resume, &spec_text, h, &err);
     CHECK(rc == TY_ESTATE);
     CHECK(spec_text == NULL);
     CHECK(strstr(err.msg, "dataset.train") && strstr(err.msg, "s3://bkt/data/t.jsonl"));
@@ -84,13 +85,13 @@ int main(void)
     char cache[PATH_MAX + 16];
     snprintf(cache, sizeof cache, "%s/cache", tmpl);
     CHECK(entries(cache) == 0);
-    upload_fetch_free(h);
-    upload_fetch_free(NULL);
-    upload_fetch_cancel(NULL);
+    fetch_handle_free(h);
+    fetch_handle_free(NULL);
+    fetch_handle_cancel(NULL);
 
     /* Without a handle nothing is remote here: the spec comes back as is. */
     ty_err_clear(&err);
-    rc = upload_prepare_start(&s, 1, LOCAL, &resume, &spec_text, NULL, &err);
+    rc = fetch_prepare_start(&s, 1, LOCAL, &resume, &spec_text, NULL, &err);
     CHECK(rc == 0 && spec_text && strstr(spec_text, "/data/t.jsonl"));
     free(spec_text);
 
