@@ -25,6 +25,7 @@ int srv_config_defaults(srv_config *c, ty_err *err)
     snprintf(c->listen, sizeof c->listen, "127.0.0.1:8080");
     snprintf(c->data_dir, sizeof c->data_dir, "./trainyard-data");
     snprintf(c->gpus, sizeof c->gpus, "auto");
+    snprintf(c->executor, sizeof c->executor, "local");
     c->cpu_slots = 1;
     c->max_body = 1 << 20;
     c->grace_s = 30;
@@ -117,6 +118,11 @@ int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
                                         "gpus must be auto, none or a list like 0,1");
         }
         return copy_str(key, c->gpus, sizeof c->gpus, v, err);
+    }
+    if (!strcmp(key, "executor")) {
+        if (strcmp(v, "local"))
+            return ty_err_field(err, TY_EINVAL, key, "executor must be local, got '%s'", v);
+        return copy_str(key, c->executor, sizeof c->executor, v, err);
     }
     if (!strcmp(key, "cpu-slots")) {
         if (parse_int(key, v, 0, 1024, &x, err)) return TY_EINVAL;
@@ -341,6 +347,7 @@ void srv_config_usage(FILE *out)
           "  --gpus auto|none|LIST GPUs to schedule: auto asks NVML, none runs CPU jobs\n"
           "                        only, LIST is like 0,1 (default auto)\n"
           "  --cpu-slots N         CPU-only jobs that may run at once (default 1)\n"
+          "  --executor NAME       where engines run: local (default)\n"
           "  --allowed-roots A:B   directories job specs may read from, checked at\n"
           "                        submit and again by the engine on every open\n"
           "                        (default DATA_DIR/inputs)\n"

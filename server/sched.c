@@ -1,9 +1,11 @@
-/* sched.c — scheduler, local executor and supervisor in one thread.
+/* sched.c — scheduler and supervisor in one thread.
  *
- * One thread owns every running engine: it starts queued jobs when their
- * GPUs or CPU slot are free, reads rank 0's event pipe (fd 3) through epoll,
- * reaps exited ranks, enforces the SIGTERM→SIGKILL grace period, and turns
- * each exit into the DESIGN §2 transition. API threads call in under x->mu
+ * One thread owns every running job: it starts queued jobs when their
+ * GPUs or CPU slot are free, reads rank 0's events (through epoll where the
+ * executor gives a descriptor), learns from the executor when the ranks
+ * have ended, enforces the SIGTERM→SIGKILL grace period, and turns each end
+ * into the DESIGN §2 transition. Where and how engines run is the
+ * executor's (executor.h: local processes, or Slurm). API threads call in under x->mu
  * to cancel or pause. A second thread samples the GPUs. Downloads before a
  * start (a resume checkpoint, remote inputs) run on a fetch thread per job
  * while the job holds its slot in `starting`, so one slow download never
@@ -19,12 +21,10 @@
  * that cannot be written is retried until it lands (settle, check_pending). */
 #include "exec.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +36,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "executor.h"
 #include "fetch.h"
 #include "sse.h"
 #include "upload.h"
 #include "tyutil.h"
-
-extern char **environ;
 
 #define LINE_MAX_BYTES (64 * 1024) /* longest engine event line */
 #define READ_BUDGET (256 * 1024)   /* bytes read per pipe per wake-up */
@@ -63,12 +62,12 @@ typedef struct fetch {
 
 typedef struct run {
     int64_t job_id;
-    int nranks, alive;
-    pid_t pid[GPU_MAX];
-    bool exited[GPU_MAX];
-    int status[GPU_MAX];
-    pid_t pgid;
-    int fd;                   /* rank 0's fd 3 read end, -1 once closed */
+    int nranks;
+    exec_job *ej;             /* its engines (executor.h), NULL before the start */
+    bool ev_open;             /* events still to be read from ej */
+    int fd;                   /* the executor's event descriptor in epoll, or -1 */
+    bool ended;               /* every rank is gone; end says how */
+    exec_end end;
     char *line;               /* partial line */
     size_t line_len;
     uint64_t gpu_mask;        /* GPU slots held */
@@ -77,7 +76,6 @@ typedef struct run {
     bool done_succeeded, done_stopped;
     char *error;              /* engine's error event message */
     char *fail_reason;        /* protocol violation found by us */
-    char *rank_failure;       /* first non-zero exit of another rank */
     char intent[8];           /* "pause" | "cancel" | "" */
     int64_t kill_at_ms;       /* monotonic SIGKILL deadline, 0 = none */
     char *store;              /* the spec's checkpoint.store, or NULL */
@@ -116,12 +114,13 @@ typedef struct pending {
  * thread). The scheduler does not start it meanwhile. */
 typedef struct recov {
     int64_t job_id;
-    pid_t pgid;            /* its orphaned engine group, 0 if none is left */
+    int64_t pgid;          /* its orphaned engine group (executor handle), 0 if none is left */
     bool pause;            /* pause requested meanwhile: paused at the newest checkpoint */
 } recov;
 
 struct sched {
     srv *s;
+    executor *ex;
     gpu_inv *gpu;
     pthread_mutex_t mu;
     run *runs;
@@ -142,8 +141,6 @@ struct sched {
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
-static bool run_pgid_alive(pid_t pgid) { return pgid > 0 && kill(-pgid, 0) == 0; }
-
 static void fetch_free(fetch *f)
 {
     free(f->spec_json);
@@ -154,14 +151,13 @@ static void fetch_free(fetch *f)
 }
 
 /* A run's fetch thread, if any, must have been joined. */
-static void run_free(run *r)
+static void run_free(executor *ex, run *r)
 {
     if (r->f) fetch_free(r->f);
-    if (r->fd >= 0) close(r->fd);
+    if (r->ej) ex->ops->release(ex, r->ej);
     free(r->line);
     free(r->error);
     free(r->fail_reason);
-    free(r->rank_failure);
     free(r->store);
     free(r);
 }
@@ -186,23 +182,28 @@ void sched_wake(sched *x)
     }
 }
 
-/* Signals the job's process group; a SIGTERM also starts the grace timer
- * after which enforce_grace() sends SIGKILL. */
+/* Signals the job's engines (the executor: every rank); a SIGTERM also
+ * starts the grace timer after which enforce_grace() sends SIGKILL. */
 static void stop_run(sched *x, run *r, int sig)
 {
-    if (r->pgid > 0) kill(-r->pgid, sig);
+    if (r->ej && !r->ended) x->ex->ops->signal(x->ex, r->ej, sig);
     if (sig == SIGTERM && !r->kill_at_ms) r->kill_at_ms = ty_mono_ms() + x->s->cfg.grace_s * 1000LL;
+}
+
+/* Stops reading the run's events (drained, or no longer trusted). */
+static void events_close(sched *x, run *r)
+{
+    if (r->fd >= 0) epoll_ctl(x->efd, EPOLL_CTL_DEL, r->fd, NULL);
+    r->fd = -1;
+    if (r->ev_open) x->ex->ops->close_events(x->ex, r->ej);
+    r->ev_open = false;
 }
 
 /* A protocol violation: fail the job, stop reading, kill the engine now. */
 static void run_violation(sched *x, run *r, const char *why)
 {
     set_str(&r->fail_reason, "%s", why);
-    if (r->fd >= 0) {
-        epoll_ctl(x->efd, EPOLL_CTL_DEL, r->fd, NULL);
-        close(r->fd);
-        r->fd = -1;
-    }
+    events_close(x, r);
     stop_run(x, r, SIGKILL);
 }
 
@@ -334,19 +335,19 @@ static void read_pipe(sched *x, run *r)
 {
     char buf[16384];
     size_t budget = READ_BUDGET;
-    while (r->fd >= 0 && budget > 0) {
-        ssize_t k = read(r->fd, buf, sizeof buf);
-        if (k < 0 && (errno == EAGAIN || errno == EINTR)) return;
-        if (k <= 0) { /* EOF: the engine closed fd 3 or exited */
+    while (r->ev_open && budget > 0) {
+        ssize_t k = x->ex->ops->read(x->ex, r->ej, buf, sizeof buf);
+        if (k == 0) return;
+        if (k < 0) { /* EOF: the engine closed fd 3 or exited */
             if (r->line_len > 0 && !r->fail_reason) handle_line(x, r, r->line, r->line_len);
             r->line_len = 0;
-            epoll_ctl(x->efd, EPOLL_CTL_DEL, r->fd, NULL);
-            close(r->fd);
+            if (r->fd >= 0) epoll_ctl(x->efd, EPOLL_CTL_DEL, r->fd, NULL);
             r->fd = -1;
+            r->ev_open = false; /* the executor closed its end */
             return;
         }
         budget -= (size_t)k;
-        for (ssize_t i = 0; i < k && r->fd >= 0; i++) {
+        for (ssize_t i = 0; i < k && r->ev_open; i++) {
             if (buf[i] == '\n') {
                 handle_line(x, r, r->line, r->line_len);
                 r->line_len = 0;
@@ -372,108 +373,6 @@ static void release(sched *x, run *r)
     for (int i = 0; i < GPU_MAX; i++)
         if (r->gpu_mask & (1ull << i)) x->sample_job[i] = 0;
     pthread_mutex_unlock(&x->sample_mu);
-}
-
-static int spawn_rank(sched *x, run *r, int rank, const char *jobdir, const char *resume,
-                      const char *cuda, int logfd, int pipe_w, int devnull, ty_err *err)
-{
-    srv *s = x->s;
-    char spec[PATH_MAX + 32], resume_path[PATH_MAX + 512];
-    snprintf(spec, sizeof spec, "%s/spec.json", jobdir);
-    char *argv[8];
-    int a = 0;
-    argv[a++] = s->cfg.engine;
-    argv[a++] = "--spec";
-    argv[a++] = spec;
-    argv[a++] = "--workdir";
-    argv[a++] = (char *)jobdir;
-    if (resume) {
-        snprintf(resume_path, sizeof resume_path, "%s/%s", jobdir, resume);
-        argv[a++] = "--resume";
-        argv[a++] = resume_path;
-    }
-    argv[a] = NULL;
-
-    /* The allow-listed part of the server's environment (confine.c: no
-     * cloud credentials) minus the variables we set, plus ours. */
-    size_t ne = 0;
-    while (environ[ne]) ne++;
-    char **envp = calloc(ne + 10, sizeof *envp);
-    char *e_roots = malloc(sizeof s->cfg.allowed_roots + PATH_MAX + 32);
-    if (!envp || !e_roots) {
-        free(envp);
-        free(e_roots);
-        return ty_err_set(err, TY_ENOMEM, "out of memory");
-    }
-    size_t k = 0;
-    static const char *const ours[] = {"TY_RANK=", "TY_WORLD_SIZE=", "TY_LOCAL_RANK=",
-                                       "CUDA_VISIBLE_DEVICES=", "TY_JOB_ID=",
-                                       "CUDA_DEVICE_ORDER=", "TY_SUPERVISOR_PID="};
-    for (size_t i = 0; i < ne; i++) {
-        bool skip = !srv_engine_env_keep(environ[i]);
-        for (size_t j = 0; j < sizeof ours / sizeof *ours; j++)
-            skip |= !strncmp(environ[i], ours[j], strlen(ours[j]));
-        if (!skip) envp[k++] = environ[i];
-    }
-    /* The engine re-checks every input it opens against these: the roots
-     * plus the cache remote inputs are downloaded into. */
-    sprintf(e_roots, "TY_ALLOWED_ROOTS=%s:%s/cache", s->cfg.allowed_roots, s->cfg.data_dir);
-    envp[k++] = e_roots;
-    char e_rank[32], e_world[32], e_local[32], e_cuda[300], e_job[40], e_sup[48];
-    snprintf(e_rank, sizeof e_rank, "TY_RANK=%d", rank);
-    snprintf(e_world, sizeof e_world, "TY_WORLD_SIZE=%d", r->nranks);
-    snprintf(e_local, sizeof e_local, "TY_LOCAL_RANK=%d", rank);
-    snprintf(e_cuda, sizeof e_cuda, "CUDA_VISIBLE_DEVICES=%s", cuda);
-    snprintf(e_job, sizeof e_job, "TY_JOB_ID=%lld", (long long)r->job_id);
-    envp[k++] = e_rank;
-    envp[k++] = e_world;
-    envp[k++] = e_local;
-    envp[k++] = e_cuda;
-    envp[k++] = e_job;
-    /* The engine dies with us: it sets PR_SET_PDEATHSIG and, for the race
-     * of our death before that, compares getppid() with this pid. It also
-     * leaves checkpoint pruning to us (docs/server.md, "one owner"). */
-    snprintf(e_sup, sizeof e_sup, "TY_SUPERVISOR_PID=%d", (int)getpid());
-    envp[k++] = e_sup;
-    /* NVML numbers GPUs in PCI order; make CUDA agree. */
-    envp[k++] = "CUDA_DEVICE_ORDER=PCI_BUS_ID";
-    envp[k] = NULL;
-
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&at);
-    posix_spawn_file_actions_adddup2(&fa, devnull, 0);
-    posix_spawn_file_actions_adddup2(&fa, logfd, 1);
-    posix_spawn_file_actions_adddup2(&fa, logfd, 2);
-    posix_spawn_file_actions_adddup2(&fa, rank == 0 ? pipe_w : devnull, 3);
-    sigset_t none, defs;
-    sigemptyset(&none);
-    sigemptyset(&defs);
-    sigaddset(&defs, SIGPIPE);
-    sigaddset(&defs, SIGTERM);
-    sigaddset(&defs, SIGINT);
-    sigaddset(&defs, SIGCHLD);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setsigdefault(&at, &defs);
-    /* Own process group: signals to the job reach every rank and nothing of
-     * ours; rank 0 leads it. */
-    posix_spawnattr_setpgroup(&at, rank == 0 ? 0 : r->pgid);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
-    pid_t pid;
-    int rc = posix_spawn(&pid, s->cfg.engine, &fa, &at, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    free(envp);
-    free(e_roots);
-    if (rc != 0)
-        return ty_err_set(err, TY_EIO, "cannot run the engine %s: %s", s->cfg.engine,
-                          strerror(rc));
-    r->pid[rank] = pid;
-    if (rank == 0) r->pgid = pid;
-    r->alive++;
-    return 0;
 }
 
 /* Writes path via a temporary file and rename, so an engine never reads a
@@ -542,54 +441,57 @@ static void start_failed(sched *x, run *r, const ty_err *err)
     r->store = NULL;
     unlist(x, r);
     release(x, r);
-    run_free(r);
+    run_free(x->ex, r);
     settle(x, id, JOB_FAILED, -1, store, err->msg); /* retried if it cannot be written */
     free(store);
     sched_wake(x);
 }
 
-/* Writes the engine's spec and spawns its ranks for a held run (x->mu
- * held). On failure nothing of the engine is left running. */
+/* A run has engines from here on: its events are read, through epoll
+ * when the executor gives a descriptor. */
+static void attach(sched *x, run *r, exec_job *ej, int fd)
+{
+    r->ej = ej;
+    r->ev_open = true;
+    r->fd = fd;
+    if (fd >= 0) {
+        struct epoll_event ee = {.events = EPOLLIN, .data.ptr = r};
+        epoll_ctl(x->efd, EPOLL_CTL_ADD, fd, &ee);
+    }
+}
+
+/* Writes the engine's spec and has the executor start its ranks for a
+ * held run (x->mu held). On failure nothing of the engine is left running. */
 static int launch(sched *x, run *r, const char *resume, const char *spec_text, ty_err *err)
 {
     srv *s = x->s;
-    char jobdir[PATH_MAX], logpath[PATH_MAX + 16], specpath[PATH_MAX + 16], cuda[GPU_MAX * 4];
+    char jobdir[PATH_MAX], specpath[PATH_MAX + 16], cuda[GPU_MAX * 4];
     srv_job_dir(s, r->job_id, jobdir, sizeof jobdir);
-    snprintf(logpath, sizeof logpath, "%s/engine.log", jobdir);
     snprintf(specpath, sizeof specpath, "%s/spec.json", jobdir);
     gpu_list(x, r->gpu_mask, cuda, sizeof cuda);
     /* No fsync: the database is the record and the file is rewritten at
      * every start, so a crash costs nothing but dispatch latency. */
     int rc = write_spec(specpath, spec_text, err);
     if (rc) return rc;
-    int pipefd[2] = {-1, -1};
-    int logfd = open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (logfd < 0 || devnull < 0 || pipe2(pipefd, O_CLOEXEC) != 0) {
-        rc = ty_err_set(err, TY_EIO, "cannot set up the engine's files: %s", strerror(errno));
-    }
-    for (int rank = 0; rc == 0 && rank < r->nranks; rank++) {
-        rc = spawn_rank(x, r, rank, jobdir, resume, cuda, logfd, pipefd[1], devnull, err);
-        if (rc) {
-            if (r->pgid > 0) kill(-r->pgid, SIGKILL);
-            for (int k = 0; k < rank; k++) waitpid(r->pid[k], NULL, 0);
-            r->alive = 0;
-        }
-    }
-    if (pipefd[1] >= 0) close(pipefd[1]);
-    if (logfd >= 0) close(logfd);
-    if (devnull >= 0) close(devnull);
-    if (rc) {
-        if (pipefd[0] >= 0) close(pipefd[0]);
-        return rc;
-    }
-    r->fd = pipefd[0];
-    fcntl(r->fd, F_SETFL, O_NONBLOCK);
-    struct epoll_event ee = {.events = EPOLLIN, .data.ptr = r};
-    epoll_ctl(x->efd, EPOLL_CTL_ADD, r->fd, &ee);
+    char *stored = NULL;
+    db_job j;
     ty_err e2 = {0};
     db *d = srv_db(s);
-    db_job_update pg = {.has_pgid = true, .pgid = r->pgid};
+    if (d && db_job_get(d, r->job_id, &j, &e2) == 0) {
+        stored = j.spec;
+        j.spec = NULL;
+        db_job_free(&j);
+    }
+    exec_start st = {.job_id = r->job_id, .nranks = r->nranks, .cuda = cuda, .jobdir = jobdir,
+                     .resume = resume, .spec_json = stored ? stored : "{}"};
+    exec_job *ej = NULL;
+    int fd = -1;
+    int64_t handle = 0;
+    rc = x->ex->ops->start(x->ex, &st, &ej, &fd, &handle, err);
+    free(stored);
+    if (rc) return rc;
+    attach(x, r, ej, fd);
+    db_job_update pg = {.has_pgid = true, .pgid = handle};
     if (d) db_job_update_fields(d, r->job_id, &pg, &e2);
     return 0;
 }
@@ -759,7 +661,7 @@ static void collect_fetches(sched *x)
             int64_t id = r->job_id;
             unlist(x, r);
             release(x, r);
-            run_free(r);
+            run_free(x->ex, r);
             if (shut) /* shutdown aborted the downloads */
                 finalize(x, id, JOB_QUEUED, "server shut down while fetching inputs (no engine "
                                             "had started)");
@@ -822,14 +724,6 @@ static void schedule(sched *x)
 }
 
 /* ---- exits -------------------------------------------------------------------------------- */
-
-static void describe_status(int st, char *out, size_t cap)
-{
-    if (WIFEXITED(st)) snprintf(out, cap, "exited with status %d", WEXITSTATUS(st));
-    else if (WIFSIGNALED(st)) snprintf(out, cap, "was killed by signal %d (%s)", WTERMSIG(st),
-                                       strsignal(WTERMSIG(st)));
-    else snprintf(out, cap, "ended (status %d)", st);
-}
 
 /* The job's checkpoint.store from its stored spec (malloc'd), or NULL. */
 static char *job_store(srv *s, int64_t id)
@@ -954,8 +848,9 @@ static void finish_run(sched *x, run *r)
 {
     srv *s = x->s;
     ty_err err = {0};
-    char reason[1024], how[160];
-    describe_status(r->status[0], how, sizeof how);
+    char reason[1024];
+    const char *how = r->end.how;
+    int status0 = r->end.status;
     job_state to;
     if (r->fail_reason || r->error) {
         snprintf(reason, sizeof reason, "%s", r->fail_reason ? r->fail_reason : r->error);
@@ -979,7 +874,7 @@ static void finish_run(sched *x, run *r)
     } else if (r->done_stopped) {
         snprintf(reason, sizeof reason, "paused");
         to = JOB_PAUSED;
-    } else if (WIFEXITED(r->status[0]) && WEXITSTATUS(r->status[0]) == 2) {
+    } else if (WIFEXITED(status0) && WEXITSTATUS(status0) == 2) {
         snprintf(reason, sizeof reason, "engine rejected the spec (exit status 2); see engine.log");
         to = JOB_FAILED;
     } else {
@@ -988,7 +883,7 @@ static void finish_run(sched *x, run *r)
         db_job j;
         db *d = srv_db(s);
         if (!d || db_job_get(d, r->job_id, &j, &err)) return;
-        const char *why = r->rank_failure ? r->rank_failure : how;
+        const char *why = r->end.rank_failure[0] ? r->end.rank_failure : how;
         if (j.restarts < j.max_restarts) {
             snprintf(reason, sizeof reason, "engine %s without a terminal event; restart %d of %d",
                      why, j.restarts + 1, j.max_restarts);
@@ -1080,39 +975,19 @@ static void reap(sched *x)
             pp = &r->next;
             continue;
         }
-        for (int k = 0; k < r->nranks; k++) {
-            if (r->exited[k]) continue;
-            int st;
-            pid_t p = waitpid(r->pid[k], &st, WNOHANG);
-            if (p != r->pid[k]) continue;
-            r->exited[k] = true;
-            r->status[k] = st;
-            r->alive--;
-            /* A rank failing takes the whole job down: the others would
-             * wait forever in a collective. */
-            if (k > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && r->alive > 0) {
-                char how[160];
-                describe_status(st, how, sizeof how);
-                set_str(&r->rank_failure, "rank %d %s", k, how);
-                stop_run(x, r, SIGKILL);
-            }
-        }
-        if (r->alive > 0) {
+        if (!r->ended) r->ended = x->ex->ops->ended(x->ex, r->ej, &r->end);
+        if (!r->ended) {
             pp = &r->next;
             continue;
         }
         /* Drain what the engine wrote before exiting; then close the pipe
          * even if a stray grandchild still holds its write end. */
-        for (int i = 0; i < 64 && r->fd >= 0; i++) read_pipe(x, r);
-        if (r->fd >= 0) {
-            epoll_ctl(x->efd, EPOLL_CTL_DEL, r->fd, NULL);
-            close(r->fd);
-            r->fd = -1;
-        }
+        for (int i = 0; i < 64 && r->ev_open; i++) read_pipe(x, r);
+        events_close(x, r);
         *pp = r->next;
         release(x, r);
         finish_run(x, r);
-        run_free(r);
+        run_free(x->ex, r);
         sched_wake(x);
     }
 }
@@ -1121,8 +996,8 @@ static void enforce_grace(sched *x)
 {
     int64_t now = ty_mono_ms();
     for (run *r = x->runs; r; r = r->next)
-        if (r->kill_at_ms && now >= r->kill_at_ms && r->alive > 0) {
-            kill(-r->pgid, SIGKILL);
+        if (r->kill_at_ms && now >= r->kill_at_ms && r->ej && !r->ended) {
+            x->ex->ops->signal(x->ex, r->ej, SIGKILL);
             r->kill_at_ms = 0;
         }
 }
@@ -1167,6 +1042,9 @@ static void *sched_main(void *arg)
                     break;
                 }
         }
+        /* Executors without a descriptor (a followed file) are asked every tick. */
+        for (run *r = x->runs; r; r = r->next)
+            if (r->ev_open && r->fd < 0) read_pipe(x, r);
         reap(x);
         collect_fetches(x);
         enforce_grace(x);
@@ -1294,8 +1172,6 @@ static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
     return 0;
 }
 
-static bool engine_group_is_job(pid_t pgid, int64_t id);
-
 int sched_cancel(sched *x, int64_t id, ty_err *err)
 {
     pthread_mutex_lock(&x->mu);
@@ -1311,8 +1187,8 @@ int sched_cancel(sched *x, int64_t id, ty_err *err)
      * checkpoint is of no use any more, so it need not finish writing it. */
     for (int k = 0; rc == 0 && k < x->nrecov; k++)
         if (x->recov[k].job_id == id && x->recov[k].pgid > 0 &&
-            engine_group_is_job(x->recov[k].pgid, id)) /* never a reused pid */
-            kill(-x->recov[k].pgid, SIGKILL);
+            x->ex->ops->orphan_alive(x->ex, id, x->recov[k].pgid)) /* never a reused pid */
+            x->ex->ops->orphan_signal(x->ex, x->recov[k].pgid, SIGKILL);
     pthread_mutex_unlock(&x->mu);
     return rc;
 }
@@ -1366,54 +1242,6 @@ int sched_resume(sched *x, int64_t id, ty_err *err)
 
 /* ---- recovery, lifecycle --------------------------------------------------------------------- */
 
-/* Is pgid still the engine group of job id? The stored pid may have been
- * reused after a reboot, so we check the leader's TY_JOB_ID. */
-static bool engine_group_is_job(pid_t pgid, int64_t id)
-{
-    char path[64], want[48];
-    snprintf(path, sizeof path, "/proc/%d/environ", (int)pgid);
-    snprintf(want, sizeof want, "TY_JOB_ID=%lld", (long long)id);
-    char *env;
-    size_t len;
-    ty_err err = {0};
-    if (ty_read_file(path, &env, &len, &err)) return false;
-    bool found = false;
-    for (size_t i = 0; i < len && !found; i += strlen(env + i) + 1)
-        found = strcmp(env + i, want) == 0;
-    free(env);
-    return found;
-}
-
-/* Does any process of group pg still run? Zombies do not count: an orphan
- * is reaped by init (or a subreaper) on its own schedule, and a zombie
- * writes nothing. */
-static bool group_running(pid_t pg)
-{
-    if (!run_pgid_alive(pg)) return false;
-    DIR *dh = opendir("/proc");
-    if (!dh) return true;
-    bool running = false;
-    struct dirent *de;
-    while (!running && (de = readdir(dh))) {
-        if (de->d_name[0] < '1' || de->d_name[0] > '9') continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
-        FILE *f = fopen(path, "re");
-        if (!f) continue;
-        size_t k = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[k] = 0;
-        char *rp = strrchr(buf, ')');
-        char state;
-        int ppid, pgrp;
-        if (rp && sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pg &&
-            state != 'Z')
-            running = true;
-    }
-    closedir(dh);
-    return running;
-}
-
 /* Recovery, first half, in sched_new before the API serves: every job a
  * previous server left starting, running or stopping is settled at once
  * in the database, and each orphaned engine group is sent SIGTERM (all of
@@ -1440,9 +1268,9 @@ static void recover_mark(sched *x)
     for (int i = 0; i < n; i++) {
         db_job j;
         if (db_job_get(d, ids[i], &j, &err)) continue;
-        pid_t pg = (pid_t)j.pgid;
-        if (!(pg > 0 && run_pgid_alive(pg) && engine_group_is_job(pg, j.id))) pg = 0;
-        if (pg) kill(-pg, SIGTERM);
+        int64_t pg = j.pgid;
+        if (!(pg > 0 && x->ex->ops->orphan_alive(x->ex, j.id, pg))) pg = 0;
+        if (pg) x->ex->ops->orphan_signal(x->ex, pg, SIGTERM);
         fprintf(stderr, "trainyard: job %lld: recovering after a restart%s\n", (long long)j.id,
                 pg ? "; its previous engine group got SIGTERM" : "");
         if (x->recov) x->recov[x->nrecov++] = (recov){.job_id = j.id, .pgid = pg};
@@ -1497,16 +1325,17 @@ static void recover_finish(sched *x)
     int64_t deadline = ty_mono_ms() + s->cfg.grace_s * 1000LL;
     for (bool any = true; any;) {
         any = false;
-        for (int i = 0; i < x->nrecov; i++) any |= x->recov[i].pgid && group_running(x->recov[i].pgid);
+        for (int i = 0; i < x->nrecov; i++)
+            any |= x->recov[i].pgid && x->ex->ops->orphan_running(x->ex, x->recov[i].pgid);
         if (!any || x->stop) break;
         if (ty_mono_ms() >= deadline) {
             for (int i = 0; i < x->nrecov; i++)
-                if (x->recov[i].pgid) kill(-x->recov[i].pgid, SIGKILL);
+                if (x->recov[i].pgid) x->ex->ops->orphan_signal(x->ex, x->recov[i].pgid, SIGKILL);
             int64_t gone = ty_mono_ms() + 5000;
             for (bool left = true; left && ty_mono_ms() < gone;) {
                 left = false;
                 for (int i = 0; i < x->nrecov; i++)
-                    left |= x->recov[i].pgid && group_running(x->recov[i].pgid);
+                    left |= x->recov[i].pgid && x->ex->ops->orphan_running(x->ex, x->recov[i].pgid);
                 if (left) usleep(20000);
             }
             break;
@@ -1560,7 +1389,12 @@ sched *sched_new(srv *s, ty_err *err)
     }
     x->s = s;
     x->efd = x->wake_fd = -1;
+    if (exec_open(s, &x->ex, err)) {
+        free(x);
+        return NULL;
+    }
     if (gpu_inv_open(s->cfg.gpus, &x->gpu, err)) {
+        exec_close(x->ex);
         free(x);
         return NULL;
     }
@@ -1606,7 +1440,7 @@ void sched_stop(sched *x)
      * the database and the next start recovers it. Downloads are aborted
      * (nothing partial stays) and the job is requeued. */
     for (run *r = x->runs; r; r = r->next) {
-        if (r->pgid > 0) stop_run(x, r, SIGTERM);
+        if (r->ej) stop_run(x, r, SIGTERM);
         if (r->f) fetch_handle_cancel(r->f->h);
     }
     pthread_mutex_unlock(&x->mu);
@@ -1631,7 +1465,7 @@ void sched_free(sched *x)
     while (x->runs) {
         run *r = x->runs;
         x->runs = r->next;
-        run_free(r);
+        run_free(x->ex, r);
     }
     while (x->waiters) {
         waiter *w = x->waiters;
@@ -1648,6 +1482,7 @@ void sched_free(sched *x)
     if (x->efd >= 0) close(x->efd);
     if (x->wake_fd >= 0) close(x->wake_fd);
     gpu_inv_free(x->gpu);
+    exec_close(x->ex);
     pthread_mutex_destroy(&x->mu);
     pthread_mutex_destroy(&x->sample_mu);
     pthread_cond_destroy(&x->sample_cond);

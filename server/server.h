@@ -27,6 +27,7 @@ typedef struct srv_config {
     char engine[PATH_MAX];    /* default trainyard-engine beside this binary */
     char gpus[256];           /* auto | none | 0,1,... */
     int cpu_slots;            /* concurrent CPU jobs, default 1 */
+    char executor[16];        /* local | slurm (executor.h), default local */
     char allowed_roots[8192]; /* colon-separated; default DATA_DIR/inputs */
     char store_roots[8192];   /* where file:// stores may lie; default DATA_DIR/stores */
     int64_t max_params;       /* largest model.init accepted at submit; 0 = no limit */
