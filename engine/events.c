@@ -1,4 +1,5 @@
-/* events.c — JSON-lines events on fd 3 (or stdout) and logs on stderr.
+/* events.c — JSON-lines events on fd 3 (or stdout, or TY_EVENTS_PATH) and
+ * logs on stderr.
  *
  * The fd is chosen once: fcntl(3, F_GETFD) tells whether the parent opened
  * fd 3 for us. A failed write (reader gone) is ignored; the server treats a
@@ -15,11 +16,29 @@
 
 static int ev_fd = 1;
 static int ev_rank = 0;
+static int ev_fixed = 0; /* ev_set_output chose the fd; ev_init keeps it */
 
 void ev_init(int rank)
 {
     ev_rank = rank;
-    ev_fd = fcntl(3, F_GETFD) != -1 ? 3 : 1;
+    if (!ev_fixed) ev_fd = fcntl(3, F_GETFD) != -1 ? 3 : 1;
+}
+
+int ev_set_output(const char *path, int world)
+{
+    if (ev_rank == 0 && path && *path) {
+        /* A FIFO the server reads (open blocks until it does, and it
+         * opened its end before starting us) or a file a follower tails. */
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) return -1;
+        ev_fd = fd;
+        ev_fixed = 1;
+    } else if (world > 1) {
+        /* Under mpirun our fd 3 is the launcher's own pipe, never ours. */
+        ev_fd = 1;
+        ev_fixed = 1;
+    }
+    return 0;
 }
 
 static void ev_write_all(const char *p, size_t n)

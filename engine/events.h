@@ -12,6 +12,10 @@
 
 /* Picks the fd; call once at start-up. */
 void ev_init(int rank);
+/* Rank 0's events go to path when it is set (TY_EVENTS_PATH: a FIFO or a
+ * file, opened append), else to stdout when world > 1 (a launcher's fd 3 is
+ * not ours). After ev_init; -1 with errno when path cannot be opened. */
+int ev_set_output(const char *path, int world);
 /* Writes obj as one compact line, keys in insertion order; steals the ref. */
 void ev_emit(json_t *obj);
 void ev_error(const char *message);

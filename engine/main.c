@@ -6,8 +6,9 @@
  *   trainyard-engine generate|logits --model DIR ... (generate.c)
  *
  * Rank and world size come from TY_RANK / TY_WORLD_SIZE / TY_LOCAL_RANK, or
- * Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID. Everything else is in
- * train.c; this file only turns the command line into train_args. */
+ * Slurm's or Open MPI's variables (dist.c; docs/engine.md, Ranks); world > 1
+ * starts MPI here. Everything else is in train.c; this file only turns the
+ * command line into train_args. */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist.h"
 #include "events.h"
 #include "generate.h"
 #include "train.h"
@@ -29,21 +31,6 @@ static void on_stop(int sig)
 {
     (void)sig;
     train_stop_requested = 1;
-}
-
-/* First set variable of the pair, parsed as a non-negative int; def if none. */
-static int env_int(const char *a, const char *b, int def, int *ok)
-{
-    const char *v = getenv(a);
-    if (!v || !*v) v = getenv(b);
-    if (!v || !*v) return def;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x < 0 || x > 1000000) {
-        *ok = 0;
-        return def;
-    }
-    return (int)x;
 }
 
 static void usage(void)
@@ -113,14 +100,20 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int ok = 1;
-    a.rank = env_int("TY_RANK", "SLURM_PROCID", 0, &ok);
-    a.world = env_int("TY_WORLD_SIZE", "SLURM_NTASKS", 1, &ok);
-    a.local_rank = env_int("TY_LOCAL_RANK", "SLURM_LOCALID", 0, &ok);
+    dist_env de;
+    ty_err derr = {0};
+    int bad_env = dist_env_read(&de, &derr);
+    a.rank = bad_env ? 0 : de.rank;
+    a.world = bad_env ? 1 : de.world;
+    a.local_rank = bad_env ? 0 : de.local_rank;
     ev_init(a.rank);
-    if (!ok || a.world < 1 || a.rank >= a.world) {
-        ev_error("bad rank environment: TY_RANK / TY_WORLD_SIZE / TY_LOCAL_RANK must be integers with rank < world");
+    if (bad_env) {
+        ev_error(derr.msg);
         return 2;
+    }
+    if (ev_set_output(getenv("TY_EVENTS_PATH"), a.world)) {
+        fprintf(stderr, "trainyard-engine: TY_EVENTS_PATH %s: %s\n", getenv("TY_EVENTS_PATH"), strerror(errno));
+        return 1;
     }
     if (!a.spec_path || !a.workdir) {
         usage();
@@ -158,18 +151,24 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     /* A vanished event reader must not kill us mid-checkpoint. */
     signal(SIGPIPE, SIG_IGN);
+    sigaction(SIGUSR1, &sa, NULL); /* what mpirun forwards (docs/engine.md, Ranks) */
     /* Under trainyard serve we die with the server: SIGTERM when it goes
      * (we checkpoint and stop, and its next start adopts that checkpoint
-     * from disk). The server may have died between spawning us and the
-     * prctl, so the parent is checked after it. */
-    const char *sup = getenv("TY_SUPERVISOR_PID");
-    if (sup && *sup) {
-        a.supervised = 1;
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != (pid_t)strtol(sup, NULL, 10)) {
-            ev_error("the server that started this engine is gone; not starting");
-            return 1;
-        }
+     * from disk); under a launcher the server is watched (dist.c). */
+    int sup = dist_supervise(&de, &derr);
+    if (sup < 0) {
+        ev_error(derr.msg);
+        return 1;
     }
-    return train_run(&a);
+    a.supervised = sup;
+    /* The MPI world (world > 1): after the arguments, so bad usage never
+     * waits for peers. */
+    if (dist_init(&de, &argc, &argv, &a.coll, &derr)) {
+        ev_log("error: %s", derr.msg);
+        ev_error(derr.msg);
+        return 2;
+    }
+    int code = train_run(&a);
+    if (code == 0) dist_finish(a.coll);
+    return code;
 }

@@ -20,6 +20,7 @@
 
 #include "ckpt.h"
 #include "data.h"
+#include "dist.h"
 #include "events.h"
 #include "hfconfig.h"
 #include "jobspec.h"
@@ -77,6 +78,7 @@ typedef struct run {
     /* fp16 dynamic loss scaling (scaler.h, GradScaler's rule), all of it
      * in the checkpoint. bf16 / fp32: scale 1, nothing skipped. */
     ty_scaler sc;
+    int stop;              /* the stop all ranks agreed on after the last step */
 } run;
 
 static int fail(const char *prefix, const ty_err *e)
@@ -251,6 +253,11 @@ static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t 
 
 static int save_checkpoint(run *r, ty_err *err)
 {
+    if (r->a->rank != 0) { /* rank 0 writes; the weights are the same on every rank */
+        r->last_ckpt = r->step;
+        if (r->history) json_array_clear(r->history);
+        return 0;
+    }
     char dir[4096], rel[64], path[4200];
     ckpt_dir_name(dir, sizeof dir, r->a->workdir, r->step);
     ckpt_rel_name(rel, sizeof rel, r->step);
@@ -384,20 +391,30 @@ typedef struct step_result {
     int skipped;           /* fp16: inf/NaN gradients, update skipped */
 } step_result;
 
+/* World > 1: this rank fills only its share of the step's rows
+ * (dist_shard), the target count and the loss are summed over the ranks,
+ * and so are the gradients, each already scaled by 1 / (global count): the
+ * result is the global mean-token gradient on every rank. The sampler walks
+ * all rows on every rank, so the trainer state is the same everywhere. */
 static int train_step(run *r, step_result *out, ty_err *err)
 {
     const jobspec *s = &r->spec;
     int B = s->batch_size, T = s->seq_len, A = s->grad_accum;
-    size_t rowsz = (size_t)B * T;
+    int lo, mine;
+    dist_shard(A * B, r->a->world, r->a->rank, &lo, &mine);
     long long count = 0;
     int64_t first_row = r->sampler.pos, first_epoch = r->sampler.epoch;
-    for (int a = 0; a < A; a++)
-        for (int b = 0; b < B; b++) {
-            size_t o = (size_t)a * rowsz + (size_t)b * T;
-            int c = data_fill_row(&r->train, data_sampler_next(&r->sampler), T, r->in + o, r->tg + o);
-            if (c < 0) return ty_err_set(err, TY_EIO, "dataset.train: %s", data_error(&r->train));
-            count += c;
-        }
+    for (int i = 0; i < A * B; i++) {
+        int ex = data_sampler_next(&r->sampler);
+        if (i < lo || i >= lo + mine) continue;
+        size_t o = (size_t)(i - lo) * T;
+        int c = data_fill_row(&r->train, ex, T, r->in + o, r->tg + o);
+        if (c < 0) return ty_err_set(err, TY_EIO, "dataset.train: %s", data_error(&r->train));
+        count += c;
+    }
+    double global[2] = {(double)count, 0};
+    if (coll_sum_f64(r->a->coll, global, 1, err)) return -1;
+    count = (long long)global[0];
     if (count == 0)
         return ty_err_set(err, TY_EINVAL,
                           "step %lld: its %d examples (from position %lld of epoch %lld) have no target tokens",
@@ -410,16 +427,32 @@ static int train_step(run *r, step_result *out, ty_err *err)
     double sum = 0;
     /* fp16: the loss (so every gradient) is multiplied by the loss scale. */
     float scale = (float)((double)r->sc.scale / (double)count);
-    for (int a = 0; a < A; a++) {
+    /* Micro-batches of at most batch_size rows; with world 1 exactly the
+     * grad_accum micro-batches. The dropout key is the global micro-batch
+     * a row block starts in, so the masks match world 1 whenever the
+     * shares are whole micro-batches. */
+    for (int o = 0; o < mine; o += B) {
+        int rows = mine - o < B ? mine - o : B;
         if (r->have_lora) { /* dropout masks: a function of (seed, step, micro-batch) */
             r->lora.training = 1;
-            r->lora.rng_step = (uint64_t)r->step * (uint64_t)A + (uint64_t)a;
+            r->lora.rng_step = (uint64_t)r->step * (uint64_t)A + (uint64_t)((lo + o) / B);
         }
-        sum += model_forward_backward(m, r->in + (size_t)a * rowsz, r->tg + (size_t)a * rowsz, B, T, scale);
+        sum += model_forward_backward(m, r->in + (size_t)o * T, r->tg + (size_t)o * T, rows, T, scale);
     }
     /* A kernel failure (kn_fail) in any of those ops surfaces here, once per
      * step, before anything is updated. */
     if (kn_check(r->kn, err)) return -1;
+    /* One all-reduce of the flat gradient buffer, then (loss sum, stop):
+     * a stop asked of any rank (a signal, the server gone) is a stop of
+     * all after this same step. */
+    if (r->a->coll) {
+        if (coll_sum_f32(r->a->coll, grads, nbuf, err)) return -1;
+        if (dist_supervisor_gone()) train_stop_requested = 1;
+        double ls[2] = {sum, train_stop_requested ? 1.0 : 0.0};
+        if (coll_sum_f64(r->a->coll, ls, 2, err)) return -1;
+        sum = ls[0];
+        r->stop = ls[1] > 0;
+    }
     out->loss = sum / (double)count;
     out->lr = s->lr * train_lr_lambda(s->schedule, r->step, s->warmup_steps, s->max_steps);
     if (!isfinite(out->loss)) return 0;
@@ -578,9 +611,11 @@ static int setup(run *r, int *code)
         return -1;
     }
     const jobspec *s = &r->spec;
-    if (a->world > 1) {
+    if (a->world > 1 && ((int64_t)s->batch_size * s->grad_accum) % a->world) {
         char msg[256];
-        snprintf(msg, sizeof msg, "world size %d: multi-rank training is not supported by the CPU engine yet", a->world);
+        snprintf(msg, sizeof msg,
+                 "world size %d does not divide the global batch of hyperparameters.batch_size x grad_accum = %lld rows",
+                 a->world, (long long)s->batch_size * s->grad_accum);
         *code = bad_spec(msg);
         return -1;
     }
@@ -628,6 +663,13 @@ static int setup(run *r, int *code)
     if ((rc = open_device(r, &err))) {
         hfconfig_free(&cfg);
         *code = fail("backend", &err);
+        return -1;
+    }
+    if (a->coll && kn_device_of(r->kn) != KN_CPU) {
+        hfconfig_free(&cfg);
+        snprintf(msg, sizeof msg, "world size %d on %s: multi-rank GPU training needs NCCL, which this engine does "
+                 "not have yet (CPU ranks use MPI; docs/engine.md, Ranks)", a->world, kn_device_name(r->kn));
+        *code = bad_spec(msg);
         return -1;
     }
     int vocab = cfg.vocab;
@@ -778,8 +820,11 @@ static int train_loop(run *r)
     ev_log("activations: %zu bytes (recompute %s, %s storage)", model_act_bytes(&r->m), jobspec_recompute_name(s->recompute),
            kn_dtype_name(r->dt));
     int64_t win_t0 = ty_mono_ms(), win_tokens = r->tokens, run_t0 = win_t0, run_step0 = r->step;
+    /* Rank 0 alone evaluates, checkpoints and exports (docs/engine.md,
+     * Ranks); the others wait at the next collective. */
+    int lead = r->a->rank == 0;
     while (r->step < s->max_steps) {
-        if (train_stop_requested) break;
+        if (r->a->coll ? r->stop : train_stop_requested) break;
         step_result sr = {0};
         if (train_step(r, &sr, &err)) return fail(NULL, &err);
         if (!isfinite(sr.loss)) {
@@ -815,19 +860,22 @@ static int train_loop(run *r)
             win_tokens = r->tokens;
         }
         if (r->eval.n && s->eval_every_steps > 0 && r->step % s->eval_every_steps == 0 && r->step < s->max_steps)
-            if (emit_eval(r, &err)) return fail(NULL, &err);
+            if (lead && emit_eval(r, &err)) return fail(NULL, &err);
         if (s->ckpt_every_steps > 0 && r->step % s->ckpt_every_steps == 0 && save_checkpoint(r, &err))
             return fail("checkpoint", &err);
     }
     if (r->step < s->max_steps) { /* stopped by SIGTERM */
         if (r->last_ckpt != r->step && save_checkpoint(r, &err)) return fail("checkpoint", &err);
+        if (coll_barrier(r->a->coll, &err)) return fail(NULL, &err);
         ev_done("stopped");
         ev_log("stopped at step %lld", (long long)r->step);
         return TRAIN_OK;
     }
-    if (r->eval.n && emit_eval(r, &err)) return fail(NULL, &err);
+    if (lead && r->eval.n && emit_eval(r, &err)) return fail(NULL, &err);
     if (r->last_ckpt != r->step && save_checkpoint(r, &err)) return fail("checkpoint", &err);
-    if (export_model(r, &err)) return fail("export", &err);
+    if (lead && export_model(r, &err)) return fail("export", &err);
+    /* No rank leaves before rank 0's checkpoint and export are on disk. */
+    if (coll_barrier(r->a->coll, &err)) return fail(NULL, &err);
     ev_done("succeeded");
     return TRAIN_OK;
 }

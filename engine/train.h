@@ -9,6 +9,8 @@
 
 #include <signal.h>
 
+#include "coll.h"
+
 typedef struct train_args {
     const char *spec_path;
     const char *workdir;
@@ -16,12 +18,14 @@ typedef struct train_args {
     const char *resume;      /* checkpoint directory or NULL */
     int threads;             /* 0 = OpenMP default */
     int rank, world, local_rank;
+    coll *coll;              /* world > 1: the ranks' collectives (dist.h), else NULL */
 } train_args;
 
 /* Exit statuses. */
 enum { TRAIN_OK = 0, TRAIN_FAILED = 1, TRAIN_BAD_SPEC = 2 };
 
-/* Set from the SIGTERM/SIGINT handler: stop at the next step boundary. */
+/* Set from the SIGTERM/SIGINT/SIGUSR1 handler: stop at the next step
+ * boundary (with world > 1, the step boundary all ranks agree on). */
 extern volatile sig_atomic_t train_stop_requested;
 
 int train_run(const train_args *a);

@@ -1,0 +1,38 @@
+/* coll.h — the collectives data parallelism needs, behind one interface.
+ *
+ * Implemented over MPI between CPU ranks (coll_mpi.c, Open MPI). An NCCL
+ * implementation for GPU ranks (unique id broadcast over MPI) is the
+ * planned second one; until it exists a multi-rank job runs its ranks on
+ * the CPU backend (docs/engine.md, Ranks). The trainer calls
+ * only these: per step one sum of the flat gradient buffer (in the kernel
+ * context's memory: host on the CPU, device on a GPU) and two small sums of
+ * host doubles. World 1 never opens a collective (coll is NULL and every
+ * call is a no-op), so a single-rank run needs no MPI at all.
+ *
+ * Every call is collective: all ranks make the same calls in the same
+ * order. A failure is reported once with the reason; the caller exits
+ * non-zero and the launcher takes the other ranks down. */
+#ifndef TY_COLL_H
+#define TY_COLL_H
+
+#include <stddef.h>
+
+#include "tyerr.h"
+
+typedef struct coll coll;
+
+/* After the MPI world exists (dist_init): world and rank are MPI's. */
+int coll_open_mpi(coll **out, ty_err *err);
+void coll_close(coll *c);
+const char *coll_name(const coll *c); /* "mpi" | "nccl" */
+
+/* Sums n floats in place over all ranks (buf: kernel-context memory). */
+int coll_sum_f32(coll *c, float *buf, size_t n, ty_err *err);
+/* Sums n host doubles in place over all ranks. */
+int coll_sum_f64(coll *c, double *buf, int n, ty_err *err);
+/* Gathers equal-or-unequal contiguous pieces: rank k contributes
+ * buf[off[k], off[k] + len[k]) and every rank ends with all of buf. */
+int coll_allgather_f32(coll *c, float *buf, const size_t *off, const size_t *len, ty_err *err);
+int coll_barrier(coll *c, ty_err *err);
+
+#endif

@@ -1,0 +1,98 @@
+/* coll_mpi.c — the collectives between CPU ranks over MPI (coll.h).
+ *
+ * Plain blocking MPI_Allreduce / MPI_Allgatherv on MPI_COMM_WORLD. MPI's
+ * counts are ints, so the gradient buffer goes in chunks of at most 2^30
+ * elements. Open MPI's reduction algorithm for a given world size and
+ * message size is fixed, so a run is reproducible at the same world size;
+ * across world sizes the order of the final sums differs (docs/engine.md,
+ * Ranks). */
+#include "coll.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+
+struct coll {
+    int world, rank;
+};
+
+#define CHUNK ((size_t)1 << 30)
+
+static int mpi_fail(ty_err *err, const char *what, int rc)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return ty_err_set(err, TY_EIO, "%s: %s", what, msg);
+}
+
+int coll_open_mpi(coll **out, ty_err *err)
+{
+    coll *c = calloc(1, sizeof *c);
+    if (!c) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    MPI_Comm_size(MPI_COMM_WORLD, &c->world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+    /* Errors come back to us (and become an error event) instead of
+     * aborting inside MPI. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    *out = c;
+    return 0;
+}
+
+void coll_close(coll *c)
+{
+    free(c);
+}
+
+const char *coll_name(const coll *c)
+{
+    (void)c;
+    return "mpi";
+}
+
+int coll_sum_f32(coll *c, float *buf, size_t n, ty_err *err)
+{
+    if (!c) return 0;
+    for (size_t o = 0; o < n; o += CHUNK) {
+        int k = (int)(n - o < CHUNK ? n - o : CHUNK);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf + o, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(err, "MPI_Allreduce of the gradients", rc);
+    }
+    return 0;
+}
+
+int coll_sum_f64(coll *c, double *buf, int n, ty_err *err)
+{
+    if (!c) return 0;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Allreduce", rc);
+}
+
+int coll_allgather_f32(coll *c, float *buf, const size_t *off, const size_t *len, ty_err *err)
+{
+    if (!c) return 0;
+    int *cnt = malloc(sizeof(int) * (size_t)c->world), *dis = malloc(sizeof(int) * (size_t)c->world);
+    if (!cnt || !dis) {
+        free(cnt);
+        free(dis);
+        return ty_err_set(err, TY_ENOMEM, "out of memory");
+    }
+    int rc = MPI_SUCCESS;
+    for (int k = 0; k < c->world; k++)
+        if (off[k] + len[k] > (size_t)0x7fffffff) rc = MPI_ERR_COUNT;
+    for (int k = 0; rc == MPI_SUCCESS && k < c->world; k++) {
+        cnt[k] = (int)len[k];
+        dis[k] = (int)off[k];
+    }
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dis, MPI_FLOAT, MPI_COMM_WORLD);
+    free(cnt);
+    free(dis);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Allgatherv of the weights", rc);
+}
+
+int coll_barrier(coll *c, ty_err *err)
+{
+    if (!c) return 0;
+    int rc = MPI_Barrier(MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Barrier", rc);
+}

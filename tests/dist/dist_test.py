@@ -1,0 +1,248 @@
+#!/usr/bin/python3
+# dist_test.py — data-parallel ranks of trainyard-engine on the CPU (ctest
+# dist.*; docs/engine.md, Ranks). Usage: dist_test.py ENGINE CASE.
+#
+# Every multi-rank run goes through Open MPI's mpirun, as the server's local
+# executor starts it. A tiny GPT-2 from model.init and a tokens dataset
+# written here; standard library only.
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ENGINE = sys.argv[1]
+CASE = sys.argv[2]
+TMP = tempfile.mkdtemp(prefix=f"ty-dist-{CASE}-")
+MPIRUN = shutil.which("mpirun") or "/usr/bin/mpirun"
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+for k in ("TY_WORLD_SIZE", "TY_RANK", "TY_LOCAL_RANK", "TY_EVENTS_PATH", "TY_SUPERVISOR_PID"):
+    ENV.pop(k, None)
+if os.geteuid() == 0:  # Open MPI refuses root without both
+    ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+def fail(msg):
+    print(f"FAIL [{CASE}]: {msg}")
+    sys.exit(1)
+
+
+def write_data(n=64, seed=1):
+    rng = random.Random(seed)
+    p = os.path.join(TMP, "train.jsonl")
+    with open(p, "w") as f:
+        for _ in range(n):
+            f.write(json.dumps({"input_ids": [rng.randrange(53) for _ in range(rng.randint(5, 20))]}) + "\n")
+    return p
+
+
+def write_spec(name="spec.json", **hp):
+    h = {"max_steps": 6, "batch_size": 2, "grad_accum": 4, "seq_len": 16, "lr": 1e-2, "log_every_steps": 1,
+         "seed": 3}
+    h.update(hp)
+    spec = {"model": {"init": {"model_type": "gpt2", "vocab_size": 53, "n_embd": 16, "n_layer": 2, "n_head": 2,
+                               "n_positions": 32}},
+            "dataset": {"train": write_data()}, "hyperparameters": h, "checkpoint": {"every_steps": 3}}
+    p = os.path.join(TMP, name)
+    with open(p, "w") as f:
+        json.dump(spec, f)
+    return p
+
+
+def cmd(world, spec, workdir, resume=None):
+    c = [ENGINE, "--spec", spec, "--workdir", os.path.join(TMP, workdir), "--threads", "1"]
+    if resume:
+        c += ["--resume", resume]
+    if world == 1:
+        return c
+    return [MPIRUN, "-np", str(world), "--oversubscribe", "--bind-to", "none"] + c
+
+
+def run(world, spec, workdir, resume=None, env=None):
+    p = subprocess.run(cmd(world, spec, workdir, resume), capture_output=True, text=True, env=env or ENV,
+                       timeout=120)
+    events = []
+    for line in p.stdout.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            fail(f"world {world}: stdout line is not an event: {line!r}\nstderr:\n{p.stderr[-3000:]}")
+    return p.returncode, events, p.stderr
+
+
+def ok(res, what):
+    rc, events, err = res
+    if rc != 0 or not events or events[-1] != {"ev": "done", "status": "succeeded"}:
+        fail(f"{what}: exit {rc}, last events {events[-3:]}\nstderr:\n{err[-3000:]}")
+    return events
+
+
+def losses(events):
+    return {e["step"]: e["loss"] for e in events if e["ev"] == "metric"}
+
+
+def close(a, b, what, rel=1e-6):
+    if sorted(a) != sorted(b):
+        fail(f"{what}: steps {sorted(a)} vs {sorted(b)}")
+    for s in a:
+        if abs(a[s] - b[s]) > rel * abs(a[s]):
+            fail(f"{what}: step {s} loss {a[s]!r} vs {b[s]!r} (relative {abs(a[s] - b[s]) / abs(a[s]):.2e})")
+
+
+def case_losses():
+    """World 1, 2 and 4 see the same global batches: the same losses step by
+    step (the sums over ranks add in another order: within 1e-6 relative),
+    one event stream, the same tokens, rank 0's checkpoints and export."""
+    spec = write_spec()
+    ref = ok(run(1, spec, "w1"), "world 1")
+    for world in (2, 4):
+        ev = ok(run(world, spec, f"w{world}"), f"world {world}")
+        if ev[0]["ev"] != "started" or ev[0]["world"] != world:
+            fail(f"world {world}: started event {ev[0]}")
+        if sum(1 for e in ev if e["ev"] == "started") != 1:
+            fail(f"world {world}: more than one event stream on stdout")
+        close(losses(ref), losses(ev), f"world 1 vs {world}")
+        tok = [e["tokens"] for e in ev if e["ev"] == "metric"]
+        if tok != [e["tokens"] for e in ref if e["ev"] == "metric"]:
+            fail(f"world {world}: tokens {tok}")
+        d = os.path.join(TMP, f"w{world}")
+        if sorted(os.listdir(os.path.join(d, "checkpoints"))) != ["step-000003", "step-000006"] or \
+                not os.path.exists(os.path.join(d, "export", "model.safetensors")):
+            fail(f"world {world}: checkpoints/export {os.listdir(d)}")
+        worst = max(abs(losses(ref)[s] - losses(ev)[s]) / losses(ref)[s] for s in losses(ref))
+        print(f"ok: world 1 vs {world}: 6 steps, largest relative loss difference {worst:.2e}")
+
+
+def case_resume_world():
+    """A checkpoint written by one world size resumes under another and
+    continues as the uninterrupted run does."""
+    spec = write_spec()
+    ref = losses(ok(run(1, spec, "w1"), "world 1"))
+    for (a, b) in ((1, 2), (4, 1), (2, 4)):
+        wd = f"from{a}"
+        if not os.path.isdir(os.path.join(TMP, wd)):
+            ok(run(a, spec, wd), f"world {a}")
+        ck = os.path.join(TMP, wd, "checkpoints", "step-000003")
+        ev = ok(run(b, spec, f"{a}to{b}", resume=ck), f"world {a} -> {b}")
+        got = losses(ev)
+        if sorted(got) != [4, 5, 6]:
+            fail(f"world {a} -> {b}: steps {sorted(got)}")
+        close({s: ref[s] for s in got}, got, f"resume world {a} -> {b}")
+        print(f"ok: checkpoint of world {a} resumed by world {b}")
+
+
+def rank_pids(launcher):
+    """{rank: pid} of the engines under an mpirun."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher:
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(x.split(b"=", 1) for x in f.read().split(b"\0") if b"=" in x)
+            out[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+        except (OSError, KeyError, IndexError, ValueError):
+            pass
+    return out
+
+
+def stop_run(world, how):
+    """Starts a long run, waits for step 2, delivers the stop `how`, and
+    checks every rank stopped after the same step with one checkpoint."""
+    spec = write_spec(f"spec-{how}.json", max_steps=100000)
+    wd = os.path.join(TMP, f"stop-{how}")
+    log = open(os.path.join(TMP, f"stop-{how}.err"), "w")
+    p = subprocess.Popen(cmd(world, spec, f"stop-{how}"), stdout=subprocess.PIPE, stderr=log, text=True, env=ENV,
+                         start_new_session=True)
+    events = []
+    try:
+        deadline = time.monotonic() + 90
+        for line in p.stdout:
+            events.append(json.loads(line))
+            if events[-1]["ev"] == "metric" and events[-1]["step"] >= 2:
+                break
+            if time.monotonic() > deadline:
+                fail("no step 2 within 90 s")
+        pids = {}
+        while len(pids) < world and time.monotonic() < deadline:
+            pids = rank_pids(p.pid)
+        if len(pids) != world:
+            fail(f"found ranks {pids}")
+        if how == "usr1-launcher":
+            os.kill(p.pid, signal.SIGUSR1)      # what the server does; mpirun forwards it
+        elif how == "term-rank1":
+            os.kill(pids[1], signal.SIGTERM)    # one rank only (a scancel of one task)
+        for line in p.stdout:
+            events.append(json.loads(line))
+        rc = p.wait(timeout=90)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        log.close()
+    err = open(os.path.join(TMP, f"stop-{how}.err")).read()
+    if rc != 0 or events[-1] != {"ev": "done", "status": "stopped"}:
+        fail(f"{how}: exit {rc}, last events {events[-3:]}\n{err[-2000:]}")
+    last = max(e["step"] for e in events if e["ev"] == "metric")
+    stops = sorted(int(l.split()[-1]) for l in err.splitlines() if " stopped at step " in l)
+    if stops != [last] * world:
+        fail(f"{how}: ranks stopped at steps {stops}, last metric step {last}\n{err[-2000:]}")
+    cks = [e for e in events if e["ev"] == "checkpoint"]
+    if not cks or cks[-1]["step"] != last or \
+            not os.path.exists(os.path.join(wd, "checkpoints", f"step-{last:06d}", "MANIFEST.json")):
+        fail(f"{how}: final checkpoint {cks[-1:]} for step {last}")
+    print(f"ok: {how}: all {world} ranks stopped after step {last}, checkpoint written")
+    return last
+
+
+def case_sigterm():
+    stop_run(2, "usr1-launcher")
+    stop_run(2, "term-rank1")
+
+
+def case_bad():
+    spec = write_spec()
+    # A rank started without its launcher fails at once rather than waiting.
+    env = dict(ENV, TY_WORLD_SIZE="2", TY_RANK="0")
+    rc, ev, err = run(1, spec, "alone", env=env)
+    if rc != 2 or not ev or ev[-1]["ev"] != "error" or "no MPI launcher" not in ev[-1]["message"]:
+        fail(f"rank without a launcher: exit {rc}, events {ev}\n{err}")
+    # The global batch must split evenly over the ranks.
+    rc, ev, err = run(2, write_spec("odd.json", batch_size=3, grad_accum=1), "odd")
+    if rc == 0 or not ev or ev[-1]["ev"] != "error" or "does not divide the global batch" not in ev[-1]["message"]:
+        fail(f"batch 3 over 2 ranks: exit {rc}, events {ev}\n{err[-2000:]}")
+    # Bad rank variables.
+    rc, ev, err = run(1, spec, "badenv", env=dict(ENV, TY_WORLD_SIZE="2", TY_RANK="2"))
+    if rc != 2 or "bad rank environment" not in ev[-1]["message"]:
+        fail(f"rank 2 of 2: exit {rc}, events {ev}")
+    print("ok: no launcher, uneven batch and a bad rank are refused")
+
+
+def case_events_path():
+    """TY_EVENTS_PATH: rank 0's events go to that file (mpirun's ranks have
+    no fd 3 of ours); stdout keeps nothing."""
+    spec = write_spec(max_steps=2)
+    path = os.path.join(TMP, "events.jsonl")
+    rc, ev, err = run(2, spec, "evp", env=dict(ENV, TY_EVENTS_PATH=path))
+    got = [json.loads(l) for l in open(path)]
+    if rc != 0 or ev or got[0]["ev"] != "started" or got[-1] != {"ev": "done", "status": "succeeded"}:
+        fail(f"events path: exit {rc}, stdout events {ev}, file {got[-2:]}\n{err[-2000:]}")
+    print(f"ok: {len(got)} events in TY_EVENTS_PATH, none on stdout")
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    try:
+        if CASE not in CASES:
+            fail(f"unknown case; known: {sorted(CASES)}")
+        CASES[CASE]()
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
