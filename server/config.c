@@ -1,9 +1,14 @@
 /* config.c — `trainyard serve` settings: defaults, a `key = value` config
  * file, then command-line flags, each later source overriding the earlier.
  *
- * Every flag has the same name in the file (without the dashes), so a
- * deployment can keep its settings in /etc and override one on the command
- * line while testing. */
+ * Every setting is one row of OPTIONS below: its name (the flag without
+ * dashes, which is also the config-file key), type, bounds, default, help
+ * and whether it is a secret. Defaults, both parsers, `--help` and the check
+ * of docs/server.md's option list (server_unit.config) all read that table,
+ * so a new option is one row plus its srv_config field. A deployment keeps
+ * its settings in /etc and overrides one on the command line while testing;
+ * secrets come from the file (or the environment) only, never from argv,
+ * which `ps` shows. */
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -11,6 +16,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,51 +25,176 @@
 #include "typath.h"
 #include "tyutil.h"
 
-int srv_config_defaults(srv_config *c, ty_err *err)
+/* ---- checks beyond the type's ------------------------------------------------------------ */
+
+static int check_listen(const char *key, const char *v, ty_err *err)
 {
-    memset(c, 0, sizeof *c);
-    snprintf(c->listen, sizeof c->listen, "127.0.0.1:8080");
-    snprintf(c->data_dir, sizeof c->data_dir, "./trainyard-data");
-    snprintf(c->gpus, sizeof c->gpus, "auto");
-    snprintf(c->executor, sizeof c->executor, "local");
-    c->cpu_slots = 1;
-    c->max_body = 1 << 20;
-    c->grace_s = 30;
-    c->event_rate = 1000;
-    c->gpu_sample_ms = 2000;
-    c->heartbeat_s = 15;
-    c->http_threads = 2;
-    c->upload_workers = 2;
-    c->upload_wait_s = 300;
-    c->upload_attempts = 5;
-    c->per_ip_connections = 256;
-    c->max_connections = 10000;
-    c->header_timeout_s = 10;
-    c->request_timeout_s = 60;
-    c->rate_limit = 20;
-    c->rate_burst = 100;
-    c->gpu_hour_price = -1;
-    c->cpu_hour_price = -1;
-    snprintf(c->currency, sizeof c->currency, "USD");
-    c->max_params = 1000000000;
-    /* The engine is built beside us: <dir of /proc/self/exe>/trainyard-engine. */
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return ty_err_set(err, TY_EIO, "readlink /proc/self/exe: %s", strerror(errno));
-    exe[n] = 0;
-    snprintf(c->engine, sizeof c->engine, "%s/trainyard-engine", dirname(exe));
-    /* allowed_roots and store_roots are completed in srv_config_parse once
-     * data_dir is final; an empty value here means "use the defaults". */
+    (void)key;
+    char host[256];
+    int port;
+    return srv_listen_parse(v, host, sizeof host, &port, err) ? TY_EINVAL : 0;
+}
+
+static int check_gpus(const char *key, const char *v, ty_err *err)
+{
+    if (!strcmp(v, "auto") || !strcmp(v, "none")) return 0;
+    for (const char *p = v; *p; p++)
+        if (!isdigit((unsigned char)*p) && *p != ',')
+            return ty_err_field(err, TY_EINVAL, key, "gpus must be auto, none or a list like 0,1");
     return 0;
 }
 
-static int parse_int(const char *key, const char *v, long lo, long hi, long *out, ty_err *err)
+static int check_executor(const char *key, const char *v, ty_err *err)
+{
+    if (strcmp(v, "local"))
+        return ty_err_field(err, TY_EINVAL, key, "executor must be local, got '%s'", v);
+    return 0;
+}
+
+static int check_roots(const char *key, const char *v, ty_err *err)
+{
+    for (const char *p = v; *p;) {
+        const char *e = strchrnul(p, ':');
+        if (e > p && *p != '/')
+            return ty_err_field(err, TY_EINVAL, key, "%s: '%.*s' is not an absolute path", key,
+                                (int)(e - p), p);
+        p = *e ? e + 1 : e;
+    }
+    return 0;
+}
+
+static int check_currency(const char *key, const char *v, ty_err *err)
+{
+    if (strlen(v) != 3 || !isupper((unsigned char)v[0]) || !isupper((unsigned char)v[1]) ||
+        !isupper((unsigned char)v[2]))
+        return ty_err_field(err, TY_EINVAL, key,
+                            "currency must be a 3-letter ISO 4217 code like USD, got '%s'", v);
+    return 0;
+}
+
+/* ---- the table --------------------------------------------------------------------------- */
+
+#define AT(f) offsetof(srv_config, f), sizeof(((srv_config *)0)->f)
+#define INT(f, lo, hi) OPT_INT, AT(f), lo, hi
+#define STR(f) OPT_STR, AT(f), 0, 0
+#define BOOL(f) OPT_BOOL, AT(f), 0, 0
+#define PRICE(f) OPT_PRICE, AT(f), 0, 0
+#define STORE(name, f) {name, NULL, STR(store.f), NULL, NULL, NULL, NULL, OPT_STORE}
+#define SECRET(name, f) {name, NULL, STR(store.f), NULL, NULL, NULL, NULL, OPT_STORE | OPT_SECRET}
+
+static const srv_option OPTIONS[] = {
+    {"config", "FILE", OPT_CONFIG, 0, 0, 0, 0, NULL, NULL, "read settings from FILE first", NULL, OPT_FLAG_ONLY},
+    {"listen", "HOST:PORT", STR(listen), "127.0.0.1:8080", NULL,
+     "address to listen on; a non-loopback address requires API tokens", check_listen, 0},
+    {"data-dir", "DIR", STR(data_dir), "./trainyard-data", NULL, "database, job directories and logs", NULL, 0},
+    {"engine", "PATH", STR(engine), NULL, "trainyard-engine beside this binary", "the engine binary", NULL, 0},
+    {"gpus", "auto|none|LIST", STR(gpus), "auto", NULL,
+     "GPUs to schedule: auto asks NVML, none runs CPU jobs only, LIST is like 0,1", check_gpus, 0},
+    {"cpu-slots", "N", INT(cpu_slots, 0, 1024), "1", NULL, "CPU-only jobs that may run at once", NULL, 0},
+    {"executor", "NAME", STR(executor), "local", NULL, "where engines run: local", check_executor, 0},
+    {"allowed-roots", "A:B", STR(allowed_roots), NULL, "DATA_DIR/inputs",
+     "directories job specs may read from, checked at submit and again by the engine on every open",
+     check_roots, 0},
+    {"store-roots", "A:B", STR(store_roots), NULL, "DATA_DIR/stores",
+     "directories file:// checkpoint stores may lie in", check_roots, 0},
+    {"max-params", "N", INT(max_params, 0, 1000000000000000LL), "1000000000", NULL,
+     "largest model.init (parameters) accepted at submit; 0 = no limit", NULL, 0},
+    {"max-body", "BYTES", INT(max_body, 1024, 1L << 30), "1048576", NULL, "largest request body accepted",
+     NULL, 0},
+    {"grace", "SECONDS", INT(grace_s, 0, 86400), "30", NULL, "SIGTERM to SIGKILL delay for cancel/pause",
+     NULL, 0},
+    {"tls-cert", "FILE", STR(tls_cert), NULL, NULL, "PEM certificate; with --tls-key serves HTTPS", NULL, 0},
+    {"tls-key", "FILE", STR(tls_key), NULL, NULL, "PEM private key", NULL, 0},
+    {"require-token", NULL, BOOL(require_token), "false", NULL, "require a bearer token even on loopback",
+     NULL, 0},
+    {"per-ip-connections", "N", INT(per_ip_connections, 0, 1000000), "256", NULL,
+     "connections one client address may hold, request heads still arriving included; 0 = no limit",
+     NULL, 0},
+    {"max-connections", "N", INT(max_connections, 1, 1000000), "10000", NULL,
+     "connections served at once, all clients together; more are 503", NULL, 0},
+    {"header-timeout", "SECONDS", INT(header_timeout_s, 1, 3600), "10", NULL,
+     "the whole request head must arrive within this from connect, else 408", NULL, 0},
+    {"request-timeout", "SECONDS", INT(request_timeout_s, 0, 86400), "60", NULL,
+     "the whole body must arrive within this from the head, else the connection is closed; 0 = off",
+     NULL, 0},
+    {"rate-limit", "N", INT(rate_limit, 0, 1000000), "20", NULL,
+     "requests per second one API token may make on average, else 429 with Retry-After; 0 = off", NULL,
+     0},
+    {"rate-burst", "N", INT(rate_burst, 1, 1000000), "100", NULL, "requests one token may make at once",
+     NULL, 0},
+    {"event-rate", "N", INT(event_rate, 0, 100000000), "1000", NULL,
+     "engine event lines per second (a 2-second burst allowed) above which a job fails as flooding; "
+     "0 = off",
+     NULL, 0},
+    {"gpu-sample-ms", "MS", INT(gpu_sample_ms, 100, 3600000), "2000", NULL, "GPU sampling period", NULL, 0},
+    {"heartbeat", "SECONDS", INT(heartbeat_s, 1, 3600), "15", NULL, "SSE heartbeat comment period", NULL, 0},
+    {"http-threads", "N", INT(http_threads, 1, 64), "2", NULL, "HTTP worker threads, each with its own epoll",
+     NULL, 0},
+    {"upload-workers", "N", INT(upload_workers, 1, 64), "2", NULL, "checkpoint upload threads", NULL, 0},
+    {"upload-wait", "SECONDS", INT(upload_wait_s, 0, 86400), "300", NULL,
+     "pause/cancel/finish wait this long for a running checkpoint upload, then cancel it", NULL, 0},
+    {"upload-attempts", "N", INT(upload_attempts, 1, 1000), "5", NULL,
+     "tries of one upload before it fails for good", NULL, 0},
+    {"gpu-hour-price", "X", PRICE(gpu_hour_price), NULL, "unknown, cost is null",
+     "price of one GPU-hour of running time; with it jobs report their cost", NULL, 0},
+    {"cpu-hour-price", "X", PRICE(cpu_hour_price), NULL, "unknown",
+     "price of one hour of a CPU job's running time", NULL, 0},
+    {"currency", "CODE", STR(currency), "USD", NULL, "ISO 4217 code of those prices", check_currency, 0},
+    /* Object stores: copied as given, never echoed in a message. */
+    STORE("s3-access-key-id", s3_access_key_id),
+    SECRET("s3-secret-access-key", s3_secret_access_key),
+    SECRET("s3-session-token", s3_session_token),
+    STORE("s3-region", s3_region),
+    STORE("s3-endpoint", s3_endpoint),
+    STORE("gcs-hmac-access-id", gcs_hmac_access_id),
+    SECRET("gcs-hmac-secret", gcs_hmac_secret),
+    STORE("gcs-credentials-file", gcs_credentials_file),
+    STORE("gcs-xml-endpoint", gcs_xml_endpoint),
+    STORE("gcs-json-endpoint", gcs_json_endpoint),
+    SECRET("azure-connection-string", azure_connection_string),
+    STORE("azure-account", azure_account),
+    SECRET("azure-key", azure_key),
+    SECRET("azure-sas-token", azure_sas_token),
+    STORE("azure-endpoint", azure_endpoint),
+};
+
+#undef AT
+#undef INT
+#undef STR
+#undef BOOL
+#undef PRICE
+#undef STORE
+#undef SECRET
+
+const srv_option *srv_config_options(size_t *n)
+{
+    *n = sizeof OPTIONS / sizeof OPTIONS[0];
+    return OPTIONS;
+}
+
+const srv_option *srv_config_options_find(const char *key)
+{
+    for (size_t i = 0; i < sizeof OPTIONS / sizeof OPTIONS[0]; i++)
+        if (!strcmp(OPTIONS[i].name, key)) return &OPTIONS[i];
+    return NULL;
+}
+
+bool srv_config_is_secret(const char *key)
+{
+    const srv_option *o = srv_config_options_find(key);
+    return o && (o->flags & OPT_SECRET);
+}
+
+/* ---- values ------------------------------------------------------------------------------ */
+
+static int parse_int(const char *key, const char *v, long long lo, long long hi, long long *out,
+                     ty_err *err)
 {
     char *end;
     errno = 0;
-    long x = strtol(v, &end, 10);
+    long long x = strtoll(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi)
-        return ty_err_field(err, TY_EINVAL, key, "%s must be an integer in [%ld, %ld], got '%s'",
+        return ty_err_field(err, TY_EINVAL, key, "%s must be an integer in [%lld, %lld], got '%s'",
                             key, lo, hi, v);
     *out = x;
     return 0;
@@ -99,170 +230,59 @@ static int copy_str(const char *key, char *dst, size_t cap, const char *v, ty_er
     return 0;
 }
 
-int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
+/* Integer fields are int, int64_t or size_t: stored by their size. */
+static void store_int(void *field, size_t size, long long x)
 {
-    long x = 0;
-    if (!strcmp(key, "listen")) {
-        char host[256];
-        int port;
-        if (srv_listen_parse(v, host, sizeof host, &port, err)) return TY_EINVAL;
-        return copy_str(key, c->listen, sizeof c->listen, v, err);
-    }
-    if (!strcmp(key, "data-dir")) return copy_str(key, c->data_dir, sizeof c->data_dir, v, err);
-    if (!strcmp(key, "engine")) return copy_str(key, c->engine, sizeof c->engine, v, err);
-    if (!strcmp(key, "gpus")) {
-        if (strcmp(v, "auto") && strcmp(v, "none")) {
-            for (const char *p = v; *p; p++)
-                if (!isdigit((unsigned char)*p) && *p != ',')
-                    return ty_err_field(err, TY_EINVAL, key,
-                                        "gpus must be auto, none or a list like 0,1");
-        }
-        return copy_str(key, c->gpus, sizeof c->gpus, v, err);
-    }
-    if (!strcmp(key, "executor")) {
-        if (strcmp(v, "local"))
-            return ty_err_field(err, TY_EINVAL, key, "executor must be local, got '%s'", v);
-        return copy_str(key, c->executor, sizeof c->executor, v, err);
-    }
-    if (!strcmp(key, "cpu-slots")) {
-        if (parse_int(key, v, 0, 1024, &x, err)) return TY_EINVAL;
-        c->cpu_slots = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "allowed-roots") || !strcmp(key, "store-roots")) {
-        for (const char *p = v; *p;) {
-            const char *e = strchrnul(p, ':');
-            if (e > p && *p != '/')
-                return ty_err_field(err, TY_EINVAL, key, "%s: '%.*s' is not an absolute path", key,
-                                    (int)(e - p), p);
-            p = *e ? e + 1 : e;
-        }
-        if (key[0] == 'a') return copy_str(key, c->allowed_roots, sizeof c->allowed_roots, v, err);
-        return copy_str(key, c->store_roots, sizeof c->store_roots, v, err);
-    }
-    if (!strcmp(key, "max-params")) {
-        if (parse_int(key, v, 0, 1000000000000000L, &x, err)) return TY_EINVAL;
-        c->max_params = x;
-        return 0;
-    }
-    if (!strcmp(key, "max-body")) {
-        if (parse_int(key, v, 1024, 1L << 30, &x, err)) return TY_EINVAL;
-        c->max_body = (size_t)x;
-        return 0;
-    }
-    if (!strcmp(key, "grace")) {
-        if (parse_int(key, v, 0, 86400, &x, err)) return TY_EINVAL;
-        c->grace_s = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "tls-cert")) return copy_str(key, c->tls_cert, sizeof c->tls_cert, v, err);
-    if (!strcmp(key, "tls-key")) return copy_str(key, c->tls_key, sizeof c->tls_key, v, err);
-    if (!strcmp(key, "require-token")) return parse_bool(key, v, &c->require_token, err);
-    if (!strcmp(key, "event-rate")) {
-        if (parse_int(key, v, 0, 100000000, &x, err)) return TY_EINVAL;
-        c->event_rate = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "gpu-sample-ms")) {
-        if (parse_int(key, v, 100, 3600000, &x, err)) return TY_EINVAL;
-        c->gpu_sample_ms = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "heartbeat")) {
-        if (parse_int(key, v, 1, 3600, &x, err)) return TY_EINVAL;
-        c->heartbeat_s = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "http-threads")) {
-        if (parse_int(key, v, 1, 64, &x, err)) return TY_EINVAL;
-        c->http_threads = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "upload-workers")) {
-        if (parse_int(key, v, 1, 64, &x, err)) return TY_EINVAL;
-        c->upload_workers = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "upload-wait")) {
-        if (parse_int(key, v, 0, 86400, &x, err)) return TY_EINVAL;
-        c->upload_wait_s = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "upload-attempts")) {
-        if (parse_int(key, v, 1, 1000, &x, err)) return TY_EINVAL;
-        c->upload_attempts = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "per-ip-connections")) {
-        if (parse_int(key, v, 0, 1000000, &x, err)) return TY_EINVAL;
-        c->per_ip_connections = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "max-connections")) {
-        if (parse_int(key, v, 1, 1000000, &x, err)) return TY_EINVAL;
-        c->max_connections = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "header-timeout")) {
-        if (parse_int(key, v, 1, 3600, &x, err)) return TY_EINVAL;
-        c->header_timeout_s = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "request-timeout")) {
-        if (parse_int(key, v, 0, 86400, &x, err)) return TY_EINVAL;
-        c->request_timeout_s = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "rate-limit")) {
-        if (parse_int(key, v, 0, 1000000, &x, err)) return TY_EINVAL;
-        c->rate_limit = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "rate-burst")) {
-        if (parse_int(key, v, 1, 1000000, &x, err)) return TY_EINVAL;
-        c->rate_burst = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "gpu-hour-price")) return parse_price(key, v, &c->gpu_hour_price, err);
-    if (!strcmp(key, "cpu-hour-price")) return parse_price(key, v, &c->cpu_hour_price, err);
-    if (!strcmp(key, "currency")) {
-        if (strlen(v) != 3 || !isupper((unsigned char)v[0]) || !isupper((unsigned char)v[1]) ||
-            !isupper((unsigned char)v[2]))
-            return ty_err_field(err, TY_EINVAL, key,
-                                "currency must be a 3-letter ISO 4217 code like USD, got '%s'", v);
-        return copy_str(key, c->currency, sizeof c->currency, v, err);
-    }
-    /* Object-store settings: copied as given, never echoed in a message. */
-#define STORE_KEY(name, field)                                                     \
-    if (!strcmp(key, name)) return copy_str(key, c->store.field, sizeof c->store.field, v, err);
-    STORE_KEY("s3-access-key-id", s3_access_key_id)
-    STORE_KEY("s3-secret-access-key", s3_secret_access_key)
-    STORE_KEY("s3-session-token", s3_session_token)
-    STORE_KEY("s3-region", s3_region)
-    STORE_KEY("s3-endpoint", s3_endpoint)
-    STORE_KEY("gcs-hmac-access-id", gcs_hmac_access_id)
-    STORE_KEY("gcs-hmac-secret", gcs_hmac_secret)
-    STORE_KEY("gcs-credentials-file", gcs_credentials_file)
-    STORE_KEY("gcs-xml-endpoint", gcs_xml_endpoint)
-    STORE_KEY("gcs-json-endpoint", gcs_json_endpoint)
-    STORE_KEY("azure-connection-string", azure_connection_string)
-    STORE_KEY("azure-account", azure_account)
-    STORE_KEY("azure-key", azure_key)
-    STORE_KEY("azure-sas-token", azure_sas_token)
-    STORE_KEY("azure-endpoint", azure_endpoint)
-#undef STORE_KEY
-    return ty_err_field(err, TY_EINVAL, key, "unknown setting '%s' (see trainyard serve --help)",
-                        key);
+    if (size == sizeof(int)) *(int *)field = (int)x;
+    else *(int64_t *)field = (int64_t)x;
 }
 
-bool srv_config_is_secret(const char *key)
+static int apply(srv_config *c, const srv_option *o, const char *v, ty_err *err)
 {
-    static const char *const secrets[] = {"s3-secret-access-key", "s3-session-token",
-                                          "gcs-hmac-secret", "azure-connection-string",
-                                          "azure-key", "azure-sas-token"};
-    for (size_t i = 0; i < sizeof secrets / sizeof *secrets; i++)
-        if (!strcmp(key, secrets[i])) return true;
-    return false;
+    void *field = (char *)c + o->offset;
+    long long x;
+    int rc;
+    if (o->check && (rc = o->check(o->name, v, err))) return rc;
+    switch (o->type) {
+    case OPT_STR: return copy_str(o->name, field, o->size, v, err);
+    case OPT_BOOL: return parse_bool(o->name, v, field, err);
+    case OPT_PRICE: return parse_price(o->name, v, field, err);
+    case OPT_INT:
+        if ((rc = parse_int(o->name, v, o->lo, o->hi, &x, err))) return rc;
+        store_int(field, o->size, x);
+        return 0;
+    case OPT_CONFIG: break;
+    }
+    return ty_err_field(err, TY_EINVAL, o->name, "unknown setting '%s' (see trainyard serve --help)",
+                        o->name);
+}
+
+int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
+{
+    const srv_option *o = srv_config_options_find(key);
+    if (!o || (o->flags & OPT_FLAG_ONLY))
+        return ty_err_field(err, TY_EINVAL, key, "unknown setting '%s' (see trainyard serve --help)",
+                            key);
+    return apply(c, o, v, err);
+}
+
+int srv_config_defaults(srv_config *c, ty_err *err)
+{
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < sizeof OPTIONS / sizeof OPTIONS[0]; i++)
+        if (OPTIONS[i].def && apply(c, &OPTIONS[i], OPTIONS[i].def, err)) return TY_EINVAL;
+    /* Unset prices are < 0 (cost unknown); a set one is >= 0. */
+    c->gpu_hour_price = -1;
+    c->cpu_hour_price = -1;
+    /* The engine is built beside us: <dir of /proc/self/exe>/trainyard-engine. */
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return ty_err_set(err, TY_EIO, "readlink /proc/self/exe: %s", strerror(errno));
+    exe[n] = 0;
+    snprintf(c->engine, sizeof c->engine, "%s/trainyard-engine", dirname(exe));
+    /* allowed_roots and store_roots are completed in srv_config_parse once
+     * data_dir is final; an empty value here means "use the defaults". */
+    return 0;
 }
 
 static const char *or_null(const char *s) { return s[0] ? s : NULL; }
@@ -329,6 +349,24 @@ int srv_config_load_file(srv_config *c, const char *path, ty_err *err)
     return rc;
 }
 
+/* Prints text from column `col`, wrapped before column 79. */
+static void wrap(FILE *out, const char *text, int col, int at)
+{
+    const char *p = text;
+    while (*p) {
+        const char *end = p, *brk = NULL;
+        while (*end && at + (end - p) < 79) {
+            if (*end == ' ') brk = end;
+            end++;
+        }
+        if (*end && brk) end = brk;
+        fprintf(out, "%.*s\n", (int)(end - p), p);
+        p = *end == ' ' ? end + 1 : end;
+        if (*p) fprintf(out, "%*s", col, "");
+        at = col;
+    }
+}
+
 void srv_config_usage(FILE *out)
 {
     fputs("usage: trainyard serve [flags]\n"
@@ -336,68 +374,36 @@ void srv_config_usage(FILE *out)
           "Runs the job server. Every flag can also be set in the file given with\n"
           "--config as a `key = value` line (the flag name without dashes, e.g.\n"
           "`grace = 10`); flags on the command line override the file.\n"
-          "\n"
-          "  --config FILE         read settings from FILE first\n"
-          "  --listen HOST:PORT    address to listen on (default 127.0.0.1:8080); a\n"
-          "                        non-loopback address requires API tokens\n"
-          "  --data-dir DIR        database, job directories and logs\n"
-          "                        (default ./trainyard-data)\n"
-          "  --engine PATH         the engine binary (default: trainyard-engine beside\n"
-          "                        this binary)\n"
-          "  --gpus auto|none|LIST GPUs to schedule: auto asks NVML, none runs CPU jobs\n"
-          "                        only, LIST is like 0,1 (default auto)\n"
-          "  --cpu-slots N         CPU-only jobs that may run at once (default 1)\n"
-          "  --executor NAME       where engines run: local (default)\n"
-          "  --allowed-roots A:B   directories job specs may read from, checked at\n"
-          "                        submit and again by the engine on every open\n"
-          "                        (default DATA_DIR/inputs)\n"
-          "  --store-roots A:B     directories file:// checkpoint stores may lie in\n"
-          "                        (default DATA_DIR/stores)\n"
-          "  --max-params N        largest model.init (parameters) accepted at submit;\n"
-          "                        0 = no limit (default 1000000000)\n"
-          "  --max-body BYTES      largest request body accepted (default 1048576)\n"
-          "  --grace SECONDS       SIGTERM to SIGKILL delay for cancel/pause (default 30)\n"
-          "  --tls-cert FILE       PEM certificate; with --tls-key serves HTTPS\n"
-          "  --tls-key FILE        PEM private key\n"
-          "  --require-token       require a bearer token even on loopback\n"
-          "  --per-ip-connections N  connections one client address may hold, request\n"
-          "                        heads still arriving included; 0 = no limit\n"
-          "                        (default 256)\n"
-          "  --max-connections N   connections served at once, all clients together;\n"
-          "                        more are 503 (default 10000)\n"
-          "  --header-timeout SECONDS  the whole request head must arrive within this\n"
-          "                        from connect, else 408 (default 10)\n"
-          "  --request-timeout SECONDS  the whole body must arrive within this from\n"
-          "                        the head, else the connection is closed; 0 = off\n"
-          "                        (default 60)\n"
-          "  --rate-limit N        requests per second one API token may make on\n"
-          "                        average, else 429 with Retry-After; 0 = off\n"
-          "                        (default 20)\n"
-          "  --rate-burst N        requests one token may make at once (default 100)\n"
-          "  --event-rate N        engine event lines per second (a 2-second burst\n"
-          "                        allowed) above which a job fails as flooding;\n"
-          "                        0 = off (default 1000)\n"
-          "  --gpu-sample-ms MS    GPU sampling period (default 2000)\n"
-          "  --heartbeat SECONDS   SSE heartbeat comment period (default 15)\n"
-          "  --http-threads N      HTTP worker threads, each with its own epoll\n"
-          "                        (default 2)\n"
-          "  --upload-workers N    checkpoint upload threads (default 2)\n"
-          "  --upload-wait SECONDS pause/cancel/finish wait this long for a running\n"
-          "                        checkpoint upload, then cancel it (default 300)\n"
-          "  --upload-attempts N   tries of one upload before it fails for good (default 5)\n"
-          "  --gpu-hour-price X    price of one GPU-hour of running time; with it jobs\n"
-          "                        report their cost (default: unknown, cost is null)\n"
-          "  --cpu-hour-price X    price of one hour of a CPU job's running time\n"
-          "                        (default: unknown)\n"
-          "  --currency CODE       ISO 4217 code of those prices (default USD)\n"
-          "\n"
-          "Object stores (config file; secrets only there, else the environment):\n"
-          "  s3-access-key-id s3-secret-access-key s3-session-token s3-region s3-endpoint\n"
-          "  gcs-hmac-access-id gcs-hmac-secret gcs-credentials-file gcs-xml-endpoint\n"
-          "  gcs-json-endpoint azure-connection-string azure-account azure-key\n"
-          "  azure-sas-token azure-endpoint\n"
-          "  --help                this text\n",
+          "\n",
           out);
+    size_t n;
+    const srv_option *o = srv_config_options(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (o[i].flags & OPT_STORE) continue;
+        char flag[64], text[512];
+        int w = snprintf(flag, sizeof flag, "  --%s%s%s", o[i].name, o[i].arg ? " " : "",
+                         o[i].arg ? o[i].arg : "");
+        const char *def = o[i].def_doc ? o[i].def_doc : o[i].type == OPT_BOOL ? NULL : o[i].def;
+        snprintf(text, sizeof text, "%s%s%s%s", o[i].help, def ? " (default " : "", def ? def : "",
+                 def ? ")" : "");
+        fputs(flag, out);
+        if (w < 24) fprintf(out, "%*s", 24 - w, "");
+        else fputs("  ", out), w += 2;
+        wrap(out, text, 24, w < 24 ? 24 : w);
+    }
+    fputs("  --help                this text\n"
+          "\n"
+          "Object stores (config file; the secrets, marked *, only there, else the\n"
+          "environment):\n",
+          out);
+    int at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(o[i].flags & OPT_STORE)) continue;
+        int len = (int)strlen(o[i].name) + ((o[i].flags & OPT_SECRET) ? 1 : 0);
+        if (at && at + 1 + len > 78) fputc('\n', out), at = 0;
+        at += fprintf(out, "%s%s%s", at ? " " : "  ", o[i].name, (o[i].flags & OPT_SECRET) ? "*" : "");
+    }
+    fputc('\n', out);
 }
 
 int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *err)
@@ -426,8 +432,9 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *er
         if (kl >= sizeof key) return ty_err_set(err, TY_EINVAL, "unknown flag '%s'", a);
         memcpy(key, a + 2, kl);
         key[kl] = 0;
-        if (!strcmp(key, "require-token") && !eq) {
-            c->require_token = true;
+        const srv_option *o = srv_config_options_find(key);
+        if (o && o->type == OPT_BOOL && !eq) { /* --require-token alone means true */
+            if (srv_config_set(c, key, "true", err)) return TY_EINVAL;
             continue;
         }
         if (eq) val = eq + 1;

@@ -64,6 +64,29 @@ typedef struct srv_config {
     } store;
 } srv_config;
 
+/* One setting: the table in config.c drives defaults, the config file, the
+ * flags, --help and the docs check (server_unit.config). */
+typedef enum { OPT_STR, OPT_INT, OPT_BOOL, OPT_PRICE, OPT_CONFIG } srv_option_type;
+enum {
+    OPT_SECRET = 1,    /* config file or environment only, never a flag; never echoed */
+    OPT_STORE = 2,     /* an object-store setting (listed apart in --help and the docs) */
+    OPT_FLAG_ONLY = 4, /* a flag with no config-file key (--config) */
+};
+typedef struct srv_option {
+    const char *name; /* flag without dashes = config-file key */
+    const char *arg;  /* the value's name in --help; NULL for a bool */
+    srv_option_type type;
+    size_t offset, size;     /* the srv_config field */
+    long long lo, hi;        /* OPT_INT bounds */
+    const char *def;         /* default as text, applied by srv_config_defaults; NULL: none */
+    const char *def_doc;     /* the default in words where it is computed */
+    const char *help;
+    int (*check)(const char *key, const char *value, ty_err *err); /* beyond the type's */
+    unsigned flags;
+} srv_option;
+const srv_option *srv_config_options(size_t *n);
+const srv_option *srv_config_options_find(const char *key);
+
 struct store_config;
 /* Fills a storage config from the server's (unset fields fall back to the
  * environment). The pointers borrow from c. */
