@@ -3,7 +3,10 @@
  * Migrations are numbered; PRAGMA user_version records how many have run, so
  * an old database is brought forward step by step on open, each step in its
  * own transaction. Job transitions and event appends are single transactions
- * (BEGIN IMMEDIATE, so two writers never deadlock on a lock upgrade). */
+ * (BEGIN IMMEDIATE, so two writers never deadlock on a lock upgrade). Every
+ * function that begins one ends it through end_tx (commit, or roll back and
+ * clear the event), and those that check a job's state first open with
+ * begin_job_state. */
 #include "db.h"
 
 #include <fcntl.h>
@@ -129,6 +132,41 @@ static int begin(db *d, ty_err *err) { return exec_sql(d, "BEGIN IMMEDIATE", err
 static int commit(db *d, ty_err *err) { return exec_sql(d, "COMMIT", err); }
 static void rollback(db *d) { sqlite3_exec(d->h, "ROLLBACK", NULL, NULL, NULL); }
 
+/* The one way a write transaction ends: committed when rc is 0; rolled back
+ * when rc is not, or when the commit fails (then rc is TY_EIO), with the
+ * event it would have published cleared. Every function that begins a
+ * transaction returns through here, so none can leave one open. */
+static int end_tx(db *d, int rc, db_event *ev, ty_err *err)
+{
+    if (rc == 0 && commit(d, err)) rc = TY_EIO;
+    if (rc) {
+        rollback(d);
+        if (ev) db_event_clear(ev);
+    }
+    return rc;
+}
+
+/* The opening of a transaction that checks a job's state before changing
+ * it: BEGIN IMMEDIATE (so the state cannot change under us), then the
+ * job's state into *state (-1 when the name is unknown). TY_ENOENT "no job
+ * N" when there is none; on any failure the transaction is already over. */
+static int begin_job_state(db *d, int64_t id, int *state, ty_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (begin(d, err)) return TY_EIO;
+    int rc = prep(d, "SELECT state FROM jobs WHERE id = ?", &st, err) ? TY_EIO : 0;
+    if (!rc) {
+        sqlite3_bind_int64(st, 1, id);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            *state = db_state_parse((const char *)sqlite3_column_text(st, 0));
+        else
+            rc = ty_err_set(err, TY_ENOENT, "no job %lld", (long long)id);
+    }
+    sqlite3_finalize(st);
+    if (rc) rollback(d);
+    return rc;
+}
+
 /* ---- migrations ---------------------------------------------------------------- */
 
 /* migrations[i] takes a database from user_version i to i+1. Never edit a
@@ -236,20 +274,15 @@ static int migrate(db *d, int target, ty_err *err)
         return ty_err_set(err, TY_EINVAL,
                           "database schema version %d is newer than this build (%d)", v,
                           DB_SCHEMA_VERSION);
-    for (; v < target; v++) {
+    int rc = 0;
+    for (; v < target && !rc; v++) {
         char pragma[64];
         if (begin(d, err)) return TY_EIO;
         snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", v + 1);
-        if (exec_sql(d, migrations[v], err) || exec_sql(d, pragma, err)) {
-            rollback(d);
-            return TY_EIO;
-        }
-        if (commit(d, err)) {
-            rollback(d);
-            return TY_EIO;
-        }
+        rc = exec_sql(d, migrations[v], err) || exec_sql(d, pragma, err) ? TY_EIO : 0;
+        rc = end_tx(d, rc, NULL, err);
     }
-    return 0;
+    return rc;
 }
 
 int db_open_at_version(const char *path, int version, db **out, ty_err *err)
@@ -473,20 +506,20 @@ int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
     *existing = false;
     if (ev) memset(ev, 0, sizeof *ev);
     if (begin(d, err)) return TY_EIO;
+    int rc = 0;
+    char *data = NULL;
     if (nj->idem_key) {
         if (prep(d, "SELECT body_sha256, job_id FROM idempotency_keys WHERE key = ?", &st, err))
             goto fail;
         sqlite3_bind_text(st, 1, nj->idem_key, -1, SQLITE_STATIC);
         if (sqlite3_step(st) == SQLITE_ROW) {
+            /* A retry: the job it made, and nothing written. */
             bool same = strcmp((const char *)sqlite3_column_text(st, 0), nj->body_sha256) == 0;
             *id = sqlite3_column_int64(st, 1);
-            sqlite3_finalize(st);
-            rollback(d);
-            if (!same)
-                return ty_err_field(err, TY_ESTATE, "Idempotency-Key",
-                                    "this Idempotency-Key was used with a different body");
-            *existing = true;
-            return 0;
+            if (same) *existing = true;
+            else rc = ty_err_field(err, TY_ESTATE, "Idempotency-Key",
+                                   "this Idempotency-Key was used with a different body");
+            goto out;
         }
         sqlite3_finalize(st);
         st = NULL;
@@ -524,20 +557,17 @@ int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
             sql_err(d, err, "insert idempotency key");
             goto fail;
         }
-        sqlite3_finalize(st);
-        st = NULL;
     }
-    char *data = state_event_json((job_state)-1, JOB_QUEUED, "submitted");
-    int rc = insert_event(d, *id, now, "state", data, ev, err);
-    free(data);
-    if (rc) goto fail;
-    if (commit(d, err)) goto fail;
-    return 0;
+    data = state_event_json((job_state)-1, JOB_QUEUED, "submitted");
+    if (insert_event(d, *id, now, "state", data, ev, err)) goto fail;
+    goto out;
 fail:
+    rc = err && err->code ? err->code : TY_EIO;
+out:
     sqlite3_finalize(st);
-    rollback(d);
-    if (ev) db_event_clear(ev);
-    return err && err->code ? err->code : TY_EIO;
+    free(data);
+    rc = end_tx(d, rc, ev, err);
+    return rc && err && err->code ? err->code : rc;
 }
 
 int db_job_get(db *d, int64_t id, db_job *out, ty_err *err)
@@ -678,46 +708,32 @@ int db_job_counts(db *d, int64_t counts[JOB_NSTATES], ty_err *err)
 
 int db_job_delete(db *d, int64_t id, ty_err *err)
 {
-    sqlite3_stmt *st;
-    if (begin(d, err)) return TY_EIO;
-    if (prep(d, "SELECT state FROM jobs WHERE id = ?", &st, err)) {
-        rollback(d);
-        return TY_EIO;
-    }
-    sqlite3_bind_int64(st, 1, id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        sqlite3_finalize(st);
-        rollback(d);
-        return ty_err_set(err, TY_ENOENT, "no job %lld", (long long)id);
-    }
-    int s = db_state_parse((const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
+    int s, rc = begin_job_state(d, id, &s, err);
+    if (rc) return rc;
     if (s < 0 || !db_state_terminal((job_state)s)) {
-        rollback(d);
-        return ty_err_set(err, TY_ESTATE, "job %lld is %s; only finished jobs can be deleted",
-                          (long long)id, db_state_name((job_state)s));
+        rc = ty_err_set(err, TY_ESTATE, "job %lld is %s; only finished jobs can be deleted",
+                        (long long)id, db_state_name((job_state)s));
+        goto out;
     }
+    sqlite3_stmt *st;
     if (prep(d, "DELETE FROM jobs WHERE id = ?", &st, err)) {
-        rollback(d);
-        return TY_EIO;
+        rc = TY_EIO;
+        goto out;
     }
     sqlite3_bind_int64(st, 1, id);
-    int rc = sqlite3_step(st);
+    if (sqlite3_step(st) != SQLITE_DONE) rc = (sql_err(d, err, "delete job"), TY_EIO);
     sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        sql_err(d, err, "delete job");
-        rollback(d);
-        return TY_EIO;
-    }
+    if (rc) goto out;
     /* Forget idempotency keys pointing at it, so a retry creates a new job. */
     if (prep(d, "DELETE FROM idempotency_keys WHERE job_id = ?", &st, err)) {
-        rollback(d);
-        return TY_EIO;
+        rc = TY_EIO;
+        goto out;
     }
     sqlite3_bind_int64(st, 1, id);
     sqlite3_step(st);
     sqlite3_finalize(st);
-    return commit(d, err) ? (rollback(d), TY_EIO) : 0;
+out:
+    return end_tx(d, rc, NULL, err);
 }
 
 /* Appends "col = ?" pieces for the fields set in upd; binds them in order. */
@@ -810,44 +826,23 @@ int64_t db_job_run_ms(const db_job *j, int64_t now_ms)
 int db_job_transition(db *d, int64_t id, unsigned from_mask, job_state to, const char *reason,
                       const db_job_update *upd, job_state *from_out, db_event *ev, ty_err *err)
 {
-    sqlite3_stmt *st;
     if (ev) memset(ev, 0, sizeof *ev);
-    if (begin(d, err)) return TY_EIO;
-    if (prep(d, "SELECT state FROM jobs WHERE id = ?", &st, err)) {
-        rollback(d);
-        return TY_EIO;
-    }
-    sqlite3_bind_int64(st, 1, id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        sqlite3_finalize(st);
-        rollback(d);
-        return ty_err_set(err, TY_ENOENT, "no job %lld", (long long)id);
-    }
-    int from = db_state_parse((const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
+    int from, rc = begin_job_state(d, id, &from, err);
+    if (rc) return rc;
     if (from_out) *from_out = (job_state)from;
     if (from < 0 || !(from_mask & JOB_BIT(from)) || !db_transition_legal((job_state)from, to)) {
-        rollback(d);
-        return ty_err_set(err, TY_ESTATE, "job %lld is %s; it cannot become %s",
-                          (long long)id, db_state_name((job_state)from), db_state_name(to));
-    }
-    int64_t now = ty_now_ms();
-    char *data = state_event_json((job_state)from, to, reason);
-    if (update_job_fields(d, id, db_state_name(to), upd, now, err) ||
-        account_run_time(d, id, (job_state)from, to, now, err) ||
-        insert_event(d, id, now, "state", data, ev, err)) {
+        rc = ty_err_set(err, TY_ESTATE, "job %lld is %s; it cannot become %s", (long long)id,
+                        db_state_name((job_state)from), db_state_name(to));
+    } else {
+        int64_t now = ty_now_ms();
+        char *data = state_event_json((job_state)from, to, reason);
+        if (update_job_fields(d, id, db_state_name(to), upd, now, err) ||
+            account_run_time(d, id, (job_state)from, to, now, err) ||
+            insert_event(d, id, now, "state", data, ev, err))
+            rc = TY_EIO;
         free(data);
-        rollback(d);
-        if (ev) db_event_clear(ev);
-        return TY_EIO;
     }
-    free(data);
-    if (commit(d, err)) {
-        rollback(d);
-        if (ev) db_event_clear(ev);
-        return TY_EIO;
-    }
-    return 0;
+    return end_tx(d, rc, ev, err);
 }
 
 int db_job_update_fields(db *d, int64_t id, const db_job_update *upd, ty_err *err)
@@ -922,6 +917,12 @@ out:
     return rc;
 }
 
+static void clear_events(db_event *out, int n)
+{
+    if (out)
+        for (int i = 0; i < n; i++) db_event_clear(&out[i]);
+}
+
 int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err *err)
 {
     if (n <= 0) return 0;
@@ -931,15 +932,18 @@ int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err 
     struct {
         int64_t job_id, next;
     } seqs[64];
-    int nseqs = 0;
-    for (int i = 0; i < n; i++) {
+    int nseqs = 0, rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
         int64_t seq = 1;
         int k = 0;
         while (k < nseqs && seqs[k].job_id != in[i].job_id) k++;
         if (k < nseqs) {
             seq = seqs[k].next;
         } else {
-            if (next_seq(d, in[i].job_id, &seq, err)) goto fail;
+            if (next_seq(d, in[i].job_id, &seq, err)) {
+                rc = TY_EIO;
+                break;
+            }
             if (nseqs < 64) {
                 seqs[nseqs].job_id = in[i].job_id;
                 k = nseqs++;
@@ -951,22 +955,19 @@ int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err 
                              out ? &out[i] : NULL, err)) {
             /* An event of a job deleted meanwhile (a late GPU sample) is
              * skipped, not allowed to sink the whole batch. */
-            if (sqlite3_extended_errcode(d->h) == SQLITE_CONSTRAINT_FOREIGNKEY) {
-                ty_err_clear(err);
-                if (k >= 0) seqs[k].next = seq;
-                continue;
+            if (sqlite3_extended_errcode(d->h) != SQLITE_CONSTRAINT_FOREIGNKEY) {
+                rc = TY_EIO;
+                break;
             }
-            goto fail;
+            ty_err_clear(err);
+            if (k >= 0) seqs[k].next = seq;
+            continue;
         }
         if (k >= 0) seqs[k].next = seq + 1;
     }
-    if (update_summaries(d, in, n, err) || commit(d, err)) goto fail;
-    return 0;
-fail:
-    rollback(d);
-    if (out)
-        for (int i = 0; i < n; i++) db_event_clear(&out[i]);
-    return TY_EIO;
+    if (!rc && update_summaries(d, in, n, err)) rc = TY_EIO;
+    if ((rc = end_tx(d, rc, NULL, err))) clear_events(out, n);
+    return rc;
 }
 
 static int read_events(db *d, sqlite3_stmt *st, db_event **out, int *n, ty_err *err)
@@ -1060,19 +1061,18 @@ int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int6
                       const char *sha256, const char *local_path, const char *store_uri,
                       db_event *ev, ty_err *err)
 {
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     int64_t now = ty_now_ms();
     if (ev) memset(ev, 0, sizeof *ev);
     if (begin(d, err)) return TY_EIO;
+    int rc = TY_EIO;
     if (prep(d, "INSERT INTO checkpoints(job_id, step, dir, bytes, sha256, local_path,"
                 " state, created_ms) VALUES (?,?,?,?,?,?,'local',?)"
                 " ON CONFLICT(job_id, step) DO UPDATE SET dir = excluded.dir,"
                 " bytes = excluded.bytes, sha256 = excluded.sha256,"
                 " local_path = excluded.local_path, state = 'local', error = NULL,"
-                " created_ms = excluded.created_ms", &st, err)) {
-        rollback(d);
-        return TY_EIO;
-    }
+                " created_ms = excluded.created_ms", &st, err))
+        goto out;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, step);
     sqlite3_bind_text(st, 3, dir, -1, SQLITE_STATIC);
@@ -1080,57 +1080,48 @@ int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int6
     bind_str(st, 5, sha256);
     bind_str(st, 6, local_path);
     sqlite3_bind_int64(st, 7, now);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
+    if (sqlite3_step(st) != SQLITE_DONE) {
         sql_err(d, err, "insert checkpoint");
-        rollback(d);
-        return TY_EIO;
+        goto out;
     }
     /* The upload is queued in the same transaction: a checkpoint of a job
      * with a store is never recorded without its upload. A re-reported step
      * replaces its queued upload. */
     if (store_uri) {
+        sqlite3_finalize(st);
+        st = NULL;
         if (prep(d, "DELETE FROM uploads WHERE checkpoint_id = (SELECT id FROM checkpoints"
-                    " WHERE job_id = ? AND step = ?) AND op = 'put'", &st, err)) {
-            rollback(d);
-            return TY_EIO;
-        }
+                    " WHERE job_id = ? AND step = ?) AND op = 'put'", &st, err))
+            goto out;
         sqlite3_bind_int64(st, 1, job_id);
         sqlite3_bind_int64(st, 2, step);
-        rc = sqlite3_step(st);
-        sqlite3_finalize(st);
-        if (rc != SQLITE_DONE ||
-            prep(d, "INSERT INTO uploads(checkpoint_id, file, uri, op) SELECT id, ?, ?, 'put'"
-                    " FROM checkpoints WHERE job_id = ? AND step = ?", &st, err)) {
-            if (rc != SQLITE_DONE) sql_err(d, err, "replace upload");
-            rollback(d);
-            return TY_EIO;
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            sql_err(d, err, "replace upload");
+            goto out;
         }
+        sqlite3_finalize(st);
+        st = NULL;
+        if (prep(d, "INSERT INTO uploads(checkpoint_id, file, uri, op) SELECT id, ?, ?, 'put'"
+                    " FROM checkpoints WHERE job_id = ? AND step = ?", &st, err))
+            goto out;
         bind_str(st, 1, local_path ? local_path : dir);
         bind_str(st, 2, store_uri);
         sqlite3_bind_int64(st, 3, job_id);
         sqlite3_bind_int64(st, 4, step);
-        rc = sqlite3_step(st);
-        sqlite3_finalize(st);
-        if (rc != SQLITE_DONE) {
+        if (sqlite3_step(st) != SQLITE_DONE) {
             sql_err(d, err, "queue upload");
-            rollback(d);
-            return TY_EIO;
+            goto out;
         }
     }
     json_t *o = json_pack("{sI ss sI ss}", "step", (json_int_t)step, "dir", dir, "bytes",
                           (json_int_t)bytes, "state", "local");
     char *data = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    rc = insert_event(d, job_id, now, "checkpoint", data, ev, err);
+    rc = insert_event(d, job_id, now, "checkpoint", data, ev, err) ? TY_EIO : 0;
     free(data);
-    if (rc || commit(d, err)) {
-        rollback(d);
-        if (ev) db_event_clear(ev);
-        return TY_EIO;
-    }
-    return 0;
+out:
+    sqlite3_finalize(st);
+    return end_tx(d, rc, ev, err);
 }
 
 int db_checkpoint_list(db *d, int64_t job_id, db_checkpoint **out, int *n, ty_err *err)
@@ -1249,24 +1240,21 @@ static int exec_bound(db *d, const char *sql, ty_err *err, const char *fmt, ...)
 
 int db_upload_claim(db *d, int64_t now_ms, db_upload *out, db_event *ev, ty_err *err)
 {
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     memset(out, 0, sizeof *out);
     if (ev) memset(ev, 0, sizeof *ev);
     if (begin(d, err)) return TY_EIO;
+    int rc = TY_EIO;
     if (prep(d, "SELECT u.id, u.checkpoint_id, u.op, u.uri, u.attempts, c.job_id, c.step, c.dir,"
                 " c.local_path FROM uploads u JOIN checkpoints c ON c.id = u.checkpoint_id"
                 " WHERE u.state = 'pending' AND u.next_attempt_ms <= ? ORDER BY u.id LIMIT 1",
-             &st, err)) {
-        rollback(d);
-        return TY_EIO;
-    }
+             &st, err))
+        goto out;
     sqlite3_bind_int64(st, 1, now_ms);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        sqlite3_finalize(st);
-        rollback(d);
-        if (rc != SQLITE_DONE) return sql_err(d, err, "claim upload");
-        return TY_ENOENT;
+    int step = sqlite3_step(st);
+    if (step != SQLITE_ROW) { /* nothing due (TY_ENOENT), or a failed read */
+        rc = step == SQLITE_DONE ? TY_ENOENT : sql_err(d, err, "claim upload");
+        goto out;
     }
     out->id = sqlite3_column_int64(st, 0);
     out->checkpoint_id = sqlite3_column_int64(st, 1);
@@ -1277,21 +1265,19 @@ int db_upload_claim(db *d, int64_t now_ms, db_upload *out, db_event *ev, ty_err 
     out->step = sqlite3_column_int64(st, 6);
     out->dir = col_str(st, 7);
     out->local_path = col_str(st, 8);
-    sqlite3_finalize(st);
     bool put = !strcmp(out->op, "put");
     if (exec_bound(d, "UPDATE uploads SET state = 'running', attempts = attempts + 1 WHERE id = ?",
                    err, "i", out->id) ||
         (put && (exec_bound(d, "UPDATE checkpoints SET state = 'uploading', attempts = attempts"
                                " + 1 WHERE id = ?", err, "i", out->checkpoint_id) ||
                  checkpoint_event(d, out->job_id, out->step, out->dir, "uploading", NULL, NULL, ev,
-                                  err))) ||
-        commit(d, err)) {
-        rollback(d);
-        if (ev) db_event_clear(ev);
-        db_upload_clear(out);
-        return TY_EIO;
-    }
-    return 0;
+                                  err))))
+        goto out;
+    rc = 0;
+out:
+    sqlite3_finalize(st);
+    if ((rc = end_tx(d, rc, ev, err))) db_upload_clear(out);
+    return rc;
 }
 
 int db_upload_finish(db *d, const db_upload *u, db_upload_outcome o, const char *remote_uri,
@@ -1326,12 +1312,7 @@ int db_upload_finish(db *d, const db_upload *u, db_upload_outcome o, const char 
             rc = checkpoint_event(d, u->job_id, u->step, u->dir, state, o == DB_UP_DONE ? NULL : error,
                                   o == DB_UP_DONE ? remote_uri : NULL, ev, err);
     }
-    if (rc || commit(d, err)) {
-        rollback(d);
-        if (ev) db_event_clear(ev);
-        return TY_EIO;
-    }
-    return 0;
+    return end_tx(d, rc ? TY_EIO : 0, ev, err);
 }
 
 int db_upload_recover(db *d, int *requeued, ty_err *err)
@@ -1343,11 +1324,7 @@ int db_upload_recover(db *d, int *requeued, ty_err *err)
     if (!rc) *requeued = sqlite3_changes(d->h);
     if (!rc) rc = exec_bound(d, "UPDATE checkpoints SET state = 'local' WHERE state = 'uploading'",
                              err, "");
-    if (rc || commit(d, err)) {
-        rollback(d);
-        return TY_EIO;
-    }
-    return 0;
+    return end_tx(d, rc ? TY_EIO : 0, NULL, err);
 }
 
 int db_upload_busy(db *d, int64_t job_id, bool retries, int *n, ty_err *err)
@@ -1380,11 +1357,7 @@ int db_upload_drop_job(db *d, int64_t job_id, int *running, ty_err *err)
     } else if (!rc) {
         rc = TY_EIO;
     }
-    if (rc || commit(d, err)) {
-        rollback(d);
-        return TY_EIO;
-    }
-    return 0;
+    return end_tx(d, rc ? TY_EIO : 0, NULL, err);
 }
 
 int db_upload_count(db *d, const char *state, int *n, ty_err *err)
@@ -1406,21 +1379,21 @@ int db_checkpoint_retire(db *d, const db_checkpoint *c, const char *store_uri, d
     /* Only a checkpoint no upload is working on: a running one finishes
      * first and the next retention pass sees it. */
     sqlite3_stmt *st;
-    int busy = 0;
+    int busy = 0, rc = 0;
     if (prep(d, "SELECT COUNT(*) FROM uploads WHERE checkpoint_id = ? AND op = 'put' AND"
                 " state = 'running'", &st, err)) {
-        rollback(d);
-        return TY_EIO;
+        rc = TY_EIO;
+        goto out;
     }
     sqlite3_bind_int64(st, 1, c->id);
     if (sqlite3_step(st) == SQLITE_ROW) busy = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
     if (busy) {
-        rollback(d);
-        return ty_err_set(err, TY_ESTATE, "checkpoint %s is being uploaded", c->dir);
+        rc = ty_err_set(err, TY_ESTATE, "checkpoint %s is being uploaded", c->dir);
+        goto out;
     }
-    int rc = exec_bound(d, "DELETE FROM uploads WHERE checkpoint_id = ? AND op = 'put'", err, "i",
-                        c->id);
+    rc = exec_bound(d, "DELETE FROM uploads WHERE checkpoint_id = ? AND op = 'put'", err, "i",
+                    c->id);
     if (!rc) rc = exec_bound(d, "UPDATE checkpoints SET state = 'deleted', error = NULL"
                                 " WHERE id = ? AND state <> 'deleted'", err, "i", c->id);
     bool changed = !rc && sqlite3_changes(d->h) > 0;
@@ -1429,12 +1402,9 @@ int db_checkpoint_retire(db *d, const db_checkpoint *c, const char *store_uri, d
                            " VALUES (?, ?, ?, 'delete')", err, "iss", c->id, c->dir, store_uri);
     if (!rc && changed)
         rc = checkpoint_event(d, c->job_id, c->step, c->dir, "deleted", NULL, NULL, ev, err);
-    if (rc || commit(d, err)) {
-        rollback(d);
-        if (ev) db_event_clear(ev);
-        return TY_EIO;
-    }
-    return 0;
+    if (rc) rc = TY_EIO;
+out:
+    return end_tx(d, rc, ev, err);
 }
 
 int db_checkpoint_eval_loss(db *d, int64_t job_id, int64_t step, double *loss, ty_err *err)
