@@ -15,11 +15,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "demo.h"
 #include "typath.h"
 #include "tyerr.h"
 #include "tyutil.h"
 
-int demo_main(int argc, char **argv);
 
 #define DEMO_VOCAB 64
 #define DEMO_SEQ 64

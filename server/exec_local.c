@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "exec.h"
+#include "gpu.h"
 #include "tyutil.h"
 
 typedef struct local_job {

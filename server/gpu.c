@@ -4,7 +4,7 @@
  * The server never links CUDA (DESIGN §1): NVML is opened as
  * libnvidia-ml.so.1 if present, with our own declarations of the handful of
  * functions used, so one binary runs on GPU and CPU-only machines alike. */
-#include "exec.h"
+#include "gpu.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>

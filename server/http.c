@@ -1,5 +1,4 @@
-/* http.c — `trainyard serve`: starts the database, event writer, SSE hub and
- * scheduler, then answers HTTP on libmicrohttpd until SIGINT/SIGTERM.
+/* http.c — the HTTP side of `trainyard serve` (started by serve.c).
  *
  * libmicrohttpd runs a small pool of epoll threads; streams are suspended
  * connections (sse.c), so no thread is ever tied to one client. In front
@@ -10,76 +9,15 @@
  * rate limit and the JSON error helpers. */
 #include "http.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <signal.h>
 #include <strings.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "exec.h"
 #include "gate.h"
 #include "genq.h"
-#include "sse.h"
-#include "upload.h"
 #include "tyutil.h"
-
-/* ---- shared server plumbing --------------------------------------------------------- */
-
-static void db_key_free(void *p) { db_close(p); }
-
-db *srv_db(srv *s)
-{
-    db *d = pthread_getspecific(s->db_key);
-    if (d) return d;
-    ty_err err = {0};
-    if (db_open(s->db_path, &d, &err)) {
-        fprintf(stderr, "trainyard: %s\n", err.msg);
-        return NULL;
-    }
-    pthread_setspecific(s->db_key, d);
-    return d;
-}
-
-void srv_publish(srv *s, const db_event *ev)
-{
-    sse_hub_publish(s->hub, ev);
-}
-
-static void writer_publish(void *ctx, const db_event *ev)
-{
-    srv *s = ctx;
-    atomic_fetch_add(&s->events_ingested, 1);
-    sse_hub_publish(s->hub, ev);
-}
-
-int srv_transition(srv *s, int64_t id, unsigned from_mask, job_state to, const char *reason,
-                   const db_job_update *upd, job_state *from_out, ty_err *err)
-{
-    db *d = srv_db(s);
-    if (!d) return ty_err_set(err, TY_EIO, "database unavailable");
-    db_event ev;
-    pthread_mutex_lock(&s->write_lock);
-    /* The job's engine events queued so far come before its state change. */
-    ty_err ferr = {0};
-    evw_flush_locked(s->evw, &ferr);
-    int rc = db_job_transition(d, id, from_mask, to, reason, upd, from_out, &ev, err);
-    if (rc == 0) {
-        srv_publish(s, &ev);
-        db_event_clear(&ev);
-    }
-    pthread_mutex_unlock(&s->write_lock);
-    return rc;
-}
-
-void srv_job_dir(const srv *s, int64_t id, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s/%lld", s->jobs_dir, (long long)id);
-}
 
 /* ---- responses -------------------------------------------------------------------------- */
 
@@ -459,21 +397,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
-/* ---- serve ----------------------------------------------------------------------------------- */
+/* ---- start ------------------------------------------------------------------------------------ */
 
-/* Descriptors bound how many clients can connect at all: take the hard
- * limit, so the per-address limit is what one client meets first. */
-static void raise_nofile(void)
+int http_start(srv *s, int *port_out, ty_err *err)
 {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max > (1u << 20) ? (1u << 20) : rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
-static int start_http(srv *s, int *port_out, ty_err *err)
-{
+    static struct ratelim rl = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    s->rl = &rl;
     char host[256];
     int port;
     if (srv_listen_parse(s->cfg.listen, host, sizeof host, &port, err)) return TY_EINVAL;
@@ -528,153 +457,4 @@ static int start_http(srv *s, int *port_out, ty_err *err)
     free(key);
     if (!s->mhd) return ty_err_set(err, TY_EIO, "cannot start the HTTP daemon (TLS material invalid?)");
     return gate_listen(s->gate, host, port, s->mhd, port_out, err);
-}
-
-int srv_serve_main(int argc, char **argv)
-{
-    static srv S;
-    srv *s = &S;
-    ty_err err = {0};
-    if (srv_config_defaults(&s->cfg, &err)) {
-        fprintf(stderr, "trainyard serve: %s\n", err.msg);
-        return 2;
-    }
-    int rc = srv_config_parse(&s->cfg, argc, argv, stdout, &err);
-    if (rc == 1) return 0;
-    if (rc) {
-        fprintf(stderr, "trainyard serve: %s\n", err.msg);
-        return 2;
-    }
-    char host[256];
-    int port, bound_port = 0;
-    srv_listen_parse(s->cfg.listen, host, sizeof host, &port, &err);
-    s->auth_required = s->cfg.require_token || !srv_host_is_loopback(host);
-    snprintf(s->db_path, sizeof s->db_path, "%.4000s/trainyard.db", s->cfg.data_dir);
-    snprintf(s->jobs_dir, sizeof s->jobs_dir, "%.4000s/jobs", s->cfg.data_dir);
-    if (ty_mkdir_p(s->jobs_dir, &err)) {
-        fprintf(stderr, "trainyard serve: %s\n", err.msg);
-        return 1;
-    }
-    /* Engines are spawned with a relative-free view of the world. */
-    char abs[PATH_MAX];
-    if (realpath(s->cfg.data_dir, abs)) {
-        snprintf(s->cfg.data_dir, sizeof s->cfg.data_dir, "%s", abs);
-        snprintf(s->db_path, sizeof s->db_path, "%.4000s/trainyard.db", abs);
-        snprintf(s->jobs_dir, sizeof s->jobs_dir, "%.4000s/jobs", abs);
-    }
-    if (srv_data_dir_prepare(&s->cfg, &err)) {
-        fprintf(stderr, "trainyard serve: %s\n", err.msg);
-        return 1;
-    }
-    pthread_key_create(&s->db_key, db_key_free);
-    raise_nofile();
-    static struct ratelim rl = {.mu = PTHREAD_MUTEX_INITIALIZER};
-    s->rl = &rl;
-    pthread_mutex_init(&s->write_lock, NULL);
-    if (!srv_db(s)) return 1;
-
-    /* SIGINT/SIGTERM are taken by sigwait below; block them in every thread
-     * we start. SIGPIPE is ignored: a dead client is an EPIPE, not a crash. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    if (!(s->hub = sse_hub_new(s, &err)) ||
-        !(s->evw = evw_new(s->db_path, &s->write_lock, writer_publish, s, &err)) ||
-        !(s->up = uploader_new(s, &err)) || !(s->sched = sched_new(s, &err)) ||
-        start_http(s, &bound_port, &err)) {
-        fprintf(stderr, "trainyard serve: %s\n", err.msg);
-        return 1;
-    }
-    fprintf(stderr,
-            "trainyard: serving on %s://%s:%u (data %s, %d GPU(s), %d CPU slot(s), tokens %s)\n",
-            s->cfg.tls_cert[0] ? "https" : "http", host, (unsigned)bound_port,
-            s->cfg.data_dir, sched_gpu_count(s->sched), s->cfg.cpu_slots,
-            s->auth_required ? "required" : "optional");
-    fflush(stderr);
-
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    fprintf(stderr, "trainyard: %s: shutting down; running engines checkpoint and their jobs are "
-            "requeued (up to --grace %d s)\n", strsignal(sig), s->cfg.grace_s);
-    atomic_store(&s->stopping, true);
-    /* Stop accepting, end the streams, stop HTTP, then the scheduler (which
-     * SIGTERMs engines and records their final checkpoints, up to the grace
-     * period), and flush the event writer last. */
-    gate_stop(s->gate);
-    sse_hub_shutdown(s->hub);
-    genq_shutdown(); /* answers and resumes suspended generate requests */
-    MHD_stop_daemon(s->mhd);
-    gate_free(s->gate);
-    sched_stop(s->sched);
-    uploader_stop(s->up); /* transfers in flight stay queued for the next start */
-    evw_free(s->evw);
-    sched_free(s->sched);
-    uploader_free(s->up);
-    sse_hub_free(s->hub);
-    db_close(pthread_getspecific(s->db_key));
-    pthread_setspecific(s->db_key, NULL);
-    return 0;
-}
-
-/* ---- trainyard token create -------------------------------------------------------------------- */
-
-int srv_token_main(int argc, char **argv)
-{
-    const char *data_dir = "./trainyard-data", *name = NULL, *scope = "read,submit,admin";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--data-dir") && i + 1 < argc) data_dir = argv[++i];
-        else if (!strncmp(argv[i], "--data-dir=", 11)) data_dir = argv[i] + 11;
-        else if (!strcmp(argv[i], "--scope") && i + 1 < argc) scope = argv[++i];
-        else if (!strncmp(argv[i], "--scope=", 8)) scope = argv[i] + 8;
-        else if (!strcmp(argv[i], "create") && !name && i + 1 < argc && argv[i + 1][0] != '-')
-            name = argv[++i];
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            name = NULL;
-            break;
-        } else {
-            fprintf(stderr, "trainyard token: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
-    if (!name) {
-        fputs("usage: trainyard token create NAME [--scope read,submit,admin] [--data-dir DIR]\n"
-              "Prints a new API token once; the server keeps only its SHA-256.\n"
-              "Scopes: read (GET routes), submit (POST /jobs, cancel, pause, resume,\n"
-              "generate), admin (DELETE /jobs/{id}); default all three.\n", stderr);
-        return 2;
-    }
-    unsigned mask;
-    char scopes[64];
-    if (srv_scopes_parse(scope, &mask)) {
-        fprintf(stderr, "trainyard token: --scope must be a comma-separated list of read, submit "
-                        "and admin, got '%s'\n", scope);
-        return 2;
-    }
-    srv_scopes_format(mask, scopes);
-    ty_err err = {0};
-    char path[PATH_MAX + 32], tok[68], hash[65];
-    if (ty_mkdir_p(data_dir, &err)) {
-        fprintf(stderr, "trainyard token: %s\n", err.msg);
-        return 1;
-    }
-    chmod(data_dir, 0700); /* the owner's alone, as serve makes it (confine.c) */
-    snprintf(path, sizeof path, "%s/trainyard.db", data_dir);
-    db *d;
-    if (db_open(path, &d, &err) || srv_token_generate(tok, &err)) {
-        fprintf(stderr, "trainyard token: %s\n", err.msg);
-        return 1;
-    }
-    srv_token_hash(tok, hash);
-    int rc = db_token_add_scoped(d, name, hash, scopes, &err);
-    db_close(d);
-    if (rc) {
-        fprintf(stderr, "trainyard token: %s\n", err.msg);
-        return 1;
-    }
-    printf("%s\n", tok);
-    return 0;
 }

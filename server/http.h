@@ -53,6 +53,11 @@ void routes_allowed(const char *path, char *out, size_t cap);
 int routes_check_query(http_req *q, const route *rt, char *field, size_t fcap, char *msg,
                        size_t mcap);
 
+/* Starts the gate and libmicrohttpd on s->cfg.listen (serve.c calls it
+ * last, once everything a request touches exists); *port_out gets the
+ * bound port (for port 0). */
+int http_start(srv *s, int *port_out, ty_err *err);
+
 /* Queues r with `Connection: close` (every request passes the gate). */
 enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r);
 

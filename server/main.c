@@ -13,7 +13,7 @@
 #include "cli.h"
 #endif
 #ifdef TY_HAVE_DEMO
-int demo_main(int argc, char **argv);
+#include "demo.h"
 #endif
 
 static void usage(FILE *out)

@@ -37,7 +37,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
-#include "exec.h"
+#include "recovery.h"
 #include "tyutil.h"
 
 #define MANIFEST_FORMAT "trainyard-checkpoint/1" /* engine/ckpt.h CKPT_FORMAT */

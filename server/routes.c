@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "exec.h"
+#include "gpu.h"
+#include "recovery.h"
+#include "scheduler.h"
 #include "gate.h"
 #include "genq.h"
 #include "upload.h"

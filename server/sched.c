@@ -19,7 +19,7 @@
  * engines (recover_finish); every run's end and every start reconcile the
  * job's checkpoints with its directory (recovery.c); a final transition
  * that cannot be written is retried until it lands (settle, check_pending). */
-#include "exec.h"
+#include "scheduler.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +38,8 @@
 
 #include "executor.h"
 #include "fetch.h"
+#include "gpu.h"
+#include "recovery.h"
 #include "sse.h"
 #include "upload.h"
 #include "tyutil.h"

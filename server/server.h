@@ -214,9 +214,9 @@ int srv_transition(srv *s, int64_t id, unsigned from_mask, job_state to, const c
 /* <jobs_dir>/<id> */
 void srv_job_dir(const srv *s, int64_t id, char *out, size_t cap);
 
-/* Runs the daemon until SIGINT/SIGTERM; returns an exit code. */
+/* Runs the daemon until SIGINT/SIGTERM; returns an exit code (serve.c). */
 int srv_serve_main(int argc, char **argv);
-/* `trainyard token create NAME [--data-dir D]`. */
+/* `trainyard token create NAME [--data-dir D]` (token.c). */
 int srv_token_main(int argc, char **argv);
 
 /* ---- batched event writer (evwriter.c) ------------------------------------------ */

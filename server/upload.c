@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "exec.h"
+#include "scheduler.h"
 #include "jobspec.h"
 #include "retention.h"
 #include "storage.h"
