@@ -134,17 +134,19 @@ static inline float *G(const model *m, int i) { return i < 0 || !m->grads ? NULL
 
 /* The weights the kernels compute with: the fp32 parameters, or with
  * 16-bit storage their 16-bit copy converted, on first use, into the
- * scratch span that holds tensor i (load_span chose the span; NULL would
- * be an engine bug). Matmul weights are not converted: kn_matmul16 reads
- * them in 16 bits (W16). */
+ * scratch of the span that holds tensor i (load_span chose the span; NULL
+ * would be an engine bug). Only 1-D tensors (norm weights, biases) come
+ * here in 16-bit runs, packed at wpos[i]: matmul weights are read in 16
+ * bits by kn_matmul16 (W16) and embeddings convert only the rows used. */
 static float *W(model *m, int i)
 {
     if (i < 0) return NULL;
     if (m->dt == KN_F32) return m->params + m->t[i].off;
+    if (m->t[i].ndim != 1) return NULL; /* not packed in the scratch (see above) */
     size_t off = m->t[i].off, n = m->t[i].numel;
     for (int s = 0; s < 2; s++)
         if (m->span_n[s] && off >= m->span_off[s] && off + n <= m->span_off[s] + m->span_n[s]) {
-            float *p = m->wscr[s] + (off - m->span_off[s]);
+            float *p = m->wscr[s] + m->wpos[i];
             if (m->wconv[i] != m->span_gen[s]) {
                 kn_convert(m->kn, p, KN_F32, (const char *)m->p16 + off * kn_dtype_size(m->dt), m->dt, n);
                 m->wconv[i] = m->span_gen[s];
@@ -164,14 +166,14 @@ static const void *W16(const model *m, int i)
 static void mm_fwd(model *m, float *out, const float *x, int wi, int bi, int N, int K, int M)
 {
     if (m->dt == KN_F32) kn_matmul_fwd(m->kn, out, x, W(m, wi), W(m, bi), N, K, M);
-    else kn_matmul16_fwd(m->kn, m->dt, out, x, W16(m, wi), W(m, bi), N, K, M);
+    else kn_matmul16_fwd(m->kn, m->dt, KN_F32, out, x, W16(m, wi), W(m, bi), N, K, M);
 }
 
 static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout, const float *x, int wi, int N, int K,
                    int M)
 {
     if (m->dt == KN_F32) kn_matmul_bwd(m->kn, dx, dw, db, dout, x, W(m, wi), N, K, M);
-    else kn_matmul16_bwd(m->kn, m->dt, dx, dw, db, dout, x, W16(m, wi), N, K, M);
+    else kn_matmul16_bwd(m->kn, m->dt, KN_F32, dx, dw, db, dout, x, W16(m, wi), N, K, M);
 }
 
 /* Tensors [lo, hi] of the table (contiguous in the layout) become scratch
@@ -200,21 +202,28 @@ static void layer_span(const model *m, int l, int *lo, int *hi)
         }
 }
 
-static size_t span_floats(const model *m, int lo, int hi) { return m->t[hi].off + m->t[hi].numel - m->t[lo].off; }
-
 int model_set_precision(model *m, kn_dtype dt, ty_err *err)
 {
     m->dt = dt;
     if (dt == KN_F32) return 0;
     size_t total = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
-    size_t n0 = 1, n1 = 1;
-    for (int l = 0; l < m->cfg.n_layer; l++) {
+    size_t n0 = 16, n1 = 1;
+    m->wpos = calloc((size_t)m->nt, sizeof *m->wpos);
+    if (!m->wpos) return ty_err_set(err, TY_ENOMEM, "out of memory for the weight table");
+    /* The scratch holds one span's 1-D tensors, packed (64-byte aligned):
+     * a few KiB per layer instead of the layer's whole fp32 size. */
+    for (int l = 0; l <= m->cfg.n_layer; l++) {
         int lo, hi;
-        layer_span(m, l, &lo, &hi);
-        if (hi >= lo && span_floats(m, lo, hi) > n0) n0 = span_floats(m, lo, hi);
+        if (l < m->cfg.n_layer) layer_span(m, l, &lo, &hi);
+        else lo = m->lnf_w, hi = m->lnf_b >= 0 ? m->lnf_b : m->lnf_w;
+        size_t pos = 0;
+        for (int i = lo; i <= hi; i++)
+            if (m->t[i].ndim == 1) {
+                m->wpos[i] = pos;
+                pos += (m->t[i].numel + 15) & ~(size_t)15;
+            }
+        if (pos > n0) n0 = pos;
     }
-    int lnf_hi = m->lnf_b >= 0 ? m->lnf_b : m->lnf_w;
-    if (span_floats(m, m->lnf_w, lnf_hi) > n0) n0 = span_floats(m, m->lnf_w, lnf_hi);
     /* Slot 1 is unused since matmuls read 16-bit weights and the
      * embedding converts only the rows it gathers; kept, tiny, for spans
      * a future caller may want. */
@@ -242,6 +251,19 @@ void model_sync_params(model *m)
 }
 
 size_t model_act_bytes(const model *m) { return m->n_acts * sizeof(float) + m->n_acts16_bytes; }
+
+model_mem model_memory(const model *m)
+{
+    size_t total = m->nt ? m->t[m->nt - 1].off + m->t[m->nt - 1].numel : 0;
+    model_mem r = {0};
+    r.params = m->params ? total * sizeof(float) : 0;
+    r.p16 = m->p16 ? total * kn_dtype_size(m->dt) : 0;
+    r.grads = m->grads ? total * sizeof(float) : 0;
+    r.moments = (m->m ? total * sizeof(float) : 0) + (m->v ? total * sizeof(float) : 0);
+    r.acts = model_act_bytes(m);
+    r.wscratch = (m->wscr[0] ? m->wscr_n[0] : 0) * sizeof(float) + (m->wscr[1] ? m->wscr_n[1] : 0) * sizeof(float);
+    return r;
+}
 
 int model_create(model *m, model_config *cfg, kn_ctx *kn, ty_err *err)
 {
@@ -304,6 +326,7 @@ void model_free(model *m)
     free(m->A);
     free(m->stash);
     free(m->wconv);
+    free(m->wpos);
     free(m->stash_lo);
     free(m->res3_stash);
     hfconfig_free(&m->cfg);
@@ -739,7 +762,9 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
         m->lnf = TAKE(N * C);
         m->lnf_mean = TAKE(N);
         m->lnf_rstd = TAKE(N);
-        m->logits = TAKE(N * V);
+        /* In the storage type: with 16-bit storage the [N, V] logits (and
+         * the dlogits written over them) are 16-bit, half the floats. */
+        m->logits = TAKE(half ? (N * V + 1) / 2 : N * V);
         m->losses = TAKE(N);
         m->tmp = TAKE(N * C);
         m->dres = TAKE(N * C);
@@ -943,15 +968,15 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
     if (gpt2) kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b), N, C, c->norm_eps);
     else kn_rmsnorm_fwd(k, m->lnf, m->lnf_rstd, x, W(m, m->lnf_w), N, C, c->norm_eps);
     RND(m->lnf, (size_t)N * C);
-    mm_fwd(m, m->logits, m->lnf, m->lm_head, -1, N, C, V);
-    RND(m->logits, (size_t)N * V);
+    if (m->dt == KN_F32) mm_fwd(m, m->logits, m->lnf, m->lm_head, -1, N, C, V);
+    else kn_matmul16_fwd(k, m->dt, m->dt, m->logits, m->lnf, W16(m, m->lm_head), NULL, N, C, V); /* rounded */
 }
 
 double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
     int N = B * T;
     forward_logits(m, inputs, targets, B, T);
-    kn_crossentropy_fwd(m->kn, m->losses, m->logits, m->targets, N, m->cfg.vocab);
+    kn_crossentropy_fwd(m->kn, m->dt, m->losses, m->logits, m->targets, N, m->cfg.vocab);
     return kn_sum(m->kn, m->losses, (size_t)N);
 }
 
@@ -967,11 +992,14 @@ static void backward_from_logits(model *m, int B, int T)
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
 
     /* dlnf[N,C] = dlogits W_lm; dW_lm += dlogits^T lnf */
-    float *dlogits = m->logits;
-    RND(dlogits, (size_t)N * V);
+    /* dlogits are in the storage type (the cross-entropy rounded them). */
+    void *dlogits = m->logits;
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
     kn_zero(k, m->dln, NC);
-    mm_bwd(m, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, m->lm_head, N, C, V);
+    if (m->dt == KN_F32) mm_bwd(m, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, m->lm_head, N, C, V);
+    else
+        kn_matmul16_bwd(k, m->dt, m->dt, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, W16(m, m->lm_head), N, C,
+                        V);
     RND(m->dln, NC);
     /* The last layer's output is still in the fp32 working set. */
     const float *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
@@ -1075,7 +1103,7 @@ double model_forward_backward(model *m, const int32_t *inputs, const int32_t *ta
     int N = B * T;
     forward_logits(m, inputs, targets, B, T);
     /* losses[N] and dlogits[N,V] in one pass; dlogits overwrite the logits */
-    kn_crossentropy_fwd_bwd(m->kn, m->losses, m->logits, m->logits, m->targets, N, m->cfg.vocab, scale);
+    kn_crossentropy_fwd_bwd(m->kn, m->dt, m->losses, m->logits, m->logits, m->targets, N, m->cfg.vocab, scale);
     double sum = kn_sum(m->kn, m->losses, (size_t)N);
     backward_from_logits(m, B, T);
     return sum;

@@ -83,8 +83,8 @@ typedef struct model {
     /* Storage precision (model_set_precision). KN_F32: everything as
      * above. KN_BF16 / KN_F16 (llm.c's scheme): `params` are the fp32
      * master weights that AdamW updates and checkpoints keep; the forward
-     * and backward read p16 = round(params), converted span by span into
-     * the fp32 scratch wscr[] for the kernels; activations and their
+     * and backward read p16 = round(params): matmul weights in 16 bits,
+     * 1-D tensors converted span by span into the fp32 scratch wscr[]; activations and their
      * gradients are rounded to 16 bits where they are produced, and the
      * kept activations are stored in 16 bits (acts16, the stash table);
      * parameter gradients and AdamW moments stay fp32. */
@@ -95,6 +95,7 @@ typedef struct model {
     size_t span_off[2], span_n[2]; /* loaded spans (in floats of the layout) */
     unsigned span_gen[2], span_counter;
     unsigned *wconv;      /* per tensor: span_gen of the span it was converted into */
+    size_t *wpos;         /* per 1-D tensor: its place in wscr (packed per span) */
     char *acts16;
     size_t n_acts16_bytes;
     model_stash *stash;   /* per layer l: entries [stash_lo[l], stash_lo[l+1]) */
@@ -103,7 +104,8 @@ typedef struct model {
     float *acts;
     size_t n_acts;
     layer_acts *A;
-    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *tmp;
+    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *losses, *tmp;
+    void *logits;         /* [N, V] in dt: fp32, or 16-bit with 16-bit storage */
     float *dres, *dln, *datty, *dq, *dk, *dv, *dact, *dfc, *dup;
     int32_t *ids, *targets, *pos; /* kn_alloc'd, B*T each */
 
@@ -152,6 +154,14 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err);
 void model_sync_params(model *m);
 /* Bytes of activations kept (fp32 working set + 16-bit stash). */
 size_t model_act_bytes(const model *m);
+/* Where the model's memory goes, in bytes (the start-up log's "memory:"
+ * line, docs/benchmarks.md): fp32 parameters (the masters with 16-bit
+ * storage), the 16-bit weight copy, gradients, AdamW m + v, activations
+ * (fp32 working set + 16-bit stash), the fp32 scratch for 1-D weights. */
+typedef struct model_mem {
+    size_t params, p16, grads, moments, acts, wscratch;
+} model_mem;
+model_mem model_memory(const model *m);
 
 /* Allocates activations for micro-batches of up to B rows of T tokens,
  * keeping per layer only what `recompute` does not recompute. */

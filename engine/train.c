@@ -819,6 +819,11 @@ static int train_loop(run *r)
            r->m.n_params, trainable, r->train.n, kn_device_name(r->kn));
     ev_log("activations: %zu bytes (recompute %s, %s storage)", model_act_bytes(&r->m), jobspec_recompute_name(s->recompute),
            kn_dtype_name(r->dt));
+    model_mem mm = model_memory(&r->m);
+    ev_log("memory: parameters %zu MiB, 16-bit weights %zu MiB, gradients %zu MiB, AdamW moments %zu MiB, "
+           "activations %zu MiB, weight scratch %zu KiB; kernel blocks in use %zu MiB",
+           mm.params >> 20, mm.p16 >> 20, mm.grads >> 20, mm.moments >> 20, mm.acts >> 20, mm.wscratch >> 10,
+           kn_bytes_in_use(r->kn) >> 20);
     int64_t win_t0 = ty_mono_ms(), win_tokens = r->tokens, run_t0 = win_t0, run_step0 = r->step;
     /* Rank 0 alone evaluates, checkpoints and exports (docs/engine.md,
      * Ranks); the others wait at the next collective. */

@@ -10,7 +10,8 @@
  * Conventions (llm.c style: raw pointers plus sizes, shapes in comments):
  *  - Ops compute in fp32 (wider where they reduce). 16-bit storage enters
  *    through the ops that take a kn_dtype (kn_convert, kn_round,
- *    kn_matmul16_*); every other tensor argument is fp32.
+ *    kn_matmul16_*, kn_crossentropy_*): a `void *` tensor argument holds
+ *    the dtype the op is given for it; every other tensor argument is fp32.
  *  - Tensors are row-major, contiguous unless a leading dimension
  *    (`ld*`, in elements) is given. Pointers are device pointers obtained
  *    from kn_alloc on the same context.
@@ -126,6 +127,10 @@ KN_OPS(KN_PROTO)
  *   bf16 runs on oneDNN's bf16 GEMM where the build has it and the CPU has
  *   native code for it, else on converted weights and sgemm (measured:
  *   docs/benchmarks.md). dx, dw, dbias accumulate; any may be NULL.
+ *   out_dt: the forward's output is written in that dtype (a 16-bit out
+ *   holds round-to-nearest-even of the fp32 result, as kn_round gives);
+ *   dout_dt: the backward's dout is read in that dtype. The engine's
+ *   16-bit logits use both, so no [N, vocab] fp32 tensor is kept.
  *
  * kn_rope_fwd: rotary position embedding, Hugging Face rotate-half, in
  *   place on x laid out [B, T, H, D] with row stride ld: for i < D/2,
@@ -157,6 +162,8 @@ KN_OPS(KN_PROTO)
  *   be NULL) and dlogits[N,V] = (softmax(logits) - onehot(target)) * scale,
  *   0 rows where ignored, in one pass over the logits. OVERWRITES dlogits,
  *   which may alias logits. scale = 1 / (non-ignored targets in the step).
+ *   dt: the dtype of logits and dlogits (fp32, or 16-bit: read as fp32,
+ *   computed in fp32, dlogits rounded to nearest-even when written).
  *
  * kn_adamw: one AdamW update on n parameters (torch.optim.AdamW):
  *     p -= lr * wd * p                      (decoupled decay; wd may be 0)

@@ -53,11 +53,12 @@
       const float *bias, int N, int K, int M), (c, out, x, w, bias, N, K, M))                      \
     X(void, matmul_bwd, (kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,         \
       const float *x, const float *w, int N, int K, int M), (c, dx, dw, dbias, dout, x, w, N, K, M)) \
-    X(void, matmul16_fwd, (kn_ctx *c, kn_dtype dt, float *out, const float *x, const void *w,      \
-      const float *bias, int N, int K, int M), (c, dt, out, x, w, bias, N, K, M))                  \
-    X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *dbias,             \
-      const float *dout, const float *x, const void *w, int N, int K, int M),                      \
-      (c, dt, dx, dw, dbias, dout, x, w, N, K, M))                                                 \
+    X(void, matmul16_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const float *x,   \
+      const void *w, const float *bias, int N, int K, int M),                                      \
+      (c, dt, out_dt, out, x, w, bias, N, K, M))                                                   \
+    X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float *dw,         \
+      float *dbias, const void *dout, const float *x, const void *w, int N, int K, int M),         \
+      (c, dt, dout_dt, dx, dw, dbias, dout, x, w, N, K, M))                                        \
     /* attention */                                                                                \
     X(void, rope_fwd, (kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,        \
       int pos_offset), (c, x, B, T, H, D, ld, base, pos_offset))                                   \
@@ -83,11 +84,11 @@
     X(void, dropout_bwd, (kn_ctx *c, float *dx, const float *dout, const uint8_t *mask,            \
       size_t n, float p), (c, dx, dout, mask, n, p))                                               \
     /* loss */                                                                                     \
-    X(void, crossentropy_fwd, (kn_ctx *c, float *losses, const float *logits,                      \
-      const int32_t *targets, int N, int V), (c, losses, logits, targets, N, V))                   \
-    X(void, crossentropy_fwd_bwd, (kn_ctx *c, float *losses, float *dlogits,                       \
-      const float *logits, const int32_t *targets, int N, int V, float scale),                     \
-      (c, losses, dlogits, logits, targets, N, V, scale))                                          \
+    X(void, crossentropy_fwd, (kn_ctx *c, kn_dtype dt, float *losses, const void *logits,          \
+      const int32_t *targets, int N, int V), (c, dt, losses, logits, targets, N, V))               \
+    X(void, crossentropy_fwd_bwd, (kn_ctx *c, kn_dtype dt, float *losses, void *dlogits,           \
+      const void *logits, const int32_t *targets, int N, int V, float scale),                      \
+      (c, dt, losses, dlogits, logits, targets, N, V, scale))                                      \
     /* optimizer */                                                                                \
     X(void, adamw, (kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,   \
       float b1, float b2, float eps, float wd, int64_t t), (c, p, g, m, v, n, lr, b1, b2, eps, wd, t))

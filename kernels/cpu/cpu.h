@@ -22,10 +22,14 @@ typedef struct cpu_state {
     float rope_base;
     /* kn_matmul16 scratch (fp32 weights; 16-bit activations) and its
      * oneDNN engine, stream and primitive cache (cpu_matmul16.c). */
-    void *mm_buf[3];
-    size_t mm_cap[3];
+    void *mm_buf[4];
+    size_t mm_cap[4];
     struct dnnl_state *dnnl;
 } cpu_state;
+
+/* n elements of src (sdt) to dst (ddt) on the calling thread: the body
+ * of kn_convert, for ops that widen 16-bit rows inside their own loops. */
+void cpu_convert_n(void *dst, kn_dtype ddt, const void *src, kn_dtype sdt, size_t n);
 
 /* Releases cpu_matmul16.c's oneDNN state (no-op without oneDNN). */
 void cpu_dnnl_free(kn_ctx *c);

@@ -35,7 +35,7 @@ static void cpu_close(kn_ctx *c)
     if (st) {
         cpu_dnnl_free(c);
         free(st->rope_tab);
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             free(st->mm_buf[i]);
     }
     free(st);

@@ -69,7 +69,7 @@ CPU_HOT static void round_f16(float *x, size_t n)
 }
 
 /* n elements from src to dst (both already offset to this share). */
-static void convert_n(void *dst, kn_dtype ddt, const void *src, kn_dtype sdt, size_t n)
+void cpu_convert_n(void *dst, kn_dtype ddt, const void *src, kn_dtype sdt, size_t n)
 {
     if (ddt == sdt) {
         if (dst != src)
@@ -82,8 +82,8 @@ static void convert_n(void *dst, kn_dtype ddt, const void *src, kn_dtype sdt, si
         size_t es = kn_dtype_size(sdt);
         for (size_t i = 0; i < n; i += 1024) {
             size_t m = n - i < 1024 ? n - i : 1024;
-            convert_n(tmp, KN_F32, (const char *)src + i * es, sdt, m);
-            convert_n((char *)dst + i * es, ddt, tmp, KN_F32, m);
+            cpu_convert_n(tmp, KN_F32, (const char *)src + i * es, sdt, m);
+            cpu_convert_n((char *)dst + i * es, ddt, tmp, KN_F32, m);
         }
         return;
     }
@@ -108,7 +108,7 @@ void cpu_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtyp
         size_t lo, hi;
         cpu_thread_range(n, 32, &lo, &hi);
         if (hi > lo)
-            convert_n((char *)dst + lo * ds, dst_dt, (const char *)src + lo * ss, src_dt, hi - lo);
+            cpu_convert_n((char *)dst + lo * ds, dst_dt, (const char *)src + lo * ss, src_dt, hi - lo);
     }
 }
 

@@ -6,12 +6,16 @@
  * rescales them, so every logit costs one exp. dlogits may alias logits:
  * each element is read before it is overwritten, and the target's logit is
  * read first. kn_crossentropy_fwd_bwd does both halves in the same passes.
+ * 16-bit logits (the engine's bf16 / fp16 runs) are widened a row at a
+ * time into a per-thread fp32 row, so the [N, V] tensor stays 16-bit.
  * AdamW follows torch.optim.AdamW's single-tensor code step for step, in
  * fp32 with the bias corrections computed in double as Python does. */
 #include "cpu.h"
 #include "cpu_math.h"
 
 #include <math.h>
+#include <omp.h>
+#include <stdlib.h>
 
 #define CE_IGNORE (-100)
 
@@ -86,21 +90,57 @@ static void ce_row(float *loss, float *d, const float *l, int32_t t, int V, floa
     }
 }
 
-void cpu_crossentropy_fwd(kn_ctx *c, float *losses, const float *logits, const int32_t *targets,
-                          int N, int V)
+/* 16-bit logits: each thread converts its rows one at a time into a
+ * V-float buffer, runs the fp32 row there and, for the backward, writes
+ * the row back rounded to dt. A row is read whole before it is written,
+ * so dlogits may still alias logits. */
+static void ce_rows16(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits, const void *logits,
+                      const int32_t *targets, int N, int V, float scale)
 {
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N * V))
-    for (int n = 0; n < N; n++)
-        ce_row(losses + n, NULL, logits + (size_t)n * V, targets[n], V, 0.0f);
+    size_t es = kn_dtype_size(dt);
+    int nt = cpu_threads_for(c, (size_t)N * V);
+    float *buf = malloc((size_t)nt * V * sizeof(float));
+    if (!buf) {
+        kn_fail(c, TY_ENOMEM, "crossentropy: out of memory for %d rows of %d", nt, V);
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int n = 0; n < N; n++) {
+        float *row = buf + (size_t)omp_get_thread_num() * V;
+        cpu_convert_n(row, KN_F32, (const char *)logits + (size_t)n * V * es, dt, (size_t)V);
+        ce_row(losses ? losses + n : NULL, dlogits ? row : NULL, row, targets[n], V, scale);
+        if (dlogits)
+            cpu_convert_n((char *)dlogits + (size_t)n * V * es, dt, row, KN_F32, (size_t)V);
+    }
+    free(buf);
 }
 
-void cpu_crossentropy_fwd_bwd(kn_ctx *c, float *losses, float *dlogits, const float *logits,
-                              const int32_t *targets, int N, int V, float scale)
+void cpu_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *logits,
+                          const int32_t *targets, int N, int V)
 {
+    if (dt != KN_F32) {
+        ce_rows16(c, dt, losses, NULL, logits, targets, N, V, 0.0f);
+        return;
+    }
+    const float *l32 = logits;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N * V))
     for (int n = 0; n < N; n++)
-        ce_row(losses ? losses + n : NULL, dlogits + (size_t)n * V, logits + (size_t)n * V,
-               targets[n], V, scale);
+        ce_row(losses + n, NULL, l32 + (size_t)n * V, targets[n], V, 0.0f);
+}
+
+void cpu_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits,
+                              const void *logits, const int32_t *targets, int N, int V, float scale)
+{
+    if (dt != KN_F32) {
+        ce_rows16(c, dt, losses, dlogits, logits, targets, N, V, scale);
+        return;
+    }
+    float *d32 = dlogits;
+    const float *l32 = logits;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N * V))
+    for (int n = 0; n < N; n++)
+        ce_row(losses ? losses + n : NULL, d32 + (size_t)n * V, l32 + (size_t)n * V, targets[n], V,
+               scale);
 }
 
 CPU_HOT static void adamw_range(float *p, const float *g, float *m, float *v, size_t n,

@@ -47,7 +47,7 @@ static void *scratch(kn_ctx *c, int slot, size_t bytes)
 
 #ifdef TY_KN_HAVE_DNNL
 
-enum { MM_FWD, MM_FWD_BIAS, MM_DX, MM_DW };
+enum { MM_FWD, MM_FWD_BIAS, MM_DX, MM_DW, MM_FWD16, MM_FWD16_BIAS }; /* FWD16: bf16 dst */
 
 /* One cached primitive per (kind, N, K, M). */
 typedef struct dnnl_mm {
@@ -103,7 +103,9 @@ static dnnl_mm *dn_get(kn_ctx *c, int kind, int N, int K, int M)
     /* Row-major everywhere: tag ab is [rows, cols], ba its transpose. */
     dnnl_dims_t s, w, o;
     dnnl_format_tag_t st_tag = dnnl_ab, wt_tag = dnnl_ab;
-    if (kind == MM_FWD || kind == MM_FWD_BIAS) { /* out[N,M] = x[N,K] w[M,K]^T */
+    int fwd = kind == MM_FWD || kind == MM_FWD_BIAS || kind == MM_FWD16 || kind == MM_FWD16_BIAS;
+    int with_bias = kind == MM_FWD_BIAS || kind == MM_FWD16_BIAS;
+    if (fwd) { /* out[N,M] = x[N,K] w[M,K]^T */
         s[0] = N, s[1] = K, w[0] = K, w[1] = M, o[0] = N, o[1] = M, wt_tag = dnnl_ba;
     } else if (kind == MM_DX) { /* dx[N,K] += dout[N,M] w[M,K] */
         s[0] = N, s[1] = M, w[0] = M, w[1] = K, o[0] = N, o[1] = K;
@@ -117,13 +119,13 @@ static dnnl_mm *dn_get(kn_ctx *c, int kind, int N, int K, int M)
     dnnl_primitive_desc_t pd = NULL;
     int ok = dnnl_memory_desc_init_by_tag(&e->src, 2, s, dnnl_bf16, st_tag) == dnnl_success &&
              dnnl_memory_desc_init_by_tag(&e->wei, 2, w, dnnl_bf16, wt_tag) == dnnl_success &&
-             dnnl_memory_desc_init_by_tag(&e->dst, 2, o, dnnl_f32, dnnl_ab) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&e->dst, 2, o, kind >= MM_FWD16 ? dnnl_bf16 : dnnl_f32, dnnl_ab) == dnnl_success &&
              dnnl_memory_desc_init_by_tag(&e->bias, 2, b, dnnl_f32, dnnl_ab) == dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success;
     if (ok && (kind == MM_DX || kind == MM_DW)) /* the backward accumulates: dst += product */
         ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-    ok = ok && dnnl_matmul_desc_init(&md, &e->src, &e->wei, kind == MM_FWD_BIAS ? &e->bias : NULL, &e->dst) ==
+    ok = ok && dnnl_matmul_desc_init(&md, &e->src, &e->wei, with_bias ? &e->bias : NULL, &e->dst) ==
                    dnnl_success;
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, d->eng, NULL) == dnnl_success;
     if (ok) {
@@ -145,11 +147,11 @@ static dnnl_mm *dn_get(kn_ctx *c, int kind, int N, int K, int M)
 }
 
 /* Runs a cached product; 0, or -1 after kn_fail. */
-static int dn_run(kn_ctx *c, dnnl_mm *e, void *src, const void *wei, const float *bias, float *dst)
+static int dn_run(kn_ctx *c, dnnl_mm *e, const void *src, const void *wei, const float *bias, void *dst)
 {
     dnnl_state *d = dn_state(c);
     dnnl_memory_t ms = NULL, mw = NULL, mb = NULL, mo = NULL;
-    int ok = dnnl_memory_create(&ms, &e->src, d->eng, src) == dnnl_success &&
+    int ok = dnnl_memory_create(&ms, &e->src, d->eng, (void *)src) == dnnl_success &&
              dnnl_memory_create(&mw, &e->wei, d->eng, (void *)wei) == dnnl_success &&
              dnnl_memory_create(&mo, &e->dst, d->eng, dst) == dnnl_success &&
              (!bias || dnnl_memory_create(&mb, &e->bias, d->eng, (void *)bias) == dnnl_success);
@@ -203,13 +205,19 @@ static const float *weights_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
     return w32;
 }
 
-void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, float *out, const float *x, const void *w,
-                      const float *bias, int N, int K, int M)
+/* Rows per block where an fp32 copy of a 16-bit output or dout is
+ * needed (the sgemm path): the copy is ROWS x M floats, not N x M. */
+#define ROWS 256
+
+void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const float *x,
+                      const void *w, const float *bias, int N, int K, int M)
 {
     if (N <= 0 || M <= 0)
         return;
 #ifdef TY_KN_HAVE_DNNL
-    dnnl_mm *e = dt == KN_BF16 && K > 0 ? dn_get(c, bias ? MM_FWD_BIAS : MM_FWD, N, K, M) : NULL;
+    int kind = out_dt == KN_BF16 ? (bias ? MM_FWD16_BIAS : MM_FWD16) : (bias ? MM_FWD_BIAS : MM_FWD);
+    dnnl_mm *e = dt == KN_BF16 && K > 0 && (out_dt == KN_F32 || out_dt == KN_BF16) ? dn_get(c, kind, N, K, M)
+                                                                                   : NULL;
     if (e) {
         void *x16 = scratch(c, 1, (size_t)N * K * 2);
         if (!x16)
@@ -220,43 +228,70 @@ void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, float *out, const float *x, const 
     }
 #endif
     const float *w32 = weights_f32(c, dt, w, (size_t)M * K);
-    if (w32)
+    if (!w32)
+        return;
+    if (out_dt == KN_F32) {
         cpu_matmul_fwd(c, out, x, w32, bias, N, K, M);
+        return;
+    }
+    /* 16-bit out: fp32 blocks of rows, each rounded into out. */
+    size_t es = kn_dtype_size(out_dt);
+    float *o32 = scratch(c, 3, (size_t)ROWS * M * sizeof(float));
+    for (int r = 0; o32 && r < N; r += ROWS) {
+        int n = N - r < ROWS ? N - r : ROWS;
+        cpu_matmul_fwd(c, o32, x + (size_t)r * K, w32, bias, n, K, M);
+        cpu_convert(c, (char *)out + (size_t)r * M * es, out_dt, o32, KN_F32, (size_t)n * M);
+    }
 }
 
-void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *dbias,
-                      const float *dout, const float *x, const void *w, int N, int K, int M)
+void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float *dw, float *dbias,
+                      const void *dout, const float *x, const void *w, int N, int K, int M)
 {
     if (N <= 0 || M <= 0)
         return;
 #ifdef TY_KN_HAVE_DNNL
     dnnl_mm *ex = dt == KN_BF16 && dx && K > 0 ? dn_get(c, MM_DX, N, K, M) : NULL;
     dnnl_mm *ew = dt == KN_BF16 && dw && K > 0 ? dn_get(c, MM_DW, N, K, M) : NULL;
-    if (ex || ew) {
-        uint16_t *g16 = scratch(c, 1, (size_t)N * M * 2), *x16 = ew ? scratch(c, 2, (size_t)N * K * 2) : NULL;
-        if (!g16 || (ew && !x16))
-            return;
-        cpu_convert(c, g16, KN_BF16, dout, KN_F32, (size_t)N * M);
+    if ((ex || ew) && (dout_dt == KN_F32 || dout_dt == KN_BF16) && (!dbias || dout_dt == KN_F32) &&
+        (ex || !dx) && (ew || !dw)) {
+        /* dout as bf16: as given, or converted (fp32 dout holds bf16 values). */
+        const void *g16 = dout;
+        if (dout_dt == KN_F32) {
+            void *g = scratch(c, 1, (size_t)N * M * 2);
+            if (!g)
+                return;
+            cpu_convert(c, g, KN_BF16, dout, KN_F32, (size_t)N * M);
+            g16 = g;
+        }
         if (ex && dn_run(c, ex, g16, w, NULL, dx))
             return;
         if (ew) {
+            void *x16 = scratch(c, 2, (size_t)N * K * 2);
+            if (!x16)
+                return;
             cpu_convert(c, x16, KN_BF16, x, KN_F32, (size_t)N * K);
             if (dn_run(c, ew, g16, x16, NULL, dw))
                 return;
         }
-        /* What oneDNN did not take (dbias; a product without native code). */
-        if (dbias)
+        if (dbias) /* dout is fp32 here */
             cpu_matmul_bwd(c, NULL, NULL, dbias, dout, x, NULL, N, K, M);
-        if ((dx && !ex) || (dw && !ew)) {
-            const float *w32 = weights_f32(c, dt, w, (size_t)M * K);
-            if (w32)
-                cpu_matmul_bwd(c, ex ? NULL : dx, ew ? NULL : dw, NULL, dout, x, w32, N, K, M);
-        }
         return;
     }
 #endif
     const float *w32 = dx ? weights_f32(c, dt, w, (size_t)M * K) : NULL;
     if (dx && !w32)
         return;
-    cpu_matmul_bwd(c, dx, dw, dbias, dout, x, w32, N, K, M);
+    if (dout_dt == KN_F32) {
+        cpu_matmul_bwd(c, dx, dw, dbias, dout, x, w32, N, K, M);
+        return;
+    }
+    /* 16-bit dout: widened ROWS rows at a time; dx rows are independent,
+     * dw and dbias accumulate block after block (a fixed order). */
+    size_t es = kn_dtype_size(dout_dt);
+    float *g32 = scratch(c, 3, (size_t)ROWS * M * sizeof(float));
+    for (int r = 0; g32 && r < N; r += ROWS) {
+        int n = N - r < ROWS ? N - r : ROWS;
+        cpu_convert(c, g32, KN_F32, (const char *)dout + (size_t)r * M * es, dout_dt, (size_t)n * M);
+        cpu_matmul_bwd(c, dx ? dx + (size_t)r * K : NULL, dw, dbias, g32, x + (size_t)r * K, w32, n, K, M);
+    }
 }

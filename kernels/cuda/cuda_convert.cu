@@ -148,25 +148,49 @@ static float *weight_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
     return (float *)st->scratch;
 }
 
-void cuda_matmul16_fwd(kn_ctx *c, kn_dtype dt, float *out, const float *x, const void *w,
-                       const float *bias, int N, int K, int M)
+/* 16-bit activations (out_dt / dout_dt, issue 10's typed ops): the
+ * baseline goes through a temporary fp32 tensor (allocated per call and
+ * freed, which synchronises); native 16-bit cuBLASLt outputs are the
+ * tuning step. */
+void cuda_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const float *x,
+                       const void *w, const float *bias, int N, int K, int M)
 {
-    if (N <= 0 || M <= 0 || !dtype_ok(c, dt, "matmul16"))
+    if (N <= 0 || M <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, out_dt, "matmul16 out"))
         return;
     const float *wf = dt == KN_F32 ? (const float *)w : weight_f32(c, dt, w, (size_t)M * K);
-    if (wf)
-        cuda_matmul_fwd(c, out, x, wf, bias, N, K, M);
+    if (!wf)
+        return;
+    if (out_dt == KN_F32) {
+        cuda_matmul_fwd(c, (float *)out, x, wf, bias, N, K, M);
+        return;
+    }
+    float *o32 = nullptr;
+    if (kn_cuda_ok(c, cudaMalloc((void **)&o32, (size_t)N * M * sizeof(float)), "matmul16 fp32 out"))
+        return;
+    cuda_matmul_fwd(c, o32, x, wf, bias, N, K, M);
+    cuda_convert(c, out, out_dt, o32, KN_F32, (size_t)N * M);
+    kn_cuda_ok(c, cudaFree(o32), "matmul16 fp32 out");
 }
 
-void cuda_matmul16_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *dbias,
-                       const float *dout, const float *x, const void *w, int N, int K, int M)
+void cuda_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float *dw, float *dbias,
+                       const void *dout, const float *x, const void *w, int N, int K, int M)
 {
-    if (N <= 0 || M <= 0 || K <= 0 || !dtype_ok(c, dt, "matmul16"))
+    if (N <= 0 || M <= 0 || K <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, dout_dt, "matmul16 dout"))
         return;
     const float *wf = dt == KN_F32 || !dx ? (const float *)w
                                           : weight_f32(c, dt, w, (size_t)M * K);
-    if (wf)
-        cuda_matmul_bwd(c, dx, dw, dbias, dout, x, wf, N, K, M);
+    if (!wf)
+        return;
+    if (dout_dt == KN_F32) {
+        cuda_matmul_bwd(c, dx, dw, dbias, (const float *)dout, x, wf, N, K, M);
+        return;
+    }
+    float *g32 = nullptr;
+    if (kn_cuda_ok(c, cudaMalloc((void **)&g32, (size_t)N * M * sizeof(float)), "matmul16 fp32 dout"))
+        return;
+    cuda_convert(c, g32, KN_F32, dout, dout_dt, (size_t)N * M);
+    cuda_matmul_bwd(c, dx, dw, dbias, g32, x, wf, N, K, M);
+    kn_cuda_ok(c, cudaFree(g32), "matmul16 fp32 dout");
 }
 
 } // namespace KN_NS

@@ -52,19 +52,52 @@ __global__ void k_crossentropy(float *losses, float *dlogits, const float *logit
     }
 }
 
-void cuda_crossentropy_fwd(kn_ctx *c, float *losses, const float *logits, const int32_t *targets,
-                           int N, int V)
+/* 16-bit logits (issue 10's typed ops): the baseline widens them into a
+ * temporary fp32 tensor (allocated per call), runs the fp32 kernel there
+ * and rounds dlogits back; a kernel reading 16-bit rows is the tuning
+ * step. */
+static float *widened(kn_ctx *c, kn_dtype dt, const void *logits, size_t n)
 {
-    float *no_grad = nullptr;
-    if (N > 0 && V > 0)
-        KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, no_grad, logits, targets, V, 0.0f);
+    float *l32 = nullptr;
+    if (kn_cuda_ok(c, cudaMalloc((void **)&l32, n * sizeof(float)), "crossentropy fp32 logits"))
+        return nullptr;
+    cuda_convert(c, l32, KN_F32, logits, dt, n);
+    return l32;
 }
 
-void cuda_crossentropy_fwd_bwd(kn_ctx *c, float *losses, float *dlogits, const float *logits,
+void cuda_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *logits,
+                           const int32_t *targets, int N, int V)
+{
+    float *no_grad = nullptr;
+    if (N <= 0 || V <= 0)
+        return;
+    if (dt == KN_F32) {
+        KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, no_grad, (const float *)logits, targets, V, 0.0f);
+        return;
+    }
+    float *l32 = widened(c, dt, logits, (size_t)N * V);
+    if (!l32)
+        return;
+    KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, no_grad, (const float *)l32, targets, V, 0.0f);
+    kn_cuda_ok(c, cudaFree(l32), "crossentropy fp32 logits");
+}
+
+void cuda_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits, const void *logits,
                                const int32_t *targets, int N, int V, float scale)
 {
-    if (N > 0 && V > 0)
-        KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, dlogits, logits, targets, V, scale);
+    if (N <= 0 || V <= 0)
+        return;
+    if (dt == KN_F32) {
+        KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, (float *)dlogits, (const float *)logits, targets,
+                  V, scale);
+        return;
+    }
+    float *l32 = widened(c, dt, logits, (size_t)N * V);
+    if (!l32)
+        return;
+    KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, l32, (const float *)l32, targets, V, scale);
+    cuda_convert(c, dlogits, dt, l32, KN_F32, (size_t)N * V);
+    kn_cuda_ok(c, cudaFree(l32), "crossentropy fp32 logits");
 }
 
 } // namespace KN_NS

@@ -94,6 +94,9 @@ static void precision_memory(kn_ctx *kn)
         size_t pbytes = kn_bytes_in_use(kn) - before;
         size_t total = m.t[m.nt - 1].off + m.t[m.nt - 1].numel;
         if (dts[d] != KN_F32) CHECK(pbytes >= total * 2 && pbytes < total * 2 + (m.wscr_n[0] + m.wscr_n[1]) * 4 + 4096);
+        /* The fp32 weight scratch holds one span's 1-D tensors (norms,
+         * biases: 832 floats a layer here), not a layer's matmul weights. */
+        if (dts[d] != KN_F32) CHECK(m.wscr_n[0] <= 1024);
         CHECK(model_alloc_acts(&m, B, T, MODEL_RECOMPUTE_NONE, &err) == 0);
         bytes[d] = model_act_bytes(&m);
         size_t n = total;

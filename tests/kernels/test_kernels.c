@@ -1084,21 +1084,21 @@ static void run_matmul16(kn_dtype dt, int N, int K, int M, int with_bias)
           *db = falloc(c, M);
     for (size_t i = 0; i < (size_t)N * M; i++)
         out[i] = NAN; /* poisoned: every element written */
-    kn_matmul16_fwd(c, dt, out, x, w16, b, N, K, M);
+    kn_matmul16_fwd(c, dt, KN_F32, out, x, w16, b, N, K, M);
     check_close("matmul16 out", out, ro, (size_t)N * M, 1e-5, 1e-6);
     /* Two backwards: the gradients accumulate (the reference is doubled);
      * a third with only dbias must not touch dx / dw. */
-    kn_matmul16_bwd(c, dt, dx, dw, db, g, x, w16, N, K, M);
-    kn_matmul16_bwd(c, dt, dx, dw, db, g, x, w16, N, K, M);
+    kn_matmul16_bwd(c, dt, KN_F32, dx, dw, db, g, x, w16, N, K, M);
+    kn_matmul16_bwd(c, dt, KN_F32, dx, dw, db, g, x, w16, N, K, M);
     check_close("matmul16 dx", dx, rdx, (size_t)N * K, 1e-5, 1e-6);
     check_close("matmul16 dw", dw, rdw, (size_t)M * K, 1e-5, 1e-6);
     check_close("matmul16 db", db, rdb, M, 1e-5, 1e-6);
     float *dx2 = fcopy(c, dx, (size_t)N * K);
-    kn_matmul16_bwd(c, dt, NULL, NULL, db, g, x, w16, N, K, M);
+    kn_matmul16_bwd(c, dt, KN_F32, NULL, NULL, db, g, x, w16, N, K, M);
     check_same("matmul16 dx untouched", dx, dx2, (size_t)N * K);
     /* The same call gives the same bits (the choice of path is fixed). */
     float *out2 = falloc(c, (size_t)N * M);
-    kn_matmul16_fwd(c, dt, out2, x, w16, b, N, K, M);
+    kn_matmul16_fwd(c, dt, KN_F32, out2, x, w16, b, N, K, M);
     check_same("matmul16 repeat", out2, out, (size_t)N * M);
     ty_err err = {0};
     CHECK(kn_check(c, &err) == 0, "matmul16: %s", err.msg);
@@ -1286,7 +1286,7 @@ static void test_crossentropy(void)
     float *l = frand(c, &s.l, nl, 4.0);
     s.loss = dzeros(N);
     float *loss = falloc(c, N);
-    kn_crossentropy_fwd(c, loss, l, t, N, V);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V);
     ce_loss(&s);
     check_close("crossentropy fwd", loss, s.loss, N, 1e-5, 1e-6);
     CHECK(loss[1] == 0.0f && loss[5] == 0.0f, "ignored targets have a loss");
@@ -1294,21 +1294,21 @@ static void test_crossentropy(void)
     float *d = falloc(c, nl);
     for (size_t i = 0; i < nl; i++)
         d[i] = 123.0f; /* overwritten, not accumulated */
-    kn_crossentropy_fwd_bwd(c, NULL, d, l, t, N, V, (float)s.scale);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, d, l, t, N, V, (float)s.scale);
     check_grad("crossentropy dlogits", d, ce_loss, &s, s.l, nl);
     for (int j = 0; j < V; j++)
         CHECK(d[1 * V + j] == 0.0f && d[5 * V + j] == 0.0f, "ignored row has a gradient");
 
     /* In place over the logits gives the same result. */
     float *alias = fcopy(c, l, nl);
-    kn_crossentropy_fwd_bwd(c, NULL, alias, alias, t, N, V, (float)s.scale);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, alias, alias, t, N, V, (float)s.scale);
     check_same("crossentropy in place", alias, d, nl);
 
     /* The fused call's losses are the forward's bits, and asking for them
      * does not change the gradient. */
     float *loss2 = falloc(c, N), *d2 = falloc(c, nl);
-    kn_crossentropy_fwd(c, loss, l, t, N, V);
-    kn_crossentropy_fwd_bwd(c, loss2, d2, l, t, N, V, (float)s.scale);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V);
+    kn_crossentropy_fwd_bwd(c, KN_F32, loss2, d2, l, t, N, V, (float)s.scale);
     check_same("crossentropy fused loss", loss2, loss, N);
     check_same("crossentropy fused dlogits", d2, d, nl);
 
@@ -1317,16 +1317,16 @@ static void test_crossentropy(void)
         l[i] = l[i] * 1000.0f + 30000.0f;
         s.l[i] = l[i];
     }
-    kn_crossentropy_fwd(c, loss, l, t, N, V);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V);
     ce_loss(&s);
     CHECK(!kn_nonfinite(c, loss, N), "non-finite loss on large logits");
     check_close("crossentropy fwd large", loss, s.loss, N, 1e-4, 1e-5);
-    kn_crossentropy_fwd_bwd(c, NULL, d, l, t, N, V, 1.0f);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, d, l, t, N, V, 1.0f);
     CHECK(!kn_nonfinite(c, d, nl), "non-finite gradient on large logits");
 
     /* A target outside [0, V) is poisoned, so the engine's NaN check stops. */
     int32_t badt[9] = {3, -100, 37, 0, 17, -100, 5, 5, -1};
-    kn_crossentropy_fwd(c, loss, l, badt, N, V);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, badt, N, V);
     CHECK(isnan(loss[2]) && isnan(loss[8]) && !isnan(loss[0]), "bad targets not flagged");
     free(s.l);
     free(s.loss);
@@ -1407,7 +1407,7 @@ static double pipeline(int threads, float *w_out)
     kn_layernorm_fwd(c, ln, mean, rstd, ao, ones, NULL, N, C, 1e-5f);
     kn_gelu_fwd(c, act, ln, (size_t)N * C);
     kn_matmul_fwd(c, logits, act, whead, NULL, N, C, V);
-    kn_crossentropy_fwd_bwd(c, losses, logits, logits, tg, N, V, 1.0f / N);
+    kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, 1.0f / N);
     kn_matmul_bwd(c, dact, gw + (size_t)3 * C * C, NULL, logits, act, whead, N, C, V);
     kn_gelu_bwd(c, dln, dact, ln, (size_t)N * C);
     kn_layernorm_bwd(c, dao, NULL, NULL, dln, ao, ones, mean, rstd, N, C);

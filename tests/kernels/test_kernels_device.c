@@ -448,22 +448,22 @@ static void t_crossentropy(pair *p)
     t[8] = 0;
     buf tg = bput(p, t, N * sizeof *t), l = brand(p, (size_t)N * V, 8);
     buf loss = bzeros(p, N * 4), dl = bzeros(p, (size_t)N * V * 4);
-    kn_crossentropy_fwd(p->cpu, F(loss, cpu), F(l, cpu), tg.cpu, N, V);
-    kn_crossentropy_fwd(p->dev, F(loss, dev), F(l, dev), tg.dev, N, V);
+    kn_crossentropy_fwd(p->cpu, KN_F32, F(loss, cpu), F(l, cpu), tg.cpu, N, V);
+    kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(l, dev), tg.dev, N, V);
     cmp(p, "crossentropy_fwd", loss, 1e-5, 1e-6);
-    kn_crossentropy_fwd_bwd(p->cpu, F(loss, cpu), F(dl, cpu), F(l, cpu), tg.cpu, N, V, 1.0f / 22);
-    kn_crossentropy_fwd_bwd(p->dev, F(loss, dev), F(dl, dev), F(l, dev), tg.dev, N, V, 1.0f / 22);
+    kn_crossentropy_fwd_bwd(p->cpu, KN_F32, F(loss, cpu), F(dl, cpu), F(l, cpu), tg.cpu, N, V, 1.0f / 22);
+    kn_crossentropy_fwd_bwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), F(l, dev), tg.dev, N, V, 1.0f / 22);
     cmp(p, "crossentropy_fwd_bwd.loss", loss, 1e-5, 1e-6);
     cmp(p, "crossentropy_fwd_bwd.dlogits", dl, 1e-5, 1e-6);
     /* In place (dlogits == logits), losses NULL. */
-    kn_crossentropy_fwd_bwd(p->cpu, NULL, F(l, cpu), F(l, cpu), tg.cpu, N, V, 0.5f);
-    kn_crossentropy_fwd_bwd(p->dev, NULL, F(l, dev), F(l, dev), tg.dev, N, V, 0.5f);
+    kn_crossentropy_fwd_bwd(p->cpu, KN_F32, NULL, F(l, cpu), F(l, cpu), tg.cpu, N, V, 0.5f);
+    kn_crossentropy_fwd_bwd(p->dev, KN_F32, NULL, F(l, dev), F(l, dev), tg.dev, N, V, 0.5f);
     cmp(p, "crossentropy_fwd_bwd.inplace", l, 1e-5, 1e-6);
     /* An out-of-range target is NaN on both. */
     t[0] = V;
     kn_to_device(p->cpu, tg.cpu, t, N * sizeof *t);
     kn_to_device(p->dev, tg.dev, t, N * sizeof *t);
-    kn_crossentropy_fwd(p->dev, F(loss, dev), F(dl, dev), tg.dev, N, V);
+    kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), tg.dev, N, V);
     float l0;
     kn_to_host(p->dev, &l0, F(loss, dev), sizeof l0);
     if (!isnan(l0)) {
@@ -524,12 +524,12 @@ static void t_convert(pair *p)
         buf dx = brand(p, (size_t)N * K, 1), dw = brand(p, (size_t)M * K, 1), db = brand(p, M, 1);
         kn_round(p->cpu, F(d, cpu), (size_t)N * M, dts[k]); /* dout holds dt values too */
         kn_round(p->dev, F(d, dev), (size_t)N * M, dts[k]);
-        kn_matmul16_fwd(p->cpu, dts[k], F(o, cpu), F(xw, cpu), w.cpu, F(bias, cpu), N, K, M);
-        kn_matmul16_fwd(p->dev, dts[k], F(o, dev), F(xw, dev), w.dev, F(bias, dev), N, K, M);
+        kn_matmul16_fwd(p->cpu, dts[k], KN_F32, F(o, cpu), F(xw, cpu), w.cpu, F(bias, cpu), N, K, M);
+        kn_matmul16_fwd(p->dev, dts[k], KN_F32, F(o, dev), F(xw, dev), w.dev, F(bias, dev), N, K, M);
         cmp(p, k ? "matmul16_fwd.fp16" : "matmul16_fwd.bf16", o, 1e-5, 1e-6);
-        kn_matmul16_bwd(p->cpu, dts[k], F(dx, cpu), F(dw, cpu), F(db, cpu), F(d, cpu), F(xw, cpu),
+        kn_matmul16_bwd(p->cpu, dts[k], KN_F32, F(dx, cpu), F(dw, cpu), F(db, cpu), F(d, cpu), F(xw, cpu),
                         w.cpu, N, K, M);
-        kn_matmul16_bwd(p->dev, dts[k], F(dx, dev), F(dw, dev), F(db, dev), F(d, dev), F(xw, dev),
+        kn_matmul16_bwd(p->dev, dts[k], KN_F32, F(dx, dev), F(dw, dev), F(db, dev), F(d, dev), F(xw, dev),
                         w.dev, N, K, M);
         cmp(p, "matmul16_bwd.dx", dx, 1e-5, 1e-6);
         cmp(p, "matmul16_bwd.dw", dw, 1e-5, 1e-6);

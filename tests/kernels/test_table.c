@@ -10,6 +10,10 @@
  * the case's dtype (rtol and an absolute floor relative to the largest
  * reference value):
  *     fp32 1e-5 / 1e-6     bf16 1e-2 / 1e-3     fp16 2e-3 / 2e-4
+ * Ops that take a dtype for their activations (kn_matmul16 out / dout,
+ * kn_crossentropy logits) run in each dtype: 16-bit results are held to
+ * that dtype's tolerance, values computed in fp32 from exact 16-bit
+ * inputs to fp32's.
  * Accumulating ops start from random non-zero gradients, so the check
  * covers "+=". Backends that cannot be opened (this build has no CUDA) are
  * reported and skipped; the CPU always runs.
@@ -232,8 +236,8 @@ static void c_matmul(tc *t)
             kn_matmul_fwd(t->c, o, x, wf, b, N, K, M);
             kn_matmul_bwd(t->c, dx, dw, NULL, g, x, wf, N, K, M);
         } else {
-            kn_matmul16_fwd(t->c, (kn_dtype)dt, o, x, w16, b, N, K, M);
-            kn_matmul16_bwd(t->c, (kn_dtype)dt, dx, dw, NULL, g, x, w16, N, K, M);
+            kn_matmul16_fwd(t->c, (kn_dtype)dt, KN_F32, o, x, w16, b, N, K, M);
+            kn_matmul16_bwd(t->c, (kn_dtype)dt, KN_F32, dx, dw, NULL, g, x, w16, N, K, M);
         }
         double *wo = dvec((size_t)N * M), *wdx = dvec((size_t)N * K), *wdw = dvec((size_t)M * K);
         for (size_t i = 0; i < (size_t)N * K; i++)
@@ -254,6 +258,24 @@ static void c_matmul(tc *t)
         expect(t, "matmul out", o, wo, (size_t)N * M, KN_F32);
         expect(t, "matmul dx (+=)", dx, wdx, (size_t)N * K, KN_F32);
         expect(t, "matmul dw (+=)", dw, wdw, (size_t)M * K, KN_F32);
+        if (dt != KN_F32) {
+            /* 16-bit out and dout (the engine's logits): out rounded to dt,
+             * so dt's tolerance; dout 16-bit holds the same values as g, so
+             * dx / dw accumulate once more by the same amounts. */
+            void *o16 = dput(t, NULL, (size_t)N * M * 2), *g16 = dput(t, NULL, (size_t)N * M * 2);
+            float *o16f = dpoison(t, (size_t)N * M);
+            kn_matmul16_fwd(t->c, (kn_dtype)dt, (kn_dtype)dt, o16, x, w16, b, N, K, M);
+            kn_convert(t->c, o16f, KN_F32, o16, (kn_dtype)dt, (size_t)N * M);
+            expect(t, "matmul16 out (16-bit)", o16f, wo, (size_t)N * M, (kn_dtype)dt);
+            kn_convert(t->c, g16, (kn_dtype)dt, g, KN_F32, (size_t)N * M);
+            kn_matmul16_bwd(t->c, (kn_dtype)dt, (kn_dtype)dt, dx, dw, NULL, g16, x, w16, N, K, M);
+            for (size_t i = 0; i < (size_t)N * K; i++)
+                wdx[i] += wdx[i] - hdx[i];
+            for (size_t i = 0; i < (size_t)M * K; i++)
+                wdw[i] += wdw[i] - hdw[i];
+            expect(t, "matmul16 dx (16-bit dout, +=)", dx, wdx, (size_t)N * K, KN_F32);
+            expect(t, "matmul16 dw (16-bit dout, +=)", dw, wdw, (size_t)M * K, KN_F32);
+        }
         free(hx), free(hw), free(hb), free(hg), free(hdx), free(hdw), free(wo), free(wdx), free(wdw);
     }
 }
@@ -314,32 +336,58 @@ static void c_attention(tc *t)
     free(hq), free(hk), free(hv), free(wo), free(wl), free(s);
 }
 
+/* Fused cross-entropy with fp32 and 16-bit logits: the 16-bit logits are
+ * the rounded values (the reference uses them), dlogits come back in the
+ * same dtype (dt's tolerance), the loss is computed in fp32 from exact
+ * inputs (fp32 tolerance); also in place (dlogits over logits). */
 static void c_crossentropy(tc *t)
 {
     int N = 11, V = 53;
-    float *hl = hrand((size_t)N * V, 4);
-    int32_t tg[11];
-    for (int n = 0; n < N; n++)
-        tg[n] = n == 4 ? -100 : (n * 17 + 1) % V;
-    float *l = dput(t, hl, (size_t)N * V * 4), *loss = dpoison(t, N), *dl = dpoison(t, (size_t)N * V);
-    int32_t *dt = dput(t, tg, sizeof tg);
-    kn_crossentropy_fwd_bwd(t->c, loss, dl, l, dt, N, V, 0.1f);
-    double *wl = dvec(N), *wd = dvec((size_t)N * V);
-    for (int n = 0; n < N; n++) {
-        if (tg[n] == -100)
-            continue;
-        double mx = -INFINITY, z = 0;
-        for (int j = 0; j < V; j++)
-            mx = fmax(mx, hl[(size_t)n * V + j]);
-        for (int j = 0; j < V; j++)
-            z += exp(hl[(size_t)n * V + j] - mx);
-        wl[n] = log(z) + mx - hl[(size_t)n * V + tg[n]];
-        for (int j = 0; j < V; j++)
-            wd[(size_t)n * V + j] = 0.1 * (exp(hl[(size_t)n * V + j] - mx) / z - (j == tg[n]));
+    for (int dt = KN_F32; dt <= KN_F16; dt++) {
+        size_t es = dt == KN_F32 ? 4 : 2, nv = (size_t)N * V;
+        float *hl = hrand(nv, 4);
+        int32_t tg[11];
+        for (int n = 0; n < N; n++)
+            tg[n] = n == 4 ? -100 : (n * 17 + 1) % V;
+        float *l32 = dput(t, hl, nv * 4), *loss = dpoison(t, N), *dlf = dpoison(t, nv);
+        void *l = dput(t, NULL, nv * es), *dl = dput(t, NULL, nv * es);
+        kn_convert(t->c, l, (kn_dtype)dt, l32, KN_F32, nv);
+        kn_convert(t->c, l32, KN_F32, l, (kn_dtype)dt, nv); /* the values the op sees */
+        kn_to_host(t->c, hl, l32, nv * 4);
+        kn_convert(t->c, dl, (kn_dtype)dt, dlf, KN_F32, nv); /* poisoned */
+        int32_t *dtg = dput(t, tg, sizeof tg);
+        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, loss, dl, l, dtg, N, V, 0.1f);
+        kn_convert(t->c, dlf, KN_F32, dl, (kn_dtype)dt, nv);
+        double *wl = dvec(N), *wd = dvec(nv);
+        for (int n = 0; n < N; n++) {
+            if (tg[n] == -100)
+                continue;
+            double mx = -INFINITY, z = 0;
+            for (int j = 0; j < V; j++)
+                mx = fmax(mx, hl[(size_t)n * V + j]);
+            for (int j = 0; j < V; j++)
+                z += exp(hl[(size_t)n * V + j] - mx);
+            wl[n] = log(z) + mx - hl[(size_t)n * V + tg[n]];
+            for (int j = 0; j < V; j++)
+                wd[(size_t)n * V + j] = 0.1 * (exp(hl[(size_t)n * V + j] - mx) / z - (j == tg[n]));
+        }
+        const char *tag = dt == KN_F32 ? "fp32" : dt == KN_BF16 ? "bf16" : "fp16";
+        char what[64];
+        snprintf(what, sizeof what, "crossentropy loss (%s logits)", tag);
+        expect(t, what, loss, wl, N, KN_F32);
+        snprintf(what, sizeof what, "crossentropy dlogits (%s)", tag);
+        expect(t, what, dlf, wd, nv, (kn_dtype)dt);
+        /* Evaluation's forward and the in-place training form. */
+        float *loss2 = dpoison(t, N);
+        kn_crossentropy_fwd(t->c, (kn_dtype)dt, loss2, l, dtg, N, V);
+        snprintf(what, sizeof what, "crossentropy_fwd loss (%s logits)", tag);
+        expect(t, what, loss2, wl, N, KN_F32);
+        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, NULL, l, l, dtg, N, V, 0.1f);
+        kn_convert(t->c, dlf, KN_F32, l, (kn_dtype)dt, nv);
+        snprintf(what, sizeof what, "crossentropy in place (%s)", tag);
+        expect(t, what, dlf, wd, nv, (kn_dtype)dt);
+        free(hl), free(wl), free(wd);
     }
-    expect(t, "crossentropy loss", loss, wl, N, KN_F32);
-    expect(t, "crossentropy dlogits", dl, wd, (size_t)N * V, KN_F32);
-    free(hl), free(wl), free(wd);
 }
 
 static void c_adamw(tc *t)
