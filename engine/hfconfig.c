@@ -82,13 +82,103 @@ static int cfg_gpt2(json_t *o, const char *w, model_config *c, ty_err *err)
     return 0;
 }
 
+/* A number inside the RoPE object: "<key>.<name>", positive. */
+static int rope_num(json_t *rp, const char *key, const char *name, const char *w, float *out, ty_err *err)
+{
+    char field[64];
+    snprintf(field, sizeof field, "%s.%s", key, name);
+    json_t *v = json_object_get(rp, name);
+    if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
+        return ty_err_field(err, TY_EINVAL, field, "%s: %s must be a positive number for rope_type llama3", w, field);
+    *out = (float)json_number_value(v);
+    return 0;
+}
+
+/* RoPE settings. transformers 5 writes rope_parameters {rope_type,
+ * rope_theta, factor, ...}; older files a rope_scaling object ({type |
+ * rope_type, factor, ...}) beside a top-level rope_theta. "default" is
+ * plain RoPE; "llama3" (Llama 3.1 / 3.2) rescales the frequencies, which
+ * the engine does (hfconfig_inv_freq); other scalings (linear, dynamic,
+ * yarn, longrope, ...) are refused rather than silently computed as plain
+ * RoPE. */
+static int cfg_rope(json_t *o, const char *w, model_config *c, ty_err *err)
+{
+    const char *key = "rope_parameters";
+    json_t *rp = json_object_get(o, key);
+    if (!rp || json_is_null(rp)) {
+        key = "rope_scaling";
+        rp = json_object_get(o, key);
+    }
+    if (!rp || json_is_null(rp)) return 0;
+    char field[64];
+    if (!json_is_object(rp)) return ty_err_field(err, TY_EINVAL, key, "%s: %s must be an object", w, key);
+    json_t *rt = json_object_get(rp, "rope_type");
+    if (!rt || json_is_null(rt)) rt = json_object_get(rp, "type");
+    snprintf(field, sizeof field, "%s.rope_type", key);
+    if (rt && !json_is_null(rt) && !json_is_string(rt))
+        return ty_err_field(err, TY_EINVAL, field, "%s: %s must be a string", w, field);
+    const char *type = json_is_string(rt) ? json_string_value(rt) : "default";
+    if (!strcmp(type, "llama3")) {
+        int rc;
+        json_t *om = json_object_get(rp, "original_max_position_embeddings");
+        snprintf(field, sizeof field, "%s.original_max_position_embeddings", key);
+        if (!json_is_integer(om) || json_integer_value(om) <= 0 || json_integer_value(om) > (1 << 30))
+            return ty_err_field(err, TY_EINVAL, field, "%s: %s must be a positive integer for rope_type llama3", w,
+                                field);
+        c->rope_orig_max = (int)json_integer_value(om);
+        if ((rc = rope_num(rp, key, "factor", w, &c->rope_factor, err)) ||
+            (rc = rope_num(rp, key, "low_freq_factor", w, &c->rope_low, err)) ||
+            (rc = rope_num(rp, key, "high_freq_factor", w, &c->rope_high, err)))
+            return rc;
+        if (!(c->rope_high > c->rope_low)) {
+            snprintf(field, sizeof field, "%s.high_freq_factor", key);
+            return ty_err_field(err, TY_EINVAL, field, "%s: %s must be greater than low_freq_factor", w, field);
+        }
+        c->rope_scaled = 1;
+    } else if (strcmp(type, "default")) {
+        return ty_err_field(err, TY_EINVAL, field,
+                            "%s: %s \"%s\" (RoPE scaling) is not supported (default and llama3 are)", w, field,
+                            ty_safe_word(type));
+    }
+    /* rope_parameters' theta counts when there is no top-level one. */
+    json_t *th = json_object_get(rp, "rope_theta");
+    if (th && !json_object_get(o, "rope_theta")) {
+        snprintf(field, sizeof field, "%s.rope_theta", key);
+        if (!json_is_number(th) || !(json_number_value(th) > 0))
+            return ty_err_field(err, TY_EINVAL, field, "%s: %s must be a positive number", w, field);
+        c->rope_theta = (float)json_number_value(th);
+    }
+    return 0;
+}
+
+void hfconfig_inv_freq(const model_config *c, float *out)
+{
+    int D = c->head_dim;
+    for (int i = 0; i < D / 2; i++) out[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)D);
+    if (!c->rope_scaled) return;
+    /* transformers' _compute_llama3_parameters, in fp32: wavelengths
+     * shorter than orig/high keep their frequency, longer than orig/low
+     * are divided by factor, and those between are blended smoothly. */
+    float orig = (float)c->rope_orig_max, lo_wl = orig / c->rope_low, hi_wl = orig / c->rope_high;
+    for (int i = 0; i < D / 2; i++) {
+        float f = out[i], wl = 2.0f * (float)M_PI / f;
+        float scaled = wl > lo_wl ? f / c->rope_factor : f;
+        if (!(wl < hi_wl) && !(wl > lo_wl)) {
+            float s = (orig / wl - c->rope_low) / (c->rope_high - c->rope_low);
+            scaled = (1.0f - s) * scaled / c->rope_factor + s * scaled;
+        }
+        out[i] = scaled;
+    }
+}
+
 static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c, ty_err *err)
 {
     /* transformers class defaults per model_type */
-    int is_mistral = !strcmp(type, "mistral"), is_qwen2 = !strcmp(type, "qwen2");
-    int d_vocab = is_qwen2 ? 151936 : 32000;
-    int d_ffn = is_mistral ? 14336 : is_qwen2 ? 22016 : 11008;
-    int d_maxpos = is_mistral ? 4096 * 32 : is_qwen2 ? 32768 : 2048;
+    int is_mistral = !strcmp(type, "mistral"), is_qwen2 = !strcmp(type, "qwen2"), is_qwen3 = !strcmp(type, "qwen3");
+    int qwen = is_qwen2 || is_qwen3;
+    int d_vocab = qwen ? 151936 : 32000;
+    int d_ffn = is_mistral ? 14336 : qwen ? 22016 : 11008;
+    int d_maxpos = is_mistral ? 4096 * 32 : qwen ? 32768 : 2048;
     int rc;
     if ((rc = cfg_int(o, "vocab_size", d_vocab, w, &c->vocab, err)) ||
         (rc = cfg_int(o, "hidden_size", 4096, w, &c->dim, err)) ||
@@ -105,34 +195,13 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
     if (c->dim % c->n_head)
         return ty_err_field(err, TY_EINVAL, "num_attention_heads", "%s: hidden_size %d is not divisible by num_attention_heads %d",
                             w, c->dim, c->n_head);
-    if ((rc = cfg_int(o, "head_dim", c->dim / c->n_head, w, &c->head_dim, err))) return rc;
+    /* Qwen3Config's head_dim defaults to 128, not hidden / heads. */
+    if ((rc = cfg_int(o, "head_dim", is_qwen3 ? 128 : c->dim / c->n_head, w, &c->head_dim, err))) return rc;
+    c->qk_norm = is_qwen3;
     json_t *act = json_object_get(o, "hidden_act");
     if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
         return ty_err_field(err, TY_EINVAL, "hidden_act", "%s: hidden_act must be silu", w);
-    json_t *rs = json_object_get(o, "rope_scaling");
-    if (rs && !json_is_null(rs))
-        return ty_err_field(err, TY_EINVAL, "rope_scaling", "%s: rope_scaling is not supported", w);
-    /* transformers 5 writes the RoPE settings as rope_parameters {rope_type,
-     * rope_theta, ...}: its theta counts when there is no top-level one, and
-     * a rope_type other than "default" (llama3, yarn, linear, ...) is a
-     * scaling the engine does not do. */
-    json_t *rp = json_object_get(o, "rope_parameters");
-    if (rp && !json_is_null(rp)) {
-        if (!json_is_object(rp))
-            return ty_err_field(err, TY_EINVAL, "rope_parameters", "%s: rope_parameters must be an object", w);
-        json_t *rt = json_object_get(rp, "rope_type");
-        if (rt && !json_is_null(rt) && (!json_is_string(rt) || strcmp(json_string_value(rt), "default")))
-            return ty_err_field(err, TY_EINVAL, "rope_parameters.rope_type",
-                                "%s: rope_parameters.rope_type \"%s\" (RoPE scaling) is not supported", w,
-                                json_is_string(rt) ? json_string_value(rt) : "?");
-        json_t *th = json_object_get(rp, "rope_theta");
-        if (th && !json_object_get(o, "rope_theta")) {
-            if (!json_is_number(th) || !(json_number_value(th) > 0))
-                return ty_err_field(err, TY_EINVAL, "rope_parameters.rope_theta",
-                                    "%s: rope_parameters.rope_theta must be a positive number", w);
-            c->rope_theta = (float)json_number_value(th);
-        }
-    }
+    if ((rc = cfg_rope(o, w, c, err))) return rc;
     int flag = 0;
     if (is_qwen2) {
         c->qkv_bias = 1;
@@ -145,9 +214,9 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
     /* Mistral's sliding window (and Qwen2's when use_sliding_window) limits
      * attention; the engine checks it against seq_len at start-up. */
     c->sliding_window = 0;
-    int use_sw = !is_qwen2;
-    if (is_qwen2 && (rc = cfg_bool(o, "use_sliding_window", 0, w, &use_sw, err))) return rc;
-    if (use_sw && (is_mistral || is_qwen2)) {
+    int use_sw = !qwen;
+    if (qwen && (rc = cfg_bool(o, "use_sliding_window", 0, w, &use_sw, err))) return rc;
+    if (use_sw && (is_mistral || qwen)) {
         json_t *sw = json_object_get(o, "sliding_window");
         if (!sw && is_mistral) c->sliding_window = 4096;
         else if (json_is_integer(sw) && json_integer_value(sw) > 0) c->sliding_window = (int)json_integer_value(sw);
@@ -162,15 +231,16 @@ int hfconfig_parse(json_t *obj, const char *where, model_config *out, ty_err *er
     if (!json_is_object(obj)) return ty_err_set(err, TY_EINVAL, "%s: not a JSON object", where);
     json_t *mt = json_object_get(obj, "model_type");
     if (!json_is_string(mt))
-        return ty_err_field(err, TY_EINVAL, "model_type", "%s: model_type missing (gpt2, llama, mistral or qwen2)", where);
+        return ty_err_field(err, TY_EINVAL, "model_type", "%s: model_type missing (gpt2, llama, mistral, qwen2 or qwen3)",
+                            where);
     const char *type = json_string_value(mt);
     int rc;
     if (!strcmp(type, "gpt2")) rc = cfg_gpt2(obj, where, out, err);
-    else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2"))
+    else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2") || !strcmp(type, "qwen3"))
         rc = cfg_llama(obj, where, type, out, err);
     else
         return ty_err_field(err, TY_EINVAL, "model_type",
-                            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2)", where,
+                            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2, qwen3)", where,
                             ty_safe_word(type));
     if (rc) return rc;
     snprintf(out->model_type, sizeof out->model_type, "%s", type);
@@ -214,6 +284,7 @@ uint64_t hfconfig_param_count(const model_config *c)
         double layer = C + QD * C + 2 * KD * C + C * QD + C + 3 * F * C;
         if (c->qkv_bias) layer += QD + 2 * KD;
         if (c->o_bias) layer += C;
+        if (c->qk_norm) layer += 2.0 * c->head_dim;
         n = V * C + L * layer + C;
     }
     if (!c->tied) n += V * C;
@@ -228,6 +299,7 @@ json_t *hfconfig_export_as(const model_config *c, const char *torch_dtype)
     const char *arch = c->arch == ARCH_GPT2 ? "GPT2LMHeadModel"
                        : !strcmp(c->model_type, "mistral") ? "MistralForCausalLM"
                        : !strcmp(c->model_type, "qwen2")   ? "Qwen2ForCausalLM"
+                       : !strcmp(c->model_type, "qwen3")   ? "Qwen3ForCausalLM"
                                                            : "LlamaForCausalLM";
     if (!json_object_get(o, "architectures")) json_object_set_new(o, "architectures", json_pack("[s]", arch));
     json_object_set_new(o, "torch_dtype", json_string(torch_dtype));

@@ -1,11 +1,12 @@
 /* hfconfig.h — the model architecture, read from a Hugging Face config.json.
  *
  * Two families: GPT-2 (model_type "gpt2") and Llama ("llama", "mistral",
- * "qwen2"). Missing fields take the transformers class defaults, so a short
+ * "qwen2", "qwen3" — Qwen3 adds an RMSNorm over each head's q and k before
+ * RoPE, `qk_norm`). Missing fields take the transformers class defaults, so a short
  * `model.init` object in a job spec describes a model the same way
  * `GPT2Config(...)` / `LlamaConfig(...)` would. Settings the engine cannot
- * reproduce exactly (rope_scaling, other activations, sliding windows that
- * bite) are errors rather than silently different numerics. */
+ * reproduce exactly (RoPE scalings other than Llama 3's, other activations,
+ * sliding windows that bite) are errors rather than silently different numerics. */
 #ifndef TY_HFCONFIG_H
 #define TY_HFCONFIG_H
 
@@ -17,7 +18,7 @@ typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA } model_arch;
 
 typedef struct model_config {
     model_arch arch;
-    char model_type[16];   /* "gpt2" | "llama" | "mistral" | "qwen2" */
+    char model_type[16];   /* "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" */
     int vocab;             /* vocab_size */
     int dim;               /* n_embd / hidden_size */
     int n_layer;
@@ -33,6 +34,13 @@ typedef struct model_config {
     int tied;              /* tie_word_embeddings */
     int qkv_bias;          /* qwen2, or llama attention_bias */
     int o_bias;            /* llama attention_bias */
+    int qk_norm;           /* qwen3: q_norm / k_norm RMSNorm [head_dim] per head */
+    /* RoPE scaling (rope_parameters / rope_scaling): 0 none, 1 "llama3"
+     * (Llama 3.1 / 3.2) with its factor, low/high_freq_factor and
+     * original_max_position_embeddings. */
+    int rope_scaled;
+    float rope_factor, rope_low, rope_high;
+    int rope_orig_max;
     json_t *raw;           /* the object it was read from (owned ref), for export */
 } model_config;
 
@@ -50,6 +58,10 @@ uint64_t hfconfig_param_count(const model_config *c);
 json_t *hfconfig_export(const model_config *c);
 /* The same with torch_dtype set to the given name ("bfloat16", ...). */
 json_t *hfconfig_export_as(const model_config *c, const char *torch_dtype);
+/* RoPE's inverse frequencies, head_dim/2 of them, as transformers computes
+ * them in fp32 (1 / theta^(2i/D), then Llama 3's rescaling when
+ * rope_scaled). */
+void hfconfig_inv_freq(const model_config *c, float *out);
 void hfconfig_free(model_config *c);
 
 #endif

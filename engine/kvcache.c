@@ -41,11 +41,12 @@ int kv_create(kv_cache *c, model *m, int cap, int nmax, ty_err *err)
     A(act, N * F);
     A(logits, V);
     A(probs, (size_t)g->n_head * cap);
+    A(qk_rstd, N * g->n_head);
     A(ids, N);
     A(pos, N);
 #undef A
     if (!c->k || !c->v || !c->x || !c->h || !c->mean || !c->rstd || !c->q || !c->kk || !c->vv || !c->att ||
-        !c->tmp || !c->fc || !c->up || !c->act || !c->logits || !c->probs || !c->ids || !c->pos) {
+        !c->tmp || !c->fc || !c->up || !c->act || !c->logits || !c->probs || !c->qk_rstd || !c->ids || !c->pos) {
         kv_free(c);
         return ty_err_set(err, TY_ENOMEM, "out of memory for a kv cache of %d positions", cap);
     }
@@ -57,7 +58,7 @@ void kv_free(kv_cache *c)
     if (!c->m) return;
     kn_ctx *k = c->m->kn;
     void *ps[] = {c->k, c->v, c->x, c->h, c->mean, c->rstd, c->q, c->kk, c->vv, c->att, c->tmp,
-                  c->fc, c->up, c->act, c->logits, c->probs, c->ids, c->pos};
+                  c->fc, c->up, c->act, c->logits, c->probs, c->qk_rstd, c->ids, c->pos};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
         kn_free(k, ps[i]);
     memset(c, 0, sizeof *c);
@@ -158,11 +159,19 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
             ldq = 3 * C;
         } else {
             kn_rmsnorm_fwd(k, c->h, c->rstd, c->x, PW(m, L->ln1_w), n, C, g->norm_eps);
-            kn_matmul_fwd(k, c->q, c->h, PW(m, L->q_w), PW(m, L->q_b), n, C, QD);
-            kn_matmul_fwd(k, Kc, c->h, PW(m, L->k_w), PW(m, L->k_b), n, C, KD);
+            if (g->qk_norm) {
+                /* Qwen3: per-head RMSNorm of q and k (from scratch rows) before RoPE */
+                kn_matmul_fwd(k, c->att, c->h, PW(m, L->q_w), PW(m, L->q_b), n, C, QD);
+                kn_matmul_fwd(k, c->kk, c->h, PW(m, L->k_w), PW(m, L->k_b), n, C, KD);
+                kn_rmsnorm_fwd(k, c->q, c->qk_rstd, c->att, PW(m, L->qn_w), n * Hq, D, g->norm_eps);
+                kn_rmsnorm_fwd(k, Kc, c->qk_rstd, c->kk, PW(m, L->kn_w), n * Hkv, D, g->norm_eps);
+            } else {
+                kn_matmul_fwd(k, c->q, c->h, PW(m, L->q_w), PW(m, L->q_b), n, C, QD);
+                kn_matmul_fwd(k, Kc, c->h, PW(m, L->k_w), PW(m, L->k_b), n, C, KD);
+            }
             kn_matmul_fwd(k, Vc, c->h, PW(m, L->v_w), PW(m, L->v_b), n, C, KD);
-            kn_rope_fwd(k, c->q, 1, n, Hq, D, QD, g->rope_theta, p0);
-            kn_rope_fwd(k, Kc, 1, n, Hkv, D, KD, g->rope_theta, p0);
+            model_rope(m, c->q, 1, n, Hq, QD, p0, 0);
+            model_rope(m, Kc, 1, n, Hkv, KD, p0, 0);
             q = c->q;
             ldq = QD;
         }

@@ -27,6 +27,7 @@ typedef struct kv_cache {
     float *k, *v;      /* [n_layer][cap][Hkv * D] */
     /* scratch for nmax rows */
     float *x, *h, *mean, *rstd, *q, *kk, *vv, *att, *tmp, *fc, *up, *act, *logits, *probs;
+    float *qk_rstd; /* qk_norm: [nmax * n_head] */
     int32_t *ids, *pos;
 } kv_cache;
 

@@ -118,6 +118,10 @@ static void build_llama(model *m, table_builder *tb)
         if (c->qkv_bias) ADD(v_b, "self_attn.v_proj.bias", KD, 0, INIT_ZEROS, 0);
         ADD(o_w, "self_attn.o_proj.weight", C, QD, INIT_NORMAL, rstd);
         if (c->o_bias) ADD(o_b, "self_attn.o_proj.bias", C, 0, INIT_ZEROS, 0);
+        if (c->qk_norm) {
+            ADD(qn_w, "self_attn.q_norm.weight", c->head_dim, 0, INIT_ONES, 0);
+            ADD(kn_w, "self_attn.k_norm.weight", c->head_dim, 0, INIT_ONES, 0);
+        }
         ADD(ln2_w, "post_attention_layernorm.weight", C, 0, INIT_ONES, 0);
         ADD(fc_w, "mlp.gate_proj.weight", F, C, INIT_NORMAL, std);
         ADD(up_w, "mlp.up_proj.weight", F, C, INIT_NORMAL, std);
@@ -288,6 +292,18 @@ int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err 
     size_t total = tb.off, real = 0;
     for (int i = 0; i < m->nt; i++) real += m->t[i].numel;
     m->n_params = real;
+    if (m->cfg.rope_scaled) {
+        int half = m->cfg.head_dim / 2;
+        float *h = malloc((size_t)half * sizeof *h);
+        m->inv_freq = kn_alloc(kn, (size_t)half * sizeof(float));
+        if (!h || !m->inv_freq) {
+            free(h);
+            return ty_err_set(err, TY_ENOMEM, "out of memory for RoPE frequencies");
+        }
+        hfconfig_inv_freq(&m->cfg, h);
+        kn_to_device(kn, m->inv_freq, h, (size_t)half * sizeof(float));
+        free(h);
+    }
     size_t bytes = total * sizeof(float);
     m->frozen = frozen;
     m->params = kn_alloc(kn, bytes);
@@ -320,6 +336,7 @@ void model_free(model *m)
         kn_free(m->kn, m->ids);
         kn_free(m->kn, m->targets);
         kn_free(m->kn, m->pos);
+        kn_free(m->kn, m->inv_freq);
     }
     free(m->t);
     free(m->L);
@@ -331,6 +348,18 @@ void model_free(model *m)
     free(m->res3_stash);
     hfconfig_free(&m->cfg);
     memset(m, 0, sizeof *m);
+}
+
+void model_rope(model *m, float *x, int B, int T, int H, int ld, int pos_offset, int bwd)
+{
+    int D = m->cfg.head_dim;
+    if (m->inv_freq) {
+        if (bwd) kn_rope_freq_bwd(m->kn, x, B, T, H, D, ld, m->inv_freq, pos_offset);
+        else kn_rope_freq_fwd(m->kn, x, B, T, H, D, ld, m->inv_freq, pos_offset);
+    } else {
+        if (bwd) kn_rope_bwd(m->kn, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
+        else kn_rope_fwd(m->kn, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
+    }
 }
 
 void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n)
@@ -739,6 +768,13 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
                 BIG(k, keep_attn, N * KD);
                 BIG(v, keep_attn, N * KD);
             }
+            a->qr = a->kr = a->qn_rstd = a->kn_rstd = NULL;
+            if (c->qk_norm) {
+                BIG(qr, keep_attn, N * QD);
+                BIG(kr, keep_attn, N * KD);
+                KEEP(qn_rstd, keep_attn, N * c->n_head);
+                KEEP(kn_rstd, keep_attn, N * c->n_kv_head);
+            }
             KEEP(lse, keep_attn, LSE);
             BIG(atty, keep_attn, N * QD);
             BIG(res2, keep_attn, N * C);
@@ -776,6 +812,8 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
         m->dact = TAKE(N * F);
         m->dfc = TAKE(N * F);
         m->dup = gpt2 ? NULL : TAKE(N * F);
+        m->dqr = c->qk_norm ? TAKE(N * QD) : NULL;
+        m->dkr = c->qk_norm ? TAKE(N * KD) : NULL;
 #undef TAKE
 #undef STASH
         if (pass == 0) {
@@ -898,17 +936,25 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
         kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, W(m, L->ln1_w), N, C, c->norm_eps);
         RND(a->ln1, (size_t)N * C);
-        mm_fwd(m, a->q, a->ln1, L->q_w, L->q_b, N, C, QD);
-        if (m->lora) lora_fwd(m->lora, l, LS_Q, a->q, a->ln1, N);
-        RND(a->q, (size_t)N * QD);
-        mm_fwd(m, a->k, a->ln1, L->k_w, L->k_b, N, C, KD);
-        if (m->lora) lora_fwd(m->lora, l, LS_K, a->k, a->ln1, N);
-        RND(a->k, (size_t)N * KD);
+        float *qo = c->qk_norm ? a->qr : a->q, *ko = c->qk_norm ? a->kr : a->k;
+        mm_fwd(m, qo, a->ln1, L->q_w, L->q_b, N, C, QD);
+        if (m->lora) lora_fwd(m->lora, l, LS_Q, qo, a->ln1, N);
+        RND(qo, (size_t)N * QD);
+        mm_fwd(m, ko, a->ln1, L->k_w, L->k_b, N, C, KD);
+        if (m->lora) lora_fwd(m->lora, l, LS_K, ko, a->ln1, N);
+        RND(ko, (size_t)N * KD);
         mm_fwd(m, a->v, a->ln1, L->v_w, L->v_b, N, C, KD);
         if (m->lora) lora_fwd(m->lora, l, LS_V, a->v, a->ln1, N);
         RND(a->v, (size_t)N * KD);
-        kn_rope_fwd(k, a->q, B, T, Hq, D, QD, c->rope_theta, 0);
-        kn_rope_fwd(k, a->k, B, T, Hkv, D, KD, c->rope_theta, 0);
+        if (c->qk_norm) {
+            /* Qwen3: q[N*Hq, D] = rmsnorm(qr) per head (k likewise), before RoPE */
+            kn_rmsnorm_fwd(k, a->q, a->qn_rstd, a->qr, W(m, L->qn_w), N * Hq, D, c->norm_eps);
+            kn_rmsnorm_fwd(k, a->k, a->kn_rstd, a->kr, W(m, L->kn_w), N * Hkv, D, c->norm_eps);
+            RND(a->q, (size_t)N * QD);
+            RND(a->k, (size_t)N * KD);
+        }
+        model_rope(m, a->q, B, T, Hq, QD, 0, 0);
+        model_rope(m, a->k, B, T, Hkv, KD, 0, 0);
         RND(a->q, (size_t)N * QD);
         RND(a->k, (size_t)N * KD);
         kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
@@ -1076,14 +1122,26 @@ static void backward_from_logits(model *m, int B, int T)
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
             RND(m->dv, (size_t)N * KD);
-            kn_rope_bwd(k, m->dq, B, T, Hq, D, QD, c->rope_theta, 0);
-            kn_rope_bwd(k, m->dk, B, T, Hkv, D, KD, c->rope_theta, 0);
+            model_rope(m, m->dq, B, T, Hq, QD, 0, 1);
+            model_rope(m, m->dk, B, T, Hkv, KD, 0, 1);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
-            mm_bwd(m, m->dln, G(m, L->q_w), G(m, L->q_b), m->dq, a->ln1, L->q_w, N, C, QD);
-            if (m->lora) lora_bwd(m->lora, l, LS_Q, m->dln, m->dq, a->ln1, N);
-            mm_bwd(m, m->dln, G(m, L->k_w), G(m, L->k_b), m->dk, a->ln1, L->k_w, N, C, KD);
-            if (m->lora) lora_bwd(m->lora, l, LS_K, m->dln, m->dk, a->ln1, N);
+            float *dqo = m->dq, *dko = m->dk;
+            if (c->qk_norm) {
+                /* through Qwen3's per-head norms: dqr, dkr; dW of q_norm, k_norm */
+                kn_zero(k, m->dqr, (size_t)N * QD);
+                kn_zero(k, m->dkr, (size_t)N * KD);
+                kn_rmsnorm_bwd(k, m->dqr, G(m, L->qn_w), m->dq, a->qr, W(m, L->qn_w), a->qn_rstd, N * Hq, D);
+                kn_rmsnorm_bwd(k, m->dkr, G(m, L->kn_w), m->dk, a->kr, W(m, L->kn_w), a->kn_rstd, N * Hkv, D);
+                RND(m->dqr, (size_t)N * QD);
+                RND(m->dkr, (size_t)N * KD);
+                dqo = m->dqr;
+                dko = m->dkr;
+            }
+            mm_bwd(m, m->dln, G(m, L->q_w), G(m, L->q_b), dqo, a->ln1, L->q_w, N, C, QD);
+            if (m->lora) lora_bwd(m->lora, l, LS_Q, m->dln, dqo, a->ln1, N);
+            mm_bwd(m, m->dln, G(m, L->k_w), G(m, L->k_b), dko, a->ln1, L->k_w, N, C, KD);
+            if (m->lora) lora_bwd(m->lora, l, LS_K, m->dln, dko, a->ln1, N);
             mm_bwd(m, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, L->v_w, N, C, KD);
             if (m->lora) lora_bwd(m->lora, l, LS_V, m->dln, m->dv, a->ln1, N);
             RND(m->dln, NC);

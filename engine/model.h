@@ -43,9 +43,10 @@ typedef struct model_tensor {
 
 /* Per-layer tensor indices into the table; -1 where a family lacks one.
  * GPT-2: attn = c_attn (fused qkv), o = attn.c_proj, fc = mlp.c_fc,
- * proj = mlp.c_proj. Llama: q, k, v, o, gate, up, proj = down_proj. */
+ * proj = mlp.c_proj. Llama: q, k, v, o, gate, up, proj = down_proj; qn, kn =
+ * Qwen3's q_norm / k_norm. */
 typedef struct layer_ix {
-    int ln1_w, ln1_b, attn_w, attn_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;
+    int ln1_w, ln1_b, attn_w, attn_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, qn_w, kn_w;
     int ln2_w, ln2_b, fc_w, fc_b, up_w, proj_w, proj_b;
 } layer_ix;
 
@@ -53,6 +54,8 @@ typedef struct layer_ix {
 typedef struct layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd;
     float *q, *k, *v;       /* GPT-2: views into the fused qkv rows */
+    float *qr, *kr;         /* qk_norm: q, k before their per-head RMSNorm */
+    float *qn_rstd, *kn_rstd; /* qk_norm: one rstd per (row, head) */
     float *lse, *atty;      /* attention: log-sum-exp per (b, head, row), output */
     float *res2, *ln2, *ln2_mean, *ln2_rstd;
     float *fc, *up, *act;   /* GPT-2: fc, -, gelu(fc); Llama: gate, up, swiglu */
@@ -107,12 +110,17 @@ typedef struct model {
     float *encoded, *lnf, *lnf_mean, *lnf_rstd, *losses, *tmp;
     void *logits;         /* [N, V] in dt: fp32, or 16-bit with 16-bit storage */
     float *dres, *dln, *datty, *dq, *dk, *dv, *dact, *dfc, *dup;
+    float *dqr, *dkr;     /* qk_norm: d(q, k before the norm) */
     int32_t *ids, *targets, *pos; /* kn_alloc'd, B*T each */
 
     /* LoRA (lora.h): the base weights are frozen, so grads, m and v are not
      * allocated (NULL), and the adapters hook into every targeted matmul. */
     int frozen;
     struct lora *lora;    /* borrowed; NULL for full fine-tuning */
+
+    /* RoPE's inverse frequencies [head_dim/2] when they are not plain
+     * theta's (Llama 3's scaling, cfg.rope_scaled); NULL otherwise. */
+    float *inv_freq;
 } model;
 
 /* Builds the tensor table for cfg and allocates the parameter, gradient and
@@ -174,6 +182,10 @@ double model_forward(model *m, const int32_t *inputs, const int32_t *targets, in
  * optimizer step), and the backward, adding into m->grads (or the
  * adapters'). Returns the loss SUM as model_forward does. */
 double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale);
+
+/* RoPE on x [B, T, H, head_dim] (row stride ld) at positions pos_offset..,
+ * forward or (bwd = 1) its transpose: plain theta or cfg's scaling. */
+void model_rope(model *m, float *x, int B, int T, int H, int ld, int pos_offset, int bwd);
 
 /* The HF name with the family prefix as transformers saves it. */
 void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n);

@@ -137,6 +137,10 @@ KN_OPS(KN_PROTO)
  *   theta_i = pos * base^(-2i/D), pos = t + pos_offset,
  *     x[i] = x[i] cos - x[i + D/2] sin;  x[i + D/2] = x[i + D/2] cos + x[i] sin.
  * kn_rope_bwd: the transpose (rotation by -theta), in place on the gradient.
+ * kn_rope_freq_fwd / _bwd: the same with the inverse frequencies given,
+ *   theta_i = pos * inv_freq[i] (inv_freq: D/2 floats on the device), for
+ *   scaled RoPE whose frequencies are not base^(-2i/D) (Llama 3's
+ *   rope_type "llama3"); the caller computes them once.
  *
  * kn_attention_fwd: causal scaled-dot-product attention with grouped-query
  *   heads. q: [B, T, Hq, D] with row stride ldq; k, v: [B, T, Hkv, D] with

@@ -64,6 +64,10 @@
       int pos_offset), (c, x, B, T, H, D, ld, base, pos_offset))                                   \
     X(void, rope_bwd, (kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,       \
       int pos_offset), (c, dx, B, T, H, D, ld, base, pos_offset))                                  \
+    X(void, rope_freq_fwd, (kn_ctx *c, float *x, int B, int T, int H, int D, int ld,               \
+      const float *inv_freq, int pos_offset), (c, x, B, T, H, D, ld, inv_freq, pos_offset))        \
+    X(void, rope_freq_bwd, (kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,              \
+      const float *inv_freq, int pos_offset), (c, dx, B, T, H, D, ld, inv_freq, pos_offset))       \
     X(void, attention_fwd, (kn_ctx *c, float *out, float *lse, const float *q, const float *k,     \
       const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),                    \
       (c, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                                         \

@@ -122,6 +122,44 @@ void cpu_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, floa
     rope_apply(c, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
 }
 
+/* Given inverse frequencies (scaled RoPE): the angle pos * inv_freq[i] in
+ * fp32 as Hugging Face computes it, cos/sin per (row, i), shared by the
+ * heads. No table: the frequencies are the caller's, so a cache would need
+ * their contents as its key. */
+static void rope_freq_apply(kn_ctx *c, float *x, int B, int T, int H, int D, int ld,
+                            const float *inv, int pos_offset, float dir)
+{
+    int half = D / 2;
+    if (B <= 0 || T <= 0 || H <= 0 || half <= 0)
+        return;
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
+    for (int bt = 0; bt < B * T; bt++) {
+        float pos = (float)(bt % T + pos_offset);
+        for (int i = 0; i < half; i++) {
+            float ang = pos * inv[i];
+            float co = cosf(ang), si = dir * sinf(ang);
+            for (int h = 0; h < H; h++) {
+                float *r = x + (size_t)bt * ld + (size_t)h * D;
+                float a = r[i], b = r[i + half];
+                r[i] = a * co - b * si;
+                r[i + half] = b * co + a * si;
+            }
+        }
+    }
+}
+
+void cpu_rope_freq_fwd(kn_ctx *c, float *x, int B, int T, int H, int D, int ld,
+                       const float *inv_freq, int pos_offset)
+{
+    rope_freq_apply(c, x, B, T, H, D, ld, inv_freq, pos_offset, 1.0f);
+}
+
+void cpu_rope_freq_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,
+                       const float *inv_freq, int pos_offset)
+{
+    rope_freq_apply(c, dx, B, T, H, D, ld, inv_freq, pos_offset, -1.0f);
+}
+
 /* ---- attention -------------------------------------------------------- */
 
 /* Query rows per block (forward and backward) and key columns per tile

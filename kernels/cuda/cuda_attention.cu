@@ -65,6 +65,48 @@ void cuda_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, flo
     rope(c, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
 }
 
+/* Scaled RoPE: the inverse frequencies come from the caller (device array
+ * of D/2), angle = pos * inv_freq[i] in fp32 as on the CPU. */
+__global__ void k_rope_freq(float *x, const float *inv_freq, int T, int H, int D, int ld,
+                            int pos_offset, float dir, size_t total)
+{
+    int half = D / 2;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(e % half);
+        size_t rest = e / half;
+        int h = (int)(rest % H);
+        size_t bt = rest / H;
+        float pos = (float)((int)(bt % T) + pos_offset);
+        float ang = pos * inv_freq[i];
+        float co = cosf(ang), si = dir * sinf(ang);
+        float *r = x + bt * ld + (size_t)h * D;
+        float a = r[i], b = r[i + half];
+        r[i] = a * co - b * si;
+        r[i + half] = b * co + a * si;
+    }
+}
+
+static void rope_freq(kn_ctx *c, float *x, int B, int T, int H, int D, int ld,
+                      const float *inv_freq, int pos_offset, float dir)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || D < 2)
+        return;
+    size_t total = (size_t)B * T * H * (D / 2);
+    KN_LAUNCH(k_rope_freq, kn_blocks(total, 256), 256, 0, c, x, inv_freq, T, H, D, ld,
+              pos_offset, dir, total);
+}
+void cuda_rope_freq_fwd(kn_ctx *c, float *x, int B, int T, int H, int D, int ld,
+                        const float *inv_freq, int pos_offset)
+{
+    rope_freq(c, x, B, T, H, D, ld, inv_freq, pos_offset, 1.0f);
+}
+void cuda_rope_freq_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,
+                        const float *inv_freq, int pos_offset)
+{
+    rope_freq(c, dx, B, T, H, D, ld, inv_freq, pos_offset, -1.0f);
+}
+
 /* ---- attention ------------------------------------------------------------ */
 
 #define ATT_BR 32 /* query rows per block (one per thread) */

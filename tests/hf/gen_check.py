@@ -21,11 +21,9 @@ import sys
 
 import peft
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import corpus  # noqa: E402
-from hfcommon import engine_json, fail, load_model, make_model  # noqa: E402
+from hfcommon import engine_json, fail, load_model, make_model, make_text_model  # noqa: E402
 
 NEW = 24
 torch.set_num_threads(1)
@@ -68,7 +66,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     g = torch.Generator().manual_seed(9)
-    for arch in ["gpt2", "llama", "mistral", "qwen2"]:
+    for arch in ["gpt2", "llama", "mistral", "qwen2", "qwen3", "llama3"]:
         d = os.path.join(work, arch)
         make_model(arch, d, seed=11)
         m = load_model(d)
@@ -97,16 +95,7 @@ def main():
 
     print("text prompt, stop strings, sampling", flush=True)
     d = os.path.join(work, "gpt2-text")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus.corpus(seed=4, n_random=100, n_sentences=400),
-                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"], show_progress=False,
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    make_model("gpt2", d, seed=12, vocab=tok.get_vocab_size())
-    tok.save(os.path.join(d, "tokenizer.json"))
-    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
-        json.dump({"eos_token": "<|endoftext|>", "bos_token": "<|endoftext|>"}, f)
+    tok = make_text_model(d, seed=12)
     m = load_model(d)
     m.config.eos_token_id = tok.token_to_id("<|endoftext|>")
     text = "The model learning rate is"

@@ -31,12 +31,30 @@ def tiny_config(arch, vocab=97):
         # rope_parameters, which the engine must read.
         return transformers.LlamaConfig(num_key_value_heads=2, tie_word_embeddings=False,
                                         rope_theta=500000.0, **kw)
+    if arch == "llama3":
+        # Llama 3.1 / 3.2: rope_type llama3 and a tied head (3.2). With
+        # head_dim 8, theta 10000 and original_max_position_embeddings 64
+        # the four wavelengths (6, 63, 628, 6283) fall in each of the
+        # scaling's three bands: kept, blended, divided by factor.
+        return transformers.LlamaConfig(num_key_value_heads=2, tie_word_embeddings=True, rope_theta=10000.0,
+                                        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                      "high_freq_factor": 4.0,
+                                                      "original_max_position_embeddings": 64}, **kw)
     if arch == "mistral":
         return transformers.MistralConfig(num_key_value_heads=1, tie_word_embeddings=False,
                                           sliding_window=None, **kw)
     if arch == "qwen2":
         return transformers.Qwen2Config(num_key_value_heads=2, tie_word_embeddings=True, **kw)
+    if arch == "qwen3":
+        # head_dim 16 with hidden 32 and 4 heads: q/o are 64 wide, not the
+        # hidden size (Qwen3 sets head_dim on its own).
+        return transformers.Qwen3Config(num_key_value_heads=2, head_dim=16, tie_word_embeddings=False, **kw)
     raise ValueError(arch)
+
+
+# Families added with issue 14 item 4: their norm weights are drawn too
+# (1 + noise) so a norm weight read wrongly changes the logits.
+NEW_FAMILIES = ("qwen3", "llama3")
 
 
 def make_model(arch, path, seed=7, vocab=97):
@@ -51,8 +69,30 @@ def make_model(arch, path, seed=7, vocab=97):
                 p.normal_(0, 0.08)
             elif "bias" in n:
                 p.normal_(0, 0.02)
+            elif arch in NEW_FAMILIES:
+                p.normal_(1.0, 0.1)
     model.save_pretrained(path)
     return model
+
+
+def make_text_model(path, seed):
+    """A tiny random GPT-2 with a byte-level BPE tokenizer.json that the
+    `tokenizers` library trains (always on the same corpus, so the same
+    tokenizer): for the tests that need a text prompt. `seed` draws the
+    weights. Returns the tokenizer."""
+    import corpus
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus.corpus(seed=4, n_random=100, n_sentences=400),
+                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"], show_progress=False,
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    make_model("gpt2", path, seed=seed, vocab=tok.get_vocab_size())
+    tok.save(os.path.join(path, "tokenizer.json"))
+    write_json(os.path.join(path, "tokenizer_config.json"),
+               {"eos_token": "<|endoftext|>", "bos_token": "<|endoftext|>"})
+    return tok
 
 
 def load_model(path):

@@ -25,7 +25,6 @@ import sys
 
 import peft
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -34,7 +33,7 @@ trainyard, engine, work = sys.argv[1:4]
 os.environ["TY_BIN"], os.environ["TY_FAKE_ENGINE"] = trainyard, engine  # the harness's names
 import corpus  # noqa: E402
 import tyharness  # noqa: E402
-from hfcommon import fail, load_model, make_model  # noqa: E402
+from hfcommon import fail, load_model, make_text_model  # noqa: E402
 
 torch.set_num_threads(1)
 PROMPT = "The model learning rate is"
@@ -53,16 +52,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     base = os.path.join(work, "base")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus.corpus(seed=4, n_random=100, n_sentences=400),
-                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"], show_progress=False,
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    make_model("gpt2", base, seed=21, vocab=tok.get_vocab_size())
-    tok.save(os.path.join(base, "tokenizer.json"))
-    with open(os.path.join(base, "tokenizer_config.json"), "w") as f:
-        json.dump({"eos_token": "<|endoftext|>", "bos_token": "<|endoftext|>"}, f)
+    tok = make_text_model(base, seed=21)
     eos = tok.token_to_id("<|endoftext|>")
     data = os.path.join(work, "train.jsonl")
     with open(data, "w") as f:

@@ -24,12 +24,22 @@ SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_atte
 CASES = [
     # (name, config, wanted field, words the message must hold)
     ("gemma2", transformers.Gemma2Config(head_dim=8, **SMALL), "model.path:config.json.model_type", "gemma2"),
-    ("qwen3", transformers.Qwen3Config(head_dim=8, **SMALL), "model.path:config.json.model_type", "qwen3"),
     ("phi3", transformers.Phi3Config(**SMALL), "model.path:config.json.model_type", "phi3"),
-    ("llama31", transformers.LlamaConfig(rope_scaling={"rope_type": "llama3", "factor": 8.0,
-                                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                                       "original_max_position_embeddings": 8192}, **SMALL),
-     "model.path:config.json.rope_parameters.rope_type", "llama3"),
+    ("llama-linear", transformers.LlamaConfig(rope_scaling={"rope_type": "linear", "factor": 2.0}, **SMALL),
+     "model.path:config.json.rope_parameters.rope_type", "linear"),
+    ("llama31-nofactor", transformers.LlamaConfig(rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                                                "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+                                                                "original_max_position_embeddings": 8192}, **SMALL),
+     "model.path:config.json.rope_parameters.high_freq_factor", "greater than low_freq_factor"),
+]
+
+# Configs of the supported families, accepted.
+ACCEPTED = [
+    ("llama", transformers.LlamaConfig(**SMALL)),
+    ("qwen3", transformers.Qwen3Config(head_dim=8, **SMALL)),
+    ("llama31", transformers.LlamaConfig(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                       "high_freq_factor": 4.0,
+                                                       "original_max_position_embeddings": 8192}, **SMALL)),
 ]
 
 
@@ -54,12 +64,13 @@ def main():
             if r.status != 400 or err.get("field") != field or word not in err.get("message", ""):
                 fail(f"{name}: {r.status} {r.body[:300]!r}; wanted 400 naming {field} and {word!r}")
             print(f"  {name}: 400 {field}: {err['message']}")
-        d = os.path.join(work, "llama")
-        transformers.LlamaConfig(**SMALL).save_pretrained(d)
-        r = srv.post("/jobs", spec(d))
-        if r.status != 201:
-            fail(f"a supported llama config: {r.status} {r.body[:300]!r}")
-        print("  llama: 201")
+        for name, cfg in ACCEPTED:
+            d = os.path.join(work, name)
+            cfg.save_pretrained(d)
+            r = srv.post("/jobs", spec(d))
+            if r.status != 201:
+                fail(f"a supported {name} config: {r.status} {r.body[:300]!r}")
+            print(f"  {name}: 201")
     finally:
         srv.stop()
     print("unsupported families are refused at submit")

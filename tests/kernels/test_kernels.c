@@ -595,6 +595,7 @@ static void test_matmul(void)
 typedef struct {
     int B, T, H, D, ld, off;
     double base;
+    const float *inv; /* kn_rope_freq's inverse frequencies; NULL: base's */
     double *x, *r, *out;
 } rope_st;
 
@@ -608,7 +609,7 @@ static double rope_loss(void *st)
             for (int h = 0; h < s->H; h++) {
                 size_t o = ((size_t)b * s->T + t) * s->ld + (size_t)h * s->D;
                 for (int i = 0; i < half; i++) {
-                    double th = (t + s->off) * pow(s->base, -2.0 * i / s->D);
+                    double th = (t + s->off) * (s->inv ? (double)s->inv[i] : pow(s->base, -2.0 * i / s->D));
                     double a = s->x[o + i], bb = s->x[o + i + half];
                     s->out[o + i] = a * cos(th) - bb * sin(th);
                     s->out[o + i + half] = bb * cos(th) + a * sin(th);
@@ -617,15 +618,16 @@ static double rope_loss(void *st)
     return dot_r(s->r, s->out, (size_t)s->B * s->T * s->ld);
 }
 
-static void run_rope(kn_ctx *c, int B, int T, int H, int D, int ld, int off, double base)
+static void run_rope_with(kn_ctx *c, int B, int T, int H, int D, int ld, int off, double base, const float *inv)
 {
-    rope_st s = {.B = B, .T = T, .H = H, .D = D, .ld = ld, .off = off, .base = base};
+    rope_st s = {.B = B, .T = T, .H = H, .D = D, .ld = ld, .off = off, .base = base, .inv = inv};
     size_t n = (size_t)s.B * s.T * s.ld;
     float *x = frand(c, &s.x, n, 1.0);
     float *r = frand(c, &s.r, n, 1.0);
     s.out = dzeros(n);
     float *y = fcopy(c, x, n);
-    kn_rope_fwd(c, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
+    if (inv) kn_rope_freq_fwd(c, y, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
+    else kn_rope_fwd(c, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
     rope_loss(&s);
     check_close("rope fwd", y, s.out, n, 1e-5, 1e-6);
     for (size_t i = 0; i < n; i++)
@@ -634,15 +636,45 @@ static void run_rope(kn_ctx *c, int B, int T, int H, int D, int ld, int off, dou
 
     /* The backward is the transpose, in place: dx = R^T r. */
     float *g = fcopy(c, r, n);
-    kn_rope_bwd(c, g, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
+    if (inv) kn_rope_freq_bwd(c, g, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
+    else kn_rope_bwd(c, g, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
     check_grad("rope dx", g, rope_loss, &s, s.x, n);
 
     /* Forward then backward is the identity (a rotation and its inverse). */
-    kn_rope_bwd(c, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
+    if (inv) kn_rope_freq_bwd(c, y, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
+    else kn_rope_bwd(c, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
     check_close("rope bwd(fwd(x))", y, s.x, n, 1e-5, 1e-6);
     free(s.x);
     free(s.r);
     free(s.out);
+}
+
+static void run_rope(kn_ctx *c, int B, int T, int H, int D, int ld, int off, double base)
+{
+    run_rope_with(c, B, T, H, D, ld, off, base, NULL);
+}
+
+/* kn_rope_freq: given frequencies (here base's, divided by a factor that
+ * grows with i, as scaled RoPE does to the low frequencies), checked
+ * against the same float64 reference; with base's own frequencies it must
+ * give kn_rope's numbers. */
+static void run_rope_freq(kn_ctx *c, int B, int T, int H, int D, int ld, int off)
+{
+    float *inv = kn_alloc(c, (size_t)(D / 2) * sizeof *inv);
+    for (int i = 0; i < D / 2; i++)
+        inv[i] = (float)(pow(10000.0, -2.0 * i / D) / (1.0 + 3.0 * i / D));
+    run_rope_with(c, B, T, H, D, ld, off, 0, inv);
+    for (int i = 0; i < D / 2; i++)
+        inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)D);
+    size_t n = (size_t)B * T * ld;
+    double *xd;
+    float *x = frand(c, &xd, n, 1.0), *y = fcopy(c, x, n);
+    kn_rope_fwd(c, x, B, T, H, D, ld, 10000.0f, off);
+    kn_rope_freq_fwd(c, y, B, T, H, D, ld, inv, off);
+    for (size_t i = 0; i < n; i++)
+        CHECK(fabsf(x[i] - y[i]) <= 1e-6f * (1.0f + fabsf(x[i])), "rope_freq vs rope at %zu: %g vs %g", i, y[i], x[i]);
+    free(xd);
+    kn_free(c, inv);
 }
 
 static void test_rope(void)
@@ -656,6 +688,8 @@ static void test_rope(void)
     run_rope(c, 1, 30, 1, 10, 10, 25, 10000.0); /* grows it */
     run_rope(c, 2, 6, 2, 8, 19, 1, 500000.0);   /* new D and base */
     run_rope(c, 1, 3, 1, 10, 10, -2, 10000.0);  /* negative offset: no table */
+    run_rope_freq(c, 2, 5, 3, 10, 37, 3);
+    run_rope_freq(c, 1, 7, 2, 16, 32, 40);
     kn_close(c);
 }
 
