@@ -161,6 +161,10 @@ int main(int argc, char **argv)
         return 1;
     }
     a.supervised = sup;
+    /* A supervisor that is not our parent (the server's Slurm executor)
+     * owns pruning as well, but we do not die with it. */
+    const char *sup_far = getenv("TY_SUPERVISED");
+    if (sup_far && !strcmp(sup_far, "1")) a.supervised = 1;
     /* The MPI world (world > 1): after the arguments, so bad usage never
      * waits for peers. */
     if (dist_init(&de, &argc, &argv, &a.coll, &derr)) {

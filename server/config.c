@@ -46,8 +46,15 @@ static int check_gpus(const char *key, const char *v, ty_err *err)
 
 static int check_executor(const char *key, const char *v, ty_err *err)
 {
-    if (strcmp(v, "local"))
-        return ty_err_field(err, TY_EINVAL, key, "executor must be local, got '%s'", v);
+    if (strcmp(v, "local") && strcmp(v, "slurm"))
+        return ty_err_field(err, TY_EINVAL, key, "executor must be local or slurm, got '%s'", v);
+    return 0;
+}
+
+static int check_abs_path(const char *key, const char *v, ty_err *err)
+{
+    if (v[0] && v[0] != '/')
+        return ty_err_field(err, TY_EINVAL, key, "%s must be an absolute path, got '%s'", key, v);
     return 0;
 }
 
@@ -91,7 +98,16 @@ static const srv_option OPTIONS[] = {
     {"gpus", "auto|none|LIST", STR(gpus), "auto", NULL,
      "GPUs to schedule: auto asks NVML, none runs CPU jobs only, LIST is like 0,1", check_gpus, 0},
     {"cpu-slots", "N", INT(cpu_slots, 0, 1024), "1", NULL, "CPU-only jobs that may run at once", NULL, 0},
-    {"executor", "NAME", STR(executor), "local", NULL, "where engines run: local", check_executor, 0},
+    {"executor", "NAME", STR(executor), "local", NULL, "where engines run: local or slurm", check_executor, 0},
+    {"slurm-workdir", "DIR", STR(slurm_workdir), NULL, "the data dir",
+     "slurm: a path the server and every node share; job directories go to DIR/jobs", check_abs_path, 0},
+    {"slurm-partition", "P", STR(slurm_partition), NULL, "Slurm's default", "slurm: sbatch --partition",
+     NULL, 0},
+    {"slurm-account", "A", STR(slurm_account), NULL, NULL, "slurm: sbatch --account", NULL, 0},
+    {"slurm-args", "ARGS", STR(slurm_args), NULL, NULL, "slurm: more sbatch arguments, space-separated",
+     NULL, 0},
+    {"slurm-poll-ms", "MS", INT(slurm_poll_ms, 100, 600000), "2000", NULL, "slurm: how often squeue is asked",
+     NULL, 0},
     {"allowed-roots", "A:B", STR(allowed_roots), NULL, "DATA_DIR/inputs",
      "directories job specs may read from, checked at submit and again by the engine on every open",
      check_roots, 0},

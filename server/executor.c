@@ -13,7 +13,8 @@ int exec_open(srv *s, executor **out, ty_err *err)
 {
     executor *e = calloc(1, sizeof *e);
     if (!e) return ty_err_set(err, TY_ENOMEM, "out of memory");
-    int rc = exec_local_open(s, e, err);
+    int rc = !strcmp(s->cfg.executor, "slurm") ? exec_slurm_open(s, e, err)
+                                                : exec_local_open(s, e, err);
     if (rc) {
         free(e);
         return rc;

@@ -162,7 +162,7 @@ static enum MHD_Result post_jobs(http_req *q)
         jobspec_free(&spec);
         return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
     }
-    int ngpu = sched_gpu_count(s->sched);
+    int ngpu = sched_job_gpu_limit(s->sched);
     if (spec.gpus > ngpu) {
         int want = spec.gpus;
         jobspec_free(&spec);

@@ -540,6 +540,24 @@ static int fetch_start(sched *x, run *r, char *spec_json, char *resume, ty_err *
     return 0;
 }
 
+static run *run_new(sched *x, int64_t id)
+{
+    run *r = calloc(1, sizeof *r);
+    char *line = malloc(LINE_MAX_BYTES);
+    if (!r || !line) {
+        free(r);
+        free(line);
+        return NULL;
+    }
+    r->job_id = id;
+    r->fd = -1;
+    r->line = line;
+    r->nranks = 1;
+    r->bucket = 2.0 * x->s->cfg.event_rate;
+    r->bucket_ms = ty_mono_ms();
+    return r;
+}
+
 /* Starts job id on the resources picked by the caller (x->mu held): the
  * job goes starting and holds them; the engine is spawned now, or when
  * its downloads (resume checkpoint, remote inputs) finish on a fetch
@@ -553,7 +571,8 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
     if (!d || db_job_get(d, id, &j, &err)) return;
     char gpus[GPU_MAX * 4];
     int ngpu = gpu_list(x, gpu_mask, gpus, sizeof gpus);
-    const char *backend = ngpu > 0 ? "cuda" : "cpu";
+    /* On a cluster the job's GPUs are Slurm's to pick: none are listed. */
+    const char *backend = ngpu > 0 || (x->ex->ops->cluster && j.gpus_wanted > 0) ? "cuda" : "cpu";
     json_t *spec = json_loads(j.spec, 0, NULL);
     const char *want = json_string_value(json_object_get(json_object_get(spec, "resources"), "backend"));
     if (want && strcmp(want, "auto")) backend = !strcmp(want, "cuda") ? "cuda" : "cpu";
@@ -603,11 +622,8 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
         json_decref(l);
         if (data) evw_push(s->evw, id, "log", data);
     }
-    run *r = calloc(1, sizeof *r);
-    char *line = malloc(LINE_MAX_BYTES);
-    if (!r || !line) {
-        free(r);
-        free(line);
+    run *r = run_new(x, id);
+    if (!r) {
         free(store);
         ty_err_set(&err, TY_ENOMEM, "out of memory");
         db_job_update up2 = {.has_error = true, .error = err.msg, .set_finished = true};
@@ -616,14 +632,9 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
         db_job_free(&j);
         return;
     }
-    r->job_id = id;
-    r->fd = -1;
-    r->line = line;
     r->gpu_mask = gpu_mask;
     r->cpu_slot = cpu_slot;
     r->nranks = ngpu > 0 ? ngpu : 1;
-    r->bucket = 2.0 * s->cfg.event_rate;
-    r->bucket_ms = ty_mono_ms();
     r->store = store;
     hold(x, r);
     char jobdir[PATH_MAX];
@@ -697,6 +708,10 @@ static void schedule(sched *x)
         bool recovering = false;
         for (int k = 0; k < x->nrecov; k++) recovering |= x->recov[k].job_id == ids[i];
         if (recovering) continue; /* its old engine may still be writing */
+        if (x->ex->ops->cluster) { /* the cluster queues and places it */
+            start_job(x, ids[i], 0, false);
+            continue;
+        }
         db_job j;
         if (db_job_get(d, ids[i], &j, &err)) continue;
         int want = j.gpus_wanted;
@@ -866,6 +881,13 @@ static void finish_run(sched *x, run *r)
         if (r->done_stopped) snprintf(reason, sizeof reason, "%s", pause ? "paused" : "cancelled");
         else snprintf(reason, sizeof reason, "%s: engine %s without stopping cleanly",
                       pause ? "paused" : "cancelled", how);
+    } else if (r->end.lost && !x->stop) {
+        /* The cluster took the job away (a node failed, or it was
+         * preempted): not the job's fault, so requeued from its newest
+         * committed checkpoint without counting a restart. */
+        snprintf(reason, sizeof reason, "engine %s; requeued (not counted as a restart)", how);
+        settle(x, r->job_id, JOB_QUEUED, -1, r->store, reason);
+        return;
     } else if (x->stop) {
         /* Graceful shutdown: the engine wrote its final checkpoint; the job
          * waits in the queue for the next start. Not a restart of the job. */
@@ -1023,6 +1045,16 @@ static void *sched_main(void *arg)
     for (;;) {
         if (x->stop) {
             if (!drain_until) drain_until = ty_mono_ms() + x->s->cfg.grace_s * 1000LL + 1000;
+            /* A cluster's engines go on without us: each run is left
+             * where it is (its events read so far recorded) for the next
+             * start to re-attach; only its downloads are waited for. */
+            bool only_cluster = x->ex->ops->cluster;
+            for (run *r = x->runs; r && only_cluster; r = r->next) only_cluster = !r->f;
+            if (only_cluster) {
+                for (run *r = x->runs; r; r = r->next)
+                    if (r->ej && x->ex->ops->detach) x->ex->ops->detach(x->ex, r->ej);
+                break;
+            }
             if (!x->runs || ty_mono_ms() >= drain_until) break;
         }
         pthread_mutex_unlock(&x->mu);
@@ -1118,6 +1150,11 @@ int sched_gpu_snapshot(sched *x, srv_gpu_sample *out)
 }
 
 int sched_gpu_count(sched *x) { return gpu_inv_count(x->gpu); }
+
+int sched_job_gpu_limit(sched *x)
+{
+    return x->ex->ops->cluster ? GPU_MAX : gpu_inv_count(x->gpu);
+}
 
 /* ---- API actions ------------------------------------------------------------------------------- */
 
@@ -1244,6 +1281,35 @@ int sched_resume(sched *x, int64_t id, ty_err *err)
 
 /* ---- recovery, lifecycle --------------------------------------------------------------------- */
 
+/* A cluster's job that is still running there is followed again as it
+ * was, not stopped and submitted anew: same state, same stop intent. */
+static bool reattach(sched *x, const db_job *j)
+{
+    if (!x->ex->ops->reattach) return false;
+    if (j->state == JOB_RUNNING && j->stop_intent && !strcmp(j->stop_intent, "succeeded"))
+        return false; /* finished; only its uploads were pending */
+    int fd = -1;
+    exec_job *ej = x->ex->ops->reattach(x->ex, j->id, &fd);
+    if (!ej) return false;
+    run *r = run_new(x, j->id);
+    if (!r) {
+        x->ex->ops->release(x->ex, ej);
+        return false;
+    }
+    r->store = job_store(x->s, j->id);
+    r->started = j->state != JOB_STARTING;
+    hold(x, r);
+    attach(x, r, ej, fd);
+    if (j->state == JOB_STOPPING && j->stop_intent) {
+        /* Asked again: the first signal may not have left before we died. */
+        snprintf(r->intent, sizeof r->intent, "%s", j->stop_intent);
+        stop_run(x, r, SIGTERM);
+    }
+    fprintf(stderr, "trainyard: job %lld: re-attached to its %s job after a restart\n",
+            (long long)j->id, x->ex->ops->name);
+    return true;
+}
+
 /* Recovery, first half, in sched_new before the API serves: every job a
  * previous server left starting, running or stopping is settled at once
  * in the database, and each orphaned engine group is sent SIGTERM (all of
@@ -1270,6 +1336,10 @@ static void recover_mark(sched *x)
     for (int i = 0; i < n; i++) {
         db_job j;
         if (db_job_get(d, ids[i], &j, &err)) continue;
+        if (reattach(x, &j)) {
+            db_job_free(&j);
+            continue;
+        }
         int64_t pg = j.pgid;
         if (!(pg > 0 && x->ex->ops->orphan_alive(x->ex, j.id, pg))) pg = 0;
         if (pg) x->ex->ops->orphan_signal(x->ex, pg, SIGTERM);
@@ -1442,7 +1512,7 @@ void sched_stop(sched *x)
      * the database and the next start recovers it. Downloads are aborted
      * (nothing partial stays) and the job is requeued. */
     for (run *r = x->runs; r; r = r->next) {
-        if (r->ej) stop_run(x, r, SIGTERM);
+        if (r->ej && !x->ex->ops->cluster) stop_run(x, r, SIGTERM);
         if (r->f) fetch_handle_cancel(r->f->h);
     }
     pthread_mutex_unlock(&x->mu);

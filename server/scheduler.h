@@ -31,6 +31,9 @@ int sched_pause(sched *x, int64_t id, ty_err *err);
 int sched_resume(sched *x, int64_t id, ty_err *err);
 /* How many GPUs the server schedules. */
 int sched_gpu_count(sched *x);
+/* The most GPUs a job may ask for: the server's own, or (a cluster
+ * executor) per node, which only the cluster can check. */
+int sched_job_gpu_limit(sched *x);
 /* Latest GPU samples with the holding job; returns the count. */
 int sched_gpu_snapshot(sched *x, srv_gpu_sample *out);
 /* Stops scheduling and shuts the engines down gracefully: SIGTERM to every

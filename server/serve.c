@@ -117,6 +117,14 @@ int srv_serve_main(int argc, char **argv)
         snprintf(s->db_path, sizeof s->db_path, "%.4000s/trainyard.db", abs);
         snprintf(s->jobs_dir, sizeof s->jobs_dir, "%.4000s/jobs", abs);
     }
+    /* Under Slurm the job directories live where the nodes see them. */
+    if (!strcmp(s->cfg.executor, "slurm") && s->cfg.slurm_workdir[0]) {
+        snprintf(s->jobs_dir, sizeof s->jobs_dir, "%.4000s/jobs", s->cfg.slurm_workdir);
+        if (ty_mkdir_p(s->jobs_dir, &err)) {
+            fprintf(stderr, "trainyard serve: --slurm-workdir: %s\n", err.msg);
+            return 1;
+        }
+    }
     if (srv_data_dir_prepare(&s->cfg, &err)) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;

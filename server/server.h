@@ -28,6 +28,11 @@ typedef struct srv_config {
     char gpus[256];           /* auto | none | 0,1,... */
     int cpu_slots;            /* concurrent CPU jobs, default 1 */
     char executor[16];        /* local | slurm (executor.h), default local */
+    char slurm_partition[128]; /* --executor slurm: sbatch --partition, "" = Slurm's default */
+    char slurm_account[128];  /* sbatch --account, "" = none */
+    char slurm_workdir[PATH_MAX]; /* shared path holding jobs/ for the nodes; "" = the data dir */
+    char slurm_args[1024];    /* more sbatch arguments, space-separated */
+    int slurm_poll_ms;        /* squeue period, default 2000 */
     char allowed_roots[8192]; /* colon-separated; default DATA_DIR/inputs */
     char store_roots[8192];   /* where file:// stores may lie; default DATA_DIR/stores */
     int64_t max_params;       /* largest model.init accepted at submit; 0 = no limit */
