@@ -1156,13 +1156,22 @@ static void backward_from_logits(model *m, int B, int T)
     if (gpt2) kn_embedding_bwd(k, G(m, m->wpe), m->pos, m->dres, N, C);
 }
 
-double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale)
+void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale,
+                                 float *losses)
 {
     int N = B * T;
     forward_logits(m, inputs, targets, B, T);
     /* losses[N] and dlogits[N,V] in one pass; dlogits overwrite the logits */
+    kn_crossentropy_fwd_bwd(m->kn, m->dt, losses, m->logits, m->logits, m->targets, N, m->cfg.vocab, scale);
+    backward_from_logits(m, B, T);
+}
+
+double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale)
+{
+    int N = B * T;
+    forward_logits(m, inputs, targets, B, T);
     kn_crossentropy_fwd_bwd(m->kn, m->dt, m->losses, m->logits, m->logits, m->targets, N, m->cfg.vocab, scale);
-    double sum = kn_sum(m->kn, m->losses, (size_t)N);
+    double sum = kn_sum(m->kn, m->losses, (size_t)N); /* before the backward reuses the arena */
     backward_from_logits(m, B, T);
     return sum;
 }

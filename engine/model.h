@@ -182,6 +182,11 @@ double model_forward(model *m, const int32_t *inputs, const int32_t *targets, in
  * optimizer step), and the backward, adding into m->grads (or the
  * adapters'). Returns the loss SUM as model_forward does. */
 double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale);
+/* The same, with the per-token losses left in the device buffer losses[B*T]
+ * instead of summed: the trainer sums a whole step's at once, so the device
+ * is read back once per optimizer step. */
+void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale,
+                                 float *losses);
 
 /* RoPE on x [B, T, H, head_dim] (row stride ld) at positions pos_offset..,
  * forward or (bwd = 1) its transpose: plain theta or cfg's scaling. */

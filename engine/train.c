@@ -21,6 +21,7 @@
 #include "ckpt.h"
 #include "data.h"
 #include "dist.h"
+#include "device.h"
 #include "events.h"
 #include "hfconfig.h"
 #include "jobspec.h"
@@ -65,7 +66,8 @@ typedef struct run {
     data_sampler sampler;
     int64_t step;          /* optimizer updates done */
     int64_t tokens;        /* positions processed (incl. padding) */
-    int32_t *in, *tg;      /* host batch: grad_accum x batch_size x seq_len */
+    int32_t *in, *tg;      /* host batch: grad_accum x batch_size x seq_len (kn_host_alloc: pinned on CUDA) */
+    float *losses;         /* device: the step's per-token losses, read back once per step */
     int64_t last_ckpt;     /* step of the newest checkpoint written by us */
     int64_t eval_step;     /* step of the latest eval, -1 before any */
     double eval_loss;
@@ -98,15 +100,7 @@ static int bad_spec(const char *msg)
     return TRAIN_BAD_SPEC;
 }
 
-static uint64_t peak_mem_bytes(run *r)
-{
-    struct rusage ru;
-    uint64_t rss = 0;
-    if (getrusage(RUSAGE_SELF, &ru) == 0) rss = (uint64_t)ru.ru_maxrss * 1024u;
-    /* On the CPU, device memory is host memory and already in the RSS. */
-    if (kn_device_of(r->kn) == KN_CPU) return rss;
-    return (uint64_t)kn_peak_bytes(r->kn) + rss;
-}
+static uint64_t peak_mem_bytes(run *r) { return device_mem_bytes(r->kn); }
 
 /* ---- spec and setup ----------------------------------------------------- */
 
@@ -154,20 +148,13 @@ static int check_supported(run *r, const model_config *c, char *msg, size_t n)
     return 0;
 }
 
+/* engine/device.c: auto falls back to the CPU said out loud (log line and
+ * the started event's `fallback`), never silently. */
 static int open_device(run *r, ty_err *err)
 {
-    jobspec_backend b = r->spec.backend;
-    if (b == BACKEND_CUDA) return kn_open(&r->kn, KN_CUDA, r->a->local_rank, r->a->threads, err);
-    /* auto: a GPU when the job was given one (resources.gpus > 0) and this
-     * build has one to offer, else the CPU -- said out loud (log line and
-     * the started event's `fallback`), never silently. */
-    if (b == BACKEND_AUTO && r->spec.gpus > 0) {
-        ty_err cerr = {0};
-        if (kn_open(&r->kn, KN_CUDA, r->a->local_rank, r->a->threads, &cerr) == 0) return 0;
-        snprintf(r->fallback, sizeof r->fallback, "cuda unavailable (%s); running on the cpu", cerr.msg);
-        ev_log("backend auto: %s", r->fallback);
-    }
-    return kn_open(&r->kn, KN_CPU, 0, r->a->threads, err);
+    int rc = device_open(&r->kn, &r->spec, r->a->local_rank, r->a->threads, r->fallback, sizeof r->fallback, err);
+    if (r->fallback[0]) ev_log("backend auto: %s", r->fallback);
+    return rc;
 }
 
 /* ---- trainer state ------------------------------------------------------ */
@@ -424,7 +411,6 @@ static int train_step(run *r, step_result *out, ty_err *err)
     float *grads = r->have_lora ? r->lora.grads : m->grads;
     size_t nbuf = r->have_lora ? r->lora.n_buf : m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
     kn_zero(r->kn, grads, nbuf);
-    double sum = 0;
     /* fp16: the loss (so every gradient) is multiplied by the loss scale. */
     float scale = (float)((double)r->sc.scale / (double)count);
     /* Micro-batches of at most batch_size rows; with world 1 exactly the
@@ -437,8 +423,12 @@ static int train_step(run *r, step_result *out, ty_err *err)
             r->lora.training = 1;
             r->lora.rng_step = (uint64_t)r->step * (uint64_t)A + (uint64_t)((lo + o) / B);
         }
-        sum += model_forward_backward(m, r->in + (size_t)o * T, r->tg + (size_t)o * T, rows, T, scale);
+        model_forward_backward_into(m, r->in + (size_t)o * T, r->tg + (size_t)o * T, rows, T, scale,
+                                    r->losses + (size_t)o * T);
     }
+    /* The step's losses come back once, not per micro-batch: nothing waits
+     * for the device between micro-batches. */
+    double sum = kn_sum(r->kn, r->losses, (size_t)mine * T);
     /* A kernel failure (kn_fail) in any of those ops surfaces here, once per
      * step, before anything is updated. */
     if (kn_check(r->kn, err)) return -1;
@@ -644,11 +634,7 @@ static int setup(run *r, int *code)
     }
     /* The same check as the server's at submit: this engine's CPU runs
      * every precision; a CUDA job needs a CUDA build. */
-#ifdef TY_KN_HAVE_CUDA
-    jobspec_caps caps = jobspec_default_caps(1);
-#else
-    jobspec_caps caps = jobspec_default_caps(0);
-#endif
+    jobspec_caps caps = jobspec_default_caps(device_cuda_built());
     ty_err perr = {0};
     if (jobspec_check_precision(s, &caps, &perr)) {
         hfconfig_free(&cfg);
@@ -670,6 +656,11 @@ static int setup(run *r, int *code)
         snprintf(msg, sizeof msg, "world size %d on %s: multi-rank GPU training needs NCCL, which this engine does "
                  "not have yet (CPU ranks use MPI; docs/engine.md, Ranks)", a->world, kn_device_name(r->kn));
         *code = bad_spec(msg);
+        return -1;
+    }
+    if (device_check_precision(r->kn, r->dt, &err)) {
+        hfconfig_free(&cfg);
+        *code = bad_spec(err.msg);
         return -1;
     }
     int vocab = cfg.vocab;
@@ -758,9 +749,10 @@ static int setup(run *r, int *code)
         return -1;
     }
     size_t n = (size_t)s->grad_accum * s->batch_size * s->seq_len;
-    r->in = malloc(n * sizeof *r->in);
-    r->tg = malloc(n * sizeof *r->tg);
-    if (!r->in || !r->tg) {
+    r->in = kn_host_alloc(r->kn, n * sizeof *r->in);
+    r->tg = kn_host_alloc(r->kn, n * sizeof *r->tg);
+    r->losses = kn_alloc(r->kn, n * sizeof *r->losses);
+    if (!r->in || !r->tg || !r->losses) {
         ty_err_set(&err, TY_ENOMEM, "out of memory for %zu batch tokens", n);
         *code = fail(NULL, &err);
         return -1;
@@ -786,8 +778,8 @@ static int setup(run *r, int *code)
 
 static void teardown(run *r)
 {
-    free(r->in);
-    free(r->tg);
+    kn_host_free(r->kn, r->in); /* dump-rows has no context: plain free */
+    kn_host_free(r->kn, r->tg);
     data_sampler_free(&r->sampler);
     data_free(&r->eval); /* may borrow the train set's text */
     data_free(&r->train);
@@ -814,6 +806,7 @@ static int train_loop(run *r)
                       (json_int_t)r->eval.n, "tokens_per_epoch", (json_int_t)r->train.n * s->seq_len,
                       "device", kn_describe(r->kn));
     if (r->fallback[0]) json_object_set_new(started, "fallback", json_string(r->fallback));
+    device_describe(r->kn, started);
     ev_emit(started);
     ev_log("%s model, %zu parameters (%zu trainable), %d training rows, backend %s", r->m.cfg.model_type,
            r->m.n_params, trainable, r->train.n, kn_device_name(r->kn));

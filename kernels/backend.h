@@ -34,6 +34,9 @@ typedef struct kn_backend {
     void (*to_device)(kn_ctx *c, void *dst, const void *host_src, size_t bytes);
     void (*to_host)(kn_ctx *c, void *host_dst, const void *src, size_t bytes);
     void (*sync)(kn_ctx *c);
+    /* Page-locked host memory (kn_host_alloc); NULL entries mean malloc/free. */
+    void *(*host_alloc)(kn_ctx *c, size_t bytes);
+    void (*host_free)(kn_ctx *c, void *p);
 
     /* One entry per op of kn_ops.h, with exactly its kn_* signature. */
 #define KN_ENTRY(ret, name, params, args) ret(*name) params;
@@ -54,6 +57,7 @@ struct kn_ctx {
     int n_threads;          /* resolved: always >= 1 */
     void *impl;             /* backend-private state */
     char desc[160];         /* kn_describe's line */
+    kn_device_info info;    /* kn_info; filled by open (kernels.c names the CPU) */
     size_t bytes_in_use;
     size_t peak_bytes;
     kn_alloc_slot *slots;   /* open-addressing table keyed by pointer */

@@ -104,13 +104,26 @@ static int fail_op_from_env(void)
 
 /* ---- context and memory ----------------------------------------------- */
 
+/* The test hook of docs/kernels.md: TY_KERNELS=cuda-emu makes KN_CUDA
+ * open the emulated CUDA backend, so the engine's whole device path runs
+ * in CI without a GPU. Only programs linked with kernels/cuda/emu (the
+ * test build trainyard-engine-emu) have it; the weak reference is NULL in
+ * every other, and the hook then refuses rather than running on the CPU. */
+extern const kn_backend kn_cuda_emu_backend __attribute__((weak));
+
 int kn_open(kn_ctx **out, kn_device dev, int device_index, int n_threads, ty_err *err)
 {
     *out = NULL;
     const kn_backend *be = NULL;
+    const char *hook = getenv("TY_KERNELS");
     if (dev == KN_CPU)
         be = &kn_cpu_backend;
-    else if (dev == KN_CUDA) {
+    else if (dev == KN_CUDA && hook && !strcmp(hook, "cuda-emu")) {
+        if (!&kn_cuda_emu_backend)
+            return ty_err_set(err, TY_EINVAL, "TY_KERNELS=cuda-emu: this program has no emulated CUDA "
+                                              "backend (test builds only)");
+        be = &kn_cuda_emu_backend;
+    } else if (dev == KN_CUDA) {
 #ifdef TY_KN_HAVE_CUDA
         be = &kn_cuda_backend;
 #else
@@ -142,6 +155,7 @@ int kn_open_backend(kn_ctx **out, const kn_backend *be, kn_device dev, int devic
     c->dev = dev;
     c->be = be;
     c->fail_op = fail_op_from_env();
+    snprintf(c->info.name, sizeof c->info.name, "%s", be->name);
     c->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
     if (c->n_threads < 1)
         c->n_threads = 1;
@@ -168,6 +182,21 @@ void kn_close(kn_ctx *c)
 }
 
 kn_device kn_device_of(const kn_ctx *c) { return c->dev; }
+const kn_device_info *kn_info(const kn_ctx *c) { return &c->info; }
+
+void *kn_host_alloc(kn_ctx *c, size_t bytes)
+{
+    return c->be->host_alloc ? c->be->host_alloc(c, bytes) : malloc(bytes ? bytes : 1);
+}
+void kn_host_free(kn_ctx *c, void *p)
+{
+    if (!p)
+        return;
+    if (c && c->be->host_free)
+        c->be->host_free(c, p);
+    else
+        free(p);
+}
 const char *kn_device_name(const kn_ctx *c) { return c->be->name; }
 const char *kn_describe(const kn_ctx *c) { return c->desc; }
 

@@ -63,6 +63,27 @@ const char *kn_device_name(const kn_ctx *c);     /* "cpu" | "cuda" */
  * "cpu: openblas SkylakeX, 2 threads". Owned by the context. */
 const char *kn_describe(const kn_ctx *c);
 
+/* What the context runs on, for the engine's `started` event. On the CPU
+ * only name is set ("cpu"); on CUDA: the card's name and memory, its
+ * compute capability, and the driver and runtime versions in CUDA's
+ * encoding (1000 * major + 10 * minor; 0 = unknown). */
+typedef struct kn_device_info {
+    char name[128];
+    size_t total_mem;
+    int cc_major, cc_minor;
+    int driver_version, runtime_version;
+} kn_device_info;
+const kn_device_info *kn_info(const kn_ctx *c);
+
+/* Host memory for buffers copied to the device every step (the engine's
+ * batches): page-locked on CUDA, so kn_to_device is a real asynchronous
+ * copy; plain malloc on the CPU. The host must not change it until the
+ * next read-back (kn_to_host, a value op) or kn_sync. kn_host_free takes
+ * what kn_host_alloc gave (NULL ctx: plain free, for buffers a caller
+ * malloc'd before any context existed). */
+void *kn_host_alloc(kn_ctx *c, size_t bytes);
+void kn_host_free(kn_ctx *c, void *p);
+
 /* Zero-initialised device memory, 64-byte aligned. NULL on failure.
  * kn_free ignores NULL and pointers this context did not allocate;
  * kn_close frees whatever the context still holds. */

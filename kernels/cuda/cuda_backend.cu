@@ -12,6 +12,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#ifndef KN_CUDA_EMU
+#include <dlfcn.h>
+#endif
 
 namespace KN_NS {
 
@@ -35,16 +38,47 @@ static void st_free(cuda_state *st)
     free(st);
 }
 
+/* The runtime is linked statically and loads the driver (libcuda.so.1)
+ * itself; without one it answers "driver version is insufficient", which
+ * misleads on a machine that has no driver at all. So that case is named
+ * first. The emulation has no driver to look for. */
+static int driver_present(ty_err *err)
+{
+#ifdef KN_CUDA_EMU
+    (void)err;
+    return 1;
+#else
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        ty_err_set(err, TY_EINVAL, "no NVIDIA driver for CUDA (%s)", why ? why : "libcuda.so.1 not found");
+        return 0;
+    }
+    return 1; /* kept loaded: the runtime uses it next */
+#endif
+}
+
 static int cuda_open(kn_ctx *c, int device_index, ty_err *err)
 {
+    if (!driver_present(err))
+        return err->code;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0)
         return ty_err_set(err, TY_EINVAL, "no CUDA device: %s",
                           e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
-    if (device_index < 0 || device_index >= n)
-        return ty_err_set(err, TY_EINVAL, "CUDA device %d does not exist (%d visible)",
-                          device_index, n);
+    /* The server gives a job its GPUs in CUDA_VISIBLE_DEVICES and each rank
+     * its TY_LOCAL_RANK, the ordinal among them (engine/device.c). */
+    if (device_index < 0 || device_index >= n) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        return ty_err_set(err, TY_EINVAL,
+                          "CUDA device %d (local rank) does not exist: %d visible (CUDA_VISIBLE_DEVICES=%s)",
+                          device_index, n, vis ? vis : "unset");
+    }
+#ifndef KN_CUDA_EMU
+    if (kn_lt_load(err))
+        return err->code;
+#endif
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(device_index)) != cudaSuccess ||
         (e = cudaGetDeviceProperties(&prop, device_index)) != cudaSuccess)
@@ -74,6 +108,17 @@ static int cuda_open(kn_ctx *c, int device_index, ty_err *err)
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
     c->impl = st;
+    /* What the context holds on the device from the start counts as used
+     * device memory (kn_bytes_in_use / kn_peak_bytes, the engine's mem_bytes). */
+    c->bytes_in_use += st->lt_ws_bytes + (KN_RED_BLOCKS + 1) * sizeof(double);
+    c->peak_bytes = c->bytes_in_use;
+    kn_device_info *in = &c->info;
+    snprintf(in->name, sizeof in->name, "%.127s", prop.name);
+    in->total_mem = prop.totalGlobalMem;
+    in->cc_major = prop.major;
+    in->cc_minor = prop.minor;
+    in->driver_version = drv;
+    in->runtime_version = rt;
     snprintf(c->desc, sizeof c->desc, "%s: %.80s, sm_%d%d, %.1f GiB, driver %d.%d, runtime %d.%d",
              KN_CUDA_NAME, prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (1u << 30), drv / 1000, drv % 1000 / 10, rt / 1000,
@@ -127,6 +172,19 @@ static void cuda_to_host(kn_ctx *c, void *dst, const void *src, size_t bytes)
         kn_cuda_ok(c, cudaStreamSynchronize(st->stream), "copy to host");
 }
 
+static void *cuda_host_alloc(kn_ctx *c, size_t bytes)
+{
+    (void)c;
+    void *p = nullptr;
+    return cudaMallocHost(&p, bytes ? bytes : 64) == cudaSuccess ? p : nullptr;
+}
+
+static void cuda_host_free(kn_ctx *c, void *p)
+{
+    (void)c;
+    cudaFreeHost(p);
+}
+
 static void cuda_sync(kn_ctx *c) { kn_cuda_ok(c, cudaStreamSynchronize(kn_cuda_st(c)->stream), "sync"); }
 
 } // namespace KN_NS
@@ -140,6 +198,8 @@ extern "C" const kn_backend KN_CUDA_BACKEND = {
     .to_device = KN_NS::cuda_to_device,
     .to_host = KN_NS::cuda_to_host,
     .sync = KN_NS::cuda_sync,
+    .host_alloc = KN_NS::cuda_host_alloc,
+    .host_free = KN_NS::cuda_host_free,
 #define KN_CUDA_ENTRY(ret, name, params, args) .name = KN_NS::cuda_##name,
     KN_OPS(KN_CUDA_ENTRY)
 #undef KN_CUDA_ENTRY

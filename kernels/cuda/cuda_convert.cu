@@ -136,6 +136,7 @@ static float *weight_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
     if (st->scratch_bytes < n * sizeof(float)) {
         if (st->scratch)
             cudaFree(st->scratch);
+        c->bytes_in_use -= st->scratch_bytes; /* device memory in use (kn_bytes_in_use) */
         st->scratch = nullptr;
         st->scratch_bytes = 0;
         void *p = nullptr;
@@ -143,6 +144,9 @@ static float *weight_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
             return nullptr;
         st->scratch = p;
         st->scratch_bytes = n * sizeof(float);
+        c->bytes_in_use += st->scratch_bytes;
+        if (c->bytes_in_use > c->peak_bytes)
+            c->peak_bytes = c->bytes_in_use;
     }
     cuda_convert(c, st->scratch, KN_F32, w, dt, n);
     return (float *)st->scratch;

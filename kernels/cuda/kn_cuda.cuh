@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 #define KN_CUDA_BACKEND kn_cuda_backend
 #define KN_CUDA_NAME "cuda"
+#include "cuda_lt.cuh" /* cuBLASLt through dlopen: calls go via kn_lt */
 #endif
 
 extern "C" {

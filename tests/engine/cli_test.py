@@ -287,12 +287,14 @@ def case_kernel_error():
 
 
 def case_auto_fallback():
-    # backend auto with a GPU asked for, in a build without CUDA: the run
+    # backend auto with a GPU asked for, with no GPU to use: the run
     # goes to the CPU and says why, in the log and in the started event.
     result = run(write_spec(extra={"resources": {"gpus": 1, "backend": "auto"}}), workdir="work-auto")
     events = expect_success(result)
     st = [e for e in events if e.get("ev") == "started"][0]
-    if st.get("backend") != "cpu" or "no CUDA backend" not in st.get("fallback", ""):
+    # (a build without CUDA, or one on a machine without a GPU driver)
+    why = st.get("fallback", "")
+    if st.get("backend") != "cpu" or ("no CUDA backend" not in why and "no NVIDIA driver" not in why):
         fail(f"started event does not show the fallback: {st}")
     if not st.get("device", "").startswith("cpu: "):
         fail(f"started.device {st.get('device')!r}")

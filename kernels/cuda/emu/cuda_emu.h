@@ -63,6 +63,16 @@ void __syncthreads(void);
  * launch the GPU would refuse (empty grid, more than 1024 threads, shared
  * memory above the 227 KiB an sm_90 block may have). */
 int emu_launch(dim3 grid, dim3 block, size_t dyn_smem, const std::function<void()> &body);
+/* The emulated device is working (TY_EMU_GUARD: device blocks readable)
+ * between enter and leave; nests. emu_device_guard scopes it. */
+void emu_device_enter(void);
+void emu_device_leave(void);
+struct emu_device_guard {
+    emu_device_guard() { emu_device_enter(); }
+    ~emu_device_guard() { emu_device_leave(); }
+    emu_device_guard(const emu_device_guard &) = delete;
+    emu_device_guard &operator=(const emu_device_guard &) = delete;
+};
 
 /* Posts 8 bytes for this lane, waits for the warp, returns lane src's. */
 uint64_t emu_shfl_exchange(uint64_t mine, int src_lane);

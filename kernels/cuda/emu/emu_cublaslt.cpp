@@ -142,6 +142,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
                               const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t)
 {
+    emu_device_guard dg;
     if (!h || !algo || algo->id != 1)
         return CUBLAS_STATUS_NOT_INITIALIZED;
     cublasStatus_t s = check_shapes(d, Al, Bl, Cl, Dl);

@@ -13,6 +13,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unistd.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <vector>
@@ -222,12 +225,62 @@ uint64_t emu_shfl_exchange(uint64_t mine, int src_lane)
     return r->slot[par][src];
 }
 
+/* ---- the device memory guard (TY_EMU_GUARD=1) ---------------------------
+ * On a GPU the host cannot read device memory; here it could, so host code
+ * that dereferences a device pointer (a bug that would crash on the GPU)
+ * would pass. With TY_EMU_GUARD=1 every cudaMalloc block is its own mapping,
+ * PROT_NONE except while the emulated device works (a launch, a copy, a
+ * memset, a cuBLASLt call): host code touching it then faults in CI. The
+ * engine's device-path tests (engine.device.*) run with it on. */
+static bool guard_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("TY_EMU_GUARD");
+        on = v && v[0] == '1';
+    }
+    return on;
+}
+struct emu_region {
+    void *p;
+    size_t n;
+};
+static std::vector<emu_region> g_regions;
+static std::mutex g_region_mu;
+static int g_device_open; /* nesting depth of emu_device_enter */
+
+static void protect_all(int prot)
+{
+    for (const emu_region &r : g_regions)
+        if (mprotect(r.p, r.n, prot)) {
+            perror("cuda-emu: mprotect");
+            abort();
+        }
+}
+void emu_device_enter(void)
+{
+    if (!guard_on())
+        return;
+    std::lock_guard<std::mutex> l(g_region_mu);
+    if (g_device_open++ == 0)
+        protect_all(PROT_READ | PROT_WRITE);
+}
+void emu_device_leave(void)
+{
+    if (!guard_on())
+        return;
+    std::lock_guard<std::mutex> l(g_region_mu);
+    if (--g_device_open == 0)
+        protect_all(PROT_NONE);
+}
+
 int emu_launch(dim3 grid, dim3 block, size_t dyn_smem, const std::function<void()> &body)
 {
     unsigned long nb = (unsigned long)grid.x * grid.y * grid.z;
     unsigned nt = block.x * block.y * block.z;
     if (!nb || !nt || nt > 1024 || dyn_smem > (227u << 10))
         return -1;
+    emu_device_guard dg;
 #pragma omp parallel for schedule(static)
     for (unsigned long b = 0; b < nb; b++) {
         g_grid_dim = emu_uint3{grid.x, grid.y, grid.z};
@@ -269,21 +322,35 @@ const char *cudaGetErrorString(cudaError_t e)
     default: return "invalid argument";
     }
 }
+/* The emulated machine, for the engine's device-selection tests:
+ * TY_EMU_DEVICES (default 1) devices of compute capability TY_EMU_CC
+ * (default "9.0"), all alike. */
+static int emu_devices(void)
+{
+    const char *v = getenv("TY_EMU_DEVICES");
+    return v && *v ? atoi(v) : 1;
+}
 cudaError_t cudaGetDeviceCount(int *n)
 {
-    *n = 1;
-    return cudaSuccess;
+    *n = emu_devices();
+    return *n > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
-cudaError_t cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaSetDevice(int dev)
+{
+    return dev >= 0 && dev < emu_devices() ? cudaSuccess : cudaErrorInvalidValue;
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
 {
-    if (dev != 0)
+    if (dev < 0 || dev >= emu_devices())
         return cudaErrorInvalidValue;
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda-emu (host fibers)");
     p->totalGlobalMem = (size_t)1 << 34;
     p->major = 9;
     p->minor = 0;
+    const char *cc = getenv("TY_EMU_CC");
+    if (cc && *cc && sscanf(cc, "%d.%d", &p->major, &p->minor) != 2)
+        p->major = 9, p->minor = 0;
     p->multiProcessorCount = 1;
     p->sharedMemPerBlockOptin = 227u << 10;
     return cudaSuccess;
@@ -300,25 +367,58 @@ cudaError_t cudaRuntimeGetVersion(int *v)
 }
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+    if (guard_on()) {
+        size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (bytes + pg - 1) / pg * pg;
+        std::lock_guard<std::mutex> l(g_region_mu);
+        void *m = mmap(nullptr, n ? n : pg, g_device_open ? PROT_READ | PROT_WRITE : PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return cudaErrorMemoryAllocation;
+        g_regions.push_back(emu_region{m, n ? n : pg});
+        *p = m;
+        return cudaSuccess;
+    }
     size_t r = (bytes + 255) / 256 * 256;
     *p = aligned_alloc(256, r ? r : 256);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void *p)
 {
+    if (guard_on()) {
+        std::lock_guard<std::mutex> l(g_region_mu);
+        for (size_t i = 0; i < g_regions.size(); i++)
+            if (g_regions[i].p == p) {
+                munmap(p, g_regions[i].n);
+                g_regions.erase(g_regions.begin() + (long)i);
+                return cudaSuccess;
+            }
+        return p ? cudaErrorInvalidValue : cudaSuccess;
+    }
     free(p);
     return cudaSuccess;
 }
-cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaMalloc(p, bytes); }
-cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+/* Host memory (pinned on a GPU) is never guarded. */
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    size_t r = (bytes + 255) / 256 * 256;
+    *p = aligned_alloc(256, r ? r : 256);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t)
 {
+    emu_device_guard dg;
     if (bytes)
         memset(p, v, bytes);
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t bytes, cudaMemcpyKind, cudaStream_t)
 {
+    emu_device_guard dg;
     if (bytes)
         memmove(d, s, bytes);
     return cudaSuccess;

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+# device_test.py — the engine's device selection (ctest engine.device.*):
+# backend auto / cuda / cpu, the CPU fallback and its reason, and the whole
+# engine on the emulated CUDA backend (trainyard-engine-emu with the test
+# hook TY_KERNELS=cuda-emu: the engine's device path -- device buffers,
+# pinned batches, copies, one read-back per step -- run by the kernels/cuda
+# sources on the CPU), compared with the CPU backend.
+#
+# Usage: device_test.py ENGINE ENGINE_EMU CASE. Reuses cli_test.py's tiny
+# models and helpers (standard library only).
+import os
+import shutil
+import sys
+
+ENGINE, ENGINE_EMU, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.argv = [sys.argv[0], ENGINE, "device-" + CASE]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_test as ct  # noqa: E402  (reads sys.argv at import)
+
+fail = ct.fail
+EMU = {"TY_KERNELS": "cuda-emu", "TY_EMU_GUARD": "1"}  # device memory unreadable from the host
+LLAMA = {"model_type": "llama", "vocab_size": ct.VOCAB, "hidden_size": ct.DIM, "intermediate_size": 24,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+         "max_position_embeddings": ct.POS}
+
+
+def run(engine, spec, workdir, env=None, resume=None):
+    ct.ENGINE = engine
+    return ct.run(spec, workdir=workdir, env=env, resume=resume)
+
+
+def started(events):
+    return [e for e in events if e.get("ev") == "started"][0]
+
+
+def metrics(events):
+    return {e["step"]: e for e in events if e.get("ev") == "metric"}
+
+
+def case_fallback():
+    """The real engine on this machine (no GPU, no driver, or no CUDA build):
+    auto with a GPU asked for runs on the CPU and says why; cuda is an error."""
+    res = run(ENGINE, ct.write_spec(extra={"resources": {"gpus": 1, "backend": "auto"}}), "auto")
+    st = started(ct.expect_success(res))
+    why = st.get("fallback", "")
+    reasons = ("no CUDA backend", "no NVIDIA driver", "no CUDA device", "cuBLASLt not found")
+    if st.get("backend") != "cpu" or not why.startswith("cuda unavailable (") or \
+            not any(r in why for r in reasons):
+        fail(f"started event does not give the fallback's reason: {st}")
+    if "gpu" in st:
+        fail(f"a CPU run describes a gpu: {st}")
+    print(f"ok: auto -> cpu, {why}")
+    res = run(ENGINE, ct.write_spec(extra={"resources": {"gpus": 1, "backend": "cuda"}}), "cuda")
+    ct.expect_error(res, "cuda")
+    # The hook needs the emulation linked in: the shipped engine refuses it
+    # rather than quietly running on the CPU.
+    res = run(ENGINE, ct.write_spec(extra={"resources": {"gpus": 1, "backend": "cuda"}}), "hook", env=EMU)
+    ct.expect_error(res, "no emulated CUDA backend")
+
+
+def compare(fam, init, precision, steps=4):
+    """The same spec on cpu (real engine) and on cuda-emu (test engine)."""
+    spec_cpu = ct.write_spec(model={"init": init}, name=f"{fam}-{precision}-cpu.json", max_steps=steps,
+                             grad_accum=2, extra={"precision": precision, "resources": {"backend": "cpu"}})
+    spec_gpu = ct.write_spec(model={"init": init}, name=f"{fam}-{precision}-gpu.json", max_steps=steps,
+                             grad_accum=2,
+                             extra={"precision": precision, "resources": {"gpus": 1, "backend": "cuda"}})
+    a = ct.expect_success(run(ENGINE, spec_cpu, f"{fam}-{precision}-cpu"))
+    b = ct.expect_success(run(ENGINE_EMU, spec_gpu, f"{fam}-{precision}-emu", env=EMU))
+    st = started(b)
+    gpu = st.get("gpu") or {}
+    if st.get("backend") != "cuda-emu" or "fallback" in st or not gpu.get("name", "").startswith("cuda-emu") or \
+            gpu.get("compute_capability") != "9.0" or not gpu.get("memory_bytes", 0) > 0 or \
+            "driver" not in gpu or "cuda_runtime" not in gpu:
+        fail(f"{fam}: started event on cuda-emu: {st}")
+    ma, mb = metrics(a), metrics(b)
+    if sorted(ma) != list(range(1, steps + 1)) or sorted(mb) != sorted(ma):
+        fail(f"{fam}: steps {sorted(ma)} vs {sorted(mb)}")
+    tol = 2e-4 if precision == "fp32" else 2e-3
+    for k in ma:
+        la, lb = ma[k]["loss"], mb[k]["loss"]
+        if abs(la - lb) > tol * abs(la):
+            fail(f"{fam} {precision} step {k}: loss cpu {la} vs cuda-emu {lb}")
+    if not ma[steps]["loss"] < ma[1]["loss"]:
+        fail(f"{fam}: loss does not fall: {[ma[k]['loss'] for k in sorted(ma)]}")
+    # mem_bytes on a GPU is the context's device memory at its peak: at
+    # least parameters, gradients and both moments (fp32), and it stops
+    # growing after the first step (nothing is allocated in the loop).
+    mem = [mb[k]["mem_bytes"] for k in sorted(mb)]
+    params = st["params"]
+    if mem[0] < 16 * params or len(set(mem[1:])) != 1:
+        fail(f"{fam}: mem_bytes {mem} for {params} parameters")
+    print(f"ok: {fam} {precision}: losses match the cpu within {tol} "
+          f"({[round(ma[k]['loss'], 6) for k in sorted(ma)]}), mem_bytes {mem[-1]}")
+
+
+def case_emu_train():
+    for precision in ("fp32", "bf16"):
+        compare("gpt2", ct.gpt2_config(), precision)
+        compare("llama", LLAMA, precision)
+
+
+def case_emu_resume():
+    """Resume on the device path: a step-2 checkpoint of a 4-step cuda-emu
+    run continues bit for bit."""
+    spec = ct.write_spec(model={"init": LLAMA}, name="resume.json", max_steps=4, batch_size=3,
+                         train=ct.write_dataset("train7.jsonl", ct.random_rows(7)),
+                         extra={"checkpoint": {"every_steps": 2}, "resources": {"gpus": 1, "backend": "cuda"}})
+    a = ct.expect_success(run(ENGINE_EMU, spec, "ra", env=EMU))
+    ck = os.path.join(ct.TMP, "ra", "checkpoints", "step-000002")
+    b = ct.expect_success(run(ENGINE_EMU, spec, "rb", env=EMU, resume=ck))
+    ma, mb = metrics(a), metrics(b)
+    keys = ("loss", "lr", "grad_norm", "tokens")
+    if sorted(mb) != [3, 4] or any(ma[k][f] != mb[k][f] for k in mb for f in keys):
+        fail(f"resume on cuda-emu: {ma} vs {mb}")
+    print("ok: cuda-emu resumed steps 3..4 identical")
+
+
+def case_emu_devices():
+    """What a card can do, and which card a rank takes."""
+    def spec(name, precision="fp32"):
+        return ct.write_spec(name=name + ".json", max_steps=2,
+                             extra={"precision": precision, "resources": {"gpus": 1, "backend": "cuda"}})
+    # bf16 before sm_80 is a clear error; fp16 (loss scaling) runs there.
+    t4 = dict(EMU, TY_EMU_CC="7.5")
+    ct.expect_error(run(ENGINE_EMU, spec("bf16", precision="bf16"), "bf16", env=t4), "bf16",
+                    "compute capability 8.0", "7.5", code=2)
+    st = started(ct.expect_success(run(ENGINE_EMU, spec("fp16", precision="fp16"), "fp16", env=t4)))
+    if st["gpu"]["compute_capability"] != "7.5":
+        fail(f"TY_EMU_CC not reported: {st}")
+    # TY_LOCAL_RANK picks among the visible devices; one that is not there
+    # is named with what is visible.
+    env = dict(EMU, TY_LOCAL_RANK="1", CUDA_VISIBLE_DEVICES="3")
+    ct.expect_error(run(ENGINE_EMU, spec("rank"), "rank1", env=env), "CUDA device 1",
+                    "1 visible", "CUDA_VISIBLE_DEVICES=3")
+    env = dict(env, TY_EMU_DEVICES="2", CUDA_VISIBLE_DEVICES="3,5")
+    ct.expect_success(run(ENGINE_EMU, spec("rank"), "rank1of2", env=env))
+    # auto with no device visible falls back and says so.
+    env = dict(EMU, TY_EMU_DEVICES="0")
+    auto = ct.write_spec(name="auto.json", max_steps=1, extra={"resources": {"gpus": 1, "backend": "auto"}})
+    st = started(ct.expect_success(run(ENGINE_EMU, auto, "auto0", env=env)))
+    if st["backend"] != "cpu" or "no CUDA device" not in st.get("fallback", ""):
+        fail(f"auto with no device: {st}")
+    print("ok: bf16 refused on 7.5, fp16 runs there, local rank picks among visible devices, auto falls back")
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    try:
+        if CASE not in CASES:
+            fail(f"unknown case; known: {sorted(CASES)}")
+        CASES[CASE]()
+    finally:
+        shutil.rmtree(ct.TMP, ignore_errors=True)
