@@ -154,6 +154,10 @@ static int open_device(run *r, ty_err *err)
 {
     int rc = device_open(&r->kn, &r->spec, r->a->local_rank, r->a->threads, r->fallback, sizeof r->fallback, err);
     if (r->fallback[0]) ev_log("backend auto: %s", r->fallback);
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (!rc && kn_device_of(r->kn) == KN_CUDA)
+        ev_log("device: cuda %d (local rank) of CUDA_VISIBLE_DEVICES=%s: %s", r->a->local_rank, vis ? vis : "unset",
+               kn_describe(r->kn));
     return rc;
 }
 
