@@ -71,6 +71,9 @@ start() {
         --log-file="$dir/log/munged.log"
     wait_for 10 test -S "$dir/munge/munge.socket" || { echo "munged did not start" >&2; cat "$dir/log/munged.log" >&2; exit 1; }
     cpus=$(slurmd -C | sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' | head -1)
+    # At least 4 CPUs whatever the machine has (config_overrides lets slurmd
+    # accept the difference): a 2-rank job and a 1-rank one fit at once.
+    [ "$cpus" -ge 4 ] || cpus=4
     mem=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -1)
     cat > "$dir/slurm.conf" <<CONF
 ClusterName=trainyard-test
@@ -102,7 +105,7 @@ ReturnToService=1
 MinJobAge=600
 KillWait=5
 SlurmdTimeout=300
-SlurmctldParameters=enable_configless
+SlurmdParameters=config_overrides
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=ty Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF

@@ -7,7 +7,10 @@ slurm.cluster_start (tests/slurm/cluster.sh) and reached through SLURM_CONF.
 The server is the real `trainyard serve --executor slurm` and the engine the
 real trainyard-engine on a tiny GPT-2 on the CPU.
 
-Case (ctest slurm.NAME):
+Cases (ctest slurm.NAME):
+  refusals   --executor other than local/slurm, a relative --slurm-workdir,
+             a --slurm-poll-ms out of range and a cluster sinfo cannot reach
+             stop `serve` at start with the option or the cause named.
   lifecycle  a job runs to success through sbatch/srun with every step's
              metric streamed from the events file; a long job is paused
              (its Slurm job signalled, the final checkpoint recorded, Slurm
@@ -172,5 +175,36 @@ def test_lifecycle():
         check(i < 0, "sanitizer report in the server log: %s" % text[max(0, i - 200):i + 800])
 
 
+def serve_fails(env, *args):
+    """`trainyard serve ARGS` with env: its exit status and output."""
+    d = T.tmpdir()
+    r = subprocess.run([os.environ["TY_BIN"], "serve", "--listen", "127.0.0.1:%d" % T.free_port(),
+                        "--data-dir", os.path.join(d, "data")] + list(args),
+                       capture_output=True, text=True, timeout=60, env=env)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_refusals():
+    """Bad executor settings are refused at start with the option named."""
+    env = dict(os.environ)
+    rc, out = serve_fails(env, "--executor", "kubernetes")
+    check(rc == 2 and "executor must be local or slurm" in out, "bad --executor: %d %s" % (rc, out))
+    rc, out = serve_fails(env, "--executor", "slurm", "--slurm-workdir", "relative/path")
+    check(rc == 2 and "slurm-workdir must be an absolute path" in out, "relative --slurm-workdir: %d %s" % (rc, out))
+    rc, out = serve_fails(env, "--executor", "slurm", "--slurm-poll-ms", "5")
+    check(rc == 2 and "slurm-poll-ms" in out, "--slurm-poll-ms 5: %d %s" % (rc, out))
+    # No cluster to reach: a config that names no controller that answers.
+    d = T.tmpdir()
+    conf = os.path.join(d, "slurm.conf")
+    with open(os.environ["SLURM_CONF"]) as f:
+        text = f.read()
+    port = T.free_port()
+    with open(conf, "w") as f:
+        f.write("".join(("SlurmctldPort=%d\n" % port) if l.startswith("SlurmctldPort=") else l + "\n"
+                        for l in text.splitlines()))
+    rc, out = serve_fails(dict(env, SLURM_CONF=conf), "--executor", "slurm")
+    check(rc != 0 and "sinfo cannot reach the cluster" in out, "unreachable cluster: %d %s" % (rc, out))
+
+
 if __name__ == "__main__":
-    run_tests({"lifecycle": test_lifecycle})
+    run_tests({"lifecycle": test_lifecycle, "refusals": test_refusals})
