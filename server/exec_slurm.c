@@ -380,6 +380,10 @@ static bool slurm_ended(executor *e, exec_job *ej, exec_end *end)
     snprintf(reason, sizeof reason, "%s", j->reason);
     pthread_mutex_unlock(&se->mu);
     if (!gone && state_live(state)) return false;
+    /* Read the rest through a fresh open: on NFS that revalidates the
+     * file (close-to-open), so lines the nodes appended last are seen. */
+    if (j->evfd >= 0) close(j->evfd);
+    j->evfd = -1;
     memset(end, 0, sizeof *end);
     /* The batch script's record of srun's status, when it got to write it. */
     char path[PATH_MAX + 64], *text = NULL;
@@ -491,7 +495,7 @@ static void poll_states(slurm_exec *se)
     }
     pthread_mutex_unlock(&se->mu);
     if (!count) return;
-    static char out[1 << 16];
+    static char out[1 << 16]; /* one poller thread per server */
     char *argv[] = {"squeue", "-h", "--states=all", "-o", "%i|%T|%r", "-j", ids, NULL};
     int rc = run_cmd(argv, NULL, out, sizeof out);
     /* squeue answers 1 when one of the ids is unknown but still lists the
