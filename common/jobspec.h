@@ -72,6 +72,8 @@ typedef struct jobspec {
     jobspec_precision precision; /* default fp32 */
     jobspec_export_dtype export_dtype; /* default auto */
     int gpus;                 /* default 0 = run on CPU slots; [0, 64] */
+    int cpu_ranks;            /* default 1; data-parallel CPU ranks [1, 256], only without gpus */
+    int zero;                 /* default 0; 1 = ZeRO-1 (optimizer state sharded over the ranks) */
     jobspec_backend backend;  /* default auto */
 
     /* checkpoint */
@@ -94,7 +96,7 @@ typedef struct jobspec {
  *   hyperparameters{max_steps, batch_size, seq_len, grad_accum, lr, schedule,
  *   warmup_steps, weight_decay, max_grad_norm, adam_beta1, adam_beta2,
  *   adam_eps, seed, log_every_steps, eval_every_steps, recompute}; precision;
- *   export{dtype}; resources{gpus, backend}; checkpoint{every_steps, keep_last, keep_best,
+ *   export{dtype}; resources{gpus, cpu_ranks, zero, backend}; checkpoint{every_steps, keep_last, keep_best,
  *   store}; priority; max_restarts. */
 int jobspec_parse(json_t *root, jobspec *out, ty_err *err);
 /* Convenience: parse text. Invalid UTF-8 and malformed JSON (including

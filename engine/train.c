@@ -605,6 +605,10 @@ static int setup(run *r, int *code)
         return -1;
     }
     const jobspec *s = &r->spec;
+    if (s->zero) {
+        *code = bad_spec("resources.zero: ZeRO-1 is not in this engine yet");
+        return -1;
+    }
     if (a->world > 1 && ((int64_t)s->batch_size * s->grad_accum) % a->world) {
         char msg[256];
         snprintf(msg, sizeof msg,

@@ -7,7 +7,10 @@
  * to the job's engine.log. A rank other than 0 that fails takes the job
  * down (the others would wait forever in a collective). The stored handle
  * is the process group; after a crash it is trusted only while its leader
- * still carries this job's TY_JOB_ID (pids are reused). */
+ * still carries this job's TY_JOB_ID (pids are reused).
+ *
+ * A job of several CPU ranks is one mpirun instead (exec_mpirun.c): it is
+ * then the only process we spawn and reap, and it leads the group. */
 #include "executor.h"
 
 #include <dirent.h>
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include "gpu.h"
+#include "exec_mpirun.h"
 #include "tyutil.h"
 
 typedef struct local_job {
@@ -33,6 +37,8 @@ typedef struct local_job {
     pid_t pgid;
     int fd; /* rank 0's fd 3 read end, -1 once closed */
     char rank_failure[200];
+    bool mpi;      /* several ranks: pid[0] is mpirun */
+    mpirun_job mj; /* then: its FIFO and signals */
 } local_job;
 
 /* ---- starting ------------------------------------------------------------------------ */
@@ -127,7 +133,19 @@ static int local_start(executor *e, const exec_start *st, exec_job **out, int *f
     if (logfd < 0 || devnull < 0 || pipe2(pipefd, O_CLOEXEC) != 0) {
         rc = ty_err_set(err, TY_EIO, "cannot set up the engine's files: %s", strerror(errno));
     }
-    for (int rank = 0; rc == 0 && rank < r->nranks; rank++) {
+    if (rc == 0 && st->nranks > 1) { /* Open MPI starts and wires the ranks */
+        r->mpi = true;
+        r->nranks = 1;
+        rc = mpirun_start(e->s, st, logfd, devnull, &r->mj, err);
+        if (rc == 0) {
+            r->pid[0] = r->pgid = r->mj.pid;
+            r->alive = 1;
+            close(pipefd[0]);
+            pipefd[0] = r->mj.events_fd; /* ours now: read and closed like the pipe */
+            r->mj.events_fd = -1;
+        }
+    }
+    for (int rank = 0; rc == 0 && !r->mpi && rank < r->nranks; rank++) {
         rc = spawn_rank(e, r, rank, st, logfd, pipefd[1], devnull, err);
         if (rc) {
             if (r->pgid > 0) kill(-r->pgid, SIGKILL);
@@ -180,7 +198,8 @@ static void local_signal(executor *e, exec_job *j, int sig)
 {
     (void)e;
     local_job *r = (local_job *)j;
-    if (r->pgid > 0 && r->alive > 0) kill(-r->pgid, sig);
+    if (r->mpi && r->alive > 0) mpirun_signal(&r->mj, sig);
+    else if (r->pgid > 0 && r->alive > 0) kill(-r->pgid, sig);
 }
 
 static bool local_ended(executor *e, exec_job *j, exec_end *end)
@@ -206,6 +225,11 @@ static bool local_ended(executor *e, exec_job *j, exec_end *end)
         }
     }
     if (r->alive > 0) return false;
+    if (r->mpi) {
+        mpirun_ended(&r->mj); /* the FIFO reaches EOF once drained */
+        /* Its ranks joined its group; none may outlive it. */
+        kill(-r->pgid, SIGKILL);
+    }
     memset(end, 0, sizeof *end);
     end->status = r->status[0];
     exec_describe_status(r->status[0], end->how, sizeof end->how);
@@ -219,6 +243,7 @@ static void local_release(executor *e, exec_job *j)
     local_job *r = (local_job *)j;
     if (!r) return;
     if (r->fd >= 0) close(r->fd);
+    if (r->mpi) mpirun_release(&r->mj);
     free(r);
 }
 

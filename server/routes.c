@@ -169,6 +169,24 @@ static enum MHD_Result post_jobs(http_req *q)
         return http_error(q, 400, "invalid_spec", "resources.gpus",
                           "the job asks for %d GPU(s); this server has %d", want, ngpu);
     }
+    /* Data-parallel ranks: one CPU slot each, and the global batch must
+     * split evenly over them (docs/engine.md, Ranks). */
+    int world = spec.gpus > 0 ? spec.gpus : spec.cpu_ranks;
+    const char *wfield = spec.gpus > 0 ? "resources.gpus" : "resources.cpu_ranks";
+    if (spec.gpus == 0 && spec.cpu_ranks > s->cfg.cpu_slots && !strcmp(s->cfg.executor, "local")) {
+        int want = spec.cpu_ranks;
+        jobspec_free(&spec);
+        return http_error(q, 400, "invalid_spec", "resources.cpu_ranks",
+                          "the job asks for %d CPU ranks; this server has %d CPU slots (--cpu-slots)",
+                          want, s->cfg.cpu_slots);
+    }
+    if (((long long)spec.batch_size * spec.grad_accum) % world) {
+        long long rows = (long long)spec.batch_size * spec.grad_accum;
+        jobspec_free(&spec);
+        return http_error(q, 400, "invalid_spec", wfield,
+                          "%d ranks do not divide the global batch of hyperparameters.batch_size x "
+                          "grad_accum = %lld rows", world, rows);
+    }
     /* The precision against what the chosen backend can run here. */
     jobspec_caps caps = jobspec_default_caps(ngpu);
     if (jobspec_check_precision(&spec, &caps, &err)) {

@@ -73,7 +73,7 @@ typedef struct run {
     char *line;               /* partial line */
     size_t line_len;
     uint64_t gpu_mask;        /* GPU slots held */
-    bool cpu_slot;
+    int cpu_slots;            /* CPU slots held: one per CPU rank */
     bool started;             /* saw the engine's started event */
     bool done_succeeded, done_stopped;
     char *error;              /* engine's error event message */
@@ -370,7 +370,7 @@ static void read_pipe(sched *x, run *r)
 static void release(sched *x, run *r)
 {
     x->gpus_busy &= ~r->gpu_mask;
-    if (r->cpu_slot) x->cpu_busy--;
+    x->cpu_busy -= r->cpu_slots;
     pthread_mutex_lock(&x->sample_mu);
     for (int i = 0; i < GPU_MAX; i++)
         if (r->gpu_mask & (1ull << i)) x->sample_job[i] = 0;
@@ -413,7 +413,7 @@ static int gpu_list(sched *x, uint64_t mask, char *out, size_t cap)
 static void hold(sched *x, run *r)
 {
     x->gpus_busy |= r->gpu_mask;
-    if (r->cpu_slot) x->cpu_busy++;
+    x->cpu_busy += r->cpu_slots;
     pthread_mutex_lock(&x->sample_mu);
     for (int i = 0; i < GPU_MAX; i++)
         if (r->gpu_mask & (1ull << i)) x->sample_job[i] = r->job_id;
@@ -562,7 +562,7 @@ static run *run_new(sched *x, int64_t id)
  * job goes starting and holds them; the engine is spawned now, or when
  * its downloads (resume checkpoint, remote inputs) finish on a fetch
  * thread. */
-static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
+static void start_job(sched *x, int64_t id, uint64_t gpu_mask, int cpu_slots)
 {
     srv *s = x->s;
     ty_err err = {0};
@@ -633,8 +633,8 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, bool cpu_slot)
         return;
     }
     r->gpu_mask = gpu_mask;
-    r->cpu_slot = cpu_slot;
-    r->nranks = ngpu > 0 ? ngpu : 1;
+    r->cpu_slots = cpu_slots;
+    r->nranks = ngpu > 0 ? ngpu : cpu_slots > 0 ? cpu_slots : 1;
     r->store = store;
     hold(x, r);
     char jobdir[PATH_MAX];
@@ -693,6 +693,15 @@ static void collect_fetches(sched *x)
     }
 }
 
+/* resources.cpu_ranks of a stored spec: the CPU slots the job takes. */
+static int spec_cpu_ranks(const char *spec)
+{
+    json_t *j = spec ? json_loads(spec, 0, NULL) : NULL;
+    json_int_t n = json_integer_value(json_object_get(json_object_get(j, "resources"), "cpu_ranks"));
+    json_decref(j);
+    return n > 1 ? (int)n : 1;
+}
+
 /* Priority then FIFO; a job that does not fit now is skipped, so smaller
  * jobs behind it may run (no reservation; see docs/server.md). */
 static void schedule(sched *x)
@@ -709,15 +718,24 @@ static void schedule(sched *x)
         for (int k = 0; k < x->nrecov; k++) recovering |= x->recov[k].job_id == ids[i];
         if (recovering) continue; /* its old engine may still be writing */
         if (x->ex->ops->cluster) { /* the cluster queues and places it */
-            start_job(x, ids[i], 0, false);
+            start_job(x, ids[i], 0, 0);
             continue;
         }
         db_job j;
         if (db_job_get(d, ids[i], &j, &err)) continue;
-        int want = j.gpus_wanted;
+        int want = j.gpus_wanted, ranks = spec_cpu_ranks(j.spec);
         db_job_free(&j);
+        if (want == 0 && ranks > s->cfg.cpu_slots) { /* a server restarted with fewer slots */
+            ty_err e2 = {0};
+            char why[160];
+            snprintf(why, sizeof why, "job asks for %d CPU ranks; this server has %d CPU slots", ranks,
+                     s->cfg.cpu_slots);
+            db_job_update up = {.has_error = true, .error = why, .set_finished = true};
+            srv_transition(s, ids[i], JOB_BIT(JOB_QUEUED), JOB_CANCELLED, why, &up, NULL, &e2);
+            continue;
+        }
         if (want == 0) {
-            if (x->cpu_busy < s->cfg.cpu_slots) start_job(x, ids[i], 0, true);
+            if (x->cpu_busy + ranks <= s->cfg.cpu_slots) start_job(x, ids[i], 0, ranks);
             continue;
         }
         if (want > ngpu) {
@@ -735,7 +753,7 @@ static void schedule(sched *x)
                 mask |= 1ull << g;
                 got++;
             }
-        if (got == want) start_job(x, ids[i], mask, false);
+        if (got == want) start_job(x, ids[i], mask, 0);
     }
     free(ids);
 }

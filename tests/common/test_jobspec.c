@@ -56,6 +56,7 @@ static void test_design_example(void)
     CHECK(s.export_dtype == EXPORT_DTYPE_FP16 && strcmp(jobspec_export_dtype_name(s.export_dtype), "fp16") == 0,
           "export.dtype");
     CHECK(s.precision == PREC_BF16 && s.gpus == 1 && s.backend == BACKEND_AUTO, "resources");
+    CHECK(s.cpu_ranks == 1 && s.zero == 0, "resources.cpu_ranks and zero default to 1 and 0");
     CHECK(s.ckpt_every_steps == 200 && s.keep_last == 3 && strcmp(s.store, "s3://my-bucket/runs/med-qa") == 0,
           "checkpoint");
     CHECK(strcmp(jobspec_method_name(s.method), "lora") == 0, "method name");
@@ -232,6 +233,14 @@ static const struct bad BAD[] = {
      "resources.gpus"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"gpus\":2,\"backend\":\"cpu\"}}",
      TY_EINVAL, "resources.backend"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpu_ranks\":0}}", TY_EINVAL,
+     "resources.cpu_ranks"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpu_ranks\":257}}", TY_EINVAL,
+     "resources.cpu_ranks"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpu_ranks\":2,\"gpus\":1}}",
+     TY_EINVAL, "resources.cpu_ranks"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"zero\":2}}", TY_EINVAL,
+     "resources.zero"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"keep_last\":-1}}", TY_EINVAL,
      "checkpoint.keep_last"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"eval_fraction\":0.6},"
