@@ -97,7 +97,7 @@ static const srv_option OPTIONS[] = {
     {"engine", "PATH", STR(engine), NULL, "trainyard-engine beside this binary", "the engine binary", NULL, 0},
     {"gpus", "auto|none|LIST", STR(gpus), "auto", NULL,
      "GPUs to schedule: auto asks NVML, none runs CPU jobs only, LIST is like 0,1", check_gpus, 0},
-    {"cpu-slots", "N", INT(cpu_slots, 0, 1024), "1", NULL, "CPU-only jobs that may run at once", NULL, 0},
+    {"cpu-slots", "N", INT(cpu_slots, 0, 1024), "1", NULL, "CPU ranks that may run at once (a job takes resources.cpu_ranks)", NULL, 0},
     {"executor", "NAME", STR(executor), "local", NULL, "where engines run: local or slurm", check_executor, 0},
     {"slurm-workdir", "DIR", STR(slurm_workdir), NULL, "the data dir",
      "slurm: a path the server and every node share; job directories go to DIR/jobs", check_abs_path, 0},
