@@ -175,19 +175,19 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
 {
     /* transformers class defaults per model_type */
     int is_mistral = !strcmp(type, "mistral"), is_qwen2 = !strcmp(type, "qwen2"), is_qwen3 = !strcmp(type, "qwen3");
-    int qwen = is_qwen2 || is_qwen3;
-    int d_vocab = qwen ? 151936 : 32000;
-    int d_ffn = is_mistral ? 14336 : qwen ? 22016 : 11008;
-    int d_maxpos = is_mistral ? 4096 * 32 : qwen ? 32768 : 2048;
+    int qwen = is_qwen2 || is_qwen3, is_phi3 = !strcmp(type, "phi3");
+    int d_vocab = qwen ? 151936 : is_phi3 ? 32064 : 32000;
+    int d_ffn = is_mistral ? 14336 : qwen ? 22016 : is_phi3 ? 8192 : 11008;
+    int d_maxpos = is_mistral ? 4096 * 32 : qwen ? 32768 : is_phi3 ? 4096 : 2048;
     int rc;
     if ((rc = cfg_int(o, "vocab_size", d_vocab, w, &c->vocab, err)) ||
-        (rc = cfg_int(o, "hidden_size", 4096, w, &c->dim, err)) ||
+        (rc = cfg_int(o, "hidden_size", is_phi3 ? 3072 : 4096, w, &c->dim, err)) ||
         (rc = cfg_int(o, "intermediate_size", d_ffn, w, &c->ffn, err)) ||
         (rc = cfg_int(o, "num_hidden_layers", 32, w, &c->n_layer, err)) ||
         (rc = cfg_int(o, "num_attention_heads", 32, w, &c->n_head, err)) ||
         (rc = cfg_int(o, "num_key_value_heads", is_mistral ? 8 : c->n_head, w, &c->n_kv_head, err)) ||
         (rc = cfg_int(o, "max_position_embeddings", d_maxpos, w, &c->max_pos, err)) ||
-        (rc = cfg_num(o, "rms_norm_eps", 1e-6, w, &c->norm_eps, err)) ||
+        (rc = cfg_num(o, "rms_norm_eps", is_phi3 ? 1e-5 : 1e-6, w, &c->norm_eps, err)) ||
         (rc = cfg_num(o, "rope_theta", 10000.0, w, &c->rope_theta, err)) ||
         (rc = cfg_num(o, "initializer_range", 0.02, w, &c->init_std, err)) ||
         (rc = cfg_bool(o, "tie_word_embeddings", 0, w, &c->tied, err)))
@@ -198,6 +198,18 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
     /* Qwen3Config's head_dim defaults to 128, not hidden / heads. */
     if ((rc = cfg_int(o, "head_dim", is_qwen3 ? 128 : c->dim / c->n_head, w, &c->head_dim, err))) return rc;
     c->qk_norm = is_qwen3;
+    c->fused = is_phi3;
+    /* Phi-3's partial_rotary_factor (top level, or in rope_parameters):
+     * RoPE on only part of each head is not done. */
+    json_t *prf = json_object_get(o, "partial_rotary_factor"), *rpo = json_object_get(o, "rope_parameters");
+    const char *prf_field = "partial_rotary_factor";
+    if ((!prf || json_is_null(prf)) && json_is_object(rpo)) {
+        prf = json_object_get(rpo, "partial_rotary_factor");
+        prf_field = "rope_parameters.partial_rotary_factor";
+    }
+    if (prf && !json_is_null(prf) && (!json_is_number(prf) || json_number_value(prf) != 1.0))
+        return ty_err_field(err, TY_EINVAL, prf_field, "%s: %s other than 1.0 (RoPE on part of each head) is not supported",
+                            w, prf_field);
     json_t *act = json_object_get(o, "hidden_act");
     if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
         return ty_err_field(err, TY_EINVAL, "hidden_act", "%s: hidden_act must be silu", w);
@@ -216,7 +228,7 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
     c->sliding_window = 0;
     int use_sw = !qwen;
     if (qwen && (rc = cfg_bool(o, "use_sliding_window", 0, w, &use_sw, err))) return rc;
-    if (use_sw && (is_mistral || qwen)) {
+    if (use_sw && (is_mistral || qwen || is_phi3)) {
         json_t *sw = json_object_get(o, "sliding_window");
         if (!sw && is_mistral) c->sliding_window = 4096;
         else if (json_is_integer(sw) && json_integer_value(sw) > 0) c->sliding_window = (int)json_integer_value(sw);
@@ -231,16 +243,17 @@ int hfconfig_parse(json_t *obj, const char *where, model_config *out, ty_err *er
     if (!json_is_object(obj)) return ty_err_set(err, TY_EINVAL, "%s: not a JSON object", where);
     json_t *mt = json_object_get(obj, "model_type");
     if (!json_is_string(mt))
-        return ty_err_field(err, TY_EINVAL, "model_type", "%s: model_type missing (gpt2, llama, mistral, qwen2 or qwen3)",
+        return ty_err_field(err, TY_EINVAL, "model_type", "%s: model_type missing (gpt2, llama, mistral, qwen2, qwen3 or phi3)",
                             where);
     const char *type = json_string_value(mt);
     int rc;
     if (!strcmp(type, "gpt2")) rc = cfg_gpt2(obj, where, out, err);
-    else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2") || !strcmp(type, "qwen3"))
+    else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2") || !strcmp(type, "qwen3") ||
+             !strcmp(type, "phi3"))
         rc = cfg_llama(obj, where, type, out, err);
     else
         return ty_err_field(err, TY_EINVAL, "model_type",
-                            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2, qwen3)", where,
+                            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2, qwen3, phi3)", where,
                             ty_safe_word(type));
     if (rc) return rc;
     snprintf(out->model_type, sizeof out->model_type, "%s", type);
@@ -300,6 +313,7 @@ json_t *hfconfig_export_as(const model_config *c, const char *torch_dtype)
                        : !strcmp(c->model_type, "mistral") ? "MistralForCausalLM"
                        : !strcmp(c->model_type, "qwen2")   ? "Qwen2ForCausalLM"
                        : !strcmp(c->model_type, "qwen3")   ? "Qwen3ForCausalLM"
+                       : !strcmp(c->model_type, "phi3")    ? "Phi3ForCausalLM"
                                                            : "LlamaForCausalLM";
     if (!json_object_get(o, "architectures")) json_object_set_new(o, "architectures", json_pack("[s]", arch));
     json_object_set_new(o, "torch_dtype", json_string(torch_dtype));

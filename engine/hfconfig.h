@@ -2,7 +2,8 @@
  *
  * Two families: GPT-2 (model_type "gpt2") and Llama ("llama", "mistral",
  * "qwen2", "qwen3" — Qwen3 adds an RMSNorm over each head's q and k before
- * RoPE, `qk_norm`). Missing fields take the transformers class defaults, so a short
+ * RoPE, `qk_norm`; "phi3" — q, k, v and gate, up fused into one weight
+ * each, `fused`). Missing fields take the transformers class defaults, so a short
  * `model.init` object in a job spec describes a model the same way
  * `GPT2Config(...)` / `LlamaConfig(...)` would. Settings the engine cannot
  * reproduce exactly (RoPE scalings other than Llama 3's, other activations,
@@ -18,7 +19,7 @@ typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA } model_arch;
 
 typedef struct model_config {
     model_arch arch;
-    char model_type[16];   /* "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" */
+    char model_type[16];   /* "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" */
     int vocab;             /* vocab_size */
     int dim;               /* n_embd / hidden_size */
     int n_layer;
@@ -35,6 +36,7 @@ typedef struct model_config {
     int qkv_bias;          /* qwen2, or llama attention_bias */
     int o_bias;            /* llama attention_bias */
     int qk_norm;           /* qwen3: q_norm / k_norm RMSNorm [head_dim] per head */
+    int fused;             /* phi3: fused qkv_proj [q; k; v] and gate_up_proj [gate; up] */
     /* RoPE scaling (rope_parameters / rope_scaling): 0 none, 1 "llama3"
      * (Llama 3.1 / 3.2) with its factor, low/high_freq_factor and
      * original_max_position_embeddings. */

@@ -159,17 +159,21 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
             ldq = 3 * C;
         } else {
             kn_rmsnorm_fwd(k, c->h, c->rstd, c->x, PW(m, L->ln1_w), n, C, g->norm_eps);
+            /* Phi-3: q, k, v weights are row blocks of the fused qkv_proj */
+            const float *wq = g->fused ? PW(m, L->attn_w) : PW(m, L->q_w);
+            const float *wk = g->fused ? wq + (size_t)QD * C : PW(m, L->k_w);
+            const float *wv = g->fused ? wq + (size_t)(QD + KD) * C : PW(m, L->v_w);
             if (g->qk_norm) {
                 /* Qwen3: per-head RMSNorm of q and k (from scratch rows) before RoPE */
-                kn_matmul_fwd(k, c->att, c->h, PW(m, L->q_w), PW(m, L->q_b), n, C, QD);
-                kn_matmul_fwd(k, c->kk, c->h, PW(m, L->k_w), PW(m, L->k_b), n, C, KD);
+                kn_matmul_fwd(k, c->att, c->h, wq, PW(m, L->q_b), n, C, QD);
+                kn_matmul_fwd(k, c->kk, c->h, wk, PW(m, L->k_b), n, C, KD);
                 kn_rmsnorm_fwd(k, c->q, c->qk_rstd, c->att, PW(m, L->qn_w), n * Hq, D, g->norm_eps);
                 kn_rmsnorm_fwd(k, Kc, c->qk_rstd, c->kk, PW(m, L->kn_w), n * Hkv, D, g->norm_eps);
             } else {
-                kn_matmul_fwd(k, c->q, c->h, PW(m, L->q_w), PW(m, L->q_b), n, C, QD);
-                kn_matmul_fwd(k, Kc, c->h, PW(m, L->k_w), PW(m, L->k_b), n, C, KD);
+                kn_matmul_fwd(k, c->q, c->h, wq, PW(m, L->q_b), n, C, QD);
+                kn_matmul_fwd(k, Kc, c->h, wk, PW(m, L->k_b), n, C, KD);
             }
-            kn_matmul_fwd(k, Vc, c->h, PW(m, L->v_w), PW(m, L->v_b), n, C, KD);
+            kn_matmul_fwd(k, Vc, c->h, wv, PW(m, L->v_b), n, C, KD);
             model_rope(m, c->q, 1, n, Hq, QD, p0, 0);
             model_rope(m, Kc, 1, n, Hkv, KD, p0, 0);
             q = c->q;
@@ -185,7 +189,7 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
         } else {
             kn_rmsnorm_fwd(k, c->h, c->rstd, c->x, PW(m, L->ln2_w), n, C, g->norm_eps);
             kn_matmul_fwd(k, c->fc, c->h, PW(m, L->fc_w), NULL, n, C, F);
-            kn_matmul_fwd(k, c->up, c->h, PW(m, L->up_w), NULL, n, C, F);
+            kn_matmul_fwd(k, c->up, c->h, g->fused ? PW(m, L->fc_w) + (size_t)F * C : PW(m, L->up_w), NULL, n, C, F);
             kn_swiglu_fwd(k, c->act, c->fc, c->up, (size_t)n * F);
         }
         kn_matmul_fwd(k, c->tmp, c->act, PW(m, L->proj_w), PW(m, L->proj_b), n, F, C);

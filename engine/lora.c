@@ -56,11 +56,12 @@ int lora_create(lora *l, const model *m, int r, double alpha, double dropout, ch
     l->scale = (float)(alpha / r);
     l->dropout = (float)dropout;
     l->n_layer = m->cfg.n_layer;
-    static char *const gpt2_def[] = {"c_attn"}, *const llama_def[] = {"q_proj", "v_proj"};
+    static char *const gpt2_def[] = {"c_attn"}, *const llama_def[] = {"q_proj", "v_proj"},
+                       *const phi3_def[] = {"qkv_proj"};
     if (n_targets == 0) {
         int gpt2 = m->cfg.arch == ARCH_GPT2;
-        targets = gpt2 ? gpt2_def : llama_def;
-        n_targets = gpt2 ? 1 : 2;
+        targets = gpt2 ? gpt2_def : m->cfg.fused ? phi3_def : llama_def;
+        n_targets = gpt2 || m->cfg.fused ? 1 : 2;
     }
     if (n_targets > 16) return ty_err_field(err, TY_EINVAL, "lora.targets", "at most 16 lora.targets");
     l->n_targets = n_targets;
@@ -102,6 +103,7 @@ int lora_create(lora *l, const model *m, int r, double alpha, double dropout, ch
                                 "lora.targets: \"%s\" matches no module of this %s model (%s)", targets[k],
                                 m->cfg.model_type,
                                 m->cfg.arch == ARCH_GPT2 ? "GPT-2 has c_attn, c_proj, c_fc"
+                                : m->cfg.fused           ? "it has qkv_proj, o_proj, gate_up_proj, down_proj"
                                                          : "it has q_proj, k_proj, v_proj, o_proj, gate_proj, "
                                                            "up_proj, down_proj");
     l->n_buf = off ? off : 16;
@@ -194,37 +196,55 @@ int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
 
 static int drop_on(const lora *l) { return l->training && l->dropout > 0; }
 
-void lora_fwd(lora *l, int layer, int slot, float *out, const float *x, int N)
+void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int N, int row0, int rows)
 {
     int i = l->slot_ix[layer * LS_N + slot];
     if (i < 0) return;
     lora_adapter *a = &l->ad[i];
     kn_ctx *k = l->kn;
-    const float *xd = x;
-    if (drop_on(l)) {
-        /* A distinct counter range per (step, micro-batch, adapter). */
-        uint64_t offset = ((l->rng_step * (uint64_t)l->n + (uint64_t)i) << 32);
-        kn_dropout_fwd(k, a->xd, a->mask, x, (size_t)N * a->in, l->dropout, l->seed, offset);
-        xd = a->xd;
+    if (row0 == 0) {
+        const float *xd = x;
+        if (drop_on(l)) {
+            /* A distinct counter range per (step, micro-batch, adapter). */
+            uint64_t offset = ((l->rng_step * (uint64_t)l->n + (uint64_t)i) << 32);
+            kn_dropout_fwd(k, a->xd, a->mask, x, (size_t)N * a->in, l->dropout, l->seed, offset);
+            xd = a->xd;
+        }
+        /* h[N,r] = d(x) A^T, shared by every row block */
+        kn_matmul_fwd(k, a->h, xd, l->params + a->a_off, NULL, N, a->in, l->r);
     }
-    /* h[N,r] = d(x) A^T; s_out[N,out] = h B^T; out += scale s_out */
-    kn_matmul_fwd(k, a->h, xd, l->params + a->a_off, NULL, N, a->in, l->r);
-    kn_matmul_fwd(k, l->s_out, a->h, l->params + a->b_off, NULL, N, l->r, a->out);
-    kn_axpy(k, out, l->s_out, (size_t)N * a->out, l->scale);
+    /* s_out[N,rows] = h B_block^T; out += scale s_out */
+    kn_matmul_fwd(k, l->s_out, a->h, l->params + a->b_off + (size_t)row0 * l->r, NULL, N, l->r, rows);
+    kn_axpy(k, out, l->s_out, (size_t)N * rows, l->scale);
+}
+
+void lora_fwd(lora *l, int layer, int slot, float *out, const float *x, int N)
+{
+    int i = l->slot_ix[layer * LS_N + slot];
+    if (i >= 0) lora_fwd_part(l, layer, slot, out, x, N, 0, l->ad[i].out);
 }
 
 void lora_bwd(lora *l, int layer, int slot, float *dx, const float *dout, const float *x, int N)
 {
     int i = l->slot_ix[layer * LS_N + slot];
+    if (i >= 0) lora_bwd_part(l, layer, slot, dx, dout, x, N, 0, l->ad[i].out);
+}
+
+void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, const float *x, int N, int row0,
+                   int rows)
+{
+    int i = l->slot_ix[layer * LS_N + slot];
     if (i < 0) return;
     lora_adapter *a = &l->ad[i];
     kn_ctx *k = l->kn;
-    size_t nout = (size_t)N * a->out, nin = (size_t)N * a->in;
-    /* s_out = scale dout; dh[N,r] = s_out B; dB += s_out^T h */
+    size_t nout = (size_t)N * rows, nin = (size_t)N * a->in;
+    size_t boff = a->b_off + (size_t)row0 * l->r;
+    /* s_out = scale dout; dh[N,r] (+)= s_out B_block; dB_block += s_out^T h */
     kn_zero(k, l->s_out, nout);
     kn_axpy(k, l->s_out, dout, nout, l->scale);
-    kn_zero(k, l->s_dh, (size_t)N * l->r);
-    kn_matmul_bwd(k, l->s_dh, l->grads + a->b_off, NULL, l->s_out, a->h, l->params + a->b_off, N, l->r, a->out);
+    if (row0 == 0) kn_zero(k, l->s_dh, (size_t)N * l->r);
+    kn_matmul_bwd(k, l->s_dh, l->grads + boff, NULL, l->s_out, a->h, l->params + boff, N, l->r, rows);
+    if (row0 + rows < a->out) return; /* more blocks add to dh first */
     /* d(dx)[N,in] = dh A; dA += dh^T d(x); dropout's backward into dx */
     if (drop_on(l)) {
         kn_zero(k, l->s_dx, nin);

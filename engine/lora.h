@@ -56,7 +56,8 @@ typedef struct lora {
 } lora;
 
 /* Builds adapters for targets (NULL / 0 targets: PEFT's defaults, c_attn for
- * GPT-2, q_proj + v_proj for Llama-family models) and allocates the
+ * GPT-2, q_proj + v_proj for Llama-family models, qkv_proj for Phi-3) and
+ * allocates the
  * buffers. A target matching no module, or r < 1, is TY_EINVAL. */
 int lora_create(lora *l, const struct model *m, int r, double alpha, double dropout, char *const *targets,
                 int n_targets, ty_err *err);
@@ -69,6 +70,16 @@ int lora_alloc_acts(lora *l, int B, int T, ty_err *err);
 void lora_fwd(lora *l, int layer, int slot, float *out, const float *x, int N);
 /* Given dout of that layer: dx[N, in] += its LoRA part; adds to dA, dB. */
 void lora_bwd(lora *l, int layer, int slot, float *dx, const float *dout, const float *x, int N);
+/* The same for a fused weight used by row blocks (Phi-3's qkv_proj and
+ * gate_up_proj, whose blocks feed separate buffers): the block's output
+ * out[N, rows] += scale (d(x) A^T) B[row0 : row0 + rows]^T. Blocks are
+ * called in row order, the first (row0 = 0) computing A d(x) for all of
+ * them; in the backward they add into one dh = sum of dout_block B_block,
+ * and the last block (row0 + rows = out) turns it into dA and dx. Exactly
+ * PEFT's one adapter on the fused module. */
+void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int N, int row0, int rows);
+void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, const float *x, int N, int row0,
+                   int rows);
 
 /* PEFT adapter_model.safetensors (only the adapters). */
 int lora_save(lora *l, const char *path, ty_err *err);

@@ -110,12 +110,17 @@ static void build_llama(model *m, table_builder *tb)
         L->field = tb_add(tb, nm, a, b, 0, init, sd);                                                                  \
     } while (0)
         ADD(ln1_w, "input_layernorm.weight", C, 0, INIT_ONES, 0);
-        ADD(q_w, "self_attn.q_proj.weight", QD, C, INIT_NORMAL, std);
-        if (c->qkv_bias) ADD(q_b, "self_attn.q_proj.bias", QD, 0, INIT_ZEROS, 0);
-        ADD(k_w, "self_attn.k_proj.weight", KD, C, INIT_NORMAL, std);
-        if (c->qkv_bias) ADD(k_b, "self_attn.k_proj.bias", KD, 0, INIT_ZEROS, 0);
-        ADD(v_w, "self_attn.v_proj.weight", KD, C, INIT_NORMAL, std);
-        if (c->qkv_bias) ADD(v_b, "self_attn.v_proj.bias", KD, 0, INIT_ZEROS, 0);
+        if (c->fused) {
+            /* Phi-3: q, k, v are the row blocks [0, QD), [QD, QD+KD), [QD+KD, QD+2KD) */
+            ADD(attn_w, "self_attn.qkv_proj.weight", QD + 2 * KD, C, INIT_NORMAL, std);
+        } else {
+            ADD(q_w, "self_attn.q_proj.weight", QD, C, INIT_NORMAL, std);
+            if (c->qkv_bias) ADD(q_b, "self_attn.q_proj.bias", QD, 0, INIT_ZEROS, 0);
+            ADD(k_w, "self_attn.k_proj.weight", KD, C, INIT_NORMAL, std);
+            if (c->qkv_bias) ADD(k_b, "self_attn.k_proj.bias", KD, 0, INIT_ZEROS, 0);
+            ADD(v_w, "self_attn.v_proj.weight", KD, C, INIT_NORMAL, std);
+            if (c->qkv_bias) ADD(v_b, "self_attn.v_proj.bias", KD, 0, INIT_ZEROS, 0);
+        }
         ADD(o_w, "self_attn.o_proj.weight", C, QD, INIT_NORMAL, rstd);
         if (c->o_bias) ADD(o_b, "self_attn.o_proj.bias", C, 0, INIT_ZEROS, 0);
         if (c->qk_norm) {
@@ -123,8 +128,13 @@ static void build_llama(model *m, table_builder *tb)
             ADD(kn_w, "self_attn.k_norm.weight", c->head_dim, 0, INIT_ONES, 0);
         }
         ADD(ln2_w, "post_attention_layernorm.weight", C, 0, INIT_ONES, 0);
-        ADD(fc_w, "mlp.gate_proj.weight", F, C, INIT_NORMAL, std);
-        ADD(up_w, "mlp.up_proj.weight", F, C, INIT_NORMAL, std);
+        if (c->fused) {
+            /* Phi-3: gate is rows [0, F), up rows [F, 2F) */
+            ADD(fc_w, "mlp.gate_up_proj.weight", 2 * F, C, INIT_NORMAL, std);
+        } else {
+            ADD(fc_w, "mlp.gate_proj.weight", F, C, INIT_NORMAL, std);
+            ADD(up_w, "mlp.up_proj.weight", F, C, INIT_NORMAL, std);
+        }
         ADD(proj_w, "mlp.down_proj.weight", C, F, INIT_NORMAL, rstd);
 #undef ADD
     }
@@ -178,6 +188,28 @@ static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout,
 {
     if (m->dt == KN_F32) kn_matmul_bwd(m->kn, dx, dw, db, dout, x, W(m, wi), N, K, M);
     else kn_matmul16_bwd(m->kn, m->dt, KN_F32, dx, dw, db, dout, x, W16(m, wi), N, K, M);
+}
+
+/* Rows [row0, row0 + M) of weight wi (no bias): Phi-3's q, k, v and gate,
+ * up are row blocks of one fused weight, and a row block of a row-major
+ * [out, in] matrix is itself one. */
+static void mm_fwd_rows(model *m, float *out, const float *x, int wi, int row0, int N, int K, int M)
+{
+    size_t skip = (size_t)row0 * K;
+    if (m->dt == KN_F32) kn_matmul_fwd(m->kn, out, x, W(m, wi) + skip, NULL, N, K, M);
+    else
+        kn_matmul16_fwd(m->kn, m->dt, KN_F32, out, x, (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), NULL, N,
+                        K, M);
+}
+
+static void mm_bwd_rows(model *m, float *dx, int wi, int row0, const float *dout, const float *x, int N, int K, int M)
+{
+    size_t skip = (size_t)row0 * K;
+    float *dw = G(m, wi) ? G(m, wi) + skip : NULL;
+    if (m->dt == KN_F32) kn_matmul_bwd(m->kn, dx, dw, NULL, dout, x, W(m, wi) + skip, N, K, M);
+    else
+        kn_matmul16_bwd(m->kn, m->dt, KN_F32, dx, dw, NULL, dout, x,
+                        (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), N, K, M);
 }
 
 /* Tensors [lo, hi] of the table (contiguous in the layout) become scratch
@@ -899,11 +931,19 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
         /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
         kn_rmsnorm_fwd(k, a->ln2, a->ln2_rstd, a->res2, W(m, L->ln2_w), N, C, c->norm_eps);
         RND(a->ln2, (size_t)N * C);
-        mm_fwd(m, a->fc, a->ln2, L->fc_w, -1, N, C, F);
-        if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
+        if (c->fused) {
+            /* Phi-3: gate and up from the row halves of gate_up_proj */
+            mm_fwd_rows(m, a->fc, a->ln2, L->fc_w, 0, N, C, F);
+            if (m->lora) lora_fwd_part(m->lora, l, LS_FC, a->fc, a->ln2, N, 0, F);
+            mm_fwd_rows(m, a->up, a->ln2, L->fc_w, F, N, C, F);
+            if (m->lora) lora_fwd_part(m->lora, l, LS_FC, a->up, a->ln2, N, F, F);
+        } else {
+            mm_fwd(m, a->fc, a->ln2, L->fc_w, -1, N, C, F);
+            if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
+            mm_fwd(m, a->up, a->ln2, L->up_w, -1, N, C, F);
+            if (m->lora) lora_fwd(m->lora, l, LS_UP, a->up, a->ln2, N);
+        }
         RND(a->fc, (size_t)N * F);
-        mm_fwd(m, a->up, a->ln2, L->up_w, -1, N, C, F);
-        if (m->lora) lora_fwd(m->lora, l, LS_UP, a->up, a->ln2, N);
         RND(a->up, (size_t)N * F);
         kn_swiglu_fwd(k, a->act, a->fc, a->up, (size_t)N * F);
         RND(a->act, (size_t)N * F);
@@ -937,14 +977,24 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, W(m, L->ln1_w), N, C, c->norm_eps);
         RND(a->ln1, (size_t)N * C);
         float *qo = c->qk_norm ? a->qr : a->q, *ko = c->qk_norm ? a->kr : a->k;
-        mm_fwd(m, qo, a->ln1, L->q_w, L->q_b, N, C, QD);
-        if (m->lora) lora_fwd(m->lora, l, LS_Q, qo, a->ln1, N);
+        if (c->fused) {
+            /* Phi-3: q, k, v from the row blocks of qkv_proj */
+            mm_fwd_rows(m, qo, a->ln1, L->attn_w, 0, N, C, QD);
+            if (m->lora) lora_fwd_part(m->lora, l, LS_ATTN, qo, a->ln1, N, 0, QD);
+            mm_fwd_rows(m, ko, a->ln1, L->attn_w, QD, N, C, KD);
+            if (m->lora) lora_fwd_part(m->lora, l, LS_ATTN, ko, a->ln1, N, QD, KD);
+            mm_fwd_rows(m, a->v, a->ln1, L->attn_w, QD + KD, N, C, KD);
+            if (m->lora) lora_fwd_part(m->lora, l, LS_ATTN, a->v, a->ln1, N, QD + KD, KD);
+        } else {
+            mm_fwd(m, qo, a->ln1, L->q_w, L->q_b, N, C, QD);
+            if (m->lora) lora_fwd(m->lora, l, LS_Q, qo, a->ln1, N);
+            mm_fwd(m, ko, a->ln1, L->k_w, L->k_b, N, C, KD);
+            if (m->lora) lora_fwd(m->lora, l, LS_K, ko, a->ln1, N);
+            mm_fwd(m, a->v, a->ln1, L->v_w, L->v_b, N, C, KD);
+            if (m->lora) lora_fwd(m->lora, l, LS_V, a->v, a->ln1, N);
+        }
         RND(qo, (size_t)N * QD);
-        mm_fwd(m, ko, a->ln1, L->k_w, L->k_b, N, C, KD);
-        if (m->lora) lora_fwd(m->lora, l, LS_K, ko, a->ln1, N);
         RND(ko, (size_t)N * KD);
-        mm_fwd(m, a->v, a->ln1, L->v_w, L->v_b, N, C, KD);
-        if (m->lora) lora_fwd(m->lora, l, LS_V, a->v, a->ln1, N);
         RND(a->v, (size_t)N * KD);
         if (c->qk_norm) {
             /* Qwen3: q[N*Hq, D] = rmsnorm(qr) per head (k likewise), before RoPE */
@@ -1091,10 +1141,17 @@ static void backward_from_logits(model *m, int B, int T)
             kn_swiglu_bwd(k, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
             RND(m->dfc, NF);
             RND(m->dup, NF);
-            mm_bwd(m, m->dln, G(m, L->fc_w), NULL, m->dfc, a->ln2, L->fc_w, N, C, F);
-            if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
-            mm_bwd(m, m->dln, G(m, L->up_w), NULL, m->dup, a->ln2, L->up_w, N, C, F);
-            if (m->lora) lora_bwd(m->lora, l, LS_UP, m->dln, m->dup, a->ln2, N);
+            if (c->fused) {
+                mm_bwd_rows(m, m->dln, L->fc_w, 0, m->dfc, a->ln2, N, C, F);
+                if (m->lora) lora_bwd_part(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N, 0, F);
+                mm_bwd_rows(m, m->dln, L->fc_w, F, m->dup, a->ln2, N, C, F);
+                if (m->lora) lora_bwd_part(m->lora, l, LS_FC, m->dln, m->dup, a->ln2, N, F, F);
+            } else {
+                mm_bwd(m, m->dln, G(m, L->fc_w), NULL, m->dfc, a->ln2, L->fc_w, N, C, F);
+                if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
+                mm_bwd(m, m->dln, G(m, L->up_w), NULL, m->dup, a->ln2, L->up_w, N, C, F);
+                if (m->lora) lora_bwd(m->lora, l, LS_UP, m->dln, m->dup, a->ln2, N);
+            }
             RND(m->dln, NC);
             kn_rmsnorm_bwd(k, m->dres, G(m, L->ln2_w), m->dln, a->res2, W(m, L->ln2_w), a->ln2_rstd, N, C);
         }
@@ -1138,12 +1195,21 @@ static void backward_from_logits(model *m, int B, int T)
                 dqo = m->dqr;
                 dko = m->dkr;
             }
-            mm_bwd(m, m->dln, G(m, L->q_w), G(m, L->q_b), dqo, a->ln1, L->q_w, N, C, QD);
-            if (m->lora) lora_bwd(m->lora, l, LS_Q, m->dln, dqo, a->ln1, N);
-            mm_bwd(m, m->dln, G(m, L->k_w), G(m, L->k_b), dko, a->ln1, L->k_w, N, C, KD);
-            if (m->lora) lora_bwd(m->lora, l, LS_K, m->dln, dko, a->ln1, N);
-            mm_bwd(m, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, L->v_w, N, C, KD);
-            if (m->lora) lora_bwd(m->lora, l, LS_V, m->dln, m->dv, a->ln1, N);
+            if (c->fused) {
+                mm_bwd_rows(m, m->dln, L->attn_w, 0, dqo, a->ln1, N, C, QD);
+                if (m->lora) lora_bwd_part(m->lora, l, LS_ATTN, m->dln, dqo, a->ln1, N, 0, QD);
+                mm_bwd_rows(m, m->dln, L->attn_w, QD, dko, a->ln1, N, C, KD);
+                if (m->lora) lora_bwd_part(m->lora, l, LS_ATTN, m->dln, dko, a->ln1, N, QD, KD);
+                mm_bwd_rows(m, m->dln, L->attn_w, QD + KD, m->dv, a->ln1, N, C, KD);
+                if (m->lora) lora_bwd_part(m->lora, l, LS_ATTN, m->dln, m->dv, a->ln1, N, QD + KD, KD);
+            } else {
+                mm_bwd(m, m->dln, G(m, L->q_w), G(m, L->q_b), dqo, a->ln1, L->q_w, N, C, QD);
+                if (m->lora) lora_bwd(m->lora, l, LS_Q, m->dln, dqo, a->ln1, N);
+                mm_bwd(m, m->dln, G(m, L->k_w), G(m, L->k_b), dko, a->ln1, L->k_w, N, C, KD);
+                if (m->lora) lora_bwd(m->lora, l, LS_K, m->dln, dko, a->ln1, N);
+                mm_bwd(m, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, L->v_w, N, C, KD);
+                if (m->lora) lora_bwd(m->lora, l, LS_V, m->dln, m->dv, a->ln1, N);
+            }
             RND(m->dln, NC);
             kn_rmsnorm_bwd(k, m->dres, G(m, L->ln1_w), m->dln, x, W(m, L->ln1_w), a->ln1_rstd, N, C);
         }

@@ -66,7 +66,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     g = torch.Generator().manual_seed(9)
-    for arch in ["gpt2", "llama", "mistral", "qwen2", "qwen3", "llama3"]:
+    for arch in ["gpt2", "llama", "mistral", "qwen2", "qwen3", "llama3", "phi3"]:
         d = os.path.join(work, arch)
         make_model(arch, d, seed=11)
         m = load_model(d)
@@ -77,7 +77,7 @@ def main():
         if r["finish_reason"] != ("eos" if hit_eos else "length"):
             fail(f"{arch}: finish_reason {r['finish_reason']}")
         # With an adapter (B non-zero so it matters).
-        targets = ["c_attn", "c_fc"] if arch == "gpt2" else ["q_proj", "v_proj", "up_proj"]
+        targets = {"gpt2": ["c_attn", "c_fc"], "phi3": ["qkv_proj", "gate_up_proj"]}.get(arch, ["q_proj", "v_proj", "up_proj"])
         pm = peft.get_peft_model(load_model(d), peft.LoraConfig(r=4, lora_alpha=16, target_modules=targets,
                                                                 fan_in_fan_out=arch == "gpt2"))
         with torch.no_grad():

@@ -49,12 +49,25 @@ def tiny_config(arch, vocab=97):
         # head_dim 16 with hidden 32 and 4 heads: q/o are 64 wide, not the
         # hidden size (Qwen3 sets head_dim on its own).
         return transformers.Qwen3Config(num_key_value_heads=2, head_dim=16, tie_word_embeddings=False, **kw)
+    if arch == "phi3":
+        # Fused qkv_proj (grouped kv heads) and gate_up_proj. No pad token:
+        # nn.Embedding's padding_idx would keep that row's gradient at zero.
+        return transformers.Phi3Config(num_key_value_heads=2, pad_token_id=None, **kw)
     raise ValueError(arch)
+
+
+def lora_targets(arch):
+    """Every linear layer, by the module names PEFT uses for the family."""
+    if arch == "gpt2":
+        return ["c_attn", "c_proj", "c_fc"]
+    if arch == "phi3":
+        return ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+    return ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 # Families added with issue 14 item 4: their norm weights are drawn too
 # (1 + noise) so a norm weight read wrongly changes the logits.
-NEW_FAMILIES = ("qwen3", "llama3")
+NEW_FAMILIES = ("qwen3", "llama3", "phi3")
 
 
 def make_model(arch, path, seed=7, vocab=97):

@@ -30,8 +30,8 @@ import torch
 from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hfcommon import (check_close, engine_logits, fail, job_spec, load_model, make_model,  # noqa: E402
-                      rel_err, run_engine, write_json)
+from hfcommon import (check_close, engine_logits, fail, job_spec, load_model, lora_targets,  # noqa: E402
+                      make_model, rel_err, run_engine, write_json)
 
 # Weights after AdamW get 1e-3: Adam divides by sqrt(v), so an element whose
 # gradient is nearly zero moves by up to lr per step in a direction set by
@@ -130,8 +130,7 @@ def main():
     check_close("from_pretrained(export) vs engine", engine_logits(engine, ["--model", export], ids), want, LOGIT_TOL)
 
     print(f"{arch}: 4. LoRA, {STEPS} steps", flush=True)
-    targets = ["c_attn", "c_proj", "c_fc"] if arch == "gpt2" else \
-        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    targets = lora_targets(arch)
     lcfg = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets, bias="none",
                            task_type="CAUSAL_LM", fan_in_fan_out=(arch == "gpt2"))
     pm = peft.get_peft_model(load_model(base_dir), lcfg)

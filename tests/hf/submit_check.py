@@ -24,7 +24,8 @@ SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_atte
 CASES = [
     # (name, config, wanted field, words the message must hold)
     ("gemma2", transformers.Gemma2Config(head_dim=8, **SMALL), "model.path:config.json.model_type", "gemma2"),
-    ("phi3", transformers.Phi3Config(**SMALL), "model.path:config.json.model_type", "phi3"),
+    ("phi3-partial", transformers.Phi3Config(partial_rotary_factor=0.5, **SMALL),
+     "model.path:config.json.partial_rotary_factor", "part of each head"),
     ("llama-linear", transformers.LlamaConfig(rope_scaling={"rope_type": "linear", "factor": 2.0}, **SMALL),
      "model.path:config.json.rope_parameters.rope_type", "linear"),
     ("llama31-nofactor", transformers.LlamaConfig(rope_scaling={"rope_type": "llama3", "factor": 8.0,
@@ -37,6 +38,7 @@ CASES = [
 ACCEPTED = [
     ("llama", transformers.LlamaConfig(**SMALL)),
     ("qwen3", transformers.Qwen3Config(head_dim=8, **SMALL)),
+    ("phi3", transformers.Phi3Config(pad_token_id=None, **SMALL)),
     ("llama31", transformers.LlamaConfig(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                        "high_freq_factor": 4.0,
                                                        "original_max_position_embeddings": 8192}, **SMALL)),
