@@ -21,6 +21,7 @@
 #include "ckpt.h"
 #include "data.h"
 #include "dist.h"
+#include "zero.h"
 #include "device.h"
 #include "events.h"
 #include "hfconfig.h"
@@ -81,6 +82,7 @@ typedef struct run {
      * in the checkpoint. bf16 / fp32: scale 1, nothing skipped. */
     ty_scaler sc;
     int stop;              /* the stop all ranks agreed on after the last step */
+    zero1 zero;            /* resources.zero 1: this rank's moments (zero.h) */
 } run;
 
 static int fail(const char *prefix, const ty_err *e)
@@ -242,13 +244,27 @@ static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t 
 
 /* ---- checkpoint, export, eval ------------------------------------------ */
 
+static int write_checkpoint(run *r, ty_err *err);
+
+/* Every rank calls it at the same steps: with ZeRO-1 the moments are
+ * gathered to rank 0 first; rank 0 writes (the weights are the same on
+ * every rank). */
 static int save_checkpoint(run *r, ty_err *err)
 {
-    if (r->a->rank != 0) { /* rank 0 writes; the weights are the same on every rank */
+    if (r->zero.on && zero_gather(&r->zero, &r->m, r->a->coll, err)) return -1;
+    int rc = 0;
+    if (r->a->rank == 0) {
+        rc = write_checkpoint(r, err);
+    } else {
         r->last_ckpt = r->step;
         if (r->history) json_array_clear(r->history);
-        return 0;
     }
+    if (r->zero.on) zero_unsave(&r->zero, &r->m);
+    return rc;
+}
+
+static int write_checkpoint(run *r, ty_err *err)
+{
     char dir[4096], rel[64], path[4200];
     ckpt_dir_name(dir, sizeof dir, r->a->workdir, r->step);
     ckpt_rel_name(rel, sizeof rel, r->step);
@@ -485,7 +501,10 @@ static int train_step(run *r, step_result *out, ty_err *err)
                  (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps,
                  (float)s->weight_decay, t);
     }
-    for (int i = 0; !r->have_lora && i < m->nt; i++) {
+    if (r->zero.on && zero_adamw(&r->zero, m, r->a->coll, (float)out->lr, (float)s->adam_beta1,
+                                 (float)s->adam_beta2, (float)s->adam_eps, (float)s->weight_decay, t, err))
+        return -1;
+    for (int i = 0; !r->have_lora && !r->zero.on && i < m->nt; i++) {
         const model_tensor *mt = &m->t[i];
         kn_adamw(r->kn, m->params + mt->off, m->grads + mt->off, m->m + mt->off, m->v + mt->off, mt->numel,
                  (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps,
@@ -605,8 +624,9 @@ static int setup(run *r, int *code)
         return -1;
     }
     const jobspec *s = &r->spec;
-    if (s->zero) {
-        *code = bad_spec("resources.zero: ZeRO-1 is not in this engine yet");
+    if (s->zero && s->method != METHOD_FULL) {
+        *code = bad_spec("resources.zero: ZeRO-1 shards the optimizer state of method full; LoRA's is the "
+                         "adapters' and small");
         return -1;
     }
     if (a->world > 1 && ((int64_t)s->batch_size * s->grad_accum) % a->world) {
@@ -781,6 +801,12 @@ static int setup(run *r, int *code)
         *code = fail("dataset.eval", &err);
         return -1;
     }
+    /* ZeRO-1: from here on this rank keeps only its range of the moments
+     * (loaded in full from a resume checkpoint above). */
+    if (s->zero && zero_shard(&r->zero, &r->m, a->world, a->rank, &err)) {
+        *code = fail(NULL, &err);
+        return -1;
+    }
     return 0;
 }
 
@@ -792,6 +818,7 @@ static void teardown(run *r)
     data_free(&r->eval); /* may borrow the train set's text */
     data_free(&r->train);
     if (r->have_lora) lora_free(&r->lora);
+    if (r->have_model) zero_free(&r->zero, &r->m);
     if (r->have_model) model_free(&r->m);
     tok_free(r->tok);
     if (r->kn) kn_close(r->kn);

@@ -237,6 +237,55 @@ def case_events_path():
     print(f"ok: {len(got)} events in TY_EVENTS_PATH, none on stdout")
 
 
+def write_zero_spec(name, zero, **hp):
+    p = write_spec(name, **hp)
+    spec = json.load(open(p))
+    spec["resources"] = {"zero": zero}
+    with open(p, "w") as f:
+        json.dump(spec, f)
+    return p
+
+
+def case_zero():
+    """ZeRO-1: the same world with the moments sharded gives bit-identical
+    losses and an identical checkpoint (gathered on rank 0); its checkpoint
+    resumes unsharded at world 1 and sharded at world 4; LoRA is refused."""
+    plain, zero = write_zero_spec("plain.json", 0), write_zero_spec("zero.json", 1)
+    ref1 = losses(ok(run(1, plain, "p1"), "world 1"))
+    for world in (1, 2):
+        a = losses(ok(run(world, plain, f"plain{world}"), f"world {world}"))
+        b = losses(ok(run(world, zero, f"zero{world}"), f"world {world} zero"))
+        if a != b:
+            fail(f"world {world}: zero 1 losses {b} differ from zero 0 {a}")
+        for f in ("optimizer.safetensors", "model.safetensors"):
+            x = open(os.path.join(TMP, f"plain{world}", "checkpoints", "step-000006", f), "rb").read()
+            y = open(os.path.join(TMP, f"zero{world}", "checkpoints", "step-000006", f), "rb").read()
+            if x != y:
+                fail(f"world {world}: {f} of the ZeRO-1 run differs from the unsharded one")
+        if world == 2:
+            _, _, err = run(2, zero, "zero2log")
+            spans = sorted(tuple(int(x) for x in l.split("floats [")[1].split(")")[0].split(", "))
+                           for l in err.splitlines() if "ZeRO-1: this rank keeps" in l)
+            n = int(err.split("ZeRO-1: this rank keeps")[1].split(") of ")[1].split()[0])
+            if len(spans) != 2 or spans[0][0] != 0 or spans[0][1] != spans[1][0] or spans[1][1] != n or \
+                    not n // 3 < spans[0][1] < 2 * n // 3:
+                fail(f"ZeRO-1 ranges over 2 ranks: {spans} of {n}")
+        print(f"ok: world {world}: ZeRO-1 losses and checkpoint bit-identical")
+    ck = os.path.join(TMP, "zero2", "checkpoints", "step-000003")
+    for world, spec in ((1, plain), (4, zero)):
+        got = losses(ok(run(world, spec, f"zres{world}", resume=ck), f"resume world {world}"))
+        close({s: ref1[s] for s in got}, got, f"ZeRO-1 world 2 checkpoint resumed by world {world}")
+    print("ok: a ZeRO-1 checkpoint resumes at world 1 (unsharded) and 4 (sharded)")
+    lora = json.load(open(zero))
+    lora["method"] = "lora"
+    with open(os.path.join(TMP, "lora.json"), "w") as f:
+        json.dump(lora, f)
+    rc, ev, err = run(2, os.path.join(TMP, "lora.json"), "lora")
+    if rc == 0 or not ev or "resources.zero" not in ev[-1].get("message", ""):
+        fail(f"zero with lora: exit {rc}, events {ev[-1:]}")
+    print("ok: zero with method lora refused")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":
