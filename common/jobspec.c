@@ -523,6 +523,99 @@ static int parse_checkpoint(const json_t *root, jobspec *s, ty_err *err)
     return 0;
 }
 
+static const char *const on_stall_names[] = {"warn", "restart", "fail"};
+
+const char *jobspec_on_stall_name(jobspec_on_stall o)
+{
+    return (unsigned)o < NELEM(on_stall_names) ? on_stall_names[o] : "warn";
+}
+
+int jobspec_check_tags(const json_t *t, const char *field, ty_err *err)
+{
+    if (!json_is_array(t))
+        return ty_err_field(err, TY_EINVAL, field, "%s: must be an array of strings, got %s", field,
+                            json_type_word(t));
+    size_t n = json_array_size(t);
+    if (n > JOBSPEC_MAX_TAGS)
+        return ty_err_field(err, TY_EINVAL, field, "%s: at most %d tags, got %zu", field,
+                            JOBSPEC_MAX_TAGS, n);
+    for (size_t i = 0; i < n; i++) {
+        char f[FIELD_LEN];
+        snprintf(f, sizeof f, "%s[%zu]", field, i);
+        const json_t *e = json_array_get(t, i);
+        const char *v = json_string_value(e);
+        size_t len = v ? strlen(v) : 0;
+        bool ok = v && len >= 1 && len <= JOBSPEC_TAG_LEN;
+        for (size_t k = 0; ok && k < len; k++)
+            ok = (v[k] >= 'A' && v[k] <= 'Z') || (v[k] >= 'a' && v[k] <= 'z') ||
+                 (v[k] >= '0' && v[k] <= '9') || strchr("_.:-", v[k]);
+        if (!ok)
+            return ty_err_field(err, TY_EINVAL, f,
+                                "%s: a tag is 1-%d characters of A-Z a-z 0-9 _ . : -", f,
+                                JOBSPEC_TAG_LEN);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(json_string_value(json_array_get(t, j)), v))
+                return ty_err_field(err, TY_EINVAL, f, "%s: duplicate tag \"%s\"", f, v);
+    }
+    return 0;
+}
+
+/* tags, limits and webhooks: what the server does around a run (budgets,
+ * stalls, notifications); the engine parses and ignores them. */
+static int parse_ops(const json_t *root, jobspec *s, ty_err *err)
+{
+    int rc;
+    json_t *t = json_object_get(root, "tags");
+    if (t) {
+        if ((rc = jobspec_check_tags(t, "tags", err))) return rc;
+        for (size_t i = 0; i < json_array_size(t); i++) {
+            if (!(s->tags[i] = strdup(json_string_value(json_array_get(t, i)))))
+                return ty_err_set(err, TY_ENOMEM, "out of memory");
+            s->n_tags++;
+        }
+    }
+    static const char *const keys[] = {"max_cost", "max_runtime_s", "max_tokens", "stall_after_s",
+                                       "on_stall", NULL};
+    json_t *l;
+    int on_stall = s->on_stall;
+    if ((rc = get_object(root, "", "limits", 0, &l, err))) return rc;
+    if (l) {
+        if ((rc = check_keys(l, "limits", keys, err))) return rc;
+        if ((rc = get_num(l, "limits", "max_cost", 0, 1, 1e12, 0, &s->max_cost, err))) return rc;
+        if ((rc = get_int(l, "limits", "max_runtime_s", 0, 1, 100000000, &s->max_runtime_s, err)))
+            return rc;
+        if ((rc = get_int(l, "limits", "max_tokens", 0, 1, INT64_MAX, &s->max_tokens, err))) return rc;
+        if ((rc = get_int(l, "limits", "stall_after_s", 0, 1, 100000000, &s->stall_after_s, err)))
+            return rc;
+        if ((rc = get_enum(l, "limits", "on_stall", on_stall_names, NELEM(on_stall_names), &on_stall,
+                           err)))
+            return rc;
+        s->on_stall = (jobspec_on_stall)on_stall;
+    }
+    json_t *w = json_object_get(root, "webhooks");
+    if (w) {
+        if (!json_is_array(w))
+            return ty_err_field(err, TY_EINVAL, "webhooks", "webhooks: must be an array of URLs, got %s",
+                                json_type_word(w));
+        if (json_array_size(w) > JOBSPEC_MAX_WEBHOOKS)
+            return ty_err_field(err, TY_EINVAL, "webhooks", "webhooks: at most %d URLs",
+                                JOBSPEC_MAX_WEBHOOKS);
+        for (size_t i = 0; i < json_array_size(w); i++) {
+            char f[FIELD_LEN];
+            snprintf(f, sizeof f, "webhooks[%zu]", i);
+            const char *u = json_string_value(json_array_get(w, i));
+            bool ok = u && strlen(u) <= 1024 && (!strncmp(u, "http://", 7) || !strncmp(u, "https://", 8));
+            for (const char *c = u; ok && *c; c++) ok = (unsigned char)*c > 0x20 && *c != 0x7f;
+            if (!ok)
+                return ty_err_field(err, TY_EINVAL, f,
+                                    "%s: must be an http:// or https:// URL of at most 1024 bytes", f);
+            if (!(s->webhooks[i] = strdup(u))) return ty_err_set(err, TY_ENOMEM, "out of memory");
+            s->n_webhooks++;
+        }
+    }
+    return 0;
+}
+
 static void set_defaults(jobspec *s)
 {
     memset(s, 0, sizeof *s);
@@ -545,13 +638,15 @@ static void set_defaults(jobspec *s)
     s->backend = BACKEND_AUTO;
     s->cpu_ranks = 1;
     s->max_restarts = 3;
+    s->max_cost = -1;
 }
 
 static int parse_all(const json_t *root, jobspec *s, ty_err *err)
 {
     static const char *const keys[] = {"name", "model", "dataset", "method", "lora",
                                        "hyperparameters", "precision", "export", "resources",
-                                       "checkpoint", "priority", "max_restarts", NULL};
+                                       "checkpoint", "priority", "max_restarts", "tags", "limits",
+                                       "webhooks", NULL};
     int rc, method = 0, prec = 0;
     if (!json_is_object(root))
         return ty_err_field(err, TY_EINVAL, "", "a job spec must be a JSON object, got %s",
@@ -575,6 +670,7 @@ static int parse_all(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = parse_checkpoint(root, s, err))) return rc;
     if ((rc = get_int32(root, "", "priority", 0, -1000, 1000, &s->priority, err))) return rc;
     if ((rc = get_int32(root, "", "max_restarts", 0, 0, 100, &s->max_restarts, err))) return rc;
+    if ((rc = parse_ops(root, s, err))) return rc;
     return 0;
 }
 
@@ -687,6 +783,8 @@ void jobspec_free(jobspec *s)
     for (int i = 0; i < s->n_targets; i++) free(s->targets[i]);
     free(s->lora_adapter);
     free(s->store);
+    for (int i = 0; i < s->n_tags; i++) free(s->tags[i]);
+    for (int i = 0; i < s->n_webhooks; i++) free(s->webhooks[i]);
     memset(s, 0, sizeof *s);
 }
 
@@ -794,5 +892,21 @@ json_t *jobspec_to_json(const jobspec *s)
 
     json_object_set_new(root, "priority", json_integer(s->priority));
     json_object_set_new(root, "max_restarts", json_integer(s->max_restarts));
+
+    json_t *tags = json_array();
+    for (int i = 0; i < s->n_tags; i++) json_array_append_new(tags, json_string(s->tags[i]));
+    json_object_set_new(root, "tags", tags);
+    json_t *l = json_object();
+    if (s->max_cost >= 0) json_object_set_new(l, "max_cost", json_real(s->max_cost));
+    if (s->max_runtime_s > 0) json_object_set_new(l, "max_runtime_s", json_integer(s->max_runtime_s));
+    if (s->max_tokens > 0) json_object_set_new(l, "max_tokens", json_integer(s->max_tokens));
+    if (s->stall_after_s > 0) json_object_set_new(l, "stall_after_s", json_integer(s->stall_after_s));
+    json_object_set_new(l, "on_stall", json_string(jobspec_on_stall_name(s->on_stall)));
+    json_object_set_new(root, "limits", l);
+    if (s->n_webhooks > 0) {
+        json_t *w = json_array();
+        for (int i = 0; i < s->n_webhooks; i++) json_array_append_new(w, json_string(s->webhooks[i]));
+        json_object_set_new(root, "webhooks", w);
+    }
     return root;
 }

@@ -15,12 +15,16 @@
 #include "tyerr.h"
 
 #define JOBSPEC_MAX_TARGETS 16
+#define JOBSPEC_MAX_TAGS 16
+#define JOBSPEC_TAG_LEN 64
+#define JOBSPEC_MAX_WEBHOOKS 4
 
 typedef enum { METHOD_FULL = 0, METHOD_LORA, METHOD_QLORA } jobspec_method;
 typedef enum { PREC_FP32 = 0, PREC_BF16, PREC_FP16 } jobspec_precision;
 typedef enum { BACKEND_AUTO = 0, BACKEND_CUDA, BACKEND_CPU } jobspec_backend;
 typedef enum { SCHED_CONSTANT = 0, SCHED_LINEAR, SCHED_COSINE } jobspec_schedule;
 typedef enum { DS_TOKENS = 0, DS_TEXT, DS_PROMPT_COMPLETION, DS_CHAT } jobspec_format;
+typedef enum { ON_STALL_WARN = 0, ON_STALL_RESTART, ON_STALL_FAIL } jobspec_on_stall;
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_MLP, RECOMPUTE_ALL } jobspec_recompute;
 /* export.dtype: auto = the model's own torch_dtype (fp32 for model.init). */
 typedef enum { EXPORT_DTYPE_AUTO = 0, EXPORT_DTYPE_FP32, EXPORT_DTYPE_BF16, EXPORT_DTYPE_FP16 } jobspec_export_dtype;
@@ -84,6 +88,17 @@ typedef struct jobspec {
 
     int priority;             /* default 0, [-1000, 1000]; higher runs first */
     int max_restarts;         /* default 3, [0, 100] */
+
+    /* operations (issue 15; the server's, the engine ignores them) */
+    int n_tags;
+    char *tags[JOBSPEC_MAX_TAGS]; /* 1-64 chars of A-Z a-z 0-9 _ . : - ; unique */
+    double max_cost;          /* limits.max_cost; < 0 = none */
+    int64_t max_runtime_s;    /* limits.max_runtime_s; 0 = none */
+    int64_t max_tokens;       /* limits.max_tokens; 0 = none */
+    int64_t stall_after_s;    /* limits.stall_after_s; 0 = from the step time */
+    jobspec_on_stall on_stall;/* limits.on_stall; default warn */
+    int n_webhooks;
+    char *webhooks[JOBSPEC_MAX_WEBHOOKS]; /* http(s) URLs */
 } jobspec;
 
 /* Parses and validates. On error returns TY_EINVAL with err->field set;
@@ -97,7 +112,8 @@ typedef struct jobspec {
  *   warmup_steps, weight_decay, max_grad_norm, adam_beta1, adam_beta2,
  *   adam_eps, seed, log_every_steps, eval_every_steps, recompute}; precision;
  *   export{dtype}; resources{gpus, cpu_ranks, zero, backend}; checkpoint{every_steps, keep_last, keep_best,
- *   store}; priority; max_restarts. */
+ *   store}; priority; max_restarts; tags; limits{max_cost, max_runtime_s,
+ *   max_tokens, stall_after_s, on_stall}; webhooks. */
 int jobspec_parse(json_t *root, jobspec *out, ty_err *err);
 /* Convenience: parse text. Invalid UTF-8 and malformed JSON (including
  * duplicate keys) return TY_ECORRUPT with line and column in err->msg and an
@@ -114,6 +130,11 @@ int jobspec_check_roots(const jobspec *s, const char *allowed_roots, ty_err *err
  * "checkpoint.store". */
 int jobspec_check_store_roots(const jobspec *s, const char *store_roots, ty_err *err);
 void jobspec_free(jobspec *s);
+/* A tags value (the spec's `tags`, PATCH's): an array of at most
+ * JOBSPEC_MAX_TAGS unique strings of 1-64 characters of A-Z a-z 0-9 _ . : -.
+ * TY_EINVAL naming field ("tags[2]"). */
+int jobspec_check_tags(const json_t *tags, const char *field, ty_err *err);
+const char *jobspec_on_stall_name(jobspec_on_stall o);
 
 /* What each backend can run on this installation: bit sets over
  * jobspec_precision (1u << PREC_*). */

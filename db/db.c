@@ -254,7 +254,33 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     /* 6: checkpoint_error: the newest upload of the job's checkpoints or
      * export to its store that failed for good (NULL while none did). */
     "ALTER TABLE jobs ADD COLUMN checkpoint_error TEXT;",
+    /* 7: operations (issue 15): tags (a JSON array), why a job stopped
+     * early (stop_reason: budget, stall), who submitted it (token_name) and
+     * the hourly price it runs at (hour_price, per GPU or per CPU slot, set
+     * at each start); a usage ledger written in the final transition (kept
+     * when the job is deleted, so totals never go down); the webhook outbox
+     * and the id of the last event fanned out into it. */
+    "ALTER TABLE jobs ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';"
+    "ALTER TABLE jobs ADD COLUMN stop_reason TEXT;"
+    "ALTER TABLE jobs ADD COLUMN token_name TEXT;"
+    "ALTER TABLE jobs ADD COLUMN hour_price REAL;"
+    "CREATE TABLE usage ("
+    "  job_id INTEGER PRIMARY KEY, name TEXT, token_name TEXT, tags TEXT NOT NULL,"
+    "  state TEXT NOT NULL, finished_ms INTEGER NOT NULL, gpus INTEGER NOT NULL,"
+    "  run_ms INTEGER NOT NULL, cost REAL, tokens INTEGER NOT NULL);"
+    "CREATE INDEX usage_finished ON usage(finished_ms);"
+    "CREATE TABLE webhook_outbox ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT, event_id INTEGER NOT NULL, url TEXT NOT NULL,"
+    "  body TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'pending'"
+    "    CHECK (state IN ('pending','delivered','failed')),"
+    "  attempts INTEGER NOT NULL DEFAULT 0, next_ms INTEGER NOT NULL DEFAULT 0,"
+    "  last_error TEXT, created_ms INTEGER NOT NULL);"
+    "CREATE INDEX webhook_due ON webhook_outbox(state, next_ms);"
+    "CREATE TABLE webhook_cursor (one INTEGER PRIMARY KEY CHECK (one = 1),"
+    "  event_id INTEGER NOT NULL);",
 };
+
+sqlite3 *db_sqlite(db *d) { return d->h; }
 
 int db_user_version(db *d)
 {
@@ -428,7 +454,7 @@ static int insert_event(db *d, int64_t job_id, int64_t ts, const char *type, con
     "started_ms, finished_ms, updated_ms, restarts, max_restarts, resume_from, "    \
     "error, backend, gpus, last_metric, last_eval, engine, metric0_ms, "           \
     "metric0_step, metric_last_ms, pgid, stop_intent, run_ms, run_since_ms, "        \
-    "checkpoint_error"
+    "checkpoint_error, tags, stop_reason, token_name, hour_price"
 
 static void read_job(sqlite3_stmt *st, db_job *j)
 {
@@ -462,6 +488,10 @@ static void read_job(sqlite3_stmt *st, db_job *j)
     j->run_ms = sqlite3_column_int64(st, 25);
     j->run_since_ms = sqlite3_column_int64(st, 26);
     j->checkpoint_error = col_str(st, 27);
+    j->tags = col_str(st, 28);
+    j->stop_reason = col_str(st, 29);
+    j->token_name = col_str(st, 30);
+    j->hour_price = sqlite3_column_type(st, 31) == SQLITE_NULL ? -1 : sqlite3_column_double(st, 31);
 }
 
 void db_job_free(db_job *j)
@@ -478,6 +508,9 @@ void db_job_free(db_job *j)
     free(j->engine);
     free(j->stop_intent);
     free(j->checkpoint_error);
+    free(j->tags);
+    free(j->stop_reason);
+    free(j->token_name);
     memset(j, 0, sizeof *j);
 }
 
@@ -526,7 +559,7 @@ int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
     }
     int64_t now = ty_now_ms();
     if (prep(d, "INSERT INTO jobs(name, state, spec, priority, gpus_wanted, max_steps,"
-                " created_ms, updated_ms, max_restarts) VALUES (?,?,?,?,?,?,?,?,?)",
+                " created_ms, updated_ms, max_restarts, tags, token_name) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
              &st, err))
         goto fail;
     bind_str(st, 1, nj->name);
@@ -538,6 +571,8 @@ int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
     sqlite3_bind_int64(st, 7, now);
     sqlite3_bind_int64(st, 8, now);
     sqlite3_bind_int(st, 9, nj->max_restarts);
+    sqlite3_bind_text(st, 10, nj->tags ? nj->tags : "[]", -1, SQLITE_STATIC);
+    bind_str(st, 11, nj->token_name);
     if (sqlite3_step(st) != SQLITE_DONE) {
         sql_err(d, err, "insert job");
         goto fail;
@@ -603,16 +638,25 @@ static void state_in_clause(unsigned mask, char *buf, size_t cap)
 int db_job_list(db *d, unsigned state_mask, int64_t before_id, int limit, db_job **out,
                 int *n, ty_err *err)
 {
-    char sql[512], where[200] = "1";
+    return db_job_list_tag(d, state_mask, NULL, before_id, limit, out, n, err);
+}
+
+int db_job_list_tag(db *d, unsigned state_mask, const char *tag, int64_t before_id, int limit,
+                    db_job **out, int *n, ty_err *err)
+{
+    char sql[768], where[200] = "1";
     if (state_mask) state_in_clause(state_mask, where, sizeof where);
     snprintf(sql, sizeof sql,
-             "SELECT " JOB_COLS " FROM jobs WHERE %s AND id < ? ORDER BY id DESC LIMIT ?", where);
+             "SELECT " JOB_COLS " FROM jobs WHERE %s AND id < ?1 AND (?3 IS NULL OR EXISTS"
+             " (SELECT 1 FROM json_each(jobs.tags) WHERE json_each.value = ?3))"
+             " ORDER BY id DESC LIMIT ?2", where);
     sqlite3_stmt *st;
     *out = NULL;
     *n = 0;
     if (prep(d, sql, &st, err)) return TY_EIO;
     sqlite3_bind_int64(st, 1, before_id > 0 ? before_id : INT64_MAX);
     sqlite3_bind_int(st, 2, limit);
+    bind_str(st, 3, tag);
     db_job *arr = calloc((size_t)(limit > 0 ? limit : 1), sizeof *arr);
     if (!arr) {
         sqlite3_finalize(st);
@@ -753,6 +797,8 @@ static int update_job_fields(db *d, int64_t id, const char *state, const db_job_
     ADD(has_pgid, "pgid");
     ADD(has_stop_intent, "stop_intent");
     ADD(has_checkpoint_error, "checkpoint_error");
+    ADD(has_stop_reason, "stop_reason");
+    ADD(has_hour_price, "hour_price");
     /* The first start's time is kept: a resume or a restart is not a new
      * start of the job (only the ETA's metric timing restarts). */
     if (upd && upd->set_started)
@@ -777,6 +823,11 @@ static int update_job_fields(db *d, int64_t id, const char *state, const db_job_
         if (upd->has_pgid) sqlite3_bind_int64(st, i++, upd->pgid);
         if (upd->has_stop_intent) bind_str(st, i++, upd->stop_intent);
         if (upd->has_checkpoint_error) bind_str(st, i++, upd->checkpoint_error);
+        if (upd->has_stop_reason) bind_str(st, i++, upd->stop_reason);
+        if (upd->has_hour_price) {
+            if (upd->hour_price < 0) sqlite3_bind_null(st, i++);
+            else sqlite3_bind_double(st, i++, upd->hour_price);
+        }
         if (upd->set_started) sqlite3_bind_int64(st, i++, now);
         if (upd->set_finished) sqlite3_bind_int64(st, i++, now);
     }
@@ -816,6 +867,25 @@ static int account_run_time(db *d, int64_t id, job_state from, job_state to, int
     return rc == SQLITE_DONE ? 0 : sql_err(d, err, "account run time");
 }
 
+/* The usage ledger's row of a job that just ended (issue 15, GET /usage):
+ * in the final transition's transaction, after its running time is
+ * folded in, so the ledger and the job never disagree. */
+static int record_usage(db *d, int64_t id, ty_err *err)
+{
+    sqlite3_stmt *st;
+    if (prep(d, "INSERT OR REPLACE INTO usage(job_id, name, token_name, tags, state, finished_ms,"
+                " gpus, run_ms, cost, tokens) SELECT id, name, token_name, tags, state,"
+                " COALESCE(finished_ms, updated_ms), gpus_wanted, run_ms,"
+                " run_ms / 3600000.0 * hour_price * MAX(gpus_wanted, 1),"
+                " COALESCE(CAST(json_extract(last_metric, '$.tokens') AS INTEGER), 0)"
+                " FROM jobs WHERE id = ?", &st, err))
+        return TY_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : sql_err(d, err, "record usage");
+}
+
 int64_t db_job_run_ms(const db_job *j, int64_t now_ms)
 {
     int64_t ms = j->run_ms;
@@ -838,6 +908,7 @@ int db_job_transition(db *d, int64_t id, unsigned from_mask, job_state to, const
         char *data = state_event_json((job_state)from, to, reason);
         if (update_job_fields(d, id, db_state_name(to), upd, now, err) ||
             account_run_time(d, id, (job_state)from, to, now, err) ||
+            (db_state_terminal(to) && record_usage(d, id, err)) ||
             insert_event(d, id, now, "state", data, ev, err))
             rc = TY_EIO;
         free(data);

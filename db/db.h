@@ -17,7 +17,7 @@
 typedef struct db db;
 
 /* Newest schema version this build knows; migrations run on open. */
-#define DB_SCHEMA_VERSION 6
+#define DB_SCHEMA_VERSION 7
 
 typedef enum {
     JOB_QUEUED = 0,
@@ -74,6 +74,10 @@ typedef struct db_job {
     int64_t run_ms;       /* running time of the finished runs */
     int64_t run_since_ms; /* start of the current run, 0 when not running */
     char *checkpoint_error; /* newest upload to the store that failed for good, or NULL */
+    char *tags;           /* JSON array of strings, "[]" for none */
+    char *stop_reason;    /* "budget" | "stall" when stopped early, else NULL */
+    char *token_name;     /* the API token that submitted it, NULL without one */
+    double hour_price;    /* per GPU (or CPU slot) hour of its current price; < 0 unknown */
 } db_job;
 
 void db_job_free(db_job *j);
@@ -90,6 +94,8 @@ typedef struct db_new_job {
     int max_restarts;
     const char *idem_key;      /* NULL when none */
     const char *body_sha256;   /* of the request body, with idem_key */
+    const char *tags;          /* JSON array text; NULL = "[]" */
+    const char *token_name;    /* submitting token's name, or NULL */
 } db_new_job;
 
 /* One row of job_events as written; filled for the caller to publish. */
@@ -116,6 +122,9 @@ int db_job_get(db *d, int64_t id, db_job *out, ty_err *err);
  * with db_jobs_free. */
 int db_job_list(db *d, unsigned state_mask, int64_t before_id, int limit,
                 db_job **out, int *n, ty_err *err);
+/* The same, only jobs carrying `tag` among their tags (NULL = any). */
+int db_job_list_tag(db *d, unsigned state_mask, const char *tag, int64_t before_id, int limit,
+                    db_job **out, int *n, ty_err *err);
 void db_jobs_free(db_job *jobs, int n);
 
 /* 1-based position among queued jobs in scheduling order; 0 if not queued. */
@@ -139,6 +148,8 @@ typedef struct db_job_update {
     bool has_pgid;        int64_t pgid;
     bool has_stop_intent; const char *stop_intent;
     bool has_checkpoint_error; const char *checkpoint_error;
+    bool has_stop_reason; const char *stop_reason;
+    bool has_hour_price;  double hour_price; /* < 0 stores NULL */
     bool set_started;     /* started_at = now, resets metric timing */
     bool set_finished;    /* finished_at = now */
 } db_job_update;

@@ -10,6 +10,7 @@
  * secrets come from the file (or the environment) only, never from argv,
  * which `ps` shows. */
 #include "server.h"
+#include "ops.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -156,6 +157,37 @@ static const srv_option OPTIONS[] = {
     {"cpu-hour-price", "X", PRICE(cpu_hour_price), NULL, "unknown",
      "price of one hour of a CPU job's running time", NULL, 0},
     {"currency", "CODE", STR(currency), "USD", NULL, "ISO 4217 code of those prices", check_currency, 0},
+    /* Operations (issue 15; docs/server.md "Operations"). */
+    {"gpu-hour-prices", "M=X,...", STR(ops.gpu_hour_prices), NULL, "none",
+     "price of a GPU-hour per GPU model: the first MODEL in the GPU's name wins, else --gpu-hour-price",
+     ops_check_prices, 0},
+    {"max-cost-default", "X", PRICE(ops.max_cost_default), NULL, "none",
+     "limits.max_cost of a job whose spec sets none", NULL, 0},
+    {"max-cost-cap", "X", PRICE(ops.max_cost_cap), NULL, "none",
+     "largest limits.max_cost a spec may ask (the default when no default is set)", NULL, 0},
+    {"max-runtime-default", "SECONDS", INT(ops.max_runtime_default, 0, 100000000), "0", NULL,
+     "limits.max_runtime_s of a job whose spec sets none; 0 = none", NULL, 0},
+    {"max-runtime-cap", "SECONDS", INT(ops.max_runtime_cap, 0, 100000000), "0", NULL,
+     "largest limits.max_runtime_s a spec may ask; 0 = none", NULL, 0},
+    {"max-tokens-default", "N", INT(ops.max_tokens_default, 0, INT64_MAX), "0", NULL,
+     "limits.max_tokens of a job whose spec sets none; 0 = none", NULL, 0},
+    {"max-tokens-cap", "N", INT(ops.max_tokens_cap, 0, INT64_MAX), "0", NULL,
+     "largest limits.max_tokens a spec may ask; 0 = none", NULL, 0},
+    {"stall-floor", "SECONDS", INT(ops.stall_floor_s, 1, 86400), "300", NULL,
+     "least stall_after_s derived from a job's step time (lower it only for tests)", NULL, 0},
+    {"idle-gpu-util", "PCT", INT(ops.idle_gpu_util, 0, 100), "10", NULL,
+     "GPU utilisation below which a held GPU is idle", NULL, 0},
+    {"idle-gpu-after", "SECONDS", INT(ops.idle_gpu_after_s, 0, 604800), "600", NULL,
+     "a job's GPUs idle this long raise idle_gpu; 0 = off", NULL, 0},
+    {"webhook-urls", "U,...", STR(ops.webhook_urls), NULL, "none",
+     "URLs every job's state changes, budget stops, stalls and idle GPUs are POSTed to", ops_check_urls,
+     0},
+    {"webhook-secret", "KEY", STR(ops.webhook_secret), NULL, "none",
+     "HMAC-SHA256 key of the webhook signature", NULL, OPT_SECRET},
+    {"webhook-allowed-hosts", "H,...", STR(ops.webhook_allowed_hosts), NULL, "none",
+     "hosts (host or host:port) a job spec's own webhooks may name", NULL, 0},
+    {"webhook-attempts", "N", INT(ops.webhook_attempts, 1, 100), "8", NULL,
+     "tries of one webhook delivery before it fails for good", NULL, 0},
     /* Object stores: copied as given, never echoed in a message. */
     STORE("s3-access-key-id", s3_access_key_id),
     SECRET("s3-secret-access-key", s3_secret_access_key),
@@ -290,6 +322,7 @@ int srv_config_defaults(srv_config *c, ty_err *err)
     /* Unset prices are < 0 (cost unknown); a set one is >= 0. */
     c->gpu_hour_price = -1;
     c->cpu_hour_price = -1;
+    c->ops.max_cost_default = c->ops.max_cost_cap = -1;
     /* The engine is built beside us: <dir of /proc/self/exe>/trainyard-engine. */
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);

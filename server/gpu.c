@@ -118,6 +118,14 @@ int gpu_inv_sample(gpu_inv *g, srv_gpu_sample *out)
         if (g->get_util(d, &u) == 0) s->util = (int)u.gpu;
         if (g->get_temp(d, 0 /* NVML_TEMPERATURE_GPU */, &t) == 0) s->temp = (int)t;
     }
+    /* Tests inject utilisation (idle_gpu, docs/server.md "Stalls and idle
+     * GPUs"): TY_TEST_GPU_UTIL_FILE holds one percentage for every GPU. */
+    const char *inj = getenv("TY_TEST_GPU_UTIL_FILE");
+    FILE *f = inj ? fopen(inj, "re") : NULL;
+    int util;
+    if (f && fscanf(f, "%d", &util) == 1)
+        for (int i = 0; i < g->n; i++) out[i].util = util;
+    if (f) fclose(f);
     return g->n;
 }
 

@@ -284,6 +284,7 @@ static enum MHD_Result check_head(http_req *q)
                               "this token lacks the '%s' scope that %s %s needs (it has: %s)",
                               srv_scope_name(rt->scope), rt->method, rt->pattern, have);
         }
+        q->token_id = tid;
         int retry = 1;
         if (!rate_take(s, tid, &retry)) {
             char ra[16];
@@ -294,6 +295,12 @@ static enum MHD_Result check_head(http_req *q)
                                     "%d); retry after %d s", s->cfg.rate_limit, s->cfg.rate_burst,
                                     retry);
         }
+    } else if (!strcmp(rt->method, "POST") && !strcmp(rt->pattern, "/jobs")) {
+        /* Not required here, but a submit that names a token is counted
+         * against it in usage (GET /usage?group_by=token). */
+        int64_t tid = 0;
+        unsigned scopes = 0;
+        if (token_of(q, &tid, &scopes)) q->token_id = tid;
     }
     char field[64], msg[256];
     if (routes_check_query(q, rt, field, sizeof field, msg, sizeof msg))

@@ -25,6 +25,7 @@ typedef struct http_req {
     bool answered;      /* a response was queued early (413, 415, 401) */
     int64_t start_ms;   /* head received: the body's deadline counts from here */
     void *gen;          /* POST /jobs/{id}/generate: its queued task (genq.c) */
+    int64_t token_id;   /* the bearer token's row, 0 without a known one */
 } http_req;
 
 typedef enum MHD_Result (*route_fn)(http_req *q);

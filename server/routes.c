@@ -15,7 +15,9 @@
 #include "recovery.h"
 #include "scheduler.h"
 #include "gate.h"
+#include "db_ops.h"
 #include "genq.h"
+#include "ops.h"
 #include "upload.h"
 #include "http.h"
 #include "jobspec.h"
@@ -49,14 +51,10 @@ static json_t *json_parsed_or_null(const char *s)
  * job; null while the operator has not given the price that applies. */
 static json_t *render_cost(const srv_config *cfg, const db_job *j)
 {
-    bool gpu = j->gpus_wanted > 0;
-    double price = gpu ? cfg->gpu_hour_price : cfg->cpu_hour_price;
-    if (price < 0) return json_null();
-    double hours = (double)db_job_run_ms(j, ty_now_ms()) / 3600000.0;
-    double gpu_hours = gpu ? hours * j->gpus_wanted : 0.0;
-    double cpu_hours = gpu ? 0.0 : hours;
-    return json_pack("{sf ss sf sf}", "amount", (gpu ? gpu_hours : cpu_hours) * price, "currency",
-                     cfg->currency, "gpu_hours", gpu_hours, "cpu_hours", cpu_hours);
+    double amount, gpu_hours, cpu_hours;
+    if (!ops_job_cost(cfg, j, ty_now_ms(), &amount, &gpu_hours, &cpu_hours)) return json_null();
+    return json_pack("{sf ss sf sf}", "amount", amount, "currency", cfg->currency, "gpu_hours",
+                     gpu_hours, "cpu_hours", cpu_hours);
 }
 
 static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
@@ -81,16 +79,8 @@ static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
                          ((j->state == JOB_STARTING || j->state == JOB_RUNNING) && no_run_metric)))
         step = ck_step;
     /* Only a running engine has an ETA. */
-    json_t *eta = json_null();
-    if (j->state != JOB_RUNNING) {
-    } else if (j->metric0_ms > 0 && j->metric_last_ms > j->metric0_ms && step > j->metric0_step &&
-               j->max_steps > step) {
-        double per_step = (double)(j->metric_last_ms - j->metric0_ms) / 1000.0 /
-                          (double)(step - j->metric0_step);
-        eta = json_real(per_step * (double)(j->max_steps - step));
-    } else if (j->max_steps > 0 && step >= j->max_steps) {
-        eta = json_real(0);
-    }
+    double eta_s = ops_job_eta(j, step);
+    json_t *eta = eta_s >= 0 ? json_real(eta_s) : json_null();
     json_t *progress = json_pack("{sI sI sf so}", "step", (json_int_t)step, "max_steps",
                                  (json_int_t)j->max_steps, "fraction",
                                  j->max_steps > 0 ? (double)step / (double)j->max_steps : 0.0,
@@ -131,7 +121,17 @@ static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
     }
     json_object_set_new(o, "engine", engine);
     json_object_set_new(o, "cost", render_cost(cfg, j));
+    json_t *tags = json_loads(j->tags ? j->tags : "[]", 0, NULL);
+    json_object_set_new(o, "tags", tags ? tags : json_array());
+    json_object_set_new(o, "stop_reason", json_text_or_null(j->stop_reason));
+    int64_t stalled = j->state == JOB_RUNNING ? ops_stalled_since(j->id) : 0;
+    json_object_set_new(o, "stalled_at", json_time(stalled));
     return o;
+}
+
+json_t *routes_job_json(const srv_config *cfg, db *d, const db_job *j)
+{
+    return render_job(cfg, d, j);
 }
 
 static enum MHD_Result reply_job(http_req *q, unsigned status, int64_t id)
@@ -158,7 +158,7 @@ static enum MHD_Result post_jobs(http_req *q)
     if (rc == TY_ECORRUPT)
         return http_error(q, 400, "invalid_json", err.field, "%s", err.msg);
     if (rc) return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
-    if (srv_spec_check(&s->cfg, &spec, &err)) {
+    if (srv_spec_check(&s->cfg, &spec, &err) || ops_check_spec(&s->cfg, &spec, &err)) {
         jobspec_free(&spec);
         return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
     }
@@ -216,15 +216,23 @@ static enum MHD_Result post_jobs(http_req *q)
     json_decref(root);
     char sha[65];
     ty_sha256_hex(q->body, q->len, sha);
+    json_t *jtags = json_array();
+    for (int i = 0; i < spec.n_tags; i++) json_array_append_new(jtags, json_string(spec.tags[i]));
+    char *tags = json_dumps(jtags, JSON_COMPACT), token_name[256] = "";
+    json_decref(jtags);
+    db *d = srv_db(s);
+    ty_err terr = {0};
+    if (q->token_id > 0 && d) db_token_name(d, q->token_id, token_name, sizeof token_name, &terr);
     db_new_job nj = {.name = spec.name, .spec = compact, .priority = spec.priority,
                      .gpus_wanted = spec.gpus, .max_steps = spec.max_steps,
-                     .max_restarts = spec.max_restarts, .idem_key = key, .body_sha256 = sha};
+                     .max_restarts = spec.max_restarts, .idem_key = key, .body_sha256 = sha,
+                     .tags = tags, .token_name = token_name[0] ? token_name : NULL};
     int64_t id = 0;
     bool existing = false;
     db_event ev;
-    db *d = srv_db(s);
-    if (!compact || !d) {
+    if (!compact || !d || !tags) {
         free(compact);
+        free(tags);
         jobspec_free(&spec);
         return http_error(q, 500, "internal", NULL, "cannot store the job");
     }
@@ -236,6 +244,7 @@ static enum MHD_Result post_jobs(http_req *q)
     }
     pthread_mutex_unlock(&s->write_lock);
     free(compact);
+    free(tags);
     jobspec_free(&spec);
     if (rc == TY_ESTATE)
         return http_error(q, 409, "idempotency_conflict", "Idempotency-Key", "%s", err.msg);
@@ -313,7 +322,10 @@ static enum MHD_Result get_jobs(http_req *q)
     db_job *jobs;
     int n;
     ty_err err = {0};
-    if (!d || db_job_list(d, f.mask, before, (int)limit + 1, &jobs, &n, &err))
+    const char *tag = http_arg(q, "tag");
+    if (tag && (!*tag || strlen(tag) > 64))
+        return http_error(q, 400, "invalid_spec", "tag", "tag must be 1 to 64 characters");
+    if (!d || db_job_list_tag(d, f.mask, tag, before, (int)limit + 1, &jobs, &n, &err))
         return http_error(q, 500, "internal", NULL, "%s", err.msg);
     json_t *arr = json_array();
     for (int i = 0; i < n && i < limit; i++)
@@ -592,7 +604,7 @@ static enum MHD_Result get_prom(http_req *q)
     p.http_requests = atomic_load(&s->http_requests);
     p.ngpus = sched_gpu_snapshot(s->sched, g);
     p.gpus = g;
-    char *txt = srv_prom_render(&p);
+    char *txt = ops_prom_usage(s, srv_prom_render(&p));
     if (!txt) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
@@ -637,8 +649,9 @@ static enum MHD_Result get_static(http_req *q)
  * parameters it takes (access_token is taken everywhere). */
 const route routes_table[] = {
     {"POST", "/jobs", post_jobs, true, false, SCOPE_SUBMIT, ""},
-    {"GET", "/jobs", get_jobs, false, false, SCOPE_READ, "state*,limit,cursor"},
+    {"GET", "/jobs", get_jobs, false, false, SCOPE_READ, "state*,limit,cursor,tag"},
     {"GET", "/jobs/{id}", get_job, false, false, SCOPE_READ, ""},
+    {"PATCH", "/jobs/{id}", ops_patch_job, true, false, SCOPE_SUBMIT, ""},
     {"DELETE", "/jobs/{id}", delete_job, false, false, SCOPE_ADMIN, "purge"},
     {"POST", "/jobs/{id}/cancel", post_cancel, false, false, SCOPE_SUBMIT, ""},
     {"POST", "/jobs/{id}/pause", post_pause, false, false, SCOPE_SUBMIT, ""},
@@ -649,6 +662,8 @@ const route routes_table[] = {
     {"GET", "/jobs/{id}/checkpoints", get_checkpoints, false, false, SCOPE_READ, ""},
     {"POST", "/jobs/{id}/generate", genq_post, true, false, SCOPE_SUBMIT, ""},
     {"GET", "/gpus", get_gpus, false, false, SCOPE_READ, ""},
+    {"GET", "/queue", ops_get_queue, false, false, SCOPE_READ, ""},
+    {"GET", "/usage", ops_get_usage, false, false, SCOPE_READ, "from,to,group_by,format"},
     {"GET", "/events", get_events, false, false, SCOPE_READ, "from"},
     {"GET", "/healthz", get_healthz, false, true, SCOPE_READ, ""},
     {"GET", "/metrics", get_prom, false, false, SCOPE_READ, ""},

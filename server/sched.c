@@ -40,6 +40,7 @@
 #include "fetch.h"
 #include "gpu.h"
 #include "recovery.h"
+#include "ops.h"
 #include "sse.h"
 #include "upload.h"
 #include "tyutil.h"
@@ -78,7 +79,8 @@ typedef struct run {
     bool done_succeeded, done_stopped;
     char *error;              /* engine's error event message */
     char *fail_reason;        /* protocol violation found by us */
-    char intent[8];           /* "pause" | "cancel" | "" */
+    char *stop_why;           /* why watch.c stopped it (budget, stall) */
+    char intent[8];           /* "pause" | "cancel" | "budget" | "restart" | "fail" | "" */
     int64_t kill_at_ms;       /* monotonic SIGKILL deadline, 0 = none */
     char *store;              /* the spec's checkpoint.store, or NULL */
     fetch *f;                 /* downloads before the engine runs, or NULL */
@@ -160,6 +162,7 @@ static void run_free(executor *ex, run *r)
     free(r->line);
     free(r->error);
     free(r->fail_reason);
+    free(r->stop_why);
     free(r->store);
     free(r);
 }
@@ -317,6 +320,8 @@ static void handle_line(sched *x, run *r, const char *line, size_t len)
             if (!strcmp(ev, types[i])) type = types[i];
         json_object_del(o, "ev");
         evw_push(s->evw, r->job_id, type, json_dumps(o, JSON_COMPACT));
+        if (type == types[0])
+            ops_note_metric(s, r->job_id, json_integer_value(json_object_get(o, "step")));
         if (type == types[3] && !r->started) {
             r->started = true;
             ty_err err = {0};
@@ -558,6 +563,24 @@ static run *run_new(sched *x, int64_t id)
     return r;
 }
 
+/* The hourly price per GPU (or CPU slot) of a run on these slots: the mean
+ * of its GPUs' model prices (ops_unit_price); < 0 when one is unknown. */
+static double run_price(sched *x, uint64_t mask)
+{
+    if (!mask) return ops_unit_price(&x->s->cfg, NULL);
+    double sum = 0;
+    int n = 0;
+    pthread_mutex_lock(&x->sample_mu);
+    for (int i = 0; i < gpu_inv_count(x->gpu) && sum >= 0; i++)
+        if (mask & (1ull << i)) {
+            double p = ops_unit_price(&x->s->cfg, x->samples[i].name);
+            sum = p < 0 ? -1 : sum + p;
+            n++;
+        }
+    pthread_mutex_unlock(&x->sample_mu);
+    return sum < 0 || !n ? -1 : sum / n;
+}
+
 /* Starts job id on the resources picked by the caller (x->mu held): the
  * job goes starting and holds them; the engine is spawned now, or when
  * its downloads (resume checkpoint, remote inputs) finish on a fetch
@@ -598,6 +621,7 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, int cpu_slots)
     bool fetching = fetch_needed(s, id, j.spec, j.resume_from);
 
     db_job_update up = {.has_backend = true, .backend = backend_s, .has_gpus = true, .gpus = gpus,
+                        .has_hour_price = true, .hour_price = run_price(x, gpu_mask),
                         .set_started = true, .has_stop_intent = true, .stop_intent = NULL,
                         .has_error = true, .error = NULL, .has_resume_from = true,
                         .resume_from = j.resume_from};
@@ -878,6 +902,38 @@ static void check_pending(sched *x)
     }
 }
 
+/* The end of a run watch.c stopped (budget, stall restart): a budget ends
+ * succeeded with stop_reason budget; a restart requeues from the newest
+ * checkpoint while restarts remain (true: done), else fails. */
+static bool finish_watched(sched *x, run *r, job_state *to, char *reason, size_t cap)
+{
+    db *d = srv_db(x->s);
+    ty_err err = {0};
+    const char *why = r->stop_why ? r->stop_why : r->intent;
+    db_job_update sr = {.has_stop_reason = true, .stop_reason = "budget"};
+    if (!strcmp(r->intent, "budget")) {
+        if (d) db_job_update_fields(d, r->job_id, &sr, &err);
+        snprintf(reason, cap, "%s", why);
+        *to = JOB_SUCCEEDED;
+        return false;
+    }
+    db_job j;
+    if (!d || db_job_get(d, r->job_id, &j, &err)) return true;
+    bool again = j.restarts < j.max_restarts;
+    int restarts = j.restarts + 1;
+    if (again) snprintf(reason, cap, "%s; restart %d of %d", why, restarts, j.max_restarts);
+    else snprintf(reason, cap, "%s; gave up after %d restarts", why, j.restarts);
+    db_job_free(&j);
+    if (again) {
+        settle(x, r->job_id, JOB_QUEUED, restarts, r->store, reason);
+        return true;
+    }
+    sr.stop_reason = "stall";
+    db_job_update_fields(d, r->job_id, &sr, &err);
+    *to = JOB_FAILED;
+    return false;
+}
+
 /* All ranks have exited: the DESIGN §2 transition for how they ended. */
 static void finish_run(sched *x, run *r)
 {
@@ -893,6 +949,8 @@ static void finish_run(sched *x, run *r)
     } else if (r->done_succeeded) {
         snprintf(reason, sizeof reason, "engine finished");
         to = JOB_SUCCEEDED;
+    } else if (!strcmp(r->intent, "budget") || !strcmp(r->intent, "restart")) {
+        if (finish_watched(x, r, &to, reason, sizeof reason)) return; /* requeued */
     } else if (r->intent[0]) {
         bool pause = strcmp(r->intent, "cancel") != 0;
         to = pause ? JOB_PAUSED : JOB_CANCELLED;
@@ -1028,6 +1086,7 @@ static void reap(sched *x)
         events_close(x, r);
         *pp = r->next;
         release(x, r);
+        ops_run_ended(r->job_id);
         finish_run(x, r);
         run_free(x->ex, r);
         sched_wake(x);
@@ -1045,6 +1104,36 @@ static void enforce_grace(sched *x)
 }
 
 static void recover_finish(sched *x);
+
+/* Budgets and stalls (watch.c decides, this thread acts on the engines it
+ * owns): a budget stops the job as a pause would, ending succeeded; a
+ * stall with on_stall restart or fail stops it to be requeued or failed.
+ * SIGCONT after the SIGTERM: a stopped (SIGSTOP) engine must see it. */
+static void watch_runs(sched *x)
+{
+    for (run *r = x->runs; r; r = r->next) {
+        if (!r->started || r->intent[0] || r->f || !r->ej || r->ended || x->stop) continue;
+        char why[512];
+        ops_action a = ops_check_run(x->s, r->job_id, why, sizeof why);
+        if (a == OPS_GO_ON) continue;
+        const char *intent = a == OPS_STOP_BUDGET ? "budget" : a == OPS_RESTART ? "restart" : "fail";
+        ty_err err = {0};
+        db_job_update up = {.has_stop_intent = true, .stop_intent = intent};
+        if (a == OPS_STOP_BUDGET &&
+            srv_transition(x->s, r->job_id, JOB_BIT(JOB_RUNNING), JOB_STOPPING, why, &up, NULL, &err))
+            continue;
+        if (a == OPS_FAIL) {
+            db_job_update sr = {.has_stop_reason = true, .stop_reason = "stall"};
+            db *d = srv_db(x->s);
+            if (d) db_job_update_fields(d, r->job_id, &sr, &err);
+            set_str(&r->fail_reason, "%s", why);
+        }
+        snprintf(r->intent, sizeof r->intent, "%s", intent);
+        set_str(&r->stop_why, "%s", why);
+        stop_run(x, r, SIGTERM);
+        stop_run(x, r, SIGCONT);
+    }
+}
 
 static void *sched_main(void *arg)
 {
@@ -1102,6 +1191,7 @@ static void *sched_main(void *arg)
         enforce_grace(x);
         check_waiters(x);
         check_pending(x);
+        watch_runs(x);
         if ((woken || n == 0) && !x->stop) schedule(x);
     }
     pthread_mutex_unlock(&x->mu);
@@ -1127,6 +1217,7 @@ static void *sampler_main(void *arg)
             x->samples[i] = cur[i];
         }
         pthread_mutex_unlock(&x->sample_mu);
+        ops_gpu_sweep(s, cur, n);
         for (int i = 0; i < n; i++) {
             json_t *o = json_pack("{si si sI sI si}", "index", cur[i].index, "util", cur[i].util,
                                   "mem_used", (json_int_t)cur[i].mem_used, "mem_total",
@@ -1172,6 +1263,16 @@ int sched_gpu_count(sched *x) { return gpu_inv_count(x->gpu); }
 int sched_job_gpu_limit(sched *x)
 {
     return x->ex->ops->cluster ? GPU_MAX : gpu_inv_count(x->gpu);
+}
+
+void sched_capacity(sched *x, int *gpus_free, int *cpu_free)
+{
+    pthread_mutex_lock(&x->mu);
+    int n = 0;
+    for (int i = 0; i < gpu_inv_count(x->gpu); i++) n += !(x->gpus_busy & (1ull << i));
+    *gpus_free = n;
+    *cpu_free = x->s->cfg.cpu_slots - x->cpu_busy;
+    pthread_mutex_unlock(&x->mu);
 }
 
 /* ---- API actions ------------------------------------------------------------------------------- */
@@ -1385,6 +1486,11 @@ static void recover_mark(sched *x)
             }
             db_job_free(&j);
             continue;
+        } else if (j.state == JOB_STOPPING && j.stop_intent && !strcmp(j.stop_intent, "budget")) {
+            to = JOB_SUCCEEDED; /* it was stopping at a limit (watch.c) */
+            up.has_stop_reason = true;
+            up.stop_reason = "budget";
+            snprintf(reason, sizeof reason, "server restarted while stopping at a budget");
         } else if (j.state == JOB_STOPPING && j.stop_intent) {
             bool pause = strcmp(j.stop_intent, "cancel") != 0;
             to = pause ? JOB_PAUSED : JOB_CANCELLED;

@@ -14,6 +14,7 @@
 #include "gate.h"
 #include "genq.h"
 #include "http.h"
+#include "ops.h"
 #include "scheduler.h"
 #include "sse.h"
 #include "tyutil.h"
@@ -102,6 +103,7 @@ int srv_serve_main(int argc, char **argv)
     }
     char host[256];
     int port, bound_port = 0;
+    webhooks *wh = NULL;
     srv_listen_parse(s->cfg.listen, host, sizeof host, &port, &err);
     s->auth_required = s->cfg.require_token || !srv_host_is_loopback(host);
     snprintf(s->db_path, sizeof s->db_path, "%.4000s/trainyard.db", s->cfg.data_dir);
@@ -146,7 +148,7 @@ int srv_serve_main(int argc, char **argv)
     if (!(s->hub = sse_hub_new(s, &err)) ||
         !(s->evw = evw_new(s->db_path, &s->write_lock, writer_publish, s, &err)) ||
         !(s->up = uploader_new(s, &err)) || !(s->sched = sched_new(s, &err)) ||
-        http_start(s, &bound_port, &err)) {
+        http_start(s, &bound_port, &err) || !(wh = webhooks_start(s, &err))) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;
     }
@@ -171,6 +173,7 @@ int srv_serve_main(int argc, char **argv)
     MHD_stop_daemon(s->mhd);
     gate_free(s->gate);
     sched_stop(s->sched);
+    webhooks_stop(wh);    /* undelivered rows stay in the outbox for the next start */
     uploader_stop(s->up); /* transfers in flight stay queued for the next start */
     evw_free(s->evw);
     sched_free(s->sched);

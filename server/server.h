@@ -57,6 +57,20 @@ typedef struct srv_config {
     double gpu_hour_price;    /* per GPU-hour of running time; < 0 = unknown (default) */
     double cpu_hour_price;    /* per hour of a CPU job's running time; < 0 = unknown */
     char currency[4];         /* ISO 4217 code of those prices, default USD */
+    /* Operations (issue 15; opsconf.c, docs/server.md "Operations"). */
+    struct {
+        char gpu_hour_prices[1024];    /* "H100=4.1,A100=2.2": per GPU model */
+        double max_cost_default, max_cost_cap;            /* < 0 = none */
+        int64_t max_runtime_default, max_runtime_cap;     /* seconds; 0 = none */
+        int64_t max_tokens_default, max_tokens_cap;       /* 0 = none */
+        int stall_floor_s;             /* least default stall_after_s, default 300 */
+        int idle_gpu_util;             /* percent under which a GPU is idle, default 10 */
+        int idle_gpu_after_s;          /* idle this long: idle_gpu event; 0 = off */
+        char webhook_urls[4096];       /* comma-separated, every job's events */
+        char webhook_secret[256];      /* HMAC key (config file only) */
+        char webhook_allowed_hosts[1024]; /* hosts a spec's webhooks may name */
+        int webhook_attempts;          /* tries before a delivery fails for good */
+    } ops;
     /* Object-store settings and credentials (config file only for secrets;
      * empty = the environment variable storage.h names). Never logged. */
     struct {

@@ -1,0 +1,227 @@
+/* queue.c — GET /queue and PATCH /jobs/{id} (issue 15, item 3).
+ *
+ * The queue view replays the scheduler's rule (priority, then submission;
+ * a job that does not fit is skipped, no reservation) against the free
+ * GPUs and CPU slots now and the running jobs' ETAs, to say why each job
+ * waits and when it may start. The estimate assumes jobs ahead start as
+ * soon as they fit and keep their slots (their own end is not known yet);
+ * it is null when the slots a job needs are held by runs without an ETA. */
+#include "ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "db_ops.h"
+#include "scheduler.h"
+#include "jobspec.h"
+#include "tyutil.h"
+
+json_t *routes_job_json(const srv_config *cfg, db *d, const db_job *j);
+
+double ops_job_eta(const db_job *j, int64_t step)
+{
+    if (j->state != JOB_RUNNING) return -1;
+    if (j->metric0_ms > 0 && j->metric_last_ms > j->metric0_ms && step > j->metric0_step &&
+        j->max_steps > step) {
+        double per_step = (double)(j->metric_last_ms - j->metric0_ms) / 1000.0 /
+                          (double)(step - j->metric0_step);
+        return per_step * (double)(j->max_steps - step);
+    }
+    if (j->max_steps > 0 && step >= j->max_steps) return 0;
+    return -1;
+}
+
+/* Slots of one kind (GPUs, or CPU slots) over time: free now, released at
+ * the running jobs' ETAs, taken by the queued jobs ahead. */
+typedef struct pool {
+    int free_now, taken;
+    int nrel;
+    struct rel { double t; int n; } rel[256];
+} pool;
+
+static int cmp_rel(const void *a, const void *b)
+{
+    double x = ((const struct rel *)a)->t, y = ((const struct rel *)b)->t;
+    return (x > y) - (x < y);
+}
+
+/* The earliest time (seconds from now) at which want slots are free after
+ * what the jobs ahead took; -1 if never known. Takes them. */
+static double pool_take(pool *p, int want)
+{
+    int have = p->free_now - p->taken;
+    double t = 0;
+    for (int k = 0; have < want && k < p->nrel; k++) {
+        have += p->rel[k].n;
+        t = p->rel[k].t;
+    }
+    if (have < want) return -1;
+    p->taken += want;
+    return t;
+}
+
+static json_t *est_json(double t)
+{
+    if (t < 0) return json_null();
+    char ts[32];
+    srv_time_fmt(ty_now_ms() + (int64_t)(t * 1000), ts);
+    return json_string(ts);
+}
+
+enum MHD_Result ops_get_queue(http_req *q)
+{
+    srv *s = q->s;
+    db *d = srv_db(s);
+    ty_err err = {0};
+    int64_t *ids = NULL, *live = NULL, *paused = NULL;
+    int n = 0, nlive = 0, npaused = 0;
+    if (!d || db_job_queued_ids(d, &ids, &n, &err) ||
+        db_job_ids_in(d, JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING), &live,
+                      &nlive, &err) ||
+        db_job_ids_in(d, JOB_BIT(JOB_PAUSED), &paused, &npaused, &err)) {
+        free(ids);
+        free(live);
+        return http_error(q, 500, "internal", NULL, "%s", err.msg);
+    }
+    int gfree, cfree, gtotal = sched_gpu_count(s->sched);
+    sched_capacity(s->sched, &gfree, &cfree);
+    pool gp = {.free_now = gfree}, cp = {.free_now = cfree};
+    for (int i = 0; i < nlive; i++) {
+        db_job j;
+        if (db_job_get(d, live[i], &j, &err)) continue;
+        json_t *m = j.last_metric ? json_loads(j.last_metric, 0, NULL) : NULL;
+        double eta = ops_job_eta(&j, json_integer_value(json_object_get(m, "step")));
+        json_decref(m);
+        pool *p = j.gpus_wanted > 0 ? &gp : &cp;
+        if (eta >= 0 && p->nrel < 256) p->rel[p->nrel++] = (struct rel){eta, j.gpus_wanted > 0 ? j.gpus_wanted : 1};
+        db_job_free(&j);
+    }
+    qsort(gp.rel, (size_t)gp.nrel, sizeof *gp.rel, cmp_rel);
+    qsort(cp.rel, (size_t)cp.nrel, sizeof *cp.rel, cmp_rel);
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) {
+        db_job j;
+        if (db_job_get(d, ids[i], &j, &err)) continue;
+        bool gpu = j.gpus_wanted > 0;
+        pool *p = gpu ? &gp : &cp;
+        int want = gpu ? j.gpus_wanted : 1, free_before = p->free_now - p->taken;
+        char reason[160];
+        double t = pool_take(p, want);
+        if (gpu && want > gtotal)
+            snprintf(reason, sizeof reason, "asks for %d GPUs; this server has %d", want, gtotal);
+        else if (t == 0)
+            snprintf(reason, sizeof reason, "starting: its %s free", gpu ? "GPUs are" : "CPU slot is");
+        else if (want <= p->free_now && want > free_before)
+            snprintf(reason, sizeof reason, "priority: jobs ahead of it take the free %s",
+                     gpu ? "GPUs" : "CPU slots");
+        else if (gpu)
+            snprintf(reason, sizeof reason, "waiting for %d GPU%s, %d free", want, want == 1 ? "" : "s",
+                     free_before > 0 ? free_before : 0);
+        else
+            snprintf(reason, sizeof reason, "waiting for a CPU slot, %d of %d free",
+                     free_before > 0 ? free_before : 0, s->cfg.cpu_slots);
+        json_t *o = json_pack("{sI so ss si si ss so so}", "id", (json_int_t)j.id, "name",
+                              j.name ? json_string(j.name) : json_null(), "state", "queued",
+                              "priority", j.priority, "gpus", j.gpus_wanted, "reason", reason,
+                              "estimated_start", est_json(t), "estimated_start_s",
+                              t >= 0 ? json_real(t) : json_null());
+        json_object_set_new(o, "position", json_integer(i + 1));
+        json_object_set_new(o, "tags", json_loads(j.tags ? j.tags : "[]", 0, NULL));
+        json_array_append_new(arr, o);
+        db_job_free(&j);
+    }
+    for (int i = 0; i < npaused; i++) {
+        db_job j;
+        if (db_job_get(d, paused[i], &j, &err)) continue;
+        json_t *o = json_pack("{sI so ss si si ss so so so}", "id", (json_int_t)j.id, "name",
+                              j.name ? json_string(j.name) : json_null(), "state", "paused",
+                              "priority", j.priority, "gpus", j.gpus_wanted, "reason", "paused",
+                              "estimated_start", json_null(), "estimated_start_s", json_null(),
+                              "position", json_null());
+        json_object_set_new(o, "tags", json_loads(j.tags ? j.tags : "[]", 0, NULL));
+        json_array_append_new(arr, o);
+        db_job_free(&j);
+    }
+    free(ids);
+    free(live);
+    free(paused);
+    return http_json(q, 200, json_pack("{so si si si si}", "queue", arr, "gpus_total", gtotal,
+                                       "gpus_free", gfree, "cpu_slots", s->cfg.cpu_slots,
+                                       "cpu_slots_free", cfree));
+}
+
+/* ---- PATCH /jobs/{id} ---------------------------------------------------------------- */
+
+enum MHD_Result ops_patch_job(http_req *q)
+{
+    json_error_t jerr;
+    json_t *b = q->len ? json_loadb(q->body, q->len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+    if (!b) return http_error(q, 400, "invalid_json", NULL, "the body must be a JSON object: %s",
+                              q->len ? jerr.text : "empty body");
+    ty_err err = {0};
+    db_job_patch p = {0};
+    char *tags = NULL;
+    const char *key;
+    json_t *v;
+    enum MHD_Result res;
+    if (!json_is_object(b) || json_object_size(b) == 0) {
+        res = http_error(q, 400, "invalid_spec", NULL,
+                         "send an object with at least one of priority, name, tags");
+        goto out;
+    }
+    json_object_foreach(b, key, v) {
+        if (!strcmp(key, "priority")) {
+            json_int_t x = json_integer_value(v);
+            if (!json_is_integer(v) || x < -1000 || x > 1000) {
+                res = http_error(q, 400, "invalid_spec", "priority",
+                                 "priority: must be an integer in [-1000, 1000]");
+                goto out;
+            }
+            p.has_priority = true;
+            p.priority = (int)x;
+        } else if (!strcmp(key, "name")) {
+            const char *nm = json_string_value(v);
+            bool ok = json_is_null(v) || (nm && *nm && strlen(nm) <= 128);
+            for (const char *c = nm; ok && c && *c; c++) ok = (unsigned char)*c >= 0x20 && *c != 0x7f;
+            if (!ok) {
+                res = http_error(q, 400, "invalid_spec", "name",
+                                 "name: must be null or 1-128 bytes without control characters");
+                goto out;
+            }
+            p.has_name = true;
+            p.name = nm;
+        } else if (!strcmp(key, "tags")) {
+            if (jobspec_check_tags(v, "tags", &err)) {
+                res = http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
+                goto out;
+            }
+            p.has_tags = true;
+            p.tags = tags = json_dumps(v, JSON_COMPACT);
+        } else {
+            res = http_error(q, 400, "invalid_spec", key,
+                             "%s: unknown field (a job's priority, name and tags can be changed)", key);
+            goto out;
+        }
+    }
+    db *d = srv_db(q->s);
+    if (!d) {
+        res = http_error(q, 500, "internal", NULL, "database unavailable");
+        goto out;
+    }
+    if (db_job_patch_apply(d, q->id, &p, &err)) {
+        res = http_ty_error(q, &err);
+        goto out;
+    }
+    sched_wake(q->s->sched); /* a new priority may change what starts next */
+    db_job j;
+    if (db_job_get(d, q->id, &j, &err)) {
+        res = http_ty_error(q, &err);
+        goto out;
+    }
+    res = http_json(q, 200, routes_job_json(&q->s->cfg, d, &j));
+    db_job_free(&j);
+out:
+    free(tags);
+    json_decref(b);
+    return res;
+}
