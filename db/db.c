@@ -559,7 +559,7 @@ int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
     }
     int64_t now = ty_now_ms();
     if (prep(d, "INSERT INTO jobs(name, state, spec, priority, gpus_wanted, max_steps,"
-                " created_ms, updated_ms, max_restarts, tags, token_name) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " created_ms, updated_ms, max_restarts) VALUES (?,?,?,?,?,?,?,?,?)",
              &st, err))
         goto fail;
     bind_str(st, 1, nj->name);
@@ -571,8 +571,6 @@ int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
     sqlite3_bind_int64(st, 7, now);
     sqlite3_bind_int64(st, 8, now);
     sqlite3_bind_int(st, 9, nj->max_restarts);
-    sqlite3_bind_text(st, 10, nj->tags ? nj->tags : "[]", -1, SQLITE_STATIC);
-    bind_str(st, 11, nj->token_name);
     if (sqlite3_step(st) != SQLITE_DONE) {
         sql_err(d, err, "insert job");
         goto fail;
@@ -580,6 +578,20 @@ int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
     sqlite3_finalize(st);
     st = NULL;
     *id = sqlite3_last_insert_rowid(d->h);
+    /* Tags and the submitting token (schema 7), written only when given. */
+    if (nj->tags || nj->token_name) {
+        if (prep(d, "UPDATE jobs SET tags = COALESCE(?, tags), token_name = ? WHERE id = ?", &st, err))
+            goto fail;
+        bind_str(st, 1, nj->tags);
+        bind_str(st, 2, nj->token_name);
+        sqlite3_bind_int64(st, 3, *id);
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            sql_err(d, err, "tag job");
+            goto fail;
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+    }
     if (nj->idem_key) {
         if (prep(d, "INSERT INTO idempotency_keys(key, body_sha256, job_id, created_ms)"
                     " VALUES (?,?,?,?)", &st, err))
