@@ -172,6 +172,25 @@ static int call_json(const cli_ctx *c, const char *method, const char *path, con
     return rc;
 }
 
+int cli_call_json(const cli_ctx *c, const char *method, const char *path, const char *body,
+                  json_t **out)
+{
+    return call_json(c, method, path, body, body ? strlen(body) : 0, NULL, out);
+}
+
+int cli_call_text(const cli_ctx *c, const char *path, char **out)
+{
+    long status = 0;
+    buf b = {0};
+    int rc = http_call(c, "GET", path, NULL, 0, NULL, &status, &b);
+    if (rc == 0 && (status < 200 || status > 299)) rc = http_failure(status, &b);
+    *out = rc ? NULL : b.data ? b.data : strdup("");
+    if (rc) free(b.data);
+    return rc;
+}
+
+int cli_wants_json(const cli_ctx *c) { return c->json; }
+
 /* A job id on the command line: a positive integer, nothing else. */
 static int parse_id(const char *s, long long *id)
 {
@@ -197,6 +216,8 @@ static void print_json(json_t *j)
     if (s) puts(s);
     free(s);
 }
+
+void cli_print_json(json_t *j) { print_json(j); }
 
 /* ---- submit ---- */
 
@@ -283,6 +304,10 @@ static int cmd_jobs(cli_ctx *c, int argc, char **argv)
             char *esc = curl_easy_escape(NULL, argv[++i], 0);
             snprintf(query + l, sizeof query - l, "%cstate=%s", l ? '&' : '?', esc ? esc : "");
             curl_free(esc);
+        } else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc) {
+            char *esc = curl_easy_escape(NULL, argv[++i], 0);
+            snprintf(query + l, sizeof query - l, "%ctag=%s", l ? '&' : '?', esc ? esc : "");
+            curl_free(esc);
         } else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc) {
             limit = atoi(argv[++i]);
             if (limit < 1 || limit > 200) {
@@ -291,7 +316,7 @@ static int cmd_jobs(cli_ctx *c, int argc, char **argv)
             }
             snprintf(query + l, sizeof query - l, "%climit=%d", l ? '&' : '?', limit);
         } else {
-            cli_errorf("usage: trainyard jobs [--state S] [--limit N] [--json]");
+            cli_errorf("usage: trainyard jobs [--state S] [--tag T] [--limit N] [--json]");
             return CLI_EXIT_USAGE;
         }
     }
@@ -679,7 +704,8 @@ static int cmd_logs(cli_ctx *c, long long id, int follow)
 /* ---- dispatch ---- */
 
 static const char *const commands[] = {"submit", "jobs", "show", "watch", "logs",
-                                       "cancel", "pause", "resume", "delete", "generate", NULL};
+                                       "cancel", "pause", "resume", "delete", "generate",
+                                       "queue", "patch", "usage", NULL};
 
 int cli_is_command(const char *name)
 {
@@ -693,7 +719,7 @@ void cli_usage(FILE *out)
     fputs("Client commands (to the server at $TY_URL, default " CLI_DEFAULT_URL ",\n"
           "with the token in $TY_TOKEN when it needs one):\n"
           "  submit FILE|- [--idempotency-key KEY]   submit a job spec; prints the job id\n"
-          "  jobs [--state S] [--limit N]            list jobs, newest first\n"
+          "  jobs [--state S] [--tag T] [--limit N]  list jobs, newest first\n"
           "  show ID                                 one job as JSON\n"
           "  watch ID                                follow a job's progress until it ends\n"
           "  logs ID [-f]                            the engine's log; -f follows it\n"
@@ -703,8 +729,10 @@ void cli_usage(FILE *out)
           "           [--stop STR]... [--base | --compare]\n"
           "                                          text from the job's newest checkpoint\n"
           "                                          (--base: the base model; --compare: both)\n"
-          "  --json (with any of them)               print the server's JSON instead\n"
-          "\n"
+          "  --json (with any of them)               print the server's JSON instead\n",
+          out);
+    cli_ops_usage(out);
+    fputs("\n"
           "Exit codes: 0 ok, 1 job or server failure, 2 usage, 3 not found, 4 conflict,\n"
           "5 cannot connect, 6 input rejected, 7 unauthorized, 8 job cancelled (watch).\n",
           out);
@@ -768,7 +796,9 @@ int cli_main(int argc, char **argv)
     }
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    if (strcmp(cmd, "submit") == 0) {
+    if ((rc = cli_ops_main(&c, cmd, nargs, args)) != -1) {
+        /* queue, patch, usage (cli_ops.c) */
+    } else if (strcmp(cmd, "submit") == 0) {
         rc = cmd_submit(&c, nargs, args);
     } else if (strcmp(cmd, "jobs") == 0) {
         rc = cmd_jobs(&c, nargs, args);

@@ -29,4 +29,20 @@ int cli_is_command(const char *name);
 /* The client's part of `trainyard --help`. */
 void cli_usage(FILE *out);
 
+/* For subcommands kept in their own files (cli_ops.c: queue, patch, usage). */
+struct cli_ctx;
+struct json_t;
+/* One request whose 2xx answer is JSON (*out); else the error printed and
+ * its exit code returned. */
+int cli_call_json(const struct cli_ctx *c, const char *method, const char *path, const char *body,
+                  struct json_t **out);
+/* One GET whose 2xx answer is text (*out, malloc'd). */
+int cli_call_text(const struct cli_ctx *c, const char *path, char **out);
+/* Did the user ask for --json? */
+int cli_wants_json(const struct cli_ctx *c);
+void cli_print_json(struct json_t *j);
+/* queue, patch, usage, or -1 when cmd is none of them (cli_ops.c). */
+int cli_ops_main(const struct cli_ctx *c, const char *cmd, int argc, char **argv);
+void cli_ops_usage(FILE *out);
+
 #endif
