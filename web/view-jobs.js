@@ -1,5 +1,7 @@
 // view-jobs.js — the jobs list: every job's state, progress and latest
-// metrics, filterable by state, updated live.
+// metrics, filterable by state and by tag (the server filters: GET
+// /jobs?tag=), updated live; a running job that stopped reporting shows a
+// "stalled" badge (the job's stalled_at).
 //
 // State changes arrive on the shared /events feed and re-fetch only that
 // job's row. Metrics are not on /events (they would flood it), so while
@@ -17,11 +19,15 @@ export function mount(main, app, params) {
   const jobs = new Map();        // id -> job
   const rows = new Map();        // id -> <tr>
   let filter = params.query.get('state') || '';
+  let tag = params.query.get('tag') || '';
   let nextCursor = null;
   let alive = true;
   const pendingRow = new Set();
 
   const chips = h('div', {class: 'chips', role: 'tablist'});
+  const tagInput = h('input', {type: 'search', id: 'tag-filter', placeholder: 'Filter by tag', value: tag,
+    'aria-label': 'Filter by tag', onchange: () => setTag(tagInput.value.trim())});
+  const tagBar = h('div', {class: 'tag-filter'}, tagInput);
   const tbody = h('tbody');
   const empty = h('p', {class: 'notice', hidden: true});
   const error = h('p', {class: 'error', hidden: true});
@@ -33,7 +39,27 @@ export function mount(main, app, params) {
     tbody);
   main.append(
     h('div', {class: 'view-head'}, h('h1', null, 'Jobs'), h('a', {class: 'button primary', href: '#/submit'}, 'Submit a job')),
-    chips, error, h('div', {class: 'table-wrap'}, table), empty, more);
+    chips, tagBar, error, h('div', {class: 'table-wrap'}, table), empty, more);
+
+  function hashFor() {
+    const q = new URLSearchParams();
+    if (filter) q.set('state', filter);
+    if (tag) q.set('tag', tag);
+    const s = q.toString();
+    return s ? `#/?${s}` : '#/';
+  }
+
+  // A tag filter is the server's (GET /jobs?tag=): older pages hold only
+  // tagged jobs too.
+  function setTag(t) {
+    tag = t;
+    tagInput.value = t;
+    history.replaceState(null, '', hashFor());
+    loadPage(null);
+  }
+
+  // Adds the tag filter to a /jobs query.
+  function withTag(q) { if (tag) q.set('tag', tag); return q; }
 
   function renderChips() {
     const counts = {};
@@ -43,7 +69,7 @@ export function mount(main, app, params) {
       'aria-selected': String(filter === state), dataset: {state: state || 'all'},
       onclick: () => {
         filter = state;
-        history.replaceState(null, '', state ? `#/?state=${state}` : '#/');
+        history.replaceState(null, '', hashFor());
         renderChips(); renderAll();
       },
     }, state ? stateBadge(state) : label, h('span', {class: 'count'}, String(n)));
@@ -74,8 +100,13 @@ export function mount(main, app, params) {
       onkeydown: (e) => { if (e.key === 'Enter') location.hash = `#/jobs/${j.id}`; },
     },
     h('td', {class: 'num'}, h('a', {href: `#/jobs/${j.id}`}, String(j.id))),
-    h('td', {class: 'name'}, j.name || (j.spec && j.spec.name) || '–'),
+    h('td', {class: 'name'}, j.name || (j.spec && j.spec.name) || '–',
+      (j.tags || []).map((t) => h('button', {type: 'button', class: 'tag', title: `Only jobs tagged ${t}`,
+        onclick: (e) => { e.stopPropagation(); setTag(t); }}, t))),
     h('td', {class: 'state-cell'}, stateBadge(j.state),
+      // No metric for stall_after_s (docs/server.md "Operations").
+      j.state === 'running' && j.stalled_at ? h('span', {class: 'stall-badge',
+        title: `No metric since ${j.stalled_at}`}, 'stalled') : null,
       // An upload to the store failed for good: never a plain "succeeded".
       j.checkpoint_error ? h('span', {class: 'ckpt-warn', title: `Not in the store: ${j.checkpoint_error}`,
         'aria-label': 'checkpoint upload failed'}, ' ⚠') : null),
@@ -91,7 +122,7 @@ export function mount(main, app, params) {
     return tr;
   }
 
-  function visible(j) { return !filter || j.state === filter; }
+  function visible(j) { return (!filter || j.state === filter) && (!tag || (j.tags || []).includes(tag)); }
 
   function renderAll() {
     const ids = [...jobs.keys()].sort((a, b) => b - a);
@@ -106,7 +137,8 @@ export function mount(main, app, params) {
     }
     fill(tbody, frag);
     empty.hidden = frag.length > 0;
-    empty.textContent = jobs.size ? `No ${filter} jobs.` : 'No jobs yet. Submit one, or run `trainyard demo`.';
+    empty.textContent = tag ? `No ${filter} jobs tagged ${tag}.`
+      : jobs.size ? `No ${filter} jobs.` : 'No jobs yet. Submit one, or run `trainyard demo`.';
     more.hidden = !nextCursor;
   }
 
@@ -132,7 +164,7 @@ export function mount(main, app, params) {
 
   async function loadPage(cursor) {
     try {
-      const q = new URLSearchParams({limit: String(PAGE)});
+      const q = withTag(new URLSearchParams({limit: String(PAGE)}));
       if (cursor) q.set('cursor', cursor);
       const res = await api(`/jobs?${q}`);
       if (!alive) return;
@@ -174,7 +206,7 @@ export function mount(main, app, params) {
     clearTimeout(queuedTimer);
     queuedTimer = setTimeout(async () => {
       try {
-        const res = await api(`/jobs?state=queued&limit=${PAGE}`);
+        const res = await api(`/jobs?${withTag(new URLSearchParams({state: 'queued', limit: String(PAGE)}))}`);
         if (alive) for (const j of res.jobs) upsert(j);
       } catch { /* the next state event or reload retries */ }
     }, 150);
@@ -185,7 +217,7 @@ export function mount(main, app, params) {
     const active = [...jobs.values()].some((j) => ACTIVE.includes(j.state));
     if (active && !document.hidden) {
       try {
-        const res = await api(`/jobs?state=${ACTIVE.join(',')}&limit=${PAGE}`);
+        const res = await api(`/jobs?${withTag(new URLSearchParams({state: ACTIVE.join(','), limit: String(PAGE)}))}`);
         if (!alive) return;
         for (const j of res.jobs) upsert(j);
       } catch { /* the next poll tries again; the feed shows connectivity */ }

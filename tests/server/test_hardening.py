@@ -156,7 +156,7 @@ def test_json_errors():
                what="control byte after a cut UTF-8 sequence in a parameter name")
     # 405 says which methods the path takes.
     h, _ = json_error(raw(srv, b"TRACE /jobs/1 HTTP/1.1\r\nHost: x\r\n\r\n"), 405, what="TRACE")
-    check(h.get("allow") == "GET, HEAD, DELETE", "Allow: %r" % h.get("allow"))
+    check(h.get("allow") == "GET, HEAD, PATCH, DELETE", "Allow: %r" % h.get("allow"))
     check(srv.get("/healthz").status == 200, "server still answers")
 
 

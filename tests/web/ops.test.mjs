@@ -1,0 +1,83 @@
+// ops.test.mjs — the dashboard's part of issue 15: a running job that
+// stopped reporting shows a "stalled" badge in the jobs list, and the list
+// filters by tag (from the URL, the filter box, or a click on a row's tag).
+//
+//   node ops.test.mjs --trainyard BIN --engine BIN --out DIR
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import {parseArgs} from 'node:util';
+import {launch, closeBrowser} from './browser.mjs';
+import {Daemon} from './daemon.mjs';
+
+const {values: args} = parseArgs({options: {
+  trainyard: {type: 'string'}, engine: {type: 'string'}, out: {type: 'string'},
+}});
+for (const k of ['trainyard', 'engine', 'out']) {
+  if (!args[k]) { console.error(`ops.test.mjs: --${k} is required`); process.exit(2); }
+}
+const outDir = path.join(args.out, 'ops');
+fs.rmSync(outDir, {recursive: true, force: true});
+fs.mkdirSync(outDir, {recursive: true});
+
+let daemon, browser, page;
+const pageErrors = [];
+
+test.before(async () => {
+  daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
+    extra: ['--cpu-slots', '3', '--gpus', 'none', '--grace', '1']});
+  await daemon.start();
+  browser = await launch();
+  page = browser.context.pages()[0] || await browser.context.newPage();
+  page.setDefaultTimeout(60000);
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+});
+
+test.after(async () => {
+  if (page) {
+    try { await page.screenshot({path: path.join(outDir, 'last-page.png'), fullPage: true}); } catch { /* closed */ }
+  }
+  await closeBrowser(browser);
+  if (daemon) {
+    await daemon.cleanup();
+    assert.deepEqual(daemon.sanitizerReports(), [], 'the daemon reported memory or UB errors');
+  }
+});
+
+test('a stalled job is marked; the list filters by tag', async () => {
+  const hang = daemon.fixture('hang', {step_ms: 30, hang_at_step: 5});
+  const steady = daemon.fixture('steady', {step_ms: 30});
+  const s1 = daemon.spec('stuck', hang, {maxSteps: 1000});
+  s1.limits = {stall_after_s: 1};
+  s1.tags = ['team-a'];
+  const stuck = await daemon.api('/jobs', {method: 'POST', body: s1});
+  const s2 = daemon.spec('other', steady, {maxSteps: 20});
+  s2.tags = ['team-b'];
+  const other = await daemon.api('/jobs', {method: 'POST', body: s2});
+
+  await page.goto(`${daemon.base}/#/`);
+  const badge = `tr[data-job-id="${stuck.id}"] .stall-badge`;
+  await page.waitForSelector(badge);
+  assert.match(await page.getAttribute(badge, 'title'), /^No metric since \d{4}-/);
+  await page.waitForSelector(`tr[data-job-id="${other.id}"]`);
+  assert.equal(await page.$(`tr[data-job-id="${other.id}"] .stall-badge`), null);
+  await page.screenshot({path: path.join(outDir, 'stalled.png'), fullPage: true});
+
+  // A click on a row's tag filters the list by it (the server's ?tag=).
+  await page.click(`tr[data-job-id="${other.id}"] .tag`);
+  await page.waitForSelector(`tr[data-job-id="${stuck.id}"]`, {state: 'detached'});
+  assert.equal(await page.$eval('#tag-filter', (e) => e.value), 'team-b');
+  assert.match(page.url(), /tag=team-b/);
+  // The filter box; and from the URL alone.
+  await page.fill('#tag-filter', 'team-a');
+  await page.press('#tag-filter', 'Enter');
+  await page.waitForSelector(`tr[data-job-id="${other.id}"]`, {state: 'detached'});
+  await page.waitForSelector(`tr[data-job-id="${stuck.id}"]`);
+  await page.goto(`${daemon.base}/#/?tag=nobody`);
+  await page.reload();
+  await page.waitForSelector('p.notice:not([hidden])');
+  assert.match(await page.textContent('p.notice'), /tagged nobody/);
+  await daemon.api(`/jobs/${stuck.id}/cancel`, {method: 'POST'});
+  assert.deepEqual(pageErrors, []);
+});
