@@ -87,8 +87,10 @@ int db_job_patch_apply(db *d, int64_t id, const db_job_patch *p, ty_err *err)
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int64(st, 2, ty_now_ms());
     sqlite3_bind_int(st, 3, p->has_name);
-    if (p->name) sqlite3_bind_text(st, 4, p->name, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 4);
+    if (p->name)
+        sqlite3_bind_text(st, 4, p->name, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 4);
     sqlite3_bind_int(st, 5, p->has_priority);
     sqlite3_bind_int(st, 6, p->priority);
     sqlite3_bind_int(st, 7, p->has_tags);
@@ -113,8 +115,9 @@ int db_usage_list(db *d, int64_t from_ms, int64_t to_ms, db_usage_row **rows, in
     sqlite3_stmt *st;
     *rows = NULL;
     *n = 0;
-    if (prep(d, "SELECT job_id, token_name, tags, state, finished_ms, gpus, run_ms, cost, tokens"
-                " FROM usage WHERE finished_ms >= ? AND finished_ms < ? ORDER BY finished_ms, job_id",
+    if (prep(d,
+             "SELECT job_id, token_name, tags, state, finished_ms, gpus, run_ms, cost, tokens"
+             " FROM usage WHERE finished_ms >= ? AND finished_ms < ? ORDER BY finished_ms, job_id",
              &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, from_ms);
@@ -167,8 +170,10 @@ void db_usage_free(db_usage_row *rows, int n)
 int db_webhook_cursor(db *d, int64_t *event_id, ty_err *err)
 {
     /* The first time: start after the newest event (no history is sent). */
-    if (exec(d, "INSERT OR IGNORE INTO webhook_cursor(one, event_id)"
-                " SELECT 1, COALESCE(MAX(id), 0) FROM job_events", err))
+    if (exec(d,
+             "INSERT OR IGNORE INTO webhook_cursor(one, event_id)"
+             " SELECT 1, COALESCE(MAX(id), 0) FROM job_events",
+             err))
         return TY_EIO;
     sqlite3_stmt *st;
     if (prep(d, "SELECT event_id FROM webhook_cursor WHERE one = 1", &st, err)) return TY_EIO;
@@ -182,8 +187,10 @@ int db_webhook_events(db *d, int64_t after_id, int limit, db_event **out, int *n
     sqlite3_stmt *st;
     *out = NULL;
     *n = 0;
-    if (prep(d, "SELECT id, job_id, seq, ts_ms, type, data FROM job_events WHERE id > ? AND type IN"
-                " ('state','budget','stall','idle_gpu') ORDER BY id LIMIT ?", &st, err))
+    if (prep(d,
+             "SELECT id, job_id, seq, ts_ms, type, data FROM job_events WHERE id > ? AND type IN"
+             " ('state','budget','stall','idle_gpu') ORDER BY id LIMIT ?",
+             &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, after_id);
     sqlite3_bind_int(st, 2, limit);
@@ -246,8 +253,10 @@ int db_webhook_due(db *d, int64_t now_ms, int limit, db_webhook **out, int *n, t
     sqlite3_stmt *st;
     *out = NULL;
     *n = 0;
-    if (prep(d, "SELECT id, event_id, url, body, attempts FROM webhook_outbox"
-                " WHERE state = 'pending' AND next_ms <= ? ORDER BY id LIMIT ?", &st, err))
+    if (prep(d,
+             "SELECT id, event_id, url, body, attempts FROM webhook_outbox"
+             " WHERE state = 'pending' AND next_ms <= ? ORDER BY id LIMIT ?",
+             &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, now_ms);
     sqlite3_bind_int(st, 2, limit);
@@ -280,13 +289,17 @@ int db_webhook_result(db *d, int64_t id, const char *state, int64_t next_ms, con
                       ty_err *err)
 {
     sqlite3_stmt *st;
-    if (prep(d, "UPDATE webhook_outbox SET state = ?, attempts = attempts + 1, next_ms = ?,"
-                " last_error = ? WHERE id = ?", &st, err))
+    if (prep(d,
+             "UPDATE webhook_outbox SET state = ?, attempts = attempts + 1, next_ms = ?,"
+             " last_error = ? WHERE id = ?",
+             &st, err))
         return TY_EIO;
     sqlite3_bind_text(st, 1, state, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, next_ms);
-    if (error) sqlite3_bind_text(st, 3, error, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 3);
+    if (error)
+        sqlite3_bind_text(st, 3, error, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 3);
     sqlite3_bind_int64(st, 4, id);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);

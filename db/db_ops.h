@@ -15,9 +15,12 @@ struct sqlite3 *db_sqlite(db *d);
 /* ---- PATCH /jobs/{id} ---------------------------------------------------- */
 
 typedef struct db_job_patch {
-    bool has_name;     const char *name;  /* NULL clears */
-    bool has_priority; int priority;
-    bool has_tags;     const char *tags;  /* JSON array text */
+    bool has_name;
+    const char *name; /* NULL clears */
+    bool has_priority;
+    int priority;
+    bool has_tags;
+    const char *tags; /* JSON array text */
 } db_job_patch;
 
 /* Changes a queued or paused job (its columns and its stored spec) in one
@@ -28,9 +31,9 @@ int db_job_patch_apply(db *d, int64_t id, const db_job_patch *p, ty_err *err);
 
 typedef struct db_usage_row {
     int64_t job_id;
-    char *token_name;   /* NULL: submitted without a token */
-    char *tags;         /* JSON array text */
-    char state[16];     /* final state */
+    char *token_name; /* NULL: submitted without a token */
+    char *tags;       /* JSON array text */
+    char state[16];   /* final state */
     int64_t finished_ms;
     int gpus;
     int64_t run_ms;

@@ -39,9 +39,11 @@ int ops_check_prices(const char *key, const char *v, ty_err *err)
             x = strtod(price, &end);
         }
         if (x < 0 || !end || *end || !isfinite(x))
-            return ty_err_field(err, TY_EINVAL, key,
-                                "%s must be MODEL=PRICE pairs separated by commas (H100=4.1,A100=2.2), "
-                                "got '%.*s'", key, (int)(e - p), p);
+            return ty_err_field(
+                err, TY_EINVAL, key,
+                "%s must be MODEL=PRICE pairs separated by commas (H100=4.1,A100=2.2), "
+                "got '%.*s'",
+                key, (int)(e - p), p);
         p = *e ? e + 1 : e;
     }
     return 0;
@@ -92,8 +94,10 @@ static bool host_allowed(const char *allowed, const char *url)
     for (const char *p = allowed; *p;) {
         const char *e = strchrnul(p, ',');
         size_t n = (size_t)(e - p);
-        while (n && isspace((unsigned char)*p)) p++, n--;
-        while (n && isspace((unsigned char)p[n - 1])) n--;
+        while (n && isspace((unsigned char)*p))
+            p++, n--;
+        while (n && isspace((unsigned char)p[n - 1]))
+            n--;
         if (n && ((n == hn && !strncasecmp(p, hostport, n)) ||
                   (n == host_len && !strncasecmp(p, hostport, n))))
             return true;
@@ -105,15 +109,18 @@ static bool host_allowed(const char *allowed, const char *url)
 int ops_check_spec(const srv_config *c, jobspec *s, ty_err *err)
 {
     bool gpu = s->gpus > 0;
-    bool priced = gpu ? (c->gpu_hour_price >= 0 || c->ops.gpu_hour_prices[0]) : c->cpu_hour_price >= 0;
+    bool priced =
+        gpu ? (c->gpu_hour_price >= 0 || c->ops.gpu_hour_prices[0]) : c->cpu_hour_price >= 0;
     /* Server defaults where the spec is silent; a cap is the default when
      * no default is set, so every job is bounded once a cap exists. */
     if (s->max_cost < 0 && priced)
         s->max_cost = c->ops.max_cost_default >= 0 ? c->ops.max_cost_default : c->ops.max_cost_cap;
     if (s->max_runtime_s == 0)
-        s->max_runtime_s = c->ops.max_runtime_default ? c->ops.max_runtime_default : c->ops.max_runtime_cap;
+        s->max_runtime_s =
+            c->ops.max_runtime_default ? c->ops.max_runtime_default : c->ops.max_runtime_cap;
     if (s->max_tokens == 0)
-        s->max_tokens = c->ops.max_tokens_default ? c->ops.max_tokens_default : c->ops.max_tokens_cap;
+        s->max_tokens =
+            c->ops.max_tokens_default ? c->ops.max_tokens_default : c->ops.max_tokens_cap;
     if (c->ops.max_cost_cap >= 0 && s->max_cost > c->ops.max_cost_cap)
         return ty_err_field(err, TY_EINVAL, "limits.max_cost",
                             "limits.max_cost: %g is over this server's cap of %g %s", s->max_cost,
@@ -129,16 +136,18 @@ int ops_check_spec(const srv_config *c, jobspec *s, ty_err *err)
     if (s->max_cost >= 0 && !priced)
         return ty_err_field(err, TY_EINVAL, "limits.max_cost",
                             "limits.max_cost: this server has no %s price, so a cost cannot be "
-                            "measured (set --%s-hour-price)", gpu ? "GPU-hour" : "CPU-hour",
-                            gpu ? "gpu" : "cpu");
+                            "measured (set --%s-hour-price)",
+                            gpu ? "GPU-hour" : "CPU-hour", gpu ? "gpu" : "cpu");
     for (int i = 0; i < s->n_webhooks; i++)
         if (!host_allowed(c->ops.webhook_allowed_hosts, s->webhooks[i])) {
             char f[32];
             snprintf(f, sizeof f, "webhooks[%d]", i);
             return ty_err_field(err, TY_EINVAL, f,
                                 "%s: the host of %s is not in this server's webhook-allowed-hosts "
-                                "(%s)", f, s->webhooks[i],
-                                c->ops.webhook_allowed_hosts[0] ? c->ops.webhook_allowed_hosts : "none");
+                                "(%s)",
+                                f, s->webhooks[i],
+                                c->ops.webhook_allowed_hosts[0] ? c->ops.webhook_allowed_hosts
+                                                                : "none");
         }
     return 0;
 }

@@ -34,7 +34,8 @@ static int cmd_queue(const struct cli_ctx *c, int argc)
            "REASON");
     size_t i;
     json_t *e;
-    json_array_foreach(json_object_get(q, "queue"), i, e) {
+    json_array_foreach(json_object_get(q, "queue"), i, e)
+    {
         json_t *pos = json_object_get(e, "position");
         char p[16] = "-";
         if (json_is_integer(pos)) snprintf(p, sizeof p, "%lld", (long long)json_integer_value(pos));
@@ -120,7 +121,8 @@ static int cmd_patch(const struct cli_ctx *c, int argc, char **argv)
 
 static int cmd_usage(const struct cli_ctx *c, int argc, char **argv)
 {
-    const char *use = "usage: trainyard usage [--from T] [--to T] [--group-by token|tag|day] [--csv]";
+    const char *use =
+        "usage: trainyard usage [--from T] [--to T] [--group-by token|tag|day] [--csv]";
     char query[512] = "";
     bool csv = false;
     for (int i = 0; i < argc; i++) {
@@ -163,7 +165,8 @@ static int cmd_usage(const struct cli_ctx *c, int argc, char **argv)
     size_t i;
     json_t *g;
     json_t *groups = json_object_get(u, "groups");
-    json_array_foreach(groups, i, g) {
+    json_array_foreach(groups, i, g)
+    {
         const char *k = json_string_value(json_object_get(g, "key"));
         json_t *jobs = json_object_get(g, "jobs"), *cost = json_object_get(g, "cost");
         char cs[32] = "-";

@@ -2,10 +2,9 @@
  * GPUs, the queue view and PATCH, usage, webhooks.
  *
  * Each concern is its own file (budget.c, watch.c, queue.c, usage.c,
- * webhook.c); the settings are rows of config.c's table; the scheduler calls in at a few points (a metric
- * arrived, a tick, a GPU sweep, a run ended) and acts on the answer, so
- * sched.c keeps only the hooks. docs/server.md "Operations" is the
- * behaviour, docs/api.md the shapes. */
+ * webhook.c); the settings are rows of config.c's table; the scheduler calls in at a few points (a
+ * metric arrived, a tick, a GPU sweep, a run ended) and acts on the answer, so sched.c keeps only
+ * the hooks. docs/server.md "Operations" is the behaviour, docs/api.md the shapes. */
 #ifndef TY_OPS_H
 #define TY_OPS_H
 

@@ -23,8 +23,8 @@ double ops_job_eta(const db_job *j, int64_t step)
     if (j->state != JOB_RUNNING) return -1;
     if (j->metric0_ms > 0 && j->metric_last_ms > j->metric0_ms && step > j->metric0_step &&
         j->max_steps > step) {
-        double per_step = (double)(j->metric_last_ms - j->metric0_ms) / 1000.0 /
-                          (double)(step - j->metric0_step);
+        double per_step =
+            (double)(j->metric_last_ms - j->metric0_ms) / 1000.0 / (double)(step - j->metric0_step);
         return per_step * (double)(j->max_steps - step);
     }
     if (j->max_steps > 0 && step >= j->max_steps) return 0;
@@ -36,7 +36,10 @@ double ops_job_eta(const db_job *j, int64_t step)
 typedef struct pool {
     int free_now, taken;
     int nrel;
-    struct rel { double t; int n; } rel[256];
+    struct rel {
+        double t;
+        int n;
+    } rel[256];
 } pool;
 
 static int cmp_rel(const void *a, const void *b)
@@ -76,8 +79,8 @@ enum MHD_Result ops_get_queue(http_req *q)
     int64_t *ids = NULL, *live = NULL, *paused = NULL;
     int n = 0, nlive = 0, npaused = 0;
     if (!d || db_job_queued_ids(d, &ids, &n, &err) ||
-        db_job_ids_in(d, JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING), &live,
-                      &nlive, &err) ||
+        db_job_ids_in(d, JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING),
+                      &live, &nlive, &err) ||
         db_job_ids_in(d, JOB_BIT(JOB_PAUSED), &paused, &npaused, &err)) {
         free(ids);
         free(live);
@@ -93,7 +96,8 @@ enum MHD_Result ops_get_queue(http_req *q)
         double eta = ops_job_eta(&j, json_integer_value(json_object_get(m, "step")));
         json_decref(m);
         pool *p = j.gpus_wanted > 0 ? &gp : &cp;
-        if (eta >= 0 && p->nrel < 256) p->rel[p->nrel++] = (struct rel){eta, j.gpus_wanted > 0 ? j.gpus_wanted : 1};
+        if (eta >= 0 && p->nrel < 256)
+            p->rel[p->nrel++] = (struct rel){eta, j.gpus_wanted > 0 ? j.gpus_wanted : 1};
         db_job_free(&j);
     }
     qsort(gp.rel, (size_t)gp.nrel, sizeof *gp.rel, cmp_rel);
@@ -110,21 +114,22 @@ enum MHD_Result ops_get_queue(http_req *q)
         if (gpu && want > gtotal)
             snprintf(reason, sizeof reason, "asks for %d GPUs; this server has %d", want, gtotal);
         else if (t == 0)
-            snprintf(reason, sizeof reason, "starting: its %s free", gpu ? "GPUs are" : "CPU slot is");
+            snprintf(reason, sizeof reason, "starting: its %s free",
+                     gpu ? "GPUs are" : "CPU slot is");
         else if (want <= p->free_now && want > free_before)
             snprintf(reason, sizeof reason, "priority: jobs ahead of it take the free %s",
                      gpu ? "GPUs" : "CPU slots");
         else if (gpu)
-            snprintf(reason, sizeof reason, "waiting for %d GPU%s, %d free", want, want == 1 ? "" : "s",
-                     free_before > 0 ? free_before : 0);
+            snprintf(reason, sizeof reason, "waiting for %d GPU%s, %d free", want,
+                     want == 1 ? "" : "s", free_before > 0 ? free_before : 0);
         else
             snprintf(reason, sizeof reason, "waiting for a CPU slot, %d of %d free",
                      free_before > 0 ? free_before : 0, s->cfg.cpu_slots);
-        json_t *o = json_pack("{sI so ss si si ss so so}", "id", (json_int_t)j.id, "name",
-                              j.name ? json_string(j.name) : json_null(), "state", "queued",
-                              "priority", j.priority, "gpus", j.gpus_wanted, "reason", reason,
-                              "estimated_start", est_json(t), "estimated_start_s",
-                              t >= 0 ? json_real(t) : json_null());
+        json_t *o =
+            json_pack("{sI so ss si si ss so so}", "id", (json_int_t)j.id, "name",
+                      j.name ? json_string(j.name) : json_null(), "state", "queued", "priority",
+                      j.priority, "gpus", j.gpus_wanted, "reason", reason, "estimated_start",
+                      est_json(t), "estimated_start_s", t >= 0 ? json_real(t) : json_null());
         json_object_set_new(o, "position", json_integer(i + 1));
         json_object_set_new(o, "tags", json_loads(j.tags ? j.tags : "[]", 0, NULL));
         json_array_append_new(arr, o);
@@ -133,11 +138,11 @@ enum MHD_Result ops_get_queue(http_req *q)
     for (int i = 0; i < npaused; i++) {
         db_job j;
         if (db_job_get(d, paused[i], &j, &err)) continue;
-        json_t *o = json_pack("{sI so ss si si ss so so so}", "id", (json_int_t)j.id, "name",
-                              j.name ? json_string(j.name) : json_null(), "state", "paused",
-                              "priority", j.priority, "gpus", j.gpus_wanted, "reason", "paused",
-                              "estimated_start", json_null(), "estimated_start_s", json_null(),
-                              "position", json_null());
+        json_t *o =
+            json_pack("{sI so ss si si ss so so so}", "id", (json_int_t)j.id, "name",
+                      j.name ? json_string(j.name) : json_null(), "state", "paused", "priority",
+                      j.priority, "gpus", j.gpus_wanted, "reason", "paused", "estimated_start",
+                      json_null(), "estimated_start_s", json_null(), "position", json_null());
         json_object_set_new(o, "tags", json_loads(j.tags ? j.tags : "[]", 0, NULL));
         json_array_append_new(arr, o);
         db_job_free(&j);
@@ -145,9 +150,9 @@ enum MHD_Result ops_get_queue(http_req *q)
     free(ids);
     free(live);
     free(paused);
-    return http_json(q, 200, json_pack("{so si si si si}", "queue", arr, "gpus_total", gtotal,
-                                       "gpus_free", gfree, "cpu_slots", s->cfg.cpu_slots,
-                                       "cpu_slots_free", cfree));
+    return http_json(q, 200,
+                     json_pack("{so si si si si}", "queue", arr, "gpus_total", gtotal, "gpus_free",
+                               gfree, "cpu_slots", s->cfg.cpu_slots, "cpu_slots_free", cfree));
 }
 
 /* ---- PATCH /jobs/{id} ---------------------------------------------------------------- */
@@ -156,8 +161,9 @@ enum MHD_Result ops_patch_job(http_req *q)
 {
     json_error_t jerr;
     json_t *b = q->len ? json_loadb(q->body, q->len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
-    if (!b) return http_error(q, 400, "invalid_json", NULL, "the body must be a JSON object: %s",
-                              q->len ? jerr.text : "empty body");
+    if (!b)
+        return http_error(q, 400, "invalid_json", NULL, "the body must be a JSON object: %s",
+                          q->len ? jerr.text : "empty body");
     ty_err err = {0};
     db_job_patch p = {0};
     char *tags = NULL;
@@ -169,7 +175,8 @@ enum MHD_Result ops_patch_job(http_req *q)
                          "send an object with at least one of priority, name, tags");
         goto out;
     }
-    json_object_foreach(b, key, v) {
+    json_object_foreach(b, key, v)
+    {
         if (!strcmp(key, "priority")) {
             json_int_t x = json_integer_value(v);
             if (!json_is_integer(v) || x < -1000 || x > 1000) {
@@ -182,7 +189,8 @@ enum MHD_Result ops_patch_job(http_req *q)
         } else if (!strcmp(key, "name")) {
             const char *nm = json_string_value(v);
             bool ok = json_is_null(v) || (nm && *nm && strlen(nm) <= 128);
-            for (const char *c = nm; ok && c && *c; c++) ok = (unsigned char)*c >= 0x20 && *c != 0x7f;
+            for (const char *c = nm; ok && c && *c; c++)
+                ok = (unsigned char)*c >= 0x20 && *c != 0x7f;
             if (!ok) {
                 res = http_error(q, 400, "invalid_spec", "name",
                                  "name: must be null or 1-128 bytes without control characters");
@@ -199,7 +207,8 @@ enum MHD_Result ops_patch_job(http_req *q)
             p.tags = tags = json_dumps(v, JSON_COMPACT);
         } else {
             res = http_error(q, 400, "invalid_spec", key,
-                             "%s: unknown field (a job's priority, name and tags can be changed)", key);
+                             "%s: unknown field (a job's priority, name and tags can be changed)",
+                             key);
             goto out;
         }
     }

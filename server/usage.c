@@ -32,7 +32,8 @@ typedef struct groups {
 static group *group_get(groups *gs, const char *key)
 {
     for (int i = 0; i < gs->n; i++)
-        if ((!key && gs->g[i].null_key) || (key && !gs->g[i].null_key && !strcmp(gs->g[i].key, key)))
+        if ((!key && gs->g[i].null_key) ||
+            (key && !gs->g[i].null_key && !strcmp(gs->g[i].key, key)))
             return &gs->g[i];
     if (gs->n == gs->cap) {
         int nc = gs->cap ? gs->cap * 2 : 16;
@@ -52,8 +53,10 @@ static void add_row(group *g, const db_usage_row *r)
 {
     if (!g) return;
     double s = (double)r->run_ms / 1000.0;
-    if (r->gpus > 0) g->gpu_s += s * r->gpus;
-    else g->cpu_s += s;
+    if (r->gpus > 0)
+        g->gpu_s += s * r->gpus;
+    else
+        g->cpu_s += s;
     if (r->has_cost) {
         g->cost += r->cost;
         g->has_cost = true;
@@ -92,11 +95,11 @@ static bool parse_time(const char *v, int64_t *ms)
 
 static json_t *group_json(const group *g, const char *currency, bool with_key)
 {
-    json_t *o = json_pack("{sf sf so ss sI s{sI sI sI}}", "gpu_seconds", g->gpu_s, "cpu_seconds",
-                          g->cpu_s, "cost", g->has_cost ? json_real(g->cost) : json_null(),
-                          "currency", currency, "tokens", (json_int_t)g->tokens, "jobs",
-                          "succeeded", (json_int_t)g->jobs[0], "failed", (json_int_t)g->jobs[1],
-                          "cancelled", (json_int_t)g->jobs[2]);
+    json_t *o =
+        json_pack("{sf sf so ss sI s{sI sI sI}}", "gpu_seconds", g->gpu_s, "cpu_seconds", g->cpu_s,
+                  "cost", g->has_cost ? json_real(g->cost) : json_null(), "currency", currency,
+                  "tokens", (json_int_t)g->tokens, "jobs", "succeeded", (json_int_t)g->jobs[0],
+                  "failed", (json_int_t)g->jobs[1], "cancelled", (json_int_t)g->jobs[2]);
     if (with_key) json_object_set_new(o, "key", g->null_key ? json_null() : json_string(g->key));
     return o;
 }
@@ -183,29 +186,32 @@ enum MHD_Result ops_get_usage(http_req *q)
             free(gs.g);
             return MHD_NO;
         }
-        len = (size_t)snprintf(out, cap, "key,gpu_seconds,cpu_seconds,cost,currency,tokens,"
-                                         "jobs_succeeded,jobs_failed,jobs_cancelled\n");
+        len = (size_t)snprintf(out, cap,
+                               "key,gpu_seconds,cpu_seconds,cost,currency,tokens,"
+                               "jobs_succeeded,jobs_failed,jobs_cancelled\n");
         for (int i = 0; i < gs.n; i++) {
             const group *g = &gs.g[i];
             char key[160], cost[48] = "";
             csv_key(key, sizeof key, g);
             if (g->has_cost) snprintf(cost, sizeof cost, "%.6f", g->cost);
-            len += (size_t)snprintf(out + len, cap - len, "%s,%.3f,%.3f,%s,%s,%lld,%lld,%lld,%lld\n",
-                                    key, g->gpu_s, g->cpu_s, cost, s->cfg.currency,
-                                    (long long)g->tokens, (long long)g->jobs[0],
-                                    (long long)g->jobs[1], (long long)g->jobs[2]);
+            len += (size_t)snprintf(
+                out + len, cap - len, "%s,%.3f,%.3f,%s,%s,%lld,%lld,%lld,%lld\n", key, g->gpu_s,
+                g->cpu_s, cost, s->cfg.currency, (long long)g->tokens, (long long)g->jobs[0],
+                (long long)g->jobs[1], (long long)g->jobs[2]);
         }
         res = http_bytes(q, 200, "text/csv; charset=utf-8", out, len, true);
         free(out);
     } else {
         json_t *arr = json_array();
-        for (int i = 0; i < gs.n; i++) json_array_append_new(arr, group_json(&gs.g[i], s->cfg.currency, true));
+        for (int i = 0; i < gs.n; i++)
+            json_array_append_new(arr, group_json(&gs.g[i], s->cfg.currency, true));
         char tf[32], tt[32];
         srv_time_fmt(from, tf);
         srv_time_fmt(to == INT64_MAX ? 0 : to, tt);
         res = http_json(q, 200,
-                        json_pack("{so so so so so}", "from", from > 0 ? json_string(tf) : json_null(),
-                                  "to", to != INT64_MAX ? json_string(tt) : json_null(), "group_by",
+                        json_pack("{so so so so so}", "from",
+                                  from > 0 ? json_string(tf) : json_null(), "to",
+                                  to != INT64_MAX ? json_string(tt) : json_null(), "group_by",
                                   by ? json_string(by) : json_null(), "groups", arr, "total",
                                   group_json(&total, s->cfg.currency, false)));
     }
@@ -222,29 +228,31 @@ char *ops_prom_usage(srv *s, char *text)
     ty_err err = {0};
     if (!d || db_usage_list(d, 0, INT64_MAX, &rows, &n, &err)) return text;
     group t = {0};
-    for (int i = 0; i < n; i++) add_row(&t, &rows[i]);
+    for (int i = 0; i < n; i++)
+        add_row(&t, &rows[i]);
     db_usage_free(rows, n);
     char *more = NULL;
-    int k = asprintf(&more,
-                     "# HELP trainyard_gpu_seconds_total GPU-seconds of running time of finished jobs.\n"
-                     "# TYPE trainyard_gpu_seconds_total counter\n"
-                     "trainyard_gpu_seconds_total %.3f\n"
-                     "# HELP trainyard_cpu_seconds_total CPU-slot-seconds of running time of finished jobs.\n"
-                     "# TYPE trainyard_cpu_seconds_total counter\n"
-                     "trainyard_cpu_seconds_total %.3f\n"
-                     "# HELP trainyard_cost_total Cost of finished jobs whose price was known.\n"
-                     "# TYPE trainyard_cost_total counter\n"
-                     "trainyard_cost_total{currency=\"%s\"} %.6f\n"
-                     "# HELP trainyard_tokens_trained_total Tokens trained by finished jobs.\n"
-                     "# TYPE trainyard_tokens_trained_total counter\n"
-                     "trainyard_tokens_trained_total %lld\n"
-                     "# HELP trainyard_jobs_finished_total Jobs finished, by final state.\n"
-                     "# TYPE trainyard_jobs_finished_total counter\n"
-                     "trainyard_jobs_finished_total{state=\"succeeded\"} %lld\n"
-                     "trainyard_jobs_finished_total{state=\"failed\"} %lld\n"
-                     "trainyard_jobs_finished_total{state=\"cancelled\"} %lld\n",
-                     t.gpu_s, t.cpu_s, s->cfg.currency, t.cost, (long long)t.tokens,
-                     (long long)t.jobs[0], (long long)t.jobs[1], (long long)t.jobs[2]);
+    int k = asprintf(
+        &more,
+        "# HELP trainyard_gpu_seconds_total GPU-seconds of running time of finished jobs.\n"
+        "# TYPE trainyard_gpu_seconds_total counter\n"
+        "trainyard_gpu_seconds_total %.3f\n"
+        "# HELP trainyard_cpu_seconds_total CPU-slot-seconds of running time of finished jobs.\n"
+        "# TYPE trainyard_cpu_seconds_total counter\n"
+        "trainyard_cpu_seconds_total %.3f\n"
+        "# HELP trainyard_cost_total Cost of finished jobs whose price was known.\n"
+        "# TYPE trainyard_cost_total counter\n"
+        "trainyard_cost_total{currency=\"%s\"} %.6f\n"
+        "# HELP trainyard_tokens_trained_total Tokens trained by finished jobs.\n"
+        "# TYPE trainyard_tokens_trained_total counter\n"
+        "trainyard_tokens_trained_total %lld\n"
+        "# HELP trainyard_jobs_finished_total Jobs finished, by final state.\n"
+        "# TYPE trainyard_jobs_finished_total counter\n"
+        "trainyard_jobs_finished_total{state=\"succeeded\"} %lld\n"
+        "trainyard_jobs_finished_total{state=\"failed\"} %lld\n"
+        "trainyard_jobs_finished_total{state=\"cancelled\"} %lld\n",
+        t.gpu_s, t.cpu_s, s->cfg.currency, t.cost, (long long)t.tokens, (long long)t.jobs[0],
+        (long long)t.jobs[1], (long long)t.jobs[2]);
     if (k < 0) return text;
     size_t a = strlen(text), b = strlen(more);
     char *out = realloc(text, a + b + 1);

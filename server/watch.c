@@ -23,8 +23,8 @@
 #include "jobspec.h"
 #include "tyutil.h"
 
-#define STEP_RING 64         /* step intervals kept for the median */
-#define CHECK_EVERY_MS 250   /* limits and silence, per job */
+#define STEP_RING 64       /* step intervals kept for the median */
+#define CHECK_EVERY_MS 250 /* limits and silence, per job */
 
 typedef struct watched {
     int64_t job_id;
@@ -35,13 +35,13 @@ typedef struct watched {
     /* silence */
     int64_t last_ms, last_step; /* monotonic ms of the last metric (or the start) */
     bool have_metric;
-    int64_t ring[STEP_RING];   /* ms per step */
+    int64_t ring[STEP_RING]; /* ms per step */
     int nring, ring_pos;
-    int64_t stalled_at;        /* wall-clock ms, 0 while not stalled */
+    int64_t stalled_at; /* wall-clock ms, 0 while not stalled */
     bool budget_hit;
     int64_t next_check_ms;
     /* GPUs */
-    int64_t idle_since;        /* monotonic ms, 0 while busy */
+    int64_t idle_since; /* monotonic ms, 0 while busy */
     bool idle_said;
 } watched;
 
@@ -176,8 +176,8 @@ static bool budget_reached(srv *s, watched *w, char *why, size_t cap)
     db_job_free(&j);
     if (!limit) return false;
     push_event(s, w->job_id, "budget",
-               json_pack("{ss sf sf ss ss}", "limit", limit, "value", value, "used", used,
-                         "action", "stop", "reason", why));
+               json_pack("{ss sf sf ss ss}", "limit", limit, "value", value, "used", used, "action",
+                         "stop", "reason", why));
     return true;
 }
 
@@ -200,9 +200,11 @@ ops_action ops_check_run(srv *s, int64_t job_id, char *why, size_t cap)
         if (silent_ms >= after * 1000) {
             w->stalled_at = ty_now_ms();
             const char *policy = jobspec_on_stall_name(w->on_stall);
-            snprintf(why, cap, "stalled: no metric for %lld s (stall_after_s %lld, step %lld); "
-                     "on_stall %s", (long long)(silent_ms / 1000), (long long)after,
-                     (long long)w->last_step, policy);
+            snprintf(why, cap,
+                     "stalled: no metric for %lld s (stall_after_s %lld, step %lld); "
+                     "on_stall %s",
+                     (long long)(silent_ms / 1000), (long long)after, (long long)w->last_step,
+                     policy);
             push_event(s, job_id, "stall",
                        json_pack("{sI sI sI ss ss}", "silent_s", (json_int_t)(silent_ms / 1000),
                                  "stall_after_s", (json_int_t)after, "step",

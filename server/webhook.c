@@ -56,9 +56,11 @@ void webhook_sign(const char *secret, long long ts, const char *body, char out[6
     unsigned len = 0;
     out[0] = 0;
     if (asprintf(&msg, "%lld.%s", ts, body) < 0) return;
-    HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)msg, strlen(msg), mac, &len);
+    HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)msg, strlen(msg), mac,
+         &len);
     free(msg);
-    for (unsigned i = 0; i < len && i < 32; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+    for (unsigned i = 0; i < len && i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", mac[i]);
 }
 
 /* The URLs an event of this job goes to: the server's, then the job's own
@@ -110,14 +112,15 @@ static bool fan_out(srv *s, db *d)
                                        json_loads(j.tags ? j.tags : "[]", 0, NULL), "stop_reason",
                                        j.stop_reason ? json_string(j.stop_reason) : json_null())
                            : json_null();
-        json_t *body = json_pack("{sI ss sI sI ss so so}", "event_id", (json_int_t)evs[i].id, "type",
-                                 evs[i].type, "job_id", (json_int_t)evs[i].job_id, "seq",
+        json_t *body = json_pack("{sI ss sI sI ss so so}", "event_id", (json_int_t)evs[i].id,
+                                 "type", evs[i].type, "job_id", (json_int_t)evs[i].job_id, "seq",
                                  (json_int_t)evs[i].seq, "ts", ts, "data",
                                  data ? data : json_object(), "job", job ? job : json_null());
         char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
         json_decref(body);
         char *bodies[20];
-        for (int k = 0; k < nu; k++) bodies[k] = text;
+        for (int k = 0; k < nu; k++)
+            bodies[k] = text;
         int rc = text ? db_webhook_fanout(d, evs[i].id, urls, bodies, nu, &err) : TY_ENOMEM;
         free(text);
         json_decref(spec);
@@ -171,7 +174,8 @@ static int post(srv *s, const db_webhook *w, char *why, size_t cap)
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
-    if (rc != CURLE_OK) return snprintf(why, cap, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc)), -1;
+    if (rc != CURLE_OK)
+        return snprintf(why, cap, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc)), -1;
     if (code < 200 || code > 299) return snprintf(why, cap, "HTTP %ld", code), -1;
     return 0;
 }
@@ -197,9 +201,10 @@ static void deliver(webhooks *wh, db *d)
         bool final = tries >= s->cfg.ops.webhook_attempts;
         int64_t backoff = BACKOFF_FIRST_MS << (tries - 1 < 20 ? tries - 1 : 20);
         if (backoff > BACKOFF_MAX_MS) backoff = BACKOFF_MAX_MS;
-        fprintf(stderr, "trainyard: webhook %lld to %s: %s%s\n", (long long)due[i].id, due[i].url, why,
-                final ? "; giving up" : "; will retry");
-        db_webhook_result(d, due[i].id, final ? "failed" : "pending", ty_now_ms() + backoff, why, &err);
+        fprintf(stderr, "trainyard: webhook %lld to %s: %s%s\n", (long long)due[i].id, due[i].url,
+                why, final ? "; giving up" : "; will retry");
+        db_webhook_result(d, due[i].id, final ? "failed" : "pending", ty_now_ms() + backoff, why,
+                          &err);
     }
     db_webhooks_free(due, n);
 }
