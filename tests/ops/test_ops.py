@@ -203,7 +203,7 @@ def test_queue_patch():
     srv, model, train = setup({"step_ms": 50}, "--gpus", "0,1", "--cpu-slots", "1")
     a = srv.submit(spec(model, train, 400, resources={"gpus": 1}))["id"]
     wait_for(lambda: srv.job(a)["progress"]["eta_s"] is not None, 30, "job A's ETA")
-    b = srv.submit(spec(model, train, 5, resources={"gpus": 2}))["id"]
+    b = srv.submit(spec(model, train, 5, resources={"gpus": 2}, hyperparameters={"batch_size": 2}))["id"]
     c = srv.submit(spec(model, train, 400))["id"]
     srv.wait_state(c, "running")
     d = srv.submit(spec(model, train, 5))["id"]
