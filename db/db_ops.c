@@ -169,16 +169,22 @@ void db_usage_free(db_usage_row *rows, int n)
 
 int db_webhook_cursor(db *d, int64_t *event_id, ty_err *err)
 {
-    /* The first time: start after the newest event (no history is sent). */
-    if (exec(d,
-             "INSERT OR IGNORE INTO webhook_cursor(one, event_id)"
-             " SELECT 1, COALESCE(MAX(id), 0) FROM job_events",
-             err))
-        return TY_EIO;
-    sqlite3_stmt *st;
-    if (prep(d, "SELECT event_id FROM webhook_cursor WHERE one = 1", &st, err)) return TY_EIO;
-    *event_id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_finalize(st);
+    /* A read while the cursor exists (the delivery thread asks five times
+     * a second); the first time ever, it starts after the newest event, so
+     * history is not sent. */
+    for (int pass = 0; pass < 2; pass++) {
+        sqlite3_stmt *st;
+        if (prep(d, "SELECT event_id FROM webhook_cursor WHERE one = 1", &st, err)) return TY_EIO;
+        bool found = sqlite3_step(st) == SQLITE_ROW;
+        *event_id = found ? sqlite3_column_int64(st, 0) : 0;
+        sqlite3_finalize(st);
+        if (found) return 0;
+        if (exec(d,
+                 "INSERT OR IGNORE INTO webhook_cursor(one, event_id)"
+                 " SELECT 1, COALESCE(MAX(id), 0) FROM job_events",
+                 err))
+            return TY_EIO;
+    }
     return 0;
 }
 

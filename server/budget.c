@@ -38,7 +38,7 @@ int ops_check_prices(const char *key, const char *v, ty_err *err)
             price[pl] = 0;
             x = strtod(price, &end);
         }
-        if (x < 0 || !end || *end || !isfinite(x))
+        if (x < 0 || !end || *end || !isfinite(x) || (*e && !e[1]))
             return ty_err_field(
                 err, TY_EINVAL, key,
                 "%s must be MODEL=PRICE pairs separated by commas (H100=4.1,A100=2.2), "

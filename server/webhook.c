@@ -2,9 +2,10 @@
  * stalls and idle GPUs (issue 15, item 4).
  *
  * Durable by construction: the events are already committed in
- * job_events, and one thread of its own (never the scheduler) fans each
- * one out into the webhook_outbox table (one row per URL, and the cursor
- * moved, in one transaction), then delivers due rows. A failed delivery is
+ * job_events; one thread of its own (never the scheduler) fans each one
+ * out into the webhook_outbox table (one row per URL, and the cursor moved,
+ * in one transaction), and a second delivers due rows, so a receiver that
+ * hangs delays deliveries, never the outbox (nor any job). A failed delivery is
  * due again after a backoff (1 s doubling, at most 5 min) until
  * --webhook-attempts; rows survive a restart, so a receiver that was down
  * gets every event once it is back (at least once: a crash between the
@@ -28,12 +29,19 @@
 #define BACKOFF_FIRST_MS 1000
 #define BACKOFF_MAX_MS 300000
 
+typedef struct worker {
+    struct webhooks *wh;
+    bool fan_out; /* else: deliver */
+    pthread_t thread;
+} worker;
+
 struct webhooks {
     srv *s;
-    pthread_t thread;
+    worker w[2];
     pthread_mutex_t mu;
     pthread_cond_t cond;
     bool stop;
+    atomic_bool quit; /* read by transfers in flight: shutdown aborts them */
 };
 
 int ops_check_urls(const char *key, const char *v, ty_err *err)
@@ -142,9 +150,16 @@ static size_t discard(char *p, size_t size, size_t n, void *u)
     return size * n;
 }
 
-/* One POST; 0 on a 2xx answer, else the reason in why. */
-static int post(srv *s, const db_webhook *w, char *why, size_t cap)
+static int abort_on_quit(void *u, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
 {
+    (void)a, (void)b, (void)c, (void)d;
+    return atomic_load(&((webhooks *)u)->quit) ? 1 : 0;
+}
+
+/* One POST; 0 on a 2xx answer, else the reason in why. */
+static int post(webhooks *wh, const db_webhook *w, char *why, size_t cap)
+{
+    srv *s = wh->s;
     CURL *c = curl_easy_init();
     if (!c) return snprintf(why, cap, "cannot start a transfer"), -1;
     long long ts = (long long)time(NULL);
@@ -169,6 +184,9 @@ static int post(srv *s, const db_webhook *w, char *why, size_t cap)
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, abort_on_quit);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, wh);
     CURLcode rc = curl_easy_perform(c);
     long code = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
@@ -193,7 +211,7 @@ static void deliver(webhooks *wh, db *d)
         pthread_mutex_unlock(&wh->mu);
         if (stop) break;
         char why[CURL_ERROR_SIZE + 64];
-        if (post(s, &due[i], why, sizeof why) == 0) {
+        if (post(wh, &due[i], why, sizeof why) == 0) {
             db_webhook_result(d, due[i].id, "delivered", 0, NULL, &err);
             continue;
         }
@@ -211,7 +229,8 @@ static void deliver(webhooks *wh, db *d)
 
 static void *webhook_main(void *arg)
 {
-    webhooks *wh = arg;
+    worker *me = arg;
+    webhooks *wh = me->wh;
     srv *s = wh->s;
     for (;;) {
         pthread_mutex_lock(&wh->mu);
@@ -219,8 +238,11 @@ static void *webhook_main(void *arg)
         pthread_mutex_unlock(&wh->mu);
         if (stop) break;
         db *d = srv_db(s);
-        bool more = d && fan_out(s, d);
-        if (d) deliver(wh, d);
+        bool more = false;
+        if (d && me->fan_out)
+            more = fan_out(s, d);
+        else if (d)
+            deliver(wh, d);
         pthread_mutex_lock(&wh->mu);
         if (!wh->stop && !more) {
             struct timespec ts;
@@ -246,10 +268,16 @@ webhooks *webhooks_start(srv *s, ty_err *err)
     wh->s = s;
     pthread_mutex_init(&wh->mu, NULL);
     pthread_cond_init(&wh->cond, NULL);
-    if (pthread_create(&wh->thread, NULL, webhook_main, wh)) {
-        free(wh);
-        ty_err_set(err, TY_EINTERNAL, "cannot start the webhook thread");
-        return NULL;
+    for (int i = 0; i < 2; i++) {
+        wh->w[i] = (worker){.wh = wh, .fan_out = i == 0};
+        if (pthread_create(&wh->w[i].thread, NULL, webhook_main, &wh->w[i])) {
+            if (i)
+                webhooks_stop(wh);
+            else
+                free(wh);
+            ty_err_set(err, TY_EINTERNAL, "cannot start the webhook threads");
+            return NULL;
+        }
     }
     return wh;
 }
@@ -267,9 +295,11 @@ void webhooks_stop(webhooks *wh)
     if (!wh) return;
     pthread_mutex_lock(&wh->mu);
     wh->stop = true;
-    pthread_cond_signal(&wh->cond);
+    atomic_store(&wh->quit, true);
+    pthread_cond_broadcast(&wh->cond);
     pthread_mutex_unlock(&wh->mu);
-    pthread_join(wh->thread, NULL);
+    for (int i = 0; i < 2; i++)
+        if (wh->w[i].thread) pthread_join(wh->w[i].thread, NULL);
     pthread_mutex_destroy(&wh->mu);
     pthread_cond_destroy(&wh->cond);
     free(wh);

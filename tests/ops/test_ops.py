@@ -413,8 +413,33 @@ def test_webhooks():
             verify("s3cret", h, b)
 
 
+def test_webhook_slow():
+    # A receiver that accepts connections and never answers: each delivery
+    # waits out its 10 s timeout on the delivery thread, while the scheduler
+    # runs three jobs one after the other (a scheduler that waited for
+    # deliveries would need two minutes for their 12 state changes).
+    import socket
+    sink = socket.socket()
+    sink.bind(("127.0.0.1", 0))
+    sink.listen(64)
+    _cleanup.append(sink.close)
+    srv, model, train = setup({"step_ms": 10}, "--webhook-urls", "http://127.0.0.1:%d/hook" % sink.getsockname()[1])
+    ids = [srv.submit(spec(model, train, 10))["id"] for _ in range(3)]
+    for jid in ids:
+        srv.wait_state(jid, "succeeded", timeout=60)
+    # Meanwhile the outbox took every state change (4 per job), though not
+    # one delivery has finished: fanning out does not wait on the network.
+    con = sqlite3.connect("file:%s/trainyard.db?mode=ro" % srv.data_dir, uri=True, timeout=10)
+    count = lambda st: con.execute("select count(*) from webhook_outbox where state = ?", (st,)).fetchone()[0]
+    wait_for(lambda: count("pending") >= 12, 5, "12 queued deliveries (have %d)" % count("pending"))
+    check(count("delivered") == 0, "a delivery to a silent receiver")
+    con.close()
+    srv.stop()  # clean, with a transfer in flight (aborted, stays pending)
+
+
 if __name__ == "__main__":
     run_tests({"budget": test_budget, "budget_refused": test_budget_refused, "gpu_price": test_gpu_price,
                "stall_sigstop": test_stall_sigstop, "stall_loop": test_stall_loop,
                "stall_default": test_stall_default, "idle_gpu": test_idle_gpu,
-               "queue_patch": test_queue_patch, "usage": test_usage, "webhooks": test_webhooks})
+               "queue_patch": test_queue_patch, "usage": test_usage, "webhooks": test_webhooks,
+               "webhook_slow": test_webhook_slow})
