@@ -274,15 +274,35 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
     if (!m->p16 || !m->wscr[0] || !m->wscr[1])
         return ty_err_set(err, TY_ENOMEM, "out of memory for %s parameters (%zu bytes) and weight scratch",
                           kn_dtype_name(dt), total * kn_dtype_size(dt));
+    if (dt == KN_BF16 && !m->frozen && !m->keep_masters) {
+        /* bf16 masters split (kn_master_split): the bf16 weights the
+         * forward reads plus the low 16 bits of each fp32 master; the fp32
+         * buffer goes. 4 bytes a parameter instead of 6, same numbers. */
+        m->plo = kn_alloc(m->kn, total * sizeof(uint16_t));
+        if (!m->plo) return ty_err_set(err, TY_ENOMEM, "out of memory for the masters' low halves");
+        kn_master_split(m->kn, m->p16, m->plo, m->params, total);
+        kn_free(m->kn, m->params);
+        m->params = NULL;
+        m->span_n[0] = m->span_n[1] = 0;
+        return 0;
+    }
     model_sync_params(m);
     return 0;
+}
+
+void *model_master(model *m, int i, kn_dtype *pdt, uint16_t **plo)
+{
+    size_t off = m->t[i].off;
+    *pdt = m->plo ? KN_BF16 : KN_F32;
+    *plo = m->plo ? m->plo + off : NULL;
+    return m->plo ? (void *)((uint16_t *)m->p16 + off) : (void *)(m->params + off);
 }
 
 void model_sync_params(model *m)
 {
     if (m->dt == KN_F32) return;
     size_t total = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
-    kn_convert(m->kn, m->p16, m->dt, m->params, KN_F32, total);
+    if (!m->plo) kn_convert(m->kn, m->p16, m->dt, m->params, KN_F32, total); /* split: AdamW wrote p16 */
     m->span_n[0] = m->span_n[1] = 0; /* the scratch is stale now */
 }
 
@@ -292,7 +312,7 @@ model_mem model_memory(const model *m)
 {
     size_t total = m->nt ? m->t[m->nt - 1].off + m->t[m->nt - 1].numel : 0;
     model_mem r = {0};
-    r.params = m->params ? total * sizeof(float) : 0;
+    r.params = m->params ? total * sizeof(float) : m->plo ? total * sizeof(uint16_t) : 0;
     r.p16 = m->p16 ? total * kn_dtype_size(m->dt) : 0;
     r.grads = m->grads ? total * sizeof(float) : 0;
     r.moments = (m->m ? total * sizeof(float) : 0) + (m->v ? total * sizeof(float) : 0);
@@ -363,6 +383,7 @@ void model_free(model *m)
         kn_free(m->kn, m->acts);
         kn_free(m->kn, m->acts16);
         kn_free(m->kn, m->p16);
+        kn_free(m->kn, m->plo);
         kn_free(m->kn, m->wscr[0]);
         kn_free(m->kn, m->wscr[1]);
         kn_free(m->kn, m->ids);
@@ -659,9 +680,13 @@ int model_load_optimizer(model *m, const char *path, ty_err *err)
 
 typedef struct {
     model *m;
-    const float *bufs[2]; /* which buffer tensor i comes from: i < nt -> bufs[0], else bufs[1] */
+    const float *bufs[2]; /* which buffer tensor i comes from: i < nt -> bufs[0], else bufs[1];
+                           * NULL with m->plo: the split bf16 masters */
     float *stage;
+    float *join;          /* device: SAVE_CHUNK joined masters */
 } save_ctx;
+
+#define SAVE_CHUNK ((size_t)1 << 20)
 
 static int save_fill(void *vctx, int i, float *out, ty_err *err)
 {
@@ -670,11 +695,17 @@ static int save_fill(void *vctx, int i, float *out, ty_err *err)
     model *m = sc->m;
     const float *buf = sc->bufs[i / m->nt];
     const model_tensor *t = &m->t[i % m->nt];
-    if (!t->conv1d) {
-        kn_to_host(m->kn, out, buf + t->off, t->numel * sizeof(float));
-        return 0;
-    }
-    kn_to_host(m->kn, sc->stage, buf + t->off, t->numel * sizeof(float));
+    float *dst = t->conv1d ? sc->stage : out;
+    if (!buf && m->plo) { /* split bf16 masters: joined a chunk at a time */
+        for (size_t o = 0; o < t->numel; o += SAVE_CHUNK) {
+            size_t n = t->numel - o < SAVE_CHUNK ? t->numel - o : SAVE_CHUNK;
+            kn_master_join(m->kn, sc->join, (const uint16_t *)m->p16 + t->off + o, m->plo + t->off + o, n);
+            kn_to_host(m->kn, dst + o, sc->join, n * sizeof(float));
+        }
+        if (kn_check(m->kn, err)) return -1;
+    } else
+        kn_to_host(m->kn, dst, buf + t->off, t->numel * sizeof(float));
+    if (!t->conv1d) return 0;
     int64_t o = t->shape[0], in = t->shape[1]; /* engine [out, in] -> disk [in, out] */
     for (int64_t a = 0; a < o; a++)
         for (int64_t b = 0; b < in; b++) out[b * o + a] = sc->stage[a * in + b];
@@ -690,9 +721,10 @@ static int save_tensors(model *m, const char *path, const float *b0, const float
     size_t maxn = 1;
     for (int i = 0; i < m->nt; i++)
         if (m->t[i].numel > maxn) maxn = m->t[i].numel;
-    save_ctx sc = {m, {b0, b1}, malloc(maxn * sizeof(float))};
+    save_ctx sc = {m, {b0, b1}, malloc(maxn * sizeof(float)), NULL};
     int rc;
-    if (!outs || !names || !sc.stage) {
+    if (!b0 && m->plo) sc.join = kn_alloc(m->kn, SAVE_CHUNK * sizeof(float));
+    if (!outs || !names || !sc.stage || (!b0 && m->plo && !sc.join)) {
         rc = ty_err_set(err, TY_ENOMEM, "out of memory writing %s", path);
         goto out;
     }
@@ -713,6 +745,7 @@ out:
     free(outs);
     free(names);
     free(sc.stage);
+    kn_free(m->kn, sc.join);
     return rc;
 }
 

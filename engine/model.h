@@ -93,6 +93,15 @@ typedef struct model {
      * parameter gradients and AdamW moments stay fp32. */
     kn_dtype dt;
     void *p16;
+    /* bf16 full fine-tuning: the fp32 masters are kept split, p16 (their
+     * bf16 rounding, what the forward reads) plus plo, the low 16 bits
+     * (kn_master_split), and `params` is NULL: AdamW updates both halves
+     * (kn_adamw with KN_BF16), saving joins them. 4 bytes a parameter for
+     * exact fp32 masters. fp16 (no such split) and frozen bases keep the
+     * fp32 params and plo is NULL; so does keep_masters (set before
+     * model_set_precision: ZeRO-1 all-gathers fp32 masters, zero.c). */
+    uint16_t *plo;
+    int keep_masters;
     float *wscr[2];
     size_t wscr_n[2];
     size_t span_off[2], span_n[2]; /* loaded spans (in floats of the layout) */
@@ -157,6 +166,9 @@ int model_load_optimizer(model *m, const char *path, ty_err *err);
 /* Sets the storage precision before model_alloc_acts: for bf16 / fp16
  * allocates the 16-bit parameters and the weight scratch. */
 int model_set_precision(model *m, kn_dtype dt, ty_err *err);
+/* Parameter i as AdamW updates it: the fp32 master (*pdt KN_F32, *plo
+ * NULL) or the split bf16 master (KN_BF16, p16's hi and its low half). */
+void *model_master(model *m, int i, kn_dtype *pdt, uint16_t **plo);
 /* Refreshes the 16-bit parameters from the fp32 masters (after loading,
  * init, merge and every optimizer update). No-op in fp32. */
 void model_sync_params(model *m);

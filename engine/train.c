@@ -497,7 +497,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
         const lora_adapter *la = &r->lora.ad[i / 2];
         size_t off = i % 2 ? la->b_off : la->a_off;
         size_t n = i % 2 ? (size_t)la->out * r->lora.r : (size_t)r->lora.r * la->in;
-        kn_adamw(r->kn, r->lora.params + off, r->lora.grads + off, r->lora.m + off, r->lora.v + off, n,
+        kn_adamw(r->kn, KN_F32, r->lora.params + off, NULL, r->lora.grads + off, r->lora.m + off, r->lora.v + off, n,
                  (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps,
                  (float)s->weight_decay, t);
     }
@@ -506,7 +506,10 @@ static int train_step(run *r, step_result *out, ty_err *err)
         return -1;
     for (int i = 0; !r->have_lora && !r->zero.on && i < m->nt; i++) {
         const model_tensor *mt = &m->t[i];
-        kn_adamw(r->kn, m->params + mt->off, m->grads + mt->off, m->m + mt->off, m->v + mt->off, mt->numel,
+        kn_dtype pdt; /* fp32, or the split bf16 master (model.h) */
+        uint16_t *plo;
+        void *p = model_master(m, i, &pdt, &plo);
+        kn_adamw(r->kn, pdt, p, plo, m->grads + mt->off, m->m + mt->off, m->v + mt->off, mt->numel,
                  (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps,
                  mt->decay ? (float)s->weight_decay : 0.0f, t);
     }
@@ -766,6 +769,7 @@ static int setup(run *r, int *code)
         if (err.code == TY_EINVAL && !strncmp(err.field, "lora.", 5)) *code = TRAIN_BAD_SPEC;
         return -1;
     }
+    r->m.keep_masters = s->zero; /* ZeRO-1 all-gathers fp32 masters (zero.c): no bf16 split */
     if ((rc = model_set_precision(&r->m, r->dt, &err))) { /* 16-bit weights from what was loaded */
         *code = fail(NULL, &err);
         return -1;

@@ -45,7 +45,7 @@ int zero_adamw(zero1 *z, model *m, coll *c, float lr, float b1, float b2, float 
         const model_tensor *mt = &m->t[i];
         size_t a = mt->off > lo ? mt->off : lo, b = mt->off + mt->numel < hi ? mt->off + mt->numel : hi;
         if (a >= b) continue;
-        kn_adamw(m->kn, m->params + a, m->grads + a, z->m + (a - lo), z->v + (a - lo), b - a, lr, b1, b2, eps,
+        kn_adamw(m->kn, KN_F32, m->params + a, NULL, m->grads + a, z->m + (a - lo), z->v + (a - lo), b - a, lr, b1, b2, eps,
                  mt->decay ? wd : 0.0f, t);
     }
     if (kn_check(m->kn, err)) return -1;

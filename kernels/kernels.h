@@ -190,10 +190,21 @@ KN_OPS(KN_PROTO)
  *   dt: the dtype of logits and dlogits (fp32, or 16-bit: read as fp32,
  *   computed in fp32, dlogits rounded to nearest-even when written).
  *
+ * kn_master_split: fp32 x[n] -> hi[n] = bf16 round-to-nearest-even of x
+ *   and lo[n] = the rest, so hi's bits << 16 plus lo as a signed 16-bit
+ *   number are x's bits exactly: an fp32 master weight stored as the bf16
+ *   weight the forward reads plus 2 more bytes, not 4. The one x that does
+ *   not fit (an exact tie kept at an even hi, 1 in 65536) is moved one
+ *   fp32 ulp towards hi first (so hi is still its rounding).
+ * kn_master_join: x[n] from hi[n], lo[n] (exact).
+ *
  * kn_adamw: one AdamW update on n parameters (torch.optim.AdamW):
  *     p -= lr * wd * p                      (decoupled decay; wd may be 0)
  *     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *     p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
- *   step t counts from 1. Call once per parameter group. */
+ *   step t counts from 1. Call once per parameter group.
+ *   pdt KN_F32: p is the fp32 parameter (plo NULL); KN_BF16: p / plo are
+ *   kn_master_split's hi / lo, joined, updated in fp32 and split again
+ *   (fp16 has no such split: a KN_F16 pdt is an error). */
 
 #endif

@@ -32,6 +32,10 @@
     X(void, convert, (kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtype src_dt,     \
       size_t n), (c, dst, dst_dt, src, src_dt, n))                                                 \
     X(void, round, (kn_ctx *c, float *x, size_t n, kn_dtype dt), (c, x, n, dt))                    \
+    X(void, master_split, (kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *x, size_t n),       \
+      (c, hi, lo, x, n))                                                                           \
+    X(void, master_join, (kn_ctx *c, float *x, const uint16_t *hi, const uint16_t *lo, size_t n),  \
+      (c, x, hi, lo, n))                                                                           \
     /* embedding */                                                                                \
     X(void, embedding_fwd, (kn_ctx *c, float *out, const int32_t *ids, const float *table,         \
       int N, int C, int accumulate), (c, out, ids, table, N, C, accumulate))                       \
@@ -94,8 +98,9 @@
       const void *logits, const int32_t *targets, int N, int V, float scale),                      \
       (c, dt, losses, dlogits, logits, targets, N, V, scale))                                      \
     /* optimizer */                                                                                \
-    X(void, adamw, (kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,   \
-      float b1, float b2, float eps, float wd, int64_t t), (c, p, g, m, v, n, lr, b1, b2, eps, wd, t))
+    X(void, adamw, (kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m,     \
+      float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int64_t t),           \
+      (c, pdt, p, plo, g, m, v, n, lr, b1, b2, eps, wd, t))
 /* clang-format on */
 
 #endif

@@ -114,7 +114,7 @@ int main(int argc, char **argv)
     TIME("matmul_bwd lm_head", 2 * hf, reps, kn_matmul_bwd(c, dx, dlw, NULL, logits, x, lw, N, C, V));
     size_t np = (size_t)V * C;
     float *m = buf(c, np), *v = buf(c, np);
-    TIME("adamw (lm_head size)", 0, reps, kn_adamw(c, lw, dlw, m, v, np, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.1f, 3));
+    TIME("adamw (lm_head size)", 0, reps, kn_adamw(c, KN_F32, lw, NULL, dlw, m, v, np, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.1f, 3));
     TIME("sumsq (lm_head size)", 0, reps, (void)kn_sumsq(c, dlw, np));
     printf("%-34s %9.3f ms\n", "sum of the above", total_ms);
     free(tg);

@@ -31,6 +31,36 @@ typedef struct cpu_state {
  * of kn_convert, for ops that widen 16-bit rows inside their own loops. */
 void cpu_convert_n(void *dst, kn_dtype ddt, const void *src, kn_dtype sdt, size_t n);
 
+/* An fp32 master as bf16 hi (round-to-nearest-even, as kn_convert) plus
+ * lo = the rest of its bits as a signed 16-bit number (kn_master_split).
+ * The rest is within [-0x8000, 0x8000]; +0x8000 (a tie kept at an even
+ * hi) does not fit and becomes 0x7fff: the master moves one ulp towards
+ * hi and still rounds to it. NaN masters are not kept exactly. */
+#include <string.h>
+static inline void cpu_split1(float x, uint16_t *hi, uint16_t *lo)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { /* NaN: quiet, as kn_convert */
+        *hi = (uint16_t)((u >> 16) | 0x40u);
+        *lo = 0;
+        return;
+    }
+    uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    int32_t d = (int32_t)(u - ((uint32_t)h << 16));
+    if (d == 0x8000)
+        d = 0x7fff;
+    *hi = h;
+    *lo = (uint16_t)(int16_t)d;
+}
+static inline float cpu_join1(uint16_t hi, uint16_t lo)
+{
+    uint32_t u = ((uint32_t)hi << 16) + (uint32_t)(int32_t)(int16_t)lo;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
 /* Releases cpu_matmul16.c's oneDNN state (no-op without oneDNN). */
 void cpu_dnnl_free(kn_ctx *c);
 

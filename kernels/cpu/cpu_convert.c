@@ -128,3 +128,19 @@ void cpu_round(kn_ctx *c, float *x, size_t n, kn_dtype dt)
         }
     }
 }
+
+/* ---- fp32 masters as bf16 + a 16-bit low half (kn_master_split/join) ---- */
+
+void cpu_master_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *x, size_t n)
+{
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, n))
+    for (size_t i = 0; i < n; i++)
+        cpu_split1(x[i], hi + i, lo + i);
+}
+
+void cpu_master_join(kn_ctx *c, float *x, const uint16_t *hi, const uint16_t *lo, size_t n)
+{
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, n))
+    for (size_t i = 0; i < n; i++)
+        x[i] = cpu_join1(hi[i], lo[i]);
+}

@@ -160,9 +160,14 @@ CPU_HOT static void adamw_range(float *p, const float *g, float *m, float *v, si
     }
 }
 
-void cpu_adamw(kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,
-               float b1, float b2, float eps, float wd, int64_t t)
+void cpu_adamw(kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m, float *v,
+               size_t n, float lr, float b1, float b2, float eps, float wd, int64_t t)
 {
+    if (pdt != KN_F32 && (pdt != KN_BF16 || !plo)) {
+        kn_fail(c, TY_EINVAL, "adamw: parameters in %s%s", kn_dtype_name(pdt),
+                pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
+        return;
+    }
     if (t < 1)
         t = 1;
     /* As torch 1.13: p.mul_(1 - lr*wd); m.mul_(b1).add_(g, 1-b1);
@@ -174,11 +179,26 @@ void cpu_adamw(kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n
     float step = (float)((double)lr / bc1);
     float bc2_sqrt = (float)sqrt(bc2);
     float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
+    float *pf = p;
+    uint16_t *ph = p;
 #pragma omp parallel num_threads(cpu_threads_for(c, n))
     {
         size_t lo, hi;
         cpu_thread_range(n, 16, &lo, &hi);
-        adamw_range(p + lo, g + lo, m + lo, v + lo, hi - lo, decay, wd != 0.0f, b1, b2, omb1,
-                    omb2, step, bc2_sqrt, eps);
+        if (pdt == KN_F32) {
+            adamw_range(pf + lo, g + lo, m + lo, v + lo, hi - lo, decay, wd != 0.0f, b1, b2, omb1,
+                        omb2, step, bc2_sqrt, eps);
+        } else { /* split masters: joined 256 at a time, the same update, split again */
+            float buf[256];
+            for (size_t i = lo; i < hi; i += 256) {
+                size_t k = hi - i < 256 ? hi - i : 256;
+                for (size_t j = 0; j < k; j++)
+                    buf[j] = cpu_join1(ph[i + j], plo[i + j]);
+                adamw_range(buf, g + i, m + i, v + i, k, decay, wd != 0.0f, b1, b2, omb1, omb2,
+                            step, bc2_sqrt, eps);
+                for (size_t j = 0; j < k; j++)
+                    cpu_split1(buf[j], ph + i + j, plo + i + j);
+            }
+        }
     }
 }

@@ -152,6 +152,82 @@ static float *weight_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
     return (float *)st->scratch;
 }
 
+/* ---- fp32 masters as bf16 hi + 16-bit lo (kn_master_split / join) ---- */
+
+/* The CPU backend's rule bit for bit (cpu.h): hi = RNE bf16, lo = the rest
+ * as int16, a tie kept at an even hi moved one ulp towards it. */
+__device__ __forceinline__ void split1(float x, uint16_t *hi, uint16_t *lo)
+{
+    uint32_t u = f_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        *hi = (uint16_t)((u >> 16) | 0x40u);
+        *lo = 0;
+        return;
+    }
+    uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    int32_t d = (int32_t)(u - ((uint32_t)h << 16));
+    if (d == 0x8000)
+        d = 0x7fff;
+    *hi = h;
+    *lo = (uint16_t)(int16_t)d;
+}
+__device__ __forceinline__ float join1(uint16_t hi, uint16_t lo)
+{
+    return bits_f(((uint32_t)hi << 16) + (uint32_t)(int32_t)(int16_t)lo);
+}
+
+__global__ void k_master_split(uint16_t *hi, uint16_t *lo, const float *x, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        split1(x[i], hi + i, lo + i);
+}
+
+__global__ void k_master_join(float *x, const uint16_t *hi, const uint16_t *lo, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = join1(hi[i], lo[i]);
+}
+
+void cuda_master_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *x, size_t n)
+{
+    if (n)
+        KN_LAUNCH(k_master_split, kn_blocks(n, 256), 256, 0, c, hi, lo, x, n);
+}
+
+void cuda_master_join(kn_ctx *c, float *x, const uint16_t *hi, const uint16_t *lo, size_t n)
+{
+    if (n)
+        KN_LAUNCH(k_master_join, kn_blocks(n, 256), 256, 0, c, x, hi, lo, n);
+}
+
+/* AdamW on split masters: the fp32 k_adamw arithmetic on the joined value. */
+__global__ void k_adamw_split(uint16_t *hi, uint16_t *lo, const float *g, float *m, float *v, size_t n,
+                              float decay, int do_decay, float b1, float b2, float omb1, float omb2,
+                              float step, float bc2_sqrt, float eps)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float pi = join1(hi[i], lo[i]), gi = g[i];
+        if (do_decay)
+            pi *= decay;
+        float mi = b1 * m[i] + omb1 * gi;
+        float vi = b2 * v[i] + omb2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        split1(pi - step * (mi / (sqrtf(vi) / bc2_sqrt + eps)), hi + i, lo + i);
+    }
+}
+
+void cuda_adamw_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *g, float *m, float *v,
+                      size_t n, float decay, int do_decay, float b1, float b2, float omb1,
+                      float omb2, float step, float bc2_sqrt, float eps)
+{
+    KN_LAUNCH(k_adamw_split, kn_blocks(n, 256), 256, 0, c, hi, lo, g, m, v, n, decay, do_decay, b1, b2,
+              omb1, omb2, step, bc2_sqrt, eps);
+}
+
 /* 16-bit activations (out_dt / dout_dt, issue 10's typed ops): the
  * baseline goes through a temporary fp32 tensor (allocated per call and
  * freed, which synchronises); native 16-bit cuBLASLt outputs are the

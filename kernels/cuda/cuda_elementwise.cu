@@ -238,11 +238,22 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, 
         p[i] = pi - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
     }
 }
-void cuda_adamw(kn_ctx *c, float *p, const float *g, float *m, float *v, size_t n, float lr,
-                float b1, float b2, float eps, float wd, int64_t t)
+/* Split masters (bf16 hi + 16-bit lo, kn_master_split): cuda_convert.cu. */
+void cuda_adamw_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *g, float *m, float *v,
+                      size_t n, float decay, int do_decay, float b1, float b2, float omb1,
+                      float omb2, float step, float bc2_sqrt, float eps);
+
+void cuda_adamw(kn_ctx *c, kn_dtype pdt, void *p_, uint16_t *plo, const float *g, float *m, float *v,
+                size_t n, float lr, float b1, float b2, float eps, float wd, int64_t t)
 {
+    if (pdt != KN_F32 && (pdt != KN_BF16 || !plo)) {
+        kn_fail(c, TY_EINVAL, "adamw: parameters in %s%s", kn_dtype_name(pdt),
+                pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
+        return;
+    }
     if (!n)
         return;
+    float *p = (float *)p_;
     if (t < 1)
         t = 1;
     double bc1 = 1.0 - pow((double)b1, (double)t);
@@ -251,6 +262,11 @@ void cuda_adamw(kn_ctx *c, float *p, const float *g, float *m, float *v, size_t 
     float step = (float)((double)lr / bc1);
     float bc2_sqrt = (float)sqrt(bc2);
     float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
+    if (pdt == KN_BF16) {
+        cuda_adamw_split(c, (uint16_t *)p_, plo, g, m, v, n, decay, wd != 0.0f, b1, b2, omb1, omb2,
+                         step, bc2_sqrt, eps);
+        return;
+    }
     KN_LAUNCH(k_adamw, kn_blocks(n, 256), 256, 0, c, p, g, m, v, n, decay, wd != 0.0f, b1, b2,
               omb1, omb2, step, bc2_sqrt, eps);
 }

@@ -53,7 +53,7 @@ static int train(kn_ctx *kn, const char *cfg_json, double *losses)
     for (int s = 0; s < STEPS; s++) {
         kn_zero(kn, m.grads, n);
         losses[s] = model_forward_backward(&m, in, tg, B, T, 1.0f / n_tg) / n_tg;
-        kn_adamw(kn, m.params, m.grads, m.m, m.v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s + 1);
+        kn_adamw(kn, KN_F32, m.params, NULL, m.grads, m.m, m.v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s + 1);
         if (kn_check(kn, &err)) {
             fprintf(stderr, "%s: step %d: %s\n", kn_device_name(kn), s, err.msg);
             model_free(&m);

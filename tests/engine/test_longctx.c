@@ -91,9 +91,13 @@ static void precision_memory(kn_ctx *kn)
         CHECK(model_init_random(&m, 3, &err) == 0);
         size_t before = kn_bytes_in_use(kn);
         CHECK(model_set_precision(&m, dts[d], &err) == 0);
-        size_t pbytes = kn_bytes_in_use(kn) - before;
+        size_t after = kn_bytes_in_use(kn), scr = (m.wscr_n[0] + m.wscr_n[1]) * 4 + 4096;
         size_t total = m.t[m.nt - 1].off + m.t[m.nt - 1].numel;
-        if (dts[d] != KN_F32) CHECK(pbytes >= total * 2 && pbytes < total * 2 + (m.wscr_n[0] + m.wscr_n[1]) * 4 + 4096);
+        /* fp16: the 16-bit copy next to the fp32 masters (+2 bytes a
+         * parameter); bf16: the masters split into that copy and their low
+         * halves, the fp32 buffer freed (no more than fp32's 4 bytes). */
+        if (dts[d] == KN_F16) CHECK(after - before >= total * 2 && after - before < total * 2 + scr);
+        if (dts[d] == KN_BF16) CHECK(after <= before + scr && m.params == NULL && m.plo != NULL);
         /* The fp32 weight scratch holds one span's 1-D tensors (norms,
          * biases: 832 floats a layer here), not a layer's matmul weights. */
         if (dts[d] != KN_F32) CHECK(m.wscr_n[0] <= 1024);

@@ -88,6 +88,18 @@ def llama_forward(cfg, p, ids, R):
     return R(x @ head.t())
 
 
+def nudge_ties(master):
+    """The engine keeps bf16 masters split (kn_master_split: the bf16
+    rounding plus the low 16 bits as a signed number); the one fp32 value
+    that does not fit, an exact tie kept at an even bf16 (low half 0x8000,
+    bit 16 clear), is moved one ulp towards that bf16. The same here."""
+    with torch.no_grad():
+        for t in master.values():
+            b = t.view(torch.int32)
+            tie = ((b & 0xFFFF) == 0x8000) & (((b >> 16) & 1) == 0) & torch.isfinite(t)
+            b[tie] -= 1
+
+
 def train(spec, steps=None, planted=None, growth_interval=2000):
     """The spec's run in its precision; one dict per step: {step, loss, lr,
     grad_norm (None when skipped), loss_scale, skipped_steps} as the engine's
@@ -102,6 +114,8 @@ def train(spec, steps=None, planted=None, growth_interval=2000):
     with torch.no_grad():
         for name, f in (planted or {}).items():
             master[name].mul_(f)
+    if prec == "bf16":
+        nudge_ties(master)
     B, T, GA = hp["batch_size"], hp["seq_len"], hp.get("grad_accum", 1)
     examples = torchref.load_examples(spec["dataset"]["train"], T)
     stream = torchref.example_stream(len(examples), hp.get("seed", 1234), torchref.identity_order)
@@ -156,6 +170,8 @@ def train(spec, steps=None, planted=None, growth_interval=2000):
             for g in opt.param_groups:
                 g["lr"] = lr
             opt.step()
+            if prec == "bf16":
+                nudge_ties(master)
             if prec == "fp16":
                 growth += 1
                 if growth == growth_interval:

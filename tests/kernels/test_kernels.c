@@ -1380,7 +1380,7 @@ static void test_adamw(void)
     double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
     for (int64_t t = 1; t <= 3; t++) {
         double wdt = t == 2 ? 0.0 : wd; /* one step without decay */
-        kn_adamw(c, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wdt, t);
+        kn_adamw(c, KN_F32, p, NULL, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wdt, t);
         for (size_t i = 0; i < n; i++) {
             double gi = g[i];
             dp[i] -= lr * wdt * dp[i];
@@ -1449,7 +1449,7 @@ static double pipeline(int threads, float *w_out)
                      H, H, C / H, 3 * C, 3 * C);
     kn_matmul_bwd(c, dx, gw, NULL, dqkv, x, wqkv, N, C, 3 * C);
     double norm = sqrt(kn_sumsq(c, gw, nw)) + kn_sum(c, losses, N);
-    kn_adamw(c, w, gw, m, v, nw, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+    kn_adamw(c, KN_F32, w, NULL, gw, m, v, nw, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
     memcpy(w_out, w, nw * sizeof *w);
     free(tg);
     kn_close(c);

@@ -243,9 +243,9 @@ static void t_adamw(pair *p)
     kn_to_device(p->dev, v.dev, vh, n * 4);
     free(vh);
     for (int t = 1; t <= 3; t++) {
-        kn_adamw(p->cpu, F(w, cpu), F(g, cpu), F(m, cpu), F(v, cpu), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+        kn_adamw(p->cpu, KN_F32, F(w, cpu), NULL, F(g, cpu), F(m, cpu), F(v, cpu), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
                  t == 2 ? 0.0f : 0.1f, t);
-        kn_adamw(p->dev, F(w, dev), F(g, dev), F(m, dev), F(v, dev), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+        kn_adamw(p->dev, KN_F32, F(w, dev), NULL, F(g, dev), F(m, dev), F(v, dev), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
                  t == 2 ? 0.0f : 0.1f, t);
     }
     cmp(p, "adamw.p", w, 1e-6, 1e-7);

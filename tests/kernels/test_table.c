@@ -397,7 +397,7 @@ static void c_adamw(tc *t)
     for (size_t i = 0; i < n; i++)
         hv[i] = fabsf(hv[i]);
     float *p = dput(t, hp, n * 4), *g = dput(t, hg, n * 4), *m = dput(t, hm, n * 4), *v = dput(t, hv, n * 4);
-    kn_adamw(t->c, p, g, m, v, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3);
+    kn_adamw(t->c, KN_F32, p, NULL, g, m, v, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3);
     double *wp = dvec(n), *wm = dvec(n), *wv = dvec(n);
     double bc1 = 1 - pow(0.9f, 3), bc2 = 1 - pow(0.999f, 3);
     for (size_t i = 0; i < n; i++) {
@@ -412,6 +412,62 @@ static void c_adamw(tc *t)
     free(hp), free(hg), free(hm), free(hv), free(wp), free(wm), free(wv);
 }
 
+/* fp32 masters split into bf16 + low half and joined back: exact (bits),
+ * hi is kn_convert's bf16, the tie rule, and AdamW on split masters gives
+ * the fp32 AdamW's result (split). */
+static void c_master(tc *t)
+{
+    size_t n = 4099;
+    float *h = hrand(n, 50.0);
+    uint32_t ties[4] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7fffffu}; /* even tie, odd tie, negative even tie, max */
+    for (int i = 0; i < 4; i++)
+        memcpy(&h[i], &ties[i], 4);
+    float *x = dput(t, h, n * 4), *back = dpoison(t, n), *c16 = dpoison(t, n);
+    uint16_t *hi = dput(t, NULL, n * 2), *lo = dput(t, NULL, n * 2), *hb = dput(t, NULL, n * 2);
+    kn_master_split(t->c, hi, lo, x, n);
+    kn_master_join(t->c, back, hi, lo, n);
+    kn_convert(t->c, hb, KN_BF16, x, KN_F32, n);
+    kn_convert(t->c, c16, KN_F32, hi, KN_BF16, n);
+    float *hback = malloc(n * 4), *hc = malloc(n * 4), *hbf = malloc(n * 4);
+    kn_sync(t->c);
+    kn_to_host(t->c, hback, back, n * 4);
+    kn_to_host(t->c, hc, c16, n * 4);
+    kn_convert(t->c, back, KN_F32, hb, KN_BF16, n);
+    kn_to_host(t->c, hbf, back, n * 4);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a, b;
+        memcpy(&a, &h[i], 4);
+        memcpy(&b, &hback[i], 4);
+        /* Even ties (low half 0x8000, bit 16 clear: h[0], h[2], and any
+         * drawn one) move one ulp towards their bf16; all else is exact. */
+        uint32_t want = (a & 0xffffu) == 0x8000u && !(a & 0x10000u) ? a - 1 : a;
+        if (b != want || hc[i] != hbf[i]) {
+            if (bad++ < 3)
+                fprintf(stderr, "FAIL %s master[%zu]: %08x joined %08x (want %08x), hi %g vs convert %g\n", t->dev,
+                        i, a, b, want, hc[i], hbf[i]);
+        }
+    }
+    ty_failures += bad;
+    /* AdamW on the split masters = AdamW on fp32, split. */
+    float *hg = hrand(n, 1), *hm = hrand(n, 0.1), *hv = hrand(n, 0.1);
+    for (size_t i = 0; i < n; i++)
+        hv[i] = fabsf(hv[i]);
+    float *p32 = dput(t, hback, n * 4), *g = dput(t, hg, n * 4);
+    float *m1 = dput(t, hm, n * 4), *v1 = dput(t, hv, n * 4), *m2 = dput(t, hm, n * 4), *v2 = dput(t, hv, n * 4);
+    kn_adamw(t->c, KN_F32, p32, NULL, g, m1, v1, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3);
+    kn_adamw(t->c, KN_BF16, hi, lo, g, m2, v2, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3);
+    uint16_t *hi2 = dput(t, NULL, n * 2), *lo2 = dput(t, NULL, n * 2);
+    kn_master_split(t->c, hi2, lo2, p32, n);
+    uint16_t *a1 = malloc(n * 2), *a2 = malloc(n * 2), *b1 = malloc(n * 2), *b2 = malloc(n * 2);
+    kn_sync(t->c);
+    kn_to_host(t->c, a1, hi, n * 2), kn_to_host(t->c, a2, hi2, n * 2);
+    kn_to_host(t->c, b1, lo, n * 2), kn_to_host(t->c, b2, lo2, n * 2);
+    if (memcmp(a1, a2, n * 2) || memcmp(b1, b2, n * 2))
+        fprintf(stderr, "FAIL %s adamw on split masters differs from fp32 adamw + split\n", t->dev), ty_failures++;
+    free(h), free(hback), free(hc), free(hbf), free(hg), free(hm), free(hv), free(a1), free(a2), free(b1), free(b2);
+}
+
 static const struct {
     const char *name;
     void (*run)(tc *t);
@@ -419,6 +475,7 @@ static const struct {
     {"elementwise", c_elementwise}, {"convert", c_convert},     {"embedding", c_embedding},
     {"norms", c_norms},             {"matmul", c_matmul},       {"activations", c_activations},
     {"attention", c_attention},     {"crossentropy", c_crossentropy}, {"adamw", c_adamw},
+    {"master", c_master},
 };
 
 int main(int argc, char **argv)
