@@ -31,8 +31,9 @@ static void st_free(cuda_state *st)
         cudaFree(st->lt_ws);
     if (st->red)
         cudaFree(st->red);
-    if (st->scratch)
-        cudaFree(st->scratch);
+    for (int i = 0; i < KN_SCRATCH_SLOTS; i++)
+        if (st->scratch[i])
+            cudaFree(st->scratch[i]);
     if (st->stream)
         cudaStreamDestroy(st->stream);
     free(st);
@@ -170,6 +171,27 @@ static void cuda_to_host(kn_ctx *c, void *dst, const void *src, size_t bytes)
         !kn_cuda_ok(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream),
                     "copy to host"))
         kn_cuda_ok(c, cudaStreamSynchronize(st->stream), "copy to host");
+}
+
+void *kn_cuda_scratch(kn_ctx *c, int slot, size_t bytes)
+{
+    cuda_state *st = kn_cuda_st(c);
+    if (st->scratch_bytes[slot] >= bytes)
+        return st->scratch[slot];
+    if (st->scratch[slot])
+        cudaFree(st->scratch[slot]); /* synchronises: queued work on it is done */
+    c->bytes_in_use -= st->scratch_bytes[slot];
+    st->scratch[slot] = nullptr;
+    st->scratch_bytes[slot] = 0;
+    void *p = nullptr;
+    if (kn_cuda_ok(c, cudaMalloc(&p, bytes), "scratch"))
+        return nullptr;
+    st->scratch[slot] = p;
+    st->scratch_bytes[slot] = bytes;
+    c->bytes_in_use += bytes;
+    if (c->bytes_in_use > c->peak_bytes)
+        c->peak_bytes = c->bytes_in_use;
+    return p;
 }
 
 static void *cuda_host_alloc(kn_ctx *c, size_t bytes)

@@ -7,78 +7,15 @@
  * quiet; fp16 narrowing is IEEE binary16 round-to-nearest-even with
  * overflow to inf and subnormals kept, NaN quiet with its top payload bits
  * (what x86's F16C conversion gives the CPU backend).
- * matmul16 converts the 16-bit weight to fp32 in a scratch buffer owned by
- * the context (grown to the largest weight on first use, then reused: no
- * allocation in the steady state) and runs the fp32 cuBLASLt product —
- * the CPU backend's fallback scheme. Native bf16/fp16 cuBLASLt with the
- * activations in 16 bits is the next step with the mixed-precision storage
- * of activations. */
+ * matmul16 with a 16-bit weight is a native bf16 / fp16 cuBLASLt product
+ * (tensor cores, fp32 accumulation; see the functions below); its scratch
+ * (the 16-bit copy of the activations, fp32 copies for the mixed cases) is
+ * the context's, grown on first use and then reused: no allocation after
+ * the first step. */
 #include "kn_cuda.cuh"
+#include "kn_cuda16.cuh"
 
 namespace KN_NS {
-
-__device__ __forceinline__ uint32_t f_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-__device__ __forceinline__ float bits_f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-__device__ __forceinline__ uint16_t to_bf16(float f)
-{
-    uint32_t u = f_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-__device__ __forceinline__ float from_bf16(uint16_t h) { return bits_f((uint32_t)h << 16); }
-
-__device__ __forceinline__ uint16_t to_f16(float f)
-{
-    uint32_t u = f_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) /* NaN: quiet, top payload bits kept */
-        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-    if (a >= 0x477ff000u) /* >= 65520 rounds to inf */
-        return (uint16_t)(sign | 0x7c00u);
-    if (a >= 0x38800000u) { /* normal: rebias the exponent, round to even */
-        uint32_t r = a - 0x38000000u;
-        r += 0xfffu + ((r >> 13) & 1u);
-        return (uint16_t)(sign | (r >> 13));
-    }
-    if (a <= 0x33000000u) /* at most 2^-25: ties to even, i.e. to 0 */
-        return (uint16_t)sign;
-    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-    int shift = 126 - (int)e; /* 14..24: units of 2^-24 */
-    uint32_t res = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (res & 1u)))
-        res++;
-    return (uint16_t)(sign | res);
-}
-__device__ __forceinline__ float from_f16(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1f)
-        return bits_f(s | 0x7f800000u | (m << 13));
-    if (e)
-        return bits_f(s | ((e + 112) << 23) | (m << 13));
-    float f = (float)m * 5.9604644775390625e-8f; /* 2^-24 */
-    return s ? -f : f;
-}
-
-__device__ __forceinline__ float load_as_f32(const void *p, int dt, size_t i)
-{
-    if (dt == KN_F32)
-        return ((const float *)p)[i];
-    uint16_t h = ((const uint16_t *)p)[i];
-    return dt == KN_BF16 ? from_bf16(h) : from_f16(h);
-}
 
 __global__ void k_convert(void *dst, int ddt, const void *src, int sdt, size_t n)
 {
@@ -129,27 +66,13 @@ void cuda_round(kn_ctx *c, float *x, size_t n, kn_dtype dt)
     KN_LAUNCH(k_round, kn_blocks(n, 256), 256, 0, c, x, n, (int)dt);
 }
 
-/* The context's fp32 copy of a 16-bit weight (grown, never shrunk). */
+/* The context's fp32 copy of a 16-bit weight (scratch slot W32). */
 static float *weight_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
 {
-    cuda_state *st = kn_cuda_st(c);
-    if (st->scratch_bytes < n * sizeof(float)) {
-        if (st->scratch)
-            cudaFree(st->scratch);
-        c->bytes_in_use -= st->scratch_bytes; /* device memory in use (kn_bytes_in_use) */
-        st->scratch = nullptr;
-        st->scratch_bytes = 0;
-        void *p = nullptr;
-        if (kn_cuda_ok(c, cudaMalloc(&p, n * sizeof(float)), "matmul16 scratch"))
-            return nullptr;
-        st->scratch = p;
-        st->scratch_bytes = n * sizeof(float);
-        c->bytes_in_use += st->scratch_bytes;
-        if (c->bytes_in_use > c->peak_bytes)
-            c->peak_bytes = c->bytes_in_use;
-    }
-    cuda_convert(c, st->scratch, KN_F32, w, dt, n);
-    return (float *)st->scratch;
+    float *p = (float *)kn_cuda_scratch(c, KN_SCRATCH_W32, n * sizeof(float));
+    if (p)
+        cuda_convert(c, p, KN_F32, w, dt, n);
+    return p;
 }
 
 /* ---- fp32 masters as bf16 hi + 16-bit lo (kn_master_split / join) ---- */
@@ -228,15 +151,33 @@ void cuda_adamw_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *g, flo
               omb1, omb2, step, bc2_sqrt, eps);
 }
 
-/* 16-bit activations (out_dt / dout_dt, issue 10's typed ops): the
- * baseline goes through a temporary fp32 tensor (allocated per call and
- * freed, which synchronises); native 16-bit cuBLASLt outputs are the
- * tuning step. */
+/* x[n] (fp32 holding values dt represents, as the engine guarantees) as dt
+ * in scratch slot X16: exact, so the 16-bit product is the fp32 one up to
+ * summation order. */
+static const void *acts_16(kn_ctx *c, kn_dtype dt, const float *x, size_t n)
+{
+    void *p = kn_cuda_scratch(c, KN_SCRATCH_X16, n * 2);
+    if (p)
+        cuda_convert(c, p, dt, x, KN_F32, n);
+    return p;
+}
+
+/* matmul16 with a 16-bit weight runs on the tensor cores: A = w and B = x
+ * (converted to dt) in dt, fp32 accumulation, the result written directly
+ * in out_dt (fp32, or rounded to dt by cuBLASLt's epilogue) with the fp32
+ * bias fused in the epilogue. The one mixed case -- an fp32 weight with a
+ * 16-bit result -- computes in fp32 scratch and converts. */
 void cuda_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const float *x,
                        const void *w, const float *bias, int N, int K, int M)
 {
     if (N <= 0 || M <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, out_dt, "matmul16 out"))
         return;
+    if (dt != KN_F32 && (out_dt == KN_F32 || out_dt == dt)) {
+        const void *x16 = acts_16(c, dt, x, (size_t)N * K);
+        if (x16)
+            kn_cuda_gemm(c, out, out_dt, w, x16, dt, bias, M, N, K, 1, 0, K, K, M, 0.0f);
+        return;
+    }
     const float *wf = dt == KN_F32 ? (const float *)w : weight_f32(c, dt, w, (size_t)M * K);
     if (!wf)
         return;
@@ -244,33 +185,48 @@ void cuda_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const
         cuda_matmul_fwd(c, (float *)out, x, wf, bias, N, K, M);
         return;
     }
-    float *o32 = nullptr;
-    if (kn_cuda_ok(c, cudaMalloc((void **)&o32, (size_t)N * M * sizeof(float)), "matmul16 fp32 out"))
+    float *o32 = (float *)kn_cuda_scratch(c, KN_SCRATCH_O32, (size_t)N * M * sizeof(float));
+    if (!o32)
         return;
     cuda_matmul_fwd(c, o32, x, wf, bias, N, K, M);
     cuda_convert(c, out, out_dt, o32, KN_F32, (size_t)N * M);
-    kn_cuda_ok(c, cudaFree(o32), "matmul16 fp32 out");
 }
 
+/* Backward with a 16-bit weight and a gradient of the same type: both
+ * products on the tensor cores into the fp32 gradients (beta = 1, the
+ * accumulate convention): dx^T += w^T dout^T, dw^T += x16^T dout; dbias is
+ * a column sum read in dt. Other combinations widen what is 16-bit into
+ * fp32 scratch and run the fp32 products. */
 void cuda_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float *dw, float *dbias,
                        const void *dout, const float *x, const void *w, int N, int K, int M)
 {
     if (N <= 0 || M <= 0 || K <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, dout_dt, "matmul16 dout"))
         return;
-    const float *wf = dt == KN_F32 || !dx ? (const float *)w
-                                          : weight_f32(c, dt, w, (size_t)M * K);
-    if (!wf)
-        return;
-    if (dout_dt == KN_F32) {
-        cuda_matmul_bwd(c, dx, dw, dbias, (const float *)dout, x, wf, N, K, M);
+    if (dt != KN_F32 && dout_dt == dt) {
+        if (dx)
+            kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, K, N, M, 0, 0, K, M, K, 1.0f);
+        if (dw) {
+            const void *x16 = acts_16(c, dt, x, (size_t)N * K);
+            if (!x16)
+                return;
+            kn_cuda_gemm(c, dw, KN_F32, x16, dout, dt, nullptr, K, M, N, 0, 1, K, M, K, 1.0f);
+        }
+        if (dbias)
+            kn_cuda_colsum_acc(c, dbias, dout, dt, N, M);
         return;
     }
-    float *g32 = nullptr;
-    if (kn_cuda_ok(c, cudaMalloc((void **)&g32, (size_t)N * M * sizeof(float)), "matmul16 fp32 dout"))
+    const float *wf = dt == KN_F32 || !dx ? (const float *)w : weight_f32(c, dt, w, (size_t)M * K);
+    if (!wf)
         return;
-    cuda_convert(c, g32, KN_F32, dout, dout_dt, (size_t)N * M);
-    cuda_matmul_bwd(c, dx, dw, dbias, g32, x, wf, N, K, M);
-    kn_cuda_ok(c, cudaFree(g32), "matmul16 fp32 dout");
+    const float *g = (const float *)dout;
+    if (dout_dt != KN_F32) {
+        float *g32 = (float *)kn_cuda_scratch(c, KN_SCRATCH_O32, (size_t)N * M * sizeof(float));
+        if (!g32)
+            return;
+        cuda_convert(c, g32, KN_F32, dout, dout_dt, (size_t)N * M);
+        g = g32;
+    }
+    cuda_matmul_bwd(c, dx, dw, dbias, g, x, wf, N, K, M);
 }
 
 } // namespace KN_NS

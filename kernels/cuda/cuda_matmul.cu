@@ -8,18 +8,26 @@
  * (beta = 1 gives the accumulate convention). dbias is a column sum of
  * dout, one thread per column, rows in order (deterministic).
  * Compute is CUBLAS_COMPUTE_32F: true fp32, no TF32, so fp32 results are
- * comparable with the CPU's sgemm. The algorithm of each (shape,
- * transposes, epilogue) is asked of the heuristic once and cached in the
- * context with its descriptors; the steady state calls only cublasLtMatmul.
+ * comparable with the CPU's sgemm. kn_cuda_gemm also takes bf16 / fp16 A
+ * and B (the tensor-core path of matmul16, cuda_convert.cu) with an fp32 or
+ * same-type D, still with fp32 accumulation; the bias stays fp32. The
+ * algorithm of each (shape, transposes, epilogue, types, pointer alignment)
+ * is asked of the heuristic once and cached in the context with its
+ * descriptors; the steady state calls only cublasLtMatmul. The alignment
+ * (the largest power of two, up to 256, dividing every pointer) is part of
+ * the key and told to the heuristic, because the engine passes views into
+ * its arenas and cuBLASLt otherwise assumes 256-byte aligned operands.
  * Under cuda-emu the same calls go to a CPU reference (emu_cublaslt.cpp). */
 #include "kn_cuda.cuh"
+#include "kn_cuda16.cuh"
 
 #include <stdlib.h>
 
 namespace KN_NS {
 
 struct cuda_gemm_plan {
-    int m, n, k, ta, tb, bias, lda, ldb, ldd;
+    int m, n, k, ta, tb, bias, lda, ldb, ldd, dt_ab, dt_d;
+    unsigned align;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
@@ -47,15 +55,28 @@ static int lt_ok(kn_ctx *c, cublasStatus_t s, const char *what)
     return 0;
 }
 
+static cudaDataType_t lt_type(int dt)
+{
+    return dt == KN_BF16 ? CUDA_R_16BF : dt == KN_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* The largest power of two (at most 256) dividing every given address. */
+static unsigned ptr_align(const void *a, const void *b, const void *d, const void *bias)
+{
+    uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)bias | 256u;
+    return (unsigned)(u & (~u + 1));
+}
+
 /* Finds or builds the plan for D[m,n] = op(A) op(B) (column-major). */
 static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb, int bias,
-                                 int lda, int ldb, int ldd)
+                                 int lda, int ldb, int ldd, int dt_ab, int dt_d, unsigned align)
 {
     cuda_state *st = kn_cuda_st(c);
     for (int i = 0; i < st->n_plans; i++) {
         cuda_gemm_plan *p = &st->plans[i];
         if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->bias == bias &&
-            p->lda == lda && p->ldb == ldb && p->ldd == ldd)
+            p->lda == lda && p->ldb == ldb && p->ldd == ldd && p->dt_ab == dt_ab && p->dt_d == dt_d &&
+            p->align == align)
             return p;
     }
     if (st->n_plans == st->cap_plans) {
@@ -68,7 +89,10 @@ static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb,
         st->plans = (cuda_gemm_plan *)np;
         st->cap_plans = cap;
     }
-    cuda_gemm_plan p = {m, n, k, ta, tb, bias, lda, ldb, ldd, nullptr, nullptr, nullptr, nullptr, {}};
+    cuda_gemm_plan p = {m,     n,     k,        ta,   tb,      bias,    lda, ldb,
+                        ldd,   dt_ab, dt_d,     align, nullptr, nullptr, nullptr, nullptr, {}};
+    cudaDataType_t tab = lt_type(dt_ab), td = lt_type(dt_d);
+    int32_t bias_type = CUDA_R_32F;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     uint64_t ws = st->lt_ws_bytes;
@@ -82,21 +106,37 @@ static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb,
                                                      sizeof opb), "transb") &&
              lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                      sizeof epi), "epilogue") &&
-             lt_ok(c, cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, ta ? k : m, ta ? m : k, lda),
+             (!bias || td == CUDA_R_32F ||
+              lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                      &bias_type, sizeof bias_type), "bias type")) &&
+             lt_ok(c, cublasLtMatrixLayoutCreate(&p.a, tab, ta ? k : m, ta ? m : k, lda),
                    "layout A") &&
-             lt_ok(c, cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb),
+             lt_ok(c, cublasLtMatrixLayoutCreate(&p.b, tab, tb ? n : k, tb ? k : n, ldb),
                    "layout B") &&
-             lt_ok(c, cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, m, n, ldd), "layout D") &&
+             lt_ok(c, cublasLtMatrixLayoutCreate(&p.d, td, m, n, ldd), "layout D") &&
              lt_ok(c, cublasLtMatmulPreferenceCreate(&pref), "preference") &&
              lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
                           pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
                    "workspace preference") &&
+             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
+                          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof align),
+                   "alignment A") &&
+             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
+                          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof align),
+                   "alignment B") &&
+             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
+                          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof align),
+                   "alignment C") &&
+             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
+                          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof align),
+                   "alignment D") &&
              lt_ok(c, cublasLtMatmulAlgoGetHeuristic(st->lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &h,
                                                      &got), "heuristic");
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
     if (ok && got < 1) {
-        kn_fail(c, TY_EIO, "cuBLASLt has no algorithm for %dx%dx%d", m, n, k);
+        kn_fail(c, TY_EIO, "cuBLASLt has no algorithm for %dx%dx%d (%s operands, %s result)", m, n, k,
+                kn_dtype_name((kn_dtype)dt_ab), kn_dtype_name((kn_dtype)dt_d));
         ok = 0;
     }
     if (!ok) {
@@ -115,12 +155,13 @@ static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb,
     return &st->plans[st->n_plans++];
 }
 
-/* D[m,n] (ld ldd) = op(A) op(B) + beta D (+ bias[m]), column-major. */
-static void gemm(kn_ctx *c, float *D, const float *A, const float *B, const float *bias, int m,
-                 int n, int k, int ta, int tb, int lda, int ldb, int ldd, float beta)
+void kn_cuda_gemm(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab,
+                  const float *bias, int m, int n, int k, int ta, int tb, int lda, int ldb, int ldd,
+                  float beta)
 {
     cuda_state *st = kn_cuda_st(c);
-    cuda_gemm_plan *p = gemm_plan(c, m, n, k, ta, tb, bias != nullptr, lda, ldb, ldd);
+    cuda_gemm_plan *p = gemm_plan(c, m, n, k, ta, tb, bias != nullptr, lda, ldb, ldd, dt_ab, dt_d,
+                                  ptr_align(A, B, D, bias));
     if (!p)
         return;
     if (bias && !lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -131,15 +172,29 @@ static void gemm(kn_ctx *c, float *D, const float *A, const float *B, const floa
                             &p->algo, st->lt_ws, st->lt_ws_bytes, st->stream), "matmul");
 }
 
-__global__ void k_colsum_acc(float *dbias, const float *dout, int N, int M)
+/* The fp32 product (kn_matmul_*). */
+static void gemm(kn_ctx *c, float *D, const float *A, const float *B, const float *bias, int m,
+                 int n, int k, int ta, int tb, int lda, int ldb, int ldd, float beta)
+{
+    kn_cuda_gemm(c, D, KN_F32, A, B, KN_F32, bias, m, n, k, ta, tb, lda, ldb, ldd, beta);
+}
+
+/* dbias[M] += column sums of dout[N,M] (fp32 or 16-bit), one thread per
+ * column walking the rows in order: deterministic, no atomics. */
+__global__ void k_colsum_acc(float *dbias, const void *dout, int dt, int N, int M)
 {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= M)
         return;
     float s = 0;
     for (int n = 0; n < N; n++)
-        s += dout[(size_t)n * M + col];
+        s += load_as_f32(dout, dt, (size_t)n * M + col);
     dbias[col] += s;
+}
+
+void kn_cuda_colsum_acc(kn_ctx *c, float *dbias, const void *dout, int dt, int N, int M)
+{
+    KN_LAUNCH(k_colsum_acc, kn_blocks((size_t)M, 128), 128, 0, c, dbias, dout, dt, N, M);
 }
 
 void cuda_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias,
@@ -160,7 +215,7 @@ void cuda_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float 
     if (dw) /* dw^T[K,M] += x^T[K,N] (dout^T)^T[N,M]: B = dout as M x N col-major, transposed */
         gemm(c, dw, x, dout, nullptr, K, M, N, 0, 1, K, M, K, 1.0f);
     if (dbias)
-        KN_LAUNCH(k_colsum_acc, kn_blocks((size_t)M, 128), 128, 0, c, dbias, dout, N, M);
+        kn_cuda_colsum_acc(c, dbias, dout, KN_F32, N, M);
 }
 
 } // namespace KN_NS

@@ -43,6 +43,12 @@ extern "C" {
 #endif
 namespace KN_NS {
 
+/* Context scratch slots (kn_cuda_scratch). */
+enum { KN_SCRATCH_W32 = 0, /* fp32 copy of a 16-bit weight (matmul16, fp32 dout) */
+       KN_SCRATCH_X16,     /* 16-bit copy of fp32 activations (native matmul16) */
+       KN_SCRATCH_O32,     /* fp32 result / gradient of the mixed cases of matmul16 */
+       KN_SCRATCH_SLOTS };
+
 /* Per-context state (ctx->impl). */
 typedef struct cuda_state {
     cudaStream_t stream;
@@ -52,8 +58,8 @@ typedef struct cuda_state {
     double *red;                  /* reduction partials + result, allocated once */
     struct cuda_gemm_plan *plans; /* cuda_matmul.cu: algorithms cached per shape */
     int n_plans, cap_plans;
-    void *scratch;                /* cuda_convert.cu: fp32 copy of a 16-bit weight */
-    size_t scratch_bytes;
+    void *scratch[KN_SCRATCH_SLOTS]; /* kn_cuda_scratch: grown, never shrunk */
+    size_t scratch_bytes[KN_SCRATCH_SLOTS];
     int cc_major, cc_minor;
 } cuda_state;
 
@@ -156,6 +162,21 @@ KN_OPS(KN_CUDA_PROTO)
 
 /* cuda_matmul.cu: releases the cached plans (cuda_backend.cu's close). */
 void kn_cuda_gemm_plans_free(cuda_state *st);
+
+/* cuda_backend.cu: the context's scratch slot, at least `bytes` long. It
+ * grows on the first call that needs more (the first step, for the
+ * engine) and is never shrunk, so a training loop allocates nothing after
+ * its first step; its bytes count as device memory in use. NULL (and a
+ * context error) when the device is out of memory. */
+void *kn_cuda_scratch(kn_ctx *c, int slot, size_t bytes);
+
+/* cuda_matmul.cu: D[m,n] (ld ldd, type dt_d, C = D) = op(A) op(B) + beta D
+ * (+ bias[m], fp32), column-major, A and B of type dt_ab; fp32 compute. */
+void kn_cuda_gemm(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab,
+                  const float *bias, int m, int n, int k, int ta, int tb, int lda, int ldb, int ldd,
+                  float beta);
+/* cuda_matmul.cu: dbias[M] += column sums of dout[N,M] of type dt. */
+void kn_cuda_colsum_acc(kn_ctx *c, float *dbias, const void *dout, int dt, int N, int M);
 
 } // namespace KN_NS
 

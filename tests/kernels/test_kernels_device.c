@@ -120,6 +120,18 @@ static void cmp(pair *p, const char *what, buf b, double rtol, double atol)
     free(y);
 }
 
+/* cmp for a tensor of n values stored as dt (widened to fp32 on each side
+ * first). Tolerances for 16-bit results: the two sides round fp32 values
+ * summed in different orders, so one unit in the last place of dt (2^-8
+ * relative for bf16, 2^-11 for fp16) may differ. */
+static void cmp16(pair *p, const char *what, buf b, size_t n, kn_dtype dt, double rtol, double atol)
+{
+    buf w = bzeros(p, n * sizeof(float));
+    kn_convert(p->cpu, w.cpu, KN_F32, b.cpu, dt, n);
+    kn_convert(p->dev, w.dev, KN_F32, b.dev, dt, n);
+    cmp(p, what, w, rtol, atol);
+}
+
 static void cmp_bytes(pair *p, const char *what, buf b)
 {
     ctx_ok(p, what);
@@ -470,6 +482,29 @@ static void t_crossentropy(pair *p)
     kn_crossentropy_fwd_bwd(p->cpu, KN_F32, NULL, F(l, cpu), F(l, cpu), tg.cpu, N, V, 0.5f);
     kn_crossentropy_fwd_bwd(p->dev, KN_F32, NULL, F(l, dev), F(l, dev), tg.dev, N, V, 0.5f);
     cmp(p, "crossentropy_fwd_bwd.inplace", l, 1e-5, 1e-6);
+    /* 16-bit logits and dlogits (the engine's bf16 / fp16 runs), read and
+     * written in place as 16 bits; losses in fp32. */
+    const kn_dtype dts[2] = {KN_BF16, KN_F16};
+    for (int k = 0; k < 2; k++) {
+        char what[64];
+        buf l32 = brand(p, (size_t)N * V, 8), l16 = bzeros(p, (size_t)N * V * 2);
+        buf g16 = bzeros(p, (size_t)N * V * 2);
+        kn_convert(p->cpu, l16.cpu, dts[k], l32.cpu, KN_F32, (size_t)N * V);
+        kn_convert(p->dev, l16.dev, dts[k], l32.dev, KN_F32, (size_t)N * V);
+        double r16 = dts[k] == KN_BF16 ? 8e-3 : 1e-3;
+        kn_crossentropy_fwd(p->cpu, dts[k], F(loss, cpu), l16.cpu, tg.cpu, N, V);
+        kn_crossentropy_fwd(p->dev, dts[k], F(loss, dev), l16.dev, tg.dev, N, V);
+        snprintf(what, sizeof what, "crossentropy_fwd.%s", kn_dtype_name(dts[k]));
+        cmp(p, what, loss, 1e-5, 1e-6);
+        kn_crossentropy_fwd_bwd(p->cpu, dts[k], F(loss, cpu), g16.cpu, l16.cpu, tg.cpu, N, V, 1.0f / 22);
+        kn_crossentropy_fwd_bwd(p->dev, dts[k], F(loss, dev), g16.dev, l16.dev, tg.dev, N, V, 1.0f / 22);
+        snprintf(what, sizeof what, "crossentropy_fwd_bwd.%s.dlogits", kn_dtype_name(dts[k]));
+        cmp16(p, what, g16, (size_t)N * V, dts[k], r16, 1e-3);
+        kn_crossentropy_fwd_bwd(p->cpu, dts[k], NULL, l16.cpu, l16.cpu, tg.cpu, N, V, 0.5f);
+        kn_crossentropy_fwd_bwd(p->dev, dts[k], NULL, l16.dev, l16.dev, tg.dev, N, V, 0.5f);
+        snprintf(what, sizeof what, "crossentropy_fwd_bwd.%s.inplace", kn_dtype_name(dts[k]));
+        cmp16(p, what, l16, (size_t)N * V, dts[k], r16, 1e-3);
+    }
     /* An out-of-range target is NaN on both. */
     t[0] = V;
     kn_to_device(p->cpu, tg.cpu, t, N * sizeof *t);
@@ -546,6 +581,44 @@ static void t_convert(pair *p)
         cmp(p, "matmul16_bwd.dw", dw, 1e-5, 1e-6);
         cmp(p, "matmul16_bwd.dbias", db, 1e-5, 1e-6);
     }
+    /* The native 16-bit path end to end: 16-bit result (rounded by the
+     * epilogue, bias fused) and 16-bit dout into fp32 gradients, at odd
+     * shapes (K = 80, a head dim; M = 1001, a vocabulary not a multiple of
+     * 64) and without bias. */
+    const int shapes[3][3] = {{19, 37, 23}, {21 * g_scale, 80, 1001}, {3, 128, 64}};
+    for (int k = 0; k < 2; k++)
+        for (int sh = 0; sh < 3; sh++) {
+            int n = shapes[sh][0], kk = shapes[sh][1], m = shapes[sh][2], has_bias = sh != 2;
+            char what[80];
+            const char *nm = kn_dtype_name(dts[k]);
+            double r16 = dts[k] == KN_BF16 ? 8e-3 : 1e-3;
+            buf xw = brand(p, (size_t)n * kk, 1), w32 = brand(p, (size_t)m * kk, 1), bias = brand(p, m, 1);
+            kn_round(p->cpu, F(xw, cpu), (size_t)n * kk, dts[k]);
+            kn_round(p->dev, F(xw, dev), (size_t)n * kk, dts[k]);
+            buf w = bzeros(p, (size_t)m * kk * 2), o16 = bzeros(p, (size_t)n * m * 2);
+            kn_convert(p->cpu, w.cpu, dts[k], w32.cpu, KN_F32, (size_t)m * kk);
+            kn_convert(p->dev, w.dev, dts[k], w32.dev, KN_F32, (size_t)m * kk);
+            kn_matmul16_fwd(p->cpu, dts[k], dts[k], o16.cpu, F(xw, cpu), w.cpu, has_bias ? F(bias, cpu) : NULL, n,
+                            kk, m);
+            kn_matmul16_fwd(p->dev, dts[k], dts[k], o16.dev, F(xw, dev), w.dev, has_bias ? F(bias, dev) : NULL, n,
+                            kk, m);
+            snprintf(what, sizeof what, "matmul16_fwd.%s_out.%dx%dx%d", nm, n, kk, m);
+            cmp16(p, what, o16, (size_t)n * m, dts[k], r16, 1e-3);
+            buf d32 = brand(p, (size_t)n * m, 1), d16 = bzeros(p, (size_t)n * m * 2);
+            kn_convert(p->cpu, d16.cpu, dts[k], d32.cpu, KN_F32, (size_t)n * m);
+            kn_convert(p->dev, d16.dev, dts[k], d32.dev, KN_F32, (size_t)n * m);
+            buf dx = brand(p, (size_t)n * kk, 1), dw = brand(p, (size_t)m * kk, 1), db = brand(p, m, 1);
+            kn_matmul16_bwd(p->cpu, dts[k], dts[k], F(dx, cpu), F(dw, cpu), F(db, cpu), d16.cpu, F(xw, cpu), w.cpu,
+                            n, kk, m);
+            kn_matmul16_bwd(p->dev, dts[k], dts[k], F(dx, dev), F(dw, dev), F(db, dev), d16.dev, F(xw, dev), w.dev,
+                            n, kk, m);
+            snprintf(what, sizeof what, "matmul16_bwd.%s_dout.dx", nm);
+            cmp(p, what, dx, 1e-5, 1e-6);
+            snprintf(what, sizeof what, "matmul16_bwd.%s_dout.dw", nm);
+            cmp(p, what, dw, 1e-5, 1e-6);
+            snprintf(what, sizeof what, "matmul16_bwd.%s_dout.dbias", nm);
+            cmp(p, what, db, 1e-5, 1e-6);
+        }
 }
 
 static void t_context(pair *p)

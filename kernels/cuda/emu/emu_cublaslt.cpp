@@ -7,6 +7,14 @@
 
 #include <cblas.h>
 #include <cstdlib>
+#include <vector>
+
+#include "../kn_cuda16.cuh" /* the same bf16 / fp16 rounding as the kernels */
+
+using kn_cuda_emu_ns::from_bf16;
+using kn_cuda_emu_ns::from_f16;
+using kn_cuda_emu_ns::to_bf16;
+using kn_cuda_emu_ns::to_f16;
 
 struct emu_lt {
     int unused;
@@ -27,7 +35,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
 {
     if (ct != CUBLAS_COMPUTE_32F || st != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    *d = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr};
+    *d = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
@@ -60,13 +68,18 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
             return CUBLAS_STATUS_INVALID_VALUE;
         d->bias = *(const void *const *)buf;
         return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        if (size != sizeof(int32_t))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        d->bias_type = *(const int32_t *)buf;
+        return d->bias_type == CUDA_R_32F ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t t,
                                           uint64_t rows, uint64_t cols, int64_t ld)
 {
-    if (t != CUDA_R_32F)
+    if (t != CUDA_R_32F && t != CUDA_R_16BF && t != CUDA_R_16F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (ld < (int64_t)rows || ld < 1)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -92,10 +105,27 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
                                                     cublasLtMatmulPreferenceAttributes_t a,
                                                     const void *buf, size_t size)
 {
+    if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+        return size == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
     if (a != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof(uint64_t))
         return CUBLAS_STATUS_INVALID_VALUE;
     p->ws = *(const uint64_t *)buf;
     return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The fp32 copy of a (possibly 16-bit) column-major matrix, ld kept. */
+static void widen(std::vector<float> &out, const void *p, const emu_lt_layout *l)
+{
+    size_t n = l->cols ? (size_t)(l->cols - 1) * (size_t)l->ld + l->rows : 0;
+    out.resize(n ? n : 1);
+    for (size_t i = 0; i < n; i++) {
+        if (l->type == CUDA_R_32F) {
+            out[i] = ((const float *)p)[i];
+            continue;
+        }
+        uint16_t h = ((const uint16_t *)p)[i];
+        out[i] = l->type == CUDA_R_16BF ? from_bf16(h) : from_f16(h);
+    }
 }
 
 /* The op(X) shape a layout describes. */
@@ -115,6 +145,12 @@ static cublasStatus_t check_shapes(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_
     if (ac != br || c->rows != ar || c->cols != bc || dl->rows != ar || dl->cols != bc ||
         c->ld != dl->ld)
         return CUBLAS_STATUS_INVALID_VALUE;
+    /* The type combinations cuBLASLt's COMPUTE_32F offers and we model. */
+    if (a->type != b->type || c->type != dl->type ||
+        (dl->type != CUDA_R_32F && dl->type != a->type))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_type != CUDA_R_32F && dl->type != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED; /* a 16-bit bias is not modelled */
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -156,7 +192,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     op_shape(Al, d->ta, &m, &k);
     op_shape(Bl, d->tb, &kb, &n);
     float al = *(const float *)alpha, be = *(const float *)beta;
+    /* 16-bit operands are widened into fp32 copies (exact), the result is
+     * computed in fp32 and, for a 16-bit D, rounded back at the end. */
+    std::vector<float> a32, b32, d32;
+    if (Al->type != CUDA_R_32F) {
+        widen(a32, A, Al);
+        widen(b32, B, Bl);
+        A = a32.data();
+        B = b32.data();
+    }
     float *out = (float *)D;
+    if (Dl->type != CUDA_R_32F) {
+        widen(d32, D, Dl);
+        out = d32.data();
+    }
     if (m && n) {
         if (k)
             cblas_sgemm(CblasColMajor, d->ta == CUBLAS_OP_T ? CblasTrans : CblasNoTrans,
@@ -173,6 +222,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t i = 0; i < m; i++)
                 out[j * Dl->ld + i] += bias[i];
+    }
+    if (Dl->type != CUDA_R_32F) {
+        uint16_t *d16 = (uint16_t *)D;
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) {
+                float v = out[j * Dl->ld + i];
+                d16[j * Dl->ld + i] = Dl->type == CUDA_R_16BF ? to_bf16(v) : to_f16(v);
+            }
     }
     return CUBLAS_STATUS_SUCCESS;
 }

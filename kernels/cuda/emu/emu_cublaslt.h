@@ -3,9 +3,13 @@
  * Test-only, like cuda_emu.h. Same names and argument order as the real
  * library, so cuda_matmul.cu has one source; cublasLtMatmul is routed to
  * OpenBLAS's column-major sgemm (the CPU reference), with the bias
- * epilogue applied after it. Only fp32 (CUDA_R_32F, CUBLAS_COMPUTE_32F)
- * is accepted: anything else is CUBLAS_STATUS_NOT_SUPPORTED, so a kernel
- * that asks for more than the emulation models fails loudly. */
+ * epilogue applied after it. Compute is CUBLAS_COMPUTE_32F; A and B are
+ * fp32 or both bf16 / fp16 (widened exactly to fp32 for sgemm: a product
+ * of 16-bit values is exact in fp32, so only the summation order differs
+ * from a GPU's tensor cores), C/D fp32 or, with 16-bit A/B, of their type
+ * (the fp32 result rounded to nearest-even, as cuBLASLt's epilogue
+ * does); the bias fp32. Anything else is CUBLAS_STATUS_NOT_SUPPORTED, so a
+ * kernel that asks for more than the emulation models fails loudly. */
 #ifndef TY_EMU_CUBLASLT_H
 #define TY_EMU_CUBLASLT_H
 
@@ -18,15 +22,21 @@ typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4,
-               CUBLASLT_MATMUL_DESC_EPILOGUE = 7, CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 }
+               CUBLASLT_MATMUL_DESC_EPILOGUE = 7, CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+               CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26 }
     cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8 } cublasLtMatmulPreferenceAttributes_t;
 
 typedef struct emu_lt *cublasLtHandle_t;
 typedef struct emu_lt_desc {
     cublasOperation_t ta, tb;
     cublasLtEpilogue_t epi;
     const void *bias;
+    int bias_type; /* -1: D's type (cuBLASLt's default) */
 } *cublasLtMatmulDesc_t;
 typedef struct emu_lt_layout {
     cudaDataType_t type;
