@@ -55,6 +55,7 @@ const char *ty_err_name(int code)
     case TY_EAUTH: return "unauthorized";
     case TY_ETOOBIG: return "too_large";
     case TY_ENOSPC: return "no_space";
+    case TY_ESPEC: return "invalid_spec";
     default: return "internal";
     }
 }

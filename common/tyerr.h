@@ -21,6 +21,7 @@ enum {
     TY_ETOOBIG = -8,
     TY_EINTERNAL = -9,
     TY_ENOSPC = -10,  /* no space left on a disk (a state that passes) */
+    TY_ESPEC = -11,   /* a valid job spec this program cannot run as written (the engine's exit 2) */
 };
 
 typedef struct ty_err {

@@ -83,6 +83,10 @@ typedef struct run {
     ty_scaler sc;
     int stop;              /* the stop all ranks agreed on after the last step */
     zero1 zero;            /* resources.zero 1: this rank's moments (zero.h) */
+    model_config cfg;      /* set-up: read by step_config, given to the model by step_model */
+    int have_cfg;
+    int vocab;             /* the model's vocabulary size */
+    int64_t epoch0, cursor0; /* set-up: where the data resumes */
 } run;
 
 static int fail(const char *prefix, const ty_err *e)
@@ -92,14 +96,17 @@ static int fail(const char *prefix, const ty_err *e)
     else snprintf(msg, sizeof msg, "%s", e->msg);
     ev_log("error: %s", msg);
     ev_error(msg);
-    return e->code == TY_EINVAL && prefix && !strcmp(prefix, "spec") ? TRAIN_BAD_SPEC : TRAIN_FAILED;
+    /* The exit status comes from the code: a spec this engine cannot run
+     * is 2 (TY_ESPEC), anything else a failure. */
+    return e->code == TY_ESPEC ? TRAIN_BAD_SPEC : TRAIN_FAILED;
 }
 
-static int bad_spec(const char *msg)
+/* Puts "prefix: " before err's message, with the given code. */
+static int prefixed(ty_err *err, int code, const char *prefix)
 {
-    ev_log("error: %s", msg);
-    ev_error(msg);
-    return TRAIN_BAD_SPEC;
+    char m[sizeof err->msg];
+    snprintf(m, sizeof m, "%s", err->msg);
+    return ty_err_set(err, code, "%s: %s", prefix, m);
 }
 
 static uint64_t peak_mem_bytes(run *r) { return device_mem_bytes(r->kn); }
@@ -574,6 +581,7 @@ static int setup_lora(run *r, ty_err *err)
     const jobspec *s = &r->spec;
     int rc = lora_create(&r->lora, &r->m, s->lora_r, s->lora_alpha, s->lora_dropout, s->targets, s->n_targets, err);
     r->have_lora = 1; /* lora_free copes with a partial one */
+    if (rc == TY_EINVAL) err->code = rc = TY_ESPEC; /* r, dropout or targets the model cannot take */
     if (rc) return rc;
     r->lora.seed = s->seed;
     r->m.lora = &r->lora;
@@ -588,12 +596,13 @@ static int setup_lora(run *r, ty_err *err)
     json_t *ac = NULL;
     ty_err ae = {0};
     rc = ty_read_json(path, TY_EINVAL, &ac, &ae);
-    if (rc && rc != TY_ENOENT) return ty_err_field(err, rc, "lora.adapter", "lora.adapter: %s", ae.msg);
+    if (rc && rc != TY_ENOENT)
+        return ty_err_field(err, rc == TY_EINVAL ? TY_ESPEC : rc, "lora.adapter", "lora.adapter: %s", ae.msg);
     rc = 0;
     if (ac) {
         json_t *jr = json_object_get(ac, "r"), *ja = json_object_get(ac, "lora_alpha");
         if (json_is_integer(jr) && json_integer_value(jr) != s->lora_r) {
-            rc = ty_err_field(err, TY_EINVAL, "lora.r", "lora.adapter: %s has r = %lld but lora.r is %d", path,
+            rc = ty_err_field(err, TY_ESPEC, "lora.r", "lora.adapter: %s has r = %lld but lora.r is %d", path,
                               (long long)json_integer_value(jr), s->lora_r);
             json_decref(ac);
             return rc;
@@ -613,209 +622,202 @@ static int setup_lora(run *r, ty_err *err)
     return 0;
 }
 
-static int setup(run *r, int *code)
+/* ---- set-up, one step at a time ----------------------------------------
+ *
+ * Each step fills its part of the run and returns 0, or a TY_E* code with a
+ * message for the `error` event. TY_ESPEC says the spec asks for what this
+ * engine cannot do (exit 2); any other code is a failure (exit 1). */
+
+/* The spec, parsed and checked against the roots; its batch split over ranks. */
+static int step_spec(run *r, ty_err *err)
 {
-    ty_err err = {0};
-    const train_args *a = r->a;
-    if (load_spec(r, &err)) {
-        *code = TRAIN_BAD_SPEC;
-        char msg[900];
-        if (err.field[0]) snprintf(msg, sizeof msg, "spec: %s: %s", err.field, err.msg);
-        else snprintf(msg, sizeof msg, "spec: %s", err.msg);
-        ev_log("error: %s", msg);
-        ev_error(msg);
-        return -1;
+    if (load_spec(r, err)) {
+        char m[sizeof err->field + sizeof err->msg + 2];
+        if (err->field[0]) snprintf(m, sizeof m, "%s: %s", err->field, err->msg);
+        else snprintf(m, sizeof m, "%s", err->msg);
+        return ty_err_set(err, TY_ESPEC, "spec: %s", m);
     }
     const jobspec *s = &r->spec;
-    if (s->zero && s->method != METHOD_FULL) {
-        *code = bad_spec("resources.zero: ZeRO-1 shards the optimizer state of method full; LoRA's is the "
-                         "adapters' and small");
-        return -1;
-    }
-    if (a->world > 1 && ((int64_t)s->batch_size * s->grad_accum) % a->world) {
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "world size %d does not divide the global batch of hyperparameters.batch_size x grad_accum = %lld rows",
-                 a->world, (long long)s->batch_size * s->grad_accum);
-        *code = bad_spec(msg);
-        return -1;
-    }
-    model_config cfg;
+    if (s->zero && s->method != METHOD_FULL)
+        return ty_err_set(err, TY_ESPEC, "resources.zero: ZeRO-1 shards the optimizer state of method full; "
+                                         "LoRA's is the adapters' and small");
+    if (r->a->world > 1 && ((int64_t)s->batch_size * s->grad_accum) % r->a->world)
+        return ty_err_set(err, TY_ESPEC,
+                          "world size %d does not divide the global batch of hyperparameters.batch_size x "
+                          "grad_accum = %lld rows",
+                          r->a->world, (long long)s->batch_size * s->grad_accum);
+    return 0;
+}
+
+/* The model's config.json, or model.init (whose faults are the spec's). */
+static int step_config(run *r, ty_err *err)
+{
+    const jobspec *s = &r->spec;
     int rc;
-    if (s->model_path) {
-        if (strstr(s->model_path, "://")) {
-            *code = bad_spec("model.path: remote URIs must be fetched by the server before the engine starts");
-            return -1;
-        }
-        rc = hfconfig_load_dir(s->model_path, &cfg, &err);
-    } else {
-        rc = hfconfig_parse(s->model_init, "model.init", &cfg, &err);
-    }
-    if (rc) {
-        /* A bad model.init is a bad spec; a bad model directory a failure. */
-        *code = fail(NULL, &err);
-        if (!s->model_path) *code = TRAIN_BAD_SPEC;
-        return -1;
-    }
+    if (s->model_path && strstr(s->model_path, "://"))
+        return ty_err_set(err, TY_ESPEC,
+                          "model.path: remote URIs must be fetched by the server before the engine starts");
+    if (s->model_path) rc = hfconfig_load_dir(s->model_path, &r->cfg, err);
+    else if ((rc = hfconfig_parse(s->model_init, "model.init", &r->cfg, err))) err->code = rc = TY_ESPEC;
+    if (!rc) r->have_cfg = 1;
+    return rc;
+}
+
+/* What a valid spec may still ask that this engine cannot do; the precision. */
+static int step_supported(run *r, ty_err *err)
+{
+    const jobspec *s = &r->spec;
     char msg[512];
-    if (check_supported(r, &cfg, msg, sizeof msg)) {
-        hfconfig_free(&cfg);
-        *code = bad_spec(msg);
-        return -1;
-    }
+    if (check_supported(r, &r->cfg, msg, sizeof msg)) return ty_err_set(err, TY_ESPEC, "%s", msg);
     /* The same check as the server's at submit: this engine's CPU runs
      * every precision; a CUDA job needs a CUDA build. */
     jobspec_caps caps = jobspec_default_caps(device_cuda_built());
     ty_err perr = {0};
-    if (jobspec_check_precision(s, &caps, &perr)) {
-        hfconfig_free(&cfg);
-        *code = bad_spec(perr.msg);
-        return -1;
-    }
+    if (jobspec_check_precision(s, &caps, &perr)) return ty_err_set(err, TY_ESPEC, "%s", perr.msg);
     r->dt = s->precision == PREC_BF16 ? KN_BF16 : s->precision == PREC_FP16 ? KN_F16 : KN_F32;
     ty_scaler_init(&r->sc, r->dt == KN_F16);
     if (r->sc.enabled && (r->sc.interval = ty_scaler_env_interval()) != TY_SCALER_GROWTH_INTERVAL)
         ev_log("test knob TY_TEST_SCALE_GROWTH_INTERVAL: the loss scale doubles after %lld clean steps",
                (long long)r->sc.interval);
-    if ((rc = open_device(r, &err))) {
-        hfconfig_free(&cfg);
-        *code = fail("backend", &err);
-        return -1;
-    }
-    if (a->coll && kn_device_of(r->kn) != KN_CPU) {
-        hfconfig_free(&cfg);
-        snprintf(msg, sizeof msg, "world size %d on %s: multi-rank GPU training needs NCCL, which this engine does "
-                 "not have yet (CPU ranks use MPI; docs/engine.md, Ranks)", a->world, kn_device_name(r->kn));
-        *code = bad_spec(msg);
-        return -1;
-    }
-    if (device_check_precision(r->kn, r->dt, &err)) {
-        hfconfig_free(&cfg);
-        *code = bad_spec(err.msg);
-        return -1;
-    }
-    int vocab = cfg.vocab;
-    rc = model_create_ex(&r->m, &cfg, r->kn, s->method == METHOD_LORA, &err); /* takes cfg, even on failure */
-    r->have_model = 1;                          /* model_free copes with a partial model */
-    if (rc) {
-        *code = fail(NULL, &err);
-        return -1;
-    }
-    if ((rc = load_tokenizer(r, vocab, &err))) {
-        *code = fail(NULL, &err);
-        return -1;
-    }
-    if ((rc = load_data(r, s->train, vocab, &r->train, &err))) {
-        *code = fail("dataset.train", &err);
-        return -1;
-    }
-    if (s->eval && (rc = load_data(r, s->eval, vocab, &r->eval, &err))) {
-        *code = fail("dataset.eval", &err);
-        return -1;
-    }
-    if (!s->eval && s->eval_fraction > 0 && (rc = data_split(&r->train, s->eval_fraction, s->seed, &r->eval, &err))) {
-        *code = fail(NULL, &err);
-        return -1;
-    }
-    int64_t epoch = 0, cursor = 0;
-    if (a->resume) {
-        char path[4200];
-        int64_t mstep = 0;
-        snprintf(path, sizeof path, "%s/trainer_state.json", a->resume);
-        if ((rc = ckpt_verify(a->resume, &mstep, &err)) || (rc = read_trainer_state(r, path, &epoch, &cursor, &err))) {
-            *code = fail(NULL, &err);
-            return -1;
-        }
-        if (mstep != r->step) {
-            snprintf(msg, sizeof msg, "checkpoint corrupt: MANIFEST.json says step %lld, trainer_state.json %lld",
-                     (long long)mstep, (long long)r->step);
-            ev_error(msg);
-            *code = TRAIN_FAILED;
-            return -1;
-        }
-        if (s->method == METHOD_LORA) {
-            /* The frozen base comes from the spec; the adapters and their
-             * moments from the checkpoint. */
-            rc = s->model_path ? model_load_dir(&r->m, s->model_path, &err) : model_init_random(&r->m, s->seed, &err);
-            if (!rc) rc = setup_lora(r, &err);
-            snprintf(path, sizeof path, "%s/adapter_model.safetensors", a->resume);
-            if (!rc) rc = lora_load(&r->lora, path, &err);
+    return 0;
+}
+
+/* The kernel context; ranks > 1 only where there is a collective for them. */
+static int step_device(run *r, ty_err *err)
+{
+    if (open_device(r, err)) return prefixed(err, err->code == TY_ESPEC ? TY_EINVAL : err->code, "backend");
+    if (r->a->coll && kn_device_of(r->kn) != KN_CPU)
+        return ty_err_set(err, TY_ESPEC,
+                          "world size %d on %s: multi-rank GPU training needs NCCL, which this engine does "
+                          "not have yet (CPU ranks use MPI; docs/engine.md, Ranks)",
+                          r->a->world, kn_device_name(r->kn));
+    if (device_check_precision(r->kn, r->dt, err)) return err->code = TY_ESPEC;
+    return 0;
+}
+
+/* The tensor table and its buffers; the model takes the config. */
+static int step_model(run *r, ty_err *err)
+{
+    r->vocab = r->cfg.vocab;
+    r->have_cfg = 0; /* model_create_ex takes it, even on failure */
+    int rc = model_create_ex(&r->m, &r->cfg, r->kn, r->spec.method == METHOD_LORA, err);
+    r->have_model = 1; /* model_free copes with a partial model */
+    return rc;
+}
+
+/* The tokenizer (text formats), the train and eval sets. */
+static int step_data(run *r, ty_err *err)
+{
+    const jobspec *s = &r->spec;
+    if (load_tokenizer(r, r->vocab, err)) return err->code;
+    if (load_data(r, s->train, r->vocab, &r->train, err)) return prefixed(err, err->code, "dataset.train");
+    if (s->eval && load_data(r, s->eval, r->vocab, &r->eval, err)) return prefixed(err, err->code, "dataset.eval");
+    if (!s->eval && s->eval_fraction > 0) return data_split(&r->train, s->eval_fraction, s->seed, &r->eval, err);
+    return 0;
+}
+
+/* --resume: the checkpoint's weights (or adapters), moments, step and data cursor. */
+static int resume_weights(run *r, ty_err *err)
+{
+    const train_args *a = r->a;
+    const jobspec *s = &r->spec;
+    char path[4200];
+    int64_t mstep = 0;
+    snprintf(path, sizeof path, "%s/trainer_state.json", a->resume);
+    int rc = ckpt_verify(a->resume, &mstep, err);
+    if (!rc) rc = read_trainer_state(r, path, &r->epoch0, &r->cursor0, err);
+    if (rc) return rc;
+    if (mstep != r->step)
+        return ty_err_set(err, TY_ECORRUPT, "checkpoint corrupt: MANIFEST.json says step %lld, trainer_state.json %lld",
+                          (long long)mstep, (long long)r->step);
+    if (s->method == METHOD_LORA) {
+        /* The frozen base comes from the spec; the adapters and their
+         * moments from the checkpoint. */
+        rc = s->model_path ? model_load_dir(&r->m, s->model_path, err) : model_init_random(&r->m, s->seed, err);
+        if (!rc) rc = setup_lora(r, err);
+        snprintf(path, sizeof path, "%s/adapter_model.safetensors", a->resume);
+        if (!rc) rc = lora_load(&r->lora, path, err);
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", a->resume);
+        if (!rc) rc = lora_load_optimizer(&r->lora, path, err);
+    } else {
+        snprintf(path, sizeof path, "%s/model.safetensors", a->resume);
+        if (!(rc = model_load_file(&r->m, path, err))) {
             snprintf(path, sizeof path, "%s/optimizer.safetensors", a->resume);
-            if (!rc) rc = lora_load_optimizer(&r->lora, path, &err);
-        } else {
-            snprintf(path, sizeof path, "%s/model.safetensors", a->resume);
-            if (!(rc = model_load_file(&r->m, path, &err))) {
-                snprintf(path, sizeof path, "%s/optimizer.safetensors", a->resume);
-                rc = model_load_optimizer(&r->m, path, &err);
-            }
+            rc = model_load_optimizer(&r->m, path, err);
         }
-        if (rc) {
-            *code = fail("checkpoint", &err);
-            return -1;
-        }
-        r->last_ckpt = r->step;
-        ev_log("resumed from %s at step %lld", a->resume, (long long)r->step);
-    } else if (s->model_path) {
-        if ((rc = model_load_dir(&r->m, s->model_path, &err))) {
-            *code = fail("model", &err);
-            return -1;
-        }
-    } else if ((rc = model_init_random(&r->m, s->seed, &err))) {
-        *code = fail(NULL, &err);
-        return -1;
     }
-    if (!a->resume && s->method == METHOD_LORA && (rc = setup_lora(r, &err))) {
-        *code = fail(NULL, &err);
-        if (err.code == TY_EINVAL && !strncmp(err.field, "lora.", 5)) *code = TRAIN_BAD_SPEC;
-        return -1;
-    }
+    /* Whatever is wrong here is the checkpoint's, not the spec's. */
+    if (rc) return prefixed(err, rc == TY_ESPEC ? TY_EINVAL : rc, "checkpoint");
+    r->last_ckpt = r->step;
+    ev_log("resumed from %s at step %lld", a->resume, (long long)r->step);
+    return 0;
+}
+
+/* The weights: resumed, loaded from model.path or random; the adapters of
+ * method lora; then the 16-bit copies the forward reads. */
+static int step_weights(run *r, ty_err *err)
+{
+    const jobspec *s = &r->spec;
+    int rc;
+    if (r->a->resume) rc = resume_weights(r, err);
+    else if (s->model_path) rc = model_load_dir(&r->m, s->model_path, err) ? prefixed(err, err->code, "model") : 0;
+    else rc = model_init_random(&r->m, s->seed, err);
+    if (!rc && !r->a->resume && s->method == METHOD_LORA) rc = setup_lora(r, err);
     r->m.keep_masters = s->zero; /* ZeRO-1 all-gathers fp32 masters (zero.c): no bf16 split */
-    if ((rc = model_set_precision(&r->m, r->dt, &err))) { /* 16-bit weights from what was loaded */
-        *code = fail(NULL, &err);
-        return -1;
-    }
-    if ((rc = data_sampler_init(&r->sampler, r->train.n, s->seed, epoch, cursor, &err)) ||
-        (r->have_lora && (rc = lora_alloc_acts(&r->lora, s->batch_size, s->seq_len, &err))) ||
-        (rc = model_alloc_acts(&r->m, s->batch_size, s->seq_len, (model_recompute)s->recompute, &err))) {
-        *code = fail(NULL, &err);
-        return -1;
-    }
+    if (!rc) rc = model_set_precision(&r->m, r->dt, err); /* 16-bit weights from what was loaded */
+    return rc;
+}
+
+/* The data order, activations and batch buffers; an eval set that scores something. */
+static int step_buffers(run *r, ty_err *err)
+{
+    const jobspec *s = &r->spec;
+    int rc;
+    if ((rc = data_sampler_init(&r->sampler, r->train.n, s->seed, r->epoch0, r->cursor0, err)) ||
+        (r->have_lora && (rc = lora_alloc_acts(&r->lora, s->batch_size, s->seq_len, err))) ||
+        (rc = model_alloc_acts(&r->m, s->batch_size, s->seq_len, (model_recompute)s->recompute, err)))
+        return rc;
     size_t n = (size_t)s->grad_accum * s->batch_size * s->seq_len;
     r->in = kn_host_alloc(r->kn, n * sizeof *r->in);
     r->tg = kn_host_alloc(r->kn, n * sizeof *r->tg);
     r->losses = kn_alloc(r->kn, n * sizeof *r->losses);
-    if (!r->in || !r->tg || !r->losses) {
-        ty_err_set(&err, TY_ENOMEM, "out of memory for %zu batch tokens", n);
-        *code = fail(NULL, &err);
-        return -1;
-    }
+    if (!r->in || !r->tg || !r->losses) return ty_err_set(err, TY_ENOMEM, "out of memory for %zu batch tokens", n);
     /* An eval set must have something to score, or its loss would be 0/0. */
     long long targets = 0;
     for (int i = 0; i < r->eval.n; i++) {
         int c = data_fill_row(&r->eval, i, s->seq_len, r->in, r->tg);
-        if (c < 0) {
-            ty_err_set(&err, TY_EIO, "%s", data_error(&r->eval));
-            *code = fail("dataset.eval", &err);
-            return -1;
-        }
+        if (c < 0) return ty_err_set(err, TY_EIO, "dataset.eval: %s", data_error(&r->eval));
         targets += c;
     }
-    if (r->eval.n && targets == 0) {
-        ty_err_set(&err, TY_EINVAL, "the eval set has no target tokens within seq_len %d", s->seq_len);
-        *code = fail("dataset.eval", &err);
-        return -1;
-    }
+    if (r->eval.n && targets == 0)
+        return ty_err_set(err, TY_EINVAL, "dataset.eval: the eval set has no target tokens within seq_len %d",
+                          s->seq_len);
     /* ZeRO-1: from here on this rank keeps only its range of the moments
      * (loaded in full from a resume checkpoint above). */
-    if (s->zero && zero_shard(&r->zero, &r->m, a->world, a->rank, &err)) {
-        *code = fail(NULL, &err);
-        return -1;
+    if (s->zero) return zero_shard(&r->zero, &r->m, r->a->world, r->a->rank, err);
+    return 0;
+}
+
+/* The steps in order; the first failure ends the run with one `error` event. */
+static int setup(run *r, int *code)
+{
+    static const struct {
+        int (*fn)(run *r, ty_err *err);
+    } steps[] = {{step_spec},  {step_config}, {step_supported}, {step_device},
+                 {step_model}, {step_data},   {step_weights},   {step_buffers}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        ty_err err = {0};
+        if (steps[i].fn(r, &err)) {
+            *code = fail(NULL, &err);
+            return -1;
+        }
     }
     return 0;
 }
 
 static void teardown(run *r)
 {
+    if (r->have_cfg) hfconfig_free(&r->cfg);
     kn_host_free(r->kn, r->in); /* dump-rows has no context: plain free */
     kn_host_free(r->kn, r->tg);
     data_sampler_free(&r->sampler);

@@ -106,7 +106,8 @@ enum MHD_Result http_ty_error(http_req *q, const ty_err *err)
     switch (err->code) {
     case TY_ENOENT: return http_error(q, 404, "not_found", err->field, "%s", err->msg);
     case TY_ESTATE: return http_error(q, 409, "conflict", err->field, "%s", err->msg);
-    case TY_EINVAL: return http_error(q, 400, "invalid_spec", err->field, "%s", err->msg);
+    case TY_EINVAL:
+    case TY_ESPEC: return http_error(q, 400, "invalid_spec", err->field, "%s", err->msg);
     case TY_ENOSPC: return http_error(q, 503, "unavailable", NULL, "%s", err->msg);
     default: return http_error(q, 500, "internal", NULL, "%s", err->msg);
     }
