@@ -10,7 +10,8 @@ real trainyard-engine on a tiny GPT-2 on the CPU.
 Cases (ctest slurm.NAME):
   refusals   --executor other than local/slurm, a relative --slurm-workdir,
              a --slurm-poll-ms out of range and a cluster sinfo cannot reach
-             stop `serve` at start with the option or the cause named.
+             stop `serve` at start with the option or the cause named; a
+             job sbatch refuses (no such partition) fails with its message.
   lifecycle  a job runs to success through sbatch/srun with every step's
              metric streamed from the events file; a long job is paused
              (its Slurm job signalled, the final checkpoint recorded, Slurm
@@ -204,6 +205,16 @@ def test_refusals():
                         for l in text.splitlines()))
     rc, out = serve_fails(dict(env, SLURM_CONF=conf), "--executor", "slurm")
     check(rc != 0 and "sinfo cannot reach the cluster" in out, "unreachable cluster: %d %s" % (rc, out))
+    # A submission Slurm refuses fails the job with sbatch's own words.
+    check(REAL_ENGINE and os.access(REAL_ENGINE, os.X_OK), "TY_ENGINE must name trainyard-engine")
+    T.ENGINE = REAL_ENGINE
+    srv = Server("--executor", "slurm", "--slurm-poll-ms", "200", "--slurm-partition", "nosuch")
+    train = token_data(os.path.join(srv.tmp, "train.jsonl"))
+    j = srv.submit(spec(train, max_steps=2, every=1))["id"]
+    job = srv.wait_state(j, ["failed", "succeeded", "cancelled"], 60)
+    check(job["state"] == "failed" and "sbatch failed" in (job["error"] or "") and
+          "partition" in job["error"].lower(), "a refused sbatch fails the job: %s" % job)
+    srv.stop()
 
 
 if __name__ == "__main__":
