@@ -253,7 +253,7 @@ static int slurm_start(executor *e, const exec_start *st, exec_job **out, int *f
         snprintf(a_tasks, sizeof a_tasks, "--ntasks-per-node=%d", gpus);
         snprintf(a_gpus, sizeof a_gpus, "--gpus-per-node=%d", gpus);
     } else {
-        snprintf(a_tasks, sizeof a_tasks, "--ntasks=%d", cpu_ranks * nodes);
+        snprintf(a_tasks, sizeof a_tasks, "--ntasks-per-node=%d", cpu_ranks);
     }
     snprintf(a_part, sizeof a_part, "--partition=%s", s->cfg.slurm_partition);
     snprintf(a_acct, sizeof a_acct, "--account=%s", s->cfg.slurm_account);

@@ -171,7 +171,7 @@ static enum MHD_Result post_jobs(http_req *q)
     }
     /* Data-parallel ranks: one CPU slot each, and the global batch must
      * split evenly over them (docs/engine.md, Ranks). */
-    int world = spec.gpus > 0 ? spec.gpus : spec.cpu_ranks;
+    int world = (spec.gpus > 0 ? spec.gpus : spec.cpu_ranks) * spec.nodes;
     const char *wfield = spec.gpus > 0 ? "resources.gpus" : "resources.cpu_ranks";
     if (spec.gpus == 0 && spec.cpu_ranks > s->cfg.cpu_slots && !strcmp(s->cfg.executor, "local")) {
         int want = spec.cpu_ranks;
@@ -179,6 +179,14 @@ static enum MHD_Result post_jobs(http_req *q)
         return http_error(q, 400, "invalid_spec", "resources.cpu_ranks",
                           "the job asks for %d CPU ranks; this server has %d CPU slots (--cpu-slots)",
                           want, s->cfg.cpu_slots);
+    }
+    /* Several machines are the Slurm executor's (gpus, cpu_ranks per node). */
+    if (spec.nodes > 1 && !strcmp(s->cfg.executor, "local")) {
+        int want = spec.nodes;
+        jobspec_free(&spec);
+        return http_error(q, 400, "invalid_spec", "resources.nodes",
+                          "the job asks for %d nodes; this server runs engines on its own machine "
+                          "(--executor local), only --executor slurm spans nodes", want);
     }
     if (((long long)spec.batch_size * spec.grad_accum) % world) {
         long long rows = (long long)spec.batch_size * spec.grad_accum;

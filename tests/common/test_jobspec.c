@@ -57,6 +57,7 @@ static void test_design_example(void)
           "export.dtype");
     CHECK(s.precision == PREC_BF16 && s.gpus == 1 && s.backend == BACKEND_AUTO, "resources");
     CHECK(s.cpu_ranks == 1 && s.zero == 0, "resources.cpu_ranks and zero default to 1 and 0");
+    CHECK(s.nodes == 1, "resources.nodes defaults to 1");
     CHECK(s.ckpt_every_steps == 200 && s.keep_last == 3 && strcmp(s.store, "s3://my-bucket/runs/med-qa") == 0,
           "checkpoint");
     CHECK(strcmp(jobspec_method_name(s.method), "lora") == 0, "method name");
@@ -239,6 +240,10 @@ static const struct bad BAD[] = {
      "resources.cpu_ranks"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpu_ranks\":2,\"gpus\":1}}",
      TY_EINVAL, "resources.cpu_ranks"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"nodes\":0}}", TY_EINVAL,
+     "resources.nodes"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"nodes\":1025}}", TY_EINVAL,
+     "resources.nodes"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"zero\":2}}", TY_EINVAL,
      "resources.zero"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"keep_last\":-1}}", TY_EINVAL,

@@ -102,6 +102,7 @@ SchedulerType=sched/builtin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=1
+EnforcePartLimits=ALL
 MinJobAge=600
 KillWait=5
 SlurmdTimeout=300

@@ -5,14 +5,17 @@
 The cluster (munged, slurmctld, slurmd) is started by the ctest fixture
 slurm.cluster_start (tests/slurm/cluster.sh) and reached through SLURM_CONF.
 The server is the real `trainyard serve --executor slurm` and the engine the
-real trainyard-engine on a tiny GPT-2 on the CPU.
+real trainyard-engine on a tiny GPT-2 on the CPU, 2 data-parallel ranks per
+job (resources.cpu_ranks: 2; srun --mpi=pmix forms their MPI world).
 
 Cases (ctest slurm.NAME):
   refusals   --executor other than local/slurm, a relative --slurm-workdir,
              a --slurm-poll-ms out of range and a cluster sinfo cannot reach
              stop `serve` at start with the option or the cause named; a
-             job sbatch refuses (no such partition) fails with its message.
-  lifecycle  a job runs to success through sbatch/srun with every step's
+             job sbatch refuses (no such partition; 2 nodes of a 1-node
+             cluster) fails with its message; resources.nodes 2 on a local
+             server is a 400 naming the field.
+  lifecycle  a 2-rank job runs to success through sbatch/srun with every step's
              metric streamed from the events file; a long job is paused
              (its Slurm job signalled, the final checkpoint recorded, Slurm
              done with it), resumed from that checkpoint, survives a kill -9
@@ -71,13 +74,13 @@ def token_data(path, rows=64, seq=32, vocab=64):
     return path
 
 
-def spec(train, max_steps, every, log_every=1):
+def spec(train, max_steps, every, log_every=1, ranks=2):
     return {"model": {"init": {"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2,
                                "n_positions": 32, "vocab_size": 64, "layer_norm_epsilon": 1e-5}},
             "dataset": {"train": train, "format": "tokens"},
             "hyperparameters": {"max_steps": max_steps, "batch_size": 4, "seq_len": 32, "lr": 1e-3,
                                 "log_every_steps": log_every},
-            "resources": {"gpus": 0, "backend": "cpu"},
+            "resources": {"gpus": 0, "backend": "cpu", "cpu_ranks": ranks},
             "checkpoint": {"every_steps": every, "keep_last": 2},
             "max_restarts": 0}
 
@@ -105,6 +108,7 @@ def test_lifecycle():
     evs = srv.all_events(a)
     steps = [e[2]["data"]["step"] for e in evs if e[1] == "metric"]
     check(steps == list(range(1, 13)), "job %d: metric steps %s" % (a, steps))
+    check(ja["engine"]["world"] == 2, "job %d ran as one world of 2 ranks: %s" % (a, ja["engine"]))
     check(states_of(evs) == ["queued", "starting", "running", "succeeded"], "job %d: %s" % (a, states_of(evs)))
     sa = slurm_id(srv, a)
     wait_for(lambda: slurm_state(sa) in ("COMPLETED", ""), 30, "Slurm job %d completed" % sa)
@@ -210,10 +214,26 @@ def test_refusals():
     T.ENGINE = REAL_ENGINE
     srv = Server("--executor", "slurm", "--slurm-poll-ms", "200", "--slurm-partition", "nosuch")
     train = token_data(os.path.join(srv.tmp, "train.jsonl"))
-    j = srv.submit(spec(train, max_steps=2, every=1))["id"]
+    j = srv.submit(spec(train, max_steps=2, every=1, ranks=1))["id"]
     job = srv.wait_state(j, ["failed", "succeeded", "cancelled"], 60)
     check(job["state"] == "failed" and "sbatch failed" in (job["error"] or "") and
           "partition" in job["error"].lower(), "a refused sbatch fails the job: %s" % job)
+    srv.stop()
+    # resources.nodes reaches sbatch: two nodes of a one-node cluster is
+    # refused by Slurm; a local server refuses any number above 1 at submit.
+    srv = Server("--executor", "slurm", "--slurm-poll-ms", "200", roots=os.path.dirname(train))
+    two = spec(train, max_steps=2, every=1, ranks=1)
+    two["resources"]["nodes"] = 2
+    j = srv.submit(two)["id"]
+    job = srv.wait_state(j, ["failed", "succeeded", "cancelled"], 60)
+    check(job["state"] == "failed" and "sbatch failed" in (job["error"] or "") and
+          "node" in job["error"].lower(), "2 nodes of a 1-node cluster: %s" % job)
+    check(job["spec"]["resources"]["nodes"] == 2, "the stored spec keeps resources.nodes: %s" % job["spec"])
+    srv.stop()
+    srv = Server(roots=os.path.dirname(train))
+    r = srv.post("/jobs", two)
+    check(r.status == 400 and r.json["error"]["field"] == "resources.nodes" and
+          "--executor slurm" in r.json["error"]["message"], "nodes 2 on a local server: %r" % r)
     srv.stop()
 
 
