@@ -12,18 +12,23 @@
 #       `ldd` names outside the system's own (cudart, OpenBLAS, oneDNN,
 #       gomp...) into OUT (libs.tar.xz); the driver (libcuda) and cuBLASLt
 #       are the GPU machine's (its image has nvidia-cublas) and are never
-#       carried. Copies this script to OUT.
+#       carried. Also builds trainyard-engine (the CUDA backend linked in,
+#       the CUDA runtime static, cuBLASLt dlopened) and carries it with
+#       bench/engine-gpu/bench.py. Copies this script to OUT.
 #   OUT/run.sh gpu OUT [SECONDS]  (on the GPU machine)
 #       runs the table against `cuda` at CI's shapes (scale 1) and at
 #       larger ones (scale 8: T up to 560, C up to 1624, V 8008), each
 #       group under a timeout, and writes OUT/results/summary.txt: the
 #       device line, every op's max abs / rel error against the CPU, and
-#       PASS/FAIL per group. Exit status 0 only if every group passed.
+#       PASS/FAIL per group; then bench/engine-gpu (GPT-2 124M and Llama
+#       1B at T = 1024, bf16, largest batch that fits: tokens/s, MFU, peak
+#       device memory) in what is left of the budget, into the same
+#       summary and OUT/results/bench.json. Exit status 0 only if every
+#       group passed and the benchmark ran.
 #
-# What it does not run yet (not built): the engine on the GPU, the
-# PyTorch-reference model test on the GPU, resume on the GPU and
-# bench/engine-gpu — they need the engine's device selection. Figures
-# from this script are the only GPU figures that may be quoted.
+# What it does not run yet: the PyTorch-reference model test on the GPU,
+# resume on the GPU, llm.c's train_gpt2cu side by side. Figures from this
+# script are the only GPU figures that may be quoted.
 set -uo pipefail
 mode=${1:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,15 +43,17 @@ build)
   cmake -S "$src" -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DTY_CUDA_GPU_TESTS=ON \
     ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS"} >"$bdir/gpu-build.log" 2>&1 ||
     { tail -20 "$bdir/gpu-build.log"; exit 1; }
-  cmake --build "$bdir" -j "$(nproc)" --target test_kernels_device_gpu >>"$bdir/gpu-build.log" 2>&1 ||
-    { tail -30 "$bdir/gpu-build.log"; exit 1; }
+  cmake --build "$bdir" -j "$(nproc)" --target test_kernels_device_gpu trainyard-engine \
+    >>"$bdir/gpu-build.log" 2>&1 || { tail -30 "$bdir/gpu-build.log"; exit 1; }
   mkdir -p "$out/bin" "$out/stage"
-  cp "$bdir/bin/test_kernels_device_gpu" "$out/bin/"
+  cp "$bdir/bin/test_kernels_device_gpu" "$bdir/bin/trainyard-engine" "$out/bin/"
+  cp "$src/bench/engine-gpu/bench.py" "$out/bin/"
   # Every resolved library except the C runtime's own, the GPU driver and
   # cuBLASLt (550 MB: the GPU image has it, in its PyTorch environment's
   # nvidia-cublas; the gpu phase finds it there). xz keeps what travels
   # under the device machine's 64 MiB.
-  ldd "$bdir/bin/test_kernels_device_gpu" | awk '/=> \// {print $3}' | while read -r lib; do
+  ldd "$bdir/bin/test_kernels_device_gpu" "$bdir/bin/trainyard-engine" | awk '/=> \// {print $3}' |
+    sort -u | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcublasLt.so*) ;;
       *) cp -L "$lib" "$out/stage/" ;;
@@ -90,6 +97,15 @@ gpu)
       fi
     done
   done
+  left=$((limit - ($(date +%s) - start)))
+  if [ "$left" -ge 60 ]; then
+    echo "bench/engine-gpu ($left s left):" >>"$sum"
+    TY_CUBLASLT="$lt" python3 "$out/bin/bench.py" "$out/bin/trainyard-engine" --budget "$((left - 10))" \
+      --out "$res/bench.json" >>"$sum" 2>&1 || fail=1
+  else
+    echo "SKIP bench/engine-gpu: time budget spent" >>"$sum"
+    fail=1
+  fi
   echo "elapsed $(( $(date +%s) - start )) s" >>"$sum"
   cat "$sum"
   exit $fail

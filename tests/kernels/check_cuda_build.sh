@@ -3,10 +3,19 @@
 # backend library holds one object per .cu and defines the kn_cuda_backend
 # table (compiling it is the real check: warnings are errors, every
 # architecture of CMAKE_CUDA_ARCHITECTURES). Registered only when the
-# toolkit and the cuBLASLt header were found.
+# toolkit and the cuBLASLt header were found. With SRC_DIR, also that no
+# kernel source calls an atomic (atomicAdd & co.): every reduction is a
+# fixed-order one, so results repeat bit for bit (docs/kernels.md).
 set -euo pipefail
-lib=$1 want=$2
+lib=$1 want=$2 src=${3:-}
 n=$(ar t "$lib" | grep -c '\.o$')
 [ "$n" -eq "$want" ] || { echo "FAIL: $lib has $n objects, want $want"; exit 1; }
 nm "$lib" | grep -E ' [DR] kn_cuda_backend$' >/dev/null || { echo "FAIL: no kn_cuda_backend table in $lib"; exit 1; }
 echo "ok: $lib: $n objects, kn_cuda_backend defined"
+if [ -n "$src" ]; then
+  if grep -n -E '\batomic[A-Z][A-Za-z_]*[[:space:]]*\(' "$src"/*.cu "$src"/*.cuh; then
+    echo "FAIL: atomics in the CUDA kernels (above): reductions must be in a fixed order"
+    exit 1
+  fi
+  echo "ok: no atomics in $src"
+fi
