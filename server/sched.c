@@ -1118,9 +1118,10 @@ static void watch_runs(sched *x)
         if (a == OPS_GO_ON) continue;
         const char *intent = a == OPS_STOP_BUDGET ? "budget" : a == OPS_RESTART ? "restart" : "fail";
         ty_err err = {0};
+        /* stopping with the intent, so a restart of the server finishes it
+         * (recover_mark) and a cancel meanwhile is an ordinary one */
         db_job_update up = {.has_stop_intent = true, .stop_intent = intent};
-        if (a == OPS_STOP_BUDGET &&
-            srv_transition(x->s, r->job_id, JOB_BIT(JOB_RUNNING), JOB_STOPPING, why, &up, NULL, &err))
+        if (srv_transition(x->s, r->job_id, JOB_BIT(JOB_RUNNING), JOB_STOPPING, why, &up, NULL, &err))
             continue;
         if (a == OPS_FAIL) {
             db_job_update sr = {.has_stop_reason = true, .stop_reason = "stall"};
@@ -1486,11 +1487,19 @@ static void recover_mark(sched *x)
             }
             db_job_free(&j);
             continue;
-        } else if (j.state == JOB_STOPPING && j.stop_intent && !strcmp(j.stop_intent, "budget")) {
-            to = JOB_SUCCEEDED; /* it was stopping at a limit (watch.c) */
-            up.has_stop_reason = true;
-            up.stop_reason = "budget";
-            snprintf(reason, sizeof reason, "server restarted while stopping at a budget");
+        } else if (j.state == JOB_STOPPING && j.stop_intent &&
+                   (!strcmp(j.stop_intent, "budget") || !strcmp(j.stop_intent, "restart") ||
+                    !strcmp(j.stop_intent, "fail"))) {
+            /* Stopped by watch.c: a budget ends succeeded, a stall's
+             * restart is requeued, a stall's failure fails. */
+            bool budget = !strcmp(j.stop_intent, "budget"), again = !strcmp(j.stop_intent, "restart");
+            to = budget ? JOB_SUCCEEDED : again ? JOB_QUEUED : JOB_FAILED;
+            up.has_stop_reason = !again;
+            up.stop_reason = budget ? "budget" : "stall";
+            snprintf(reason, sizeof reason, "server restarted while stopping (%s%s)",
+                     budget ? "a budget was reached" : "stalled, on_stall ", budget ? "" : j.stop_intent);
+            up.has_error = to == JOB_FAILED;
+            up.error = reason;
         } else if (j.state == JOB_STOPPING && j.stop_intent) {
             bool pause = strcmp(j.stop_intent, "cancel") != 0;
             to = pause ? JOB_PAUSED : JOB_CANCELLED;

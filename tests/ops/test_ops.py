@@ -89,6 +89,20 @@ def test_budget():
     check(srv.job(d["id"])["stop_reason"] is None, "a job that finished has no stop_reason")
 
 
+def test_budget_restart():
+    # The server is killed while a job stops at its limit (its engine is
+    # slow to stop): the next start ends it succeeded, stop_reason budget.
+    srv, model, train = setup({"step_ms": 30, "stop_delay_ms": 1500}, grace=10)
+    jid = srv.submit(spec(model, train, 100000, limits={"max_runtime_s": 1}))["id"]
+    srv.wait_state(jid, "stopping", timeout=30)
+    srv.kill9()
+    srv.start()
+    j = srv.wait_state(jid, ["succeeded", "failed", "cancelled", "paused", "queued"], timeout=60)
+    check(j["state"] == "succeeded" and j["stop_reason"] == "budget", "%s / %s / %s" %
+          (j["state"], j["stop_reason"], j["error"]))
+    wait_for(lambda: not engine_pids(srv.data_dir), 30, "the old engine to finish its checkpoint")
+
+
 def test_budget_refused():
     srv, model, train = setup(None, "--max-cost-cap", "10", "--max-tokens-cap", "1000")
     for lim, field in (({"max_cost": 5}, "limits.max_cost"),           # no CPU price here
@@ -438,7 +452,7 @@ def test_webhook_slow():
 
 
 if __name__ == "__main__":
-    run_tests({"budget": test_budget, "budget_refused": test_budget_refused, "gpu_price": test_gpu_price,
+    run_tests({"budget": test_budget, "budget_restart": test_budget_restart, "budget_refused": test_budget_refused, "gpu_price": test_gpu_price,
                "stall_sigstop": test_stall_sigstop, "stall_loop": test_stall_loop,
                "stall_default": test_stall_default, "idle_gpu": test_idle_gpu,
                "queue_patch": test_queue_patch, "usage": test_usage, "webhooks": test_webhooks,
