@@ -248,6 +248,18 @@ export function mount(main, app, {id}) {
       case 'started':
         if (job) { job.engine = d; scheduleSummary(); }
         break;
+      case 'budget':
+      case 'stall':
+      case 'idle_gpu': {
+        // docs/server.md "Operations": said among the notices as warnings.
+        const text = type === 'idle_gpu'
+          ? `GPU ${(d.gpus || []).join(', ')} under ${d.threshold}% utilisation for ${d.idle_s} s`
+          : d.reason || `${type}: ${d.limit || ''}`;
+        notices.append(h('li', {class: 'level-warn ops-notice', dataset: {type}}, `${ev.ts ? fmtTime(ev.ts) + ' ' : ''}${text}`));
+        while (notices.childElementCount > 200) notices.firstElementChild.remove();
+        later('job', refreshJob, 300);
+        break;
+      }
       case 'log':
         notices.append(h('li', {class: `level-${d.level || 'info'}`}, `${ev.ts ? fmtTime(ev.ts) + ' ' : ''}${d.line || ''}`));
         while (notices.childElementCount > 200) notices.firstElementChild.remove();

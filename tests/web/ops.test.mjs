@@ -1,6 +1,7 @@
 // ops.test.mjs — the dashboard's part of issue 15: a running job that
-// stopped reporting shows a "stalled" badge in the jobs list, and the list
-// filters by tag (from the URL, the filter box, or a click on a row's tag).
+// stopped reporting shows a "stalled" badge in the jobs list and a notice
+// in its view, and the list filters by tag (from the URL, the filter box,
+// or a click on a row's tag).
 //
 //   node ops.test.mjs --trainyard BIN --engine BIN --out DIR
 import test from 'node:test';
@@ -63,6 +64,13 @@ test('a stalled job is marked; the list filters by tag', async () => {
   await page.waitForSelector(`tr[data-job-id="${other.id}"]`);
   assert.equal(await page.$(`tr[data-job-id="${other.id}"] .stall-badge`), null);
   await page.screenshot({path: path.join(outDir, 'stalled.png'), fullPage: true});
+
+  // The job view says it among the engine notices.
+  await page.goto(`${daemon.base}/#/jobs/${stuck.id}`);
+  await page.waitForSelector('.ops-notice[data-type="stall"]');
+  assert.match(await page.textContent('.ops-notice[data-type="stall"]'), /stalled: no metric for \d+ s \(stall_after_s 1, step \d+\); on_stall warn/);
+  await page.goto(`${daemon.base}/#/`);
+  await page.waitForSelector(badge);
 
   // A click on a row's tag filters the list by it (the server's ?tag=).
   await page.click(`tr[data-job-id="${other.id}"] .tag`);
