@@ -390,21 +390,32 @@ static void att_rerun(kn_ctx *c, void *a_)
 }
 
 /* One attention case: fused (q,k,v in one qkv buffer, GPT-2) or separate. */
-static void att_case(pair *p, int B, int T, int Hq, int Hkv, int D, int fused)
+/* dt: the inputs hold values of that type (bf16 / fp16 runs store q, k, v
+ * and dout in 16 bits; the kernel computes in fp32 either way). */
+static void att_case_dt(pair *p, int B, int T, int Hq, int Hkv, int D, int fused, kn_dtype dt)
 {
-    char name[96];
+    char name[112];
     int C = Hq * D, Ck = Hkv * D;
     int ldq = fused ? C + 2 * Ck : C + 3, ldkv = fused ? C + 2 * Ck : Ck + 5;
     size_t nq = (size_t)B * T * ldq, nkv = (size_t)B * T * ldkv, no = (size_t)B * T * C;
     buf q = brand(p, nq, 1.5), k = fused ? q : brand(p, nkv, 1.5), v = fused ? q : brand(p, nkv, 1);
     size_t ko = fused ? (size_t)C : 0, vo = fused ? (size_t)C + Ck : 0;
     buf out = bzeros(p, no * 4), lse = bzeros(p, (size_t)B * Hq * T * 4), dout = brand(p, no, 1);
+    if (dt != KN_F32) {
+        buf in[4] = {q, k, v, dout};
+        size_t len[4] = {nq, nkv, nkv, no};
+        for (int i = 0; i < 4; i++) {
+            kn_round(p->cpu, F(in[i], cpu), len[i], dt);
+            kn_round(p->dev, F(in[i], dev), len[i], dt);
+        }
+    }
+    const char *tn = dt == KN_F32 ? "" : dt == KN_BF16 ? ".bf16" : ".fp16";
     kn_attention_fwd(p->cpu, F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko, F(v, cpu) + vo,
                      B, T, Hq, Hkv, D, ldq, ldkv);
     kn_attention_fwd(p->dev, F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko, F(v, dev) + vo,
                      B, T, Hq, Hkv, D, ldq, ldkv);
-    snprintf(name, sizeof name, "attention_fwd.B%d.T%d.H%d/%d.D%d%s", B, T, Hq, Hkv, D,
-             fused ? ".fused" : "");
+    snprintf(name, sizeof name, "attention_fwd.B%d.T%d.H%d/%d.D%d%s%s", B, T, Hq, Hkv, D,
+             fused ? ".fused" : "", tn);
     cmp(p, name, out, 1e-4, 1e-5);
     snprintf(name, sizeof name, "attention_fwd.lse.T%d.H%d/%d.D%d", T, Hq, Hkv, D);
     cmp(p, name, lse, 1e-5, 1e-6);
@@ -421,8 +432,8 @@ static void att_case(pair *p, int B, int T, int Hq, int Hkv, int D, int fused)
     kn_attention_bwd(p->dev, F(dq, dev), F(dk, dev) + ko, F(dv, dev) + vo, F(dout, dev),
                      F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko, F(v, dev) + vo, B, T, Hq,
                      Hkv, D, ldq, ldkv);
-    snprintf(name, sizeof name, "attention_bwd.dq.T%d.H%d/%d.D%d%s", T, Hq, Hkv, D,
-             fused ? ".fused" : "");
+    snprintf(name, sizeof name, "attention_bwd.dq.T%d.H%d/%d.D%d%s%s", T, Hq, Hkv, D,
+             fused ? ".fused" : "", tn);
     cmp(p, name, dq, 2e-4, 2e-5);
     if (!fused) {
         snprintf(name, sizeof name, "attention_bwd.dk.T%d.H%d/%d.D%d", T, Hq, Hkv, D);
@@ -439,6 +450,11 @@ static void att_case(pair *p, int B, int T, int Hq, int Hkv, int D, int fused)
     }
 }
 
+static void att_case(pair *p, int B, int T, int Hq, int Hkv, int D, int fused)
+{
+    att_case_dt(p, B, T, Hq, Hkv, D, fused, KN_F32);
+}
+
 static void t_attention(pair *p)
 {
     int s = g_scale;
@@ -450,6 +466,14 @@ static void t_attention(pair *p)
     att_case(p, 1, 19 * s, 2, 2, 128, 0);
     att_case(p, 2, 29 * s, 3, 3, 24, 1); /* GPT-2's fused qkv */
     att_case(p, 1, 70 * s, 8, 2, 32, 0);
+    /* 16-bit inputs at the issue's odd shapes: T not a multiple of the
+     * 32-row tile, head dims 64 / 80 / 128, GQA ratios 4 / 8 / 1. */
+    const kn_dtype dts[2] = {KN_BF16, KN_F16};
+    for (int k = 0; k < 2; k++) {
+        att_case_dt(p, 1, 45 * s, 4, 1, 64, 0, dts[k]);
+        att_case_dt(p, 1, 33 * s, 8, 1, 80, 0, dts[k]);
+        att_case_dt(p, 1, 19 * s, 2, 2, 128, 0, dts[k]);
+    }
     /* An unsupported head dim is an error on the context, not garbage. */
     buf big = bzeros(p, 4 * 300 * 4);
     kn_attention_fwd(p->dev, F(big, dev), F(big, dev), F(big, dev), F(big, dev), F(big, dev), 1,
