@@ -52,11 +52,12 @@ def run_engine(engine, spec, tmp, tag, threads):
         sys.stderr.write(err[-3000:])
         raise SystemExit(f"{tag}: engine exit {rc}")
     m = re.search(r"activations: (\d+) bytes", err)
+    mem = re.search(r"memory: ([^\n]*)", err)
     steps = [b - a for a, b in zip(times, times[1:])]
     if not steps and times and started:  # one step: from `started` to its metric (includes warm-up)
         steps = [times[0] - started]
     return {"step_s": min(steps) if steps else None, "rss": ru.ru_maxrss * 1024,
-            "acts": int(m.group(1)) if m else None}
+            "acts": int(m.group(1)) if m else None, "memory": mem.group(1) if mem else None}
 
 
 def write_data(path, n, seq, vocab, g):
@@ -110,7 +111,7 @@ def main():
                     r = res[prec]
                     print(json.dumps({"model": kind, "seq": seq, "precision": prec, "step_s": r["step_s"],
                                       "tokens_per_s": seq / r["step_s"], "peak_rss_mib": r["rss"] >> 20,
-                                      "activation_mib": (r["acts"] or 0) >> 20}), flush=True)
+                                      "activation_mib": (r["acts"] or 0) >> 20, "memory": r["memory"]}), flush=True)
                 rows.append((kind, seq, res))
         curve = []
         if not a.only or a.only == "attention":
