@@ -74,8 +74,8 @@ static int spawn_rank(executor *e, local_job *r, int rank, const exec_start *st,
      * leaves checkpoint pruning to us (docs/server.md, "one owner"). */
     snprintf(e_sup, sizeof e_sup, "TY_SUPERVISOR_PID=%d", (int)getpid());
     /* NVML numbers GPUs in PCI order; make CUDA agree. */
-    const char *extra[] = {e_rank, e_world, e_local, e_cuda, e_job, e_sup,
-                           "CUDA_DEVICE_ORDER=PCI_BUS_ID", NULL};
+    const char *extra[] = {
+        e_rank, e_world, e_local, e_cuda, e_job, e_sup, "CUDA_DEVICE_ORDER=PCI_BUS_ID", NULL};
     char **envp = exec_env_new(s, extra);
     if (!envp) return ty_err_set(err, TY_ENOMEM, "out of memory");
 
@@ -107,16 +107,15 @@ static int spawn_rank(executor *e, local_job *r, int rank, const exec_start *st,
     posix_spawnattr_destroy(&at);
     exec_env_free(envp);
     if (rc != 0)
-        return ty_err_set(err, TY_EIO, "cannot run the engine %s: %s", s->cfg.engine,
-                          strerror(rc));
+        return ty_err_set(err, TY_EIO, "cannot run the engine %s: %s", s->cfg.engine, strerror(rc));
     r->pid[rank] = pid;
     if (rank == 0) r->pgid = pid;
     r->alive++;
     return 0;
 }
 
-static int local_start(executor *e, const exec_start *st, exec_job **out, int *fd,
-                       int64_t *handle, ty_err *err)
+static int local_start(executor *e, const exec_start *st, exec_job **out, int *fd, int64_t *handle,
+                       ty_err *err)
 {
     local_job *r = calloc(1, sizeof *r);
     if (!r) return ty_err_set(err, TY_ENOMEM, "out of memory");
@@ -149,7 +148,8 @@ static int local_start(executor *e, const exec_start *st, exec_job **out, int *f
         rc = spawn_rank(e, r, rank, st, logfd, pipefd[1], devnull, err);
         if (rc) {
             if (r->pgid > 0) kill(-r->pgid, SIGKILL);
-            for (int k = 0; k < rank; k++) waitpid(r->pid[k], NULL, 0);
+            for (int k = 0; k < rank; k++)
+                waitpid(r->pid[k], NULL, 0);
             r->alive = 0;
         }
     }
@@ -198,8 +198,10 @@ static void local_signal(executor *e, exec_job *j, int sig)
 {
     (void)e;
     local_job *r = (local_job *)j;
-    if (r->mpi && r->alive > 0) mpirun_signal(&r->mj, sig);
-    else if (r->pgid > 0 && r->alive > 0) kill(-r->pgid, sig);
+    if (r->mpi && r->alive > 0)
+        mpirun_signal(&r->mj, sig);
+    else if (r->pgid > 0 && r->alive > 0)
+        kill(-r->pgid, sig);
 }
 
 static bool local_ended(executor *e, exec_job *j, exec_end *end)
@@ -249,7 +251,10 @@ static void local_release(executor *e, exec_job *j)
 
 /* ---- recovery --------------------------------------------------------------------------- */
 
-static bool pgid_alive(pid_t pgid) { return pgid > 0 && kill(-pgid, 0) == 0; }
+static bool pgid_alive(pid_t pgid)
+{
+    return pgid > 0 && kill(-pgid, 0) == 0;
+}
 
 /* Is pgid still the engine group of job id? The stored pid may have been
  * reused after a reboot, so we check the leader's TY_JOB_ID. */
@@ -310,7 +315,10 @@ static bool local_orphan_running(executor *e, int64_t handle)
     return running;
 }
 
-static void local_close(executor *e) { (void)e; }
+static void local_close(executor *e)
+{
+    (void)e;
+}
 
 static const exec_ops local_ops = {
     .name = "local",

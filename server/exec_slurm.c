@@ -46,18 +46,18 @@
 
 typedef struct slurm_job {
     exec_job base;
-    char id[32];              /* Slurm job id */
+    char id[32]; /* Slurm job id */
     char jobdir[PATH_MAX];
-    int evfd;                 /* the events file, -1 until it exists or once closed */
+    int evfd; /* the events file, -1 until it exists or once closed */
     bool ev_closed;
-    off_t off;                /* bytes of events read */
+    off_t off; /* bytes of events read */
     off_t saved_off;
     int64_t saved_ms;
     /* Written by the poller under mu. */
-    char state[32];           /* squeue's %T, "" before the first answer */
+    char state[32]; /* squeue's %T, "" before the first answer */
     char reason[96];
-    bool gone;                /* neither squeue nor sacct knows it any more */
-    int want_sig;             /* signal to send (poller), 0 none */
+    bool gone;    /* neither squeue nor sacct knows it any more */
+    int want_sig; /* signal to send (poller), 0 none */
     struct slurm_job *next;
 } slurm_job;
 
@@ -104,7 +104,8 @@ static int run_cmd(char *const argv[], char *const env[], char *out, size_t cap)
     size_t n = 0;
     char sink[4096];
     for (;;) {
-        ssize_t k = out && n + 1 < cap ? read(p[0], out + n, cap - 1 - n) : read(p[0], sink, sizeof sink);
+        ssize_t k =
+            out && n + 1 < cap ? read(p[0], out + n, cap - 1 - n) : read(p[0], sink, sizeof sink);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) break;
         if (out && n + 1 < cap) n += (size_t)k;
@@ -152,8 +153,10 @@ static int sh_quote(const char *s, char *out, size_t cap)
         const char *piece = *s == '\'' ? "'\\''" : NULL;
         size_t len = piece ? 4 : 1;
         if (n + len + 2 > cap) return -1;
-        if (piece) memcpy(out + n, piece, 4);
-        else out[n] = *s;
+        if (piece)
+            memcpy(out + n, piece, 4);
+        else
+            out[n] = *s;
         n += len;
     }
     out[n++] = '\'';
@@ -189,9 +192,9 @@ static int write_script(srv *s, const exec_start *st, int ntasks, const char *pa
             "echo $rc > \"$dir/exit.$SLURM_JOB_ID\"\n"
             "exit $rc\n",
             (long long)st->job_id, q_dir, ntasks > 1 ? " --mpi=pmix" : "", q_engine, q_spec,
-            st->resume ? " --resume " : "",
-            st->resume ? q_res : "");
-    if (fclose(f) != 0) return ty_err_set(err, TY_EIO, "cannot write %s: %s", path, strerror(errno));
+            st->resume ? " --resume " : "", st->resume ? q_res : "");
+    if (fclose(f) != 0)
+        return ty_err_set(err, TY_EIO, "cannot write %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -231,8 +234,8 @@ static slurm_job *job_new(executor *e, int64_t job_id, const char *jobdir)
     return j;
 }
 
-static int slurm_start(executor *e, const exec_start *st, exec_job **out, int *fd,
-                       int64_t *handle, ty_err *err)
+static int slurm_start(executor *e, const exec_start *st, exec_job **out, int *fd, int64_t *handle,
+                       ty_err *err)
 {
     srv *s = e->s;
     int nodes, gpus, cpu_ranks;
@@ -298,7 +301,8 @@ static int slurm_start(executor *e, const exec_start *st, exec_job **out, int *f
     long long id = strtoll(outbuf, &end, 10);
     if (st_rc != 0 || id <= 0 || (end && *end && *end != ';' && *end != '\n')) {
         size_t n = strlen(outbuf);
-        while (n && (outbuf[n - 1] == '\n' || outbuf[n - 1] == ' ')) outbuf[--n] = 0;
+        while (n && (outbuf[n - 1] == '\n' || outbuf[n - 1] == ' '))
+            outbuf[--n] = 0;
         return ty_err_set(err, TY_EIO, "sbatch failed (status %d): %.1500s", st_rc, outbuf);
     }
     slurm_job *j = job_new(e, st->job_id, st->jobdir);
@@ -360,9 +364,9 @@ static void slurm_signal(executor *e, exec_job *ej, int sig)
 
 static bool state_live(const char *st)
 {
-    static const char *const ended[] = {"COMPLETED", "FAILED",  "CANCELLED", "TIMEOUT",
-                                        "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
-                                        "OUT_OF_MEMORY"};
+    static const char *const ended[] = {"COMPLETED", "FAILED",    "CANCELLED",
+                                        "TIMEOUT",   "NODE_FAIL", "PREEMPTED",
+                                        "BOOT_FAIL", "DEADLINE",  "OUT_OF_MEMORY"};
     if (!st[0]) return true; /* not asked yet */
     for (size_t i = 0; i < sizeof ended / sizeof *ended; i++)
         if (!strncmp(st, ended[i], strlen(ended[i]))) return false; /* "CANCELLED by 0" */
@@ -407,7 +411,8 @@ static bool slurm_ended(executor *e, exec_job *ej, exec_end *end)
         end->status = code << 8; /* W_EXITCODE(code, 0) */
     }
     if (gone)
-        snprintf(end->how, sizeof end->how, "(Slurm job %s) ended; Slurm no longer knows it", j->id);
+        snprintf(end->how, sizeof end->how, "(Slurm job %s) ended; Slurm no longer knows it",
+                 j->id);
     else if (code >= 0 && !end->lost)
         snprintf(end->how, sizeof end->how, "exited with status %d (Slurm job %s %s)", code, j->id,
                  state);
@@ -510,7 +515,8 @@ static void poll_states(slurm_exec *se)
             char *nl = strchr(line, '\n');
             if (nl) *nl = 0;
             char *b1 = strchr(line, '|'), *b2 = b1 ? strchr(b1 + 1, '|') : NULL;
-            if (b1 && b2 && (size_t)(b1 - line) == strlen(j->id) && !strncmp(line, j->id, strlen(j->id))) {
+            if (b1 && b2 && (size_t)(b1 - line) == strlen(j->id) &&
+                !strncmp(line, j->id, strlen(j->id))) {
                 snprintf(j->state, sizeof j->state, "%.*s", (int)(b2 - b1 - 1), b1 + 1);
                 snprintf(j->reason, sizeof j->reason, "%s", b2 + 1);
                 seen = true;
@@ -527,8 +533,10 @@ static void poll_states(slurm_exec *se)
             int src = run_cmd(sargv, NULL, acct, sizeof acct);
             pthread_mutex_lock(&se->mu);
             size_t l = strcspn(acct, "\n");
-            if (src == 0 && l > 0 && l < sizeof j->state) snprintf(j->state, sizeof j->state, "%.*s", (int)l, acct);
-            else j->gone = true;
+            if (src == 0 && l > 0 && l < sizeof j->state)
+                snprintf(j->state, sizeof j->state, "%.*s", (int)l, acct);
+            else
+                j->gone = true;
         }
     }
     pthread_mutex_unlock(&se->mu);
@@ -555,8 +563,10 @@ static void send_signals(slurm_exec *se)
         char *argv[6];
         int a = 0;
         argv[a++] = "scancel";
-        if (sig == SIGTERM && !pending) argv[a++] = "--signal=TERM";
-        else if (sig != SIGTERM && sig != SIGKILL) argv[a++] = "--signal=KILL";
+        if (sig == SIGTERM && !pending)
+            argv[a++] = "--signal=TERM";
+        else if (sig != SIGTERM && sig != SIGKILL)
+            argv[a++] = "--signal=KILL";
         argv[a++] = id;
         argv[a] = NULL;
         char out[512];
@@ -582,7 +592,8 @@ static void *poller_main(void *arg)
         ts.tv_nsec = ns % 1000000000LL;
         pthread_mutex_lock(&se->mu);
         bool sig = false;
-        for (slurm_job *j = se->jobs; j; j = j->next) sig |= j->want_sig != 0;
+        for (slurm_job *j = se->jobs; j; j = j->next)
+            sig |= j->want_sig != 0;
         if (!se->stop && !sig) pthread_cond_timedwait(&se->cond, &se->mu, &ts);
     }
     pthread_mutex_unlock(&se->mu);
@@ -652,9 +663,10 @@ int exec_slurm_open(srv *s, executor *e, ty_err *err)
     char *argv[] = {"sinfo", "-h", "-o", "%P", NULL};
     if (run_cmd(argv, NULL, out, sizeof out) != 0) {
         size_t n = strlen(out);
-        while (n && out[n - 1] == '\n') out[--n] = 0;
-        return ty_err_set(err, TY_EINVAL, "--executor slurm: sinfo cannot reach the cluster: %.800s",
-                          out);
+        while (n && out[n - 1] == '\n')
+            out[--n] = 0;
+        return ty_err_set(err, TY_EINVAL,
+                          "--executor slurm: sinfo cannot reach the cluster: %.800s", out);
     }
     slurm_exec *se = calloc(1, sizeof *se);
     if (!se) return ty_err_set(err, TY_ENOMEM, "out of memory");

@@ -13,8 +13,8 @@ int exec_open(srv *s, executor **out, ty_err *err)
 {
     executor *e = calloc(1, sizeof *e);
     if (!e) return ty_err_set(err, TY_ENOMEM, "out of memory");
-    int rc = !strcmp(s->cfg.executor, "slurm") ? exec_slurm_open(s, e, err)
-                                                : exec_local_open(s, e, err);
+    int rc =
+        !strcmp(s->cfg.executor, "slurm") ? exec_slurm_open(s, e, err) : exec_local_open(s, e, err);
     if (rc) {
         free(e);
         return rc;
@@ -32,10 +32,12 @@ void exec_close(executor *e)
 
 void exec_describe_status(int st, char *out, size_t cap)
 {
-    if (WIFEXITED(st)) snprintf(out, cap, "exited with status %d", WEXITSTATUS(st));
-    else if (WIFSIGNALED(st)) snprintf(out, cap, "was killed by signal %d (%s)", WTERMSIG(st),
-                                       strsignal(WTERMSIG(st)));
-    else snprintf(out, cap, "ended (status %d)", st);
+    if (WIFEXITED(st))
+        snprintf(out, cap, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(out, cap, "was killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        snprintf(out, cap, "ended (status %d)", st);
 }
 
 static bool env_named(const char *kv, const char *name_eq)
@@ -46,19 +48,21 @@ static bool env_named(const char *kv, const char *name_eq)
 char **exec_env_new(srv *s, const char *const *extra)
 {
     size_t ne = 0, nx = 0;
-    while (environ[ne]) ne++;
-    while (extra && extra[nx]) nx++;
+    while (environ[ne])
+        ne++;
+    while (extra && extra[nx])
+        nx++;
     char **envp = calloc(ne + nx + 2, sizeof *envp);
     if (!envp) return NULL;
     size_t k = 0;
-    static const char *const ours[] = {"TY_RANK=", "TY_WORLD_SIZE=", "TY_LOCAL_RANK=",
-                                       "CUDA_VISIBLE_DEVICES=", "TY_JOB_ID=",
-                                       "CUDA_DEVICE_ORDER=", "TY_SUPERVISOR_PID=",
-                                       "TY_ALLOWED_ROOTS="};
+    static const char *const ours[] = {
+        "TY_RANK=",   "TY_WORLD_SIZE=",     "TY_LOCAL_RANK=",     "CUDA_VISIBLE_DEVICES=",
+        "TY_JOB_ID=", "CUDA_DEVICE_ORDER=", "TY_SUPERVISOR_PID=", "TY_ALLOWED_ROOTS="};
     bool ok = true;
     for (size_t i = 0; i < ne && ok; i++) {
         bool skip = !srv_engine_env_keep(environ[i]);
-        for (size_t j = 0; j < sizeof ours / sizeof *ours; j++) skip |= env_named(environ[i], ours[j]);
+        for (size_t j = 0; j < sizeof ours / sizeof *ours; j++)
+            skip |= env_named(environ[i], ours[j]);
         for (size_t j = 0; j < nx && !skip; j++) {
             const char *eq = strchr(extra[j], '=');
             size_t n = eq ? (size_t)(eq - extra[j]) + 1 : 0;
@@ -73,7 +77,8 @@ char **exec_env_new(srv *s, const char *const *extra)
         envp[--k] = NULL;
         ok = false;
     }
-    for (size_t j = 0; j < nx && ok; j++) ok = (envp[k++] = strdup(extra[j])) != NULL;
+    for (size_t j = 0; j < nx && ok; j++)
+        ok = (envp[k++] = strdup(extra[j])) != NULL;
     if (!ok) {
         exec_env_free(envp);
         return NULL;
@@ -84,6 +89,7 @@ char **exec_env_new(srv *s, const char *const *extra)
 void exec_env_free(char **env)
 {
     if (!env) return;
-    for (char **p = env; *p; p++) free(*p);
+    for (char **p = env; *p; p++)
+        free(*p);
     free(env);
 }
