@@ -16,10 +16,12 @@ Cases (ctest slurm.NAME):
              cluster) fails with its message; resources.nodes 2 on a local
              server is a 400 naming the field.
   lifecycle  a 2-rank job runs to success through sbatch/srun with every step's
-             metric streamed from the events file; a long job is paused
+             metric streamed from the events file and its checkpoints
+             uploaded to a file:// store; a long job is paused
              (its Slurm job signalled, the final checkpoint recorded, Slurm
              done with it), resumed from that checkpoint, survives a kill -9
-             of the server (re-attached: same Slurm job, no second start),
+             and a graceful stop of the server (re-attached: same Slurm job,
+             no second start),
              is requeued without a restart counted when its node goes down
              (NODE_FAIL), runs again once the node is back, and is
              cancelled (scancel; Slurm done with it).
@@ -101,8 +103,13 @@ def test_lifecycle():
                                              capture_output=True))
     train = token_data(os.path.join(srv.tmp, "train.jsonl"))
 
-    # ---- a job to success, every metric streamed back
-    a = srv.submit(spec(train, max_steps=12, every=6))["id"]
+    # ---- a job to success, every metric streamed back, its checkpoints
+    # uploaded to a file:// store by the server as for a local job
+    store = os.path.join(srv.tmp, "store")
+    os.makedirs(store)
+    sa_spec = spec(train, max_steps=12, every=6)
+    sa_spec["checkpoint"]["store"] = "file://" + store
+    a = srv.submit(sa_spec)["id"]
     ja = srv.wait_state(a, ["succeeded", "failed", "cancelled"], 90)
     check(ja["state"] == "succeeded", "job %d: %s (%s)" % (a, ja["state"], ja["error"]))
     evs = srv.all_events(a)
@@ -112,8 +119,12 @@ def test_lifecycle():
     check(states_of(evs) == ["queued", "starting", "running", "succeeded"], "job %d: %s" % (a, states_of(evs)))
     sa = slurm_id(srv, a)
     wait_for(lambda: slurm_state(sa) in ("COMPLETED", ""), 30, "Slurm job %d completed" % sa)
-    ck = [c["step"] for c in srv.get("/jobs/%d/checkpoints" % a).json["checkpoints"]]
-    check(12 in ck, "job %d: final checkpoint recorded: %s" % (a, ck))
+    cks = srv.get("/jobs/%d/checkpoints" % a).json["checkpoints"]
+    final = [c for c in cks if c["step"] == 12]
+    check(final and final[0]["state"] == "committed" and final[0]["remote_uri"],
+          "job %d: final checkpoint recorded and uploaded: %s" % (a, cks))
+    check(os.path.exists(os.path.join(store, "job-%d" % a, "checkpoints", "step-000012", "MANIFEST.json")),
+          "job %d: the store holds the final checkpoint" % a)
 
     # ---- a long job: pause, resume
     b = srv.submit(spec(train, max_steps=100000, every=5, log_every=5))["id"]
@@ -141,6 +152,15 @@ def test_lifecycle():
              "job %d's metrics flow again after the restart" % b)
     check(slurm_id(srv, b) == s2, "the same Slurm job after a restart (%d, %d)" % (s2, slurm_id(srv, b)))
     check(slurm_state(s2) == "RUNNING", "Slurm job %d: %s" % (s2, slurm_state(s2)))
+    # A graceful stop leaves it running in Slurm too; the next start re-attaches.
+    srv.stop()
+    check(slurm_state(s2) == "RUNNING", "Slurm job %d after a graceful stop: %s" % (s2, slurm_state(s2)))
+    srv.start()
+    check(srv.job(b)["state"] == "running", "job %d after a graceful restart: %s" % (b, srv.job(b)["state"]))
+    at = (srv.job(b)["last_metric"] or {}).get("step", 0)
+    wait_for(lambda: (srv.job(b)["last_metric"] or {}).get("step", 0) > at + 5, 60,
+             "job %d's metrics flow again after the graceful restart" % b)
+    check(slurm_id(srv, b) == s2, "the same Slurm job after a graceful restart")
 
     # ---- the node goes down: NODE_FAIL, requeued (no restart counted), runs again
     slurm("scontrol", "update", "nodename=" + NODE, "state=down", "reason=test")
