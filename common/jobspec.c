@@ -495,6 +495,26 @@ static int parse_resources(const json_t *root, jobspec *s, ty_err *err)
     return 0;
 }
 
+/* qlora: how the frozen base is quantised (engine/nf4.c). compute_dtype
+ * "auto" follows `precision`. */
+static int parse_qlora(const json_t *root, jobspec *s, ty_err *err)
+{
+    static const char *const keys[] = {"double_quant", "compute_dtype", NULL};
+    json_t *q;
+    int rc, dt = s->qlora_compute_dtype;
+    if ((rc = get_object(root, "", "qlora", 0, &q, err))) return rc;
+    if (!q) return 0;
+    if (s->method != METHOD_QLORA)
+        return ty_err_field(err, TY_EINVAL, "qlora", "qlora: only meaningful with method \"qlora\" (method is \"%s\")",
+                            jobspec_method_name(s->method));
+    if ((rc = check_keys(q, "qlora", keys, err))) return rc;
+    if ((rc = get_bool(q, "qlora", "double_quant", &s->qlora_double_quant, err))) return rc;
+    if ((rc = get_enum(q, "qlora", "compute_dtype", export_dtype_names, NELEM(export_dtype_names), &dt, err)))
+        return rc;
+    s->qlora_compute_dtype = (jobspec_export_dtype)dt;
+    return 0;
+}
+
 static int parse_export(const json_t *root, jobspec *s, ty_err *err)
 {
     static const char *const keys[] = {"dtype", NULL};
@@ -624,6 +644,7 @@ static void set_defaults(jobspec *s)
     s->method = METHOD_FULL;
     s->lora_r = 8;
     s->lora_alpha = 16;
+    s->qlora_double_quant = true;
     s->batch_size = 1;
     s->seq_len = 256;
     s->grad_accum = 1;
@@ -645,7 +666,7 @@ static void set_defaults(jobspec *s)
 
 static int parse_all(const json_t *root, jobspec *s, ty_err *err)
 {
-    static const char *const keys[] = {"name", "model", "dataset", "method", "lora",
+    static const char *const keys[] = {"name", "model", "dataset", "method", "lora", "qlora",
                                        "hyperparameters", "precision", "export", "resources",
                                        "checkpoint", "priority", "max_restarts", "tags", "limits",
                                        "webhooks", NULL};
@@ -667,6 +688,7 @@ static int parse_all(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = parse_hyper(root, s, err))) return rc;
     if ((rc = get_enum(root, "", "precision", precision_names, NELEM(precision_names), &prec, err))) return rc;
     s->precision = (jobspec_precision)prec;
+    if ((rc = parse_qlora(root, s, err))) return rc;
     if ((rc = parse_export(root, s, err))) return rc;
     if ((rc = parse_resources(root, s, err))) return rc;
     if ((rc = parse_checkpoint(root, s, err))) return rc;
@@ -856,6 +878,10 @@ json_t *jobspec_to_json(const jobspec *s)
         json_object_set_new(l, "merge", json_boolean(s->lora_merge));
         json_object_set_new(root, "lora", l);
     }
+    if (s->method == METHOD_QLORA)
+        json_object_set_new(root, "qlora", json_pack("{s:b, s:s}", "double_quant", s->qlora_double_quant,
+                                                     "compute_dtype",
+                                                     jobspec_export_dtype_name(s->qlora_compute_dtype)));
 
     json_t *h = json_object();
     json_object_set_new(h, "max_steps", json_integer(s->max_steps));

@@ -54,6 +54,9 @@ typedef struct jobspec {
     char *targets[JOBSPEC_MAX_TARGETS];
     char *lora_adapter;       /* optional: starting adapter directory (PEFT format) */
     bool lora_merge;          /* export merged full weights instead of an adapter */
+    /* qlora (method qlora only; docs/engine.md "QLoRA") */
+    bool qlora_double_quant;  /* default true: 8-bit absmax values */
+    jobspec_export_dtype qlora_compute_dtype; /* dtype of the dequantised weights; auto = precision */
 
     /* hyperparameters */
     int64_t max_steps;        /* required, [1, 1e9] */
@@ -110,6 +113,7 @@ typedef struct jobspec {
  *   name; model{path|init}; dataset{train, eval, format, text_field,
  *   chat_template, packing, skip_invalid, eval_fraction}; method;
  *   lora{r, alpha, dropout, targets, adapter, merge} (method lora/qlora only);
+ *   qlora{double_quant, compute_dtype} (method qlora only);
  *   hyperparameters{max_steps, batch_size, seq_len, grad_accum, lr, schedule,
  *   warmup_steps, weight_decay, max_grad_norm, adam_beta1, adam_beta2,
  *   adam_eps, seed, log_every_steps, eval_every_steps, recompute}; precision;

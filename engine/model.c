@@ -15,6 +15,7 @@
 
 #include "data.h"
 #include "lora.h"
+#include "qlora.h"
 #include "safetensors.h"
 #include "tyutil.h"
 
@@ -179,6 +180,10 @@ static const void *W16(const model *m, int i)
  * bias bi, -1 = none). */
 static void mm_fwd(model *m, float *out, const float *x, int wi, int bi, int N, int K, int M)
 {
+    if (m->t[wi].q4) { /* QLoRA: dequantised on the fly */
+        kn_nf4_matmul_fwd(m->kn, m->qb->compute, out, x, m->qb->w[m->t[wi].q4 - 1], W(m, bi), N, K, M);
+        return;
+    }
     if (m->dt == KN_F32) kn_matmul_fwd(m->kn, out, x, W(m, wi), W(m, bi), N, K, M);
     else kn_matmul16_fwd(m->kn, m->dt, KN_F32, out, x, W16(m, wi), W(m, bi), N, K, M);
 }
@@ -186,6 +191,10 @@ static void mm_fwd(model *m, float *out, const float *x, int wi, int bi, int N, 
 static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout, const float *x, int wi, int N, int K,
                    int M)
 {
+    if (m->t[wi].q4) { /* frozen 4-bit base: the gradient goes to the input only */
+        kn_nf4_matmul_bwd(m->kn, m->qb->compute, dx, dout, m->qb->w[m->t[wi].q4 - 1], N, K, M);
+        return;
+    }
     if (m->dt == KN_F32) kn_matmul_bwd(m->kn, dx, dw, db, dout, x, W(m, wi), N, K, M);
     else kn_matmul16_bwd(m->kn, m->dt, KN_F32, dx, dw, db, dout, x, W16(m, wi), N, K, M);
 }
@@ -212,13 +221,20 @@ static void mm_bwd_rows(model *m, float *dx, int wi, int row0, const float *dout
                         (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), N, K, M);
 }
 
+/* Floats of the layout from tensor lo's start to tensor hi's end (a
+ * QLoRA tensor takes none). */
+static size_t span_floats(const model *m, int lo, int hi)
+{
+    return m->t[hi].off + (m->t[hi].q4 ? 0 : m->t[hi].numel) - m->t[lo].off;
+}
+
 /* Tensors [lo, hi] of the table (contiguous in the layout) become scratch
  * slot `slot`'s span; W() converts them from 16 bits as they are used. A
  * span already there is kept with what was converted. */
 static void load_span(model *m, int slot, int lo, int hi)
 {
     if (m->dt == KN_F32) return;
-    size_t off = m->t[lo].off, n = m->t[hi].off + m->t[hi].numel - off;
+    size_t off = m->t[lo].off, n = span_floats(m, lo, hi);
     if (m->span_n[slot] && m->span_off[slot] == off && m->span_n[slot] == n) return;
     m->span_off[slot] = off;
     m->span_n[slot] = n;
@@ -356,6 +372,10 @@ int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err 
         kn_to_device(kn, m->inv_freq, h, (size_t)half * sizeof(float));
         free(h);
     }
+    if (frozen == MODEL_FROZEN_NF4) {
+        int rc = qlora_layout(m, &total, err);
+        if (rc) return rc;
+    }
     size_t bytes = total * sizeof(float);
     m->frozen = frozen;
     m->params = kn_alloc(kn, bytes);
@@ -391,6 +411,7 @@ void model_free(model *m)
         kn_free(m->kn, m->pos);
         kn_free(m->kn, m->inv_freq);
     }
+    qlora_free(m);
     free(m->t);
     free(m->L);
     free(m->A);
@@ -446,7 +467,15 @@ int model_init_random(model *m, uint64_t seed, ty_err *err)
             buf[j] = z0;
             if (j + 1 < t->numel) buf[j + 1] = z1;
         }
-        kn_to_device(m->kn, P(m, i), buf, t->numel * sizeof(float));
+        if (t->q4) {
+            int rc = qlora_store(m, i, buf, err);
+            if (rc) {
+                free(buf);
+                return rc;
+            }
+        } else {
+            kn_to_device(m->kn, P(m, i), buf, t->numel * sizeof(float));
+        }
     }
     free(buf);
     return 0;
@@ -513,6 +542,7 @@ static int load_one(model *m, int idx, const st_tensor *st, float *dst, float *s
             for (int64_t o = 0; o < out; o++) stage2[o * in + i] = stage[i * out + o];
         src = stage2;
     }
+    if (t->q4) return qlora_store(m, idx, src, err);
     kn_to_device(m->kn, dst + t->off, src, t->numel * sizeof(float));
     return 0;
 }
@@ -549,6 +579,12 @@ static int load_file_into(model *m, const st_file *f, const char *suffix, float 
         int idx = find_tensor(m, st->name, suffix);
         if (idx < 0) {
             if (!*suffix && ignorable(m, st->name)) continue;
+            const char *fq = qlora_foreign_quant(st->name);
+            if (fq)
+                return ty_err_field(err, TY_EINVAL, st->name,
+                                    "%s: tensor %s is part of a model quantised by %s; load the original "
+                                    "fp32/bf16/fp16 weights (method qlora quantises them itself)",
+                                    f->path, st->name, fq);
             if (*suffix && (idx = find_tensor(m, st->name, !strcmp(suffix, ".exp_avg") ? ".exp_avg_sq" : ".exp_avg")) >= 0)
                 continue; /* the other moment, loaded in its own pass */
             return ty_err_field(err, TY_EINVAL, st->name, "%s: unexpected tensor %s (not part of a %s model)", f->path,
@@ -715,6 +751,8 @@ static int save_fill(void *vctx, int i, float *out, ty_err *err)
 static int save_tensors(model *m, const char *path, const float *b0, const float *b1, const char *s0, const char *s1,
                         st_dtype dtype, ty_err *err)
 {
+    if (m->qb) /* its linear weights are 4-bit: saving them is the export's merge (train.c) */
+        return ty_err_set(err, TY_EINVAL, "%s: a QLoRA model's quantised base is not saved", path);
     int n = m->nt * (b1 ? 2 : 1);
     st_out *outs = calloc((size_t)n, sizeof *outs);
     char (*names)[160] = calloc((size_t)n, sizeof *names);

@@ -37,6 +37,7 @@ typedef struct model_tensor {
     size_t off, numel;    /* in floats, into each of the four buffers */
     int conv1d;           /* GPT-2 Conv1D: stored [in, out] on disk */
     int decay;            /* AdamW weight decay applies (>= 2-D tensors) */
+    int q4;               /* QLoRA: 1 + index into m->qb->w (NF4, not in the buffers); 0 = none */
     model_init_kind init;
     float init_std;
 } model_tensor;
@@ -130,13 +131,18 @@ typedef struct model {
     /* RoPE's inverse frequencies [head_dim/2] when they are not plain
      * theta's (Llama 3's scaling, cfg.rope_scaled); NULL otherwise. */
     float *inv_freq;
+    /* QLoRA (qlora.h): the block linear weights as NF4, outside `params`;
+     * NULL unless created with MODEL_FROZEN_NF4. */
+    struct qlora_base *qb;
 } model;
 
 /* Builds the tensor table for cfg and allocates the parameter, gradient and
  * optimizer buffers (zeroed). Takes ownership of cfg (it moves). */
 int model_create(model *m, model_config *cfg, kn_ctx *kn, ty_err *err);
 /* Same; frozen = 1 allocates the parameters only (no gradients or AdamW
- * state): the model is trained through adapters (lora.h). */
+ * state): the model is trained through adapters (lora.h). frozen =
+ * MODEL_FROZEN_NF4 also keeps the block linear weights in NF4 (qlora.h). */
+#define MODEL_FROZEN_NF4 2
 int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err *err);
 void model_free(model *m);
 

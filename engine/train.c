@@ -28,6 +28,7 @@
 #include "jobspec.h"
 #include "kernels.h"
 #include "lora.h"
+#include "qlora.h"
 #include "model.h"
 #include "scaler.h"
 #include "textdata.h"
@@ -135,15 +136,25 @@ static int load_spec(run *r, ty_err *err)
 static int check_supported(run *r, const model_config *c, char *msg, size_t n)
 {
     const jobspec *s = &r->spec;
-    if (s->method == METHOD_QLORA)
-        return snprintf(msg, n, "method: qlora is not supported by this engine yet (use \"lora\" or \"full\")"), 1;
+    if (s->method == METHOD_QLORA && c->fused)
+        return snprintf(msg, n, "method qlora: %s's fused qkv_proj / gate_up_proj are not quantised by this engine yet "
+                        "(use method lora)", c->model_type), 1;
+    json_t *qc = json_object_get(c->raw, "quantization_config");
+    if (qc) {
+        const char *qm = json_string_value(json_object_get(qc, "quant_method"));
+        return snprintf(msg, n,
+                        "model.path: config.json has quantization_config (quant_method \"%s\"): the model is already "
+                        "quantised; %s needs its original fp32/bf16/fp16 weights",
+                        qm ? qm : "?", s->method == METHOD_QLORA ? "method qlora (which quantises them itself)"
+                                                                : "training"), 1;
+    }
     if (s->format != DS_TOKENS && !s->model_path)
         return snprintf(msg, n, "dataset.format %s needs model.path (a directory with tokenizer.json)",
                         jobspec_format_name(s->format)), 1;
     textdata_template tp;
     if (s->format == DS_CHAT && textdata_template_parse(s->chat_template, &tp))
         return snprintf(msg, n, "dataset.chat_template \"%s\" is not one of chatml, llama3, llama2", s->chat_template), 1;
-    if (s->method == METHOD_LORA && s->lora_r < 1)
+    if (s->method != METHOD_FULL && s->lora_r < 1)
         return snprintf(msg, n, "lora.r must be at least 1 (got %d)", s->lora_r), 1;
     if (s->seq_len > c->max_pos)
         return snprintf(msg, n, "hyperparameters.seq_len %d exceeds the model's maximum of %d positions (%s)",
@@ -317,6 +328,20 @@ static int copy_file(const char *from, const char *to, ty_err *err)
     return rc;
 }
 
+/* QLoRA's merged export starts from the original, unquantised base (the
+ * model the adapter is for, as PEFT merges into a base loaded in 16 or 32
+ * bits), not from the dequantised 4-bit weights the run trained against. */
+static int load_unquantised(run *r, model *out, ty_err *err)
+{
+    const jobspec *s = &r->spec;
+    model_config cfg;
+    int rc = s->model_path ? hfconfig_load_dir(s->model_path, &cfg, err)
+                           : hfconfig_parse(s->model_init, "model.init", &cfg, err);
+    if (rc) return rc;
+    if ((rc = model_create_ex(out, &cfg, r->kn, 1, err))) return rc;
+    return s->model_path ? model_load_dir(out, s->model_path, err) : model_init_random(out, s->seed, err);
+}
+
 static int export_model(run *r, ty_err *err)
 {
     char dir[4096], path[4200];
@@ -332,25 +357,33 @@ static int export_model(run *r, ty_err *err)
     } else {
         /* Full weights; with lora.merge, W + (alpha / r) B A. The merge is
          * the run's last use of the base weights. */
-        if (!rc && r->have_lora) rc = lora_merge(&r->lora, &r->m, err);
+        model full;
+        model *mm = &r->m;
+        memset(&full, 0, sizeof full);
+        if (!rc && r->m.qb) {
+            rc = load_unquantised(r, &full, err);
+            mm = &full;
+        }
+        if (!rc && r->have_lora) rc = lora_merge(&r->lora, mm, err);
         /* export.dtype, else the dtype the model came in (config.json's
          * torch_dtype; fp32 for model.init). */
         kn_dtype edt = KN_F32;
         jobspec_export_dtype want = r->spec.export_dtype;
         if (want == EXPORT_DTYPE_AUTO) {
-            const char *own = json_string_value(json_object_get(r->m.cfg.raw, "torch_dtype"));
+            const char *own = json_string_value(json_object_get(mm->cfg.raw, "torch_dtype"));
             edt = own && !strcmp(own, "bfloat16") ? KN_BF16 : own && !strcmp(own, "float16") ? KN_F16 : KN_F32;
         } else {
             edt = want == EXPORT_DTYPE_BF16 ? KN_BF16 : want == EXPORT_DTYPE_FP16 ? KN_F16 : KN_F32;
         }
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        if (!rc) rc = model_save_file_as(&r->m, path, edt, err);
-        json_t *cfg = hfconfig_export_as(&r->m.cfg, edt == KN_BF16 ? "bfloat16" : edt == KN_F16 ? "float16" : "float32");
+        if (!rc) rc = model_save_file_as(mm, path, edt, err);
+        json_t *cfg = rc ? NULL : hfconfig_export_as(&mm->cfg, edt == KN_BF16 ? "bfloat16" : edt == KN_F16 ? "float16" : "float32");
         char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(cfg);
         snprintf(path, sizeof path, "%s/config.json", dir);
         if (!rc) rc = text ? ty_write_file_atomic(path, text, strlen(text), err) : ty_err_set(err, TY_ENOMEM, "config");
         free(text);
+        if (mm == &full) model_free(&full);
     }
     /* The tokenizer travels with the weights when the model dir had one. */
     static const char *const tok_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -700,8 +733,18 @@ static int step_model(run *r, ty_err *err)
 {
     r->vocab = r->cfg.vocab;
     r->have_cfg = 0; /* model_create_ex takes it, even on failure */
-    int rc = model_create_ex(&r->m, &r->cfg, r->kn, r->spec.method == METHOD_LORA, err);
+    const jobspec *s = &r->spec;
+    int frozen = s->method == METHOD_QLORA ? MODEL_FROZEN_NF4 : s->method == METHOD_LORA;
+    int rc = model_create_ex(&r->m, &r->cfg, r->kn, frozen, err);
     r->have_model = 1; /* model_free copes with a partial model */
+    if (!rc && r->m.qb) { /* before loading: the weights are quantised as they arrive */
+        jobspec_export_dtype cd = s->qlora_compute_dtype;
+        r->m.qb->double_quant = s->qlora_double_quant;
+        r->m.qb->compute = cd == EXPORT_DTYPE_AUTO ? r->dt
+                         : cd == EXPORT_DTYPE_BF16 ? KN_BF16
+                         : cd == EXPORT_DTYPE_FP16 ? KN_F16
+                                                   : KN_F32;
+    }
     return rc;
 }
 
@@ -730,7 +773,7 @@ static int resume_weights(run *r, ty_err *err)
     if (mstep != r->step)
         return ty_err_set(err, TY_ECORRUPT, "checkpoint corrupt: MANIFEST.json says step %lld, trainer_state.json %lld",
                           (long long)mstep, (long long)r->step);
-    if (s->method == METHOD_LORA) {
+    if (s->method != METHOD_FULL) {
         /* The frozen base comes from the spec; the adapters and their
          * moments from the checkpoint. */
         rc = s->model_path ? model_load_dir(&r->m, s->model_path, err) : model_init_random(&r->m, s->seed, err);
@@ -762,7 +805,7 @@ static int step_weights(run *r, ty_err *err)
     if (r->a->resume) rc = resume_weights(r, err);
     else if (s->model_path) rc = model_load_dir(&r->m, s->model_path, err) ? prefixed(err, err->code, "model") : 0;
     else rc = model_init_random(&r->m, s->seed, err);
-    if (!rc && !r->a->resume && s->method == METHOD_LORA) rc = setup_lora(r, err);
+    if (!rc && !r->a->resume && s->method != METHOD_FULL) rc = setup_lora(r, err);
     r->m.keep_masters = s->zero; /* ZeRO-1 all-gathers fp32 masters (zero.c): no bf16 split */
     if (!rc) rc = model_set_precision(&r->m, r->dt, err); /* 16-bit weights from what was loaded */
     return rc;
@@ -832,6 +875,31 @@ static void teardown(run *r)
     json_decref(r->history);
 }
 
+/* The started event's `memory`: device bytes by kind, as allocated. */
+static json_t *memory_json(const run *r)
+{
+    const model *m = &r->m;
+    size_t floats = m->t[m->nt - 1].off + m->t[m->nt - 1].numel, f4 = floats * sizeof(float);
+    size_t weights = f4 + (m->p16 ? floats * kn_dtype_size(m->dt) : 0) + (m->wscr_n[0] + m->wscr_n[1]) * sizeof(float);
+    size_t adapters = 0, optimizer = m->m ? 2 * f4 : 0, grads = m->grads ? f4 : 0, acts = model_act_bytes(m);
+    if (r->have_lora) {
+        adapters = r->lora.n_buf * sizeof(float);
+        grads = adapters;
+        optimizer = 2 * adapters;
+        size_t N = r->lora.N, la = 0;
+        for (int i = 0; i < r->lora.n; i++) {
+            la += ((N * (size_t)r->lora.r + 15) & ~(size_t)15) * sizeof(float);
+            if (r->lora.dropout > 0) la += ((N * (size_t)r->lora.ad[i].in + 15) & ~(size_t)15) * sizeof(float) +
+                                          N * (size_t)r->lora.ad[i].in;
+        }
+        acts += la;
+    }
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "weights", (json_int_t)weights, "quantized_weights",
+                     (json_int_t)(m->qb ? m->qb->bytes : 0), "adapters", (json_int_t)adapters, "gradients",
+                     (json_int_t)grads, "optimizer", (json_int_t)optimizer, "activations", (json_int_t)acts,
+                     "total", (json_int_t)kn_bytes_in_use(r->kn));
+}
+
 static int train_loop(run *r)
 {
     const jobspec *s = &r->spec;
@@ -848,6 +916,7 @@ static int train_loop(run *r)
                       "device", kn_describe(r->kn));
     if (r->fallback[0]) json_object_set_new(started, "fallback", json_string(r->fallback));
     device_describe(r->kn, started);
+    json_object_set_new(started, "memory", memory_json(r));
     ev_emit(started);
     ev_log("%s model, %zu parameters (%zu trainable), %d training rows, backend %s", r->m.cfg.model_type,
            r->m.n_params, trainable, r->train.n, kn_device_name(r->kn));

@@ -50,6 +50,29 @@ const char *kn_dtype_name(kn_dtype dt); /* "fp32" | "bf16" | "fp16" */
 
 typedef struct kn_ctx kn_ctx;
 
+/* A weight w[M, K] quantised to 4-bit NormalFloat in bitsandbytes' layout
+ * (engine/nf4.c quantises at load; docs/kernels.md "NF4"). Its n = M * K
+ * elements, row-major, form blocks of KN_NF4_BLOCK; element i is
+ *   kn_nf4_levels[q(i)] * absmax(i / 64)
+ * with q(i) the high nibble of codes[i / 2] for even i, the low nibble for
+ * odd i. absmax(b) is absmax[b] (fp32), or with double quantisation
+ * (absmax == NULL) kn_dyn8_map[qabsmax[b]] * absmax2[b / 256] + offset, in
+ * that order of fp32 operations (bitsandbytes' dequantize_blockwise, then
+ * the offset). All pointers are device memory; the struct goes by value. */
+typedef struct kn_nf4 {
+    const uint8_t *codes;   /* [ceil(n / 2)] */
+    const float *absmax;    /* [ceil(n / 64)], or NULL when double-quantised */
+    const uint8_t *qabsmax; /* [ceil(n / 64)] codes of absmax - offset */
+    const float *absmax2;   /* [ceil(ceil(n / 64) / 256)] */
+    float offset;           /* mean of the fp32 absmax values */
+} kn_nf4;
+#define KN_NF4_BLOCK 64
+#define KN_NF4_BLOCK2 256
+/* The 16 NF4 levels and bitsandbytes' signed dynamic 8-bit map
+ * (create_dynamic_map(signed=True), sorted), as fp32: kernels/nf4_tables.h. */
+extern const float kn_nf4_levels[16];
+extern const float kn_dyn8_map[256];
+
 /* ---- context and memory ---------------------------------------------- */
 
 /* Opens a context on a device (device_index: GPU ordinal, ignored on CPU).
@@ -197,6 +220,14 @@ KN_OPS(KN_PROTO)
  *   not fit (an exact tie kept at an even hi, 1 in 65536) is moved one
  *   fp32 ulp towards hi first (so hi is still its rounding).
  * kn_master_join: x[n] from hi[n], lo[n] (exact).
+ *
+ * kn_nf4_dequant: out[n] (dt) = the NF4 weight w's n elements (kn_nf4
+ *   above) computed in fp32 and stored in dt (round-to-nearest-even).
+ * kn_nf4_matmul_fwd: out[N,M] = x[N,K] deq(w)^T + bias[M], deq(w) rounded
+ *   to the compute dtype dt first (what bitsandbytes' matmul_4bit
+ *   multiplies by); fp32 products and accumulation.
+ * kn_nf4_matmul_bwd: dx[N,K] += dout[N,M] deq(w): the gradient flows to the
+ *   input only; the 4-bit base is frozen (QLoRA), so there is no dw.
  *
  * kn_adamw: one AdamW update on n parameters (torch.optim.AdamW):
  *     p -= lr * wd * p                      (decoupled decay; wd may be 0)

@@ -63,6 +63,13 @@
     X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float *dw,         \
       float *dbias, const void *dout, const float *x, const void *w, int N, int K, int M),         \
       (c, dt, dout_dt, dx, dw, dbias, dout, x, w, N, K, M))                                        \
+    /* 4-bit NormalFloat weights (QLoRA) */                                                       \
+    X(void, nf4_dequant, (kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n),                  \
+      (c, out, dt, w, n))                                                                          \
+    X(void, nf4_matmul_fwd, (kn_ctx *c, kn_dtype dt, float *out, const float *x, kn_nf4 w,         \
+      const float *bias, int N, int K, int M), (c, dt, out, x, w, bias, N, K, M))                  \
+    X(void, nf4_matmul_bwd, (kn_ctx *c, kn_dtype dt, float *dx, const float *dout, kn_nf4 w,       \
+      int N, int K, int M), (c, dt, dx, dout, w, N, K, M))                                         \
     /* attention */                                                                                \
     X(void, rope_fwd, (kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,        \
       int pos_offset), (c, x, B, T, H, D, ld, base, pos_offset))                                   \

@@ -25,6 +25,9 @@ typedef struct cpu_state {
     void *mm_buf[4];
     size_t mm_cap[4];
     struct dnnl_state *dnnl;
+    /* kn_nf4_* dequantisation scratch (cpu_nf4.c): one fp32 weight. */
+    void *nf4_buf;
+    size_t nf4_cap;
 } cpu_state;
 
 /* n elements of src (sdt) to dst (ddt) on the calling thread: the body

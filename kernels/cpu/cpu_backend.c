@@ -35,6 +35,7 @@ static void cpu_close(kn_ctx *c)
     if (st) {
         cpu_dnnl_free(c);
         free(st->rope_tab);
+        free(st->nf4_buf);
         for (int i = 0; i < 4; i++)
             free(st->mm_buf[i]);
     }

@@ -47,6 +47,7 @@ namespace KN_NS {
 enum { KN_SCRATCH_W32 = 0, /* fp32 copy of a 16-bit weight (matmul16, fp32 dout) */
        KN_SCRATCH_X16,     /* 16-bit copy of fp32 activations (native matmul16) */
        KN_SCRATCH_O32,     /* fp32 result / gradient of the mixed cases of matmul16 */
+       KN_SCRATCH_NF4,     /* one dequantised NF4 weight, fp32 (cuda_nf4.cu) */
        KN_SCRATCH_SLOTS };
 
 /* Per-context state (ctx->impl). */

@@ -79,7 +79,7 @@ gpu)
   start=$(date +%s)
   fail=0
   for scale in 1 8; do
-    for g in context elementwise activations adamw embedding norm matmul rope attention crossentropy convert; do
+    for g in context elementwise activations adamw embedding norm matmul rope attention crossentropy convert nf4; do
       left=$((limit - ($(date +%s) - start)))
       if [ "$left" -lt 10 ]; then
         echo "SKIP $g scale $scale: time budget spent" >>"$sum"

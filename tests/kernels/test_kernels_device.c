@@ -353,6 +353,56 @@ static void t_matmul(pair *p)
     }
 }
 
+/* NF4 weights (QLoRA): random bytes are a valid quantised tensor, so the
+ * codes, 8-bit absmax codes and scales are drawn directly. Dequantisation
+ * must be bit-identical (both compute bitsandbytes' fp32 formula, each
+ * operation rounded on its own); the matmuls agree to sgemm tolerance. */
+static buf nf4_bytes(pair *p, size_t n)
+{
+    uint8_t *h = malloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (uint8_t)(urand() * 256.0);
+    buf b = bput(p, h, n);
+    free(h);
+    return b;
+}
+
+static void t_nf4(pair *p)
+{
+    /* {M, K}: an odd element count, a partial block of 64, more than 256 blocks. */
+    int shapes[][2] = {{7, 9}, {48, 40}, {130, 133}};
+    for (int s = 0; s < 3; s++) {
+        int M = shapes[s][0] * g_scale, K = shapes[s][1] * g_scale, N = 11 * g_scale;
+        size_t n = (size_t)M * K, nb = (n + 63) / 64, nb2 = (nb + 255) / 256;
+        buf codes = nf4_bytes(p, (n + 1) / 2), qa = nf4_bytes(p, nb);
+        buf am = brand(p, nb, 1), am2 = brand(p, nb2, 0.5);
+        for (int dq = 0; dq < 2; dq++) {
+            kn_nf4 wc = {codes.cpu, dq ? NULL : F(am, cpu), qa.cpu, F(am2, cpu), 0.0123f};
+            kn_nf4 wd = {codes.dev, dq ? NULL : F(am, dev), qa.dev, F(am2, dev), 0.0123f};
+            for (int dt = 0; dt < 3; dt++) {
+                buf out = bzeros(p, n * kn_dtype_size((kn_dtype)dt));
+                kn_nf4_dequant(p->cpu, out.cpu, (kn_dtype)dt, wc, n);
+                kn_nf4_dequant(p->dev, out.dev, (kn_dtype)dt, wd, n);
+                char what[64];
+                snprintf(what, sizeof what, "nf4_dequant.%s%s", kn_dtype_name((kn_dtype)dt), dq ? ".dq" : "");
+                cmp_bytes(p, what, out);
+                kn_free(p->cpu, out.cpu);
+                kn_free(p->dev, out.dev);
+            }
+            buf x = brand(p, (size_t)N * K, 1), bias = brand(p, M, 1), o = bzeros(p, (size_t)N * M * 4);
+            buf d = brand(p, (size_t)N * M, 1), dx = brand(p, (size_t)N * K, 1);
+            for (int dt = 0; dt < 3; dt += 1) {
+                kn_nf4_matmul_fwd(p->cpu, (kn_dtype)dt, F(o, cpu), F(x, cpu), wc, F(bias, cpu), N, K, M);
+                kn_nf4_matmul_fwd(p->dev, (kn_dtype)dt, F(o, dev), F(x, dev), wd, F(bias, dev), N, K, M);
+                cmp(p, dq ? "nf4_matmul_fwd.dq" : "nf4_matmul_fwd", o, 1e-5, 1e-6);
+                kn_nf4_matmul_bwd(p->cpu, (kn_dtype)dt, F(dx, cpu), F(d, cpu), wc, N, K, M);
+                kn_nf4_matmul_bwd(p->dev, (kn_dtype)dt, F(dx, dev), F(d, dev), wd, N, K, M);
+                cmp(p, dq ? "nf4_matmul_bwd.dx.dq" : "nf4_matmul_bwd.dx", dx, 1e-5, 1e-6);
+            }
+        }
+    }
+}
+
 static void t_rope(pair *p)
 {
     int B = 2, T = 13 * g_scale, H = 3, D = 20, ld = H * D + 7;
@@ -710,7 +760,7 @@ int main(int argc, char **argv)
                   {"embedding", t_embedding}, {"norm", t_norm},
                   {"matmul", t_matmul},       {"rope", t_rope},
                   {"attention", t_attention}, {"crossentropy", t_crossentropy},
-                  {"convert", t_convert}};
+                  {"convert", t_convert},     {"nf4", t_nf4}};
     int found = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (!strcmp(argv[1], groups[i].name) || !strcmp(argv[1], "all")) {

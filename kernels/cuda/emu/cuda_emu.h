@@ -55,6 +55,7 @@ void *emu_dyn_shared(void);
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static thread_local
+#define __constant__
 #define __align__(n) alignas(n)
 
 void __syncthreads(void);
@@ -117,6 +118,10 @@ template <typename T> static inline T __shfl_sync(unsigned, T v, int src, int wi
 /* ---- device math ---------------------------------------------------------- */
 
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+/* Round-to-nearest operations that nvcc never fuses (the host build does
+ * not fuse either: ISO C++ mode, -ffp-contract=off). */
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 using std::isfinite;

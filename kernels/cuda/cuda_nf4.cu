@@ -1,0 +1,93 @@
+/* cuda_nf4.cu — QLoRA's 4-bit NormalFloat weights: dequantise, then cuBLASLt.
+ *
+ * kn_nf4_matmul_* dequantise the whole weight into a scratch slot of the
+ * context (kn_cuda_scratch: grown to the largest weight on first use, then
+ * reused, no allocation in the steady state), round it to the compute dtype and
+ * run the fp32 cuBLASLt product of cuda_matmul.cu on it — what
+ * bitsandbytes' matmul_4bit does for a batch of rows (dequantize_4bit, then
+ * a dense GEMM). One thread dequantises one byte (two elements). The
+ * arithmetic is bitsandbytes' in fp32, each operation rounded on its own
+ * (__fmul_rn / __fadd_rn: nvcc would otherwise fuse the multiply-add of the
+ * double-quantised absmax), so the weights are bit-identical to the CPU
+ * backend's and to bitsandbytes' dequantize_4bit. */
+#include "kn_cuda.cuh"
+#include "nf4_tables.h"
+
+namespace KN_NS {
+
+__constant__ float c_nf4[16] = KN_NF4_LEVELS_INIT;
+__constant__ float c_dyn8[256] = KN_DYN8_MAP_INIT;
+
+__device__ __forceinline__ float nf4_absmax(const kn_nf4 &w, size_t b)
+{
+    if (w.absmax)
+        return w.absmax[b];
+    float a = __fmul_rn(c_dyn8[w.qabsmax[b]], w.absmax2[b / KN_NF4_BLOCK2]);
+    return __fadd_rn(a, w.offset);
+}
+
+__global__ void k_nf4_dequant(float *out, kn_nf4 w, size_t n)
+{
+    size_t nbytes = (n + 1) / 2;
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nbytes;
+         j += (size_t)gridDim.x * blockDim.x) {
+        size_t i = 2 * j; /* i and i + 1 share a block: 64 is even */
+        float a = nf4_absmax(w, i / KN_NF4_BLOCK);
+        uint8_t byte = w.codes[j];
+        out[i] = __fmul_rn(c_nf4[byte >> 4], a);
+        if (i + 1 < n)
+            out[i + 1] = __fmul_rn(c_nf4[byte & 15], a);
+    }
+}
+
+/* The context's fp32 scratch of n floats (a kn_cuda_scratch slot). */
+static float *nf4_scratch(kn_ctx *c, size_t n)
+{
+    return (float *)kn_cuda_scratch(c, KN_SCRATCH_NF4, n * sizeof(float));
+}
+
+/* deq(w) rounded to dt, in the scratch; nullptr after a failure. */
+static float *dequant(kn_ctx *c, const kn_nf4 &w, size_t n, kn_dtype dt)
+{
+    float *s = nf4_scratch(c, n);
+    if (!s)
+        return nullptr;
+    KN_LAUNCH(k_nf4_dequant, kn_blocks((n + 1) / 2, 256), 256, 0, c, s, w, n);
+    cuda_round(c, s, n, dt);
+    return s;
+}
+
+void cuda_nf4_dequant(kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n)
+{
+    if (!n)
+        return;
+    if (dt == KN_F32) {
+        KN_LAUNCH(k_nf4_dequant, kn_blocks((n + 1) / 2, 256), 256, 0, c, (float *)out, w, n);
+        return;
+    }
+    const float *s = dequant(c, w, n, KN_F32);
+    if (s)
+        cuda_convert(c, out, dt, s, KN_F32, n);
+}
+
+void cuda_nf4_matmul_fwd(kn_ctx *c, kn_dtype dt, float *out, const float *x, kn_nf4 w,
+                         const float *bias, int N, int K, int M)
+{
+    if (N <= 0 || M <= 0)
+        return;
+    const float *s = dequant(c, w, (size_t)M * K, dt);
+    if (s)
+        cuda_matmul_fwd(c, out, x, s, bias, N, K, M);
+}
+
+void cuda_nf4_matmul_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, kn_nf4 w, int N,
+                         int K, int M)
+{
+    if (N <= 0 || M <= 0 || K <= 0 || !dx)
+        return;
+    const float *s = dequant(c, w, (size_t)M * K, dt);
+    if (s)
+        cuda_matmul_bwd(c, dx, nullptr, nullptr, dout, nullptr, s, N, K, M);
+}
+
+} // namespace KN_NS
