@@ -144,9 +144,9 @@ static int check_supported(run *r, const model_config *c, char *msg, size_t n)
         const char *qm = json_string_value(json_object_get(qc, "quant_method"));
         return snprintf(msg, n,
                         "model.path: config.json has quantization_config (quant_method \"%s\"): the model is already "
-                        "quantised; %s needs its original fp32/bf16/fp16 weights",
-                        qm ? qm : "?", s->method == METHOD_QLORA ? "method qlora (which quantises them itself)"
-                                                                : "training"), 1;
+                        "quantised; %s needs the original fp32/bf16/fp16 weights%s",
+                        qm ? qm : "?", s->method == METHOD_QLORA ? "method qlora" : "training",
+                        s->method == METHOD_QLORA ? " (it quantises them itself)" : ""), 1;
     }
     if (s->format != DS_TOKENS && !s->model_path)
         return snprintf(msg, n, "dataset.format %s needs model.path (a directory with tokenizer.json)",
