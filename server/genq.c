@@ -438,7 +438,7 @@ enum MHD_Result genq_post(http_req *q)
         if (json_dump_file(spec.model_init, cfgp, JSON_COMPACT)) BAD(NULL, "cannot write %s", cfgp);
         bad |= add_arg(t, "--config") || add_arg(t, "%s", cfgp);
     }
-    if (!base && spec.method == METHOD_LORA) {
+    if (!base && spec.method != METHOD_FULL) { /* lora, qlora: the checkpoint holds the adapter */
         bad |= add_arg(t, "--adapter") || add_arg(t, "%s", path) || add_arg(t, "--lora-r") ||
                add_arg(t, "%d", spec.lora_r) || add_arg(t, "--lora-alpha") || add_arg(t, "%.17g", spec.lora_alpha);
         if (spec.n_targets) {
