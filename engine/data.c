@@ -4,6 +4,7 @@
  * large dataset costs two allocations, not one per line. */
 #include "data.h"
 
+#include "rng.h"
 #include "tyopen.h"
 #include "tyutil.h"
 
@@ -254,20 +255,13 @@ const char *data_error(const dataset *d)
     return d->text ? d->ops->error(d->text) : "no error";
 }
 
-uint64_t data_splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 void data_permutation(uint64_t seed, int64_t epoch, int n, int32_t *perm)
 {
     uint64_t state = seed ^ ((uint64_t)(epoch + 1) * 0x9E3779B97F4A7C15ull);
     for (int i = 0; i < n; i++) perm[i] = i;
     for (int i = n - 1; i > 0; i--) {
-        int j = (int)(data_splitmix64(&state) % (uint64_t)(i + 1));
+        int j = (int)(rng_splitmix64(&state) % (uint64_t)(i + 1));
         int32_t t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;

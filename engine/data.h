@@ -63,8 +63,6 @@ const char *data_error(const dataset *d);
  * T ids, target t is lab[t + 1] (-100 past the truncated end). */
 int data_row_from(const int32_t *tok, const int32_t *lab, int64_t len, int T, int32_t *inputs, int32_t *targets);
 
-/* splitmix64: the generator behind shuffling (Steele et al., 2014). */
-uint64_t data_splitmix64(uint64_t *state);
 /* The permutation of epoch `epoch` (0-based) of n examples:
  *   state = seed ^ ((epoch + 1) * 0x9E3779B97F4A7C15)
  *   perm = [0, n); for i = n-1 .. 1: j = splitmix64(state) % (i + 1); swap(perm[i], perm[j]) */

@@ -40,6 +40,7 @@
 #include "kvcache.h"
 #include "lora.h"
 #include "model.h"
+#include "rng.h"
 #include "tokenizer.h"
 
 #define MAX_STOPS 8
@@ -347,14 +348,6 @@ static int prompt_ids(gen_ctx *g, const gen_opts *o, int32_t **ids, size_t *n)
     return 0;
 }
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 typedef struct cand {
     float p;
     int id;
@@ -393,7 +386,7 @@ static int sample(const float *logits, int V, double temperature, double top_p, 
     double kept = 0;
     for (int i = 0; i < keep; i++)
         kept += buf[i].p;
-    double u = (double)(splitmix64(rng) >> 11) * 0x1.0p-53 * kept;
+    double u = rng_unit(rng) * kept;
     for (int i = 0; i < keep; i++) {
         u -= buf[i].p;
         if (u < 0) return buf[i].id;

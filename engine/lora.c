@@ -15,6 +15,7 @@
 
 #include "data.h"
 #include "model.h"
+#include "rng.h"
 #include "safetensors.h"
 #include "tyutil.h"
 
@@ -147,7 +148,7 @@ void lora_init(lora *l, uint64_t seed)
         if (!buf) continue; /* cannot happen for sizes that fit the device buffers above */
         double bound = 1.0 / sqrt((double)a->in);
         for (size_t j = 0; j < n; j++) {
-            double u = (double)(data_splitmix64(&state) >> 11) * 0x1.0p-53;
+            double u = rng_unit(&state);
             buf[j] = (float)((2.0 * u - 1.0) * bound);
         }
         kn_to_device(l->kn, l->params + a->a_off, buf, n * sizeof(float));

@@ -16,6 +16,7 @@
 #include "data.h"
 #include "lora.h"
 #include "qlora.h"
+#include "rng.h"
 #include "safetensors.h"
 #include "tyutil.h"
 
@@ -458,8 +459,8 @@ int model_init_random(model *m, uint64_t seed, ty_err *err)
             float z0 = t->init == INIT_ONES ? 1.0f : 0.0f, z1 = z0;
             if (t->init == INIT_NORMAL) {
                 /* Box-Muller on two 53-bit uniforms; u1 in (0, 1]. */
-                double u1 = 1.0 - (double)(data_splitmix64(&state) >> 11) * 0x1.0p-53;
-                double u2 = (double)(data_splitmix64(&state) >> 11) * 0x1.0p-53;
+                double u1 = 1.0 - rng_unit(&state);
+                double u2 = rng_unit(&state);
                 double r = sqrt(-2.0 * log(u1));
                 z0 = (float)(r * cos(2.0 * M_PI * u2) * t->init_std);
                 z1 = (float)(r * sin(2.0 * M_PI * u2) * t->init_std);
