@@ -281,7 +281,9 @@ def test_reconcile():
     with open(train, "w") as f:
         f.write('{"text": "hello"}\n')
     model = model_dir(srv.tmp, {"step_ms": 20, "checkpoint_every": 2, "resume_step_ms": 2})
-    jid = srv.submit(spec(model, train, max_steps=60, checkpoint={"keep_last": 0}))["id"]
+    # 300 steps of 20 ms: the pause after step 9 lands well before the end
+    # even on a loaded machine (60 steps could finish first).
+    jid = srv.submit(spec(model, train, max_steps=300, checkpoint={"keep_last": 0}))["id"]
     wait_for(lambda: (srv.job(jid)["last_metric"] or {}).get("step", 0) >= 9, 30, "step 9")
     check(srv.post("/jobs/%d/pause" % jid).status == 202, "pause")
     job = srv.wait_state(jid, "paused", 30)
@@ -345,7 +347,7 @@ def test_reconcile():
     check(job["progress"]["eta_s"] is None, "a finished job has no ETA")
     # One row per step; the renumbered copy stands for steps no engine ran.
     steps = [m["step"] for m in srv.get("/jobs/%d/metrics" % jid).json["metrics"]]
-    check(steps == list(range(1, newest + 1)) + list(range(adopted + 1, 61)), "metric steps %s" % steps)
+    check(steps == list(range(1, newest + 1)) + list(range(adopted + 1, 301)), "metric steps %s" % steps)
     srv.stop()
     no_sanitizer_report(srv)
 
