@@ -288,7 +288,7 @@ static void store_int(void *field, size_t size, long long x)
 static int apply(srv_config *c, const srv_option *o, const char *v, ty_err *err)
 {
     void *field = (char *)c + o->offset;
-    long long x;
+    long long x = 0; /* set by parse_int; gcc -O2 cannot see it (Release -Werror=maybe-uninitialized) */
     int rc;
     if (o->check && (rc = o->check(o->name, v, err))) return rc;
     switch (o->type) {
