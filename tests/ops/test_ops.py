@@ -135,14 +135,14 @@ def test_gpu_price():
 
 def test_stall_sigstop():
     srv, model, train = setup({"step_ms": 30}, grace=2)
-    s = spec(model, train, 150, checkpoint={"every_steps": 20}, limits={"stall_after_s": 1, "on_stall": "restart"})
+    s = spec(model, train, 150, checkpoint={"every_steps": 20}, limits={"stall_after_s": 2, "on_stall": "restart"})
     jid = srv.submit(s)["id"]
     wait_for(lambda: srv.job(jid)["progress"]["step"] >= 30, 30, "30 steps")
     pids = engine_pids(srv.data_dir)
     check(len(pids) == 1, "one engine: %r" % pids)
     os.kill(pids[0], signal.SIGSTOP)
     stall = wait_event(srv, jid, lambda t, d: t == "stall", what="a stall event")
-    check(stall["action"] == "restart" and stall["stall_after_s"] == 1 and stall["silent_s"] >= 1, "%r" % stall)
+    check(stall["action"] == "restart" and stall["stall_after_s"] == 2 and stall["silent_s"] >= 2, "%r" % stall)
     j = srv.wait_state(jid, ["succeeded", "failed"], timeout=60)
     check(j["state"] == "succeeded" and j["restarts"] == 1, "after the restart: %s, %d restarts (%s)" %
           (j["state"], j["restarts"], j["error"]))
@@ -154,7 +154,7 @@ def test_stall_sigstop():
 def test_stall_loop():
     # An engine that loops without progress and ignores SIGTERM: failed.
     srv, model, train = setup({"step_ms": 30, "hang_at_step": 10}, grace=1)
-    jid = srv.submit(spec(model, train, 1000, limits={"stall_after_s": 1, "on_stall": "fail"}))["id"]
+    jid = srv.submit(spec(model, train, 1000, limits={"stall_after_s": 2, "on_stall": "fail"}))["id"]
     j = srv.wait_state(jid, ["succeeded", "failed", "cancelled"], timeout=60)
     check(j["state"] == "failed" and j["stop_reason"] == "stall" and "stalled" in j["error"],
           "%s / %s / %s" % (j["state"], j["stop_reason"], j["error"]))
@@ -168,7 +168,9 @@ def test_stall_default():
     srv, model, train = setup({"step_ms": 20, "hang_at_step": 15}, "--stall-floor", "1", grace=1)
     jid = srv.submit(spec(model, train, 1000))["id"]
     stall = wait_event(srv, jid, lambda t, d: t == "stall", what="a stall event")
-    check(stall["action"] == "warn" and stall["stall_after_s"] == 1, "%r" % stall)
+    # 1 s unless a loaded machine made the steps slower than 0.1 s; never
+    # the 300 s default floor.
+    check(stall["action"] == "warn" and 1 <= stall["stall_after_s"] < 300, "%r" % stall)
     j = srv.job(jid)
     check(j["state"] == "running" and j["stalled_at"] is not None, "warn keeps it running, marked: %r" %
           {k: j[k] for k in ("state", "stalled_at")})
