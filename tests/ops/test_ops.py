@@ -92,9 +92,12 @@ def test_budget():
 def test_budget_restart():
     # The server is killed while a job stops at its limit (its engine is
     # slow to stop): the next start ends it succeeded, stop_reason budget.
-    srv, model, train = setup({"step_ms": 30, "stop_delay_ms": 1500}, grace=10)
+    srv, model, train = setup({"step_ms": 30, "stop_delay_ms": 3000}, grace=10)
     jid = srv.submit(spec(model, train, 100000, limits={"max_runtime_s": 1}))["id"]
-    srv.wait_state(jid, "stopping", timeout=30)
+    wait_event(srv, jid, lambda t, d: t == "state" and d["to"] == "stopping", timeout=60,
+               what="the stop at the limit")
+    st = srv.job(jid)
+    check(st["state"] == "stopping", "the engine stopped before the kill: %r" % {k: st[k] for k in ("state", "stop_reason", "error")})
     srv.kill9()
     srv.start()
     j = srv.wait_state(jid, ["succeeded", "failed", "cancelled", "paused", "queued"], timeout=60)
@@ -447,7 +450,7 @@ def test_webhook_slow():
     # one delivery has finished: fanning out does not wait on the network.
     con = sqlite3.connect("file:%s/trainyard.db?mode=ro" % srv.data_dir, uri=True, timeout=10)
     count = lambda st: con.execute("select count(*) from webhook_outbox where state = ?", (st,)).fetchone()[0]
-    wait_for(lambda: count("pending") >= 12, 5, "12 queued deliveries (have %d)" % count("pending"))
+    wait_for(lambda: count("pending") >= 12, 20, "12 queued deliveries (have %d)" % count("pending"))
     check(count("delivered") == 0, "a delivery to a silent receiver")
     con.close()
     srv.stop()  # clean, with a transfer in flight (aborted, stays pending)
