@@ -148,7 +148,7 @@ int srv_serve_main(int argc, char **argv)
     if (!(s->hub = sse_hub_new(s, &err)) ||
         !(s->evw = evw_new(s->db_path, &s->write_lock, writer_publish, s, &err)) ||
         !(s->up = uploader_new(s, &err)) || !(s->sched = sched_new(s, &err)) ||
-        http_start(s, &bound_port, &err) || !(wh = webhooks_start(s, &err))) {
+        !(wh = webhooks_start(s, &err)) || http_start(s, &bound_port, &err)) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;
     }

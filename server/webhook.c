@@ -266,6 +266,14 @@ webhooks *webhooks_start(srv *s, ty_err *err)
         return NULL;
     }
     wh->s = s;
+    /* The cursor exists before the API answers: at the very first start no
+     * submit may slip in before it and be taken for history. */
+    db *d = srv_db(s);
+    int64_t cursor;
+    if (!d || db_webhook_cursor(d, &cursor, err)) {
+        free(wh);
+        return NULL;
+    }
     pthread_mutex_init(&wh->mu, NULL);
     pthread_cond_init(&wh->cond, NULL);
     for (int i = 0; i < 2; i++) {
