@@ -304,6 +304,13 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
         return 0;
     }
     model_sync_params(m);
+    if (m->qb) {
+        /* QLoRA's frozen 16-bit base is read only through p16 (and, for
+         * the merged export, re-read from the model directory): the fp32
+         * copy of the embeddings, norms and lm_head goes. */
+        kn_free(m->kn, m->params);
+        m->params = NULL;
+    }
     return 0;
 }
 

@@ -879,9 +879,9 @@ static void teardown(run *r)
 static json_t *memory_json(const run *r)
 {
     const model *m = &r->m;
-    size_t floats = m->t[m->nt - 1].off + m->t[m->nt - 1].numel, f4 = floats * sizeof(float);
-    size_t weights = f4 + (m->p16 ? floats * kn_dtype_size(m->dt) : 0) + (m->wscr_n[0] + m->wscr_n[1]) * sizeof(float);
-    size_t adapters = 0, optimizer = m->m ? 2 * f4 : 0, grads = m->grads ? f4 : 0, acts = model_act_bytes(m);
+    model_mem mm = model_memory(m);
+    size_t weights = mm.params + mm.p16 + mm.wscratch, adapters = 0, grads = mm.grads, optimizer = mm.moments;
+    size_t acts = mm.acts;
     if (r->have_lora) {
         adapters = r->lora.n_buf * sizeof(float);
         grads = adapters;
