@@ -37,24 +37,27 @@ static float *nf4_scratch(kn_ctx *c, size_t n)
     return st->nf4_buf;
 }
 
-/* out[i] = deq(w)[i] for i in [lo, hi), fp32. */
+/* out[i] = deq(w)[i] for i in [lo, hi), fp32; lo is a multiple of 64
+ * (cpu_thread_range's alignment), so the loop goes block by block: one
+ * absmax per 64 values, then a table lookup and a multiply per value. */
 static void deq_range(float *out, const kn_nf4 *w, size_t lo, size_t hi)
 {
-    size_t b_cur = (size_t)-1;
-    float a = 0.0f;
-    for (size_t i = lo; i < hi; i++) {
-        size_t b = i / KN_NF4_BLOCK;
-        if (b != b_cur) {
-            b_cur = b;
-            if (w->absmax) {
-                a = w->absmax[b];
-            } else {
-                a = kn_dyn8_map[w->qabsmax[b]] * w->absmax2[b / KN_NF4_BLOCK2];
-                a = a + w->offset;
-            }
+    for (size_t b0 = lo; b0 < hi; b0 += KN_NF4_BLOCK) {
+        size_t b = b0 / KN_NF4_BLOCK, end = b0 + KN_NF4_BLOCK < hi ? b0 + KN_NF4_BLOCK : hi;
+        float a;
+        if (w->absmax) {
+            a = w->absmax[b];
+        } else {
+            a = kn_dyn8_map[w->qabsmax[b]] * w->absmax2[b / KN_NF4_BLOCK2];
+            a = a + w->offset;
         }
-        uint8_t byte = w->codes[i / 2];
-        out[i] = kn_nf4_levels[i & 1 ? byte & 15 : byte >> 4] * a;
+        size_t i = b0;
+        for (; i + 1 < end; i += 2) {
+            uint8_t byte = w->codes[i / 2];
+            out[i] = kn_nf4_levels[byte >> 4] * a;
+            out[i + 1] = kn_nf4_levels[byte & 15] * a;
+        }
+        if (i < end) out[i] = kn_nf4_levels[w->codes[i / 2] >> 4] * a; /* an odd count's last value */
     }
 }
 
