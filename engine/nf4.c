@@ -30,7 +30,8 @@
  * them: (code[:-1] + code[1:]) / 2 in fp32. */
 static void midpoints(const float *code, int len, float *mid)
 {
-    for (int i = 0; i + 1 < len; i++) mid[i] = (code[i] + code[i + 1]) / 2.0f;
+    for (int i = 0; i + 1 < len; i++)
+        mid[i] = (code[i] + code[i + 1]) / 2.0f;
 }
 
 /* torch.bucketize(s, mid) with right=False: how many midpoints are < s. */
@@ -39,15 +40,18 @@ static int bucket(const float *mid, int nmid, float s)
     int lo = 0, hi = nmid; /* the answer lies in [lo, hi] */
     while (lo < hi) {
         int m = (lo + hi) / 2;
-        if (mid[m] < s) lo = m + 1;
-        else hi = m;
+        if (mid[m] < s)
+            lo = m + 1;
+        else
+            hi = m;
     }
     return lo;
 }
 
 /* Blockwise absmax quantisation of x[n] with block size bs against the
  * code book's midpoints: codes out[n], absmax am[ceil(n / bs)]. */
-static void quantize_blocks(const float *x, size_t n, size_t bs, const float *mid, int nmid, uint8_t *out, float *am)
+static void quantize_blocks(const float *x, size_t n, size_t bs, const float *mid, int nmid,
+                            uint8_t *out, float *am)
 {
     size_t nb = (n + bs - 1) / bs;
     for (size_t b = 0; b < nb; b++) {
@@ -74,7 +78,8 @@ int nf4_quantize(const float *x, size_t n, int double_quant, nf4_host *q, ty_err
     memset(q, 0, sizeof *q);
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i]))
-            return ty_err_set(err, TY_EINVAL, "element %zu is %s: NF4 quantisation needs finite weights", i,
+            return ty_err_set(err, TY_EINVAL,
+                              "element %zu is %s: NF4 quantisation needs finite weights", i,
                               isnan(x[i]) ? "NaN" : "infinite");
     q->n = n;
     q->nb = (n + KN_NF4_BLOCK - 1) / KN_NF4_BLOCK;
@@ -93,7 +98,8 @@ int nf4_quantize(const float *x, size_t n, int double_quant, nf4_host *q, ty_err
     quantize_blocks(x, n, KN_NF4_BLOCK, mid4, 15, c4, q->absmax);
     /* An odd count is padded with a 0, whose code is level 0.0's. */
     c4[n] = (uint8_t)bucket(mid4, 15, 0.0f);
-    for (size_t j = 0; j < (n + 1) / 2; j++) q->codes[j] = (uint8_t)(c4[2 * j] << 4 | c4[2 * j + 1]);
+    for (size_t j = 0; j < (n + 1) / 2; j++)
+        q->codes[j] = (uint8_t)(c4[2 * j] << 4 | c4[2 * j + 1]);
     free(c4);
     if (!double_quant) return 0;
     q->nb2 = (q->nb + KN_NF4_BLOCK2 - 1) / KN_NF4_BLOCK2;
@@ -103,12 +109,15 @@ int nf4_quantize(const float *x, size_t n, int double_quant, nf4_host *q, ty_err
     if (!q->qabsmax || !q->absmax2 || !d) {
         free(d);
         nf4_free(q);
-        return ty_err_set(err, TY_ENOMEM, "out of memory double-quantising %zu absmax values", q->nb);
+        return ty_err_set(err, TY_ENOMEM, "out of memory double-quantising %zu absmax values",
+                          q->nb);
     }
     double sum = 0;
-    for (size_t b = 0; b < q->nb; b++) sum += q->absmax[b];
+    for (size_t b = 0; b < q->nb; b++)
+        sum += q->absmax[b];
     q->offset = q->nb ? (float)(sum / (double)q->nb) : 0.0f;
-    for (size_t b = 0; b < q->nb; b++) d[b] = q->absmax[b] - q->offset;
+    for (size_t b = 0; b < q->nb; b++)
+        d[b] = q->absmax[b] - q->offset;
     quantize_blocks(d, q->nb, KN_NF4_BLOCK2, mid8, 255, q->qabsmax, q->absmax2);
     free(d);
     return 0;
@@ -126,7 +135,8 @@ void nf4_free(nf4_host *q)
 
 size_t nf4_device_bytes(size_t n, int double_quant)
 {
-    size_t nb = (n + KN_NF4_BLOCK - 1) / KN_NF4_BLOCK, nb2 = (nb + KN_NF4_BLOCK2 - 1) / KN_NF4_BLOCK2;
+    size_t nb = (n + KN_NF4_BLOCK - 1) / KN_NF4_BLOCK,
+           nb2 = (nb + KN_NF4_BLOCK2 - 1) / KN_NF4_BLOCK2;
     size_t bytes = ALIGN64((n + 1) / 2);
     if (double_quant) return bytes + ALIGN64(nb) + ALIGN64(nb2 * sizeof(float));
     return bytes + ALIGN64(nb * sizeof(float));

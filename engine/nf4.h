@@ -20,13 +20,13 @@
 
 /* A quantised tensor in host memory. */
 typedef struct nf4_host {
-    size_t n;          /* elements */
-    size_t nb, nb2;    /* blocks of 64; blocks of 256 absmax values (double quant) */
+    size_t n;       /* elements */
+    size_t nb, nb2; /* blocks of 64; blocks of 256 absmax values (double quant) */
     int double_quant;
-    uint8_t *codes;    /* [(n + 1) / 2] */
-    float *absmax;     /* [nb] (also kept with double quantisation: the fp32 values) */
-    uint8_t *qabsmax;  /* [nb] when double_quant */
-    float *absmax2;    /* [nb2] when double_quant */
+    uint8_t *codes;   /* [(n + 1) / 2] */
+    float *absmax;    /* [nb] (also kept with double quantisation: the fp32 values) */
+    uint8_t *qabsmax; /* [nb] when double_quant */
+    float *absmax2;   /* [nb2] when double_quant */
     float offset;
 } nf4_host;
 

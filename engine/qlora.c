@@ -67,7 +67,8 @@ int qlora_store(model *m, int idx, const float *w, ty_err *err)
         qb->buf[k] = kn_alloc(m->kn, bytes);
         if (!qb->buf[k]) {
             nf4_free(&q);
-            return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes for NF4 tensor %s", bytes, hf);
+            return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes for NF4 tensor %s", bytes,
+                              hf);
         }
         qb->bytes += bytes;
     }
@@ -80,7 +81,8 @@ void qlora_free(model *m)
 {
     qlora_base *qb = m->qb;
     if (!qb) return;
-    for (int i = 0; qb->buf && i < qb->n; i++) kn_free(m->kn, qb->buf[i]);
+    for (int i = 0; qb->buf && i < qb->n; i++)
+        kn_free(m->kn, qb->buf[i]);
     free(qb->buf);
     free(qb->w);
     free(qb);
@@ -92,9 +94,14 @@ const char *qlora_foreign_quant(const char *name)
     static const struct {
         const char *suffix, *what;
     } marks[] = {
-        {".qweight", "GPTQ/AWQ"}, {".qzeros", "GPTQ/AWQ"},          {".scales", "GPTQ/AWQ"},
-        {".g_idx", "GPTQ"},       {".weight.absmax", "bitsandbytes"}, {".weight.quant_map", "bitsandbytes"},
-        {".weight.nested_absmax", "bitsandbytes"}, {".weight.SCB", "bitsandbytes int8"},
+        {".qweight", "GPTQ/AWQ"},
+        {".qzeros", "GPTQ/AWQ"},
+        {".scales", "GPTQ/AWQ"},
+        {".g_idx", "GPTQ"},
+        {".weight.absmax", "bitsandbytes"},
+        {".weight.quant_map", "bitsandbytes"},
+        {".weight.nested_absmax", "bitsandbytes"},
+        {".weight.SCB", "bitsandbytes int8"},
     };
     size_t n = strlen(name);
     for (size_t i = 0; i < sizeof marks / sizeof *marks; i++) {

@@ -20,12 +20,12 @@
 struct model;
 
 typedef struct qlora_base {
-    int n;               /* quantised tensors */
-    kn_nf4 *w;           /* [n] device views, by model_tensor.q4 - 1 */
-    void **buf;          /* [n] their device allocations */
-    size_t bytes;        /* device bytes of all of them */
-    int double_quant;    /* qlora.double_quant */
-    kn_dtype compute;    /* qlora.compute_dtype: what the dequantised weights are rounded to */
+    int n;            /* quantised tensors */
+    kn_nf4 *w;        /* [n] device views, by model_tensor.q4 - 1 */
+    void **buf;       /* [n] their device allocations */
+    size_t bytes;     /* device bytes of all of them */
+    int double_quant; /* qlora.double_quant */
+    kn_dtype compute; /* qlora.compute_dtype: what the dequantised weights are rounded to */
 } qlora_base;
 
 /* Marks the block linear weights as quantised and lays the table out

@@ -28,7 +28,8 @@ static float *nf4_scratch(kn_ctx *c, size_t n)
     if (st->nf4_cap < bytes) {
         void *p = realloc(st->nf4_buf, bytes);
         if (!p) {
-            kn_fail(c, TY_ENOMEM, "nf4: out of memory for %zu bytes of dequantisation scratch", bytes);
+            kn_fail(c, TY_ENOMEM, "nf4: out of memory for %zu bytes of dequantisation scratch",
+                    bytes);
             return NULL;
         }
         st->nf4_buf = p;
@@ -57,7 +58,8 @@ static void deq_range(float *out, const kn_nf4 *w, size_t lo, size_t hi)
             out[i] = kn_nf4_levels[byte >> 4] * a;
             out[i + 1] = kn_nf4_levels[byte & 15] * a;
         }
-        if (i < end) out[i] = kn_nf4_levels[w->codes[i / 2] >> 4] * a; /* an odd count's last value */
+        if (i < end)
+            out[i] = kn_nf4_levels[w->codes[i / 2] >> 4] * a; /* an odd count's last value */
     }
 }
 
@@ -71,44 +73,38 @@ static void deq_f32(kn_ctx *c, float *out, const kn_nf4 *w, size_t n, kn_dtype d
         cpu_thread_range(n, KN_NF4_BLOCK, &lo, &hi);
         deq_range(out, w, lo, hi);
     }
-    if (dt != KN_F32)
-        cpu_round(c, out, n, dt);
+    if (dt != KN_F32) cpu_round(c, out, n, dt);
 }
 
 void cpu_nf4_dequant(kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n)
 {
-    if (!n)
-        return;
+    if (!n) return;
     if (dt == KN_F32) {
         deq_f32(c, out, &w, n, KN_F32);
         return;
     }
     float *s = nf4_scratch(c, n);
-    if (!s)
-        return;
+    if (!s) return;
     deq_f32(c, s, &w, n, KN_F32);
     cpu_convert(c, out, dt, s, KN_F32, n);
 }
 
-void cpu_nf4_matmul_fwd(kn_ctx *c, kn_dtype dt, float *out, const float *x, kn_nf4 w, const float *bias, int N,
-                        int K, int M)
+void cpu_nf4_matmul_fwd(kn_ctx *c, kn_dtype dt, float *out, const float *x, kn_nf4 w,
+                        const float *bias, int N, int K, int M)
 {
-    if (N <= 0 || M <= 0)
-        return;
+    if (N <= 0 || M <= 0) return;
     float *s = nf4_scratch(c, (size_t)M * K);
-    if (!s)
-        return;
+    if (!s) return;
     deq_f32(c, s, &w, (size_t)M * K, dt);
     cpu_matmul_fwd(c, out, x, s, bias, N, K, M);
 }
 
-void cpu_nf4_matmul_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, kn_nf4 w, int N, int K, int M)
+void cpu_nf4_matmul_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, kn_nf4 w, int N,
+                        int K, int M)
 {
-    if (N <= 0 || M <= 0 || K <= 0 || !dx)
-        return;
+    if (N <= 0 || M <= 0 || K <= 0 || !dx) return;
     float *s = nf4_scratch(c, (size_t)M * K);
-    if (!s)
-        return;
+    if (!s) return;
     deq_f32(c, s, &w, (size_t)M * K, dt);
     cpu_matmul_bwd(c, dx, NULL, NULL, dout, NULL, s, N, K, M);
 }

@@ -13,15 +13,15 @@
 #include "kn_cuda.cuh"
 #include "nf4_tables.h"
 
-namespace KN_NS {
+namespace KN_NS
+{
 
 __constant__ float c_nf4[16] = KN_NF4_LEVELS_INIT;
 __constant__ float c_dyn8[256] = KN_DYN8_MAP_INIT;
 
 __device__ __forceinline__ float nf4_absmax(const kn_nf4 &w, size_t b)
 {
-    if (w.absmax)
-        return w.absmax[b];
+    if (w.absmax) return w.absmax[b];
     float a = __fmul_rn(c_dyn8[w.qabsmax[b]], w.absmax2[b / KN_NF4_BLOCK2]);
     return __fadd_rn(a, w.offset);
 }
@@ -35,8 +35,7 @@ __global__ void k_nf4_dequant(float *out, kn_nf4 w, size_t n)
         float a = nf4_absmax(w, i / KN_NF4_BLOCK);
         uint8_t byte = w.codes[j];
         out[i] = __fmul_rn(c_nf4[byte >> 4], a);
-        if (i + 1 < n)
-            out[i + 1] = __fmul_rn(c_nf4[byte & 15], a);
+        if (i + 1 < n) out[i + 1] = __fmul_rn(c_nf4[byte & 15], a);
     }
 }
 
@@ -50,8 +49,7 @@ static float *nf4_scratch(kn_ctx *c, size_t n)
 static float *dequant(kn_ctx *c, const kn_nf4 &w, size_t n, kn_dtype dt)
 {
     float *s = nf4_scratch(c, n);
-    if (!s)
-        return nullptr;
+    if (!s) return nullptr;
     KN_LAUNCH(k_nf4_dequant, kn_blocks((n + 1) / 2, 256), 256, 0, c, s, w, n);
     cuda_round(c, s, n, dt);
     return s;
@@ -59,35 +57,29 @@ static float *dequant(kn_ctx *c, const kn_nf4 &w, size_t n, kn_dtype dt)
 
 void cuda_nf4_dequant(kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n)
 {
-    if (!n)
-        return;
+    if (!n) return;
     if (dt == KN_F32) {
         KN_LAUNCH(k_nf4_dequant, kn_blocks((n + 1) / 2, 256), 256, 0, c, (float *)out, w, n);
         return;
     }
     const float *s = dequant(c, w, n, KN_F32);
-    if (s)
-        cuda_convert(c, out, dt, s, KN_F32, n);
+    if (s) cuda_convert(c, out, dt, s, KN_F32, n);
 }
 
 void cuda_nf4_matmul_fwd(kn_ctx *c, kn_dtype dt, float *out, const float *x, kn_nf4 w,
                          const float *bias, int N, int K, int M)
 {
-    if (N <= 0 || M <= 0)
-        return;
+    if (N <= 0 || M <= 0) return;
     const float *s = dequant(c, w, (size_t)M * K, dt);
-    if (s)
-        cuda_matmul_fwd(c, out, x, s, bias, N, K, M);
+    if (s) cuda_matmul_fwd(c, out, x, s, bias, N, K, M);
 }
 
 void cuda_nf4_matmul_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, kn_nf4 w, int N,
                          int K, int M)
 {
-    if (N <= 0 || M <= 0 || K <= 0 || !dx)
-        return;
+    if (N <= 0 || M <= 0 || K <= 0 || !dx) return;
     const float *s = dequant(c, w, (size_t)M * K, dt);
-    if (s)
-        cuda_matmul_bwd(c, dx, nullptr, nullptr, dout, nullptr, s, N, K, M);
+    if (s) cuda_matmul_bwd(c, dx, nullptr, nullptr, dout, nullptr, s, N, K, M);
 }
 
 } // namespace KN_NS

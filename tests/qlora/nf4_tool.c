@@ -73,18 +73,23 @@ int main(int argc, char **argv)
     int rc = 0;
     if (!strcmp(argv[1], "quant")) {
         const char *o = argv[4];
-        rc = put(o, ".codes", q.codes, (n + 1) / 2) || put(o, ".absmax", q.absmax, q.nb * sizeof(float));
+        rc = put(o, ".codes", q.codes, (n + 1) / 2) ||
+             put(o, ".absmax", q.absmax, q.nb * sizeof(float));
         if (!rc && dq)
-            rc = put(o, ".qabsmax", q.qabsmax, q.nb) || put(o, ".absmax2", q.absmax2, q.nb2 * sizeof(float)) ||
+            rc = put(o, ".qabsmax", q.qabsmax, q.nb) ||
+                 put(o, ".absmax2", q.absmax2, q.nb2 * sizeof(float)) ||
                  put(o, ".offset", &q.offset, sizeof q.offset);
     } else {
-        kn_dtype dt = !strcmp(argv[4], "bf16") ? KN_BF16 : !strcmp(argv[4], "fp16") ? KN_F16 : KN_F32;
+        kn_dtype dt = !strcmp(argv[4], "bf16")   ? KN_BF16
+                      : !strcmp(argv[4], "fp16") ? KN_F16
+                                                 : KN_F32;
         kn_ctx *kn = NULL;
         if (kn_open(&kn, KN_CPU, 0, 1, &err)) {
             fprintf(stderr, "nf4_tool: %s\n", err.msg);
             rc = 1;
         } else {
-            void *dev = kn_alloc(kn, nf4_device_bytes(n, dq)), *out = kn_alloc(kn, n * kn_dtype_size(dt));
+            void *dev = kn_alloc(kn, nf4_device_bytes(n, dq)),
+                 *out = kn_alloc(kn, n * kn_dtype_size(dt));
             void *host = malloc(n * kn_dtype_size(dt) + 1);
             kn_nf4 w;
             nf4_to_device(kn, &q, dev, &w);
