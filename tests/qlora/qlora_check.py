@@ -16,8 +16,11 @@ start from one adapter (B non-zero, saved by peft, given as lora.adapter).
    original weights (1e-6), everything else bit-identical;
 5. bf16 precision with compute_dtype bf16 trains within 2e-2 of fp32;
 6. bad inputs: a config with quantization_config, GPTQ tensors, a
-   non-linear target, bad qlora fields — each an error naming it.
-Usage: qlora_check.py ENGINE WORKDIR
+   non-linear target, bad qlora fields — each an error naming it;
+7. with EMU_ENGINE (trainyard-engine-emu): the same run on the emulated
+   CUDA backend (kernels/cuda's NF4 kernel + cuBLASLt path, device memory
+   guarded) gives the CPU backend's losses within 1e-5.
+Usage: qlora_check.py ENGINE WORKDIR [EMU_ENGINE]
 """
 import hashlib
 import json
@@ -80,14 +83,14 @@ def torch_train(model, params, rows, hp):
     return losses
 
 
-def engine_events(engine, spec, workdir, resume=None, expect_rc=0):
+def engine_events(engine, spec, workdir, resume=None, expect_rc=0, env=None):
     os.makedirs(workdir, exist_ok=True)
     sp = os.path.join(workdir, "spec.json")
     write_json(sp, spec)
     cmd = ["/bin/bash", "-c", 'exec "$0" "$@" 3>&1 1>&2', engine, "--spec", sp, "--workdir", workdir]
     if resume:
         cmd += ["--resume", resume]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, **(env or {})))
     events = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
     if r.returncode != expect_rc:
         fail(f"engine exit {r.returncode} (expected {expect_rc}): {events[-3:]}\n{r.stderr[-1500:]}")
@@ -288,6 +291,18 @@ def main():
         expect_error(engine, s, os.path.join(work, "bad4"), 2, needle)
     s = job_spec(base_dir, data, 1, BATCH, SEQ, method="lora", qlora={"double_quant": True})
     expect_error(engine, s, os.path.join(work, "bad5"), 2, "qlora")
+    if len(sys.argv) > 3:
+        print("7. the emulated CUDA backend", flush=True)
+        spec = qspec(steps=2)
+        spec["resources"] = {"gpus": 1, "backend": "cuda"}
+        ev = engine_events(sys.argv[3], spec, os.path.join(work, "emu"),
+                           env={"TY_KERNELS": "cuda-emu", "TY_EMU_GUARD": "1"})
+        st = next(e for e in ev if e["ev"] == "started")
+        emu = [e["loss"] for e in ev if e["ev"] == "metric"]
+        if st.get("backend") not in ("cuda", "cuda-emu") or len(emu) != 2 or \
+                not all(abs(x - y) / abs(y) <= 1e-5 for x, y in zip(emu, first)):
+            fail(f"cuda-emu: backend {st.get('backend')}, losses {emu} vs cpu {first[:2]}")
+        print(f"  cuda-emu losses {emu} match the CPU's within 1e-5")
     print("qlora: all checks passed")
 
 
