@@ -13,6 +13,7 @@ test_pkgs=(python3-torch python3-numpy awscli chromium nodejs npm wrk hyperfine
            valgrind curl sqlite3 procps openssl
            python3-venv    # tests/schemathesis makes a venv
            clang libclang-rt-14-dev   # tests/fuzz: libFuzzer
+           clang-format               # make format, tests/style
            slurm-wlm munge)           # tests/slurm: a one-node cluster of the test's own
 
 want=("${build_pkgs[@]}")
