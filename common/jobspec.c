@@ -38,37 +38,64 @@ static const char *enum_name(const char *const *names, int n, int v)
     return v >= 0 && v < n ? names[v] : "?";
 }
 
-const char *jobspec_method_name(jobspec_method m) { return enum_name(method_names, NELEM(method_names), m); }
-const char *jobspec_precision_name(jobspec_precision p) { return enum_name(precision_names, NELEM(precision_names), p); }
-const char *jobspec_backend_name(jobspec_backend b) { return enum_name(backend_names, NELEM(backend_names), b); }
-const char *jobspec_schedule_name(jobspec_schedule s) { return enum_name(schedule_names, NELEM(schedule_names), s); }
-const char *jobspec_recompute_name(jobspec_recompute r) { return enum_name(recompute_names, NELEM(recompute_names), r); }
+const char *jobspec_method_name(jobspec_method m)
+{
+    return enum_name(method_names, NELEM(method_names), m);
+}
+const char *jobspec_precision_name(jobspec_precision p)
+{
+    return enum_name(precision_names, NELEM(precision_names), p);
+}
+const char *jobspec_backend_name(jobspec_backend b)
+{
+    return enum_name(backend_names, NELEM(backend_names), b);
+}
+const char *jobspec_schedule_name(jobspec_schedule s)
+{
+    return enum_name(schedule_names, NELEM(schedule_names), s);
+}
+const char *jobspec_recompute_name(jobspec_recompute r)
+{
+    return enum_name(recompute_names, NELEM(recompute_names), r);
+}
 const char *jobspec_export_dtype_name(jobspec_export_dtype d)
 {
     return enum_name(export_dtype_names, NELEM(export_dtype_names), d);
 }
-const char *jobspec_format_name(jobspec_format f) { return enum_name(format_names, NELEM(format_names), f); }
+const char *jobspec_format_name(jobspec_format f)
+{
+    return enum_name(format_names, NELEM(format_names), f);
+}
 
 /* ---- field paths ---- */
 
 /* Joins "parent" and "key" into a dotted path; the root has an empty parent. */
 static void path_join(char *out, size_t n, const char *parent, const char *key)
 {
-    if (parent[0]) snprintf(out, n, "%s.%s", parent, key);
-    else snprintf(out, n, "%s", key);
+    if (parent[0])
+        snprintf(out, n, "%s.%s", parent, key);
+    else
+        snprintf(out, n, "%s", key);
 }
 
 static const char *json_type_word(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
     }
 }
 
@@ -79,10 +106,14 @@ static int check_keys(const json_t *obj, const char *parent, const char *const *
 {
     const char *key;
     json_t *val;
-    json_object_foreach((json_t *)obj, key, val) {
+    json_object_foreach((json_t *)obj, key, val)
+    {
         int ok = 0;
         for (const char *const *k = known; *k; k++)
-            if (strcmp(*k, key) == 0) { ok = 1; break; }
+            if (strcmp(*k, key) == 0) {
+                ok = 1;
+                break;
+            }
         if (!ok) {
             char f[FIELD_LEN];
             path_join(f, sizeof f, parent, key);
@@ -112,11 +143,21 @@ static int get_field(const json_t *obj, const char *parent, const char *key, int
     }
     int ok;
     switch (want) {
-    case WANT_OBJECT: ok = json_is_object(*v); break;
-    case WANT_INTEGER: ok = json_is_integer(*v); break;
-    case WANT_NUMBER: ok = json_is_number(*v); break;
-    case WANT_BOOLEAN: ok = json_is_boolean(*v); break;
-    default: ok = json_is_string(*v); break;
+    case WANT_OBJECT:
+        ok = json_is_object(*v);
+        break;
+    case WANT_INTEGER:
+        ok = json_is_integer(*v);
+        break;
+    case WANT_NUMBER:
+        ok = json_is_number(*v);
+        break;
+    case WANT_BOOLEAN:
+        ok = json_is_boolean(*v);
+        break;
+    default:
+        ok = json_is_string(*v);
+        break;
     }
     if (!ok)
         return ty_err_field(err, TY_EINVAL, f, "%s: must be %s, got %s", f, words[want],
@@ -136,8 +177,8 @@ static int get_object(const json_t *obj, const char *parent, const char *key, in
 }
 
 /* Integer field in [lo, hi]; a missing key keeps *out (the default) unless required. */
-static int get_int(const json_t *obj, const char *parent, const char *key, int required,
-                   int64_t lo, int64_t hi, int64_t *out, ty_err *err)
+static int get_int(const json_t *obj, const char *parent, const char *key, int required, int64_t lo,
+                   int64_t hi, int64_t *out, ty_err *err)
 {
     char f[FIELD_LEN];
     json_t *v;
@@ -161,8 +202,8 @@ static int get_int32(const json_t *obj, const char *parent, const char *key, int
 }
 
 /* Number field (integer or real) in the range lo..hi, each end open or closed. */
-static int get_num(const json_t *obj, const char *parent, const char *key,
-                   double lo, int lo_open, double hi, int hi_open, double *out, ty_err *err)
+static int get_num(const json_t *obj, const char *parent, const char *key, double lo, int lo_open,
+                   double hi, int hi_open, double *out, ty_err *err)
 {
     char f[FIELD_LEN];
     json_t *v;
@@ -199,8 +240,7 @@ static int get_string(const json_t *obj, const char *parent, const char *key, in
     const char *s = json_string_value(v);
     size_t n = json_string_length(v);
     if (n == 0) return ty_err_field(err, TY_EINVAL, f, "%s: must not be empty", f);
-    if (n > maxlen)
-        return ty_err_field(err, TY_EINVAL, f, "%s: longer than %zu bytes", f, maxlen);
+    if (n > maxlen) return ty_err_field(err, TY_EINVAL, f, "%s: longer than %zu bytes", f, maxlen);
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
             return ty_err_field(err, TY_EINVAL, f, "%s: contains a control character", f);
@@ -221,7 +261,10 @@ static int get_enum(const json_t *obj, const char *parent, const char *key,
     if (rc || !v) return rc;
     const char *s = json_string_value(v);
     for (int i = 0; i < n; i++)
-        if (strcmp(s, names[i]) == 0) { *out = i; return 0; }
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
     char list[256] = "";
     for (int i = 0; i < n; i++) {
         size_t l = strlen(list);
@@ -266,7 +309,8 @@ static int check_path_value(const char *f, const char *p, ty_err *err)
         if (strncmp(p, remote[i], l) == 0) {
             const char *bucket = p + l;
             if (!*bucket || *bucket == '/')
-                return ty_err_field(err, TY_EINVAL, f, "%s: URI %s has no bucket or container", f, p);
+                return ty_err_field(err, TY_EINVAL, f, "%s: URI %s has no bucket or container", f,
+                                    p);
             if (has_dotdot(bucket))
                 return ty_err_field(err, TY_EINVAL, f, "%s: must not contain a '..' component", f);
             /* Credentials belong in the server's config, never in a spec
@@ -275,18 +319,22 @@ static int check_path_value(const char *f, const char *p, ty_err *err)
             if (memchr(bucket, '@', auth) || memchr(bucket, ':', auth) || strpbrk(p, "?#"))
                 return ty_err_field(err, TY_EINVAL, f,
                                     "%s: URI must not carry credentials, a port or a query string; "
-                                    "configure credentials on the server", f);
+                                    "configure credentials on the server",
+                                    f);
             return 0;
         }
     }
     if (strncmp(p, "file://", 7) == 0) {
         if (p[7] != '/')
-            return ty_err_field(err, TY_EINVAL, f, "%s: file:// URI must name an absolute path (file:///...)", f);
+            return ty_err_field(err, TY_EINVAL, f,
+                                "%s: file:// URI must name an absolute path (file:///...)", f);
     } else if (p[0] != '/') {
         if (strstr(p, "://"))
             return ty_err_field(err, TY_EINVAL, f,
-                                "%s: unsupported URI scheme (use s3://, gs://, az:// or file://)", f);
-        return ty_err_field(err, TY_EINVAL, f, "%s: must be an absolute path, got relative path '%s'", f, p);
+                                "%s: unsupported URI scheme (use s3://, gs://, az:// or file://)",
+                                f);
+        return ty_err_field(err, TY_EINVAL, f,
+                            "%s: must be an absolute path, got relative path '%s'", f, p);
     }
     if (has_dotdot(p))
         return ty_err_field(err, TY_EINVAL, f, "%s: must not contain a '..' component", f);
@@ -304,15 +352,17 @@ static int get_path(const json_t *obj, const char *parent, const char *key, int 
 }
 
 /* A checkpoint store is where results go, never a local path: only URIs. */
-static int get_store(const json_t *obj, const char *parent, const char *key, char **out, ty_err *err)
+static int get_store(const json_t *obj, const char *parent, const char *key, char **out,
+                     ty_err *err)
 {
     int rc = get_path(obj, parent, key, 0, out, err);
     if (rc || !*out) return rc;
     if ((*out)[0] == '/') {
         char f[FIELD_LEN];
         path_join(f, sizeof f, parent, key);
-        return ty_err_field(err, TY_EINVAL, f,
-                            "%s: must be a URI (s3://, gs://, az:// or file:///...), got a bare path", f);
+        return ty_err_field(
+            err, TY_EINVAL, f,
+            "%s: must be a URI (s3://, gs://, az:// or file:///...), got a bare path", f);
     }
     return 0;
 }
@@ -329,15 +379,18 @@ static int parse_model(const json_t *root, jobspec *s, ty_err *err)
     json_t *init = json_object_get(m, "init");
     int has_path = json_object_get(m, "path") != NULL;
     if (has_path && init)
-        return ty_err_field(err, TY_EINVAL, "model", "model: give exactly one of model.path and model.init, not both");
+        return ty_err_field(err, TY_EINVAL, "model",
+                            "model: give exactly one of model.path and model.init, not both");
     if (!has_path && !init)
-        return ty_err_field(err, TY_EINVAL, "model.path", "model.path: required field is missing (or give model.init)");
+        return ty_err_field(err, TY_EINVAL, "model.path",
+                            "model.path: required field is missing (or give model.init)");
     if (has_path) return get_path(m, "model", "path", 1, &s->model_path, err);
     if (!json_is_object(init))
         return ty_err_field(err, TY_EINVAL, "model.init", "model.init: must be an object, got %s",
                             json_type_word(init));
     if (json_object_size(init) == 0)
-        return ty_err_field(err, TY_EINVAL, "model.init", "model.init: must not be empty (a config.json object)");
+        return ty_err_field(err, TY_EINVAL, "model.init",
+                            "model.init: must not be empty (a config.json object)");
     /* A deep copy: the caller may free or change its document afterwards. */
     s->model_init = json_deep_copy(init);
     if (!s->model_init) return ty_err_field(err, TY_ENOMEM, "model.init", "out of memory");
@@ -346,8 +399,9 @@ static int parse_model(const json_t *root, jobspec *s, ty_err *err)
 
 static int parse_dataset(const json_t *root, jobspec *s, ty_err *err)
 {
-    static const char *const keys[] = {"train", "eval", "format", "text_field", "chat_template",
-                                       "packing", "skip_invalid", "eval_fraction", NULL};
+    static const char *const keys[] = {"train",        "eval",          "format",
+                                       "text_field",   "chat_template", "packing",
+                                       "skip_invalid", "eval_fraction", NULL};
     const char *P = "dataset";
     json_t *d;
     int rc, fmt = s->format, tmpl = 0;
@@ -359,7 +413,8 @@ static int parse_dataset(const json_t *root, jobspec *s, ty_err *err)
     s->format = (jobspec_format)fmt;
     if ((rc = get_string(d, P, "text_field", 0, 256, &s->text_field, err))) return rc;
     if (json_object_get(d, "chat_template")) {
-        if ((rc = get_enum(d, P, "chat_template", template_names, NELEM(template_names), &tmpl, err)))
+        if ((rc = get_enum(d, P, "chat_template", template_names, NELEM(template_names), &tmpl,
+                           err)))
             return rc;
         free(s->chat_template);
         s->chat_template = strdup(template_names[tmpl]);
@@ -369,8 +424,9 @@ static int parse_dataset(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = get_bool(d, P, "skip_invalid", &s->skip_invalid, err))) return rc;
     if ((rc = get_num(d, P, "eval_fraction", 0, 0, 0.5, 0, &s->eval_fraction, err))) return rc;
     if (s->eval && s->eval_fraction > 0)
-        return ty_err_field(err, TY_EINVAL, "dataset.eval_fraction",
-                            "dataset.eval_fraction: give either dataset.eval or dataset.eval_fraction, not both");
+        return ty_err_field(
+            err, TY_EINVAL, "dataset.eval_fraction",
+            "dataset.eval_fraction: give either dataset.eval or dataset.eval_fraction, not both");
     return 0;
 }
 
@@ -388,15 +444,17 @@ static int valid_target_name(const char *t)
 
 static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
 {
-    static const char *const keys[] = {"r", "alpha", "dropout", "targets", "adapter", "merge", NULL};
+    static const char *const keys[] = {"r",       "alpha", "dropout", "targets",
+                                       "adapter", "merge", NULL};
     const char *P = "lora";
     json_t *l;
     int rc;
     if ((rc = get_object(root, "", P, 0, &l, err))) return rc;
     if (!l) return 0;
     if (s->method == METHOD_FULL)
-        return ty_err_field(err, TY_EINVAL, "lora",
-                            "lora: only meaningful with method \"lora\" or \"qlora\" (method is \"full\")");
+        return ty_err_field(
+            err, TY_EINVAL, "lora",
+            "lora: only meaningful with method \"lora\" or \"qlora\" (method is \"full\")");
     if ((rc = check_keys(l, P, keys, err))) return rc;
     if ((rc = get_int32(l, P, "r", 0, 1, 4096, &s->lora_r, err))) return rc;
     if ((rc = get_num(l, P, "alpha", 0, 1, 1e6, 0, &s->lora_alpha, err))) return rc;
@@ -404,21 +462,24 @@ static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
     json_t *t = json_object_get(l, "targets");
     if (t) {
         if (!json_is_array(t))
-            return ty_err_field(err, TY_EINVAL, "lora.targets", "lora.targets: must be an array, got %s",
-                                json_type_word(t));
+            return ty_err_field(err, TY_EINVAL, "lora.targets",
+                                "lora.targets: must be an array, got %s", json_type_word(t));
         size_t n = json_array_size(t);
         if (n == 0)
-            return ty_err_field(err, TY_EINVAL, "lora.targets",
-                                "lora.targets: must not be empty (omit it for the model's default)");
+            return ty_err_field(
+                err, TY_EINVAL, "lora.targets",
+                "lora.targets: must not be empty (omit it for the model's default)");
         if (n > JOBSPEC_MAX_TARGETS)
-            return ty_err_field(err, TY_EINVAL, "lora.targets", "lora.targets: at most %d entries, got %zu",
-                                JOBSPEC_MAX_TARGETS, n);
+            return ty_err_field(err, TY_EINVAL, "lora.targets",
+                                "lora.targets: at most %d entries, got %zu", JOBSPEC_MAX_TARGETS,
+                                n);
         for (size_t i = 0; i < n; i++) {
             char f[64];
             snprintf(f, sizeof f, "lora.targets[%zu]", i);
             json_t *e = json_array_get(t, i);
             if (!json_is_string(e))
-                return ty_err_field(err, TY_EINVAL, f, "%s: must be a string, got %s", f, json_type_word(e));
+                return ty_err_field(err, TY_EINVAL, f, "%s: must be a string, got %s", f,
+                                    json_type_word(e));
             const char *name = json_string_value(e);
             if (!valid_target_name(name) || strlen(name) > 128)
                 return ty_err_field(err, TY_EINVAL, f,
@@ -438,10 +499,23 @@ static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
 
 static int parse_hyper(const json_t *root, jobspec *s, ty_err *err)
 {
-    static const char *const keys[] = {"max_steps", "batch_size", "seq_len", "grad_accum", "lr",
-                                       "schedule", "warmup_steps", "weight_decay", "max_grad_norm",
-                                       "adam_beta1", "adam_beta2", "adam_eps", "seed",
-                                       "log_every_steps", "eval_every_steps", "recompute", NULL};
+    static const char *const keys[] = {"max_steps",
+                                       "batch_size",
+                                       "seq_len",
+                                       "grad_accum",
+                                       "lr",
+                                       "schedule",
+                                       "warmup_steps",
+                                       "weight_decay",
+                                       "max_grad_norm",
+                                       "adam_beta1",
+                                       "adam_beta2",
+                                       "adam_eps",
+                                       "seed",
+                                       "log_every_steps",
+                                       "eval_every_steps",
+                                       "recompute",
+                                       NULL};
     const char *P = "hyperparameters";
     json_t *h;
     int rc, sched = s->schedule, recompute = s->recompute;
@@ -453,7 +527,8 @@ static int parse_hyper(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = get_int32(h, P, "seq_len", 0, 2, 1048576, &s->seq_len, err))) return rc;
     if ((rc = get_int32(h, P, "grad_accum", 0, 1, 65536, &s->grad_accum, err))) return rc;
     if ((rc = get_num(h, P, "lr", 0, 1, 10, 0, &s->lr, err))) return rc;
-    if ((rc = get_enum(h, P, "schedule", schedule_names, NELEM(schedule_names), &sched, err))) return rc;
+    if ((rc = get_enum(h, P, "schedule", schedule_names, NELEM(schedule_names), &sched, err)))
+        return rc;
     s->schedule = (jobspec_schedule)sched;
     if ((rc = get_int(h, P, "warmup_steps", 0, 0, s->max_steps, &s->warmup_steps, err))) return rc;
     if ((rc = get_num(h, P, "weight_decay", 0, 0, 10, 0, &s->weight_decay, err))) return rc;
@@ -463,9 +538,13 @@ static int parse_hyper(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = get_num(h, P, "adam_eps", 0, 1, 1, 0, &s->adam_eps, err))) return rc;
     if ((rc = get_int(h, P, "seed", 0, 0, INT64_MAX, &seed, err))) return rc;
     s->seed = (uint64_t)seed;
-    if ((rc = get_int(h, P, "log_every_steps", 0, 1, 1000000000, &s->log_every_steps, err))) return rc;
-    if ((rc = get_int(h, P, "eval_every_steps", 0, 0, 1000000000, &s->eval_every_steps, err))) return rc;
-    if ((rc = get_enum(h, P, "recompute", recompute_names, NELEM(recompute_names), &recompute, err))) return rc;
+    if ((rc = get_int(h, P, "log_every_steps", 0, 1, 1000000000, &s->log_every_steps, err)))
+        return rc;
+    if ((rc = get_int(h, P, "eval_every_steps", 0, 0, 1000000000, &s->eval_every_steps, err)))
+        return rc;
+    if ((rc =
+             get_enum(h, P, "recompute", recompute_names, NELEM(recompute_names), &recompute, err)))
+        return rc;
     s->recompute = (jobspec_recompute)recompute;
     return 0;
 }
@@ -485,8 +564,10 @@ static int parse_resources(const json_t *root, jobspec *s, ty_err *err)
     if (s->cpu_ranks > 1 && s->gpus > 0)
         return ty_err_field(err, TY_EINVAL, "resources.cpu_ranks",
                             "resources.cpu_ranks: a job runs %d CPU ranks or one rank per GPU "
-                            "(resources.gpus = %d), not both", s->cpu_ranks, s->gpus);
-    if ((rc = get_enum(r, "resources", "backend", backend_names, NELEM(backend_names), &backend, err)))
+                            "(resources.gpus = %d), not both",
+                            s->cpu_ranks, s->gpus);
+    if ((rc = get_enum(r, "resources", "backend", backend_names, NELEM(backend_names), &backend,
+                       err)))
         return rc;
     s->backend = (jobspec_backend)backend;
     if (s->backend == BACKEND_CPU && s->gpus > 0)
@@ -505,11 +586,13 @@ static int parse_qlora(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = get_object(root, "", "qlora", 0, &q, err))) return rc;
     if (!q) return 0;
     if (s->method != METHOD_QLORA)
-        return ty_err_field(err, TY_EINVAL, "qlora", "qlora: only meaningful with method \"qlora\" (method is \"%s\")",
+        return ty_err_field(err, TY_EINVAL, "qlora",
+                            "qlora: only meaningful with method \"qlora\" (method is \"%s\")",
                             jobspec_method_name(s->method));
     if ((rc = check_keys(q, "qlora", keys, err))) return rc;
     if ((rc = get_bool(q, "qlora", "double_quant", &s->qlora_double_quant, err))) return rc;
-    if ((rc = get_enum(q, "qlora", "compute_dtype", export_dtype_names, NELEM(export_dtype_names), &dt, err)))
+    if ((rc = get_enum(q, "qlora", "compute_dtype", export_dtype_names, NELEM(export_dtype_names),
+                       &dt, err)))
         return rc;
     s->qlora_compute_dtype = (jobspec_export_dtype)dt;
     return 0;
@@ -523,7 +606,9 @@ static int parse_export(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = get_object(root, "", "export", 0, &e, err))) return rc;
     if (!e) return 0;
     if ((rc = check_keys(e, "export", keys, err))) return rc;
-    if ((rc = get_enum(e, "export", "dtype", export_dtype_names, NELEM(export_dtype_names), &dt, err))) return rc;
+    if ((rc = get_enum(e, "export", "dtype", export_dtype_names, NELEM(export_dtype_names), &dt,
+                       err)))
+        return rc;
     s->export_dtype = (jobspec_export_dtype)dt;
     return 0;
 }
@@ -595,8 +680,8 @@ static int parse_ops(const json_t *root, jobspec *s, ty_err *err)
             s->n_tags++;
         }
     }
-    static const char *const keys[] = {"max_cost", "max_runtime_s", "max_tokens", "stall_after_s",
-                                       "on_stall", NULL};
+    static const char *const keys[] = {"max_cost",      "max_runtime_s", "max_tokens",
+                                       "stall_after_s", "on_stall",      NULL};
     json_t *l;
     int on_stall = s->on_stall;
     if ((rc = get_object(root, "", "limits", 0, &l, err))) return rc;
@@ -605,19 +690,20 @@ static int parse_ops(const json_t *root, jobspec *s, ty_err *err)
         if ((rc = get_num(l, "limits", "max_cost", 0, 1, 1e12, 0, &s->max_cost, err))) return rc;
         if ((rc = get_int(l, "limits", "max_runtime_s", 0, 1, 100000000, &s->max_runtime_s, err)))
             return rc;
-        if ((rc = get_int(l, "limits", "max_tokens", 0, 1, INT64_MAX, &s->max_tokens, err))) return rc;
+        if ((rc = get_int(l, "limits", "max_tokens", 0, 1, INT64_MAX, &s->max_tokens, err)))
+            return rc;
         if ((rc = get_int(l, "limits", "stall_after_s", 0, 1, 100000000, &s->stall_after_s, err)))
             return rc;
-        if ((rc = get_enum(l, "limits", "on_stall", on_stall_names, NELEM(on_stall_names), &on_stall,
-                           err)))
+        if ((rc = get_enum(l, "limits", "on_stall", on_stall_names, NELEM(on_stall_names),
+                           &on_stall, err)))
             return rc;
         s->on_stall = (jobspec_on_stall)on_stall;
     }
     json_t *w = json_object_get(root, "webhooks");
     if (w) {
         if (!json_is_array(w))
-            return ty_err_field(err, TY_EINVAL, "webhooks", "webhooks: must be an array of URLs, got %s",
-                                json_type_word(w));
+            return ty_err_field(err, TY_EINVAL, "webhooks",
+                                "webhooks: must be an array of URLs, got %s", json_type_word(w));
         if (json_array_size(w) > JOBSPEC_MAX_WEBHOOKS)
             return ty_err_field(err, TY_EINVAL, "webhooks", "webhooks: at most %d URLs",
                                 JOBSPEC_MAX_WEBHOOKS);
@@ -625,11 +711,14 @@ static int parse_ops(const json_t *root, jobspec *s, ty_err *err)
             char f[FIELD_LEN];
             snprintf(f, sizeof f, "webhooks[%zu]", i);
             const char *u = json_string_value(json_array_get(w, i));
-            bool ok = u && strlen(u) <= 1024 && (!strncmp(u, "http://", 7) || !strncmp(u, "https://", 8));
-            for (const char *c = u; ok && *c; c++) ok = (unsigned char)*c > 0x20 && *c != 0x7f;
+            bool ok =
+                u && strlen(u) <= 1024 && (!strncmp(u, "http://", 7) || !strncmp(u, "https://", 8));
+            for (const char *c = u; ok && *c; c++)
+                ok = (unsigned char)*c > 0x20 && *c != 0x7f;
             if (!ok)
                 return ty_err_field(err, TY_EINVAL, f,
-                                    "%s: must be an http:// or https:// URL of at most 1024 bytes", f);
+                                    "%s: must be an http:// or https:// URL of at most 1024 bytes",
+                                    f);
             if (!(s->webhooks[i] = strdup(u))) return ty_err_set(err, TY_ENOMEM, "out of memory");
             s->n_webhooks++;
         }
@@ -666,10 +755,23 @@ static void set_defaults(jobspec *s)
 
 static int parse_all(const json_t *root, jobspec *s, ty_err *err)
 {
-    static const char *const keys[] = {"name", "model", "dataset", "method", "lora", "qlora",
-                                       "hyperparameters", "precision", "export", "resources",
-                                       "checkpoint", "priority", "max_restarts", "tags", "limits",
-                                       "webhooks", NULL};
+    static const char *const keys[] = {"name",
+                                       "model",
+                                       "dataset",
+                                       "method",
+                                       "lora",
+                                       "qlora",
+                                       "hyperparameters",
+                                       "precision",
+                                       "export",
+                                       "resources",
+                                       "checkpoint",
+                                       "priority",
+                                       "max_restarts",
+                                       "tags",
+                                       "limits",
+                                       "webhooks",
+                                       NULL};
     int rc, method = 0, prec = 0;
     if (!json_is_object(root))
         return ty_err_field(err, TY_EINVAL, "", "a job spec must be a JSON object, got %s",
@@ -678,15 +780,18 @@ static int parse_all(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = get_string(root, "", "name", 0, NAME_MAX_LEN, &s->name, err))) return rc;
     if ((rc = parse_model(root, s, err))) return rc;
     if ((rc = parse_dataset(root, s, err))) return rc;
-    if (!s->text_field && !(s->text_field = strdup("text"))) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    if (!s->text_field && !(s->text_field = strdup("text")))
+        return ty_err_set(err, TY_ENOMEM, "out of memory");
     if (!s->chat_template && !(s->chat_template = strdup("chatml")))
         return ty_err_set(err, TY_ENOMEM, "out of memory");
     /* method before lora: the lora section is only allowed for lora/qlora. */
-    if ((rc = get_enum(root, "", "method", method_names, NELEM(method_names), &method, err))) return rc;
+    if ((rc = get_enum(root, "", "method", method_names, NELEM(method_names), &method, err)))
+        return rc;
     s->method = (jobspec_method)method;
     if ((rc = parse_lora(root, s, err))) return rc;
     if ((rc = parse_hyper(root, s, err))) return rc;
-    if ((rc = get_enum(root, "", "precision", precision_names, NELEM(precision_names), &prec, err))) return rc;
+    if ((rc = get_enum(root, "", "precision", precision_names, NELEM(precision_names), &prec, err)))
+        return rc;
     s->precision = (jobspec_precision)prec;
     if ((rc = parse_qlora(root, s, err))) return rc;
     if ((rc = parse_export(root, s, err))) return rc;
@@ -719,8 +824,11 @@ static void line_col(const char *text, size_t off, int *line, int *col)
     *line = 1;
     *col = 1;
     for (size_t i = 0; i < off; i++) {
-        if (text[i] == '\n') { (*line)++; *col = 1; }
-        else if (((unsigned char)text[i] & 0xC0) != 0x80) (*col)++;
+        if (text[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else if (((unsigned char)text[i] & 0xC0) != 0x80)
+            (*col)++;
     }
 }
 
@@ -739,13 +847,14 @@ int jobspec_parse_text(const char *text, size_t len, jobspec *out, ty_err *err)
         }
         int line, col;
         line_col(text, lo, &line, &col);
-        return ty_err_set(err, TY_ECORRUPT, "invalid UTF-8 at line %d, column %d (byte %zu)", line, col, lo);
+        return ty_err_set(err, TY_ECORRUPT, "invalid UTF-8 at line %d, column %d (byte %zu)", line,
+                          col, lo);
     }
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root)
-        return ty_err_set(err, TY_ECORRUPT, "malformed JSON at line %d, column %d: %s", je.line, je.column,
-                          je.text);
+        return ty_err_set(err, TY_ECORRUPT, "malformed JSON at line %d, column %d: %s", je.line,
+                          je.column, je.text);
     int rc = jobspec_parse(root, out, err);
     json_decref(root);
     return rc;
@@ -759,12 +868,14 @@ static int check_one_root(const char *field, const char *p, const char *roots, t
     const char *local = local_part(p);
     if (!local) return 0; /* object-store URIs: credentials, not roots, guard them */
     if (!ty_path_under_roots(local, roots))
-        return ty_err_field(err, TY_EINVAL, field, "%s: %s is outside the allowed roots (%s)", field, local, roots);
+        return ty_err_field(err, TY_EINVAL, field, "%s: %s is outside the allowed roots (%s)",
+                            field, local, roots);
     /* A symlink inside a root may point outside it: check where it leads.
      * The engine checks again when it opens the file. */
     if (!ty_path_within_roots(local, roots))
-        return ty_err_field(err, TY_EINVAL, field, "%s: %s resolves to a place outside the allowed roots (%s)",
-                            field, local, roots);
+        return ty_err_field(err, TY_EINVAL, field,
+                            "%s: %s resolves to a place outside the allowed roots (%s)", field,
+                            local, roots);
     return 0;
 }
 
@@ -786,11 +897,13 @@ int jobspec_check_store_roots(const jobspec *s, const char *store_roots, ty_err 
     if (!s->store || strncmp(s->store, "file://", 7)) return 0;
     const char *local = s->store + 7;
     if (!store_roots || !*store_roots)
-        return ty_err_field(err, TY_EINVAL, "checkpoint.store",
-                            "checkpoint.store: file:// stores are off on this server (no store roots)");
+        return ty_err_field(
+            err, TY_EINVAL, "checkpoint.store",
+            "checkpoint.store: file:// stores are off on this server (no store roots)");
     if (!ty_path_within_roots(local, store_roots))
         return ty_err_field(err, TY_EINVAL, "checkpoint.store",
-                            "checkpoint.store: %s is outside the store roots (%s)", local, store_roots);
+                            "checkpoint.store: %s is outside the store roots (%s)", local,
+                            store_roots);
     return 0;
 }
 
@@ -804,11 +917,14 @@ void jobspec_free(jobspec *s)
     free(s->eval);
     free(s->text_field);
     free(s->chat_template);
-    for (int i = 0; i < s->n_targets; i++) free(s->targets[i]);
+    for (int i = 0; i < s->n_targets; i++)
+        free(s->targets[i]);
     free(s->lora_adapter);
     free(s->store);
-    for (int i = 0; i < s->n_tags; i++) free(s->tags[i]);
-    for (int i = 0; i < s->n_webhooks; i++) free(s->webhooks[i]);
+    for (int i = 0; i < s->n_tags; i++)
+        free(s->tags[i]);
+    for (int i = 0; i < s->n_webhooks; i++)
+        free(s->webhooks[i]);
     memset(s, 0, sizeof *s);
 }
 
@@ -830,13 +946,16 @@ int jobspec_check_precision(const jobspec *s, const jobspec_caps *caps, ty_err *
     /* auto runs on CUDA when it can and falls back to the CPU otherwise
      * (logged by the engine), so either backend will do for it. */
     int cuda = s->backend == BACKEND_CUDA;
-    unsigned can = cuda ? caps->cuda : s->backend == BACKEND_AUTO && s->gpus > 0 ? caps->cuda | caps->cpu : caps->cpu;
+    unsigned can = cuda                                        ? caps->cuda
+                   : s->backend == BACKEND_AUTO && s->gpus > 0 ? caps->cuda | caps->cpu
+                                                               : caps->cpu;
     if (can & (1u << s->precision)) return 0;
     if (cuda && !caps->cuda)
-        return ty_err_field(err, TY_EINVAL, "precision",
-                            "precision: %s cannot run on resources.backend %s: this installation has no CUDA GPUs "
-                            "(use backend \"cpu\", which runs fp32, bf16 and fp16)",
-                            jobspec_precision_name(s->precision), jobspec_backend_name(s->backend));
+        return ty_err_field(
+            err, TY_EINVAL, "precision",
+            "precision: %s cannot run on resources.backend %s: this installation has no CUDA GPUs "
+            "(use backend \"cpu\", which runs fp32, bf16 and fp16)",
+            jobspec_precision_name(s->precision), jobspec_backend_name(s->backend));
     return ty_err_field(err, TY_EINVAL, "precision", "precision: backend %s cannot run %s",
                         cuda ? "cuda" : "cpu", jobspec_precision_name(s->precision));
 }
@@ -871,7 +990,8 @@ json_t *jobspec_to_json(const jobspec *s)
         json_object_set_new(l, "dropout", json_real(s->lora_dropout));
         if (s->n_targets > 0) {
             json_t *t = json_array();
-            for (int i = 0; i < s->n_targets; i++) json_array_append_new(t, json_string(s->targets[i]));
+            for (int i = 0; i < s->n_targets; i++)
+                json_array_append_new(t, json_string(s->targets[i]));
             json_object_set_new(l, "targets", t);
         }
         set_str(l, "adapter", s->lora_adapter);
@@ -879,9 +999,10 @@ json_t *jobspec_to_json(const jobspec *s)
         json_object_set_new(root, "lora", l);
     }
     if (s->method == METHOD_QLORA)
-        json_object_set_new(root, "qlora", json_pack("{s:b, s:s}", "double_quant", s->qlora_double_quant,
-                                                     "compute_dtype",
-                                                     jobspec_export_dtype_name(s->qlora_compute_dtype)));
+        json_object_set_new(root, "qlora",
+                            json_pack("{s:b, s:s}", "double_quant", s->qlora_double_quant,
+                                      "compute_dtype",
+                                      jobspec_export_dtype_name(s->qlora_compute_dtype)));
 
     json_t *h = json_object();
     json_object_set_new(h, "max_steps", json_integer(s->max_steps));
@@ -903,7 +1024,8 @@ json_t *jobspec_to_json(const jobspec *s)
     json_object_set_new(root, "hyperparameters", h);
 
     json_object_set_new(root, "precision", json_string(jobspec_precision_name(s->precision)));
-    json_object_set_new(root, "export", json_pack("{s:s}", "dtype", jobspec_export_dtype_name(s->export_dtype)));
+    json_object_set_new(root, "export",
+                        json_pack("{s:s}", "dtype", jobspec_export_dtype_name(s->export_dtype)));
     json_t *r = json_object();
     json_object_set_new(r, "gpus", json_integer(s->gpus));
     json_object_set_new(r, "cpu_ranks", json_integer(s->cpu_ranks));
@@ -923,18 +1045,22 @@ json_t *jobspec_to_json(const jobspec *s)
     json_object_set_new(root, "max_restarts", json_integer(s->max_restarts));
 
     json_t *tags = json_array();
-    for (int i = 0; i < s->n_tags; i++) json_array_append_new(tags, json_string(s->tags[i]));
+    for (int i = 0; i < s->n_tags; i++)
+        json_array_append_new(tags, json_string(s->tags[i]));
     json_object_set_new(root, "tags", tags);
     json_t *l = json_object();
     if (s->max_cost >= 0) json_object_set_new(l, "max_cost", json_real(s->max_cost));
-    if (s->max_runtime_s > 0) json_object_set_new(l, "max_runtime_s", json_integer(s->max_runtime_s));
+    if (s->max_runtime_s > 0)
+        json_object_set_new(l, "max_runtime_s", json_integer(s->max_runtime_s));
     if (s->max_tokens > 0) json_object_set_new(l, "max_tokens", json_integer(s->max_tokens));
-    if (s->stall_after_s > 0) json_object_set_new(l, "stall_after_s", json_integer(s->stall_after_s));
+    if (s->stall_after_s > 0)
+        json_object_set_new(l, "stall_after_s", json_integer(s->stall_after_s));
     json_object_set_new(l, "on_stall", json_string(jobspec_on_stall_name(s->on_stall)));
     json_object_set_new(root, "limits", l);
     if (s->n_webhooks > 0) {
         json_t *w = json_array();
-        for (int i = 0; i < s->n_webhooks; i++) json_array_append_new(w, json_string(s->webhooks[i]));
+        for (int i = 0; i < s->n_webhooks; i++)
+            json_array_append_new(w, json_string(s->webhooks[i]));
         json_object_set_new(root, "webhooks", w);
     }
     return root;

@@ -27,63 +27,69 @@ typedef enum { DS_TOKENS = 0, DS_TEXT, DS_PROMPT_COMPLETION, DS_CHAT } jobspec_f
 typedef enum { ON_STALL_WARN = 0, ON_STALL_RESTART, ON_STALL_FAIL } jobspec_on_stall;
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_MLP, RECOMPUTE_ALL } jobspec_recompute;
 /* export.dtype: auto = the model's own torch_dtype (fp32 for model.init). */
-typedef enum { EXPORT_DTYPE_AUTO = 0, EXPORT_DTYPE_FP32, EXPORT_DTYPE_BF16, EXPORT_DTYPE_FP16 } jobspec_export_dtype;
+typedef enum {
+    EXPORT_DTYPE_AUTO = 0,
+    EXPORT_DTYPE_FP32,
+    EXPORT_DTYPE_BF16,
+    EXPORT_DTYPE_FP16
+} jobspec_export_dtype;
 
 typedef struct jobspec {
-    char *name;               /* optional; NULL when absent */
+    char *name; /* optional; NULL when absent */
     /* model: exactly one of path / init */
-    char *model_path;         /* local absolute path or s3:// gs:// az:// URI */
-    json_t *model_init;       /* a config.json-shaped object (owned ref), or NULL */
+    char *model_path;   /* local absolute path or s3:// gs:// az:// URI */
+    json_t *model_init; /* a config.json-shaped object (owned ref), or NULL */
 
     /* dataset */
-    char *train;              /* required */
-    char *eval;               /* optional */
-    jobspec_format format;    /* default tokens */
-    char *text_field;         /* default "text" */
-    char *chat_template;      /* "chatml" | "llama3" | "llama2"; default chatml */
-    bool packing;             /* default false */
-    bool skip_invalid;        /* default false */
-    double eval_fraction;     /* 0 = none; [0, 0.5] */
+    char *train;           /* required */
+    char *eval;            /* optional */
+    jobspec_format format; /* default tokens */
+    char *text_field;      /* default "text" */
+    char *chat_template;   /* "chatml" | "llama3" | "llama2"; default chatml */
+    bool packing;          /* default false */
+    bool skip_invalid;     /* default false */
+    double eval_fraction;  /* 0 = none; [0, 0.5] */
 
-    jobspec_method method;    /* default full */
+    jobspec_method method; /* default full */
     /* lora (also used by qlora) */
-    int lora_r;               /* default 8, >= 1 */
-    double lora_alpha;        /* default 16 */
-    double lora_dropout;      /* default 0, [0, 1) */
-    int n_targets;            /* default: q_proj,v_proj (llama) chosen by engine when 0 */
+    int lora_r;          /* default 8, >= 1 */
+    double lora_alpha;   /* default 16 */
+    double lora_dropout; /* default 0, [0, 1) */
+    int n_targets;       /* default: q_proj,v_proj (llama) chosen by engine when 0 */
     char *targets[JOBSPEC_MAX_TARGETS];
-    char *lora_adapter;       /* optional: starting adapter directory (PEFT format) */
-    bool lora_merge;          /* export merged full weights instead of an adapter */
+    char *lora_adapter; /* optional: starting adapter directory (PEFT format) */
+    bool lora_merge;    /* export merged full weights instead of an adapter */
     /* qlora (method qlora only; docs/engine.md "QLoRA") */
-    bool qlora_double_quant;  /* default true: 8-bit absmax values */
-    jobspec_export_dtype qlora_compute_dtype; /* dtype of the dequantised weights; auto = precision */
+    bool qlora_double_quant; /* default true: 8-bit absmax values */
+    jobspec_export_dtype
+        qlora_compute_dtype; /* dtype of the dequantised weights; auto = precision */
 
     /* hyperparameters */
-    int64_t max_steps;        /* required, [1, 1e9] */
-    int batch_size;           /* default 1, [1, 65536] */
-    int seq_len;              /* default 256, [2, 1048576] */
-    int grad_accum;           /* default 1, [1, 65536] */
-    double lr;                /* default 1e-4, (0, 10] */
-    jobspec_schedule schedule;/* default constant */
-    int64_t warmup_steps;     /* default 0 */
-    double weight_decay;      /* default 0, [0, 10] */
-    double max_grad_norm;     /* default 1.0, 0 = off */
-    double adam_beta1;        /* default 0.9, [0, 1) */
-    double adam_beta2;        /* default 0.999, [0, 1) */
-    double adam_eps;          /* default 1e-8, > 0 */
-    uint64_t seed;            /* default 1234 */
-    int64_t log_every_steps;  /* default 10, >= 1 */
-    int64_t eval_every_steps; /* default 0 = only at the end when eval is set */
+    int64_t max_steps;           /* required, [1, 1e9] */
+    int batch_size;              /* default 1, [1, 65536] */
+    int seq_len;                 /* default 256, [2, 1048576] */
+    int grad_accum;              /* default 1, [1, 65536] */
+    double lr;                   /* default 1e-4, (0, 10] */
+    jobspec_schedule schedule;   /* default constant */
+    int64_t warmup_steps;        /* default 0 */
+    double weight_decay;         /* default 0, [0, 10] */
+    double max_grad_norm;        /* default 1.0, 0 = off */
+    double adam_beta1;           /* default 0.9, [0, 1) */
+    double adam_beta2;           /* default 0.999, [0, 1) */
+    double adam_eps;             /* default 1e-8, > 0 */
+    uint64_t seed;               /* default 1234 */
+    int64_t log_every_steps;     /* default 10, >= 1 */
+    int64_t eval_every_steps;    /* default 0 = only at the end when eval is set */
     jobspec_recompute recompute; /* default none */
 
-    jobspec_precision precision; /* default fp32 */
+    jobspec_precision precision;       /* default fp32 */
     jobspec_export_dtype export_dtype; /* default auto */
-    int gpus;                 /* default 0 = run on CPU slots; [0, 64] */
-    int cpu_ranks;            /* default 1; data-parallel CPU ranks [1, 256], only without gpus */
-    int nodes;                /* default 1; [1, 1024] machines (the Slurm executor only); gpus and
+    int gpus;                          /* default 0 = run on CPU slots; [0, 64] */
+    int cpu_ranks;           /* default 1; data-parallel CPU ranks [1, 256], only without gpus */
+    int nodes;               /* default 1; [1, 1024] machines (the Slurm executor only); gpus and
                                  cpu_ranks then count per node */
-    int zero;                 /* default 0; 1 = ZeRO-1 (optimizer state sharded over the ranks) */
-    jobspec_backend backend;  /* default auto */
+    int zero;                /* default 0; 1 = ZeRO-1 (optimizer state sharded over the ranks) */
+    jobspec_backend backend; /* default auto */
 
     /* checkpoint */
     int64_t ckpt_every_steps; /* default 0 = only at stop/end */
@@ -91,17 +97,17 @@ typedef struct jobspec {
     int keep_best;            /* default 0 = off */
     char *store;              /* optional remote URI: s3:// gs:// az:// file:// */
 
-    int priority;             /* default 0, [-1000, 1000]; higher runs first */
-    int max_restarts;         /* default 3, [0, 100] */
+    int priority;     /* default 0, [-1000, 1000]; higher runs first */
+    int max_restarts; /* default 3, [0, 100] */
 
     /* operations (issue 15; the server's, the engine ignores them) */
     int n_tags;
     char *tags[JOBSPEC_MAX_TAGS]; /* 1-64 chars of A-Z a-z 0-9 _ . : - ; unique */
-    double max_cost;          /* limits.max_cost; < 0 = none */
-    int64_t max_runtime_s;    /* limits.max_runtime_s; 0 = none */
-    int64_t max_tokens;       /* limits.max_tokens; 0 = none */
-    int64_t stall_after_s;    /* limits.stall_after_s; 0 = from the step time */
-    jobspec_on_stall on_stall;/* limits.on_stall; default warn */
+    double max_cost;              /* limits.max_cost; < 0 = none */
+    int64_t max_runtime_s;        /* limits.max_runtime_s; 0 = none */
+    int64_t max_tokens;           /* limits.max_tokens; 0 = none */
+    int64_t stall_after_s;        /* limits.stall_after_s; 0 = from the step time */
+    jobspec_on_stall on_stall;    /* limits.on_stall; default warn */
     int n_webhooks;
     char *webhooks[JOBSPEC_MAX_WEBHOOKS]; /* http(s) URLs */
 } jobspec;

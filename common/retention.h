@@ -31,7 +31,6 @@ typedef struct {
  *   the newest counted one (not ranked yet); keep_best alone (keep_last 0)
  *   keeps only those;
  * - always the newest committed one, and partial writes newer than it. */
-void ty_retention_select(const ty_ret_item *items, int n, int keep_last, int keep_best,
-                         bool *keep);
+void ty_retention_select(const ty_ret_item *items, int n, int keep_last, int keep_best, bool *keep);
 
 #endif

@@ -45,17 +45,29 @@ void ty_err_clear(ty_err *err)
 const char *ty_err_name(int code)
 {
     switch (code) {
-    case TY_OK: return "ok";
-    case TY_EINVAL: return "invalid";
-    case TY_ENOENT: return "not_found";
-    case TY_EIO: return "io";
-    case TY_ENOMEM: return "no_memory";
-    case TY_ESTATE: return "conflict";
-    case TY_ECORRUPT: return "corrupt";
-    case TY_EAUTH: return "unauthorized";
-    case TY_ETOOBIG: return "too_large";
-    case TY_ENOSPC: return "no_space";
-    case TY_ESPEC: return "invalid_spec";
-    default: return "internal";
+    case TY_OK:
+        return "ok";
+    case TY_EINVAL:
+        return "invalid";
+    case TY_ENOENT:
+        return "not_found";
+    case TY_EIO:
+        return "io";
+    case TY_ENOMEM:
+        return "no_memory";
+    case TY_ESTATE:
+        return "conflict";
+    case TY_ECORRUPT:
+        return "corrupt";
+    case TY_EAUTH:
+        return "unauthorized";
+    case TY_ETOOBIG:
+        return "too_large";
+    case TY_ENOSPC:
+        return "no_space";
+    case TY_ESPEC:
+        return "invalid_spec";
+    default:
+        return "internal";
     }
 }

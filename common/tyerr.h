@@ -11,17 +11,17 @@
 
 enum {
     TY_OK = 0,
-    TY_EINVAL = -1,   /* bad input: spec, file contents, arguments */
-    TY_ENOENT = -2,   /* missing file, job, object */
-    TY_EIO = -3,      /* read/write/network failure */
+    TY_EINVAL = -1, /* bad input: spec, file contents, arguments */
+    TY_ENOENT = -2, /* missing file, job, object */
+    TY_EIO = -3,    /* read/write/network failure */
     TY_ENOMEM = -4,
     TY_ESTATE = -5,   /* illegal state transition / conflict */
     TY_ECORRUPT = -6, /* checksum or format corruption */
     TY_EAUTH = -7,
     TY_ETOOBIG = -8,
     TY_EINTERNAL = -9,
-    TY_ENOSPC = -10,  /* no space left on a disk (a state that passes) */
-    TY_ESPEC = -11,   /* a valid job spec this program cannot run as written (the engine's exit 2) */
+    TY_ENOSPC = -10, /* no space left on a disk (a state that passes) */
+    TY_ESPEC = -11,  /* a valid job spec this program cannot run as written (the engine's exit 2) */
 };
 
 typedef struct ty_err {
@@ -32,8 +32,7 @@ typedef struct ty_err {
 
 /* Sets code and a printf-style message; returns code so callers can
  * `return ty_err_set(err, TY_EINVAL, "...")`. err may be NULL. */
-int ty_err_set(ty_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int ty_err_set(ty_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Same, also naming the offending field. */
 int ty_err_field(ty_err *err, int code, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

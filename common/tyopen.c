@@ -20,7 +20,8 @@ static char *g_roots; /* set once at start-up, read-only afterwards */
 /* Is path equal to root[0..rlen) or below it? */
 static bool under(const char *path, const char *root, size_t rlen)
 {
-    while (rlen > 1 && root[rlen - 1] == '/') rlen--; /* "/data/" == "/data" */
+    while (rlen > 1 && root[rlen - 1] == '/')
+        rlen--; /* "/data/" == "/data" */
     if (rlen == 1 && root[0] == '/') return true;
     return strncmp(path, root, rlen) == 0 && (path[rlen] == '\0' || path[rlen] == '/');
 }
@@ -60,7 +61,10 @@ bool ty_path_within_roots(const char *path, const char *roots)
         if (errno != ENOENT && errno != ENOTDIR) return false;
         char *slash = NULL;
         for (size_t i = cut; i-- > 0;)
-            if (buf[i] == '/') { slash = buf + i; break; }
+            if (buf[i] == '/') {
+                slash = buf + i;
+                break;
+            }
         if (!slash) return false;
         cut = (size_t)(slash - buf);
     }
@@ -77,7 +81,10 @@ int ty_open_set_roots(const char *roots, ty_err *err)
     return 0;
 }
 
-const char *ty_open_roots(void) { return g_roots; }
+const char *ty_open_roots(void)
+{
+    return g_roots;
+}
 
 static const char *kind(mode_t m)
 {
@@ -94,16 +101,20 @@ int ty_open_input(const char *path, ty_err *err)
     struct stat st;
     if (stat(path, &st) != 0)
         return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "%s: %s", path,
-                          strerror(errno)), -1;
+                          strerror(errno)),
+               -1;
     if (!S_ISREG(st.st_mode))
         return ty_err_set(err, TY_EINVAL, "%s is %s; only regular files can be read", path,
-                          kind(st.st_mode)), -1;
+                          kind(st.st_mode)),
+               -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "%s: %s", path,
-                          strerror(errno)), -1;
+                          strerror(errno)),
+               -1;
     int rc = 0;
-    if (fstat(fd, &st) != 0) rc = ty_err_set(err, TY_EIO, "stat %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0)
+        rc = ty_err_set(err, TY_EIO, "stat %s: %s", path, strerror(errno));
     else if (!S_ISREG(st.st_mode))
         rc = ty_err_set(err, TY_EINVAL, "%s is %s; only regular files can be read", path,
                         kind(st.st_mode));
@@ -112,8 +123,9 @@ int ty_open_input(const char *path, ty_err *err)
         snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
         ssize_t n = readlink(link, real, sizeof real - 1);
         if (n <= 0 || n >= (ssize_t)sizeof real - 1)
-            rc = ty_err_set(err, TY_EAUTH, "%s: cannot tell where the file lies (%s), so it is not read",
-                            path, n < 0 ? strerror(errno) : "path too long");
+            rc = ty_err_set(err, TY_EAUTH,
+                            "%s: cannot tell where the file lies (%s), so it is not read", path,
+                            n < 0 ? strerror(errno) : "path too long");
         else {
             real[n] = '\0';
             if (!ty_path_under_roots(real, g_roots))

@@ -18,7 +18,8 @@ void ty_path_clean(char *path)
     const char *r = path;
     if (absolute) {
         *w++ = '/';
-        while (*r == '/') r++;
+        while (*r == '/')
+            r++;
     }
     while (*r) {
         const char *end = strchrnul(r, '/');
@@ -31,7 +32,8 @@ void ty_path_clean(char *path)
             w += n;
         }
         r = end;
-        while (*r == '/') r++;
+        while (*r == '/')
+            r++;
     }
     if (w == path) *w++ = '.'; /* "./" or "." alone */
     *w = '\0';

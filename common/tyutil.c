@@ -88,11 +88,18 @@ int ty_read_file(const char *path, char **out, size_t *len, ty_err *err)
     if (!f) return err ? err->code : TY_EIO;
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap + 1);
-    if (!buf) { fclose(f); return ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path); }
+    if (!buf) {
+        fclose(f);
+        return ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path);
+    }
     for (;;) {
         if (n == cap) {
             char *nb = realloc(buf, cap * 2 + 1);
-            if (!nb) { free(buf); fclose(f); return ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path); }
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path);
+            }
             buf = nb;
             cap *= 2;
         }
@@ -102,7 +109,10 @@ int ty_read_file(const char *path, char **out, size_t *len, ty_err *err)
     }
     int bad = ferror(f);
     fclose(f);
-    if (bad) { free(buf); return ty_err_set(err, TY_EIO, "read %s failed", path); }
+    if (bad) {
+        free(buf);
+        return ty_err_set(err, TY_EIO, "read %s failed", path);
+    }
     buf[n] = 0;
     *out = buf;
     if (len) *len = n;
@@ -124,21 +134,36 @@ const char *ty_json_error(const json_error_t *je)
      * that is not JSON (a key file, a database) that is its first word. The
      * error code says what went wrong without it. */
     switch (json_error_code(je)) {
-    case json_error_out_of_memory: return "out of memory";
-    case json_error_stack_overflow: return "nested too deeply";
-    case json_error_cannot_open_file: return "cannot open the file";
-    case json_error_invalid_utf8: return "invalid UTF-8";
-    case json_error_premature_end_of_input: return "unexpected end of input";
-    case json_error_end_of_input_expected: return "text after the JSON value";
-    case json_error_invalid_syntax: return "syntax error";
-    case json_error_invalid_format: return "invalid format";
-    case json_error_wrong_type: return "wrong type";
-    case json_error_null_character: return "NUL character in a string";
-    case json_error_null_value: return "null value";
-    case json_error_null_byte_in_key: return "NUL byte in an object key";
-    case json_error_duplicate_key: return "duplicate object key";
-    case json_error_numeric_overflow: return "number out of range";
-    default: return "not valid JSON";
+    case json_error_out_of_memory:
+        return "out of memory";
+    case json_error_stack_overflow:
+        return "nested too deeply";
+    case json_error_cannot_open_file:
+        return "cannot open the file";
+    case json_error_invalid_utf8:
+        return "invalid UTF-8";
+    case json_error_premature_end_of_input:
+        return "unexpected end of input";
+    case json_error_end_of_input_expected:
+        return "text after the JSON value";
+    case json_error_invalid_syntax:
+        return "syntax error";
+    case json_error_invalid_format:
+        return "invalid format";
+    case json_error_wrong_type:
+        return "wrong type";
+    case json_error_null_character:
+        return "NUL character in a string";
+    case json_error_null_value:
+        return "null value";
+    case json_error_null_byte_in_key:
+        return "NUL byte in an object key";
+    case json_error_duplicate_key:
+        return "duplicate object key";
+    case json_error_numeric_overflow:
+        return "number out of range";
+    default:
+        return "not valid JSON";
     }
 }
 
@@ -204,7 +229,10 @@ int ty_write_file_atomic(const char *path, const void *data, size_t len, ty_err 
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash) {
-        if (slash == dir) slash[1] = 0; else *slash = 0;
+        if (slash == dir)
+            slash[1] = 0;
+        else
+            *slash = 0;
         return ty_fsync_dir(dir, err);
     }
     return ty_fsync_dir(".", err);
@@ -231,9 +259,14 @@ void ty_sha256_hex(const void *data, size_t len, char hex[65])
 int ty_sha256_file(const char *path, char hex[65], uint64_t *bytes, ty_err *err)
 {
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "open %s: %s", path, strerror(errno));
+    if (fd < 0)
+        return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO, "open %s: %s", path,
+                          strerror(errno));
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    if (!ctx) { close(fd); return ty_err_set(err, TY_ENOMEM, "out of memory"); }
+    if (!ctx) {
+        close(fd);
+        return ty_err_set(err, TY_ENOMEM, "out of memory");
+    }
     EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
     enum { CHUNK = 1 << 20 };
     unsigned char *buf = malloc(CHUNK);
@@ -268,7 +301,8 @@ int ty_memeq_ct(const void *a, const void *b, size_t n)
 {
     const volatile unsigned char *x = a, *y = b;
     unsigned char d = 0;
-    for (size_t i = 0; i < n; i++) d |= x[i] ^ y[i];
+    for (size_t i = 0; i < n; i++)
+        d |= x[i] ^ y[i];
     return d == 0;
 }
 
@@ -277,13 +311,23 @@ int ty_utf8_valid(const char *s, size_t len)
     const unsigned char *p = (const unsigned char *)s, *end = p + len;
     while (p < end) {
         unsigned c = *p;
-        if (c < 0x80) { p++; continue; }
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
         int n;
         unsigned cp;
-        if (c >= 0xC2 && c <= 0xDF) { n = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { n = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { n = 3; cp = c & 0x07; }
-        else return 0;
+        if (c >= 0xC2 && c <= 0xDF) {
+            n = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 3;
+            cp = c & 0x07;
+        } else
+            return 0;
         if (end - p <= n) return 0;
         for (int i = 1; i <= n; i++) {
             if ((p[i] & 0xC0) != 0x80) return 0;

@@ -30,8 +30,7 @@ struct db {
 /* ---- states ---------------------------------------------------------------- */
 
 static const char *const state_names[JOB_NSTATES] = {
-    "queued", "starting", "running", "stopping",
-    "paused", "succeeded", "failed", "cancelled",
+    "queued", "starting", "running", "stopping", "paused", "succeeded", "failed", "cancelled",
 };
 
 const char *db_state_name(job_state s)
@@ -60,10 +59,10 @@ bool db_state_terminal(job_state s)
  * terminal states go nowhere. */
 static const unsigned legal_to[JOB_NSTATES] = {
     [JOB_QUEUED] = JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_PAUSED) | JOB_BIT(JOB_CANCELLED),
-    [JOB_STARTING] = JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING) | JOB_BIT(JOB_QUEUED) |
-                     JOB_BIT(JOB_FAILED),
-    [JOB_RUNNING] = JOB_BIT(JOB_SUCCEEDED) | JOB_BIT(JOB_FAILED) | JOB_BIT(JOB_STOPPING) |
-                    JOB_BIT(JOB_QUEUED),
+    [JOB_STARTING] =
+        JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING) | JOB_BIT(JOB_QUEUED) | JOB_BIT(JOB_FAILED),
+    [JOB_RUNNING] =
+        JOB_BIT(JOB_SUCCEEDED) | JOB_BIT(JOB_FAILED) | JOB_BIT(JOB_STOPPING) | JOB_BIT(JOB_QUEUED),
     [JOB_STOPPING] = JOB_BIT(JOB_PAUSED) | JOB_BIT(JOB_CANCELLED) | JOB_BIT(JOB_SUCCEEDED) |
                      JOB_BIT(JOB_FAILED) | JOB_BIT(JOB_QUEUED),
     [JOB_PAUSED] = JOB_BIT(JOB_QUEUED) | JOB_BIT(JOB_CANCELLED),
@@ -99,8 +98,7 @@ static int exec_sql(db *d, const char *sql, ty_err *err)
 
 static int prep(db *d, const char *sql, sqlite3_stmt **st, ty_err *err)
 {
-    if (sqlite3_prepare_v2(d->h, sql, -1, st, NULL) != SQLITE_OK)
-        return sql_err(d, err, "prepare");
+    if (sqlite3_prepare_v2(d->h, sql, -1, st, NULL) != SQLITE_OK) return sql_err(d, err, "prepare");
     return 0;
 }
 
@@ -124,13 +122,24 @@ static void *grow_rows(void *rows, int n, int *cap, size_t row_size)
 
 static void bind_str(sqlite3_stmt *st, int i, const char *s)
 {
-    if (s) sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, i);
+    if (s)
+        sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
 }
 
-static int begin(db *d, ty_err *err) { return exec_sql(d, "BEGIN IMMEDIATE", err); }
-static int commit(db *d, ty_err *err) { return exec_sql(d, "COMMIT", err); }
-static void rollback(db *d) { sqlite3_exec(d->h, "ROLLBACK", NULL, NULL, NULL); }
+static int begin(db *d, ty_err *err)
+{
+    return exec_sql(d, "BEGIN IMMEDIATE", err);
+}
+static int commit(db *d, ty_err *err)
+{
+    return exec_sql(d, "COMMIT", err);
+}
+static void rollback(db *d)
+{
+    sqlite3_exec(d->h, "ROLLBACK", NULL, NULL, NULL);
+}
 
 /* The one way a write transaction ends: committed when rc is 0; rolled back
  * when rc is not, or when the commit fails (then rc is TY_EIO), with the
@@ -280,7 +289,10 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "  event_id INTEGER NOT NULL);",
 };
 
-sqlite3 *db_sqlite(db *d) { return d->h; }
+sqlite3 *db_sqlite(db *d)
+{
+    return d->h;
+}
 
 int db_user_version(db *d)
 {
@@ -336,8 +348,9 @@ int db_open_at_version(const char *path, int version, db **out, ty_err *err)
     }
     db *d = calloc(1, sizeof *d);
     if (!d) return ty_err_set(err, TY_ENOMEM, "out of memory");
-    if (sqlite3_open_v2(path, &d->h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                         SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    if (sqlite3_open_v2(path, &d->h,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK) {
         int rc = ty_err_set(err, TY_EIO, "open %s: %s", path,
                             d->h ? sqlite3_errmsg(d->h) : "out of memory");
         sqlite3_close(d->h);
@@ -347,8 +360,10 @@ int db_open_at_version(const char *path, int version, db **out, ty_err *err)
     /* busy_timeout: the writer thread, HTTP threads and the CLI share the
      * file; waiting a few seconds for a lock beats failing a request. */
     sqlite3_busy_timeout(d->h, 5000);
-    if (exec_sql(d, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                    "PRAGMA foreign_keys=ON;", err) ||
+    if (exec_sql(d,
+                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                 "PRAGMA foreign_keys=ON;",
+                 err) ||
         migrate(d, version, err)) {
         sqlite3_close(d->h);
         free(d);
@@ -383,7 +398,8 @@ void db_event_clear(db_event *e)
 
 void db_events_free(db_event *evs, int n)
 {
-    for (int i = 0; i < n; i++) free(evs[i].data);
+    for (int i = 0; i < n; i++)
+        free(evs[i].data);
     free(evs);
 }
 
@@ -393,9 +409,8 @@ static int next_seq(db *d, int64_t job_id, int64_t *seq, ty_err *err)
 {
     *seq = 1;
     if (job_id <= 0) return 0;
-    if (!d->max_seq &&
-        prep(d, "SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?", &d->max_seq,
-             err))
+    if (!d->max_seq && prep(d, "SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?",
+                            &d->max_seq, err))
         return TY_EIO;
     sqlite3_reset(d->max_seq);
     sqlite3_bind_int64(d->max_seq, 1, job_id);
@@ -418,8 +433,10 @@ static int insert_event_seq(db *d, int64_t job_id, int64_t seq, int64_t ts, cons
         return TY_EIO;
     sqlite3_stmt *st = d->ins_event;
     sqlite3_reset(st);
-    if (job_id > 0) sqlite3_bind_int64(st, 1, job_id);
-    else sqlite3_bind_null(st, 1);
+    if (job_id > 0)
+        sqlite3_bind_int64(st, 1, job_id);
+    else
+        sqlite3_bind_null(st, 1);
     sqlite3_bind_int64(st, 2, seq);
     sqlite3_bind_text(st, 3, type, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, data, -1, SQLITE_STATIC);
@@ -449,11 +466,11 @@ static int insert_event(db *d, int64_t job_id, int64_t ts, const char *type, con
 
 /* ---- jobs ---------------------------------------------------------------------- */
 
-#define JOB_COLS                                                                   \
-    "id, name, state, spec, priority, gpus_wanted, max_steps, created_ms, "        \
-    "started_ms, finished_ms, updated_ms, restarts, max_restarts, resume_from, "    \
-    "error, backend, gpus, last_metric, last_eval, engine, metric0_ms, "           \
-    "metric0_step, metric_last_ms, pgid, stop_intent, run_ms, run_since_ms, "        \
+#define JOB_COLS                                                                                   \
+    "id, name, state, spec, priority, gpus_wanted, max_steps, created_ms, "                        \
+    "started_ms, finished_ms, updated_ms, restarts, max_restarts, resume_from, "                   \
+    "error, backend, gpus, last_metric, last_eval, engine, metric0_ms, "                           \
+    "metric0_step, metric_last_ms, pgid, stop_intent, run_ms, run_since_ms, "                      \
     "checkpoint_error, tags, stop_reason, token_name, hour_price"
 
 static void read_job(sqlite3_stmt *st, db_job *j)
@@ -516,15 +533,18 @@ void db_job_free(db_job *j)
 
 void db_jobs_free(db_job *jobs, int n)
 {
-    for (int i = 0; i < n; i++) db_job_free(&jobs[i]);
+    for (int i = 0; i < n; i++)
+        db_job_free(&jobs[i]);
     free(jobs);
 }
 
 static char *state_event_json(job_state from, job_state to, const char *reason)
 {
     json_t *o = json_object();
-    if (from == (job_state)-1) json_object_set_new(o, "from", json_null());
-    else json_object_set_new(o, "from", json_string(db_state_name(from)));
+    if (from == (job_state)-1)
+        json_object_set_new(o, "from", json_null());
+    else
+        json_object_set_new(o, "from", json_string(db_state_name(from)));
     json_object_set_new(o, "to", json_string(db_state_name(to)));
     json_object_set_new(o, "reason", reason ? json_string(reason) : json_null());
     char *s = json_dumps(o, JSON_COMPACT);
@@ -532,8 +552,8 @@ static char *state_event_json(job_state from, job_state to, const char *reason)
     return s;
 }
 
-int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
-                  db_event *ev, ty_err *err)
+int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing, db_event *ev,
+                  ty_err *err)
 {
     sqlite3_stmt *st = NULL;
     *existing = false;
@@ -549,17 +569,20 @@ int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
             /* A retry: the job it made, and nothing written. */
             bool same = strcmp((const char *)sqlite3_column_text(st, 0), nj->body_sha256) == 0;
             *id = sqlite3_column_int64(st, 1);
-            if (same) *existing = true;
-            else rc = ty_err_field(err, TY_ESTATE, "Idempotency-Key",
-                                   "this Idempotency-Key was used with a different body");
+            if (same)
+                *existing = true;
+            else
+                rc = ty_err_field(err, TY_ESTATE, "Idempotency-Key",
+                                  "this Idempotency-Key was used with a different body");
             goto out;
         }
         sqlite3_finalize(st);
         st = NULL;
     }
     int64_t now = ty_now_ms();
-    if (prep(d, "INSERT INTO jobs(name, state, spec, priority, gpus_wanted, max_steps,"
-                " created_ms, updated_ms, max_restarts) VALUES (?,?,?,?,?,?,?,?,?)",
+    if (prep(d,
+             "INSERT INTO jobs(name, state, spec, priority, gpus_wanted, max_steps,"
+             " created_ms, updated_ms, max_restarts) VALUES (?,?,?,?,?,?,?,?,?)",
              &st, err))
         goto fail;
     bind_str(st, 1, nj->name);
@@ -580,7 +603,8 @@ int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
     *id = sqlite3_last_insert_rowid(d->h);
     /* Tags and the submitting token (schema 7), written only when given. */
     if (nj->tags || nj->token_name) {
-        if (prep(d, "UPDATE jobs SET tags = COALESCE(?, tags), token_name = ? WHERE id = ?", &st, err))
+        if (prep(d, "UPDATE jobs SET tags = COALESCE(?, tags), token_name = ? WHERE id = ?", &st,
+                 err))
             goto fail;
         bind_str(st, 1, nj->tags);
         bind_str(st, 2, nj->token_name);
@@ -593,8 +617,10 @@ int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
         st = NULL;
     }
     if (nj->idem_key) {
-        if (prep(d, "INSERT INTO idempotency_keys(key, body_sha256, job_id, created_ms)"
-                    " VALUES (?,?,?,?)", &st, err))
+        if (prep(d,
+                 "INSERT INTO idempotency_keys(key, body_sha256, job_id, created_ms)"
+                 " VALUES (?,?,?,?)",
+                 &st, err))
             goto fail;
         sqlite3_bind_text(st, 1, nj->idem_key, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, nj->body_sha256, -1, SQLITE_STATIC);
@@ -647,8 +673,8 @@ static void state_in_clause(unsigned mask, char *buf, size_t cap)
     snprintf(buf + n, cap - n, ")");
 }
 
-int db_job_list(db *d, unsigned state_mask, int64_t before_id, int limit, db_job **out,
-                int *n, ty_err *err)
+int db_job_list(db *d, unsigned state_mask, int64_t before_id, int limit, db_job **out, int *n,
+                ty_err *err)
 {
     return db_job_list_tag(d, state_mask, NULL, before_id, limit, out, n, err);
 }
@@ -661,7 +687,8 @@ int db_job_list_tag(db *d, unsigned state_mask, const char *tag, int64_t before_
     snprintf(sql, sizeof sql,
              "SELECT " JOB_COLS " FROM jobs WHERE %s AND id < ?1 AND (?3 IS NULL OR EXISTS"
              " (SELECT 1 FROM json_each(jobs.tags) WHERE json_each.value = ?3))"
-             " ORDER BY id DESC LIMIT ?2", where);
+             " ORDER BY id DESC LIMIT ?2",
+             where);
     sqlite3_stmt *st;
     *out = NULL;
     *n = 0;
@@ -675,7 +702,8 @@ int db_job_list_tag(db *d, unsigned state_mask, const char *tag, int64_t before_
         return ty_err_set(err, TY_ENOMEM, "out of memory");
     }
     int rc, k = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && k < limit) read_job(st, &arr[k++]);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && k < limit)
+        read_job(st, &arr[k++]);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
         db_jobs_free(arr, k);
@@ -737,8 +765,8 @@ static int id_query(db *d, const char *sql, int64_t **ids, int *n, ty_err *err)
 
 int db_job_queued_ids(db *d, int64_t **ids, int *n, ty_err *err)
 {
-    return id_query(d, "SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id",
-                    ids, n, err);
+    return id_query(d, "SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id", ids,
+                    n, err);
 }
 
 int db_job_ids_in(db *d, unsigned state_mask, int64_t **ids, int *n, ty_err *err)
@@ -798,7 +826,7 @@ static int update_job_fields(db *d, int64_t id, const char *state, const db_job_
 {
     char sql[1024];
     size_t n = (size_t)snprintf(sql, sizeof sql, "UPDATE jobs SET updated_ms = ?");
-#define ADD(flag, col) \
+#define ADD(flag, col)                                                                             \
     if (upd && upd->flag) n += (size_t)snprintf(sql + n, sizeof sql - n, ", " col " = ?")
     if (state) n += (size_t)snprintf(sql + n, sizeof sql - n, ", state = ?");
     ADD(has_error, "error");
@@ -837,8 +865,10 @@ static int update_job_fields(db *d, int64_t id, const char *state, const db_job_
         if (upd->has_checkpoint_error) bind_str(st, i++, upd->checkpoint_error);
         if (upd->has_stop_reason) bind_str(st, i++, upd->stop_reason);
         if (upd->has_hour_price) {
-            if (upd->hour_price < 0) sqlite3_bind_null(st, i++);
-            else sqlite3_bind_double(st, i++, upd->hour_price);
+            if (upd->hour_price < 0)
+                sqlite3_bind_null(st, i++);
+            else
+                sqlite3_bind_double(st, i++, upd->hour_price);
         }
         if (upd->set_started) sqlite3_bind_int64(st, i++, now);
         if (upd->set_finished) sqlite3_bind_int64(st, i++, now);
@@ -885,12 +915,14 @@ static int account_run_time(db *d, int64_t id, job_state from, job_state to, int
 static int record_usage(db *d, int64_t id, ty_err *err)
 {
     sqlite3_stmt *st;
-    if (prep(d, "INSERT OR REPLACE INTO usage(job_id, name, token_name, tags, state, finished_ms,"
-                " gpus, run_ms, cost, tokens) SELECT id, name, token_name, tags, state,"
-                " COALESCE(finished_ms, updated_ms), gpus_wanted, run_ms,"
-                " run_ms / 3600000.0 * hour_price * MAX(gpus_wanted, 1),"
-                " COALESCE(CAST(json_extract(last_metric, '$.tokens') AS INTEGER), 0)"
-                " FROM jobs WHERE id = ?", &st, err))
+    if (prep(d,
+             "INSERT OR REPLACE INTO usage(job_id, name, token_name, tags, state, finished_ms,"
+             " gpus, run_ms, cost, tokens) SELECT id, name, token_name, tags, state,"
+             " COALESCE(finished_ms, updated_ms), gpus_wanted, run_ms,"
+             " run_ms / 3600000.0 * hour_price * MAX(gpus_wanted, 1),"
+             " COALESCE(CAST(json_extract(last_metric, '$.tokens') AS INTEGER), 0)"
+             " FROM jobs WHERE id = ?",
+             &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st);
@@ -950,11 +982,14 @@ static int update_summaries(db *d, const db_event_in *in, int n, ty_err *err)
     sqlite3_stmt *m = NULL, *o = NULL;
     summary_key seen[64];
     int nseen = 0, rc = 0;
-    if (prep(d, "UPDATE jobs SET last_metric = ?2, metric_last_ms = ?3,"
-                " metric0_ms = COALESCE(metric0_ms, ?3),"
-                " metric0_step = COALESCE(metric0_step, ?4) WHERE id = ?1", &m, err) ||
-        prep(d, "UPDATE jobs SET last_eval = CASE WHEN ?2 = 'eval' THEN ?3 ELSE last_eval END,"
-                " engine = CASE WHEN ?2 = 'started' THEN ?3 ELSE engine END WHERE id = ?1",
+    if (prep(d,
+             "UPDATE jobs SET last_metric = ?2, metric_last_ms = ?3,"
+             " metric0_ms = COALESCE(metric0_ms, ?3),"
+             " metric0_step = COALESCE(metric0_step, ?4) WHERE id = ?1",
+             &m, err) ||
+        prep(d,
+             "UPDATE jobs SET last_eval = CASE WHEN ?2 = 'eval' THEN ?3 ELSE last_eval END,"
+             " engine = CASE WHEN ?2 = 'started' THEN ?3 ELSE engine END WHERE id = ?1",
              &o, err)) {
         rc = TY_EIO;
         goto out;
@@ -1003,7 +1038,8 @@ out:
 static void clear_events(db_event *out, int n)
 {
     if (out)
-        for (int i = 0; i < n; i++) db_event_clear(&out[i]);
+        for (int i = 0; i < n; i++)
+            db_event_clear(&out[i]);
 }
 
 int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err *err)
@@ -1019,7 +1055,8 @@ int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err 
     for (int i = 0; i < n && !rc; i++) {
         int64_t seq = 1;
         int k = 0;
-        while (k < nseqs && seqs[k].job_id != in[i].job_id) k++;
+        while (k < nseqs && seqs[k].job_id != in[i].job_id)
+            k++;
         if (k < nseqs) {
             seq = seqs[k].next;
         } else {
@@ -1088,8 +1125,10 @@ int db_events_job(db *d, int64_t job_id, int64_t after_seq, int limit, db_event 
                   ty_err *err)
 {
     sqlite3_stmt *st;
-    if (prep(d, "SELECT id, job_id, seq, type, data, ts_ms FROM job_events"
-                " WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?", &st, err))
+    if (prep(d,
+             "SELECT id, job_id, seq, type, data, ts_ms FROM job_events"
+             " WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+             &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, after_seq);
@@ -1100,8 +1139,9 @@ int db_events_job(db *d, int64_t job_id, int64_t after_seq, int limit, db_event 
 int db_events_global(db *d, int64_t after_id, int limit, db_event **out, int *n, ty_err *err)
 {
     sqlite3_stmt *st;
-    if (prep(d, "SELECT id, job_id, seq, type, data, ts_ms FROM job_events"
-                " WHERE id > ? AND type IN ('state', 'started', 'gpu') ORDER BY id LIMIT ?",
+    if (prep(d,
+             "SELECT id, job_id, seq, type, data, ts_ms FROM job_events"
+             " WHERE id > ? AND type IN ('state', 'started', 'gpu') ORDER BY id LIMIT ?",
              &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, after_id);
@@ -1115,12 +1155,14 @@ int db_events_metrics(db *d, int64_t job_id, db_event **out, int *n, ty_err *err
     /* A metric followed (later id) by one of the same or a lower step was
      * replayed: the job resumed from an earlier checkpoint and redid that
      * step, so only the newest run's row of each step is kept. */
-    if (prep(d, "SELECT id, job_id, seq, type, data, ts_ms FROM"
-                " (SELECT id, job_id, seq, type, data, ts_ms, json_extract(data, '$.step') AS step,"
-                "  MIN(json_extract(data, '$.step')) OVER (ORDER BY id DESC ROWS BETWEEN"
-                "  UNBOUNDED PRECEDING AND 1 PRECEDING) AS later"
-                "  FROM job_events WHERE job_id = ? AND type = 'metric')"
-                " WHERE later IS NULL OR later > step ORDER BY seq", &st, err))
+    if (prep(d,
+             "SELECT id, job_id, seq, type, data, ts_ms FROM"
+             " (SELECT id, job_id, seq, type, data, ts_ms, json_extract(data, '$.step') AS step,"
+             "  MIN(json_extract(data, '$.step')) OVER (ORDER BY id DESC ROWS BETWEEN"
+             "  UNBOUNDED PRECEDING AND 1 PRECEDING) AS later"
+             "  FROM job_events WHERE job_id = ? AND type = 'metric')"
+             " WHERE later IS NULL OR later > step ORDER BY seq",
+             &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, job_id);
     return read_events(d, st, out, n, err);
@@ -1130,8 +1172,8 @@ int64_t db_events_max_id(db *d)
 {
     sqlite3_stmt *st;
     int64_t v = 0;
-    if (sqlite3_prepare_v2(d->h, "SELECT COALESCE(MAX(id), 0) FROM job_events", -1, &st,
-                           NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(d->h, "SELECT COALESCE(MAX(id), 0) FROM job_events", -1, &st, NULL) !=
+        SQLITE_OK)
         return 0;
     if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
@@ -1149,12 +1191,14 @@ int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int6
     if (ev) memset(ev, 0, sizeof *ev);
     if (begin(d, err)) return TY_EIO;
     int rc = TY_EIO;
-    if (prep(d, "INSERT INTO checkpoints(job_id, step, dir, bytes, sha256, local_path,"
-                " state, created_ms) VALUES (?,?,?,?,?,?,'local',?)"
-                " ON CONFLICT(job_id, step) DO UPDATE SET dir = excluded.dir,"
-                " bytes = excluded.bytes, sha256 = excluded.sha256,"
-                " local_path = excluded.local_path, state = 'local', error = NULL,"
-                " created_ms = excluded.created_ms", &st, err))
+    if (prep(d,
+             "INSERT INTO checkpoints(job_id, step, dir, bytes, sha256, local_path,"
+             " state, created_ms) VALUES (?,?,?,?,?,?,'local',?)"
+             " ON CONFLICT(job_id, step) DO UPDATE SET dir = excluded.dir,"
+             " bytes = excluded.bytes, sha256 = excluded.sha256,"
+             " local_path = excluded.local_path, state = 'local', error = NULL,"
+             " created_ms = excluded.created_ms",
+             &st, err))
         goto out;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, step);
@@ -1173,8 +1217,10 @@ int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int6
     if (store_uri) {
         sqlite3_finalize(st);
         st = NULL;
-        if (prep(d, "DELETE FROM uploads WHERE checkpoint_id = (SELECT id FROM checkpoints"
-                    " WHERE job_id = ? AND step = ?) AND op = 'put'", &st, err))
+        if (prep(d,
+                 "DELETE FROM uploads WHERE checkpoint_id = (SELECT id FROM checkpoints"
+                 " WHERE job_id = ? AND step = ?) AND op = 'put'",
+                 &st, err))
             goto out;
         sqlite3_bind_int64(st, 1, job_id);
         sqlite3_bind_int64(st, 2, step);
@@ -1184,8 +1230,10 @@ int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int6
         }
         sqlite3_finalize(st);
         st = NULL;
-        if (prep(d, "INSERT INTO uploads(checkpoint_id, file, uri, op) SELECT id, ?, ?, 'put'"
-                    " FROM checkpoints WHERE job_id = ? AND step = ?", &st, err))
+        if (prep(d,
+                 "INSERT INTO uploads(checkpoint_id, file, uri, op) SELECT id, ?, ?, 'put'"
+                 " FROM checkpoints WHERE job_id = ? AND step = ?",
+                 &st, err))
             goto out;
         bind_str(st, 1, local_path ? local_path : dir);
         bind_str(st, 2, store_uri);
@@ -1212,8 +1260,9 @@ int db_checkpoint_list(db *d, int64_t job_id, db_checkpoint **out, int *n, ty_er
     sqlite3_stmt *st;
     *out = NULL;
     *n = 0;
-    if (prep(d, "SELECT id, job_id, step, bytes, dir, sha256, local_path, remote_uri, state,"
-                " error, attempts, created_ms FROM checkpoints WHERE job_id = ? ORDER BY step",
+    if (prep(d,
+             "SELECT id, job_id, step, bytes, dir, sha256, local_path, remote_uri, state,"
+             " error, attempts, created_ms FROM checkpoints WHERE job_id = ? ORDER BY step",
              &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, job_id);
@@ -1266,8 +1315,10 @@ int db_checkpoint_newest(db *d, int64_t job_id, char **dir, ty_err *err)
 {
     sqlite3_stmt *st;
     *dir = NULL;
-    if (prep(d, "SELECT dir FROM checkpoints WHERE job_id = ? AND state NOT IN"
-                " ('failed', 'deleted') ORDER BY step DESC LIMIT 1", &st, err))
+    if (prep(d,
+             "SELECT dir FROM checkpoints WHERE job_id = ? AND state NOT IN"
+             " ('failed', 'deleted') ORDER BY step DESC LIMIT 1",
+             &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, job_id);
     if (sqlite3_step(st) == SQLITE_ROW) *dir = col_str(st, 0);
@@ -1287,9 +1338,8 @@ void db_upload_clear(db_upload *u)
 
 /* Appends a `checkpoint` event {step, dir, state[, error][, remote_uri]}
  * inside the caller's transaction. */
-static int checkpoint_event(db *d, int64_t job_id, int64_t step, const char *dir,
-                            const char *state, const char *error, const char *remote_uri,
-                            db_event *ev, ty_err *err)
+static int checkpoint_event(db *d, int64_t job_id, int64_t step, const char *dir, const char *state,
+                            const char *error, const char *remote_uri, db_event *ev, ty_err *err)
 {
     json_t *o = json_pack("{sI ss ss}", "step", (json_int_t)step, "dir", dir, "state", state);
     if (error) json_object_set_new(o, "error", json_string(error));
@@ -1311,8 +1361,10 @@ static int exec_bound(db *d, const char *sql, ty_err *err, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     for (int i = 0; fmt[i]; i++) {
-        if (fmt[i] == 'i') sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
-        else bind_str(st, i + 1, va_arg(ap, const char *));
+        if (fmt[i] == 'i')
+            sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
+        else
+            bind_str(st, i + 1, va_arg(ap, const char *));
     }
     va_end(ap);
     int rc = sqlite3_step(st);
@@ -1328,9 +1380,10 @@ int db_upload_claim(db *d, int64_t now_ms, db_upload *out, db_event *ev, ty_err 
     if (ev) memset(ev, 0, sizeof *ev);
     if (begin(d, err)) return TY_EIO;
     int rc = TY_EIO;
-    if (prep(d, "SELECT u.id, u.checkpoint_id, u.op, u.uri, u.attempts, c.job_id, c.step, c.dir,"
-                " c.local_path FROM uploads u JOIN checkpoints c ON c.id = u.checkpoint_id"
-                " WHERE u.state = 'pending' AND u.next_attempt_ms <= ? ORDER BY u.id LIMIT 1",
+    if (prep(d,
+             "SELECT u.id, u.checkpoint_id, u.op, u.uri, u.attempts, c.job_id, c.step, c.dir,"
+             " c.local_path FROM uploads u JOIN checkpoints c ON c.id = u.checkpoint_id"
+             " WHERE u.state = 'pending' AND u.next_attempt_ms <= ? ORDER BY u.id LIMIT 1",
              &st, err))
         goto out;
     sqlite3_bind_int64(st, 1, now_ms);
@@ -1351,10 +1404,12 @@ int db_upload_claim(db *d, int64_t now_ms, db_upload *out, db_event *ev, ty_err 
     bool put = !strcmp(out->op, "put");
     if (exec_bound(d, "UPDATE uploads SET state = 'running', attempts = attempts + 1 WHERE id = ?",
                    err, "i", out->id) ||
-        (put && (exec_bound(d, "UPDATE checkpoints SET state = 'uploading', attempts = attempts"
-                               " + 1 WHERE id = ?", err, "i", out->checkpoint_id) ||
-                 checkpoint_event(d, out->job_id, out->step, out->dir, "uploading", NULL, NULL, ev,
-                                  err))))
+        (put &&
+         (exec_bound(d,
+                     "UPDATE checkpoints SET state = 'uploading', attempts = attempts"
+                     " + 1 WHERE id = ?",
+                     err, "i", out->checkpoint_id) ||
+          checkpoint_event(d, out->job_id, out->step, out->dir, "uploading", NULL, NULL, ev, err))))
         goto out;
     rc = 0;
 out:
@@ -1375,24 +1430,32 @@ int db_upload_finish(db *d, const db_upload *u, db_upload_outcome o, const char 
     if (o == DB_UP_DONE || o == DB_UP_SKIPPED)
         rc = exec_bound(d, "DELETE FROM uploads WHERE id = ?", err, "i", u->id);
     else if (o == DB_UP_RETRY)
-        rc = exec_bound(d, "UPDATE uploads SET state = 'pending', next_attempt_ms = ?, error = ?"
-                           " WHERE id = ?", err, "isi", retry_at_ms, error, u->id);
+        rc = exec_bound(d,
+                        "UPDATE uploads SET state = 'pending', next_attempt_ms = ?, error = ?"
+                        " WHERE id = ?",
+                        err, "isi", retry_at_ms, error, u->id);
     else
-        rc = exec_bound(d, "UPDATE uploads SET state = 'failed', error = ? WHERE id = ?", err,
-                        "si", error, u->id);
+        rc = exec_bound(d, "UPDATE uploads SET state = 'failed', error = ? WHERE id = ?", err, "si",
+                        error, u->id);
     /* The checkpoint row and its event (uploads only: a remote delete
      * concerns a checkpoint already shown as deleted). */
     if (!rc && put) {
-        const char *state = o == DB_UP_DONE ? "committed" : o == DB_UP_SKIPPED ? "deleted" : "failed";
+        const char *state = o == DB_UP_DONE      ? "committed"
+                            : o == DB_UP_SKIPPED ? "deleted"
+                                                 : "failed";
         if (o == DB_UP_DONE)
-            rc = exec_bound(d, "UPDATE checkpoints SET state = 'committed', remote_uri = ?,"
-                               " error = NULL WHERE id = ? AND state = 'uploading'", err, "si",
-                            remote_uri, u->checkpoint_id);
+            rc = exec_bound(d,
+                            "UPDATE checkpoints SET state = 'committed', remote_uri = ?,"
+                            " error = NULL WHERE id = ? AND state = 'uploading'",
+                            err, "si", remote_uri, u->checkpoint_id);
         else
-            rc = exec_bound(d, "UPDATE checkpoints SET state = ?, error = ? WHERE id = ? AND"
-                               " state = 'uploading'", err, "ssi", state, error, u->checkpoint_id);
+            rc = exec_bound(d,
+                            "UPDATE checkpoints SET state = ?, error = ? WHERE id = ? AND"
+                            " state = 'uploading'",
+                            err, "ssi", state, error, u->checkpoint_id);
         if (!rc && sqlite3_changes(d->h) > 0)
-            rc = checkpoint_event(d, u->job_id, u->step, u->dir, state, o == DB_UP_DONE ? NULL : error,
+            rc = checkpoint_event(d, u->job_id, u->step, u->dir, state,
+                                  o == DB_UP_DONE ? NULL : error,
                                   o == DB_UP_DONE ? remote_uri : NULL, ev, err);
     }
     return end_tx(d, rc ? TY_EIO : 0, ev, err);
@@ -1402,11 +1465,14 @@ int db_upload_recover(db *d, int *requeued, ty_err *err)
 {
     *requeued = 0;
     if (begin(d, err)) return TY_EIO;
-    int rc = exec_bound(d, "UPDATE uploads SET state = 'pending', next_attempt_ms = 0"
-                           " WHERE state = 'running'", err, "");
+    int rc = exec_bound(d,
+                        "UPDATE uploads SET state = 'pending', next_attempt_ms = 0"
+                        " WHERE state = 'running'",
+                        err, "");
     if (!rc) *requeued = sqlite3_changes(d->h);
-    if (!rc) rc = exec_bound(d, "UPDATE checkpoints SET state = 'local' WHERE state = 'uploading'",
-                             err, "");
+    if (!rc)
+        rc = exec_bound(d, "UPDATE checkpoints SET state = 'local' WHERE state = 'uploading'", err,
+                        "");
     return end_tx(d, rc ? TY_EIO : 0, NULL, err);
 }
 
@@ -1414,9 +1480,11 @@ int db_upload_busy(db *d, int64_t job_id, bool retries, int *n, ty_err *err)
 {
     sqlite3_stmt *st;
     *n = 0;
-    if (prep(d, "SELECT COUNT(*) FROM uploads u JOIN checkpoints c ON c.id = u.checkpoint_id"
-                " WHERE c.job_id = ? AND u.op = 'put' AND (u.state = 'running' OR"
-                " (u.state = 'pending' AND (u.attempts = 0 OR ?)))", &st, err))
+    if (prep(d,
+             "SELECT COUNT(*) FROM uploads u JOIN checkpoints c ON c.id = u.checkpoint_id"
+             " WHERE c.job_id = ? AND u.op = 'put' AND (u.state = 'running' OR"
+             " (u.state = 'pending' AND (u.attempts = 0 OR ?)))",
+             &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int(st, 2, retries ? 1 : 0);
@@ -1430,10 +1498,14 @@ int db_upload_drop_job(db *d, int64_t job_id, int *running, ty_err *err)
     sqlite3_stmt *st;
     *running = 0;
     if (begin(d, err)) return TY_EIO;
-    int rc = exec_bound(d, "DELETE FROM uploads WHERE state <> 'running' AND checkpoint_id IN"
-                           " (SELECT id FROM checkpoints WHERE job_id = ?)", err, "i", job_id);
-    if (!rc && prep(d, "SELECT COUNT(*) FROM uploads WHERE checkpoint_id IN"
-                       " (SELECT id FROM checkpoints WHERE job_id = ?)", &st, err) == 0) {
+    int rc = exec_bound(d,
+                        "DELETE FROM uploads WHERE state <> 'running' AND checkpoint_id IN"
+                        " (SELECT id FROM checkpoints WHERE job_id = ?)",
+                        err, "i", job_id);
+    if (!rc && prep(d,
+                    "SELECT COUNT(*) FROM uploads WHERE checkpoint_id IN"
+                    " (SELECT id FROM checkpoints WHERE job_id = ?)",
+                    &st, err) == 0) {
         sqlite3_bind_int64(st, 1, job_id);
         if (sqlite3_step(st) == SQLITE_ROW) *running = sqlite3_column_int(st, 0);
         sqlite3_finalize(st);
@@ -1463,8 +1535,10 @@ int db_checkpoint_retire(db *d, const db_checkpoint *c, const char *store_uri, d
      * first and the next retention pass sees it. */
     sqlite3_stmt *st;
     int busy = 0, rc = 0;
-    if (prep(d, "SELECT COUNT(*) FROM uploads WHERE checkpoint_id = ? AND op = 'put' AND"
-                " state = 'running'", &st, err)) {
+    if (prep(d,
+             "SELECT COUNT(*) FROM uploads WHERE checkpoint_id = ? AND op = 'put' AND"
+             " state = 'running'",
+             &st, err)) {
         rc = TY_EIO;
         goto out;
     }
@@ -1477,12 +1551,17 @@ int db_checkpoint_retire(db *d, const db_checkpoint *c, const char *store_uri, d
     }
     rc = exec_bound(d, "DELETE FROM uploads WHERE checkpoint_id = ? AND op = 'put'", err, "i",
                     c->id);
-    if (!rc) rc = exec_bound(d, "UPDATE checkpoints SET state = 'deleted', error = NULL"
-                                " WHERE id = ? AND state <> 'deleted'", err, "i", c->id);
+    if (!rc)
+        rc = exec_bound(d,
+                        "UPDATE checkpoints SET state = 'deleted', error = NULL"
+                        " WHERE id = ? AND state <> 'deleted'",
+                        err, "i", c->id);
     bool changed = !rc && sqlite3_changes(d->h) > 0;
     if (!rc && changed && store_uri)
-        rc = exec_bound(d, "INSERT INTO uploads(checkpoint_id, file, uri, op)"
-                           " VALUES (?, ?, ?, 'delete')", err, "iss", c->id, c->dir, store_uri);
+        rc = exec_bound(d,
+                        "INSERT INTO uploads(checkpoint_id, file, uri, op)"
+                        " VALUES (?, ?, ?, 'delete')",
+                        err, "iss", c->id, c->dir, store_uri);
     if (!rc && changed)
         rc = checkpoint_event(d, c->job_id, c->step, c->dir, "deleted", NULL, NULL, ev, err);
     if (rc) rc = TY_EIO;
@@ -1493,8 +1572,9 @@ out:
 int db_checkpoint_eval_loss(db *d, int64_t job_id, int64_t step, double *loss, ty_err *err)
 {
     sqlite3_stmt *st;
-    if (prep(d, "SELECT json_extract(data, '$.loss') FROM job_events WHERE job_id = ? AND"
-                " type = 'eval' AND json_extract(data, '$.step') = ? ORDER BY seq DESC LIMIT 1",
+    if (prep(d,
+             "SELECT json_extract(data, '$.loss') FROM job_events WHERE job_id = ? AND"
+             " type = 'eval' AND json_extract(data, '$.step') = ? ORDER BY seq DESC LIMIT 1",
              &st, err))
         return TY_EIO;
     sqlite3_bind_int64(st, 1, job_id);

@@ -54,30 +54,30 @@ typedef struct db_job {
     int64_t id;
     char *name;
     job_state state;
-    char *spec;          /* JSON text as stored */
+    char *spec; /* JSON text as stored */
     int priority;
     int gpus_wanted;
     int64_t max_steps;
     int64_t created_ms, started_ms, finished_ms, updated_ms; /* 0 = null */
     int restarts, max_restarts;
-    char *resume_from;   /* relative checkpoint dir, or NULL */
-    char *error;         /* NULL unless failed */
-    char *backend;       /* "cpu" | "cuda" | NULL before start */
-    char *gpus;          /* comma-separated indices held, "" for none */
-    char *last_metric;   /* JSON text or NULL */
+    char *resume_from; /* relative checkpoint dir, or NULL */
+    char *error;       /* NULL unless failed */
+    char *backend;     /* "cpu" | "cuda" | NULL before start */
+    char *gpus;        /* comma-separated indices held, "" for none */
+    char *last_metric; /* JSON text or NULL */
     char *last_eval;
-    char *engine;        /* the engine's started event */
+    char *engine;                     /* the engine's started event */
     int64_t metric0_ms, metric0_step; /* first metric of the current run */
     int64_t metric_last_ms;
-    int64_t pgid;        /* engine process group, 0 when none */
-    char *stop_intent;   /* "pause" | "cancel" | NULL */
-    int64_t run_ms;       /* running time of the finished runs */
-    int64_t run_since_ms; /* start of the current run, 0 when not running */
+    int64_t pgid;           /* engine process group, 0 when none */
+    char *stop_intent;      /* "pause" | "cancel" | NULL */
+    int64_t run_ms;         /* running time of the finished runs */
+    int64_t run_since_ms;   /* start of the current run, 0 when not running */
     char *checkpoint_error; /* newest upload to the store that failed for good, or NULL */
-    char *tags;           /* JSON array of strings, "[]" for none */
-    char *stop_reason;    /* "budget" | "stall" when stopped early, else NULL */
-    char *token_name;     /* the API token that submitted it, NULL without one */
-    double hour_price;    /* per GPU (or CPU slot) hour of its current price; < 0 unknown */
+    char *tags;             /* JSON array of strings, "[]" for none */
+    char *stop_reason;      /* "budget" | "stall" when stopped early, else NULL */
+    char *token_name;       /* the API token that submitted it, NULL without one */
+    double hour_price;      /* per GPU (or CPU slot) hour of its current price; < 0 unknown */
 } db_job;
 
 void db_job_free(db_job *j);
@@ -92,20 +92,20 @@ typedef struct db_new_job {
     int gpus_wanted;
     int64_t max_steps;
     int max_restarts;
-    const char *idem_key;      /* NULL when none */
-    const char *body_sha256;   /* of the request body, with idem_key */
-    const char *tags;          /* JSON array text; NULL = "[]" */
-    const char *token_name;    /* submitting token's name, or NULL */
+    const char *idem_key;    /* NULL when none */
+    const char *body_sha256; /* of the request body, with idem_key */
+    const char *tags;        /* JSON array text; NULL = "[]" */
+    const char *token_name;  /* submitting token's name, or NULL */
 } db_new_job;
 
 /* One row of job_events as written; filled for the caller to publish. */
 typedef struct db_event {
-    int64_t id;      /* global */
-    int64_t job_id;  /* 0 for none */
-    int64_t seq;     /* per job */
+    int64_t id;     /* global */
+    int64_t job_id; /* 0 for none */
+    int64_t seq;    /* per job */
     int64_t ts_ms;
     char type[16];
-    char *data;      /* JSON text, owned */
+    char *data; /* JSON text, owned */
 } db_event;
 
 void db_event_clear(db_event *e);
@@ -113,15 +113,15 @@ void db_event_clear(db_event *e);
 /* Inserts a queued job and its first `state` event in one transaction.
  * With an idempotency key already used: same body → *existing = true and
  * *id the first job; different body → TY_ESTATE. */
-int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing,
-                  db_event *ev, ty_err *err);
+int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing, db_event *ev,
+                  ty_err *err);
 int db_job_get(db *d, int64_t id, db_job *out, ty_err *err);
 
 /* Lists newest first: ids below `before_id` (0 = from the top), states in
  * `state_mask` (0 = all), at most `limit`. *out is an array the caller frees
  * with db_jobs_free. */
-int db_job_list(db *d, unsigned state_mask, int64_t before_id, int limit,
-                db_job **out, int *n, ty_err *err);
+int db_job_list(db *d, unsigned state_mask, int64_t before_id, int limit, db_job **out, int *n,
+                ty_err *err);
 /* The same, only jobs carrying `tag` among their tags (NULL = any). */
 int db_job_list_tag(db *d, unsigned state_mask, const char *tag, int64_t before_id, int limit,
                     db_job **out, int *n, ty_err *err);
@@ -140,27 +140,36 @@ int db_job_delete(db *d, int64_t id, ty_err *err);
 /* Fields a transition may change besides the state; set the has_* flag of
  * what to write. Strings may be NULL to store NULL. */
 typedef struct db_job_update {
-    bool has_error;       const char *error;
-    bool has_resume_from; const char *resume_from;
-    bool has_restarts;    int restarts;
-    bool has_backend;     const char *backend;
-    bool has_gpus;        const char *gpus;
-    bool has_pgid;        int64_t pgid;
-    bool has_stop_intent; const char *stop_intent;
-    bool has_checkpoint_error; const char *checkpoint_error;
-    bool has_stop_reason; const char *stop_reason;
-    bool has_hour_price;  double hour_price; /* < 0 stores NULL */
-    bool set_started;     /* started_at = now, resets metric timing */
-    bool set_finished;    /* finished_at = now */
+    bool has_error;
+    const char *error;
+    bool has_resume_from;
+    const char *resume_from;
+    bool has_restarts;
+    int restarts;
+    bool has_backend;
+    const char *backend;
+    bool has_gpus;
+    const char *gpus;
+    bool has_pgid;
+    int64_t pgid;
+    bool has_stop_intent;
+    const char *stop_intent;
+    bool has_checkpoint_error;
+    const char *checkpoint_error;
+    bool has_stop_reason;
+    const char *stop_reason;
+    bool has_hour_price;
+    double hour_price; /* < 0 stores NULL */
+    bool set_started;  /* started_at = now, resets metric timing */
+    bool set_finished; /* finished_at = now */
 } db_job_update;
 
 /* Moves job `id` from any state in `from_mask` to `to` in one transaction
  * that also appends the `state` event {"from","to","reason"}. An unknown job
  * is TY_ENOENT; a state outside from_mask, or an illegal move, is TY_ESTATE
  * with a message naming both states. *from_out gets the state found. */
-int db_job_transition(db *d, int64_t id, unsigned from_mask, job_state to,
-                      const char *reason, const db_job_update *upd,
-                      job_state *from_out, db_event *ev, ty_err *err);
+int db_job_transition(db *d, int64_t id, unsigned from_mask, job_state to, const char *reason,
+                      const db_job_update *upd, job_state *from_out, db_event *ev, ty_err *err);
 /* Updates non-state fields (pgid while running, etc.). */
 int db_job_update_fields(db *d, int64_t id, const db_job_update *upd, ty_err *err);
 
@@ -170,7 +179,7 @@ typedef struct db_event_in {
     int64_t job_id;
     int64_t ts_ms;
     const char *type;
-    char *data;       /* JSON text; ownership stays with the caller */
+    char *data; /* JSON text; ownership stays with the caller */
 } db_event_in;
 
 /* Appends n events in one transaction, assigning per-job seq and global id
@@ -180,11 +189,10 @@ typedef struct db_event_in {
 int db_events_append(db *d, const db_event_in *in, int n, db_event *out, ty_err *err);
 
 /* Events of one job with seq > after_seq, in order, at most limit. */
-int db_events_job(db *d, int64_t job_id, int64_t after_seq, int limit,
-                  db_event **out, int *n, ty_err *err);
+int db_events_job(db *d, int64_t job_id, int64_t after_seq, int limit, db_event **out, int *n,
+                  ty_err *err);
 /* Events for the global feed (state, started, gpu) with id > after_id. */
-int db_events_global(db *d, int64_t after_id, int limit, db_event **out, int *n,
-                     ty_err *err);
+int db_events_global(db *d, int64_t after_id, int limit, db_event **out, int *n, ty_err *err);
 /* Every metric event of a job, in order. */
 int db_events_metrics(db *d, int64_t job_id, db_event **out, int *n, ty_err *err);
 void db_events_free(db_event *evs, int n);
@@ -203,9 +211,9 @@ typedef struct db_checkpoint {
  * transaction; with store_uri (the job's checkpoint.store, no credentials)
  * its upload is queued in the same transaction. A second report of the same
  * step replaces the row and its queued upload. */
-int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir,
-                      int64_t bytes, const char *sha256, const char *local_path,
-                      const char *store_uri, db_event *ev, ty_err *err);
+int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int64_t bytes,
+                      const char *sha256, const char *local_path, const char *store_uri,
+                      db_event *ev, ty_err *err);
 int db_checkpoint_list(db *d, int64_t job_id, db_checkpoint **out, int *n, ty_err *err);
 void db_checkpoints_free(db_checkpoint *c, int n);
 /* dir of the newest checkpoint not failed or deleted; *dir NULL if none. */
@@ -228,18 +236,18 @@ int db_checkpoint_eval_loss(db *d, int64_t job_id, int64_t step, double *loss, t
  * same transaction, for the caller to publish. */
 typedef struct db_upload {
     int64_t id, checkpoint_id, job_id, step;
-    char op[8];        /* "put" | "delete" */
-    char *dir;         /* checkpoint dir relative to the job dir */
-    char *local_path;  /* absolute path of the local checkpoint */
-    char *uri;         /* store root URI (never credentials) */
-    int attempts;      /* including this one */
+    char op[8];       /* "put" | "delete" */
+    char *dir;        /* checkpoint dir relative to the job dir */
+    char *local_path; /* absolute path of the local checkpoint */
+    char *uri;        /* store root URI (never credentials) */
+    int attempts;     /* including this one */
 } db_upload;
 
 typedef enum {
-    DB_UP_DONE,    /* put: committed (remote_uri); delete: gone */
-    DB_UP_RETRY,   /* failed this time (error); pending again at retry_at_ms */
-    DB_UP_FAILED,  /* failed for good (error) */
-    DB_UP_SKIPPED  /* put: the local checkpoint vanished (engine's keep_last); deleted */
+    DB_UP_DONE,   /* put: committed (remote_uri); delete: gone */
+    DB_UP_RETRY,  /* failed this time (error); pending again at retry_at_ms */
+    DB_UP_FAILED, /* failed for good (error) */
+    DB_UP_SKIPPED /* put: the local checkpoint vanished (engine's keep_last); deleted */
 } db_upload_outcome;
 
 void db_upload_clear(db_upload *u);

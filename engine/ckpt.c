@@ -32,8 +32,8 @@ int ckpt_begin(const char *dir, ty_err *err)
     return rc ? rc : ty_mkdir_p(dir, err);
 }
 
-int ckpt_commit(const char *dir, int64_t step, const char *const *files, int n, uint64_t *total_bytes,
-                ty_err *err)
+int ckpt_commit(const char *dir, int64_t step, const char *const *files, int n,
+                uint64_t *total_bytes, ty_err *err)
 {
     json_t *arr = json_array();
     uint64_t total = 0;
@@ -45,14 +45,15 @@ int ckpt_commit(const char *dir, int64_t step, const char *const *files, int n, 
         rc = ty_sha256_file(path, hex, &bytes, err);
         if (rc) break;
         total += bytes;
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:s}", "path", files[i], "bytes", (json_int_t)bytes,
-                                             "sha256", hex));
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:s}", "path", files[i], "bytes",
+                                             (json_int_t)bytes, "sha256", hex));
     }
     if (rc) {
         json_decref(arr);
         return rc;
     }
-    json_t *m = json_pack("{s:s, s:I, s:o}", "format", CKPT_FORMAT, "step", (json_int_t)step, "files", arr);
+    json_t *m =
+        json_pack("{s:s, s:I, s:o}", "format", CKPT_FORMAT, "step", (json_int_t)step, "files", arr);
     char *text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(m);
     if (!text) return ty_err_set(err, TY_ENOMEM, "manifest for %s", dir);
@@ -76,24 +77,29 @@ int ckpt_verify(const char *dir, int64_t *step, ty_err *err)
     json_t *m;
     int rc = ty_read_json(path, TY_ECORRUPT, &m, NULL);
     if (rc && rc != TY_ECORRUPT)
-        return ty_err_set(err, TY_ENOENT, "checkpoint %s has no MANIFEST.json (incomplete checkpoint)", dir);
+        return ty_err_set(err, TY_ENOENT,
+                          "checkpoint %s has no MANIFEST.json (incomplete checkpoint)", dir);
     json_t *files = json_object_get(m, "files"), *js = json_object_get(m, "step"),
            *fmt = json_object_get(m, "format");
     if (!m || !json_is_array(files) || !json_is_integer(js) || !json_is_string(fmt) ||
         strcmp(json_string_value(fmt), CKPT_FORMAT)) {
         json_decref(m);
-        return ty_err_set(err, TY_ECORRUPT, "checkpoint corrupt: %s/MANIFEST.json is not a %s manifest", dir,
+        return ty_err_set(err, TY_ECORRUPT,
+                          "checkpoint corrupt: %s/MANIFEST.json is not a %s manifest", dir,
                           CKPT_FORMAT);
     }
     *step = json_integer_value(js);
     size_t i;
     json_t *f;
     rc = 0;
-    json_array_foreach(files, i, f) {
-        json_t *jp = json_object_get(f, "path"), *jb = json_object_get(f, "bytes"), *jh = json_object_get(f, "sha256");
+    json_array_foreach(files, i, f)
+    {
+        json_t *jp = json_object_get(f, "path"), *jb = json_object_get(f, "bytes"),
+               *jh = json_object_get(f, "sha256");
         if (!json_is_string(jp) || !json_is_integer(jb) || !json_is_string(jh) ||
             strchr(json_string_value(jp), '/') || !strcmp(json_string_value(jp), "..")) {
-            rc = ty_err_set(err, TY_ECORRUPT, "checkpoint corrupt: bad file entry %zu in MANIFEST.json", i);
+            rc = ty_err_set(err, TY_ECORRUPT,
+                            "checkpoint corrupt: bad file entry %zu in MANIFEST.json", i);
             break;
         }
         const char *name = json_string_value(jp);
@@ -150,7 +156,8 @@ int ckpt_prune(const char *workdir, int keep_last, int keep_best, ty_err *err)
     while ((de = readdir(d))) {
         long long step;
         char tail;
-        if (sscanf(de->d_name, "step-%lld%c", &step, &tail) != 1 || strlen(de->d_name) < 11) continue;
+        if (sscanf(de->d_name, "step-%lld%c", &step, &tail) != 1 || strlen(de->d_name) < 11)
+            continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
             ckpt_entry *ne = realloc(e, (size_t)cap * sizeof *e);
@@ -173,7 +180,8 @@ int ckpt_prune(const char *workdir, int keep_last, int keep_best, ty_err *err)
     bool *keep = malloc((size_t)n + 1);
     int rc = 0;
     if (items && keep) {
-        for (int i = 0; i < n; i++) items[i] = e[i].r;
+        for (int i = 0; i < n; i++)
+            items[i] = e[i].r;
         ty_retention_select(items, n, keep_last, keep_best, keep);
         for (int i = 0; i < n && !rc; i++) {
             if (keep[i]) continue;

@@ -23,8 +23,8 @@ void ckpt_rel_name(char *out, size_t n, int64_t step);
 int ckpt_begin(const char *dir, ty_err *err);
 /* Hashes files[0..n) (paths relative to dir), writes MANIFEST.json last by
  * atomic rename; *total_bytes = sum of the files and the manifest. */
-int ckpt_commit(const char *dir, int64_t step, const char *const *files, int n, uint64_t *total_bytes,
-                ty_err *err);
+int ckpt_commit(const char *dir, int64_t step, const char *const *files, int n,
+                uint64_t *total_bytes, ty_err *err);
 /* Reads and checks a manifest: format, step, every file's size and sha256
  * ("checkpoint corrupt: <file> sha256 mismatch"). *step gets its step. */
 int ckpt_verify(const char *dir, int64_t *step, ty_err *err);

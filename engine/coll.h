@@ -35,7 +35,8 @@ int coll_sum_f64(coll *c, double *buf, int n, ty_err *err);
 int coll_allgather_f32(coll *c, float *buf, const size_t *off, const size_t *len, ty_err *err);
 /* Rank k's piece (mine, len[k] floats) lands at full + off[k] on rank 0
  * (full is read only there). */
-int coll_gather_f32(coll *c, float *full, const float *mine, const size_t *off, const size_t *len, ty_err *err);
+int coll_gather_f32(coll *c, float *full, const float *mine, const size_t *off, const size_t *len,
+                    ty_err *err);
 int coll_barrier(coll *c, ty_err *err);
 
 #endif

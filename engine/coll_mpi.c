@@ -68,14 +68,16 @@ int coll_sum_f64(coll *c, double *buf, int n, ty_err *err)
 }
 
 /* MPI's counts and displacements are ints: each piece and offset must fit. */
-static int counts(const coll *c, const size_t *off, const size_t *len, int **cnt, int **dis, ty_err *err)
+static int counts(const coll *c, const size_t *off, const size_t *len, int **cnt, int **dis,
+                  ty_err *err)
 {
     *cnt = malloc(sizeof(int) * (size_t)c->world);
     *dis = malloc(sizeof(int) * (size_t)c->world);
     if (!*cnt || !*dis) return ty_err_set(err, TY_ENOMEM, "out of memory");
     for (int k = 0; k < c->world; k++) {
         if (off[k] + len[k] > (size_t)0x7fffffff)
-            return ty_err_set(err, TY_EINVAL, "a buffer of %zu floats is beyond MPI's int counts", off[k] + len[k]);
+            return ty_err_set(err, TY_EINVAL, "a buffer of %zu floats is beyond MPI's int counts",
+                              off[k] + len[k]);
         (*cnt)[k] = (int)len[k];
         (*dis)[k] = (int)off[k];
     }
@@ -88,7 +90,8 @@ int coll_allgather_f32(coll *c, float *buf, const size_t *off, const size_t *len
     int *cnt = NULL, *dis = NULL;
     int rc = counts(c, off, len, &cnt, &dis, err);
     if (!rc) {
-        int m = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dis, MPI_FLOAT, MPI_COMM_WORLD);
+        int m = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dis, MPI_FLOAT,
+                               MPI_COMM_WORLD);
         if (m != MPI_SUCCESS) rc = mpi_fail(err, "MPI_Allgatherv of the weights", m);
     }
     free(cnt);
@@ -96,14 +99,15 @@ int coll_allgather_f32(coll *c, float *buf, const size_t *off, const size_t *len
     return rc;
 }
 
-int coll_gather_f32(coll *c, float *full, const float *mine, const size_t *off, const size_t *len, ty_err *err)
+int coll_gather_f32(coll *c, float *full, const float *mine, const size_t *off, const size_t *len,
+                    ty_err *err)
 {
     if (!c) return 0;
     int *cnt = NULL, *dis = NULL;
     int rc = counts(c, off, len, &cnt, &dis, err);
     if (!rc) {
-        int m = MPI_Gatherv(mine, cnt[c->rank], MPI_FLOAT, c->rank == 0 ? full : NULL, cnt, dis, MPI_FLOAT, 0,
-                            MPI_COMM_WORLD);
+        int m = MPI_Gatherv(mine, cnt[c->rank], MPI_FLOAT, c->rank == 0 ? full : NULL, cnt, dis,
+                            MPI_FLOAT, 0, MPI_COMM_WORLD);
         if (m != MPI_SUCCESS) rc = mpi_fail(err, "MPI_Gatherv of the optimizer state", m);
     }
     free(cnt);

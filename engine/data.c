@@ -34,23 +34,28 @@ static int vec_push(i32vec *a, int32_t x)
 }
 
 /* Reads one integer array field; label arrays also accept -100. */
-static int read_ids(json_t *arr, const char *path, long line, const char *key, int vocab, int labels,
-                    i32vec *out, ty_err *err)
+static int read_ids(json_t *arr, const char *path, long line, const char *key, int vocab,
+                    int labels, i32vec *out, ty_err *err)
 {
     size_t i;
     json_t *x;
-    json_array_foreach(arr, i, x) {
+    json_array_foreach(arr, i, x)
+    {
         if (!json_is_integer(x))
-            return ty_err_set(err, TY_EINVAL, "%s line %ld: %s[%zu] is not an integer", path, line, key, i);
+            return ty_err_set(err, TY_EINVAL, "%s line %ld: %s[%zu] is not an integer", path, line,
+                              key, i);
         json_int_t id = json_integer_value(x);
         if (labels && id == DATA_IGNORE) {
-            if (vec_push(out, DATA_IGNORE)) return ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path);
+            if (vec_push(out, DATA_IGNORE))
+                return ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path);
             continue;
         }
         if (id < 0 || id >= vocab)
-            return ty_err_set(err, TY_EINVAL, "%s line %ld: %s[%zu] = %lld is outside the vocabulary [0, %d)", path,
+            return ty_err_set(err, TY_EINVAL,
+                              "%s line %ld: %s[%zu] = %lld is outside the vocabulary [0, %d)", path,
                               line, key, i, (long long)id, vocab);
-        if (vec_push(out, (int32_t)id)) return ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path);
+        if (vec_push(out, (int32_t)id))
+            return ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path);
     }
     return 0;
 }
@@ -71,35 +76,40 @@ int data_load_tokens(const char *path, int vocab, dataset *d, ty_err *err)
     long line = 0;
     while ((len = getline(&buf, &bufcap, fp)) >= 0) {
         line++;
-        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ')) len--;
+        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
+            len--;
         if (len == 0) continue; /* blank lines carry no example */
         json_error_t je;
         json_t *o = json_loadb(buf, (size_t)len, 0, &je);
         if (!o) {
-            rc = ty_err_set(err, TY_EINVAL, "%s line %ld: not valid JSON (column %d: %s)", path, line,
-                            je.column, ty_json_error(&je));
+            rc = ty_err_set(err, TY_EINVAL, "%s line %ld: not valid JSON (column %d: %s)", path,
+                            line, je.column, ty_json_error(&je));
             break;
         }
         json_t *ids = json_object_get(o, "input_ids"), *labels = json_object_get(o, "labels");
         if (!json_is_object(o) || !json_is_array(ids) || json_array_size(ids) == 0) {
             json_decref(o);
-            rc = ty_err_set(err, TY_EINVAL, "%s line %ld: needs \"input_ids\", a non-empty array of token ids",
+            rc = ty_err_set(err, TY_EINVAL,
+                            "%s line %ld: needs \"input_ids\", a non-empty array of token ids",
                             path, line);
             break;
         }
         if (labels && !json_is_null(labels) &&
             (!json_is_array(labels) || json_array_size(labels) != json_array_size(ids))) {
             json_decref(o);
-            rc = ty_err_set(err, TY_EINVAL, "%s line %ld: \"labels\" must be an array as long as input_ids", path,
+            rc = ty_err_set(err, TY_EINVAL,
+                            "%s line %ld: \"labels\" must be an array as long as input_ids", path,
                             line);
             break;
         }
         int64_t start = tok.n;
         rc = read_ids(ids, path, line, "input_ids", vocab, 0, &tok, err);
-        if (!rc && labels && !json_is_null(labels)) rc = read_ids(labels, path, line, "labels", vocab, 1, &lab, err);
+        if (!rc && labels && !json_is_null(labels))
+            rc = read_ids(labels, path, line, "labels", vocab, 1, &lab, err);
         else
             for (int64_t i = start; !rc && i < tok.n; i++)
-                if (vec_push(&lab, tok.v[i])) rc = ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path);
+                if (vec_push(&lab, tok.v[i]))
+                    rc = ty_err_set(err, TY_ENOMEM, "out of memory reading %s", path);
         json_decref(o);
         if (rc) break;
         if (n + 1 >= cap) {
@@ -196,8 +206,9 @@ int data_split(dataset *d, double fraction, uint64_t seed, dataset *eval, ty_err
 {
     memset(eval, 0, sizeof *eval);
     if (d->n < 2)
-        return ty_err_set(err, TY_EINVAL, "dataset.eval_fraction: %d example(s) cannot be split into train and eval",
-                          d->n);
+        return ty_err_set(
+            err, TY_EINVAL,
+            "dataset.eval_fraction: %d example(s) cannot be split into train and eval", d->n);
     long long k = llround((double)d->n * fraction);
     if (k < 1) k = 1;
     if (k > d->n - 1) k = d->n - 1;
@@ -208,7 +219,8 @@ int data_split(dataset *d, double fraction, uint64_t seed, dataset *eval, ty_err
     if (!perm || !held) rc = TY_ENOMEM;
     if (!rc) {
         data_permutation(seed ^ DATA_SPLIT_SALT, 0, d->n, perm);
-        for (long long i = 0; i < k; i++) held[perm[i]] = 1;
+        for (long long i = 0; i < k; i++)
+            held[perm[i]] = 1;
         if (d->text) {
             rc = text_subset(d, held, 1, eval);
             if (!rc && (rc = text_subset(d, held, 0, &train))) data_free(eval);
@@ -229,7 +241,8 @@ int data_split(dataset *d, double fraction, uint64_t seed, dataset *eval, ty_err
     return 0;
 }
 
-int data_row_from(const int32_t *tok, const int32_t *lab, int64_t len, int T, int32_t *inputs, int32_t *targets)
+int data_row_from(const int32_t *tok, const int32_t *lab, int64_t len, int T, int32_t *inputs,
+                  int32_t *targets)
 {
     if (len > T) len = T;
     int count = 0;
@@ -255,11 +268,11 @@ const char *data_error(const dataset *d)
     return d->text ? d->ops->error(d->text) : "no error";
 }
 
-
 void data_permutation(uint64_t seed, int64_t epoch, int n, int32_t *perm)
 {
     uint64_t state = seed ^ ((uint64_t)(epoch + 1) * 0x9E3779B97F4A7C15ull);
-    for (int i = 0; i < n; i++) perm[i] = i;
+    for (int i = 0; i < n; i++)
+        perm[i] = i;
     for (int i = n - 1; i > 0; i--) {
         int j = (int)(rng_splitmix64(&state) % (uint64_t)(i + 1));
         int32_t t = perm[i];
@@ -268,11 +281,13 @@ void data_permutation(uint64_t seed, int64_t epoch, int n, int32_t *perm)
     }
 }
 
-int data_sampler_init(data_sampler *s, int n, uint64_t seed, int64_t epoch, int64_t pos, ty_err *err)
+int data_sampler_init(data_sampler *s, int n, uint64_t seed, int64_t epoch, int64_t pos,
+                      ty_err *err)
 {
     memset(s, 0, sizeof *s);
     if (n <= 0 || epoch < 0 || pos < 0 || pos > n)
-        return ty_err_set(err, TY_EINVAL, "data cursor (epoch %lld, position %lld) does not fit %d examples",
+        return ty_err_set(err, TY_EINVAL,
+                          "data cursor (epoch %lld, position %lld) does not fit %d examples",
                           (long long)epoch, (long long)pos, n);
     s->perm = malloc((size_t)n * sizeof *s->perm);
     if (!s->perm) return ty_err_set(err, TY_ENOMEM, "out of memory for the data permutation");

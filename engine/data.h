@@ -27,10 +27,10 @@ typedef struct data_text_ops {
 } data_text_ops;
 
 typedef struct dataset {
-    int n;            /* examples (tokens) or rows (text formats) */
-    int64_t *off;     /* tokens: n + 1 offsets into tok / lab */
+    int n;        /* examples (tokens) or rows (text formats) */
+    int64_t *off; /* tokens: n + 1 offsets into tok / lab */
     int32_t *tok;
-    int32_t *lab;     /* labels, DATA_IGNORE where ignored */
+    int32_t *lab; /* labels, DATA_IGNORE where ignored */
     /* Text formats: rows come from `text`; map[i] is the source row of
      * row i (a split keeps part of them). The train set owns `text`; an
      * eval set split off it borrows it. */
@@ -38,7 +38,7 @@ typedef struct dataset {
     const data_text_ops *ops;
     int owns_text;
     int32_t *map;
-    int64_t skipped;  /* invalid lines skipped (dataset.skip_invalid) */
+    int64_t skipped; /* invalid lines skipped (dataset.skip_invalid) */
 } dataset;
 
 /* Loads a tokens JSONL file; ids must lie in [0, vocab). Errors name the
@@ -61,7 +61,8 @@ int data_fill_row(const dataset *d, int ex, int T, int32_t *inputs, int32_t *tar
 const char *data_error(const dataset *d);
 /* The row of an example of len tokens with HF labels: inputs are its first
  * T ids, target t is lab[t + 1] (-100 past the truncated end). */
-int data_row_from(const int32_t *tok, const int32_t *lab, int64_t len, int T, int32_t *inputs, int32_t *targets);
+int data_row_from(const int32_t *tok, const int32_t *lab, int64_t len, int T, int32_t *inputs,
+                  int32_t *targets);
 
 /* The permutation of epoch `epoch` (0-based) of n examples:
  *   state = seed ^ ((epoch + 1) * 0x9E3779B97F4A7C15)
@@ -73,12 +74,13 @@ void data_permutation(uint64_t seed, int64_t epoch, int n, int32_t *perm);
 typedef struct data_sampler {
     int n;
     uint64_t seed;
-    int64_t epoch;    /* current epoch, 0-based */
-    int64_t pos;      /* next index into perm */
+    int64_t epoch; /* current epoch, 0-based */
+    int64_t pos;   /* next index into perm */
     int32_t *perm;
 } data_sampler;
 
-int data_sampler_init(data_sampler *s, int n, uint64_t seed, int64_t epoch, int64_t pos, ty_err *err);
+int data_sampler_init(data_sampler *s, int n, uint64_t seed, int64_t epoch, int64_t pos,
+                      ty_err *err);
 int data_sampler_next(data_sampler *s);
 void data_sampler_free(data_sampler *s);
 

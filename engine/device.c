@@ -26,8 +26,8 @@ int device_cuda_built(void)
 #endif
 }
 
-int device_open(kn_ctx **kn, const jobspec *s, int local_rank, int threads, char *fallback, size_t fallback_cap,
-                ty_err *err)
+int device_open(kn_ctx **kn, const jobspec *s, int local_rank, int threads, char *fallback,
+                size_t fallback_cap, ty_err *err)
 {
     fallback[0] = 0;
     if (s->backend == BACKEND_CUDA) {
@@ -47,10 +47,11 @@ int device_check_precision(const kn_ctx *kn, kn_dtype dt, ty_err *err)
 {
     const kn_device_info *in = kn_info(kn);
     if (kn_device_of(kn) == KN_CUDA && dt == KN_BF16 && in->cc_major < 8) {
-        ty_err_set(err, TY_EINVAL,
-                   "precision bf16 needs a GPU of compute capability 8.0 or newer; %s is %d.%d (use fp16, "
-                   "which scales the loss, or fp32)",
-                   in->name, in->cc_major, in->cc_minor);
+        ty_err_set(
+            err, TY_EINVAL,
+            "precision bf16 needs a GPU of compute capability 8.0 or newer; %s is %d.%d (use fp16, "
+            "which scales the loss, or fp32)",
+            in->name, in->cc_major, in->cc_minor);
         snprintf(err->field, sizeof err->field, "precision");
         return TY_EINVAL;
     }
@@ -76,7 +77,8 @@ void device_describe(const kn_ctx *kn, json_t *started)
     json_object_set_new(started, "gpu",
                         json_pack("{s:s, s:I, s:s, s:o, s:o}", "name", in->name, "memory_bytes",
                                   (json_int_t)in->total_mem, "compute_capability", cc, "driver",
-                                  version(in->driver_version), "cuda_runtime", version(in->runtime_version)));
+                                  version(in->driver_version), "cuda_runtime",
+                                  version(in->runtime_version)));
 }
 
 uint64_t device_mem_bytes(const kn_ctx *kn)

@@ -25,8 +25,8 @@ int device_cuda_built(void);
  *         or failing that the CPU, writing why into fallback (never silent);
  *   cpu   the CPU.
  * fallback is "" when no fallback happened. */
-int device_open(kn_ctx **kn, const jobspec *s, int local_rank, int threads, char *fallback, size_t fallback_cap,
-                ty_err *err);
+int device_open(kn_ctx **kn, const jobspec *s, int local_rank, int threads, char *fallback,
+                size_t fallback_cap, ty_err *err);
 
 /* TY_EINVAL (field "precision") when the opened device cannot run dt:
  * bf16 needs compute capability 8.0 (the bf16 tensor cores of Ampere). */

@@ -20,7 +20,6 @@
 
 static int pidfd_sup = -1; /* the watched supervisor, or -1 */
 
-
 /* The first set variable of the list, as a non-negative int; def if none. */
 static int env_int(const char *const *names, int def, int *ok, const char **which)
 {
@@ -43,16 +42,18 @@ int dist_env_read(dist_env *d, ty_err *err)
 {
     static const char *const W[] = {"TY_WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", NULL};
     static const char *const R[] = {"TY_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", NULL};
-    static const char *const L[] = {"TY_LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", NULL};
+    static const char *const L[] = {"TY_LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                    NULL};
     int ok = 1;
     const char *wn = "TY_WORLD_SIZE", *rn = "TY_RANK", *ln = "TY_LOCAL_RANK";
     d->world = env_int(W, 1, &ok, &wn);
     d->rank = env_int(R, 0, &ok, &rn);
     d->local_rank = env_int(L, 0, &ok, &ln);
     if (!ok || d->world < 1 || d->rank >= d->world)
-        return ty_err_set(err, TY_EINVAL,
-                          "bad rank environment: %s / %s / %s must be integers with rank < world (world %d, rank %d)",
-                          wn, rn, ln, d->world, d->rank);
+        return ty_err_set(
+            err, TY_EINVAL,
+            "bad rank environment: %s / %s / %s must be integers with rank < world (world %d, rank %d)",
+            wn, rn, ln, d->world, d->rank);
     return 0;
 }
 
@@ -63,16 +64,19 @@ int dist_init(const dist_env *d, int *argc, char ***argv, coll **c, ty_err *err)
 #ifndef TY_HAVE_MPI
     (void)argc;
     (void)argv;
-    return ty_err_set(err, TY_EINVAL, "world size %d: this engine was built without MPI (multi-rank training needs Open MPI)",
-                      d->world);
+    return ty_err_set(
+        err, TY_EINVAL,
+        "world size %d: this engine was built without MPI (multi-rank training needs Open MPI)",
+        d->world);
 #else
     /* A launcher leaves its mark; without one MPI_Init would make a world
      * of one (or try to start a daemon) and the peers would wait forever. */
     if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK") && !getenv("PMI_RANK"))
-        return ty_err_set(err, TY_EINVAL,
-                          "world size %d but no MPI launcher started this rank: start the ranks with mpirun or "
-                          "srun --mpi=pmix (docs/engine.md, Ranks)",
-                          d->world);
+        return ty_err_set(
+            err, TY_EINVAL,
+            "world size %d but no MPI launcher started this rank: start the ranks with mpirun or "
+            "srun --mpi=pmix (docs/engine.md, Ranks)",
+            d->world);
 #ifdef __SANITIZE_ADDRESS__
     /* Open MPI loses small allocations in its start-up and shutdown
      * (threads of its own, unloaded components: no frames to name in a
@@ -87,9 +91,10 @@ int dist_init(const dist_env *d, int *argc, char ***argv, coll **c, ty_err *err)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (size != d->world || rank != d->rank)
-        return ty_err_set(err, TY_EINVAL,
-                          "world size %d, rank %d from the environment, but MPI's world has %d ranks and this is rank %d",
-                          d->world, d->rank, size, rank);
+        return ty_err_set(
+            err, TY_EINVAL,
+            "world size %d, rank %d from the environment, but MPI's world has %d ranks and this is rank %d",
+            d->world, d->rank, size, rank);
     return coll_open_mpi(c, err);
 #endif
 }
@@ -137,12 +142,15 @@ int dist_supervise(const dist_env *d, ty_err *err)
          * launcher's group must reach us (Open MPI puts each rank in a
          * group of its own); the server is watched through a pidfd. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) return ty_err_set(err, TY_EIO, "the launcher that started this engine is gone");
+        if (getppid() != parent)
+            return ty_err_set(err, TY_EIO, "the launcher that started this engine is gone");
         if (setpgid(0, getpgid(parent)) != 0)
-            return ty_err_set(err, TY_EIO, "joining the launcher's process group: %s", strerror(errno));
+            return ty_err_set(err, TY_EIO, "joining the launcher's process group: %s",
+                              strerror(errno));
         pidfd_sup = (int)syscall(SYS_pidfd_open, (pid_t)want, 0);
         if (pidfd_sup < 0 || parent_of(parent) != want)
-            return ty_err_set(err, TY_EIO, "the server that started this engine is gone; not starting");
+            return ty_err_set(err, TY_EIO,
+                              "the server that started this engine is gone; not starting");
         return 1;
     }
     return ty_err_set(err, TY_EIO, "the server that started this engine is gone; not starting");

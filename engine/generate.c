@@ -81,8 +81,11 @@ static double now_s(void)
 static int fail1(const char *what, const ty_err *e)
 {
     char msg[1200];
-    if (e->field[0]) snprintf(msg, sizeof msg, "%s%s%s: %s", what ? what : "", what ? ": " : "", e->field, e->msg);
-    else snprintf(msg, sizeof msg, "%s%s%s", what ? what : "", what ? ": " : "", e->msg);
+    if (e->field[0])
+        snprintf(msg, sizeof msg, "%s%s%s: %s", what ? what : "", what ? ": " : "", e->field,
+                 e->msg);
+    else
+        snprintf(msg, sizeof msg, "%s%s%s", what ? what : "", what ? ": " : "", e->msg);
     ev_error(msg);
     return 1;
 }
@@ -91,11 +94,13 @@ static int usage_err(const char *cmd, const char *msg)
 {
     char line[600];
     snprintf(line, sizeof line, "%s: %s", cmd, msg);
-    fprintf(stderr, "trainyard-engine %s\nusage: trainyard-engine %s (--model DIR | --config FILE) [--weights FILE] "
-                    "[--adapter DIR] [--lora-r R --lora-alpha A --lora-targets a,b] (--prompt TEXT | --prompt-ids IDS) "
-                    "[--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos] "
-                    "[--threads N]%s\n",
-            line, cmd, strcmp(cmd, "logits") ? "" : " [--kv]");
+    fprintf(
+        stderr,
+        "trainyard-engine %s\nusage: trainyard-engine %s (--model DIR | --config FILE) [--weights FILE] "
+        "[--adapter DIR] [--lora-r R --lora-alpha A --lora-targets a,b] (--prompt TEXT | --prompt-ids IDS) "
+        "[--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos] "
+        "[--threads N]%s\n",
+        line, cmd, strcmp(cmd, "logits") ? "" : " [--kv]");
     ev_error(line);
     return 2;
 }
@@ -119,21 +124,34 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double x;
-        if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = 1; continue; }
-        if (!strcmp(a, "--kv")) { o->kv = 1; continue; }
+        if (!strcmp(a, "--ignore-eos")) {
+            o->ignore_eos = 1;
+            continue;
+        }
+        if (!strcmp(a, "--kv")) {
+            o->kv = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             char msg[200];
             snprintf(msg, sizeof msg, "%s needs a value", a);
             return usage_err(cmd, msg);
         }
         const char *v = argv[++i];
-        if (!strcmp(a, "--model")) o->model_dir = v;
-        else if (!strcmp(a, "--config")) o->config = v;
-        else if (!strcmp(a, "--weights")) o->weights = v;
-        else if (!strcmp(a, "--adapter")) o->adapter = v;
-        else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
-        else if (!strcmp(a, "--prompt")) o->prompt = v;
-        else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
+        if (!strcmp(a, "--model"))
+            o->model_dir = v;
+        else if (!strcmp(a, "--config"))
+            o->config = v;
+        else if (!strcmp(a, "--weights"))
+            o->weights = v;
+        else if (!strcmp(a, "--adapter"))
+            o->adapter = v;
+        else if (!strcmp(a, "--tokenizer"))
+            o->tokenizer = v;
+        else if (!strcmp(a, "--prompt"))
+            o->prompt = v;
+        else if (!strcmp(a, "--prompt-ids"))
+            o->prompt_ids = v;
         else if (!strcmp(a, "--stop")) {
             if (o->n_stops == MAX_STOPS) return usage_err(cmd, "at most 8 --stop strings");
             if (!*v) return usage_err(cmd, "--stop must not be empty");
@@ -145,19 +163,24 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
                 o->targets[o->n_targets++] = t;
             }
         } else if (!strcmp(a, "--lora-r")) {
-            if (parse_num(v, 1, 65536, &x) || x != floor(x)) return usage_err(cmd, "--lora-r must be a positive integer");
+            if (parse_num(v, 1, 65536, &x) || x != floor(x))
+                return usage_err(cmd, "--lora-r must be a positive integer");
             o->lora_r = (int)x;
         } else if (!strcmp(a, "--lora-alpha")) {
-            if (parse_num(v, 1e-9, 1e9, &x)) return usage_err(cmd, "--lora-alpha must be a positive number");
+            if (parse_num(v, 1e-9, 1e9, &x))
+                return usage_err(cmd, "--lora-alpha must be a positive number");
             o->lora_alpha = x;
         } else if (!strcmp(a, "--max-tokens")) {
-            if (parse_num(v, 1, 1 << 20, &x) || x != floor(x)) return usage_err(cmd, "--max-tokens must be a positive integer");
+            if (parse_num(v, 1, 1 << 20, &x) || x != floor(x))
+                return usage_err(cmd, "--max-tokens must be a positive integer");
             o->max_tokens = (int)x;
         } else if (!strcmp(a, "--threads")) {
-            if (parse_num(v, 1, 4096, &x) || x != floor(x)) return usage_err(cmd, "--threads must be a positive integer");
+            if (parse_num(v, 1, 4096, &x) || x != floor(x))
+                return usage_err(cmd, "--threads must be a positive integer");
             o->threads = (int)x;
         } else if (!strcmp(a, "--temperature")) {
-            if (parse_num(v, 0, 100, &x)) return usage_err(cmd, "--temperature must be a number in [0, 100]");
+            if (parse_num(v, 0, 100, &x))
+                return usage_err(cmd, "--temperature must be a number in [0, 100]");
             o->temperature = x;
         } else if (!strcmp(a, "--top-p")) {
             if (parse_num(v, 1e-9, 1, &x)) return usage_err(cmd, "--top-p must be in (0, 1]");
@@ -166,7 +189,8 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
             char *end;
             errno = 0;
             o->seed = strtoull(v, &end, 10);
-            if (end == v || *end || errno) return usage_err(cmd, "--seed must be a non-negative integer");
+            if (end == v || *end || errno)
+                return usage_err(cmd, "--seed must be a non-negative integer");
         } else {
             char msg[200];
             snprintf(msg, sizeof msg, "unknown option %s", a);
@@ -175,8 +199,10 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
     }
     if (!o->model_dir && !o->config)
         return usage_err(cmd, "one of --model DIR or --config FILE is required");
-    if (!o->prompt == !o->prompt_ids) return usage_err(cmd, "one of --prompt or --prompt-ids is required");
-    if (!o->model_dir && !o->weights) return usage_err(cmd, "--config needs --weights (a model.safetensors)");
+    if (!o->prompt == !o->prompt_ids)
+        return usage_err(cmd, "one of --prompt or --prompt-ids is required");
+    if (!o->model_dir && !o->weights)
+        return usage_err(cmd, "--config needs --weights (a model.safetensors)");
     return 0;
 }
 
@@ -193,7 +219,9 @@ static int adapter_settings(gen_opts *o, ty_err *err)
     snprintf(path, sizeof path, "%s/adapter_config.json", o->adapter);
     if (!file_exists(path)) {
         if (o->lora_r < 1 || isnan(o->lora_alpha))
-            return ty_err_set(err, TY_EINVAL, "%s is missing: give --lora-r and --lora-alpha (and --lora-targets)", path);
+            return ty_err_set(err, TY_EINVAL,
+                              "%s is missing: give --lora-r and --lora-alpha (and --lora-targets)",
+                              path);
         return 0;
     }
     json_error_t je;
@@ -203,24 +231,33 @@ static int adapter_settings(gen_opts *o, ty_err *err)
     json_t *jr = json_object_get(ac, "r"), *ja = json_object_get(ac, "lora_alpha"),
            *jt = json_object_get(ac, "target_modules");
     if (o->lora_r < 1) {
-        if (!json_is_integer(jr) || json_integer_value(jr) < 1) rc = ty_err_set(err, TY_EINVAL, "%s: r must be a positive integer", path);
-        else o->lora_r = (int)json_integer_value(jr);
+        if (!json_is_integer(jr) || json_integer_value(jr) < 1)
+            rc = ty_err_set(err, TY_EINVAL, "%s: r must be a positive integer", path);
+        else
+            o->lora_r = (int)json_integer_value(jr);
     }
     if (!rc && isnan(o->lora_alpha)) {
-        if (!json_is_number(ja)) rc = ty_err_set(err, TY_EINVAL, "%s: lora_alpha must be a number", path);
-        else o->lora_alpha = json_number_value(ja);
+        if (!json_is_number(ja))
+            rc = ty_err_set(err, TY_EINVAL, "%s: lora_alpha must be a number", path);
+        else
+            o->lora_alpha = json_number_value(ja);
     }
     if (!rc && !o->n_targets && jt) {
         if (!json_is_array(jt)) {
-            rc = ty_err_set(err, TY_EINVAL, "%s: target_modules must be a list of module names (a regex is not supported)", path);
+            rc = ty_err_set(
+                err, TY_EINVAL,
+                "%s: target_modules must be a list of module names (a regex is not supported)",
+                path);
         } else {
             size_t i, off = 0;
             json_t *s;
-            json_array_foreach(jt, i, s) {
+            json_array_foreach(jt, i, s)
+            {
                 const char *name = json_string_value(s);
                 size_t len = name ? strlen(name) + 1 : 0;
                 if (!name || o->n_targets == MAX_TARGETS || off + len > sizeof o->targets_buf) {
-                    rc = ty_err_set(err, TY_EINVAL, "%s: target_modules must be at most 16 module names", path);
+                    rc = ty_err_set(err, TY_EINVAL,
+                                    "%s: target_modules must be at most 16 module names", path);
                     break;
                 }
                 memcpy(o->targets_buf + off, name, len);
@@ -243,7 +280,9 @@ static int load(gen_ctx *g, gen_opts *o, int lora_hooks)
     if (o->config) {
         json_error_t je;
         json_t *j = json_load_file(o->config, 0, &je);
-        if (!j) return ty_err_set(&err, TY_EINVAL, "%s: %s (line %d)", o->config, je.text, je.line), fail1(NULL, &err);
+        if (!j)
+            return ty_err_set(&err, TY_EINVAL, "%s: %s (line %d)", o->config, je.text, je.line),
+                   fail1(NULL, &err);
         rc = hfconfig_parse(j, o->config, &cfg, &err);
         json_decref(j);
     } else {
@@ -257,13 +296,15 @@ static int load(gen_ctx *g, gen_opts *o, int lora_hooks)
     rc = model_create_ex(&g->m, &cfg, g->kn, 1, &err);
     g->have_model = 1;
     if (rc) return fail1(NULL, &err);
-    if (o->weights) rc = model_load_file(&g->m, o->weights, &err);
-    else rc = model_load_dir(&g->m, o->model_dir, &err);
+    if (o->weights)
+        rc = model_load_file(&g->m, o->weights, &err);
+    else
+        rc = model_load_dir(&g->m, o->model_dir, &err);
     if (rc) return fail1(NULL, &err);
     if (o->adapter) {
         if (adapter_settings(o, &err)) return fail1("adapter", &err);
-        rc = lora_create(&g->l, &g->m, o->lora_r, o->lora_alpha, 0.0, o->n_targets ? o->targets : NULL, o->n_targets,
-                         &err);
+        rc = lora_create(&g->l, &g->m, o->lora_r, o->lora_alpha, 0.0,
+                         o->n_targets ? o->targets : NULL, o->n_targets, &err);
         g->have_lora = 1;
         if (rc) return fail1("adapter", &err);
         char path[4200];
@@ -307,22 +348,31 @@ static int prompt_ids(gen_ctx *g, const gen_opts *o, int32_t **ids, size_t *n)
 {
     ty_err err = {0};
     if (o->prompt) {
-        if (!g->tok) return ty_err_set(&err, TY_EINVAL, "--prompt needs a tokenizer.json (the model directory has none; use --tokenizer DIR or --prompt-ids)"), fail1(NULL, &err);
-        if (tok_encode(g->tok, o->prompt, strlen(o->prompt), 1, ids, n, &err)) return fail1("prompt", &err);
+        if (!g->tok)
+            return ty_err_set(
+                       &err, TY_EINVAL,
+                       "--prompt needs a tokenizer.json (the model directory has none; use --tokenizer DIR or --prompt-ids)"),
+                   fail1(NULL, &err);
+        if (tok_encode(g->tok, o->prompt, strlen(o->prompt), 1, ids, n, &err))
+            return fail1("prompt", &err);
     } else {
         size_t cap = 16;
         *n = 0;
         *ids = malloc(cap * sizeof **ids);
         const char *p = o->prompt_ids;
         while (*ids) {
-            while (*p == ' ' || *p == ',') p++;
+            while (*p == ' ' || *p == ',')
+                p++;
             if (!*p) break;
             char *end;
             errno = 0;
             long v = strtol(p, &end, 10);
             if (end == p || errno || v < 0 || v >= g->m.cfg.vocab) {
                 free(*ids);
-                return ty_err_set(&err, TY_EINVAL, "--prompt-ids: \"%.20s\" is not a token id in [0, %d)", p, g->m.cfg.vocab), fail1(NULL, &err);
+                return ty_err_set(&err, TY_EINVAL,
+                                  "--prompt-ids: \"%.20s\" is not a token id in [0, %d)", p,
+                                  g->m.cfg.vocab),
+                       fail1(NULL, &err);
             }
             if (*n == cap) {
                 int32_t *t = realloc(*ids, (cap *= 2) * sizeof *t);
@@ -342,7 +392,10 @@ static int prompt_ids(gen_ctx *g, const gen_opts *o, int32_t **ids, size_t *n)
     for (size_t i = 0; i < *n; i++) {
         if ((*ids)[i] >= g->m.cfg.vocab) {
             free(*ids);
-            return ty_err_set(&err, TY_EINVAL, "the prompt's token %d is outside the model's vocabulary of %d", (int)(*ids)[i], g->m.cfg.vocab), fail1(NULL, &err);
+            return ty_err_set(&err, TY_EINVAL,
+                              "the prompt's token %d is outside the model's vocabulary of %d",
+                              (int)(*ids)[i], g->m.cfg.vocab),
+                   fail1(NULL, &err);
         }
     }
     return 0;
@@ -361,7 +414,8 @@ static int cand_desc(const void *a, const void *b)
 }
 
 /* Greedy at temperature 0, else top-p sampling of softmax(logits / T). */
-static int sample(const float *logits, int V, double temperature, double top_p, uint64_t *rng, cand *buf)
+static int sample(const float *logits, int V, double temperature, double top_p, uint64_t *rng,
+                  cand *buf)
 {
     int best = 0;
     for (int i = 1; i < V; i++)
@@ -432,14 +486,17 @@ int generate_main(int argc, char **argv)
     const model_config *c = &g.m.cfg;
     long total = (long)n + o.max_tokens;
     if (total > c->max_pos) {
-        ty_err_set(&err, TY_EINVAL, "%zu prompt tokens + %d new tokens exceed the model's %d positions", n,
+        ty_err_set(&err, TY_EINVAL,
+                   "%zu prompt tokens + %d new tokens exceed the model's %d positions", n,
                    o.max_tokens, c->max_pos);
         rc = fail1(NULL, &err);
         goto out;
     }
     if (c->sliding_window && total > c->sliding_window) {
-        ty_err_set(&err, TY_EINVAL, "%zu prompt tokens + %d new tokens exceed the model's sliding_window %d (not supported)",
-                   n, o.max_tokens, c->sliding_window);
+        ty_err_set(
+            &err, TY_EINVAL,
+            "%zu prompt tokens + %d new tokens exceed the model's sliding_window %d (not supported)",
+            n, o.max_tokens, c->sliding_window);
         rc = fail1(NULL, &err);
         goto out;
     }
@@ -503,7 +560,8 @@ int generate_main(int argc, char **argv)
     json_object_set_new(res, "finish_reason", json_string(finish));
     json_object_set_new(res, "prefill_s", json_real(t1 - t0));
     json_object_set_new(res, "decode_s", json_real(t2 - t1));
-    json_object_set_new(res, "tokens_per_s", json_real(produced > 1 && t2 > t1 ? (produced - 1) / (t2 - t1) : 0));
+    json_object_set_new(res, "tokens_per_s",
+                        json_real(produced > 1 && t2 > t1 ? (produced - 1) / (t2 - t1) : 0));
     char *s = json_dumps(res, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(res);
     if (s) {

@@ -25,7 +25,8 @@ static int cfg_int(json_t *o, const char *key, int def, const char *where, int *
     return 0;
 }
 
-static int cfg_num(json_t *o, const char *key, double def, const char *where, float *out, ty_err *err)
+static int cfg_num(json_t *o, const char *key, double def, const char *where, float *out,
+                   ty_err *err)
 {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
@@ -45,7 +46,8 @@ static int cfg_bool(json_t *o, const char *key, int def, const char *where, int 
         *out = def;
         return 0;
     }
-    if (!json_is_boolean(v)) return ty_err_field(err, TY_EINVAL, key, "%s: %s must be true or false", where, key);
+    if (!json_is_boolean(v))
+        return ty_err_field(err, TY_EINVAL, key, "%s: %s must be true or false", where, key);
     *out = json_is_true(v);
     return 0;
 }
@@ -71,7 +73,9 @@ static int cfg_gpt2(json_t *o, const char *w, model_config *c, ty_err *err)
                             "%s: activation_function must be gelu_new (the tanh GELU)", w);
     int flag;
     if ((rc = cfg_bool(o, "scale_attn_weights", 1, w, &flag, err))) return rc;
-    if (!flag) return ty_err_field(err, TY_EINVAL, "scale_attn_weights", "%s: scale_attn_weights=false is not supported", w);
+    if (!flag)
+        return ty_err_field(err, TY_EINVAL, "scale_attn_weights",
+                            "%s: scale_attn_weights=false is not supported", w);
     if ((rc = cfg_bool(o, "scale_attn_by_inverse_layer_idx", 0, w, &flag, err))) return rc;
     if (flag)
         return ty_err_field(err, TY_EINVAL, "scale_attn_by_inverse_layer_idx",
@@ -83,13 +87,15 @@ static int cfg_gpt2(json_t *o, const char *w, model_config *c, ty_err *err)
 }
 
 /* A number inside the RoPE object: "<key>.<name>", positive. */
-static int rope_num(json_t *rp, const char *key, const char *name, const char *w, float *out, ty_err *err)
+static int rope_num(json_t *rp, const char *key, const char *name, const char *w, float *out,
+                    ty_err *err)
 {
     char field[64];
     snprintf(field, sizeof field, "%s.%s", key, name);
     json_t *v = json_object_get(rp, name);
     if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
-        return ty_err_field(err, TY_EINVAL, field, "%s: %s must be a positive number for rope_type llama3", w, field);
+        return ty_err_field(err, TY_EINVAL, field,
+                            "%s: %s must be a positive number for rope_type llama3", w, field);
     *out = (float)json_number_value(v);
     return 0;
 }
@@ -111,7 +117,8 @@ static int cfg_rope(json_t *o, const char *w, model_config *c, ty_err *err)
     }
     if (!rp || json_is_null(rp)) return 0;
     char field[64];
-    if (!json_is_object(rp)) return ty_err_field(err, TY_EINVAL, key, "%s: %s must be an object", w, key);
+    if (!json_is_object(rp))
+        return ty_err_field(err, TY_EINVAL, key, "%s: %s must be an object", w, key);
     json_t *rt = json_object_get(rp, "rope_type");
     if (!rt || json_is_null(rt)) rt = json_object_get(rp, "type");
     snprintf(field, sizeof field, "%s.rope_type", key);
@@ -122,9 +129,10 @@ static int cfg_rope(json_t *o, const char *w, model_config *c, ty_err *err)
         int rc;
         json_t *om = json_object_get(rp, "original_max_position_embeddings");
         snprintf(field, sizeof field, "%s.original_max_position_embeddings", key);
-        if (!json_is_integer(om) || json_integer_value(om) <= 0 || json_integer_value(om) > (1 << 30))
-            return ty_err_field(err, TY_EINVAL, field, "%s: %s must be a positive integer for rope_type llama3", w,
-                                field);
+        if (!json_is_integer(om) || json_integer_value(om) <= 0 ||
+            json_integer_value(om) > (1 << 30))
+            return ty_err_field(err, TY_EINVAL, field,
+                                "%s: %s must be a positive integer for rope_type llama3", w, field);
         c->rope_orig_max = (int)json_integer_value(om);
         if ((rc = rope_num(rp, key, "factor", w, &c->rope_factor, err)) ||
             (rc = rope_num(rp, key, "low_freq_factor", w, &c->rope_low, err)) ||
@@ -132,20 +140,23 @@ static int cfg_rope(json_t *o, const char *w, model_config *c, ty_err *err)
             return rc;
         if (!(c->rope_high > c->rope_low)) {
             snprintf(field, sizeof field, "%s.high_freq_factor", key);
-            return ty_err_field(err, TY_EINVAL, field, "%s: %s must be greater than low_freq_factor", w, field);
+            return ty_err_field(err, TY_EINVAL, field,
+                                "%s: %s must be greater than low_freq_factor", w, field);
         }
         c->rope_scaled = 1;
     } else if (strcmp(type, "default")) {
-        return ty_err_field(err, TY_EINVAL, field,
-                            "%s: %s \"%s\" (RoPE scaling) is not supported (default and llama3 are)", w, field,
-                            ty_safe_word(type));
+        return ty_err_field(
+            err, TY_EINVAL, field,
+            "%s: %s \"%s\" (RoPE scaling) is not supported (default and llama3 are)", w, field,
+            ty_safe_word(type));
     }
     /* rope_parameters' theta counts when there is no top-level one. */
     json_t *th = json_object_get(rp, "rope_theta");
     if (th && !json_object_get(o, "rope_theta")) {
         snprintf(field, sizeof field, "%s.rope_theta", key);
         if (!json_is_number(th) || !(json_number_value(th) > 0))
-            return ty_err_field(err, TY_EINVAL, field, "%s: %s must be a positive number", w, field);
+            return ty_err_field(err, TY_EINVAL, field, "%s: %s must be a positive number", w,
+                                field);
         c->rope_theta = (float)json_number_value(th);
     }
     return 0;
@@ -154,7 +165,8 @@ static int cfg_rope(json_t *o, const char *w, model_config *c, ty_err *err)
 void hfconfig_inv_freq(const model_config *c, float *out)
 {
     int D = c->head_dim;
-    for (int i = 0; i < D / 2; i++) out[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)D);
+    for (int i = 0; i < D / 2; i++)
+        out[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)D);
     if (!c->rope_scaled) return;
     /* transformers' _compute_llama3_parameters, in fp32: wavelengths
      * shorter than orig/high keep their frequency, longer than orig/low
@@ -174,7 +186,8 @@ void hfconfig_inv_freq(const model_config *c, float *out)
 static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c, ty_err *err)
 {
     /* transformers class defaults per model_type */
-    int is_mistral = !strcmp(type, "mistral"), is_qwen2 = !strcmp(type, "qwen2"), is_qwen3 = !strcmp(type, "qwen3");
+    int is_mistral = !strcmp(type, "mistral"), is_qwen2 = !strcmp(type, "qwen2"),
+        is_qwen3 = !strcmp(type, "qwen3");
     int qwen = is_qwen2 || is_qwen3, is_phi3 = !strcmp(type, "phi3");
     int d_vocab = qwen ? 151936 : is_phi3 ? 32064 : 32000;
     int d_ffn = is_mistral ? 14336 : qwen ? 22016 : is_phi3 ? 8192 : 11008;
@@ -185,7 +198,8 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
         (rc = cfg_int(o, "intermediate_size", d_ffn, w, &c->ffn, err)) ||
         (rc = cfg_int(o, "num_hidden_layers", 32, w, &c->n_layer, err)) ||
         (rc = cfg_int(o, "num_attention_heads", 32, w, &c->n_head, err)) ||
-        (rc = cfg_int(o, "num_key_value_heads", is_mistral ? 8 : c->n_head, w, &c->n_kv_head, err)) ||
+        (rc = cfg_int(o, "num_key_value_heads", is_mistral ? 8 : c->n_head, w, &c->n_kv_head,
+                      err)) ||
         (rc = cfg_int(o, "max_position_embeddings", d_maxpos, w, &c->max_pos, err)) ||
         (rc = cfg_num(o, "rms_norm_eps", is_phi3 ? 1e-5 : 1e-6, w, &c->norm_eps, err)) ||
         (rc = cfg_num(o, "rope_theta", 10000.0, w, &c->rope_theta, err)) ||
@@ -193,25 +207,30 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
         (rc = cfg_bool(o, "tie_word_embeddings", 0, w, &c->tied, err)))
         return rc;
     if (c->dim % c->n_head)
-        return ty_err_field(err, TY_EINVAL, "num_attention_heads", "%s: hidden_size %d is not divisible by num_attention_heads %d",
-                            w, c->dim, c->n_head);
+        return ty_err_field(err, TY_EINVAL, "num_attention_heads",
+                            "%s: hidden_size %d is not divisible by num_attention_heads %d", w,
+                            c->dim, c->n_head);
     /* Qwen3Config's head_dim defaults to 128, not hidden / heads. */
-    if ((rc = cfg_int(o, "head_dim", is_qwen3 ? 128 : c->dim / c->n_head, w, &c->head_dim, err))) return rc;
+    if ((rc = cfg_int(o, "head_dim", is_qwen3 ? 128 : c->dim / c->n_head, w, &c->head_dim, err)))
+        return rc;
     c->qk_norm = is_qwen3;
     c->fused = is_phi3;
     /* Phi-3's partial_rotary_factor (top level, or in rope_parameters):
      * RoPE on only part of each head is not done. */
-    json_t *prf = json_object_get(o, "partial_rotary_factor"), *rpo = json_object_get(o, "rope_parameters");
+    json_t *prf = json_object_get(o, "partial_rotary_factor"),
+           *rpo = json_object_get(o, "rope_parameters");
     const char *prf_field = "partial_rotary_factor";
     if ((!prf || json_is_null(prf)) && json_is_object(rpo)) {
         prf = json_object_get(rpo, "partial_rotary_factor");
         prf_field = "rope_parameters.partial_rotary_factor";
     }
     if (prf && !json_is_null(prf) && (!json_is_number(prf) || json_number_value(prf) != 1.0))
-        return ty_err_field(err, TY_EINVAL, prf_field, "%s: %s other than 1.0 (RoPE on part of each head) is not supported",
-                            w, prf_field);
+        return ty_err_field(err, TY_EINVAL, prf_field,
+                            "%s: %s other than 1.0 (RoPE on part of each head) is not supported", w,
+                            prf_field);
     json_t *act = json_object_get(o, "hidden_act");
-    if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
+    if (act && !json_is_null(act) &&
+        (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
         return ty_err_field(err, TY_EINVAL, "hidden_act", "%s: hidden_act must be silu", w);
     if ((rc = cfg_rope(o, w, c, err))) return rc;
     int flag = 0;
@@ -221,7 +240,9 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
         if ((rc = cfg_bool(o, "attention_bias", 0, w, &flag, err))) return rc;
         c->qkv_bias = c->o_bias = flag;
         if ((rc = cfg_bool(o, "mlp_bias", 0, w, &flag, err))) return rc;
-        if (flag) return ty_err_field(err, TY_EINVAL, "mlp_bias", "%s: mlp_bias=true is not supported", w);
+        if (flag)
+            return ty_err_field(err, TY_EINVAL, "mlp_bias", "%s: mlp_bias=true is not supported",
+                                w);
     }
     /* Mistral's sliding window (and Qwen2's when use_sliding_window) limits
      * attention; the engine checks it against seq_len at start-up. */
@@ -230,8 +251,10 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
     if (qwen && (rc = cfg_bool(o, "use_sliding_window", 0, w, &use_sw, err))) return rc;
     if (use_sw && (is_mistral || qwen || is_phi3)) {
         json_t *sw = json_object_get(o, "sliding_window");
-        if (!sw && is_mistral) c->sliding_window = 4096;
-        else if (json_is_integer(sw) && json_integer_value(sw) > 0) c->sliding_window = (int)json_integer_value(sw);
+        if (!sw && is_mistral)
+            c->sliding_window = 4096;
+        else if (json_is_integer(sw) && json_integer_value(sw) > 0)
+            c->sliding_window = (int)json_integer_value(sw);
     }
     c->arch = ARCH_LLAMA;
     return 0;
@@ -243,32 +266,38 @@ int hfconfig_parse(json_t *obj, const char *where, model_config *out, ty_err *er
     if (!json_is_object(obj)) return ty_err_set(err, TY_EINVAL, "%s: not a JSON object", where);
     json_t *mt = json_object_get(obj, "model_type");
     if (!json_is_string(mt))
-        return ty_err_field(err, TY_EINVAL, "model_type", "%s: model_type missing (gpt2, llama, mistral, qwen2, qwen3 or phi3)",
+        return ty_err_field(err, TY_EINVAL, "model_type",
+                            "%s: model_type missing (gpt2, llama, mistral, qwen2, qwen3 or phi3)",
                             where);
     const char *type = json_string_value(mt);
     int rc;
-    if (!strcmp(type, "gpt2")) rc = cfg_gpt2(obj, where, out, err);
-    else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2") || !strcmp(type, "qwen3") ||
-             !strcmp(type, "phi3"))
+    if (!strcmp(type, "gpt2"))
+        rc = cfg_gpt2(obj, where, out, err);
+    else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2") ||
+             !strcmp(type, "qwen3") || !strcmp(type, "phi3"))
         rc = cfg_llama(obj, where, type, out, err);
     else
-        return ty_err_field(err, TY_EINVAL, "model_type",
-                            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2, qwen3, phi3)", where,
-                            ty_safe_word(type));
+        return ty_err_field(
+            err, TY_EINVAL, "model_type",
+            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2, qwen3, phi3)",
+            where, ty_safe_word(type));
     if (rc) return rc;
     snprintf(out->model_type, sizeof out->model_type, "%s", type);
     if (out->arch == ARCH_GPT2) {
         if (out->dim % out->n_head)
-            return ty_err_field(err, TY_EINVAL, "n_head", "%s: n_embd %d is not divisible by n_head %d", where,
-                                out->dim, out->n_head);
+            return ty_err_field(err, TY_EINVAL, "n_head",
+                                "%s: n_embd %d is not divisible by n_head %d", where, out->dim,
+                                out->n_head);
         out->head_dim = out->dim / out->n_head;
     }
     if (out->n_head % out->n_kv_head)
-        return ty_err_field(err, TY_EINVAL, "num_key_value_heads",
-                            "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where,
-                            out->n_head, out->n_kv_head);
+        return ty_err_field(
+            err, TY_EINVAL, "num_key_value_heads",
+            "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where,
+            out->n_head, out->n_kv_head);
     if (out->arch == ARCH_LLAMA && out->head_dim % 2)
-        return ty_err_set(err, TY_EINVAL, "%s: head_dim %d must be even for RoPE", where, out->head_dim);
+        return ty_err_set(err, TY_EINVAL, "%s: head_dim %d must be even for RoPE", where,
+                          out->head_dim);
     out->raw = json_incref(obj);
     return 0;
 }
@@ -290,7 +319,8 @@ uint64_t hfconfig_param_count(const model_config *c)
     /* In double: a config of 2^30-sized fields overflows 64 bits. */
     double V = c->vocab, C = c->dim, F = c->ffn, L = c->n_layer, n;
     if (c->arch == ARCH_GPT2) {
-        double layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) + (C * F + C);
+        double layer =
+            2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) + (C * F + C);
         n = V * C + (double)c->max_pos * C + L * layer + 2 * C;
     } else {
         double QD = (double)c->n_head * c->head_dim, KD = (double)c->n_kv_head * c->head_dim;
@@ -304,18 +334,22 @@ uint64_t hfconfig_param_count(const model_config *c)
     return n >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)n;
 }
 
-json_t *hfconfig_export(const model_config *c) { return hfconfig_export_as(c, "float32"); }
+json_t *hfconfig_export(const model_config *c)
+{
+    return hfconfig_export_as(c, "float32");
+}
 
 json_t *hfconfig_export_as(const model_config *c, const char *torch_dtype)
 {
     json_t *o = json_deep_copy(c->raw);
-    const char *arch = c->arch == ARCH_GPT2 ? "GPT2LMHeadModel"
+    const char *arch = c->arch == ARCH_GPT2                ? "GPT2LMHeadModel"
                        : !strcmp(c->model_type, "mistral") ? "MistralForCausalLM"
                        : !strcmp(c->model_type, "qwen2")   ? "Qwen2ForCausalLM"
                        : !strcmp(c->model_type, "qwen3")   ? "Qwen3ForCausalLM"
                        : !strcmp(c->model_type, "phi3")    ? "Phi3ForCausalLM"
                                                            : "LlamaForCausalLM";
-    if (!json_object_get(o, "architectures")) json_object_set_new(o, "architectures", json_pack("[s]", arch));
+    if (!json_object_get(o, "architectures"))
+        json_object_set_new(o, "architectures", json_pack("[s]", arch));
     json_object_set_new(o, "torch_dtype", json_string(torch_dtype));
     return o;
 }

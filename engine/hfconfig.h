@@ -19,31 +19,31 @@ typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA } model_arch;
 
 typedef struct model_config {
     model_arch arch;
-    char model_type[16];   /* "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" */
-    int vocab;             /* vocab_size */
-    int dim;               /* n_embd / hidden_size */
+    char model_type[16]; /* "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" */
+    int vocab;           /* vocab_size */
+    int dim;             /* n_embd / hidden_size */
     int n_layer;
     int n_head;
-    int n_kv_head;         /* == n_head for GPT-2 */
+    int n_kv_head; /* == n_head for GPT-2 */
     int head_dim;
-    int ffn;               /* n_inner (4*dim) / intermediate_size */
-    int max_pos;           /* n_positions / max_position_embeddings */
-    int sliding_window;    /* mistral; 0 = none */
-    float norm_eps;        /* layer_norm_epsilon / rms_norm_eps */
+    int ffn;            /* n_inner (4*dim) / intermediate_size */
+    int max_pos;        /* n_positions / max_position_embeddings */
+    int sliding_window; /* mistral; 0 = none */
+    float norm_eps;     /* layer_norm_epsilon / rms_norm_eps */
     float rope_theta;
-    float init_std;        /* initializer_range */
-    int tied;              /* tie_word_embeddings */
-    int qkv_bias;          /* qwen2, or llama attention_bias */
-    int o_bias;            /* llama attention_bias */
-    int qk_norm;           /* qwen3: q_norm / k_norm RMSNorm [head_dim] per head */
-    int fused;             /* phi3: fused qkv_proj [q; k; v] and gate_up_proj [gate; up] */
+    float init_std; /* initializer_range */
+    int tied;       /* tie_word_embeddings */
+    int qkv_bias;   /* qwen2, or llama attention_bias */
+    int o_bias;     /* llama attention_bias */
+    int qk_norm;    /* qwen3: q_norm / k_norm RMSNorm [head_dim] per head */
+    int fused;      /* phi3: fused qkv_proj [q; k; v] and gate_up_proj [gate; up] */
     /* RoPE scaling (rope_parameters / rope_scaling): 0 none, 1 "llama3"
      * (Llama 3.1 / 3.2) with its factor, low/high_freq_factor and
      * original_max_position_embeddings. */
     int rope_scaled;
     float rope_factor, rope_low, rope_high;
     int rope_orig_max;
-    json_t *raw;           /* the object it was read from (owned ref), for export */
+    json_t *raw; /* the object it was read from (owned ref), for export */
 } model_config;
 
 /* Reads a config object (config.json contents or spec.model.init). `where`

@@ -15,8 +15,10 @@ int kv_create(kv_cache *c, model *m, int cap, int nmax, ty_err *err)
 {
     memset(c, 0, sizeof *c);
     const model_config *g = &m->cfg;
-    if (m->lora) return ty_err_set(err, TY_EINVAL, "kv cache: merge the LoRA adapters before generating");
-    if (cap < 1 || nmax < 1 || nmax > cap) return ty_err_set(err, TY_EINVAL, "kv cache: bad sizes %d / %d", cap, nmax);
+    if (m->lora)
+        return ty_err_set(err, TY_EINVAL, "kv cache: merge the LoRA adapters before generating");
+    if (cap < 1 || nmax < 1 || nmax > cap)
+        return ty_err_set(err, TY_EINVAL, "kv cache: bad sizes %d / %d", cap, nmax);
     c->m = m;
     c->cap = cap;
     c->nmax = nmax;
@@ -45,8 +47,9 @@ int kv_create(kv_cache *c, model *m, int cap, int nmax, ty_err *err)
     A(ids, N);
     A(pos, N);
 #undef A
-    if (!c->k || !c->v || !c->x || !c->h || !c->mean || !c->rstd || !c->q || !c->kk || !c->vv || !c->att ||
-        !c->tmp || !c->fc || !c->up || !c->act || !c->logits || !c->probs || !c->qk_rstd || !c->ids || !c->pos) {
+    if (!c->k || !c->v || !c->x || !c->h || !c->mean || !c->rstd || !c->q || !c->kk || !c->vv ||
+        !c->att || !c->tmp || !c->fc || !c->up || !c->act || !c->logits || !c->probs ||
+        !c->qk_rstd || !c->ids || !c->pos) {
         kv_free(c);
         return ty_err_set(err, TY_ENOMEM, "out of memory for a kv cache of %d positions", cap);
     }
@@ -57,8 +60,9 @@ void kv_free(kv_cache *c)
 {
     if (!c->m) return;
     kn_ctx *k = c->m->kn;
-    void *ps[] = {c->k, c->v, c->x, c->h, c->mean, c->rstd, c->q, c->kk, c->vv, c->att, c->tmp,
-                  c->fc, c->up, c->act, c->logits, c->probs, c->qk_rstd, c->ids, c->pos};
+    void *ps[] = {c->k,      c->v,     c->x,       c->h,   c->mean, c->rstd, c->q,
+                  c->kk,     c->vv,    c->att,     c->tmp, c->fc,   c->up,   c->act,
+                  c->logits, c->probs, c->qk_rstd, c->ids, c->pos};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
         kn_free(k, ps[i]);
     memset(c, 0, sizeof *c);
@@ -119,7 +123,8 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
     kn_ctx *k = m->kn;
     const model_config *g = &m->cfg;
     if (n < 1 || n > c->nmax || c->len + n > c->cap) {
-        ty_err_set(err, TY_EINVAL, "kv cache: %d positions would exceed its %d", c->len + n, c->cap);
+        ty_err_set(err, TY_EINVAL, "kv cache: %d positions would exceed its %d", c->len + n,
+                   c->cap);
         return NULL;
     }
     int C = g->dim, F = g->ffn, V = g->vocab, Hq = g->n_head, Hkv = g->n_kv_head, D = g->head_dim;
@@ -145,15 +150,19 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
 
     for (int l = 0; l < g->n_layer; l++) {
         const layer_ix *L = &m->L[l];
-        float *Kc = c->k + ((size_t)l * c->cap + p0) * KD, *Vc = c->v + ((size_t)l * c->cap + p0) * KD;
+        float *Kc = c->k + ((size_t)l * c->cap + p0) * KD,
+              *Vc = c->v + ((size_t)l * c->cap + p0) * KD;
         const float *q;
         int ldq;
         if (gpt2) {
-            kn_layernorm_fwd(k, c->h, c->mean, c->rstd, c->x, PW(m, L->ln1_w), PW(m, L->ln1_b), n, C, g->norm_eps);
+            kn_layernorm_fwd(k, c->h, c->mean, c->rstd, c->x, PW(m, L->ln1_w), PW(m, L->ln1_b), n,
+                             C, g->norm_eps);
             kn_matmul_fwd(k, c->q, c->h, PW(m, L->attn_w), PW(m, L->attn_b), n, C, 3 * C);
             for (int i = 0; i < n; i++) {
-                memcpy(Kc + (size_t)i * KD, c->q + (size_t)i * 3 * C + C, (size_t)C * sizeof(float));
-                memcpy(Vc + (size_t)i * KD, c->q + (size_t)i * 3 * C + 2 * C, (size_t)C * sizeof(float));
+                memcpy(Kc + (size_t)i * KD, c->q + (size_t)i * 3 * C + C,
+                       (size_t)C * sizeof(float));
+                memcpy(Vc + (size_t)i * KD, c->q + (size_t)i * 3 * C + 2 * C,
+                       (size_t)C * sizeof(float));
             }
             q = c->q;
             ldq = 3 * C;
@@ -183,13 +192,16 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
         kn_matmul_fwd(k, c->tmp, c->att, PW(m, L->o_w), PW(m, L->o_b), n, QD, C);
         kn_add(k, c->x, c->x, c->tmp, (size_t)n * C);
         if (gpt2) {
-            kn_layernorm_fwd(k, c->h, c->mean, c->rstd, c->x, PW(m, L->ln2_w), PW(m, L->ln2_b), n, C, g->norm_eps);
+            kn_layernorm_fwd(k, c->h, c->mean, c->rstd, c->x, PW(m, L->ln2_w), PW(m, L->ln2_b), n,
+                             C, g->norm_eps);
             kn_matmul_fwd(k, c->fc, c->h, PW(m, L->fc_w), PW(m, L->fc_b), n, C, F);
             kn_gelu_fwd(k, c->act, c->fc, (size_t)n * F);
         } else {
             kn_rmsnorm_fwd(k, c->h, c->rstd, c->x, PW(m, L->ln2_w), n, C, g->norm_eps);
             kn_matmul_fwd(k, c->fc, c->h, PW(m, L->fc_w), NULL, n, C, F);
-            kn_matmul_fwd(k, c->up, c->h, g->fused ? PW(m, L->fc_w) + (size_t)F * C : PW(m, L->up_w), NULL, n, C, F);
+            kn_matmul_fwd(k, c->up, c->h,
+                          g->fused ? PW(m, L->fc_w) + (size_t)F * C : PW(m, L->up_w), NULL, n, C,
+                          F);
             kn_swiglu_fwd(k, c->act, c->fc, c->up, (size_t)n * F);
         }
         kn_matmul_fwd(k, c->tmp, c->act, PW(m, L->proj_w), PW(m, L->proj_b), n, F, C);
@@ -197,8 +209,11 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
     }
     /* Only the last row's logits are needed. */
     const float *last = c->x + (size_t)(n - 1) * C;
-    if (gpt2) kn_layernorm_fwd(k, c->h, c->mean, c->rstd, last, PW(m, m->lnf_w), PW(m, m->lnf_b), 1, C, g->norm_eps);
-    else kn_rmsnorm_fwd(k, c->h, c->rstd, last, PW(m, m->lnf_w), 1, C, g->norm_eps);
+    if (gpt2)
+        kn_layernorm_fwd(k, c->h, c->mean, c->rstd, last, PW(m, m->lnf_w), PW(m, m->lnf_b), 1, C,
+                         g->norm_eps);
+    else
+        kn_rmsnorm_fwd(k, c->h, c->rstd, last, PW(m, m->lnf_w), 1, C, g->norm_eps);
     kn_matmul_fwd(k, c->logits, c->h, PW(m, m->lm_head), NULL, 1, C, V);
     c->len += n;
     if (kn_check(k, err)) return NULL;

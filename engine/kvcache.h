@@ -20,11 +20,11 @@
 #include "model.h"
 
 typedef struct kv_cache {
-    model *m;          /* borrowed */
-    int cap;           /* positions the cache holds */
-    int len;           /* positions filled */
-    int nmax;          /* most tokens one kv_step may take */
-    float *k, *v;      /* [n_layer][cap][Hkv * D] */
+    model *m;     /* borrowed */
+    int cap;      /* positions the cache holds */
+    int len;      /* positions filled */
+    int nmax;     /* most tokens one kv_step may take */
+    float *k, *v; /* [n_layer][cap][Hkv * D] */
     /* scratch for nmax rows */
     float *x, *h, *mean, *rstd, *q, *kk, *vv, *att, *tmp, *fc, *up, *act, *logits, *probs;
     float *qk_rstd; /* qk_norm: [nmax * n_head] */

@@ -25,14 +25,22 @@
 static int slot_tensor(const layer_ix *L, int slot)
 {
     switch (slot) {
-    case LS_ATTN: return L->attn_w;
-    case LS_Q: return L->q_w;
-    case LS_K: return L->k_w;
-    case LS_V: return L->v_w;
-    case LS_O: return L->o_w;
-    case LS_FC: return L->fc_w;
-    case LS_UP: return L->up_w;
-    default: return L->proj_w;
+    case LS_ATTN:
+        return L->attn_w;
+    case LS_Q:
+        return L->q_w;
+    case LS_K:
+        return L->k_w;
+    case LS_V:
+        return L->v_w;
+    case LS_O:
+        return L->o_w;
+    case LS_FC:
+        return L->fc_w;
+    case LS_UP:
+        return L->up_w;
+    default:
+        return L->proj_w;
     }
 }
 
@@ -44,12 +52,13 @@ static int target_matches(const char *module, const char *target)
     return n > t && module[n - t - 1] == '.' && !strcmp(module + n - t, target);
 }
 
-int lora_create(lora *l, const model *m, int r, double alpha, double dropout, char *const *targets, int n_targets,
-                ty_err *err)
+int lora_create(lora *l, const model *m, int r, double alpha, double dropout, char *const *targets,
+                int n_targets, ty_err *err)
 {
     memset(l, 0, sizeof *l);
     l->kn = m->kn;
-    if (r < 1) return ty_err_field(err, TY_EINVAL, "lora.r", "lora.r must be at least 1 (got %d)", r);
+    if (r < 1)
+        return ty_err_field(err, TY_EINVAL, "lora.r", "lora.r must be at least 1 (got %d)", r);
     if (dropout < 0 || dropout >= 1)
         return ty_err_field(err, TY_EINVAL, "lora.dropout", "lora.dropout must lie in [0, 1)");
     l->r = r;
@@ -64,9 +73,11 @@ int lora_create(lora *l, const model *m, int r, double alpha, double dropout, ch
         targets = gpt2 ? gpt2_def : m->cfg.fused ? phi3_def : llama_def;
         n_targets = gpt2 || m->cfg.fused ? 1 : 2;
     }
-    if (n_targets > 16) return ty_err_field(err, TY_EINVAL, "lora.targets", "at most 16 lora.targets");
+    if (n_targets > 16)
+        return ty_err_field(err, TY_EINVAL, "lora.targets", "at most 16 lora.targets");
     l->n_targets = n_targets;
-    for (int i = 0; i < n_targets; i++) snprintf(l->targets[i], sizeof l->targets[i], "%s", targets[i]);
+    for (int i = 0; i < n_targets; i++)
+        snprintf(l->targets[i], sizeof l->targets[i], "%s", targets[i]);
     l->slot_ix = malloc((size_t)(l->n_layer ? l->n_layer : 1) * LS_N * sizeof *l->slot_ix);
     l->ad = calloc((size_t)(l->n_layer ? l->n_layer : 1) * LS_N, sizeof *l->ad);
     if (!l->slot_ix || !l->ad) return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA adapters");
@@ -101,12 +112,13 @@ int lora_create(lora *l, const model *m, int r, double alpha, double dropout, ch
     for (int k = 0; k < n_targets; k++)
         if (!used[k])
             return ty_err_field(err, TY_EINVAL, "lora.targets",
-                                "lora.targets: \"%s\" matches no module of this %s model (%s)", targets[k],
-                                m->cfg.model_type,
+                                "lora.targets: \"%s\" matches no module of this %s model (%s)",
+                                targets[k], m->cfg.model_type,
                                 m->cfg.arch == ARCH_GPT2 ? "GPT-2 has c_attn, c_proj, c_fc"
-                                : m->cfg.fused           ? "it has qkv_proj, o_proj, gate_up_proj, down_proj"
-                                                         : "it has q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                                                           "up_proj, down_proj");
+                                : m->cfg.fused
+                                    ? "it has qkv_proj, o_proj, gate_up_proj, down_proj"
+                                    : "it has q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                                      "up_proj, down_proj");
     l->n_buf = off ? off : 16;
     size_t bytes = l->n_buf * sizeof(float);
     l->params = kn_alloc(l->kn, bytes);
@@ -114,7 +126,8 @@ int lora_create(lora *l, const model *m, int r, double alpha, double dropout, ch
     l->m = kn_alloc(l->kn, bytes);
     l->v = kn_alloc(l->kn, bytes);
     if (!l->params || !l->grads || !l->m || !l->v)
-        return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA parameters (4 x %zu bytes)", bytes);
+        return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA parameters (4 x %zu bytes)",
+                          bytes);
     kn_zero(l->kn, l->params, l->n_buf);
     kn_zero(l->kn, l->grads, l->n_buf);
     kn_zero(l->kn, l->m, l->n_buf);
@@ -169,10 +182,12 @@ int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
         if ((size_t)l->ad[i].out > maxout) maxout = (size_t)l->ad[i].out;
         if ((size_t)l->ad[i].in > maxin) maxin = (size_t)l->ad[i].in;
     }
-    size_t scratch = ((N * maxout + 15) & ~(size_t)15) + ((N * (size_t)l->r + 15) & ~(size_t)15) + N * maxin;
+    size_t scratch =
+        ((N * maxout + 15) & ~(size_t)15) + ((N * (size_t)l->r + 15) & ~(size_t)15) + N * maxin;
     l->acts = kn_alloc(l->kn, (total + scratch) * sizeof(float));
     l->masks = mask ? kn_alloc(l->kn, mask) : NULL;
-    if (!l->acts || (mask && !l->masks)) return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA activations");
+    if (!l->acts || (mask && !l->masks))
+        return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA activations");
     float *p = l->acts;
     uint8_t *q = l->masks;
     for (int i = 0; i < l->n; i++) {
@@ -195,9 +210,13 @@ int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
     return 0;
 }
 
-static int drop_on(const lora *l) { return l->training && l->dropout > 0; }
+static int drop_on(const lora *l)
+{
+    return l->training && l->dropout > 0;
+}
 
-void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int N, int row0, int rows)
+void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int N, int row0,
+                   int rows)
 {
     int i = l->slot_ix[layer * LS_N + slot];
     if (i < 0) return;
@@ -215,7 +234,8 @@ void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int
         kn_matmul_fwd(k, a->h, xd, l->params + a->a_off, NULL, N, a->in, l->r);
     }
     /* s_out[N,rows] = h B_block^T; out += scale s_out */
-    kn_matmul_fwd(k, l->s_out, a->h, l->params + a->b_off + (size_t)row0 * l->r, NULL, N, l->r, rows);
+    kn_matmul_fwd(k, l->s_out, a->h, l->params + a->b_off + (size_t)row0 * l->r, NULL, N, l->r,
+                  rows);
     kn_axpy(k, out, l->s_out, (size_t)N * rows, l->scale);
 }
 
@@ -231,8 +251,8 @@ void lora_bwd(lora *l, int layer, int slot, float *dx, const float *dout, const 
     if (i >= 0) lora_bwd_part(l, layer, slot, dx, dout, x, N, 0, l->ad[i].out);
 }
 
-void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, const float *x, int N, int row0,
-                   int rows)
+void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, const float *x,
+                   int N, int row0, int rows)
 {
     int i = l->slot_ix[layer * LS_N + slot];
     if (i < 0) return;
@@ -244,15 +264,18 @@ void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, c
     kn_zero(k, l->s_out, nout);
     kn_axpy(k, l->s_out, dout, nout, l->scale);
     if (row0 == 0) kn_zero(k, l->s_dh, (size_t)N * l->r);
-    kn_matmul_bwd(k, l->s_dh, l->grads + boff, NULL, l->s_out, a->h, l->params + boff, N, l->r, rows);
+    kn_matmul_bwd(k, l->s_dh, l->grads + boff, NULL, l->s_out, a->h, l->params + boff, N, l->r,
+                  rows);
     if (row0 + rows < a->out) return; /* more blocks add to dh first */
     /* d(dx)[N,in] = dh A; dA += dh^T d(x); dropout's backward into dx */
     if (drop_on(l)) {
         kn_zero(k, l->s_dx, nin);
-        kn_matmul_bwd(k, l->s_dx, l->grads + a->a_off, NULL, l->s_dh, a->xd, l->params + a->a_off, N, a->in, l->r);
+        kn_matmul_bwd(k, l->s_dx, l->grads + a->a_off, NULL, l->s_dh, a->xd, l->params + a->a_off,
+                      N, a->in, l->r);
         kn_dropout_bwd(k, dx, l->s_dx, a->mask, nin, l->dropout);
     } else {
-        kn_matmul_bwd(k, dx, l->grads + a->a_off, NULL, l->s_dh, x, l->params + a->a_off, N, a->in, l->r);
+        kn_matmul_bwd(k, dx, l->grads + a->a_off, NULL, l->s_dh, x, l->params + a->a_off, N, a->in,
+                      l->r);
     }
 }
 
@@ -279,15 +302,16 @@ static int lsave_fill(void *vctx, int i, float *out, ty_err *err)
 
 static void tensor_name(const lora *l, int j, const char *suffix, char *out, size_t n)
 {
-    snprintf(out, n, "base_model.model.%s.lora_%c.weight%s", l->ad[j / 2].module, j % 2 ? 'B' : 'A', suffix);
+    snprintf(out, n, "base_model.model.%s.lora_%c.weight%s", l->ad[j / 2].module, j % 2 ? 'B' : 'A',
+             suffix);
 }
 
-static int save_bufs(lora *l, const char *path, const float *b0, const float *b1, const char *s0, const char *s1,
-                     ty_err *err)
+static int save_bufs(lora *l, const char *path, const float *b0, const float *b1, const char *s0,
+                     const char *s1, ty_err *err)
 {
     int per = 2 * l->n, n = per * (b1 ? 2 : 1);
     st_out *outs = calloc((size_t)(n ? n : 1), sizeof *outs);
-    char (*names)[200] = calloc((size_t)(n ? n : 1), sizeof *names);
+    char(*names)[200] = calloc((size_t)(n ? n : 1), sizeof *names);
     int rc;
     if (!outs || !names) {
         rc = ty_err_set(err, TY_ENOMEM, "out of memory writing %s", path);
@@ -311,7 +335,10 @@ static int save_bufs(lora *l, const char *path, const float *b0, const float *b1
     return rc;
 }
 
-int lora_save(lora *l, const char *path, ty_err *err) { return save_bufs(l, path, l->params, NULL, "", "", err); }
+int lora_save(lora *l, const char *path, ty_err *err)
+{
+    return save_bufs(l, path, l->params, NULL, "", "", err);
+}
 
 int lora_save_optimizer(lora *l, const char *path, ty_err *err)
 {
@@ -319,7 +346,8 @@ int lora_save_optimizer(lora *l, const char *path, ty_err *err)
 }
 
 /* Loads every adapter tensor (name + suffix) of f into buf, exactly once. */
-static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, int other_suffixes, ty_err *err)
+static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, int other_suffixes,
+                     ty_err *err)
 {
     int per = 2 * l->n, rc = 0;
     size_t maxn = 1;
@@ -337,24 +365,29 @@ static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, 
         tensor_name(l, j, suffix, name, sizeof name);
         const st_tensor *t = st_find(f, name);
         if (!t) {
-            rc = ty_err_field(err, TY_EINVAL, name, "%s: missing tensor %s (lora.targets / lora.r must match the adapter)",
-                              f->path, name);
+            rc =
+                ty_err_field(err, TY_EINVAL, name,
+                             "%s: missing tensor %s (lora.targets / lora.r must match the adapter)",
+                             f->path, name);
             break;
         }
         int64_t want0 = j % 2 ? a->out : l->r, want1 = j % 2 ? l->r : a->in;
         if (t->ndim != 2 || t->shape[0] != want0 || t->shape[1] != want1) {
-            rc = ty_err_field(err, TY_EINVAL, name, "%s: tensor %s has the wrong shape (expected [%lld, %lld]: r = %d)",
+            rc = ty_err_field(err, TY_EINVAL, name,
+                              "%s: tensor %s has the wrong shape (expected [%lld, %lld]: r = %d)",
                               f->path, name, (long long)want0, (long long)want1, l->r);
             break;
         }
         if ((rc = st_to_f32(t, stage, err))) break;
-        kn_to_device(l->kn, buf + (j % 2 ? a->b_off : a->a_off), stage, (size_t)(want0 * want1) * sizeof(float));
+        kn_to_device(l->kn, buf + (j % 2 ? a->b_off : a->a_off), stage,
+                     (size_t)(want0 * want1) * sizeof(float));
         found++;
     }
     free(stage);
     if (!rc && !other_suffixes && f->n != found)
-        rc = ty_err_set(err, TY_EINVAL, "%s holds %d tensors that are not adapters of lora.targets (%s...)", f->path,
-                        f->n - found, f->n ? f->t[0].name : "");
+        rc = ty_err_set(err, TY_EINVAL,
+                        "%s holds %d tensors that are not adapters of lora.targets (%s...)",
+                        f->path, f->n - found, f->n ? f->t[0].name : "");
     return rc;
 }
 
@@ -379,15 +412,18 @@ int lora_load_optimizer(lora *l, const char *path, ty_err *err)
     return rc;
 }
 
-int lora_write_config(const lora *l, const model *m, const char *base_model, const char *path, ty_err *err)
+int lora_write_config(const lora *l, const model *m, const char *base_model, const char *path,
+                      ty_err *err)
 {
     json_t *targets = json_array();
-    for (int i = 0; i < l->n_targets; i++) json_array_append_new(targets, json_string(l->targets[i]));
-    json_t *o = json_pack("{s:s, s:s, s:s?, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:n, s:n}", "peft_type", "LORA",
-                          "task_type", "CAUSAL_LM", "base_model_name_or_path", base_model, "r", l->r, "lora_alpha",
-                          l->alpha, "lora_dropout", (double)l->dropout, "target_modules", targets, "bias", "none",
-                          "fan_in_fan_out", m->cfg.arch == ARCH_GPT2, "inference_mode", 1, "use_rslora", 0,
-                          "modules_to_save", "layers_to_transform");
+    for (int i = 0; i < l->n_targets; i++)
+        json_array_append_new(targets, json_string(l->targets[i]));
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:n, s:n}",
+                          "peft_type", "LORA", "task_type", "CAUSAL_LM", "base_model_name_or_path",
+                          base_model, "r", l->r, "lora_alpha", l->alpha, "lora_dropout",
+                          (double)l->dropout, "target_modules", targets, "bias", "none",
+                          "fan_in_fan_out", m->cfg.arch == ARCH_GPT2, "inference_mode", 1,
+                          "use_rslora", 0, "modules_to_save", "layers_to_transform");
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
     if (!text) return ty_err_set(err, TY_ENOMEM, "adapter_config.json");
@@ -416,7 +452,8 @@ int lora_merge(lora *l, model *m, ty_err *err)
         for (int o = 0; o < a->out; o++)
             for (int c = 0; c < a->in; c++) {
                 double s = 0;
-                for (int k = 0; k < l->r; k++) s += (double)B[(size_t)o * l->r + k] * A[(size_t)k * a->in + c];
+                for (int k = 0; k < l->r; k++)
+                    s += (double)B[(size_t)o * l->r + k] * A[(size_t)k * a->in + c];
                 w[(size_t)o * a->in + c] += (float)(l->scale * s);
             }
         kn_to_device(l->kn, dw, w, nw * sizeof(float));

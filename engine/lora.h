@@ -25,24 +25,24 @@ struct model;
 typedef enum { LS_ATTN = 0, LS_Q, LS_K, LS_V, LS_O, LS_FC, LS_UP, LS_PROJ, LS_N } lora_slot;
 
 typedef struct lora_adapter {
-    int layer, slot, base;   /* base = the model tensor index of W */
+    int layer, slot, base; /* base = the model tensor index of W */
     int in, out;
-    size_t a_off, b_off;     /* into the lora buffers (floats) */
-    char module[112];        /* HF module path, e.g. model.layers.0.self_attn.q_proj */
-    float *h, *xd;           /* saved A d(x) [N, r]; d(x) [N, in] when dropout is on */
-    uint8_t *mask;           /* dropout mask [N, in] */
+    size_t a_off, b_off; /* into the lora buffers (floats) */
+    char module[112];    /* HF module path, e.g. model.layers.0.self_attn.q_proj */
+    float *h, *xd;       /* saved A d(x) [N, r]; d(x) [N, in] when dropout is on */
+    uint8_t *mask;       /* dropout mask [N, in] */
 } lora_adapter;
 
 typedef struct lora {
-    kn_ctx *kn;              /* borrowed */
+    kn_ctx *kn; /* borrowed */
     int r;
     double alpha;
     float scale, dropout;
     int n;
     lora_adapter *ad;
-    int *slot_ix;            /* [n_layer * LS_N]: adapter index or -1 */
+    int *slot_ix; /* [n_layer * LS_N]: adapter index or -1 */
     int n_layer;
-    char targets[16][64];    /* the target names, for adapter_config.json */
+    char targets[16][64]; /* the target names, for adapter_config.json */
     int n_targets;
     size_t n_params, n_buf;
     float *params, *grads, *m, *v;
@@ -59,8 +59,8 @@ typedef struct lora {
  * GPT-2, q_proj + v_proj for Llama-family models, qkv_proj for Phi-3) and
  * allocates the
  * buffers. A target matching no module, or r < 1, is TY_EINVAL. */
-int lora_create(lora *l, const struct model *m, int r, double alpha, double dropout, char *const *targets,
-                int n_targets, ty_err *err);
+int lora_create(lora *l, const struct model *m, int r, double alpha, double dropout,
+                char *const *targets, int n_targets, ty_err *err);
 void lora_free(lora *l);
 /* PEFT's init: A uniform from splitmix64(seed), B zero. */
 void lora_init(lora *l, uint64_t seed);
@@ -77,9 +77,10 @@ void lora_bwd(lora *l, int layer, int slot, float *dx, const float *dout, const 
  * them; in the backward they add into one dh = sum of dout_block B_block,
  * and the last block (row0 + rows = out) turns it into dA and dx. Exactly
  * PEFT's one adapter on the fused module. */
-void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int N, int row0, int rows);
-void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, const float *x, int N, int row0,
+void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int N, int row0,
                    int rows);
+void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, const float *x,
+                   int N, int row0, int rows);
 
 /* PEFT adapter_model.safetensors (only the adapters). */
 int lora_save(lora *l, const char *path, ty_err *err);
@@ -88,7 +89,8 @@ int lora_load(lora *l, const char *path, ty_err *err);
 int lora_save_optimizer(lora *l, const char *path, ty_err *err);
 int lora_load_optimizer(lora *l, const char *path, ty_err *err);
 /* adapter_config.json for PEFT. */
-int lora_write_config(const lora *l, const struct model *m, const char *base_model, const char *path, ty_err *err);
+int lora_write_config(const lora *l, const struct model *m, const char *base_model,
+                      const char *path, ty_err *err);
 /* W += scale B A on every target, in the model's parameters (for export). */
 int lora_merge(lora *l, struct model *m, ty_err *err);
 

@@ -35,13 +35,15 @@ static void on_stop(int sig)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: trainyard-engine --spec FILE --workdir DIR [--resume CKPT_DIR] [--threads N]\n"
-                    "       trainyard-engine tokenize --model DIR [--add-special] [--decode]\n"
-                    "       trainyard-engine dump-rows --spec FILE [--eval]\n"
-                    "       trainyard-engine generate (--model DIR | --config FILE) [--weights FILE] [--adapter DIR]\n"
-                    "                        (--prompt TEXT | --prompt-ids IDS) [--max-tokens N] [--temperature T]\n"
-                    "                        [--top-p P] [--seed S] [--stop STR]... [--ignore-eos] [--threads N]\n"
-                    "       trainyard-engine logits (model options as generate) --prompt-ids IDS [--kv]\n");
+    fprintf(
+        stderr,
+        "usage: trainyard-engine --spec FILE --workdir DIR [--resume CKPT_DIR] [--threads N]\n"
+        "       trainyard-engine tokenize --model DIR [--add-special] [--decode]\n"
+        "       trainyard-engine dump-rows --spec FILE [--eval]\n"
+        "       trainyard-engine generate (--model DIR | --config FILE) [--weights FILE] [--adapter DIR]\n"
+        "                        (--prompt TEXT | --prompt-ids IDS) [--max-tokens N] [--temperature T]\n"
+        "                        [--top-p P] [--seed S] [--stop STR]... [--ignore-eos] [--threads N]\n"
+        "       trainyard-engine logits (model options as generate) --prompt-ids IDS [--kv]\n");
 }
 
 int main(int argc, char **argv)
@@ -50,9 +52,12 @@ int main(int argc, char **argv)
         const char *spec = NULL;
         int eval = 0;
         for (int i = 2; i < argc; i++) {
-            if (!strcmp(argv[i], "--spec") && i + 1 < argc) spec = argv[++i];
-            else if (!strcmp(argv[i], "--eval")) eval = 1;
-            else spec = NULL, i = argc;
+            if (!strcmp(argv[i], "--spec") && i + 1 < argc)
+                spec = argv[++i];
+            else if (!strcmp(argv[i], "--eval"))
+                eval = 1;
+            else
+                spec = NULL, i = argc;
         }
         if (!spec) {
             usage();
@@ -66,7 +71,8 @@ int main(int argc, char **argv)
 #ifdef TY_HAVE_TOKENIZER
         return tokenizer_cli_main(argc - 1, argv + 1);
 #else
-        fprintf(stderr, "trainyard-engine: this build has no tokenizer (engine/tokenizer was not built)\n");
+        fprintf(stderr,
+                "trainyard-engine: this build has no tokenizer (engine/tokenizer was not built)\n");
         return 2;
 #endif
     }
@@ -83,9 +89,12 @@ int main(int argc, char **argv)
             usage();
             return 2;
         }
-        if (!strcmp(o, "--spec")) a.spec_path = v;
-        else if (!strcmp(o, "--workdir")) a.workdir = v;
-        else if (!strcmp(o, "--resume")) a.resume = v;
+        if (!strcmp(o, "--spec"))
+            a.spec_path = v;
+        else if (!strcmp(o, "--workdir"))
+            a.workdir = v;
+        else if (!strcmp(o, "--resume"))
+            a.resume = v;
         else if (!strcmp(o, "--threads")) {
             char *end;
             long n = strtol(v, &end, 10);
@@ -112,7 +121,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (ev_set_output(getenv("TY_EVENTS_PATH"), a.world)) {
-        fprintf(stderr, "trainyard-engine: TY_EVENTS_PATH %s: %s\n", getenv("TY_EVENTS_PATH"), strerror(errno));
+        fprintf(stderr, "trainyard-engine: TY_EVENTS_PATH %s: %s\n", getenv("TY_EVENTS_PATH"),
+                strerror(errno));
         return 1;
     }
     if (!a.spec_path || !a.workdir) {

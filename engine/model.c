@@ -31,8 +31,8 @@ typedef struct {
 
 /* Appends a tensor; shape [a] when b == 0, else [a, b]. Returns its index.
  * Offsets are rounded to 16 floats (64 bytes) so every view is aligned. */
-static int tb_add(table_builder *tb, const char *name, int64_t a, int64_t b, int conv1d, model_init_kind init,
-                  float std)
+static int tb_add(table_builder *tb, const char *name, int64_t a, int64_t b, int conv1d,
+                  model_init_kind init, float std)
 {
     if (tb->n == tb->cap) {
         int cap = tb->cap ? tb->cap * 2 : 64;
@@ -71,10 +71,10 @@ static void build_gpt2(model *m, table_builder *tb)
     for (int l = 0; l < c->n_layer; l++) {
         layer_ix *L = &m->L[l];
         memset(L, 0xff, sizeof *L); /* every index -1 */
-#define ADD(field, suffix, a, b, conv, init, sd)                                                                      \
-    do {                                                                                                               \
-        snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                                                 \
-        L->field = tb_add(tb, nm, a, b, conv, init, sd);                                                               \
+#define ADD(field, suffix, a, b, conv, init, sd)                                                   \
+    do {                                                                                           \
+        snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                             \
+        L->field = tb_add(tb, nm, a, b, conv, init, sd);                                           \
     } while (0)
         ADD(ln1_w, "ln_1.weight", C, 0, 0, INIT_ONES, 0);
         ADD(ln1_b, "ln_1.bias", C, 0, 0, INIT_ZEROS, 0);
@@ -98,7 +98,8 @@ static void build_gpt2(model *m, table_builder *tb)
 static void build_llama(model *m, table_builder *tb)
 {
     const model_config *c = &m->cfg;
-    int64_t C = c->dim, F = c->ffn, QD = (int64_t)c->n_head * c->head_dim, KD = (int64_t)c->n_kv_head * c->head_dim;
+    int64_t C = c->dim, F = c->ffn, QD = (int64_t)c->n_head * c->head_dim,
+            KD = (int64_t)c->n_kv_head * c->head_dim;
     float std = c->init_std, rstd = c->init_std / sqrtf(2.0f * (float)c->n_layer);
     char nm[96];
     m->wte = tb_add(tb, "embed_tokens.weight", c->vocab, C, 0, INIT_NORMAL, std);
@@ -106,10 +107,10 @@ static void build_llama(model *m, table_builder *tb)
     for (int l = 0; l < c->n_layer; l++) {
         layer_ix *L = &m->L[l];
         memset(L, 0xff, sizeof *L);
-#define ADD(field, suffix, a, b, init, sd)                                                                            \
-    do {                                                                                                               \
-        snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix);                                                            \
-        L->field = tb_add(tb, nm, a, b, 0, init, sd);                                                                  \
+#define ADD(field, suffix, a, b, init, sd)                                                         \
+    do {                                                                                           \
+        snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix);                                        \
+        L->field = tb_add(tb, nm, a, b, 0, init, sd);                                              \
     } while (0)
         ADD(ln1_w, "input_layernorm.weight", C, 0, INIT_ONES, 0);
         if (c->fused) {
@@ -145,8 +146,14 @@ static void build_llama(model *m, table_builder *tb)
     m->lm_head = c->tied ? m->wte : tb_add(tb, "lm_head.weight", c->vocab, C, 0, INIT_NORMAL, std);
 }
 
-static inline float *P(const model *m, int i) { return i < 0 ? NULL : m->params + m->t[i].off; }
-static inline float *G(const model *m, int i) { return i < 0 || !m->grads ? NULL : m->grads + m->t[i].off; }
+static inline float *P(const model *m, int i)
+{
+    return i < 0 ? NULL : m->params + m->t[i].off;
+}
+static inline float *G(const model *m, int i)
+{
+    return i < 0 || !m->grads ? NULL : m->grads + m->t[i].off;
+}
 
 /* The weights the kernels compute with: the fp32 parameters, or with
  * 16-bit storage their 16-bit copy converted, on first use, into the
@@ -164,7 +171,8 @@ static float *W(model *m, int i)
         if (m->span_n[s] && off >= m->span_off[s] && off + n <= m->span_off[s] + m->span_n[s]) {
             float *p = m->wscr[s] + m->wpos[i];
             if (m->wconv[i] != m->span_gen[s]) {
-                kn_convert(m->kn, p, KN_F32, (const char *)m->p16 + off * kn_dtype_size(m->dt), m->dt, n);
+                kn_convert(m->kn, p, KN_F32, (const char *)m->p16 + off * kn_dtype_size(m->dt),
+                           m->dt, n);
                 m->wconv[i] = m->span_gen[s];
             }
             return p;
@@ -182,22 +190,27 @@ static const void *W16(const model *m, int i)
 static void mm_fwd(model *m, float *out, const float *x, int wi, int bi, int N, int K, int M)
 {
     if (m->t[wi].q4) { /* QLoRA: dequantised on the fly */
-        kn_nf4_matmul_fwd(m->kn, m->qb->compute, out, x, m->qb->w[m->t[wi].q4 - 1], W(m, bi), N, K, M);
+        kn_nf4_matmul_fwd(m->kn, m->qb->compute, out, x, m->qb->w[m->t[wi].q4 - 1], W(m, bi), N, K,
+                          M);
         return;
     }
-    if (m->dt == KN_F32) kn_matmul_fwd(m->kn, out, x, W(m, wi), W(m, bi), N, K, M);
-    else kn_matmul16_fwd(m->kn, m->dt, KN_F32, out, x, W16(m, wi), W(m, bi), N, K, M);
+    if (m->dt == KN_F32)
+        kn_matmul_fwd(m->kn, out, x, W(m, wi), W(m, bi), N, K, M);
+    else
+        kn_matmul16_fwd(m->kn, m->dt, KN_F32, out, x, W16(m, wi), W(m, bi), N, K, M);
 }
 
-static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout, const float *x, int wi, int N, int K,
-                   int M)
+static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout, const float *x,
+                   int wi, int N, int K, int M)
 {
     if (m->t[wi].q4) { /* frozen 4-bit base: the gradient goes to the input only */
         kn_nf4_matmul_bwd(m->kn, m->qb->compute, dx, dout, m->qb->w[m->t[wi].q4 - 1], N, K, M);
         return;
     }
-    if (m->dt == KN_F32) kn_matmul_bwd(m->kn, dx, dw, db, dout, x, W(m, wi), N, K, M);
-    else kn_matmul16_bwd(m->kn, m->dt, KN_F32, dx, dw, db, dout, x, W16(m, wi), N, K, M);
+    if (m->dt == KN_F32)
+        kn_matmul_bwd(m->kn, dx, dw, db, dout, x, W(m, wi), N, K, M);
+    else
+        kn_matmul16_bwd(m->kn, m->dt, KN_F32, dx, dw, db, dout, x, W16(m, wi), N, K, M);
 }
 
 /* Rows [row0, row0 + M) of weight wi (no bias): Phi-3's q, k, v and gate,
@@ -206,17 +219,20 @@ static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout,
 static void mm_fwd_rows(model *m, float *out, const float *x, int wi, int row0, int N, int K, int M)
 {
     size_t skip = (size_t)row0 * K;
-    if (m->dt == KN_F32) kn_matmul_fwd(m->kn, out, x, W(m, wi) + skip, NULL, N, K, M);
+    if (m->dt == KN_F32)
+        kn_matmul_fwd(m->kn, out, x, W(m, wi) + skip, NULL, N, K, M);
     else
-        kn_matmul16_fwd(m->kn, m->dt, KN_F32, out, x, (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), NULL, N,
-                        K, M);
+        kn_matmul16_fwd(m->kn, m->dt, KN_F32, out, x,
+                        (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), NULL, N, K, M);
 }
 
-static void mm_bwd_rows(model *m, float *dx, int wi, int row0, const float *dout, const float *x, int N, int K, int M)
+static void mm_bwd_rows(model *m, float *dx, int wi, int row0, const float *dout, const float *x,
+                        int N, int K, int M)
 {
     size_t skip = (size_t)row0 * K;
     float *dw = G(m, wi) ? G(m, wi) + skip : NULL;
-    if (m->dt == KN_F32) kn_matmul_bwd(m->kn, dx, dw, NULL, dout, x, W(m, wi) + skip, N, K, M);
+    if (m->dt == KN_F32)
+        kn_matmul_bwd(m->kn, dx, dw, NULL, dout, x, W(m, wi) + skip, N, K, M);
     else
         kn_matmul16_bwd(m->kn, m->dt, KN_F32, dx, dw, NULL, dout, x,
                         (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), N, K, M);
@@ -267,8 +283,10 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
      * a few KiB per layer instead of the layer's whole fp32 size. */
     for (int l = 0; l <= m->cfg.n_layer; l++) {
         int lo, hi;
-        if (l < m->cfg.n_layer) layer_span(m, l, &lo, &hi);
-        else lo = m->lnf_w, hi = m->lnf_b >= 0 ? m->lnf_b : m->lnf_w;
+        if (l < m->cfg.n_layer)
+            layer_span(m, l, &lo, &hi);
+        else
+            lo = m->lnf_w, hi = m->lnf_b >= 0 ? m->lnf_b : m->lnf_w;
         size_t pos = 0;
         for (int i = lo; i <= hi; i++)
             if (m->t[i].ndim == 1) {
@@ -289,7 +307,8 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
     m->wscr_n[0] = n0;
     m->wscr_n[1] = n1;
     if (!m->p16 || !m->wscr[0] || !m->wscr[1])
-        return ty_err_set(err, TY_ENOMEM, "out of memory for %s parameters (%zu bytes) and weight scratch",
+        return ty_err_set(err, TY_ENOMEM,
+                          "out of memory for %s parameters (%zu bytes) and weight scratch",
                           kn_dtype_name(dt), total * kn_dtype_size(dt));
     if (dt == KN_BF16 && !m->frozen && !m->keep_masters) {
         /* bf16 masters split (kn_master_split): the bf16 weights the
@@ -326,11 +345,15 @@ void model_sync_params(model *m)
 {
     if (m->dt == KN_F32) return;
     size_t total = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
-    if (!m->plo) kn_convert(m->kn, m->p16, m->dt, m->params, KN_F32, total); /* split: AdamW wrote p16 */
-    m->span_n[0] = m->span_n[1] = 0; /* the scratch is stale now */
+    if (!m->plo)
+        kn_convert(m->kn, m->p16, m->dt, m->params, KN_F32, total); /* split: AdamW wrote p16 */
+    m->span_n[0] = m->span_n[1] = 0;                                /* the scratch is stale now */
 }
 
-size_t model_act_bytes(const model *m) { return m->n_acts * sizeof(float) + m->n_acts16_bytes; }
+size_t model_act_bytes(const model *m)
+{
+    return m->n_acts * sizeof(float) + m->n_acts16_bytes;
+}
 
 model_mem model_memory(const model *m)
 {
@@ -341,7 +364,8 @@ model_mem model_memory(const model *m)
     r.grads = m->grads ? total * sizeof(float) : 0;
     r.moments = (m->m ? total * sizeof(float) : 0) + (m->v ? total * sizeof(float) : 0);
     r.acts = model_act_bytes(m);
-    r.wscratch = (m->wscr[0] ? m->wscr_n[0] : 0) * sizeof(float) + (m->wscr[1] ? m->wscr_n[1] : 0) * sizeof(float);
+    r.wscratch = (m->wscr[0] ? m->wscr_n[0] : 0) * sizeof(float) +
+                 (m->wscr[1] ? m->wscr_n[1] : 0) * sizeof(float);
     return r;
 }
 
@@ -359,14 +383,18 @@ int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err 
     m->L = calloc((size_t)m->cfg.n_layer, sizeof *m->L);
     table_builder tb = {0};
     if (m->L) {
-        if (m->cfg.arch == ARCH_GPT2) build_gpt2(m, &tb);
-        else build_llama(m, &tb);
+        if (m->cfg.arch == ARCH_GPT2)
+            build_gpt2(m, &tb);
+        else
+            build_llama(m, &tb);
     }
     m->t = tb.t;
     m->nt = tb.n;
-    if (!m->L || tb.oom) return ty_err_set(err, TY_ENOMEM, "out of memory building the tensor table");
+    if (!m->L || tb.oom)
+        return ty_err_set(err, TY_ENOMEM, "out of memory building the tensor table");
     size_t total = tb.off, real = 0;
-    for (int i = 0; i < m->nt; i++) real += m->t[i].numel;
+    for (int i = 0; i < m->nt; i++)
+        real += m->t[i].numel;
     m->n_params = real;
     if (m->cfg.rope_scaled) {
         int half = m->cfg.head_dim / 2;
@@ -388,14 +416,16 @@ int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err 
     m->frozen = frozen;
     m->params = kn_alloc(kn, bytes);
     if (frozen) {
-        if (!m->params) return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes for parameters", bytes);
+        if (!m->params)
+            return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes for parameters", bytes);
         return 0;
     }
     m->grads = kn_alloc(kn, bytes);
     m->m = kn_alloc(kn, bytes);
     m->v = kn_alloc(kn, bytes);
     if (!m->params || !m->grads || !m->m || !m->v)
-        return ty_err_set(err, TY_ENOMEM, "out of memory: 4 x %zu bytes for parameters, gradients and AdamW state",
+        return ty_err_set(err, TY_ENOMEM,
+                          "out of memory: 4 x %zu bytes for parameters, gradients and AdamW state",
                           bytes);
     return 0;
 }
@@ -436,18 +466,24 @@ void model_rope(model *m, float *x, int B, int T, int H, int ld, int pos_offset,
 {
     int D = m->cfg.head_dim;
     if (m->inv_freq) {
-        if (bwd) kn_rope_freq_bwd(m->kn, x, B, T, H, D, ld, m->inv_freq, pos_offset);
-        else kn_rope_freq_fwd(m->kn, x, B, T, H, D, ld, m->inv_freq, pos_offset);
+        if (bwd)
+            kn_rope_freq_bwd(m->kn, x, B, T, H, D, ld, m->inv_freq, pos_offset);
+        else
+            kn_rope_freq_fwd(m->kn, x, B, T, H, D, ld, m->inv_freq, pos_offset);
     } else {
-        if (bwd) kn_rope_bwd(m->kn, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
-        else kn_rope_fwd(m->kn, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
+        if (bwd)
+            kn_rope_bwd(m->kn, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
+        else
+            kn_rope_fwd(m->kn, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
     }
 }
 
 void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n)
 {
-    if (!strcmp(t->name, "lm_head.weight")) snprintf(out, n, "%s", t->name);
-    else snprintf(out, n, "%s%s", m->cfg.arch == ARCH_GPT2 ? "transformer." : "model.", t->name);
+    if (!strcmp(t->name, "lm_head.weight"))
+        snprintf(out, n, "%s", t->name);
+    else
+        snprintf(out, n, "%s%s", m->cfg.arch == ARCH_GPT2 ? "transformer." : "model.", t->name);
 }
 
 /* ---- init -------------------------------------------------------------- */
@@ -523,22 +559,26 @@ static int find_tensor(const model *m, const char *name, const char *suffix)
 static void fmt_shape(char *out, size_t n, int ndim, const int64_t *s)
 {
     size_t k = (size_t)snprintf(out, n, "[");
-    for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(out + k, n - k, d ? ", %lld" : "%lld", (long long)s[d]);
+    for (int d = 0; d < ndim && k < n; d++)
+        k += (size_t)snprintf(out + k, n - k, d ? ", %lld" : "%lld", (long long)s[d]);
     if (k < n) snprintf(out + k, n - k, "]");
 }
 
 /* Copies one stored tensor into dst (a buffer of the table layout). */
-static int load_one(model *m, int idx, const st_tensor *st, float *dst, float *stage, float *stage2, ty_err *err)
+static int load_one(model *m, int idx, const st_tensor *st, float *dst, float *stage, float *stage2,
+                    ty_err *err)
 {
     const model_tensor *t = &m->t[idx];
-    int64_t want[2] = {t->conv1d ? t->shape[1] : t->shape[0], t->conv1d ? t->shape[0] : t->shape[1]};
-    int ok = st->ndim == t->ndim && st->shape[0] == want[0] && (t->ndim == 1 || st->shape[1] == want[1]);
+    int64_t want[2] = {t->conv1d ? t->shape[1] : t->shape[0],
+                       t->conv1d ? t->shape[0] : t->shape[1]};
+    int ok =
+        st->ndim == t->ndim && st->shape[0] == want[0] && (t->ndim == 1 || st->shape[1] == want[1]);
     if (!ok) {
         char a[96], b[96];
         fmt_shape(a, sizeof a, st->ndim, st->shape);
         fmt_shape(b, sizeof b, t->ndim, want);
-        return ty_err_field(err, TY_EINVAL, st->name, "tensor %s has shape %s but config.json implies %s", st->name,
-                            a, b);
+        return ty_err_field(err, TY_EINVAL, st->name,
+                            "tensor %s has shape %s but config.json implies %s", st->name, a, b);
     }
     int rc = st_to_f32(st, stage, err);
     if (rc) return rc;
@@ -547,7 +587,8 @@ static int load_one(model *m, int idx, const st_tensor *st, float *dst, float *s
         /* disk [in, out] -> engine [out, in]: host-side bookkeeping at load. */
         int64_t in = st->shape[0], out = st->shape[1];
         for (int64_t i = 0; i < in; i++)
-            for (int64_t o = 0; o < out; o++) stage2[o * in + i] = stage[i * out + o];
+            for (int64_t o = 0; o < out; o++)
+                stage2[o * in + i] = stage[i * out + o];
         src = stage2;
     }
     if (t->q4) return qlora_store(m, idx, src, err);
@@ -568,7 +609,8 @@ static int load_ctx_init(const model *m, load_ctx *lc, ty_err *err)
     lc->stage = malloc(maxn * sizeof(float));
     lc->stage2 = malloc(maxn * sizeof(float));
     lc->seen = calloc((size_t)m->nt, 1);
-    if (!lc->stage || !lc->stage2 || !lc->seen) return ty_err_set(err, TY_ENOMEM, "out of memory loading weights");
+    if (!lc->stage || !lc->stage2 || !lc->seen)
+        return ty_err_set(err, TY_ENOMEM, "out of memory loading weights");
     return 0;
 }
 
@@ -580,7 +622,8 @@ static void load_ctx_free(load_ctx *lc)
 }
 
 /* Loads every tensor of one file whose name ends in suffix into dst. */
-static int load_file_into(model *m, const st_file *f, const char *suffix, float *dst, load_ctx *lc, ty_err *err)
+static int load_file_into(model *m, const st_file *f, const char *suffix, float *dst, load_ctx *lc,
+                          ty_err *err)
 {
     for (int i = 0; i < f->n; i++) {
         const st_tensor *st = &f->t[i];
@@ -589,17 +632,22 @@ static int load_file_into(model *m, const st_file *f, const char *suffix, float 
             if (!*suffix && ignorable(m, st->name)) continue;
             const char *fq = qlora_foreign_quant(st->name);
             if (fq)
-                return ty_err_field(err, TY_EINVAL, st->name,
-                                    "%s: tensor %s is part of a model quantised by %s; load the original "
-                                    "fp32/bf16/fp16 weights (method qlora quantises them itself)",
-                                    f->path, st->name, fq);
-            if (*suffix && (idx = find_tensor(m, st->name, !strcmp(suffix, ".exp_avg") ? ".exp_avg_sq" : ".exp_avg")) >= 0)
+                return ty_err_field(
+                    err, TY_EINVAL, st->name,
+                    "%s: tensor %s is part of a model quantised by %s; load the original "
+                    "fp32/bf16/fp16 weights (method qlora quantises them itself)",
+                    f->path, st->name, fq);
+            if (*suffix &&
+                (idx = find_tensor(m, st->name,
+                                   !strcmp(suffix, ".exp_avg") ? ".exp_avg_sq" : ".exp_avg")) >= 0)
                 continue; /* the other moment, loaded in its own pass */
-            return ty_err_field(err, TY_EINVAL, st->name, "%s: unexpected tensor %s (not part of a %s model)", f->path,
+            return ty_err_field(err, TY_EINVAL, st->name,
+                                "%s: unexpected tensor %s (not part of a %s model)", f->path,
                                 st->name, m->cfg.model_type);
         }
         if (lc->seen[idx])
-            return ty_err_field(err, TY_EINVAL, st->name, "%s: tensor %s stored twice", f->path, st->name);
+            return ty_err_field(err, TY_EINVAL, st->name, "%s: tensor %s stored twice", f->path,
+                                st->name);
         lc->seen[idx] = 1;
         int rc = load_one(m, idx, st, dst, lc->stage, lc->stage2, err);
         if (rc) return rc;
@@ -607,7 +655,8 @@ static int load_file_into(model *m, const st_file *f, const char *suffix, float 
     return 0;
 }
 
-static int check_all_seen(const model *m, const load_ctx *lc, const char *where, const char *suffix, ty_err *err)
+static int check_all_seen(const model *m, const load_ctx *lc, const char *where, const char *suffix,
+                          ty_err *err)
 {
     for (int i = 0; i < m->nt; i++)
         if (!lc->seen[i]) {
@@ -642,28 +691,33 @@ static int load_sharded(model *m, const char *dir, const char *index_path, ty_er
     json_t *wm = json_object_get(idx, "weight_map");
     if (!json_is_object(wm)) {
         json_decref(idx);
-        return ty_err_set(err, TY_EINVAL, "%s: not a safetensors index (no weight_map object)", index_path);
+        return ty_err_set(err, TY_EINVAL, "%s: not a safetensors index (no weight_map object)",
+                          index_path);
     }
     /* Distinct shard names, in first-seen order. */
     json_t *shards = json_array();
     const char *key;
     json_t *val;
-    json_object_foreach(wm, key, val) {
+    json_object_foreach(wm, key, val)
+    {
         if (!json_is_string(val) || strchr(json_string_value(val), '/')) {
-            rc = ty_err_field(err, TY_EINVAL, key, "%s: weight_map[%s] is not a file name", index_path, key);
+            rc = ty_err_field(err, TY_EINVAL, key, "%s: weight_map[%s] is not a file name",
+                              index_path, key);
             break;
         }
         int dup = 0;
         size_t i;
         json_t *s;
-        json_array_foreach(shards, i, s) dup |= !strcmp(json_string_value(s), json_string_value(val));
+        json_array_foreach(shards, i, s) dup |=
+            !strcmp(json_string_value(s), json_string_value(val));
         if (!dup) json_array_append(shards, val);
     }
     load_ctx lc = {0};
     if (!rc) rc = load_ctx_init(m, &lc, err);
     size_t i;
     json_t *s;
-    json_array_foreach(shards, i, s) {
+    json_array_foreach(shards, i, s)
+    {
         if (rc) break;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, json_string_value(s));
@@ -674,8 +728,9 @@ static int load_sharded(model *m, const char *dir, const char *index_path, ty_er
         for (int k = 0; k < f.n && !rc; k++) {
             json_t *w = json_object_get(wm, f.t[k].name);
             if (!w || strcmp(json_string_value(w), json_string_value(s)))
-                rc = ty_err_field(err, TY_EINVAL, f.t[k].name, "%s: tensor %s is not listed for this shard in %s",
-                                  path, f.t[k].name, index_path);
+                rc = ty_err_field(err, TY_EINVAL, f.t[k].name,
+                                  "%s: tensor %s is not listed for this shard in %s", path,
+                                  f.t[k].name, index_path);
         }
         if (!rc) rc = load_file_into(m, &f, "", m->params, &lc, err);
         st_close(&f);
@@ -695,7 +750,8 @@ int model_load_dir(model *m, const char *dir, ty_err *err)
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
     if (stat(single, &st) == 0) return model_load_file(m, single, err);
     if (stat(index, &st) == 0) return load_sharded(m, dir, index, err);
-    return ty_err_set(err, TY_ENOENT, "%s: no model.safetensors or model.safetensors.index.json", dir);
+    return ty_err_set(err, TY_ENOENT, "%s: no model.safetensors or model.safetensors.index.json",
+                      dir);
 }
 
 int model_load_optimizer(model *m, const char *path, ty_err *err)
@@ -727,7 +783,7 @@ typedef struct {
     const float *bufs[2]; /* which buffer tensor i comes from: i < nt -> bufs[0], else bufs[1];
                            * NULL with m->plo: the split bf16 masters */
     float *stage;
-    float *join;          /* device: SAVE_CHUNK joined masters */
+    float *join; /* device: SAVE_CHUNK joined masters */
 } save_ctx;
 
 #define SAVE_CHUNK ((size_t)1 << 20)
@@ -743,7 +799,8 @@ static int save_fill(void *vctx, int i, float *out, ty_err *err)
     if (!buf && m->plo) { /* split bf16 masters: joined a chunk at a time */
         for (size_t o = 0; o < t->numel; o += SAVE_CHUNK) {
             size_t n = t->numel - o < SAVE_CHUNK ? t->numel - o : SAVE_CHUNK;
-            kn_master_join(m->kn, sc->join, (const uint16_t *)m->p16 + t->off + o, m->plo + t->off + o, n);
+            kn_master_join(m->kn, sc->join, (const uint16_t *)m->p16 + t->off + o,
+                           m->plo + t->off + o, n);
             kn_to_host(m->kn, dst + o, sc->join, n * sizeof(float));
         }
         if (kn_check(m->kn, err)) return -1;
@@ -752,18 +809,19 @@ static int save_fill(void *vctx, int i, float *out, ty_err *err)
     if (!t->conv1d) return 0;
     int64_t o = t->shape[0], in = t->shape[1]; /* engine [out, in] -> disk [in, out] */
     for (int64_t a = 0; a < o; a++)
-        for (int64_t b = 0; b < in; b++) out[b * o + a] = sc->stage[a * in + b];
+        for (int64_t b = 0; b < in; b++)
+            out[b * o + a] = sc->stage[a * in + b];
     return 0;
 }
 
-static int save_tensors(model *m, const char *path, const float *b0, const float *b1, const char *s0, const char *s1,
-                        st_dtype dtype, ty_err *err)
+static int save_tensors(model *m, const char *path, const float *b0, const float *b1,
+                        const char *s0, const char *s1, st_dtype dtype, ty_err *err)
 {
     if (m->qb) /* its linear weights are 4-bit: saving them is the export's merge (train.c) */
         return ty_err_set(err, TY_EINVAL, "%s: a QLoRA model's quantised base is not saved", path);
     int n = m->nt * (b1 ? 2 : 1);
     st_out *outs = calloc((size_t)n, sizeof *outs);
-    char (*names)[160] = calloc((size_t)n, sizeof *names);
+    char(*names)[160] = calloc((size_t)n, sizeof *names);
     size_t maxn = 1;
     for (int i = 0; i < m->nt; i++)
         if (m->t[i].numel > maxn) maxn = m->t[i].numel;
@@ -829,7 +887,8 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
     m->A = calloc((size_t)c->n_layer, sizeof *m->A);
     m->stash_lo = calloc((size_t)c->n_layer + 1, sizeof *m->stash_lo);
     m->res3_stash = calloc((size_t)c->n_layer, sizeof *m->res3_stash);
-    if (!m->A || !m->stash_lo || !m->res3_stash) return ty_err_set(err, TY_ENOMEM, "out of memory for activations");
+    if (!m->A || !m->stash_lo || !m->res3_stash)
+        return ty_err_set(err, TY_ENOMEM, "out of memory for activations");
     m->recompute = rc_mode;
     /* Recomputed activations are not kept per layer: every layer's view
      * points at layer 0's (the backward refills it just before use). With
@@ -845,12 +904,13 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
     for (int pass = 0; pass < 2; pass++) {
         off = off16 = 0;
         nst = 0;
-#define TAKE(n) (off += (((n) + 15) & ~(size_t)15), base ? base + off - (((n) + 15) & ~(size_t)15) : NULL)
-#define STASH(ptr, n)                                                                                                  \
-    do {                                                                                                               \
-        if (m->stash) m->stash[nst] = (model_stash){(ptr), base16 + off16, (n)};                                        \
-        nst++;                                                                                                         \
-        off16 += ((n) * es + 63) & ~(size_t)63;                                                                         \
+#define TAKE(n)                                                                                    \
+    (off += (((n) + 15) & ~(size_t)15), base ? base + off - (((n) + 15) & ~(size_t)15) : NULL)
+#define STASH(ptr, n)                                                                              \
+    do {                                                                                           \
+        if (m->stash) m->stash[nst] = (model_stash){(ptr), base16 + off16, (n)};                   \
+        nst++;                                                                                     \
+        off16 += ((n)*es + 63) & ~(size_t)63;                                                      \
     } while (0)
         m->encoded = TAKE(N * C);
         for (int l = 0; l < c->n_layer; l++) {
@@ -858,13 +918,14 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
             const layer_acts *a0 = &m->A[0];
             m->stash_lo[l] = nst;
 #define KEEP(field, keep, n) a->field = (keep) || l == 0 ? TAKE(n) : a0->field
-#define BIG(field, keep, n)                                                                                            \
-    do {                                                                                                               \
-        if (!half) KEEP(field, keep, n);                                                                               \
-        else {                                                                                                         \
-            a->field = l == 0 ? TAKE(n) : a0->field;                                                                    \
-            if (keep) STASH(a->field, n);                                                                              \
-        }                                                                                                              \
+#define BIG(field, keep, n)                                                                        \
+    do {                                                                                           \
+        if (!half)                                                                                 \
+            KEEP(field, keep, n);                                                                  \
+        else {                                                                                     \
+            a->field = l == 0 ? TAKE(n) : a0->field;                                               \
+            if (keep) STASH(a->field, n);                                                          \
+        }                                                                                          \
     } while (0)
             BIG(ln1, keep_attn, N * C);
             a->ln1_mean = NULL;
@@ -896,7 +957,8 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
             BIG(fc, keep_mlp, N * F);
             if (!gpt2) BIG(up, keep_mlp, N * F);
             BIG(act, keep_mlp, N * F);
-            if (!half) a->res3 = TAKE(N * C);
+            if (!half)
+                a->res3 = TAKE(N * C);
             else {
                 a->res3 = l < 2 ? TAKE(N * C) : m->A[l % 2].res3;
                 m->res3_stash[l] = nst;
@@ -929,12 +991,15 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
 #undef STASH
         if (pass == 0) {
             base = kn_alloc(m->kn, off * sizeof(float));
-            if (!base) return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes of activations", off * sizeof(float));
+            if (!base)
+                return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes of activations",
+                                  off * sizeof(float));
             if (half) {
                 base16 = kn_alloc(m->kn, off16);
                 m->stash = calloc((size_t)nst + 1, sizeof *m->stash);
                 if (!base16 || !m->stash)
-                    return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes of 16-bit activations", off16);
+                    return ty_err_set(err, TY_ENOMEM,
+                                      "out of memory: %zu bytes of 16-bit activations", off16);
             }
         }
     }
@@ -952,7 +1017,8 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
         free(pos);
         return ty_err_set(err, TY_ENOMEM, "out of memory for token buffers");
     }
-    for (size_t i = 0; i < N; i++) pos[i] = (int32_t)(i % (size_t)T);
+    for (size_t i = 0; i < N; i++)
+        pos[i] = (int32_t)(i % (size_t)T);
     kn_to_device(m->kn, m->pos, pos, N * sizeof *pos);
     free(pos);
     return 0;
@@ -983,7 +1049,8 @@ static void unstash_layer(model *m, int l)
         kn_convert(m->kn, e->f32, KN_F32, e->s, m->dt, e->n);
     }
     for (int i = m->stash_lo[l]; i < m->stash_lo[l + 1]; i++)
-        if (i != m->res3_stash[l]) kn_convert(m->kn, m->stash[i].f32, KN_F32, m->stash[i].s, m->dt, m->stash[i].n);
+        if (i != m->res3_stash[l])
+            kn_convert(m->kn, m->stash[i].f32, KN_F32, m->stash[i].s, m->dt, m->stash[i].n);
 }
 
 /* Everything up to the logits: m->logits[N,V] for the B x T host inputs. */
@@ -998,8 +1065,8 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
     layer_acts *a = &m->A[l];
     if (gpt2) {
         /* act[N,F] = gelu(layernorm(res2) Wfc^T + bfc) */
-        kn_layernorm_fwd(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w), W(m, L->ln2_b), N, C,
-                         c->norm_eps);
+        kn_layernorm_fwd(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w),
+                         W(m, L->ln2_b), N, C, c->norm_eps);
         RND(a->ln2, (size_t)N * C);
         mm_fwd(m, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
         if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
@@ -1044,7 +1111,8 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
     load_span(m, 0, lo, hi);
     if (gpt2) {
         /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
-        kn_layernorm_fwd(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w), W(m, L->ln1_b), N, C, c->norm_eps);
+        kn_layernorm_fwd(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w), W(m, L->ln1_b), N,
+                         C, c->norm_eps);
         RND(a->ln1, (size_t)N * C);
         mm_fwd(m, a->q, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
         if (m->lora) lora_fwd(m->lora, l, LS_ATTN, a->q, a->ln1, N);
@@ -1124,7 +1192,8 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
         size_t es = kn_dtype_size(m->dt);
         const char *wte16 = W16(m, m->wte);
         for (int n = 0; n < N; n++)
-            kn_convert(k, m->encoded + (size_t)n * C, KN_F32, wte16 + (size_t)inputs[n] * C * es, m->dt, (size_t)C);
+            kn_convert(k, m->encoded + (size_t)n * C, KN_F32, wte16 + (size_t)inputs[n] * C * es,
+                       m->dt, (size_t)C);
         if (gpt2) {
             kn_convert(k, m->tmp, KN_F32, W16(m, m->wpe), m->dt, (size_t)T * C);
             kn_embedding_fwd(k, m->encoded, m->pos, m->tmp, N, C, 1);
@@ -1140,11 +1209,17 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
     }
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
     /* lnf[N,C] = norm(x); logits[N,V] = lnf W_lm^T; losses[N] = CE */
-    if (gpt2) kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b), N, C, c->norm_eps);
-    else kn_rmsnorm_fwd(k, m->lnf, m->lnf_rstd, x, W(m, m->lnf_w), N, C, c->norm_eps);
+    if (gpt2)
+        kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b), N,
+                         C, c->norm_eps);
+    else
+        kn_rmsnorm_fwd(k, m->lnf, m->lnf_rstd, x, W(m, m->lnf_w), N, C, c->norm_eps);
     RND(m->lnf, (size_t)N * C);
-    if (m->dt == KN_F32) mm_fwd(m, m->logits, m->lnf, m->lm_head, -1, N, C, V);
-    else kn_matmul16_fwd(k, m->dt, m->dt, m->logits, m->lnf, W16(m, m->lm_head), NULL, N, C, V); /* rounded */
+    if (m->dt == KN_F32)
+        mm_fwd(m, m->logits, m->lnf, m->lm_head, -1, N, C, V);
+    else
+        kn_matmul16_fwd(k, m->dt, m->dt, m->logits, m->lnf, W16(m, m->lm_head), NULL, N, C,
+                        V); /* rounded */
 }
 
 double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
@@ -1162,7 +1237,8 @@ static void backward_from_logits(model *m, int B, int T)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
-    int N = B * T, C = c->dim, F = c->ffn, V = c->vocab, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
+    int N = B * T, C = c->dim, F = c->ffn, V = c->vocab, Hq = c->n_head, Hkv = c->n_kv_head,
+        D = c->head_dim;
     int QD = Hq * D, KD = Hkv * D, gpt2 = c->arch == ARCH_GPT2;
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
 
@@ -1171,19 +1247,21 @@ static void backward_from_logits(model *m, int B, int T)
     void *dlogits = m->logits;
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
     kn_zero(k, m->dln, NC);
-    if (m->dt == KN_F32) mm_bwd(m, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, m->lm_head, N, C, V);
+    if (m->dt == KN_F32)
+        mm_bwd(m, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, m->lm_head, N, C, V);
     else
-        kn_matmul16_bwd(k, m->dt, m->dt, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, W16(m, m->lm_head), N, C,
-                        V);
+        kn_matmul16_bwd(k, m->dt, m->dt, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf,
+                        W16(m, m->lm_head), N, C, V);
     RND(m->dln, NC);
     /* The last layer's output is still in the fp32 working set. */
     const float *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
     /* dres[N,C] = d(final norm input) */
     kn_zero(k, m->dres, NC);
     if (gpt2)
-        kn_layernorm_bwd(k, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL, W(m, m->lnf_w), m->lnf_mean,
-                         m->lnf_rstd, N, C);
-    else kn_rmsnorm_bwd(k, m->dres, G(m, m->lnf_w), m->dln, xL, W(m, m->lnf_w), m->lnf_rstd, N, C);
+        kn_layernorm_bwd(k, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL, W(m, m->lnf_w),
+                         m->lnf_mean, m->lnf_rstd, N, C);
+    else
+        kn_rmsnorm_bwd(k, m->dres, G(m, m->lnf_w), m->dln, xL, W(m, m->lnf_w), m->lnf_rstd, N, C);
     RND(m->dres, NC);
 
     for (int l = c->n_layer - 1; l >= 0; l--) {
@@ -1197,8 +1275,10 @@ static void backward_from_logits(model *m, int B, int T)
         int lo, hi;
         layer_span(m, l, &lo, &hi);
         load_span(m, 0, lo, hi);
-        if (m->recompute == MODEL_RECOMPUTE_ALL) layer_fwd(m, l, x, B, T);
-        else if (m->recompute == MODEL_RECOMPUTE_MLP) mlp_in_fwd(m, l, B, T);
+        if (m->recompute == MODEL_RECOMPUTE_ALL)
+            layer_fwd(m, l, x, B, T);
+        else if (m->recompute == MODEL_RECOMPUTE_MLP)
+            mlp_in_fwd(m, l, B, T);
         /* dres holds d(res3); the residual passes it to res2 unchanged.
          * MLP branch: dact[N,F] = dres Wproj; dWproj += dres^T act */
         kn_zero(k, m->dact, NF);
@@ -1213,8 +1293,8 @@ static void backward_from_logits(model *m, int B, int T)
             mm_bwd(m, m->dln, G(m, L->fc_w), G(m, L->fc_b), m->dfc, a->ln2, L->fc_w, N, C, F);
             if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
             RND(m->dln, NC);
-            kn_layernorm_bwd(k, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2, W(m, L->ln2_w), a->ln2_mean,
-                             a->ln2_rstd, N, C);
+            kn_layernorm_bwd(k, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
+                             W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {
             kn_zero(k, m->dup, NF);
             kn_swiglu_bwd(k, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
@@ -1232,7 +1312,8 @@ static void backward_from_logits(model *m, int B, int T)
                 if (m->lora) lora_bwd(m->lora, l, LS_UP, m->dln, m->dup, a->ln2, N);
             }
             RND(m->dln, NC);
-            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln2_w), m->dln, a->res2, W(m, L->ln2_w), a->ln2_rstd, N, C);
+            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln2_w), m->dln, a->res2, W(m, L->ln2_w), a->ln2_rstd,
+                           N, C);
         }
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
         RND(m->dres, NC);
@@ -1243,18 +1324,21 @@ static void backward_from_logits(model *m, int B, int T)
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             kn_zero(k, m->dq, (size_t)N * 3 * C);
-            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
+            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B,
+                             T, Hq, Hq, D, 3 * C, 3 * C);
             RND(m->dq, (size_t)N * 3 * C);
-            mm_bwd(m, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, L->attn_w, N, C, 3 * C);
+            mm_bwd(m, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, L->attn_w, N, C,
+                   3 * C);
             if (m->lora) lora_bwd(m->lora, l, LS_ATTN, m->dln, m->dq, a->ln1, N);
             RND(m->dln, NC);
-            kn_layernorm_bwd(k, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x, W(m, L->ln1_w), a->ln1_mean,
-                             a->ln1_rstd, N, C);
+            kn_layernorm_bwd(k, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x, W(m, L->ln1_w),
+                             a->ln1_mean, a->ln1_rstd, N, C);
         } else {
             kn_zero(k, m->dq, (size_t)N * QD);
             kn_zero(k, m->dk, (size_t)N * KD);
             kn_zero(k, m->dv, (size_t)N * KD);
-            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
+            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B,
+                             T, Hq, Hkv, D, QD, KD);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
             RND(m->dv, (size_t)N * KD);
@@ -1267,8 +1351,10 @@ static void backward_from_logits(model *m, int B, int T)
                 /* through Qwen3's per-head norms: dqr, dkr; dW of q_norm, k_norm */
                 kn_zero(k, m->dqr, (size_t)N * QD);
                 kn_zero(k, m->dkr, (size_t)N * KD);
-                kn_rmsnorm_bwd(k, m->dqr, G(m, L->qn_w), m->dq, a->qr, W(m, L->qn_w), a->qn_rstd, N * Hq, D);
-                kn_rmsnorm_bwd(k, m->dkr, G(m, L->kn_w), m->dk, a->kr, W(m, L->kn_w), a->kn_rstd, N * Hkv, D);
+                kn_rmsnorm_bwd(k, m->dqr, G(m, L->qn_w), m->dq, a->qr, W(m, L->qn_w), a->qn_rstd,
+                               N * Hq, D);
+                kn_rmsnorm_bwd(k, m->dkr, G(m, L->kn_w), m->dk, a->kr, W(m, L->kn_w), a->kn_rstd,
+                               N * Hkv, D);
                 RND(m->dqr, (size_t)N * QD);
                 RND(m->dkr, (size_t)N * KD);
                 dqo = m->dqr;
@@ -1280,7 +1366,8 @@ static void backward_from_logits(model *m, int B, int T)
                 mm_bwd_rows(m, m->dln, L->attn_w, QD, dko, a->ln1, N, C, KD);
                 if (m->lora) lora_bwd_part(m->lora, l, LS_ATTN, m->dln, dko, a->ln1, N, QD, KD);
                 mm_bwd_rows(m, m->dln, L->attn_w, QD + KD, m->dv, a->ln1, N, C, KD);
-                if (m->lora) lora_bwd_part(m->lora, l, LS_ATTN, m->dln, m->dv, a->ln1, N, QD + KD, KD);
+                if (m->lora)
+                    lora_bwd_part(m->lora, l, LS_ATTN, m->dln, m->dv, a->ln1, N, QD + KD, KD);
             } else {
                 mm_bwd(m, m->dln, G(m, L->q_w), G(m, L->q_b), dqo, a->ln1, L->q_w, N, C, QD);
                 if (m->lora) lora_bwd(m->lora, l, LS_Q, m->dln, dqo, a->ln1, N);
@@ -1290,7 +1377,8 @@ static void backward_from_logits(model *m, int B, int T)
                 if (m->lora) lora_bwd(m->lora, l, LS_V, m->dln, m->dv, a->ln1, N);
             }
             RND(m->dln, NC);
-            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln1_w), m->dln, x, W(m, L->ln1_w), a->ln1_rstd, N, C);
+            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln1_w), m->dln, x, W(m, L->ln1_w), a->ln1_rstd, N,
+                           C);
         }
         /* dres now holds d(x), the previous layer's res3 */
         RND(m->dres, NC);
@@ -1301,21 +1389,24 @@ static void backward_from_logits(model *m, int B, int T)
     if (gpt2) kn_embedding_bwd(k, G(m, m->wpe), m->pos, m->dres, N, C);
 }
 
-void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale,
-                                 float *losses)
+void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t *targets, int B,
+                                 int T, float scale, float *losses)
 {
     int N = B * T;
     forward_logits(m, inputs, targets, B, T);
     /* losses[N] and dlogits[N,V] in one pass; dlogits overwrite the logits */
-    kn_crossentropy_fwd_bwd(m->kn, m->dt, losses, m->logits, m->logits, m->targets, N, m->cfg.vocab, scale);
+    kn_crossentropy_fwd_bwd(m->kn, m->dt, losses, m->logits, m->logits, m->targets, N, m->cfg.vocab,
+                            scale);
     backward_from_logits(m, B, T);
 }
 
-double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale)
+double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                              float scale)
 {
     int N = B * T;
     forward_logits(m, inputs, targets, B, T);
-    kn_crossentropy_fwd_bwd(m->kn, m->dt, m->losses, m->logits, m->logits, m->targets, N, m->cfg.vocab, scale);
+    kn_crossentropy_fwd_bwd(m->kn, m->dt, m->losses, m->logits, m->logits, m->targets, N,
+                            m->cfg.vocab, scale);
     double sum = kn_sum(m->kn, m->losses, (size_t)N); /* before the backward reuses the arena */
     backward_from_logits(m, B, T);
     return sum;

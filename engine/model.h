@@ -31,13 +31,13 @@ typedef enum { INIT_NORMAL = 0, INIT_ONES, INIT_ZEROS } model_init_kind;
 typedef enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_MLP, MODEL_RECOMPUTE_ALL } model_recompute;
 
 typedef struct model_tensor {
-    char name[96];        /* HF name without the family prefix */
+    char name[96]; /* HF name without the family prefix */
     int ndim;
-    int64_t shape[2];     /* engine layout ([out, in] for linear weights) */
-    size_t off, numel;    /* in floats, into each of the four buffers */
-    int conv1d;           /* GPT-2 Conv1D: stored [in, out] on disk */
-    int decay;            /* AdamW weight decay applies (>= 2-D tensors) */
-    int q4;               /* QLoRA: 1 + index into m->qb->w (NF4, not in the buffers); 0 = none */
+    int64_t shape[2];  /* engine layout ([out, in] for linear weights) */
+    size_t off, numel; /* in floats, into each of the four buffers */
+    int conv1d;        /* GPT-2 Conv1D: stored [in, out] on disk */
+    int decay;         /* AdamW weight decay applies (>= 2-D tensors) */
+    int q4;            /* QLoRA: 1 + index into m->qb->w (NF4, not in the buffers); 0 = none */
     model_init_kind init;
     float init_std;
 } model_tensor;
@@ -54,12 +54,12 @@ typedef struct layer_ix {
 /* Per-layer saved activations (views into the activation buffer). */
 typedef struct layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd;
-    float *q, *k, *v;       /* GPT-2: views into the fused qkv rows */
-    float *qr, *kr;         /* qk_norm: q, k before their per-head RMSNorm */
+    float *q, *k, *v;         /* GPT-2: views into the fused qkv rows */
+    float *qr, *kr;           /* qk_norm: q, k before their per-head RMSNorm */
     float *qn_rstd, *kn_rstd; /* qk_norm: one rstd per (row, head) */
-    float *lse, *atty;      /* attention: log-sum-exp per (b, head, row), output */
+    float *lse, *atty;        /* attention: log-sum-exp per (b, head, row), output */
     float *res2, *ln2, *ln2_mean, *ln2_rstd;
-    float *fc, *up, *act;   /* GPT-2: fc, -, gelu(fc); Llama: gate, up, swiglu */
+    float *fc, *up, *act; /* GPT-2: fc, -, gelu(fc); Llama: gate, up, swiglu */
     float *res3;
 } layer_acts;
 
@@ -73,7 +73,7 @@ typedef struct model_stash {
 
 typedef struct model {
     model_config cfg;
-    kn_ctx *kn;           /* borrowed */
+    kn_ctx *kn; /* borrowed */
     int nt;
     model_tensor *t;
     size_t n_params;
@@ -81,7 +81,7 @@ typedef struct model {
     int wte, wpe, lnf_w, lnf_b, lm_head; /* lm_head == wte when tied */
     layer_ix *L;
 
-    int B, T;             /* activation capacity */
+    int B, T; /* activation capacity */
     model_recompute recompute;
 
     /* Storage precision (model_set_precision). KN_F32: everything as
@@ -107,26 +107,26 @@ typedef struct model {
     size_t wscr_n[2];
     size_t span_off[2], span_n[2]; /* loaded spans (in floats of the layout) */
     unsigned span_gen[2], span_counter;
-    unsigned *wconv;      /* per tensor: span_gen of the span it was converted into */
-    size_t *wpos;         /* per 1-D tensor: its place in wscr (packed per span) */
+    unsigned *wconv; /* per tensor: span_gen of the span it was converted into */
+    size_t *wpos;    /* per 1-D tensor: its place in wscr (packed per span) */
     char *acts16;
     size_t n_acts16_bytes;
-    model_stash *stash;   /* per layer l: entries [stash_lo[l], stash_lo[l+1]) */
+    model_stash *stash; /* per layer l: entries [stash_lo[l], stash_lo[l+1]) */
     int *stash_lo;
-    int *res3_stash;      /* per layer: the stash entry of its res3 */
+    int *res3_stash; /* per layer: the stash entry of its res3 */
     float *acts;
     size_t n_acts;
     layer_acts *A;
     float *encoded, *lnf, *lnf_mean, *lnf_rstd, *losses, *tmp;
-    void *logits;         /* [N, V] in dt: fp32, or 16-bit with 16-bit storage */
+    void *logits; /* [N, V] in dt: fp32, or 16-bit with 16-bit storage */
     float *dres, *dln, *datty, *dq, *dk, *dv, *dact, *dfc, *dup;
-    float *dqr, *dkr;     /* qk_norm: d(q, k before the norm) */
+    float *dqr, *dkr;             /* qk_norm: d(q, k before the norm) */
     int32_t *ids, *targets, *pos; /* kn_alloc'd, B*T each */
 
     /* LoRA (lora.h): the base weights are frozen, so grads, m and v are not
      * allocated (NULL), and the adapters hook into every targeted matmul. */
     int frozen;
-    struct lora *lora;    /* borrowed; NULL for full fine-tuning */
+    struct lora *lora; /* borrowed; NULL for full fine-tuning */
 
     /* RoPE's inverse frequencies [head_dim/2] when they are not plain
      * theta's (Llama 3's scaling, cfg.rope_scaled); NULL otherwise. */
@@ -199,12 +199,13 @@ double model_forward(model *m, const int32_t *inputs, const int32_t *targets, in
  * backward (dlogits scaled by `scale`, 1 / non-ignored targets of the whole
  * optimizer step), and the backward, adding into m->grads (or the
  * adapters'). Returns the loss SUM as model_forward does. */
-double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale);
+double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                              float scale);
 /* The same, with the per-token losses left in the device buffer losses[B*T]
  * instead of summed: the trainer sums a whole step's at once, so the device
  * is read back once per optimizer step. */
-void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t *targets, int B, int T, float scale,
-                                 float *losses);
+void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t *targets, int B,
+                                 int T, float scale, float *losses);
 
 /* RoPE on x [B, T, H, head_dim] (row stride ld) at positions pos_offset..,
  * forward or (bwd = 1) its transpose: plain theta or cfg's scaling. */

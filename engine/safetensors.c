@@ -21,11 +21,14 @@
  * otherwise make us parse an arbitrarily large mapping as JSON). */
 #define ST_MAX_HEADER (100u * 1024u * 1024u)
 
-static const struct { const char *name; int size; } st_dtypes[ST_NDTYPES] = {
-    [ST_BOOL] = {"BOOL", 1}, [ST_U8] = {"U8", 1},       [ST_I8] = {"I8", 1},
-    [ST_I16] = {"I16", 2},   [ST_U16] = {"U16", 2},     [ST_F16] = {"F16", 2},
-    [ST_BF16] = {"BF16", 2}, [ST_I32] = {"I32", 4},     [ST_U32] = {"U32", 4},
-    [ST_F32] = {"F32", 4},   [ST_F64] = {"F64", 8},     [ST_I64] = {"I64", 8},
+static const struct {
+    const char *name;
+    int size;
+} st_dtypes[ST_NDTYPES] = {
+    [ST_BOOL] = {"BOOL", 1}, [ST_U8] = {"U8", 1},           [ST_I8] = {"I8", 1},
+    [ST_I16] = {"I16", 2},   [ST_U16] = {"U16", 2},         [ST_F16] = {"F16", 2},
+    [ST_BF16] = {"BF16", 2}, [ST_I32] = {"I32", 4},         [ST_U32] = {"U32", 4},
+    [ST_F32] = {"F32", 4},   [ST_F64] = {"F64", 8},         [ST_I64] = {"I64", 8},
     [ST_U64] = {"U64", 8},   [ST_F8_E4M3] = {"F8_E4M3", 1}, [ST_F8_E5M2] = {"F8_E5M2", 1},
 };
 
@@ -37,13 +40,15 @@ const char *st_dtype_name(st_dtype d)
 uint64_t st_numel(const st_tensor *t)
 {
     uint64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= (uint64_t)t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= (uint64_t)t->shape[i];
     return n;
 }
 
 static void st_free_tensors(st_file *f)
 {
-    for (int i = 0; i < f->n; i++) free(f->t[i].name);
+    for (int i = 0; i < f->n; i++)
+        free(f->t[i].name);
     free(f->t);
     f->t = NULL;
     f->n = 0;
@@ -64,13 +69,15 @@ static int st_parse_entry(const char *path, const char *name, json_t *v, uint64_
                           st_tensor *t, ty_err *err)
 {
     if (!json_is_object(v))
-        return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: header entry is not an object", path, name);
+        return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: header entry is not an object",
+                            path, name);
     json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
            *jo = json_object_get(v, "data_offsets");
     if (!json_is_string(jd) || !json_is_array(js) || !json_is_array(jo) || json_array_size(jo) != 2)
-        return ty_err_field(err, TY_EINVAL, name,
-                            "%s: tensor %s: header entry needs dtype, shape and data_offsets [begin, end]",
-                            path, name);
+        return ty_err_field(
+            err, TY_EINVAL, name,
+            "%s: tensor %s: header entry needs dtype, shape and data_offsets [begin, end]", path,
+            name);
     int dt = -1;
     for (int i = 0; i < ST_NDTYPES; i++)
         if (!strcmp(json_string_value(jd), st_dtypes[i].name)) dt = i;
@@ -79,16 +86,16 @@ static int st_parse_entry(const char *path, const char *name, json_t *v, uint64_
                             ty_safe_word(json_string_value(jd)));
     t->dtype = (st_dtype)dt;
     if (json_array_size(js) > ST_MAX_DIMS)
-        return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: more than %d dimensions", path, name,
-                            ST_MAX_DIMS);
+        return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: more than %d dimensions", path,
+                            name, ST_MAX_DIMS);
     t->ndim = (int)json_array_size(js);
     /* numel * size computed with an overflow guard: shapes come from the file. */
     uint64_t bytes = (uint64_t)st_dtypes[dt].size;
     for (int i = 0; i < t->ndim; i++) {
         json_t *d = json_array_get(js, (size_t)i);
         if (!json_is_integer(d) || json_integer_value(d) < 0)
-            return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: shape must be non-negative integers",
-                                path, name);
+            return ty_err_field(err, TY_EINVAL, name,
+                                "%s: tensor %s: shape must be non-negative integers", path, name);
         t->shape[i] = json_integer_value(d);
         if (t->shape[i] != 0 && bytes > UINT64_MAX / (uint64_t)t->shape[i])
             return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: shape overflows", path, name);
@@ -97,8 +104,8 @@ static int st_parse_entry(const char *path, const char *name, json_t *v, uint64_
     json_t *b = json_array_get(jo, 0), *e = json_array_get(jo, 1);
     if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
         json_integer_value(e) < json_integer_value(b))
-        return ty_err_field(err, TY_EINVAL, name, "%s: tensor %s: data_offsets must be 0 <= begin <= end",
-                            path, name);
+        return ty_err_field(err, TY_EINVAL, name,
+                            "%s: tensor %s: data_offsets must be 0 <= begin <= end", path, name);
     t->begin = (uint64_t)json_integer_value(b);
     t->end = (uint64_t)json_integer_value(e);
     if (t->end - t->begin != bytes)
@@ -107,11 +114,12 @@ static int st_parse_entry(const char *path, const char *name, json_t *v, uint64_
                             path, name, (unsigned long long)bytes,
                             (unsigned long long)(t->end - t->begin));
     if (t->end > data_len)
-        return ty_err_field(err, TY_EINVAL, name,
-                            "%s: tensor %s: data_offsets [%llu, %llu) outside the data area of %llu bytes "
-                            "(truncated file?)",
-                            path, name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                            (unsigned long long)data_len);
+        return ty_err_field(
+            err, TY_EINVAL, name,
+            "%s: tensor %s: data_offsets [%llu, %llu) outside the data area of %llu bytes "
+            "(truncated file?)",
+            path, name, (unsigned long long)t->begin, (unsigned long long)t->end,
+            (unsigned long long)data_len);
     return 0;
 }
 
@@ -135,8 +143,9 @@ int st_open(st_file *f, const char *path, ty_err *err)
     size_t size = (size_t)st.st_size;
     if (size < 8) {
         close(fd);
-        return ty_err_set(err, TY_EINVAL, "%s: truncated: %zu bytes, shorter than the 8-byte header length",
-                          path, size);
+        return ty_err_set(err, TY_EINVAL,
+                          "%s: truncated: %zu bytes, shorter than the 8-byte header length", path,
+                          size);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
@@ -147,15 +156,18 @@ int st_open(st_file *f, const char *path, ty_err *err)
 
     const uint8_t *p = map;
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | p[i];
     int rc;
     if (hlen > size - 8) {
-        rc = ty_err_set(err, TY_EINVAL, "%s: header length %llu beyond the file size %zu (truncated file?)",
-                        path, (unsigned long long)hlen, size);
+        rc = ty_err_set(err, TY_EINVAL,
+                        "%s: header length %llu beyond the file size %zu (truncated file?)", path,
+                        (unsigned long long)hlen, size);
         goto fail;
     }
     if (hlen > ST_MAX_HEADER || hlen < 2) {
-        rc = ty_err_set(err, TY_EINVAL, "%s: implausible header length %llu", path, (unsigned long long)hlen);
+        rc = ty_err_set(err, TY_EINVAL, "%s: implausible header length %llu", path,
+                        (unsigned long long)hlen);
         goto fail;
     }
     json_error_t je;
@@ -174,14 +186,16 @@ int st_open(st_file *f, const char *path, ty_err *err)
     const uint8_t *data = p + 8 + hlen;
     f->t = calloc(json_object_size(root) + 1, sizeof *f->t);
     if (!f->t) {
-        rc = ty_err_set(err, TY_ENOMEM, "%s: out of memory for %zu header entries", path, json_object_size(root));
+        rc = ty_err_set(err, TY_ENOMEM, "%s: out of memory for %zu header entries", path,
+                        json_object_size(root));
         json_decref(root);
         goto fail;
     }
     const char *key;
     json_t *val;
     rc = 0;
-    json_object_foreach(root, key, val) {
+    json_object_foreach(root, key, val)
+    {
         if (!strcmp(key, "__metadata__")) {
             if (!json_is_object(val)) {
                 rc = ty_err_set(err, TY_EINVAL, "%s: __metadata__ is not an object", path);
@@ -207,15 +221,17 @@ int st_open(st_file *f, const char *path, ty_err *err)
         rc = ty_err_set(err, TY_ENOMEM, "%s: out of memory", path);
         goto fail;
     }
-    for (int i = 0; i < f->n; i++) order[i] = &f->t[i];
+    for (int i = 0; i < f->n; i++)
+        order[i] = &f->t[i];
     qsort(order, (size_t)f->n, sizeof *order, st_cmp_begin);
     const st_tensor *prev = NULL;
     for (int i = 0; i < f->n && rc == 0; i++) {
         const st_tensor *t = order[i];
         if (t->begin == t->end) continue;
         if (prev && t->begin < prev->end)
-            rc = ty_err_field(err, TY_EINVAL, t->name, "%s: tensors %s and %s overlap in the data area", path,
-                              prev->name, t->name);
+            rc = ty_err_field(err, TY_EINVAL, t->name,
+                              "%s: tensors %s and %s overlap in the data area", path, prev->name,
+                              t->name);
         prev = t;
     }
     free(order);
@@ -291,7 +307,8 @@ int st_to_f32(const st_tensor *t, float *out, ty_err *err)
         }
         return 0;
     default:
-        return ty_err_field(err, TY_EINVAL, t->name, "tensor %s has dtype %s; want F32, F16 or BF16", t->name,
+        return ty_err_field(err, TY_EINVAL, t->name,
+                            "tensor %s has dtype %s; want F32, F16 or BF16", t->name,
                             st_dtype_name(t->dtype));
     }
 }
@@ -315,14 +332,14 @@ static uint16_t f32_to_f16(float f)
     return u;
 }
 
-int st_write(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill, void *ctx,
-             ty_err *err)
+int st_write(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill,
+             void *ctx, ty_err *err)
 {
     return st_write_as(path, tensors, n, metadata, fill, ctx, ST_F32, err);
 }
 
-int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill, void *ctx,
-                st_dtype dtype, ty_err *err)
+int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill,
+                void *ctx, st_dtype dtype, ty_err *err)
 {
     if (dtype != ST_F32 && dtype != ST_BF16 && dtype != ST_F16)
         return ty_err_set(err, TY_EINVAL, "%s: cannot write dtype %s", path, st_dtype_name(dtype));
@@ -342,7 +359,8 @@ int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata
         json_t *e = json_object();
         json_object_set_new(e, "dtype", json_string(st_dtype_name(dtype)));
         json_object_set_new(e, "shape", shape);
-        json_object_set_new(e, "data_offsets", json_pack("[II]", (json_int_t)off, (json_int_t)(off + numel * es)));
+        json_object_set_new(e, "data_offsets",
+                            json_pack("[II]", (json_int_t)off, (json_int_t)(off + numel * es)));
         json_object_set_new(hdr, t->name, e);
         off += numel * es;
     }
@@ -360,24 +378,29 @@ int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata
         goto out;
     }
     unsigned char le[8];
-    for (int i = 0; i < 8; i++) le[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
     int ok = fwrite(le, 1, 8, fp) == 8 && fwrite(text, 1, tlen, fp) == tlen;
-    for (size_t i = tlen; ok && i < hlen; i++) ok = fputc(' ', fp) != EOF;
+    for (size_t i = tlen; ok && i < hlen; i++)
+        ok = fputc(' ', fp) != EOF;
     for (int i = 0; ok && i < n; i++) {
         uint64_t numel = 1;
-        for (int d = 0; d < tensors[i].ndim; d++) numel *= (uint64_t)tensors[i].shape[d];
+        for (int d = 0; d < tensors[i].ndim; d++)
+            numel *= (uint64_t)tensors[i].shape[d];
         rc = fill(ctx, i, buf, err);
         if (rc) break;
         if (dtype != ST_F32) { /* narrowed in place: element j's 2 bytes never pass element j's 4 */
             uint16_t *h = (uint16_t *)buf;
-            for (uint64_t j = 0; j < numel; j++) h[j] = dtype == ST_BF16 ? f32_to_bf16(buf[j]) : f32_to_f16(buf[j]);
+            for (uint64_t j = 0; j < numel; j++)
+                h[j] = dtype == ST_BF16 ? f32_to_bf16(buf[j]) : f32_to_f16(buf[j]);
         }
         ok = fwrite(buf, es, numel, fp) == numel;
     }
     if (!rc && (!ok || fflush(fp) != 0 || fsync(fileno(fp)) != 0))
         rc = ty_err_set(err, TY_EIO, "writing %s: %s", path, strerror(errno));
 out:
-    if (fp && fclose(fp) != 0 && !rc) rc = ty_err_set(err, TY_EIO, "closing %s: %s", path, strerror(errno));
+    if (fp && fclose(fp) != 0 && !rc)
+        rc = ty_err_set(err, TY_EIO, "closing %s: %s", path, strerror(errno));
     free(buf);
     free(text);
     return rc;

@@ -18,8 +18,22 @@
 #define ST_MAX_DIMS 8
 
 typedef enum {
-    ST_BOOL, ST_U8, ST_I8, ST_I16, ST_U16, ST_F16, ST_BF16, ST_I32, ST_U32,
-    ST_F32, ST_F64, ST_I64, ST_U64, ST_F8_E4M3, ST_F8_E5M2, ST_NDTYPES
+    ST_BOOL,
+    ST_U8,
+    ST_I8,
+    ST_I16,
+    ST_U16,
+    ST_F16,
+    ST_BF16,
+    ST_I32,
+    ST_U32,
+    ST_F32,
+    ST_F64,
+    ST_I64,
+    ST_U64,
+    ST_F8_E4M3,
+    ST_F8_E5M2,
+    ST_NDTYPES
 } st_dtype;
 
 typedef struct st_tensor {
@@ -27,8 +41,8 @@ typedef struct st_tensor {
     st_dtype dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
-    uint64_t begin, end;      /* byte span relative to the data area */
-    const uint8_t *data;      /* points into the mapping */
+    uint64_t begin, end; /* byte span relative to the data area */
+    const uint8_t *data; /* points into the mapping */
 } st_tensor;
 
 typedef struct st_file {
@@ -36,8 +50,8 @@ typedef struct st_file {
     void *map;
     size_t map_len;
     int n;
-    st_tensor *t;             /* in header order */
-    json_t *metadata;         /* "__metadata__" object or NULL (owned ref) */
+    st_tensor *t;     /* in header order */
+    json_t *metadata; /* "__metadata__" object or NULL (owned ref) */
 } st_file;
 
 /* Maps and validates path. On error nothing is left to free. */
@@ -63,13 +77,13 @@ typedef int (*st_fill_fn)(void *ctx, int i, float *buf, ty_err *err);
 /* Writes n F32 tensors to path (contiguous, in the given order) with an
  * optional string->string metadata object. Data comes from fill(), one
  * tensor at a time, so only the largest tensor is held in host memory. */
-int st_write(const char *path, const st_out *tensors, int n, json_t *metadata,
-             st_fill_fn fill, void *ctx, ty_err *err);
+int st_write(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill,
+             void *ctx, ty_err *err);
 
 /* The same, written as ST_F32, ST_BF16 or ST_F16 (narrowed with
  * round-to-nearest-even; other dtypes are TY_EINVAL). */
-int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata,
-                st_fill_fn fill, void *ctx, st_dtype dtype, ty_err *err);
+int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill,
+                void *ctx, st_dtype dtype, ty_err *err);
 
 /* fp16 / bf16 bit patterns to float (exact). */
 float st_f16_to_f32(uint16_t h);

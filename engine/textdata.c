@@ -32,7 +32,8 @@ static int iv_reserve(ivec *a, int64_t want)
 {
     if (want <= a->cap) return 0;
     int64_t cap = a->cap ? a->cap : 256;
-    while (cap < want) cap *= 2;
+    while (cap < want)
+        cap *= 2;
     int32_t *nv = realloc(a->v, (size_t)cap * sizeof *nv);
     if (!nv) return TY_ENOMEM;
     a->v = nv;
@@ -46,15 +47,17 @@ typedef struct {
     size_t n, cap;
     size_t span[2 * 64]; /* [start, end) pairs */
     int nspan;
-    int all;             /* text format: every token carries loss */
+    int all; /* text format: every token carries loss */
 } render;
 
 static int rd_put(render *r, const char *s, size_t n)
 {
-    if (n > ((size_t)1 << 40) || r->n > ((size_t)1 << 40)) return TY_ETOOBIG; /* also bounds the sizes for -O3 */
+    if (n > ((size_t)1 << 40) || r->n > ((size_t)1 << 40))
+        return TY_ETOOBIG; /* also bounds the sizes for -O3 */
     if (!r->s || r->n + n + 1 > r->cap) {
         size_t cap = r->cap ? r->cap : 1024;
-        while (cap < r->n + n + 1) cap *= 2;
+        while (cap < r->n + n + 1)
+            cap *= 2;
         char *ns = realloc(r->s, cap);
         if (!ns) return TY_ENOMEM;
         r->s = ns;
@@ -66,7 +69,10 @@ static int rd_put(render *r, const char *s, size_t n)
     return 0;
 }
 
-static int rd_str(render *r, const char *s) { return rd_put(r, s, strlen(s)); }
+static int rd_str(render *r, const char *s)
+{
+    return rd_put(r, s, strlen(s));
+}
 
 /* Appends s with the loss flag; loss spans are recorded. */
 static int rd_loss(render *r, const char *s, size_t n)
@@ -83,8 +89,10 @@ static int rd_loss(render *r, const char *s, size_t n)
 /* Jinja's |trim / .strip(): ASCII whitespace at both ends. */
 static void strip(const char **s, size_t *n)
 {
-    while (*n && strchr(" \t\n\r\f\v", (*s)[0])) (*s)++, (*n)--;
-    while (*n && strchr(" \t\n\r\f\v", (*s)[*n - 1])) (*n)--;
+    while (*n && strchr(" \t\n\r\f\v", (*s)[0]))
+        (*s)++, (*n)--;
+    while (*n && strchr(" \t\n\r\f\v", (*s)[*n - 1]))
+        (*n)--;
 }
 
 /* A chat turn's content and its closing token. In an assistant turn both
@@ -101,18 +109,18 @@ static int rd_turn(render *r, const char *cs, size_t cn, const char *end, int lo
 
 struct data_text {
     char path[1024];
-    const char *map;     /* the file, mapped during the index pass only */
+    const char *map; /* the file, mapped during the index pass only */
     size_t size;
-    int fd;              /* rows are read back with pread */
-    char *line;          /* one line read back */
+    int fd;     /* rows are read back with pread */
+    char *line; /* one line read back */
     size_t line_cap;
     textdata_opts o;
     char *field;
     int n_ex;
-    int64_t *line_off;   /* per example: byte offset, length, line number */
+    int64_t *line_off; /* per example: byte offset, length, line number */
     int32_t *line_len;
     int32_t *line_no;
-    int64_t *cum;        /* packing: cumulative token counts, n_ex + 1 */
+    int64_t *cum; /* packing: cumulative token counts, n_ex + 1 */
     int n_rows;
     ivec tok, lab, ptok, plab; /* scratch: one example; a packed row */
     render rd;
@@ -121,10 +129,14 @@ struct data_text {
 
 int textdata_template_parse(const char *name, textdata_template *out)
 {
-    if (!name || !strcmp(name, "chatml")) *out = TD_CHATML;
-    else if (!strcmp(name, "llama3")) *out = TD_LLAMA3;
-    else if (!strcmp(name, "llama2")) *out = TD_LLAMA2;
-    else return TY_EINVAL;
+    if (!name || !strcmp(name, "chatml"))
+        *out = TD_CHATML;
+    else if (!strcmp(name, "llama3"))
+        *out = TD_LLAMA3;
+    else if (!strcmp(name, "llama2"))
+        *out = TD_LLAMA2;
+    else
+        return TY_EINVAL;
     return 0;
 }
 
@@ -154,12 +166,14 @@ static int render_example(const struct data_text *t, json_t *o, render *r, char 
         if (!s) return -1;
         if (r) {
             r->all = 1;
-            if (rd_put(r, s, json_string_length(json_object_get(o, t->field)))) return snprintf(why, wn, "out of memory"), -1;
+            if (rd_put(r, s, json_string_length(json_object_get(o, t->field))))
+                return snprintf(why, wn, "out of memory"), -1;
         }
         return 0;
     }
     if (t->o.format == TD_PROMPT_COMPLETION) {
-        const char *p = str_field(o, "prompt", why, wn), *c = p ? str_field(o, "completion", why, wn) : NULL;
+        const char *p = str_field(o, "prompt", why, wn),
+                   *c = p ? str_field(o, "completion", why, wn) : NULL;
         if (!p || !c) return -1;
         if (r && (rd_put(r, p, json_string_length(json_object_get(o, "prompt"))) ||
                   rd_loss(r, c, json_string_length(json_object_get(o, "completion")))))
@@ -173,14 +187,16 @@ static int render_example(const struct data_text *t, json_t *o, render *r, char 
         return snprintf(why, wn, "\"messages\" must be a non-empty array"), -1;
     size_t i, nm = json_array_size(msgs);
     json_t *m;
-    json_array_foreach(msgs, i, m) {
+    json_array_foreach(msgs, i, m)
+    {
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
         if (!json_is_object(m) || !json_is_string(role) || !json_is_string(content))
             return snprintf(why, wn, "messages[%zu] needs string \"role\" and \"content\"", i), -1;
         const char *rs = json_string_value(role);
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
             return snprintf(why, wn, "messages[%zu].role is not system, user or assistant", i), -1;
-        if (!strcmp(rs, "system") && i != 0) return snprintf(why, wn, "messages[%zu]: a system message must come first", i), -1;
+        if (!strcmp(rs, "system") && i != 0)
+            return snprintf(why, wn, "messages[%zu]: a system message must come first", i), -1;
     }
     const tok_tokenizer *tk = t->o.tok;
     const char *bos = tk && tok_bos(tk) >= 0 ? tok_token_str(tk, tok_bos(tk)) : NULL;
@@ -192,17 +208,21 @@ static int render_example(const struct data_text *t, json_t *o, render *r, char 
          *   <s>[INST] <<SYS>>\n{sys}\n<</SYS>>\n\n{user} [/INST] {assistant} </s> */
         size_t first = 0;
         const char *sys = NULL;
-        if (!strcmp(json_string_value(json_object_get(json_array_get(msgs, 0), "role")), "system")) {
+        if (!strcmp(json_string_value(json_object_get(json_array_get(msgs, 0), "role")),
+                    "system")) {
             sys = json_string_value(json_object_get(json_array_get(msgs, 0), "content"));
             first = 1;
         }
         for (i = first; i < nm; i++) {
             const char *rs = json_string_value(json_object_get(json_array_get(msgs, i), "role"));
             if (strcmp(rs, (i - first) % 2 ? "assistant" : "user"))
-                return snprintf(why, wn, "messages[%zu]: llama2 needs roles alternating user/assistant", i), -1;
+                return snprintf(why, wn,
+                                "messages[%zu]: llama2 needs roles alternating user/assistant", i),
+                       -1;
         }
         if (!r) return 0;
-        if (!bos || !eos) return snprintf(why, wn, "the llama2 template needs bos and eos tokens"), -1;
+        if (!bos || !eos)
+            return snprintf(why, wn, "the llama2 template needs bos and eos tokens"), -1;
         int oom = 0;
         for (i = first; i < nm; i++) {
             json_t *c = json_object_get(json_array_get(msgs, i), "content");
@@ -213,8 +233,8 @@ static int render_example(const struct data_text *t, json_t *o, render *r, char 
                 if (i == first && sys) {
                     /* '<<SYS>>\n' + system + '\n<</SYS>>\n\n' + content, then .strip() */
                     render tmp = {0};
-                    oom |= rd_str(&tmp, "<<SYS>>\n") | rd_str(&tmp, sys) | rd_str(&tmp, "\n<</SYS>>\n\n") |
-                           rd_put(&tmp, cs, cn);
+                    oom |= rd_str(&tmp, "<<SYS>>\n") | rd_str(&tmp, sys) |
+                           rd_str(&tmp, "\n<</SYS>>\n\n") | rd_put(&tmp, cs, cn);
                     const char *ts = tmp.s ? tmp.s : "";
                     size_t tn = tmp.n;
                     strip(&ts, &tn);
@@ -234,16 +254,19 @@ static int render_example(const struct data_text *t, json_t *o, render *r, char 
                     r->span[2 * r->nspan] = at;
                     r->span[2 * r->nspan + 1] = r->n;
                     r->nspan++;
-                } else oom = 1;
+                } else
+                    oom = 1;
             }
         }
         return oom ? (snprintf(why, wn, "too many turns or out of memory"), -1) : 0;
     }
     if (!r) return 0;
-    if (tp == TD_LLAMA3 && !bos) return snprintf(why, wn, "the llama3 template needs a bos token"), -1;
+    if (tp == TD_LLAMA3 && !bos)
+        return snprintf(why, wn, "the llama3 template needs a bos token"), -1;
     int oom = 0;
     if (tp == TD_LLAMA3) oom |= rd_str(r, bos);
-    json_array_foreach(msgs, i, m) {
+    json_array_foreach(msgs, i, m)
+    {
         const char *rs = json_string_value(json_object_get(m, "role"));
         json_t *c = json_object_get(m, "content");
         const char *cs = json_string_value(c);
@@ -256,7 +279,8 @@ static int render_example(const struct data_text *t, json_t *o, render *r, char 
             oom |= rd_turn(r, cs, cn, "<|im_end|>", asst) | rd_str(r, "\n");
         } else {
             /* Llama 3: <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|> */
-            oom |= rd_str(r, "<|start_header_id|>") | rd_str(r, rs) | rd_str(r, "<|end_header_id|>\n\n");
+            oom |= rd_str(r, "<|start_header_id|>") | rd_str(r, rs) |
+                   rd_str(r, "<|end_header_id|>\n\n");
             strip(&cs, &cn);
             oom |= rd_turn(r, cs, cn, "<|eot_id|>", asst);
         }
@@ -272,7 +296,8 @@ static int check_line(struct data_text *t, const char *line, size_t len, char *w
         size_t at = 0;
         while (at < len) {
             size_t k = 1;
-            while (k <= 4 && at + k <= len && !ty_utf8_valid(line + at, k)) k++;
+            while (k <= 4 && at + k <= len && !ty_utf8_valid(line + at, k))
+                k++;
             if (k > 4 || at + k > len) break;
             at += k;
         }
@@ -280,7 +305,9 @@ static int check_line(struct data_text *t, const char *line, size_t len, char *w
     }
     json_error_t je;
     json_t *o = json_loadb(line, len, 0, &je);
-    if (!o) return snprintf(why, wn, "not valid JSON (column %d: %s)", je.column, ty_json_error(&je)), -1;
+    if (!o)
+        return snprintf(why, wn, "not valid JSON (column %d: %s)", je.column, ty_json_error(&je)),
+               -1;
     int rc = render_example(t, o, NULL, why, wn);
     json_decref(o);
     return rc;
@@ -288,7 +315,8 @@ static int check_line(struct data_text *t, const char *line, size_t len, char *w
 
 /* ---- tokenisation of one example --------------------------------------- */
 
-static int encode_len(const struct data_text *t, const char *s, size_t n, int64_t *out, char *why, size_t wn)
+static int encode_len(const struct data_text *t, const char *s, size_t n, int64_t *out, char *why,
+                      size_t wn)
 {
     int32_t *ids = NULL;
     size_t k = 0;
@@ -324,7 +352,9 @@ static int build_example(struct data_text *t, int ex)
     json_t *o = json_loadb(t->line, llen, 0, &je);
     render *r = &t->rd;
     if (!o || render_example(t, o, r, why, sizeof why)) {
-        if (!o) snprintf(why, sizeof why, "not valid JSON (column %d: %s)", je.column, ty_json_error(&je));
+        if (!o)
+            snprintf(why, sizeof why, "not valid JSON (column %d: %s)", je.column,
+                     ty_json_error(&je));
         json_decref(o);
         snprintf(t->err, sizeof t->err, "%s line %d: %s", t->path, t->line_no[ex], why);
         return -1;
@@ -364,14 +394,16 @@ static int build_example(struct data_text *t, int ex)
         int64_t b[2];
         for (int k = 0; k < 2; k++) {
             size_t c = r->span[2 * s + k];
-            if (c == r->n) b[k] = (int64_t)n;
+            if (c == r->n)
+                b[k] = (int64_t)n;
             else if (encode_len(t, r->s, c, &b[k], why, sizeof why)) {
                 snprintf(t->err, sizeof t->err, "%s line %d: %s", t->path, t->line_no[ex], why);
                 return -1;
             }
             if (b[k] > (int64_t)n) b[k] = (int64_t)n;
         }
-        for (int64_t i = b[0]; i < b[1]; i++) t->lab.v[at + i] = t->tok.v[at + i];
+        for (int64_t i = b[0]; i < b[1]; i++)
+            t->lab.v[at + i] = t->tok.v[at + i];
     }
     at += (int64_t)n;
     if (eos) {
@@ -381,8 +413,9 @@ static int build_example(struct data_text *t, int ex)
     }
     for (int64_t i = 0; i < at; i++)
         if (t->tok.v[i] >= t->o.vocab) {
-            snprintf(t->err, sizeof t->err, "%s line %d: token id %d is outside the model's vocabulary [0, %d)",
-                     t->path, t->line_no[ex], t->tok.v[i], t->o.vocab);
+            snprintf(t->err, sizeof t->err,
+                     "%s line %d: token id %d is outside the model's vocabulary [0, %d)", t->path,
+                     t->line_no[ex], t->tok.v[i], t->o.vocab);
             return -1;
         }
     t->tok.n = t->lab.n = at;
@@ -404,8 +437,10 @@ static int td_fill(struct data_text *t, int row, int T, int32_t *inputs, int32_t
     int a = 0, b = t->n_ex;
     while (b - a > 1) { /* last example starting at or before lo */
         int mid = (a + b) / 2;
-        if (t->cum[mid] <= lo) a = mid;
-        else b = mid;
+        if (t->cum[mid] <= lo)
+            a = mid;
+        else
+            b = mid;
     }
     if (iv_reserve(&t->ptok, T) || iv_reserve(&t->plab, T)) {
         snprintf(t->err, sizeof t->err, "out of memory packing %s", t->path);
@@ -415,7 +450,8 @@ static int td_fill(struct data_text *t, int row, int T, int32_t *inputs, int32_t
     for (int ex = a; ex < t->n_ex && t->cum[ex] < hi; ex++) {
         if (build_example(t, ex)) return -1;
         if (t->tok.n != t->cum[ex + 1] - t->cum[ex]) {
-            snprintf(t->err, sizeof t->err, "%s changed while training (line %d tokenises differently)", t->path,
+            snprintf(t->err, sizeof t->err,
+                     "%s changed while training (line %d tokenises differently)", t->path,
                      t->line_no[ex]);
             return -1;
         }
@@ -431,7 +467,10 @@ static int td_fill(struct data_text *t, int row, int T, int32_t *inputs, int32_t
     return data_row_from(t->ptok.v, t->plab.v, got, T, inputs, targets);
 }
 
-static const char *td_error(const struct data_text *t) { return t->err; }
+static const char *td_error(const struct data_text *t)
+{
+    return t->err;
+}
 
 static void td_free(struct data_text *t)
 {
@@ -504,7 +543,8 @@ int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *
         size_t len = nl ? (size_t)(nl - s) : t->size - pos;
         size_t next = pos + len + (nl ? 1 : 0);
         line++;
-        while (len && (s[len - 1] == '\r' || s[len - 1] == ' ')) len--;
+        while (len && (s[len - 1] == '\r' || s[len - 1] == ' '))
+            len--;
         if (!len) {
             pos = next;
             continue;
@@ -533,7 +573,8 @@ int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *
             }
         }
         if (len > INT32_MAX || line > INT32_MAX || t->n_ex == INT32_MAX - 1) {
-            rc = ty_err_set(err, TY_ETOOBIG, "%s line %ld: line too long or too many lines", path, line);
+            rc = ty_err_set(err, TY_ETOOBIG, "%s line %ld: line too long or too many lines", path,
+                            line);
             goto out;
         }
         t->line_off[t->n_ex] = (int64_t)pos;
@@ -543,7 +584,8 @@ int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *
         pos = next;
     }
     if (t->n_ex == 0) {
-        rc = ty_err_set(err, TY_EINVAL, "%s: empty dataset (no %sexamples)", path, d->skipped ? "valid " : "");
+        rc = ty_err_set(err, TY_EINVAL, "%s: empty dataset (no %sexamples)", path,
+                        d->skipped ? "valid " : "");
         goto out;
     }
     if (t->map) munmap((void *)t->map, t->size);
@@ -577,7 +619,8 @@ int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *
         rc = ty_err_set(err, TY_ENOMEM, "out of memory indexing %s", path);
         goto out;
     }
-    for (int i = 0; i < t->n_rows; i++) d->map[i] = i;
+    for (int i = 0; i < t->n_rows; i++)
+        d->map[i] = i;
     d->n = t->n_rows;
     d->text = t;
     d->ops = &td_ops;

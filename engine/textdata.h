@@ -21,13 +21,13 @@ typedef enum { TD_CHATML = 0, TD_LLAMA3, TD_LLAMA2 } textdata_template;
 
 typedef struct textdata_opts {
     textdata_format format;
-    const char *text_field;      /* TD_TEXT; "text" when NULL */
+    const char *text_field; /* TD_TEXT; "text" when NULL */
     textdata_template chat_template;
-    int packing;                 /* concatenate examples into full seq_len rows */
-    int seq_len;                 /* needed for packing */
-    int skip_invalid;            /* skip bad lines (counted) instead of failing */
-    int vocab;                   /* the model's vocabulary: every id must be below it */
-    const tok_tokenizer *tok;    /* borrowed; must outlive the dataset */
+    int packing;              /* concatenate examples into full seq_len rows */
+    int seq_len;              /* needed for packing */
+    int skip_invalid;         /* skip bad lines (counted) instead of failing */
+    int vocab;                /* the model's vocabulary: every id must be below it */
+    const tok_tokenizer *tok; /* borrowed; must outlive the dataset */
 } textdata_opts;
 
 /* Indexes path into *d (rows = examples, or packed rows). A bad line is an

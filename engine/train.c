@@ -61,40 +61,43 @@ typedef struct run {
     kn_ctx *kn;
     model m;
     int have_model;
-    lora lora;             /* method lora: the adapters (m.lora points here) */
+    lora lora; /* method lora: the adapters (m.lora points here) */
     int have_lora;
-    tok_tokenizer *tok;    /* text formats */
+    tok_tokenizer *tok; /* text formats */
     dataset train, eval;
     data_sampler sampler;
-    int64_t step;          /* optimizer updates done */
-    int64_t tokens;        /* positions processed (incl. padding) */
-    int32_t *in, *tg;      /* host batch: grad_accum x batch_size x seq_len (kn_host_alloc: pinned on CUDA) */
-    float *losses;         /* device: the step's per-token losses, read back once per step */
-    int64_t last_ckpt;     /* step of the newest checkpoint written by us */
-    int64_t eval_step;     /* step of the latest eval, -1 before any */
+    int64_t step;   /* optimizer updates done */
+    int64_t tokens; /* positions processed (incl. padding) */
+    int32_t *in,
+        *tg; /* host batch: grad_accum x batch_size x seq_len (kn_host_alloc: pinned on CUDA) */
+    float *losses;     /* device: the step's per-token losses, read back once per step */
+    int64_t last_ckpt; /* step of the newest checkpoint written by us */
+    int64_t eval_step; /* step of the latest eval, -1 before any */
     double eval_loss;
-    char fallback[600];    /* backend auto fell back to the CPU: why ("" if not) */
+    char fallback[600]; /* backend auto fell back to the CPU: why ("" if not) */
     /* Metric events (without "ev") since the last checkpoint, saved in its
      * trainer_state.json as log_history: a server killed before it
      * committed them gets them back when it adopts the checkpoint. */
     json_t *history;
-    kn_dtype dt;           /* storage precision */
+    kn_dtype dt; /* storage precision */
     /* fp16 dynamic loss scaling (scaler.h, GradScaler's rule), all of it
      * in the checkpoint. bf16 / fp32: scale 1, nothing skipped. */
     ty_scaler sc;
-    int stop;              /* the stop all ranks agreed on after the last step */
-    zero1 zero;            /* resources.zero 1: this rank's moments (zero.h) */
-    model_config cfg;      /* set-up: read by step_config, given to the model by step_model */
+    int stop;         /* the stop all ranks agreed on after the last step */
+    zero1 zero;       /* resources.zero 1: this rank's moments (zero.h) */
+    model_config cfg; /* set-up: read by step_config, given to the model by step_model */
     int have_cfg;
-    int vocab;             /* the model's vocabulary size */
+    int vocab;               /* the model's vocabulary size */
     int64_t epoch0, cursor0; /* set-up: where the data resumes */
 } run;
 
 static int fail(const char *prefix, const ty_err *e)
 {
     char msg[900];
-    if (prefix) snprintf(msg, sizeof msg, "%s: %s", prefix, e->msg);
-    else snprintf(msg, sizeof msg, "%s", e->msg);
+    if (prefix)
+        snprintf(msg, sizeof msg, "%s: %s", prefix, e->msg);
+    else
+        snprintf(msg, sizeof msg, "%s", e->msg);
     ev_log("error: %s", msg);
     ev_error(msg);
     /* The exit status comes from the code: a spec this engine cannot run
@@ -110,7 +113,10 @@ static int prefixed(ty_err *err, int code, const char *prefix)
     return ty_err_set(err, code, "%s: %s", prefix, m);
 }
 
-static uint64_t peak_mem_bytes(run *r) { return device_mem_bytes(r->kn); }
+static uint64_t peak_mem_bytes(run *r)
+{
+    return device_mem_bytes(r->kn);
+}
 
 /* ---- spec and setup ----------------------------------------------------- */
 
@@ -137,34 +143,54 @@ static int check_supported(run *r, const model_config *c, char *msg, size_t n)
 {
     const jobspec *s = &r->spec;
     if (s->method == METHOD_QLORA && c->fused)
-        return snprintf(msg, n, "method qlora: %s's fused qkv_proj / gate_up_proj are not quantised by this engine yet "
-                        "(use method lora)", c->model_type), 1;
+        return snprintf(
+                   msg, n,
+                   "method qlora: %s's fused qkv_proj / gate_up_proj are not quantised by this engine yet "
+                   "(use method lora)",
+                   c->model_type),
+               1;
     json_t *qc = json_object_get(c->raw, "quantization_config");
     if (qc) {
         const char *qm = json_string_value(json_object_get(qc, "quant_method"));
-        return snprintf(msg, n,
-                        "model.path: config.json has quantization_config (quant_method \"%s\"): the model is already "
-                        "quantised; %s needs the original fp32/bf16/fp16 weights%s",
-                        qm ? qm : "?", s->method == METHOD_QLORA ? "method qlora" : "training",
-                        s->method == METHOD_QLORA ? " (it quantises them itself)" : ""), 1;
+        return snprintf(
+                   msg, n,
+                   "model.path: config.json has quantization_config (quant_method \"%s\"): the model is already "
+                   "quantised; %s needs the original fp32/bf16/fp16 weights%s",
+                   qm ? qm : "?", s->method == METHOD_QLORA ? "method qlora" : "training",
+                   s->method == METHOD_QLORA ? " (it quantises them itself)" : ""),
+               1;
     }
     if (s->format != DS_TOKENS && !s->model_path)
-        return snprintf(msg, n, "dataset.format %s needs model.path (a directory with tokenizer.json)",
-                        jobspec_format_name(s->format)), 1;
+        return snprintf(msg, n,
+                        "dataset.format %s needs model.path (a directory with tokenizer.json)",
+                        jobspec_format_name(s->format)),
+               1;
     textdata_template tp;
     if (s->format == DS_CHAT && textdata_template_parse(s->chat_template, &tp))
-        return snprintf(msg, n, "dataset.chat_template \"%s\" is not one of chatml, llama3, llama2", s->chat_template), 1;
+        return snprintf(msg, n, "dataset.chat_template \"%s\" is not one of chatml, llama3, llama2",
+                        s->chat_template),
+               1;
     if (s->method != METHOD_FULL && s->lora_r < 1)
         return snprintf(msg, n, "lora.r must be at least 1 (got %d)", s->lora_r), 1;
     if (s->seq_len > c->max_pos)
-        return snprintf(msg, n, "hyperparameters.seq_len %d exceeds the model's maximum of %d positions (%s)",
-                        s->seq_len, c->max_pos, c->arch == ARCH_GPT2 ? "n_positions" : "max_position_embeddings"), 1;
+        return snprintf(
+                   msg, n,
+                   "hyperparameters.seq_len %d exceeds the model's maximum of %d positions (%s)",
+                   s->seq_len, c->max_pos,
+                   c->arch == ARCH_GPT2 ? "n_positions" : "max_position_embeddings"),
+               1;
     if ((int64_t)s->batch_size * s->seq_len > INT32_MAX / 4)
-        return snprintf(msg, n, "hyperparameters.batch_size x seq_len = %lld positions per micro-batch is too many",
-                        (long long)s->batch_size * s->seq_len), 1;
+        return snprintf(
+                   msg, n,
+                   "hyperparameters.batch_size x seq_len = %lld positions per micro-batch is too many",
+                   (long long)s->batch_size * s->seq_len),
+               1;
     if (c->sliding_window && c->sliding_window < s->seq_len)
-        return snprintf(msg, n, "hyperparameters.seq_len %d exceeds the model's sliding_window %d (not supported)",
-                        s->seq_len, c->sliding_window), 1;
+        return snprintf(
+                   msg, n,
+                   "hyperparameters.seq_len %d exceeds the model's sliding_window %d (not supported)",
+                   s->seq_len, c->sliding_window),
+               1;
     return 0;
 }
 
@@ -172,12 +198,13 @@ static int check_supported(run *r, const model_config *c, char *msg, size_t n)
  * the started event's `fallback`), never silently. */
 static int open_device(run *r, ty_err *err)
 {
-    int rc = device_open(&r->kn, &r->spec, r->a->local_rank, r->a->threads, r->fallback, sizeof r->fallback, err);
+    int rc = device_open(&r->kn, &r->spec, r->a->local_rank, r->a->threads, r->fallback,
+                         sizeof r->fallback, err);
     if (r->fallback[0]) ev_log("backend auto: %s", r->fallback);
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     if (!rc && kn_device_of(r->kn) == KN_CUDA)
-        ev_log("device: cuda %d (local rank) of CUDA_VISIBLE_DEVICES=%s: %s", r->a->local_rank, vis ? vis : "unset",
-               kn_describe(r->kn));
+        ev_log("device: cuda %d (local rank) of CUDA_VISIBLE_DEVICES=%s: %s", r->a->local_rank,
+               vis ? vis : "unset", kn_describe(r->kn));
     return rc;
 }
 
@@ -187,19 +214,14 @@ static int write_trainer_state(run *r, const char *path, ty_err *err)
 {
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->spec.seed);
-    json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:{s:s, s:s, s:I}, s:I, s:f, s:s, s:s, s:I}",
-                          "format", "trainyard-trainer-state/1",
-                          "step", (json_int_t)r->step,
-                          "epoch", (json_int_t)r->sampler.epoch,
-                          "cursor", (json_int_t)r->sampler.pos,
-                          "n_examples", (json_int_t)r->train.n,
-                          "rng", "algorithm", "splitmix64-fisher-yates", "seed", seed,
-                          "epoch", (json_int_t)r->sampler.epoch,
-                          "tokens", (json_int_t)r->tokens,
-                          "loss_scale", (double)r->sc.scale,
-                          "spec_sha256", r->spec_sha,
-                          "model_type", r->m.cfg.model_type,
-                          "params", (json_int_t)r->m.n_params);
+    json_t *o =
+        json_pack("{s:s, s:I, s:I, s:I, s:I, s:{s:s, s:s, s:I}, s:I, s:f, s:s, s:s, s:I}", "format",
+                  "trainyard-trainer-state/1", "step", (json_int_t)r->step, "epoch",
+                  (json_int_t)r->sampler.epoch, "cursor", (json_int_t)r->sampler.pos, "n_examples",
+                  (json_int_t)r->train.n, "rng", "algorithm", "splitmix64-fisher-yates", "seed",
+                  seed, "epoch", (json_int_t)r->sampler.epoch, "tokens", (json_int_t)r->tokens,
+                  "loss_scale", (double)r->sc.scale, "spec_sha256", r->spec_sha, "model_type",
+                  r->m.cfg.model_type, "params", (json_int_t)r->m.n_params);
     json_object_set_new(o, "growth_tracker", json_integer((json_int_t)r->sc.growth_tracker));
     json_object_set_new(o, "skipped_steps", json_integer((json_int_t)r->sc.skipped));
     json_object_set_new(o, "precision", json_string(kn_dtype_name(r->dt)));
@@ -215,15 +237,16 @@ static int write_trainer_state(run *r, const char *path, ty_err *err)
     return rc;
 }
 
-static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t *cursor, ty_err *err)
+static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t *cursor,
+                              ty_err *err)
 {
     json_t *o;
     int rc = ty_read_json(path, TY_ECORRUPT, &o, err);
     if (rc) return rc;
     json_int_t step = -1, ep = -1, cur = -1, n = -1, tokens = 0;
     const char *seed = NULL;
-    if (json_unpack(o, "{s:I, s:I, s:I, s:I, s:{s:s}, s:I}", "step", &step, "epoch", &ep, "cursor", &cur,
-                          "n_examples", &n, "rng", "seed", &seed, "tokens", &tokens) != 0) {
+    if (json_unpack(o, "{s:I, s:I, s:I, s:I, s:{s:s}, s:I}", "step", &step, "epoch", &ep, "cursor",
+                    &cur, "n_examples", &n, "rng", "seed", &seed, "tokens", &tokens) != 0) {
         json_decref(o);
         return ty_err_set(err, TY_ECORRUPT, "%s: not a trainer state", path);
     }
@@ -231,14 +254,19 @@ static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t 
     snprintf(want, sizeof want, "%llu", (unsigned long long)r->spec.seed);
     const char *sha = json_string_value(json_object_get(o, "spec_sha256"));
     if (sha && strcmp(sha, r->spec_sha))
-        ev_log("note: resuming a checkpoint written under a different spec (sha256 %.12s, now %.12s)", sha,
-               r->spec_sha);
-    if (n != r->train.n) rc = ty_err_set(err, TY_EINVAL, "checkpoint was taken on %lld training examples, the dataset now has %d",
-                                         (long long)n, r->train.n);
+        ev_log(
+            "note: resuming a checkpoint written under a different spec (sha256 %.12s, now %.12s)",
+            sha, r->spec_sha);
+    if (n != r->train.n)
+        rc = ty_err_set(err, TY_EINVAL,
+                        "checkpoint was taken on %lld training examples, the dataset now has %d",
+                        (long long)n, r->train.n);
     else if (strcmp(seed, want))
-        rc = ty_err_set(err, TY_EINVAL, "checkpoint was taken with seed %s, the spec now says %s", seed, want);
+        rc = ty_err_set(err, TY_EINVAL, "checkpoint was taken with seed %s, the spec now says %s",
+                        seed, want);
     else if (step < 0 || step > r->spec.max_steps)
-        rc = ty_err_set(err, TY_EINVAL, "checkpoint step %lld is beyond hyperparameters.max_steps %lld",
+        rc = ty_err_set(err, TY_EINVAL,
+                        "checkpoint step %lld is beyond hyperparameters.max_steps %lld",
                         (long long)step, (long long)r->spec.max_steps);
     /* Loss-scaler state (absent in checkpoints from before issue 10: the
      * precision's initial state). */
@@ -249,7 +277,8 @@ static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t 
         r->sc.growth_tracker = json_integer_value(gt);
         r->sc.skipped = json_integer_value(sk);
     } else if (!rc && sk && json_integer_value(sk) > 0) {
-        r->sc.skipped = json_integer_value(sk); /* AdamW's step count stays right across a precision change */
+        r->sc.skipped =
+            json_integer_value(sk); /* AdamW's step count stays right across a precision change */
     }
     json_decref(o);
     if (rc) return rc;
@@ -290,14 +319,16 @@ static int write_checkpoint(run *r, ty_err *err)
     /* LoRA checkpoints hold the adapters and their moments only; the frozen
      * base is model.path (or model.init) again on resume. */
     int lo = r->have_lora;
-    snprintf(path, sizeof path, "%s/%s", dir, lo ? "adapter_model.safetensors" : "model.safetensors");
+    snprintf(path, sizeof path, "%s/%s", dir,
+             lo ? "adapter_model.safetensors" : "model.safetensors");
     if (!rc) rc = lo ? lora_save(&r->lora, path, err) : model_save_file(&r->m, path, err);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    if (!rc) rc = lo ? lora_save_optimizer(&r->lora, path, err) : model_save_optimizer(&r->m, path, err);
+    if (!rc)
+        rc = lo ? lora_save_optimizer(&r->lora, path, err) : model_save_optimizer(&r->m, path, err);
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     if (!rc) rc = write_trainer_state(r, path, err);
-    const char *files[] = {lo ? "adapter_model.safetensors" : "model.safetensors", "optimizer.safetensors",
-                           "trainer_state.json"};
+    const char *files[] = {lo ? "adapter_model.safetensors" : "model.safetensors",
+                           "optimizer.safetensors", "trainer_state.json"};
     uint64_t bytes = 0;
     if (!rc) rc = ckpt_commit(dir, r->step, files, 3, &bytes, err);
     if (rc) {
@@ -308,13 +339,14 @@ static int write_checkpoint(run *r, ty_err *err)
     }
     r->last_ckpt = r->step;
     if (r->history) json_array_clear(r->history);
-    ev_emit(json_pack("{s:s, s:I, s:s, s:I}", "ev", "checkpoint", "step", (json_int_t)r->step, "dir", rel, "bytes",
-                      (json_int_t)bytes));
+    ev_emit(json_pack("{s:s, s:I, s:s, s:I}", "ev", "checkpoint", "step", (json_int_t)r->step,
+                      "dir", rel, "bytes", (json_int_t)bytes));
     ev_log("checkpoint %s (%llu bytes)", rel, (unsigned long long)bytes);
     /* Pruning has one owner: under trainyard serve the server prunes (its
      * database knows which checkpoint it points at); alone, we do. */
     ty_err perr = {0};
-    if (!r->a->supervised && ckpt_prune(r->a->workdir, r->spec.keep_last, r->spec.keep_best, &perr)) ev_log("warning: pruning checkpoints: %s", perr.msg);
+    if (!r->a->supervised && ckpt_prune(r->a->workdir, r->spec.keep_last, r->spec.keep_best, &perr))
+        ev_log("warning: pruning checkpoints: %s", perr.msg);
     return 0;
 }
 
@@ -339,7 +371,8 @@ static int load_unquantised(run *r, model *out, ty_err *err)
                            : hfconfig_parse(s->model_init, "model.init", &cfg, err);
     if (rc) return rc;
     if ((rc = model_create_ex(out, &cfg, r->kn, 1, err))) return rc;
-    return s->model_path ? model_load_dir(out, s->model_path, err) : model_init_random(out, s->seed, err);
+    return s->model_path ? model_load_dir(out, s->model_path, err)
+                         : model_init_random(out, s->seed, err);
 }
 
 static int export_model(run *r, ty_err *err)
@@ -371,24 +404,31 @@ static int export_model(run *r, ty_err *err)
         jobspec_export_dtype want = r->spec.export_dtype;
         if (want == EXPORT_DTYPE_AUTO) {
             const char *own = json_string_value(json_object_get(mm->cfg.raw, "torch_dtype"));
-            edt = own && !strcmp(own, "bfloat16") ? KN_BF16 : own && !strcmp(own, "float16") ? KN_F16 : KN_F32;
+            edt = own && !strcmp(own, "bfloat16")  ? KN_BF16
+                  : own && !strcmp(own, "float16") ? KN_F16
+                                                   : KN_F32;
         } else {
             edt = want == EXPORT_DTYPE_BF16 ? KN_BF16 : want == EXPORT_DTYPE_FP16 ? KN_F16 : KN_F32;
         }
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         if (!rc) rc = model_save_file_as(mm, path, edt, err);
-        json_t *cfg = rc ? NULL : hfconfig_export_as(&mm->cfg, edt == KN_BF16 ? "bfloat16" : edt == KN_F16 ? "float16" : "float32");
+        json_t *cfg = rc ? NULL
+                         : hfconfig_export_as(&mm->cfg, edt == KN_BF16  ? "bfloat16"
+                                                        : edt == KN_F16 ? "float16"
+                                                                        : "float32");
         char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(cfg);
         snprintf(path, sizeof path, "%s/config.json", dir);
-        if (!rc) rc = text ? ty_write_file_atomic(path, text, strlen(text), err) : ty_err_set(err, TY_ENOMEM, "config");
+        if (!rc)
+            rc = text ? ty_write_file_atomic(path, text, strlen(text), err)
+                      : ty_err_set(err, TY_ENOMEM, "config");
         free(text);
         if (mm == &full) model_free(&full);
     }
     /* The tokenizer travels with the weights when the model dir had one. */
-    static const char *const tok_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                            "vocab.json", "merges.txt", "tokenizer.model",
-                                            "generation_config.json"};
+    static const char *const tok_files[] = {
+        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+        "merges.txt",     "tokenizer.model",       "generation_config.json"};
     for (size_t i = 0; !rc && r->spec.model_path && i < sizeof tok_files / sizeof *tok_files; i++) {
         char from[4200];
         struct stat st;
@@ -409,7 +449,8 @@ static int run_eval(run *r, double *loss, ty_err *err)
     for (int start = 0; start < r->eval.n; start += B) {
         int rows = r->eval.n - start < B ? r->eval.n - start : B;
         for (int b = 0; b < rows; b++) {
-            int c = data_fill_row(&r->eval, start + b, T, r->in + (size_t)b * T, r->tg + (size_t)b * T);
+            int c =
+                data_fill_row(&r->eval, start + b, T, r->in + (size_t)b * T, r->tg + (size_t)b * T);
             if (c < 0) return ty_err_set(err, TY_EIO, "dataset.eval: %s", data_error(&r->eval));
             count += c;
         }
@@ -435,7 +476,7 @@ static int emit_eval(run *r, ty_err *err)
 
 typedef struct step_result {
     double loss, grad_norm, lr;
-    int skipped;           /* fp16: inf/NaN gradients, update skipped */
+    int skipped; /* fp16: inf/NaN gradients, update skipped */
 } step_result;
 
 /* World > 1: this rank fills only its share of the step's rows
@@ -463,9 +504,10 @@ static int train_step(run *r, step_result *out, ty_err *err)
     if (coll_sum_f64(r->a->coll, global, 1, err)) return -1;
     count = (long long)global[0];
     if (count == 0)
-        return ty_err_set(err, TY_EINVAL,
-                          "step %lld: its %d examples (from position %lld of epoch %lld) have no target tokens",
-                          (long long)r->step + 1, A * B, (long long)first_row, (long long)first_epoch);
+        return ty_err_set(
+            err, TY_EINVAL,
+            "step %lld: its %d examples (from position %lld of epoch %lld) have no target tokens",
+            (long long)r->step + 1, A * B, (long long)first_row, (long long)first_epoch);
     model *m = &r->m;
     /* The trainable buffer: the whole model, or only the adapters. */
     float *grads = r->have_lora ? r->lora.grads : m->grads;
@@ -525,8 +567,10 @@ static int train_step(run *r, step_result *out, ty_err *err)
     /* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), applied if < 1 */
     out->grad_norm = sqrt(kn_sumsq(r->kn, grads, nbuf));
     if (!isfinite(out->grad_norm))
-        return ty_err_set(err, TY_EINVAL, "gradient norm is %s at step %lld (loss %g); stopping before the update",
-                          isnan(out->grad_norm) ? "NaN" : "infinite", (long long)r->step + 1, out->loss);
+        return ty_err_set(err, TY_EINVAL,
+                          "gradient norm is %s at step %lld (loss %g); stopping before the update",
+                          isnan(out->grad_norm) ? "NaN" : "infinite", (long long)r->step + 1,
+                          out->loss);
     if (s->max_grad_norm > 0) {
         double coef = s->max_grad_norm / (out->grad_norm + 1e-6);
         if (coef < 1.0) kn_scale(r->kn, grads, nbuf, (float)coef);
@@ -537,12 +581,13 @@ static int train_step(run *r, step_result *out, ty_err *err)
         const lora_adapter *la = &r->lora.ad[i / 2];
         size_t off = i % 2 ? la->b_off : la->a_off;
         size_t n = i % 2 ? (size_t)la->out * r->lora.r : (size_t)r->lora.r * la->in;
-        kn_adamw(r->kn, KN_F32, r->lora.params + off, NULL, r->lora.grads + off, r->lora.m + off, r->lora.v + off, n,
-                 (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps,
-                 (float)s->weight_decay, t);
+        kn_adamw(r->kn, KN_F32, r->lora.params + off, NULL, r->lora.grads + off, r->lora.m + off,
+                 r->lora.v + off, n, (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2,
+                 (float)s->adam_eps, (float)s->weight_decay, t);
     }
-    if (r->zero.on && zero_adamw(&r->zero, m, r->a->coll, (float)out->lr, (float)s->adam_beta1,
-                                 (float)s->adam_beta2, (float)s->adam_eps, (float)s->weight_decay, t, err))
+    if (r->zero.on &&
+        zero_adamw(&r->zero, m, r->a->coll, (float)out->lr, (float)s->adam_beta1,
+                   (float)s->adam_beta2, (float)s->adam_eps, (float)s->weight_decay, t, err))
         return -1;
     for (int i = 0; !r->have_lora && !r->zero.on && i < m->nt; i++) {
         const model_tensor *mt = &m->t[i];
@@ -575,7 +620,8 @@ static int load_tokenizer(run *r, int vocab, ty_err *err)
         return ty_err_set(err, rc, "model.path %s: %s", s->model_path, msg);
     }
     if (tok_vocab_size(r->tok) > vocab)
-        return ty_err_set(err, TY_EINVAL, "%s/tokenizer.json has %d tokens but the model's vocabulary is %d",
+        return ty_err_set(err, TY_EINVAL,
+                          "%s/tokenizer.json has %d tokens but the model's vocabulary is %d",
                           s->model_path, tok_vocab_size(r->tok), vocab);
     return 0;
 }
@@ -587,7 +633,9 @@ static int load_data(run *r, const char *path, int vocab, dataset *d, ty_err *er
     if (s->format == DS_TOKENS) return data_load_tokens(path, vocab, d, err);
     if (!r->tok) return ty_err_set(err, TY_EINVAL, "no tokenizer loaded");
     textdata_opts o = {0};
-    o.format = s->format == DS_TEXT ? TD_TEXT : s->format == DS_PROMPT_COMPLETION ? TD_PROMPT_COMPLETION : TD_CHAT;
+    o.format = s->format == DS_TEXT                ? TD_TEXT
+               : s->format == DS_PROMPT_COMPLETION ? TD_PROMPT_COMPLETION
+                                                   : TD_CHAT;
     o.text_field = s->text_field;
     textdata_template_parse(s->chat_template, &o.chat_template); /* checked in check_supported */
     o.packing = s->packing;
@@ -599,10 +647,10 @@ static int load_data(run *r, const char *path, int vocab, dataset *d, ty_err *er
     if (!rc && d->skipped) {
         const char *base = strrchr(path, '/');
         char msg[600];
-        snprintf(msg, sizeof msg, "skipped %lld invalid line%s in %s (dataset.skip_invalid)", (long long)d->skipped,
-                 d->skipped == 1 ? "" : "s", base ? base + 1 : path);
-        ev_emit(json_pack("{s:s, s:s, s:s, s:I}", "ev", "log", "level", "warn", "line", msg, "skipped",
-                          (json_int_t)d->skipped));
+        snprintf(msg, sizeof msg, "skipped %lld invalid line%s in %s (dataset.skip_invalid)",
+                 (long long)d->skipped, d->skipped == 1 ? "" : "s", base ? base + 1 : path);
+        ev_emit(json_pack("{s:s, s:s, s:s, s:I}", "ev", "log", "level", "warn", "line", msg,
+                          "skipped", (json_int_t)d->skipped));
         ev_log("warning: %s", msg);
     }
     return rc;
@@ -612,9 +660,11 @@ static int load_data(run *r, const char *path, int vocab, dataset *d, ty_err *er
 static int setup_lora(run *r, ty_err *err)
 {
     const jobspec *s = &r->spec;
-    int rc = lora_create(&r->lora, &r->m, s->lora_r, s->lora_alpha, s->lora_dropout, s->targets, s->n_targets, err);
+    int rc = lora_create(&r->lora, &r->m, s->lora_r, s->lora_alpha, s->lora_dropout, s->targets,
+                         s->n_targets, err);
     r->have_lora = 1; /* lora_free copes with a partial one */
-    if (rc == TY_EINVAL) err->code = rc = TY_ESPEC; /* r, dropout or targets the model cannot take */
+    if (rc == TY_EINVAL)
+        err->code = rc = TY_ESPEC; /* r, dropout or targets the model cannot take */
     if (rc) return rc;
     r->lora.seed = s->seed;
     r->m.lora = &r->lora;
@@ -630,19 +680,21 @@ static int setup_lora(run *r, ty_err *err)
     ty_err ae = {0};
     rc = ty_read_json(path, TY_EINVAL, &ac, &ae);
     if (rc && rc != TY_ENOENT)
-        return ty_err_field(err, rc == TY_EINVAL ? TY_ESPEC : rc, "lora.adapter", "lora.adapter: %s", ae.msg);
+        return ty_err_field(err, rc == TY_EINVAL ? TY_ESPEC : rc, "lora.adapter",
+                            "lora.adapter: %s", ae.msg);
     rc = 0;
     if (ac) {
         json_t *jr = json_object_get(ac, "r"), *ja = json_object_get(ac, "lora_alpha");
         if (json_is_integer(jr) && json_integer_value(jr) != s->lora_r) {
-            rc = ty_err_field(err, TY_ESPEC, "lora.r", "lora.adapter: %s has r = %lld but lora.r is %d", path,
+            rc = ty_err_field(err, TY_ESPEC, "lora.r",
+                              "lora.adapter: %s has r = %lld but lora.r is %d", path,
                               (long long)json_integer_value(jr), s->lora_r);
             json_decref(ac);
             return rc;
         }
         if (json_is_number(ja) && json_number_value(ja) != s->lora_alpha)
-            ev_log("note: %s has lora_alpha %g; training with lora.alpha %g", path, json_number_value(ja),
-                   s->lora_alpha);
+            ev_log("note: %s has lora_alpha %g; training with lora.alpha %g", path,
+                   json_number_value(ja), s->lora_alpha);
         json_decref(ac);
     }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", s->lora_adapter);
@@ -666,19 +718,23 @@ static int step_spec(run *r, ty_err *err)
 {
     if (load_spec(r, err)) {
         char m[sizeof err->field + sizeof err->msg + 2];
-        if (err->field[0]) snprintf(m, sizeof m, "%s: %s", err->field, err->msg);
-        else snprintf(m, sizeof m, "%s", err->msg);
+        if (err->field[0])
+            snprintf(m, sizeof m, "%s: %s", err->field, err->msg);
+        else
+            snprintf(m, sizeof m, "%s", err->msg);
         return ty_err_set(err, TY_ESPEC, "spec: %s", m);
     }
     const jobspec *s = &r->spec;
     if (s->zero && s->method != METHOD_FULL)
-        return ty_err_set(err, TY_ESPEC, "resources.zero: ZeRO-1 shards the optimizer state of method full; "
-                                         "LoRA's is the adapters' and small");
-    if (r->a->world > 1 && ((int64_t)s->batch_size * s->grad_accum) % r->a->world)
         return ty_err_set(err, TY_ESPEC,
-                          "world size %d does not divide the global batch of hyperparameters.batch_size x "
-                          "grad_accum = %lld rows",
-                          r->a->world, (long long)s->batch_size * s->grad_accum);
+                          "resources.zero: ZeRO-1 shards the optimizer state of method full; "
+                          "LoRA's is the adapters' and small");
+    if (r->a->world > 1 && ((int64_t)s->batch_size * s->grad_accum) % r->a->world)
+        return ty_err_set(
+            err, TY_ESPEC,
+            "world size %d does not divide the global batch of hyperparameters.batch_size x "
+            "grad_accum = %lld rows",
+            r->a->world, (long long)s->batch_size * s->grad_accum);
     return 0;
 }
 
@@ -688,10 +744,13 @@ static int step_config(run *r, ty_err *err)
     const jobspec *s = &r->spec;
     int rc;
     if (s->model_path && strstr(s->model_path, "://"))
-        return ty_err_set(err, TY_ESPEC,
-                          "model.path: remote URIs must be fetched by the server before the engine starts");
-    if (s->model_path) rc = hfconfig_load_dir(s->model_path, &r->cfg, err);
-    else if ((rc = hfconfig_parse(s->model_init, "model.init", &r->cfg, err))) err->code = rc = TY_ESPEC;
+        return ty_err_set(
+            err, TY_ESPEC,
+            "model.path: remote URIs must be fetched by the server before the engine starts");
+    if (s->model_path)
+        rc = hfconfig_load_dir(s->model_path, &r->cfg, err);
+    else if ((rc = hfconfig_parse(s->model_init, "model.init", &r->cfg, err)))
+        err->code = rc = TY_ESPEC;
     if (!rc) r->have_cfg = 1;
     return rc;
 }
@@ -710,20 +769,23 @@ static int step_supported(run *r, ty_err *err)
     r->dt = s->precision == PREC_BF16 ? KN_BF16 : s->precision == PREC_FP16 ? KN_F16 : KN_F32;
     ty_scaler_init(&r->sc, r->dt == KN_F16);
     if (r->sc.enabled && (r->sc.interval = ty_scaler_env_interval()) != TY_SCALER_GROWTH_INTERVAL)
-        ev_log("test knob TY_TEST_SCALE_GROWTH_INTERVAL: the loss scale doubles after %lld clean steps",
-               (long long)r->sc.interval);
+        ev_log(
+            "test knob TY_TEST_SCALE_GROWTH_INTERVAL: the loss scale doubles after %lld clean steps",
+            (long long)r->sc.interval);
     return 0;
 }
 
 /* The kernel context; ranks > 1 only where there is a collective for them. */
 static int step_device(run *r, ty_err *err)
 {
-    if (open_device(r, err)) return prefixed(err, err->code == TY_ESPEC ? TY_EINVAL : err->code, "backend");
+    if (open_device(r, err))
+        return prefixed(err, err->code == TY_ESPEC ? TY_EINVAL : err->code, "backend");
     if (r->a->coll && kn_device_of(r->kn) != KN_CPU)
-        return ty_err_set(err, TY_ESPEC,
-                          "world size %d on %s: multi-rank GPU training needs NCCL, which this engine does "
-                          "not have yet (CPU ranks use MPI; docs/engine.md, Ranks)",
-                          r->a->world, kn_device_name(r->kn));
+        return ty_err_set(
+            err, TY_ESPEC,
+            "world size %d on %s: multi-rank GPU training needs NCCL, which this engine does "
+            "not have yet (CPU ranks use MPI; docs/engine.md, Ranks)",
+            r->a->world, kn_device_name(r->kn));
     if (device_check_precision(r->kn, r->dt, err)) return err->code = TY_ESPEC;
     return 0;
 }
@@ -736,14 +798,14 @@ static int step_model(run *r, ty_err *err)
     const jobspec *s = &r->spec;
     int frozen = s->method == METHOD_QLORA ? MODEL_FROZEN_NF4 : s->method == METHOD_LORA;
     int rc = model_create_ex(&r->m, &r->cfg, r->kn, frozen, err);
-    r->have_model = 1; /* model_free copes with a partial model */
+    r->have_model = 1;    /* model_free copes with a partial model */
     if (!rc && r->m.qb) { /* before loading: the weights are quantised as they arrive */
         jobspec_export_dtype cd = s->qlora_compute_dtype;
         r->m.qb->double_quant = s->qlora_double_quant;
-        r->m.qb->compute = cd == EXPORT_DTYPE_AUTO ? r->dt
-                         : cd == EXPORT_DTYPE_BF16 ? KN_BF16
-                         : cd == EXPORT_DTYPE_FP16 ? KN_F16
-                                                   : KN_F32;
+        r->m.qb->compute = cd == EXPORT_DTYPE_AUTO   ? r->dt
+                           : cd == EXPORT_DTYPE_BF16 ? KN_BF16
+                           : cd == EXPORT_DTYPE_FP16 ? KN_F16
+                                                     : KN_F32;
     }
     return rc;
 }
@@ -753,9 +815,12 @@ static int step_data(run *r, ty_err *err)
 {
     const jobspec *s = &r->spec;
     if (load_tokenizer(r, r->vocab, err)) return err->code;
-    if (load_data(r, s->train, r->vocab, &r->train, err)) return prefixed(err, err->code, "dataset.train");
-    if (s->eval && load_data(r, s->eval, r->vocab, &r->eval, err)) return prefixed(err, err->code, "dataset.eval");
-    if (!s->eval && s->eval_fraction > 0) return data_split(&r->train, s->eval_fraction, s->seed, &r->eval, err);
+    if (load_data(r, s->train, r->vocab, &r->train, err))
+        return prefixed(err, err->code, "dataset.train");
+    if (s->eval && load_data(r, s->eval, r->vocab, &r->eval, err))
+        return prefixed(err, err->code, "dataset.eval");
+    if (!s->eval && s->eval_fraction > 0)
+        return data_split(&r->train, s->eval_fraction, s->seed, &r->eval, err);
     return 0;
 }
 
@@ -771,12 +836,15 @@ static int resume_weights(run *r, ty_err *err)
     if (!rc) rc = read_trainer_state(r, path, &r->epoch0, &r->cursor0, err);
     if (rc) return rc;
     if (mstep != r->step)
-        return ty_err_set(err, TY_ECORRUPT, "checkpoint corrupt: MANIFEST.json says step %lld, trainer_state.json %lld",
-                          (long long)mstep, (long long)r->step);
+        return ty_err_set(
+            err, TY_ECORRUPT,
+            "checkpoint corrupt: MANIFEST.json says step %lld, trainer_state.json %lld",
+            (long long)mstep, (long long)r->step);
     if (s->method != METHOD_FULL) {
         /* The frozen base comes from the spec; the adapters and their
          * moments from the checkpoint. */
-        rc = s->model_path ? model_load_dir(&r->m, s->model_path, err) : model_init_random(&r->m, s->seed, err);
+        rc = s->model_path ? model_load_dir(&r->m, s->model_path, err)
+                           : model_init_random(&r->m, s->seed, err);
         if (!rc) rc = setup_lora(r, err);
         snprintf(path, sizeof path, "%s/adapter_model.safetensors", a->resume);
         if (!rc) rc = lora_load(&r->lora, path, err);
@@ -802,9 +870,12 @@ static int step_weights(run *r, ty_err *err)
 {
     const jobspec *s = &r->spec;
     int rc;
-    if (r->a->resume) rc = resume_weights(r, err);
-    else if (s->model_path) rc = model_load_dir(&r->m, s->model_path, err) ? prefixed(err, err->code, "model") : 0;
-    else rc = model_init_random(&r->m, s->seed, err);
+    if (r->a->resume)
+        rc = resume_weights(r, err);
+    else if (s->model_path)
+        rc = model_load_dir(&r->m, s->model_path, err) ? prefixed(err, err->code, "model") : 0;
+    else
+        rc = model_init_random(&r->m, s->seed, err);
     if (!rc && !r->a->resume && s->method != METHOD_FULL) rc = setup_lora(r, err);
     r->m.keep_masters = s->zero; /* ZeRO-1 all-gathers fp32 masters (zero.c): no bf16 split */
     if (!rc) rc = model_set_precision(&r->m, r->dt, err); /* 16-bit weights from what was loaded */
@@ -818,13 +889,15 @@ static int step_buffers(run *r, ty_err *err)
     int rc;
     if ((rc = data_sampler_init(&r->sampler, r->train.n, s->seed, r->epoch0, r->cursor0, err)) ||
         (r->have_lora && (rc = lora_alloc_acts(&r->lora, s->batch_size, s->seq_len, err))) ||
-        (rc = model_alloc_acts(&r->m, s->batch_size, s->seq_len, (model_recompute)s->recompute, err)))
+        (rc = model_alloc_acts(&r->m, s->batch_size, s->seq_len, (model_recompute)s->recompute,
+                               err)))
         return rc;
     size_t n = (size_t)s->grad_accum * s->batch_size * s->seq_len;
     r->in = kn_host_alloc(r->kn, n * sizeof *r->in);
     r->tg = kn_host_alloc(r->kn, n * sizeof *r->tg);
     r->losses = kn_alloc(r->kn, n * sizeof *r->losses);
-    if (!r->in || !r->tg || !r->losses) return ty_err_set(err, TY_ENOMEM, "out of memory for %zu batch tokens", n);
+    if (!r->in || !r->tg || !r->losses)
+        return ty_err_set(err, TY_ENOMEM, "out of memory for %zu batch tokens", n);
     /* An eval set must have something to score, or its loss would be 0/0. */
     long long targets = 0;
     for (int i = 0; i < r->eval.n; i++) {
@@ -833,7 +906,8 @@ static int step_buffers(run *r, ty_err *err)
         targets += c;
     }
     if (r->eval.n && targets == 0)
-        return ty_err_set(err, TY_EINVAL, "dataset.eval: the eval set has no target tokens within seq_len %d",
+        return ty_err_set(err, TY_EINVAL,
+                          "dataset.eval: the eval set has no target tokens within seq_len %d",
                           s->seq_len);
     /* ZeRO-1: from here on this rank keeps only its range of the moments
      * (loaded in full from a resume checkpoint above). */
@@ -880,7 +954,8 @@ static json_t *memory_json(const run *r)
 {
     const model *m = &r->m;
     model_mem mm = model_memory(m);
-    size_t weights = mm.params + mm.p16 + mm.wscratch, adapters = 0, grads = mm.grads, optimizer = mm.moments;
+    size_t weights = mm.params + mm.p16 + mm.wscratch, adapters = 0, grads = mm.grads,
+           optimizer = mm.moments;
     size_t acts = mm.acts;
     if (r->have_lora) {
         adapters = r->lora.n_buf * sizeof(float);
@@ -889,15 +964,17 @@ static json_t *memory_json(const run *r)
         size_t N = r->lora.N, la = 0;
         for (int i = 0; i < r->lora.n; i++) {
             la += ((N * (size_t)r->lora.r + 15) & ~(size_t)15) * sizeof(float);
-            if (r->lora.dropout > 0) la += ((N * (size_t)r->lora.ad[i].in + 15) & ~(size_t)15) * sizeof(float) +
-                                          N * (size_t)r->lora.ad[i].in;
+            if (r->lora.dropout > 0)
+                la += ((N * (size_t)r->lora.ad[i].in + 15) & ~(size_t)15) * sizeof(float) +
+                      N * (size_t)r->lora.ad[i].in;
         }
         acts += la;
     }
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "weights", (json_int_t)weights, "quantized_weights",
-                     (json_int_t)(m->qb ? m->qb->bytes : 0), "adapters", (json_int_t)adapters, "gradients",
-                     (json_int_t)grads, "optimizer", (json_int_t)optimizer, "activations", (json_int_t)acts,
-                     "total", (json_int_t)kn_bytes_in_use(r->kn));
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "weights", (json_int_t)weights,
+                     "quantized_weights", (json_int_t)(m->qb ? m->qb->bytes : 0), "adapters",
+                     (json_int_t)adapters, "gradients", (json_int_t)grads, "optimizer",
+                     (json_int_t)optimizer, "activations", (json_int_t)acts, "total",
+                     (json_int_t)kn_bytes_in_use(r->kn));
 }
 
 static int train_loop(run *r)
@@ -908,25 +985,27 @@ static int train_loop(run *r)
     /* rows: training rows per epoch (examples, or packed rows);
      * tokens_per_epoch: the positions they fill (rows x seq_len, padding
      * included, the unit of metric.tokens). */
-    json_t *started = json_pack("{s:s, s:I, s:I, s:i, s:s, s:s, s:s, s:I, s:I, s:I, s:s}", "ev", "started", "params",
-                      (json_int_t)r->m.n_params, "trainable", (json_int_t)trainable, "world", r->a->world, "backend",
-                      kn_device_name(r->kn), "method", jobspec_method_name(s->method), "format",
-                      jobspec_format_name(s->format), "rows", (json_int_t)r->train.n, "eval_rows",
-                      (json_int_t)r->eval.n, "tokens_per_epoch", (json_int_t)r->train.n * s->seq_len,
-                      "device", kn_describe(r->kn));
+    json_t *started =
+        json_pack("{s:s, s:I, s:I, s:i, s:s, s:s, s:s, s:I, s:I, s:I, s:s}", "ev", "started",
+                  "params", (json_int_t)r->m.n_params, "trainable", (json_int_t)trainable, "world",
+                  r->a->world, "backend", kn_device_name(r->kn), "method",
+                  jobspec_method_name(s->method), "format", jobspec_format_name(s->format), "rows",
+                  (json_int_t)r->train.n, "eval_rows", (json_int_t)r->eval.n, "tokens_per_epoch",
+                  (json_int_t)r->train.n * s->seq_len, "device", kn_describe(r->kn));
     if (r->fallback[0]) json_object_set_new(started, "fallback", json_string(r->fallback));
     device_describe(r->kn, started);
     json_object_set_new(started, "memory", memory_json(r));
     ev_emit(started);
-    ev_log("%s model, %zu parameters (%zu trainable), %d training rows, backend %s", r->m.cfg.model_type,
-           r->m.n_params, trainable, r->train.n, kn_device_name(r->kn));
-    ev_log("activations: %zu bytes (recompute %s, %s storage)", model_act_bytes(&r->m), jobspec_recompute_name(s->recompute),
-           kn_dtype_name(r->dt));
+    ev_log("%s model, %zu parameters (%zu trainable), %d training rows, backend %s",
+           r->m.cfg.model_type, r->m.n_params, trainable, r->train.n, kn_device_name(r->kn));
+    ev_log("activations: %zu bytes (recompute %s, %s storage)", model_act_bytes(&r->m),
+           jobspec_recompute_name(s->recompute), kn_dtype_name(r->dt));
     model_mem mm = model_memory(&r->m);
-    ev_log("memory: parameters %zu MiB, 16-bit weights %zu MiB, gradients %zu MiB, AdamW moments %zu MiB, "
-           "activations %zu MiB, weight scratch %zu KiB; kernel blocks in use %zu MiB",
-           mm.params >> 20, mm.p16 >> 20, mm.grads >> 20, mm.moments >> 20, mm.acts >> 20, mm.wscratch >> 10,
-           kn_bytes_in_use(r->kn) >> 20);
+    ev_log(
+        "memory: parameters %zu MiB, 16-bit weights %zu MiB, gradients %zu MiB, AdamW moments %zu MiB, "
+        "activations %zu MiB, weight scratch %zu KiB; kernel blocks in use %zu MiB",
+        mm.params >> 20, mm.p16 >> 20, mm.grads >> 20, mm.moments >> 20, mm.acts >> 20,
+        mm.wscratch >> 10, kn_bytes_in_use(r->kn) >> 20);
     int64_t win_t0 = ty_mono_ms(), win_tokens = r->tokens, run_t0 = win_t0, run_step0 = r->step;
     /* Rank 0 alone evaluates, checkpoints and exports (docs/engine.md,
      * Ranks); the others wait at the next collective. */
@@ -937,7 +1016,8 @@ static int train_loop(run *r)
         if (train_step(r, &sr, &err)) return fail(NULL, &err);
         if (!isfinite(sr.loss)) {
             char msg[256];
-            snprintf(msg, sizeof msg, "loss is %s at step %lld; stopping (last good checkpoint kept)",
+            snprintf(msg, sizeof msg,
+                     "loss is %s at step %lld; stopping (last good checkpoint kept)",
                      isnan(sr.loss) ? "NaN" : "infinite", (long long)r->step + 1);
             ev_log("error: %s", msg);
             ev_error(msg);
@@ -951,25 +1031,28 @@ static int train_loop(run *r)
             double per_step = (double)(now - run_t0) / 1000.0 / (double)(r->step - run_step0);
             double eta = per_step * (double)(s->max_steps - r->step);
             /* grad_norm is null for a step skipped by the loss scaler. */
-            json_t *m = json_pack("{s:s, s:I, s:f, s:f, s:o, s:I, s:f, s:I, s:f, s:f, s:I}", "ev", "metric", "step",
-                                  (json_int_t)r->step, "loss", sr.loss, "lr", sr.lr, "grad_norm",
-                                  sr.skipped ? json_null() : json_real(sr.grad_norm), "tokens", (json_int_t)r->tokens,
-                                  "tokens_per_s", tps, "mem_bytes", (json_int_t)peak_mem_bytes(r), "eta_s", eta,
-                                  "loss_scale", (double)r->sc.scale, "skipped_steps", (json_int_t)r->sc.skipped);
+            json_t *m = json_pack(
+                "{s:s, s:I, s:f, s:f, s:o, s:I, s:f, s:I, s:f, s:f, s:I}", "ev", "metric", "step",
+                (json_int_t)r->step, "loss", sr.loss, "lr", sr.lr, "grad_norm",
+                sr.skipped ? json_null() : json_real(sr.grad_norm), "tokens", (json_int_t)r->tokens,
+                "tokens_per_s", tps, "mem_bytes", (json_int_t)peak_mem_bytes(r), "eta_s", eta,
+                "loss_scale", (double)r->sc.scale, "skipped_steps", (json_int_t)r->sc.skipped);
             if (r->history && m) {
                 json_t *h = json_deep_copy(m);
                 json_object_del(h, "ev");
                 json_array_append_new(r->history, h);
             }
             ev_emit(m);
-            ev_log("step %lld loss %.6f lr %.3g grad_norm %.4f %.1f tok/s%s", (long long)r->step, sr.loss, sr.lr,
-                   sr.grad_norm, tps, sr.skipped ? " (skipped)" : "");
+            ev_log("step %lld loss %.6f lr %.3g grad_norm %.4f %.1f tok/s%s", (long long)r->step,
+                   sr.loss, sr.lr, sr.grad_norm, tps, sr.skipped ? " (skipped)" : "");
             win_t0 = now;
             win_tokens = r->tokens;
         }
-        if (r->eval.n && s->eval_every_steps > 0 && r->step % s->eval_every_steps == 0 && r->step < s->max_steps)
+        if (r->eval.n && s->eval_every_steps > 0 && r->step % s->eval_every_steps == 0 &&
+            r->step < s->max_steps)
             if (lead && emit_eval(r, &err)) return fail(NULL, &err);
-        if (s->ckpt_every_steps > 0 && r->step % s->ckpt_every_steps == 0 && save_checkpoint(r, &err))
+        if (s->ckpt_every_steps > 0 && r->step % s->ckpt_every_steps == 0 &&
+            save_checkpoint(r, &err))
             return fail("checkpoint", &err);
     }
     if (r->step < s->max_steps) { /* stopped by SIGTERM */
@@ -1017,17 +1100,20 @@ int train_dump_rows(const char *spec_path, int eval)
     train_args a = {0};
     a.spec_path = spec_path;
     r.a = &a;
-    ev_init(1); /* as a non-zero rank: stdout carries rows, never events (logs still go to stderr) */
+    ev_init(
+        1); /* as a non-zero rank: stdout carries rows, never events (logs still go to stderr) */
     ty_err err = {0};
     model_config cfg;
     int code = TRAIN_FAILED, have_cfg = 0;
     if (load_spec(&r, &err)) {
-        fprintf(stderr, "trainyard-engine: spec: %s%s%s\n", err.field, err.field[0] ? ": " : "", err.msg);
+        fprintf(stderr, "trainyard-engine: spec: %s%s%s\n", err.field, err.field[0] ? ": " : "",
+                err.msg);
         code = TRAIN_BAD_SPEC;
         goto out;
     }
     const jobspec *s = &r.spec;
-    int rc = s->model_path ? hfconfig_load_dir(s->model_path, &cfg, &err) : hfconfig_parse(s->model_init, "model.init", &cfg, &err);
+    int rc = s->model_path ? hfconfig_load_dir(s->model_path, &cfg, &err)
+                           : hfconfig_parse(s->model_init, "model.init", &cfg, &err);
     if (rc) goto fail;
     have_cfg = 1;
     char msg[512];
@@ -1036,10 +1122,12 @@ int train_dump_rows(const char *spec_path, int eval)
         code = TRAIN_BAD_SPEC;
         goto out;
     }
-    if ((rc = load_tokenizer(&r, cfg.vocab, &err)) || (rc = load_data(&r, s->train, cfg.vocab, &r.train, &err)))
+    if ((rc = load_tokenizer(&r, cfg.vocab, &err)) ||
+        (rc = load_data(&r, s->train, cfg.vocab, &r.train, &err)))
         goto fail;
     if (s->eval && (rc = load_data(&r, s->eval, cfg.vocab, &r.eval, &err))) goto fail;
-    if (!s->eval && s->eval_fraction > 0 && (rc = data_split(&r.train, s->eval_fraction, s->seed, &r.eval, &err)))
+    if (!s->eval && s->eval_fraction > 0 &&
+        (rc = data_split(&r.train, s->eval_fraction, s->seed, &r.eval, &err)))
         goto fail;
     const dataset *d = eval ? &r.eval : &r.train;
     int T = s->seq_len;

@@ -14,11 +14,11 @@
 typedef struct train_args {
     const char *spec_path;
     const char *workdir;
-    int supervised;        /* run by trainyard serve (TY_SUPERVISOR_PID): it prunes */
-    const char *resume;      /* checkpoint directory or NULL */
-    int threads;             /* 0 = OpenMP default */
+    int supervised;     /* run by trainyard serve (TY_SUPERVISOR_PID): it prunes */
+    const char *resume; /* checkpoint directory or NULL */
+    int threads;        /* 0 = OpenMP default */
     int rank, world, local_rank;
-    coll *coll;              /* world > 1: the ranks' collectives (dist.h), else NULL */
+    coll *coll; /* world > 1: the ranks' collectives (dist.h), else NULL */
 } train_args;
 
 /* Exit statuses. */

@@ -26,27 +26,29 @@ int zero_shard(zero1 *z, model *m, int world, int rank, ty_err *err)
     size_t bytes = z->len[rank] * sizeof(float);
     z->m = kn_alloc(m->kn, bytes ? bytes : sizeof(float));
     z->v = kn_alloc(m->kn, bytes ? bytes : sizeof(float));
-    if (!z->m || !z->v) return ty_err_set(err, TY_ENOMEM, "out of memory for %zu bytes of moments", 2 * bytes);
+    if (!z->m || !z->v)
+        return ty_err_set(err, TY_ENOMEM, "out of memory for %zu bytes of moments", 2 * bytes);
     kn_copy(m->kn, z->m, m->m + z->off[rank], z->len[rank]);
     kn_copy(m->kn, z->v, m->v + z->off[rank], z->len[rank]);
     kn_free(m->kn, m->m);
     kn_free(m->kn, m->v);
     m->m = m->v = NULL;
-    ev_log("ZeRO-1: this rank keeps the moments of floats [%zu, %zu) of %zu", z->off[rank], z->off[rank] + z->len[rank],
-           z->n);
+    ev_log("ZeRO-1: this rank keeps the moments of floats [%zu, %zu) of %zu", z->off[rank],
+           z->off[rank] + z->len[rank], z->n);
     return 0;
 }
 
-int zero_adamw(zero1 *z, model *m, coll *c, float lr, float b1, float b2, float eps, float wd, long long t,
-               ty_err *err)
+int zero_adamw(zero1 *z, model *m, coll *c, float lr, float b1, float b2, float eps, float wd,
+               long long t, ty_err *err)
 {
     size_t lo = z->off[z->rank], hi = lo + z->len[z->rank];
     for (int i = 0; i < m->nt; i++) {
         const model_tensor *mt = &m->t[i];
-        size_t a = mt->off > lo ? mt->off : lo, b = mt->off + mt->numel < hi ? mt->off + mt->numel : hi;
+        size_t a = mt->off > lo ? mt->off : lo,
+               b = mt->off + mt->numel < hi ? mt->off + mt->numel : hi;
         if (a >= b) continue;
-        kn_adamw(m->kn, KN_F32, m->params + a, NULL, m->grads + a, z->m + (a - lo), z->v + (a - lo), b - a, lr, b1, b2, eps,
-                 mt->decay ? wd : 0.0f, t);
+        kn_adamw(m->kn, KN_F32, m->params + a, NULL, m->grads + a, z->m + (a - lo), z->v + (a - lo),
+                 b - a, lr, b1, b2, eps, mt->decay ? wd : 0.0f, t);
     }
     if (kn_check(m->kn, err)) return -1;
     return coll_allgather_f32(c, m->params, z->off, z->len, err);

@@ -18,17 +18,17 @@
 
 typedef struct zero1 {
     int on, world, rank;
-    size_t n;             /* floats in the flat buffer */
-    size_t *off, *len;    /* per rank: its range */
-    float *m, *v;         /* this rank's moments, len[rank] floats */
+    size_t n;          /* floats in the flat buffer */
+    size_t *off, *len; /* per rank: its range */
+    float *m, *v;      /* this rank's moments, len[rank] floats */
 } zero1;
 
 /* After set-up (the model's full moments loaded or zero): keeps this
  * rank's range of them and frees the full buffers (m->m, m->v = NULL). */
 int zero_shard(zero1 *z, model *m, int world, int rank, ty_err *err);
 /* AdamW over this rank's range, then the weights all-gathered. */
-int zero_adamw(zero1 *z, model *m, coll *c, float lr, float b1, float b2, float eps, float wd, long long t,
-               ty_err *err);
+int zero_adamw(zero1 *z, model *m, coll *c, float lr, float b1, float b2, float eps, float wd,
+               long long t, ty_err *err);
 /* For a checkpoint (every rank calls it): rank 0's m->m / m->v become the
  * full moments until zero_unsave. */
 int zero_gather(zero1 *z, model *m, coll *c, ty_err *err);

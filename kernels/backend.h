@@ -15,7 +15,7 @@ enum {
 #define KN_INDEX(ret, name, params, args) KN_OP_##name,
     KN_OPS(KN_INDEX)
 #undef KN_INDEX
-    KN_OP_COUNT
+        KN_OP_COUNT
 };
 
 typedef struct kn_backend {
@@ -54,14 +54,14 @@ typedef struct kn_alloc_slot {
 struct kn_ctx {
     kn_device dev;
     const kn_backend *be;
-    int n_threads;          /* resolved: always >= 1 */
-    void *impl;             /* backend-private state */
-    char desc[160];         /* kn_describe's line */
-    kn_device_info info;    /* kn_info; filled by open (kernels.c names the CPU) */
+    int n_threads;       /* resolved: always >= 1 */
+    void *impl;          /* backend-private state */
+    char desc[160];      /* kn_describe's line */
+    kn_device_info info; /* kn_info; filled by open (kernels.c names the CPU) */
     size_t bytes_in_use;
     size_t peak_bytes;
-    kn_alloc_slot *slots;   /* open-addressing table keyed by pointer */
-    size_t slot_cap;        /* power of two, 0 before the first alloc */
+    kn_alloc_slot *slots; /* open-addressing table keyed by pointer */
+    size_t slot_cap;      /* power of two, 0 before the first alloc */
     size_t slot_used;
     /* The error channel (kn_fail / kn_check): the first failure since the
      * last check; 0 = none. While set, ops are skipped. */

@@ -36,15 +36,12 @@ static void slot_put_raw(kn_alloc_slot *slots, size_t cap, void *p, size_t bytes
 /* Keeps the load factor under 1/2 so probes stay short. */
 static int slot_reserve(kn_ctx *c)
 {
-    if ((c->slot_used + 1) * 2 <= c->slot_cap)
-        return 0;
+    if ((c->slot_used + 1) * 2 <= c->slot_cap) return 0;
     size_t cap = c->slot_cap ? c->slot_cap * 2 : 64;
     kn_alloc_slot *ns = calloc(cap, sizeof *ns);
-    if (!ns)
-        return -1;
+    if (!ns) return -1;
     for (size_t i = 0; i < c->slot_cap; i++)
-        if (c->slots[i].p)
-            slot_put_raw(ns, cap, c->slots[i].p, c->slots[i].bytes);
+        if (c->slots[i].p) slot_put_raw(ns, cap, c->slots[i].p, c->slots[i].bytes);
     free(c->slots);
     c->slots = ns;
     c->slot_cap = cap;
@@ -57,12 +54,10 @@ static int slot_reserve(kn_ctx *c)
 static size_t slot_take(kn_ctx *c, const void *p, int *known)
 {
     *known = 0;
-    if (!c->slot_cap)
-        return 0;
+    if (!c->slot_cap) return 0;
     size_t mask = c->slot_cap - 1, i = slot_hash(p, c->slot_cap);
     while (c->slots[i].p != p) {
-        if (!c->slots[i].p)
-            return 0;
+        if (!c->slots[i].p) return 0;
         i = (i + 1) & mask;
     }
     *known = 1;
@@ -97,8 +92,7 @@ static int fail_op_from_env(void)
 {
     const char *want = getenv("TY_KN_FAIL_OP");
     for (int i = 0; want && i < KN_OP_COUNT; i++)
-        if (!strcmp(want, op_names[i]))
-            return i;
+        if (!strcmp(want, op_names[i])) return i;
     return -1;
 }
 
@@ -120,8 +114,9 @@ int kn_open(kn_ctx **out, kn_device dev, int device_index, int n_threads, ty_err
         be = &kn_cpu_backend;
     else if (dev == KN_CUDA && hook && !strcmp(hook, "cuda-emu")) {
         if (!&kn_cuda_emu_backend)
-            return ty_err_set(err, TY_EINVAL, "TY_KERNELS=cuda-emu: this program has no emulated CUDA "
-                                              "backend (test builds only)");
+            return ty_err_set(err, TY_EINVAL,
+                              "TY_KERNELS=cuda-emu: this program has no emulated CUDA "
+                              "backend (test builds only)");
         be = &kn_cuda_emu_backend;
     } else if (dev == KN_CUDA) {
 #ifdef TY_KN_HAVE_CUDA
@@ -143,22 +138,19 @@ int kn_open_backend(kn_ctx **out, const kn_backend *be, kn_device dev, int devic
     /* A backend that left an op out of its table is refused here, by name,
      * rather than crashing on the first call. */
     const char *be_label = be->name;
-#define KN_HAS(ret, op, params, args)                                                             \
-    if (!be->op)                                                                                   \
-        return ty_err_set(err, TY_EINVAL, "%s backend lacks op %s", be_label, #op);
+#define KN_HAS(ret, op, params, args)                                                              \
+    if (!be->op) return ty_err_set(err, TY_EINVAL, "%s backend lacks op %s", be_label, #op);
     KN_OPS(KN_HAS)
 #undef KN_HAS
 
     kn_ctx *c = calloc(1, sizeof *c);
-    if (!c)
-        return ty_err_set(err, TY_ENOMEM, "out of memory opening a kernel context");
+    if (!c) return ty_err_set(err, TY_ENOMEM, "out of memory opening a kernel context");
     c->dev = dev;
     c->be = be;
     c->fail_op = fail_op_from_env();
     snprintf(c->info.name, sizeof c->info.name, "%s", be->name);
     c->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
-    if (c->n_threads < 1)
-        c->n_threads = 1;
+    if (c->n_threads < 1) c->n_threads = 1;
     int rc = be->open(c, device_index, err);
     if (rc) {
         free(c);
@@ -170,19 +162,23 @@ int kn_open_backend(kn_ctx **out, const kn_backend *be, kn_device dev, int devic
 
 void kn_close(kn_ctx *c)
 {
-    if (!c)
-        return;
+    if (!c) return;
     /* Anything still allocated is released here, so a context owns its memory. */
     for (size_t i = 0; i < c->slot_cap; i++)
-        if (c->slots[i].p)
-            c->be->free(c, c->slots[i].p);
+        if (c->slots[i].p) c->be->free(c, c->slots[i].p);
     free(c->slots);
     c->be->close(c);
     free(c);
 }
 
-kn_device kn_device_of(const kn_ctx *c) { return c->dev; }
-const kn_device_info *kn_info(const kn_ctx *c) { return &c->info; }
+kn_device kn_device_of(const kn_ctx *c)
+{
+    return c->dev;
+}
+const kn_device_info *kn_info(const kn_ctx *c)
+{
+    return &c->info;
+}
 
 void *kn_host_alloc(kn_ctx *c, size_t bytes)
 {
@@ -190,28 +186,30 @@ void *kn_host_alloc(kn_ctx *c, size_t bytes)
 }
 void kn_host_free(kn_ctx *c, void *p)
 {
-    if (!p)
-        return;
+    if (!p) return;
     if (c && c->be->host_free)
         c->be->host_free(c, p);
     else
         free(p);
 }
-const char *kn_device_name(const kn_ctx *c) { return c->be->name; }
-const char *kn_describe(const kn_ctx *c) { return c->desc; }
+const char *kn_device_name(const kn_ctx *c)
+{
+    return c->be->name;
+}
+const char *kn_describe(const kn_ctx *c)
+{
+    return c->desc;
+}
 
 void *kn_alloc(kn_ctx *c, size_t bytes)
 {
-    if (slot_reserve(c))
-        return NULL;
+    if (slot_reserve(c)) return NULL;
     void *p = c->be->alloc(c, bytes);
-    if (!p)
-        return NULL;
+    if (!p) return NULL;
     slot_put_raw(c->slots, c->slot_cap, p, bytes);
     c->slot_used++;
     c->bytes_in_use += bytes;
-    if (c->bytes_in_use > c->peak_bytes)
-        c->peak_bytes = c->bytes_in_use;
+    if (c->bytes_in_use > c->peak_bytes) c->peak_bytes = c->bytes_in_use;
     return p;
 }
 
@@ -219,21 +217,31 @@ void *kn_alloc(kn_ctx *c, size_t bytes)
  * could only turn a caller's bug into heap corruption. */
 void kn_free(kn_ctx *c, void *p)
 {
-    if (!p)
-        return;
+    if (!p) return;
     int known = 0;
     size_t bytes = slot_take(c, p, &known);
-    if (!known)
-        return;
+    if (!known) return;
     c->bytes_in_use -= bytes;
     c->be->free(c, p);
 }
 
-size_t kn_dtype_size(kn_dtype dt) { return dt == KN_F32 ? 4 : 2; }
-const char *kn_dtype_name(kn_dtype dt) { return dt == KN_BF16 ? "bf16" : dt == KN_F16 ? "fp16" : "fp32"; }
+size_t kn_dtype_size(kn_dtype dt)
+{
+    return dt == KN_F32 ? 4 : 2;
+}
+const char *kn_dtype_name(kn_dtype dt)
+{
+    return dt == KN_BF16 ? "bf16" : dt == KN_F16 ? "fp16" : "fp32";
+}
 
-size_t kn_bytes_in_use(const kn_ctx *c) { return c->bytes_in_use; }
-size_t kn_peak_bytes(const kn_ctx *c) { return c->peak_bytes; }
+size_t kn_bytes_in_use(const kn_ctx *c)
+{
+    return c->bytes_in_use;
+}
+size_t kn_peak_bytes(const kn_ctx *c)
+{
+    return c->peak_bytes;
+}
 
 void kn_to_device(kn_ctx *c, void *dst, const void *host_src, size_t bytes)
 {
@@ -243,14 +251,16 @@ void kn_to_host(kn_ctx *c, void *host_dst, const void *src, size_t bytes)
 {
     c->be->to_host(c, host_dst, src, bytes);
 }
-void kn_sync(kn_ctx *c) { c->be->sync(c); }
+void kn_sync(kn_ctx *c)
+{
+    c->be->sync(c);
+}
 
 /* ---- error channel ----------------------------------------------------- */
 
 void kn_fail(kn_ctx *c, int code, const char *fmt, ...)
 {
-    if (c->err_code)
-        return; /* the first failure is the one worth reporting */
+    if (c->err_code) return; /* the first failure is the one worth reporting */
     c->err_code = code ? code : TY_EINTERNAL;
     va_list ap;
     va_start(ap, fmt);
@@ -261,8 +271,7 @@ void kn_fail(kn_ctx *c, int code, const char *fmt, ...)
 int kn_check(kn_ctx *c, ty_err *err)
 {
     int code = c->err_code;
-    if (!code)
-        return 0;
+    if (!code) return 0;
     c->err_code = 0;
     return ty_err_set(err, code, "%s kernel: %s", c->be->name, c->err_msg);
 }
@@ -278,13 +287,12 @@ int kn_check(kn_ctx *c, ty_err *err)
 #define KN_SKIP_void
 #define KN_SKIP_int 0
 #define KN_SKIP_double 0.0
-#define KN_DISPATCH(ret, name, params, args)                                                      \
+#define KN_DISPATCH(ret, name, params, args)                                                       \
     ret kn_##name params                                                                           \
     {                                                                                              \
         if (c->fail_op == KN_OP_##name)                                                            \
             kn_fail(c, TY_EIO, "%s failed (injected by TY_KN_FAIL_OP)", #name);                    \
-        if (c->err_code)                                                                           \
-            return KN_SKIP_##ret;                                                                  \
+        if (c->err_code) return KN_SKIP_##ret;                                                     \
         KN_RET_##ret c->be->name args;                                                             \
     }
 KN_OPS(KN_DISPATCH)

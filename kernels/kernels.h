@@ -45,7 +45,7 @@ typedef enum { KN_CPU = 0, KN_CUDA = 1 } kn_device;
  * wider); KN_BF16 / KN_F16 are storage formats, converted with
  * round-to-nearest-even (fp16 overflows to inf, NaN stays NaN). */
 typedef enum { KN_F32 = 0, KN_BF16 = 1, KN_F16 = 2 } kn_dtype;
-size_t kn_dtype_size(kn_dtype dt);     /* 4 or 2 */
+size_t kn_dtype_size(kn_dtype dt);      /* 4 or 2 */
 const char *kn_dtype_name(kn_dtype dt); /* "fp32" | "bf16" | "fp16" */
 
 typedef struct kn_ctx kn_ctx;
@@ -81,7 +81,7 @@ extern const float kn_dyn8_map[256];
 int kn_open(kn_ctx **out, kn_device dev, int device_index, int n_threads, ty_err *err);
 void kn_close(kn_ctx *c);
 kn_device kn_device_of(const kn_ctx *c);
-const char *kn_device_name(const kn_ctx *c);     /* "cpu" | "cuda" */
+const char *kn_device_name(const kn_ctx *c); /* "cpu" | "cuda" */
 /* One line for logs: device, library and threads, e.g.
  * "cpu: openblas SkylakeX, 2 threads". Owned by the context. */
 const char *kn_describe(const kn_ctx *c);

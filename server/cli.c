@@ -21,10 +21,10 @@
 
 /* Where the server is and how to authenticate; read once from the environment. */
 typedef struct cli_ctx {
-    char base[1024];     /* TY_URL without a trailing slash */
-    char auth[1100];     /* "Authorization: Bearer ..." or "" */
-    const char *cacert;  /* TY_CACERT, for a self-signed --tls-cert */
-    int json;            /* --json: print raw JSON */
+    char base[1024];    /* TY_URL without a trailing slash */
+    char auth[1100];    /* "Authorization: Bearer ..." or "" */
+    const char *cacert; /* TY_CACERT, for a self-signed --tls-cert */
+    int json;           /* --json: print raw JSON */
 } cli_ctx;
 
 /* A growable response body. */
@@ -37,7 +37,8 @@ static int buf_append(buf *b, const char *p, size_t n)
 {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1) cap *= 2;
+        while (cap < b->len + n + 1)
+            cap *= 2;
         char *d = realloc(b->data, cap);
         if (!d) return -1;
         b->data = d;
@@ -82,17 +83,27 @@ static int http_failure(long status, const buf *body)
     const char *field = json_string_value(json_object_get(e, "field"));
     const char *code = json_string_value(json_object_get(e, "code"));
     if (msg)
-        cli_errorf("%s%s%s%s (HTTP %ld%s%s)", msg, field && *field ? " [" : "", field && *field ? field : "",
-                   field && *field ? "]" : "", status, code ? ", " : "", code ? code : "");
+        cli_errorf("%s%s%s%s (HTTP %ld%s%s)", msg, field && *field ? " [" : "",
+                   field && *field ? field : "", field && *field ? "]" : "", status,
+                   code ? ", " : "", code ? code : "");
     else
         cli_errorf("server answered HTTP %ld", status);
     json_decref(j);
     switch (status) {
-    case 400: case 413: case 415: case 429: return CLI_EXIT_REJECTED;
-    case 401: case 403: return CLI_EXIT_AUTH;
-    case 404: return CLI_EXIT_NOT_FOUND;
-    case 409: return CLI_EXIT_CONFLICT;
-    default: return CLI_EXIT_FAILED;
+    case 400:
+    case 413:
+    case 415:
+    case 429:
+        return CLI_EXIT_REJECTED;
+    case 401:
+    case 403:
+        return CLI_EXIT_AUTH;
+    case 404:
+        return CLI_EXIT_NOT_FOUND;
+    case 409:
+        return CLI_EXIT_CONFLICT;
+    default:
+        return CLI_EXIT_FAILED;
     }
 }
 
@@ -114,8 +125,8 @@ static CURL *cli_easy(const cli_ctx *c, const char *path, struct curl_slist **hd
 
 /* One request. On a transport failure returns CLI_EXIT_CONNECT; otherwise 0
  * with *status and *out filled (the caller frees out->data). */
-static int http_call(const cli_ctx *c, const char *method, const char *path, const char *body, size_t blen,
-                     const char *extra_header, long *status, buf *out)
+static int http_call(const cli_ctx *c, const char *method, const char *path, const char *body,
+                     size_t blen, const char *extra_header, long *status, buf *out)
 {
     char errbuf[CURL_ERROR_SIZE];
     struct curl_slist *hdrs = NULL;
@@ -144,16 +155,18 @@ static int http_call(const cli_ctx *c, const char *method, const char *path, con
     curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
     CURLcode rc = curl_easy_perform(h);
     int ret = 0;
-    if (rc != CURLE_OK) ret = curl_failure(c, rc, errbuf);
-    else curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    if (rc != CURLE_OK)
+        ret = curl_failure(c, rc, errbuf);
+    else
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(h);
     return ret;
 }
 
 /* GET/POST expecting a JSON object with a 2xx status; *out is the parsed answer. */
-static int call_json(const cli_ctx *c, const char *method, const char *path, const char *body, size_t blen,
-                     const char *extra_header, json_t **out)
+static int call_json(const cli_ctx *c, const char *method, const char *path, const char *body,
+                     size_t blen, const char *extra_header, json_t **out)
 {
     long status = 0;
     buf b = {0};
@@ -189,7 +202,10 @@ int cli_call_text(const cli_ctx *c, const char *path, char **out)
     return rc;
 }
 
-int cli_wants_json(const cli_ctx *c) { return c->json; }
+int cli_wants_json(const cli_ctx *c)
+{
+    return c->json;
+}
 
 /* A job id on the command line: a positive integer, nothing else. */
 static int parse_id(const char *s, long long *id)
@@ -217,7 +233,10 @@ static void print_json(json_t *j)
     free(s);
 }
 
-void cli_print_json(json_t *j) { print_json(j); }
+void cli_print_json(json_t *j)
+{
+    print_json(j);
+}
 
 /* ---- submit ---- */
 
@@ -254,8 +273,10 @@ static int cmd_submit(cli_ctx *c, int argc, char **argv)
 {
     const char *file = NULL, *key = NULL;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--idempotency-key") == 0 && i + 1 < argc) key = argv[++i];
-        else if (!file) file = argv[i];
+        if (strcmp(argv[i], "--idempotency-key") == 0 && i + 1 < argc)
+            key = argv[++i];
+        else if (!file)
+            file = argv[i];
         else {
             cli_errorf("submit: unexpected argument '%s'", argv[i]);
             return CLI_EXIT_USAGE;
@@ -285,7 +306,8 @@ static int cmd_submit(cli_ctx *c, int argc, char **argv)
         json_t *pos = json_object_get(job, "queue_position");
         fprintf(stderr, "job %lld %s", (long long)json_integer_value(json_object_get(job, "id")),
                 str_or(json_string_value(json_object_get(job, "state")), "?"));
-        if (json_is_integer(pos)) fprintf(stderr, " (queue position %lld)", (long long)json_integer_value(pos));
+        if (json_is_integer(pos))
+            fprintf(stderr, " (queue position %lld)", (long long)json_integer_value(pos));
         fputc('\n', stderr);
     }
     json_decref(job);
@@ -340,8 +362,10 @@ static int cmd_jobs(cli_ctx *c, int argc, char **argv)
         json_array_foreach(jobs, i, j) clifmt_jobs_row(stdout, j);
         /* A user who chose --limit asked for that many: no hint to use it. */
         if (json_is_string(json_object_get(page, "next_cursor"))) {
-            if (!limit) fputs("(more jobs: use --limit N, up to 200)\n", stderr);
-            else fprintf(stderr, "(the newest %d shown; there are older ones)\n", limit);
+            if (!limit)
+                fputs("(more jobs: use --limit N, up to 200)\n", stderr);
+            else
+                fprintf(stderr, "(the newest %d shown; there are older ones)\n", limit);
         }
     }
     json_decref(page);
@@ -367,8 +391,10 @@ static int cmd_action(cli_ctx *c, const char *action, long long id)
     json_t *job;
     int rc = call_json(c, "POST", path, NULL, 0, NULL, &job);
     if (rc) return rc;
-    if (c->json) print_json(job);
-    else printf("job %lld: %s\n", id, str_or(json_string_value(json_object_get(job, "state")), "?"));
+    if (c->json)
+        print_json(job);
+    else
+        printf("job %lld: %s\n", id, str_or(json_string_value(json_object_get(job, "state")), "?"));
     json_decref(job);
     return 0;
 }
@@ -386,9 +412,12 @@ static int cmd_generate(cli_ctx *c, int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end;
-        if (!strcmp(a, "--base")) base = 1;
-        else if (!strcmp(a, "--compare")) compare = 1;
-        else if (v && !strcmp(a, "--stop")) json_array_append_new(stop, json_string(argv[++i]));
+        if (!strcmp(a, "--base"))
+            base = 1;
+        else if (!strcmp(a, "--compare"))
+            compare = 1;
+        else if (v && !strcmp(a, "--stop"))
+            json_array_append_new(stop, json_string(argv[++i]));
         else if (v && (!strcmp(a, "--max-tokens") || !strcmp(a, "--seed"))) {
             long long n = strtoll(v, &end, 10);
             if (*end || end == v) {
@@ -410,18 +439,21 @@ static int cmd_generate(cli_ctx *c, int argc, char **argv)
             json_object_set_new(req, a[2] == 't' ? "temperature" : "top_p", json_real(d));
             i++;
         } else if (!id && parse_id(a, &id) == 0) {
-        } else if (!prompt && id) prompt = a;
+        } else if (!prompt && id)
+            prompt = a;
         else {
-            cli_errorf("usage: trainyard generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] "
-                       "[--seed S] [--stop STR]... [--base | --compare]");
+            cli_errorf(
+                "usage: trainyard generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] "
+                "[--seed S] [--stop STR]... [--base | --compare]");
             json_decref(req);
             json_decref(stop);
             return CLI_EXIT_USAGE;
         }
     }
     if (!id || !prompt) {
-        cli_errorf("usage: trainyard generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] "
-                   "[--seed S] [--stop STR]... [--base | --compare]");
+        cli_errorf(
+            "usage: trainyard generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] "
+            "[--seed S] [--stop STR]... [--base | --compare]");
         json_decref(req);
         json_decref(stop);
         return CLI_EXIT_USAGE;
@@ -479,17 +511,18 @@ typedef struct sse_state {
     buf line;
     char event[64];
     buf data;
-    long long last_id;      /* for Last-Event-ID on reconnect */
-    const char *terminal;   /* "succeeded" | "failed" | "cancelled" once seen */
+    long long last_id;    /* for Last-Event-ID on reconnect */
+    const char *terminal; /* "succeeded" | "failed" | "cancelled" once seen */
     int json;
-    clifmt_watch view;      /* what the human-readable lines remember */
-    long status;            /* HTTP status of the current connection */
-    buf errbody;            /* body of a non-2xx answer */
+    clifmt_watch view; /* what the human-readable lines remember */
+    long status;       /* HTTP status of the current connection */
+    buf errbody;       /* body of a non-2xx answer */
 } sse_state;
 
 static int is_terminal(const char *s)
 {
-    return s && (strcmp(s, "succeeded") == 0 || strcmp(s, "failed") == 0 || strcmp(s, "cancelled") == 0);
+    return s &&
+           (strcmp(s, "succeeded") == 0 || strcmp(s, "failed") == 0 || strcmp(s, "cancelled") == 0);
 }
 
 /* One complete SSE event: {"job_id","seq","ts","type","data"} in data. */
@@ -506,12 +539,15 @@ static void sse_dispatch(sse_state *st)
             if (s) puts(s);
             free(s);
         } else {
-            clifmt_watch_event(&st->view, stdout, type, d, json_string_value(json_object_get(ev, "ts")));
+            clifmt_watch_event(&st->view, stdout, type, d,
+                               json_string_value(json_object_get(ev, "ts")));
         }
         if (strcmp(type, "state") == 0) {
             const char *to = json_string_value(json_object_get(d, "to"));
-            if (is_terminal(to)) st->terminal = strcmp(to, "succeeded") == 0 ? "succeeded"
-                                                : strcmp(to, "failed") == 0 ? "failed" : "cancelled";
+            if (is_terminal(to))
+                st->terminal = strcmp(to, "succeeded") == 0 ? "succeeded"
+                               : strcmp(to, "failed") == 0  ? "failed"
+                                                            : "cancelled";
         }
         json_decref(ev);
     }
@@ -693,8 +729,10 @@ static int cmd_logs(cli_ctx *c, long long id, int follow)
     if (!follow) curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
     CURLcode cr = curl_easy_perform(h);
     int rc = 0;
-    if (ls.status && (ls.status < 200 || ls.status > 299)) rc = http_failure(ls.status, &ls.errbody);
-    else if (cr != CURLE_OK && !(follow && cr == CURLE_PARTIAL_FILE)) rc = curl_failure(c, cr, errbuf);
+    if (ls.status && (ls.status < 200 || ls.status > 299))
+        rc = http_failure(ls.status, &ls.errbody);
+    else if (cr != CURLE_OK && !(follow && cr == CURLE_PARTIAL_FILE))
+        rc = curl_failure(c, cr, errbuf);
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(h);
     free(ls.errbody.data);
@@ -703,9 +741,9 @@ static int cmd_logs(cli_ctx *c, long long id, int follow)
 
 /* ---- dispatch ---- */
 
-static const char *const commands[] = {"submit", "jobs", "show", "watch", "logs",
+static const char *const commands[] = {"submit", "jobs",  "show",   "watch",  "logs",
                                        "cancel", "pause", "resume", "delete", "generate",
-                                       "queue", "patch", "usage", NULL};
+                                       "queue",  "patch", "usage",  NULL};
 
 int cli_is_command(const char *name)
 {
@@ -749,7 +787,8 @@ static int ctx_init(cli_ctx *c)
     }
     snprintf(c->base, sizeof c->base, "%s", url);
     size_t n = strlen(c->base);
-    while (n > 0 && c->base[n - 1] == '/') c->base[--n] = '\0';
+    while (n > 0 && c->base[n - 1] == '/')
+        c->base[--n] = '\0';
     const char *tok = getenv("TY_TOKEN");
     if (tok && *tok) {
         if (strlen(tok) > 1000 || strpbrk(tok, "\r\n")) {
@@ -780,14 +819,18 @@ int cli_main(int argc, char **argv)
     if (!args) return CLI_EXIT_FAILED;
     int nargs = 0, follow = 0, purge = 0;
     for (int i = 2; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) c.json = 1;
-        else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0) follow = 1;
-        else if (strcmp(argv[i], "--purge") == 0) purge = 1;
+        if (strcmp(argv[i], "--json") == 0)
+            c.json = 1;
+        else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0)
+            follow = 1;
+        else if (strcmp(argv[i], "--purge") == 0)
+            purge = 1;
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage(stdout);
             free(args);
             return CLI_EXIT_OK;
-        } else args[nargs++] = argv[i];
+        } else
+            args[nargs++] = argv[i];
     }
     if ((follow && strcmp(cmd, "logs") != 0) || (purge && strcmp(cmd, "delete") != 0)) {
         cli_errorf("%s: unexpected option %s", cmd, follow ? "-f" : "--purge");
@@ -810,11 +853,16 @@ int cli_main(int argc, char **argv)
             cli_errorf("usage: trainyard %s ID", cmd);
             rc = CLI_EXIT_USAGE;
         } else if ((rc = parse_id(args[0], &id)) == 0) {
-            if (strcmp(cmd, "show") == 0) rc = cmd_show(&c, id);
-            else if (strcmp(cmd, "watch") == 0) rc = cmd_watch(&c, id);
-            else if (strcmp(cmd, "logs") == 0) rc = cmd_logs(&c, id, follow);
-            else if (strcmp(cmd, "delete") == 0) rc = cmd_delete(&c, id, purge);
-            else rc = cmd_action(&c, cmd, id);
+            if (strcmp(cmd, "show") == 0)
+                rc = cmd_show(&c, id);
+            else if (strcmp(cmd, "watch") == 0)
+                rc = cmd_watch(&c, id);
+            else if (strcmp(cmd, "logs") == 0)
+                rc = cmd_logs(&c, id, follow);
+            else if (strcmp(cmd, "delete") == 0)
+                rc = cmd_delete(&c, id, purge);
+            else
+                rc = cmd_action(&c, cmd, id);
         }
     }
     curl_global_cleanup();

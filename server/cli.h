@@ -12,14 +12,14 @@
 
 enum {
     CLI_EXIT_OK = 0,
-    CLI_EXIT_FAILED = 1,      /* the job failed, or the server answered 5xx / nonsense */
-    CLI_EXIT_USAGE = 2,       /* bad command line, unreadable file */
-    CLI_EXIT_NOT_FOUND = 3,   /* 404: no such job */
-    CLI_EXIT_CONFLICT = 4,    /* 409: the job's state forbids it, idempotency conflict */
-    CLI_EXIT_CONNECT = 5,     /* cannot reach the server */
-    CLI_EXIT_REJECTED = 6,    /* 400/413/415/429: the server refused the input */
-    CLI_EXIT_AUTH = 7,        /* 401: token missing or wrong */
-    CLI_EXIT_CANCELLED = 8,   /* watch: the job ended cancelled */
+    CLI_EXIT_FAILED = 1,    /* the job failed, or the server answered 5xx / nonsense */
+    CLI_EXIT_USAGE = 2,     /* bad command line, unreadable file */
+    CLI_EXIT_NOT_FOUND = 3, /* 404: no such job */
+    CLI_EXIT_CONFLICT = 4,  /* 409: the job's state forbids it, idempotency conflict */
+    CLI_EXIT_CONNECT = 5,   /* cannot reach the server */
+    CLI_EXIT_REJECTED = 6,  /* 400/413/415/429: the server refused the input */
+    CLI_EXIT_AUTH = 7,      /* 401: token missing or wrong */
+    CLI_EXIT_CANCELLED = 8, /* watch: the job ended cancelled */
 };
 
 /* argv[0] is the program name, argv[1] the subcommand. Returns an exit code. */

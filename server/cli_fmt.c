@@ -19,16 +19,22 @@ void clifmt_duration(char *out, size_t cap, double seconds)
         return;
     }
     long long s = llround(seconds);
-    if (s < 60) snprintf(out, cap, "%llds", s);
-    else if (s < 3600) snprintf(out, cap, "%lldm%02llds", s / 60, s % 60);
-    else if (s < 86400) snprintf(out, cap, "%lldh%02lldm", s / 3600, s % 3600 / 60);
-    else snprintf(out, cap, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
+    if (s < 60)
+        snprintf(out, cap, "%llds", s);
+    else if (s < 3600)
+        snprintf(out, cap, "%lldm%02llds", s / 60, s % 60);
+    else if (s < 86400)
+        snprintf(out, cap, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+    else
+        snprintf(out, cap, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
 }
 
 void clifmt_count(char *out, size_t cap, long long n)
 {
-    static const struct { double div; const char *unit; } units[] = {
-        {1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}};
+    static const struct {
+        double div;
+        const char *unit;
+    } units[] = {{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}};
     double a = fabs((double)n);
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (a < units[i].div) continue;
@@ -72,7 +78,8 @@ static const char *jstr(json_t *o, const char *k, const char *dflt)
 static void put_trimmed(FILE *out, char *line)
 {
     size_t len = strlen(line);
-    while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\n')) line[--len] = '\0';
+    while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\n'))
+        line[--len] = '\0';
     fprintf(out, "%s\n", line);
 }
 
@@ -103,7 +110,8 @@ void clifmt_jobs_row(FILE *out, json_t *j)
     if (json_is_number(json_object_get(lm, "loss")))
         snprintf(loss, sizeof loss, "%.4f", json_number_value(json_object_get(lm, "loss")));
     char line[512];
-    snprintf(line, sizeof line, JOBS_ROW, id, jstr(j, "state", "?"), step, pct, loss, eta, jstr(j, "name", ""));
+    snprintf(line, sizeof line, JOBS_ROW, id, jstr(j, "state", "?"), step, pct, loss, eta,
+             jstr(j, "name", ""));
     put_trimmed(out, line);
 }
 
@@ -115,7 +123,8 @@ void clifmt_watch_init(clifmt_watch *w, json_t *job)
     w->job_id = jint(job, "id");
     w->max_steps = jint(json_object_get(job, "progress"), "max_steps");
     if (w->max_steps <= 0)
-        w->max_steps = jint(json_object_get(json_object_get(job, "spec"), "hyperparameters"), "max_steps");
+        w->max_steps =
+            jint(json_object_get(json_object_get(job, "spec"), "hyperparameters"), "max_steps");
 }
 
 /* "Job 7 is running.", "Job 7 failed: engine exited with code 1." — a
@@ -131,16 +140,23 @@ static void print_state(clifmt_watch *w, FILE *out, json_t *d)
     /* "paused; resumes from step 18" under "Job 7 is paused" would say
      * paused twice: a reason that opens with the state drops that word. */
     size_t tl = strlen(to);
-    if (strncmp(reason, to, tl) == 0 && (reason[tl] == '\0' || reason[tl] == ';' || reason[tl] == ',')) {
+    if (strncmp(reason, to, tl) == 0 &&
+        (reason[tl] == '\0' || reason[tl] == ';' || reason[tl] == ',')) {
         reason += tl;
-        while (*reason == ';' || *reason == ',' || *reason == ' ') reason++;
+        while (*reason == ';' || *reason == ',' || *reason == ' ')
+            reason++;
     }
     fprintf(out, "Job %lld ", w->job_id);
-    if (strcmp(to, "queued") == 0) fputs(first ? "was submitted and is queued" : "is queued again", out);
-    else if (strcmp(to, "succeeded") == 0) fputs("succeeded", out);
-    else if (strcmp(to, "failed") == 0) fputs("failed", out);
-    else if (strcmp(to, "cancelled") == 0) fputs("was cancelled", out);
-    else fprintf(out, "is %s", to);
+    if (strcmp(to, "queued") == 0)
+        fputs(first ? "was submitted and is queued" : "is queued again", out);
+    else if (strcmp(to, "succeeded") == 0)
+        fputs("succeeded", out);
+    else if (strcmp(to, "failed") == 0)
+        fputs("failed", out);
+    else if (strcmp(to, "cancelled") == 0)
+        fputs("was cancelled", out);
+    else
+        fprintf(out, "is %s", to);
     size_t rl = strlen(reason);
     if (rl) fprintf(out, ": %s", reason);
     fputs(rl && strchr(".!?", reason[rl - 1]) ? "\n" : ".\n", out);
@@ -157,7 +173,8 @@ static void print_metric(clifmt_watch *w, FILE *out, json_t *d, const char *ts)
     } else {
         snprintf(head, sizeof head, "step %lld", step);
     }
-    if (json_is_number(json_object_get(d, "lr"))) snprintf(lr, sizeof lr, "%.3e", json_number_value(json_object_get(d, "lr")));
+    if (json_is_number(json_object_get(d, "lr")))
+        snprintf(lr, sizeof lr, "%.3e", json_number_value(json_object_get(d, "lr")));
     if (json_is_number(json_object_get(d, "tokens_per_s")))
         snprintf(tps, sizeof tps, "%.1f", json_number_value(json_object_get(d, "tokens_per_s")));
 
@@ -209,10 +226,11 @@ void clifmt_watch_event(clifmt_watch *w, FILE *out, const char *type, json_t *d,
         clifmt_count(trainable, sizeof trainable, jint(d, "trainable"));
         w->have_rate0 = 0; /* a new run: its own pace */
         long long world = jint(d, "world");
-        fprintf(out, "Engine started: %s parameters (%s trainable), %lld process%s, backend %s", params,
-                trainable, world, world == 1 ? "" : "es", jstr(d, "backend", "?"));
+        fprintf(out, "Engine started: %s parameters (%s trainable), %lld process%s, backend %s",
+                params, trainable, world, world == 1 ? "" : "es", jstr(d, "backend", "?"));
         json_t *rs = json_object_get(d, "resumed_from_step");
-        if (json_is_integer(rs)) fprintf(out, ", resumed from step %lld", (long long)json_integer_value(rs));
+        if (json_is_integer(rs))
+            fprintf(out, ", resumed from step %lld", (long long)json_integer_value(rs));
         fputs(".\n", out);
     }
 }

@@ -42,7 +42,7 @@ typedef struct clifmt_watch {
     long long max_steps; /* 0 when unknown */
     int have_eval;
     double eval_loss;
-    int have_rate0;      /* rate0_* hold the run's first metric */
+    int have_rate0; /* rate0_* hold the run's first metric */
     long long rate0_step;
     double rate0_ts;
 } clifmt_watch;

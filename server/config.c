@@ -87,28 +87,40 @@ static int check_currency(const char *key, const char *v, ty_err *err)
 #define STR(f) OPT_STR, AT(f), 0, 0
 #define BOOL(f) OPT_BOOL, AT(f), 0, 0
 #define PRICE(f) OPT_PRICE, AT(f), 0, 0
-#define STORE(name, f) {name, NULL, STR(store.f), NULL, NULL, NULL, NULL, OPT_STORE}
-#define SECRET(name, f) {name, NULL, STR(store.f), NULL, NULL, NULL, NULL, OPT_STORE | OPT_SECRET}
+#define STORE(name, f)                                                                             \
+    {                                                                                              \
+        name, NULL, STR(store.f), NULL, NULL, NULL, NULL, OPT_STORE                                \
+    }
+#define SECRET(name, f)                                                                            \
+    {                                                                                              \
+        name, NULL, STR(store.f), NULL, NULL, NULL, NULL, OPT_STORE | OPT_SECRET                   \
+    }
 
 static const srv_option OPTIONS[] = {
-    {"config", "FILE", OPT_CONFIG, 0, 0, 0, 0, NULL, NULL, "read settings from FILE first", NULL, OPT_FLAG_ONLY},
+    {"config", "FILE", OPT_CONFIG, 0, 0, 0, 0, NULL, NULL, "read settings from FILE first", NULL,
+     OPT_FLAG_ONLY},
     {"listen", "HOST:PORT", STR(listen), "127.0.0.1:8080", NULL,
      "address to listen on; a non-loopback address requires API tokens", check_listen, 0},
-    {"data-dir", "DIR", STR(data_dir), "./trainyard-data", NULL, "database, job directories and logs", NULL, 0},
-    {"engine", "PATH", STR(engine), NULL, "trainyard-engine beside this binary", "the engine binary", NULL, 0},
+    {"data-dir", "DIR", STR(data_dir), "./trainyard-data", NULL,
+     "database, job directories and logs", NULL, 0},
+    {"engine", "PATH", STR(engine), NULL, "trainyard-engine beside this binary",
+     "the engine binary", NULL, 0},
     {"gpus", "auto|none|LIST", STR(gpus), "auto", NULL,
      "GPUs to schedule: auto asks NVML, none runs CPU jobs only, LIST is like 0,1", check_gpus, 0},
-    {"cpu-slots", "N", INT(cpu_slots, 0, 1024), "1", NULL, "CPU ranks that may run at once (a job takes resources.cpu_ranks)", NULL, 0},
-    {"executor", "NAME", STR(executor), "local", NULL, "where engines run: local or slurm", check_executor, 0},
+    {"cpu-slots", "N", INT(cpu_slots, 0, 1024), "1", NULL,
+     "CPU ranks that may run at once (a job takes resources.cpu_ranks)", NULL, 0},
+    {"executor", "NAME", STR(executor), "local", NULL, "where engines run: local or slurm",
+     check_executor, 0},
     {"slurm-workdir", "DIR", STR(slurm_workdir), NULL, "the data dir",
-     "slurm: a path the server and every node share; job directories go to DIR/jobs", check_abs_path, 0},
-    {"slurm-partition", "P", STR(slurm_partition), NULL, "Slurm's default", "slurm: sbatch --partition",
-     NULL, 0},
+     "slurm: a path the server and every node share; job directories go to DIR/jobs",
+     check_abs_path, 0},
+    {"slurm-partition", "P", STR(slurm_partition), NULL, "Slurm's default",
+     "slurm: sbatch --partition", NULL, 0},
     {"slurm-account", "A", STR(slurm_account), NULL, NULL, "slurm: sbatch --account", NULL, 0},
-    {"slurm-args", "ARGS", STR(slurm_args), NULL, NULL, "slurm: more sbatch arguments, space-separated",
-     NULL, 0},
-    {"slurm-poll-ms", "MS", INT(slurm_poll_ms, 100, 600000), "2000", NULL, "slurm: how often squeue is asked",
-     NULL, 0},
+    {"slurm-args", "ARGS", STR(slurm_args), NULL, NULL,
+     "slurm: more sbatch arguments, space-separated", NULL, 0},
+    {"slurm-poll-ms", "MS", INT(slurm_poll_ms, 100, 600000), "2000", NULL,
+     "slurm: how often squeue is asked", NULL, 0},
     {"allowed-roots", "A:B", STR(allowed_roots), NULL, "DATA_DIR/inputs",
      "directories job specs may read from, checked at submit and again by the engine on every open",
      check_roots, 0},
@@ -116,14 +128,15 @@ static const srv_option OPTIONS[] = {
      "directories file:// checkpoint stores may lie in", check_roots, 0},
     {"max-params", "N", INT(max_params, 0, 1000000000000000LL), "1000000000", NULL,
      "largest model.init (parameters) accepted at submit; 0 = no limit", NULL, 0},
-    {"max-body", "BYTES", INT(max_body, 1024, 1L << 30), "1048576", NULL, "largest request body accepted",
+    {"max-body", "BYTES", INT(max_body, 1024, 1L << 30), "1048576", NULL,
+     "largest request body accepted", NULL, 0},
+    {"grace", "SECONDS", INT(grace_s, 0, 86400), "30", NULL,
+     "SIGTERM to SIGKILL delay for cancel/pause", NULL, 0},
+    {"tls-cert", "FILE", STR(tls_cert), NULL, NULL, "PEM certificate; with --tls-key serves HTTPS",
      NULL, 0},
-    {"grace", "SECONDS", INT(grace_s, 0, 86400), "30", NULL, "SIGTERM to SIGKILL delay for cancel/pause",
-     NULL, 0},
-    {"tls-cert", "FILE", STR(tls_cert), NULL, NULL, "PEM certificate; with --tls-key serves HTTPS", NULL, 0},
     {"tls-key", "FILE", STR(tls_key), NULL, NULL, "PEM private key", NULL, 0},
-    {"require-token", NULL, BOOL(require_token), "false", NULL, "require a bearer token even on loopback",
-     NULL, 0},
+    {"require-token", NULL, BOOL(require_token), "false", NULL,
+     "require a bearer token even on loopback", NULL, 0},
     {"per-ip-connections", "N", INT(per_ip_connections, 0, 1000000), "256", NULL,
      "connections one client address may hold, request heads still arriving included; 0 = no limit",
      NULL, 0},
@@ -135,19 +148,22 @@ static const srv_option OPTIONS[] = {
      "the whole body must arrive within this from the head, else the connection is closed; 0 = off",
      NULL, 0},
     {"rate-limit", "N", INT(rate_limit, 0, 1000000), "20", NULL,
-     "requests per second one API token may make on average, else 429 with Retry-After; 0 = off", NULL,
-     0},
-    {"rate-burst", "N", INT(rate_burst, 1, 1000000), "100", NULL, "requests one token may make at once",
+     "requests per second one API token may make on average, else 429 with Retry-After; 0 = off",
      NULL, 0},
+    {"rate-burst", "N", INT(rate_burst, 1, 1000000), "100", NULL,
+     "requests one token may make at once", NULL, 0},
     {"event-rate", "N", INT(event_rate, 0, 100000000), "1000", NULL,
      "engine event lines per second (a 2-second burst allowed) above which a job fails as flooding; "
      "0 = off",
      NULL, 0},
-    {"gpu-sample-ms", "MS", INT(gpu_sample_ms, 100, 3600000), "2000", NULL, "GPU sampling period", NULL, 0},
-    {"heartbeat", "SECONDS", INT(heartbeat_s, 1, 3600), "15", NULL, "SSE heartbeat comment period", NULL, 0},
-    {"http-threads", "N", INT(http_threads, 1, 64), "2", NULL, "HTTP worker threads, each with its own epoll",
+    {"gpu-sample-ms", "MS", INT(gpu_sample_ms, 100, 3600000), "2000", NULL, "GPU sampling period",
      NULL, 0},
-    {"upload-workers", "N", INT(upload_workers, 1, 64), "2", NULL, "checkpoint upload threads", NULL, 0},
+    {"heartbeat", "SECONDS", INT(heartbeat_s, 1, 3600), "15", NULL, "SSE heartbeat comment period",
+     NULL, 0},
+    {"http-threads", "N", INT(http_threads, 1, 64), "2", NULL,
+     "HTTP worker threads, each with its own epoll", NULL, 0},
+    {"upload-workers", "N", INT(upload_workers, 1, 64), "2", NULL, "checkpoint upload threads",
+     NULL, 0},
     {"upload-wait", "SECONDS", INT(upload_wait_s, 0, 86400), "300", NULL,
      "pause/cancel/finish wait this long for a running checkpoint upload, then cancel it", NULL, 0},
     {"upload-attempts", "N", INT(upload_attempts, 1, 1000), "5", NULL,
@@ -156,7 +172,8 @@ static const srv_option OPTIONS[] = {
      "price of one GPU-hour of running time; with it jobs report their cost", NULL, 0},
     {"cpu-hour-price", "X", PRICE(cpu_hour_price), NULL, "unknown",
      "price of one hour of a CPU job's running time", NULL, 0},
-    {"currency", "CODE", STR(currency), "USD", NULL, "ISO 4217 code of those prices", check_currency, 0},
+    {"currency", "CODE", STR(currency), "USD", NULL, "ISO 4217 code of those prices",
+     check_currency, 0},
     /* Operations (issue 15; docs/server.md "Operations"). */
     {"gpu-hour-prices", "M=X,...", STR(ops.gpu_hour_prices), NULL, "none",
      "price of a GPU-hour per GPU model: the first MODEL in the GPU's name wins, else --gpu-hour-price",
@@ -180,8 +197,8 @@ static const srv_option OPTIONS[] = {
     {"idle-gpu-after", "SECONDS", INT(ops.idle_gpu_after_s, 0, 604800), "600", NULL,
      "a job's GPUs idle this long raise idle_gpu; 0 = off", NULL, 0},
     {"webhook-urls", "U,...", STR(ops.webhook_urls), NULL, "none",
-     "URLs every job's state changes, budget stops, stalls and idle GPUs are POSTed to", ops_check_urls,
-     0},
+     "URLs every job's state changes, budget stops, stalls and idle GPUs are POSTed to",
+     ops_check_urls, 0},
     {"webhook-secret", "KEY", STR(ops.webhook_secret), NULL, "none",
      "HMAC-SHA256 key of the webhook signature", NULL, OPT_SECRET},
     {"webhook-allowed-hosts", "H,...", STR(ops.webhook_allowed_hosts), NULL, "none",
@@ -281,36 +298,43 @@ static int copy_str(const char *key, char *dst, size_t cap, const char *v, ty_er
 /* Integer fields are int, int64_t or size_t: stored by their size. */
 static void store_int(void *field, size_t size, long long x)
 {
-    if (size == sizeof(int)) *(int *)field = (int)x;
-    else *(int64_t *)field = (int64_t)x;
+    if (size == sizeof(int))
+        *(int *)field = (int)x;
+    else
+        *(int64_t *)field = (int64_t)x;
 }
 
 static int apply(srv_config *c, const srv_option *o, const char *v, ty_err *err)
 {
     void *field = (char *)c + o->offset;
-    long long x = 0; /* set by parse_int; gcc -O2 cannot see it (Release -Werror=maybe-uninitialized) */
+    long long x =
+        0; /* set by parse_int; gcc -O2 cannot see it (Release -Werror=maybe-uninitialized) */
     int rc;
     if (o->check && (rc = o->check(o->name, v, err))) return rc;
     switch (o->type) {
-    case OPT_STR: return copy_str(o->name, field, o->size, v, err);
-    case OPT_BOOL: return parse_bool(o->name, v, field, err);
-    case OPT_PRICE: return parse_price(o->name, v, field, err);
+    case OPT_STR:
+        return copy_str(o->name, field, o->size, v, err);
+    case OPT_BOOL:
+        return parse_bool(o->name, v, field, err);
+    case OPT_PRICE:
+        return parse_price(o->name, v, field, err);
     case OPT_INT:
         if ((rc = parse_int(o->name, v, o->lo, o->hi, &x, err))) return rc;
         store_int(field, o->size, x);
         return 0;
-    case OPT_CONFIG: break;
+    case OPT_CONFIG:
+        break;
     }
-    return ty_err_field(err, TY_EINVAL, o->name, "unknown setting '%s' (see trainyard serve --help)",
-                        o->name);
+    return ty_err_field(err, TY_EINVAL, o->name,
+                        "unknown setting '%s' (see trainyard serve --help)", o->name);
 }
 
 int srv_config_set(srv_config *c, const char *key, const char *v, ty_err *err)
 {
     const srv_option *o = srv_config_options_find(key);
     if (!o || (o->flags & OPT_FLAG_ONLY))
-        return ty_err_field(err, TY_EINVAL, key, "unknown setting '%s' (see trainyard serve --help)",
-                            key);
+        return ty_err_field(err, TY_EINVAL, key,
+                            "unknown setting '%s' (see trainyard serve --help)", key);
     return apply(c, o, v, err);
 }
 
@@ -334,7 +358,10 @@ int srv_config_defaults(srv_config *c, ty_err *err)
     return 0;
 }
 
-static const char *or_null(const char *s) { return s[0] ? s : NULL; }
+static const char *or_null(const char *s)
+{
+    return s[0] ? s : NULL;
+}
 
 void srv_store_config(const srv_config *c, store_config *out)
 {
@@ -359,9 +386,11 @@ void srv_store_config(const srv_config *c, store_config *out)
 
 static char *trim(char *s)
 {
-    while (isspace((unsigned char)*s)) s++;
+    while (isspace((unsigned char)*s))
+        s++;
     char *e = s + strlen(s);
-    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
     return s;
 }
 
@@ -436,8 +465,10 @@ void srv_config_usage(FILE *out)
         snprintf(text, sizeof text, "%s%s%s%s", o[i].help, def ? " (default " : "", def ? def : "",
                  def ? ")" : "");
         fputs(flag, out);
-        if (w < 24) fprintf(out, "%*s", 24 - w, "");
-        else fputs("  ", out), w += 2;
+        if (w < 24)
+            fprintf(out, "%*s", 24 - w, "");
+        else
+            fputs("  ", out), w += 2;
         wrap(out, text, 24, w < 24 ? 24 : w);
     }
     fputs("  --help                this text\n"
@@ -450,7 +481,8 @@ void srv_config_usage(FILE *out)
         if (!(o[i].flags & OPT_STORE)) continue;
         int len = (int)strlen(o[i].name) + ((o[i].flags & OPT_SECRET) ? 1 : 0);
         if (at && at + 1 + len > 78) fputc('\n', out), at = 0;
-        at += fprintf(out, "%s%s%s", at ? " " : "  ", o[i].name, (o[i].flags & OPT_SECRET) ? "*" : "");
+        at += fprintf(out, "%s%s%s", at ? " " : "  ", o[i].name,
+                      (o[i].flags & OPT_SECRET) ? "*" : "");
     }
     fputc('\n', out);
 }
@@ -464,7 +496,8 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *er
             return 1;
         }
         if (!strcmp(argv[i], "--config")) {
-            if (i + 1 >= argc) return ty_err_field(err, TY_EINVAL, "config", "--config needs a file");
+            if (i + 1 >= argc)
+                return ty_err_field(err, TY_EINVAL, "config", "--config needs a file");
             if (srv_config_load_file(c, argv[i + 1], err)) return TY_EINVAL;
         } else if (!strncmp(argv[i], "--config=", 9)) {
             if (srv_config_load_file(c, argv[i] + 9, err)) return TY_EINVAL;
@@ -472,8 +505,7 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *er
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strncmp(a, "--", 2))
-            return ty_err_set(err, TY_EINVAL, "unexpected argument '%s'", a);
+        if (strncmp(a, "--", 2)) return ty_err_set(err, TY_EINVAL, "unexpected argument '%s'", a);
         char key[64];
         const char *val = NULL;
         const char *eq = strchr(a, '=');
@@ -486,14 +518,18 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *er
             if (srv_config_set(c, key, "true", err)) return TY_EINVAL;
             continue;
         }
-        if (eq) val = eq + 1;
-        else if (i + 1 < argc) val = argv[++i];
-        else return ty_err_set(err, TY_EINVAL, "flag --%s needs a value", key);
+        if (eq)
+            val = eq + 1;
+        else if (i + 1 < argc)
+            val = argv[++i];
+        else
+            return ty_err_set(err, TY_EINVAL, "flag --%s needs a value", key);
         if (!strcmp(key, "config")) continue;
         if (srv_config_is_secret(key))
             return ty_err_field(err, TY_EINVAL, key,
                                 "--%s is a secret: set it in the --config file or the environment, "
-                                "not on the command line", key);
+                                "not on the command line",
+                                key);
         if (srv_config_set(c, key, val, err)) return TY_EINVAL;
     }
     /* The data dir absolute and clean from here on, so every message and
@@ -511,7 +547,8 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *out, ty_err *er
         char dd[PATH_MAX];
         if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
         if (!realpath(c->data_dir, dd)) {
-            if (c->data_dir[0] == '/') snprintf(dd, sizeof dd, "%s", c->data_dir);
+            if (c->data_dir[0] == '/')
+                snprintf(dd, sizeof dd, "%s", c->data_dir);
             else
                 snprintf(dd, sizeof dd, "%.2040s/%.2040s", cwd,
                          c->data_dir + (strncmp(c->data_dir, "./", 2) ? 0 : 2));
@@ -532,13 +569,16 @@ int srv_listen_parse(const char *listen, char *host, size_t hostcap, int *port, 
     if (listen[0] == '[') {
         const char *rb = strchr(listen, ']');
         if (!rb || rb[1] != ':')
-            return ty_err_field(err, TY_EINVAL, "listen", "listen must be HOST:PORT, got '%s'", listen);
+            return ty_err_field(err, TY_EINVAL, "listen", "listen must be HOST:PORT, got '%s'",
+                                listen);
         h = listen + 1;
         hl = (size_t)(rb - h);
         colon = rb + 1;
     } else {
         colon = strrchr(listen, ':');
-        if (!colon) return ty_err_field(err, TY_EINVAL, "listen", "listen must be HOST:PORT, got '%s'", listen);
+        if (!colon)
+            return ty_err_field(err, TY_EINVAL, "listen", "listen must be HOST:PORT, got '%s'",
+                                listen);
         hl = (size_t)(colon - listen);
     }
     if (hl == 0 || hl >= hostcap)

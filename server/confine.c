@@ -39,10 +39,10 @@ bool srv_engine_env_keep(const char *kv)
      * what the engine prints and where libraries put scratch files; CUDA_,
      * NVIDIA_ and NCCL_ select and tune devices; OMP_ threads; the
      * sanitizer options are how the test suite runs an ASan engine. */
-    static const char *const names[] = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE",
-                                        "TZ", "TMPDIR", "LD_LIBRARY_PATH"};
-    static const char *const prefixes[] = {"LC_",  "CUDA_", "NVIDIA_", "NCCL_", "OMP_",
-                                           "ASAN_", "UBSAN_", "LSAN_", "TSAN_", "MSAN_"};
+    static const char *const names[] = {"PATH",     "HOME", "USER",   "LOGNAME",        "LANG",
+                                        "LANGUAGE", "TZ",   "TMPDIR", "LD_LIBRARY_PATH"};
+    static const char *const prefixes[] = {"LC_",   "CUDA_",  "NVIDIA_", "NCCL_", "OMP_",
+                                           "ASAN_", "UBSAN_", "LSAN_",   "TSAN_", "MSAN_"};
     const char *eq = strchr(kv, '=');
     if (!eq) return false;
     size_t n = (size_t)(eq - kv);

@@ -20,7 +20,6 @@
 #include "tyerr.h"
 #include "tyutil.h"
 
-
 #define DEMO_VOCAB 64
 #define DEMO_SEQ 64
 #define DEMO_TRAIN_ROWS 512
@@ -71,22 +70,19 @@ static int demo_write_dataset(const char *path, int rows, uint64_t seed, ty_err 
  * width 64, trained from random weights. */
 static json_t *demo_spec(const char *train, const char *eval, long steps)
 {
-    return json_pack(
-        "{s:s, s:{s:{s:s, s:i, s:i, s:i, s:i, s:i, s:f}},"
-        " s:{s:s, s:s, s:s}, s:s,"
-        " s:{s:I, s:i, s:i, s:f, s:s, s:i, s:i, s:i},"
-        " s:s, s:{s:i, s:s}, s:{s:i, s:i}}",
-        "name", "demo-gpt2-tiny",
-        "model", "init", "model_type", "gpt2", "n_layer", 2, "n_embd", 64, "n_head", 2,
-        "n_positions", 128, "vocab_size", DEMO_VOCAB, "layer_norm_epsilon", 1e-5,
-        "dataset", "train", train, "eval", eval, "format", "tokens",
-        "method", "full",
-        "hyperparameters", "max_steps", (json_int_t)steps, "batch_size", 8, "seq_len", DEMO_SEQ,
-        "lr", 3e-3, "schedule", "cosine", "warmup_steps", (int)(steps / 15),
-        "log_every_steps", 2, "eval_every_steps", (int)(steps / 6 > 0 ? steps / 6 : 1),
-        "precision", "fp32",
-        "resources", "gpus", 0, "backend", "cpu",
-        "checkpoint", "every_steps", (int)(steps / 3 > 0 ? steps / 3 : 1), "keep_last", 2);
+    return json_pack("{s:s, s:{s:{s:s, s:i, s:i, s:i, s:i, s:i, s:f}},"
+                     " s:{s:s, s:s, s:s}, s:s,"
+                     " s:{s:I, s:i, s:i, s:f, s:s, s:i, s:i, s:i},"
+                     " s:s, s:{s:i, s:s}, s:{s:i, s:i}}",
+                     "name", "demo-gpt2-tiny", "model", "init", "model_type", "gpt2", "n_layer", 2,
+                     "n_embd", 64, "n_head", 2, "n_positions", 128, "vocab_size", DEMO_VOCAB,
+                     "layer_norm_epsilon", 1e-5, "dataset", "train", train, "eval", eval, "format",
+                     "tokens", "method", "full", "hyperparameters", "max_steps", (json_int_t)steps,
+                     "batch_size", 8, "seq_len", DEMO_SEQ, "lr", 3e-3, "schedule", "cosine",
+                     "warmup_steps", (int)(steps / 15), "log_every_steps", 2, "eval_every_steps",
+                     (int)(steps / 6 > 0 ? steps / 6 : 1), "precision", "fp32", "resources", "gpus",
+                     0, "backend", "cpu", "checkpoint", "every_steps",
+                     (int)(steps / 3 > 0 ? steps / 3 : 1), "keep_last", 2);
 }
 
 static size_t demo_collect(char *ptr, size_t size, size_t n, void *ud)
@@ -104,8 +100,8 @@ static size_t demo_collect(char *ptr, size_t size, size_t n, void *ud)
 
 /* One request to the server; on a 2xx answer *doc is its JSON (the caller
  * frees it). The server's JSON error, or the transport error, goes into err. */
-static int demo_request(const char *base, const char *token, const char *path, const char *body, json_t **doc,
-                        ty_err *err)
+static int demo_request(const char *base, const char *token, const char *path, const char *body,
+                        json_t **doc, ty_err *err)
 {
     *doc = NULL;
     CURL *c = curl_easy_init();
@@ -135,16 +131,19 @@ static int demo_request(const char *base, const char *token, const char *path, c
     int rc = 0;
     json_t *j = resp.data ? json_loads(resp.data, 0, NULL) : NULL;
     if (cc != CURLE_OK) {
-        rc = ty_err_set(err, TY_EIO, "cannot reach the server at %s: %s (is `trainyard serve` running? "
-                        "`make run` starts one)", base, curl_easy_strerror(cc));
+        rc = ty_err_set(err, TY_EIO,
+                        "cannot reach the server at %s: %s (is `trainyard serve` running? "
+                        "`make run` starts one)",
+                        base, curl_easy_strerror(cc));
     } else if (status < 200 || status > 299) {
         json_t *e = json_object_get(j, "error");
         const char *msg = json_string_value(json_object_get(e, "message"));
         if (status == 401)
-            rc = ty_err_set(err, TY_EAUTH, "the server wants a token: set TY_TOKEN (%s)", msg ? msg : "401");
+            rc = ty_err_set(err, TY_EAUTH, "the server wants a token: set TY_TOKEN (%s)",
+                            msg ? msg : "401");
         else
-            rc = ty_err_set(err, TY_EINVAL, "the server refused %s (HTTP %ld): %s", body ? "the job" : path,
-                            status, msg ? msg : "no error message");
+            rc = ty_err_set(err, TY_EINVAL, "the server refused %s (HTTP %ld): %s",
+                            body ? "the job" : path, status, msg ? msg : "no error message");
     } else if (!json_is_object(j)) {
         rc = ty_err_set(err, TY_EIO, "the server's answer to %s is not a JSON object", path);
     } else {
@@ -161,7 +160,9 @@ static long demo_active_jobs(const char *base, const char *token)
 {
     ty_err err = {0};
     json_t *page;
-    if (demo_request(base, token, "/jobs?state=starting,running,stopping&limit=200", NULL, &page, &err)) return -1;
+    if (demo_request(base, token, "/jobs?state=starting,running,stopping&limit=200", NULL, &page,
+                     &err))
+        return -1;
     long n = (long)json_array_size(json_object_get(page, "jobs"));
     json_decref(page);
     return n;
@@ -189,16 +190,15 @@ static json_t *demo_settle(const char *base, const char *token, long id, json_t 
 
 static void demo_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: trainyard demo [--steps N] [--dir DIR]\n"
-            "\n"
-            "Submits a small from-scratch GPT-2 job on a generated dataset to the\n"
-            "server at $TY_URL (default http://127.0.0.1:8080; token in $TY_TOKEN)\n"
-            "and prints the dashboard page where its loss falls live (or its place\n"
-            "in the queue when other jobs hold the slots).\n"
-            "  --steps N   training steps (default 300)\n"
-            "  --dir DIR   where to write the dataset (default /tmp/trainyard-demo-UID);\n"
-            "              it must lie under the server's --allowed-roots\n");
+    fprintf(f, "usage: trainyard demo [--steps N] [--dir DIR]\n"
+               "\n"
+               "Submits a small from-scratch GPT-2 job on a generated dataset to the\n"
+               "server at $TY_URL (default http://127.0.0.1:8080; token in $TY_TOKEN)\n"
+               "and prints the dashboard page where its loss falls live (or its place\n"
+               "in the queue when other jobs hold the slots).\n"
+               "  --steps N   training steps (default 300)\n"
+               "  --dir DIR   where to write the dataset (default /tmp/trainyard-demo-UID);\n"
+               "              it must lie under the server's --allowed-roots\n");
 }
 
 int demo_main(int argc, char **argv)
@@ -214,7 +214,9 @@ int demo_main(int argc, char **argv)
             errno = 0;
             steps = strtol(argv[++i], &end, 10);
             if (errno || *end || steps < 6 || steps > 1000000) {
-                fprintf(stderr, "trainyard demo: --steps wants a number from 6 to 1000000, got '%s'\n", argv[i]);
+                fprintf(stderr,
+                        "trainyard demo: --steps wants a number from 6 to 1000000, got '%s'\n",
+                        argv[i]);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
@@ -230,7 +232,8 @@ int demo_main(int argc, char **argv)
     char base[512];
     snprintf(base, sizeof base, "%s", base_env && *base_env ? base_env : "http://127.0.0.1:8080");
     size_t bl = strlen(base);
-    while (bl && base[bl - 1] == '/') base[--bl] = '\0';
+    while (bl && base[bl - 1] == '/')
+        base[--bl] = '\0';
 
     ty_err err = {0};
     char dir[1024], train[1100], eval[1100];
@@ -246,7 +249,8 @@ int demo_main(int argc, char **argv)
     }
     snprintf(train, sizeof train, "%s/train.jsonl", dir);
     snprintf(eval, sizeof eval, "%s/eval.jsonl", dir);
-    if (ty_mkdir_p(dir, &err) || demo_write_dataset(train, DEMO_TRAIN_ROWS, 0x7472616e79617264ULL, &err) ||
+    if (ty_mkdir_p(dir, &err) ||
+        demo_write_dataset(train, DEMO_TRAIN_ROWS, 0x7472616e79617264ULL, &err) ||
         demo_write_dataset(eval, DEMO_EVAL_ROWS, 0x6576616c75617465ULL, &err)) {
         fprintf(stderr, "trainyard demo: cannot write the dataset in %s: %s\n", dir, err.msg);
         return 1;
@@ -271,15 +275,17 @@ int demo_main(int argc, char **argv)
         curl_global_cleanup();
         fprintf(stderr, "trainyard demo: %s\n", err.msg);
         if (strstr(err.msg, "allowed roots"))
-            fprintf(stderr, "trainyard demo: the server reads datasets only under its --allowed-roots: "
-                            "give one of them with --dir (e.g. --dir DATA_DIR/inputs/demo), or use "
-                            "`make run`, which also allows /tmp\n");
+            fprintf(stderr,
+                    "trainyard demo: the server reads datasets only under its --allowed-roots: "
+                    "give one of them with --dir (e.g. --dir DATA_DIR/inputs/demo), or use "
+                    "`make run`, which also allows /tmp\n");
         return 1;
     }
     job = demo_settle(base, token, id, job);
     const char *state = json_string_value(json_object_get(job, "state"));
-    printf("Submitted job %ld: a 2-layer GPT-2 learning arithmetic sequences (%ld steps, data in %s).\n", id, steps,
-           dir);
+    printf(
+        "Submitted job %ld: a 2-layer GPT-2 learning arithmetic sequences (%ld steps, data in %s).\n",
+        id, steps, dir);
     if (state && strcmp(state, "queued") == 0) {
         json_t *pos = json_object_get(job, "queue_position");
         long active = demo_active_jobs(base, token);
@@ -287,11 +293,14 @@ int demo_main(int argc, char **argv)
         if (json_is_integer(pos)) printf(" at position %lld", (long long)json_integer_value(pos));
         if (active > 0) printf(", behind %ld running job%s", active, active == 1 ? "" : "s");
         printf("; it starts when a slot frees up.\n"
-               "Its page, where the loss curve appears once it runs: %s/#/jobs/%ld\n", base, id);
-    } else if (state && (!strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "cancelled"))) {
+               "Its page, where the loss curve appears once it runs: %s/#/jobs/%ld\n",
+               base, id);
+    } else if (state && (!strcmp(state, "succeeded") || !strcmp(state, "failed") ||
+                         !strcmp(state, "cancelled"))) {
         printf("It has already ended (%s): %s/#/jobs/%ld\n", state, base, id);
     } else {
-        printf("It is %s. Watch its loss fall live: %s/#/jobs/%ld\n", state ? state : "submitted", base, id);
+        printf("It is %s. Watch its loss fall live: %s/#/jobs/%ld\n", state ? state : "submitted",
+               base, id);
     }
     json_decref(job);
     curl_global_cleanup();

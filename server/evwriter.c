@@ -70,7 +70,8 @@ static int flush_queue_locked(struct evw *w, int limit, ty_err *err)
         /* A failed batch is dropped, not retried forever: the job's state
          * transitions still go through, and the error is returned. */
         if (out) db_events_free(out, brc == 0 ? n : 0);
-        for (int i = 0; i < n; i++) free(batch[i].data);
+        for (int i = 0; i < n; i++)
+            free(batch[i].data);
     }
     return rc;
 }
@@ -89,7 +90,8 @@ static void *writer_main(void *arg)
     struct evw *w = arg;
     for (;;) {
         pthread_mutex_lock(&w->qmu);
-        while (w->n == 0 && !w->stop) pthread_cond_wait(&w->qcond, &w->qmu);
+        while (w->n == 0 && !w->stop)
+            pthread_cond_wait(&w->qcond, &w->qmu);
         /* No fixed coalescing window: a lone event after a quiet spell is
          * committed at once (its latency is what SSE clients see), and under
          * load batches form by themselves from whatever arrives while the
@@ -113,8 +115,8 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-struct evw *evw_new(const char *db_path, pthread_mutex_t *lock, evw_publish_fn publish,
-                    void *ctx, ty_err *err)
+struct evw *evw_new(const char *db_path, pthread_mutex_t *lock, evw_publish_fn publish, void *ctx,
+                    ty_err *err)
 {
     struct evw *w = calloc(1, sizeof *w);
     if (!w) {
@@ -151,13 +153,15 @@ struct evw *evw_new(const char *db_path, pthread_mutex_t *lock, evw_publish_fn p
 void evw_push(struct evw *w, int64_t job_id, const char *type, char *data)
 {
     pthread_mutex_lock(&w->qmu);
-    while (w->n >= EVW_QUEUE_CAP && !w->stop) pthread_cond_wait(&w->qspace, &w->qmu);
+    while (w->n >= EVW_QUEUE_CAP && !w->stop)
+        pthread_cond_wait(&w->qspace, &w->qmu);
     if (w->n >= EVW_QUEUE_CAP) { /* stopping and still full: drop */
         pthread_mutex_unlock(&w->qmu);
         free(data);
         return;
     }
-    w->q[w->n++] = (db_event_in){.job_id = job_id, .ts_ms = ty_now_ms(), .type = type, .data = data};
+    w->q[w->n++] =
+        (db_event_in){.job_id = job_id, .ts_ms = ty_now_ms(), .type = type, .data = data};
     if (w->n == 1 || w->n >= EVW_MAX_BATCH) pthread_cond_signal(&w->qcond);
     pthread_mutex_unlock(&w->qmu);
 }
@@ -179,7 +183,8 @@ void evw_free(struct evw *w)
     pthread_cond_broadcast(&w->qspace);
     pthread_mutex_unlock(&w->qmu);
     pthread_join(w->thread, NULL);
-    for (int i = 0; i < w->n; i++) free(w->q[i].data);
+    for (int i = 0; i < w->n; i++)
+        free(w->q[i].data);
     pthread_mutex_destroy(&w->qmu);
     pthread_cond_destroy(&w->qcond);
     pthread_cond_destroy(&w->qspace);

@@ -110,8 +110,10 @@ static int prepare_resume(srv *s, fetch_handle *f, int64_t job_id, const char *s
     for (int i = n - 1; i >= 0 && pick < 0; i--)
         if (!strcmp(c[i].state, "committed") && c[i].remote_uri) pick = i;
     if (pick < 0) {
-        rc = ty_err_set(err, TY_ENOENT, "cannot resume: checkpoint %s is not on disk and the job "
-                        "has no committed remote checkpoint", *resume);
+        rc = ty_err_set(err, TY_ENOENT,
+                        "cannot resume: checkpoint %s is not on disk and the job "
+                        "has no committed remote checkpoint",
+                        *resume);
         db_checkpoints_free(c, n);
         return rc;
     }
@@ -119,8 +121,7 @@ static int prepare_resume(srv *s, fetch_handle *f, int64_t job_id, const char *s
     snprintf(local, sizeof local, "%s/%s", jobdir, c[pick].dir);
     upload_remote_prefix(job_id, c[pick].dir, prefix, sizeof prefix);
     store *st = NULL;
-    if ((rc = ty_mkdir_p(local, err)) == 0 &&
-        (rc = fetch_open(s, f, store_root, &st, err)) == 0) {
+    if ((rc = ty_mkdir_p(local, err)) == 0 && (rc = fetch_open(s, f, store_root, &st, err)) == 0) {
         rc = store_get_checkpoint(st, prefix, local, err);
         fetch_close(f, st);
     }
@@ -133,7 +134,8 @@ static int prepare_resume(srv *s, fetch_handle *f, int64_t job_id, const char *s
         snprintf(m, sizeof m, "%s", err->msg);
         ty_err_set(err, rc, "cannot resume: download of checkpoint %s failed: %s", c[pick].dir, m);
     } else {
-        fprintf(stderr, "trainyard: job %lld: checkpoint %s downloaded from the store and verified\n",
+        fprintf(stderr,
+                "trainyard: job %lld: checkpoint %s downloaded from the store and verified\n",
                 (long long)job_id, c[pick].dir);
         free(*resume);
         *resume = strdup(c[pick].dir);
@@ -160,15 +162,14 @@ static void safe_tag(const char *in, char *out, size_t cap)
 {
     size_t k = 0;
     for (; *in && k + 1 < cap; in++)
-        if ((*in >= 'a' && *in <= 'z') || (*in >= 'A' && *in <= 'Z') || (*in >= '0' && *in <= '9') ||
-            *in == '-')
+        if ((*in >= 'a' && *in <= 'z') || (*in >= 'A' && *in <= 'Z') ||
+            (*in >= '0' && *in <= '9') || *in == '-')
             out[k++] = *in;
     out[k] = 0;
 }
 
 /* A remote file into <data>/cache/<sha256(URI)>-<etag>/<name>. */
-static int cache_file(srv *s, fetch_handle *f, const char *uri, char *out, size_t cap,
-                      ty_err *err)
+static int cache_file(srv *s, fetch_handle *f, const char *uri, char *out, size_t cap, ty_err *err)
 {
     char parent[2048], key_hash[65], tag[96], dir[PATH_MAX];
     const char *base = NULL;
@@ -180,8 +181,8 @@ static int cache_file(srv *s, fetch_handle *f, const char *uri, char *out, size_
     if ((rc = store_stat(st, base, &o, err)) == 0) {
         ty_sha256_hex(uri, strlen(uri), key_hash);
         safe_tag(o.etag, tag, sizeof tag);
-        if (!tag[0]) snprintf(tag, sizeof tag, "%llu-%lld", (unsigned long long)o.size,
-                              (long long)o.mtime);
+        if (!tag[0])
+            snprintf(tag, sizeof tag, "%llu-%lld", (unsigned long long)o.size, (long long)o.mtime);
         snprintf(dir, sizeof dir, "%.3900s/cache/%.32s-%s", s->cfg.data_dir, key_hash, tag);
         snprintf(out, cap, "%s/%s", dir, base);
         struct stat sb;
@@ -199,8 +200,7 @@ static int cache_file(srv *s, fetch_handle *f, const char *uri, char *out, size_
 
 /* A remote directory (every object under the URI) into the cache, keyed by
  * the URI and a hash of every object's key and ETag. */
-static int cache_dir(srv *s, fetch_handle *f, const char *uri, char *out, size_t cap,
-                     ty_err *err)
+static int cache_dir(srv *s, fetch_handle *f, const char *uri, char *out, size_t cap, ty_err *err)
 {
     store *st = NULL;
     int rc = fetch_open(s, f, uri, &st, err);
@@ -211,7 +211,8 @@ static int cache_dir(srv *s, fetch_handle *f, const char *uri, char *out, size_t
     if (rc == 0) {
         /* Content key: the keys, sizes and ETags of the listing. */
         size_t len = 0;
-        for (size_t i = 0; i < l.n; i++) len += strlen(l.items[i].key) + strlen(l.items[i].etag) + 24;
+        for (size_t i = 0; i < l.n; i++)
+            len += strlen(l.items[i].key) + strlen(l.items[i].etag) + 24;
         char *buf = malloc(len + 1), *p = buf;
         if (!buf) rc = ty_err_set(err, TY_ENOMEM, "out of memory");
         for (size_t i = 0; buf && i < l.n; i++)
@@ -222,7 +223,8 @@ static int cache_dir(srv *s, fetch_handle *f, const char *uri, char *out, size_t
             ty_sha256_hex(uri, strlen(uri), key_hash);
             ty_sha256_hex(buf, (size_t)(p - buf), content);
             free(buf);
-            snprintf(dir, sizeof dir, "%.3900s/cache/%.32s-%.16s", s->cfg.data_dir, key_hash, content);
+            snprintf(dir, sizeof dir, "%.3900s/cache/%.32s-%.16s", s->cfg.data_dir, key_hash,
+                     content);
             snprintf(out, cap, "%s", dir);
             struct stat sb;
             if (stat(dir, &sb) != 0) {
@@ -252,8 +254,8 @@ static int cache_dir(srv *s, fetch_handle *f, const char *uri, char *out, size_t
 }
 
 /* Replaces spec[section][field] (a remote URI) by its cached local copy. */
-static int localize(srv *s, fetch_handle *f, json_t *spec, const char *section,
-                    const char *field, bool dir, ty_err *err)
+static int localize(srv *s, fetch_handle *f, json_t *spec, const char *section, const char *field,
+                    bool dir, ty_err *err)
 {
     json_t *sec = json_object_get(spec, section);
     const char *uri = json_string_value(json_object_get(sec, field));
@@ -288,12 +290,13 @@ bool fetch_needed(srv *s, int64_t job_id, const char *spec_json, const char *res
 }
 
 int fetch_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **resume,
-                         char **spec_text, fetch_handle *f, ty_err *err)
+                        char **spec_text, fetch_handle *f, ty_err *err)
 {
     *spec_text = NULL;
     json_t *spec = json_loads(spec_json, 0, NULL);
-    if (!spec) return ty_err_set(err, TY_ECORRUPT, "stored spec of job %lld is not JSON",
-                                 (long long)job_id);
+    if (!spec)
+        return ty_err_set(err, TY_ECORRUPT, "stored spec of job %lld is not JSON",
+                          (long long)job_id);
     const char *store_root =
         json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
     int rc = prepare_resume(s, f, job_id, store_root, resume, err);

@@ -71,8 +71,7 @@ static int check_request_line(const char *buf, size_t ll, const gate_limits *lim
         return reject(v, 400, "bad_request", NULL, "request lines must end with CRLF");
     const char *end = buf + ll - 2;
     const char *sp1 = memchr(buf, ' ', (size_t)(end - buf));
-    if (!sp1 || sp1 == buf)
-        return reject(v, 400, "bad_request", NULL, "malformed request line");
+    if (!sp1 || sp1 == buf) return reject(v, 400, "bad_request", NULL, "malformed request line");
     for (const char *p = buf; p < sp1; p++)
         if (!is_tchar((unsigned char)*p))
             return reject(v, 400, "bad_request", NULL, "malformed request method");
@@ -123,8 +122,10 @@ static int check_field(const char *h, size_t n, head_facts *f, gate_verdict *v)
         if (!is_tchar((unsigned char)h[i]))
             return reject(v, 400, "bad_request", NULL, "malformed header field name");
     const char *val = colon + 1, *ve = h + n;
-    while (val < ve && (*val == ' ' || *val == '\t')) val++;
-    while (ve > val && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+    while (val < ve && (*val == ' ' || *val == '\t'))
+        val++;
+    while (ve > val && (ve[-1] == ' ' || ve[-1] == '\t'))
+        ve--;
     for (const char *p = val; p < ve; p++)
         if (((unsigned char)*p < 0x20 && *p != '\t') || *p == 0x7f)
             return reject(v, 400, "bad_request", NULL, "header %.*s holds a control byte",
@@ -155,7 +156,8 @@ static int check_field(const char *h, size_t n, head_facts *f, gate_verdict *v)
         /* libmicrohttpd keeps each cookie in the connection's memory: too
          * many exhaust it and it answers with HTML itself. */
         f->cookies++;
-        for (const char *p = val; p < ve; p++) f->cookies += *p == ';';
+        for (const char *p = val; p < ve; p++)
+            f->cookies += *p == ';';
     } else if (name_is(h, nl, "Transfer-Encoding")) {
         f->transfer_encoding_n++;
     }
@@ -282,7 +284,8 @@ static void key_of(const struct sockaddr *sa, ipkey *k)
 static unsigned key_hash(const ipkey *k)
 {
     uint32_t h = 2166136261u;
-    for (int i = 0; i < 16; i++) h = (h ^ k->a[i]) * 16777619u;
+    for (int i = 0; i < 16; i++)
+        h = (h ^ k->a[i]) * 16777619u;
     return h % IP_BUCKETS;
 }
 
@@ -293,15 +296,19 @@ static bool ip_take(gate *g, const ipkey *k, bool enforce)
     bool ok = true;
     pthread_mutex_lock(&g->mu);
     ipent *e = g->tab[b];
-    while (e && memcmp(&e->k, k, sizeof *k)) e = e->next;
+    while (e && memcmp(&e->k, k, sizeof *k))
+        e = e->next;
     if (!e && (e = calloc(1, sizeof *e))) {
         e->k = *k;
         e->next = g->tab[b];
         g->tab[b] = e;
     }
-    if (!e) ok = !enforce;
-    else if (enforce && g->cfg.per_ip > 0 && e->n >= g->cfg.per_ip) ok = false;
-    else e->n++;
+    if (!e)
+        ok = !enforce;
+    else if (enforce && g->cfg.per_ip > 0 && e->n >= g->cfg.per_ip)
+        ok = false;
+    else
+        e->n++;
     pthread_mutex_unlock(&g->mu);
     return ok;
 }
@@ -371,16 +378,26 @@ bool gate_take_bad_target(struct MHD_Connection *c)
 static const char *reason_of(unsigned status)
 {
     switch (status) {
-    case 400: return "Bad Request";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Error";
+    case 400:
+        return "Bad Request";
+    case 408:
+        return "Request Timeout";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 503:
+        return "Service Unavailable";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Error";
     }
 }
 
@@ -406,8 +423,10 @@ static void send_error(int fd, unsigned status, const char *code, const char *fi
 
 static void conn_unlink(gate *g, conn *c)
 {
-    if (c->prev) c->prev->next = c->next;
-    else g->list = c->next;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        g->list = c->next;
     if (c->next) c->next->prev = c->prev;
     g->nconns--;
 }
@@ -481,12 +500,15 @@ static void conn_readable(gate *g, conn *c, uint32_t events)
     if (r < 0) return;
     gate_verdict v;
     int rc = gate_check_head(g->peek, (size_t)r, &g->cfg.lim, &v);
-    if (rc == GATE_OK) conn_handover(g, c);
-    else if (rc == GATE_REJECT) conn_refuse(g, c, v.status, v.code, v.field, v.msg);
+    if (rc == GATE_OK)
+        conn_handover(g, c);
+    else if (rc == GATE_REJECT)
+        conn_refuse(g, c, v.status, v.code, v.field, v.msg);
     /* The peer is done sending and the head is not complete: it never
      * will be (its unread bytes hide the end of file from the peek). It
      * may still be reading, so it gets the answer. */
-    else if (events & (EPOLLHUP | EPOLLERR)) conn_close(g, c);
+    else if (events & (EPOLLHUP | EPOLLERR))
+        conn_close(g, c);
     else if (events & EPOLLRDHUP)
         conn_refuse(g, c, 400, "bad_request", NULL,
                     "the connection ended inside the request head (no blank line after it)");
@@ -524,8 +546,7 @@ static void accept_all(gate *g)
         g->list = c;
         g->nconns++;
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = c};
-        if (g->nconns > 2 * g->cfg.max_pending ||
-            epoll_ctl(g->efd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        if (g->nconns > 2 * g->cfg.max_pending || epoll_ctl(g->efd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             /* Even the refusals are too many to keep: just close. */
             c->draining = true;
             conn_close(g, c);
@@ -581,9 +602,12 @@ static void *gate_main(void *arg)
         int n = epoll_wait(g->efd, evs, 64, timeout);
         for (int i = 0; i < n; i++) {
             void *p = evs[i].data.ptr;
-            if (p == NULL) accept_all(g);
-            else if (p == (void *)&g->wake) continue;
-            else conn_readable(g, p, evs[i].events);
+            if (p == NULL)
+                accept_all(g);
+            else if (p == (void *)&g->wake)
+                continue;
+            else
+                conn_readable(g, p, evs[i].events);
         }
         /* Only a conn's own event frees it (accept_all frees only the
          * conns it just made), and each fd is in a batch once, so no

@@ -21,12 +21,12 @@
 #include "tyerr.h"
 
 typedef struct gate_limits {
-    size_t max_line;   /* request line, bytes with CRLF (414 beyond) */
-    size_t max_head;   /* request line + header fields + blank line (431 beyond) */
-    int max_fields;    /* header fields (431 beyond) */
-    int max_params;    /* query parameters (414 beyond) */
-    int max_cookies;   /* cookies over all Cookie fields (431 beyond) */
-    size_t max_body;   /* Content-Length (413 beyond) */
+    size_t max_line; /* request line, bytes with CRLF (414 beyond) */
+    size_t max_head; /* request line + header fields + blank line (431 beyond) */
+    int max_fields;  /* header fields (431 beyond) */
+    int max_params;  /* query parameters (414 beyond) */
+    int max_cookies; /* cookies over all Cookie fields (431 beyond) */
+    size_t max_body; /* Content-Length (413 beyond) */
 } gate_limits;
 
 typedef struct gate_verdict {
@@ -49,11 +49,11 @@ bool gate_has_ctl(const char *s, size_t n);
 
 typedef struct gate_config {
     gate_limits lim;
-    int per_ip;           /* connections one address may hold (pending + served) */
-    int head_timeout_ms;  /* deadline for the whole head from accept */
-    int max_pending;      /* connections whose head is still arriving */
-    unsigned max_served;  /* the daemon's MHD_OPTION_CONNECTION_LIMIT (503 at it) */
-    bool inspect;         /* false under TLS: hand over at once */
+    int per_ip;          /* connections one address may hold (pending + served) */
+    int head_timeout_ms; /* deadline for the whole head from accept */
+    int max_pending;     /* connections whose head is still arriving */
+    unsigned max_served; /* the daemon's MHD_OPTION_CONNECTION_LIMIT (503 at it) */
+    bool inspect;        /* false under TLS: hand over at once */
 } gate_config;
 
 typedef struct gate gate;

@@ -54,13 +54,13 @@ typedef struct gen_task {
     char *argv[GEN_ARGS];
     int argc;
     int time_limit_s;
-    json_t *extra;    /* merged into the engine's result */
+    json_t *extra; /* merged into the engine's result */
     /* result */
     int done;
     unsigned status;
     const char *code; /* error code for status >= 400 */
     char msg[600];
-    json_t *body;     /* 200 */
+    json_t *body; /* 200 */
 } gen_task;
 
 static struct {
@@ -136,11 +136,13 @@ static void run_task(gen_task *t)
     posix_spawnattr_setsigmask(&at, &none);
     /* The server's environment, no GPU, one OpenMP thread. */
     size_t ne = 0;
-    while (environ[ne]) ne++;
+    while (environ[ne])
+        ne++;
     char **envp = calloc(ne + 3, sizeof *envp);
     size_t k = 0;
     for (size_t i = 0; envp && i < ne; i++)
-        if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) && strncmp(environ[i], "OMP_NUM_THREADS=", 16))
+        if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) &&
+            strncmp(environ[i], "OMP_NUM_THREADS=", 16))
             envp[k++] = environ[i];
     if (envp) {
         envp[k++] = "CUDA_VISIBLE_DEVICES=";
@@ -190,7 +192,8 @@ static void run_task(gen_task *t)
     }
     close(out[0]);
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
     pthread_mutex_lock(&G.mu);
     G.running = 0;
     stopping = G.stopping;
@@ -201,20 +204,28 @@ static void run_task(gen_task *t)
     }
     buf[len] = 0;
     /* The last line is the result (or the error event). */
-    while (len && buf[len - 1] == '\n') buf[--len] = 0;
+    while (len && buf[len - 1] == '\n')
+        buf[--len] = 0;
     char *line = strrchr(buf, '\n');
     line = line ? line + 1 : buf;
     json_t *j = json_loads(line, 0, NULL);
     free(buf);
-    if (stopping) finish(t, 503, "unavailable", "the server is shutting down");
-    else if (timed_out) finish(t, 503, "unavailable", "generation exceeded its time limit of %d s", t->time_limit_s);
+    if (stopping)
+        finish(t, 503, "unavailable", "the server is shutting down");
+    else if (timed_out)
+        finish(t, 503, "unavailable", "generation exceeded its time limit of %d s",
+               t->time_limit_s);
     else if (json_is_string(json_object_get(j, "message")) &&
-             !strcmp(json_string_value(json_object_get(j, "ev")) ? json_string_value(json_object_get(j, "ev")) : "", "error"))
+             !strcmp(json_string_value(json_object_get(j, "ev"))
+                         ? json_string_value(json_object_get(j, "ev"))
+                         : "",
+                     "error"))
         /* The engine names what is wrong with the request or the model. */
         finish(t, WIFEXITED(st) && WEXITSTATUS(st) != 0 ? 400 : 500, "bad_request", "%s",
                json_string_value(json_object_get(j, "message")));
     else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !json_is_object(j))
-        finish(t, 500, "internal", "the engine's generate ended with status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        finish(t, 500, "internal", "the engine's generate ended with status %d",
+               WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     else {
         t->status = 200;
         json_object_update(j, t->extra);
@@ -229,7 +240,8 @@ static void *worker(void *arg)
     (void)arg;
     pthread_mutex_lock(&G.mu);
     for (;;) {
-        while (!G.head && !G.stopping) pthread_cond_wait(&G.cv, &G.mu);
+        while (!G.head && !G.stopping)
+            pthread_cond_wait(&G.cv, &G.mu);
         if (G.stopping) break;
         gen_task *t = G.head;
         G.head = t->next;
@@ -309,26 +321,37 @@ enum MHD_Result genq_post(http_req *q)
     /* Fields: prompt | prompt_ids, max_tokens, temperature, top_p, seed, stop, base, time_limit_s. */
     const char *key;
     json_t *v;
-    json_object_foreach(b, key, v) {
-        static const char *const known[] = {"prompt", "prompt_ids", "max_tokens", "temperature", "top_p",
-                                            "seed", "stop", "base", "time_limit_s"};
+    json_object_foreach(b, key, v)
+    {
+        static const char *const known[] = {"prompt",      "prompt_ids", "max_tokens",
+                                            "temperature", "top_p",      "seed",
+                                            "stop",        "base",       "time_limit_s"};
         int ok = 0;
-        for (size_t i = 0; i < sizeof known / sizeof *known; i++) ok |= !strcmp(key, known[i]);
+        for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+            ok |= !strcmp(key, known[i]);
         if (!ok) {
             enum MHD_Result r = http_error(q, 400, "bad_request", key, "unknown field %s", key);
             json_decref(b);
             return r;
         }
     }
-#define BAD(field, ...) do { enum MHD_Result r_ = http_error(q, 400, "bad_request", field, __VA_ARGS__); \
-                             json_decref(b); task_free(t); free(ck); jobspec_free(&spec); return r_; } while (0)
+#define BAD(field, ...)                                                                            \
+    do {                                                                                           \
+        enum MHD_Result r_ = http_error(q, 400, "bad_request", field, __VA_ARGS__);                \
+        json_decref(b);                                                                            \
+        task_free(t);                                                                              \
+        free(ck);                                                                                  \
+        jobspec_free(&spec);                                                                       \
+        return r_;                                                                                 \
+    } while (0)
     gen_task *t = calloc(1, sizeof *t);
     char *ck = NULL;
     jobspec spec;
     memset(&spec, 0, sizeof spec);
     if (!t) BAD(NULL, "out of memory");
     json_t *prompt = json_object_get(b, "prompt"), *pids = json_object_get(b, "prompt_ids");
-    if (!prompt == !pids) BAD("prompt", "give exactly one of prompt (text) or prompt_ids (token ids)");
+    if (!prompt == !pids)
+        BAD("prompt", "give exactly one of prompt (text) or prompt_ids (token ids)");
     if (prompt && (!json_is_string(prompt) || !json_string_length(prompt)))
         BAD("prompt", "prompt must be a non-empty string");
     if (prompt && strlen(json_string_value(prompt)) != json_string_length(prompt))
@@ -360,15 +383,18 @@ enum MHD_Result genq_post(http_req *q)
     }
     json_int_t seed = 0;
     if ((x = json_object_get(b, "seed"))) {
-        if (!json_is_integer(x) || json_integer_value(x) < 0) BAD("seed", "seed must be a non-negative integer");
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+            BAD("seed", "seed must be a non-negative integer");
         seed = json_integer_value(x);
     }
     json_t *stop = json_object_get(b, "stop");
     if (stop && (!json_is_array(stop) || json_array_size(stop) > 8))
         BAD("stop", "stop must be a list of at most 8 strings");
     size_t i;
-    json_array_foreach(stop, i, x) {
-        if (!json_is_string(x) || !json_string_length(x) || strlen(json_string_value(x)) != json_string_length(x))
+    json_array_foreach(stop, i, x)
+    {
+        if (!json_is_string(x) || !json_string_length(x) ||
+            strlen(json_string_value(x)) != json_string_length(x))
             BAD("stop", "stop[%zu] must be a non-empty string", i);
     }
     json_t *jb = json_object_get(b, "base");
@@ -393,7 +419,8 @@ enum MHD_Result genq_post(http_req *q)
     if (ty_read_file(path, &stext, &slen, &rerr)) {
         json_decref(b);
         task_free(t);
-        return http_error(q, 409, "conflict", NULL, "job %lld has not started yet: nothing to generate with",
+        return http_error(q, 409, "conflict", NULL,
+                          "job %lld has not started yet: nothing to generate with",
                           (long long)q->id);
     }
     int prc = jobspec_parse_text(stext, slen, &spec, &err);
@@ -408,10 +435,11 @@ enum MHD_Result genq_post(http_req *q)
         }
         snprintf(path, sizeof path, "%s/%s", jobdir, ck ? ck : "");
         if (!ck || !dir_exists(path)) {
-            enum MHD_Result r = http_error(q, 409, "conflict", NULL,
-                                           ck ? "job %lld: its newest checkpoint %s is not on this server's disk"
-                                              : "job %lld has no checkpoint yet%s",
-                                           (long long)q->id, ck ? ck : "");
+            enum MHD_Result r =
+                http_error(q, 409, "conflict", NULL,
+                           ck ? "job %lld: its newest checkpoint %s is not on this server's disk"
+                              : "job %lld has no checkpoint yet%s",
+                           (long long)q->id, ck ? ck : "");
             json_decref(b);
             task_free(t);
             free(ck);
@@ -420,16 +448,20 @@ enum MHD_Result genq_post(http_req *q)
         }
     }
     if (spec.model_path && strstr(spec.model_path, "://"))
-        BAD(NULL, "job %lld: its model is at %s, not on this server's disk", (long long)q->id, spec.model_path);
+        BAD(NULL, "job %lld: its model is at %s, not on this server's disk", (long long)q->id,
+            spec.model_path);
     if (!spec.model_path && base) {
         json_decref(b);
         task_free(t);
         jobspec_free(&spec);
-        return http_error(q, 409, "conflict", "base", "job %lld starts from random weights (model.init): there is no base model",
-                          (long long)q->id);
+        return http_error(
+            q, 409, "conflict", "base",
+            "job %lld starts from random weights (model.init): there is no base model",
+            (long long)q->id);
     }
 
-    int bad = add_arg(t, "%s", s->cfg.engine) || add_arg(t, "generate") || add_arg(t, "--threads") || add_arg(t, "1");
+    int bad = add_arg(t, "%s", s->cfg.engine) || add_arg(t, "generate") ||
+              add_arg(t, "--threads") || add_arg(t, "1");
     if (spec.model_path) {
         bad |= add_arg(t, "--model") || add_arg(t, "%s", spec.model_path);
     } else {
@@ -440,11 +472,13 @@ enum MHD_Result genq_post(http_req *q)
     }
     if (!base && spec.method != METHOD_FULL) { /* lora, qlora: the checkpoint holds the adapter */
         bad |= add_arg(t, "--adapter") || add_arg(t, "%s", path) || add_arg(t, "--lora-r") ||
-               add_arg(t, "%d", spec.lora_r) || add_arg(t, "--lora-alpha") || add_arg(t, "%.17g", spec.lora_alpha);
+               add_arg(t, "%d", spec.lora_r) || add_arg(t, "--lora-alpha") ||
+               add_arg(t, "%.17g", spec.lora_alpha);
         if (spec.n_targets) {
             char tl[1024] = "";
             for (int k = 0; k < spec.n_targets; k++)
-                snprintf(tl + strlen(tl), sizeof tl - strlen(tl), "%s%s", k ? "," : "", spec.targets[k]);
+                snprintf(tl + strlen(tl), sizeof tl - strlen(tl), "%s%s", k ? "," : "",
+                         spec.targets[k]);
             bad |= add_arg(t, "--lora-targets") || add_arg(t, "%s", tl);
         }
     } else if (!base) {
@@ -455,20 +489,25 @@ enum MHD_Result genq_post(http_req *q)
     } else {
         char *ids = calloc(json_array_size(pids), 12);
         size_t off = 0;
-        json_array_foreach(pids, i, x) {
-            if (!ids || !json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
+        json_array_foreach(pids, i, x)
+        {
+            if (!ids || !json_is_integer(x) || json_integer_value(x) < 0 ||
+                json_integer_value(x) > INT32_MAX) {
                 free(ids);
                 BAD("prompt_ids", "prompt_ids[%zu] must be a non-negative integer", i);
             }
-            off += (size_t)sprintf(ids + off, "%s%lld", i ? " " : "", (long long)json_integer_value(x));
+            off += (size_t)sprintf(ids + off, "%s%lld", i ? " " : "",
+                                   (long long)json_integer_value(x));
         }
         bad |= add_arg(t, "--prompt-ids") || add_arg(t, "%s", ids);
         free(ids);
     }
-    bad |= add_arg(t, "--max-tokens") || add_arg(t, "%d", max_tokens) || add_arg(t, "--temperature") ||
-           add_arg(t, "%.17g", temperature) || add_arg(t, "--top-p") || add_arg(t, "%.17g", top_p) ||
-           add_arg(t, "--seed") || add_arg(t, "%lld", (long long)seed);
-    json_array_foreach(stop, i, x) bad |= add_arg(t, "--stop") || add_arg(t, "%s", json_string_value(x));
+    bad |= add_arg(t, "--max-tokens") || add_arg(t, "%d", max_tokens) ||
+           add_arg(t, "--temperature") || add_arg(t, "%.17g", temperature) ||
+           add_arg(t, "--top-p") || add_arg(t, "%.17g", top_p) || add_arg(t, "--seed") ||
+           add_arg(t, "%lld", (long long)seed);
+    json_array_foreach(stop, i, x) bad |=
+        add_arg(t, "--stop") || add_arg(t, "%s", json_string_value(x));
     if (bad) BAD(NULL, "too many arguments");
     t->argv[t->argc] = NULL;
     t->time_limit_s = limit;
@@ -491,8 +530,8 @@ enum MHD_Result genq_post(http_req *q)
     if (G.n >= GENQ_MAX) {
         pthread_mutex_unlock(&G.mu);
         task_free(t);
-        return http_error(q, 429, "rate_limited", NULL, "%d generation requests are already waiting; try again later",
-                          GENQ_MAX);
+        return http_error(q, 429, "rate_limited", NULL,
+                          "%d generation requests are already waiting; try again later", GENQ_MAX);
     }
     if (!G.started) {
         if (pthread_create(&G.th, NULL, worker, NULL)) {
@@ -505,8 +544,10 @@ enum MHD_Result genq_post(http_req *q)
     /* Suspended before the worker can see it, so its resume always follows. */
     q->gen = t;
     MHD_suspend_connection(q->conn);
-    if (G.tail) G.tail->next = t;
-    else G.head = t;
+    if (G.tail)
+        G.tail->next = t;
+    else
+        G.head = t;
     G.tail = t;
     G.n++;
     pthread_cond_signal(&G.cv);

@@ -65,7 +65,8 @@ int gpu_inv_open(const char *spec, gpu_inv **out, ty_err *err)
     bool have_nvml = strcmp(spec, "none") != 0 && nvml_load(g, &count);
     if (!strcmp(spec, "auto")) {
         g->n = (int)count;
-        for (int i = 0; i < g->n; i++) g->index[i] = i;
+        for (int i = 0; i < g->n; i++)
+            g->index[i] = i;
     } else if (strcmp(spec, "none") != 0) {
         const char *p = spec;
         while (*p) {
@@ -77,8 +78,8 @@ int gpu_inv_open(const char *spec, gpu_inv **out, ty_err *err)
             }
             if (have_nvml && (unsigned)v >= count) {
                 gpu_inv_free(g);
-                return ty_err_field(err, TY_EINVAL, "gpus",
-                                    "GPU %ld does not exist (NVML sees %u)", v, count);
+                return ty_err_field(err, TY_EINVAL, "gpus", "GPU %ld does not exist (NVML sees %u)",
+                                    v, count);
             }
             for (int i = 0; i < g->n; i++)
                 if (g->index[i] == v) {
@@ -94,8 +95,14 @@ int gpu_inv_open(const char *spec, gpu_inv **out, ty_err *err)
     return 0;
 }
 
-int gpu_inv_count(const gpu_inv *g) { return g->n; }
-int gpu_inv_index(const gpu_inv *g, int i) { return g->index[i]; }
+int gpu_inv_count(const gpu_inv *g)
+{
+    return g->n;
+}
+int gpu_inv_index(const gpu_inv *g, int i)
+{
+    return g->index[i];
+}
 
 int gpu_inv_sample(gpu_inv *g, srv_gpu_sample *out)
 {
@@ -124,7 +131,8 @@ int gpu_inv_sample(gpu_inv *g, srv_gpu_sample *out)
     FILE *f = inj ? fopen(inj, "re") : NULL;
     int util;
     if (f && fscanf(f, "%d", &util) == 1)
-        for (int i = 0; i < g->n; i++) out[i].util = util;
+        for (int i = 0; i < g->n; i++)
+            out[i].util = util;
     if (f) fclose(f);
     return g->n;
 }

@@ -50,7 +50,8 @@ typedef struct extra_header {
 static enum MHD_Result queue_text(http_req *q, unsigned status, char *txt, const extra_header *x)
 {
     if (!txt) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(txt);
         return MHD_NO;
@@ -70,8 +71,8 @@ enum MHD_Result http_json(http_req *q, unsigned status, json_t *body)
     return queue_text(q, status, txt, NULL);
 }
 
-static enum MHD_Result verror(http_req *q, unsigned status, const extra_header *x,
-                              const char *code, const char *field, const char *fmt, va_list ap)
+static enum MHD_Result verror(http_req *q, unsigned status, const extra_header *x, const char *code,
+                              const char *field, const char *fmt, va_list ap)
 {
     char msg[768];
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -104,12 +105,17 @@ static enum MHD_Result http_error_with(http_req *q, unsigned status, extra_heade
 enum MHD_Result http_ty_error(http_req *q, const ty_err *err)
 {
     switch (err->code) {
-    case TY_ENOENT: return http_error(q, 404, "not_found", err->field, "%s", err->msg);
-    case TY_ESTATE: return http_error(q, 409, "conflict", err->field, "%s", err->msg);
+    case TY_ENOENT:
+        return http_error(q, 404, "not_found", err->field, "%s", err->msg);
+    case TY_ESTATE:
+        return http_error(q, 409, "conflict", err->field, "%s", err->msg);
     case TY_EINVAL:
-    case TY_ESPEC: return http_error(q, 400, "invalid_spec", err->field, "%s", err->msg);
-    case TY_ENOSPC: return http_error(q, 503, "unavailable", NULL, "%s", err->msg);
-    default: return http_error(q, 500, "internal", NULL, "%s", err->msg);
+    case TY_ESPEC:
+        return http_error(q, 400, "invalid_spec", err->field, "%s", err->msg);
+    case TY_ENOSPC:
+        return http_error(q, 503, "unavailable", NULL, "%s", err->msg);
+    default:
+        return http_error(q, 500, "internal", NULL, "%s", err->msg);
     }
 }
 
@@ -139,7 +145,8 @@ static bool token_of(http_req *q, int64_t *id, unsigned *scopes)
     char(*hashes)[65] = n ? malloc((size_t)n * sizeof *hashes) : NULL;
     int i = -1;
     if (hashes) {
-        for (int k = 0; k < n; k++) memcpy(hashes[k], rows[k].sha256, 65);
+        for (int k = 0; k < n; k++)
+            memcpy(hashes[k], rows[k].sha256, 65);
         i = srv_token_find(tok, (const char(*)[65])hashes, n);
     }
     bool ok = i >= 0 && srv_scopes_parse(rows[i].scopes, scopes) == 0;
@@ -292,9 +299,9 @@ static enum MHD_Result check_head(http_req *q)
             snprintf(ra, sizeof ra, "%d", retry);
             return http_error_with(q, 429, (extra_header){MHD_HTTP_HEADER_RETRY_AFTER, ra},
                                    "rate_limited",
-                                    "this token is over its rate limit (%d requests/s, bursts of "
-                                    "%d); retry after %d s", s->cfg.rate_limit, s->cfg.rate_burst,
-                                    retry);
+                                   "this token is over its rate limit (%d requests/s, bursts of "
+                                   "%d); retry after %d s",
+                                   s->cfg.rate_limit, s->cfg.rate_burst, retry);
         }
     } else if (!strcmp(rt->method, "POST") && !strcmp(rt->pattern, "/jobs")) {
         /* Not required here, but a submit that names a token is counted
@@ -337,8 +344,8 @@ static enum MHD_Result check_head(http_req *q)
 /* ---- request handling ---------------------------------------------------------------------- */
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls)
 {
     (void)version;
     srv *s = cls;
@@ -415,8 +422,12 @@ int http_start(srv *s, int *port_out, ty_err *err)
     int port;
     if (srv_listen_parse(s->cfg.listen, host, sizeof host, &port, err)) return TY_EINVAL;
     gate_config gc = {
-        .lim = {.max_line = 8192, .max_head = 16384, .max_fields = 100, .max_params = 100,
-                .max_cookies = 50, .max_body = s->cfg.max_body},
+        .lim = {.max_line = 8192,
+                .max_head = 16384,
+                .max_fields = 100,
+                .max_params = 100,
+                .max_cookies = 50,
+                .max_body = s->cfg.max_body},
         .per_ip = s->cfg.per_ip_connections,
         .head_timeout_ms = s->cfg.header_timeout_s * 1000,
         .max_pending = 4096,
@@ -451,8 +462,8 @@ int http_start(srv *s, int *port_out, ty_err *err)
          * socket only closes once MHD sees no progress for this long.
          * Suspended (idle) streams do not time out, and heartbeats keep
          * live ones active. */
-        {MHD_OPTION_CONNECTION_TIMEOUT,
-         s->cfg.heartbeat_s * 4 > 60 ? s->cfg.heartbeat_s * 4 : 60, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.heartbeat_s * 4 > 60 ? s->cfg.heartbeat_s * 4 : 60,
+         NULL},
         {MHD_OPTION_THREAD_POOL_SIZE, s->cfg.http_threads, NULL},
         {cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
         {key ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, key},
@@ -463,6 +474,7 @@ int http_start(srv *s, int *port_out, ty_err *err)
     /* MHD copies the TLS material while starting. */
     free(cert);
     free(key);
-    if (!s->mhd) return ty_err_set(err, TY_EIO, "cannot start the HTTP daemon (TLS material invalid?)");
+    if (!s->mhd)
+        return ty_err_set(err, TY_EIO, "cannot start the HTTP daemon (TLS material invalid?)");
     return gate_listen(s->gate, host, port, s->mhd, port_out, err);
 }

@@ -16,28 +16,28 @@ typedef struct http_req {
     struct MHD_Connection *conn;
     const char *method;
     const char *url;
-    int route;          /* index in routes_table, -1 none */
-    int64_t id;         /* {id} */
-    char arg[128];      /* {name} */
+    int route;     /* index in routes_table, -1 none */
+    int64_t id;    /* {id} */
+    char arg[128]; /* {name} */
     char *body;
     size_t len, cap;
     bool too_big;
-    bool answered;      /* a response was queued early (413, 415, 401) */
-    int64_t start_ms;   /* head received: the body's deadline counts from here */
-    void *gen;          /* POST /jobs/{id}/generate: its queued task (genq.c) */
-    int64_t token_id;   /* the bearer token's row, 0 without a known one */
+    bool answered;    /* a response was queued early (413, 415, 401) */
+    int64_t start_ms; /* head received: the body's deadline counts from here */
+    void *gen;        /* POST /jobs/{id}/generate: its queued task (genq.c) */
+    int64_t token_id; /* the bearer token's row, 0 without a known one */
 } http_req;
 
 typedef enum MHD_Result (*route_fn)(http_req *q);
 
 typedef struct route {
     const char *method;
-    const char *pattern;  /* "/jobs/{id}/events" */
+    const char *pattern; /* "/jobs/{id}/events" */
     route_fn fn;
-    bool json_body;       /* body must be application/json */
-    bool public_;         /* no token needed (static assets, health) */
-    unsigned scope;       /* SCOPE_READ / SCOPE_SUBMIT / SCOPE_ADMIN a token needs */
-    const char *params;   /* query parameters, comma-separated; "name*" may repeat */
+    bool json_body;     /* body must be application/json */
+    bool public_;       /* no token needed (static assets, health) */
+    unsigned scope;     /* SCOPE_READ / SCOPE_SUBMIT / SCOPE_ADMIN a token needs */
+    const char *params; /* query parameters, comma-separated; "name*" may repeat */
 } route;
 
 extern const route routes_table[];

@@ -42,7 +42,8 @@
 
 #define MANIFEST_FORMAT "trainyard-checkpoint/1" /* engine/ckpt.h CKPT_FORMAT */
 
-static void rec_log(srv *s, int64_t job_id, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void rec_log(srv *s, int64_t job_id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void rec_log(srv *s, int64_t job_id, const char *fmt, ...)
 {
     char msg[1024];
@@ -54,8 +55,10 @@ static void rec_log(srv *s, int64_t job_id, const char *fmt, ...)
     json_t *l = json_pack("{ss ss}", "line", msg, "level", "warn");
     char *data = l ? json_dumps(l, JSON_COMPACT) : NULL;
     json_decref(l);
-    if (data && s->evw) evw_push(s->evw, job_id, "log", data);
-    else free(data);
+    if (data && s->evw)
+        evw_push(s->evw, job_id, "log", data);
+    else
+        free(data);
 }
 
 int rec_manifest_check(const char *dir, bool sums, int64_t *step, char sha[65], uint64_t *bytes,
@@ -80,7 +83,8 @@ int rec_manifest_check(const char *dir, bool sums, int64_t *step, char sha[65], 
     uint64_t total = mbytes;
     size_t i;
     json_t *f;
-    json_array_foreach(files, i, f) {
+    json_array_foreach(files, i, f)
+    {
         const char *name = json_string_value(json_object_get(f, "path"));
         const char *want = json_string_value(json_object_get(f, "sha256"));
         json_t *jb = json_object_get(f, "bytes");
@@ -154,9 +158,11 @@ static void backfill_metrics(srv *s, int64_t job_id, const char *ckdir, int64_t 
     json_t *hist = json_object_get(st, "log_history"), *m;
     size_t i;
     int n = 0;
-    json_array_foreach(hist, i, m) {
+    json_array_foreach(hist, i, m)
+    {
         json_t *js = json_object_get(m, "step");
-        if (!json_is_object(m) || !json_is_integer(js) || json_integer_value(js) <= *floor) continue;
+        if (!json_is_object(m) || !json_is_integer(js) || json_integer_value(js) <= *floor)
+            continue;
         char *data = json_dumps(m, JSON_COMPACT);
         if (!data) continue;
         evw_push(s->evw, job_id, "metric", data);
@@ -261,7 +267,8 @@ int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int6
         if (known) continue;
         ty_err_clear(&e2);
         if (rec_manifest_check(path, true, &mstep, sha, &bytes, &e2) || mstep != step) {
-            if (!e2.msg[0]) ty_err_set(&e2, TY_ECORRUPT, "manifest says step %lld", (long long)mstep);
+            if (!e2.msg[0])
+                ty_err_set(&e2, TY_ECORRUPT, "manifest says step %lld", (long long)mstep);
             ty_err e3 = {0};
             ty_rm_rf(path, &e3);
             rec_log(s, job_id, "removed %s: not a complete checkpoint (%s)", rel, e2.msg);
@@ -278,8 +285,10 @@ int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int6
     for (int i = 0; i < n; i++) {
         if (strcmp(c[i].state, "local") && strcmp(c[i].state, "failed")) continue;
         char path[PATH_MAX + 300];
-        if (c[i].local_path) snprintf(path, sizeof path, "%s", c[i].local_path);
-        else snprintf(path, sizeof path, "%s/%s", jobdir, c[i].dir);
+        if (c[i].local_path)
+            snprintf(path, sizeof path, "%s", c[i].local_path);
+        else
+            snprintf(path, sizeof path, "%s/%s", jobdir, c[i].dir);
         if (has_manifest(path)) continue;
         ty_err e2 = {0};
         if (retire(s, &c[i], store, &e2) == 0)

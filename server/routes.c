@@ -81,10 +81,9 @@ static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
     /* Only a running engine has an ETA. */
     double eta_s = ops_job_eta(j, step);
     json_t *eta = eta_s >= 0 ? json_real(eta_s) : json_null();
-    json_t *progress = json_pack("{sI sI sf so}", "step", (json_int_t)step, "max_steps",
-                                 (json_int_t)j->max_steps, "fraction",
-                                 j->max_steps > 0 ? (double)step / (double)j->max_steps : 0.0,
-                                 "eta_s", eta);
+    json_t *progress = json_pack(
+        "{sI sI sf so}", "step", (json_int_t)step, "max_steps", (json_int_t)j->max_steps,
+        "fraction", j->max_steps > 0 ? (double)step / (double)j->max_steps : 0.0, "eta_s", eta);
     json_t *engine = json_parsed_or_null(j->engine);
     json_t *o = json_object();
     json_object_set_new(o, "id", json_integer(j->id));
@@ -155,8 +154,7 @@ static enum MHD_Result post_jobs(http_req *q)
     ty_err err = {0};
     if (q->len == 0) return http_error(q, 400, "invalid_json", NULL, "empty body: send a job spec");
     int rc = jobspec_parse_text(q->body, q->len, &spec, &err);
-    if (rc == TY_ECORRUPT)
-        return http_error(q, 400, "invalid_json", err.field, "%s", err.msg);
+    if (rc == TY_ECORRUPT) return http_error(q, 400, "invalid_json", err.field, "%s", err.msg);
     if (rc) return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
     if (srv_spec_check(&s->cfg, &spec, &err) || ops_check_spec(&s->cfg, &spec, &err)) {
         jobspec_free(&spec);
@@ -176,9 +174,10 @@ static enum MHD_Result post_jobs(http_req *q)
     if (spec.gpus == 0 && spec.cpu_ranks > s->cfg.cpu_slots && !strcmp(s->cfg.executor, "local")) {
         int want = spec.cpu_ranks;
         jobspec_free(&spec);
-        return http_error(q, 400, "invalid_spec", "resources.cpu_ranks",
-                          "the job asks for %d CPU ranks; this server has %d CPU slots (--cpu-slots)",
-                          want, s->cfg.cpu_slots);
+        return http_error(
+            q, 400, "invalid_spec", "resources.cpu_ranks",
+            "the job asks for %d CPU ranks; this server has %d CPU slots (--cpu-slots)", want,
+            s->cfg.cpu_slots);
     }
     /* Several machines are the Slurm executor's (gpus, cpu_ranks per node). */
     if (spec.nodes > 1 && !strcmp(s->cfg.executor, "local")) {
@@ -186,14 +185,16 @@ static enum MHD_Result post_jobs(http_req *q)
         jobspec_free(&spec);
         return http_error(q, 400, "invalid_spec", "resources.nodes",
                           "the job asks for %d nodes; this server runs engines on its own machine "
-                          "(--executor local), only --executor slurm spans nodes", want);
+                          "(--executor local), only --executor slurm spans nodes",
+                          want);
     }
     if (((long long)spec.batch_size * spec.grad_accum) % world) {
         long long rows = (long long)spec.batch_size * spec.grad_accum;
         jobspec_free(&spec);
         return http_error(q, 400, "invalid_spec", wfield,
                           "%d ranks do not divide the global batch of hyperparameters.batch_size x "
-                          "grad_accum = %lld rows", world, rows);
+                          "grad_accum = %lld rows",
+                          world, rows);
     }
     /* The precision against what the chosen backend can run here. */
     jobspec_caps caps = jobspec_default_caps(ngpu);
@@ -225,16 +226,23 @@ static enum MHD_Result post_jobs(http_req *q)
     char sha[65];
     ty_sha256_hex(q->body, q->len, sha);
     json_t *jtags = json_array();
-    for (int i = 0; i < spec.n_tags; i++) json_array_append_new(jtags, json_string(spec.tags[i]));
+    for (int i = 0; i < spec.n_tags; i++)
+        json_array_append_new(jtags, json_string(spec.tags[i]));
     char *tags = json_dumps(jtags, JSON_COMPACT), token_name[256] = "";
     json_decref(jtags);
     db *d = srv_db(s);
     ty_err terr = {0};
     if (q->token_id > 0 && d) db_token_name(d, q->token_id, token_name, sizeof token_name, &terr);
-    db_new_job nj = {.name = spec.name, .spec = compact, .priority = spec.priority,
-                     .gpus_wanted = spec.gpus, .max_steps = spec.max_steps,
-                     .max_restarts = spec.max_restarts, .idem_key = key, .body_sha256 = sha,
-                     .tags = tags, .token_name = token_name[0] ? token_name : NULL};
+    db_new_job nj = {.name = spec.name,
+                     .spec = compact,
+                     .priority = spec.priority,
+                     .gpus_wanted = spec.gpus,
+                     .max_steps = spec.max_steps,
+                     .max_restarts = spec.max_restarts,
+                     .idem_key = key,
+                     .body_sha256 = sha,
+                     .tags = tags,
+                     .token_name = token_name[0] ? token_name : NULL};
     int64_t id = 0;
     bool existing = false;
     db_event ev;
@@ -266,7 +274,8 @@ static enum MHD_Result post_jobs(http_req *q)
     db_job_free(&j);
     char *txt = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "application/json");
     MHD_add_response_header(r, "Location", loc);
     enum MHD_Result ok = http_queue(q->conn, existing ? 200 : 201, r);
@@ -310,7 +319,8 @@ static enum MHD_Result get_jobs(http_req *q)
     if (f.is_bad)
         return http_error(q, 400, "invalid_spec", "state",
                           "unknown state '%s' (queued, starting, running, stopping, paused, "
-                          "succeeded, failed, cancelled)", f.bad);
+                          "succeeded, failed, cancelled)",
+                          f.bad);
     long limit = 50;
     const char *l = http_arg(q, "limit");
     if (l) {
@@ -324,7 +334,8 @@ static enum MHD_Result get_jobs(http_req *q)
     int64_t before = 0;
     const char *c = http_arg(q, "cursor");
     if (c && srv_cursor_decode(c, &before))
-        return http_error(q, 400, "invalid_spec", "cursor", "cursor is not one this server "
+        return http_error(q, 400, "invalid_spec", "cursor",
+                          "cursor is not one this server "
                           "issued");
     db *d = srv_db(q->s);
     db_job *jobs;
@@ -348,7 +359,10 @@ static enum MHD_Result get_jobs(http_req *q)
     return http_json(q, 200, json_pack("{so so}", "jobs", arr, "next_cursor", next));
 }
 
-static enum MHD_Result get_job(http_req *q) { return reply_job(q, 200, q->id); }
+static enum MHD_Result get_job(http_req *q)
+{
+    return reply_job(q, 200, q->id);
+}
 
 static enum MHD_Result post_cancel(http_req *q)
 {
@@ -391,7 +405,8 @@ static enum MHD_Result delete_job(http_req *q)
         if (upload_purge_job(q->s, q->id, &err))
             return http_error(q, 502, "internal", "purge",
                               "remote checkpoints could not all be deleted (the job is kept; "
-                              "retry): %s", err.msg);
+                              "retry): %s",
+                              err.msg);
     }
     if (db_job_delete(d, q->id, &err)) return http_ty_error(q, &err);
     char dir[PATH_MAX];
@@ -434,7 +449,8 @@ static int64_t stream_from(http_req *q, int64_t dflt)
 
 static enum MHD_Result get_job_events(http_req *q)
 {
-    if (!job_exists(q)) return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
+    if (!job_exists(q))
+        return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
     /* A job stream replays the job's whole history unless told otherwise. */
     int64_t from = stream_from(q, 0);
     if (from == -2)
@@ -453,7 +469,7 @@ static enum MHD_Result get_events(http_req *q)
     return sse_hub_serve_events(q->s->hub, q->conn, 0, from);
 }
 
-static const char *const metric_cols[] = {"step", "loss", "lr", "grad_norm",
+static const char *const metric_cols[] = {"step",   "loss",         "lr",       "grad_norm",
                                           "tokens", "tokens_per_s", "mem_bytes"};
 #define NMETRIC_COLS (sizeof metric_cols / sizeof *metric_cols)
 
@@ -462,7 +478,8 @@ static enum MHD_Result get_metrics_of_job(http_req *q)
     const char *fmt = http_arg(q, "format");
     if (fmt && strcmp(fmt, "json") && strcmp(fmt, "csv"))
         return http_error(q, 400, "invalid_spec", "format", "format must be json or csv");
-    if (!job_exists(q)) return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
+    if (!job_exists(q))
+        return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
     db *d = srv_db(q->s);
     db_event *evs;
     int n;
@@ -477,7 +494,8 @@ static enum MHD_Result get_metrics_of_job(http_req *q)
             db_events_free(evs, n);
             return MHD_NO;
         }
-        len = (size_t)snprintf(out, cap, "step,loss,lr,grad_norm,tokens,tokens_per_s,mem_bytes,ts\n");
+        len =
+            (size_t)snprintf(out, cap, "step,loss,lr,grad_norm,tokens,tokens_per_s,mem_bytes,ts\n");
     }
     for (int i = 0; i < n; i++) {
         json_t *m = json_loads(evs[i].data, 0, NULL);
@@ -495,8 +513,10 @@ static enum MHD_Result get_metrics_of_job(http_req *q)
             for (size_t k = 0; k < NMETRIC_COLS; k++) {
                 json_t *v = json_object_get(m, metric_cols[k]);
                 char cell[64] = "";
-                if (json_is_integer(v)) snprintf(cell, sizeof cell, "%lld", (long long)json_integer_value(v));
-                else if (json_is_real(v)) snprintf(cell, sizeof cell, "%.17g", json_real_value(v));
+                if (json_is_integer(v))
+                    snprintf(cell, sizeof cell, "%lld", (long long)json_integer_value(v));
+                else if (json_is_real(v))
+                    snprintf(cell, sizeof cell, "%.17g", json_real_value(v));
                 if (len + 128 > cap) {
                     cap *= 2;
                     char *g = realloc(out, cap);
@@ -525,7 +545,8 @@ static enum MHD_Result get_logs(http_req *q)
     const char *follow = http_arg(q, "follow");
     if (follow && strcmp(follow, "0") && strcmp(follow, "1"))
         return http_error(q, 400, "invalid_spec", "follow", "follow must be 0 or 1");
-    if (!job_exists(q)) return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
+    if (!job_exists(q))
+        return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
     char dir[PATH_MAX], path[PATH_MAX + 16];
     srv_job_dir(q->s, q->id, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/engine.log", dir);
@@ -549,7 +570,8 @@ static enum MHD_Result get_logs(http_req *q)
 
 static enum MHD_Result get_checkpoints(http_req *q)
 {
-    if (!job_exists(q)) return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
+    if (!job_exists(q))
+        return http_error(q, 404, "not_found", NULL, "no job %lld", (long long)q->id);
     db *d = srv_db(q->s);
     db_checkpoint *c;
     int n;
@@ -592,9 +614,9 @@ static enum MHD_Result get_gpus(http_req *q)
 static enum MHD_Result get_healthz(http_req *q)
 {
     bool ok = srv_db(q->s) != NULL;
-    return http_json(q, ok ? 200 : 503,
-                     json_pack("{ss ss}", "status", ok ? "ok" : "database unavailable",
-                               "version", TY_VERSION));
+    return http_json(
+        q, ok ? 200 : 503,
+        json_pack("{ss ss}", "status", ok ? "ok" : "database unavailable", "version", TY_VERSION));
 }
 
 static enum MHD_Result get_prom(http_req *q)
@@ -614,7 +636,8 @@ static enum MHD_Result get_prom(http_req *q)
     p.gpus = g;
     char *txt = ops_prom_usage(s, srv_prom_render(&p));
     if (!txt) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     enum MHD_Result ok = http_queue(q->conn, 200, r);
     MHD_destroy_response(r);
@@ -806,8 +829,7 @@ static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char 
     }
     c->list_bytes[i] += value_size + (c->seen[i] > 1 ? 1 : 0);
     if (list && c->list_bytes[i] > QUERY_LIST_MAX) {
-        snprintf(c->msg, sizeof c->msg, "the '%s' list is over %d bytes", c->field,
-                 QUERY_LIST_MAX);
+        snprintf(c->msg, sizeof c->msg, "the '%s' list is over %d bytes", c->field, QUERY_LIST_MAX);
         c->bad = true;
         return MHD_NO;
     }

@@ -53,9 +53,9 @@
 typedef struct fetch {
     struct sched *x;
     int64_t job_id;
-    char *spec_json;  /* the stored spec */
-    char *resume;     /* in/out of fetch_prepare_start */
-    char *spec_text;  /* out: the engine's spec */
+    char *spec_json; /* the stored spec */
+    char *resume;    /* in/out of fetch_prepare_start */
+    char *spec_text; /* out: the engine's spec */
     int rc;
     ty_err err;
     fetch_handle *h;  /* cancels the transfer (pause, cancel, shutdown) */
@@ -66,25 +66,25 @@ typedef struct fetch {
 typedef struct run {
     int64_t job_id;
     int nranks;
-    exec_job *ej;             /* its engines (executor.h), NULL before the start */
-    bool ev_open;             /* events still to be read from ej */
-    int fd;                   /* the executor's event descriptor in epoll, or -1 */
-    bool ended;               /* every rank is gone; end says how */
+    exec_job *ej; /* its engines (executor.h), NULL before the start */
+    bool ev_open; /* events still to be read from ej */
+    int fd;       /* the executor's event descriptor in epoll, or -1 */
+    bool ended;   /* every rank is gone; end says how */
     exec_end end;
-    char *line;               /* partial line */
+    char *line; /* partial line */
     size_t line_len;
-    uint64_t gpu_mask;        /* GPU slots held */
-    int cpu_slots;            /* CPU slots held: one per CPU rank */
-    bool started;             /* saw the engine's started event */
+    uint64_t gpu_mask; /* GPU slots held */
+    int cpu_slots;     /* CPU slots held: one per CPU rank */
+    bool started;      /* saw the engine's started event */
     bool done_succeeded, done_stopped;
-    char *error;              /* engine's error event message */
-    char *fail_reason;        /* protocol violation found by us */
-    char *stop_why;           /* why watch.c stopped it (budget, stall) */
-    char intent[8];           /* "pause" | "cancel" | "budget" | "restart" | "fail" | "" */
-    int64_t kill_at_ms;       /* monotonic SIGKILL deadline, 0 = none */
-    char *store;              /* the spec's checkpoint.store, or NULL */
-    fetch *f;                 /* downloads before the engine runs, or NULL */
-    double bucket;            /* flood limiter tokens */
+    char *error;        /* engine's error event message */
+    char *fail_reason;  /* protocol violation found by us */
+    char *stop_why;     /* why watch.c stopped it (budget, stall) */
+    char intent[8];     /* "pause" | "cancel" | "budget" | "restart" | "fail" | "" */
+    int64_t kill_at_ms; /* monotonic SIGKILL deadline, 0 = none */
+    char *store;        /* the spec's checkpoint.store, or NULL */
+    fetch *f;           /* downloads before the engine runs, or NULL */
+    double bucket;      /* flood limiter tokens */
     int64_t bucket_ms;
     struct run *next;
 } run;
@@ -105,7 +105,7 @@ typedef struct waiter {
 typedef struct pending {
     int64_t job_id;
     job_state to;
-    int restarts;          /* new value, or -1 to leave it */
+    int restarts; /* new value, or -1 to leave it */
     char *store;
     char reason[1100];
     int64_t next_ms;
@@ -118,8 +118,8 @@ typedef struct pending {
  * thread). The scheduler does not start it meanwhile. */
 typedef struct recov {
     int64_t job_id;
-    int64_t pgid;          /* its orphaned engine group (executor handle), 0 if none is left */
-    bool pause;            /* pause requested meanwhile: paused at the newest checkpoint */
+    int64_t pgid; /* its orphaned engine group (executor handle), 0 if none is left */
+    bool pause;   /* pause requested meanwhile: paused at the newest checkpoint */
 } recov;
 
 struct sched {
@@ -233,8 +233,9 @@ static void note_checkpoint(sched *x, run *r, json_t *o)
     const char *dir = json_string_value(jdir);
     char msg[512];
     if (!json_is_integer(jstep) || !dir || !*dir || dir[0] == '/' || strstr(dir, "..")) {
-        run_violation(x, r, "engine protocol error: checkpoint event needs an integer step and a "
-                            "relative dir");
+        run_violation(x, r,
+                      "engine protocol error: checkpoint event needs an integer step and a "
+                      "relative dir");
         return;
     }
     char jobdir[PATH_MAX], path[PATH_MAX + 256], manifest[PATH_MAX + 300];
@@ -245,8 +246,8 @@ static void note_checkpoint(sched *x, run *r, json_t *o)
     uint64_t mbytes = 0;
     ty_err err = {0};
     if (ty_sha256_file(manifest, sha, &mbytes, &err)) {
-        snprintf(msg, sizeof msg, "checkpoint %s reported without a readable MANIFEST.json; ignored",
-                 dir);
+        snprintf(msg, sizeof msg,
+                 "checkpoint %s reported without a readable MANIFEST.json; ignored", dir);
         json_t *l = json_pack("{ss ss}", "line", msg, "level", "warn");
         evw_push(s->evw, r->job_id, "log", json_dumps(l, JSON_COMPACT));
         json_decref(l);
@@ -296,17 +297,22 @@ static void handle_line(sched *x, run *r, const char *line, size_t len)
     const char *ev = o ? json_string_value(json_object_get(o, "ev")) : NULL;
     if (!o || !json_is_object(o) || !ev) {
         char why[300];
-        snprintf(why, sizeof why, "engine protocol error: event line is not a JSON object with "
-                 "\"ev\": %.160s", o ? "missing ev" : jerr.text);
+        snprintf(why, sizeof why,
+                 "engine protocol error: event line is not a JSON object with "
+                 "\"ev\": %.160s",
+                 o ? "missing ev" : jerr.text);
         json_decref(o);
         run_violation(x, r, why);
         return;
     }
     if (!strcmp(ev, "done")) {
         const char *st = json_string_value(json_object_get(o, "status"));
-        if (st && !strcmp(st, "succeeded")) r->done_succeeded = true;
-        else if (st && !strcmp(st, "stopped")) r->done_stopped = true;
-        else run_violation(x, r, "engine protocol error: done needs status succeeded or stopped");
+        if (st && !strcmp(st, "succeeded"))
+            r->done_succeeded = true;
+        else if (st && !strcmp(st, "stopped"))
+            r->done_stopped = true;
+        else
+            run_violation(x, r, "engine protocol error: done needs status succeeded or stopped");
     } else if (!strcmp(ev, "error")) {
         const char *m = json_string_value(json_object_get(o, "message"));
         set_str(&r->error, "%s", m ? m : "engine reported an error without a message");
@@ -325,8 +331,8 @@ static void handle_line(sched *x, run *r, const char *line, size_t len)
         if (type == types[3] && !r->started) {
             r->started = true;
             ty_err err = {0};
-            srv_transition(s, r->job_id, JOB_BIT(JOB_STARTING), JOB_RUNNING, "engine started",
-                           NULL, NULL, &err);
+            srv_transition(s, r->job_id, JOB_BIT(JOB_STARTING), JOB_RUNNING, "engine started", NULL,
+                           NULL, &err);
         }
     } else {
         char msg[200];
@@ -360,8 +366,8 @@ static void read_pipe(sched *x, run *r)
                 r->line_len = 0;
             } else if (r->line_len == LINE_MAX_BYTES) {
                 char why[128];
-                snprintf(why, sizeof why,
-                         "engine protocol error: event line longer than %d bytes", LINE_MAX_BYTES);
+                snprintf(why, sizeof why, "engine protocol error: event line longer than %d bytes",
+                         LINE_MAX_BYTES);
                 run_violation(x, r, why);
             } else {
                 r->line[r->line_len++] = buf[i];
@@ -489,8 +495,12 @@ static int launch(sched *x, run *r, const char *resume, const char *spec_text, t
         j.spec = NULL;
         db_job_free(&j);
     }
-    exec_start st = {.job_id = r->job_id, .nranks = r->nranks, .cuda = cuda, .jobdir = jobdir,
-                     .resume = resume, .spec_json = stored ? stored : "{}"};
+    exec_start st = {.job_id = r->job_id,
+                     .nranks = r->nranks,
+                     .cuda = cuda,
+                     .jobdir = jobdir,
+                     .resume = resume,
+                     .spec_json = stored ? stored : "{}"};
     exec_job *ej = NULL;
     int fd = -1;
     int64_t handle = 0;
@@ -511,8 +521,8 @@ static void *fetch_main(void *arg)
 {
     fetch *f = arg;
     srv *s = f->x->s;
-    f->rc = fetch_prepare_start(s, f->job_id, f->spec_json, &f->resume, &f->spec_text, f->h,
-                                 &f->err);
+    f->rc =
+        fetch_prepare_start(s, f->job_id, f->spec_json, &f->resume, &f->spec_text, f->h, &f->err);
     db_close(pthread_getspecific(s->db_key));
     pthread_setspecific(s->db_key, NULL);
     atomic_store(&f->done, true);
@@ -597,11 +607,13 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, int cpu_slots)
     /* On a cluster the job's GPUs are Slurm's to pick: none are listed. */
     const char *backend = ngpu > 0 || (x->ex->ops->cluster && j.gpus_wanted > 0) ? "cuda" : "cpu";
     json_t *spec = json_loads(j.spec, 0, NULL);
-    const char *want = json_string_value(json_object_get(json_object_get(spec, "resources"), "backend"));
+    const char *want =
+        json_string_value(json_object_get(json_object_get(spec, "resources"), "backend"));
     if (want && strcmp(want, "auto")) backend = !strcmp(want, "cuda") ? "cuda" : "cpu";
     char backend_s[8];
     snprintf(backend_s, sizeof backend_s, "%s", backend);
-    const char *st = json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
+    const char *st =
+        json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
     char *store = st ? strdup(st) : NULL;
     json_decref(spec);
     /* The disk is the truth: resume from the newest complete checkpoint
@@ -620,10 +632,18 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, int cpu_slots)
     }
     bool fetching = fetch_needed(s, id, j.spec, j.resume_from);
 
-    db_job_update up = {.has_backend = true, .backend = backend_s, .has_gpus = true, .gpus = gpus,
-                        .has_hour_price = true, .hour_price = run_price(x, gpu_mask),
-                        .set_started = true, .has_stop_intent = true, .stop_intent = NULL,
-                        .has_error = true, .error = NULL, .has_resume_from = true,
+    db_job_update up = {.has_backend = true,
+                        .backend = backend_s,
+                        .has_gpus = true,
+                        .gpus = gpus,
+                        .has_hour_price = true,
+                        .hour_price = run_price(x, gpu_mask),
+                        .set_started = true,
+                        .has_stop_intent = true,
+                        .stop_intent = NULL,
+                        .has_error = true,
+                        .error = NULL,
+                        .has_resume_from = true,
                         .resume_from = j.resume_from};
     char reason[700], from[600] = "";
     int64_t rstep = rec_dir_step(j.resume_from);
@@ -700,8 +720,9 @@ static void collect_fetches(sched *x)
             release(x, r);
             run_free(x->ex, r);
             if (shut) /* shutdown aborted the downloads */
-                finalize(x, id, JOB_QUEUED, "server shut down while fetching inputs (no engine "
-                                            "had started)");
+                finalize(x, id, JOB_QUEUED,
+                         "server shut down while fetching inputs (no engine "
+                         "had started)");
             else
                 finalize(x, id, pause ? JOB_PAUSED : JOB_CANCELLED,
                          pause ? "paused while fetching inputs (no engine had started)"
@@ -721,7 +742,8 @@ static void collect_fetches(sched *x)
 static int spec_cpu_ranks(const char *spec)
 {
     json_t *j = spec ? json_loads(spec, 0, NULL) : NULL;
-    json_int_t n = json_integer_value(json_object_get(json_object_get(j, "resources"), "cpu_ranks"));
+    json_int_t n =
+        json_integer_value(json_object_get(json_object_get(j, "resources"), "cpu_ranks"));
     json_decref(j);
     return n > 1 ? (int)n : 1;
 }
@@ -739,8 +761,9 @@ static void schedule(sched *x)
     int ngpu = gpu_inv_count(x->gpu);
     for (int i = 0; i < n && !x->stop; i++) {
         bool recovering = false;
-        for (int k = 0; k < x->nrecov; k++) recovering |= x->recov[k].job_id == ids[i];
-        if (recovering) continue; /* its old engine may still be writing */
+        for (int k = 0; k < x->nrecov; k++)
+            recovering |= x->recov[k].job_id == ids[i];
+        if (recovering) continue;  /* its old engine may still be writing */
         if (x->ex->ops->cluster) { /* the cluster queues and places it */
             start_job(x, ids[i], 0, 0);
             continue;
@@ -752,8 +775,8 @@ static void schedule(sched *x)
         if (want == 0 && ranks > s->cfg.cpu_slots) { /* a server restarted with fewer slots */
             ty_err e2 = {0};
             char why[160];
-            snprintf(why, sizeof why, "job asks for %d CPU ranks; this server has %d CPU slots", ranks,
-                     s->cfg.cpu_slots);
+            snprintf(why, sizeof why, "job asks for %d CPU ranks; this server has %d CPU slots",
+                     ranks, s->cfg.cpu_slots);
             db_job_update up = {.has_error = true, .error = why, .set_finished = true};
             srv_transition(s, ids[i], JOB_BIT(JOB_QUEUED), JOB_CANCELLED, why, &up, NULL, &e2);
             continue;
@@ -792,7 +815,8 @@ static char *job_store(srv *s, int64_t id)
     db *d = srv_db(s);
     if (!d || db_job_get(d, id, &j, &err)) return NULL;
     json_t *spec = json_loads(j.spec, 0, NULL);
-    const char *st = json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
+    const char *st =
+        json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
     char *out = st ? strdup(st) : NULL;
     json_decref(spec);
     db_job_free(&j);
@@ -812,7 +836,8 @@ static int settle_once(sched *x, int64_t job_id, job_state to, int restarts, con
     char *ck = NULL;
     int64_t step = -1;
     ty_err rerr = {0};
-    if (rec_reconcile(s, job_id, store, &ck, &step, &rerr) && !ck) ck = newest_checkpoint(s, job_id);
+    if (rec_reconcile(s, job_id, store, &ck, &step, &rerr) && !ck)
+        ck = newest_checkpoint(s, job_id);
     db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
     char why[2600];
     snprintf(why, sizeof why, "%s", reason);
@@ -853,8 +878,8 @@ static void settle(sched *x, int64_t job_id, job_state to, int restarts, const c
 {
     ty_err err = {0};
     if (settle_once(x, job_id, to, restarts, store, reason, &err) == 0) return;
-    fprintf(stderr, "trainyard: job %lld: cannot record %s (%s): %s; retrying\n",
-            (long long)job_id, db_state_name(to), reason, err.msg);
+    fprintf(stderr, "trainyard: job %lld: cannot record %s (%s): %s; retrying\n", (long long)job_id,
+            db_state_name(to), reason, err.msg);
     pending *p = calloc(1, sizeof *p);
     if (!p) return;
     p->job_id = job_id;
@@ -921,8 +946,10 @@ static bool finish_watched(sched *x, run *r, job_state *to, char *reason, size_t
     if (!d || db_job_get(d, r->job_id, &j, &err)) return true;
     bool again = j.restarts < j.max_restarts;
     int restarts = j.restarts + 1;
-    if (again) snprintf(reason, cap, "%s; restart %d of %d", why, restarts, j.max_restarts);
-    else snprintf(reason, cap, "%s; gave up after %d restarts", why, j.restarts);
+    if (again)
+        snprintf(reason, cap, "%s; restart %d of %d", why, restarts, j.max_restarts);
+    else
+        snprintf(reason, cap, "%s; gave up after %d restarts", why, j.restarts);
     db_job_free(&j);
     if (again) {
         settle(x, r->job_id, JOB_QUEUED, restarts, r->store, reason);
@@ -954,9 +981,11 @@ static void finish_run(sched *x, run *r)
     } else if (r->intent[0]) {
         bool pause = strcmp(r->intent, "cancel") != 0;
         to = pause ? JOB_PAUSED : JOB_CANCELLED;
-        if (r->done_stopped) snprintf(reason, sizeof reason, "%s", pause ? "paused" : "cancelled");
-        else snprintf(reason, sizeof reason, "%s: engine %s without stopping cleanly",
-                      pause ? "paused" : "cancelled", how);
+        if (r->done_stopped)
+            snprintf(reason, sizeof reason, "%s", pause ? "paused" : "cancelled");
+        else
+            snprintf(reason, sizeof reason, "%s: engine %s without stopping cleanly",
+                     pause ? "paused" : "cancelled", how);
     } else if (r->end.lost && !x->stop) {
         /* The cluster took the job away (a node failed, or it was
          * preempted): not the job's fault, so requeued from its newest
@@ -992,21 +1021,28 @@ static void finish_run(sched *x, run *r)
             settle(x, r->job_id, JOB_QUEUED, restarts, r->store, reason);
             return;
         }
-        snprintf(reason, sizeof reason, "engine %s without a terminal event; gave up after %d "
-                 "restarts", why, j.restarts);
+        snprintf(reason, sizeof reason,
+                 "engine %s without a terminal event; gave up after %d "
+                 "restarts",
+                 why, j.restarts);
         db_job_free(&j);
         to = JOB_FAILED;
     }
     /* Pause, cancel and success wait for the job's checkpoint uploads
      * (the final checkpoint in particular), bounded by --upload-wait. */
     if (to == JOB_SUCCEEDED && r->store) uploader_export(s->up, r->job_id);
-    bool busy = to != JOB_FAILED && r->store && uploader_job_busy(s->up, r->job_id, to == JOB_SUCCEEDED);
+    bool busy =
+        to != JOB_FAILED && r->store && uploader_job_busy(s->up, r->job_id, to == JOB_SUCCEEDED);
     if (busy && x->stop && to == JOB_SUCCEEDED) {
         /* Shutting down with the final uploads pending: the job keeps its
          * intent and the next start waits for them (recover_mark). */
         db *d = srv_db(s);
-        db_job_update pg = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = "",
-                            .has_stop_intent = true, .stop_intent = "succeeded"};
+        db_job_update pg = {.has_pgid = true,
+                            .pgid = 0,
+                            .has_gpus = true,
+                            .gpus = "",
+                            .has_stop_intent = true,
+                            .stop_intent = "succeeded"};
         if (d) db_job_update_fields(d, r->job_id, &pg, &err);
         return;
     }
@@ -1022,7 +1058,10 @@ static void finish_run(sched *x, run *r)
             db *d = srv_db(s);
             /* The intent survives a restart: a job that finished waits no
              * more and is not rerun (see recover). */
-            db_job_update pg = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = "",
+            db_job_update pg = {.has_pgid = true,
+                                .pgid = 0,
+                                .has_gpus = true,
+                                .gpus = "",
                                 .has_stop_intent = to == JOB_SUCCEEDED,
                                 .stop_intent = "succeeded"};
             if (d) db_job_update_fields(d, r->job_id, &pg, &err);
@@ -1082,7 +1121,8 @@ static void reap(sched *x)
         }
         /* Drain what the engine wrote before exiting; then close the pipe
          * even if a stray grandchild still holds its write end. */
-        for (int i = 0; i < 64 && r->ev_open; i++) read_pipe(x, r);
+        for (int i = 0; i < 64 && r->ev_open; i++)
+            read_pipe(x, r);
         events_close(x, r);
         *pp = r->next;
         release(x, r);
@@ -1116,12 +1156,15 @@ static void watch_runs(sched *x)
         char why[512];
         ops_action a = ops_check_run(x->s, r->job_id, why, sizeof why);
         if (a == OPS_GO_ON) continue;
-        const char *intent = a == OPS_STOP_BUDGET ? "budget" : a == OPS_RESTART ? "restart" : "fail";
+        const char *intent = a == OPS_STOP_BUDGET ? "budget"
+                             : a == OPS_RESTART   ? "restart"
+                                                  : "fail";
         ty_err err = {0};
         /* stopping with the intent, so a restart of the server finishes it
          * (recover_mark) and a cancel meanwhile is an ordinary one */
         db_job_update up = {.has_stop_intent = true, .stop_intent = intent};
-        if (srv_transition(x->s, r->job_id, JOB_BIT(JOB_RUNNING), JOB_STOPPING, why, &up, NULL, &err))
+        if (srv_transition(x->s, r->job_id, JOB_BIT(JOB_RUNNING), JOB_STOPPING, why, &up, NULL,
+                           &err))
             continue;
         if (a == OPS_FAIL) {
             db_job_update sr = {.has_stop_reason = true, .stop_reason = "stall"};
@@ -1157,7 +1200,8 @@ static void *sched_main(void *arg)
              * where it is (its events read so far recorded) for the next
              * start to re-attach; only its downloads are waited for. */
             bool only_cluster = x->ex->ops->cluster;
-            for (run *r = x->runs; r && only_cluster; r = r->next) only_cluster = !r->f;
+            for (run *r = x->runs; r && only_cluster; r = r->next)
+                only_cluster = !r->f;
             if (only_cluster) {
                 for (run *r = x->runs; r; r = r->next)
                     if (r->ej && x->ex->ops->detach) x->ex->ops->detach(x->ex, r->ej);
@@ -1259,7 +1303,10 @@ int sched_gpu_snapshot(sched *x, srv_gpu_sample *out)
     return n;
 }
 
-int sched_gpu_count(sched *x) { return gpu_inv_count(x->gpu); }
+int sched_gpu_count(sched *x)
+{
+    return gpu_inv_count(x->gpu);
+}
 
 int sched_job_gpu_limit(sched *x)
 {
@@ -1270,7 +1317,8 @@ void sched_capacity(sched *x, int *gpus_free, int *cpu_free)
 {
     pthread_mutex_lock(&x->mu);
     int n = 0;
-    for (int i = 0; i < gpu_inv_count(x->gpu); i++) n += !(x->gpus_busy & (1ull << i));
+    for (int i = 0; i < gpu_inv_count(x->gpu); i++)
+        n += !(x->gpus_busy & (1ull << i));
     *gpus_free = n;
     *cpu_free = x->s->cfg.cpu_slots - x->cpu_busy;
     pthread_mutex_unlock(&x->mu);
@@ -1294,7 +1342,8 @@ static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
          * (check_pending): accepted; a requeue becomes the request. */
         for (pending *p = x->pend; p; p = p->next)
             if (p->job_id == id) {
-                if (p->to == JOB_QUEUED) p->to = strcmp(intent, "cancel") ? JOB_PAUSED : JOB_CANCELLED;
+                if (p->to == JOB_QUEUED)
+                    p->to = strcmp(intent, "cancel") ? JOB_PAUSED : JOB_CANCELLED;
                 return 0;
             }
         /* Its engine has ended and the job waits for its uploads: a cancel
@@ -1326,8 +1375,10 @@ static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
     snprintf(r->intent, sizeof r->intent, "%s", intent);
     /* No engine yet: abort the downloads; collect_fetches() then finishes
      * the stop as soon as the fetch thread returns. */
-    if (r->f) fetch_handle_cancel(r->f->h);
-    else stop_run(x, r, SIGTERM);
+    if (r->f)
+        fetch_handle_cancel(r->f->h);
+    else
+        stop_run(x, r, SIGTERM);
     return 0;
 }
 
@@ -1374,14 +1425,16 @@ int sched_pause(sched *x, int64_t id, ty_err *err)
             ty_err_clear(err);
         }
     job_state from;
-    int rc = srv_transition(x->s, id, JOB_BIT(JOB_QUEUED), JOB_PAUSED, "pause requested (was queued)",
-                            NULL, &from, err);
+    int rc = srv_transition(x->s, id, JOB_BIT(JOB_QUEUED), JOB_PAUSED,
+                            "pause requested (was queued)", NULL, &from, err);
     if (rc == TY_ESTATE && (from == JOB_STARTING || from == JOB_RUNNING)) {
         ty_err_clear(err);
         rc = stop_job(x, id, "pause", err);
     } else if (rc == TY_ESTATE) {
-        ty_err_set(err, TY_ESTATE, "job %lld is %s; only queued, starting or running jobs can be "
-                   "paused", (long long)id, db_state_name(from));
+        ty_err_set(err, TY_ESTATE,
+                   "job %lld is %s; only queued, starting or running jobs can be "
+                   "paused",
+                   (long long)id, db_state_name(from));
     }
     pthread_mutex_unlock(&x->mu);
     return rc;
@@ -1476,11 +1529,14 @@ static void recover_mark(sched *x)
             db_job_update_fields(d, j.id, &up, &err);
             uploader_export(s->up, j.id);
             waiter *w = calloc(1, sizeof *w);
-            const char *why = "engine finished; server restarted while its final uploads were pending";
+            const char *why =
+                "engine finished; server restarted while its final uploads were pending";
             if (!w) {
                 finalize(x, j.id, JOB_SUCCEEDED, why);
             } else {
-                *w = (waiter){.job_id = j.id, .to = JOB_SUCCEEDED, .next = x->waiters,
+                *w = (waiter){.job_id = j.id,
+                              .to = JOB_SUCCEEDED,
+                              .next = x->waiters,
                               .deadline_ms = ty_mono_ms() + s->cfg.upload_wait_s * 1000LL};
                 snprintf(w->reason, sizeof w->reason, "%s", why);
                 x->waiters = w;
@@ -1492,12 +1548,14 @@ static void recover_mark(sched *x)
                     !strcmp(j.stop_intent, "fail"))) {
             /* Stopped by watch.c: a budget ends succeeded, a stall's
              * restart is requeued, a stall's failure fails. */
-            bool budget = !strcmp(j.stop_intent, "budget"), again = !strcmp(j.stop_intent, "restart");
+            bool budget = !strcmp(j.stop_intent, "budget"),
+                 again = !strcmp(j.stop_intent, "restart");
             to = budget ? JOB_SUCCEEDED : again ? JOB_QUEUED : JOB_FAILED;
             up.has_stop_reason = !again;
             up.stop_reason = budget ? "budget" : "stall";
             snprintf(reason, sizeof reason, "server restarted while stopping (%s%s)",
-                     budget ? "a budget was reached" : "stalled, on_stall ", budget ? "" : j.stop_intent);
+                     budget ? "a budget was reached" : "stalled, on_stall ",
+                     budget ? "" : j.stop_intent);
             up.has_error = to == JOB_FAILED;
             up.error = reason;
         } else if (j.state == JOB_STOPPING && j.stop_intent) {
@@ -1507,13 +1565,15 @@ static void recover_mark(sched *x)
                      pause ? "pausing" : "cancelling");
         } else {
             to = JOB_QUEUED;
-            snprintf(reason, sizeof reason, "server restarted; recovering%s (not counted as a "
-                     "restart)", pg ? ": waiting for the previous engine's final checkpoint" : "");
+            snprintf(reason, sizeof reason,
+                     "server restarted; recovering%s (not counted as a "
+                     "restart)",
+                     pg ? ": waiting for the previous engine's final checkpoint" : "");
         }
         up.set_finished = db_state_terminal(to);
         if (srv_transition(s, j.id, live, to, reason, &up, NULL, &err))
-            fprintf(stderr, "trainyard: job %lld: recovery cannot record %s: %s\n",
-                    (long long)j.id, db_state_name(to), err.msg);
+            fprintf(stderr, "trainyard: job %lld: recovery cannot record %s: %s\n", (long long)j.id,
+                    db_state_name(to), err.msg);
         db_job_free(&j);
     }
     free(ids);
@@ -1563,10 +1623,15 @@ static void recover_finish(sched *x)
         if (d && db_job_get(d, id, &j, &err) == 0) {
             if (pause && j.state == JOB_QUEUED) {
                 char reason[200];
-                if (ck) snprintf(reason, sizeof reason, "pause requested while recovering; paused at "
-                                 "step %lld", (long long)step);
-                else snprintf(reason, sizeof reason, "pause requested while recovering; paused (no "
-                              "checkpoint yet)");
+                if (ck)
+                    snprintf(reason, sizeof reason,
+                             "pause requested while recovering; paused at "
+                             "step %lld",
+                             (long long)step);
+                else
+                    snprintf(reason, sizeof reason,
+                             "pause requested while recovering; paused (no "
+                             "checkpoint yet)");
                 db_job_update up = {.has_resume_from = true, .resume_from = ck};
                 srv_transition(s, id, JOB_BIT(JOB_QUEUED), JOB_PAUSED, reason, &up, NULL, &err);
             } else if (ck && (j.state == JOB_QUEUED || j.state == JOB_PAUSED)) {

@@ -22,7 +22,10 @@
 
 /* ---- shared server plumbing --------------------------------------------------------- */
 
-static void db_key_free(void *p) { db_close(p); }
+static void db_key_free(void *p)
+{
+    db_close(p);
+}
 
 db *srv_db(srv *s)
 {
@@ -154,15 +157,17 @@ int srv_serve_main(int argc, char **argv)
     }
     fprintf(stderr,
             "trainyard: serving on %s://%s:%u (data %s, %d GPU(s), %d CPU slot(s), tokens %s)\n",
-            s->cfg.tls_cert[0] ? "https" : "http", host, (unsigned)bound_port,
-            s->cfg.data_dir, sched_gpu_count(s->sched), s->cfg.cpu_slots,
+            s->cfg.tls_cert[0] ? "https" : "http", host, (unsigned)bound_port, s->cfg.data_dir,
+            sched_gpu_count(s->sched), s->cfg.cpu_slots,
             s->auth_required ? "required" : "optional");
     fflush(stderr);
 
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "trainyard: %s: shutting down; running engines checkpoint and their jobs are "
-            "requeued (up to --grace %d s)\n", strsignal(sig), s->cfg.grace_s);
+    fprintf(stderr,
+            "trainyard: %s: shutting down; running engines checkpoint and their jobs are "
+            "requeued (up to --grace %d s)\n",
+            strsignal(sig), s->cfg.grace_s);
     atomic_store(&s->stopping, true);
     /* Stop accepting, end the streams, stop HTTP, then the scheduler (which
      * SIGTERMs engines and records their final checkpoints, up to the grace

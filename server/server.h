@@ -22,54 +22,54 @@
 /* ---- configuration (config.c) ---------------------------------------------- */
 
 typedef struct srv_config {
-    char listen[256];         /* host:port, default 127.0.0.1:8080 */
-    char data_dir[PATH_MAX];  /* default ./trainyard-data */
-    char engine[PATH_MAX];    /* default trainyard-engine beside this binary */
-    char gpus[256];           /* auto | none | 0,1,... */
-    int cpu_slots;            /* concurrent CPU jobs, default 1 */
-    char executor[16];        /* local | slurm (executor.h), default local */
-    char slurm_partition[128]; /* --executor slurm: sbatch --partition, "" = Slurm's default */
-    char slurm_account[128];  /* sbatch --account, "" = none */
+    char listen[256];             /* host:port, default 127.0.0.1:8080 */
+    char data_dir[PATH_MAX];      /* default ./trainyard-data */
+    char engine[PATH_MAX];        /* default trainyard-engine beside this binary */
+    char gpus[256];               /* auto | none | 0,1,... */
+    int cpu_slots;                /* concurrent CPU jobs, default 1 */
+    char executor[16];            /* local | slurm (executor.h), default local */
+    char slurm_partition[128];    /* --executor slurm: sbatch --partition, "" = Slurm's default */
+    char slurm_account[128];      /* sbatch --account, "" = none */
     char slurm_workdir[PATH_MAX]; /* shared path holding jobs/ for the nodes; "" = the data dir */
-    char slurm_args[1024];    /* more sbatch arguments, space-separated */
-    int slurm_poll_ms;        /* squeue period, default 2000 */
-    char allowed_roots[8192]; /* colon-separated; default DATA_DIR/inputs */
-    char store_roots[8192];   /* where file:// stores may lie; default DATA_DIR/stores */
-    int64_t max_params;       /* largest model.init accepted at submit; 0 = no limit */
-    size_t max_body;          /* bytes, default 1 MiB */
-    int grace_s;              /* SIGTERM → SIGKILL, default 30 */
+    char slurm_args[1024];        /* more sbatch arguments, space-separated */
+    int slurm_poll_ms;            /* squeue period, default 2000 */
+    char allowed_roots[8192];     /* colon-separated; default DATA_DIR/inputs */
+    char store_roots[8192];       /* where file:// stores may lie; default DATA_DIR/stores */
+    int64_t max_params;           /* largest model.init accepted at submit; 0 = no limit */
+    size_t max_body;              /* bytes, default 1 MiB */
+    int grace_s;                  /* SIGTERM → SIGKILL, default 30 */
     char tls_cert[PATH_MAX];
     char tls_key[PATH_MAX];
     bool require_token;
-    int per_ip_connections;   /* connections one client address may hold; 0 = no limit */
-    int max_connections;      /* requests being served at once, all clients (503 beyond) */
-    int header_timeout_s;     /* whole request head within this, from accept (408) */
-    int request_timeout_s;    /* whole body within this, from the head; 0 = off */
-    int rate_limit;           /* requests per second per token; 0 = off */
-    int rate_burst;           /* requests a token may make at once */
-    int event_rate;           /* engine lines per second before a job is failed; 0 = off */
-    int gpu_sample_ms;        /* GPU sampling period, default 2000 */
-    int heartbeat_s;          /* SSE heartbeat, default 15 */
-    int http_threads;         /* MHD thread pool size, default 2 */
-    int upload_workers;       /* checkpoint upload threads, default 2 */
-    int upload_wait_s;        /* pause/cancel/finish wait for a running upload, default 300 */
-    int upload_attempts;      /* tries of one upload before it fails for good, default 5 */
-    double gpu_hour_price;    /* per GPU-hour of running time; < 0 = unknown (default) */
-    double cpu_hour_price;    /* per hour of a CPU job's running time; < 0 = unknown */
-    char currency[4];         /* ISO 4217 code of those prices, default USD */
+    int per_ip_connections; /* connections one client address may hold; 0 = no limit */
+    int max_connections;    /* requests being served at once, all clients (503 beyond) */
+    int header_timeout_s;   /* whole request head within this, from accept (408) */
+    int request_timeout_s;  /* whole body within this, from the head; 0 = off */
+    int rate_limit;         /* requests per second per token; 0 = off */
+    int rate_burst;         /* requests a token may make at once */
+    int event_rate;         /* engine lines per second before a job is failed; 0 = off */
+    int gpu_sample_ms;      /* GPU sampling period, default 2000 */
+    int heartbeat_s;        /* SSE heartbeat, default 15 */
+    int http_threads;       /* MHD thread pool size, default 2 */
+    int upload_workers;     /* checkpoint upload threads, default 2 */
+    int upload_wait_s;      /* pause/cancel/finish wait for a running upload, default 300 */
+    int upload_attempts;    /* tries of one upload before it fails for good, default 5 */
+    double gpu_hour_price;  /* per GPU-hour of running time; < 0 = unknown (default) */
+    double cpu_hour_price;  /* per hour of a CPU job's running time; < 0 = unknown */
+    char currency[4];       /* ISO 4217 code of those prices, default USD */
     /* Operations (issue 15; opsconf.c, docs/server.md "Operations"). */
     struct {
-        char gpu_hour_prices[1024];    /* "H100=4.1,A100=2.2": per GPU model */
-        double max_cost_default, max_cost_cap;            /* < 0 = none */
-        int64_t max_runtime_default, max_runtime_cap;     /* seconds; 0 = none */
-        int64_t max_tokens_default, max_tokens_cap;       /* 0 = none */
-        int stall_floor_s;             /* least default stall_after_s, default 300 */
-        int idle_gpu_util;             /* percent under which a GPU is idle, default 10 */
-        int idle_gpu_after_s;          /* idle this long: idle_gpu event; 0 = off */
-        char webhook_urls[4096];       /* comma-separated, every job's events */
-        char webhook_secret[256];      /* HMAC key (config file only) */
+        char gpu_hour_prices[1024];                   /* "H100=4.1,A100=2.2": per GPU model */
+        double max_cost_default, max_cost_cap;        /* < 0 = none */
+        int64_t max_runtime_default, max_runtime_cap; /* seconds; 0 = none */
+        int64_t max_tokens_default, max_tokens_cap;   /* 0 = none */
+        int stall_floor_s;                            /* least default stall_after_s, default 300 */
+        int idle_gpu_util;                /* percent under which a GPU is idle, default 10 */
+        int idle_gpu_after_s;             /* idle this long: idle_gpu event; 0 = off */
+        char webhook_urls[4096];          /* comma-separated, every job's events */
+        char webhook_secret[256];         /* HMAC key (config file only) */
         char webhook_allowed_hosts[1024]; /* hosts a spec's webhooks may name */
-        int webhook_attempts;          /* tries before a delivery fails for good */
+        int webhook_attempts;             /* tries before a delivery fails for good */
     } ops;
     /* Object-store settings and credentials (config file only for secrets;
      * empty = the environment variable storage.h names). Never logged. */
@@ -95,10 +95,10 @@ typedef struct srv_option {
     const char *name; /* flag without dashes = config-file key */
     const char *arg;  /* the value's name in --help; NULL for a bool */
     srv_option_type type;
-    size_t offset, size;     /* the srv_config field */
-    long long lo, hi;        /* OPT_INT bounds */
-    const char *def;         /* default as text, applied by srv_config_defaults; NULL: none */
-    const char *def_doc;     /* the default in words where it is computed */
+    size_t offset, size; /* the srv_config field */
+    long long lo, hi;    /* OPT_INT bounds */
+    const char *def;     /* default as text, applied by srv_config_defaults; NULL: none */
+    const char *def_doc; /* the default in words where it is computed */
     const char *help;
     int (*check)(const char *key, const char *value, ty_err *err); /* beyond the type's */
     unsigned flags;
@@ -211,15 +211,15 @@ typedef struct srv {
     struct sse_hub *hub;
     struct evw *evw;
     struct sched *sched;
-    struct uploader *up;       /* checkpoint upload queue workers (upload.c) */
+    struct uploader *up; /* checkpoint upload queue workers (upload.c) */
     struct gpu_inv *gpu;
     struct MHD_Daemon *mhd;
-    struct gate *gate;         /* accepts and checks request heads (gate.c) */
-    struct ratelim *rl;        /* per-token request buckets (http.c) */
+    struct gate *gate;  /* accepts and checks request heads (gate.c) */
+    struct ratelim *rl; /* per-token request buckets (http.c) */
     atomic_llong events_ingested;
     atomic_llong http_requests;
     atomic_bool stopping;
-    pthread_key_t db_key;      /* per-thread db handle */
+    pthread_key_t db_key; /* per-thread db handle */
 } srv;
 
 /* The calling thread's database handle, opened on first use. */
@@ -248,8 +248,8 @@ int srv_token_main(int argc, char **argv);
  * next one. */
 #define EVW_MAX_BATCH 1000
 typedef void (*evw_publish_fn)(void *ctx, const db_event *ev);
-struct evw *evw_new(const char *db_path, pthread_mutex_t *lock, evw_publish_fn publish,
-                    void *ctx, ty_err *err);
+struct evw *evw_new(const char *db_path, pthread_mutex_t *lock, evw_publish_fn publish, void *ctx,
+                    ty_err *err);
 /* Takes ownership of data (malloc'd JSON text). Blocks briefly while more
  * than a few batches are pending, which back-pressures a flooding engine. */
 void evw_push(struct evw *w, int64_t job_id, const char *type, char *data);

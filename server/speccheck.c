@@ -28,7 +28,8 @@ static int check_init(const srv_config *c, const jobspec *spec, ty_err *err)
     if (c->max_params > 0 && n > (uint64_t)c->max_params)
         return ty_err_field(err, TY_EINVAL, "model.init",
                             "model.init: %llu parameters is more than this server's --max-params "
-                            "%lld", (unsigned long long)n, (long long)c->max_params);
+                            "%lld",
+                            (unsigned long long)n, (long long)c->max_params);
     return 0;
 }
 
@@ -59,7 +60,8 @@ static int check_model_dir(const jobspec *spec, ty_err *err)
     json_decref(o);
     if (rc) {
         char field[sizeof err->field];
-        snprintf(field, sizeof field, "model.path%s%.100s", e.field[0] ? ":config.json." : "", e.field);
+        snprintf(field, sizeof field, "model.path%s%.100s", e.field[0] ? ":config.json." : "",
+                 e.field);
         return ty_err_field(err, TY_EINVAL, field, "model.path %s: %s", p, e.msg);
     }
     hfconfig_free(&mc);
@@ -76,10 +78,10 @@ static int check_kind(const char *field, const char *p, ty_err *err)
     const char *local = p[0] == '/' ? p : p + 7;
     if (stat(local, &st) != 0 || S_ISREG(st.st_mode)) return 0;
     return ty_err_field(err, TY_EINVAL, field, "%s: %s is %s, not a regular file", field, local,
-                        S_ISDIR(st.st_mode)    ? "a directory"
-                        : S_ISFIFO(st.st_mode) ? "a FIFO"
+                        S_ISDIR(st.st_mode)                          ? "a directory"
+                        : S_ISFIFO(st.st_mode)                       ? "a FIFO"
                         : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                                                                      : "a special file");
+                                                                     : "a special file");
 }
 
 int srv_spec_check(const srv_config *c, const jobspec *spec, ty_err *err)

@@ -32,8 +32,8 @@
 
 #include "tyutil.h"
 
-#define SSE_QCAP 4096           /* messages a client may lag behind */
-#define SSE_BLOCK (64 * 1024)   /* bytes per callback */
+#define SSE_QCAP 4096         /* messages a client may lag behind */
+#define SSE_BLOCK (64 * 1024) /* bytes per callback */
 #define SSE_REPLAY_BATCH 512
 #define SSE_LOG_TICK_MS 250
 
@@ -76,8 +76,8 @@ struct sse_hub {
     int64_t nclients;
     bool closing;
     pthread_mutex_t round_mu;
-    int round_left;        /* clients of the current round not yet called back */
-    bool round_dirty;      /* messages were queued for waiting clients meanwhile */
+    int round_left;   /* clients of the current round not yet called back */
+    bool round_dirty; /* messages were queued for waiting clients meanwhile */
     int64_t round_start_ms;
     pthread_t ticker;
     pthread_mutex_t tick_mu;
@@ -203,9 +203,12 @@ void sse_hub_publish(sse_hub *h, const db_event *ev)
     for (sse_client *c = h->head; c; c = c->next) {
         sse_msg **mp;
         bool g = c->kind == SSE_GLOBAL;
-        if (c->kind == SSE_JOB && c->job_id == ev->job_id && ev->job_id > 0) mp = &jm;
-        else if (g && global) mp = &gm;
-        else continue;
+        if (c->kind == SSE_JOB && c->job_id == ev->job_id && ev->job_id > 0)
+            mp = &jm;
+        else if (g && global)
+            mp = &gm;
+        else
+            continue;
         if (!*mp) {
             size_t len;
             char *txt = sse_format_event(ev, g, &len);
@@ -230,7 +233,8 @@ void sse_hub_publish_live(sse_hub *h, const char *type, const char *data_json)
     if (!txt) return;
     int n = snprintf(txt, cap,
                      "event: %s\ndata: {\"job_id\":null,\"seq\":null,\"id\":null,\"ts\":\"%s\","
-                     "\"type\":\"%s\",\"data\":%s}\n\n", type, ts, type, data_json);
+                     "\"type\":\"%s\",\"data\":%s}\n\n",
+                     type, ts, type, data_json);
     sse_msg *m = msg_new(txt, (size_t)n, 0, false);
     free(txt);
     if (!m) return;
@@ -266,8 +270,8 @@ static sse_msg *next_replayed(sse_client *c)
             } else {
                 terminal = true; /* deleted meanwhile */
             }
-            db_events_job(d, c->job_id, c->last_id, SSE_REPLAY_BATCH, &c->replay,
-                          &c->replay_n, &err);
+            db_events_job(d, c->job_id, c->last_id, SSE_REPLAY_BATCH, &c->replay, &c->replay_n,
+                          &err);
         } else {
             db_events_global(d, c->last_id, SSE_REPLAY_BATCH, &c->replay, &c->replay_n, &err);
         }
@@ -391,14 +395,17 @@ static void client_free_cb(void *cls)
     sse_client *c = cls;
     sse_hub *h = c->hub;
     pthread_mutex_lock(&h->mu);
-    if (c->prev) c->prev->next = c->next;
-    else h->head = c->next;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->head = c->next;
     if (c->next) c->next->prev = c->prev;
     h->nclients--;
     pthread_cond_broadcast(&h->gone);
     pthread_mutex_unlock(&h->mu);
     if (c->in_round) round_visited(h);
-    for (int i = 0; i < c->qlen; i++) msg_unref(c->q[(c->qhead + i) % SSE_QCAP]);
+    for (int i = 0; i < c->qlen; i++)
+        msg_unref(c->q[(c->qhead + i) % SSE_QCAP]);
     msg_unref(c->cur);
     db_events_free(c->replay, c->replay_n);
     if (c->log_fd >= 0) close(c->log_fd);
@@ -530,8 +537,7 @@ static void *ticker_main(void *arg)
         /* A round open for a second with messages waiting: start the next
          * one anyway (a lost count would otherwise hold every stream). */
         pthread_mutex_lock(&h->round_mu);
-        bool stuck = h->round_dirty && h->round_left > 0 &&
-                     ty_mono_ms() - h->round_start_ms > 1000;
+        bool stuck = h->round_dirty && h->round_left > 0 && ty_mono_ms() - h->round_start_ms > 1000;
         if (stuck) h->round_dirty = false;
         pthread_mutex_unlock(&h->round_mu);
         if (stuck) round_start(h);

@@ -14,10 +14,14 @@ int srv_token_main(int argc, char **argv)
 {
     const char *data_dir = "./trainyard-data", *name = NULL, *scope = "read,submit,admin";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--data-dir") && i + 1 < argc) data_dir = argv[++i];
-        else if (!strncmp(argv[i], "--data-dir=", 11)) data_dir = argv[i] + 11;
-        else if (!strcmp(argv[i], "--scope") && i + 1 < argc) scope = argv[++i];
-        else if (!strncmp(argv[i], "--scope=", 8)) scope = argv[i] + 8;
+        if (!strcmp(argv[i], "--data-dir") && i + 1 < argc)
+            data_dir = argv[++i];
+        else if (!strncmp(argv[i], "--data-dir=", 11))
+            data_dir = argv[i] + 11;
+        else if (!strcmp(argv[i], "--scope") && i + 1 < argc)
+            scope = argv[++i];
+        else if (!strncmp(argv[i], "--scope=", 8))
+            scope = argv[i] + 8;
         else if (!strcmp(argv[i], "create") && !name && i + 1 < argc && argv[i + 1][0] != '-')
             name = argv[++i];
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -32,14 +36,17 @@ int srv_token_main(int argc, char **argv)
         fputs("usage: trainyard token create NAME [--scope read,submit,admin] [--data-dir DIR]\n"
               "Prints a new API token once; the server keeps only its SHA-256.\n"
               "Scopes: read (GET routes), submit (POST /jobs, cancel, pause, resume,\n"
-              "generate), admin (DELETE /jobs/{id}); default all three.\n", stderr);
+              "generate), admin (DELETE /jobs/{id}); default all three.\n",
+              stderr);
         return 2;
     }
     unsigned mask;
     char scopes[64];
     if (srv_scopes_parse(scope, &mask)) {
-        fprintf(stderr, "trainyard token: --scope must be a comma-separated list of read, submit "
-                        "and admin, got '%s'\n", scope);
+        fprintf(stderr,
+                "trainyard token: --scope must be a comma-separated list of read, submit "
+                "and admin, got '%s'\n",
+                scope);
         return 2;
     }
     srv_scopes_format(mask, scopes);

@@ -28,8 +28,8 @@
 #include "storage.h"
 #include "tyutil.h"
 
-#define UPLOAD_POLL_MS 500      /* idle workers look for due retries this often */
-#define UPLOAD_BACKOFF_MAX_S 60 /* retry delays double from 2 s up to this */
+#define UPLOAD_POLL_MS 500       /* idle workers look for due retries this often */
+#define UPLOAD_BACKOFF_MAX_S 60  /* retry delays double from 2 s up to this */
 #define UPLOAD_PROBE_TIMEOUT_S 4 /* per request of the submit-time store probe */
 
 /* One transfer in flight, findable by job so pause/cancel can abort it. */
@@ -54,7 +54,7 @@ struct uploader {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     bool stop;
-    int wakes;          /* pending wake-ups, so a wake between polls is not lost */
+    int wakes; /* pending wake-ups, so a wake between polls is not lost */
     active *act;
     export_job *exports; /* queued or running export uploads, oldest last */
     int nthreads;
@@ -234,8 +234,7 @@ static void finish_vanished(srv *s, db_upload *up)
 {
     ty_err err = {0};
     char reason[700];
-    finish_arg fa = {.u = up, .o = DB_UP_SKIPPED,
-                     .error = "removed locally before upload"};
+    finish_arg fa = {.u = up, .o = DB_UP_SKIPPED, .error = "removed locally before upload"};
     if (is_newest(s, up)) {
         snprintf(reason, sizeof reason, "local checkpoint %s is gone before it was uploaded",
                  up->dir);
@@ -366,8 +365,10 @@ static void *worker_main(void *arg)
         claim_arg ca = {.u = &up};
         int rc = with_event(s, claim_fn, &ca, &err);
         if (rc == 0) {
-            if (!strcmp(up.op, "put")) do_put(u, &up);
-            else do_delete(u, &up);
+            if (!strcmp(up.op, "put"))
+                do_put(u, &up);
+            else
+                do_delete(u, &up);
             db_upload_clear(&up);
             sched_wake(s->sched); /* a job may be waiting for this upload */
             pthread_mutex_lock(&u->mu);
@@ -466,10 +467,12 @@ void uploader_stop(uploader *u)
     if (!u) return;
     pthread_mutex_lock(&u->mu);
     u->stop = true;
-    for (active *a = u->act; a; a = a->next) store_cancel(a->st);
+    for (active *a = u->act; a; a = a->next)
+        store_cancel(a->st);
     pthread_cond_broadcast(&u->cond);
     pthread_mutex_unlock(&u->mu);
-    for (int i = 0; i < u->nthreads; i++) pthread_join(u->threads[i], NULL);
+    for (int i = 0; i < u->nthreads; i++)
+        pthread_join(u->threads[i], NULL);
     u->nthreads = 0;
 }
 
@@ -496,7 +499,8 @@ void upload_retention_pick(const db_checkpoint *c, int n, int keep_last, int kee
      * and remote, and chooses as a standalone engine does (retention.h). */
     ty_ret_item *it = malloc(((size_t)n + 1) * sizeof *it);
     if (!it) { /* out of memory: keep everything rather than guess */
-        for (int i = 0; i < n; i++) keep[i] = true;
+        for (int i = 0; i < n; i++)
+            keep[i] = true;
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -670,8 +674,7 @@ static void do_export(uploader *u, int64_t job_id)
         snprintf(remote, sizeof remote, "%s/%s", store_uri(st), prefix);
         store_close(st);
     }
-    if (rc == 0)
-        rc = ty_write_file_atomic(marker, remote, strlen(remote), &err);
+    if (rc == 0) rc = ty_write_file_atomic(marker, remote, strlen(remote), &err);
     bool stopping = false;
     pthread_mutex_lock(&u->mu);
     stopping = u->stop;

@@ -235,9 +235,12 @@ __attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *b, const char 
 static void sb_label(sbuf *b, const char *v)
 {
     for (; *v; v++) {
-        if (*v == '\\' || *v == '"') sb_printf(b, "\\%c", *v);
-        else if (*v == '\n') sb_printf(b, "\\n");
-        else sb_printf(b, "%c", *v);
+        if (*v == '\\' || *v == '"')
+            sb_printf(b, "\\%c", *v);
+        else if (*v == '\n')
+            sb_printf(b, "\\n");
+        else
+            sb_printf(b, "%c", *v);
     }
 }
 
@@ -250,19 +253,23 @@ char *srv_prom_render(const srv_prom *p)
     for (int s = 0; s < JOB_NSTATES; s++)
         sb_printf(&b, "trainyard_jobs{state=\"%s\"} %lld\n", db_state_name((job_state)s),
                   (long long)p->jobs[s]);
-    sb_printf(&b, "# HELP trainyard_queue_length Jobs waiting to be scheduled.\n"
-                  "# TYPE trainyard_queue_length gauge\ntrainyard_queue_length %lld\n",
+    sb_printf(&b,
+              "# HELP trainyard_queue_length Jobs waiting to be scheduled.\n"
+              "# TYPE trainyard_queue_length gauge\ntrainyard_queue_length %lld\n",
               (long long)p->queue_length);
-    sb_printf(&b, "# HELP trainyard_events_ingested_total Engine events committed to the "
-                  "database.\n# TYPE trainyard_events_ingested_total counter\n"
-                  "trainyard_events_ingested_total %lld\n",
+    sb_printf(&b,
+              "# HELP trainyard_events_ingested_total Engine events committed to the "
+              "database.\n# TYPE trainyard_events_ingested_total counter\n"
+              "trainyard_events_ingested_total %lld\n",
               (long long)p->events_ingested);
-    sb_printf(&b, "# HELP trainyard_sse_clients Connected event-stream clients.\n"
-                  "# TYPE trainyard_sse_clients gauge\ntrainyard_sse_clients %lld\n",
+    sb_printf(&b,
+              "# HELP trainyard_sse_clients Connected event-stream clients.\n"
+              "# TYPE trainyard_sse_clients gauge\ntrainyard_sse_clients %lld\n",
               (long long)p->sse_clients);
-    sb_printf(&b, "# HELP trainyard_http_requests_total HTTP requests answered.\n"
-                  "# TYPE trainyard_http_requests_total counter\n"
-                  "trainyard_http_requests_total %lld\n",
+    sb_printf(&b,
+              "# HELP trainyard_http_requests_total HTTP requests answered.\n"
+              "# TYPE trainyard_http_requests_total counter\n"
+              "trainyard_http_requests_total %lld\n",
               (long long)p->http_requests);
     static const char *const gm[][3] = {
         {"trainyard_gpu_utilization_percent", "GPU utilisation over the last sample.", "util"},

@@ -9,8 +9,8 @@
 #include <stddef.h>
 
 typedef struct web_asset {
-    const char *name;   /* file name, e.g. "index.html" */
-    const char *ctype;  /* Content-Type to serve it with */
+    const char *name;  /* file name, e.g. "index.html" */
+    const char *ctype; /* Content-Type to serve it with */
     const unsigned char *data;
     size_t len;
 } web_asset;

@@ -56,8 +56,8 @@ static int manifest_load(const char *file, const char *what, ck_manifest *m, ty_
     json_error_t je;
     m->root = json_load_file(file, 0, &je);
     if (!m->root)
-        return ty_err_field(err, TY_ECORRUPT, MANIFEST, "storage: %s: not valid JSON (line %d: %s)", what,
-                            je.line, ty_json_error(&je));
+        return ty_err_field(err, TY_ECORRUPT, MANIFEST, "storage: %s: not valid JSON (line %d: %s)",
+                            what, je.line, ty_json_error(&je));
     const char *fmt = json_string_value(json_object_get(m->root, "format"));
     json_t *files = json_object_get(m->root, "files");
     int rc = 0;

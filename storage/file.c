@@ -264,10 +264,12 @@ int store_file_open(store *s, const store_config *cfg, ty_err *err)
         s->bucket[--n] = '\0';
     if (!cfg || !cfg->file_roots) return 0;
     if (!cfg->file_roots[0])
-        return ty_err_set(err, TY_EAUTH, "storage: file:// stores are not allowed here (no store roots)");
+        return ty_err_set(err, TY_EAUTH,
+                          "storage: file:// stores are not allowed here (no store roots)");
     if (!ty_path_within_roots(s->bucket, cfg->file_roots))
         return ty_err_set(err, TY_EAUTH, "storage: %s is outside the store roots (%s)", s->uri,
                           cfg->file_roots);
-    if (!(s->impl = strdup(cfg->file_roots))) return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
+    if (!(s->impl = strdup(cfg->file_roots)))
+        return ty_err_set(err, TY_ENOMEM, "storage: out of memory");
     return 0;
 }

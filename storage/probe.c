@@ -71,8 +71,9 @@ static int put_tree(store *s, const char *dir, const char *prefix, int depth, ui
     if (depth > 16) return ty_err_set(err, TY_EINVAL, "storage: %s is nested too deep", dir);
     struct dirent **ents = NULL;
     int n = scandir(dir, &ents, NULL, alphasort);
-    if (n < 0) return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO,
-                                 "storage: cannot read directory %s: %s", dir, strerror(errno));
+    if (n < 0)
+        return ty_err_set(err, errno == ENOENT ? TY_ENOENT : TY_EIO,
+                          "storage: cannot read directory %s: %s", dir, strerror(errno));
     int rc = 0;
     for (int i = 0; i < n; i++) {
         const char *name = ents[i]->d_name;
@@ -95,9 +96,11 @@ static int put_tree(store *s, const char *dir, const char *prefix, int depth, ui
             store_object o;
             if (!rc && (rc = store_stat(s, key, &o, err)) == 0) {
                 if (o.size != (uint64_t)st.st_size)
-                    rc = ty_err_set(err, TY_ECORRUPT, "storage: %s landed with %llu bytes, "
-                                    "expected %llu", key, (unsigned long long)o.size,
-                                    (unsigned long long)st.st_size);
+                    rc =
+                        ty_err_set(err, TY_ECORRUPT,
+                                   "storage: %s landed with %llu bytes, "
+                                   "expected %llu",
+                                   key, (unsigned long long)o.size, (unsigned long long)st.st_size);
                 store_object_clear(&o);
             }
             if (!rc) {
@@ -131,7 +134,8 @@ int store_put_dir(store *s, const char *local_dir, const char *remote_prefix, ui
     while (n && p[n - 1] == '/')
         p[--n] = '\0';
     int rc = put_tree(s, local_dir, p, 0, &bytes, &files, err);
-    if (rc == 0 && files == 0) rc = ty_err_set(err, TY_ENOENT, "storage: %s holds no files", local_dir);
+    if (rc == 0 && files == 0)
+        rc = ty_err_set(err, TY_ENOENT, "storage: %s holds no files", local_dir);
     free(p);
     if (rc == 0 && bytes_out) *bytes_out = bytes;
     if (rc == 0 && files_out) *files_out = files;

@@ -64,7 +64,7 @@ typedef struct store_config {
     int retry_base_ms;            /* first backoff; default 200 ms, doubling, with jitter */
     int retry_max_ms;             /* backoff cap; default 10 s */
     long connect_timeout_s;       /* default 10 */
-    long stall_timeout_s; /* abort a transfer slower than 1 KiB/s for this long; default 30 */
+    long stall_timeout_s;   /* abort a transfer slower than 1 KiB/s for this long; default 30 */
     long request_timeout_s; /* whole-request limit (each attempt); default 0 = none. The
                                server's store probe sets it so a submit never hangs. */
 } store_config;

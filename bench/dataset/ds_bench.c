@@ -39,10 +39,15 @@ static uint64_t rng(uint64_t *s)
 static int gen(const char *path, long mib)
 {
     static const char *const words[] = {
-        "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on",
-        "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they",
-        "model", "training", "data", "language", "learning", "token", "weights", "gradient", "optimizer",
-        "café", "naïve", "東京", "数据", "🙂", "2026", "3.14159", "x_1", "\\\"quoted\\\"", "line\\nbreak"};
+        "the",         "of",       "and",       "to",       "in",       "a",
+        "is",          "that",     "for",       "it",       "as",       "was",
+        "with",        "be",       "by",        "on",       "not",      "he",
+        "this",        "are",      "or",        "his",      "from",     "at",
+        "which",       "but",      "have",      "an",       "had",      "they",
+        "model",       "training", "data",      "language", "learning", "token",
+        "weights",     "gradient", "optimizer", "café",     "naïve",    "東京",
+        "数据",        "🙂",     "2026",      "3.14159",  "x_1",      "\\\"quoted\\\"",
+        "line\\nbreak"};
     const int nw = (int)(sizeof words / sizeof *words);
     FILE *f = fopen(path, "w");
     if (!f) return perror(path), 1;
@@ -93,8 +98,9 @@ static int bench_index(const char *path, const char *model_dir, double tok_mib)
     double t0 = now_s();
     if (textdata_open(path, &o, &d, &err)) return fprintf(stderr, "ds-bench: %s\n", err.msg), 1;
     double t1 = now_s();
-    printf("file_mib=%.1f\nlines=%d\nindex_s=%.2f\nindex_mib_s=%.1f\nrss_before_mib=%ld\nrss_after_index_mib=%ld\n",
-           bytes / 1048576.0, d.n, t1 - t0, bytes / 1048576.0 / (t1 - t0), rss0, rss_mib());
+    printf(
+        "file_mib=%.1f\nlines=%d\nindex_s=%.2f\nindex_mib_s=%.1f\nrss_before_mib=%ld\nrss_after_index_mib=%ld\n",
+        bytes / 1048576.0, d.n, t1 - t0, bytes / 1048576.0 / (t1 - t0), rss0, rss_mib());
     /* First-epoch tokenisation: rows in file order until tok_mib MiB. */
     int T = 4096;
     int32_t *in = malloc((size_t)T * sizeof *in), *tg = malloc((size_t)T * sizeof *tg);
@@ -108,8 +114,10 @@ static int bench_index(const char *path, const char *model_dir, double tok_mib)
         text_bytes += bytes / d.n; /* mean line size: rows are of similar length */
     }
     double t3 = now_s();
-    printf("tokenize_rows=%d\ntokenize_mib=%.1f\ntokenize_s=%.2f\ntokenize_mib_s=%.2f\ntokens_per_s=%.0f\n", rows,
-           text_bytes / 1048576.0, t3 - t2, text_bytes / 1048576.0 / (t3 - t2), (double)tokens / (t3 - t2));
+    printf(
+        "tokenize_rows=%d\ntokenize_mib=%.1f\ntokenize_s=%.2f\ntokenize_mib_s=%.2f\ntokens_per_s=%.0f\n",
+        rows, text_bytes / 1048576.0, t3 - t2, text_bytes / 1048576.0 / (t3 - t2),
+        (double)tokens / (t3 - t2));
     free(in);
     free(tg);
     data_free(&d);

@@ -54,10 +54,10 @@ int main(int argc, char **argv)
     const struct {
         const char *name;
         int K, M;
-    } shapes[] = {{"gpt2-124M qkv", 768, 2304},        {"gpt2-124M fc", 768, 3072},
-                  {"gpt2-124M proj", 3072, 768},       {"gpt2-124M lm_head", 768, 50257},
-                  {"llama-1B q/o", 2048, 2048},         {"llama-1B gate/up", 2048, 5632},
-                  {"llama-1B down", 5632, 2048},        {"llama-1B lm_head", 2048, 32000}};
+    } shapes[] = {{"gpt2-124M qkv", 768, 2304},  {"gpt2-124M fc", 768, 3072},
+                  {"gpt2-124M proj", 3072, 768}, {"gpt2-124M lm_head", 768, 50257},
+                  {"llama-1B q/o", 2048, 2048},  {"llama-1B gate/up", 2048, 5632},
+                  {"llama-1B down", 5632, 2048}, {"llama-1B lm_head", 2048, 32000}};
     const int N = 1024;
     printf("%s, %d threads, N = %d tokens, best of %d\n", kn_describe(c), threads, N, reps);
     printf("%-20s %8s %8s %14s %14s %7s %9s\n", "shape", "K", "M", "convert+sgemm", "onednn bf16",
@@ -99,7 +99,8 @@ int main(int argc, char **argv)
         DN(dnnl_memory_create(&ms, &src_md, eng, x16));
         DN(dnnl_memory_create(&mw, &wei_md, eng, w16));
         DN(dnnl_memory_create(&mdst, &dst_md, eng, o2));
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, mdst}};
+        dnnl_exec_arg_t args[3] = {
+            {DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, mdst}};
 
         double best_a = 1e30, best_b = 1e30;
         for (int r = 0; r < reps + 1; r++) { /* the first round warms both up */
@@ -131,10 +132,12 @@ int main(int argc, char **argv)
         dnnl_memory_destroy(ms);
         dnnl_memory_destroy(mw);
         dnnl_memory_destroy(mdst);
-        kn_free(c, x), kn_free(c, w32), kn_free(c, o1), kn_free(c, o2), kn_free(c, w16), kn_free(c, x16);
+        kn_free(c, x), kn_free(c, w32), kn_free(c, o1), kn_free(c, o2), kn_free(c, w16),
+            kn_free(c, x16);
     }
-    printf("all shapes: convert+sgemm %.3f s, onednn bf16 %.3f s: onednn is %.2fx %s\n", sum_a, sum_b,
-           sum_a > sum_b ? sum_a / sum_b : sum_b / sum_a, sum_a > sum_b ? "faster" : "slower");
+    printf("all shapes: convert+sgemm %.3f s, onednn bf16 %.3f s: onednn is %.2fx %s\n", sum_a,
+           sum_b, sum_a > sum_b ? sum_a / sum_b : sum_b / sum_a,
+           sum_a > sum_b ? "faster" : "slower");
     dnnl_stream_destroy(stream);
     dnnl_engine_destroy(eng);
     kn_close(c);

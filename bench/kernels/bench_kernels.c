@@ -38,17 +38,17 @@ static float *buf(kn_ctx *c, size_t n)
     return p;
 }
 
-#define TIME(label, flops, reps, stmt)                                              \
-    do {                                                                           \
-        stmt; /* warm-up */                                                        \
-        double t0 = now_s(), c0 = cpu_s();                                         \
-        for (int r_ = 0; r_ < (reps); r_++)                                        \
-            stmt;                                                                  \
-        double ms = (now_s() - t0) / (reps) * 1e3;                                 \
-        double cms = (cpu_s() - c0) / (reps) * 1e3;                                \
-        total_ms += ms;                                                            \
-        printf("%-34s %9.3f ms %9.3f cpu-ms %8.1f GFLOP/s\n", label, ms, cms,      \
-               (flops) / ms * 1e-6);                                               \
+#define TIME(label, flops, reps, stmt)                                                             \
+    do {                                                                                           \
+        stmt; /* warm-up */                                                                        \
+        double t0 = now_s(), c0 = cpu_s();                                                         \
+        for (int r_ = 0; r_ < (reps); r_++)                                                        \
+            stmt;                                                                                  \
+        double ms = (now_s() - t0) / (reps)*1e3;                                                   \
+        double cms = (cpu_s() - c0) / (reps)*1e3;                                                  \
+        total_ms += ms;                                                                            \
+        printf("%-34s %9.3f ms %9.3f cpu-ms %8.1f GFLOP/s\n", label, ms, cms,                      \
+               (flops) / ms * 1e-6);                                                               \
     } while (0)
 
 int main(int argc, char **argv)
@@ -90,13 +90,12 @@ int main(int argc, char **argv)
          kn_attention_fwd(c, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T, H, H, D, 3 * C, 3 * C));
     /* The backward recomputes QK^T: five products of the forward's size, not four. */
     TIME("attention_bwd", 2.5 * af, reps,
-         kn_attention_bwd(c, dqkv, dqkv + C, dqkv + 2 * C, ao, ao, lse, qkv, qkv + C, qkv + 2 * C, B,
-                          T, H, H, D, 3 * C, 3 * C));
+         kn_attention_bwd(c, dqkv, dqkv + C, dqkv + 2 * C, ao, ao, lse, qkv, qkv + C, qkv + 2 * C,
+                          B, T, H, H, D, 3 * C, 3 * C));
 
     float *mean = buf(c, N), *rstd = buf(c, N);
     TIME("layernorm_fwd", 0, reps, kn_layernorm_fwd(c, y, mean, rstd, x, w, bias, N, C, 1e-5f));
-    TIME("layernorm_bwd", 0, reps,
-         kn_layernorm_bwd(c, dx, dw, dbias, dy, x, w, mean, rstd, N, C));
+    TIME("layernorm_bwd", 0, reps, kn_layernorm_bwd(c, dx, dw, dbias, dy, x, w, mean, rstd, N, C));
     TIME("gelu_fwd", 0, reps, kn_gelu_fwd(c, y, x, (size_t)N * 4 * C));
     TIME("gelu_bwd", 0, reps, kn_gelu_bwd(c, dx, dy, x, (size_t)N * 4 * C));
     TIME("add (residual)", 0, reps, kn_add(c, y, x, dy, (size_t)N * C));
@@ -111,10 +110,12 @@ int main(int argc, char **argv)
     TIME("crossentropy_fwd", 0, reps, kn_crossentropy_fwd(c, KN_F32, losses, logits, tg, N, V));
     TIME("crossentropy_fwd_bwd (fused)", 0, reps,
          kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, 1.0f / N));
-    TIME("matmul_bwd lm_head", 2 * hf, reps, kn_matmul_bwd(c, dx, dlw, NULL, logits, x, lw, N, C, V));
+    TIME("matmul_bwd lm_head", 2 * hf, reps,
+         kn_matmul_bwd(c, dx, dlw, NULL, logits, x, lw, N, C, V));
     size_t np = (size_t)V * C;
     float *m = buf(c, np), *v = buf(c, np);
-    TIME("adamw (lm_head size)", 0, reps, kn_adamw(c, KN_F32, lw, NULL, dlw, m, v, np, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.1f, 3));
+    TIME("adamw (lm_head size)", 0, reps,
+         kn_adamw(c, KN_F32, lw, NULL, dlw, m, v, np, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.1f, 3));
     TIME("sumsq (lm_head size)", 0, reps, (void)kn_sumsq(c, dlw, np));
     printf("%-34s %9.3f ms\n", "sum of the above", total_ms);
     free(tg);

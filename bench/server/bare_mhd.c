@@ -20,12 +20,14 @@ static void on_signal(int sig)
     g_stop = 1;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **ctx)
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **ctx)
 {
     (void)cls, (void)url, (void)method, (void)version, (void)upload, (void)upload_size, (void)ctx;
     static const char body[] = "OK\n";
-    struct MHD_Response *r = MHD_create_response_from_buffer(sizeof body - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(sizeof body - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "text/plain");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
@@ -46,14 +48,15 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD, (uint16_t)port, NULL, NULL, on_request,
-                                            NULL, MHD_OPTION_CONNECTION_LIMIT, 10000u, MHD_OPTION_THREAD_POOL_SIZE,
-                                            threads, MHD_OPTION_END);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_EPOLL_INTERNAL_THREAD, (uint16_t)port, NULL, NULL, on_request, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, 10000u, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "ty-bench-bare-mhd: cannot listen on port %d\n", port);
         return 1;
     }
-    while (!g_stop) pause();
+    while (!g_stop)
+        pause();
     MHD_stop_daemon(d);
     return 0;
 }

@@ -39,9 +39,9 @@ typedef struct client {
     char size_line[32];
     size_t size_len;
     long events;
-    long cur_id;     /* the "id:" of the event being read */
-    int ended;       /* stream closed by the server */
-    int terminal;    /* saw the terminal state event */
+    long cur_id;  /* the "id:" of the event being read */
+    int ended;    /* stream closed by the server */
+    int terminal; /* saw the terminal state event */
 } client;
 
 static double *g_lags;
@@ -77,7 +77,8 @@ static void note_arrival(long id, double ts_us, double now)
     if (id < 0 || id > 10000000) return;
     if ((size_t)id >= g_narr) {
         size_t n = g_narr ? g_narr : 4096;
-        while (n <= (size_t)id) n *= 2;
+        while (n <= (size_t)id)
+            n *= 2;
         g_arr = realloc(g_arr, n * sizeof *g_arr);
         if (!g_arr) exit(1);
         memset(g_arr + g_narr, 0, (n - g_narr) * sizeof *g_arr);
@@ -211,8 +212,9 @@ int main(int argc, char **argv)
     client *cs = calloc((size_t)n, sizeof *cs);
     int ep = epoll_create1(0);
     char req[1024];
-    int rl_len = snprintf(req, sizeof req,
-                          "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: text/event-stream\r\n\r\n", path, port);
+    int rl_len = snprintf(
+        req, sizeof req,
+        "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: text/event-stream\r\n\r\n", path, port);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
     for (int i = 0; i < n; i++) {
@@ -287,12 +289,13 @@ int main(int argc, char **argv)
     getrusage(RUSAGE_SELF, &ru);
     double cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
                    (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-    printf("{\"clients\": %d, \"ended_with_terminal\": %ld, \"events_min\": %ld, \"events_max\": %ld, "
-           "\"lag_samples\": %zu, \"lag_ms_p50\": %.2f, \"lag_ms_p99\": %.2f, \"lag_ms_max\": %.2f, "
-           "\"stamped_events\": %zu, \"pipeline_ms_p50\": %.2f, \"pipeline_ms_p99\": %.2f, "
-           "\"spread_ms_p50\": %.2f, \"spread_ms_p99\": %.2f, \"spread_ms_max\": %.2f, "
-           "\"client_cpu_s\": %.2f}\n",
-           n, terminal, emin, emax, g_nlags, p50, p99, mx, ne, pp50, pp99, sp50, sp99, spmx, cpu_s);
+    printf(
+        "{\"clients\": %d, \"ended_with_terminal\": %ld, \"events_min\": %ld, \"events_max\": %ld, "
+        "\"lag_samples\": %zu, \"lag_ms_p50\": %.2f, \"lag_ms_p99\": %.2f, \"lag_ms_max\": %.2f, "
+        "\"stamped_events\": %zu, \"pipeline_ms_p50\": %.2f, \"pipeline_ms_p99\": %.2f, "
+        "\"spread_ms_p50\": %.2f, \"spread_ms_p99\": %.2f, \"spread_ms_max\": %.2f, "
+        "\"client_cpu_s\": %.2f}\n",
+        n, terminal, emin, emax, g_nlags, p50, p99, mx, ne, pp50, pp99, sp50, sp99, spmx, cpu_s);
     (void)ppmx;
     free(pipe);
     free(spread);

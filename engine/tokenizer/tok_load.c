@@ -310,8 +310,8 @@ static int parse_pre_tokenizer(tok_tokenizer *t, json_t *o, const char *where, t
         p.behavior = SPLIT_ISOLATED;
     } else {
         return ty_err_field(err, TY_EINVAL, where,
-                            TJ ": pre-tokenizer type \"%s\" (%s) is not supported", ty_safe_word(type),
-                            where);
+                            TJ ": pre-tokenizer type \"%s\" (%s) is not supported",
+                            ty_safe_word(type), where);
     }
     int rc = add_pre(t, &p, err);
     if (rc) pcre2_code_free(p.re);
@@ -513,7 +513,8 @@ static int parse_model(tok_tokenizer *t, json_t *model, ty_err *err)
     if (!type) return ty_err_set(err, TY_EINVAL, TJ ": model.type is missing");
     if (strcmp(type, "BPE"))
         return ty_err_field(err, TY_EINVAL, "model.type",
-                            TJ ": model.type \"%s\" is not supported (only BPE)", ty_safe_word(type));
+                            TJ ": model.type \"%s\" is not supported (only BPE)",
+                            ty_safe_word(type));
     if (!json_is_object(vocab))
         return ty_err_set(err, TY_EINVAL, TJ ": model.vocab must be an object");
     if (!json_is_array(merges))
@@ -704,7 +705,8 @@ static int parse_post_processor(tok_tokenizer *t, json_t *o, const char *where, 
         json_t *cls = json_object_get(o, "cls"), *sep = json_object_get(o, "sep");
         if (!json_is_integer(json_array_get(cls, 1)) || !json_is_integer(json_array_get(sep, 1)))
             return ty_err_set(err, TY_EINVAL, TJ ": %s.cls and .sep must be [token, id]", where);
-        if (known_id(t, json_integer_value(json_array_get(cls, 1)), TJ ": post_processor.cls", err) ||
+        if (known_id(t, json_integer_value(json_array_get(cls, 1)), TJ ": post_processor.cls",
+                     err) ||
             known_id(t, json_integer_value(json_array_get(sep, 1)), TJ ": post_processor.sep", err))
             return TY_EINVAL;
         t->prefix_id = (int32_t)json_integer_value(json_array_get(cls, 1));
@@ -742,8 +744,8 @@ static int config_id(tok_tokenizer *t, json_t *cfg, const char *key, int32_t *ou
     json_t *v = json_object_get(cfg, key);
     if (json_is_array(v)) v = json_array_get(v, 0);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= t->vocab_size ||
-        !t->pieces[json_integer_value(v)])
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) >= t->vocab_size || !t->pieces[json_integer_value(v)])
         return ty_err_set(err, TY_EINVAL, "config.json: %s is not an id of this tokenizer", key);
     *out = (int32_t)json_integer_value(v);
     return 0;

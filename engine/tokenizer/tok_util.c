@@ -339,10 +339,14 @@ static size_t utf8_maximal_subpart(const unsigned char *s, const unsigned char *
     for (; k < n && s + k < end; k++) {
         unsigned lo = 0x80, hi = 0xBF, x = s[k];
         if (k == 1) {
-            if (c == 0xE0) lo = 0xA0;
-            else if (c == 0xED) hi = 0x9F;
-            else if (c == 0xF0) lo = 0x90;
-            else if (c == 0xF4) hi = 0x8F;
+            if (c == 0xE0)
+                lo = 0xA0;
+            else if (c == 0xED)
+                hi = 0x9F;
+            else if (c == 0xF0)
+                lo = 0x90;
+            else if (c == 0xF4)
+                hi = 0x8F;
         }
         if (x < lo || x > hi) break;
     }

@@ -51,8 +51,7 @@ static inline void cpu_split1(float x, uint16_t *hi, uint16_t *lo)
     }
     uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
     int32_t d = (int32_t)(u - ((uint32_t)h << 16));
-    if (d == 0x8000)
-        d = 0x7fff;
+    if (d == 0x8000) d = 0x7fff;
     *hi = h;
     *lo = (uint16_t)(int16_t)d;
 }

@@ -59,8 +59,7 @@ static const float *rope_cached(kn_ctx *c, int npos, int D, float base)
     if (st->rope_tab && st->rope_D == D && st->rope_base == base && st->rope_pos * 2 > want)
         want = st->rope_pos * 2;
     float *tab = rope_table(want, D, base);
-    if (!tab)
-        return NULL;
+    if (!tab) return NULL;
     free(st->rope_tab);
     st->rope_tab = tab;
     st->rope_pos = want;
@@ -74,11 +73,11 @@ static void rope_apply(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, 
                        int pos_offset, float dir)
 {
     int half = D / 2;
-    if (B <= 0 || T <= 0 || H <= 0 || half <= 0)
-        return;
+    if (B <= 0 || T <= 0 || H <= 0 || half <= 0) return;
     const float *tab = pos_offset >= 0 ? rope_cached(c, pos_offset + T, D, base) : NULL;
     if (tab) {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static)                                                          \
+    num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
         for (int bt = 0; bt < B * T; bt++) {
             const float *cs = tab + (size_t)(bt % T + pos_offset) * half * 2;
             for (int h = 0; h < H; h++) {
@@ -130,9 +129,9 @@ static void rope_freq_apply(kn_ctx *c, float *x, int B, int T, int H, int D, int
                             const float *inv, int pos_offset, float dir)
 {
     int half = D / 2;
-    if (B <= 0 || T <= 0 || H <= 0 || half <= 0)
-        return;
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
+    if (B <= 0 || T <= 0 || H <= 0 || half <= 0) return;
+#pragma omp parallel for schedule(static)                                                          \
+    num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
     for (int bt = 0; bt < B * T; bt++) {
         float pos = (float)(bt % T + pos_offset);
         for (int i = 0; i < half; i++) {
@@ -193,8 +192,7 @@ CPU_HOT static float softmax_causal_row(float *s, int i)
 void cpu_attention_fwd(kn_ctx *c, float *out, float *lse, const float *q, const float *k,
                        const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
 {
-    if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0)
-        return;
+    if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
     int group = Hq / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     int ldo = Hq * D;
@@ -204,12 +202,10 @@ void cpu_attention_fwd(kn_ctx *c, float *out, float *lse, const float *q, const 
     {
         /* One block of score rows, ATT_BLOCK x T: O(T) per thread. */
         float *a = malloc((size_t)ATT_BLOCK * T * sizeof *a);
-        if (!a)
-            failed = 1;
+        if (!a) failed = 1;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * Hq; bh++) {
-            if (!a)
-                continue;
+            if (!a) continue;
             int b = bh / Hq, h = bh % Hq, g = h / group;
             const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
             const float *kb = k + (size_t)b * T * ldkv + (size_t)g * D;
@@ -241,10 +237,9 @@ void cpu_attention_fwd(kn_ctx *c, float *out, float *lse, const float *q, const 
 /* One tile of the backward: rows [i0, i0+rows) of query head qb against key
  * columns [j0, j0+cols). s and dp are ATT_BLOCK x ATT_BLOCK scratch. */
 CPU_HOT static void att_bwd_tile(float *s, float *dp, const float *qb, const float *kb,
-                                 const float *vb, const float *gb, const float *lb,
-                                 const float *db, float *dqb, float *dkb, float *dvb, int i0,
-                                 int rows, int j0, int cols, int D, int ldq, int ldkv, int ldo,
-                                 float scale)
+                                 const float *vb, const float *gb, const float *lb, const float *db,
+                                 float *dqb, float *dkb, float *dvb, int i0, int rows, int j0,
+                                 int cols, int D, int ldq, int ldkv, int ldo, float scale)
 {
     const int ld = ATT_BLOCK;
     const float *qi = qb + (size_t)i0 * ldq, *gi = gb + (size_t)i0 * ldo;
@@ -254,10 +249,8 @@ CPU_HOT static void att_bwd_tile(float *s, float *dp, const float *qb, const flo
     for (int r = 0; r < rows; r++) {
         float *pr = s + (size_t)r * ld, l = lb[i0 + r];
         int n = i0 + r - j0 + 1; /* visible columns of this row */
-        if (n > cols)
-            n = cols;
-        if (n < 0)
-            n = 0;
+        if (n > cols) n = cols;
+        if (n < 0) n = 0;
 #pragma omp simd
         for (int j = 0; j < n; j++)
             pr[j] = cpu_expf(pr[j] - l);
@@ -268,8 +261,7 @@ CPU_HOT static void att_bwd_tile(float *s, float *dp, const float *qb, const flo
     if (dvb)
         cpu_sgemm(CblasTrans, CblasNoTrans, cols, D, rows, 1.0f, s, ld, gi, ldo, 1.0f,
                   dvb + (size_t)j0 * ldkv, ldkv);
-    if (!dqb && !dkb)
-        return;
+    if (!dqb && !dkb) return;
     /* dP = dO_i V_j^T; dS = P (dP - D_i) scale (zero where P is) */
     cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, 1.0f, gi, ldo, vj, ldkv, 0.0f, dp, ld);
     for (int r = 0; r < rows; r++) {
@@ -304,10 +296,8 @@ void cpu_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *
                        const float *out, const float *lse, const float *q, const float *k,
                        const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
 {
-    if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0)
-        return;
-    if (!dq && !dk && !dv)
-        return;
+    if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
+    if (!dq && !dk && !dv) return;
     int group = Hq / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     int ldo = Hq * D;
@@ -317,13 +307,12 @@ void cpu_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *
     {
         /* Two tiles (P, dS) and one D_i vector per thread. */
         float *s = malloc(((size_t)2 * ATT_BLOCK * ATT_BLOCK + (size_t)T) * sizeof *s);
-        if (!s)
-            failed = 1;
-        float *dp = s ? s + ATT_BLOCK * ATT_BLOCK : NULL, *db = s ? dp + ATT_BLOCK * ATT_BLOCK : NULL;
+        if (!s) failed = 1;
+        float *dp = s ? s + ATT_BLOCK * ATT_BLOCK : NULL,
+              *db = s ? dp + ATT_BLOCK * ATT_BLOCK : NULL;
 #pragma omp for schedule(static)
         for (int bg = 0; bg < B * Hkv; bg++) {
-            if (!s)
-                continue;
+            if (!s) continue;
             int b = bg / Hkv, g = bg % Hkv;
             const float *kb = k + (size_t)b * T * ldkv + (size_t)g * D;
             const float *vb = v + (size_t)b * T * ldkv + (size_t)g * D;
@@ -350,6 +339,5 @@ void cpu_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *
         }
         free(s);
     }
-    if (failed)
-        kn_fail(c, TY_ENOMEM, "attention backward: out of memory for its tiles");
+    if (failed) kn_fail(c, TY_ENOMEM, "attention backward: out of memory for its tiles");
 }

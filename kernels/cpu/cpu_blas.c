@@ -27,7 +27,10 @@ int cpu_blas_init(ty_err *err)
     return 0;
 }
 
-const char *cpu_blas_desc(void) { return g_desc; }
+const char *cpu_blas_desc(void)
+{
+    return g_desc;
+}
 
 void cpu_sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)

@@ -72,8 +72,7 @@ CPU_HOT static void round_f16(float *x, size_t n)
 void cpu_convert_n(void *dst, kn_dtype ddt, const void *src, kn_dtype sdt, size_t n)
 {
     if (ddt == sdt) {
-        if (dst != src)
-            memcpy(dst, src, n * kn_dtype_size(ddt));
+        if (dst != src) memcpy(dst, src, n * kn_dtype_size(ddt));
         return;
     }
     /* 16-bit to 16-bit goes through fp32 in a small stack buffer. */
@@ -99,8 +98,7 @@ void cpu_convert_n(void *dst, kn_dtype ddt, const void *src, kn_dtype sdt, size_
     }
 }
 
-void cpu_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtype src_dt,
-                 size_t n)
+void cpu_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtype src_dt, size_t n)
 {
     size_t ds = kn_dtype_size(dst_dt), ss = kn_dtype_size(src_dt);
 #pragma omp parallel num_threads(cpu_threads_for(c, n))
@@ -108,14 +106,14 @@ void cpu_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtyp
         size_t lo, hi;
         cpu_thread_range(n, 32, &lo, &hi);
         if (hi > lo)
-            cpu_convert_n((char *)dst + lo * ds, dst_dt, (const char *)src + lo * ss, src_dt, hi - lo);
+            cpu_convert_n((char *)dst + lo * ds, dst_dt, (const char *)src + lo * ss, src_dt,
+                          hi - lo);
     }
 }
 
 void cpu_round(kn_ctx *c, float *x, size_t n, kn_dtype dt)
 {
-    if (dt == KN_F32)
-        return;
+    if (dt == KN_F32) return;
 #pragma omp parallel num_threads(cpu_threads_for(c, n))
     {
         size_t lo, hi;

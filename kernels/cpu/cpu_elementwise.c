@@ -22,26 +22,25 @@ void cpu_thread_range(size_t n, size_t align, size_t *lo, size_t *hi)
     size_t units = (n + align - 1) / align;
     *lo = units * me / cnt * align;
     *hi = units * (me + 1) / cnt * align;
-    if (*lo > n)
-        *lo = n;
-    if (*hi > n)
-        *hi = n;
+    if (*lo > n) *lo = n;
+    if (*hi > n) *hi = n;
 }
 
-int cpu_threads_for(const kn_ctx *c, size_t n) { return n > CPU_PAR_MIN ? c->n_threads : 1; }
+int cpu_threads_for(const kn_ctx *c, size_t n)
+{
+    return n > CPU_PAR_MIN ? c->n_threads : 1;
+}
 
 void cpu_zero(kn_ctx *c, float *x, size_t n)
 {
     (void)c;
-    if (n)
-        memset(x, 0, n * sizeof *x);
+    if (n) memset(x, 0, n * sizeof *x);
 }
 
 void cpu_copy(kn_ctx *c, float *dst, const float *src, size_t n)
 {
     (void)c;
-    if (n && dst != src)
-        memmove(dst, src, n * sizeof *dst);
+    if (n && dst != src) memmove(dst, src, n * sizeof *dst);
 }
 
 void cpu_scale(kn_ctx *c, float *x, size_t n, float s)
@@ -80,14 +79,14 @@ CPU_HOT static double chunk_sum(const float *x, size_t n, int sq)
         double v = x[i];
         lane[i & 7] += sq ? v * v : v;
     }
-    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+           ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
 static double fixed_order_sum(kn_ctx *c, const float *x, size_t n, int sq)
 {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
-    if (nchunks <= 1)
-        return n ? chunk_sum(x, n, sq) : 0.0;
+    if (nchunks <= 1) return n ? chunk_sum(x, n, sq) : 0.0;
     double stackbuf[256];
     double *part = nchunks <= 256 ? stackbuf : malloc(nchunks * sizeof *part);
     if (!part) {
@@ -107,18 +106,25 @@ static double fixed_order_sum(kn_ctx *c, const float *x, size_t n, int sq)
     double s = 0;
     for (size_t k = 0; k < nchunks; k++)
         s += part[k];
-    if (part != stackbuf)
-        free(part);
+    if (part != stackbuf) free(part);
     return s;
 }
 
-double cpu_sum(kn_ctx *c, const float *x, size_t n) { return fixed_order_sum(c, x, n, 0); }
-double cpu_sumsq(kn_ctx *c, const float *x, size_t n) { return fixed_order_sum(c, x, n, 1); }
+double cpu_sum(kn_ctx *c, const float *x, size_t n)
+{
+    return fixed_order_sum(c, x, n, 0);
+}
+double cpu_sumsq(kn_ctx *c, const float *x, size_t n)
+{
+    return fixed_order_sum(c, x, n, 1);
+}
 
 int cpu_nonfinite(kn_ctx *c, const float *x, size_t n)
 {
     int bad = 0;
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN) reduction(| : bad)
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)           \
+    reduction(|                                                                                    \
+              : bad)
     for (size_t i = 0; i < n; i++)
         bad |= !isfinite(x[i]);
     return bad;
@@ -148,8 +154,7 @@ void cpu_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float
                        int C)
 {
     int nt = c->n_threads;
-    if ((size_t)N * C <= CPU_PAR_MIN || C < 32)
-        nt = 1;
+    if ((size_t)N * C <= CPU_PAR_MIN || C < 32) nt = 1;
 #pragma omp parallel num_threads(nt)
     {
         int me = omp_get_thread_num(), cnt = omp_get_num_threads();
@@ -157,8 +162,7 @@ void cpu_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float
         int units = (C + 15) / 16;
         int lo = (int)((long)units * me / cnt) * 16;
         int hi = (int)((long)units * (me + 1) / cnt) * 16;
-        if (hi > C)
-            hi = C;
+        if (hi > C) hi = C;
         for (int n = 0; n < N; n++) {
             float *d = dtable + (size_t)ids[n] * C;
             const float *g = dout + (size_t)n * C;
@@ -174,7 +178,10 @@ void cpu_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float
 #define GELU_A 0.044715f
 
 /* tanh(u) = 1 - 2 / (e^(2u) + 1): one vectorisable exp, exact limits +-1. */
-static inline float tanh_fast(float u) { return 1.0f - 2.0f / (cpu_expf(2.0f * u) + 1.0f); }
+static inline float tanh_fast(float u)
+{
+    return 1.0f - 2.0f / (cpu_expf(2.0f * u) + 1.0f);
+}
 
 CPU_HOT static void gelu_fwd_range(float *out, const float *x, size_t n)
 {
@@ -226,8 +233,8 @@ CPU_HOT static void swiglu_fwd_range(float *out, const float *gate, const float 
     }
 }
 
-CPU_HOT static void swiglu_bwd_range(float *dgate, float *dup, const float *dout,
-                                     const float *gate, const float *up, size_t n)
+CPU_HOT static void swiglu_bwd_range(float *dgate, float *dup, const float *dout, const float *gate,
+                                     const float *up, size_t n)
 {
     if (dgate)
 #pragma omp simd
@@ -284,8 +291,7 @@ void cpu_dropout_fwd(kn_ctx *c, float *out, uint8_t *mask, const float *x, size_
 {
     if (p <= 0.0f) {
         cpu_copy(c, out, x, n);
-        if (mask && n)
-            memset(mask, 1, n);
+        if (mask && n) memset(mask, 1, n);
         return;
     }
     uint64_t key = mix64(seed);
@@ -295,8 +301,7 @@ void cpu_dropout_fwd(kn_ctx *c, float *out, uint8_t *mask, const float *x, size_
         uint64_t z = mix64(key + (offset + i + 1) * 0x9e3779b97f4a7c15ULL);
         float u = (float)(z >> 40) * (1.0f / 16777216.0f);
         uint8_t keep = u >= p;
-        if (mask)
-            mask[i] = keep;
+        if (mask) mask[i] = keep;
         out[i] = keep ? x[i] * keep_scale : 0.0f;
     }
 }

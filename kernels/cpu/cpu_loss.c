@@ -64,26 +64,21 @@ static void row_fill(float *d, int V, float v)
 static void ce_row(float *loss, float *d, const float *l, int32_t t, int V, float scale)
 {
     if (t == CE_IGNORE) {
-        if (loss)
-            *loss = 0.0f;
-        if (d)
-            row_fill(d, V, 0.0f);
+        if (loss) *loss = 0.0f;
+        if (d) row_fill(d, V, 0.0f);
         return;
     }
     if (t < 0 || t >= V) {
         /* An out-of-range target has no loss; NaN makes the engine's
          * non-finite check stop the run instead of training on garbage. */
-        if (loss)
-            *loss = NAN;
-        if (d)
-            row_fill(d, V, NAN);
+        if (loss) *loss = NAN;
+        if (d) row_fill(d, V, NAN);
         return;
     }
     float lt = l[t]; /* before d (maybe == l) is overwritten */
     float mx = row_max(l, V);
     double s = row_sumexp(d, l, V, mx);
-    if (loss)
-        *loss = (float)(log(s) - (double)(lt - mx));
+    if (loss) *loss = (float)(log(s) - (double)(lt - mx));
     if (d) {
         row_scale(d, V, (float)(scale / s));
         d[t] -= scale;
@@ -123,7 +118,7 @@ void cpu_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *log
         return;
     }
     const float *l32 = logits;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N * V))
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N *V))
     for (int n = 0; n < N; n++)
         ce_row(losses + n, NULL, l32 + (size_t)n * V, targets[n], V, 0.0f);
 }
@@ -137,15 +132,15 @@ void cpu_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlogi
     }
     float *d32 = dlogits;
     const float *l32 = logits;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N * V))
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N *V))
     for (int n = 0; n < N; n++)
         ce_row(losses ? losses + n : NULL, d32 + (size_t)n * V, l32 + (size_t)n * V, targets[n], V,
                scale);
 }
 
-CPU_HOT static void adamw_range(float *p, const float *g, float *m, float *v, size_t n,
-                                float decay, int do_decay, float b1, float b2, float omb1,
-                                float omb2, float step, float bc2_sqrt, float eps)
+CPU_HOT static void adamw_range(float *p, const float *g, float *m, float *v, size_t n, float decay,
+                                int do_decay, float b1, float b2, float omb1, float omb2,
+                                float step, float bc2_sqrt, float eps)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -168,8 +163,7 @@ void cpu_adamw(kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, 
                 pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
         return;
     }
-    if (t < 1)
-        t = 1;
+    if (t < 1) t = 1;
     /* As torch 1.13: p.mul_(1 - lr*wd); m.mul_(b1).add_(g, 1-b1);
      * v.mul_(b2).addcmul_(g, g, 1-b2); denom = v.sqrt() / sqrt(bc2) + eps;
      * p.addcdiv_(m, denom, -lr/bc1). */

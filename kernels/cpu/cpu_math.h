@@ -31,8 +31,8 @@ static inline float cpu_expf(float x)
     const float shifter = 12582912.0f;
     float t = x * 1.44269504088896341f + shifter;
     float n = t - shifter;
-    float r = x - n * 0.693359375f;        /* ln2 split in a short hi part... */
-    r = r - n * -2.12194440e-4f;           /* ...and the rest */
+    float r = x - n * 0.693359375f; /* ln2 split in a short hi part... */
+    r = r - n * -2.12194440e-4f;    /* ...and the rest */
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;

@@ -28,14 +28,12 @@ static void par_sgemm(kn_ctx *c, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE t
     int by_rows = M >= N;
     int len = by_rows ? M : N;
     int units = (len + 15) / 16; /* split in 16-row/column steps: whole kernel tiles */
-    if (nt > units)
-        nt = units > 0 ? units : 1;
+    if (nt > units) nt = units > 0 ? units : 1;
 #pragma omp parallel num_threads(nt)
     {
         int me = omp_get_thread_num(), cnt = omp_get_num_threads();
         int lo = (int)((long)units * me / cnt) * 16, hi = (int)((long)units * (me + 1) / cnt) * 16;
-        if (hi > len)
-            hi = len;
+        if (hi > len) hi = len;
         if (hi > lo) {
             const float *a = A, *b = B;
             float *cc = C;
@@ -67,11 +65,10 @@ static void par_sgemm(kn_ctx *c, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE t
     }
 }
 
-void cpu_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias,
-                    int N, int K, int M)
+void cpu_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias, int N,
+                    int K, int M)
 {
-    if (N <= 0 || M <= 0)
-        return;
+    if (N <= 0 || M <= 0) return;
     /* out[N,M] = x[N,K] w[M,K]^T, then + bias (added after the product). */
     par_sgemm(c, CblasNoTrans, CblasTrans, N, M, K, x, K, w, K, 0.0f, out, M, bias);
 }
@@ -79,15 +76,12 @@ void cpu_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const
 void cpu_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,
                     const float *x, const float *w, int N, int K, int M)
 {
-    if (N <= 0 || M <= 0)
-        return;
+    if (N <= 0 || M <= 0) return;
     if (K > 0) {
         /* dx[N,K] += dout[N,M] w[M,K] */
-        if (dx)
-            par_sgemm(c, CblasNoTrans, CblasNoTrans, N, K, M, dout, M, w, K, 1.0f, dx, K, NULL);
+        if (dx) par_sgemm(c, CblasNoTrans, CblasNoTrans, N, K, M, dout, M, w, K, 1.0f, dx, K, NULL);
         /* dw[M,K] += dout[N,M]^T x[N,K] */
-        if (dw)
-            par_sgemm(c, CblasTrans, CblasNoTrans, M, K, N, dout, M, x, K, 1.0f, dw, K, NULL);
+        if (dw) par_sgemm(c, CblasTrans, CblasNoTrans, M, K, N, dout, M, x, K, 1.0f, dw, K, NULL);
     }
     if (dbias) {
         int par = (size_t)N * M > CPU_PAR_MIN;
@@ -95,11 +89,10 @@ void cpu_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float *
         {
             int me = omp_get_thread_num(), cnt = omp_get_num_threads();
             int units = (M + 15) / 16;
-            int lo = (int)((long)units * me / cnt) * 16, hi = (int)((long)units * (me + 1) / cnt) * 16;
-            if (lo > M)
-                lo = M;
-            if (hi > M)
-                hi = M;
+            int lo = (int)((long)units * me / cnt) * 16,
+                hi = (int)((long)units * (me + 1) / cnt) * 16;
+            if (lo > M) lo = M;
+            if (hi > M) hi = M;
             for (int n = 0; n < N; n++) {
                 const float *g = dout + (size_t)n * M;
                 for (int m = lo; m < hi; m++)

@@ -67,11 +67,9 @@ typedef struct dnnl_state {
 static dnnl_state *dn_state(kn_ctx *c)
 {
     cpu_state *st = c->impl;
-    if (st->dnnl)
-        return st->dnnl;
+    if (st->dnnl) return st->dnnl;
     dnnl_state *d = calloc(1, sizeof *d);
-    if (!d)
-        return NULL;
+    if (!d) return NULL;
     if (dnnl_engine_create(&d->eng, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&d->stream, d->eng, dnnl_stream_default_flags) != dnnl_success)
         d->broken = 1;
@@ -84,16 +82,15 @@ static dnnl_state *dn_state(kn_ctx *c)
 static dnnl_mm *dn_get(kn_ctx *c, int kind, int N, int K, int M)
 {
     dnnl_state *d = dn_state(c);
-    if (!d || d->broken)
-        return NULL;
+    if (!d || d->broken) return NULL;
     for (int i = 0; i < d->n; i++)
-        if (d->cache[i].kind == kind && d->cache[i].N == N && d->cache[i].K == K && d->cache[i].M == M)
+        if (d->cache[i].kind == kind && d->cache[i].N == N && d->cache[i].K == K &&
+            d->cache[i].M == M)
             return d->cache[i].native ? &d->cache[i] : NULL;
     if (d->n == d->cap) {
         int cap = d->cap ? 2 * d->cap : 16;
         dnnl_mm *nc = realloc(d->cache, (size_t)cap * sizeof *nc);
-        if (!nc)
-            return NULL;
+        if (!nc) return NULL;
         d->cache = nc;
         d->cap = cap;
     }
@@ -119,11 +116,13 @@ static dnnl_mm *dn_get(kn_ctx *c, int kind, int N, int K, int M)
     dnnl_primitive_desc_t pd = NULL;
     int ok = dnnl_memory_desc_init_by_tag(&e->src, 2, s, dnnl_bf16, st_tag) == dnnl_success &&
              dnnl_memory_desc_init_by_tag(&e->wei, 2, w, dnnl_bf16, wt_tag) == dnnl_success &&
-             dnnl_memory_desc_init_by_tag(&e->dst, 2, o, kind >= MM_FWD16 ? dnnl_bf16 : dnnl_f32, dnnl_ab) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&e->dst, 2, o, kind >= MM_FWD16 ? dnnl_bf16 : dnnl_f32,
+                                          dnnl_ab) == dnnl_success &&
              dnnl_memory_desc_init_by_tag(&e->bias, 2, b, dnnl_f32, dnnl_ab) == dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success;
     if (ok && (kind == MM_DX || kind == MM_DW)) /* the backward accumulates: dst += product */
-        ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+        ok = dnnl_post_ops_create(&po) == dnnl_success &&
+             dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     ok = ok && dnnl_matmul_desc_init(&md, &e->src, &e->wei, with_bias ? &e->bias : NULL, &e->dst) ==
                    dnnl_success;
@@ -134,20 +133,17 @@ static dnnl_mm *dn_get(kn_ctx *c, int kind, int N, int K, int M)
         /* Only native code is faster than sgemm; the reference loops are not. */
         e->native = impl && strncmp(impl, "ref", 3) != 0;
         ok = !e->native || dnnl_primitive_create(&e->prim, pd) == dnnl_success;
-        if (!ok)
-            e->native = 0;
+        if (!ok) e->native = 0;
     }
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (attr)
-        dnnl_primitive_attr_destroy(attr);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
     return e->native ? e : NULL;
 }
 
 /* Runs a cached product; 0, or -1 after kn_fail. */
-static int dn_run(kn_ctx *c, dnnl_mm *e, const void *src, const void *wei, const float *bias, void *dst)
+static int dn_run(kn_ctx *c, dnnl_mm *e, const void *src, const void *wei, const float *bias,
+                  void *dst)
 {
     dnnl_state *d = dn_state(c);
     dnnl_memory_t ms = NULL, mw = NULL, mb = NULL, mo = NULL;
@@ -156,7 +152,8 @@ static int dn_run(kn_ctx *c, dnnl_mm *e, const void *src, const void *wei, const
              dnnl_memory_create(&mo, &e->dst, d->eng, dst) == dnnl_success &&
              (!bias || dnnl_memory_create(&mb, &e->bias, d->eng, (void *)bias) == dnnl_success);
     if (ok) {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, mo}, {DNNL_ARG_BIAS, mb}};
+        dnnl_exec_arg_t args[4] = {
+            {DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, mo}, {DNNL_ARG_BIAS, mb}};
         omp_set_num_threads(c->n_threads);
         ok = dnnl_primitive_execute(e->prim, d->stream, bias ? 4 : 3, args) == dnnl_success &&
              dnnl_stream_wait(d->stream) == dnnl_success;
@@ -165,8 +162,7 @@ static int dn_run(kn_ctx *c, dnnl_mm *e, const void *src, const void *wei, const
     dnnl_memory_destroy(mw);
     dnnl_memory_destroy(mb);
     dnnl_memory_destroy(mo);
-    if (!ok)
-        kn_fail(c, TY_EINTERNAL, "oneDNN bf16 matmul [%d x %d x %d] failed", e->N, e->K, e->M);
+    if (!ok) kn_fail(c, TY_EINTERNAL, "oneDNN bf16 matmul [%d x %d x %d] failed", e->N, e->K, e->M);
     return ok ? 0 : -1;
 }
 
@@ -174,34 +170,31 @@ void cpu_dnnl_free(kn_ctx *c)
 {
     cpu_state *st = c->impl;
     dnnl_state *d = st->dnnl;
-    if (!d)
-        return;
+    if (!d) return;
     for (int i = 0; i < d->n; i++)
-        if (d->cache[i].prim)
-            dnnl_primitive_destroy(d->cache[i].prim);
+        if (d->cache[i].prim) dnnl_primitive_destroy(d->cache[i].prim);
     free(d->cache);
-    if (d->stream)
-        dnnl_stream_destroy(d->stream);
-    if (d->eng)
-        dnnl_engine_destroy(d->eng);
+    if (d->stream) dnnl_stream_destroy(d->stream);
+    if (d->eng) dnnl_engine_destroy(d->eng);
     free(d);
     st->dnnl = NULL;
 }
 
 #else
 
-void cpu_dnnl_free(kn_ctx *c) { (void)c; }
+void cpu_dnnl_free(kn_ctx *c)
+{
+    (void)c;
+}
 
 #endif
 
 /* w (dt) as fp32 in scratch slot 0; NULL after kn_fail. */
 static const float *weights_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
 {
-    if (dt == KN_F32)
-        return w;
+    if (dt == KN_F32) return w;
     float *w32 = scratch(c, 0, n * sizeof(float));
-    if (w32)
-        cpu_convert(c, w32, KN_F32, w, dt, n);
+    if (w32) cpu_convert(c, w32, KN_F32, w, dt, n);
     return w32;
 }
 
@@ -212,24 +205,23 @@ static const float *weights_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
 void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const float *x,
                       const void *w, const float *bias, int N, int K, int M)
 {
-    if (N <= 0 || M <= 0)
-        return;
+    if (N <= 0 || M <= 0) return;
 #ifdef TY_KN_HAVE_DNNL
-    int kind = out_dt == KN_BF16 ? (bias ? MM_FWD16_BIAS : MM_FWD16) : (bias ? MM_FWD_BIAS : MM_FWD);
-    dnnl_mm *e = dt == KN_BF16 && K > 0 && (out_dt == KN_F32 || out_dt == KN_BF16) ? dn_get(c, kind, N, K, M)
-                                                                                   : NULL;
+    int kind =
+        out_dt == KN_BF16 ? (bias ? MM_FWD16_BIAS : MM_FWD16) : (bias ? MM_FWD_BIAS : MM_FWD);
+    dnnl_mm *e = dt == KN_BF16 && K > 0 && (out_dt == KN_F32 || out_dt == KN_BF16)
+                     ? dn_get(c, kind, N, K, M)
+                     : NULL;
     if (e) {
         void *x16 = scratch(c, 1, (size_t)N * K * 2);
-        if (!x16)
-            return;
+        if (!x16) return;
         cpu_convert(c, x16, KN_BF16, x, KN_F32, (size_t)N * K);
         dn_run(c, e, x16, w, bias, out);
         return;
     }
 #endif
     const float *w32 = weights_f32(c, dt, w, (size_t)M * K);
-    if (!w32)
-        return;
+    if (!w32) return;
     if (out_dt == KN_F32) {
         cpu_matmul_fwd(c, out, x, w32, bias, N, K, M);
         return;
@@ -247,8 +239,7 @@ void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const 
 void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float *dw, float *dbias,
                       const void *dout, const float *x, const void *w, int N, int K, int M)
 {
-    if (N <= 0 || M <= 0)
-        return;
+    if (N <= 0 || M <= 0) return;
 #ifdef TY_KN_HAVE_DNNL
     dnnl_mm *ex = dt == KN_BF16 && dx && K > 0 ? dn_get(c, MM_DX, N, K, M) : NULL;
     dnnl_mm *ew = dt == KN_BF16 && dw && K > 0 ? dn_get(c, MM_DW, N, K, M) : NULL;
@@ -258,20 +249,16 @@ void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float
         const void *g16 = dout;
         if (dout_dt == KN_F32) {
             void *g = scratch(c, 1, (size_t)N * M * 2);
-            if (!g)
-                return;
+            if (!g) return;
             cpu_convert(c, g, KN_BF16, dout, KN_F32, (size_t)N * M);
             g16 = g;
         }
-        if (ex && dn_run(c, ex, g16, w, NULL, dx))
-            return;
+        if (ex && dn_run(c, ex, g16, w, NULL, dx)) return;
         if (ew) {
             void *x16 = scratch(c, 2, (size_t)N * K * 2);
-            if (!x16)
-                return;
+            if (!x16) return;
             cpu_convert(c, x16, KN_BF16, x, KN_F32, (size_t)N * K);
-            if (dn_run(c, ew, g16, x16, NULL, dw))
-                return;
+            if (dn_run(c, ew, g16, x16, NULL, dw)) return;
         }
         if (dbias) /* dout is fp32 here */
             cpu_matmul_bwd(c, NULL, NULL, dbias, dout, x, NULL, N, K, M);
@@ -279,8 +266,7 @@ void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float
     }
 #endif
     const float *w32 = dx ? weights_f32(c, dt, w, (size_t)M * K) : NULL;
-    if (dx && !w32)
-        return;
+    if (dx && !w32) return;
     if (dout_dt == KN_F32) {
         cpu_matmul_bwd(c, dx, dw, dbias, dout, x, w32, N, K, M);
         return;
@@ -291,7 +277,9 @@ void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float
     float *g32 = scratch(c, 3, (size_t)ROWS * M * sizeof(float));
     for (int r = 0; g32 && r < N; r += ROWS) {
         int n = N - r < ROWS ? N - r : ROWS;
-        cpu_convert(c, g32, KN_F32, (const char *)dout + (size_t)r * M * es, dout_dt, (size_t)n * M);
-        cpu_matmul_bwd(c, dx ? dx + (size_t)r * K : NULL, dw, dbias, g32, x + (size_t)r * K, w32, n, K, M);
+        cpu_convert(c, g32, KN_F32, (const char *)dout + (size_t)r * M * es, dout_dt,
+                    (size_t)n * M);
+        cpu_matmul_bwd(c, dx ? dx + (size_t)r * K : NULL, dw, dbias, g32, x + (size_t)r * K, w32, n,
+                       K, M);
     }
 }

@@ -16,10 +16,8 @@ static void col_range(int C, int me, int cnt, int *lo, int *hi)
     int units = (C + 15) / 16;
     *lo = (int)((long)units * me / cnt) * 16;
     *hi = (int)((long)units * (me + 1) / cnt) * 16;
-    if (*lo > C)
-        *lo = C;
-    if (*hi > C)
-        *hi = C;
+    if (*lo > C) *lo = C;
+    if (*hi > C) *hi = C;
 }
 
 void cpu_layernorm_fwd(kn_ctx *c, float *out, float *mean, float *rstd, const float *x,
@@ -51,8 +49,8 @@ void cpu_layernorm_fwd(kn_ctx *c, float *out, float *mean, float *rstd, const fl
 }
 
 void cpu_layernorm_bwd(kn_ctx *c, float *dx, float *dw, float *db, const float *dout,
-                       const float *x, const float *w, const float *mean, const float *rstd,
-                       int N, int C)
+                       const float *x, const float *w, const float *mean, const float *rstd, int N,
+                       int C)
 {
     int par = (size_t)N * C > CPU_PAR_MIN;
     if (dx) {

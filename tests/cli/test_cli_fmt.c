@@ -26,7 +26,8 @@ static char *read_all(const char *path)
     FILE *m = open_memstream(&s, &n);
     char chunk[4096];
     size_t r;
-    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) fwrite(chunk, 1, r, m);
+    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0)
+        fwrite(chunk, 1, r, m);
     fclose(f);
     fclose(m);
     return s;
@@ -122,7 +123,8 @@ static void check_watch(const char *dir)
         json_t *ev = json_loads(line, 0, &e);
         CHECK(ev != NULL);
         if (!ev) continue;
-        clifmt_watch_event(&w, m, json_string_value(json_object_get(ev, "type")), json_object_get(ev, "data"),
+        clifmt_watch_event(&w, m, json_string_value(json_object_get(ev, "type")),
+                           json_object_get(ev, "data"),
                            json_string_value(json_object_get(ev, "ts")));
         json_decref(ev);
     }

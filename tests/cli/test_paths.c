@@ -28,7 +28,8 @@ static void clean_is(const char *in, const char *want)
 
 static int untidy(const char *s)
 {
-    return strstr(s, "/./") || strstr(s, "//") || strstr(s, "/.:") || (strlen(s) > 2 && !strcmp(s + strlen(s) - 2, "/."));
+    return strstr(s, "/./") || strstr(s, "//") || strstr(s, "/.:") ||
+           (strlen(s) > 2 && !strcmp(s + strlen(s) - 2, "/."));
 }
 
 int main(void)

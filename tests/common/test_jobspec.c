@@ -46,19 +46,25 @@ static void test_design_example(void)
     CHECK(strcmp(s.name, "med-qa-lora") == 0, "name");
     CHECK(strcmp(s.model_path, "/models/tinyllama-1.1b") == 0, "model.path");
     CHECK(!s.model_init, "model.init");
-    CHECK(strcmp(s.train, "/data/train.jsonl") == 0 && strcmp(s.eval, "/data/eval.jsonl") == 0, "dataset");
+    CHECK(strcmp(s.train, "/data/train.jsonl") == 0 && strcmp(s.eval, "/data/eval.jsonl") == 0,
+          "dataset");
     CHECK(s.format == DS_PROMPT_COMPLETION, "format");
-    CHECK(s.method == METHOD_LORA && s.lora_r == 16 && s.lora_alpha == 32 && s.lora_dropout == 0.05, "lora");
+    CHECK(s.method == METHOD_LORA && s.lora_r == 16 && s.lora_alpha == 32 && s.lora_dropout == 0.05,
+          "lora");
     CHECK(s.n_targets == 4 && strcmp(s.targets[3], "o_proj") == 0, "targets");
-    CHECK(s.max_steps == 1000 && s.batch_size == 8 && s.seq_len == 1024 && s.grad_accum == 4, "hp ints");
+    CHECK(s.max_steps == 1000 && s.batch_size == 8 && s.seq_len == 1024 && s.grad_accum == 4,
+          "hp ints");
     CHECK(s.lr == 2e-4 && s.schedule == SCHED_COSINE && s.warmup_steps == 50, "hp lr");
-    CHECK(s.recompute == RECOMPUTE_MLP && strcmp(jobspec_recompute_name(s.recompute), "mlp") == 0, "recompute");
-    CHECK(s.export_dtype == EXPORT_DTYPE_FP16 && strcmp(jobspec_export_dtype_name(s.export_dtype), "fp16") == 0,
+    CHECK(s.recompute == RECOMPUTE_MLP && strcmp(jobspec_recompute_name(s.recompute), "mlp") == 0,
+          "recompute");
+    CHECK(s.export_dtype == EXPORT_DTYPE_FP16 &&
+              strcmp(jobspec_export_dtype_name(s.export_dtype), "fp16") == 0,
           "export.dtype");
     CHECK(s.precision == PREC_BF16 && s.gpus == 1 && s.backend == BACKEND_AUTO, "resources");
     CHECK(s.cpu_ranks == 1 && s.zero == 0, "resources.cpu_ranks and zero default to 1 and 0");
     CHECK(s.nodes == 1, "resources.nodes defaults to 1");
-    CHECK(s.ckpt_every_steps == 200 && s.keep_last == 3 && strcmp(s.store, "s3://my-bucket/runs/med-qa") == 0,
+    CHECK(s.ckpt_every_steps == 200 && s.keep_last == 3 &&
+              strcmp(s.store, "s3://my-bucket/runs/med-qa") == 0,
           "checkpoint");
     CHECK(strcmp(jobspec_method_name(s.method), "lora") == 0, "method name");
     CHECK(strcmp(jobspec_precision_name(s.precision), "bf16") == 0, "precision name");
@@ -88,21 +94,25 @@ static void test_defaults(void)
     int rc = jobspec_parse_text(MINIMAL, strlen(MINIMAL), &s, &e);
     CHECK(rc == 0, "minimal spec rejected: %s", e.msg);
     if (rc) return;
-    CHECK(s.name == NULL && s.eval == NULL && s.store == NULL && s.lora_adapter == NULL, "optional NULLs");
+    CHECK(s.name == NULL && s.eval == NULL && s.store == NULL && s.lora_adapter == NULL,
+          "optional NULLs");
     CHECK(s.format == DS_TOKENS, "format default");
     CHECK(strcmp(s.text_field, "text") == 0, "text_field default");
     CHECK(strcmp(s.chat_template, "chatml") == 0, "chat_template default");
     CHECK(!s.packing && !s.skip_invalid && s.eval_fraction == 0, "dataset defaults");
     CHECK(s.method == METHOD_FULL, "method default");
-    CHECK(s.lora_r == 8 && s.lora_alpha == 16 && s.lora_dropout == 0 && s.n_targets == 0 && !s.lora_merge,
+    CHECK(s.lora_r == 8 && s.lora_alpha == 16 && s.lora_dropout == 0 && s.n_targets == 0 &&
+              !s.lora_merge,
           "lora defaults");
     CHECK(s.batch_size == 1 && s.seq_len == 256 && s.grad_accum == 1, "batch defaults");
     CHECK(s.lr == 1e-4 && s.schedule == SCHED_CONSTANT && s.warmup_steps == 0, "lr defaults");
     CHECK(s.weight_decay == 0 && s.max_grad_norm == 1.0, "wd defaults");
     CHECK(s.adam_beta1 == 0.9 && s.adam_beta2 == 0.999 && s.adam_eps == 1e-8, "adam defaults");
     CHECK(s.seed == 1234 && s.log_every_steps == 10 && s.eval_every_steps == 0, "misc defaults");
-    CHECK(s.recompute == RECOMPUTE_NONE && s.export_dtype == EXPORT_DTYPE_AUTO, "recompute/export defaults");
-    CHECK(s.precision == PREC_FP32 && s.gpus == 0 && s.backend == BACKEND_AUTO, "resource defaults");
+    CHECK(s.recompute == RECOMPUTE_NONE && s.export_dtype == EXPORT_DTYPE_AUTO,
+          "recompute/export defaults");
+    CHECK(s.precision == PREC_FP32 && s.gpus == 0 && s.backend == BACKEND_AUTO,
+          "resource defaults");
     CHECK(s.ckpt_every_steps == 0 && s.keep_last == 0 && s.keep_best == 0, "checkpoint defaults");
     CHECK(s.priority == 0 && s.max_restarts == 3, "priority defaults");
     json_t *j = jobspec_to_json(&s);
@@ -115,10 +125,11 @@ static void test_defaults(void)
 
 static void test_model_init(void)
 {
-    const char *t = "{\"model\":{\"init\":{\"model_type\":\"llama\",\"hidden_size\":64}},"
-                    "\"dataset\":{\"train\":\"file:///d/t.jsonl\",\"format\":\"text\"},"
-                    "\"method\":\"qlora\",\"lora\":{\"r\":4,\"targets\":[\"model.layers.0.q_proj\"]},"
-                    "\"hyperparameters\":{\"max_steps\":1,\"seed\":0},\"checkpoint\":{\"store\":\"file:///s\"}}";
+    const char *t =
+        "{\"model\":{\"init\":{\"model_type\":\"llama\",\"hidden_size\":64}},"
+        "\"dataset\":{\"train\":\"file:///d/t.jsonl\",\"format\":\"text\"},"
+        "\"method\":\"qlora\",\"lora\":{\"r\":4,\"targets\":[\"model.layers.0.q_proj\"]},"
+        "\"hyperparameters\":{\"max_steps\":1,\"seed\":0},\"checkpoint\":{\"store\":\"file:///s\"}}";
     jobspec s;
     ty_err e;
     int rc = jobspec_parse_text(t, strlen(t), &s, &e);
@@ -134,7 +145,8 @@ static void test_model_init(void)
     CHECK(rc == 0, "model.init round trip rejected: %s", e.msg);
     if (rc == 0) {
         json_t *j2 = jobspec_to_json(&s2);
-        CHECK(json_equal(j1, j2) && json_equal(s.model_init, s2.model_init), "model.init round trip differs");
+        CHECK(json_equal(j1, j2) && json_equal(s.model_init, s2.model_init),
+              "model.init round trip differs");
         json_decref(j2);
         jobspec_free(&s2);
     }
@@ -160,164 +172,210 @@ static const struct bad BAD[] = {
     {"[1,2]", TY_EINVAL, ""},
     {"\"spec\"", TY_EINVAL, ""},
     /* unknown fields, at every level */
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"learning_rate\":1}", TY_EINVAL, "learning_rate"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"learning_rate\":1}", TY_EINVAL,
+     "learning_rate"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"learning_rate\":1}}", TY_EINVAL,
      "hyperparameters.learning_rate"},
     {"{\"model\":{\"path\":\"/m\",\"revision\":\"main\"},\"dataset\":{\"train\":\"/t\"},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "model.revision"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "model.revision"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"shuffle\":true},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "dataset.shuffle"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"rank\":8}}", TY_EINVAL,
-     "lora.rank"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "dataset.shuffle"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"rank\":8}}",
+     TY_EINVAL, "lora.rank"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpus\":2}}", TY_EINVAL,
      "resources.cpus"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"every\":2}}", TY_EINVAL,
      "checkpoint.every"},
     /* wrong types */
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":\"10\"}}", TY_EINVAL, "hyperparameters.max_steps"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10.5}}", TY_EINVAL, "hyperparameters.max_steps"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"lr\":\"0.1\"}}", TY_EINVAL, "hyperparameters.lr"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":\"10\"}}", TY_EINVAL,
+     "hyperparameters.max_steps"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10.5}}", TY_EINVAL,
+     "hyperparameters.max_steps"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"lr\":\"0.1\"}}", TY_EINVAL,
+     "hyperparameters.lr"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"batch_size\":null}}", TY_EINVAL,
      "hyperparameters.batch_size"},
     {MINIMAL_HEAD "\"hyperparameters\":[10]}", TY_EINVAL, "hyperparameters"},
-    {"{\"model\":\"/m\",\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "model"},
-    {"{\"model\":{\"path\":5},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL,
-     "model.path"},
+    {"{\"model\":\"/m\",\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "model"},
+    {"{\"model\":{\"path\":5},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "model.path"},
     {"{\"model\":{\"init\":\"llama\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
      TY_EINVAL, "model.init"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"packing\":1},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "dataset.packing"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "dataset.packing"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"name\":42}", TY_EINVAL, "name"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"priority\":true}", TY_EINVAL, "priority"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"targets\":\"q_proj\"}}",
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"priority\":true}", TY_EINVAL,
+     "priority"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"targets\":\"q_proj\"}}",
      TY_EINVAL, "lora.targets"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"targets\":[\"q\",7]}}",
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"targets\":[\"q\",7]}}",
      TY_EINVAL, "lora.targets[1]"},
     /* missing required fields */
     {"{\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "model"},
-    {"{\"model\":{},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL,
-     "model.path"},
+    {"{\"model\":{},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "model.path"},
     {"{\"model\":{\"path\":\"/m\",\"init\":{\"a\":1}},\"dataset\":{\"train\":\"/t\"},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "model"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "model"},
     {"{\"model\":{\"path\":\"/m\"},\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "dataset"},
-    {"{\"model\":{\"path\":\"/m\"},\"dataset\":{},\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL,
-     "dataset.train"},
+    {"{\"model\":{\"path\":\"/m\"},\"dataset\":{},\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "dataset.train"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\"}}", TY_EINVAL, "hyperparameters"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"lr\":0.1}}", TY_EINVAL, "hyperparameters.max_steps"},
     /* out of range: steps, batch, lr and the rest */
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":0}}", TY_EINVAL, "hyperparameters.max_steps"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":-5}}", TY_EINVAL, "hyperparameters.max_steps"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":1000000001}}", TY_EINVAL, "hyperparameters.max_steps"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":-5}}", TY_EINVAL,
+     "hyperparameters.max_steps"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":1000000001}}", TY_EINVAL,
+     "hyperparameters.max_steps"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"batch_size\":0}}", TY_EINVAL,
      "hyperparameters.batch_size"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"batch_size\":65537}}", TY_EINVAL,
      "hyperparameters.batch_size"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"lr\":0}}", TY_EINVAL, "hyperparameters.lr"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"lr\":-0.001}}", TY_EINVAL, "hyperparameters.lr"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"lr\":10.5}}", TY_EINVAL, "hyperparameters.lr"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"seq_len\":1}}", TY_EINVAL, "hyperparameters.seq_len"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"lr\":0}}", TY_EINVAL,
+     "hyperparameters.lr"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"lr\":-0.001}}", TY_EINVAL,
+     "hyperparameters.lr"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"lr\":10.5}}", TY_EINVAL,
+     "hyperparameters.lr"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"seq_len\":1}}", TY_EINVAL,
+     "hyperparameters.seq_len"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"grad_accum\":0}}", TY_EINVAL,
      "hyperparameters.grad_accum"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"adam_beta1\":1}}", TY_EINVAL,
      "hyperparameters.adam_beta1"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"adam_eps\":0}}", TY_EINVAL, "hyperparameters.adam_eps"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"adam_eps\":0}}", TY_EINVAL,
+     "hyperparameters.adam_eps"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"warmup_steps\":11}}", TY_EINVAL,
      "hyperparameters.warmup_steps"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"seed\":-1}}", TY_EINVAL, "hyperparameters.seed"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"seed\":-1}}", TY_EINVAL,
+     "hyperparameters.seed"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"log_every_steps\":0}}", TY_EINVAL,
      "hyperparameters.log_every_steps"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"weight_decay\":11}}", TY_EINVAL,
      "hyperparameters.weight_decay"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"priority\":1001}", TY_EINVAL, "priority"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"max_restarts\":101}", TY_EINVAL, "max_restarts"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"priority\":1001}", TY_EINVAL,
+     "priority"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"max_restarts\":101}", TY_EINVAL,
+     "max_restarts"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"gpus\":65}}", TY_EINVAL,
      "resources.gpus"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"gpus\":2,\"backend\":\"cpu\"}}",
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"gpus\":2,\"backend\":\"cpu\"}}",
      TY_EINVAL, "resources.backend"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpu_ranks\":0}}", TY_EINVAL,
-     "resources.cpu_ranks"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpu_ranks\":257}}", TY_EINVAL,
-     "resources.cpu_ranks"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpu_ranks\":2,\"gpus\":1}}",
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpu_ranks\":0}}",
+     TY_EINVAL, "resources.cpu_ranks"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpu_ranks\":257}}",
+     TY_EINVAL, "resources.cpu_ranks"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpu_ranks\":2,\"gpus\":1}}",
      TY_EINVAL, "resources.cpu_ranks"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"nodes\":0}}", TY_EINVAL,
      "resources.nodes"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"nodes\":1025}}", TY_EINVAL,
-     "resources.nodes"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"nodes\":1025}}",
+     TY_EINVAL, "resources.nodes"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"zero\":2}}", TY_EINVAL,
      "resources.zero"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"keep_last\":-1}}", TY_EINVAL,
-     "checkpoint.keep_last"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"keep_last\":-1}}",
+     TY_EINVAL, "checkpoint.keep_last"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"eval_fraction\":0.6},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "dataset.eval_fraction"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "dataset.eval_fraction"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"eval\":\"/e\",\"eval_fraction\":0.1},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "dataset.eval_fraction"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "dataset.eval_fraction"},
     /* enums */
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"dpo\"}", TY_EINVAL, "method"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"precision\":\"fp8\"}", TY_EINVAL, "precision"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"backend\":\"rocm\"}}", TY_EINVAL,
-     "resources.backend"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"dpo\"}", TY_EINVAL,
+     "method"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"precision\":\"fp8\"}", TY_EINVAL,
+     "precision"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"backend\":\"rocm\"}}",
+     TY_EINVAL, "resources.backend"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"schedule\":\"step\"}}", TY_EINVAL,
      "hyperparameters.schedule"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10,\"recompute\":\"attention\"}}", TY_EINVAL,
      "hyperparameters.recompute"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"export\":{\"dtype\":\"int8\"}}", TY_EINVAL,
-     "export.dtype"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"export\":{\"format\":\"gguf\"}}", TY_EINVAL,
-     "export.format"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"export\":{\"dtype\":\"int8\"}}",
+     TY_EINVAL, "export.dtype"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"export\":{\"format\":\"gguf\"}}",
+     TY_EINVAL, "export.format"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"format\":\"csv\"},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "dataset.format"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "dataset.format"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"chat_template\":\"vicuna\"},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "dataset.chat_template"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "dataset.chat_template"},
     /* lora */
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"lora\":{\"r\":8}}", TY_EINVAL, "lora"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"r\":0}}", TY_EINVAL,
-     "lora.r"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"alpha\":-1}}", TY_EINVAL,
-     "lora.alpha"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"dropout\":1}}", TY_EINVAL,
-     "lora.dropout"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"targets\":[]}}",
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"r\":0}}",
+     TY_EINVAL, "lora.r"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"alpha\":-1}}",
+     TY_EINVAL, "lora.alpha"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"dropout\":1}}",
+     TY_EINVAL, "lora.dropout"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"targets\":[]}}",
      TY_EINVAL, "lora.targets"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\","
-     "\"lora\":{\"targets\":[\"q_proj\",\"q proj\"]}}", TY_EINVAL, "lora.targets[1]"},
+                  "\"lora\":{\"targets\":[\"q_proj\",\"q proj\"]}}",
+     TY_EINVAL, "lora.targets[1]"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\","
-     "\"lora\":{\"targets\":[\"q_proj\",\"q_proj\"]}}", TY_EINVAL, "lora.targets[1]"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\","
+                  "\"lora\":{\"targets\":[\"q_proj\",\"q_proj\"]}}",
+     TY_EINVAL, "lora.targets[1]"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\","
      "\"lora\":{\"targets\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\","
-     "\"n\",\"o\",\"p\",\"q\"]}}", TY_EINVAL, "lora.targets"},
+     "\"n\",\"o\",\"p\",\"q\"]}}",
+     TY_EINVAL, "lora.targets"},
     /* relative paths, "..", bad URIs */
     {"{\"model\":{\"path\":\"models/llama\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
      TY_EINVAL, "model.path"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"./t.jsonl\"},\"hyperparameters\":{\"max_steps\":1}}",
      TY_EINVAL, "dataset.train"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/data/../etc/passwd\"},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "dataset.train"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "dataset.train"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"eval\":\"/data/..\"},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "dataset.eval"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "dataset.eval"},
     {"{\"model\":{\"path\":\"s3://b/../x\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
      TY_EINVAL, "model.path"},
     {"{\"model\":{\"path\":\"s3://\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
      TY_EINVAL, "model.path"},
     /* Credentials never ride in a spec: user:secret@bucket, SAS query strings. */
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1},"
-     "\"checkpoint\":{\"store\":\"s3://AKIDEXAMPLE:secret@bucket/runs\"}}", TY_EINVAL, "checkpoint.store"},
+     "\"checkpoint\":{\"store\":\"s3://AKIDEXAMPLE:secret@bucket/runs\"}}",
+     TY_EINVAL, "checkpoint.store"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1},"
-     "\"checkpoint\":{\"store\":\"az://ckpts/runs?sv=2022-11-02&sig=abc\"}}", TY_EINVAL, "checkpoint.store"},
+     "\"checkpoint\":{\"store\":\"az://ckpts/runs?sv=2022-11-02&sig=abc\"}}",
+     TY_EINVAL, "checkpoint.store"},
     {"{\"model\":{\"path\":\"gs://key@bucket/m\"},\"dataset\":{\"train\":\"/t\"},"
-     "\"hyperparameters\":{\"max_steps\":1}}", TY_EINVAL, "model.path"},
+     "\"hyperparameters\":{\"max_steps\":1}}",
+     TY_EINVAL, "model.path"},
     {"{\"model\":{\"path\":\"file://m\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
      TY_EINVAL, "model.path"},
     {"{\"model\":{\"path\":\"http://x/m\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
      TY_EINVAL, "model.path"},
     {"{\"model\":{\"path\":\"\"},\"dataset\":{\"train\":\"/t\"},\"hyperparameters\":{\"max_steps\":1}}",
      TY_EINVAL, "model.path"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"adapter\":\"a/b\"}}",
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"adapter\":\"a/b\"}}",
      TY_EINVAL, "lora.adapter"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"store\":\"/local/dir\"}}", TY_EINVAL,
-     "checkpoint.store"},
-    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"store\":\"ftp://h/x\"}}", TY_EINVAL,
-     "checkpoint.store"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"store\":\"/local/dir\"}}",
+     TY_EINVAL, "checkpoint.store"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"store\":\"ftp://h/x\"}}",
+     TY_EINVAL, "checkpoint.store"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"name\":\"a\\nb\"}", TY_EINVAL, "name"},
 };
 
@@ -329,11 +387,12 @@ static void test_bad_inputs(void)
         memset(&s, 0x5a, sizeof s); /* must come back zeroed */
         ty_err e;
         int rc = jobspec_parse_text(b->text, strlen(b->text), &s, &e);
-        CHECK(rc == b->code, "case %zu: code %d, want %d (%s) for %s", i, rc, b->code, e.msg, b->text);
+        CHECK(rc == b->code, "case %zu: code %d, want %d (%s) for %s", i, rc, b->code, e.msg,
+              b->text);
         CHECK(e.code == rc, "case %zu: err->code %d != rc %d", i, e.code, rc);
         if (b->field)
-            CHECK(strcmp(e.field, b->field) == 0, "case %zu: field '%s', want '%s' (%s)", i, e.field, b->field,
-                  e.msg);
+            CHECK(strcmp(e.field, b->field) == 0, "case %zu: field '%s', want '%s' (%s)", i,
+                  e.field, b->field, e.msg);
         CHECK(e.msg[0] != '\0', "case %zu: no message", i);
         CHECK(s.name == NULL && s.train == NULL && s.model_path == NULL && s.n_targets == 0,
               "case %zu: *out not zeroed", i);
@@ -370,7 +429,11 @@ static void test_roots(void)
     CHECK(symlink("/etc", outside_link) == 0, "symlink");
     snprintf(roots, sizeof roots, "/nonexistent-root:%s/data/:/models", dir);
 
-    struct { const char *model, *train; int rc; const char *field; } cases[] = {
+    struct {
+        const char *model, *train;
+        int rc;
+        const char *field;
+    } cases[] = {
         {"/models/llama", "%s/data/t.jsonl", 0, ""},
         {"s3://bucket/m", "file://%s/data/t.jsonl", 0, ""},
         {"/models", "%s/data", 0, ""},
@@ -382,9 +445,10 @@ static void test_roots(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char train[600];
         snprintf(train, sizeof train, cases[i].train, dir);
-        snprintf(spec, sizeof spec,
-                 "{\"model\":{\"path\":\"%s\"},\"dataset\":{\"train\":\"%s\"},\"hyperparameters\":{\"max_steps\":1}}",
-                 cases[i].model, train);
+        snprintf(
+            spec, sizeof spec,
+            "{\"model\":{\"path\":\"%s\"},\"dataset\":{\"train\":\"%s\"},\"hyperparameters\":{\"max_steps\":1}}",
+            cases[i].model, train);
         jobspec s;
         ty_err e;
         int rc = jobspec_parse_text(spec, strlen(spec), &s, &e);
@@ -392,8 +456,8 @@ static void test_roots(void)
         if (rc) continue;
         rc = jobspec_check_roots(&s, roots, &e);
         CHECK(rc == cases[i].rc, "roots case %zu: rc %d want %d (%s)", i, rc, cases[i].rc, e.msg);
-        CHECK(strcmp(e.field, cases[i].field) == 0, "roots case %zu: field '%s' want '%s'", i, e.field,
-              cases[i].field);
+        CHECK(strcmp(e.field, cases[i].field) == 0, "roots case %zu: field '%s' want '%s'", i,
+              e.field, cases[i].field);
         CHECK(jobspec_check_roots(&s, NULL, &e) == 0 && jobspec_check_roots(&s, "", &e) == 0,
               "roots case %zu: no roots = no restriction", i);
         jobspec_free(&s);
@@ -423,11 +487,12 @@ static void test_precision_caps(void)
             CHECK(rc == 0, "%s: %s", text, e.msg);
             if (rc) continue;
             ty_err e1 = {0}, e2 = {0};
-            int r_none = jobspec_check_precision(&s, &none, &e1), r_gpu = jobspec_check_precision(&s, &gpu, &e2);
+            int r_none = jobspec_check_precision(&s, &none, &e1),
+                r_gpu = jobspec_check_precision(&s, &gpu, &e2);
             CHECK(r_gpu == 0, "%s/%s with GPUs: %s", precs[p], backends[b], e2.msg);
             if (b == 1)
-                CHECK(r_none == TY_EINVAL && !strcmp(e1.field, "precision") && strstr(e1.msg, "no CUDA GPUs") &&
-                          strstr(e1.msg, precs[p]),
+                CHECK(r_none == TY_EINVAL && !strcmp(e1.field, "precision") &&
+                          strstr(e1.msg, "no CUDA GPUs") && strstr(e1.msg, precs[p]),
                       "cuda/%s without GPUs: rc %d %s", precs[p], r_none, e1.msg);
             else
                 CHECK(r_none == 0, "%s/%s without GPUs: %s", precs[p], backends[b], e1.msg);

@@ -21,7 +21,8 @@ static void pick(const char *kinds, int keep_last, int keep_best, const double *
     }
     ty_retention_select(it, n, keep_last, keep_best, keep);
     char got[17];
-    for (int i = 0; i < n; i++) got[i] = keep[i] ? 'K' : '.';
+    for (int i = 0; i < n; i++)
+        got[i] = keep[i] ? 'K' : '.';
     got[n] = 0;
     CHECK(!strcmp(got, want), "%s (last %d, best %d): kept %s, want %s", kinds, keep_last,
           keep_best, got, want);

@@ -53,7 +53,8 @@ static int train(kn_ctx *kn, const char *cfg_json, double *losses)
     for (int s = 0; s < STEPS; s++) {
         kn_zero(kn, m.grads, n);
         losses[s] = model_forward_backward(&m, in, tg, B, T, 1.0f / n_tg) / n_tg;
-        kn_adamw(kn, KN_F32, m.params, NULL, m.grads, m.m, m.v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s + 1);
+        kn_adamw(kn, KN_F32, m.params, NULL, m.grads, m.m, m.v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                 s + 1);
         if (kn_check(kn, &err)) {
             fprintf(stderr, "%s: step %d: %s\n", kn_device_name(kn), s, err.msg);
             model_free(&m);
@@ -70,8 +71,7 @@ static void compare(const char *tag, const char *cfg_json)
     ty_err err = {0};
     CHECK(kn_open(&cpu, KN_CPU, 0, 1, &err) == 0);
     CHECK(kn_open_backend(&emu, &kn_cuda_emu_backend, KN_CUDA, 0, 0, &err) == 0);
-    if (!cpu || !emu)
-        return;
+    if (!cpu || !emu) return;
     double lc[STEPS], le[STEPS];
     CHECK(train(cpu, cfg_json, lc) == 0);
     CHECK(train(emu, cfg_json, le) == 0);

@@ -21,16 +21,21 @@
 
 static char tmpdir[256];
 
-static void path_in(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", tmpdir, name); }
+static void path_in(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", tmpdir, name);
+}
 
 /* Writes a raw safetensors file: header text (unpadded) plus data bytes. */
-static void write_raw(const char *path, const char *header, const void *data, size_t dlen, uint64_t claimed)
+static void write_raw(const char *path, const char *header, const void *data, size_t dlen,
+                      uint64_t claimed)
 {
     FILE *f = fopen(path, "wb");
     size_t hl = strlen(header);
     uint64_t n = claimed ? claimed : hl;
     unsigned char le[8];
-    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(n >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)(n >> (8 * i));
     fwrite(le, 1, 8, f);
     fwrite(header, 1, hl, f);
     if (dlen) fwrite(data, 1, dlen, f);
@@ -42,8 +47,10 @@ static int fill_seq(void *ctx, int i, float *buf, ty_err *err)
     (void)err;
     const st_out *outs = ctx;
     uint64_t n = 1;
-    for (int d = 0; d < outs[i].ndim; d++) n *= (uint64_t)outs[i].shape[d];
-    for (uint64_t k = 0; k < n; k++) buf[k] = (float)(i * 1000 + (int)k) * 0.5f - 3.25f;
+    for (int d = 0; d < outs[i].ndim; d++)
+        n *= (uint64_t)outs[i].shape[d];
+    for (uint64_t k = 0; k < n; k++)
+        buf[k] = (float)(i * 1000 + (int)k) * 0.5f - 3.25f;
     return 0;
 }
 
@@ -118,7 +125,7 @@ static void expect_bad(const char *header, size_t dlen, uint64_t claimed, const 
 static void test_safetensors_bad(void)
 {
     const char *ok = "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
-    {   /* the well-formed file every bad case below is a variation of */
+    { /* the well-formed file every bad case below is a variation of */
         char path[512];
         path_in(path, sizeof path, "good.safetensors");
         unsigned char data[8] = {0};
@@ -128,18 +135,23 @@ static void test_safetensors_bad(void)
         CHECK(st_open(&f, path, &err) == 0);
         st_close(&f);
     }
-    expect_bad(ok, 4, 0, "outside the data area");                    /* truncated data */
-    expect_bad(ok, 8, 1u << 20, "header length");                     /* length beyond file */
+    expect_bad(ok, 4, 0, "outside the data area"); /* truncated data */
+    expect_bad(ok, 8, 1u << 20, "header length");  /* length beyond file */
     expect_bad("{\"x\": nope}", 0, 0, "not valid JSON");
     expect_bad("[1,2]", 0, 0, "not a JSON object");
-    expect_bad("{\"x\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, 0, "unknown dtype \"Q4\"");
-    expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, 0, "shape x dtype");
-    expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 8, 0, "outside the data area");
+    expect_bad("{\"x\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, 0,
+               "unknown dtype \"Q4\"");
+    expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, 0,
+               "shape x dtype");
+    expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 8, 0,
+               "outside the data area");
     expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                "\"y\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
                16, 0, "overlap");
-    expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, 0, "begin <= end");
-    expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, 0, "non-negative");
+    expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, 0,
+               "begin <= end");
+    expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, 0,
+               "non-negative");
     expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                "\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
                8, 0, "not valid JSON"); /* duplicate key */
@@ -171,28 +183,31 @@ static void test_config(void)
 {
     model_config c;
     ty_err err = {0};
-    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "model_type", "gpt2", "n_embd", 64, "n_layer", 2, "n_head",
-                          4, "n_positions", 128, "vocab_size", 101);
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "model_type", "gpt2", "n_embd", 64,
+                          "n_layer", 2, "n_head", 4, "n_positions", 128, "vocab_size", 101);
     CHECK(hfconfig_parse(o, "t", &c, &err) == 0);
-    CHECK(c.arch == ARCH_GPT2 && c.ffn == 256 && c.head_dim == 16 && c.tied == 1 && c.max_pos == 128);
+    CHECK(c.arch == ARCH_GPT2 && c.ffn == 256 && c.head_dim == 16 && c.tied == 1 &&
+          c.max_pos == 128);
     CHECK(fabsf(c.norm_eps - 1e-5f) < 1e-12f);
     hfconfig_free(&c);
     json_decref(o);
 
     o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i}", "model_type", "qwen2", "hidden_size", 64,
-                  "intermediate_size", 96, "num_hidden_layers", 1, "num_attention_heads", 4, "num_key_value_heads", 2,
-                  "vocab_size", 99);
+                  "intermediate_size", 96, "num_hidden_layers", 1, "num_attention_heads", 4,
+                  "num_key_value_heads", 2, "vocab_size", 99);
     CHECK(hfconfig_parse(o, "t", &c, &err) == 0);
-    CHECK(c.arch == ARCH_LLAMA && c.qkv_bias && !c.o_bias && !c.tied && c.n_kv_head == 2 && c.head_dim == 16);
+    CHECK(c.arch == ARCH_LLAMA && c.qkv_bias && !c.o_bias && !c.tied && c.n_kv_head == 2 &&
+          c.head_dim == 16);
     CHECK(c.max_pos == 32768 && c.rope_theta == 10000.0f);
     json_t *ex = hfconfig_export(&c);
-    CHECK(!strcmp(json_string_value(json_array_get(json_object_get(ex, "architectures"), 0)), "Qwen2ForCausalLM"));
+    CHECK(!strcmp(json_string_value(json_array_get(json_object_get(ex, "architectures"), 0)),
+                  "Qwen2ForCausalLM"));
     json_decref(ex);
     hfconfig_free(&c);
     json_decref(o);
 
-    o = json_pack("{s:s, s:i, s:i, s:i}", "model_type", "llama", "hidden_size", 48, "num_attention_heads", 6,
-                  "num_key_value_heads", 4);
+    o = json_pack("{s:s, s:i, s:i, s:i}", "model_type", "llama", "hidden_size", 48,
+                  "num_attention_heads", 6, "num_key_value_heads", 4);
     int rc = hfconfig_parse(o, "t", &c, &err);
     CHECK_ERR(rc, err, "num_key_value_heads");
     json_decref(o);
@@ -239,7 +254,8 @@ static void test_data(void)
     CHECK(data_fill_row(&d, 2, 3, in, tg) == 0 && in[0] == 9 && in[1] == 0 && tg[0] == DATA_IGNORE);
     data_free(&d);
 
-    write_text("vocab.jsonl", "{\"input_ids\": [1]}\n{\"input_ids\": [1, 10]}\n", path, sizeof path);
+    write_text("vocab.jsonl", "{\"input_ids\": [1]}\n{\"input_ids\": [1, 10]}\n", path,
+               sizeof path);
     int rc = data_load_tokens(path, 10, &d, &err);
     CHECK_ERR(rc, err, "line 2: input_ids[1] = 10 is outside the vocabulary");
     write_text("json.jsonl", "{\"input_ids\": [1]}\n{\"input_ids\": [1,\n", path, sizeof path);
@@ -283,7 +299,8 @@ static void test_split(void)
         if (i) ordered &= ev.tok[ev.off[i]] > ev.tok[ev.off[i - 1]];
     }
     int all = 1;
-    for (int i = 0; i < 6; i++) all &= seen[i] == 1;
+    for (int i = 0; i < 6; i++)
+        all &= seen[i] == 1;
     CHECK(all && ordered);
     /* the held-out examples are the first two of the salted permutation */
     int32_t perm[6];
@@ -305,14 +322,17 @@ static void test_shuffle(void)
     int32_t p[N], q[N];
     int seen[N] = {0};
     data_permutation(42, 0, N, p);
-    for (int i = 0; i < N; i++) seen[p[i]]++;
+    for (int i = 0; i < N; i++)
+        seen[p[i]]++;
     int perm_ok = 1, same = 1;
-    for (int i = 0; i < N; i++) perm_ok &= seen[i] == 1;
+    for (int i = 0; i < N; i++)
+        perm_ok &= seen[i] == 1;
     CHECK(perm_ok);
     data_permutation(42, 0, N, q);
     CHECK(memcmp(p, q, sizeof p) == 0); /* deterministic */
     data_permutation(42, 1, N, q);
-    for (int i = 0; i < N; i++) same &= p[i] == q[i];
+    for (int i = 0; i < N; i++)
+        same &= p[i] == q[i];
     CHECK(!same); /* a new order each epoch */
     /* Known first values pin the documented algorithm (see data.h). */
     uint64_t s = 0;
@@ -333,11 +353,13 @@ static void test_shuffle(void)
     ty_err err = {0};
     CHECK(data_sampler_init(&a, 5, 7, 0, 0, &err) == 0);
     int seq[12];
-    for (int i = 0; i < 12; i++) seq[i] = data_sampler_next(&a);
+    for (int i = 0; i < 12; i++)
+        seq[i] = data_sampler_next(&a);
     CHECK(a.epoch == 2 && a.pos == 2);
     CHECK(data_sampler_init(&b, 5, 7, 1, 3, &err) == 0);
     int ok = 1;
-    for (int i = 8; i < 12; i++) ok &= data_sampler_next(&b) == seq[i];
+    for (int i = 8; i < 12; i++)
+        ok &= data_sampler_next(&b) == seq[i];
     CHECK(ok);
     data_sampler_free(&a);
     data_sampler_free(&b);
@@ -407,8 +429,10 @@ static void test_keep_best(void)
         ckpt_dir_name(dir, sizeof dir, root, s);
         CHECK(ckpt_begin(dir, &err) == 0);
         char state[128];
-        if (s == 4) snprintf(state, sizeof state, "{\"step\": %d}", s);
-        else snprintf(state, sizeof state, "{\"step\": %d, \"eval_loss\": %g}", s, losses[s - 1]);
+        if (s == 4)
+            snprintf(state, sizeof state, "{\"step\": %d}", s);
+        else
+            snprintf(state, sizeof state, "{\"step\": %d, \"eval_loss\": %g}", s, losses[s - 1]);
         snprintf(file, sizeof file, "%s/trainer_state.json", dir);
         CHECK(ty_write_file_atomic(file, state, strlen(state), &err) == 0);
         const char *files[] = {"trainer_state.json"};

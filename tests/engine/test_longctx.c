@@ -41,8 +41,8 @@ static void run(kn_ctx *kn, const char *cfg_json, const char *tag)
     CHECK(model_alloc_acts(&m, B, T, MODEL_RECOMPUTE_NONE, &err) == 0);
     size_t acts = kn_bytes_in_use(kn) - before;
     double old_att = (double)L * B * H * T * (double)T * sizeof(float);
-    printf("%s: T=%d activations %.1f MiB; the old kernel's attention matrices alone %.1f MiB\n", tag, T,
-           acts / 1048576.0, old_att / 1048576.0);
+    printf("%s: T=%d activations %.1f MiB; the old kernel's attention matrices alone %.1f MiB\n",
+           tag, T, acts / 1048576.0, old_att / 1048576.0);
     CHECK((double)acts < old_att / 8);
 
     int32_t *in = malloc(sizeof(int32_t) * B * T), *tg = malloc(sizeof(int32_t) * B * T);
@@ -68,8 +68,9 @@ static void run(kn_ctx *kn, const char *cfg_json, const char *tag)
 
 static void precision_memory(kn_ctx *kn)
 {
-    static const char *cfg_json = "{\"model_type\":\"gpt2\",\"n_embd\":64,\"n_layer\":8,\"n_head\":4,"
-                                  "\"n_positions\":128,\"vocab_size\":64}";
+    static const char *cfg_json =
+        "{\"model_type\":\"gpt2\",\"n_embd\":64,\"n_layer\":8,\"n_head\":4,"
+        "\"n_positions\":128,\"vocab_size\":64}";
     enum { B = 2, T = 128 };
     const kn_dtype dts[3] = {KN_F32, KN_BF16, KN_F16};
     size_t bytes[3];
@@ -96,7 +97,8 @@ static void precision_memory(kn_ctx *kn)
         /* fp16: the 16-bit copy next to the fp32 masters (+2 bytes a
          * parameter); bf16: the masters split into that copy and their low
          * halves, the fp32 buffer freed (no more than fp32's 4 bytes). */
-        if (dts[d] == KN_F16) CHECK(after - before >= total * 2 && after - before < total * 2 + scr);
+        if (dts[d] == KN_F16)
+            CHECK(after - before >= total * 2 && after - before < total * 2 + scr);
         if (dts[d] == KN_BF16) CHECK(after <= before + scr && m.params == NULL && m.plo != NULL);
         /* The fp32 weight scratch holds one span's 1-D tensors (norms,
          * biases: 832 floats a layer here), not a layer's matmul weights. */

@@ -36,7 +36,10 @@ static int make_model(model *m, const char *cfg_json, uint64_t seed)
     return rc;
 }
 
-static size_t buf_floats(const model *m) { return m->t[m->nt - 1].off + m->t[m->nt - 1].numel; }
+static size_t buf_floats(const model *m)
+{
+    return m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
+}
 
 static void roundtrip(const char *cfg_json, const char *tag)
 {
@@ -67,9 +70,10 @@ static void roundtrip(const char *cfg_json, const char *tag)
 
 static const char *GPT2 = "{\"model_type\":\"gpt2\",\"n_embd\":16,\"n_layer\":2,\"n_head\":2,"
                           "\"n_positions\":12,\"vocab_size\":37}";
-static const char *QWEN = "{\"model_type\":\"qwen2\",\"hidden_size\":16,\"intermediate_size\":24,"
-                          "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
-                          "\"vocab_size\":29,\"max_position_embeddings\":16}";
+static const char *QWEN =
+    "{\"model_type\":\"qwen2\",\"hidden_size\":16,\"intermediate_size\":24,"
+    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+    "\"vocab_size\":29,\"max_position_embeddings\":16}";
 
 /* GPT-2's Conv1D weights are [in, out] on disk: check one against the view. */
 static void test_conv1d_layout(void)
@@ -103,10 +107,10 @@ static void test_conv1d_layout(void)
 /* Writes model a's tensors under altered names/shapes to provoke errors. */
 typedef struct {
     model *m;
-    int skip;        /* tensor index to leave out, or -1 */
-    int reshape;     /* tensor index to give a wrong shape, or -1 */
-    int extra;       /* add an unexpected tensor */
-    int prefix;      /* write HF prefixes */
+    int skip;    /* tensor index to leave out, or -1 */
+    int reshape; /* tensor index to give a wrong shape, or -1 */
+    int extra;   /* add an unexpected tensor */
+    int prefix;  /* write HF prefixes */
 } mut;
 
 /* Zeros: the contents do not matter for these tests, only names and shapes. */
@@ -115,7 +119,8 @@ static int mut_fill(void *ctx, int i, float *buf, ty_err *err)
     (void)err;
     const st_out *o = (const st_out *)ctx + i;
     size_t n = 1;
-    for (int d = 0; d < o->ndim; d++) n *= (size_t)o->shape[d];
+    for (int d = 0; d < o->ndim; d++)
+        n *= (size_t)o->shape[d];
     memset(buf, 0, n * sizeof *buf);
     return 0;
 }
@@ -124,13 +129,15 @@ static void write_mutated(const char *path, const mut *mu)
 {
     model *m = mu->m;
     st_out *outs = calloc((size_t)m->nt + 1, sizeof *outs);
-    char (*names)[160] = calloc((size_t)m->nt + 1, sizeof *names);
+    char(*names)[160] = calloc((size_t)m->nt + 1, sizeof *names);
     int n = 0;
     for (int i = 0; i < m->nt; i++) {
         if (i == mu->skip) continue;
         const model_tensor *t = &m->t[i];
-        if (mu->prefix) model_hf_name(m, t, names[n], sizeof names[n]);
-        else snprintf(names[n], sizeof names[n], "%s", t->name);
+        if (mu->prefix)
+            model_hf_name(m, t, names[n], sizeof names[n]);
+        else
+            snprintf(names[n], sizeof names[n], "%s", t->name);
         outs[n].name = names[n];
         outs[n].ndim = t->ndim;
         outs[n].shape[0] = t->conv1d ? t->shape[1] : t->shape[0];
@@ -175,7 +182,9 @@ static void test_bad_tensors(void)
     mu = (mut){&m, -1, kproj, 0, 1};
     write_mutated(path, &mu);
     rc = model_load_file(&m, path, &err);
-    CHECK_ERR(rc, err, "tensor model.layers.1.self_attn.k_proj.bias has shape [9] but config.json implies [8]");
+    CHECK_ERR(
+        rc, err,
+        "tensor model.layers.1.self_attn.k_proj.bias has shape [9] but config.json implies [8]");
 
     mu = (mut){&m, -1, -1, 1, 1};
     write_mutated(path, &mu);
@@ -255,10 +264,11 @@ int main(void)
     }
     roundtrip(GPT2, "gpt2");
     roundtrip(QWEN, "qwen2");
-    roundtrip("{\"model_type\":\"llama\",\"hidden_size\":16,\"intermediate_size\":20,\"num_hidden_layers\":1,"
-              "\"num_attention_heads\":2,\"vocab_size\":31,\"tie_word_embeddings\":true,"
-              "\"max_position_embeddings\":8}",
-              "llama_tied");
+    roundtrip(
+        "{\"model_type\":\"llama\",\"hidden_size\":16,\"intermediate_size\":20,\"num_hidden_layers\":1,"
+        "\"num_attention_heads\":2,\"vocab_size\":31,\"tie_word_embeddings\":true,"
+        "\"max_position_embeddings\":8}",
+        "llama_tied");
     test_conv1d_layout();
     test_bad_tensors();
     test_sharded();

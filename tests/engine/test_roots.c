@@ -29,7 +29,8 @@
 #include "tyutil.h"
 
 static char tmp[256];
-static const char *CREDS = "[default]\naws_access_key_id = AKIAROOTSTEST\naws_secret_access_key = s3cr3tW0RD\n";
+static const char *CREDS =
+    "[default]\naws_access_key_id = AKIAROOTSTEST\naws_secret_access_key = s3cr3tW0RD\n";
 
 static void put(const char *name, const void *data, size_t n)
 {
@@ -42,7 +43,8 @@ static void put(const char *name, const void *data, size_t n)
 
 static int no_content(const char *msg)
 {
-    return !strstr(msg, "default") && !strstr(msg, "AKIA") && !strstr(msg, "s3cr3t") && !strstr(msg, "near '");
+    return !strstr(msg, "default") && !strstr(msg, "AKIA") && !strstr(msg, "s3cr3t") &&
+           !strstr(msg, "near '");
 }
 
 static void test_open(void)
@@ -141,7 +143,8 @@ static void test_no_content(void)
     CHECK(ty_read_json(p, TY_EINVAL, &o, &err) == TY_EINVAL && no_content(err.msg) &&
           strstr(err.msg, "not valid JSON"));
     dataset d;
-    CHECK(data_load_tokens(p, 64, &d, &err) == TY_EINVAL && no_content(err.msg) && strstr(err.msg, "line 1"));
+    CHECK(data_load_tokens(p, 64, &d, &err) == TY_EINVAL && no_content(err.msg) &&
+          strstr(err.msg, "line 1"));
     /* A safetensors file whose header is not JSON. */
     const char hdr[] = "{default = s3cr3tW0RD}";
     unsigned char buf[8 + sizeof hdr + 16] = {0};
@@ -150,15 +153,16 @@ static void test_no_content(void)
     put("bad.safetensors", buf, sizeof buf);
     snprintf(p, sizeof p, "%s/bad.safetensors", tmp);
     st_file f;
-    CHECK(st_open(&f, p, &err) == TY_EINVAL && no_content(err.msg) && strstr(err.msg, "header is not valid JSON"));
+    CHECK(st_open(&f, p, &err) == TY_EINVAL && no_content(err.msg) &&
+          strstr(err.msg, "header is not valid JSON"));
     /* Names from a file are quoted only when they are short words. */
     CHECK(!strcmp(ty_safe_word("BF16"), "BF16") && !strcmp(ty_safe_word("<unk>"), "<unk>"));
     CHECK(!strcmp(ty_safe_word("aws_secret_access_key = s3cr3t"), "?"));
     CHECK(!strcmp(ty_safe_word(""), "?") && !strcmp(ty_safe_word("a b"), "?"));
     json_t *cfg = json_loads("{\"model_type\": \"-----BEGIN PRIVATE KEY-----\"}", 0, NULL);
     model_config mc;
-    CHECK(hfconfig_parse(cfg, "config.json", &mc, &err) == TY_EINVAL && !strstr(err.msg, "PRIVATE") &&
-          strstr(err.msg, "not supported"));
+    CHECK(hfconfig_parse(cfg, "config.json", &mc, &err) == TY_EINVAL &&
+          !strstr(err.msg, "PRIVATE") && strstr(err.msg, "not supported"));
     json_decref(cfg);
     /* A FIFO as safetensors: refused, not blocked on. */
     snprintf(p, sizeof p, "%s/root/fifo", tmp);
@@ -198,9 +202,10 @@ static void test_param_count(void)
         hfconfig_free(&c);
     }
     /* Huge configs saturate instead of wrapping. */
-    json_t *o = json_loads("{\"model_type\":\"llama\",\"hidden_size\":1073741824,\"intermediate_size\":1073741824,"
-                           "\"num_hidden_layers\":1073741824,\"num_attention_heads\":1,\"vocab_size\":1073741824}",
-                           0, NULL);
+    json_t *o = json_loads(
+        "{\"model_type\":\"llama\",\"hidden_size\":1073741824,\"intermediate_size\":1073741824,"
+        "\"num_hidden_layers\":1073741824,\"num_attention_heads\":1,\"vocab_size\":1073741824}",
+        0, NULL);
     model_config c;
     CHECK(hfconfig_parse(o, "test", &c, &err) == 0);
     CHECK(hfconfig_param_count(&c) == UINT64_MAX);

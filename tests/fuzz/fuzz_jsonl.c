@@ -25,39 +25,42 @@ static tok_tokenizer *make_tokenizer(void)
 {
     json_t *v = json_object();
     int id = 0;
-    const char *base[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "e", "h", "t", "\xE2\x96\x81t", "he",
-                          "\xE2\x96\x81the", "th", NULL};
-    for (int i = 0; base[i]; i++) json_object_set_new(v, base[i], json_integer(id++));
+    const char *base[] = {"<unk>", "<s>",           "</s>", "\xE2\x96\x81",    "a",  "e", "h",
+                          "t",     "\xE2\x96\x81t", "he",   "\xE2\x96\x81the", "th", NULL};
+    for (int i = 0; base[i]; i++)
+        json_object_set_new(v, base[i], json_integer(id++));
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);
         json_object_set_new(v, name, json_integer(id++));
     }
     json_t *added = json_array();
-    const char *special[] = {"<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|end_header_id|>",
-                             "<|eot_id|>", NULL};
+    const char *special[] = {"<|im_start|>",      "<|im_end|>", "<|start_header_id|>",
+                             "<|end_header_id|>", "<|eot_id|>", NULL};
     for (int i = 0; special[i]; i++) {
         json_object_set_new(v, special[i], json_integer(id));
-        json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b}", "id", id, "content",
-                                               special[i], "special", 1, "normalized", 0, "lstrip", 0,
-                                               "rstrip", 0));
+        json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b}", "id", id,
+                                               "content", special[i], "special", 1, "normalized", 0,
+                                               "lstrip", 0, "rstrip", 0));
         id++;
     }
-    json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b}", "id", 1, "content", "<s>",
-                                           "special", 1, "normalized", 0, "lstrip", 0, "rstrip", 0));
+    json_array_append_new(added,
+                          json_pack("{s:i, s:s, s:b, s:b, s:b, s:b}", "id", 1, "content", "<s>",
+                                    "special", 1, "normalized", 0, "lstrip", 0, "rstrip", 0));
     json_t *merges = json_pack("[s, s, s, s]", "\xE2\x96\x81 t", "h e", "\xE2\x96\x81t he", "t h");
     json_t *root = json_pack(
         "{s:s, s:o, s:{s:s, s:[{s:s, s:s}, {s:s, s:{s:s}, s:s}]}, s:n, s:n,"
         " s:{s:s, s:o, s:o, s:s, s:b}}",
-        "version", "1.0", "added_tokens", added, "normalizer", "type", "Sequence", "normalizers", "type",
-        "Prepend", "prepend", "\xE2\x96\x81", "type", "Replace", "pattern", "String", " ", "content",
-        "\xE2\x96\x81", "pre_tokenizer", "decoder", "model", "type", "BPE", "vocab", v, "merges", merges,
-        "unk_token", "<unk>", "byte_fallback", 1);
+        "version", "1.0", "added_tokens", added, "normalizer", "type", "Sequence", "normalizers",
+        "type", "Prepend", "prepend", "\xE2\x96\x81", "type", "Replace", "pattern", "String", " ",
+        "content", "\xE2\x96\x81", "pre_tokenizer", "decoder", "model", "type", "BPE", "vocab", v,
+        "merges", merges, "unk_token", "<unk>", "byte_fallback", 1);
     char *text = json_dumps(root, 0);
     json_decref(root);
     tok_tokenizer *t = NULL;
     ty_err err = {0};
-    if (tok_load_json(&t, text, "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"add_bos_token\": true}",
+    if (tok_load_json(&t, text,
+                      "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"add_bos_token\": true}",
                       NULL, &err)) {
         fprintf(stderr, "fuzz_jsonl: the harness tokenizer does not load: %s\n", err.msg);
         abort();
@@ -85,8 +88,10 @@ static void fill_all(const dataset *d, int vocab)
         }
         int counted = 0;
         for (int i = 0; i < T; i++) {
-            FUZZ_ASSERT(in[i] >= 0 && in[i] < vocab, "row %d: input id %d outside [0, %d)", r, in[i], vocab);
-            FUZZ_ASSERT(tg[i] == DATA_IGNORE || (tg[i] >= 0 && tg[i] < vocab), "row %d: target %d", r, tg[i]);
+            FUZZ_ASSERT(in[i] >= 0 && in[i] < vocab, "row %d: input id %d outside [0, %d)", r,
+                        in[i], vocab);
+            FUZZ_ASSERT(tg[i] == DATA_IGNORE || (tg[i] >= 0 && tg[i] < vocab), "row %d: target %d",
+                        r, tg[i]);
             counted += tg[i] != DATA_IGNORE;
         }
         FUZZ_ASSERT(counted == k, "row %d: %d targets counted, fill said %d", r, counted, k);

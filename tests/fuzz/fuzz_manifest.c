@@ -27,7 +27,9 @@ static char base[PATH_MAX], ck[PATH_MAX + 16], dl[PATH_MAX + 16], storeroot[PATH
 static store *st;
 
 /* The files of the fixture checkpoint; the seeds' sums are of these bytes. */
-static const struct { const char *name, *text; } files[] = {
+static const struct {
+    const char *name, *text;
+} files[] = {
     {"model.safetensors", "not really tensors, but 39 bytes long.\n"},
     {"trainer_state.json", "{\"step\": 20, \"eval_loss\": 1.25}\n"},
     {"optimizer.bin", "adam-moments"},
@@ -53,7 +55,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     struct stat sb;
-    const char *tmp = stat("/dev/shm", &sb) == 0 && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    const char *tmp =
+        stat("/dev/shm", &sb) == 0 && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
     snprintf(base, sizeof base, "%s/ty-fuzz-manifest-XXXXXX", tmp);
     FUZZ_ASSERT(mkdtemp(base), "mkdtemp %s", base);
     atexit(cleanup);
@@ -88,7 +91,8 @@ static void check_inside(const char *manifest_path)
     FUZZ_ASSERT(realpath(dl, real_dl), "realpath %s", dl);
     size_t i;
     json_t *f;
-    json_array_foreach(json_object_get(m, "files"), i, f) {
+    json_array_foreach(json_object_get(m, "files"), i, f)
+    {
         char p[PATH_MAX * 2], real[PATH_MAX];
         snprintf(p, sizeof p, "%s/%s", dl, json_string_value(json_object_get(f, "path")));
         FUZZ_ASSERT(realpath(p, real), "downloaded file %s is missing", p);

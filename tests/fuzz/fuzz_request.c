@@ -38,8 +38,8 @@
 #include "server.h"
 
 /* As http.c sets them for the gate (start_http). */
-static const gate_limits LIMITS = {.max_line = 8192, .max_head = 16384, .max_fields = 100,
-                                   .max_body = 1 << 20};
+static const gate_limits LIMITS = {
+    .max_line = 8192, .max_head = 16384, .max_fields = 100, .max_body = 1 << 20};
 
 static gate *G;
 /* sha256("ty_" + 64 x "a"): the one token this "server" knows. */
@@ -98,8 +98,8 @@ static enum MHD_Result on_arg(void *cls, enum MHD_ValueKind kind, const char *ke
                 memcpy(name, p, n);
                 name[n] = 0;
                 int st = db_state_parse(name);
-                FUZZ_ASSERT(st < 0 || !strcmp(db_state_name((job_state)st), name), "state '%s' parsed as %d",
-                            name, st);
+                FUZZ_ASSERT(st < 0 || !strcmp(db_state_name((job_state)st), name),
+                            "state '%s' parsed as %d", name, st);
             }
             if (!p[n]) break;
             p += n + 1;
@@ -111,8 +111,8 @@ static enum MHD_Result on_arg(void *cls, enum MHD_ValueKind kind, const char *ke
             char again[32];
             int64_t id2 = 0;
             srv_cursor_encode(id, again);
-            FUZZ_ASSERT(srv_cursor_decode(again, &id2) == 0 && id2 == id, "cursor %lld does not round-trip",
-                        (long long)id);
+            FUZZ_ASSERT(srv_cursor_decode(again, &id2) == 0 && id2 == id,
+                        "cursor %lld does not round-trip", (long long)id);
         }
     } else if (!strcmp(key, "limit") || !strcmp(key, "from")) {
         char *end;
@@ -124,7 +124,8 @@ static enum MHD_Result on_arg(void *cls, enum MHD_ValueKind kind, const char *ke
     return MHD_YES;
 }
 
-static enum MHD_Result on_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+static enum MHD_Result on_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
 {
     (void)cls;
     (void)kind;
@@ -146,16 +147,20 @@ static void check_match(const http_req *q, int r, const char *method, const char
     FUZZ_ASSERT(r >= -2 && r < routes_count, "routes_match returned %d", r);
     if (r < 0) return;
     const route *rt = &routes_table[r];
-    FUZZ_ASSERT(!strcmp(rt->method, method) || (!strcmp(method, "HEAD") && !strcmp(rt->method, "GET")),
+    FUZZ_ASSERT(!strcmp(rt->method, method) ||
+                    (!strcmp(method, "HEAD") && !strcmp(rt->method, "GET")),
                 "%s %s matched %s %s", method, url, rt->method, rt->pattern);
-    if (strstr(rt->pattern, "{id}")) FUZZ_ASSERT(q->id > 0, "%s matched with id %lld", url, (long long)q->id);
+    if (strstr(rt->pattern, "{id}"))
+        FUZZ_ASSERT(q->id > 0, "%s matched with id %lld", url, (long long)q->id);
     if (strstr(rt->pattern, "{name}"))
-        FUZZ_ASSERT(q->arg[0] && q->arg[0] != '.' && !strchr(q->arg, '/'), "%s matched name '%s'", url, q->arg);
+        FUZZ_ASSERT(q->arg[0] && q->arg[0] != '.' && !strchr(q->arg, '/'), "%s matched name '%s'",
+                    url, q->arg);
 }
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const char *json)
 {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(json), (void *)json, MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(json), (void *)json, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", "application/json");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -193,15 +198,16 @@ static void first_call(fz_req *r, struct MHD_Connection *conn, const char *url, 
     MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, on_arg, &c);
     MHD_get_connection_values(conn, MHD_HEADER_KIND, on_header, NULL);
     if (rt->json_body) {
-        const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        const char *ct =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         size_t n = ct ? strcspn(ct, "; ") : 0;
         if (!ct || n != 16 || strncasecmp(ct, "application/json", 16)) r->refused = true;
     }
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                  const char *version, const char *upload_data, size_t *upload_size,
-                                  void **con_cls)
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls)
 {
     (void)cls;
     (void)version;
@@ -213,7 +219,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = r;
         first_call(r, conn, url, method);
         /* An early answer ends the request, as http_error does. */
-        return r->refused ? reply(conn, 400, "{\"error\":{\"code\":\"bad_request\",\"message\":\"refused\"}}")
+        return r->refused ? reply(conn, 400,
+                                  "{\"error\":{\"code\":\"bad_request\",\"message\":\"refused\"}}")
                           : MHD_YES;
     }
     if (*upload_size) {
@@ -258,7 +265,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     memset(tok + 3, 'a', 64);
     tok[67] = 0;
     srv_token_hash(tok, known[0]);
-    gate_config gc = {.lim = LIMITS, .per_ip = 0, .head_timeout_ms = 1000, .max_pending = 16, .inspect = true};
+    gate_config gc = {
+        .lim = LIMITS, .per_ip = 0, .head_timeout_ms = 1000, .max_pending = 16, .inspect = true};
     ty_err err = {0};
     G = gate_new(&gc, &err);
     FUZZ_ASSERT(G, "gate_new: %s", err.msg);
@@ -268,12 +276,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 /* Everything the daemon wrote: each response's head must say JSON. */
 static void check_responses(const char *out, size_t n)
 {
-    for (const char *p = out; p && p < out + n; ) {
+    for (const char *p = out; p && p < out + n;) {
         const char *line = memmem(p, (size_t)(out + n - p), "HTTP/1.", 7);
         if (!line) break;
         const char *end = memmem(line, (size_t)(out + n - line), "\r\n\r\n", 4);
         size_t hn = end ? (size_t)(end - line) : (size_t)(out + n - line);
-        FUZZ_ASSERT(memmem(line, hn, "application/json", 16), "a response that is not JSON: %.*s", (int)hn, line);
+        FUZZ_ASSERT(memmem(line, hn, "application/json", 16), "a response that is not JSON: %.*s",
+                    (int)hn, line);
         p = line + hn;
     }
 }
@@ -292,14 +301,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (g != GATE_OK) return 0;
 
     int sv[2];
-    FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s", strerror(errno));
+    FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s",
+                strerror(errno));
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-        MHD_OPTION_NOTIFY_CONNECTION, gate_notify, G, MHD_OPTION_UNESCAPE_CALLBACK, gate_unescape, NULL,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_END);
+        MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, gate_notify, G,
+        MHD_OPTION_UNESCAPE_CALLBACK, gate_unescape, NULL, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)64 * 1024, MHD_OPTION_END);
     FUZZ_ASSERT(d, "MHD_start_daemon failed");
-    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-                               .sin_port = htons(40000)};
+    struct sockaddr_in peer = {
+        .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons(40000)};
     FUZZ_ASSERT(MHD_add_connection(d, sv[1], (struct sockaddr *)&peer, sizeof peer) == MHD_YES,
                 "MHD_add_connection failed");
     /* The kernel buffers the whole input (max_len is under the socket's
@@ -320,8 +331,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         MHD_run(d);
         ssize_t k = recv(sv[0], out + got, sizeof out - 1 - got, MSG_DONTWAIT);
         if (k == 0) break;
-        if (k > 0) got += (size_t)k;
-        else if (errno != EAGAIN && errno != EWOULDBLOCK) break;
+        if (k > 0)
+            got += (size_t)k;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK)
+            break;
         if (got >= sizeof out - 1) break;
     }
     MHD_stop_daemon(d);

@@ -35,7 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             float *out = malloc((n ? n : 1) * sizeof *out);
             FUZZ_ASSERT(out, "out of memory for %llu elements", (unsigned long long)n);
             ty_err cerr = {0};
-            FUZZ_ASSERT(st_to_f32(t, out, &cerr) == 0, "conversion of %s failed: %s", t->name, cerr.msg);
+            FUZZ_ASSERT(st_to_f32(t, out, &cerr) == 0, "conversion of %s failed: %s", t->name,
+                        cerr.msg);
             free(out);
         }
     }

@@ -40,21 +40,22 @@ static inline char *fuzz_cstr(const uint8_t *data, size_t size)
 {
     char *s = malloc(size + 1);
     if (!s) abort();
-    for (size_t i = 0; i < size; i++) s[i] = (char)data[i];
+    for (size_t i = 0; i < size; i++)
+        s[i] = (char)data[i];
     s[size] = 0;
     return s;
 }
 
 /* Reports a broken invariant the sanitizers cannot see and stops the run, so
  * libFuzzer saves the input. */
-#define FUZZ_ASSERT(cond, ...)                                            \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fprintf(stderr, "fuzz: invariant broken: %s: ", #cond);       \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fputc('\n', stderr);                                          \
-            abort();                                                      \
-        }                                                                 \
+#define FUZZ_ASSERT(cond, ...)                                                                     \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz: invariant broken: %s: ", #cond);                                \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 #endif

@@ -18,7 +18,8 @@ int main(int argc, char **argv)
         CHECK(1 + 1 == 2);
         CHECK(strlen("abc") == 3, "strlen %zu", strlen("abc"));
         CHECK_ERR(-5, e, "disk I/O");
-        REQUIRE(ty_checks == 4 && ty_failures == 0, "%d checks, %d failures", ty_checks, ty_failures);
+        REQUIRE(ty_checks == 4 && ty_failures == 0, "%d checks, %d failures", ty_checks,
+                ty_failures);
         return ty_summary("harness pass");
     }
     CHECK(1 + 1 == 3);

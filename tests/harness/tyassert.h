@@ -23,9 +23,8 @@ static int ty_failures __attribute__((unused));
 
 /* fmt starts with one space put there by the macros (so that a CHECK with
  * no message still passes a non-empty format); the space is not printed. */
-__attribute__((format(printf, 4, 5))) static inline void ty_failed(const char *file, int line,
-                                                                   const char *expr,
-                                                                   const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) static inline void
+ty_failed(const char *file, int line, const char *expr, const char *fmt, ...)
 {
     fprintf(stderr, "%s:%d: ", file, line);
     if (expr) fprintf(stderr, "check failed: %s%s", expr, fmt[1] ? ": " : "");
@@ -66,8 +65,9 @@ static inline int ty_summary(const char *name)
     do {                                                                                           \
         ty_checks++;                                                                               \
         if ((rc) == 0 || !strstr((err).msg, (fragment)))                                           \
-            ty_failed(__FILE__, __LINE__, NULL, " expected an error containing \"%s\", got rc=%d \"%s\"", \
-                      (fragment), (int)(rc), (err).msg);                                           \
+            ty_failed(__FILE__, __LINE__, NULL,                                                    \
+                      " expected an error containing \"%s\", got rc=%d \"%s\"", (fragment),        \
+                      (int)(rc), (err).msg);                                                       \
     } while (0)
 
 #endif

@@ -12,7 +12,7 @@
 #include "backend.h"
 
 static int failures;
-#define CHECK(cond, ...)                                                                            \
+#define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
             printf("FAIL: " __VA_ARGS__);                                                          \
@@ -60,16 +60,15 @@ int main(void)
     }
     int st = 0;
     waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 42, "a host read of device memory did not fault (status %d)",
-          st);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 42,
+          "a host read of device memory did not fault (status %d)", st);
     /* Pinned host memory stays readable. */
     float *h = kn_host_alloc(c, 16);
     h[0] = 1;
     kn_host_free(c, h);
     CHECK(kn_check(c, &err) == 0, "context error: %s", err.msg);
     kn_close(c);
-    if (failures)
-        return 1;
+    if (failures) return 1;
     printf("ok: device memory faults on host reads, copies and kernels reach it\n");
     return 0;
 }

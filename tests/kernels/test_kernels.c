@@ -64,7 +64,10 @@ static float *frand(kn_ctx *c, double **dcopy, size_t n, double a)
     return f;
 }
 
-static double *dzeros(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+static double *dzeros(size_t n)
+{
+    return calloc(n ? n : 1, sizeof(double));
+}
 
 static double maxabs(const double *x, size_t n)
 {
@@ -83,8 +86,7 @@ static void check_close(const char *what, const float *got, const double *want, 
     for (size_t i = 0; i < n; i++) {
         double err = fabs((double)got[i] - want[i]);
         if (!(err <= rtol * fabs(want[i]) + floor)) {
-            if (shown++ < 5)
-                TY_FAIL("%s[%zu]: got %.9g want %.9g", what, i, got[i], want[i]);
+            if (shown++ < 5) TY_FAIL("%s[%zu]: got %.9g want %.9g", what, i, got[i], want[i]);
         }
     }
 }
@@ -118,8 +120,7 @@ static double *fd_grad(loss_fn L, void *st, double *x, size_t n)
 }
 
 /* Analytic fp32 gradient vs FD: rtol 1e-3, floor 1e-4 of the largest entry. */
-static void check_grad(const char *what, const float *got, loss_fn L, void *st, double *x,
-                       size_t n)
+static void check_grad(const char *what, const float *got, loss_fn L, void *st, double *x, size_t n)
 {
     double *g = fd_grad(L, st, x, n);
     check_close(what, got, g, n, 1e-3, 1e-4);
@@ -138,8 +139,7 @@ static void check_doubled(const char *what, const float *second, const float *fi
         double want = 2.0 * first[i];
         if (!(fabs(second[i] - want) <= 1e-5 * fabs(want) + floor + 1e-12)) {
             if (shown++ < 3)
-                TY_FAIL("%s[%zu] after two backwards: %.9g, want %.9g", what, i,
-                        second[i], want);
+                TY_FAIL("%s[%zu] after two backwards: %.9g, want %.9g", what, i, second[i], want);
         }
     }
 }
@@ -423,8 +423,7 @@ static void run_norm(int rms, int with_bias)
         kn_layernorm_bwd(c, dx, dw, with_bias ? db : NULL, r, x, w, mean, rstd, N, C);
     check_grad("norm dx", dx, norm_loss, &s, s.x, NC);
     check_grad("norm dw", dw, norm_loss, &s, s.w, C);
-    if (with_bias)
-        check_grad("norm db", db, norm_loss, &s, s.b, C);
+    if (with_bias) check_grad("norm db", db, norm_loss, &s, s.b, C);
 
     /* Accumulation: a second backward doubles every gradient. */
     float *dx1 = fcopy(c, dx, NC), *dw1 = fcopy(c, dw, C), *db1 = fcopy(c, db, C);
@@ -434,8 +433,7 @@ static void run_norm(int rms, int with_bias)
         kn_layernorm_bwd(c, dx, dw, with_bias ? db : NULL, r, x, w, mean, rstd, N, C);
     check_doubled("norm dx", dx, dx1, NC);
     check_doubled("norm dw", dw, dw1, C);
-    if (with_bias)
-        check_doubled("norm db", db, db1, C);
+    if (with_bias) check_doubled("norm db", db, db1, C);
 
     /* NULL gradients are skipped; the others are unchanged by the omission. */
     float *dx2 = falloc(c, NC), *dw2 = falloc(c, C);
@@ -487,7 +485,10 @@ static void test_layernorm(void)
     run_norm(0, 0);
 }
 
-static void test_rmsnorm(void) { run_norm(1, 0); }
+static void test_rmsnorm(void)
+{
+    run_norm(1, 0);
+}
 
 /* ---- matmul ------------------------------------------------------------ */
 
@@ -531,16 +532,14 @@ static void run_matmul(int with_bias)
     kn_matmul_bwd(c, dx, dw, with_bias ? db : NULL, r, x, w, N, K, M);
     check_grad("matmul dx", dx, mm_loss, &s, s.x, (size_t)N * K);
     check_grad("matmul dw", dw, mm_loss, &s, s.w, (size_t)M * K);
-    if (with_bias)
-        check_grad("matmul db", db, mm_loss, &s, s.b, M);
+    if (with_bias) check_grad("matmul db", db, mm_loss, &s, s.b, M);
 
     float *dx1 = fcopy(c, dx, (size_t)N * K), *dw1 = fcopy(c, dw, (size_t)M * K);
     float *db1 = fcopy(c, db, M);
     kn_matmul_bwd(c, dx, dw, with_bias ? db : NULL, r, x, w, N, K, M);
     check_doubled("matmul dx", dx, dx1, (size_t)N * K);
     check_doubled("matmul dw", dw, dw1, (size_t)M * K);
-    if (with_bias)
-        check_doubled("matmul db", db, db1, M);
+    if (with_bias) check_doubled("matmul db", db, db1, M);
 
     float *dx2 = falloc(c, (size_t)N * K), *dw2 = falloc(c, (size_t)M * K), *db2 = falloc(c, M);
     kn_matmul_bwd(c, dx2, NULL, NULL, r, x, w, N, K, M);
@@ -548,8 +547,7 @@ static void run_matmul(int with_bias)
     kn_matmul_bwd(c, NULL, NULL, db2, r, x, w, N, K, M);
     check_same("matmul dx alone", dx2, dx1, (size_t)N * K);
     check_same("matmul dw alone", dw2, dw1, (size_t)M * K);
-    if (with_bias)
-        check_same("matmul db alone", db2, db1, M);
+    if (with_bias) check_same("matmul db alone", db2, db1, M);
 
     free(s.x);
     free(s.w);
@@ -609,7 +607,8 @@ static double rope_loss(void *st)
             for (int h = 0; h < s->H; h++) {
                 size_t o = ((size_t)b * s->T + t) * s->ld + (size_t)h * s->D;
                 for (int i = 0; i < half; i++) {
-                    double th = (t + s->off) * (s->inv ? (double)s->inv[i] : pow(s->base, -2.0 * i / s->D));
+                    double th =
+                        (t + s->off) * (s->inv ? (double)s->inv[i] : pow(s->base, -2.0 * i / s->D));
                     double a = s->x[o + i], bb = s->x[o + i + half];
                     s->out[o + i] = a * cos(th) - bb * sin(th);
                     s->out[o + i + half] = bb * cos(th) + a * sin(th);
@@ -618,7 +617,8 @@ static double rope_loss(void *st)
     return dot_r(s->r, s->out, (size_t)s->B * s->T * s->ld);
 }
 
-static void run_rope_with(kn_ctx *c, int B, int T, int H, int D, int ld, int off, double base, const float *inv)
+static void run_rope_with(kn_ctx *c, int B, int T, int H, int D, int ld, int off, double base,
+                          const float *inv)
 {
     rope_st s = {.B = B, .T = T, .H = H, .D = D, .ld = ld, .off = off, .base = base, .inv = inv};
     size_t n = (size_t)s.B * s.T * s.ld;
@@ -626,8 +626,10 @@ static void run_rope_with(kn_ctx *c, int B, int T, int H, int D, int ld, int off
     float *r = frand(c, &s.r, n, 1.0);
     s.out = dzeros(n);
     float *y = fcopy(c, x, n);
-    if (inv) kn_rope_freq_fwd(c, y, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
-    else kn_rope_fwd(c, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
+    if (inv)
+        kn_rope_freq_fwd(c, y, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
+    else
+        kn_rope_fwd(c, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
     rope_loss(&s);
     check_close("rope fwd", y, s.out, n, 1e-5, 1e-6);
     for (size_t i = 0; i < n; i++)
@@ -636,13 +638,17 @@ static void run_rope_with(kn_ctx *c, int B, int T, int H, int D, int ld, int off
 
     /* The backward is the transpose, in place: dx = R^T r. */
     float *g = fcopy(c, r, n);
-    if (inv) kn_rope_freq_bwd(c, g, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
-    else kn_rope_bwd(c, g, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
+    if (inv)
+        kn_rope_freq_bwd(c, g, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
+    else
+        kn_rope_bwd(c, g, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
     check_grad("rope dx", g, rope_loss, &s, s.x, n);
 
     /* Forward then backward is the identity (a rotation and its inverse). */
-    if (inv) kn_rope_freq_bwd(c, y, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
-    else kn_rope_bwd(c, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
+    if (inv)
+        kn_rope_freq_bwd(c, y, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
+    else
+        kn_rope_bwd(c, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
     check_close("rope bwd(fwd(x))", y, s.x, n, 1e-5, 1e-6);
     free(s.x);
     free(s.r);
@@ -672,7 +678,8 @@ static void run_rope_freq(kn_ctx *c, int B, int T, int H, int D, int ld, int off
     kn_rope_fwd(c, x, B, T, H, D, ld, 10000.0f, off);
     kn_rope_freq_fwd(c, y, B, T, H, D, ld, inv, off);
     for (size_t i = 0; i < n; i++)
-        CHECK(fabsf(x[i] - y[i]) <= 1e-6f * (1.0f + fabsf(x[i])), "rope_freq vs rope at %zu: %g vs %g", i, y[i], x[i]);
+        CHECK(fabsf(x[i] - y[i]) <= 1e-6f * (1.0f + fabsf(x[i])),
+              "rope_freq vs rope at %zu: %g vs %g", i, y[i], x[i]);
     free(xd);
     kn_free(c, inv);
 }
@@ -697,7 +704,7 @@ static void test_rope(void)
 
 typedef struct {
     int B, T, Hq, Hkv, D, ldq, ldkv;
-    double *q, *k, *v, *r; /* q/k/v may point into one fused buffer */
+    double *q, *k, *v, *r;   /* q/k/v may point into one fused buffer */
     double *out, *att, *lse; /* att [B,Hq,T,T] is only the reference's */
 } att_st;
 
@@ -856,9 +863,9 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
 
 static void test_attention(void)
 {
-    run_attention(2, 7, 4, 2, 6, 0); /* GQA, padded strides */
-    run_attention(1, 9, 3, 3, 5, 0); /* MHA, odd head size */
-    run_attention(2, 5, 3, 1, 4, 0); /* MQA */
+    run_attention(2, 7, 4, 2, 6, 0);  /* GQA, padded strides */
+    run_attention(1, 9, 3, 3, 5, 0);  /* MHA, odd head size */
+    run_attention(2, 5, 3, 1, 4, 0);  /* MQA */
     run_attention(1, 70, 2, 1, 4, 0); /* T past one 64-row block */
 }
 
@@ -885,8 +892,8 @@ static void old_attention(const float *q, const float *k, const float *v, const 
 #define Q(t) (q + ((size_t)b * T + (t)) * Hq * D + (size_t)h * D)
 #define K(t) (k + ((size_t)b * T + (t)) * Hkv * D + (size_t)g * D)
 #define V(t) (v + ((size_t)b * T + (t)) * Hkv * D + (size_t)g * D)
-#define O(t) ((size_t)b * T + (t)) * Hq * D + (size_t)h * D
-#define KV(t) ((size_t)b * T + (t)) * Hkv * D + (size_t)g * D
+#define O(t) ((size_t)b * T + (t)) * Hq *D + (size_t)h *D
+#define KV(t) ((size_t)b * T + (t)) * Hkv *D + (size_t)g *D
             for (int i = 0; i < T; i++) {
                 float mx = -INFINITY, sum = 0.0f, *p = P + (size_t)i * T;
                 for (int j = 0; j <= i; j++) {
@@ -994,8 +1001,7 @@ static void test_attention_old(void)
  * value: IEEE rounding written out in double, independently of the kernel. */
 static double ref_round(double x, int bits, int emin, int emax)
 {
-    if (isnan(x) || isinf(x) || x == 0.0)
-        return x;
+    if (isnan(x) || isinf(x) || x == 0.0) return x;
     double sign = x < 0 ? -1.0 : 1.0;
     x = fabs(x);
     int e;
@@ -1003,12 +1009,10 @@ static double ref_round(double x, int bits, int emin, int emax)
     int ex = e - 1 < emin ? emin : e - 1;
     double ulp = ldexp(1.0, ex - (bits - 1));
     double q = x / ulp, f = floor(q), r = q - f;
-    if (r > 0.5 || (r == 0.5 && fmod(f, 2.0) != 0.0))
-        f += 1.0;
+    if (r > 0.5 || (r == 0.5 && fmod(f, 2.0) != 0.0)) f += 1.0;
     double y = f * ulp;
     double maxv = ldexp(2.0 - ldexp(1.0, -(bits - 1)), emax);
-    if (y > maxv)
-        return sign * INFINITY;
+    if (y > maxv) return sign * INFINITY;
     return copysign(y, sign);
 }
 
@@ -1021,17 +1025,17 @@ static void test_convert(void)
     float *x = falloc(c, n);
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(urand() * ldexp(1.0, (int)(urand() * 40)));
-    x[0] = 1.0f + 0x1p-8f;             /* bf16 tie, round down to even */
-    x[1] = 1.0f + 3 * 0x1p-8f;         /* bf16 tie, round up to even */
-    x[2] = 65520.0f;                   /* fp16: rounds to inf */
-    x[3] = 65519.0f;                   /* fp16: 65504 */
-    x[4] = 3e-6f;                      /* fp16 subnormal */
+    x[0] = 1.0f + 0x1p-8f;     /* bf16 tie, round down to even */
+    x[1] = 1.0f + 3 * 0x1p-8f; /* bf16 tie, round up to even */
+    x[2] = 65520.0f;           /* fp16: rounds to inf */
+    x[3] = 65519.0f;           /* fp16: 65504 */
+    x[4] = 3e-6f;              /* fp16 subnormal */
     x[5] = INFINITY;
     x[6] = -INFINITY;
     x[7] = NAN;
-    x[8] = 3.3895313892515355e38f;     /* bf16: overflows to inf */
+    x[8] = 3.3895313892515355e38f; /* bf16: overflows to inf */
     x[9] = -0.0f;
-    x[10] = 1.0f + 0x1p-11f;           /* fp16 tie, to even */
+    x[10] = 1.0f + 0x1p-11f; /* fp16 tie, to even */
     const struct {
         kn_dtype dt;
         int bits, emin, emax;
@@ -1048,15 +1052,16 @@ static void test_convert(void)
         int bad = 0;
         for (size_t i = 0; i < n; i++) {
             double want = ref_round((double)x[i], fmts[f].bits, fmts[f].emin, fmts[f].emax);
-            int ok = isnan(want) ? isnan(back[i]) : (double)back[i] == want && !!signbit(back[i]) == !!signbit(want);
+            int ok = isnan(want) ? isnan(back[i])
+                                 : (double)back[i] == want && !!signbit(back[i]) == !!signbit(want);
             if (!ok && bad++ < 5)
                 fprintf(stderr, "FAIL convert %s [%zu]: %.9g -> %.9g, want %.9g\n", fmts[f].name, i,
                         (double)x[i], (double)back[i], want);
         }
         ty_failures += bad;
         /* kn_round gives the same values without the 16-bit buffer. */
-        CHECK(memcmp(r + 8, back + 8, (n - 8) * sizeof *r) == 0 && !isnan(r[0]), "%s: kn_round != convert",
-              fmts[f].name);
+        CHECK(memcmp(r + 8, back + 8, (n - 8) * sizeof *r) == 0 && !isnan(r[0]),
+              "%s: kn_round != convert", fmts[f].name);
         CHECK(isnan(back[7]), "%s: NaN lost", fmts[f].name);
         /* 16 -> 16 bits through fp32 and same-type copies. */
         uint16_t *h2 = kn_alloc(c, n * 2);
@@ -1072,7 +1077,8 @@ static void test_convert(void)
     kn_round(c, v, n, KN_F16);
     kn_convert(c, w, KN_F32, hf, KN_F16, n);
     CHECK(memcmp(v + 8, w + 8, (n - 8) * sizeof *v) == 0, "bf16 -> fp16 differs from rounding");
-    CHECK(kn_dtype_size(KN_BF16) == 2 && kn_dtype_size(KN_F32) == 4 && !strcmp(kn_dtype_name(KN_F16), "fp16"),
+    CHECK(kn_dtype_size(KN_BF16) == 2 && kn_dtype_size(KN_F32) == 4 &&
+              !strcmp(kn_dtype_name(KN_F16), "fp16"),
           "dtype table");
     kn_close(c);
 }
@@ -1092,8 +1098,7 @@ static void run_matmul16(kn_dtype dt, int N, int K, int M, int with_bias)
     float *g = frand(c, &tmp, (size_t)N * M, 1.0);
     free(tmp);
     float *b = with_bias ? frand(c, &tmp, M, 1.0) : NULL;
-    if (with_bias)
-        free(tmp);
+    if (with_bias) free(tmp);
     kn_round(c, x, (size_t)N * K, dt);
     kn_round(c, g, (size_t)N * M, dt);
     uint16_t *w16 = kn_alloc(c, (size_t)M * K * 2);
@@ -1114,8 +1119,8 @@ static void run_matmul16(kn_dtype dt, int N, int K, int M, int with_bias)
                 rdw[(size_t)m * K + k] += 2 * gv * x[(size_t)n * K + k];
             }
         }
-    float *out = falloc(c, (size_t)N * M), *dx = falloc(c, (size_t)N * K), *dw = falloc(c, (size_t)M * K),
-          *db = falloc(c, M);
+    float *out = falloc(c, (size_t)N * M), *dx = falloc(c, (size_t)N * K),
+          *dw = falloc(c, (size_t)M * K), *db = falloc(c, M);
     for (size_t i = 0; i < (size_t)N * M; i++)
         out[i] = NAN; /* poisoned: every element written */
     kn_matmul16_fwd(c, dt, KN_F32, out, x, w16, b, N, K, M);
@@ -1380,7 +1385,8 @@ static void test_adamw(void)
     double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
     for (int64_t t = 1; t <= 3; t++) {
         double wdt = t == 2 ? 0.0 : wd; /* one step without decay */
-        kn_adamw(c, KN_F32, p, NULL, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wdt, t);
+        kn_adamw(c, KN_F32, p, NULL, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps,
+                 (float)wdt, t);
         for (size_t i = 0; i < n; i++) {
             double gi = g[i];
             dp[i] -= lr * wdt * dp[i];
@@ -1462,7 +1468,8 @@ static void test_determinism(void)
     float *a = malloc(nw * sizeof *a), *b = malloc(nw * sizeof *b);
     for (int threads = 1; threads <= 2; threads++) {
         double na = pipeline(threads, a), nb = pipeline(threads, b);
-        CHECK(memcmp(&na, &nb, sizeof na) == 0, "%d threads: grad norm differs across runs", threads);
+        CHECK(memcmp(&na, &nb, sizeof na) == 0, "%d threads: grad norm differs across runs",
+              threads);
         check_same("weights after a step, two runs", a, b, nw);
         CHECK(isfinite(na) && na > 0, "pipeline norm %g", na);
     }
@@ -1476,16 +1483,25 @@ static const struct {
     const char *name;
     void (*fn)(void);
 } tests[] = {
-    {"context", test_context},     {"elementwise", test_elementwise},
-    {"sum", test_sum},             {"embedding", test_embedding},
-    {"layernorm", test_layernorm}, {"rmsnorm", test_rmsnorm},
-    {"matmul", test_matmul},       {"rope", test_rope},
-    {"attention", test_attention}, {"attention_fused", test_attention_fused},
-    {"attention_old", test_attention_old}, {"convert", test_convert},
+    {"context", test_context},
+    {"elementwise", test_elementwise},
+    {"sum", test_sum},
+    {"embedding", test_embedding},
+    {"layernorm", test_layernorm},
+    {"rmsnorm", test_rmsnorm},
+    {"matmul", test_matmul},
+    {"rope", test_rope},
+    {"attention", test_attention},
+    {"attention_fused", test_attention_fused},
+    {"attention_old", test_attention_old},
+    {"convert", test_convert},
     {"matmul16", test_matmul16},
-    {"gelu", test_gelu},           {"swiglu", test_swiglu},
-    {"dropout", test_dropout},     {"crossentropy", test_crossentropy},
-    {"adamw", test_adamw},         {"determinism", test_determinism},
+    {"gelu", test_gelu},
+    {"swiglu", test_swiglu},
+    {"dropout", test_dropout},
+    {"crossentropy", test_crossentropy},
+    {"adamw", test_adamw},
+    {"determinism", test_determinism},
 };
 
 int main(int argc, char **argv)

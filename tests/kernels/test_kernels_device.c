@@ -64,7 +64,10 @@ static buf bput(pair *p, const void *host, size_t bytes)
     }
     return b;
 }
-static buf bzeros(pair *p, size_t bytes) { return bput(p, NULL, bytes); }
+static buf bzeros(pair *p, size_t bytes)
+{
+    return bput(p, NULL, bytes);
+}
 static buf brand(pair *p, size_t n, double a)
 {
     float *h = hrand(n, a);
@@ -100,19 +103,15 @@ static void cmp(pair *p, const char *what, buf b, double rtol, double atol)
     float *x = fetch(p->cpu, b.cpu, b.bytes), *y = fetch(p->dev, b.dev, b.bytes);
     double mx = 0, ea = 0, er = 0;
     for (size_t i = 0; i < n; i++)
-        if (isfinite(x[i]))
-            mx = fmax(mx, fabs(x[i]));
+        if (isfinite(x[i])) mx = fmax(mx, fabs(x[i]));
     int shown = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)x[i] - y[i]);
-        if (isnan(x[i]) && isnan(y[i]))
-            continue;
+        if (isnan(x[i]) && isnan(y[i])) continue;
         ea = fmax(ea, d);
-        if (fabs(x[i]) > 1e-3 * mx)
-            er = fmax(er, d / fabs(x[i]));
+        if (fabs(x[i]) > 1e-3 * mx) er = fmax(er, d / fabs(x[i]));
         if (!(d <= rtol * fabs(x[i]) + atol * mx + 1e-30)) {
-            if (shown++ < 5)
-                TY_FAIL("%s[%zu]: device %.9g cpu %.9g", what, i, y[i], x[i]);
+            if (shown++ < 5) TY_FAIL("%s[%zu]: device %.9g cpu %.9g", what, i, y[i], x[i]);
         }
     }
     printf("op=%s n=%zu max_abs=%.3g max_rel=%.3g max_ref=%.3g\n", what, n, ea, er, mx);
@@ -155,8 +154,7 @@ static void cmp_val(const char *what, double cpu, double dev, double rtol)
 
 /* Runs an op twice on the device from the same inputs and requires the
  * same bits: `run` fills out from scratch each time. */
-static void same_twice(pair *p, const char *what, buf out, void (*run)(kn_ctx *, void *),
-                       void *arg)
+static void same_twice(pair *p, const char *what, buf out, void (*run)(kn_ctx *, void *), void *arg)
 {
     void *a = fetch(p->dev, out.dev, out.bytes);
     run(p->dev, arg);
@@ -255,10 +253,10 @@ static void t_adamw(pair *p)
     kn_to_device(p->dev, v.dev, vh, n * 4);
     free(vh);
     for (int t = 1; t <= 3; t++) {
-        kn_adamw(p->cpu, KN_F32, F(w, cpu), NULL, F(g, cpu), F(m, cpu), F(v, cpu), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                 t == 2 ? 0.0f : 0.1f, t);
-        kn_adamw(p->dev, KN_F32, F(w, dev), NULL, F(g, dev), F(m, dev), F(v, dev), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                 t == 2 ? 0.0f : 0.1f, t);
+        kn_adamw(p->cpu, KN_F32, F(w, cpu), NULL, F(g, cpu), F(m, cpu), F(v, cpu), n, 1e-3f, 0.9f,
+                 0.95f, 1e-8f, t == 2 ? 0.0f : 0.1f, t);
+        kn_adamw(p->dev, KN_F32, F(w, dev), NULL, F(g, dev), F(m, dev), F(v, dev), n, 1e-3f, 0.9f,
+                 0.95f, 1e-8f, t == 2 ? 0.0f : 0.1f, t);
     }
     cmp(p, "adamw.p", w, 1e-6, 1e-7);
     cmp(p, "adamw.m", m, 1e-6, 1e-7);
@@ -314,10 +312,10 @@ static void t_norm(pair *p)
     kn_rmsnorm_fwd(p->dev, F(o, dev), F(rstd, dev), F(x, dev), F(w, dev), N, C, 1e-6f);
     cmp(p, "rmsnorm_fwd", o, 1e-5, 1e-6);
     cmp(p, "rmsnorm_fwd.rstd", rstd, 1e-5, 1e-6);
-    kn_rmsnorm_bwd(p->cpu, F(dx, cpu), F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu), F(rstd, cpu),
-                   N, C);
-    kn_rmsnorm_bwd(p->dev, F(dx, dev), F(dw, dev), F(r, dev), F(x, dev), F(w, dev), F(rstd, dev),
-                   N, C);
+    kn_rmsnorm_bwd(p->cpu, F(dx, cpu), F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu), F(rstd, cpu), N,
+                   C);
+    kn_rmsnorm_bwd(p->dev, F(dx, dev), F(dw, dev), F(r, dev), F(x, dev), F(w, dev), F(rstd, dev), N,
+                   C);
     cmp(p, "rmsnorm_bwd.dx", dx, 1e-4, 1e-5);
     cmp(p, "rmsnorm_bwd.dw", dw, 1e-4, 1e-5);
     kn_rmsnorm_bwd(p->cpu, NULL, F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu), F(rstd, cpu), N, C);
@@ -384,16 +382,20 @@ static void t_nf4(pair *p)
                 kn_nf4_dequant(p->cpu, out.cpu, (kn_dtype)dt, wc, n);
                 kn_nf4_dequant(p->dev, out.dev, (kn_dtype)dt, wd, n);
                 char what[64];
-                snprintf(what, sizeof what, "nf4_dequant.%s%s", kn_dtype_name((kn_dtype)dt), dq ? ".dq" : "");
+                snprintf(what, sizeof what, "nf4_dequant.%s%s", kn_dtype_name((kn_dtype)dt),
+                         dq ? ".dq" : "");
                 cmp_bytes(p, what, out);
                 kn_free(p->cpu, out.cpu);
                 kn_free(p->dev, out.dev);
             }
-            buf x = brand(p, (size_t)N * K, 1), bias = brand(p, M, 1), o = bzeros(p, (size_t)N * M * 4);
+            buf x = brand(p, (size_t)N * K, 1), bias = brand(p, M, 1),
+                o = bzeros(p, (size_t)N * M * 4);
             buf d = brand(p, (size_t)N * M, 1), dx = brand(p, (size_t)N * K, 1);
             for (int dt = 0; dt < 3; dt += 1) {
-                kn_nf4_matmul_fwd(p->cpu, (kn_dtype)dt, F(o, cpu), F(x, cpu), wc, F(bias, cpu), N, K, M);
-                kn_nf4_matmul_fwd(p->dev, (kn_dtype)dt, F(o, dev), F(x, dev), wd, F(bias, dev), N, K, M);
+                kn_nf4_matmul_fwd(p->cpu, (kn_dtype)dt, F(o, cpu), F(x, cpu), wc, F(bias, cpu), N,
+                                  K, M);
+                kn_nf4_matmul_fwd(p->dev, (kn_dtype)dt, F(o, dev), F(x, dev), wd, F(bias, dev), N,
+                                  K, M);
                 cmp(p, dq ? "nf4_matmul_fwd.dq" : "nf4_matmul_fwd", o, 1e-5, 1e-6);
                 kn_nf4_matmul_bwd(p->cpu, (kn_dtype)dt, F(dx, cpu), F(d, cpu), wc, N, K, M);
                 kn_nf4_matmul_bwd(p->dev, (kn_dtype)dt, F(dx, dev), F(d, dev), wd, N, K, M);
@@ -460,17 +462,17 @@ static void att_case_dt(pair *p, int B, int T, int Hq, int Hkv, int D, int fused
         }
     }
     const char *tn = dt == KN_F32 ? "" : dt == KN_BF16 ? ".bf16" : ".fp16";
-    kn_attention_fwd(p->cpu, F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko, F(v, cpu) + vo,
-                     B, T, Hq, Hkv, D, ldq, ldkv);
-    kn_attention_fwd(p->dev, F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko, F(v, dev) + vo,
-                     B, T, Hq, Hkv, D, ldq, ldkv);
+    kn_attention_fwd(p->cpu, F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko, F(v, cpu) + vo, B,
+                     T, Hq, Hkv, D, ldq, ldkv);
+    kn_attention_fwd(p->dev, F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko, F(v, dev) + vo, B,
+                     T, Hq, Hkv, D, ldq, ldkv);
     snprintf(name, sizeof name, "attention_fwd.B%d.T%d.H%d/%d.D%d%s%s", B, T, Hq, Hkv, D,
              fused ? ".fused" : "", tn);
     cmp(p, name, out, 1e-4, 1e-5);
     snprintf(name, sizeof name, "attention_fwd.lse.T%d.H%d/%d.D%d", T, Hq, Hkv, D);
     cmp(p, name, lse, 1e-5, 1e-6);
-    struct att_args a = {out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,
-                         F(q, dev), F(k, dev) + ko, F(v, dev) + vo};
+    struct att_args a = {
+        out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, F(q, dev), F(k, dev) + ko, F(v, dev) + vo};
     same_twice(p, "attention_fwd.repeat", out, att_rerun, &a);
 
     /* Gradients accumulate onto non-zero buffers. */
@@ -526,8 +528,8 @@ static void t_attention(pair *p)
     }
     /* An unsupported head dim is an error on the context, not garbage. */
     buf big = bzeros(p, 4 * 300 * 4);
-    kn_attention_fwd(p->dev, F(big, dev), F(big, dev), F(big, dev), F(big, dev), F(big, dev), 1,
-                     1, 1, 1, 300, 300, 300);
+    kn_attention_fwd(p->dev, F(big, dev), F(big, dev), F(big, dev), F(big, dev), F(big, dev), 1, 1,
+                     1, 1, 300, 300, 300);
     ty_err err = {0};
     if (kn_check(p->dev, &err) == 0 || !strstr(err.msg, "head dim")) {
         TY_FAIL("attention with D=300 was not refused ('%s')", err.msg);
@@ -548,8 +550,10 @@ static void t_crossentropy(pair *p)
     kn_crossentropy_fwd(p->cpu, KN_F32, F(loss, cpu), F(l, cpu), tg.cpu, N, V);
     kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(l, dev), tg.dev, N, V);
     cmp(p, "crossentropy_fwd", loss, 1e-5, 1e-6);
-    kn_crossentropy_fwd_bwd(p->cpu, KN_F32, F(loss, cpu), F(dl, cpu), F(l, cpu), tg.cpu, N, V, 1.0f / 22);
-    kn_crossentropy_fwd_bwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), F(l, dev), tg.dev, N, V, 1.0f / 22);
+    kn_crossentropy_fwd_bwd(p->cpu, KN_F32, F(loss, cpu), F(dl, cpu), F(l, cpu), tg.cpu, N, V,
+                            1.0f / 22);
+    kn_crossentropy_fwd_bwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), F(l, dev), tg.dev, N, V,
+                            1.0f / 22);
     cmp(p, "crossentropy_fwd_bwd.loss", loss, 1e-5, 1e-6);
     cmp(p, "crossentropy_fwd_bwd.dlogits", dl, 1e-5, 1e-6);
     /* In place (dlogits == logits), losses NULL. */
@@ -570,8 +574,10 @@ static void t_crossentropy(pair *p)
         kn_crossentropy_fwd(p->dev, dts[k], F(loss, dev), l16.dev, tg.dev, N, V);
         snprintf(what, sizeof what, "crossentropy_fwd.%s", kn_dtype_name(dts[k]));
         cmp(p, what, loss, 1e-5, 1e-6);
-        kn_crossentropy_fwd_bwd(p->cpu, dts[k], F(loss, cpu), g16.cpu, l16.cpu, tg.cpu, N, V, 1.0f / 22);
-        kn_crossentropy_fwd_bwd(p->dev, dts[k], F(loss, dev), g16.dev, l16.dev, tg.dev, N, V, 1.0f / 22);
+        kn_crossentropy_fwd_bwd(p->cpu, dts[k], F(loss, cpu), g16.cpu, l16.cpu, tg.cpu, N, V,
+                                1.0f / 22);
+        kn_crossentropy_fwd_bwd(p->dev, dts[k], F(loss, dev), g16.dev, l16.dev, tg.dev, N, V,
+                                1.0f / 22);
         snprintf(what, sizeof what, "crossentropy_fwd_bwd.%s.dlogits", kn_dtype_name(dts[k]));
         cmp16(p, what, g16, (size_t)N * V, dts[k], r16, 1e-3);
         kn_crossentropy_fwd_bwd(p->cpu, dts[k], NULL, l16.cpu, l16.cpu, tg.cpu, N, V, 0.5f);
@@ -598,10 +604,11 @@ static void t_convert(pair *p)
 {
     size_t n = 20000;
     float *h = hrand(n, 4);
-    const float edge[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 65504.0f, 65519.99f,
-                          65520.0f, -65536.0f, 1e-8f, 5.9604645e-8f, 2.9802322e-8f,
-                          2.9802326e-8f, 6.1035156e-5f, 6.1e-5f, 1.00048828125f,
-                          1.00146484375f, 3.0e38f, 1.0e-40f, 1.00390625f, 1.01171875f};
+    const float edge[] = {NAN,         -NAN,           INFINITY,       -INFINITY,     0.0f,
+                          -0.0f,       65504.0f,       65519.99f,      65520.0f,      -65536.0f,
+                          1e-8f,       5.9604645e-8f,  2.9802322e-8f,  2.9802326e-8f, 6.1035156e-5f,
+                          6.1e-5f,     1.00048828125f, 1.00146484375f, 3.0e38f,       1.0e-40f,
+                          1.00390625f, 1.01171875f};
     for (size_t i = 0; i < sizeof edge / sizeof *edge; i++)
         h[i] = edge[i];
     for (size_t i = 100; i < 2100; i++) /* a sweep through fp16's subnormal range */
@@ -644,13 +651,15 @@ static void t_convert(pair *p)
         buf dx = brand(p, (size_t)N * K, 1), dw = brand(p, (size_t)M * K, 1), db = brand(p, M, 1);
         kn_round(p->cpu, F(d, cpu), (size_t)N * M, dts[k]); /* dout holds dt values too */
         kn_round(p->dev, F(d, dev), (size_t)N * M, dts[k]);
-        kn_matmul16_fwd(p->cpu, dts[k], KN_F32, F(o, cpu), F(xw, cpu), w.cpu, F(bias, cpu), N, K, M);
-        kn_matmul16_fwd(p->dev, dts[k], KN_F32, F(o, dev), F(xw, dev), w.dev, F(bias, dev), N, K, M);
+        kn_matmul16_fwd(p->cpu, dts[k], KN_F32, F(o, cpu), F(xw, cpu), w.cpu, F(bias, cpu), N, K,
+                        M);
+        kn_matmul16_fwd(p->dev, dts[k], KN_F32, F(o, dev), F(xw, dev), w.dev, F(bias, dev), N, K,
+                        M);
         cmp(p, k ? "matmul16_fwd.fp16" : "matmul16_fwd.bf16", o, 1e-5, 1e-6);
-        kn_matmul16_bwd(p->cpu, dts[k], KN_F32, F(dx, cpu), F(dw, cpu), F(db, cpu), F(d, cpu), F(xw, cpu),
-                        w.cpu, N, K, M);
-        kn_matmul16_bwd(p->dev, dts[k], KN_F32, F(dx, dev), F(dw, dev), F(db, dev), F(d, dev), F(xw, dev),
-                        w.dev, N, K, M);
+        kn_matmul16_bwd(p->cpu, dts[k], KN_F32, F(dx, cpu), F(dw, cpu), F(db, cpu), F(d, cpu),
+                        F(xw, cpu), w.cpu, N, K, M);
+        kn_matmul16_bwd(p->dev, dts[k], KN_F32, F(dx, dev), F(dw, dev), F(db, dev), F(d, dev),
+                        F(xw, dev), w.dev, N, K, M);
         cmp(p, "matmul16_bwd.dx", dx, 1e-5, 1e-6);
         cmp(p, "matmul16_bwd.dw", dw, 1e-5, 1e-6);
         cmp(p, "matmul16_bwd.dbias", db, 1e-5, 1e-6);
@@ -666,26 +675,28 @@ static void t_convert(pair *p)
             char what[80];
             const char *nm = kn_dtype_name(dts[k]);
             double r16 = dts[k] == KN_BF16 ? 8e-3 : 1e-3;
-            buf xw = brand(p, (size_t)n * kk, 1), w32 = brand(p, (size_t)m * kk, 1), bias = brand(p, m, 1);
+            buf xw = brand(p, (size_t)n * kk, 1), w32 = brand(p, (size_t)m * kk, 1),
+                bias = brand(p, m, 1);
             kn_round(p->cpu, F(xw, cpu), (size_t)n * kk, dts[k]);
             kn_round(p->dev, F(xw, dev), (size_t)n * kk, dts[k]);
             buf w = bzeros(p, (size_t)m * kk * 2), o16 = bzeros(p, (size_t)n * m * 2);
             kn_convert(p->cpu, w.cpu, dts[k], w32.cpu, KN_F32, (size_t)m * kk);
             kn_convert(p->dev, w.dev, dts[k], w32.dev, KN_F32, (size_t)m * kk);
-            kn_matmul16_fwd(p->cpu, dts[k], dts[k], o16.cpu, F(xw, cpu), w.cpu, has_bias ? F(bias, cpu) : NULL, n,
-                            kk, m);
-            kn_matmul16_fwd(p->dev, dts[k], dts[k], o16.dev, F(xw, dev), w.dev, has_bias ? F(bias, dev) : NULL, n,
-                            kk, m);
+            kn_matmul16_fwd(p->cpu, dts[k], dts[k], o16.cpu, F(xw, cpu), w.cpu,
+                            has_bias ? F(bias, cpu) : NULL, n, kk, m);
+            kn_matmul16_fwd(p->dev, dts[k], dts[k], o16.dev, F(xw, dev), w.dev,
+                            has_bias ? F(bias, dev) : NULL, n, kk, m);
             snprintf(what, sizeof what, "matmul16_fwd.%s_out.%dx%dx%d", nm, n, kk, m);
             cmp16(p, what, o16, (size_t)n * m, dts[k], r16, 1e-3);
             buf d32 = brand(p, (size_t)n * m, 1), d16 = bzeros(p, (size_t)n * m * 2);
             kn_convert(p->cpu, d16.cpu, dts[k], d32.cpu, KN_F32, (size_t)n * m);
             kn_convert(p->dev, d16.dev, dts[k], d32.dev, KN_F32, (size_t)n * m);
-            buf dx = brand(p, (size_t)n * kk, 1), dw = brand(p, (size_t)m * kk, 1), db = brand(p, m, 1);
-            kn_matmul16_bwd(p->cpu, dts[k], dts[k], F(dx, cpu), F(dw, cpu), F(db, cpu), d16.cpu, F(xw, cpu), w.cpu,
-                            n, kk, m);
-            kn_matmul16_bwd(p->dev, dts[k], dts[k], F(dx, dev), F(dw, dev), F(db, dev), d16.dev, F(xw, dev), w.dev,
-                            n, kk, m);
+            buf dx = brand(p, (size_t)n * kk, 1), dw = brand(p, (size_t)m * kk, 1),
+                db = brand(p, m, 1);
+            kn_matmul16_bwd(p->cpu, dts[k], dts[k], F(dx, cpu), F(dw, cpu), F(db, cpu), d16.cpu,
+                            F(xw, cpu), w.cpu, n, kk, m);
+            kn_matmul16_bwd(p->dev, dts[k], dts[k], F(dx, dev), F(dw, dev), F(db, dev), d16.dev,
+                            F(xw, dev), w.dev, n, kk, m);
             snprintf(what, sizeof what, "matmul16_bwd.%s_dout.dx", nm);
             cmp(p, what, dx, 1e-5, 1e-6);
             snprintf(what, sizeof what, "matmul16_bwd.%s_dout.dw", nm);
@@ -732,11 +743,9 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *bname = argc > 2 ? argv[2] : "cuda-emu";
-    if (argc > 3)
-        g_scale = atoi(argv[3]) > 0 ? atoi(argv[3]) : 1;
+    if (argc > 3) g_scale = atoi(argv[3]) > 0 ? atoi(argv[3]) : 1;
     const kn_backend *be = NULL;
-    if (!strcmp(bname, "cuda-emu"))
-        be = &kn_cuda_emu_backend;
+    if (!strcmp(bname, "cuda-emu")) be = &kn_cuda_emu_backend;
 #ifdef TY_KN_HAVE_CUDA
     else if (!strcmp(bname, "cuda"))
         be = &kn_cuda_backend;
@@ -747,20 +756,19 @@ int main(int argc, char **argv)
     }
     pair p = {0};
     ty_err err = {0};
-    if (kn_open(&p.cpu, KN_CPU, 0, 1, &err) ||
-        kn_open_backend(&p.dev, be, KN_CUDA, 0, 0, &err)) {
+    if (kn_open(&p.cpu, KN_CPU, 0, 1, &err) || kn_open_backend(&p.dev, be, KN_CUDA, 0, 0, &err)) {
         fprintf(stderr, "open: %s\n", err.msg);
         return 2;
     }
     static const struct {
         const char *name;
         void (*fn)(pair *);
-    } groups[] = {{"context", t_context},     {"elementwise", t_elementwise},
+    } groups[] = {{"context", t_context},         {"elementwise", t_elementwise},
                   {"activations", t_activations}, {"adamw", t_adamw},
-                  {"embedding", t_embedding}, {"norm", t_norm},
-                  {"matmul", t_matmul},       {"rope", t_rope},
-                  {"attention", t_attention}, {"crossentropy", t_crossentropy},
-                  {"convert", t_convert},     {"nf4", t_nf4}};
+                  {"embedding", t_embedding},     {"norm", t_norm},
+                  {"matmul", t_matmul},           {"rope", t_rope},
+                  {"attention", t_attention},     {"crossentropy", t_crossentropy},
+                  {"convert", t_convert},         {"nf4", t_nf4}};
     int found = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (!strcmp(argv[1], groups[i].name) || !strcmp(argv[1], "all")) {

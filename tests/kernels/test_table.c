@@ -62,8 +62,7 @@ static float *hrand(size_t n, double scale)
 static void *dput(tc *t, const void *h, size_t bytes)
 {
     void *d = kn_alloc(t->c, bytes ? bytes : 1);
-    if (h)
-        kn_to_device(t->c, d, h, bytes);
+    if (h) kn_to_device(t->c, d, h, bytes);
     return d;
 }
 
@@ -79,7 +78,8 @@ static float *dpoison(tc *t, size_t n)
 }
 
 /* Device result vs double reference under dtype dt's tolerance. */
-static void expect(tc *t, const char *what, const float *d, const double *want, size_t n, kn_dtype dt)
+static void expect(tc *t, const char *what, const float *d, const double *want, size_t n,
+                   kn_dtype dt)
 {
     float *h = malloc(n * sizeof *h);
     kn_sync(t->c);
@@ -92,15 +92,18 @@ static void expect(tc *t, const char *what, const float *d, const double *want, 
         double e = fabs((double)h[i] - want[i]);
         if (!(e <= TOL[dt].rtol * fabs(want[i]) + TOL[dt].atol * mx)) {
             if (bad++ < 3)
-                fprintf(stderr, "FAIL %s %s %s[%zu]: got %.9g want %.9g\n", t->dev, t->name, what, i, h[i],
-                        want[i]);
+                fprintf(stderr, "FAIL %s %s %s[%zu]: got %.9g want %.9g\n", t->dev, t->name, what,
+                        i, h[i], want[i]);
         }
     }
     ty_failures += bad;
     free(h);
 }
 
-static double *dvec(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+static double *dvec(size_t n)
+{
+    return calloc(n ? n : 1, sizeof(double));
+}
 
 /* ---- cases ------------------------------------------------------------ */
 
@@ -216,8 +219,10 @@ static void c_matmul(tc *t)
     int N = 33, K = 47, M = 29;
     for (int dt = KN_F32; dt <= KN_F16; dt++) {
         float *hx = hrand((size_t)N * K, 1), *hw = hrand((size_t)M * K, 1), *hb = hrand(M, 1);
-        float *hg = hrand((size_t)N * M, 1), *hdx = hrand((size_t)N * K, 1), *hdw = hrand((size_t)M * K, 1);
-        float *x = dput(t, hx, (size_t)N * K * 4), *wf = dput(t, hw, (size_t)M * K * 4), *b = dput(t, hb, M * 4);
+        float *hg = hrand((size_t)N * M, 1), *hdx = hrand((size_t)N * K, 1),
+              *hdw = hrand((size_t)M * K, 1);
+        float *x = dput(t, hx, (size_t)N * K * 4), *wf = dput(t, hw, (size_t)M * K * 4),
+              *b = dput(t, hb, M * 4);
         float *g = dput(t, hg, (size_t)N * M * 4);
         void *w16 = NULL;
         if (dt != KN_F32) { /* the values the op sees: rounded x, w, g */
@@ -276,7 +281,8 @@ static void c_matmul(tc *t)
             expect(t, "matmul16 dx (16-bit dout, +=)", dx, wdx, (size_t)N * K, KN_F32);
             expect(t, "matmul16 dw (16-bit dout, +=)", dw, wdw, (size_t)M * K, KN_F32);
         }
-        free(hx), free(hw), free(hb), free(hg), free(hdx), free(hdw), free(wo), free(wdx), free(wdw);
+        free(hx), free(hw), free(hb), free(hg), free(hdx), free(hdw), free(wo), free(wdx),
+            free(wdw);
     }
 }
 
@@ -360,8 +366,7 @@ static void c_crossentropy(tc *t)
         kn_convert(t->c, dlf, KN_F32, dl, (kn_dtype)dt, nv);
         double *wl = dvec(N), *wd = dvec(nv);
         for (int n = 0; n < N; n++) {
-            if (tg[n] == -100)
-                continue;
+            if (tg[n] == -100) continue;
             double mx = -INFINITY, z = 0;
             for (int j = 0; j < V; j++)
                 mx = fmax(mx, hl[(size_t)n * V + j]);
@@ -396,7 +401,8 @@ static void c_adamw(tc *t)
     float *hp = hrand(n, 1), *hg = hrand(n, 1), *hm = hrand(n, 0.1), *hv = hrand(n, 0.1);
     for (size_t i = 0; i < n; i++)
         hv[i] = fabsf(hv[i]);
-    float *p = dput(t, hp, n * 4), *g = dput(t, hg, n * 4), *m = dput(t, hm, n * 4), *v = dput(t, hv, n * 4);
+    float *p = dput(t, hp, n * 4), *g = dput(t, hg, n * 4), *m = dput(t, hm, n * 4),
+          *v = dput(t, hv, n * 4);
     kn_adamw(t->c, KN_F32, p, NULL, g, m, v, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3);
     double *wp = dvec(n), *wm = dvec(n), *wv = dvec(n);
     double bc1 = 1 - pow(0.9f, 3), bc2 = 1 - pow(0.999f, 3);
@@ -419,7 +425,8 @@ static void c_master(tc *t)
 {
     size_t n = 4099;
     float *h = hrand(n, 50.0);
-    uint32_t ties[4] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7fffffu}; /* even tie, odd tie, negative even tie, max */
+    uint32_t ties[4] = {0x3f808000u, 0x3f818000u, 0xbf808000u,
+                        0x7f7fffffu}; /* even tie, odd tie, negative even tie, max */
     for (int i = 0; i < 4; i++)
         memcpy(&h[i], &ties[i], 4);
     float *x = dput(t, h, n * 4), *back = dpoison(t, n), *c16 = dpoison(t, n);
@@ -444,8 +451,9 @@ static void c_master(tc *t)
         uint32_t want = (a & 0xffffu) == 0x8000u && !(a & 0x10000u) ? a - 1 : a;
         if (b != want || hc[i] != hbf[i]) {
             if (bad++ < 3)
-                fprintf(stderr, "FAIL %s master[%zu]: %08x joined %08x (want %08x), hi %g vs convert %g\n", t->dev,
-                        i, a, b, want, hc[i], hbf[i]);
+                fprintf(stderr,
+                        "FAIL %s master[%zu]: %08x joined %08x (want %08x), hi %g vs convert %g\n",
+                        t->dev, i, a, b, want, hc[i], hbf[i]);
         }
     }
     ty_failures += bad;
@@ -454,7 +462,8 @@ static void c_master(tc *t)
     for (size_t i = 0; i < n; i++)
         hv[i] = fabsf(hv[i]);
     float *p32 = dput(t, hback, n * 4), *g = dput(t, hg, n * 4);
-    float *m1 = dput(t, hm, n * 4), *v1 = dput(t, hv, n * 4), *m2 = dput(t, hm, n * 4), *v2 = dput(t, hv, n * 4);
+    float *m1 = dput(t, hm, n * 4), *v1 = dput(t, hv, n * 4), *m2 = dput(t, hm, n * 4),
+          *v2 = dput(t, hv, n * 4);
     kn_adamw(t->c, KN_F32, p32, NULL, g, m1, v1, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3);
     kn_adamw(t->c, KN_BF16, hi, lo, g, m2, v2, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3);
     uint16_t *hi2 = dput(t, NULL, n * 2), *lo2 = dput(t, NULL, n * 2);
@@ -464,17 +473,25 @@ static void c_master(tc *t)
     kn_to_host(t->c, a1, hi, n * 2), kn_to_host(t->c, a2, hi2, n * 2);
     kn_to_host(t->c, b1, lo, n * 2), kn_to_host(t->c, b2, lo2, n * 2);
     if (memcmp(a1, a2, n * 2) || memcmp(b1, b2, n * 2))
-        fprintf(stderr, "FAIL %s adamw on split masters differs from fp32 adamw + split\n", t->dev), ty_failures++;
-    free(h), free(hback), free(hc), free(hbf), free(hg), free(hm), free(hv), free(a1), free(a2), free(b1), free(b2);
+        fprintf(stderr, "FAIL %s adamw on split masters differs from fp32 adamw + split\n", t->dev),
+            ty_failures++;
+    free(h), free(hback), free(hc), free(hbf), free(hg), free(hm), free(hv), free(a1), free(a2),
+        free(b1), free(b2);
 }
 
 static const struct {
     const char *name;
     void (*run)(tc *t);
 } CASES[] = {
-    {"elementwise", c_elementwise}, {"convert", c_convert},     {"embedding", c_embedding},
-    {"norms", c_norms},             {"matmul", c_matmul},       {"activations", c_activations},
-    {"attention", c_attention},     {"crossentropy", c_crossentropy}, {"adamw", c_adamw},
+    {"elementwise", c_elementwise},
+    {"convert", c_convert},
+    {"embedding", c_embedding},
+    {"norms", c_norms},
+    {"matmul", c_matmul},
+    {"activations", c_activations},
+    {"attention", c_attention},
+    {"crossentropy", c_crossentropy},
+    {"adamw", c_adamw},
     {"master", c_master},
 };
 
@@ -505,15 +522,14 @@ int main(int argc, char **argv)
             continue;
         }
         for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
-            if (argc > 1 && strcmp(argv[1], CASES[i].name))
-                continue;
+            if (argc > 1 && strcmp(argv[1], CASES[i].name)) continue;
             tc t = {c, devs[d].name, CASES[i].name};
             int before = ty_failures;
             CASES[i].run(&t);
             ty_err kerr = {0};
-            if (kn_check(c, &kerr))
-                TY_FAIL("%s %s: %s", devs[d].name, CASES[i].name, kerr.msg);
-            printf("%s %s %s\n", ty_failures == before ? "ok  " : "FAIL", devs[d].name, CASES[i].name);
+            if (kn_check(c, &kerr)) TY_FAIL("%s %s: %s", devs[d].name, CASES[i].name, kerr.msg);
+            printf("%s %s %s\n", ty_failures == before ? "ok  " : "FAIL", devs[d].name,
+                   CASES[i].name);
             ran++;
         }
         kn_close(c);

@@ -54,7 +54,8 @@ static void check_docs(const char *sec)
             continue;
         }
         if (o[i].type == OPT_CONFIG) {
-            CHECK(strstr(sec, "`--config FILE`") != NULL, "docs/server.md does not describe --config");
+            CHECK(strstr(sec, "`--config FILE`") != NULL,
+                  "docs/server.md does not describe --config");
             continue;
         }
         const char *row = row_of(sec, o[i].name);
@@ -111,8 +112,9 @@ static void check_parsing(void)
           !strcmp(c.currency, "USD") && c.gpu_hour_price < 0 && c.cpu_hour_price < 0);
     CHECK(strstr(c.engine, "/trainyard-engine") != NULL, "engine %s", c.engine);
 
-    char *ok[] = {"serve", "--cpu-slots", "3", "--max-body=4096", "--require-token",
-                  "--gpu-hour-price", "2.5", "--s3-region", "eu-west-1", "--max-params", "0", NULL};
+    char *ok[] = {"serve",           "--cpu-slots",      "3",   "--max-body=4096",
+                  "--require-token", "--gpu-hour-price", "2.5", "--s3-region",
+                  "eu-west-1",       "--max-params",     "0",   NULL};
     CHECK(srv_config_parse(&c, 11, ok, stdout, &err) == 0, "%s", err.msg);
     CHECK(c.cpu_slots == 3 && c.max_body == 4096 && c.require_token && c.gpu_hour_price == 2.5 &&
           !strcmp(c.store.s3_region, "eu-west-1") && c.max_params == 0);

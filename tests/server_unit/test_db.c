@@ -66,9 +66,10 @@ int main(void)
     CHECK(db_open(fresh, &d, &err) == 0);
     CHECK(db_user_version(d) == DB_SCHEMA_VERSION);
     db_close(d);
-    const char *tables[] = {"jobs", "job_events", "checkpoints", "tokens", "idempotency_keys",
-                            "uploads"};
-    for (size_t i = 0; i < 6; i++) CHECK(has_table(fresh, tables[i]));
+    const char *tables[] = {"jobs",   "job_events",       "checkpoints",
+                            "tokens", "idempotency_keys", "uploads"};
+    for (size_t i = 0; i < 6; i++)
+        CHECK(has_table(fresh, tables[i]));
     /* Opening again is a no-op. */
     CHECK(db_open(fresh, &d, &err) == 0);
     CHECK(db_user_version(d) == DB_SCHEMA_VERSION);
@@ -84,8 +85,9 @@ int main(void)
         /* A token from before scopes (migration 5) keeps every right. */
         sqlite3 *h;
         CHECK(sqlite3_open(old, &h) == SQLITE_OK);
-        CHECK(sqlite3_exec(h, "INSERT INTO tokens(name, sha256, created_ms) VALUES ('old', "
-                              "'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', 1)",
+        CHECK(sqlite3_exec(h,
+                           "INSERT INTO tokens(name, sha256, created_ms) VALUES ('old', "
+                           "'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', 1)",
                            NULL, NULL, NULL) == SQLITE_OK);
         sqlite3_close(h);
     }
@@ -111,7 +113,8 @@ int main(void)
     CHECK(j.run_ms == 0 && j.run_since_ms == 0 && j.checkpoint_error == NULL);
     db_job_free(&j);
     /* checkpoint_error is set and cleared like any other field. */
-    db_job_update ce = {.has_checkpoint_error = true, .checkpoint_error = "step-000001 not uploaded"};
+    db_job_update ce = {.has_checkpoint_error = true,
+                        .checkpoint_error = "step-000001 not uploaded"};
     CHECK(db_job_update_fields(d, id, &ce, &err) == 0 && db_job_get(d, id, &j, &err) == 0);
     CHECK(j.checkpoint_error && !strcmp(j.checkpoint_error, "step-000001 not uploaded"));
     db_job_free(&j);
@@ -199,7 +202,8 @@ int main(void)
     CHECK(db_events_append(d, in, 3, out, &err) == 0);
     CHECK(out[0].seq == 2 && out[1].seq == 3 && out[2].seq == 4);
     CHECK(out[0].id < out[1].id && out[1].id < out[2].id);
-    for (int i = 0; i < 3; i++) db_event_clear(&out[i]);
+    for (int i = 0; i < 3; i++)
+        db_event_clear(&out[i]);
     CHECK(db_job_get(d, l1, &j, &err) == 0);
     CHECK(j.last_metric && strstr(j.last_metric, "\"step\":3"));
     CHECK(j.last_eval && strstr(j.last_eval, "2.2"));
@@ -218,15 +222,18 @@ int main(void)
     CHECK(db_events_metrics(d, l1, &evs, &n, &err) == 0 && n == 2);
     db_events_free(evs, n);
     CHECK(db_events_global(d, 0, 1000, &evs, &n, &err) == 0);
-    for (int i = 0; i < n; i++) CHECK(strcmp(evs[i].type, "metric") && strcmp(evs[i].type, "eval"));
+    for (int i = 0; i < n; i++)
+        CHECK(strcmp(evs[i].type, "metric") && strcmp(evs[i].type, "eval"));
     db_events_free(evs, n);
 
     /* Checkpoints: newest not failed/deleted. */
     db_event ev;
-    CHECK(db_checkpoint_add(d, l1, 5, "checkpoints/step-000005", 10, "ab", "/x", NULL, &ev, &err) == 0);
+    CHECK(db_checkpoint_add(d, l1, 5, "checkpoints/step-000005", 10, "ab", "/x", NULL, &ev, &err) ==
+          0);
     CHECK(!strcmp(ev.type, "checkpoint"));
     db_event_clear(&ev);
-    CHECK(db_checkpoint_add(d, l1, 10, "checkpoints/step-000010", 10, "cd", "/y", NULL, NULL, &err) == 0);
+    CHECK(db_checkpoint_add(d, l1, 10, "checkpoints/step-000010", 10, "cd", "/y", NULL, NULL,
+                            &err) == 0);
     char *newest;
     CHECK(db_checkpoint_newest(d, l1, &newest, &err) == 0);
     CHECK(newest && !strcmp(newest, "checkpoints/step-000010"));

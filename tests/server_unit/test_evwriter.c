@@ -67,7 +67,8 @@ int main(void)
     int n;
     CHECK(db_events_job(d, j1, 0, N + 10, &evs, &n, &err) == 0);
     CHECK(n == N / 2 + 1);
-    for (int i = 0; i < n; i++) CHECK(evs[i].seq == i + 1);
+    for (int i = 0; i < n; i++)
+        CHECK(evs[i].seq == i + 1);
     db_events_free(evs, n);
     db_job j;
     CHECK(db_job_get(d, j2, &j, &err) == 0);
@@ -78,7 +79,8 @@ int main(void)
 
     /* The writer's own thread flushes a small batch within its period. */
     evw_push(w, j1, "log", strdup("{\"line\":\"hello\",\"level\":\"info\"}"));
-    for (int i = 0; i < 100 && p.n == N; i++) usleep(20000);
+    for (int i = 0; i < 100 && p.n == N; i++)
+        usleep(20000);
     CHECK(p.n == N + 1);
     /* Pending events are flushed on free. */
     evw_push(w, j1, "log", strdup("{\"line\":\"bye\",\"level\":\"info\"}"));

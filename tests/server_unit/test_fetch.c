@@ -17,7 +17,8 @@
 #include "fetch.h"
 #include "upload.h"
 
-static const char *LOCAL = "{\"model\":{\"path\":\"/models/m\"},\"dataset\":{\"train\":\"/data/t.jsonl\"}}";
+static const char *LOCAL =
+    "{\"model\":{\"path\":\"/models/m\"},\"dataset\":{\"train\":\"/data/t.jsonl\"}}";
 static const char *REMOTE_TRAIN =
     "{\"model\":{\"path\":\"/models/m\"},\"dataset\":{\"train\":\"s3://bkt/data/t.jsonl\"}}";
 static const char *REMOTE_EVAL = "{\"model\":{\"path\":\"/models/m\"},\"dataset\":{\"train\":"

@@ -9,8 +9,12 @@
 #include "tyassert.h"
 #include "gate.h"
 
-static const gate_limits LIM = {.max_line = 64, .max_head = 256, .max_fields = 4,
-                                .max_params = 3, .max_cookies = 2, .max_body = 100};
+static const gate_limits LIM = {.max_line = 64,
+                                .max_head = 256,
+                                .max_fields = 4,
+                                .max_params = 3,
+                                .max_cookies = 2,
+                                .max_body = 100};
 
 static int verdict(const char *head, gate_verdict *v)
 {
@@ -80,8 +84,8 @@ int main(void)
             "length_required");
     accepted("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n");
     refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n", 413, "too_large");
-    refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999999\r\n\r\n",
-            413, "too_large");
+    refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999999\r\n\r\n", 413,
+            "too_large");
 
     /* The request line: 64 bytes with CRLF pass, 65 do not (even unfinished). */
     char line[128];
@@ -91,8 +95,10 @@ int main(void)
         snprintf(line, sizeof line, "GET /%.*s HTTP/1.0\r\n\r\n", na,
                  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
         CHECK(strstr(line, "\r\n") + 2 - line == len);
-        if (len == 64) accepted(line);
-        else refused(line, 414, "too_large");
+        if (len == 64)
+            accepted(line);
+        else
+            refused(line, 414, "too_large");
     }
     memset(line, 'a', 70);
     memcpy(line, "GET /", 5);
@@ -104,7 +110,8 @@ int main(void)
     accepted("GET / HTTP/1.1\r\nHost: x\r\nA: 1\r\nB: 1\r\nC: 1\r\n\r\n");
     refused("GET / HTTP/1.1\r\nHost: x\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\n\r\n", 431, "too_large");
     accepted("GET / HTTP/1.1\r\nHost: x\r\nCookie: a=1; b=2\r\n\r\n");
-    refused("GET / HTTP/1.1\r\nHost: x\r\nCookie: a=1\r\nCookie: b=2; c=3\r\n\r\n", 431, "too_large");
+    refused("GET / HTTP/1.1\r\nHost: x\r\nCookie: a=1\r\nCookie: b=2; c=3\r\n\r\n", 431,
+            "too_large");
     char big[400];
     snprintf(big, sizeof big, "GET / HTTP/1.1\r\nHost: x\r\nX: %0250d\r\n\r\n", 0);
     refused(big, 431, "too_large");

@@ -14,12 +14,11 @@
 
 /* The expected legal moves, written out independently of db.c's table. */
 static const char *const legal[] = {
-    "queued>starting", "queued>paused", "queued>cancelled",
-    "starting>running", "starting>stopping", "starting>queued", "starting>failed",
-    "running>succeeded", "running>failed", "running>stopping", "running>queued",
-    "stopping>paused", "stopping>cancelled", "stopping>succeeded", "stopping>failed",
-    "stopping>queued",
-    "paused>queued", "paused>cancelled",
+    "queued>starting",    "queued>paused",      "queued>cancelled", "starting>running",
+    "starting>stopping",  "starting>queued",    "starting>failed",  "running>succeeded",
+    "running>failed",     "running>stopping",   "running>queued",   "stopping>paused",
+    "stopping>cancelled", "stopping>succeeded", "stopping>failed",  "stopping>queued",
+    "paused>queued",      "paused>cancelled",
 };
 
 static bool expected_legal(job_state a, job_state b)
@@ -132,8 +131,11 @@ int main(void)
           TY_ENOENT);
 
     /* Fields written with a transition. */
-    db_job_update up = {.has_error = true, .error = "boom", .set_finished = true,
-                        .has_restarts = true, .restarts = 2};
+    db_job_update up = {.has_error = true,
+                        .error = "boom",
+                        .set_finished = true,
+                        .has_restarts = true,
+                        .restarts = 2};
     CHECK(db_job_transition(d, id, ~0u, JOB_STARTING, "s", NULL, NULL, NULL, &err) == 0);
     CHECK(db_job_transition(d, id, ~0u, JOB_FAILED, "f", &up, NULL, NULL, &err) == 0);
     db_job j;

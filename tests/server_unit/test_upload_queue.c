@@ -82,7 +82,8 @@ static void pick(const char *states, int keep_last, int keep_best, const double 
     }
     upload_retention_pick(c, n, keep_last, keep_best, loss ? loss : none, keep);
     char got[17];
-    for (int i = 0; i < n; i++) got[i] = keep[i] ? 'K' : '.';
+    for (int i = 0; i < n; i++)
+        got[i] = keep[i] ? 'K' : '.';
     got[n] = 0;
     if (strcmp(got, want)) {
         fprintf(stderr, "retention of %s (last %d, best %d): kept %s, want %s\n", states, keep_last,
@@ -155,8 +156,10 @@ int main(void)
                            &err) == 0);
     expect_event(&ev, "failed");
     expect_state(d, job, 5, "failed");
-    CHECK(db_upload_busy(d, job, false, &busy, &err) == 0 && busy == 0); /* tried: a pause does not wait */
-    CHECK(db_upload_busy(d, job, true, &busy, &err) == 0 && busy == 1);  /* success waits for the retry */
+    CHECK(db_upload_busy(d, job, false, &busy, &err) == 0 &&
+          busy == 0); /* tried: a pause does not wait */
+    CHECK(db_upload_busy(d, job, true, &busy, &err) == 0 &&
+          busy == 1);                                             /* success waits for the retry */
     CHECK(db_upload_claim(d, now, &u2, NULL, &err) == TY_ENOENT); /* not due yet */
     db_upload_clear(&u);
     CHECK(db_upload_claim(d, now + 60000, &u, &ev, &err) == 0);
@@ -248,8 +251,8 @@ int main(void)
     CHECK(count(d, "pending") + count(d, "running") == 0);
 
     /* keep_best reads the eval loss at the checkpoint's step. */
-    db_event_in in = {.job_id = job, .ts_ms = now, .type = "eval",
-                      .data = "{\"step\":15,\"loss\":1.25}"};
+    db_event_in in = {
+        .job_id = job, .ts_ms = now, .type = "eval", .data = "{\"step\":15,\"loss\":1.25}"};
     CHECK(db_events_append(d, &in, 1, NULL, &err) == 0);
     double loss = 0;
     CHECK(db_checkpoint_eval_loss(d, job, 15, &loss, &err) == 0 && loss == 1.25);

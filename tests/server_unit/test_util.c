@@ -20,14 +20,16 @@ static void test_cursor(void)
         char c[32];
         int64_t back = 0;
         srv_cursor_encode(ids[i], c);
-        for (char *p = c; *p; p++) CHECK(strchr("=+/", *p) == NULL); /* url-safe, no padding */
+        for (char *p = c; *p; p++)
+            CHECK(strchr("=+/", *p) == NULL); /* url-safe, no padding */
         CHECK(srv_cursor_decode(c, &back) == 0 && back == ids[i]);
     }
     int64_t v;
     /* "", junk, "j", "j0", "j-1", "j=0", padded "j123", "h12", "j01" */
-    const char *bad[] = {"", "x", "!!!!", "ag", "ajA", "ai0x", "aj0w", "ajEyMw==", "ajAx",
-                         "aDEy" /* "h12" */};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(srv_cursor_decode(bad[i], &v) != 0);
+    const char *bad[] = {"",     "x",    "!!!!",     "ag",   "ajA",
+                         "ai0x", "aj0w", "ajEyMw==", "ajAx", "aDEy" /* "h12" */};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(srv_cursor_decode(bad[i], &v) != 0);
 }
 
 static void test_time(void)
@@ -45,7 +47,8 @@ static void test_tokens(void)
     ty_err err = {0};
     CHECK(srv_token_generate(a, &err) == 0 && srv_token_generate(b, &err) == 0);
     CHECK(strlen(a) == 67 && !strncmp(a, "ty_", 3) && strcmp(a, b));
-    for (int i = 3; i < 67; i++) CHECK(strchr("0123456789abcdef", a[i]));
+    for (int i = 3; i < 67; i++)
+        CHECK(strchr("0123456789abcdef", a[i]));
     srv_token_hash(a, ha);
     CHECK(strlen(ha) == 64);
     /* sha256("ty_test") computed independently (sha256sum). */
@@ -76,7 +79,8 @@ static void test_tokens(void)
     srv_scopes_format(0, out);
     CHECK(!strcmp(out, "none"));
     const char *bad[] = {"", "write", "read,", ",read", "read,,admin", "READ", "read submit"};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(srv_scopes_parse(bad[i], &m) != 0);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(srv_scopes_parse(bad[i], &m) != 0);
     CHECK(!strcmp(srv_scope_name(SCOPE_SUBMIT), "submit"));
 }
 
@@ -101,12 +105,21 @@ static void test_error_json(void)
 static void test_prom(void)
 {
     srv_gpu_sample g[2] = {
-        {.index = 0, .name = "NVIDIA H100 \"80GB\"", .mem_total = 85899345920LL,
-         .mem_used = 1048576, .util = 37, .temp = 54},
+        {.index = 0,
+         .name = "NVIDIA H100 \"80GB\"",
+         .mem_total = 85899345920LL,
+         .mem_used = 1048576,
+         .util = 37,
+         .temp = 54},
         {.index = 1, .name = "GPU 1", .util = 0},
     };
-    srv_prom p = {.jobs = {3, 0, 2, 0, 1, 10, 1, 0}, .queue_length = 3, .events_ingested = 12345,
-                  .sse_clients = 7, .http_requests = 99, .ngpus = 2, .gpus = g};
+    srv_prom p = {.jobs = {3, 0, 2, 0, 1, 10, 1, 0},
+                  .queue_length = 3,
+                  .events_ingested = 12345,
+                  .sse_clients = 7,
+                  .http_requests = 99,
+                  .ngpus = 2,
+                  .gpus = g};
     char *txt = srv_prom_render(&p);
     CHECK(txt);
     /* Every line is a # HELP / # TYPE comment or `name{labels} value`. */
@@ -123,7 +136,8 @@ static void test_prom(void)
     char typed[64][80];
     int ntyped = 0;
     for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        if (!strncmp(l, "# HELP", 6)) CHECK(regexec(&help, l, 0, NULL, 0) == 0);
+        if (!strncmp(l, "# HELP", 6))
+            CHECK(regexec(&help, l, 0, NULL, 0) == 0);
         else if (!strncmp(l, "# TYPE", 6)) {
             CHECK(regexec(&type, l, 0, NULL, 0) == 0);
             CHECK(ntyped < 64);
@@ -135,7 +149,8 @@ static void test_prom(void)
             char name[80];
             sscanf(l, "%79[^{ ]", name);
             bool declared = false;
-            for (int i = 0; i < ntyped; i++) declared |= !strcmp(typed[i], name);
+            for (int i = 0; i < ntyped; i++)
+                declared |= !strcmp(typed[i], name);
             CHECK(declared);
             samples++;
         }
@@ -146,8 +161,12 @@ static void test_prom(void)
     CHECK(strstr(txt, "trainyard_events_ingested_total 12345\n"));
     CHECK(strstr(txt, "trainyard_sse_clients 7\n"));
     CHECK(strstr(txt, "# TYPE trainyard_events_ingested_total counter\n"));
-    CHECK(strstr(txt, "trainyard_gpu_utilization_percent{gpu=\"0\",name=\"NVIDIA H100 \\\"80GB\\\"\"} 37\n"));
-    CHECK(strstr(txt, "trainyard_gpu_memory_total_bytes{gpu=\"0\",name=\"NVIDIA H100 \\\"80GB\\\"\"} 85899345920\n"));
+    CHECK(strstr(
+        txt,
+        "trainyard_gpu_utilization_percent{gpu=\"0\",name=\"NVIDIA H100 \\\"80GB\\\"\"} 37\n"));
+    CHECK(strstr(
+        txt,
+        "trainyard_gpu_memory_total_bytes{gpu=\"0\",name=\"NVIDIA H100 \\\"80GB\\\"\"} 85899345920\n"));
     regfree(&sample);
     regfree(&help);
     regfree(&type);
@@ -212,7 +231,11 @@ static void test_config(void)
  * name, one data line holding valid JSON, blank line. */
 static void test_sse_frame(void)
 {
-    db_event ev = {.id = 41, .job_id = 7, .seq = 12, .ts_ms = 1796222660883LL, .type = "metric",
+    db_event ev = {.id = 41,
+                   .job_id = 7,
+                   .seq = 12,
+                   .ts_ms = 1796222660883LL,
+                   .type = "metric",
                    .data = "{\"step\":3,\"loss\":2.5}"};
     size_t len;
     char *job = sse_format_event(&ev, 0, &len);

@@ -565,11 +565,12 @@ static void test_probe_and_dir(void)
     uint64_t bytes = 0;
     int files = 0;
     CHECK(store_put_dir(s, dir, "job-3/export/", &bytes, &files, &err) == 0, "%s", err.msg);
-    CHECK(bytes == 200010 && files == 2, "put_dir %llu bytes, %d files",
-          (unsigned long long)bytes, files);
+    CHECK(bytes == 200010 && files == 2, "put_dir %llu bytes, %d files", (unsigned long long)bytes,
+          files);
     CHECK(store_list(s, "job-3/export/", &l, &err) == 0 && l.n == 2 &&
-          !strcmp(l.items[0].key, "job-3/export/model.safetensors") &&
-          !strcmp(l.items[1].key, "job-3/export/sub/tokenizer.json"), "export listing");
+              !strcmp(l.items[0].key, "job-3/export/model.safetensors") &&
+              !strcmp(l.items[1].key, "job-3/export/sub/tokenizer.json"),
+          "export listing");
     store_listing_free(&l);
     snprintf(p, sizeof p, "%s/link", dir);
     CHECK(symlink("/etc/hostname", p) == 0, "symlink");

@@ -106,9 +106,11 @@ int main(int argc, char **argv)
             if (tok_decode(tok, w, n, &back, &blen, &err)) {
                 TY_FAIL("case %zu: decode: %s", i, err.msg);
             } else {
-                if (blen != json_string_length(decoded) || memcmp(back, json_string_value(decoded), blen)) {
-                    fprintf(stderr, "FAIL case %zu: decode of random ids \"%s\", reference \"%s\"\n", i, back,
-                            json_string_value(decoded));
+                if (blen != json_string_length(decoded) ||
+                    memcmp(back, json_string_value(decoded), blen)) {
+                    fprintf(stderr,
+                            "FAIL case %zu: decode of random ids \"%s\", reference \"%s\"\n", i,
+                            back, json_string_value(decoded));
                     print_ids("ids", w, n);
                     ty_failures++;
                 }
@@ -155,7 +157,8 @@ int main(int argc, char **argv)
             if (tok_decode(tok, ids, n, &back, &blen, &err)) {
                 TY_FAIL("case %zu: decode: %s", i, err.msg);
             } else {
-                if (blen != json_string_length(decoded) || memcmp(back, json_string_value(decoded), blen)) {
+                if (blen != json_string_length(decoded) ||
+                    memcmp(back, json_string_value(decoded), blen)) {
                     TY_FAIL("case %zu: decode \"%s\", reference \"%s\"", i, back,
                             json_string_value(decoded));
                 }
@@ -199,8 +202,8 @@ int main(int argc, char **argv)
                     jobs[k].mismatches);
         }
     }
-    printf("%s: %zu cases, %zu round trips, 4 concurrent passes\n", argv[2],
-           json_array_size(cases), roundtrips);
+    printf("%s: %zu cases, %zu round trips, 4 concurrent passes\n", argv[2], json_array_size(cases),
+           roundtrips);
     json_decref(root);
     tok_free(tok);
     return ty_summary(argv[2]);

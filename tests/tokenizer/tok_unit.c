@@ -128,11 +128,10 @@ static void test_bad_inputs(void)
     /* Found by fuzz.tokenizer: a post-processor id that is no token was
      * accepted, and encode then emitted an id without a spelling. */
     j = bpe_json(small_vocab, small_merges);
-    json_object_set_new(
-        j, "post_processor",
-        json_pack("{s:s, s:[{s:{s:s}}, {s:{s:s}}], s:{s:{s:[i]}}}", "type", "TemplateProcessing",
-                  "single", "SpecialToken", "id", "<s>", "Sequence", "id", "A", "special_tokens",
-                  "<s>", "ids", 99));
+    json_object_set_new(j, "post_processor",
+                        json_pack("{s:s, s:[{s:{s:s}}, {s:{s:s}}], s:{s:{s:[i]}}}", "type",
+                                  "TemplateProcessing", "single", "SpecialToken", "id", "<s>",
+                                  "Sequence", "id", "A", "special_tokens", "<s>", "ids", 99));
     expect_load_error(j, "id 99 is not a token", "post-processor id outside the vocabulary");
     j = bpe_json(small_vocab, small_merges);
     json_object_set_new(j, "post_processor",

@@ -69,8 +69,14 @@ int emu_launch(dim3 grid, dim3 block, size_t dyn_smem, const std::function<void(
 void emu_device_enter(void);
 void emu_device_leave(void);
 struct emu_device_guard {
-    emu_device_guard() { emu_device_enter(); }
-    ~emu_device_guard() { emu_device_leave(); }
+    emu_device_guard()
+    {
+        emu_device_enter();
+    }
+    ~emu_device_guard()
+    {
+        emu_device_leave();
+    }
     emu_device_guard(const emu_device_guard &) = delete;
     emu_device_guard &operator=(const emu_device_guard &) = delete;
 };
@@ -97,15 +103,13 @@ template <typename T> static inline T emu_from_bits(uint64_t b)
 template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int mask, int width = 32)
 {
     int lane = emu_lane(), src = lane ^ mask;
-    if ((src & ~(width - 1)) != (lane & ~(width - 1)))
-        src = lane;
+    if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
     return emu_from_bits<T>(emu_shfl_exchange(emu_to_bits(v), src));
 }
 template <typename T> static inline T __shfl_down_sync(unsigned, T v, unsigned d, int width = 32)
 {
     int lane = emu_lane(), src = lane + (int)d;
-    if ((src & ~(width - 1)) != (lane & ~(width - 1)))
-        src = lane;
+    if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
     return emu_from_bits<T>(emu_shfl_exchange(emu_to_bits(v), src));
 }
 template <typename T> static inline T __shfl_sync(unsigned, T v, int src, int width = 32)
@@ -117,24 +121,49 @@ template <typename T> static inline T __shfl_sync(unsigned, T v, int src, int wi
 
 /* ---- device math ---------------------------------------------------------- */
 
-static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+static inline float rsqrtf(float x)
+{
+    return 1.0f / std::sqrt(x);
+}
 /* Round-to-nearest operations that nvcc never fuses (the host build does
  * not fuse either: ISO C++ mode, -ffp-contract=off). */
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline int min(int a, int b) { return a < b ? a : b; }
-static inline int max(int a, int b) { return a > b ? a : b; }
+static inline float __fmul_rn(float a, float b)
+{
+    return a * b;
+}
+static inline float __fadd_rn(float a, float b)
+{
+    return a + b;
+}
+static inline int min(int a, int b)
+{
+    return a < b ? a : b;
+}
+static inline int max(int a, int b)
+{
+    return a > b ? a : b;
+}
 using std::isfinite;
 using std::isnan;
 
 /* ---- runtime API subset ---------------------------------------------------- */
 
 typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1,
-       cudaErrorInvalidConfiguration = 9, cudaErrorNoDevice = 100 };
+enum {
+    cudaSuccess = 0,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidValue = 1,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorNoDevice = 100
+};
 typedef struct emu_stream *cudaStream_t;
-enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
-                      cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost,
+    cudaMemcpyHostToDevice,
+    cudaMemcpyDeviceToHost,
+    cudaMemcpyDeviceToDevice,
+    cudaMemcpyDefault
+};
 struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem;
@@ -165,10 +194,10 @@ const char *cudaGetErrorString(cudaError_t e);
 /* emu_launch records a refused launch here, for cudaGetLastError. */
 void emu_set_last_error(cudaError_t e);
 
-#define KN_EMU_LAUNCH(kernel, grid, block, smem, stream, ...)                                     \
+#define KN_EMU_LAUNCH(kernel, grid, block, smem, stream, ...)                                      \
     do {                                                                                           \
         (void)(stream);                                                                            \
-        if (emu_launch((grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))                 \
+        if (emu_launch((grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))                   \
             emu_set_last_error(cudaErrorInvalidConfiguration);                                     \
     } while (0)
 

@@ -15,21 +15,30 @@
 
 #include "cuda_emu.h"
 
-typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1,
-               CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 } cublasStatus_t;
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15
+} cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
-typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4,
-               CUBLASLT_MATMUL_DESC_EPILOGUE = 7, CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
-               CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26 }
-    cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
-               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
-               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
-               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
-               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8 } cublasLtMatmulPreferenceAttributes_t;
+typedef enum {
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,
+    CUBLASLT_MATMUL_DESC_TRANSB = 4,
+    CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+} cublasLtMatmulDescAttributes_t;
+typedef enum {
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+} cublasLtMatmulPreferenceAttributes_t;
 
 typedef struct emu_lt *cublasLtHandle_t;
 typedef struct emu_lt_desc {
@@ -37,15 +46,15 @@ typedef struct emu_lt_desc {
     cublasLtEpilogue_t epi;
     const void *bias;
     int bias_type; /* -1: D's type (cuBLASLt's default) */
-} *cublasLtMatmulDesc_t;
+} * cublasLtMatmulDesc_t;
 typedef struct emu_lt_layout {
     cudaDataType_t type;
     uint64_t rows, cols;
     int64_t ld;
-} *cublasLtMatrixLayout_t;
+} * cublasLtMatrixLayout_t;
 typedef struct emu_lt_pref {
     size_t ws;
-} *cublasLtMatmulPreference_t;
+} * cublasLtMatmulPreference_t;
 typedef struct {
     int id;
 } cublasLtMatmulAlgo_t;
