@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef TY_HAVE_MPI
 #include <mpi.h>
@@ -167,4 +168,11 @@ void dist_shard(int rows, int world, int rank, int *lo, int *n)
 {
     *lo = (int)((long long)rows * rank / world);
     *n = (int)((long long)rows * (rank + 1) / world) - *lo;
+}
+
+double dist_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -38,6 +38,9 @@ int dist_supervise(const dist_env *d, ty_err *err);
 /* 1 once a watched supervisor has exited (polled once per step). */
 int dist_supervisor_gone(void);
 
+/* Monotonic seconds, for the all-reduce share the engine logs. */
+double dist_now(void);
+
 /* The contiguous share of `rows` rows that rank takes: [*lo, *lo + *n). */
 void dist_shard(int rows, int world, int rank, int *lo, int *n);
 

@@ -89,6 +89,7 @@ typedef struct run {
     int have_cfg;
     int vocab;               /* the model's vocabulary size */
     int64_t epoch0, cursor0; /* set-up: where the data resumes */
+    double comm_s, step_s; /* world > 1: seconds in collectives / in steps, logged at the end */
 } run;
 
 static int fail(const char *prefix, const ty_err *e)
@@ -538,7 +539,9 @@ static int train_step(run *r, step_result *out, ty_err *err)
      * a stop asked of any rank (a signal, the server gone) is a stop of
      * all after this same step. */
     if (r->a->coll) {
+        double t0 = dist_now();
         if (coll_sum_f32(r->a->coll, grads, nbuf, err)) return -1;
+        r->comm_s += dist_now() - t0;
         if (dist_supervisor_gone()) train_stop_requested = 1;
         double ls[2] = {sum, train_stop_requested ? 1.0 : 0.0};
         if (coll_sum_f64(r->a->coll, ls, 2, err)) return -1;
@@ -1013,7 +1016,9 @@ static int train_loop(run *r)
     while (r->step < s->max_steps) {
         if (r->a->coll ? r->stop : train_stop_requested) break;
         step_result sr = {0};
+        double t0 = dist_now();
         if (train_step(r, &sr, &err)) return fail(NULL, &err);
+        r->step_s += dist_now() - t0;
         if (!isfinite(sr.loss)) {
             char msg[256];
             snprintf(msg, sizeof msg,
@@ -1055,6 +1060,9 @@ static int train_loop(run *r)
             save_checkpoint(r, &err))
             return fail("checkpoint", &err);
     }
+    if (r->a->coll && r->step_s > 0) /* bench/engine-dp reads this line */
+        ev_log("data parallel: gradient all-reduce %.3f s of %.3f s in steps (%.1f%%), world %d", r->comm_s,
+               r->step_s, 100.0 * r->comm_s / r->step_s, r->a->world);
     if (r->step < s->max_steps) { /* stopped by SIGTERM */
         if (r->last_ckpt != r->step && save_checkpoint(r, &err)) return fail("checkpoint", &err);
         if (coll_barrier(r->a->coll, &err)) return fail(NULL, &err);
