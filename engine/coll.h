@@ -1,9 +1,9 @@
 /* coll.h — the collectives data parallelism needs, behind one interface.
  *
- * Implemented over MPI between CPU ranks (coll_mpi.c, Open MPI). An NCCL
- * implementation for GPU ranks (unique id broadcast over MPI) is the
- * planned second one; until it exists a multi-rank job runs its ranks on
- * the CPU backend (docs/engine.md, Ranks). The trainer calls
+ * MPI between CPU ranks (coll_mpi.c, Open MPI); between GPU ranks the
+ * gradient sum goes over NCCL once coll_attach_nccl has been called
+ * (coll_nccl.c, in a CUDA build; the unique id travels over MPI), while the
+ * host scalars stay on MPI. The trainer calls
  * only these: per step one sum of the flat gradient buffer (in the kernel
  * context's memory: host on the CPU, device on a GPU) and two small sums of
  * host doubles. World 1 never opens a collective (coll is NULL and every
@@ -23,6 +23,9 @@ typedef struct coll coll;
 
 /* After the MPI world exists (dist_init): world and rank are MPI's. */
 int coll_open_mpi(coll **out, ty_err *err);
+/* GPU ranks: device buffers (coll_sum_f32) go over NCCL from now on.
+ * Fails clearly in a build without NCCL or where libnccl cannot load. */
+int coll_attach_nccl(coll *c, ty_err *err);
 void coll_close(coll *c);
 const char *coll_name(const coll *c); /* "mpi" | "nccl" */
 

@@ -11,8 +11,15 @@
 #include <mpi.h>
 #include <stdlib.h>
 
+#ifdef TY_HAVE_NCCL
+#include "coll_nccl.h"
+#endif
+
 struct coll {
     int world, rank;
+#ifdef TY_HAVE_NCCL
+    coll_nccl *dev; /* GPU ranks: the gradient sum */
+#endif
 };
 
 #define CHUNK ((size_t)1 << 30)
@@ -38,8 +45,24 @@ int coll_open_mpi(coll **out, ty_err *err)
     return 0;
 }
 
+int coll_attach_nccl(coll *c, ty_err *err)
+{
+    if (!c) return 0;
+#ifdef TY_HAVE_NCCL
+    return c->dev ? 0 : coll_nccl_open(&c->dev, c->world, c->rank, err);
+#else
+    return ty_err_set(err, TY_EINVAL,
+                      "world size %d on a GPU: this engine was built without NCCL "
+                      "(a CUDA build fetches its header; docs/engine.md, Ranks)",
+                      c->world);
+#endif
+}
+
 void coll_close(coll *c)
 {
+#ifdef TY_HAVE_NCCL
+    if (c) coll_nccl_close(c->dev);
+#endif
     free(c);
 }
 
@@ -52,6 +75,9 @@ const char *coll_name(const coll *c)
 int coll_sum_f32(coll *c, float *buf, size_t n, ty_err *err)
 {
     if (!c) return 0;
+#ifdef TY_HAVE_NCCL
+    if (c->dev) return coll_nccl_sum_f32(c->dev, buf, n, err);
+#endif
     for (size_t o = 0; o < n; o += CHUNK) {
         int k = (int)(n - o < CHUNK ? n - o : CHUNK);
         int rc = MPI_Allreduce(MPI_IN_PLACE, buf + o, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);

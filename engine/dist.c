@@ -51,10 +51,10 @@ int dist_env_read(dist_env *d, ty_err *err)
     d->rank = env_int(R, 0, &ok, &rn);
     d->local_rank = env_int(L, 0, &ok, &ln);
     if (!ok || d->world < 1 || d->rank >= d->world)
-        return ty_err_set(
-            err, TY_EINVAL,
-            "bad rank environment: %s / %s / %s must be integers with rank < world (world %d, rank %d)",
-            wn, rn, ln, d->world, d->rank);
+        return ty_err_set(err, TY_EINVAL,
+                          "bad rank environment: %s / %s / %s must be integers with rank < world "
+                          "(world %d, rank %d)",
+                          wn, rn, ln, d->world, d->rank);
     return 0;
 }
 
@@ -92,10 +92,10 @@ int dist_init(const dist_env *d, int *argc, char ***argv, coll **c, ty_err *err)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (size != d->world || rank != d->rank)
-        return ty_err_set(
-            err, TY_EINVAL,
-            "world size %d, rank %d from the environment, but MPI's world has %d ranks and this is rank %d",
-            d->world, d->rank, size, rank);
+        return ty_err_set(err, TY_EINVAL,
+                          "world size %d, rank %d from the environment, but MPI's world has %d "
+                          "ranks and this is rank %d",
+                          d->world, d->rank, size, rank);
     return coll_open_mpi(c, err);
 #endif
 }

@@ -89,7 +89,7 @@ typedef struct run {
     int have_cfg;
     int vocab;               /* the model's vocabulary size */
     int64_t epoch0, cursor0; /* set-up: where the data resumes */
-    double comm_s, step_s; /* world > 1: seconds in collectives / in steps, logged at the end */
+    double comm_s, step_s;   /* world > 1: seconds in collectives / in steps, logged at the end */
 } run;
 
 static int fail(const char *prefix, const ty_err *e)
@@ -783,12 +783,14 @@ static int step_device(run *r, ty_err *err)
 {
     if (open_device(r, err))
         return prefixed(err, err->code == TY_ESPEC ? TY_EINVAL : err->code, "backend");
-    if (r->a->coll && kn_device_of(r->kn) != KN_CPU)
-        return ty_err_set(
-            err, TY_ESPEC,
-            "world size %d on %s: multi-rank GPU training needs NCCL, which this engine does "
-            "not have yet (CPU ranks use MPI; docs/engine.md, Ranks)",
-            r->a->world, kn_device_name(r->kn));
+    /* GPU ranks: the gradient sum over NCCL (ZeRO-1's gathers are
+     * host-side MPI: not on GPUs yet). */
+    if (r->a->coll && kn_device_of(r->kn) != KN_CPU) {
+        if (r->spec.zero)
+            return ty_err_set(err, TY_ESPEC,
+                              "resources.zero: ZeRO-1 runs on CPU ranks only in this engine");
+        if (coll_attach_nccl(r->a->coll, err)) return err->code = TY_ESPEC;
+    }
     if (device_check_precision(r->kn, r->dt, err)) return err->code = TY_ESPEC;
     return 0;
 }
@@ -1061,8 +1063,8 @@ static int train_loop(run *r)
             return fail("checkpoint", &err);
     }
     if (r->a->coll && r->step_s > 0) /* bench/engine-dp reads this line */
-        ev_log("data parallel: gradient all-reduce %.3f s of %.3f s in steps (%.1f%%), world %d", r->comm_s,
-               r->step_s, 100.0 * r->comm_s / r->step_s, r->a->world);
+        ev_log("data parallel: gradient all-reduce %.3f s of %.3f s in steps (%.1f%%), world %d",
+               r->comm_s, r->step_s, 100.0 * r->comm_s / r->step_s, r->a->world);
     if (r->step < s->max_steps) { /* stopped by SIGTERM */
         if (r->last_ckpt != r->step && save_checkpoint(r, &err)) return fail("checkpoint", &err);
         if (coll_barrier(r->a->coll, &err)) return fail(NULL, &err);

@@ -286,6 +286,27 @@ def case_zero():
     print("ok: zero with method lora refused")
 
 
+def case_gpu_nccl():
+    """Two ranks on the (emulated) CUDA backend attach the NCCL path: with
+    no libnccl to load (TY_NCCL names none) every rank stops at start with
+    an error naming it, before any step (argv[3]: trainyard-engine-emu)."""
+    emu = sys.argv[3]
+    p = write_spec()
+    spec = json.load(open(p))
+    spec["resources"] = {"backend": "cuda", "gpus": 1}
+    with open(p, "w") as f:
+        json.dump(spec, f)
+    cmd = [MPIRUN, "-np", "2", "--oversubscribe", "--bind-to", "none", emu, "--spec", p, "--workdir",
+           os.path.join(TMP, "gpu"), "--threads", "1"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(ENV, TY_NCCL="/nonexistent/libnccl.so.2"),
+                       timeout=120)
+    ev = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode == 0 or not ev or ev[-1]["ev"] != "error" or "nccl" not in ev[-1]["message"].lower() or \
+            any(e["ev"] == "metric" for e in ev):
+        fail(f"2 GPU ranks without libnccl: exit {r.returncode}, events {ev[-2:]}\n{r.stderr[-2000:]}")
+    print(f"ok: GPU ranks refused without NCCL: {ev[-1]['message']}")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+/* coll_nccl.c — NCCL between GPU ranks (see coll_nccl.h).
+ *
+ * The all-reduce is enqueued on the legacy default stream, which orders
+ * itself after the kernels' own (blocking) stream, and waited for before
+ * returning, so the caller sees a finished sum exactly as with MPI. */
+#include "coll_nccl.h"
+
+#include <dlfcn.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+struct coll_nccl {
+    void *lib;
+    ncclComm_t comm;
+    ncclResult_t (*get_unique_id)(ncclUniqueId *);
+    ncclResult_t (*init_rank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                               ncclComm_t, cudaStream_t);
+    ncclResult_t (*destroy)(ncclComm_t);
+    const char *(*error_string)(ncclResult_t);
+};
+
+static int nccl_fail(coll_nccl *n, ty_err *err, const char *what, ncclResult_t r)
+{
+    return ty_err_set(err, TY_EIO, "%s: %s", what,
+                      n->error_string ? n->error_string(r) : "NCCL error");
+}
+
+int coll_nccl_open(coll_nccl **out, int world, int rank, ty_err *err)
+{
+    coll_nccl *n = calloc(1, sizeof *n);
+    if (!n) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    /* TY_NCCL names the library; else the build tree's copy (fetched on
+     * a GPU machine), else the loader's search path. */
+    const char *env = getenv("TY_NCCL");
+    const char *tries[] = {env && *env ? env : NULL, TY_NCCL_BUILD_DIR "/libnccl.so.2",
+                           "libnccl.so.2"};
+    for (size_t i = 0; i < sizeof tries / sizeof *tries && !n->lib; i++)
+        if (tries[i]) n->lib = dlopen(tries[i], RTLD_NOW | RTLD_LOCAL);
+    if (!n->lib) {
+        free(n);
+        return ty_err_set(err, TY_EINVAL,
+                          "multi-rank GPU training needs libnccl.so.2 (TY_NCCL, or "
+                          "pip's nvidia-nccl-cu13): %s",
+                          dlerror());
+    }
+    *(void **)&n->get_unique_id = dlsym(n->lib, "ncclGetUniqueId");
+    *(void **)&n->init_rank = dlsym(n->lib, "ncclCommInitRank");
+    *(void **)&n->all_reduce = dlsym(n->lib, "ncclAllReduce");
+    *(void **)&n->destroy = dlsym(n->lib, "ncclCommDestroy");
+    *(void **)&n->error_string = dlsym(n->lib, "ncclGetErrorString");
+    if (!n->get_unique_id || !n->init_rank || !n->all_reduce || !n->destroy || !n->error_string) {
+        dlclose(n->lib);
+        free(n);
+        return ty_err_set(err, TY_EINVAL, "libnccl.so.2 lacks the functions this engine calls");
+    }
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    ncclResult_t r = ncclSuccess;
+    if (rank == 0) r = n->get_unique_id(&id);
+    /* Every rank learns whether rank 0 made one, then the id itself. */
+    int ok = r == ncclSuccess;
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!ok) {
+        int rc = nccl_fail(n, err, "ncclGetUniqueId on rank 0", r);
+        coll_nccl_close(n);
+        return rc;
+    }
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if ((r = n->init_rank(&n->comm, world, id, rank)) != ncclSuccess) {
+        int rc = nccl_fail(n, err, "ncclCommInitRank", r);
+        n->comm = NULL;
+        coll_nccl_close(n);
+        return rc;
+    }
+    *out = n;
+    return 0;
+}
+
+int coll_nccl_sum_f32(coll_nccl *n, float *buf, size_t count, ty_err *err)
+{
+    ncclResult_t r = n->all_reduce(buf, buf, count, ncclFloat32, ncclSum, n->comm, (cudaStream_t)0);
+    if (r != ncclSuccess) return nccl_fail(n, err, "ncclAllReduce of the gradients", r);
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)0);
+    if (e != cudaSuccess)
+        return ty_err_set(err, TY_EIO, "ncclAllReduce of the gradients: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+void coll_nccl_close(coll_nccl *n)
+{
+    if (!n) return;
+    if (n->comm) n->destroy(n->comm);
+    if (n->lib) dlclose(n->lib);
+    free(n);
+}

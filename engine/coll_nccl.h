@@ -1,0 +1,24 @@
+/* coll_nccl.h — the gradient sum between GPU ranks over NCCL (coll.h's
+ * device half; coll_mpi.c hands device buffers here once attached).
+ *
+ * libnccl.so.2 is opened at run time (like cuBLASLt in kernels/cuda), so a
+ * CUDA build links and starts on machines without it; the header comes
+ * from NVIDIA's pinned wheel (fetch-nccl.sh). Rank 0 makes the unique id
+ * and MPI broadcasts it: no rendezvous file or port. */
+#ifndef TY_COLL_NCCL_H
+#define TY_COLL_NCCL_H
+
+#include <stddef.h>
+
+#include "tyerr.h"
+
+typedef struct coll_nccl coll_nccl;
+
+/* Collective over MPI_COMM_WORLD; device is the CUDA device this rank's
+ * kernels run on (current on the calling thread). */
+int coll_nccl_open(coll_nccl **out, int world, int rank, ty_err *err);
+/* In-place sum of n device floats; returns when the result is there. */
+int coll_nccl_sum_f32(coll_nccl *n, float *buf, size_t count, ty_err *err);
+void coll_nccl_close(coll_nccl *n);
+
+#endif
