@@ -30,7 +30,7 @@ static const char *const schedule_names[] = {"constant", "linear", "cosine"};
 static const char *const recompute_names[] = {"none", "mlp", "all"};
 static const char *const export_dtype_names[] = {"auto", "fp32", "bf16", "fp16"};
 static const char *const format_names[] = {"tokens", "text", "prompt_completion", "chat"};
-static const char *const template_names[] = {"chatml", "llama3", "llama2"};
+static const char *const template_names[] = {"chatml", "llama3", "llama2", "model"};
 #define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const char *enum_name(const char *const *names, int n, int v)

@@ -8,7 +8,8 @@ build_pkgs=(build-essential cmake pkg-config
             libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev
             libssl-dev libopenblas-dev libpcre2-dev libutf8proc-dev
             libdnnl-dev  # oneDNN: bench/engine-cpu gemm-bf16 only
-            openmpi-bin libopenmpi-dev) # data-parallel CPU ranks (docs/engine.md, Ranks)
+            openmpi-bin libopenmpi-dev  # data-parallel CPU ranks (docs/engine.md, Ranks)
+            nlohmann-json3-dev) # minja's JSON (third_party/minja: model chat templates)
 test_pkgs=(python3-torch python3-numpy awscli chromium nodejs npm wrk hyperfine
            valgrind curl sqlite3 procps openssl
            python3-venv    # tests/schemathesis makes a venv

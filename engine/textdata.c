@@ -9,7 +9,9 @@
  * every template, where BPE never merges across them. */
 #include "textdata.h"
 
+#include "chattpl.h"
 #include "tyopen.h"
+#include "tyutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -124,6 +126,7 @@ struct data_text {
     int n_rows;
     ivec tok, lab, ptok, plab; /* scratch: one example; a packed row */
     render rd;
+    chattpl *jt; /* TD_MODEL: the model's template, parsed once */
     char err[2048];
 };
 
@@ -135,6 +138,8 @@ int textdata_template_parse(const char *name, textdata_template *out)
         *out = TD_LLAMA3;
     else if (!strcmp(name, "llama2"))
         *out = TD_LLAMA2;
+    else if (!strcmp(name, "model"))
+        *out = TD_MODEL;
     else
         return TY_EINVAL;
     return 0;
@@ -148,6 +153,99 @@ static const char *str_field(json_t *o, const char *key, char *why, size_t n)
     if (!v) return snprintf(why, n, "missing field \"%s\"", key), NULL;
     if (!json_is_string(v)) return snprintf(why, n, "field \"%s\" must be a string", key), NULL;
     return json_string_value(v);
+}
+
+/* messages[0, n) rendered by the model's template into a malloc'd string. */
+static int model_render(const struct data_text *t, json_t *msgs, size_t n, int gen, char **out,
+                        size_t *on, char *why, size_t wn)
+{
+    json_t *part = json_array();
+    for (size_t j = 0; part && j < n; j++)
+        json_array_append(part, json_array_get(msgs, j));
+    char *js = part ? json_dumps(part, JSON_COMPACT) : NULL;
+    json_decref(part);
+    if (!js) return snprintf(why, wn, "out of memory"), -1;
+    int rc = chattpl_render(t->jt, js, gen, out, on, why, wn);
+    free(js);
+    return rc;
+}
+
+/* The model's own chat_template (TD_MODEL): the conversation rendered
+ * whole; an assistant message i carries the loss from where messages[0, i)
+ * with the generation prompt ends to where messages[0, i] ends — TRL's
+ * prefix rule, so each of those renderings must be a prefix of the whole
+ * (a template that rewrites earlier turns as the conversation grows is
+ * refused, naming the message). With r NULL (the index pass) the example
+ * is rendered all the same, so template errors name their line. */
+static int render_model(const struct data_text *t, json_t *msgs, render *r, char *why, size_t wn)
+{
+    render local = {0};
+    render *out = r ? r : &local;
+    size_t nm = json_array_size(msgs), fn = 0;
+    char *full = NULL;
+    int rc = model_render(t, msgs, nm, 0, &full, &fn, why, wn);
+    if (!rc && (rd_put(out, "", 0) || rd_put(out, full, fn))) {
+        snprintf(why, wn, "out of memory");
+        rc = -1;
+    }
+    for (size_t i = 0; !rc && i < nm; i++) {
+        if (strcmp(json_string_value(json_object_get(json_array_get(msgs, i), "role")),
+                   "assistant"))
+            continue;
+        char *pre = NULL, *upto = NULL;
+        size_t pn = 0, un = 0;
+        rc = model_render(t, msgs, i, 1, &pre, &pn, why, wn);
+        if (!rc) rc = model_render(t, msgs, i + 1, 0, &upto, &un, why, wn);
+        if (!rc && (pn > un || un > fn || memcmp(upto, pre, pn) || memcmp(full, upto, un))) {
+            snprintf(
+                why, wn,
+                "chat_template: the rendering up to messages[%zu] is not a prefix of the whole conversation's, "
+                "so its loss cannot be placed",
+                i);
+            rc = -1;
+        }
+        if (!rc && un > pn) {
+            if (out->nspan == 64) {
+                snprintf(why, wn, "too many turns (64 assistant messages at most)");
+                rc = -1;
+            } else {
+                out->span[2 * out->nspan] = pn;
+                out->span[2 * out->nspan + 1] = un;
+                out->nspan++;
+            }
+        }
+        free(pre);
+        free(upto);
+    }
+    free(full);
+    free(local.s);
+    return rc;
+}
+
+int textdata_model_template(const char *dir, char **out, ty_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_t *o;
+    int rc = ty_read_json(path, TY_ENOENT, &o, err);
+    if (rc) return rc;
+    json_t *ct = json_object_get(o, "chat_template"), *v;
+    size_t i;
+    if (json_is_array(ct)) /* [{name, template}, ...]: transformers' default entry */
+        json_array_foreach(ct, i,
+                           v) if (json_is_string(json_object_get(v, "name")) &&
+                                  !strcmp(json_string_value(json_object_get(v, "name")), "default"))
+        {
+            ct = json_object_get(v, "template");
+            break;
+        }
+    if (!json_is_string(ct))
+        rc = ty_err_field(err, TY_ENOENT, "dataset.chat_template",
+                          "dataset.chat_template \"model\": %s has no chat_template string", path);
+    else if (!(*out = strdup(json_string_value(ct))))
+        rc = ty_err_set(err, TY_ENOMEM, "out of memory");
+    json_decref(o);
+    return rc;
 }
 
 /* Checks one parsed line against the format and renders it into r (when r
@@ -202,6 +300,7 @@ static int render_example(const struct data_text *t, json_t *o, render *r, char 
     const char *bos = tk && tok_bos(tk) >= 0 ? tok_token_str(tk, tok_bos(tk)) : NULL;
     const char *eos = tk && tok_eos(tk) >= 0 ? tok_token_str(tk, tok_eos(tk)) : NULL;
     textdata_template tp = t->o.chat_template;
+    if (tp == TD_MODEL) return render_model(t, msgs, r, why, wn);
     if (tp == TD_LLAMA2) {
         /* Llama 2 chat: system folded into the first user turn, then strict
          * user/assistant alternation:
@@ -488,6 +587,7 @@ static void td_free(struct data_text *t)
     free(t->ptok.v);
     free(t->plab.v);
     free(t->rd.s);
+    chattpl_free(t->jt);
     free(t);
 }
 
@@ -504,6 +604,19 @@ int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *
     t->o = *o;
     t->field = strdup(o->text_field ? o->text_field : "text");
     int rc = 0;
+    if (o->format == TD_CHAT && o->chat_template == TD_MODEL) {
+        /* The model's own template, parsed once for every example. */
+        const tok_tokenizer *tk = o->tok;
+        const char *bos = tk && tok_bos(tk) >= 0 ? tok_token_str(tk, tok_bos(tk)) : NULL;
+        const char *eos = tk && tok_eos(tk) >= 0 ? tok_token_str(tk, tok_eos(tk)) : NULL;
+        char why[512] = "no chat_template given";
+        if (!o->model_template ||
+            !(t->jt = chattpl_new(o->model_template, bos, eos, why, sizeof why))) {
+            rc = ty_err_field(err, TY_EINVAL, "dataset.chat_template",
+                              "dataset.chat_template \"model\": %s", why);
+            goto out;
+        }
+    }
     /* Regular files inside the engine's roots only (tyopen.h). */
     ty_err oe = {0};
     int fd = t->fd = ty_open_input(path, &oe);

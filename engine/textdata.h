@@ -17,17 +17,18 @@
 #include "tyerr.h"
 
 typedef enum { TD_TEXT = 1, TD_PROMPT_COMPLETION, TD_CHAT } textdata_format;
-typedef enum { TD_CHATML = 0, TD_LLAMA3, TD_LLAMA2 } textdata_template;
+typedef enum { TD_CHATML = 0, TD_LLAMA3, TD_LLAMA2, TD_MODEL } textdata_template;
 
 typedef struct textdata_opts {
     textdata_format format;
     const char *text_field; /* TD_TEXT; "text" when NULL */
     textdata_template chat_template;
-    int packing;              /* concatenate examples into full seq_len rows */
-    int seq_len;              /* needed for packing */
-    int skip_invalid;         /* skip bad lines (counted) instead of failing */
-    int vocab;                /* the model's vocabulary: every id must be below it */
-    const tok_tokenizer *tok; /* borrowed; must outlive the dataset */
+    int packing;                /* concatenate examples into full seq_len rows */
+    int seq_len;                /* needed for packing */
+    int skip_invalid;           /* skip bad lines (counted) instead of failing */
+    int vocab;                  /* the model's vocabulary: every id must be below it */
+    const tok_tokenizer *tok;   /* borrowed; must outlive the dataset */
+    const char *model_template; /* TD_MODEL: the model's chat_template (Jinja source), borrowed */
 } textdata_opts;
 
 /* Indexes path into *d (rows = examples, or packed rows). A bad line is an
@@ -35,7 +36,12 @@ typedef struct textdata_opts {
  * them). An empty file is an error. */
 int textdata_open(const char *path, const textdata_opts *o, dataset *d, ty_err *err);
 
-/* Parses a chat template name ("chatml", "llama3", "llama2"). */
+/* Parses a chat template name ("chatml", "llama3", "llama2", or "model":
+ * the model's own chat_template, rendered by chattpl.h). */
 int textdata_template_parse(const char *name, textdata_template *out);
+/* The chat_template of <dir>/tokenizer_config.json (a string, or the
+ * "default" entry of a list of named templates) into *out (malloc'd).
+ * TY_ENOENT naming the file when there is none. */
+int textdata_model_template(const char *dir, char **out, ty_err *err);
 
 #endif

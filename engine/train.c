@@ -168,7 +168,8 @@ static int check_supported(run *r, const model_config *c, char *msg, size_t n)
                1;
     textdata_template tp;
     if (s->format == DS_CHAT && textdata_template_parse(s->chat_template, &tp))
-        return snprintf(msg, n, "dataset.chat_template \"%s\" is not one of chatml, llama3, llama2",
+        return snprintf(msg, n,
+                        "dataset.chat_template \"%s\" is not one of chatml, llama3, llama2, model",
                         s->chat_template),
                1;
     if (s->method != METHOD_FULL && s->lora_r < 1)
@@ -641,12 +642,19 @@ static int load_data(run *r, const char *path, int vocab, dataset *d, ty_err *er
                                                    : TD_CHAT;
     o.text_field = s->text_field;
     textdata_template_parse(s->chat_template, &o.chat_template); /* checked in check_supported */
+    char *jinja = NULL; /* chat_template "model": tokenizer_config.json's own (textdata.h) */
+    if (o.format == TD_CHAT && o.chat_template == TD_MODEL) {
+        int rc = textdata_model_template(s->model_path, &jinja, err);
+        if (rc) return rc;
+        o.model_template = jinja;
+    }
     o.packing = s->packing;
     o.seq_len = s->seq_len;
     o.skip_invalid = s->skip_invalid;
     o.vocab = vocab;
     o.tok = r->tok;
     int rc = textdata_open(path, &o, d, err);
+    free(jinja); /* parsed by textdata_open; not needed after */
     if (!rc && d->skipped) {
         const char *base = strrchr(path, '/');
         char msg[600];
