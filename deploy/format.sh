@@ -11,9 +11,9 @@ command -v clang-format >/dev/null 2>&1 || {
   exit 1
 }
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  mapfile -t files < <(git ls-files -- '*.c' '*.h')
+  mapfile -t files < <(git ls-files -- '*.c' '*.h' ':!third_party/**') # vendored code keeps its style
 else # an exported tree: the same files, minus build output and npm modules
-  mapfile -t files < <(find . \( -name 'build*' -o -name node_modules -o -name .git \) -prune -o \
+  mapfile -t files < <(find . \( -name 'build*' -o -name node_modules -o -name .git -o -name third_party \) -prune -o \
                              \( -name '*.c' -o -name '*.h' \) -type f -print | sed 's|^\./||' | sort)
 fi
 existing=()
