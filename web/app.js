@@ -4,13 +4,16 @@
 // Views are modules exporting mount(main, app, params) -> unmount(). They
 // subscribe to the shared feed (every job's state changes and GPU samples)
 // through app.feed.on() rather than opening their own connection, so the
-// page keeps exactly one global stream however the user navigates.
+// page keeps exactly one global stream however the user navigates. One
+// page clock (clock.js) keeps the views' ages and ETAs current.
 
 import {openStream, setTokenAsker, setToken, getToken} from './api.js';
 import * as jobsView from './view-jobs.js';
 import * as jobView from './view-job.js';
 import * as submitView from './view-submit.js';
 import * as gpusView from './view-gpus.js';
+import * as compareView from './view-compare.js';
+import {startClock} from './clock.js';
 
 // A tiny publish/subscribe over the /events stream.
 class Feed {
@@ -44,6 +47,8 @@ const routes = [
   {re: /^#\/jobs\/(\d+)\/?$/, view: jobView, nav: 'jobs', params: (m) => ({id: Number(m[1])})},
   {re: /^#\/submit\/?$/, view: submitView, nav: 'submit', params: () => ({})},
   {re: /^#\/gpus\/?$/, view: gpusView, nav: 'gpus', params: () => ({})},
+  {re: /^#\/compare\/?(?:\?(.*))?$/, view: compareView, nav: 'jobs',
+    params: (m) => ({query: new URLSearchParams(m[1] || '')})},
 ];
 
 function route() {
@@ -103,6 +108,7 @@ function init() {
   signout.addEventListener('click', () => { setToken(''); syncSignout(); location.reload(); });
   app.feed.onStatus((st) => { showConnection(st); syncSignout(); });
   app.feed.start();
+  startClock(document.getElementById('main'));
   window.addEventListener('hashchange', route);
   route();
 }

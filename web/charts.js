@@ -2,36 +2,59 @@
 //
 // Points are appended into growable typed arrays and the chart redraws at
 // most once per animation frame, however many points arrived. Each series
-// is decimated to the canvas's pixel columns (first/min/max/last of every
-// column), kept between frames and extended by the new points only, so a
-// redraw costs O(width) however many points there are: tens of thousands
-// of points stay smooth. Axes get "nice" ticks;
-// hovering shows the nearest values. The element's data-points attribute
-// holds the number of plotted points (what the browser tests assert).
+// is decimated to the canvas's pixel columns (downsample.js: first/min/
+// max/last of every column), kept between frames and extended by the new
+// points only, so a redraw costs O(width) however many points there are:
+// ten runs of 10,000 points stay smooth. Axes get "nice" ticks (axes.js);
+// hovering shows the nearest values. Every chart has a log-scale toggle
+// for its y axis in its caption, and takes a smoothing weight (the view's
+// slider): the EMA of smooth.js is drawn over the raw points, which stay
+// faint behind it. The element's data-points attribute holds the number of
+// plotted points (what the browser tests assert).
+
+import {niceTicks, logTicks, timeTicks, fmtTick, fmtClock, fmtElapsed} from './axes.js';
+import {columns} from './downsample.js';
+import {emaInto} from './smooth.js';
 
 const PAD = {left: 52, right: 12, top: 10, bottom: 24};
+const RAW_ALPHA = 0.22; // the raw line behind a smoothed one
 
 export class Series {
-  constructor(name, color) {
+  // rewind: a point whose x does not advance replaces the tail from there
+  // (x is a step); otherwise x is a time and equal times follow each other.
+  constructor(name, color, rewind = true) {
     this.name = name;
     this.color = color;
+    this.rewind = rewind;
     this.xs = new Float64Array(256);
     this.ys = new Float64Array(256);
     this.n = 0;
     this.gen = 0;        // bumped when points are removed: caches restart
     this.yMin = Infinity;
     this.yMax = -Infinity;
+    this.yMinPos = Infinity; // smallest value above 0: a log axis's floor
     this.cols = null;    // per-pixel-column aggregates (see Chart.decimate)
+    // The smoothed copy (smooth.js): values and the EMA accumulator, valid
+    // for the first smN points at weight smW.
+    this.sm = null;
+    this.acc = null;
+    this.smN = 0;
+    this.smW = 0;
+    this.smCols = null;
   }
   push(x, y) {
     // x must not go backwards: a job resumed from an older checkpoint
     // replays steps, and the curve from then on replaces the old tail.
-    if (this.n && x <= this.xs[this.n - 1]) {
+    // Time never runs backwards on the chart (a clock step would).
+    if (!this.rewind && this.n && x < this.xs[this.n - 1]) x = this.xs[this.n - 1];
+    if (this.rewind && this.n && x <= this.xs[this.n - 1]) {
       this.n = this.lowerBound(x);
       this.gen++;
       this.yMin = Infinity;
       this.yMax = -Infinity;
+      this.yMinPos = Infinity;
       for (let i = 0; i < this.n; i++) this.growRange(this.ys[i]);
+      if (this.smN > this.n) this.smN = this.n;
     }
     if (this.n === this.xs.length) {
       const nx = new Float64Array(this.n * 2); nx.set(this.xs); this.xs = nx;
@@ -45,6 +68,28 @@ export class Series {
   growRange(y) {
     if (y < this.yMin) this.yMin = y;
     if (y > this.yMax) this.yMax = y;
+    if (y > 0 && y < this.yMinPos) this.yMinPos = y;
+  }
+  // Empties the series (the compare view's step/time toggle refills it).
+  clear() {
+    this.n = 0;
+    this.gen++;
+    this.yMin = Infinity;
+    this.yMax = -Infinity;
+    this.yMinPos = Infinity;
+    this.smN = 0;
+  }
+  // The smoothed values at weight w, brought up to date with the points
+  // appended since the last call (only those are computed).
+  smoothed(w) {
+    if (w !== this.smW) { this.smW = w; this.smN = 0; }
+    if (!this.sm || this.sm.length < this.xs.length) {
+      const sm = new Float64Array(this.xs.length), acc = new Float64Array(this.xs.length);
+      if (this.sm) { sm.set(this.sm.subarray(0, this.smN)); acc.set(this.acc.subarray(0, this.smN)); }
+      this.sm = sm; this.acc = acc;
+    }
+    if (this.smN < this.n) this.smN = emaInto(this.ys, this.n, w, this.acc, this.sm, this.smN);
+    return this.sm;
   }
   // First index whose x >= v.
   lowerBound(v) {
@@ -57,54 +102,19 @@ export class Series {
   }
 }
 
-// Ticks at 1, 2, 5 × 10^k covering [lo, hi] with about `count` of them.
-function niceTicks(lo, hi, count) {
-  const span = hi - lo;
-  if (!(span > 0)) return [lo];
-  const raw = span / Math.max(1, count);
-  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const norm = raw / mag;
-  const step = (norm < 1.5 ? 1 : norm < 3.5 ? 2 : norm < 7.5 ? 5 : 10) * mag;
-  const out = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
-    out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
-  }
-  return out;
-}
-
-// Time ticks (x in ms since the epoch) at whole seconds/minutes/hours.
-const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600,
-  7200, 10800, 21600, 43200, 86400].map((s) => s * 1000);
-function timeTicks(lo, hi, count) {
-  const raw = (hi - lo) / Math.max(1, count);
-  const step = TIME_STEPS.find((s) => s >= raw) || TIME_STEPS[TIME_STEPS.length - 1];
-  const out = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi; v += step) out.push(v);
-  return out;
-}
-
-function fmtTick(v) {
-  if (v === 0) return '0';
-  const a = Math.abs(v);
-  if (a >= 1e6 || a < 1e-3) return v.toExponential(1);
-  if (a >= 1000) return (v / 1000).toFixed(a >= 1e4 ? 0 : 1) + 'k';
-  return String(Number(v.toPrecision(3)));
-}
-
-function fmtClock(ms) {
-  const d = new Date(ms);
-  return d.toTimeString().slice(0, 8);
-}
-
 export class Chart {
-  // opts: title, xKind ('step' | 'time'), yFormat(v) for hover, yMin (e.g. 0
-  // for utilisation), yMax, series: [{name, color}]
+  // opts: title, xKind ('step' | 'time' | 'elapsed': ms since the epoch, or
+  // since the run began), yFormat(v) for hover, yMin (e.g. 0 for
+  // utilisation), yMax, logY (start on a log axis), smoothing (EMA weight),
+  // series: [{name, color}]
   constructor(opts) {
     this.opts = opts;
     this.series = [];
     this.xMaxHint = null;
     this.hoverX = null;
     this.pending = false;
+    this.logY = !!opts.logY;
+    this.smoothing = opts.smoothing || 0;
     this.root = document.createElement('figure');
     this.root.className = 'chart';
     this.root.tyChart = this;
@@ -114,7 +124,17 @@ export class Chart {
     this.titleEl.textContent = opts.title;
     this.legend = document.createElement('span');
     this.legend.className = 'chart-legend';
-    cap.append(this.titleEl, this.legend);
+    // The log toggle: a labelled checkbox, so keyboards and screen readers
+    // reach it like any form control.
+    const logLabel = document.createElement('label');
+    logLabel.className = 'chart-log';
+    this.logBox = document.createElement('input');
+    this.logBox.type = 'checkbox';
+    this.logBox.checked = this.logY;
+    this.logBox.setAttribute('aria-label', `Log scale for ${opts.title}`);
+    this.logBox.addEventListener('change', () => this.setLogY(this.logBox.checked));
+    logLabel.append(this.logBox, document.createTextNode('log'));
+    cap.append(this.titleEl, this.legend, logLabel);
     this.box = document.createElement('div');
     this.box.className = 'chart-box';
     this.canvas = document.createElement('canvas');
@@ -128,6 +148,7 @@ export class Chart {
     this.root.append(cap, this.box);
     for (const s of opts.series || []) this.addSeries(s.name, s.color);
     this.root.dataset.points = '0';
+    this.root.dataset.scale = this.logY ? 'log' : 'linear';
 
     this.canvas.addEventListener('pointermove', (e) => this.onHover(e));
     this.canvas.addEventListener('pointerleave', () => { this.hoverX = null; this.tip.hidden = true; this.schedule(); });
@@ -138,7 +159,7 @@ export class Chart {
   get element() { return this.root; }
 
   addSeries(name, color) {
-    const s = new Series(name, color);
+    const s = new Series(name, color, this.opts.xKind !== 'time' && this.opts.xKind !== 'elapsed');
     this.series.push(s);
     this.renderLegend();
     return this.series.length - 1;
@@ -158,6 +179,31 @@ export class Chart {
 
   // Stretches the x axis to at least this value (max_steps for step charts).
   setXMax(v) { this.xMaxHint = Number.isFinite(v) ? v : null; this.schedule(); }
+
+  // A log y axis (values <= 0 sit on its floor) or a linear one.
+  setLogY(on) {
+    this.logY = !!on;
+    this.logBox.checked = this.logY;
+    this.root.dataset.scale = this.logY ? 'log' : 'linear';
+    this.schedule();
+  }
+
+  // The EMA weight of the smoothed line, 0 (off) to 0.99.
+  setSmoothing(w) {
+    this.smoothing = w > 0 ? Math.min(0.99, w) : 0;
+    this.root.dataset.smoothing = String(this.smoothing);
+    this.schedule();
+  }
+
+  // Drops every point and takes a new x kind (the series and their colours
+  // stay): the compare view refills its charts when step/time is toggled.
+  reset(xKind) {
+    if (xKind) this.opts.xKind = xKind;
+    this.xMaxHint = null;
+    const rewind = this.opts.xKind !== 'time' && this.opts.xKind !== 'elapsed';
+    for (const s of this.series) { s.clear(); s.rewind = rewind; }
+    this.schedule();
+  }
 
   pointCount() {
     let n = 0;
@@ -185,22 +231,41 @@ export class Chart {
     }
   }
 
+  // The plotted range in data units (y as log10 of the value on a log axis).
   bounds() {
     let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    const log = this.logY;
     for (const s of this.series) {
       if (!s.n) continue;
       x0 = Math.min(x0, s.xs[0]);
       x1 = Math.max(x1, s.xs[s.n - 1]);
-      y0 = Math.min(y0, s.yMin);
-      y1 = Math.max(y1, s.yMax);
+      if (log) {
+        if (s.yMinPos === Infinity) continue;
+        y0 = Math.min(y0, s.yMinPos);
+        y1 = Math.max(y1, s.yMax);
+      } else {
+        y0 = Math.min(y0, s.yMin);
+        y1 = Math.max(y1, s.yMax);
+      }
     }
-    if (this.opts.xKind !== 'time') {
+    if (this.opts.xKind === 'step' || !this.opts.xKind) {
       x0 = Math.min(x0, 0);
       if (this.xMaxHint !== null) x1 = Math.max(x1, this.xMaxHint);
     }
+    if (this.opts.xKind === 'elapsed') x0 = Math.min(x0, 0);
+    if (x1 <= x0) x1 = x0 + 1;
+    if (log) {
+      // Nothing above zero to show: a decade around 1.
+      if (!(y0 > 0)) { y0 = 1; y1 = 10; }
+      let l0 = Math.log10(y0), l1 = Math.log10(y1);
+      if (l1 - l0 < 1e-9) { l0 -= 0.5; l1 += 0.5; } else {
+        const pad = (l1 - l0) * 0.05;
+        l0 -= pad; l1 += pad;
+      }
+      return {x0, x1, y0: l0, y1: l1};
+    }
     if (this.opts.yMin !== undefined) y0 = Math.min(y0, this.opts.yMin);
     if (this.opts.yMax !== undefined) y1 = Math.max(y1, this.opts.yMax);
-    if (x1 <= x0) x1 = x0 + 1;
     if (y1 <= y0) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
     else {
       const pad = (y1 - y0) * 0.05;
@@ -208,6 +273,11 @@ export class Chart {
       if (this.opts.yMax === undefined) y1 += pad;
     }
     return {x0, x1, y0, y1};
+  }
+
+  fmtX(x) {
+    const k = this.opts.xKind;
+    return k === 'time' ? fmtClock(x) : k === 'elapsed' ? fmtElapsed(x) : fmtTick(x);
   }
 
   draw() {
@@ -235,8 +305,12 @@ export class Chart {
     const pw = w - PAD.left - PAD.right, ph = hgt - PAD.top - PAD.bottom;
     if (pw < 10 || ph < 10) return;
     const sx = pw / (x1 - x0), sy = ph / (y1 - y0);
+    const log = this.logY;
+    // A value's height: log10 on a log axis, where values <= 0 (a warmup's
+    // lr of 0) sit on the floor rather than vanishing.
+    const ty = log ? (y) => (y > 0 ? Math.log10(y) : y0) : (y) => y;
     const px = (x) => PAD.left + (x - x0) * sx;
-    const py = (y) => PAD.top + ph - (y - y0) * sy;
+    const py = (y) => PAD.top + ph - (ty(y) - y0) * sy;
     this.view = {x0, x1, y0, y1, sx, sy, pw, ph};
 
     // Grid and tick labels.
@@ -246,42 +320,41 @@ export class Chart {
     ctx.fillStyle = fg;
     ctx.textAlign = 'right';
     ctx.textBaseline = 'middle';
-    for (const t of niceTicks(y0, y1, Math.max(2, Math.floor(ph / 40)))) {
+    const ny = Math.max(2, Math.floor(ph / 40));
+    const yt = log ? logTicks(Math.pow(10, y0), Math.pow(10, y1), ny) : niceTicks(y0, y1, ny);
+    for (const t of yt) {
       const y = Math.round(py(t)) + 0.5;
       ctx.beginPath(); ctx.moveTo(PAD.left, y); ctx.lineTo(PAD.left + pw, y); ctx.stroke();
       ctx.fillText(fmtTick(t), PAD.left - 6, y);
     }
+    this.root.dataset.yticks = yt.map((t) => fmtTick(t)).join(' ');
     ctx.textAlign = 'center';
     ctx.textBaseline = 'top';
     const nx = Math.max(2, Math.floor(pw / 90));
-    const xt = this.opts.xKind === 'time' ? timeTicks(x0, x1, nx) : niceTicks(x0, x1, nx);
+    const xt = this.opts.xKind === 'time' || this.opts.xKind === 'elapsed' ? timeTicks(x0, x1, nx) : niceTicks(x0, x1, nx);
     for (const t of xt) {
       const x = Math.round(px(t)) + 0.5;
       ctx.beginPath(); ctx.moveTo(x, PAD.top); ctx.lineTo(x, PAD.top + ph); ctx.stroke();
-      ctx.fillText(this.opts.xKind === 'time' ? fmtClock(t) : fmtTick(t), x, PAD.top + ph + 5);
+      ctx.fillText(this.fmtX(t), x, PAD.top + ph + 5);
     }
 
-    // Series, decimated to pixel columns.
+    // Series, decimated to pixel columns; with smoothing, the raw line faint
+    // and the smoothed one over it.
     ctx.save();
     ctx.beginPath();
     ctx.rect(PAD.left, PAD.top, pw, ph);
     ctx.clip();
     ctx.lineWidth = 1.5;
     ctx.lineJoin = 'round';
+    const width = Math.ceil(pw);
+    const wsm = this.smoothing;
+    let drawn = 0;
     for (const s of this.series) {
       if (!s.n) continue;
-      const c = this.decimate(s, x0, sx, Math.ceil(pw));
+      const raw = this.decimate(s, x0, sx, width);
       ctx.strokeStyle = s.color;
-      ctx.beginPath();
-      let started = false;
-      for (let col = 0; col < c.has.length; col++) {
-        if (!c.has[col]) continue;
-        const cx = PAD.left + col + 0.5;
-        if (!started) { ctx.moveTo(cx, py(c.first[col])); started = true; } else ctx.lineTo(cx, py(c.first[col]));
-        if (c.max[col] !== c.min[col]) { ctx.lineTo(cx, py(c.min[col])); ctx.lineTo(cx, py(c.max[col])); }
-        ctx.lineTo(cx, py(c.last[col]));
-      }
-      ctx.stroke();
+      ctx.globalAlpha = wsm > 0 ? RAW_ALPHA : 1;
+      drawn += this.stroke(ctx, raw, py);
       // Sparse series (eval loss: a few points) also get a dot per point.
       if (s.n <= 64) {
         ctx.fillStyle = s.color;
@@ -289,37 +362,42 @@ export class Chart {
           ctx.beginPath(); ctx.arc(px(s.xs[i]), py(s.ys[i]), 2.5, 0, Math.PI * 2); ctx.fill();
         }
       }
+      if (wsm > 0) {
+        const ys = s.smoothed(wsm);
+        s.smCols = columns(s.smCols, s.xs, ys, s.n, `${s.gen}:${wsm}`, x0, sx, width);
+        ctx.globalAlpha = 1;
+        drawn += this.stroke(ctx, s.smCols, py);
+      }
     }
+    ctx.globalAlpha = 1;
     ctx.restore();
+    // What the last frame stroked: bounded by the width, not the points.
+    this.root.dataset.vertices = String(drawn);
 
     if (this.hoverX !== null) this.drawHover(ctx, px, py);
   }
 
-  // Per-pixel-column first/min/max/last of a series, in data units so a
-  // change of the y range needs no recomputation. While the x range and the
-  // width stay put (step charts span 0..max_steps from the start) only the
-  // points appended since the last frame are folded in: a frame costs
-  // O(new points + width), not O(all points).
+  // Strokes one series' columns; returns the vertices drawn.
+  stroke(ctx, c, py) {
+    ctx.beginPath();
+    let started = false, v = 0;
+    for (let col = 0; col < c.has.length; col++) {
+      if (!c.has[col]) continue;
+      const cx = PAD.left + col + 0.5;
+      if (!started) { ctx.moveTo(cx, py(c.first[col])); started = true; } else ctx.lineTo(cx, py(c.first[col]));
+      if (c.max[col] !== c.min[col]) { ctx.lineTo(cx, py(c.min[col])); ctx.lineTo(cx, py(c.max[col])); v += 2; }
+      ctx.lineTo(cx, py(c.last[col]));
+      v += 2;
+    }
+    ctx.stroke();
+    return v;
+  }
+
+  // Per-pixel-column first/min/max/last of a series (downsample.js), kept
+  // on the series and extended by the points appended since the last frame.
   decimate(s, x0, sx, width) {
-    let c = s.cols;
-    if (!c || c.x0 !== x0 || c.sx !== sx || c.gen !== s.gen || c.has.length !== width + 1 || c.done > s.n) {
-      const n = width + 1;
-      c = s.cols = {x0, sx, gen: s.gen, done: 0, has: new Uint8Array(n),
-        first: new Float64Array(n), min: new Float64Array(n), max: new Float64Array(n), last: new Float64Array(n)};
-    }
-    for (let i = c.done; i < s.n; i++) {
-      const col = Math.min(width, Math.max(0, Math.floor((s.xs[i] - x0) * sx)));
-      const y = s.ys[i];
-      if (!c.has[col]) {
-        c.has[col] = 1; c.first[col] = c.min[col] = c.max[col] = c.last[col] = y;
-      } else {
-        if (y < c.min[col]) c.min[col] = y;
-        if (y > c.max[col]) c.max[col] = y;
-        c.last[col] = y;
-      }
-    }
-    c.done = s.n;
-    return c;
+    s.cols = columns(s.cols, s.xs, s.ys, s.n, s.gen, x0, sx, width);
+    return s.cols;
   }
 
   onHover(e) {
@@ -334,17 +412,21 @@ export class Chart {
     const xv = v.x0 + (this.hoverX - PAD.left) / v.sx;
     const lines = [];
     let xShown = null;
+    const wsm = this.smoothing;
+    const fmt = (y) => (this.opts.yFormat ? this.opts.yFormat(y) : String(Number(y.toPrecision(5))));
     for (const s of this.series) {
       if (!s.n) continue;
       let i = s.lowerBound(xv);
       if (i >= s.n) i = s.n - 1;
       if (i > 0 && Math.abs(s.xs[i - 1] - xv) < Math.abs(s.xs[i] - xv)) i--;
       const x = s.xs[i], y = s.ys[i];
+      // With smoothing the marker sits on the smoothed line; the raw value
+      // is said too.
+      const shown = wsm > 0 ? s.smoothed(wsm)[i] : y;
       if (xShown === null) xShown = x;
       ctx.fillStyle = s.color;
-      ctx.beginPath(); ctx.arc(px(x), py(y), 3, 0, Math.PI * 2); ctx.fill();
-      const fy = this.opts.yFormat ? this.opts.yFormat(y) : String(Number(y.toPrecision(5)));
-      lines.push(`${s.name}: ${fy}`);
+      ctx.beginPath(); ctx.arc(px(x), py(shown), 3, 0, Math.PI * 2); ctx.fill();
+      lines.push(wsm > 0 ? `${s.name}: ${fmt(shown)} (raw ${fmt(y)})` : `${s.name}: ${fmt(y)}`);
     }
     if (xShown === null) return;
     const hx = Math.round(px(xShown)) + 0.5;
@@ -352,7 +434,8 @@ export class Chart {
     ctx.setLineDash([3, 3]);
     ctx.beginPath(); ctx.moveTo(hx, PAD.top); ctx.lineTo(hx, PAD.top + v.ph); ctx.stroke();
     ctx.setLineDash([]);
-    const head = this.opts.xKind === 'time' ? fmtClock(xShown) : `step ${xShown}`;
+    const k = this.opts.xKind;
+    const head = k === 'time' ? fmtClock(xShown) : k === 'elapsed' ? `after ${fmtElapsed(xShown)}` : `step ${xShown}`;
     this.tip.textContent = [head, ...lines].join('\n');
     this.tip.hidden = false;
     const left = hx + 10 + 160 > this.box.clientWidth ? hx - 170 : hx + 10;

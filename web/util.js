@@ -114,12 +114,12 @@ export function fmtDuration(s) {
   return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
 }
 
-// "3m" style age of an RFC 3339 timestamp.
-export function fmtAge(ts) {
+// "3m" style age of an RFC 3339 timestamp at `now` (ms; default the clock).
+export function fmtAge(ts, now = Date.now()) {
   if (!ts) return '–';
   const t = Date.parse(ts);
   if (Number.isNaN(t)) return '–';
-  const s = (Date.now() - t) / 1000;
+  const s = (now - t) / 1000;
   if (s < 60) return `${Math.max(0, Math.floor(s))}s`;
   if (s < 3600) return `${Math.floor(s / 60)}m`;
   if (s < 86400) return `${Math.floor(s / 3600)}h`;

@@ -6,12 +6,17 @@
 // remembers the highest seq it applied and drops anything at or below it,
 // so a reconnect (Last-Event-ID) after a server restart adds exactly the
 // missing points: no gap, no duplicate, no redraw from scratch.
+// A smoothing slider sets every chart's EMA and each chart has a log toggle
+// (chart-controls.js, charts.js); the ETA and the age are marked for the
+// page clock (clock.js) and count between reads.
 
 import {api, openStream, followText} from './api.js';
 import {Chart} from './charts.js';
+import {smoothingControl} from './chart-controls.js';
+import {etaDeadline, etaText, etaAttrs} from './clock.js';
 import {tryBox} from './view-try.js';
 import {h, fill, stateBadge, allowedActions, TERMINAL, fmtLoss, fmtLr, fmtInt, fmtCount, fmtBytes, fmtCost,
-  fmtDuration, fmtTime, modelLabel, gpuLabel} from './util.js';
+  fmtTime, fmtAge, modelLabel, gpuLabel} from './util.js';
 
 const LOG_LINES = 400;
 const GPU_COLORS = ['#2f7ed8', '#e4572e', '#17a589', '#a66cc1', '#f0a202', '#5c6b73', '#c44d8a', '#3aa35c'];
@@ -25,11 +30,13 @@ export function mount(main, app, {id}) {
   let logFollow = null;
   let ckptTimer = null;
   let terminalSeen = false;
+  let readAt = Date.now(); // when job was read: its ETA counts from here
 
   const charts = {
     loss: new Chart({title: 'Loss', series: [{name: 'train', color: '#2f7ed8'}, {name: 'eval', color: '#e4572e'}]}),
     lr: new Chart({title: 'Learning rate', yMin: 0, series: [{name: 'lr', color: '#a66cc1'}]}),
     tps: new Chart({title: 'Tokens/s', yMin: 0, series: [{name: 'tokens/s', color: '#17a589'}]}),
+    gn: new Chart({title: 'Grad norm', yMin: 0, series: [{name: 'grad norm', color: '#f0a202'}]}),
     util: new Chart({title: 'GPU utilisation (%)', xKind: 'time', yMin: 0, yMax: 100,
       emptyText: 'waiting for GPU samples…', yFormat: (v) => `${Math.round(v)}%`}),
     mem: new Chart({title: 'GPU memory (GiB)', xKind: 'time', yMin: 0,
@@ -38,6 +45,7 @@ export function mount(main, app, {id}) {
   charts.loss.element.id = 'chart-loss';
   charts.lr.element.id = 'chart-lr';
   charts.tps.element.id = 'chart-tps';
+  charts.gn.element.id = 'chart-grad-norm';
   charts.util.element.id = 'chart-gpu-util';
   charts.mem.element.id = 'chart-gpu-mem';
 
@@ -74,9 +82,10 @@ export function mount(main, app, {id}) {
       h('div', {class: 'actions'}, buttons.pause, buttons.resume, buttons.cancel, buttons.delete)),
     actionError, loadError, jobError, ckptError, summary,
     h('section', {class: 'charts'},
-      h('div', {class: 'charts-head'}, h('h2', null, 'Training'), streamState),
+      h('div', {class: 'charts-head'}, h('h2', null, 'Training'), streamState, h('span', {class: 'spacer'}),
+        smoothingControl(() => Object.values(charts), 'job-smoothing')),
       h('div', {class: 'chart-grid'}, charts.loss.element, charts.lr.element, charts.tps.element,
-        charts.util.element, charts.mem.element)),
+        charts.gn.element, charts.util.element, charts.mem.element)),
     h('section', null, h('h2', null, 'Checkpoints'),
       ckptTable, ckptEmpty),
     tryBox(id),
@@ -117,6 +126,7 @@ export function mount(main, app, {id}) {
     const e = job.last_eval || {};
     const max = p.max_steps || (job.spec && job.spec.hyperparameters && job.spec.hyperparameters.max_steps);
     const frac = p.fraction ?? (max ? (p.step || 0) / max : 0);
+    const eta = etaDeadline(job, readAt);
     // A value too wide for its card ends in an ellipsis; the whole text is
     // its tooltip. sub is a second, smaller line that may wrap.
     const item = (k, v, sub) => h('div', {class: 'stat'}, h('span', {class: 'stat-k'}, k),
@@ -131,7 +141,8 @@ export function mount(main, app, {id}) {
       item('Eval loss', fmtLoss(e.loss)),
       item('LR', fmtLr(m.lr)),
       item('Tokens/s', fmtInt(m.tokens_per_s)),
-      item('ETA', TERMINAL.has(job.state) ? '–' : fmtDuration(p.eta_s)),
+      // Only a running job has an ETA (not a paused or finished one).
+      item('ETA', h('span', {id: 'job-eta', ...etaAttrs(eta)}, etaText(eta, Date.now()))),
       item('Method', (job.spec && job.spec.method) || 'full'),
       item('Model', modelLabel(job.spec)),
       item('GPUs', gpuLabel(job)),
@@ -139,7 +150,8 @@ export function mount(main, app, {id}) {
       item('Backend', job.backend || '–'),
       job.engine ? item('Parameters', fmtCount(job.engine.params), trainableLabel(job.engine)) : null,
       item('Restarts', `${job.restarts ?? 0} / ${job.max_restarts ?? '?'}`),
-      item('Created', fmtTime(job.created_at)),
+      item('Created', fmtTime(job.created_at),
+        h('span', {id: 'job-age', dataset: {since: job.created_at || '', sinceSuffix: ' ago'}}, `${fmtAge(job.created_at)} ago`)),
       job.started_at ? item('Started', fmtTime(job.started_at)) : null,
       job.finished_at ? item('Finished', fmtTime(job.finished_at)) : null);
     jobError.hidden = !job.error;
@@ -148,7 +160,7 @@ export function mount(main, app, {id}) {
     ckptError.textContent = job.checkpoint_error ? `Not in the store: ${job.checkpoint_error}` : '';
     showGpuCharts(job.gpus && job.gpus.length > 0 || !!(job.spec && job.spec.resources && job.spec.resources.gpus));
     const xmax = max ? Number(max) : null;
-    charts.loss.setXMax(xmax); charts.lr.setXMax(xmax); charts.tps.setXMax(xmax);
+    for (const c of [charts.loss, charts.lr, charts.tps, charts.gn]) c.setXMax(xmax);
   }
 
   async function act(action) {
@@ -162,7 +174,7 @@ export function mount(main, app, {id}) {
         return;
       }
       const j = await api(`/jobs/${id}/${action}`, {method: 'POST'});
-      if (j && j.id) { job = j; renderSummary(); }
+      if (j && j.id) { job = j; readAt = Date.now(); renderSummary(); }
       // A resumed job gets a new stream life: make sure it is connected.
       if (action === 'resume') { terminalSeen = false; ensureStream(); }
     } catch (e) {
@@ -177,6 +189,7 @@ export function mount(main, app, {id}) {
       const j = await api(`/jobs/${id}`);
       if (!alive) return;
       job = j;
+      readAt = Date.now();
       loadError.hidden = true;
       renderSummary();
       specPre.textContent = JSON.stringify(j.spec, null, 2);
@@ -204,6 +217,7 @@ export function mount(main, app, {id}) {
           charts.loss.append(0, d.step, d.loss);
           charts.lr.append(0, d.step, d.lr);
           if (d.tokens_per_s !== undefined) charts.tps.append(0, d.step, d.tokens_per_s);
+          if (d.grad_norm !== undefined) charts.gn.append(0, d.step, d.grad_norm);
         }
         if (job) {
           job.last_metric = d;

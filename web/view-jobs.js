@@ -1,7 +1,10 @@
 // view-jobs.js — the jobs list: every job's state, progress and latest
 // metrics, filterable by state and by tag (the server filters: GET
 // /jobs?tag=), updated live; a running job that stopped reporting shows a
-// "stalled" badge (the job's stalled_at).
+// "stalled" badge (the job's stalled_at). Checkboxes select jobs for the
+// compare view (#/compare?ids=...); the selection lasts the tab's session.
+// Ages and ETAs are marked for the page clock (clock.js), which keeps them
+// current between reads.
 //
 // State changes arrive on the shared /events feed and re-fetch only that
 // job's row. Metrics are not on /events (they would flood it), so while
@@ -9,11 +12,18 @@
 // few seconds — one small request however many jobs are listed.
 
 import {api} from './api.js';
-import {h, fill, STATES, stateBadge, fmtLoss, fmtInt, fmtDuration, fmtAge, fmtCost, costHours, modelLabel, gpuLabel, TERMINAL} from './util.js';
+import {h, fill, STATES, stateBadge, fmtLoss, fmtInt, fmtAge, fmtCost, costHours, modelLabel, gpuLabel} from './util.js';
+import {etaDeadline, etaText, etaAttrs} from './clock.js';
 
 const ACTIVE = ['starting', 'running', 'stopping'];
 const POLL_MS = 3000;
 const PAGE = 200;
+const SELECTED_KEY = 'trainyard.compare';
+export const COMPARE_MAX = 10;
+
+function loadSelection() {
+  try { return new Set(JSON.parse(sessionStorage.getItem(SELECTED_KEY) || '[]').filter(Number.isInteger)); } catch { return new Set(); }
+}
 
 export function mount(main, app, params) {
   const jobs = new Map();        // id -> job
@@ -23,6 +33,8 @@ export function mount(main, app, params) {
   let nextCursor = null;
   let alive = true;
   const pendingRow = new Set();
+  const readAt = new Map();      // id -> when the job was read (ETA base)
+  const selected = loadSelection();
 
   const chips = h('div', {class: 'chips', role: 'tablist'});
   const tagInput = h('input', {type: 'search', id: 'tag-filter', placeholder: 'Filter by tag', value: tag,
@@ -34,12 +46,34 @@ export function mount(main, app, params) {
   const more = h('button', {type: 'button', hidden: true, onclick: () => loadPage(nextCursor)}, 'Load older jobs');
   const table = h('table', {class: 'jobs', id: 'jobs-table'},
     h('thead', null, h('tr', null,
+      h('th', {scope: 'col', class: 'pick'}, h('span', {class: 'sr-only'}, 'Compare')),
       ['ID', 'Name', 'State', 'Method', 'Model', 'Progress', 'Loss', 'Tokens/s', 'ETA', 'GPUs', 'Cost', 'Age']
         .map((t) => h('th', {scope: 'col'}, t)))),
     tbody);
+  const compareBtn = h('button', {type: 'button', id: 'compare-btn', onclick: () => {
+    location.hash = `#/compare?ids=${[...selected].sort((a, b) => a - b).join(',')}`;
+  }});
+  const clearBtn = h('button', {type: 'button', class: 'link', id: 'compare-clear', onclick: () => {
+    selected.clear(); saveSelection(); renderAll();
+  }}, 'clear selection');
   main.append(
-    h('div', {class: 'view-head'}, h('h1', null, 'Jobs'), h('a', {class: 'button primary', href: '#/submit'}, 'Submit a job')),
+    h('div', {class: 'view-head'}, h('h1', null, 'Jobs'), h('span', {class: 'spacer'}), compareBtn, clearBtn,
+      h('a', {class: 'button primary', href: '#/submit'}, 'Submit a job')),
     chips, tagBar, error, h('div', {class: 'table-wrap'}, table), empty, more);
+
+  function saveSelection() {
+    try { sessionStorage.setItem(SELECTED_KEY, JSON.stringify([...selected])); } catch { /* this page only */ }
+    renderCompare();
+  }
+
+  // "Compare 3 jobs", enabled from two; at most COMPARE_MAX (one colour each).
+  function renderCompare() {
+    const n = selected.size;
+    compareBtn.textContent = n >= 2 ? `Compare ${n} jobs` : 'Compare (select 2 or more)';
+    compareBtn.disabled = n < 2 || n > COMPARE_MAX;
+    compareBtn.title = n > COMPARE_MAX ? `At most ${COMPARE_MAX} jobs at once` : '';
+    clearBtn.hidden = n === 0;
+  }
 
   function hashFor() {
     const q = new URLSearchParams();
@@ -92,13 +126,18 @@ export function mount(main, app, params) {
 
   function renderRow(j) {
     const m = j.last_metric || {};
-    const eta = TERMINAL.has(j.state) || j.state === 'paused' ? null : j.progress && j.progress.eta_s;
+    // Only a running job has an ETA; the page clock counts it down.
+    const eta = etaDeadline(j, readAt.get(j.id) || Date.now());
     const tr = h('tr', {
       dataset: {jobId: String(j.id), state: j.state},
       class: 'job-row', tabindex: '0',
       onclick: () => { location.hash = `#/jobs/${j.id}`; },
       onkeydown: (e) => { if (e.key === 'Enter') location.hash = `#/jobs/${j.id}`; },
     },
+    h('td', {class: 'pick', onclick: (e) => e.stopPropagation()},
+      h('input', {type: 'checkbox', class: 'pick-job', checked: selected.has(j.id),
+        'aria-label': `Select job ${j.id} to compare`,
+        onchange: (e) => { if (e.target.checked) selected.add(j.id); else selected.delete(j.id); saveSelection(); }})),
     h('td', {class: 'num'}, h('a', {href: `#/jobs/${j.id}`}, String(j.id))),
     h('td', {class: 'name'}, j.name || (j.spec && j.spec.name) || '–',
       (j.tags || []).map((t) => h('button', {type: 'button', class: 'tag', title: `Only jobs tagged ${t}`,
@@ -115,10 +154,10 @@ export function mount(main, app, params) {
     h('td', {class: 'progress-cell'}, progressCell(j)),
     h('td', {class: 'num loss'}, fmtLoss(m.loss)),
     h('td', {class: 'num'}, fmtInt(m.tokens_per_s)),
-    h('td', {class: 'num'}, eta !== null && eta !== undefined ? fmtDuration(eta) : '–'),
+    h('td', {class: 'num eta', ...etaAttrs(eta)}, etaText(eta, Date.now())),
     h('td', null, gpuLabel(j)),
     h('td', {class: 'num cost', title: costHours(j.cost)}, fmtCost(j.cost)),
-    h('td', {class: 'num', title: j.created_at || ''}, fmtAge(j.created_at)));
+    h('td', {class: 'num age', title: j.created_at || '', dataset: {since: j.created_at || ''}}, fmtAge(j.created_at)));
     return tr;
   }
 
@@ -140,12 +179,14 @@ export function mount(main, app, params) {
     empty.textContent = tag ? `No ${filter} jobs tagged ${tag}.`
       : jobs.size ? `No ${filter} jobs.` : 'No jobs yet. Submit one, or run `trainyard demo`.';
     more.hidden = !nextCursor;
+    renderCompare();
   }
 
   // Puts one job into the table in place (or where its id sorts).
   function upsert(j) {
     const prev = jobs.get(j.id);
     jobs.set(j.id, j);
+    readAt.set(j.id, Date.now());
     if (!prev || prev.state !== j.state) renderChips();
     const old = rows.get(j.id);
     if (!visible(j)) {
@@ -169,7 +210,8 @@ export function mount(main, app, params) {
       const res = await api(`/jobs?${q}`);
       if (!alive) return;
       if (!cursor) jobs.clear();
-      for (const j of res.jobs) jobs.set(j.id, j);
+      const now = Date.now();
+      for (const j of res.jobs) { jobs.set(j.id, j); readAt.set(j.id, now); }
       nextCursor = res.next_cursor || null;
       error.hidden = true;
       renderChips();
@@ -221,10 +263,8 @@ export function mount(main, app, params) {
         if (!alive) return;
         for (const j of res.jobs) upsert(j);
       } catch { /* the next poll tries again; the feed shows connectivity */ }
-    } else {
-      // Keep ages and queue positions fresh without a request.
-      for (const j of jobs.values()) if (rows.has(j.id)) upsert(j);
     }
+    // Ages and ETAs tick without a request: the page clock (clock.js).
     timer = setTimeout(poll, POLL_MS);
   }
 
@@ -248,6 +288,7 @@ export function mount(main, app, params) {
 
   let timer = setTimeout(poll, POLL_MS);
   renderChips();
+  renderCompare();
   loadPage(null);
 
   return () => {
