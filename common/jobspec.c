@@ -551,7 +551,8 @@ static int parse_hyper(const json_t *root, jobspec *s, ty_err *err)
 
 static int parse_resources(const json_t *root, jobspec *s, ty_err *err)
 {
-    static const char *const keys[] = {"gpus", "cpu_ranks", "nodes", "zero", "backend", NULL};
+    static const char *const keys[] = {"gpus",      "cpu_ranks", "nodes", "zero",
+                                       "bucket_kb", "backend",   NULL};
     json_t *r;
     int rc, backend = s->backend;
     if ((rc = get_object(root, "", "resources", 0, &r, err))) return rc;
@@ -561,6 +562,7 @@ static int parse_resources(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = get_int32(r, "resources", "cpu_ranks", 0, 1, 256, &s->cpu_ranks, err))) return rc;
     if ((rc = get_int32(r, "resources", "nodes", 0, 1, 1024, &s->nodes, err))) return rc;
     if ((rc = get_int32(r, "resources", "zero", 0, 0, 1, &s->zero, err))) return rc;
+    if ((rc = get_int32(r, "resources", "bucket_kb", 0, 0, 1 << 20, &s->bucket_kb, err))) return rc;
     if (s->cpu_ranks > 1 && s->gpus > 0)
         return ty_err_field(err, TY_EINVAL, "resources.cpu_ranks",
                             "resources.cpu_ranks: a job runs %d CPU ranks or one rank per GPU "
@@ -748,6 +750,7 @@ static void set_defaults(jobspec *s)
     s->precision = PREC_FP32;
     s->backend = BACKEND_AUTO;
     s->cpu_ranks = 1;
+    s->bucket_kb = 4096;
     s->nodes = 1;
     s->max_restarts = 3;
     s->max_cost = -1;
@@ -1031,6 +1034,7 @@ json_t *jobspec_to_json(const jobspec *s)
     json_object_set_new(r, "cpu_ranks", json_integer(s->cpu_ranks));
     json_object_set_new(r, "nodes", json_integer(s->nodes));
     json_object_set_new(r, "zero", json_integer(s->zero));
+    json_object_set_new(r, "bucket_kb", json_integer(s->bucket_kb));
     json_object_set_new(r, "backend", json_string(jobspec_backend_name(s->backend)));
     json_object_set_new(root, "resources", r);
 

@@ -85,10 +85,12 @@ typedef struct jobspec {
     jobspec_precision precision;       /* default fp32 */
     jobspec_export_dtype export_dtype; /* default auto */
     int gpus;                          /* default 0 = run on CPU slots; [0, 64] */
-    int cpu_ranks;           /* default 1; data-parallel CPU ranks [1, 256], only without gpus */
-    int nodes;               /* default 1; [1, 1024] machines (the Slurm executor only); gpus and
+    int cpu_ranks; /* default 1; data-parallel CPU ranks [1, 256], only without gpus */
+    int nodes;     /* default 1; [1, 1024] machines (the Slurm executor only); gpus and
                                  cpu_ranks then count per node */
-    int zero;                /* default 0; 1 = ZeRO-1 (optimizer state sharded over the ranks) */
+    int zero;      /* default 0; 1 = ZeRO-1 (optimizer state sharded over the ranks) */
+    int bucket_kb; /* default 4096; gradient all-reduce buckets overlapped with the backward
+                      (world > 1), 0 = one all-reduce after it; [0, 1 << 20] */
     jobspec_backend backend; /* default auto */
 
     /* checkpoint */
@@ -123,7 +125,7 @@ typedef struct jobspec {
  *   hyperparameters{max_steps, batch_size, seq_len, grad_accum, lr, schedule,
  *   warmup_steps, weight_decay, max_grad_norm, adam_beta1, adam_beta2,
  *   adam_eps, seed, log_every_steps, eval_every_steps, recompute}; precision;
- *   export{dtype}; resources{gpus, cpu_ranks, nodes, zero, backend}; checkpoint{every_steps, keep_last, keep_best,
+ *   export{dtype}; resources{gpus, cpu_ranks, nodes, zero, bucket_kb, backend}; checkpoint{every_steps, keep_last, keep_best,
  *   store}; priority; max_restarts; tags; limits{max_cost, max_runtime_s,
  *   max_tokens, stall_after_s, on_stall}; webhooks. */
 int jobspec_parse(json_t *root, jobspec *out, ty_err *err);

@@ -16,6 +16,7 @@
 #define TY_COLL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tyerr.h"
 
@@ -31,6 +32,16 @@ const char *coll_name(const coll *c); /* "mpi" | "nccl" */
 
 /* Sums n floats in place over all ranks (buf: kernel-context memory). */
 int coll_sum_f32(coll *c, float *buf, size_t n, ty_err *err);
+/* The bucketed, overlapped gradient sum (dist_bucket.h): coll_isum_f32
+ * starts an in-place sum of n floats and returns at once; coll_progress
+ * lets the started sums advance (MPI_Testall: Open MPI moves a
+ * non-blocking collective only inside MPI calls) and never blocks;
+ * coll_wait returns when every started sum is complete. The buffer must
+ * not be written until then. On NCCL the sum runs on a second stream
+ * after an event on the kernels' work, so the backward keeps computing. */
+int coll_isum_f32(coll *c, float *buf, size_t n, ty_err *err);
+int coll_progress(coll *c, ty_err *err);
+int coll_wait(coll *c, ty_err *err);
 /* Sums n host doubles in place over all ranks. */
 int coll_sum_f64(coll *c, double *buf, int n, ty_err *err);
 /* Gathers equal-or-unequal contiguous pieces: rank k contributes
@@ -40,6 +51,11 @@ int coll_allgather_f32(coll *c, float *buf, const size_t *off, const size_t *len
  * (full is read only there). */
 int coll_gather_f32(coll *c, float *full, const float *mine, const size_t *off, const size_t *len,
                     ty_err *err);
+/* The same for 16-bit elements (ZeRO-1's 16-bit weights and the low
+ * halves of split bf16 masters: bits, never converted). */
+int coll_allgather_u16(coll *c, uint16_t *buf, const size_t *off, const size_t *len, ty_err *err);
+int coll_gather_u16(coll *c, uint16_t *full, const uint16_t *mine, const size_t *off,
+                    const size_t *len, ty_err *err);
 int coll_barrier(coll *c, ty_err *err);
 
 #endif

@@ -1,8 +1,9 @@
 /* coll_mpi.c — the collectives between CPU ranks over MPI (coll.h).
  *
- * Plain blocking MPI_Allreduce / MPI_Allgatherv on MPI_COMM_WORLD. MPI's
- * counts are ints, so the gradient buffer goes in chunks of at most 2^30
- * elements. Open MPI's reduction algorithm for a given world size and
+ * Plain blocking MPI_Allreduce / MPI_Allgatherv on MPI_COMM_WORLD, and
+ * MPI_Iallreduce for the gradient buckets (their requests kept here until
+ * coll_wait). MPI's counts are ints, so a buffer goes in chunks of at most
+ * 2^30 elements. Open MPI's reduction algorithm for a given world size and
  * message size is fixed, so a run is reproducible at the same world size;
  * across world sizes the order of the final sums differs (docs/engine.md,
  * Ranks). */
@@ -17,6 +18,8 @@
 
 struct coll {
     int world, rank;
+    MPI_Request *req; /* started non-blocking sums (coll_isum_f32) */
+    int nreq, capreq;
 #ifdef TY_HAVE_NCCL
     coll_nccl *dev; /* GPU ranks: the gradient sum */
 #endif
@@ -63,6 +66,7 @@ void coll_close(coll *c)
 #ifdef TY_HAVE_NCCL
     if (c) coll_nccl_close(c->dev);
 #endif
+    if (c) free(c->req);
     free(c);
 }
 
@@ -84,6 +88,53 @@ int coll_sum_f32(coll *c, float *buf, size_t n, ty_err *err)
         if (rc != MPI_SUCCESS) return mpi_fail(err, "MPI_Allreduce of the gradients", rc);
     }
     return 0;
+}
+
+int coll_isum_f32(coll *c, float *buf, size_t n, ty_err *err)
+{
+    if (!c) return 0;
+#ifdef TY_HAVE_NCCL
+    if (c->dev) return coll_nccl_isum_f32(c->dev, buf, n, err);
+#endif
+    for (size_t o = 0; o < n; o += CHUNK) {
+        if (c->nreq == c->capreq) {
+            int cap = c->capreq ? 2 * c->capreq : 64;
+            MPI_Request *q = realloc(c->req, sizeof *q * (size_t)cap);
+            if (!q) return ty_err_set(err, TY_ENOMEM, "out of memory");
+            c->req = q;
+            c->capreq = cap;
+        }
+        int k = (int)(n - o < CHUNK ? n - o : CHUNK);
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf + o, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                &c->req[c->nreq]);
+        if (rc != MPI_SUCCESS) return mpi_fail(err, "MPI_Iallreduce of a gradient bucket", rc);
+        c->nreq++;
+    }
+    return 0;
+}
+
+int coll_progress(coll *c, ty_err *err)
+{
+    if (!c || !c->nreq) return 0;
+#ifdef TY_HAVE_NCCL
+    if (c->dev) return 0; /* NCCL's stream advances by itself */
+#endif
+    int done = 0;
+    int rc = MPI_Testall(c->nreq, c->req, &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, "MPI_Testall of the gradient buckets", rc);
+    return 0;
+}
+
+int coll_wait(coll *c, ty_err *err)
+{
+    if (!c) return 0;
+#ifdef TY_HAVE_NCCL
+    if (c->dev) return coll_nccl_wait(c->dev, err);
+#endif
+    int n = c->nreq;
+    c->nreq = 0;
+    int rc = MPI_Waitall(n, c->req, MPI_STATUSES_IGNORE);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Waitall of the gradient buckets", rc);
 }
 
 int coll_sum_f64(coll *c, double *buf, int n, ty_err *err)
@@ -110,35 +161,58 @@ static int counts(const coll *c, const size_t *off, const size_t *len, int **cnt
     return 0;
 }
 
-int coll_allgather_f32(coll *c, float *buf, const size_t *off, const size_t *len, ty_err *err)
+static int allgather(coll *c, void *buf, MPI_Datatype t, const size_t *off, const size_t *len,
+                     const char *what, ty_err *err)
 {
     if (!c) return 0;
     int *cnt = NULL, *dis = NULL;
     int rc = counts(c, off, len, &cnt, &dis, err);
     if (!rc) {
-        int m = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dis, MPI_FLOAT,
-                               MPI_COMM_WORLD);
-        if (m != MPI_SUCCESS) rc = mpi_fail(err, "MPI_Allgatherv of the weights", m);
+        int m =
+            MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dis, t, MPI_COMM_WORLD);
+        if (m != MPI_SUCCESS) rc = mpi_fail(err, what, m);
     }
     free(cnt);
     free(dis);
     return rc;
 }
 
-int coll_gather_f32(coll *c, float *full, const float *mine, const size_t *off, const size_t *len,
-                    ty_err *err)
+static int gather(coll *c, void *full, const void *mine, MPI_Datatype t, const size_t *off,
+                  const size_t *len, const char *what, ty_err *err)
 {
     if (!c) return 0;
     int *cnt = NULL, *dis = NULL;
     int rc = counts(c, off, len, &cnt, &dis, err);
     if (!rc) {
-        int m = MPI_Gatherv(mine, cnt[c->rank], MPI_FLOAT, c->rank == 0 ? full : NULL, cnt, dis,
-                            MPI_FLOAT, 0, MPI_COMM_WORLD);
-        if (m != MPI_SUCCESS) rc = mpi_fail(err, "MPI_Gatherv of the optimizer state", m);
+        int m = MPI_Gatherv(mine, cnt[c->rank], t, c->rank == 0 ? full : NULL, cnt, dis, t, 0,
+                            MPI_COMM_WORLD);
+        if (m != MPI_SUCCESS) rc = mpi_fail(err, what, m);
     }
     free(cnt);
     free(dis);
     return rc;
+}
+
+int coll_allgather_f32(coll *c, float *buf, const size_t *off, const size_t *len, ty_err *err)
+{
+    return allgather(c, buf, MPI_FLOAT, off, len, "MPI_Allgatherv of the weights", err);
+}
+
+int coll_allgather_u16(coll *c, uint16_t *buf, const size_t *off, const size_t *len, ty_err *err)
+{
+    return allgather(c, buf, MPI_UINT16_T, off, len, "MPI_Allgatherv of the 16-bit weights", err);
+}
+
+int coll_gather_f32(coll *c, float *full, const float *mine, const size_t *off, const size_t *len,
+                    ty_err *err)
+{
+    return gather(c, full, mine, MPI_FLOAT, off, len, "MPI_Gatherv of the optimizer state", err);
+}
+
+int coll_gather_u16(coll *c, uint16_t *full, const uint16_t *mine, const size_t *off,
+                    const size_t *len, ty_err *err)
+{
+    return gather(c, full, mine, MPI_UINT16_T, off, len, "MPI_Gatherv of the masters", err);
 }
 
 int coll_barrier(coll *c, ty_err *err)

@@ -2,7 +2,14 @@
  *
  * The all-reduce is enqueued on the legacy default stream, which orders
  * itself after the kernels' own (blocking) stream, and waited for before
- * returning, so the caller sees a finished sum exactly as with MPI. */
+ * returning, so the caller sees a finished sum exactly as with MPI.
+ *
+ * The gradient buckets (coll_nccl_isum_f32) go on a second, non-blocking
+ * stream instead: an event recorded on the legacy stream marks the point
+ * where the bucket's gradients are final (it completes after all earlier
+ * work of the kernels' blocking stream), the comm stream waits for it and
+ * runs the all-reduce while the backward continues on the kernels' stream;
+ * coll_nccl_wait synchronises the comm stream before the optimizer. */
 #include "coll_nccl.h"
 
 #include <dlfcn.h>
@@ -16,6 +23,8 @@
 struct coll_nccl {
     void *lib;
     ncclComm_t comm;
+    cudaStream_t side; /* the buckets' stream, made at the first bucket */
+    cudaEvent_t ready;
     ncclResult_t (*get_unique_id)(ncclUniqueId *);
     ncclResult_t (*init_rank)(ncclComm_t *, int, ncclUniqueId, int);
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
@@ -91,9 +100,36 @@ int coll_nccl_sum_f32(coll_nccl *n, float *buf, size_t count, ty_err *err)
     return 0;
 }
 
+int coll_nccl_isum_f32(coll_nccl *n, float *buf, size_t count, ty_err *err)
+{
+    cudaError_t e = cudaSuccess;
+    if (!n->side && ((e = cudaStreamCreateWithFlags(&n->side, cudaStreamNonBlocking)) ||
+                     (e = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming))))
+        return ty_err_set(err, TY_EIO, "the gradient buckets' CUDA stream: %s",
+                          cudaGetErrorString(e));
+    /* The legacy stream's event: after everything the backward has queued. */
+    if ((e = cudaEventRecord(n->ready, (cudaStream_t)0)) ||
+        (e = cudaStreamWaitEvent(n->side, n->ready, 0)))
+        return ty_err_set(err, TY_EIO, "a gradient bucket's event: %s", cudaGetErrorString(e));
+    ncclResult_t r = n->all_reduce(buf, buf, count, ncclFloat32, ncclSum, n->comm, n->side);
+    return r == ncclSuccess ? 0 : nccl_fail(n, err, "ncclAllReduce of a gradient bucket", r);
+}
+
+int coll_nccl_wait(coll_nccl *n, ty_err *err)
+{
+    if (!n->side) return 0;
+    cudaError_t e = cudaStreamSynchronize(n->side);
+    if (e != cudaSuccess)
+        return ty_err_set(err, TY_EIO, "the gradient buckets' all-reduce: %s",
+                          cudaGetErrorString(e));
+    return 0;
+}
+
 void coll_nccl_close(coll_nccl *n)
 {
     if (!n) return;
+    if (n->ready) cudaEventDestroy(n->ready);
+    if (n->side) cudaStreamDestroy(n->side);
     if (n->comm) n->destroy(n->comm);
     if (n->lib) dlclose(n->lib);
     free(n);

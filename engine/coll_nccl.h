@@ -19,6 +19,10 @@ typedef struct coll_nccl coll_nccl;
 int coll_nccl_open(coll_nccl **out, int world, int rank, ty_err *err);
 /* In-place sum of n device floats; returns when the result is there. */
 int coll_nccl_sum_f32(coll_nccl *n, float *buf, size_t count, ty_err *err);
+/* Starts the sum of a gradient bucket on the buckets' stream, ordered
+ * after the work queued so far; coll_nccl_wait waits for all started. */
+int coll_nccl_isum_f32(coll_nccl *n, float *buf, size_t count, ty_err *err);
+int coll_nccl_wait(coll_nccl *n, ty_err *err);
 void coll_nccl_close(coll_nccl *n);
 
 #endif

@@ -310,7 +310,7 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
         return ty_err_set(err, TY_ENOMEM,
                           "out of memory for %s parameters (%zu bytes) and weight scratch",
                           kn_dtype_name(dt), total * kn_dtype_size(dt));
-    if (dt == KN_BF16 && !m->frozen && !m->keep_masters) {
+    if (dt == KN_BF16 && !m->frozen) {
         /* bf16 masters split (kn_master_split): the bf16 weights the
          * forward reads plus the low 16 bits of each fp32 master; the fp32
          * buffer goes. 4 bytes a parameter instead of 6, same numbers. */
@@ -345,9 +345,10 @@ void model_sync_params(model *m)
 {
     if (m->dt == KN_F32) return;
     size_t total = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
-    if (!m->plo)
-        kn_convert(m->kn, m->p16, m->dt, m->params, KN_F32, total); /* split: AdamW wrote p16 */
-    m->span_n[0] = m->span_n[1] = 0;                                /* the scratch is stale now */
+    /* Split masters: AdamW wrote p16; ZeRO-1's sharded masters (no
+     * params here): zero.c rounded and all-gathered it. */
+    if (!m->plo && m->params) kn_convert(m->kn, m->p16, m->dt, m->params, KN_F32, total);
+    m->span_n[0] = m->span_n[1] = 0; /* the scratch is stale now */
 }
 
 size_t model_act_bytes(const model *m)
@@ -1263,6 +1264,7 @@ static void backward_from_logits(model *m, int B, int T)
     else
         kn_rmsnorm_bwd(k, m->dres, G(m, m->lnf_w), m->dln, xL, W(m, m->lnf_w), m->lnf_rstd, N, C);
     RND(m->dres, NC);
+    if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[m->lnf_w].off);
 
     for (int l = c->n_layer - 1; l >= 0; l--) {
         const layer_ix *L = &m->L[l];
@@ -1382,11 +1384,13 @@ static void backward_from_logits(model *m, int B, int T)
         }
         /* dres now holds d(x), the previous layer's res3 */
         RND(m->dres, NC);
+        if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[lo].off);
     }
     /* Embeddings: dwte[ids] += dres (and dwpe[t] += dres) */
     if (m->frozen) return; /* no embedding gradients to accumulate */
     kn_embedding_bwd(k, G(m, m->wte), m->ids, m->dres, N, C);
     if (gpt2) kn_embedding_bwd(k, G(m, m->wpe), m->pos, m->dres, N, C);
+    if (m->grads_done) m->grads_done(m->grads_done_ctx, 0);
 }
 
 void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t *targets, int B,

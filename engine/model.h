@@ -99,10 +99,9 @@ typedef struct model {
      * (kn_master_split), and `params` is NULL: AdamW updates both halves
      * (kn_adamw with KN_BF16), saving joins them. 4 bytes a parameter for
      * exact fp32 masters. fp16 (no such split) and frozen bases keep the
-     * fp32 params and plo is NULL; so does keep_masters (set before
-     * model_set_precision: ZeRO-1 all-gathers fp32 masters, zero.c). */
+     * fp32 params and plo is NULL. ZeRO-1 (zero.h) moves this rank's
+     * range of the masters out and leaves params and plo NULL. */
     uint16_t *plo;
-    int keep_masters;
     float *wscr[2];
     size_t wscr_n[2];
     size_t span_off[2], span_n[2]; /* loaded spans (in floats of the layout) */
@@ -134,6 +133,12 @@ typedef struct model {
     /* QLoRA (qlora.h): the block linear weights as NF4, outside `params`;
      * NULL unless created with MODEL_FROZEN_NF4. */
     struct qlora_base *qb;
+    /* Data parallel (dist_bucket.h): the backward calls grads_done(ctx,
+     * from) each time the gradients from float `from` of the layout to its
+     * end are complete for this micro-batch (after the final norm and
+     * lm_head, after each layer, 0 after the embeddings). NULL: none. */
+    void (*grads_done)(void *ctx, size_t from);
+    void *grads_done_ctx;
 } model;
 
 /* Builds the tensor table for cfg and allocates the parameter, gradient and

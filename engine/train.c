@@ -21,6 +21,7 @@
 #include "ckpt.h"
 #include "data.h"
 #include "dist.h"
+#include "dist_bucket.h"
 #include "zero.h"
 #include "device.h"
 #include "events.h"
@@ -85,6 +86,7 @@ typedef struct run {
     ty_scaler sc;
     int stop;         /* the stop all ranks agreed on after the last step */
     zero1 zero;       /* resources.zero 1: this rank's moments (zero.h) */
+    grad_buckets gb;  /* world > 1, full fine-tuning, bucket_kb > 0 (dist_bucket.h) */
     model_config cfg; /* set-up: read by step_config, given to the model by step_model */
     int have_cfg;
     int vocab;               /* the model's vocabulary size */
@@ -295,12 +297,12 @@ static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t 
 
 static int write_checkpoint(run *r, ty_err *err);
 
-/* Every rank calls it at the same steps: with ZeRO-1 the moments are
- * gathered to rank 0 first; rank 0 writes (the weights are the same on
- * every rank). */
+/* Every rank calls it at the same steps: with ZeRO-1 the moments (and
+ * 16-bit runs' masters) are gathered to rank 0 first; rank 0 writes (the
+ * weights are the same on every rank). */
 static int save_checkpoint(run *r, ty_err *err)
 {
-    if (r->zero.on && zero_gather(&r->zero, &r->m, r->a->coll, err)) return -1;
+    if (r->zero.on && zero_gather(&r->zero, &r->m, r->a->coll, 1, err)) return -1;
     int rc = 0;
     if (r->a->rank == 0) {
         rc = write_checkpoint(r, err);
@@ -523,6 +525,10 @@ static int train_step(run *r, step_result *out, ty_err *err)
      * shares are whole micro-batches. */
     for (int o = 0; o < mine; o += B) {
         int rows = mine - o < B ? mine - o : B;
+        /* The last micro-batch finalises the gradients layer by layer:
+         * their buckets' all-reduce starts during its backward. */
+        m->grads_done = r->gb.lo && o + B >= mine ? bucket_ready : NULL;
+        m->grads_done_ctx = &r->gb;
         if (r->have_lora) { /* dropout masks: a function of (seed, step, micro-batch) */
             r->lora.training = 1;
             r->lora.rng_step = (uint64_t)r->step * (uint64_t)A + (uint64_t)((lo + o) / B);
@@ -536,13 +542,21 @@ static int train_step(run *r, step_result *out, ty_err *err)
     /* A kernel failure (kn_fail) in any of those ops surfaces here, once per
      * step, before anything is updated. */
     if (kn_check(r->kn, err)) return -1;
-    /* One all-reduce of the flat gradient buffer, then (loss sum, stop):
+    m->grads_done = NULL;
+    /* The flat gradient buffer summed (the buckets started during the
+     * backward waited for, or one all-reduce now), then (loss sum, stop):
      * a stop asked of any rank (a signal, the server gone) is a stop of
      * all after this same step. */
     if (r->a->coll) {
         double t0 = dist_now();
-        if (coll_sum_f32(r->a->coll, grads, nbuf, err)) return -1;
-        r->comm_s += dist_now() - t0;
+        if (r->gb.lo) {
+            if (bucket_finish(&r->gb, err)) return -1;
+            r->comm_s += r->gb.comm_s; /* the hooks' calls and the wait */
+            r->gb.comm_s = 0;
+        } else {
+            if (coll_sum_f32(r->a->coll, grads, nbuf, err)) return -1;
+            r->comm_s += dist_now() - t0;
+        }
         if (dist_supervisor_gone()) train_stop_requested = 1;
         double ls[2] = {sum, train_stop_requested ? 1.0 : 0.0};
         if (coll_sum_f64(r->a->coll, ls, 2, err)) return -1;
@@ -890,7 +904,6 @@ static int step_weights(run *r, ty_err *err)
     else
         rc = model_init_random(&r->m, s->seed, err);
     if (!rc && !r->a->resume && s->method != METHOD_FULL) rc = setup_lora(r, err);
-    r->m.keep_masters = s->zero; /* ZeRO-1 all-gathers fp32 masters (zero.c): no bf16 split */
     if (!rc) rc = model_set_precision(&r->m, r->dt, err); /* 16-bit weights from what was loaded */
     return rc;
 }
@@ -924,7 +937,14 @@ static int step_buffers(run *r, ty_err *err)
                           s->seq_len);
     /* ZeRO-1: from here on this rank keeps only its range of the moments
      * (loaded in full from a resume checkpoint above). */
-    if (s->zero) return zero_shard(&r->zero, &r->m, r->a->world, r->a->rank, err);
+    if (s->zero && zero_shard(&r->zero, &r->m, r->a->world, r->a->rank, err)) return -1;
+    /* World > 1, full fine-tuning: the all-reduce in buckets during the
+     * backward (the adapters' small buffer goes in one piece after it). */
+    if (r->a->coll && !r->have_lora && s->bucket_kb > 0) {
+        model *m = &r->m;
+        size_t n = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
+        return bucket_init(&r->gb, r->a->coll, m->grads, n, s->bucket_kb, err);
+    }
     return 0;
 }
 
@@ -955,6 +975,7 @@ static void teardown(run *r)
     data_free(&r->train);
     if (r->have_lora) lora_free(&r->lora);
     if (r->have_model) zero_free(&r->zero, &r->m);
+    bucket_free(&r->gb);
     if (r->have_model) model_free(&r->m);
     tok_free(r->tok);
     if (r->kn) kn_close(r->kn);
@@ -969,7 +990,10 @@ static json_t *memory_json(const run *r)
     model_mem mm = model_memory(m);
     size_t weights = mm.params + mm.p16 + mm.wscratch, adapters = 0, grads = mm.grads,
            optimizer = mm.moments;
-    size_t acts = mm.acts;
+    size_t acts = mm.acts, zm, zw;
+    zero_bytes(&r->zero, &zm, &zw); /* ZeRO-1: this rank's shards */
+    weights += zw;
+    optimizer += zm;
     if (r->have_lora) {
         adapters = r->lora.n_buf * sizeof(float);
         grads = adapters;
@@ -1071,8 +1095,12 @@ static int train_loop(run *r)
             return fail("checkpoint", &err);
     }
     if (r->a->coll && r->step_s > 0) /* bench/engine-dp reads this line */
-        ev_log("data parallel: gradient all-reduce %.3f s of %.3f s in steps (%.1f%%), world %d",
-               r->comm_s, r->step_s, 100.0 * r->comm_s / r->step_s, r->a->world);
+        ev_log("data parallel: gradient all-reduce %.3f s of %.3f s in steps (%.1f%%), world %d, "
+               "%s; %lld of %lld buckets started during the backward",
+               r->comm_s, r->step_s, 100.0 * r->comm_s / r->step_s, r->a->world,
+               r->gb.lo ? "exposed (buckets overlapped with the backward)"
+                        : "blocking after the backward",
+               r->gb.early, r->gb.total);
     if (r->step < s->max_steps) { /* stopped by SIGTERM */
         if (r->last_ckpt != r->step && save_checkpoint(r, &err)) return fail("checkpoint", &err);
         if (coll_barrier(r->a->coll, &err)) return fail(NULL, &err);
@@ -1082,7 +1110,11 @@ static int train_loop(run *r)
     }
     if (lead && r->eval.n && emit_eval(r, &err)) return fail(NULL, &err);
     if (r->last_ckpt != r->step && save_checkpoint(r, &err)) return fail("checkpoint", &err);
+    /* ZeRO-1: the export reads the masters, whole on rank 0 for it. */
+    if (r->zero.on && zero_gather(&r->zero, &r->m, r->a->coll, 0, &err))
+        return fail("export", &err);
     if (lead && export_model(r, &err)) return fail("export", &err);
+    if (r->zero.on) zero_unsave(&r->zero, &r->m);
     /* No rank leaves before rank 0's checkpoint and export are on disk. */
     if (coll_barrier(r->a->coll, &err)) return fail(NULL, &err);
     ev_done("succeeded");

@@ -1,4 +1,4 @@
-/* zero.c — ZeRO-1: sharded AdamW moments (see zero.h). */
+/* zero.c — ZeRO-1: sharded AdamW moments and masters (see zero.h). */
 #include "zero.h"
 
 #include <stdlib.h>
@@ -23,18 +23,34 @@ int zero_shard(zero1 *z, model *m, int world, int rank, ty_err *err)
         if (k < world) z->off[k] = cut;
         if (k > 0) z->len[k - 1] = cut - z->off[k - 1];
     }
-    size_t bytes = z->len[rank] * sizeof(float);
+    size_t lo = z->off[rank], len = z->len[rank], bytes = len * sizeof(float);
     z->m = kn_alloc(m->kn, bytes ? bytes : sizeof(float));
     z->v = kn_alloc(m->kn, bytes ? bytes : sizeof(float));
     if (!z->m || !z->v)
         return ty_err_set(err, TY_ENOMEM, "out of memory for %zu bytes of moments", 2 * bytes);
-    kn_copy(m->kn, z->m, m->m + z->off[rank], z->len[rank]);
-    kn_copy(m->kn, z->v, m->v + z->off[rank], z->len[rank]);
+    kn_copy(m->kn, z->m, m->m + lo, len);
+    kn_copy(m->kn, z->v, m->v + lo, len);
     kn_free(m->kn, m->m);
     kn_free(m->kn, m->v);
     m->m = m->v = NULL;
-    ev_log("ZeRO-1: this rank keeps the moments of floats [%zu, %zu) of %zu", z->off[rank],
-           z->off[rank] + z->len[rank], z->n);
+    /* The masters: whole in fp32 (they are the weights the forward reads),
+     * this rank's range with 16-bit storage. */
+    z->master = m->plo ? KN_BF16 : m->dt != KN_F32 ? KN_F16 : KN_F32;
+    if (z->master == KN_BF16) {
+        if (!(z->lo16 = kn_alloc(m->kn, len ? len * sizeof(uint16_t) : sizeof(uint16_t))))
+            return ty_err_set(err, TY_ENOMEM, "out of memory for the masters' low halves");
+        memcpy(z->lo16, m->plo + lo, len * sizeof(uint16_t)); /* host memory: CPU ranks */
+        kn_free(m->kn, m->plo);
+        m->plo = NULL;
+    } else if (z->master == KN_F16) {
+        if (!(z->w32 = kn_alloc(m->kn, bytes ? bytes : sizeof(float))))
+            return ty_err_set(err, TY_ENOMEM, "out of memory for %zu bytes of masters", bytes);
+        kn_copy(m->kn, z->w32, m->params + lo, len);
+        kn_free(m->kn, m->params);
+        m->params = NULL;
+    }
+    ev_log("ZeRO-1: this rank keeps the moments%s of floats [%zu, %zu) of %zu",
+           z->master == KN_F32 ? "" : " and masters", lo, lo + len, z->n);
     return 0;
 }
 
@@ -42,36 +58,70 @@ int zero_adamw(zero1 *z, model *m, coll *c, float lr, float b1, float b2, float 
                long long t, ty_err *err)
 {
     size_t lo = z->off[z->rank], hi = lo + z->len[z->rank];
+    uint16_t *w16 = m->p16;
     for (int i = 0; i < m->nt; i++) {
         const model_tensor *mt = &m->t[i];
         size_t a = mt->off > lo ? mt->off : lo,
                b = mt->off + mt->numel < hi ? mt->off + mt->numel : hi;
         if (a >= b) continue;
-        kn_adamw(m->kn, KN_F32, m->params + a, NULL, m->grads + a, z->m + (a - lo), z->v + (a - lo),
-                 b - a, lr, b1, b2, eps, mt->decay ? wd : 0.0f, t);
+        float dec = mt->decay ? wd : 0.0f, *g = m->grads + a, *zm = z->m + (a - lo),
+              *zv = z->v + (a - lo);
+        if (z->master == KN_BF16)
+            kn_adamw(m->kn, KN_BF16, w16 + a, z->lo16 + (a - lo), g, zm, zv, b - a, lr, b1, b2, eps,
+                     dec, t);
+        else
+            kn_adamw(m->kn, KN_F32, z->master == KN_F16 ? z->w32 + (a - lo) : m->params + a, NULL,
+                     g, zm, zv, b - a, lr, b1, b2, eps, dec, t);
     }
+    /* fp16: this range's weights rounded from its masters, as
+     * model_sync_params rounds the whole buffer. */
+    if (z->master == KN_F16) kn_convert(m->kn, w16 + lo, m->dt, z->w32, KN_F32, hi - lo);
     if (kn_check(m->kn, err)) return -1;
-    return coll_allgather_f32(c, m->params, z->off, z->len, err);
+    if (z->master == KN_F32) return coll_allgather_f32(c, m->params, z->off, z->len, err);
+    return coll_allgather_u16(c, w16, z->off, z->len, err);
 }
 
-int zero_gather(zero1 *z, model *m, coll *c, ty_err *err)
+/* Rank 0 gets the whole buffer of n elements of `size` bytes: its own
+ * piece copied, the others' gathered; other ranks send theirs. */
+static int gather_one(zero1 *z, model *m, coll *c, void **full, const void *mine, size_t size,
+                      ty_err *err)
 {
-    float *full[2] = {NULL, NULL};
-    const float *mine[2] = {z->m, z->v};
-    for (int k = 0; k < 2; k++) {
-        /* Only rank 0 holds the whole buffer, for as long as it writes. */
-        if (z->rank == 0 && !(full[k] = kn_alloc(m->kn, z->n * sizeof(float)))) {
-            kn_free(m->kn, full[0]);
-            return ty_err_set(err, TY_ENOMEM, "out of memory gathering the moments");
-        }
-        if (z->rank == 0) kn_copy(m->kn, full[k], mine[k], z->len[0]); /* world 1: no collective */
-        if (coll_gather_f32(c, full[k], mine[k], z->off, z->len, err)) return -1;
-    }
+    *full = NULL;
     if (z->rank == 0) {
-        m->m = full[0];
-        m->v = full[1];
+        if (!(*full = kn_alloc(m->kn, z->n * size)))
+            return ty_err_set(err, TY_ENOMEM, "out of memory gathering the optimizer state");
+        memcpy(*full, mine, z->len[0] * size); /* world 1: no collective; host memory */
+    }
+    int rc = size == sizeof(float) ? coll_gather_f32(c, *full, mine, z->off, z->len, err)
+                                   : coll_gather_u16(c, *full, mine, z->off, z->len, err);
+    if (rc && *full) {
+        kn_free(m->kn, *full);
+        *full = NULL;
+    }
+    return rc;
+}
+
+int zero_gather(zero1 *z, model *m, coll *c, int moments, ty_err *err)
+{
+    void *a = NULL, *b = NULL, *w = NULL;
+    if (moments && (gather_one(z, m, c, &a, z->m, sizeof(float), err) ||
+                    gather_one(z, m, c, &b, z->v, sizeof(float), err)))
+        goto fail;
+    if (z->master == KN_BF16 && gather_one(z, m, c, &w, z->lo16, sizeof(uint16_t), err)) goto fail;
+    if (z->master == KN_F16 && gather_one(z, m, c, &w, z->w32, sizeof(float), err)) goto fail;
+    if (z->rank == 0) {
+        if (moments) {
+            m->m = a;
+            m->v = b;
+        }
+        if (z->master == KN_BF16) m->plo = w;
+        if (z->master == KN_F16) m->params = w;
     }
     return 0;
+fail:
+    kn_free(m->kn, a);
+    kn_free(m->kn, b);
+    return -1;
 }
 
 void zero_unsave(zero1 *z, model *m)
@@ -79,8 +129,21 @@ void zero_unsave(zero1 *z, model *m)
     if (z->rank == 0) {
         kn_free(m->kn, m->m);
         kn_free(m->kn, m->v);
+        if (z->master == KN_BF16) kn_free(m->kn, m->plo);
+        if (z->master == KN_F16) kn_free(m->kn, m->params);
     }
     m->m = m->v = NULL;
+    if (z->master == KN_BF16) m->plo = NULL;
+    if (z->master == KN_F16) m->params = NULL;
+}
+
+void zero_bytes(const zero1 *z, size_t *moments, size_t *masters)
+{
+    size_t len = z->on ? z->len[z->rank] : 0;
+    *moments = 2 * len * sizeof(float);
+    *masters = len * (z->master == KN_BF16  ? sizeof(uint16_t)
+                      : z->master == KN_F16 ? sizeof(float)
+                                            : 0);
 }
 
 void zero_free(zero1 *z, model *m)
@@ -88,6 +151,8 @@ void zero_free(zero1 *z, model *m)
     if (!z->on) return;
     kn_free(m->kn, z->m);
     kn_free(m->kn, z->v);
+    kn_free(m->kn, z->lo16);
+    kn_free(m->kn, z->w32);
     free(z->off);
     free(z->len);
     memset(z, 0, sizeof *z);

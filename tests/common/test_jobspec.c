@@ -63,6 +63,7 @@ static void test_design_example(void)
     CHECK(s.precision == PREC_BF16 && s.gpus == 1 && s.backend == BACKEND_AUTO, "resources");
     CHECK(s.cpu_ranks == 1 && s.zero == 0, "resources.cpu_ranks and zero default to 1 and 0");
     CHECK(s.nodes == 1, "resources.nodes defaults to 1");
+    CHECK(s.bucket_kb == 4096, "resources.bucket_kb defaults to 4096");
     CHECK(s.ckpt_every_steps == 200 && s.keep_last == 3 &&
               strcmp(s.store, "s3://my-bucket/runs/med-qa") == 0,
           "checkpoint");
@@ -283,6 +284,8 @@ static const struct bad BAD[] = {
      TY_EINVAL, "resources.nodes"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"zero\":2}}", TY_EINVAL,
      "resources.zero"},
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"bucket_kb\":-1}}",
+     TY_EINVAL, "resources.bucket_kb"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"keep_last\":-1}}",
      TY_EINVAL, "checkpoint.keep_last"},
     {"{\"model\":{\"path\":\"/m\"},\"dataset\":{\"train\":\"/t\",\"eval_fraction\":0.6},"
