@@ -21,7 +21,8 @@ int bucket_init(grad_buckets *g, coll *c, float *buf, size_t n, int bucket_kb, t
     if (!g->lo) return ty_err_set(err, TY_ENOMEM, "out of memory");
     /* From the end: the full buckets first, the remainder (at the start of
      * the buffer, the embeddings) last. */
-    for (int k = 0; k < g->nb; k++) g->lo[k] = n > (size_t)(k + 1) * per ? n - (size_t)(k + 1) * per : 0;
+    for (int k = 0; k < g->nb; k++)
+        g->lo[k] = n > (size_t)(k + 1) * per ? n - (size_t)(k + 1) * per : 0;
     ev_log("data parallel: %d gradient bucket%s of up to %zu KiB, all-reduced during the backward",
            g->nb, g->nb == 1 ? "" : "s", per * sizeof(float) / 1024);
     return 0;
@@ -48,7 +49,8 @@ void bucket_ready(void *ctx, size_t from)
     if (g->err) return;
     double t0 = dist_now();
     int upto = g->next;
-    while (upto < g->nb && g->lo[upto] >= from) upto++;
+    while (upto < g->nb && g->lo[upto] >= from)
+        upto++;
     g->early += upto - g->next;
     start(g, upto);
     if (!g->err && coll_progress(g->c, &g->first)) g->err = 1;

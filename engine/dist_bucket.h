@@ -31,11 +31,11 @@ typedef struct grad_buckets {
     size_t n;
     size_t *lo; /* bucket k: [lo[k], lo[k-1]) with lo[-1] = n; k = 0 is the last range */
     int nb;
-    int next;     /* buckets [0, next) are started this step */
+    int next;               /* buckets [0, next) are started this step */
     long long early, total; /* buckets started during a backward / at all (the end log) */
-    int err;      /* a failure inside the hook, reported by bucket_finish */
-    ty_err first; /* its reason */
-    double comm_s; /* seconds spent in collective calls (exposed communication) */
+    int err;                /* a failure inside the hook, reported by bucket_finish */
+    ty_err first;           /* its reason */
+    double comm_s;          /* seconds spent in collective calls (exposed communication) */
 } grad_buckets;
 
 /* Cuts buf[0, n) into buckets of at most bucket_kb KiB (at least 1). */
