@@ -145,8 +145,8 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
     kn_to_device(k, c->ids, ids, (size_t)n * sizeof *ids);
     kn_to_device(k, c->pos, pos, (size_t)n * sizeof *pos);
     free(pos);
-    kn_embedding_fwd(k, c->x, c->ids, PW(m, m->wte), n, C, 0);
-    if (gpt2) kn_embedding_fwd(k, c->x, c->pos, PW(m, m->wpe), n, C, 1);
+    kn_embedding_fwd(k, KN_F32, c->x, c->ids, PW(m, m->wte), n, C, 0);
+    if (gpt2) kn_embedding_fwd(k, KN_F32, c->x, c->pos, PW(m, m->wpe), n, C, 1);
 
     for (int l = 0; l < g->n_layer; l++) {
         const layer_ix *L = &m->L[l];
@@ -155,8 +155,8 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
         const float *q;
         int ldq;
         if (gpt2) {
-            kn_layernorm_fwd(k, c->h, c->mean, c->rstd, c->x, PW(m, L->ln1_w), PW(m, L->ln1_b), n,
-                             C, g->norm_eps);
+            kn_layernorm_fwd(k, KN_F32, c->h, c->mean, c->rstd, c->x, PW(m, L->ln1_w),
+                             PW(m, L->ln1_b), n, C, g->norm_eps);
             kn_matmul_fwd(k, c->q, c->h, PW(m, L->attn_w), PW(m, L->attn_b), n, C, 3 * C);
             for (int i = 0; i < n; i++) {
                 memcpy(Kc + (size_t)i * KD, c->q + (size_t)i * 3 * C + C,
@@ -167,7 +167,7 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
             q = c->q;
             ldq = 3 * C;
         } else {
-            kn_rmsnorm_fwd(k, c->h, c->rstd, c->x, PW(m, L->ln1_w), n, C, g->norm_eps);
+            kn_rmsnorm_fwd(k, KN_F32, c->h, c->rstd, c->x, PW(m, L->ln1_w), n, C, g->norm_eps);
             /* Phi-3: q, k, v weights are row blocks of the fused qkv_proj */
             const float *wq = g->fused ? PW(m, L->attn_w) : PW(m, L->q_w);
             const float *wk = g->fused ? wq + (size_t)QD * C : PW(m, L->k_w);
@@ -176,8 +176,10 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
                 /* Qwen3: per-head RMSNorm of q and k (from scratch rows) before RoPE */
                 kn_matmul_fwd(k, c->att, c->h, wq, PW(m, L->q_b), n, C, QD);
                 kn_matmul_fwd(k, c->kk, c->h, wk, PW(m, L->k_b), n, C, KD);
-                kn_rmsnorm_fwd(k, c->q, c->qk_rstd, c->att, PW(m, L->qn_w), n * Hq, D, g->norm_eps);
-                kn_rmsnorm_fwd(k, Kc, c->qk_rstd, c->kk, PW(m, L->kn_w), n * Hkv, D, g->norm_eps);
+                kn_rmsnorm_fwd(k, KN_F32, c->q, c->qk_rstd, c->att, PW(m, L->qn_w), n * Hq, D,
+                               g->norm_eps);
+                kn_rmsnorm_fwd(k, KN_F32, Kc, c->qk_rstd, c->kk, PW(m, L->kn_w), n * Hkv, D,
+                               g->norm_eps);
             } else {
                 kn_matmul_fwd(k, c->q, c->h, wq, PW(m, L->q_b), n, C, QD);
                 kn_matmul_fwd(k, Kc, c->h, wk, PW(m, L->k_b), n, C, KD);
@@ -190,30 +192,30 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
         }
         attend(c, l, q, ldq, n, p0);
         kn_matmul_fwd(k, c->tmp, c->att, PW(m, L->o_w), PW(m, L->o_b), n, QD, C);
-        kn_add(k, c->x, c->x, c->tmp, (size_t)n * C);
+        kn_add(k, KN_F32, c->x, c->x, c->tmp, (size_t)n * C);
         if (gpt2) {
-            kn_layernorm_fwd(k, c->h, c->mean, c->rstd, c->x, PW(m, L->ln2_w), PW(m, L->ln2_b), n,
-                             C, g->norm_eps);
+            kn_layernorm_fwd(k, KN_F32, c->h, c->mean, c->rstd, c->x, PW(m, L->ln2_w),
+                             PW(m, L->ln2_b), n, C, g->norm_eps);
             kn_matmul_fwd(k, c->fc, c->h, PW(m, L->fc_w), PW(m, L->fc_b), n, C, F);
-            kn_gelu_fwd(k, c->act, c->fc, (size_t)n * F);
+            kn_gelu_fwd(k, KN_F32, c->act, c->fc, (size_t)n * F);
         } else {
-            kn_rmsnorm_fwd(k, c->h, c->rstd, c->x, PW(m, L->ln2_w), n, C, g->norm_eps);
+            kn_rmsnorm_fwd(k, KN_F32, c->h, c->rstd, c->x, PW(m, L->ln2_w), n, C, g->norm_eps);
             kn_matmul_fwd(k, c->fc, c->h, PW(m, L->fc_w), NULL, n, C, F);
             kn_matmul_fwd(k, c->up, c->h,
                           g->fused ? PW(m, L->fc_w) + (size_t)F * C : PW(m, L->up_w), NULL, n, C,
                           F);
-            kn_swiglu_fwd(k, c->act, c->fc, c->up, (size_t)n * F);
+            kn_swiglu_fwd(k, KN_F32, c->act, c->fc, c->up, (size_t)n * F);
         }
         kn_matmul_fwd(k, c->tmp, c->act, PW(m, L->proj_w), PW(m, L->proj_b), n, F, C);
-        kn_add(k, c->x, c->x, c->tmp, (size_t)n * C);
+        kn_add(k, KN_F32, c->x, c->x, c->tmp, (size_t)n * C);
     }
     /* Only the last row's logits are needed. */
     const float *last = c->x + (size_t)(n - 1) * C;
     if (gpt2)
-        kn_layernorm_fwd(k, c->h, c->mean, c->rstd, last, PW(m, m->lnf_w), PW(m, m->lnf_b), 1, C,
-                         g->norm_eps);
+        kn_layernorm_fwd(k, KN_F32, c->h, c->mean, c->rstd, last, PW(m, m->lnf_w), PW(m, m->lnf_b),
+                         1, C, g->norm_eps);
     else
-        kn_rmsnorm_fwd(k, c->h, c->rstd, last, PW(m, m->lnf_w), 1, C, g->norm_eps);
+        kn_rmsnorm_fwd(k, KN_F32, c->h, c->rstd, last, PW(m, m->lnf_w), 1, C, g->norm_eps);
     kn_matmul_fwd(k, c->logits, c->h, PW(m, m->lm_head), NULL, 1, C, V);
     c->len += n;
     if (kn_check(k, err)) return NULL;

@@ -227,7 +227,8 @@ void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int
         if (drop_on(l)) {
             /* A distinct counter range per (step, micro-batch, adapter). */
             uint64_t offset = ((l->rng_step * (uint64_t)l->n + (uint64_t)i) << 32);
-            kn_dropout_fwd(k, a->xd, a->mask, x, (size_t)N * a->in, l->dropout, l->seed, offset);
+            kn_dropout_fwd(k, KN_F32, a->xd, a->mask, x, (size_t)N * a->in, l->dropout, l->seed,
+                           offset);
             xd = a->xd;
         }
         /* h[N,r] = d(x) A^T, shared by every row block */

@@ -197,7 +197,7 @@ static void mm_fwd(model *m, float *out, const float *x, int wi, int bi, int N, 
     if (m->dt == KN_F32)
         kn_matmul_fwd(m->kn, out, x, W(m, wi), W(m, bi), N, K, M);
     else
-        kn_matmul16_fwd(m->kn, m->dt, KN_F32, out, x, W16(m, wi), W(m, bi), N, K, M);
+        kn_matmul16_fwd(m->kn, m->dt, KN_F32, KN_F32, out, x, W16(m, wi), W(m, bi), N, K, M);
 }
 
 static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout, const float *x,
@@ -210,7 +210,7 @@ static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout,
     if (m->dt == KN_F32)
         kn_matmul_bwd(m->kn, dx, dw, db, dout, x, W(m, wi), N, K, M);
     else
-        kn_matmul16_bwd(m->kn, m->dt, KN_F32, dx, dw, db, dout, x, W16(m, wi), N, K, M);
+        kn_matmul16_bwd(m->kn, m->dt, KN_F32, KN_F32, dx, dw, db, dout, x, W16(m, wi), N, K, M);
 }
 
 /* Rows [row0, row0 + M) of weight wi (no bias): Phi-3's q, k, v and gate,
@@ -222,7 +222,7 @@ static void mm_fwd_rows(model *m, float *out, const float *x, int wi, int row0, 
     if (m->dt == KN_F32)
         kn_matmul_fwd(m->kn, out, x, W(m, wi) + skip, NULL, N, K, M);
     else
-        kn_matmul16_fwd(m->kn, m->dt, KN_F32, out, x,
+        kn_matmul16_fwd(m->kn, m->dt, KN_F32, KN_F32, out, x,
                         (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), NULL, N, K, M);
 }
 
@@ -234,7 +234,7 @@ static void mm_bwd_rows(model *m, float *dx, int wi, int row0, const float *dout
     if (m->dt == KN_F32)
         kn_matmul_bwd(m->kn, dx, dw, NULL, dout, x, W(m, wi) + skip, N, K, M);
     else
-        kn_matmul16_bwd(m->kn, m->dt, KN_F32, dx, dw, NULL, dout, x,
+        kn_matmul16_bwd(m->kn, m->dt, KN_F32, KN_F32, dx, dw, NULL, dout, x,
                         (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), N, K, M);
 }
 
@@ -470,12 +470,12 @@ void model_rope(model *m, float *x, int B, int T, int H, int ld, int pos_offset,
         if (bwd)
             kn_rope_freq_bwd(m->kn, x, B, T, H, D, ld, m->inv_freq, pos_offset);
         else
-            kn_rope_freq_fwd(m->kn, x, B, T, H, D, ld, m->inv_freq, pos_offset);
+            kn_rope_freq_fwd(m->kn, KN_F32, x, B, T, H, D, ld, m->inv_freq, pos_offset);
     } else {
         if (bwd)
             kn_rope_bwd(m->kn, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
         else
-            kn_rope_fwd(m->kn, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
+            kn_rope_fwd(m->kn, KN_F32, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
     }
 }
 
@@ -1066,17 +1066,17 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
     layer_acts *a = &m->A[l];
     if (gpt2) {
         /* act[N,F] = gelu(layernorm(res2) Wfc^T + bfc) */
-        kn_layernorm_fwd(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w),
+        kn_layernorm_fwd(k, KN_F32, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w),
                          W(m, L->ln2_b), N, C, c->norm_eps);
         RND(a->ln2, (size_t)N * C);
         mm_fwd(m, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
         if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
         RND(a->fc, (size_t)N * F);
-        kn_gelu_fwd(k, a->act, a->fc, (size_t)N * F);
+        kn_gelu_fwd(k, KN_F32, a->act, a->fc, (size_t)N * F);
         RND(a->act, (size_t)N * F);
     } else {
         /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
-        kn_rmsnorm_fwd(k, a->ln2, a->ln2_rstd, a->res2, W(m, L->ln2_w), N, C, c->norm_eps);
+        kn_rmsnorm_fwd(k, KN_F32, a->ln2, a->ln2_rstd, a->res2, W(m, L->ln2_w), N, C, c->norm_eps);
         RND(a->ln2, (size_t)N * C);
         if (c->fused) {
             /* Phi-3: gate and up from the row halves of gate_up_proj */
@@ -1092,7 +1092,7 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
         }
         RND(a->fc, (size_t)N * F);
         RND(a->up, (size_t)N * F);
-        kn_swiglu_fwd(k, a->act, a->fc, a->up, (size_t)N * F);
+        kn_swiglu_fwd(k, KN_F32, a->act, a->fc, a->up, (size_t)N * F);
         RND(a->act, (size_t)N * F);
     }
 }
@@ -1112,17 +1112,18 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
     load_span(m, 0, lo, hi);
     if (gpt2) {
         /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
-        kn_layernorm_fwd(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w), W(m, L->ln1_b), N,
-                         C, c->norm_eps);
+        kn_layernorm_fwd(k, KN_F32, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w),
+                         W(m, L->ln1_b), N, C, c->norm_eps);
         RND(a->ln1, (size_t)N * C);
         mm_fwd(m, a->q, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
         if (m->lora) lora_fwd(m->lora, l, LS_ATTN, a->q, a->ln1, N);
         RND(a->q, (size_t)N * 3 * C);
         /* atty[N,C] = causal attention over heads of the fused rows */
-        kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
+        kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C,
+                         3 * C);
     } else {
         /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
-        kn_rmsnorm_fwd(k, a->ln1, a->ln1_rstd, x, W(m, L->ln1_w), N, C, c->norm_eps);
+        kn_rmsnorm_fwd(k, KN_F32, a->ln1, a->ln1_rstd, x, W(m, L->ln1_w), N, C, c->norm_eps);
         RND(a->ln1, (size_t)N * C);
         float *qo = c->qk_norm ? a->qr : a->q, *ko = c->qk_norm ? a->kr : a->k;
         if (c->fused) {
@@ -1146,8 +1147,10 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         RND(a->v, (size_t)N * KD);
         if (c->qk_norm) {
             /* Qwen3: q[N*Hq, D] = rmsnorm(qr) per head (k likewise), before RoPE */
-            kn_rmsnorm_fwd(k, a->q, a->qn_rstd, a->qr, W(m, L->qn_w), N * Hq, D, c->norm_eps);
-            kn_rmsnorm_fwd(k, a->k, a->kn_rstd, a->kr, W(m, L->kn_w), N * Hkv, D, c->norm_eps);
+            kn_rmsnorm_fwd(k, KN_F32, a->q, a->qn_rstd, a->qr, W(m, L->qn_w), N * Hq, D,
+                           c->norm_eps);
+            kn_rmsnorm_fwd(k, KN_F32, a->k, a->kn_rstd, a->kr, W(m, L->kn_w), N * Hkv, D,
+                           c->norm_eps);
             RND(a->q, (size_t)N * QD);
             RND(a->k, (size_t)N * KD);
         }
@@ -1155,21 +1158,21 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         model_rope(m, a->k, B, T, Hkv, KD, 0, 0);
         RND(a->q, (size_t)N * QD);
         RND(a->k, (size_t)N * KD);
-        kn_attention_fwd(k, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
+        kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
     }
     RND(a->atty, (size_t)N * QD);
     /* res2[N,C] = x + atty Wo^T + bo */
     mm_fwd(m, m->tmp, a->atty, L->o_w, L->o_b, N, QD, C);
     if (m->lora) lora_fwd(m->lora, l, LS_O, m->tmp, a->atty, N);
     RND(m->tmp, (size_t)N * C);
-    kn_add(k, a->res2, x, m->tmp, (size_t)N * C);
+    kn_add(k, KN_F32, a->res2, x, m->tmp, (size_t)N * C);
     RND(a->res2, (size_t)N * C);
     mlp_in_fwd(m, l, B, T);
     /* res3[N,C] = res2 + act Wproj^T + bproj */
     mm_fwd(m, m->tmp, a->act, L->proj_w, L->proj_b, N, F, C);
     if (m->lora) lora_fwd(m->lora, l, LS_PROJ, m->tmp, a->act, N);
     RND(m->tmp, (size_t)N * C);
-    kn_add(k, a->res3, a->res2, m->tmp, (size_t)N * C);
+    kn_add(k, KN_F32, a->res3, a->res2, m->tmp, (size_t)N * C);
     RND(a->res3, (size_t)N * C);
 }
 
@@ -1184,8 +1187,8 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
 
     /* encoded[N,C] = wte[ids] (+ wpe[t]) */
     if (m->dt == KN_F32) {
-        kn_embedding_fwd(k, m->encoded, m->ids, W(m, m->wte), N, C, 0);
-        if (gpt2) kn_embedding_fwd(k, m->encoded, m->pos, W(m, m->wpe), N, C, 1);
+        kn_embedding_fwd(k, KN_F32, m->encoded, m->ids, W(m, m->wte), N, C, 0);
+        if (gpt2) kn_embedding_fwd(k, KN_F32, m->encoded, m->pos, W(m, m->wpe), N, C, 1);
     } else {
         /* 16-bit tables: only the rows used are converted (the token rows
          * straight into encoded; wpe's first T rows into tmp, then added
@@ -1197,7 +1200,7 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
                        m->dt, (size_t)C);
         if (gpt2) {
             kn_convert(k, m->tmp, KN_F32, W16(m, m->wpe), m->dt, (size_t)T * C);
-            kn_embedding_fwd(k, m->encoded, m->pos, m->tmp, N, C, 1);
+            kn_embedding_fwd(k, KN_F32, m->encoded, m->pos, m->tmp, N, C, 1);
         }
     }
     RND(m->encoded, (size_t)N * C);
@@ -1211,15 +1214,15 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
     /* lnf[N,C] = norm(x); logits[N,V] = lnf W_lm^T; losses[N] = CE */
     if (gpt2)
-        kn_layernorm_fwd(k, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b), N,
-                         C, c->norm_eps);
+        kn_layernorm_fwd(k, KN_F32, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w),
+                         W(m, m->lnf_b), N, C, c->norm_eps);
     else
-        kn_rmsnorm_fwd(k, m->lnf, m->lnf_rstd, x, W(m, m->lnf_w), N, C, c->norm_eps);
+        kn_rmsnorm_fwd(k, KN_F32, m->lnf, m->lnf_rstd, x, W(m, m->lnf_w), N, C, c->norm_eps);
     RND(m->lnf, (size_t)N * C);
     if (m->dt == KN_F32)
         mm_fwd(m, m->logits, m->lnf, m->lm_head, -1, N, C, V);
     else
-        kn_matmul16_fwd(k, m->dt, m->dt, m->logits, m->lnf, W16(m, m->lm_head), NULL, N, C,
+        kn_matmul16_fwd(k, m->dt, m->dt, KN_F32, m->logits, m->lnf, W16(m, m->lm_head), NULL, N, C,
                         V); /* rounded */
 }
 
@@ -1251,7 +1254,7 @@ static void backward_from_logits(model *m, int B, int T)
     if (m->dt == KN_F32)
         mm_bwd(m, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, m->lm_head, N, C, V);
     else
-        kn_matmul16_bwd(k, m->dt, m->dt, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf,
+        kn_matmul16_bwd(k, m->dt, m->dt, KN_F32, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf,
                         W16(m, m->lm_head), N, C, V);
     RND(m->dln, NC);
     /* The last layer's output is still in the fp32 working set. */
@@ -1259,10 +1262,11 @@ static void backward_from_logits(model *m, int B, int T)
     /* dres[N,C] = d(final norm input) */
     kn_zero(k, m->dres, NC);
     if (gpt2)
-        kn_layernorm_bwd(k, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL, W(m, m->lnf_w),
-                         m->lnf_mean, m->lnf_rstd, N, C);
+        kn_layernorm_bwd(k, KN_F32, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL,
+                         W(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
     else
-        kn_rmsnorm_bwd(k, m->dres, G(m, m->lnf_w), m->dln, xL, W(m, m->lnf_w), m->lnf_rstd, N, C);
+        kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, m->lnf_w), m->dln, xL, W(m, m->lnf_w), m->lnf_rstd,
+                       N, C);
     RND(m->dres, NC);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[m->lnf_w].off);
 
@@ -1290,16 +1294,16 @@ static void backward_from_logits(model *m, int B, int T)
         kn_zero(k, m->dfc, NF);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
-            kn_gelu_bwd(k, m->dfc, m->dact, a->fc, NF);
+            kn_gelu_bwd(k, KN_F32, m->dfc, m->dact, a->fc, NF);
             RND(m->dfc, NF);
             mm_bwd(m, m->dln, G(m, L->fc_w), G(m, L->fc_b), m->dfc, a->ln2, L->fc_w, N, C, F);
             if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
             RND(m->dln, NC);
-            kn_layernorm_bwd(k, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
+            kn_layernorm_bwd(k, KN_F32, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
                              W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {
             kn_zero(k, m->dup, NF);
-            kn_swiglu_bwd(k, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
+            kn_swiglu_bwd(k, KN_F32, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
             RND(m->dfc, NF);
             RND(m->dup, NF);
             if (c->fused) {
@@ -1314,8 +1318,8 @@ static void backward_from_logits(model *m, int B, int T)
                 if (m->lora) lora_bwd(m->lora, l, LS_UP, m->dln, m->dup, a->ln2, N);
             }
             RND(m->dln, NC);
-            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln2_w), m->dln, a->res2, W(m, L->ln2_w), a->ln2_rstd,
-                           N, C);
+            kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, L->ln2_w), m->dln, a->res2, W(m, L->ln2_w),
+                           a->ln2_rstd, N, C);
         }
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
         RND(m->dres, NC);
@@ -1326,21 +1330,21 @@ static void backward_from_logits(model *m, int B, int T)
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             kn_zero(k, m->dq, (size_t)N * 3 * C);
-            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B,
-                             T, Hq, Hq, D, 3 * C, 3 * C);
+            kn_attention_bwd(k, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
+                             a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
             RND(m->dq, (size_t)N * 3 * C);
             mm_bwd(m, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, L->attn_w, N, C,
                    3 * C);
             if (m->lora) lora_bwd(m->lora, l, LS_ATTN, m->dln, m->dq, a->ln1, N);
             RND(m->dln, NC);
-            kn_layernorm_bwd(k, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x, W(m, L->ln1_w),
-                             a->ln1_mean, a->ln1_rstd, N, C);
+            kn_layernorm_bwd(k, KN_F32, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
+                             W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
         } else {
             kn_zero(k, m->dq, (size_t)N * QD);
             kn_zero(k, m->dk, (size_t)N * KD);
             kn_zero(k, m->dv, (size_t)N * KD);
-            kn_attention_bwd(k, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B,
-                             T, Hq, Hkv, D, QD, KD);
+            kn_attention_bwd(k, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
+                             a->v, B, T, Hq, Hkv, D, QD, KD);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
             RND(m->dv, (size_t)N * KD);
@@ -1353,10 +1357,10 @@ static void backward_from_logits(model *m, int B, int T)
                 /* through Qwen3's per-head norms: dqr, dkr; dW of q_norm, k_norm */
                 kn_zero(k, m->dqr, (size_t)N * QD);
                 kn_zero(k, m->dkr, (size_t)N * KD);
-                kn_rmsnorm_bwd(k, m->dqr, G(m, L->qn_w), m->dq, a->qr, W(m, L->qn_w), a->qn_rstd,
-                               N * Hq, D);
-                kn_rmsnorm_bwd(k, m->dkr, G(m, L->kn_w), m->dk, a->kr, W(m, L->kn_w), a->kn_rstd,
-                               N * Hkv, D);
+                kn_rmsnorm_bwd(k, KN_F32, m->dqr, G(m, L->qn_w), m->dq, a->qr, W(m, L->qn_w),
+                               a->qn_rstd, N * Hq, D);
+                kn_rmsnorm_bwd(k, KN_F32, m->dkr, G(m, L->kn_w), m->dk, a->kr, W(m, L->kn_w),
+                               a->kn_rstd, N * Hkv, D);
                 RND(m->dqr, (size_t)N * QD);
                 RND(m->dkr, (size_t)N * KD);
                 dqo = m->dqr;
@@ -1379,8 +1383,8 @@ static void backward_from_logits(model *m, int B, int T)
                 if (m->lora) lora_bwd(m->lora, l, LS_V, m->dln, m->dv, a->ln1, N);
             }
             RND(m->dln, NC);
-            kn_rmsnorm_bwd(k, m->dres, G(m, L->ln1_w), m->dln, x, W(m, L->ln1_w), a->ln1_rstd, N,
-                           C);
+            kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, L->ln1_w), m->dln, x, W(m, L->ln1_w),
+                           a->ln1_rstd, N, C);
         }
         /* dres now holds d(x), the previous layer's res3 */
         RND(m->dres, NC);

@@ -9,9 +9,12 @@
  *
  * Conventions (llm.c style: raw pointers plus sizes, shapes in comments):
  *  - Ops compute in fp32 (wider where they reduce). 16-bit storage enters
- *    through the ops that take a kn_dtype (kn_convert, kn_round,
- *    kn_matmul16_*, kn_crossentropy_*): a `void *` tensor argument holds
- *    the dtype the op is given for it; every other tensor argument is fp32.
+ *    through the ops that take a kn_dtype: a `void *` tensor argument holds
+ *    the dtype the op is given for it (every activation op: add, embedding,
+ *    norms, RoPE forward, attention, GELU, SwiGLU, dropout, matmul16's x,
+ *    out, dout, cross-entropy's logits; convert, round); a 16-bit store
+ *    rounds to nearest even once. Every `float *` argument is fp32:
+ *    gradients, norm weights, statistics (mean, rstd, lse).
  *  - Tensors are row-major, contiguous unless a leading dimension
  *    (`ld*`, in elements) is given. Pointers are device pointers obtained
  *    from kn_alloc on the same context.

@@ -12,7 +12,16 @@
  * The first parameter is always `kn_ctx *c`. Return types are single
  * tokens (void, int, double) so the generators can paste them. Semantics,
  * shapes and the accumulate convention are documented in kernels.h and
- * docs/kernels.md. */
+ * docs/kernels.md.
+ *
+ * Activations carry their storage type: an op's `kn_dtype dt` is the type
+ * of every `void *` activation it reads or writes (fp32, or bf16 / fp16
+ * stored on 16 bits); arithmetic is fp32 inside the op and a 16-bit store
+ * rounds to nearest even once. Gradients (`float *dx`, `dout`...), norm
+ * weights and per-row statistics (mean, rstd, lse) stay fp32: the engine
+ * keeps one layer's activation gradients, so they cost O(N C), not O(L N C),
+ * and summing several contributions into one fp32 buffer rounds once.
+ * With dt = KN_F32 every op runs its fp32 code unchanged (same bits). */
 #ifndef TY_KN_OPS_H
 #define TY_KN_OPS_H
 
@@ -23,8 +32,8 @@
     X(void, copy, (kn_ctx *c, float *dst, const float *src, size_t n), (c, dst, src, n))           \
     X(void, scale, (kn_ctx *c, float *x, size_t n, float s), (c, x, n, s))                         \
     X(void, axpy, (kn_ctx *c, float *y, const float *x, size_t n, float a), (c, y, x, n, a))       \
-    X(void, add, (kn_ctx *c, float *out, const float *a, const float *b, size_t n),                \
-      (c, out, a, b, n))                                                                           \
+    X(void, add, (kn_ctx *c, kn_dtype dt, void *out, const void *a, const void *b, size_t n),      \
+      (c, dt, out, a, b, n))                                                                           \
     X(double, sum, (kn_ctx *c, const float *x, size_t n), (c, x, n))                               \
     X(double, sumsq, (kn_ctx *c, const float *x, size_t n), (c, x, n))                             \
     X(int, nonfinite, (kn_ctx *c, const float *x, size_t n), (c, x, n))                            \
@@ -37,32 +46,33 @@
     X(void, master_join, (kn_ctx *c, float *x, const uint16_t *hi, const uint16_t *lo, size_t n),  \
       (c, x, hi, lo, n))                                                                           \
     /* embedding */                                                                                \
-    X(void, embedding_fwd, (kn_ctx *c, float *out, const int32_t *ids, const float *table,         \
-      int N, int C, int accumulate), (c, out, ids, table, N, C, accumulate))                       \
+    X(void, embedding_fwd, (kn_ctx *c, kn_dtype dt, void *out, const int32_t *ids,                 \
+      const void *table, int N, int C, int accumulate), (c, dt, out, ids, table, N, C, accumulate))                        \
     X(void, embedding_bwd, (kn_ctx *c, float *dtable, const int32_t *ids, const float *dout,       \
       int N, int C), (c, dtable, ids, dout, N, C))                                                 \
     /* normalisation */                                                                            \
-    X(void, layernorm_fwd, (kn_ctx *c, float *out, float *mean, float *rstd, const float *x,       \
-      const float *w, const float *b, int N, int C, float eps),                                    \
-      (c, out, mean, rstd, x, w, b, N, C, eps))                                                    \
-    X(void, layernorm_bwd, (kn_ctx *c, float *dx, float *dw, float *db, const float *dout,         \
-      const float *x, const float *w, const float *mean, const float *rstd, int N, int C),         \
-      (c, dx, dw, db, dout, x, w, mean, rstd, N, C))                                               \
-    X(void, rmsnorm_fwd, (kn_ctx *c, float *out, float *rstd, const float *x, const float *w,      \
-      int N, int C, float eps), (c, out, rstd, x, w, N, C, eps))                                   \
-    X(void, rmsnorm_bwd, (kn_ctx *c, float *dx, float *dw, const float *dout, const float *x,      \
-      const float *w, const float *rstd, int N, int C), (c, dx, dw, dout, x, w, rstd, N, C))       \
+    X(void, layernorm_fwd, (kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd,           \
+      const void *x, const float *w, const float *b, int N, int C, float eps),                     \
+      (c, dt, out, mean, rstd, x, w, b, N, C, eps))                                                    \
+    X(void, layernorm_bwd, (kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db,               \
+      const float *dout, const void *x, const float *w, const float *mean, const float *rstd,      \
+      int N, int C), (c, dt, dx, dw, db, dout, x, w, mean, rstd, N, C))                                               \
+    X(void, rmsnorm_fwd, (kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x,           \
+      const float *w, int N, int C, float eps), (c, dt, out, rstd, x, w, N, C, eps))                                   \
+    X(void, rmsnorm_bwd, (kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *dout,         \
+      const void *x, const float *w, const float *rstd, int N, int C),                             \
+      (c, dt, dx, dw, dout, x, w, rstd, N, C))       \
     /* matmul */                                                                                   \
     X(void, matmul_fwd, (kn_ctx *c, float *out, const float *x, const float *w,                    \
       const float *bias, int N, int K, int M), (c, out, x, w, bias, N, K, M))                      \
     X(void, matmul_bwd, (kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,         \
       const float *x, const float *w, int N, int K, int M), (c, dx, dw, dbias, dout, x, w, N, K, M)) \
-    X(void, matmul16_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const float *x,   \
-      const void *w, const float *bias, int N, int K, int M),                                      \
-      (c, dt, out_dt, out, x, w, bias, N, K, M))                                                   \
-    X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float *dw,         \
-      float *dbias, const void *dout, const float *x, const void *w, int N, int K, int M),         \
-      (c, dt, dout_dt, dx, dw, dbias, dout, x, w, N, K, M))                                        \
+    X(void, matmul16_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,      \
+      const void *x, const void *w, const float *bias, int N, int K, int M),                       \
+      (c, dt, out_dt, x_dt, out, x, w, bias, N, K, M))                                                   \
+    X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, float *dx,     \
+      float *dw, float *dbias, const void *dout, const void *x, const void *w, int N, int K,       \
+      int M), (c, dt, dout_dt, x_dt, dx, dw, dbias, dout, x, w, N, K, M))                                        \
     /* 4-bit NormalFloat weights (QLoRA) */                                                       \
     X(void, nf4_dequant, (kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n),                  \
       (c, out, dt, w, n))                                                                          \
@@ -71,31 +81,32 @@
     X(void, nf4_matmul_bwd, (kn_ctx *c, kn_dtype dt, float *dx, const float *dout, kn_nf4 w,       \
       int N, int K, int M), (c, dt, dx, dout, w, N, K, M))                                         \
     /* attention */                                                                                \
-    X(void, rope_fwd, (kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,        \
-      int pos_offset), (c, x, B, T, H, D, ld, base, pos_offset))                                   \
+    X(void, rope_fwd, (kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,        \
+      float base, int pos_offset), (c, dt, x, B, T, H, D, ld, base, pos_offset))                                   \
     X(void, rope_bwd, (kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,       \
       int pos_offset), (c, dx, B, T, H, D, ld, base, pos_offset))                                  \
-    X(void, rope_freq_fwd, (kn_ctx *c, float *x, int B, int T, int H, int D, int ld,               \
-      const float *inv_freq, int pos_offset), (c, x, B, T, H, D, ld, inv_freq, pos_offset))        \
+    X(void, rope_freq_fwd, (kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,   \
+      const float *inv_freq, int pos_offset), (c, dt, x, B, T, H, D, ld, inv_freq, pos_offset))        \
     X(void, rope_freq_bwd, (kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,              \
       const float *inv_freq, int pos_offset), (c, dx, B, T, H, D, ld, inv_freq, pos_offset))       \
-    X(void, attention_fwd, (kn_ctx *c, float *out, float *lse, const float *q, const float *k,     \
-      const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),                    \
-      (c, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                                         \
-    X(void, attention_bwd, (kn_ctx *c, float *dq, float *dk, float *dv, const float *dout,         \
-      const float *out, const float *lse, const float *q, const float *k, const float *v,          \
-      int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),                                    \
-      (c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                       \
+    X(void, attention_fwd, (kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q,          \
+      const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),      \
+      (c, dt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                                         \
+    X(void, attention_bwd, (kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv,               \
+      const float *dout, const void *out, const float *lse, const void *q, const void *k,          \
+      const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),                     \
+      (c, dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                       \
     /* activations */                                                                              \
-    X(void, gelu_fwd, (kn_ctx *c, float *out, const float *x, size_t n), (c, out, x, n))           \
-    X(void, gelu_bwd, (kn_ctx *c, float *dx, const float *dout, const float *x, size_t n),         \
-      (c, dx, dout, x, n))                                                                         \
-    X(void, swiglu_fwd, (kn_ctx *c, float *out, const float *gate, const float *up, size_t n),     \
-      (c, out, gate, up, n))                                                                       \
-    X(void, swiglu_bwd, (kn_ctx *c, float *dgate, float *dup, const float *dout,                   \
-      const float *gate, const float *up, size_t n), (c, dgate, dup, dout, gate, up, n))           \
-    X(void, dropout_fwd, (kn_ctx *c, float *out, uint8_t *mask, const float *x, size_t n,          \
-      float p, uint64_t seed, uint64_t offset), (c, out, mask, x, n, p, seed, offset))             \
+    X(void, gelu_fwd, (kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n),                \
+      (c, dt, out, x, n))                                                                          \
+    X(void, gelu_bwd, (kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x,        \
+      size_t n), (c, dt, dx, dout, x, n))                                                          \
+    X(void, swiglu_fwd, (kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up,      \
+      size_t n), (c, dt, out, gate, up, n))                                                        \
+    X(void, swiglu_bwd, (kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,      \
+      const void *gate, const void *up, size_t n), (c, dt, dgate, dup, dout, gate, up, n))         \
+    X(void, dropout_fwd, (kn_ctx *c, kn_dtype dt, void *out, uint8_t *mask, const void *x,         \
+      size_t n, float p, uint64_t seed, uint64_t offset), (c, dt, out, mask, x, n, p, seed, offset))             \
     X(void, dropout_bwd, (kn_ctx *c, float *dx, const float *dout, const uint8_t *mask,            \
       size_t n, float p), (c, dx, dout, mask, n, p))                                               \
     /* loss */                                                                                     \

@@ -87,18 +87,21 @@ int main(int argc, char **argv)
     float *lse = buf(c, (size_t)B * H * T), *ao = buf(c, (size_t)N * C);
     double af = 2.0 * B * H * (double)T * (T + 1) / 2 * D * 2; /* QK^T and PV, causal half */
     TIME("attention_fwd", af, reps,
-         kn_attention_fwd(c, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T, H, H, D, 3 * C, 3 * C));
+         kn_attention_fwd(c, KN_F32, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T, H, H, D, 3 * C,
+                          3 * C));
     /* The backward recomputes QK^T: five products of the forward's size, not four. */
     TIME("attention_bwd", 2.5 * af, reps,
-         kn_attention_bwd(c, dqkv, dqkv + C, dqkv + 2 * C, ao, ao, lse, qkv, qkv + C, qkv + 2 * C,
-                          B, T, H, H, D, 3 * C, 3 * C));
+         kn_attention_bwd(c, KN_F32, dqkv, dqkv + C, dqkv + 2 * C, ao, ao, lse, qkv, qkv + C,
+                          qkv + 2 * C, B, T, H, H, D, 3 * C, 3 * C));
 
     float *mean = buf(c, N), *rstd = buf(c, N);
-    TIME("layernorm_fwd", 0, reps, kn_layernorm_fwd(c, y, mean, rstd, x, w, bias, N, C, 1e-5f));
-    TIME("layernorm_bwd", 0, reps, kn_layernorm_bwd(c, dx, dw, dbias, dy, x, w, mean, rstd, N, C));
-    TIME("gelu_fwd", 0, reps, kn_gelu_fwd(c, y, x, (size_t)N * 4 * C));
-    TIME("gelu_bwd", 0, reps, kn_gelu_bwd(c, dx, dy, x, (size_t)N * 4 * C));
-    TIME("add (residual)", 0, reps, kn_add(c, y, x, dy, (size_t)N * C));
+    TIME("layernorm_fwd", 0, reps,
+         kn_layernorm_fwd(c, KN_F32, y, mean, rstd, x, w, bias, N, C, 1e-5f));
+    TIME("layernorm_bwd", 0, reps,
+         kn_layernorm_bwd(c, KN_F32, dx, dw, dbias, dy, x, w, mean, rstd, N, C));
+    TIME("gelu_fwd", 0, reps, kn_gelu_fwd(c, KN_F32, y, x, (size_t)N * 4 * C));
+    TIME("gelu_bwd", 0, reps, kn_gelu_bwd(c, KN_F32, dx, dy, x, (size_t)N * 4 * C));
+    TIME("add (residual)", 0, reps, kn_add(c, KN_F32, y, x, dy, (size_t)N * C));
 
     float *lw = buf(c, (size_t)V * C), *dlw = buf(c, (size_t)V * C);
     float *logits = buf(c, (size_t)N * V), *losses = buf(c, N);

@@ -63,6 +63,31 @@ static inline float cpu_join1(uint16_t hi, uint16_t lo)
     return x;
 }
 
+/* Activations of type dt seen as fp32 (kn_ops.h: ops take the dtype of
+ * their activations). cpu_in: n elements from element `off` of p, widened
+ * into buf when dt is 16-bit, p itself when fp32 (no copy: the fp32 code
+ * path is unchanged). cpu_out_buf / cpu_out: where an op writes n fp32
+ * results, p itself for fp32, else buf, narrowed into p by cpu_out
+ * (round to nearest even, once). */
+static inline const float *cpu_in(float *buf, const void *p, kn_dtype dt, size_t off, size_t n)
+{
+    if (dt == KN_F32) return (const float *)p + off;
+    cpu_convert_n(buf, KN_F32, (const uint16_t *)p + off, dt, n);
+    return buf;
+}
+static inline float *cpu_out_buf(float *buf, void *p, kn_dtype dt, size_t off)
+{
+    return dt == KN_F32 ? (float *)p + off : buf;
+}
+static inline void cpu_out(void *p, kn_dtype dt, size_t off, const float *buf, size_t n)
+{
+    if (dt != KN_F32) cpu_convert_n((uint16_t *)p + off, dt, buf, KN_F32, n);
+}
+
+/* Elements per block where an elementwise op widens 16-bit inputs on the
+ * stack (a few KiB per thread). */
+#define CPU_EW_BLOCK 512
+
 /* Releases cpu_matmul16.c's oneDNN state (no-op without oneDNN). */
 void cpu_dnnl_free(kn_ctx *c);
 

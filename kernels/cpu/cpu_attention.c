@@ -14,7 +14,12 @@
  * kv head run on the same thread, so dk and dv are accumulated by exactly
  * one thread in a fixed order (no atomics, same bits for any thread count).
  * Products are single-threaded sgemm calls; tiles above the diagonal are
- * never computed, so about half of the T x T work is skipped. */
+ * never computed, so about half of the T x T work is skipped.
+ *
+ * 16-bit q, k, v and out (the op's dtype): each head's T x D rows are
+ * widened into per-thread fp32 copies (O(T D), still linear in T) and the
+ * fp32 algorithm runs on them; the forward's output rows are rounded once
+ * as they are stored. lse and all gradients are fp32. */
 #include "cpu.h"
 #include "cpu_math.h"
 
@@ -68,22 +73,102 @@ static const float *rope_cached(kn_ctx *c, int npos, int D, float base)
     return tab;
 }
 
-/* dir = +1 rotates by theta (forward), -1 by -theta (the transpose). */
-static void rope_apply(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,
-                       int pos_offset, float dir)
+/* One head's D values at element `off` of a dt tensor as fp32 (rope on
+ * 16-bit q / k: widened on the stack, rotated, rounded back once). */
+#define ROPE_MAX_D 1024
+static inline float *head_in(float *buf, void *x, kn_dtype dt, size_t off, int D)
+{
+    return (float *)cpu_in(buf, x, dt, off, (size_t)D);
+}
+
+/* dir = +1 rotates by theta (forward), -1 by -theta (the transpose).
+ * x is of type dt (the backward passes fp32 gradients). */
+static void rope_apply(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,
+                       float base, int pos_offset, float dir)
 {
     int half = D / 2;
     if (B <= 0 || T <= 0 || H <= 0 || half <= 0) return;
+    if (dt != KN_F32 && D > ROPE_MAX_D) {
+        kn_fail(c, TY_EINVAL, "rope: head size %d over %d in 16 bits", D, ROPE_MAX_D);
+        return;
+    }
     const float *tab = pos_offset >= 0 ? rope_cached(c, pos_offset + T, D, base) : NULL;
     if (tab) {
 #pragma omp parallel for schedule(static)                                                          \
     num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
         for (int bt = 0; bt < B * T; bt++) {
             const float *cs = tab + (size_t)(bt % T + pos_offset) * half * 2;
+            float hb[dt == KN_F32 ? 1 : ROPE_MAX_D];
             for (int h = 0; h < H; h++) {
-                float *r = x + (size_t)bt * ld + (size_t)h * D;
+                size_t off = (size_t)bt * ld + (size_t)h * D;
+                float *r = head_in(hb, x, dt, off, D);
                 for (int i = 0; i < half; i++) {
                     float co = cs[2 * i], si = dir * cs[2 * i + 1];
+                    float a = r[i], b = r[i + half];
+                    r[i] = a * co - b * si;
+                    r[i + half] = b * co + a * si;
+                }
+                cpu_out(x, dt, off, r, (size_t)D);
+            }
+        }
+        return;
+    }
+    /* No table (short of memory, or a negative offset): the same
+     * arithmetic, computed as we go (16-bit rows widened per head). */
+    float hb[dt == KN_F32 ? 1 : ROPE_MAX_D];
+    for (int bt = 0; bt < B * T; bt++) {
+        float pos = (float)(bt % T + pos_offset);
+        for (int h = 0; h < H; h++) {
+            size_t off = (size_t)bt * ld + (size_t)h * D;
+            float *r = head_in(hb, x, dt, off, D);
+            for (int i = 0; i < half; i++) {
+                float ang = pos * (1.0f / powf(base, (float)(2 * i) / (float)D));
+                float co = cosf(ang), si = dir * sinf(ang);
+                float a = r[i], b = r[i + half];
+                r[i] = a * co - b * si;
+                r[i + half] = b * co + a * si;
+            }
+            cpu_out(x, dt, off, r, (size_t)D);
+        }
+    }
+}
+
+void cpu_rope_fwd(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld, float base,
+                  int pos_offset)
+{
+    rope_apply(c, dt, x, B, T, H, D, ld, base, pos_offset, 1.0f);
+}
+
+void cpu_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,
+                  int pos_offset)
+{
+    rope_apply(c, KN_F32, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
+}
+
+/* Given inverse frequencies (scaled RoPE): the angle pos * inv_freq[i] in
+ * fp32 as Hugging Face computes it, cos/sin per (row, i), shared by the
+ * heads. No table: the frequencies are the caller's, so a cache would need
+ * their contents as its key. */
+static void rope_freq_apply(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,
+                            const float *inv, int pos_offset, float dir)
+{
+    int half = D / 2;
+    if (B <= 0 || T <= 0 || H <= 0 || half <= 0) return;
+    if (dt != KN_F32 && D > ROPE_MAX_D) {
+        kn_fail(c, TY_EINVAL, "rope: head size %d over %d in 16 bits", D, ROPE_MAX_D);
+        return;
+    }
+    if (dt == KN_F32) {
+        float *xf = x;
+#pragma omp parallel for schedule(static)                                                          \
+    num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
+        for (int bt = 0; bt < B * T; bt++) {
+            float pos = (float)(bt % T + pos_offset);
+            for (int i = 0; i < half; i++) {
+                float ang = pos * inv[i];
+                float co = cosf(ang), si = dir * sinf(ang);
+                for (int h = 0; h < H; h++) {
+                    float *r = xf + (size_t)bt * ld + (size_t)h * D;
                     float a = r[i], b = r[i + half];
                     r[i] = a * co - b * si;
                     r[i + half] = b * co + a * si;
@@ -92,71 +177,36 @@ static void rope_apply(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, 
         }
         return;
     }
-    /* No table (short of memory, or a negative offset): the same
-     * arithmetic, computed as we go. */
-    for (int bt = 0; bt < B * T; bt++) {
-        float pos = (float)(bt % T + pos_offset);
-        for (int i = 0; i < half; i++) {
-            float ang = pos * (1.0f / powf(base, (float)(2 * i) / (float)D));
-            float co = cosf(ang), si = dir * sinf(ang);
-            for (int h = 0; h < H; h++) {
-                float *r = x + (size_t)bt * ld + (size_t)h * D;
-                float a = r[i], b = r[i + half];
-                r[i] = a * co - b * si;
-                r[i + half] = b * co + a * si;
-            }
-        }
-    }
-}
-
-void cpu_rope_fwd(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,
-                  int pos_offset)
-{
-    rope_apply(c, x, B, T, H, D, ld, base, pos_offset, 1.0f);
-}
-
-void cpu_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,
-                  int pos_offset)
-{
-    rope_apply(c, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
-}
-
-/* Given inverse frequencies (scaled RoPE): the angle pos * inv_freq[i] in
- * fp32 as Hugging Face computes it, cos/sin per (row, i), shared by the
- * heads. No table: the frequencies are the caller's, so a cache would need
- * their contents as its key. */
-static void rope_freq_apply(kn_ctx *c, float *x, int B, int T, int H, int D, int ld,
-                            const float *inv, int pos_offset, float dir)
-{
-    int half = D / 2;
-    if (B <= 0 || T <= 0 || H <= 0 || half <= 0) return;
+    /* 16-bit: the same angles, the row's heads widened on the stack. */
 #pragma omp parallel for schedule(static)                                                          \
     num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
     for (int bt = 0; bt < B * T; bt++) {
-        float pos = (float)(bt % T + pos_offset);
-        for (int i = 0; i < half; i++) {
-            float ang = pos * inv[i];
-            float co = cosf(ang), si = dir * sinf(ang);
-            for (int h = 0; h < H; h++) {
-                float *r = x + (size_t)bt * ld + (size_t)h * D;
+        float pos = (float)(bt % T + pos_offset), hb[ROPE_MAX_D];
+        for (int h = 0; h < H; h++) {
+            size_t off = (size_t)bt * ld + (size_t)h * D;
+            float *r = head_in(hb, x, dt, off, D);
+            for (int i = 0; i < half; i++) {
+                float ang = pos * inv[i];
+                float co = cosf(ang), si = dir * sinf(ang);
                 float a = r[i], b = r[i + half];
                 r[i] = a * co - b * si;
                 r[i + half] = b * co + a * si;
             }
+            cpu_out(x, dt, off, r, (size_t)D);
         }
     }
 }
 
-void cpu_rope_freq_fwd(kn_ctx *c, float *x, int B, int T, int H, int D, int ld,
+void cpu_rope_freq_fwd(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,
                        const float *inv_freq, int pos_offset)
 {
-    rope_freq_apply(c, x, B, T, H, D, ld, inv_freq, pos_offset, 1.0f);
+    rope_freq_apply(c, dt, x, B, T, H, D, ld, inv_freq, pos_offset, 1.0f);
 }
 
 void cpu_rope_freq_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,
                        const float *inv_freq, int pos_offset)
 {
-    rope_freq_apply(c, dx, B, T, H, D, ld, inv_freq, pos_offset, -1.0f);
+    rope_freq_apply(c, KN_F32, dx, B, T, H, D, ld, inv_freq, pos_offset, -1.0f);
 }
 
 /* ---- attention -------------------------------------------------------- */
@@ -189,8 +239,25 @@ CPU_HOT static float softmax_causal_row(float *s, int i)
     return mx + logf(sum);
 }
 
-void cpu_attention_fwd(kn_ctx *c, float *out, float *lse, const float *q, const float *k,
-                       const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+/* Rows [0, T) of one head (element `off`, row stride ld) of a dt tensor
+ * as fp32: the tensor itself for fp32 (*ldf = ld), else widened into buf
+ * (T x D, *ldf = D). */
+static const float *head_rows(float *buf, const void *x, kn_dtype dt, size_t off, int T, int D,
+                              int ld, int *ldf)
+{
+    if (dt == KN_F32) {
+        *ldf = ld;
+        return (const float *)x + off;
+    }
+    for (int t = 0; t < T; t++)
+        cpu_convert_n(buf + (size_t)t * D, KN_F32, (const uint16_t *)x + off + (size_t)t * ld, dt,
+                      (size_t)D);
+    *ldf = D;
+    return buf;
+}
+
+void cpu_attention_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q, const void *k,
+                       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
 {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
     int group = Hq / Hkv;
@@ -198,25 +265,35 @@ void cpu_attention_fwd(kn_ctx *c, float *out, float *lse, const float *q, const 
     int ldo = Hq * D;
     int nt = c->n_threads < B * Hq ? c->n_threads : B * Hq;
     int failed = 0;
+    /* 16-bit: q, k, v of one head widened (3 T x D) and a block of output rows */
+    size_t wide = dt == KN_F32 ? 0 : (size_t)3 * T * D + (size_t)ATT_BLOCK * D;
 #pragma omp parallel num_threads(nt) reduction(| : failed)
     {
         /* One block of score rows, ATT_BLOCK x T: O(T) per thread. */
-        float *a = malloc((size_t)ATT_BLOCK * T * sizeof *a);
+        float *a = malloc(((size_t)ATT_BLOCK * T + wide) * sizeof *a);
         if (!a) failed = 1;
+        float *wq = a ? a + (size_t)ATT_BLOCK * T : NULL, *wk = wq ? wq + (size_t)T * D : NULL,
+              *wv = wk ? wk + (size_t)T * D : NULL, *wo = wv ? wv + (size_t)T * D : NULL;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * Hq; bh++) {
             if (!a) continue;
-            int b = bh / Hq, h = bh % Hq, g = h / group;
-            const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
-            const float *kb = k + (size_t)b * T * ldkv + (size_t)g * D;
-            const float *vb = v + (size_t)b * T * ldkv + (size_t)g * D;
-            float *ob = out + (size_t)b * T * ldo + (size_t)h * D;
+            int b = bh / Hq, h = bh % Hq, g = h / group, lq, lkv, lkv2;
+            const float *qb =
+                head_rows(wq, q, dt, (size_t)b * T * ldq + (size_t)h * D, T, D, ldq, &lq);
+            const float *kb =
+                head_rows(wk, k, dt, (size_t)b * T * ldkv + (size_t)g * D, T, D, ldkv, &lkv);
+            const float *vb =
+                head_rows(wv, v, dt, (size_t)b * T * ldkv + (size_t)g * D, T, D, ldkv, &lkv2);
+            size_t oo = (size_t)b * T * ldo + (size_t)h * D;
             float *lb = lse + (size_t)bh * T;
             for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
                 int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, rows = i1 - i0;
+                /* fp32: straight into out; 16-bit: a block of rows, rounded below */
+                float *ob = dt == KN_F32 ? (float *)out + oo + (size_t)i0 * ldo : wo;
+                int lob = dt == KN_F32 ? ldo : D;
                 /* S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T */
-                cpu_sgemm(CblasNoTrans, CblasTrans, rows, i1, D, scale, qb + (size_t)i0 * ldq, ldq,
-                          kb, ldkv, 0.0f, a, T);
+                cpu_sgemm(CblasNoTrans, CblasTrans, rows, i1, D, scale, qb + (size_t)i0 * lq, lq,
+                          kb, lkv, 0.0f, a, T);
                 for (int r = 0; r < rows; r++) {
                     float *row = a + (size_t)r * T;
                     lb[i0 + r] = softmax_causal_row(row, i0 + r);
@@ -224,8 +301,10 @@ void cpu_attention_fwd(kn_ctx *c, float *out, float *lse, const float *q, const 
                         row[j] = 0.0f; /* the causal mask inside the block */
                 }
                 /* O[i0:i1] = P[i0:i1, 0:i1] V[0:i1] */
-                cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, i1, 1.0f, a, T, vb, ldkv, 0.0f,
-                          ob + (size_t)i0 * ldo, ldo);
+                cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, i1, 1.0f, a, T, vb, lkv2, 0.0f, ob,
+                          lob);
+                for (int r = 0; dt != KN_F32 && r < rows; r++)
+                    cpu_out(out, dt, oo + (size_t)(i0 + r) * ldo, ob + (size_t)r * D, (size_t)D);
             }
         }
         free(a);
@@ -236,16 +315,19 @@ void cpu_attention_fwd(kn_ctx *c, float *out, float *lse, const float *q, const 
 
 /* One tile of the backward: rows [i0, i0+rows) of query head qb against key
  * columns [j0, j0+cols). s and dp are ATT_BLOCK x ATT_BLOCK scratch. */
+/* lq / lkv are the row strides of the (possibly widened) q and k, v;
+ * ldq / ldkv those of dq and dk, dv. */
 CPU_HOT static void att_bwd_tile(float *s, float *dp, const float *qb, const float *kb,
                                  const float *vb, const float *gb, const float *lb, const float *db,
                                  float *dqb, float *dkb, float *dvb, int i0, int rows, int j0,
-                                 int cols, int D, int ldq, int ldkv, int ldo, float scale)
+                                 int cols, int D, int lq, int lkv, int ldq, int ldkv, int ldo,
+                                 float scale)
 {
     const int ld = ATT_BLOCK;
-    const float *qi = qb + (size_t)i0 * ldq, *gi = gb + (size_t)i0 * ldo;
-    const float *kj = kb + (size_t)j0 * ldkv, *vj = vb + (size_t)j0 * ldkv;
+    const float *qi = qb + (size_t)i0 * lq, *gi = gb + (size_t)i0 * ldo;
+    const float *kj = kb + (size_t)j0 * lkv, *vj = vb + (size_t)j0 * lkv;
     /* P = exp(scale Q_i K_j^T - lse_i), zero above the diagonal */
-    cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, scale, qi, ldq, kj, ldkv, 0.0f, s, ld);
+    cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, scale, qi, lq, kj, lkv, 0.0f, s, ld);
     for (int r = 0; r < rows; r++) {
         float *pr = s + (size_t)r * ld, l = lb[i0 + r];
         int n = i0 + r - j0 + 1; /* visible columns of this row */
@@ -263,7 +345,7 @@ CPU_HOT static void att_bwd_tile(float *s, float *dp, const float *qb, const flo
                   dvb + (size_t)j0 * ldkv, ldkv);
     if (!dqb && !dkb) return;
     /* dP = dO_i V_j^T; dS = P (dP - D_i) scale (zero where P is) */
-    cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, 1.0f, gi, ldo, vj, ldkv, 0.0f, dp, ld);
+    cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, 1.0f, gi, ldo, vj, lkv, 0.0f, dp, ld);
     for (int r = 0; r < rows; r++) {
         float *pr = s + (size_t)r * ld, *dr = dp + (size_t)r * ld, di = db[i0 + r];
 #pragma omp simd
@@ -272,18 +354,19 @@ CPU_HOT static void att_bwd_tile(float *s, float *dp, const float *qb, const flo
     }
     /* dQ_i += dS K_j;  dK_j += dS^T Q_i */
     if (dqb)
-        cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, cols, 1.0f, dp, ld, kj, ldkv, 1.0f,
+        cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, cols, 1.0f, dp, ld, kj, lkv, 1.0f,
                   dqb + (size_t)i0 * ldq, ldq);
     if (dkb)
-        cpu_sgemm(CblasTrans, CblasNoTrans, cols, D, rows, 1.0f, dp, ld, qi, ldq, 1.0f,
+        cpu_sgemm(CblasTrans, CblasNoTrans, cols, D, rows, 1.0f, dp, ld, qi, lq, 1.0f,
                   dkb + (size_t)j0 * ldkv, ldkv);
 }
 
-/* D_i = sum_d dO[i,d] O[i,d] for the T rows of one head. */
-CPU_HOT static void att_rowdot(float *dst, const float *gb, const float *ob, int T, int D, int ldo)
+/* D_i = sum_d dO[i,d] O[i,d] for the T rows of one head (O's row stride lo). */
+CPU_HOT static void att_rowdot(float *dst, const float *gb, const float *ob, int T, int D, int ldo,
+                               int lo)
 {
     for (int i = 0; i < T; i++) {
-        const float *g = gb + (size_t)i * ldo, *o = ob + (size_t)i * ldo;
+        const float *g = gb + (size_t)i * ldo, *o = ob + (size_t)i * lo;
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int d = 0; d < D; d++)
@@ -292,9 +375,9 @@ CPU_HOT static void att_rowdot(float *dst, const float *gb, const float *ob, int
     }
 }
 
-void cpu_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout,
-                       const float *out, const float *lse, const float *q, const float *k,
-                       const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, const float *dout,
+                       const void *out, const float *lse, const void *q, const void *k,
+                       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
 {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
     if (!dq && !dk && !dv) return;
@@ -305,34 +388,43 @@ void cpu_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *
     int failed = 0;
 #pragma omp parallel num_threads(nt) reduction(| : failed)
     {
-        /* Two tiles (P, dS) and one D_i vector per thread. */
-        float *s = malloc(((size_t)2 * ATT_BLOCK * ATT_BLOCK + (size_t)T) * sizeof *s);
+        /* Two tiles (P, dS) and one D_i vector per thread; with 16-bit
+         * activations also one head's q, k, v, out widened (4 T x D). */
+        size_t wide = dt == KN_F32 ? 0 : (size_t)4 * T * D;
+        float *s = malloc(((size_t)2 * ATT_BLOCK * ATT_BLOCK + (size_t)T + wide) * sizeof *s);
         if (!s) failed = 1;
         float *dp = s ? s + ATT_BLOCK * ATT_BLOCK : NULL,
               *db = s ? dp + ATT_BLOCK * ATT_BLOCK : NULL;
+        float *wq = s ? db + T : NULL, *wk = wq ? wq + (size_t)T * D : NULL,
+              *wv = wk ? wk + (size_t)T * D : NULL, *wo = wv ? wv + (size_t)T * D : NULL;
 #pragma omp for schedule(static)
         for (int bg = 0; bg < B * Hkv; bg++) {
             if (!s) continue;
-            int b = bg / Hkv, g = bg % Hkv;
-            const float *kb = k + (size_t)b * T * ldkv + (size_t)g * D;
-            const float *vb = v + (size_t)b * T * ldkv + (size_t)g * D;
+            int b = bg / Hkv, g = bg % Hkv, lkv, lkv2;
+            const float *kb =
+                head_rows(wk, k, dt, (size_t)b * T * ldkv + (size_t)g * D, T, D, ldkv, &lkv);
+            const float *vb =
+                head_rows(wv, v, dt, (size_t)b * T * ldkv + (size_t)g * D, T, D, ldkv, &lkv2);
             float *dkb = dk ? dk + (size_t)b * T * ldkv + (size_t)g * D : NULL;
             float *dvb = dv ? dv + (size_t)b * T * ldkv + (size_t)g * D : NULL;
             /* Query heads sharing this kv head, then row blocks, then key
              * tiles, in order: dk/dv sum in a fixed order. */
             for (int h = g * group; h < (g + 1) * group; h++) {
-                const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
+                int lq, lo;
+                const float *qb =
+                    head_rows(wq, q, dt, (size_t)b * T * ldq + (size_t)h * D, T, D, ldq, &lq);
                 float *dqb = dq ? dq + (size_t)b * T * ldq + (size_t)h * D : NULL;
                 const float *gb = dout + (size_t)b * T * ldo + (size_t)h * D;
-                const float *ob = out + (size_t)b * T * ldo + (size_t)h * D;
+                const float *ob =
+                    head_rows(wo, out, dt, (size_t)b * T * ldo + (size_t)h * D, T, D, ldo, &lo);
                 const float *lb = lse + ((size_t)b * Hq + h) * T;
-                att_rowdot(db, gb, ob, T, D, ldo);
+                att_rowdot(db, gb, ob, T, D, ldo, lo);
                 for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
                     int rows = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK;
                     for (int j0 = 0; j0 < i0 + rows; j0 += ATT_BLOCK) {
                         int cols = i0 + rows - j0 < ATT_BLOCK ? i0 + rows - j0 : ATT_BLOCK;
                         att_bwd_tile(s, dp, qb, kb, vb, gb, lb, db, dqb, dkb, dvb, i0, rows, j0,
-                                     cols, D, ldq, ldkv, ldo, scale);
+                                     cols, D, lq, lkv, ldq, ldkv, ldo, scale);
                     }
                 }
             }

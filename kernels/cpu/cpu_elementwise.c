@@ -57,11 +57,32 @@ void cpu_axpy(kn_ctx *c, float *y, const float *x, size_t n, float a)
         y[i] += a * x[i];
 }
 
-void cpu_add(kn_ctx *c, float *out, const float *a, const float *b, size_t n)
+static void add_f32(kn_ctx *c, float *out, const float *a, const float *b, size_t n)
 {
 #pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
+}
+
+void cpu_add(kn_ctx *c, kn_dtype dt, void *out, const void *a, const void *b, size_t n)
+{
+    if (dt == KN_F32) {
+        add_f32(c, out, a, b, n);
+        return;
+    }
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 32, &lo, &hi);
+        float ba[CPU_EW_BLOCK], bb[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
+        for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+            size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+            const float *x = cpu_in(ba, a, dt, i, m), *y = cpu_in(bb, b, dt, i, m);
+            for (size_t j = 0; j < m; j++)
+                bo[j] = x[j] + y[j];
+            cpu_out(out, dt, i, bo, m);
+        }
+    }
 }
 
 /* Sum (squared when sq) of one chunk with eight fixed lanes: the lanes give
@@ -132,18 +153,33 @@ int cpu_nonfinite(kn_ctx *c, const float *x, size_t n)
 
 /* ---- embedding -------------------------------------------------------- */
 
-void cpu_embedding_fwd(kn_ctx *c, float *out, const int32_t *ids, const float *table, int N, int C,
-                       int accumulate)
+/* out and table both of type dt: a gathered row is copied as is (exact in
+ * any type); with accumulate, out = round(out + row) in fp32. */
+void cpu_embedding_fwd(kn_ctx *c, kn_dtype dt, void *out, const int32_t *ids, const void *table,
+                       int N, int C, int accumulate)
 {
+    size_t es = kn_dtype_size(dt);
 #pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)N * C > CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
-        float *o = out + (size_t)n * C;
-        const float *row = table + (size_t)ids[n] * C;
-        if (accumulate)
+        size_t oo = (size_t)n * C, ro = (size_t)ids[n] * C;
+        if (!accumulate) {
+            memcpy((char *)out + oo * es, (const char *)table + ro * es, (size_t)C * es);
+        } else if (dt == KN_F32) {
+            float *o = (float *)out + oo;
+            const float *row = (const float *)table + ro;
             for (int i = 0; i < C; i++)
                 o[i] += row[i];
-        else
-            memcpy(o, row, (size_t)C * sizeof *o);
+        } else {
+            float bo[CPU_EW_BLOCK], br[CPU_EW_BLOCK];
+            for (int i = 0; i < C; i += CPU_EW_BLOCK) {
+                size_t m = C - i < CPU_EW_BLOCK ? (size_t)(C - i) : CPU_EW_BLOCK;
+                const float *o = cpu_in(bo, out, dt, oo + i, m);
+                const float *r = cpu_in(br, table, dt, ro + i, m);
+                for (size_t j = 0; j < m; j++)
+                    bo[j] = o[j] + r[j];
+                cpu_out(out, dt, oo + i, bo, m);
+            }
+        }
     }
 }
 
@@ -204,23 +240,42 @@ CPU_HOT static void gelu_bwd_range(float *dx, const float *dout, const float *x,
     }
 }
 
-void cpu_gelu_fwd(kn_ctx *c, float *out, const float *x, size_t n)
+/* The 16-bit forms run the fp32 range functions on blocks widened on the
+ * stack (cpu_in / cpu_out): the same arithmetic, one rounding per store. */
+void cpu_gelu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n)
 {
 #pragma omp parallel num_threads(cpu_threads_for(c, n))
     {
         size_t lo, hi;
-        cpu_thread_range(n, 16, &lo, &hi);
-        gelu_fwd_range(out + lo, x + lo, hi - lo);
+        cpu_thread_range(n, 32, &lo, &hi);
+        if (dt == KN_F32)
+            gelu_fwd_range((float *)out + lo, (const float *)x + lo, hi - lo);
+        else {
+            float bx[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
+            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+                gelu_fwd_range(bo, cpu_in(bx, x, dt, i, m), m);
+                cpu_out(out, dt, i, bo, m);
+            }
+        }
     }
 }
 
-void cpu_gelu_bwd(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n)
+void cpu_gelu_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x, size_t n)
 {
 #pragma omp parallel num_threads(cpu_threads_for(c, n))
     {
         size_t lo, hi;
-        cpu_thread_range(n, 16, &lo, &hi);
-        gelu_bwd_range(dx + lo, dout + lo, x + lo, hi - lo);
+        cpu_thread_range(n, 32, &lo, &hi);
+        if (dt == KN_F32)
+            gelu_bwd_range(dx + lo, dout + lo, (const float *)x + lo, hi - lo);
+        else {
+            float bx[CPU_EW_BLOCK];
+            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+                gelu_bwd_range(dx + i, dout + i, cpu_in(bx, x, dt, i, m), m);
+            }
+        }
     }
 }
 
@@ -251,25 +306,44 @@ CPU_HOT static void swiglu_bwd_range(float *dgate, float *dup, const float *dout
         }
 }
 
-void cpu_swiglu_fwd(kn_ctx *c, float *out, const float *gate, const float *up, size_t n)
+void cpu_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
 {
 #pragma omp parallel num_threads(cpu_threads_for(c, n))
     {
         size_t lo, hi;
-        cpu_thread_range(n, 16, &lo, &hi);
-        swiglu_fwd_range(out + lo, gate + lo, up + lo, hi - lo);
+        cpu_thread_range(n, 32, &lo, &hi);
+        if (dt == KN_F32)
+            swiglu_fwd_range((float *)out + lo, (const float *)gate + lo, (const float *)up + lo,
+                             hi - lo);
+        else {
+            float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
+            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+                swiglu_fwd_range(bo, cpu_in(bg, gate, dt, i, m), cpu_in(bu, up, dt, i, m), m);
+                cpu_out(out, dt, i, bo, m);
+            }
+        }
     }
 }
 
-void cpu_swiglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout, const float *gate,
-                    const float *up, size_t n)
+void cpu_swiglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
+                    const void *gate, const void *up, size_t n)
 {
 #pragma omp parallel num_threads(cpu_threads_for(c, n))
     {
         size_t lo, hi;
-        cpu_thread_range(n, 16, &lo, &hi);
-        swiglu_bwd_range(dgate ? dgate + lo : NULL, dup ? dup + lo : NULL, dout + lo, gate + lo,
-                         up + lo, hi - lo);
+        cpu_thread_range(n, 32, &lo, &hi);
+        if (dt == KN_F32)
+            swiglu_bwd_range(dgate ? dgate + lo : NULL, dup ? dup + lo : NULL, dout + lo,
+                             (const float *)gate + lo, (const float *)up + lo, hi - lo);
+        else {
+            float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK];
+            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+                swiglu_bwd_range(dgate ? dgate + i : NULL, dup ? dup + i : NULL, dout + i,
+                                 cpu_in(bg, gate, dt, i, m), cpu_in(bu, up, dt, i, m), m);
+            }
+        }
     }
 }
 
@@ -286,23 +360,33 @@ static inline uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-void cpu_dropout_fwd(kn_ctx *c, float *out, uint8_t *mask, const float *x, size_t n, float p,
-                     uint64_t seed, uint64_t offset)
+void cpu_dropout_fwd(kn_ctx *c, kn_dtype dt, void *out, uint8_t *mask, const void *x, size_t n,
+                     float p, uint64_t seed, uint64_t offset)
 {
     if (p <= 0.0f) {
-        cpu_copy(c, out, x, n);
+        if (n && out != x) memmove(out, x, n * kn_dtype_size(dt));
         if (mask && n) memset(mask, 1, n);
         return;
     }
     uint64_t key = mix64(seed);
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    /* Blocks of CPU_EW_BLOCK elements (any split draws the same mask). */
+    size_t nb = (n + CPU_EW_BLOCK - 1) / CPU_EW_BLOCK;
 #pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        uint64_t z = mix64(key + (offset + i + 1) * 0x9e3779b97f4a7c15ULL);
-        float u = (float)(z >> 40) * (1.0f / 16777216.0f);
-        uint8_t keep = u >= p;
-        if (mask) mask[i] = keep;
-        out[i] = keep ? x[i] * keep_scale : 0.0f;
+    for (size_t blk = 0; blk < nb; blk++) {
+        size_t i0 = blk * CPU_EW_BLOCK, m = n - i0 < CPU_EW_BLOCK ? n - i0 : CPU_EW_BLOCK;
+        float bx[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
+        const float *xs = cpu_in(bx, x, dt, i0, m);
+        float *os = cpu_out_buf(bo, out, dt, i0);
+        for (size_t j = 0; j < m; j++) {
+            size_t i = i0 + j;
+            uint64_t z = mix64(key + (offset + i + 1) * 0x9e3779b97f4a7c15ULL);
+            float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+            uint8_t keep = u >= p;
+            if (mask) mask[i] = keep;
+            os[j] = keep ? xs[j] * keep_scale : 0.0f;
+        }
+        cpu_out(out, dt, i0, os, m);
     }
 }
 

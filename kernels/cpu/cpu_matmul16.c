@@ -202,10 +202,25 @@ static const float *weights_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
  * needed (the sgemm path): the copy is ROWS x M floats, not N x M. */
 #define ROWS 256
 
-void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const float *x,
-                      const void *w, const float *bias, int N, int K, int M)
+/* Rows [r, r + n) of x (x_dt, K wide) as fp32: x itself for fp32, else
+ * widened into scratch slot 2 (ROWS x K floats). */
+static const float *x_rows(kn_ctx *c, const void *x, kn_dtype x_dt, int r, int n, int K)
+{
+    if (x_dt == KN_F32) return (const float *)x + (size_t)r * K;
+    float *x32 = scratch(c, 2, (size_t)ROWS * K * sizeof(float));
+    if (x32) cpu_convert(c, x32, KN_F32, (const uint16_t *)x + (size_t)r * K, x_dt, (size_t)n * K);
+    return x32;
+}
+
+void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,
+                      const void *x, const void *w, const float *bias, int N, int K, int M)
 {
     if (N <= 0 || M <= 0) return;
+    if (x_dt != KN_F32 && x_dt != dt) {
+        kn_fail(c, TY_EINVAL, "matmul16: x is %s but the weights are %s", kn_dtype_name(x_dt),
+                kn_dtype_name(dt));
+        return;
+    }
 #ifdef TY_KN_HAVE_DNNL
     int kind =
         out_dt == KN_BF16 ? (bias ? MM_FWD16_BIAS : MM_FWD16) : (bias ? MM_FWD_BIAS : MM_FWD);
@@ -213,33 +228,48 @@ void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const 
                      ? dn_get(c, kind, N, K, M)
                      : NULL;
     if (e) {
-        void *x16 = scratch(c, 1, (size_t)N * K * 2);
-        if (!x16) return;
-        cpu_convert(c, x16, KN_BF16, x, KN_F32, (size_t)N * K);
+        const void *x16 = x; /* bf16 x as given; fp32 x (holding bf16 values) converted */
+        if (x_dt == KN_F32) {
+            void *xc = scratch(c, 1, (size_t)N * K * 2);
+            if (!xc) return;
+            cpu_convert(c, xc, KN_BF16, x, KN_F32, (size_t)N * K);
+            x16 = xc;
+        }
         dn_run(c, e, x16, w, bias, out);
         return;
     }
 #endif
     const float *w32 = weights_f32(c, dt, w, (size_t)M * K);
     if (!w32) return;
-    if (out_dt == KN_F32) {
+    if (out_dt == KN_F32 && x_dt == KN_F32) {
         cpu_matmul_fwd(c, out, x, w32, bias, N, K, M);
         return;
     }
-    /* 16-bit out: fp32 blocks of rows, each rounded into out. */
+    /* 16-bit x or out: blocks of ROWS rows, x widened and out rounded per block. */
     size_t es = kn_dtype_size(out_dt);
-    float *o32 = scratch(c, 3, (size_t)ROWS * M * sizeof(float));
-    for (int r = 0; o32 && r < N; r += ROWS) {
+    float *o32 = out_dt == KN_F32 ? NULL : scratch(c, 3, (size_t)ROWS * M * sizeof(float));
+    if (out_dt != KN_F32 && !o32) return;
+    for (int r = 0; r < N; r += ROWS) {
         int n = N - r < ROWS ? N - r : ROWS;
-        cpu_matmul_fwd(c, o32, x + (size_t)r * K, w32, bias, n, K, M);
-        cpu_convert(c, (char *)out + (size_t)r * M * es, out_dt, o32, KN_F32, (size_t)n * M);
+        const float *xr = x_rows(c, x, x_dt, r, n, K);
+        if (!xr) return;
+        float *o = o32 ? o32 : (float *)out + (size_t)r * M;
+        cpu_matmul_fwd(c, o, xr, w32, bias, n, K, M);
+        if (o32)
+            cpu_convert(c, (char *)out + (size_t)r * M * es, out_dt, o32, KN_F32, (size_t)n * M);
     }
 }
 
-void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float *dw, float *dbias,
-                      const void *dout, const float *x, const void *w, int N, int K, int M)
+void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, float *dx, float *dw,
+                      float *dbias, const void *dout, const void *x, const void *w, int N, int K,
+                      int M)
 {
     if (N <= 0 || M <= 0) return;
+    if (x_dt != KN_F32 && x_dt != dt) {
+        kn_fail(c, TY_EINVAL, "matmul16: x is %s but the weights are %s", kn_dtype_name(x_dt),
+                kn_dtype_name(dt));
+        return;
+    }
 #ifdef TY_KN_HAVE_DNNL
     dnnl_mm *ex = dt == KN_BF16 && dx && K > 0 ? dn_get(c, MM_DX, N, K, M) : NULL;
     dnnl_mm *ew = dt == KN_BF16 && dw && K > 0 ? dn_get(c, MM_DW, N, K, M) : NULL;
@@ -255,31 +285,42 @@ void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float
         }
         if (ex && dn_run(c, ex, g16, w, NULL, dx)) return;
         if (ew) {
-            void *x16 = scratch(c, 2, (size_t)N * K * 2);
-            if (!x16) return;
-            cpu_convert(c, x16, KN_BF16, x, KN_F32, (size_t)N * K);
+            const void *x16 = x;
+            if (x_dt == KN_F32) {
+                void *xc = scratch(c, 2, (size_t)N * K * 2);
+                if (!xc) return;
+                cpu_convert(c, xc, KN_BF16, x, KN_F32, (size_t)N * K);
+                x16 = xc;
+            }
             if (dn_run(c, ew, g16, x16, NULL, dw)) return;
         }
-        if (dbias) /* dout is fp32 here */
-            cpu_matmul_bwd(c, NULL, NULL, dbias, dout, x, NULL, N, K, M);
+        if (dbias) /* dout is fp32 here; x is not read for the bias */
+            cpu_matmul_bwd(c, NULL, NULL, dbias, dout, NULL, NULL, N, K, M);
         return;
     }
 #endif
     const float *w32 = dx ? weights_f32(c, dt, w, (size_t)M * K) : NULL;
     if (dx && !w32) return;
-    if (dout_dt == KN_F32) {
+    if (dout_dt == KN_F32 && x_dt == KN_F32) {
         cpu_matmul_bwd(c, dx, dw, dbias, dout, x, w32, N, K, M);
         return;
     }
-    /* 16-bit dout: widened ROWS rows at a time; dx rows are independent,
-     * dw and dbias accumulate block after block (a fixed order). */
+    /* 16-bit dout or x: widened ROWS rows at a time; dx rows are
+     * independent, dw and dbias accumulate block after block (a fixed
+     * order). */
     size_t es = kn_dtype_size(dout_dt);
-    float *g32 = scratch(c, 3, (size_t)ROWS * M * sizeof(float));
-    for (int r = 0; g32 && r < N; r += ROWS) {
+    float *g32 = dout_dt == KN_F32 ? NULL : scratch(c, 3, (size_t)ROWS * M * sizeof(float));
+    if (dout_dt != KN_F32 && !g32) return;
+    for (int r = 0; r < N; r += ROWS) {
         int n = N - r < ROWS ? N - r : ROWS;
-        cpu_convert(c, g32, KN_F32, (const char *)dout + (size_t)r * M * es, dout_dt,
-                    (size_t)n * M);
-        cpu_matmul_bwd(c, dx ? dx + (size_t)r * K : NULL, dw, dbias, g32, x + (size_t)r * K, w32, n,
-                       K, M);
+        const float *g = (const float *)dout + (size_t)r * M;
+        if (g32) {
+            cpu_convert(c, g32, KN_F32, (const char *)dout + (size_t)r * M * es, dout_dt,
+                        (size_t)n * M);
+            g = g32;
+        }
+        const float *xr = dw ? x_rows(c, x, x_dt, r, n, K) : NULL;
+        if (dw && !xr) return;
+        cpu_matmul_bwd(c, dx ? dx + (size_t)r * K : NULL, dw, dbias, g, xr, w32, n, K, M);
     }
 }

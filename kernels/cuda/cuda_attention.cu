@@ -18,14 +18,18 @@
  *    the scores twice; the gain is no dq atomics and exact repeatability.
  * Head dims up to 256 (per-thread rows in registers/local memory, sized by
  * template: 64, 128, 256). This is the correct, tiled baseline; warp-level
- * MMA tiles are the GPU tuning step left for a machine that can measure. */
+ * MMA tiles are the GPU tuning step left for a machine that can measure.
+ * q, k, v, out (and RoPE's forward input) are of the op's dtype: read with
+ * load_as_f32 into the fp32 registers / shared tiles, out stored with one
+ * rounding (kn_cuda16.cuh); lse and every gradient are fp32. */
 #include "kn_cuda.cuh"
+#include "kn_cuda16.cuh"
 
 namespace KN_NS {
 
 /* ---- RoPE (Hugging Face rotate-half, fp32 angles as HF computes them) ---- */
 
-__global__ void k_rope(float *x, int T, int H, int D, int ld, float base, int pos_offset,
+__global__ void k_rope(int xt, void *x, int T, int H, int D, int ld, float base, int pos_offset,
                        float dir, size_t total)
 {
     int half = D / 2;
@@ -38,36 +42,36 @@ __global__ void k_rope(float *x, int T, int H, int D, int ld, float base, int po
         float pos = (float)((int)(bt % T) + pos_offset);
         float ang = pos * (1.0f / powf(base, (float)(2 * i) / (float)D));
         float co = cosf(ang), si = dir * sinf(ang);
-        float *r = x + bt * ld + (size_t)h * D;
-        float a = r[i], b = r[i + half];
-        r[i] = a * co - b * si;
-        r[i + half] = b * co + a * si;
+        size_t r = bt * ld + (size_t)h * D;
+        float a = load_as_f32(x, xt, r + i), b = load_as_f32(x, xt, r + i + half);
+        store_from_f32(x, xt, r + i, a * co - b * si);
+        store_from_f32(x, xt, r + i + half, b * co + a * si);
     }
 }
 
-static void rope(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,
+static void rope(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld, float base,
                  int pos_offset, float dir)
 {
     if (B <= 0 || T <= 0 || H <= 0 || D < 2)
         return;
     size_t total = (size_t)B * T * H * (D / 2);
-    KN_LAUNCH(k_rope, kn_blocks(total, 256), 256, 0, c, x, T, H, D, ld, base, pos_offset, dir,
-              total);
+    KN_LAUNCH(k_rope, kn_blocks(total, 256), 256, 0, c, (int)dt, x, T, H, D, ld, base, pos_offset,
+              dir, total);
 }
-void cuda_rope_fwd(kn_ctx *c, float *x, int B, int T, int H, int D, int ld, float base,
+void cuda_rope_fwd(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld, float base,
                    int pos_offset)
 {
-    rope(c, x, B, T, H, D, ld, base, pos_offset, 1.0f);
+    rope(c, dt, x, B, T, H, D, ld, base, pos_offset, 1.0f);
 }
 void cuda_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,
                    int pos_offset)
 {
-    rope(c, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
+    rope(c, KN_F32, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
 }
 
 /* Scaled RoPE: the inverse frequencies come from the caller (device array
  * of D/2), angle = pos * inv_freq[i] in fp32 as on the CPU. */
-__global__ void k_rope_freq(float *x, const float *inv_freq, int T, int H, int D, int ld,
+__global__ void k_rope_freq(int xt, void *x, const float *inv_freq, int T, int H, int D, int ld,
                             int pos_offset, float dir, size_t total)
 {
     int half = D / 2;
@@ -80,31 +84,31 @@ __global__ void k_rope_freq(float *x, const float *inv_freq, int T, int H, int D
         float pos = (float)((int)(bt % T) + pos_offset);
         float ang = pos * inv_freq[i];
         float co = cosf(ang), si = dir * sinf(ang);
-        float *r = x + bt * ld + (size_t)h * D;
-        float a = r[i], b = r[i + half];
-        r[i] = a * co - b * si;
-        r[i + half] = b * co + a * si;
+        size_t r = bt * ld + (size_t)h * D;
+        float a = load_as_f32(x, xt, r + i), b = load_as_f32(x, xt, r + i + half);
+        store_from_f32(x, xt, r + i, a * co - b * si);
+        store_from_f32(x, xt, r + i + half, b * co + a * si);
     }
 }
 
-static void rope_freq(kn_ctx *c, float *x, int B, int T, int H, int D, int ld,
+static void rope_freq(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,
                       const float *inv_freq, int pos_offset, float dir)
 {
     if (B <= 0 || T <= 0 || H <= 0 || D < 2)
         return;
     size_t total = (size_t)B * T * H * (D / 2);
-    KN_LAUNCH(k_rope_freq, kn_blocks(total, 256), 256, 0, c, x, inv_freq, T, H, D, ld,
+    KN_LAUNCH(k_rope_freq, kn_blocks(total, 256), 256, 0, c, (int)dt, x, inv_freq, T, H, D, ld,
               pos_offset, dir, total);
 }
-void cuda_rope_freq_fwd(kn_ctx *c, float *x, int B, int T, int H, int D, int ld,
+void cuda_rope_freq_fwd(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,
                         const float *inv_freq, int pos_offset)
 {
-    rope_freq(c, x, B, T, H, D, ld, inv_freq, pos_offset, 1.0f);
+    rope_freq(c, dt, x, B, T, H, D, ld, inv_freq, pos_offset, 1.0f);
 }
 void cuda_rope_freq_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,
                         const float *inv_freq, int pos_offset)
 {
-    rope_freq(c, dx, B, T, H, D, ld, inv_freq, pos_offset, -1.0f);
+    rope_freq(c, KN_F32, dx, B, T, H, D, ld, inv_freq, pos_offset, -1.0f);
 }
 
 /* ---- attention ------------------------------------------------------------ */
@@ -123,20 +127,21 @@ __device__ __forceinline__ float dot_row(const float *a, const float *b, int D)
     return s;
 }
 
-/* Stages rows [r0, r0+BC) of a [B,T,H,D] tensor with row stride ld into
- * sm[BC][D] (rows past T as zeros). */
-__device__ __forceinline__ void stage(float *sm, const float *src, int r0, int BC, int T, int D,
-                                      int ld)
+/* Stages rows [r0, r0+BC) of a [B,T,H,D] tensor of type xt (its head's
+ * first element at `base`, row stride ld) into fp32 sm[BC][D] (rows past
+ * T as zeros). */
+__device__ __forceinline__ void stage(float *sm, const void *src, size_t base, int xt, int r0,
+                                      int BC, int T, int D, int ld)
 {
     for (int e = threadIdx.x; e < BC * D; e += blockDim.x) {
         int r = e / D, d = e % D;
-        sm[e] = r0 + r < T ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+        sm[e] = r0 + r < T ? load_as_f32(src, xt, base + (size_t)(r0 + r) * ld + d) : 0.0f;
     }
 }
 
 template <int DM>
-__global__ void k_attn_fwd(float *out, float *lse, const float *q, const float *k,
-                           const float *v, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
+__global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const void *k,
+                           const void *v, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
                            float scale)
 {
     const int BC = att_tile<DM>::BC;
@@ -145,19 +150,18 @@ __global__ void k_attn_fwd(float *out, float *lse, const float *q, const float *
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
     int i0 = blockIdx.x * ATT_BR, i = i0 + threadIdx.x;
     bool live = i < T;
-    const float *kb = k + (size_t)b * T * ldkv + (size_t)hk * D;
-    const float *vb = v + (size_t)b * T * ldkv + (size_t)hk * D;
+    size_t kvb = (size_t)b * T * ldkv + (size_t)hk * D;
     float qi[DM], acc[DM], s[BC];
     for (int d = 0; d < D; d++) {
-        qi[d] = live ? q[((size_t)b * T + i) * ldq + (size_t)h * D + d] : 0.0f;
+        qi[d] = live ? load_as_f32(q, xt, ((size_t)b * T + i) * ldq + (size_t)h * D + d) : 0.0f;
         acc[d] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
     int last = min(T - 1, i0 + ATT_BR - 1);
     for (int j0 = 0; j0 <= last; j0 += BC) {
         __syncthreads(); /* the previous tile is consumed */
-        stage(Ks, kb, j0, BC, T, D, ldkv);
-        stage(Vs, vb, j0, BC, T, D, ldkv);
+        stage(Ks, k, kvb, xt, j0, BC, T, D, ldkv);
+        stage(Vs, v, kvb, xt, j0, BC, T, D, ldkv);
         __syncthreads();
         if (!live || j0 > i)
             continue;
@@ -184,16 +188,16 @@ __global__ void k_attn_fwd(float *out, float *lse, const float *q, const float *
     if (!live)
         return;
     float inv = 1.0f / l;
-    float *o = out + ((size_t)b * T + i) * Hq * D + (size_t)h * D;
+    size_t o = ((size_t)b * T + i) * Hq * D + (size_t)h * D;
     for (int d = 0; d < D; d++)
-        o[d] = acc[d] * inv;
+        store_from_f32(out, xt, o + d, acc[d] * inv);
     lse[((size_t)b * Hq + h) * T + i] = m + logf(l);
 }
 
 template <int DM>
-__global__ void k_attn_bwd_dq(float *dq, const float *dout, const float *out, const float *lse,
-                              const float *q, const float *k, const float *v, int T, int Hq,
-                              int Hkv, int D, int ldq, int ldkv, float scale)
+__global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *out,
+                              const float *lse, const void *q, const void *k, const void *v, int T,
+                              int Hq, int Hkv, int D, int ldq, int ldkv, float scale)
 {
     const int BC = att_tile<DM>::BC;
     KN_DYN_SHARED(float, sm);
@@ -201,25 +205,24 @@ __global__ void k_attn_bwd_dq(float *dq, const float *dout, const float *out, co
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
     int i0 = blockIdx.x * ATT_BR, i = i0 + threadIdx.x;
     bool live = i < T;
-    const float *kb = k + (size_t)b * T * ldkv + (size_t)hk * D;
-    const float *vb = v + (size_t)b * T * ldkv + (size_t)hk * D;
+    size_t kvb = (size_t)b * T * ldkv + (size_t)hk * D;
     size_t orow = ((size_t)b * T + i) * Hq * D + (size_t)h * D;
     float qi[DM], doi[DM], dqi[DM];
     float Di = 0.0f, L = 0.0f;
     if (live) {
         for (int d = 0; d < D; d++) {
-            qi[d] = q[((size_t)b * T + i) * ldq + (size_t)h * D + d];
+            qi[d] = load_as_f32(q, xt, ((size_t)b * T + i) * ldq + (size_t)h * D + d);
             doi[d] = dout[orow + d];
             dqi[d] = 0.0f;
-            Di += doi[d] * out[orow + d];
+            Di += doi[d] * load_as_f32(out, xt, orow + d);
         }
         L = lse[((size_t)b * Hq + h) * T + i];
     }
     int last = min(T - 1, i0 + ATT_BR - 1);
     for (int j0 = 0; j0 <= last; j0 += BC) {
         __syncthreads();
-        stage(Ks, kb, j0, BC, T, D, ldkv);
-        stage(Vs, vb, j0, BC, T, D, ldkv);
+        stage(Ks, k, kvb, xt, j0, BC, T, D, ldkv);
+        stage(Vs, v, kvb, xt, j0, BC, T, D, ldkv);
         __syncthreads();
         if (!live || j0 > i)
             continue;
@@ -240,8 +243,8 @@ __global__ void k_attn_bwd_dq(float *dq, const float *dout, const float *out, co
 }
 
 template <int DM>
-__global__ void k_attn_bwd_dkdv(float *dk, float *dv, const float *dout, const float *out,
-                                const float *lse, const float *q, const float *k, const float *v,
+__global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout, const void *out,
+                                const float *lse, const void *q, const void *k, const void *v,
                                 int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale)
 {
     const int BQ = att_tile<DM>::BC;
@@ -253,24 +256,24 @@ __global__ void k_attn_bwd_dkdv(float *dk, float *dv, const float *dout, const f
     size_t krow = ((size_t)b * T + j) * ldkv + (size_t)hk * D;
     float kj[DM], vj[DM], dkj[DM], dvj[DM];
     for (int d = 0; d < D; d++) {
-        kj[d] = live ? k[krow + d] : 0.0f;
-        vj[d] = live ? v[krow + d] : 0.0f;
+        kj[d] = live ? load_as_f32(k, xt, krow + d) : 0.0f;
+        vj[d] = live ? load_as_f32(v, xt, krow + d) : 0.0f;
         dkj[d] = dvj[d] = 0.0f;
     }
     for (int h = hk * group; h < (hk + 1) * group; h++) {
-        const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
-        const float *ob = dout + (size_t)b * T * Hq * D + (size_t)h * D;
+        size_t qb = (size_t)b * T * ldq + (size_t)h * D;
+        size_t ob = (size_t)b * T * Hq * D + (size_t)h * D;
         for (int i0 = j0; i0 < T; i0 += BQ) {
             __syncthreads();
-            stage(Qs, qb, i0, BQ, T, D, ldq);
-            stage(Os, ob, i0, BQ, T, D, Hq * D);
+            stage(Qs, q, qb, xt, i0, BQ, T, D, ldq);
+            stage(Os, dout, ob, KN_F32, i0, BQ, T, D, Hq * D);
             for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
                 int i = i0 + r;
                 float di = 0.0f, li = 0.0f;
                 if (i < T) {
                     size_t orow = ((size_t)b * T + i) * Hq * D + (size_t)h * D;
                     for (int d = 0; d < D; d++)
-                        di += dout[orow + d] * out[orow + d];
+                        di += dout[orow + d] * load_as_f32(out, xt, orow + d);
                     li = lse[((size_t)b * Hq + h) * T + i];
                 }
                 Dd[r] = di;
@@ -304,34 +307,34 @@ __global__ void k_attn_bwd_dkdv(float *dk, float *dv, const float *dout, const f
 }
 
 template <int DM>
-static void attn_fwd(kn_ctx *c, float *out, float *lse, const float *q, const float *k,
-                     const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+static void attn_fwd(kn_ctx *c, int xt, void *out, float *lse, const void *q, const void *k,
+                     const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
 {
     const int BC = att_tile<DM>::BC;
     dim3 grid((T + ATT_BR - 1) / ATT_BR, Hq, B);
     size_t smem = 2 * (size_t)BC * D * sizeof(float);
     float scale = 1.0f / sqrtf((float)D);
-    KN_LAUNCH(k_attn_fwd<DM>, grid, ATT_BR, smem, c, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv,
-              scale);
+    KN_LAUNCH(k_attn_fwd<DM>, grid, ATT_BR, smem, c, xt, out, lse, q, k, v, T, Hq, Hkv, D, ldq,
+              ldkv, scale);
 }
 
 template <int DM>
-static void attn_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout,
-                     const float *out, const float *lse, const float *q, const float *k,
-                     const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+static void attn_bwd(kn_ctx *c, int xt, float *dq, float *dk, float *dv, const float *dout,
+                     const void *out, const float *lse, const void *q, const void *k, const void *v,
+                     int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
 {
     const int BC = att_tile<DM>::BC;
     float scale = 1.0f / sqrtf((float)D);
     if (dq) {
         dim3 grid((T + ATT_BR - 1) / ATT_BR, Hq, B);
-        KN_LAUNCH(k_attn_bwd_dq<DM>, grid, ATT_BR, 2 * (size_t)BC * D * sizeof(float), c, dq,
+        KN_LAUNCH(k_attn_bwd_dq<DM>, grid, ATT_BR, 2 * (size_t)BC * D * sizeof(float), c, xt, dq,
                   dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale);
     }
     if (dk || dv) {
         dim3 grid((T + ATT_BR - 1) / ATT_BR, Hkv, B);
         size_t smem = (2 * (size_t)BC * D + 2 * BC) * sizeof(float);
-        KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, ATT_BR, smem, c, dk, dv, dout, out, lse, q, k, v, T,
-                  Hq, Hkv, D, ldq, ldkv, scale);
+        KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, ATT_BR, smem, c, xt, dk, dv, dout, out, lse, q, k, v,
+                  T, Hq, Hkv, D, ldq, ldkv, scale);
     }
 }
 
@@ -347,31 +350,34 @@ static int attn_shape_ok(kn_ctx *c, int B, int T, int Hq, int Hkv, int D)
     return 1;
 }
 
-void cuda_attention_fwd(kn_ctx *c, float *out, float *lse, const float *q, const float *k,
-                        const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+void cuda_attention_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q,
+                        const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq,
+                        int ldkv)
 {
     if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
         return;
+    int xt = (int)dt;
     if (D <= 64)
-        attn_fwd<64>(c, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_fwd<64>(c, xt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
     else if (D <= 128)
-        attn_fwd<128>(c, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_fwd<128>(c, xt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
     else
-        attn_fwd<256>(c, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_fwd<256>(c, xt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
 }
 
-void cuda_attention_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout,
-                        const float *out, const float *lse, const float *q, const float *k,
-                        const float *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, const float *dout,
+                        const void *out, const float *lse, const void *q, const void *k,
+                        const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
 {
     if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
         return;
+    int xt = (int)dt;
     if (D <= 64)
-        attn_bwd<64>(c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_bwd<64>(c, xt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
     else if (D <= 128)
-        attn_bwd<128>(c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_bwd<128>(c, xt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
     else
-        attn_bwd<256>(c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_bwd<256>(c, xt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
 }
 
 } // namespace KN_NS

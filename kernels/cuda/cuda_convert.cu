@@ -154,12 +154,36 @@ void cuda_adamw_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *g, flo
 /* x[n] (fp32 holding values dt represents, as the engine guarantees) as dt
  * in scratch slot X16: exact, so the 16-bit product is the fp32 one up to
  * summation order. */
-static const void *acts_16(kn_ctx *c, kn_dtype dt, const float *x, size_t n)
+static const void *acts_16(kn_ctx *c, kn_dtype dt, const void *x, kn_dtype x_dt, size_t n)
 {
+    if (x_dt == dt)
+        return x; /* already 16-bit (the op's x dtype) */
     void *p = kn_cuda_scratch(c, KN_SCRATCH_X16, n * 2);
     if (p)
         cuda_convert(c, p, dt, x, KN_F32, n);
     return p;
+}
+
+/* x (x_dt) as fp32 for the fp32 products of the mixed cases: x itself, or
+ * widened into scratch slot X16 (then N x K floats). */
+static const float *acts_32(kn_ctx *c, const void *x, kn_dtype x_dt, size_t n)
+{
+    if (x_dt == KN_F32)
+        return (const float *)x;
+    float *p = (float *)kn_cuda_scratch(c, KN_SCRATCH_X16, n * sizeof(float));
+    if (p)
+        cuda_convert(c, p, KN_F32, x, x_dt, n);
+    return p;
+}
+
+/* x's dtype must be fp32 or the weights' (kn_ops.h). */
+static int x_dtype_ok(kn_ctx *c, kn_dtype dt, kn_dtype x_dt)
+{
+    if (x_dt == KN_F32 || x_dt == dt)
+        return 1;
+    kn_fail(c, TY_EINVAL, "matmul16: x is %s but the weights are %s", kn_dtype_name(x_dt),
+            kn_dtype_name(dt));
+    return 0;
 }
 
 /* matmul16 with a 16-bit weight runs on the tensor cores: A = w and B = x
@@ -167,19 +191,21 @@ static const void *acts_16(kn_ctx *c, kn_dtype dt, const float *x, size_t n)
  * in out_dt (fp32, or rounded to dt by cuBLASLt's epilogue) with the fp32
  * bias fused in the epilogue. The one mixed case -- an fp32 weight with a
  * 16-bit result -- computes in fp32 scratch and converts. */
-void cuda_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const float *x,
-                       const void *w, const float *bias, int N, int K, int M)
+void cuda_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,
+                       const void *x_, const void *w, const float *bias, int N, int K, int M)
 {
-    if (N <= 0 || M <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, out_dt, "matmul16 out"))
+    if (N <= 0 || M <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, out_dt, "matmul16 out") ||
+        !x_dtype_ok(c, dt, x_dt))
         return;
     if (dt != KN_F32 && (out_dt == KN_F32 || out_dt == dt)) {
-        const void *x16 = acts_16(c, dt, x, (size_t)N * K);
+        const void *x16 = acts_16(c, dt, x_, x_dt, (size_t)N * K);
         if (x16)
             kn_cuda_gemm(c, out, out_dt, w, x16, dt, bias, M, N, K, 1, 0, K, K, M, 0.0f);
         return;
     }
     const float *wf = dt == KN_F32 ? (const float *)w : weight_f32(c, dt, w, (size_t)M * K);
-    if (!wf)
+    const float *x = acts_32(c, x_, x_dt, (size_t)N * K);
+    if (!wf || !x)
         return;
     if (out_dt == KN_F32) {
         cuda_matmul_fwd(c, (float *)out, x, wf, bias, N, K, M);
@@ -197,16 +223,18 @@ void cuda_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, const
  * accumulate convention): dx^T += w^T dout^T, dw^T += x16^T dout; dbias is
  * a column sum read in dt. Other combinations widen what is 16-bit into
  * fp32 scratch and run the fp32 products. */
-void cuda_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, float *dw, float *dbias,
-                       const void *dout, const float *x, const void *w, int N, int K, int M)
+void cuda_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, float *dx,
+                       float *dw, float *dbias, const void *dout, const void *x_, const void *w,
+                       int N, int K, int M)
 {
-    if (N <= 0 || M <= 0 || K <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, dout_dt, "matmul16 dout"))
+    if (N <= 0 || M <= 0 || K <= 0 || !dtype_ok(c, dt, "matmul16") ||
+        !dtype_ok(c, dout_dt, "matmul16 dout") || !x_dtype_ok(c, dt, x_dt))
         return;
     if (dt != KN_F32 && dout_dt == dt) {
         if (dx)
             kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, K, N, M, 0, 0, K, M, K, 1.0f);
         if (dw) {
-            const void *x16 = acts_16(c, dt, x, (size_t)N * K);
+            const void *x16 = acts_16(c, dt, x_, x_dt, (size_t)N * K);
             if (!x16)
                 return;
             kn_cuda_gemm(c, dw, KN_F32, x16, dout, dt, nullptr, K, M, N, 0, 1, K, M, K, 1.0f);
@@ -216,7 +244,8 @@ void cuda_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, floa
         return;
     }
     const float *wf = dt == KN_F32 || !dx ? (const float *)w : weight_f32(c, dt, w, (size_t)M * K);
-    if (!wf)
+    const float *x = dw ? acts_32(c, x_, x_dt, (size_t)N * K) : nullptr;
+    if (!wf || (dw && !x))
         return;
     const float *g = (const float *)dout;
     if (dout_dt != KN_F32) {

@@ -6,8 +6,11 @@
  * KN_RED_THREADS, double accumulators): each thread sums a strided slice,
  * each block sums its threads by shuffles, and one block sums the block
  * partials in order — the same bits every run, no atomics. The result is
- * the one host read-back these ops need. */
+ * the one host read-back these ops need.
+ * add, GELU, SwiGLU and dropout read and write activations of the op's
+ * dtype (kn_cuda16.cuh's load_as_f32 / store_from_f32); gradients are fp32. */
 #include "kn_cuda.cuh"
+#include "kn_cuda16.cuh"
 
 namespace KN_NS {
 
@@ -21,9 +24,9 @@ __global__ void k_axpy(float *y, const float *x, size_t n, float a)
 {
     GRID_STRIDE(i, n) y[i] += a * x[i];
 }
-__global__ void k_add(float *out, const float *a, const float *b, size_t n)
+__global__ void k_add(int xt, void *out, const void *a, const void *b, size_t n)
 {
-    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+    GRID_STRIDE(i, n) store_from_f32(out, xt, i, load_as_f32(a, xt, i) + load_as_f32(b, xt, i));
 }
 
 void cuda_zero(kn_ctx *c, float *x, size_t n)
@@ -47,10 +50,10 @@ void cuda_axpy(kn_ctx *c, float *y, const float *x, size_t n, float a)
     if (n)
         KN_LAUNCH(k_axpy, kn_blocks(n, 256), 256, 0, c, y, x, n, a);
 }
-void cuda_add(kn_ctx *c, float *out, const float *a, const float *b, size_t n)
+void cuda_add(kn_ctx *c, kn_dtype dt, void *out, const void *a, const void *b, size_t n)
 {
     if (n)
-        KN_LAUNCH(k_add, kn_blocks(n, 256), 256, 0, c, out, a, b, n);
+        KN_LAUNCH(k_add, kn_blocks(n, 256), 256, 0, c, (int)dt, out, a, b, n);
 }
 
 /* ---- reductions ---------------------------------------------------------- */
@@ -103,66 +106,67 @@ int cuda_nonfinite(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n,
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-__global__ void k_gelu_fwd(float *out, const float *x, size_t n)
+__global__ void k_gelu_fwd(int xt, void *out, const void *x, size_t n)
 {
     GRID_STRIDE(i, n)
     {
-        float v = x[i];
-        out[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + 0.044715f * v * v * v)));
+        float v = load_as_f32(x, xt, i);
+        store_from_f32(out, xt, i, 0.5f * v * (1.0f + tanhf(GELU_K * (v + 0.044715f * v * v * v))));
     }
 }
-__global__ void k_gelu_bwd(float *dx, const float *dout, const float *x, size_t n)
+__global__ void k_gelu_bwd(int xt, float *dx, const float *dout, const void *x, size_t n)
 {
     GRID_STRIDE(i, n)
     {
-        float v = x[i];
+        float v = load_as_f32(x, xt, i);
         float t = tanhf(GELU_K * (v + 0.044715f * v * v * v));
         float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
         dx[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
     }
 }
-void cuda_gelu_fwd(kn_ctx *c, float *out, const float *x, size_t n)
+void cuda_gelu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n)
 {
     if (n)
-        KN_LAUNCH(k_gelu_fwd, kn_blocks(n, 256), 256, 0, c, out, x, n);
+        KN_LAUNCH(k_gelu_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, x, n);
 }
-void cuda_gelu_bwd(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n)
+void cuda_gelu_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x, size_t n)
 {
     if (n && dx)
-        KN_LAUNCH(k_gelu_bwd, kn_blocks(n, 256), 256, 0, c, dx, dout, x, n);
+        KN_LAUNCH(k_gelu_bwd, kn_blocks(n, 256), 256, 0, c, (int)dt, dx, dout, x, n);
 }
 
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
-__global__ void k_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
+__global__ void k_swiglu_fwd(int xt, void *out, const void *gate, const void *up, size_t n)
 {
     GRID_STRIDE(i, n)
     {
-        float g = gate[i];
-        out[i] = g * sigmoid(g) * up[i];
+        float g = load_as_f32(gate, xt, i);
+        store_from_f32(out, xt, i, g * sigmoid(g) * load_as_f32(up, xt, i));
     }
 }
-__global__ void k_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
-                             const float *up, size_t n)
+__global__ void k_swiglu_bwd(int xt, float *dgate, float *dup, const float *dout, const void *gate,
+                             const void *up, size_t n)
 {
     GRID_STRIDE(i, n)
     {
-        float g = gate[i], s = sigmoid(g), d = dout[i];
+        float g = load_as_f32(gate, xt, i), s = sigmoid(g), d = dout[i];
         if (dgate)
-            dgate[i] += d * up[i] * s * (1.0f + g * (1.0f - s));
+            dgate[i] += d * load_as_f32(up, xt, i) * s * (1.0f + g * (1.0f - s));
         if (dup)
             dup[i] += d * g * s;
     }
 }
-void cuda_swiglu_fwd(kn_ctx *c, float *out, const float *gate, const float *up, size_t n)
+void cuda_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
 {
     if (n)
-        KN_LAUNCH(k_swiglu_fwd, kn_blocks(n, 256), 256, 0, c, out, gate, up, n);
+        KN_LAUNCH(k_swiglu_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, gate, up, n);
 }
-void cuda_swiglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout, const float *gate,
-                     const float *up, size_t n)
+void cuda_swiglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
+                     const void *gate, const void *up, size_t n)
 {
     if (n && (dgate || dup))
-        KN_LAUNCH(k_swiglu_bwd, kn_blocks(n, 256), 256, 0, c, dgate, dup, dout, gate, up, n);
+        KN_LAUNCH(k_swiglu_bwd, kn_blocks(n, 256), 256, 0, c, (int)dt, dgate, dup, dout, gate, up,
+                  n);
 }
 
 /* ---- dropout: the CPU backend's counter-based mask, bit for bit ---------- */
@@ -173,7 +177,7 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z)
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
-__global__ void k_dropout_fwd(float *out, uint8_t *mask, const float *x, size_t n, float p,
+__global__ void k_dropout_fwd(int xt, void *out, uint8_t *mask, const void *x, size_t n, float p,
                               uint64_t seed, uint64_t offset, float keep_scale)
 {
     uint64_t key = mix64(seed);
@@ -184,7 +188,7 @@ __global__ void k_dropout_fwd(float *out, uint8_t *mask, const float *x, size_t 
         uint8_t keep = u >= p;
         if (mask)
             mask[i] = keep;
-        out[i] = keep ? x[i] * keep_scale : 0.0f;
+        store_from_f32(out, xt, i, keep ? load_as_f32(x, xt, i) * keep_scale : 0.0f);
     }
 }
 __global__ void k_dropout_bwd(float *dx, const float *dout, const uint8_t *mask, size_t n,
@@ -192,20 +196,23 @@ __global__ void k_dropout_bwd(float *dx, const float *dout, const uint8_t *mask,
 {
     GRID_STRIDE(i, n) dx[i] += mask[i] ? dout[i] * keep_scale : 0.0f;
 }
-void cuda_dropout_fwd(kn_ctx *c, float *out, uint8_t *mask, const float *x, size_t n, float p,
-                      uint64_t seed, uint64_t offset)
+void cuda_dropout_fwd(kn_ctx *c, kn_dtype dt, void *out, uint8_t *mask, const void *x, size_t n,
+                      float p, uint64_t seed, uint64_t offset)
 {
     if (!n)
         return;
     if (p <= 0.0f) {
-        cuda_copy(c, out, x, n);
+        if (out != x)
+            kn_cuda_ok(c, cudaMemcpyAsync(out, x, n * kn_dtype_size(dt), cudaMemcpyDeviceToDevice,
+                                          kn_cuda_st(c)->stream),
+                       "dropout copy");
         if (mask)
             kn_cuda_ok(c, cudaMemsetAsync(mask, 1, n, kn_cuda_st(c)->stream), "dropout mask");
         return;
     }
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    KN_LAUNCH(k_dropout_fwd, kn_blocks(n, 256), 256, 0, c, out, mask, x, n, p, seed, offset,
-              keep_scale);
+    KN_LAUNCH(k_dropout_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, mask, x, n, p, seed,
+              offset, keep_scale);
 }
 void cuda_dropout_bwd(kn_ctx *c, float *dx, const float *dout, const uint8_t *mask, size_t n,
                       float p)

@@ -6,31 +6,35 @@
  * column is owned by one thread that walks the rows in order, as the CPU
  * backend does: deterministic, and fast enough while C x N is small next
  * to the matmuls around it (a segmented tree over rows is the next step
- * for large N). */
+ * for large N).
+ * Activations (x, out, the embedding table and its output) are of the op's
+ * dtype, read through load_as_f32 and stored by store_from_f32 (one
+ * round-to-nearest-even per store, as the CPU backend). */
 #include "kn_cuda.cuh"
+#include "kn_cuda16.cuh"
 
 namespace KN_NS {
 
 #define ROW_THREADS 128
 
-__global__ void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
+__global__ void k_layernorm_fwd(int dt, void *out, float *mean, float *rstd, const void *x,
                                 const float *w, const float *b, int C, float eps)
 {
     __shared__ float sh[33];
-    const float *xr = x + (size_t)blockIdx.x * C;
+    size_t off = (size_t)blockIdx.x * C;
     float s = 0;
     for (int i = threadIdx.x; i < C; i += blockDim.x)
-        s += xr[i];
+        s += load_as_f32(x, dt, off + i);
     float mu = kn_block_sum(s, sh) / C;
     float q = 0;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float d = xr[i] - mu;
+        float d = load_as_f32(x, dt, off + i) - mu;
         q += d * d;
     }
     float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
-    float *o = out + (size_t)blockIdx.x * C;
     for (int i = threadIdx.x; i < C; i += blockDim.x)
-        o[i] = (xr[i] - mu) * rs * w[i] + (b ? b[i] : 0.0f);
+        store_from_f32(out, dt, off + i,
+                       (load_as_f32(x, dt, off + i) - mu) * rs * w[i] + (b ? b[i] : 0.0f));
     if (threadIdx.x == 0) {
         mean[blockIdx.x] = mu;
         rstd[blockIdx.x] = rs;
@@ -39,7 +43,7 @@ __global__ void k_layernorm_fwd(float *out, float *mean, float *rstd, const floa
 
 /* dx for one row: dnorm = dout w, dx += rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)).
  * has_mean 0 is rmsnorm (no centring, no mean(dnorm) term). */
-__global__ void k_norm_bwd_dx(float *dx, const float *dout, const float *x, const float *w,
+__global__ void k_norm_bwd_dx(int dt, float *dx, const float *dout, const void *x, const float *w,
                               const float *mean, const float *rstd, int C, int has_mean)
 {
     __shared__ float sh[33];
@@ -49,19 +53,19 @@ __global__ void k_norm_bwd_dx(float *dx, const float *dout, const float *x, cons
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
         float dn = dout[off + i] * w[i];
         s1 += dn;
-        s2 += dn * (x[off + i] - mu) * rs;
+        s2 += dn * (load_as_f32(x, dt, off + i) - mu) * rs;
     }
     float m1 = has_mean ? kn_block_sum(s1, sh) / C : 0.0f;
     float m2 = kn_block_sum(s2, sh) / C;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
         float dn = dout[off + i] * w[i];
-        float xh = (x[off + i] - mu) * rs;
+        float xh = (load_as_f32(x, dt, off + i) - mu) * rs;
         dx[off + i] += rs * (dn - m1 - xh * m2);
     }
 }
 
 /* dw[c] += sum_n dout xhat, db[c] += sum_n dout: one thread per column. */
-__global__ void k_norm_bwd_dw(float *dw, float *db, const float *dout, const float *x,
+__global__ void k_norm_bwd_dw(int dt, float *dw, float *db, const float *dout, const void *x,
                               const float *mean, const float *rstd, int N, int C)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -70,7 +74,7 @@ __global__ void k_norm_bwd_dw(float *dw, float *db, const float *dout, const flo
     float sw = 0, sb = 0;
     for (int n = 0; n < N; n++) {
         float d = dout[(size_t)n * C + c];
-        float xh = (x[(size_t)n * C + c] - (mean ? mean[n] : 0.0f)) * rstd[n];
+        float xh = (load_as_f32(x, dt, (size_t)n * C + c) - (mean ? mean[n] : 0.0f)) * rstd[n];
         sw += d * xh;
         sb += d;
     }
@@ -80,74 +84,77 @@ __global__ void k_norm_bwd_dw(float *dw, float *db, const float *dout, const flo
         db[c] += sb;
 }
 
-void cuda_layernorm_fwd(kn_ctx *c, float *out, float *mean, float *rstd, const float *x,
-                        const float *w, const float *b, int N, int C, float eps)
+void cuda_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd,
+                        const void *x, const float *w, const float *b, int N, int C, float eps)
 {
     if (N > 0 && C > 0)
-        KN_LAUNCH(k_layernorm_fwd, N, ROW_THREADS, 0, c, out, mean, rstd, x, w, b, C, eps);
+        KN_LAUNCH(k_layernorm_fwd, N, ROW_THREADS, 0, c, (int)dt, out, mean, rstd, x, w, b, C,
+                  eps);
 }
 
-void cuda_layernorm_bwd(kn_ctx *c, float *dx, float *dw, float *db, const float *dout,
-                        const float *x, const float *w, const float *mean, const float *rstd,
-                        int N, int C)
+void cuda_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db,
+                        const float *dout, const void *x, const float *w, const float *mean,
+                        const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0)
         return;
     if (dx)
-        KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, dx, dout, x, w, mean, rstd, C, 1);
+        KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, (int)dt, dx, dout, x, w, mean, rstd, C, 1);
     if (dw || db)
-        KN_LAUNCH(k_norm_bwd_dw, kn_blocks((size_t)C, 128), 128, 0, c, dw, db, dout, x, mean,
-                  rstd, N, C);
+        KN_LAUNCH(k_norm_bwd_dw, kn_blocks((size_t)C, 128), 128, 0, c, (int)dt, dw, db, dout, x,
+                  mean, rstd, N, C);
 }
 
-__global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int C,
+__global__ void k_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x, const float *w, int C,
                               float eps)
 {
     __shared__ float sh[33];
-    const float *xr = x + (size_t)blockIdx.x * C;
+    size_t off = (size_t)blockIdx.x * C;
     float q = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        q += xr[i] * xr[i];
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float v = load_as_f32(x, dt, off + i);
+        q += v * v;
+    }
     float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
-    float *o = out + (size_t)blockIdx.x * C;
     for (int i = threadIdx.x; i < C; i += blockDim.x)
-        o[i] = w[i] * (xr[i] * rs);
+        store_from_f32(out, dt, off + i, w[i] * (load_as_f32(x, dt, off + i) * rs));
     if (threadIdx.x == 0)
         rstd[blockIdx.x] = rs;
 }
 
-void cuda_rmsnorm_fwd(kn_ctx *c, float *out, float *rstd, const float *x, const float *w, int N,
-                      int C, float eps)
+void cuda_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x,
+                      const float *w, int N, int C, float eps)
 {
     if (N > 0 && C > 0)
-        KN_LAUNCH(k_rmsnorm_fwd, N, ROW_THREADS, 0, c, out, rstd, x, w, C, eps);
+        KN_LAUNCH(k_rmsnorm_fwd, N, ROW_THREADS, 0, c, (int)dt, out, rstd, x, w, C, eps);
 }
 
-void cuda_rmsnorm_bwd(kn_ctx *c, float *dx, float *dw, const float *dout, const float *x,
-                      const float *w, const float *rstd, int N, int C)
+void cuda_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *dout,
+                      const void *x, const float *w, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0)
         return;
     const float *no_mean = nullptr;
     float *no_db = nullptr;
     if (dx)
-        KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, dx, dout, x, w, no_mean, rstd, C, 0);
+        KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, (int)dt, dx, dout, x, w, no_mean, rstd, C,
+                  0);
     if (dw)
-        KN_LAUNCH(k_norm_bwd_dw, kn_blocks((size_t)C, 128), 128, 0, c, dw, no_db, dout, x,
+        KN_LAUNCH(k_norm_bwd_dw, kn_blocks((size_t)C, 128), 128, 0, c, (int)dt, dw, no_db, dout, x,
                   no_mean, rstd, N, C);
 }
 
 /* ---- embedding ------------------------------------------------------------- */
 
-__global__ void k_embedding_fwd(float *out, const int32_t *ids, const float *table, int N, int C,
-                                int accumulate)
+__global__ void k_embedding_fwd(int dt, void *out, const int32_t *ids, const void *table, int N,
+                                int C, int accumulate)
 {
     size_t n_all = (size_t)N * C;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / C, col = i % C;
-        float v = table[(size_t)ids[n] * C + col];
-        out[i] = accumulate ? out[i] + v : v;
+        float v = load_as_f32(table, dt, (size_t)ids[n] * C + col);
+        store_from_f32(out, dt, i, accumulate ? load_as_f32(out, dt, i) + v : v);
     }
 }
 
@@ -162,12 +169,12 @@ __global__ void k_embedding_bwd(float *dtable, const int32_t *ids, const float *
         dtable[(size_t)ids[n] * C + col] += dout[(size_t)n * C + col];
 }
 
-void cuda_embedding_fwd(kn_ctx *c, float *out, const int32_t *ids, const float *table, int N,
-                        int C, int accumulate)
+void cuda_embedding_fwd(kn_ctx *c, kn_dtype dt, void *out, const int32_t *ids, const void *table,
+                        int N, int C, int accumulate)
 {
     if (N > 0 && C > 0)
-        KN_LAUNCH(k_embedding_fwd, kn_blocks((size_t)N * C, 256), 256, 0, c, out, ids, table, N,
-                  C, accumulate);
+        KN_LAUNCH(k_embedding_fwd, kn_blocks((size_t)N * C, 256), 256, 0, c, (int)dt, out, ids,
+                  table, N, C, accumulate);
 }
 
 void cuda_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float *dout, int N,

@@ -232,7 +232,7 @@ static void test_elementwise(void)
     float *a = frand(c, &da, n, 2.0), *b = frand(c, &db, n, 2.0);
     float *o = falloc(c, n);
 
-    kn_add(c, o, a, b, n);
+    kn_add(c, KN_F32, o, a, b, n);
     double *want = dzeros(n);
     for (size_t i = 0; i < n; i++)
         want[i] = (double)a[i] + (double)b[i];
@@ -312,8 +312,8 @@ static void test_embedding(void)
     float *r = frand(c, &dr, (size_t)N * C, 1.0);
     float *out = falloc(c, (size_t)N * C);
 
-    kn_embedding_fwd(c, out, ids, table, N, C, 0);
-    kn_embedding_fwd(c, out, ids, pos, N, C, 1); /* pos used as a second "table" row n */
+    kn_embedding_fwd(c, KN_F32, out, ids, table, N, C, 0);
+    kn_embedding_fwd(c, KN_F32, out, ids, pos, N, C, 1); /* pos used as a second "table" row n */
     double *want = dzeros((size_t)N * C);
     for (int n = 0; n < N; n++)
         for (int i = 0; i < C; i++)
@@ -410,17 +410,17 @@ static void run_norm(int rms, int with_bias)
 
     float *out = falloc(c, NC), *mean = falloc(c, N), *rstd = falloc(c, N);
     if (rms)
-        kn_rmsnorm_fwd(c, out, rstd, x, w, N, C, eps);
+        kn_rmsnorm_fwd(c, KN_F32, out, rstd, x, w, N, C, eps);
     else
-        kn_layernorm_fwd(c, out, mean, rstd, x, w, b, N, C, eps);
+        kn_layernorm_fwd(c, KN_F32, out, mean, rstd, x, w, b, N, C, eps);
     norm_ref(&s);
     check_close(rms ? "rmsnorm fwd" : "layernorm fwd", out, s.out, NC, 1e-4, 1e-5);
 
     float *dx = falloc(c, NC), *dw = falloc(c, C), *db = falloc(c, C);
     if (rms)
-        kn_rmsnorm_bwd(c, dx, dw, r, x, w, rstd, N, C);
+        kn_rmsnorm_bwd(c, KN_F32, dx, dw, r, x, w, rstd, N, C);
     else
-        kn_layernorm_bwd(c, dx, dw, with_bias ? db : NULL, r, x, w, mean, rstd, N, C);
+        kn_layernorm_bwd(c, KN_F32, dx, dw, with_bias ? db : NULL, r, x, w, mean, rstd, N, C);
     check_grad("norm dx", dx, norm_loss, &s, s.x, NC);
     check_grad("norm dw", dw, norm_loss, &s, s.w, C);
     if (with_bias) check_grad("norm db", db, norm_loss, &s, s.b, C);
@@ -428,9 +428,9 @@ static void run_norm(int rms, int with_bias)
     /* Accumulation: a second backward doubles every gradient. */
     float *dx1 = fcopy(c, dx, NC), *dw1 = fcopy(c, dw, C), *db1 = fcopy(c, db, C);
     if (rms)
-        kn_rmsnorm_bwd(c, dx, dw, r, x, w, rstd, N, C);
+        kn_rmsnorm_bwd(c, KN_F32, dx, dw, r, x, w, rstd, N, C);
     else
-        kn_layernorm_bwd(c, dx, dw, with_bias ? db : NULL, r, x, w, mean, rstd, N, C);
+        kn_layernorm_bwd(c, KN_F32, dx, dw, with_bias ? db : NULL, r, x, w, mean, rstd, N, C);
     check_doubled("norm dx", dx, dx1, NC);
     check_doubled("norm dw", dw, dw1, C);
     if (with_bias) check_doubled("norm db", db, db1, C);
@@ -438,11 +438,11 @@ static void run_norm(int rms, int with_bias)
     /* NULL gradients are skipped; the others are unchanged by the omission. */
     float *dx2 = falloc(c, NC), *dw2 = falloc(c, C);
     if (rms) {
-        kn_rmsnorm_bwd(c, NULL, dw2, r, x, w, rstd, N, C);
-        kn_rmsnorm_bwd(c, dx2, NULL, r, x, w, rstd, N, C);
+        kn_rmsnorm_bwd(c, KN_F32, NULL, dw2, r, x, w, rstd, N, C);
+        kn_rmsnorm_bwd(c, KN_F32, dx2, NULL, r, x, w, rstd, N, C);
     } else {
-        kn_layernorm_bwd(c, NULL, dw2, NULL, r, x, w, mean, rstd, N, C);
-        kn_layernorm_bwd(c, dx2, NULL, NULL, r, x, w, mean, rstd, N, C);
+        kn_layernorm_bwd(c, KN_F32, NULL, dw2, NULL, r, x, w, mean, rstd, N, C);
+        kn_layernorm_bwd(c, KN_F32, dx2, NULL, NULL, r, x, w, mean, rstd, N, C);
     }
     check_same("norm dx alone", dx2, dx1, NC);
     check_same("norm dw alone", dw2, dw1, C);
@@ -459,13 +459,13 @@ static void run_norm(int rms, int with_bias)
     float *o3 = falloc(c, (size_t)N3 * C3), *m3 = falloc(c, N3), *r3 = falloc(c, N3);
     float *a1 = falloc(c, C3), *a2 = falloc(c, C3), *b1 = falloc(c, C3), *b2 = falloc(c, C3);
     if (rms) {
-        kn_rmsnorm_fwd(c, o3, r3, x3, w3, N3, C3, eps);
-        kn_rmsnorm_bwd(c1, NULL, a1, g3, x3, w3, r3, N3, C3);
-        kn_rmsnorm_bwd(c, NULL, a2, g3, x3, w3, r3, N3, C3);
+        kn_rmsnorm_fwd(c, KN_F32, o3, r3, x3, w3, N3, C3, eps);
+        kn_rmsnorm_bwd(c1, KN_F32, NULL, a1, g3, x3, w3, r3, N3, C3);
+        kn_rmsnorm_bwd(c, KN_F32, NULL, a2, g3, x3, w3, r3, N3, C3);
     } else {
-        kn_layernorm_fwd(c, o3, m3, r3, x3, w3, NULL, N3, C3, eps);
-        kn_layernorm_bwd(c1, NULL, a1, b1, g3, x3, w3, m3, r3, N3, C3);
-        kn_layernorm_bwd(c, NULL, a2, b2, g3, x3, w3, m3, r3, N3, C3);
+        kn_layernorm_fwd(c, KN_F32, o3, m3, r3, x3, w3, NULL, N3, C3, eps);
+        kn_layernorm_bwd(c1, KN_F32, NULL, a1, b1, g3, x3, w3, m3, r3, N3, C3);
+        kn_layernorm_bwd(c, KN_F32, NULL, a2, b2, g3, x3, w3, m3, r3, N3, C3);
     }
     check_same("norm dw 1 vs 2 threads", a1, a2, C3);
     check_same("norm db 1 vs 2 threads", b1, b2, C3);
@@ -627,9 +627,9 @@ static void run_rope_with(kn_ctx *c, int B, int T, int H, int D, int ld, int off
     s.out = dzeros(n);
     float *y = fcopy(c, x, n);
     if (inv)
-        kn_rope_freq_fwd(c, y, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
+        kn_rope_freq_fwd(c, KN_F32, y, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
     else
-        kn_rope_fwd(c, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
+        kn_rope_fwd(c, KN_F32, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
     rope_loss(&s);
     check_close("rope fwd", y, s.out, n, 1e-5, 1e-6);
     for (size_t i = 0; i < n; i++)
@@ -675,8 +675,8 @@ static void run_rope_freq(kn_ctx *c, int B, int T, int H, int D, int ld, int off
     size_t n = (size_t)B * T * ld;
     double *xd;
     float *x = frand(c, &xd, n, 1.0), *y = fcopy(c, x, n);
-    kn_rope_fwd(c, x, B, T, H, D, ld, 10000.0f, off);
-    kn_rope_freq_fwd(c, y, B, T, H, D, ld, inv, off);
+    kn_rope_fwd(c, KN_F32, x, B, T, H, D, ld, 10000.0f, off);
+    kn_rope_freq_fwd(c, KN_F32, y, B, T, H, D, ld, inv, off);
     for (size_t i = 0; i < n; i++)
         CHECK(fabsf(x[i] - y[i]) <= 1e-6f * (1.0f + fabsf(x[i])),
               "rope_freq vs rope at %zu: %g vs %g", i, y[i], x[i]);
@@ -793,7 +793,7 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
         out[i] = NAN;
     for (size_t i = 0; i < nl; i++)
         lse[i] = NAN;
-    kn_attention_fwd(c, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+    kn_attention_fwd(c, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
     att_loss(&s);
     check_close("attention out", out, s.out, no, 1e-4, 1e-5);
     check_close("attention lse", lse, s.lse, nl, 1e-5, 1e-6);
@@ -810,7 +810,7 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
         gk = gk_s = falloc(c, nkv);
         gv = gv_s = falloc(c, nkv);
     }
-    kn_attention_bwd(c, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+    kn_attention_bwd(c, KN_F32, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
     if (fused) {
         /* One FD pass over the whole fused buffer checks q, k and v at once,
          * and that the padding columns (none here) stay untouched. */
@@ -825,25 +825,30 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
     /* Accumulation and NULL gradients (separate-buffer case only). */
     if (!fused) {
         float *q1 = fcopy(c, gq, nq), *k1 = fcopy(c, gk, nkv), *v1 = fcopy(c, gv, nkv);
-        kn_attention_bwd(c, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        kn_attention_bwd(c, KN_F32, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
+                         s.ldkv);
         check_doubled("attention dq", gq, q1, nq);
         check_doubled("attention dk", gk, k1, nkv);
         check_doubled("attention dv", gv, v1, nkv);
         float *q2 = falloc(c, nq), *k2 = falloc(c, nkv), *v2 = falloc(c, nkv);
-        kn_attention_bwd(c, q2, NULL, NULL, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
-        kn_attention_bwd(c, NULL, k2, NULL, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
-        kn_attention_bwd(c, NULL, NULL, v2, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        kn_attention_bwd(c, KN_F32, q2, NULL, NULL, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
+                         s.ldkv);
+        kn_attention_bwd(c, KN_F32, NULL, k2, NULL, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
+                         s.ldkv);
+        kn_attention_bwd(c, KN_F32, NULL, NULL, v2, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
+                         s.ldkv);
         check_same("attention dq alone", q2, q1, nq);
         check_same("attention dk alone", k2, k1, nkv);
         check_same("attention dv alone", v2, v1, nkv);
 
         /* Same bits on 1 thread as on 2, forward and backward. */
         float *out1 = falloc(c, no), *lse1 = falloc(c, nl);
-        kn_attention_fwd(c1, out1, lse1, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        kn_attention_fwd(c1, KN_F32, out1, lse1, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
         check_same("attention out 1 vs 2 threads", out1, out, no);
         check_same("attention lse 1 vs 2 threads", lse1, lse, nl);
         float *q3 = falloc(c, nq), *k3 = falloc(c, nkv), *v3 = falloc(c, nkv);
-        kn_attention_bwd(c1, q3, k3, v3, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        kn_attention_bwd(c1, KN_F32, q3, k3, v3, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
+                         s.ldkv);
         check_same("attention dq 1 vs 2 threads", q3, q1, nq);
         check_same("attention dk 1 vs 2 threads", k3, k1, nkv);
         check_same("attention dv 1 vs 2 threads", v3, v1, nkv);
@@ -964,8 +969,9 @@ static void run_attention_old(int B, int T, int Hq, int Hkv, int D)
           *dv = falloc(c, nkv);
     float *oo = calloc(nq, sizeof *oo), *odq = calloc(nq, sizeof *odq),
           *odk = calloc(nkv, sizeof *odk), *odv = calloc(nkv, sizeof *odv);
-    kn_attention_fwd(c, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D);
-    kn_attention_bwd(c, dq, dk, dv, g, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D);
+    kn_attention_fwd(c, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D);
+    kn_attention_bwd(c, KN_F32, dq, dk, dv, g, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D,
+                     Hkv * D);
     old_attention(q, k, v, g, oo, odq, odk, odv, B, T, Hq, Hkv, D);
     double *w = malloc((nq > nkv ? nq : nkv) * sizeof *w);
 #define AGAINST_OLD(what, got, old, n)                                                             \
@@ -1123,21 +1129,21 @@ static void run_matmul16(kn_dtype dt, int N, int K, int M, int with_bias)
           *dw = falloc(c, (size_t)M * K), *db = falloc(c, M);
     for (size_t i = 0; i < (size_t)N * M; i++)
         out[i] = NAN; /* poisoned: every element written */
-    kn_matmul16_fwd(c, dt, KN_F32, out, x, w16, b, N, K, M);
+    kn_matmul16_fwd(c, dt, KN_F32, KN_F32, out, x, w16, b, N, K, M);
     check_close("matmul16 out", out, ro, (size_t)N * M, 1e-5, 1e-6);
     /* Two backwards: the gradients accumulate (the reference is doubled);
      * a third with only dbias must not touch dx / dw. */
-    kn_matmul16_bwd(c, dt, KN_F32, dx, dw, db, g, x, w16, N, K, M);
-    kn_matmul16_bwd(c, dt, KN_F32, dx, dw, db, g, x, w16, N, K, M);
+    kn_matmul16_bwd(c, dt, KN_F32, KN_F32, dx, dw, db, g, x, w16, N, K, M);
+    kn_matmul16_bwd(c, dt, KN_F32, KN_F32, dx, dw, db, g, x, w16, N, K, M);
     check_close("matmul16 dx", dx, rdx, (size_t)N * K, 1e-5, 1e-6);
     check_close("matmul16 dw", dw, rdw, (size_t)M * K, 1e-5, 1e-6);
     check_close("matmul16 db", db, rdb, M, 1e-5, 1e-6);
     float *dx2 = fcopy(c, dx, (size_t)N * K);
-    kn_matmul16_bwd(c, dt, KN_F32, NULL, NULL, db, g, x, w16, N, K, M);
+    kn_matmul16_bwd(c, dt, KN_F32, KN_F32, NULL, NULL, db, g, x, w16, N, K, M);
     check_same("matmul16 dx untouched", dx, dx2, (size_t)N * K);
     /* The same call gives the same bits (the choice of path is fixed). */
     float *out2 = falloc(c, (size_t)N * M);
-    kn_matmul16_fwd(c, dt, KN_F32, out2, x, w16, b, N, K, M);
+    kn_matmul16_fwd(c, dt, KN_F32, KN_F32, out2, x, w16, b, N, K, M);
     check_same("matmul16 repeat", out2, out, (size_t)N * M);
     ty_err err = {0};
     CHECK(kn_check(c, &err) == 0, "matmul16: %s", err.msg);
@@ -1181,13 +1187,13 @@ static void test_gelu(void)
     float *x = frand(c, &s.x, s.n, 5.0), *r = frand(c, &s.r, s.n, 1.0);
     s.out = dzeros(s.n);
     float *out = falloc(c, s.n), *dx = falloc(c, s.n);
-    kn_gelu_fwd(c, out, x, s.n);
+    kn_gelu_fwd(c, KN_F32, out, x, s.n);
     act_loss(&s);
     check_close("gelu fwd", out, s.out, s.n, 1e-5, 1e-6);
-    kn_gelu_bwd(c, dx, r, x, s.n);
+    kn_gelu_bwd(c, KN_F32, dx, r, x, s.n);
     check_grad("gelu dx", dx, act_loss, &s, s.x, s.n);
     float *dx1 = fcopy(c, dx, s.n);
-    kn_gelu_bwd(c, dx, r, x, s.n);
+    kn_gelu_bwd(c, KN_F32, dx, r, x, s.n);
     check_doubled("gelu dx", dx, dx1, s.n);
     free(s.x);
     free(s.r);
@@ -1203,19 +1209,19 @@ static void test_swiglu(void)
     float *r = frand(c, &s.r, s.n, 1.0);
     s.out = dzeros(s.n);
     float *out = falloc(c, s.n), *dg = falloc(c, s.n), *du = falloc(c, s.n);
-    kn_swiglu_fwd(c, out, g, up, s.n);
+    kn_swiglu_fwd(c, KN_F32, out, g, up, s.n);
     act_loss(&s);
     check_close("swiglu fwd", out, s.out, s.n, 1e-5, 1e-6);
-    kn_swiglu_bwd(c, dg, du, r, g, up, s.n);
+    kn_swiglu_bwd(c, KN_F32, dg, du, r, g, up, s.n);
     check_grad("swiglu dgate", dg, act_loss, &s, s.x, s.n);
     check_grad("swiglu dup", du, act_loss, &s, s.up, s.n);
     float *g1 = fcopy(c, dg, s.n), *u1 = fcopy(c, du, s.n);
-    kn_swiglu_bwd(c, dg, du, r, g, up, s.n);
+    kn_swiglu_bwd(c, KN_F32, dg, du, r, g, up, s.n);
     check_doubled("swiglu dgate", dg, g1, s.n);
     check_doubled("swiglu dup", du, u1, s.n);
     float *g2 = falloc(c, s.n), *u2 = falloc(c, s.n);
-    kn_swiglu_bwd(c, g2, NULL, r, g, up, s.n);
-    kn_swiglu_bwd(c, NULL, u2, r, g, up, s.n);
+    kn_swiglu_bwd(c, KN_F32, g2, NULL, r, g, up, s.n);
+    kn_swiglu_bwd(c, KN_F32, NULL, u2, r, g, up, s.n);
     check_same("swiglu dgate alone", g2, g1, s.n);
     check_same("swiglu dup alone", u2, u1, s.n);
     free(s.x);
@@ -1237,7 +1243,7 @@ static void test_dropout(void)
     uint8_t *mask = kn_alloc(c, n), *mask1 = kn_alloc(c, n);
     float p = 0.3f;
 
-    kn_dropout_fwd(c, out, mask, x, n, p, 42, 0);
+    kn_dropout_fwd(c, KN_F32, out, mask, x, n, p, 42, 0);
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
         CHECK(mask[i] <= 1, "mask value %d", mask[i]);
@@ -1253,12 +1259,12 @@ static void test_dropout(void)
     CHECK(fabs(frac - 0.7) < 0.01, "kept fraction %.4f", frac);
 
     /* Same mask on 1 thread, and a pure function of (seed, offset + i). */
-    kn_dropout_fwd(c1, out1, mask1, x, n, p, 42, 0);
+    kn_dropout_fwd(c1, KN_F32, out1, mask1, x, n, p, 42, 0);
     CHECK(memcmp(mask, mask1, n) == 0, "mask differs 1 vs 2 threads");
     check_same("dropout out 1 vs 2 threads", out, out1, n);
-    kn_dropout_fwd(c, out1, mask1, x, n - 1000, p, 42, 1000);
+    kn_dropout_fwd(c, KN_F32, out1, mask1, x, n - 1000, p, 42, 1000);
     CHECK(memcmp(mask + 1000, mask1, n - 1000) == 0, "offset does not shift the stream");
-    kn_dropout_fwd(c, out1, mask1, x, n, p, 43, 0);
+    kn_dropout_fwd(c, KN_F32, out1, mask1, x, n, p, 43, 0);
     CHECK(memcmp(mask, mask1, n) != 0, "seed does not change the mask");
 
     /* Backward: dx += dout * mask / (1-p), accumulating. */
@@ -1275,7 +1281,7 @@ static void test_dropout(void)
     check_doubled("dropout dx", g, g1, n);
 
     /* p = 0 copies, keeps everything, and the backward passes through. */
-    kn_dropout_fwd(c, out, mask, x, n, 0.0f, 42, 0);
+    kn_dropout_fwd(c, KN_F32, out, mask, x, n, 0.0f, 42, 0);
     check_same("dropout p=0", out, x, n);
     kn_zero(c, g, n);
     kn_dropout_bwd(c, g, x, mask, n, 0.0f);
@@ -1443,16 +1449,17 @@ static double pipeline(int threads, float *w_out)
     g_rng = saved;
 
     kn_matmul_fwd(c, qkv, x, wqkv, NULL, N, C, 3 * C);
-    kn_attention_fwd(c, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C);
-    kn_layernorm_fwd(c, ln, mean, rstd, ao, ones, NULL, N, C, 1e-5f);
-    kn_gelu_fwd(c, act, ln, (size_t)N * C);
+    kn_attention_fwd(c, KN_F32, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T, H, H, C / H, 3 * C,
+                     3 * C);
+    kn_layernorm_fwd(c, KN_F32, ln, mean, rstd, ao, ones, NULL, N, C, 1e-5f);
+    kn_gelu_fwd(c, KN_F32, act, ln, (size_t)N * C);
     kn_matmul_fwd(c, logits, act, whead, NULL, N, C, V);
     kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, 1.0f / N);
     kn_matmul_bwd(c, dact, gw + (size_t)3 * C * C, NULL, logits, act, whead, N, C, V);
-    kn_gelu_bwd(c, dln, dact, ln, (size_t)N * C);
-    kn_layernorm_bwd(c, dao, NULL, NULL, dln, ao, ones, mean, rstd, N, C);
-    kn_attention_bwd(c, dqkv, dqkv + C, dqkv + 2 * C, dao, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T,
-                     H, H, C / H, 3 * C, 3 * C);
+    kn_gelu_bwd(c, KN_F32, dln, dact, ln, (size_t)N * C);
+    kn_layernorm_bwd(c, KN_F32, dao, NULL, NULL, dln, ao, ones, mean, rstd, N, C);
+    kn_attention_bwd(c, KN_F32, dqkv, dqkv + C, dqkv + 2 * C, dao, ao, lse, qkv, qkv + C,
+                     qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C);
     kn_matmul_bwd(c, dx, gw, NULL, dqkv, x, wqkv, N, C, 3 * C);
     double norm = sqrt(kn_sumsq(c, gw, nw)) + kn_sum(c, losses, N);
     kn_adamw(c, KN_F32, w, NULL, gw, m, v, nw, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);

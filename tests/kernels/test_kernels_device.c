@@ -172,8 +172,8 @@ static void t_elementwise(pair *p)
 {
     size_t n = 20011 * (size_t)g_scale;
     buf x = brand(p, n, 2), y = brand(p, n, 2), o = bzeros(p, n * 4);
-    kn_add(p->cpu, F(o, cpu), F(x, cpu), F(y, cpu), n);
-    kn_add(p->dev, F(o, dev), F(x, dev), F(y, dev), n);
+    kn_add(p->cpu, KN_F32, F(o, cpu), F(x, cpu), F(y, cpu), n);
+    kn_add(p->dev, KN_F32, F(o, dev), F(x, dev), F(y, dev), n);
     cmp(p, "add", o, 0, 0);
     kn_axpy(p->cpu, F(o, cpu), F(x, cpu), n, -0.375f);
     kn_axpy(p->dev, F(o, dev), F(x, dev), n, -0.375f);
@@ -212,28 +212,28 @@ static void t_activations(pair *p)
     size_t n = 30011 * (size_t)g_scale;
     buf x = brand(p, n, 5), u = brand(p, n, 2), r = brand(p, n, 1);
     buf o = bzeros(p, n * 4), d1 = brand(p, n, 1), d2 = brand(p, n, 1);
-    kn_gelu_fwd(p->cpu, F(o, cpu), F(x, cpu), n);
-    kn_gelu_fwd(p->dev, F(o, dev), F(x, dev), n);
+    kn_gelu_fwd(p->cpu, KN_F32, F(o, cpu), F(x, cpu), n);
+    kn_gelu_fwd(p->dev, KN_F32, F(o, dev), F(x, dev), n);
     cmp(p, "gelu_fwd", o, 2e-6, 2e-7);
-    kn_gelu_bwd(p->cpu, F(d1, cpu), F(r, cpu), F(x, cpu), n);
-    kn_gelu_bwd(p->dev, F(d1, dev), F(r, dev), F(x, dev), n);
+    kn_gelu_bwd(p->cpu, KN_F32, F(d1, cpu), F(r, cpu), F(x, cpu), n);
+    kn_gelu_bwd(p->dev, KN_F32, F(d1, dev), F(r, dev), F(x, dev), n);
     cmp(p, "gelu_bwd", d1, 2e-5, 2e-6);
-    kn_swiglu_fwd(p->cpu, F(o, cpu), F(x, cpu), F(u, cpu), n);
-    kn_swiglu_fwd(p->dev, F(o, dev), F(x, dev), F(u, dev), n);
+    kn_swiglu_fwd(p->cpu, KN_F32, F(o, cpu), F(x, cpu), F(u, cpu), n);
+    kn_swiglu_fwd(p->dev, KN_F32, F(o, dev), F(x, dev), F(u, dev), n);
     cmp(p, "swiglu_fwd", o, 2e-6, 2e-7);
-    kn_swiglu_bwd(p->cpu, F(d1, cpu), F(d2, cpu), F(r, cpu), F(x, cpu), F(u, cpu), n);
-    kn_swiglu_bwd(p->dev, F(d1, dev), F(d2, dev), F(r, dev), F(x, dev), F(u, dev), n);
+    kn_swiglu_bwd(p->cpu, KN_F32, F(d1, cpu), F(d2, cpu), F(r, cpu), F(x, cpu), F(u, cpu), n);
+    kn_swiglu_bwd(p->dev, KN_F32, F(d1, dev), F(d2, dev), F(r, dev), F(x, dev), F(u, dev), n);
     cmp(p, "swiglu_bwd.dgate", d1, 2e-5, 2e-6);
     cmp(p, "swiglu_bwd.dup", d2, 2e-5, 2e-6);
-    kn_swiglu_bwd(p->cpu, NULL, F(d2, cpu), F(r, cpu), F(x, cpu), F(u, cpu), n);
-    kn_swiglu_bwd(p->dev, NULL, F(d2, dev), F(r, dev), F(x, dev), F(u, dev), n);
+    kn_swiglu_bwd(p->cpu, KN_F32, NULL, F(d2, cpu), F(r, cpu), F(x, cpu), F(u, cpu), n);
+    kn_swiglu_bwd(p->dev, KN_F32, NULL, F(d2, dev), F(r, dev), F(x, dev), F(u, dev), n);
     cmp(p, "swiglu_bwd.null_dgate", d2, 2e-5, 2e-6);
 
     buf m = bzeros(p, n);
     for (int k = 0; k < 2; k++) {
         float pd = k ? 0.0f : 0.3f;
-        kn_dropout_fwd(p->cpu, F(o, cpu), m.cpu, F(x, cpu), n, pd, 1234, 99);
-        kn_dropout_fwd(p->dev, F(o, dev), m.dev, F(x, dev), n, pd, 1234, 99);
+        kn_dropout_fwd(p->cpu, KN_F32, F(o, cpu), m.cpu, F(x, cpu), n, pd, 1234, 99);
+        kn_dropout_fwd(p->dev, KN_F32, F(o, dev), m.dev, F(x, dev), n, pd, 1234, 99);
         cmp_bytes(p, k ? "dropout_fwd.p0.mask" : "dropout_fwd.mask", m);
         cmp(p, k ? "dropout_fwd.p0" : "dropout_fwd", o, 0, 0);
         kn_dropout_bwd(p->cpu, F(d1, cpu), F(r, cpu), m.cpu, n, pd);
@@ -272,11 +272,11 @@ static void t_embedding(pair *p)
     ids[1] = ids[5] = ids[9]; /* repeated rows add up */
     buf id = bput(p, ids, N * sizeof *ids), tab = brand(p, (size_t)V * C, 1);
     buf pos = brand(p, (size_t)N * C, 1), o = bzeros(p, (size_t)N * C * 4);
-    kn_embedding_fwd(p->cpu, F(o, cpu), id.cpu, F(tab, cpu), N, C, 0);
-    kn_embedding_fwd(p->dev, F(o, dev), id.dev, F(tab, dev), N, C, 0);
+    kn_embedding_fwd(p->cpu, KN_F32, F(o, cpu), id.cpu, F(tab, cpu), N, C, 0);
+    kn_embedding_fwd(p->dev, KN_F32, F(o, dev), id.dev, F(tab, dev), N, C, 0);
     cmp(p, "embedding_fwd", o, 0, 0);
-    kn_embedding_fwd(p->cpu, F(o, cpu), id.cpu, F(pos, cpu), N, C, 1);
-    kn_embedding_fwd(p->dev, F(o, dev), id.dev, F(pos, dev), N, C, 1);
+    kn_embedding_fwd(p->cpu, KN_F32, F(o, cpu), id.cpu, F(pos, cpu), N, C, 1);
+    kn_embedding_fwd(p->dev, KN_F32, F(o, dev), id.dev, F(pos, dev), N, C, 1);
     cmp(p, "embedding_fwd.accumulate", o, 0, 0);
     buf dt = brand(p, (size_t)V * C, 1);
     kn_embedding_bwd(p->cpu, F(dt, cpu), id.cpu, F(pos, cpu), N, C);
@@ -293,33 +293,35 @@ static void t_norm(pair *p)
     buf o = bzeros(p, nc * 4), mean = bzeros(p, N * 4), rstd = bzeros(p, N * 4);
     buf dx = brand(p, nc, 1), dw = brand(p, C, 1), db = brand(p, C, 1);
     for (int hb = 0; hb < 2; hb++) {
-        kn_layernorm_fwd(p->cpu, F(o, cpu), F(mean, cpu), F(rstd, cpu), F(x, cpu), F(w, cpu),
-                         hb ? F(b, cpu) : NULL, N, C, 1e-5f);
-        kn_layernorm_fwd(p->dev, F(o, dev), F(mean, dev), F(rstd, dev), F(x, dev), F(w, dev),
-                         hb ? F(b, dev) : NULL, N, C, 1e-5f);
+        kn_layernorm_fwd(p->cpu, KN_F32, F(o, cpu), F(mean, cpu), F(rstd, cpu), F(x, cpu),
+                         F(w, cpu), hb ? F(b, cpu) : NULL, N, C, 1e-5f);
+        kn_layernorm_fwd(p->dev, KN_F32, F(o, dev), F(mean, dev), F(rstd, dev), F(x, dev),
+                         F(w, dev), hb ? F(b, dev) : NULL, N, C, 1e-5f);
         cmp(p, "layernorm_fwd", o, 1e-5, 1e-6);
         cmp(p, "layernorm_fwd.mean", mean, 1e-5, 1e-6);
         cmp(p, "layernorm_fwd.rstd", rstd, 1e-5, 1e-6);
     }
-    kn_layernorm_bwd(p->cpu, F(dx, cpu), F(dw, cpu), F(db, cpu), F(r, cpu), F(x, cpu), F(w, cpu),
-                     F(mean, cpu), F(rstd, cpu), N, C);
-    kn_layernorm_bwd(p->dev, F(dx, dev), F(dw, dev), F(db, dev), F(r, dev), F(x, dev), F(w, dev),
-                     F(mean, dev), F(rstd, dev), N, C);
+    kn_layernorm_bwd(p->cpu, KN_F32, F(dx, cpu), F(dw, cpu), F(db, cpu), F(r, cpu), F(x, cpu),
+                     F(w, cpu), F(mean, cpu), F(rstd, cpu), N, C);
+    kn_layernorm_bwd(p->dev, KN_F32, F(dx, dev), F(dw, dev), F(db, dev), F(r, dev), F(x, dev),
+                     F(w, dev), F(mean, dev), F(rstd, dev), N, C);
     cmp(p, "layernorm_bwd.dx", dx, 1e-4, 1e-5);
     cmp(p, "layernorm_bwd.dw", dw, 1e-4, 1e-5);
     cmp(p, "layernorm_bwd.db", db, 1e-4, 1e-5);
-    kn_rmsnorm_fwd(p->cpu, F(o, cpu), F(rstd, cpu), F(x, cpu), F(w, cpu), N, C, 1e-6f);
-    kn_rmsnorm_fwd(p->dev, F(o, dev), F(rstd, dev), F(x, dev), F(w, dev), N, C, 1e-6f);
+    kn_rmsnorm_fwd(p->cpu, KN_F32, F(o, cpu), F(rstd, cpu), F(x, cpu), F(w, cpu), N, C, 1e-6f);
+    kn_rmsnorm_fwd(p->dev, KN_F32, F(o, dev), F(rstd, dev), F(x, dev), F(w, dev), N, C, 1e-6f);
     cmp(p, "rmsnorm_fwd", o, 1e-5, 1e-6);
     cmp(p, "rmsnorm_fwd.rstd", rstd, 1e-5, 1e-6);
-    kn_rmsnorm_bwd(p->cpu, F(dx, cpu), F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu), F(rstd, cpu), N,
-                   C);
-    kn_rmsnorm_bwd(p->dev, F(dx, dev), F(dw, dev), F(r, dev), F(x, dev), F(w, dev), F(rstd, dev), N,
-                   C);
+    kn_rmsnorm_bwd(p->cpu, KN_F32, F(dx, cpu), F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu),
+                   F(rstd, cpu), N, C);
+    kn_rmsnorm_bwd(p->dev, KN_F32, F(dx, dev), F(dw, dev), F(r, dev), F(x, dev), F(w, dev),
+                   F(rstd, dev), N, C);
     cmp(p, "rmsnorm_bwd.dx", dx, 1e-4, 1e-5);
     cmp(p, "rmsnorm_bwd.dw", dw, 1e-4, 1e-5);
-    kn_rmsnorm_bwd(p->cpu, NULL, F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu), F(rstd, cpu), N, C);
-    kn_rmsnorm_bwd(p->dev, NULL, F(dw, dev), F(r, dev), F(x, dev), F(w, dev), F(rstd, dev), N, C);
+    kn_rmsnorm_bwd(p->cpu, KN_F32, NULL, F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu), F(rstd, cpu),
+                   N, C);
+    kn_rmsnorm_bwd(p->dev, KN_F32, NULL, F(dw, dev), F(r, dev), F(x, dev), F(w, dev), F(rstd, dev),
+                   N, C);
     cmp(p, "rmsnorm_bwd.null_dx", dw, 1e-4, 1e-5);
 }
 
@@ -410,8 +412,8 @@ static void t_rope(pair *p)
     int B = 2, T = 13 * g_scale, H = 3, D = 20, ld = H * D + 7;
     size_t n = (size_t)B * T * ld;
     buf x = brand(p, n, 1);
-    kn_rope_fwd(p->cpu, F(x, cpu), B, T, H, D, ld, 10000.0f, 5);
-    kn_rope_fwd(p->dev, F(x, dev), B, T, H, D, ld, 10000.0f, 5);
+    kn_rope_fwd(p->cpu, KN_F32, F(x, cpu), B, T, H, D, ld, 10000.0f, 5);
+    kn_rope_fwd(p->dev, KN_F32, F(x, dev), B, T, H, D, ld, 10000.0f, 5);
     cmp(p, "rope_fwd", x, 1e-5, 1e-6);
     kn_rope_bwd(p->cpu, F(x, cpu), B, T, H, D, ld, 500000.0f, 0);
     kn_rope_bwd(p->dev, F(x, dev), B, T, H, D, ld, 500000.0f, 0);
@@ -421,8 +423,8 @@ static void t_rope(pair *p)
     for (int i = 0; i < D / 2; i++)
         hinv[i] = 1.0f / (1.0f + (float)i * (float)i);
     buf inv = bput(p, hinv, sizeof hinv);
-    kn_rope_freq_fwd(p->cpu, F(x, cpu), B, T, H, D, ld, F(inv, cpu), 7);
-    kn_rope_freq_fwd(p->dev, F(x, dev), B, T, H, D, ld, F(inv, dev), 7);
+    kn_rope_freq_fwd(p->cpu, KN_F32, F(x, cpu), B, T, H, D, ld, F(inv, cpu), 7);
+    kn_rope_freq_fwd(p->dev, KN_F32, F(x, dev), B, T, H, D, ld, F(inv, dev), 7);
     cmp(p, "rope_freq_fwd", x, 1e-5, 1e-6);
     kn_rope_freq_bwd(p->cpu, F(x, cpu), B, T, H, D, ld, F(inv, cpu), 0);
     kn_rope_freq_bwd(p->dev, F(x, dev), B, T, H, D, ld, F(inv, dev), 0);
@@ -437,8 +439,8 @@ struct att_args {
 static void att_rerun(kn_ctx *c, void *a_)
 {
     struct att_args *a = a_;
-    kn_attention_fwd(c, F(a->out, dev), F(a->lse, dev), a->q_dev, a->k_dev, a->v_dev, a->B, a->T,
-                     a->Hq, a->Hkv, a->D, a->ldq, a->ldkv);
+    kn_attention_fwd(c, KN_F32, F(a->out, dev), F(a->lse, dev), a->q_dev, a->k_dev, a->v_dev, a->B,
+                     a->T, a->Hq, a->Hkv, a->D, a->ldq, a->ldkv);
 }
 
 /* One attention case: fused (q,k,v in one qkv buffer, GPT-2) or separate. */
@@ -462,10 +464,10 @@ static void att_case_dt(pair *p, int B, int T, int Hq, int Hkv, int D, int fused
         }
     }
     const char *tn = dt == KN_F32 ? "" : dt == KN_BF16 ? ".bf16" : ".fp16";
-    kn_attention_fwd(p->cpu, F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko, F(v, cpu) + vo, B,
-                     T, Hq, Hkv, D, ldq, ldkv);
-    kn_attention_fwd(p->dev, F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko, F(v, dev) + vo, B,
-                     T, Hq, Hkv, D, ldq, ldkv);
+    kn_attention_fwd(p->cpu, KN_F32, F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko,
+                     F(v, cpu) + vo, B, T, Hq, Hkv, D, ldq, ldkv);
+    kn_attention_fwd(p->dev, KN_F32, F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko,
+                     F(v, dev) + vo, B, T, Hq, Hkv, D, ldq, ldkv);
     snprintf(name, sizeof name, "attention_fwd.B%d.T%d.H%d/%d.D%d%s%s", B, T, Hq, Hkv, D,
              fused ? ".fused" : "", tn);
     cmp(p, name, out, 1e-4, 1e-5);
@@ -478,10 +480,10 @@ static void att_case_dt(pair *p, int B, int T, int Hq, int Hkv, int D, int fused
     /* Gradients accumulate onto non-zero buffers. */
     buf dq = brand(p, nq, 0.1), dk = fused ? dq : brand(p, nkv, 0.1),
         dv = fused ? dq : brand(p, nkv, 0.1);
-    kn_attention_bwd(p->cpu, F(dq, cpu), F(dk, cpu) + ko, F(dv, cpu) + vo, F(dout, cpu),
+    kn_attention_bwd(p->cpu, KN_F32, F(dq, cpu), F(dk, cpu) + ko, F(dv, cpu) + vo, F(dout, cpu),
                      F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko, F(v, cpu) + vo, B, T, Hq,
                      Hkv, D, ldq, ldkv);
-    kn_attention_bwd(p->dev, F(dq, dev), F(dk, dev) + ko, F(dv, dev) + vo, F(dout, dev),
+    kn_attention_bwd(p->dev, KN_F32, F(dq, dev), F(dk, dev) + ko, F(dv, dev) + vo, F(dout, dev),
                      F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko, F(v, dev) + vo, B, T, Hq,
                      Hkv, D, ldq, ldkv);
     snprintf(name, sizeof name, "attention_bwd.dq.T%d.H%d/%d.D%d%s%s", T, Hq, Hkv, D,
@@ -493,9 +495,9 @@ static void att_case_dt(pair *p, int B, int T, int Hq, int Hkv, int D, int fused
         snprintf(name, sizeof name, "attention_bwd.dv.T%d.H%d/%d.D%d", T, Hq, Hkv, D);
         cmp(p, name, dv, 2e-4, 2e-5);
         /* NULL dq: only dk and dv move. */
-        kn_attention_bwd(p->cpu, NULL, F(dk, cpu), F(dv, cpu), F(dout, cpu), F(out, cpu),
+        kn_attention_bwd(p->cpu, KN_F32, NULL, F(dk, cpu), F(dv, cpu), F(dout, cpu), F(out, cpu),
                          F(lse, cpu), F(q, cpu), F(k, cpu), F(v, cpu), B, T, Hq, Hkv, D, ldq, ldkv);
-        kn_attention_bwd(p->dev, NULL, F(dk, dev), F(dv, dev), F(dout, dev), F(out, dev),
+        kn_attention_bwd(p->dev, KN_F32, NULL, F(dk, dev), F(dv, dev), F(dout, dev), F(out, dev),
                          F(lse, dev), F(q, dev), F(k, dev), F(v, dev), B, T, Hq, Hkv, D, ldq, ldkv);
         cmp(p, "attention_bwd.null_dq.dk", dk, 2e-4, 2e-5);
         cmp(p, "attention_bwd.null_dq.dv", dv, 2e-4, 2e-5);
@@ -528,8 +530,8 @@ static void t_attention(pair *p)
     }
     /* An unsupported head dim is an error on the context, not garbage. */
     buf big = bzeros(p, 4 * 300 * 4);
-    kn_attention_fwd(p->dev, F(big, dev), F(big, dev), F(big, dev), F(big, dev), F(big, dev), 1, 1,
-                     1, 1, 300, 300, 300);
+    kn_attention_fwd(p->dev, KN_F32, F(big, dev), F(big, dev), F(big, dev), F(big, dev),
+                     F(big, dev), 1, 1, 1, 1, 300, 300, 300);
     ty_err err = {0};
     if (kn_check(p->dev, &err) == 0 || !strstr(err.msg, "head dim")) {
         TY_FAIL("attention with D=300 was not refused ('%s')", err.msg);
@@ -651,15 +653,15 @@ static void t_convert(pair *p)
         buf dx = brand(p, (size_t)N * K, 1), dw = brand(p, (size_t)M * K, 1), db = brand(p, M, 1);
         kn_round(p->cpu, F(d, cpu), (size_t)N * M, dts[k]); /* dout holds dt values too */
         kn_round(p->dev, F(d, dev), (size_t)N * M, dts[k]);
-        kn_matmul16_fwd(p->cpu, dts[k], KN_F32, F(o, cpu), F(xw, cpu), w.cpu, F(bias, cpu), N, K,
-                        M);
-        kn_matmul16_fwd(p->dev, dts[k], KN_F32, F(o, dev), F(xw, dev), w.dev, F(bias, dev), N, K,
-                        M);
+        kn_matmul16_fwd(p->cpu, dts[k], KN_F32, KN_F32, F(o, cpu), F(xw, cpu), w.cpu, F(bias, cpu),
+                        N, K, M);
+        kn_matmul16_fwd(p->dev, dts[k], KN_F32, KN_F32, F(o, dev), F(xw, dev), w.dev, F(bias, dev),
+                        N, K, M);
         cmp(p, k ? "matmul16_fwd.fp16" : "matmul16_fwd.bf16", o, 1e-5, 1e-6);
-        kn_matmul16_bwd(p->cpu, dts[k], KN_F32, F(dx, cpu), F(dw, cpu), F(db, cpu), F(d, cpu),
-                        F(xw, cpu), w.cpu, N, K, M);
-        kn_matmul16_bwd(p->dev, dts[k], KN_F32, F(dx, dev), F(dw, dev), F(db, dev), F(d, dev),
-                        F(xw, dev), w.dev, N, K, M);
+        kn_matmul16_bwd(p->cpu, dts[k], KN_F32, KN_F32, F(dx, cpu), F(dw, cpu), F(db, cpu),
+                        F(d, cpu), F(xw, cpu), w.cpu, N, K, M);
+        kn_matmul16_bwd(p->dev, dts[k], KN_F32, KN_F32, F(dx, dev), F(dw, dev), F(db, dev),
+                        F(d, dev), F(xw, dev), w.dev, N, K, M);
         cmp(p, "matmul16_bwd.dx", dx, 1e-5, 1e-6);
         cmp(p, "matmul16_bwd.dw", dw, 1e-5, 1e-6);
         cmp(p, "matmul16_bwd.dbias", db, 1e-5, 1e-6);
@@ -682,9 +684,9 @@ static void t_convert(pair *p)
             buf w = bzeros(p, (size_t)m * kk * 2), o16 = bzeros(p, (size_t)n * m * 2);
             kn_convert(p->cpu, w.cpu, dts[k], w32.cpu, KN_F32, (size_t)m * kk);
             kn_convert(p->dev, w.dev, dts[k], w32.dev, KN_F32, (size_t)m * kk);
-            kn_matmul16_fwd(p->cpu, dts[k], dts[k], o16.cpu, F(xw, cpu), w.cpu,
+            kn_matmul16_fwd(p->cpu, dts[k], dts[k], KN_F32, o16.cpu, F(xw, cpu), w.cpu,
                             has_bias ? F(bias, cpu) : NULL, n, kk, m);
-            kn_matmul16_fwd(p->dev, dts[k], dts[k], o16.dev, F(xw, dev), w.dev,
+            kn_matmul16_fwd(p->dev, dts[k], dts[k], KN_F32, o16.dev, F(xw, dev), w.dev,
                             has_bias ? F(bias, dev) : NULL, n, kk, m);
             snprintf(what, sizeof what, "matmul16_fwd.%s_out.%dx%dx%d", nm, n, kk, m);
             cmp16(p, what, o16, (size_t)n * m, dts[k], r16, 1e-3);
@@ -693,10 +695,10 @@ static void t_convert(pair *p)
             kn_convert(p->dev, d16.dev, dts[k], d32.dev, KN_F32, (size_t)n * m);
             buf dx = brand(p, (size_t)n * kk, 1), dw = brand(p, (size_t)m * kk, 1),
                 db = brand(p, m, 1);
-            kn_matmul16_bwd(p->cpu, dts[k], dts[k], F(dx, cpu), F(dw, cpu), F(db, cpu), d16.cpu,
-                            F(xw, cpu), w.cpu, n, kk, m);
-            kn_matmul16_bwd(p->dev, dts[k], dts[k], F(dx, dev), F(dw, dev), F(db, dev), d16.dev,
-                            F(xw, dev), w.dev, n, kk, m);
+            kn_matmul16_bwd(p->cpu, dts[k], dts[k], KN_F32, F(dx, cpu), F(dw, cpu), F(db, cpu),
+                            d16.cpu, F(xw, cpu), w.cpu, n, kk, m);
+            kn_matmul16_bwd(p->dev, dts[k], dts[k], KN_F32, F(dx, dev), F(dw, dev), F(db, dev),
+                            d16.dev, F(xw, dev), w.dev, n, kk, m);
             snprintf(what, sizeof what, "matmul16_bwd.%s_dout.dx", nm);
             cmp(p, what, dx, 1e-5, 1e-6);
             snprintf(what, sizeof what, "matmul16_bwd.%s_dout.dw", nm);

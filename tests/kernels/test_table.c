@@ -11,7 +11,7 @@
  * reference value):
  *     fp32 1e-5 / 1e-6     bf16 1e-2 / 1e-3     fp16 2e-3 / 2e-4
  * Ops that take a dtype for their activations (kn_matmul16 out / dout,
- * kn_crossentropy logits) run in each dtype: 16-bit results are held to
+ * kn_crossentropy logits; case "typed": every activation op) run in each dtype: 16-bit results are held to
  * that dtype's tolerance, values computed in fp32 from exact 16-bit
  * inputs to fp32's.
  * Accumulating ops start from random non-zero gradients, so the check
@@ -113,7 +113,7 @@ static void c_elementwise(tc *t)
     float *ha = hrand(n, 1), *hb = hrand(n, 1);
     float *a = dput(t, ha, n * 4), *b = dput(t, hb, n * 4), *o = dpoison(t, n);
     double *w = dvec(n);
-    kn_add(t->c, o, a, b, n);
+    kn_add(t->c, KN_F32, o, a, b, n);
     for (size_t i = 0; i < n; i++)
         w[i] = (double)ha[i] + hb[i];
     expect(t, "add", o, w, n, KN_F32);
@@ -165,7 +165,7 @@ static void c_embedding(tc *t)
         ids[i] = (i * 11 + 3) % V;
     float *tab = dput(t, ht, (size_t)V * C * 4), *o = dpoison(t, (size_t)N * C);
     int32_t *di = dput(t, ids, sizeof ids);
-    kn_embedding_fwd(t->c, o, di, tab, N, C, 0);
+    kn_embedding_fwd(t->c, KN_F32, o, di, tab, N, C, 0);
     double *w = dvec((size_t)N * C);
     for (int n = 0; n < N; n++)
         for (int j = 0; j < C; j++)
@@ -181,7 +181,7 @@ static void c_norms(tc *t)
     float *x = dput(t, hx, (size_t)N * C * 4), *wgt = dput(t, hw, C * 4), *b = dput(t, hb, C * 4);
     float *o = dpoison(t, (size_t)N * C), *mean = dpoison(t, N), *rstd = dpoison(t, N);
     double *w = dvec((size_t)N * C), *wr = dvec(N);
-    kn_layernorm_fwd(t->c, o, mean, rstd, x, wgt, b, N, C, 1e-5f);
+    kn_layernorm_fwd(t->c, KN_F32, o, mean, rstd, x, wgt, b, N, C, 1e-5f);
     for (int n = 0; n < N; n++) {
         double mu = 0, var = 0;
         for (int j = 0; j < C; j++)
@@ -197,7 +197,7 @@ static void c_norms(tc *t)
     expect(t, "layernorm out", o, w, (size_t)N * C, KN_F32);
     expect(t, "layernorm rstd", rstd, wr, N, KN_F32);
     float *o2 = dpoison(t, (size_t)N * C), *r2 = dpoison(t, N);
-    kn_rmsnorm_fwd(t->c, o2, r2, x, wgt, N, C, 1e-6f);
+    kn_rmsnorm_fwd(t->c, KN_F32, o2, r2, x, wgt, N, C, 1e-6f);
     for (int n = 0; n < N; n++) {
         double ms = 0;
         for (int j = 0; j < C; j++)
@@ -241,8 +241,8 @@ static void c_matmul(tc *t)
             kn_matmul_fwd(t->c, o, x, wf, b, N, K, M);
             kn_matmul_bwd(t->c, dx, dw, NULL, g, x, wf, N, K, M);
         } else {
-            kn_matmul16_fwd(t->c, (kn_dtype)dt, KN_F32, o, x, w16, b, N, K, M);
-            kn_matmul16_bwd(t->c, (kn_dtype)dt, KN_F32, dx, dw, NULL, g, x, w16, N, K, M);
+            kn_matmul16_fwd(t->c, (kn_dtype)dt, KN_F32, KN_F32, o, x, w16, b, N, K, M);
+            kn_matmul16_bwd(t->c, (kn_dtype)dt, KN_F32, KN_F32, dx, dw, NULL, g, x, w16, N, K, M);
         }
         double *wo = dvec((size_t)N * M), *wdx = dvec((size_t)N * K), *wdw = dvec((size_t)M * K);
         for (size_t i = 0; i < (size_t)N * K; i++)
@@ -269,11 +269,12 @@ static void c_matmul(tc *t)
              * dx / dw accumulate once more by the same amounts. */
             void *o16 = dput(t, NULL, (size_t)N * M * 2), *g16 = dput(t, NULL, (size_t)N * M * 2);
             float *o16f = dpoison(t, (size_t)N * M);
-            kn_matmul16_fwd(t->c, (kn_dtype)dt, (kn_dtype)dt, o16, x, w16, b, N, K, M);
+            kn_matmul16_fwd(t->c, (kn_dtype)dt, (kn_dtype)dt, KN_F32, o16, x, w16, b, N, K, M);
             kn_convert(t->c, o16f, KN_F32, o16, (kn_dtype)dt, (size_t)N * M);
             expect(t, "matmul16 out (16-bit)", o16f, wo, (size_t)N * M, (kn_dtype)dt);
             kn_convert(t->c, g16, (kn_dtype)dt, g, KN_F32, (size_t)N * M);
-            kn_matmul16_bwd(t->c, (kn_dtype)dt, (kn_dtype)dt, dx, dw, NULL, g16, x, w16, N, K, M);
+            kn_matmul16_bwd(t->c, (kn_dtype)dt, (kn_dtype)dt, KN_F32, dx, dw, NULL, g16, x, w16, N,
+                            K, M);
             for (size_t i = 0; i < (size_t)N * K; i++)
                 wdx[i] += wdx[i] - hdx[i];
             for (size_t i = 0; i < (size_t)M * K; i++)
@@ -292,13 +293,13 @@ static void c_activations(tc *t)
     float *hx = hrand(n, 3), *hu = hrand(n, 2);
     float *x = dput(t, hx, n * 4), *u = dput(t, hu, n * 4), *o = dpoison(t, n), *o2 = dpoison(t, n);
     double *w = dvec(n);
-    kn_gelu_fwd(t->c, o, x, n);
+    kn_gelu_fwd(t->c, KN_F32, o, x, n);
     for (size_t i = 0; i < n; i++) {
         double v = hx[i];
         w[i] = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
     }
     expect(t, "gelu", o, w, n, KN_F32);
-    kn_swiglu_fwd(t->c, o2, x, u, n);
+    kn_swiglu_fwd(t->c, KN_F32, o2, x, u, n);
     for (size_t i = 0; i < n; i++)
         w[i] = hx[i] / (1 + exp(-(double)hx[i])) * hu[i];
     expect(t, "swiglu", o2, w, n, KN_F32);
@@ -312,7 +313,7 @@ static void c_attention(tc *t)
     float *hq = hrand(nq, 1), *hk = hrand(nk, 1), *hv = hrand(nk, 1);
     float *q = dput(t, hq, nq * 4), *k = dput(t, hk, nk * 4), *v = dput(t, hv, nk * 4);
     float *o = dpoison(t, nq), *lse = dpoison(t, nl);
-    kn_attention_fwd(t->c, o, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+    kn_attention_fwd(t->c, KN_F32, o, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
     double *wo = dvec(nq), *wl = dvec(nl), *s = dvec(T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < Hq; h++)
@@ -479,6 +480,227 @@ static void c_master(tc *t)
         free(b1), free(b2);
 }
 
+/* ---- activations in 16 bits (ops that take the dtype of what they touch) --
+
+ * Every op with a `kn_dtype dt` for its activations, in bf16 and fp16 at
+ * odd shapes, against the same op in fp32 on the same device and the same
+ * values (the inputs rounded to dt first): results an op stores in dt
+ * must be the fp32 results rounded (dt's tolerance); fp32 results computed
+ * from 16-bit inputs (statistics, lse, every gradient) fp32's. The fp32
+ * ops themselves are held to float64 references by the cases above and by
+ * test_kernels.c. */
+
+/* n random values (scale) rounded to dt: *h holds them (host fp32), the
+ * result is a device buffer of type dt, *f32 an fp32 device copy. */
+static void *typed_in(tc *t, kn_dtype dt, size_t n, double scale, float **f32)
+{
+    float *h = hrand(n, scale);
+    float *d = dput(t, h, n * 4);
+    void *x = dput(t, NULL, n * kn_dtype_size(dt));
+    kn_convert(t->c, x, dt, d, KN_F32, n);
+    kn_convert(t->c, d, KN_F32, x, dt, n);
+    free(h);
+    *f32 = d;
+    return x;
+}
+
+/* A poisoned (NaN) device buffer of type dt. */
+static void *typed_out(tc *t, kn_dtype dt, size_t n)
+{
+    float *p = dpoison(t, n);
+    void *x = dput(t, NULL, n * kn_dtype_size(dt));
+    kn_convert(t->c, x, dt, p, KN_F32, n);
+    return x;
+}
+
+/* Device fp32 results as a double reference. */
+static double *ref_of(tc *t, const float *d, size_t n)
+{
+    float *h = malloc(n * sizeof *h);
+    double *w = dvec(n);
+    kn_sync(t->c);
+    kn_to_host(t->c, h, d, n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        w[i] = h[i];
+    free(h);
+    return w;
+}
+
+/* got (type dt, on the device) against the fp32 result want32. */
+static void same(tc *t, kn_dtype dt, const char *what, const void *got, const float *want32,
+                 size_t n, kn_dtype tol)
+{
+    float *g = dpoison(t, n);
+    kn_convert(t->c, g, KN_F32, got, dt, n);
+    double *w = ref_of(t, want32, n);
+    char name[96];
+    snprintf(name, sizeof name, "%s (%s)", what, kn_dtype_name(dt));
+    expect(t, name, g, w, n, tol);
+    free(w);
+}
+
+/* A device copy of an fp32 buffer (gradients accumulate: both start equal). */
+static float *dclone(tc *t, const float *d, size_t n)
+{
+    float *h = malloc(n * 4);
+    kn_sync(t->c);
+    kn_to_host(t->c, h, d, n * 4);
+    float *c = dput(t, h, n * 4);
+    free(h);
+    return c;
+}
+
+static void c_typed(tc *t)
+{
+    for (int di = KN_BF16; di <= KN_F16; di++) {
+        kn_dtype dt = (kn_dtype)di;
+        /* add, gelu, swiglu, dropout: n not a multiple of any block */
+        size_t n = 5003;
+        float *af, *bf;
+        void *a = typed_in(t, dt, n, 3, &af), *b = typed_in(t, dt, n, 2, &bf);
+        void *o = typed_out(t, dt, n);
+        float *o32 = dpoison(t, n);
+        kn_add(t->c, dt, o, a, b, n);
+        kn_add(t->c, KN_F32, o32, af, bf, n);
+        same(t, dt, "add", o, o32, n, dt);
+        kn_gelu_fwd(t->c, dt, o, a, n);
+        kn_gelu_fwd(t->c, KN_F32, o32, af, n);
+        same(t, dt, "gelu", o, o32, n, dt);
+        kn_swiglu_fwd(t->c, dt, o, a, b, n);
+        kn_swiglu_fwd(t->c, KN_F32, o32, af, bf, n);
+        same(t, dt, "swiglu", o, o32, n, dt);
+        uint8_t *mk = dput(t, NULL, n), *mk32 = dput(t, NULL, n);
+        kn_dropout_fwd(t->c, dt, o, mk, a, n, 0.3f, 7, 11);
+        kn_dropout_fwd(t->c, KN_F32, o32, mk32, af, n, 0.3f, 7, 11);
+        same(t, dt, "dropout", o, o32, n, dt);
+        float *hg = hrand(n, 1);
+        float *g = dput(t, hg, n * 4), *dx = dput(t, hg, n * 4), *dx32 = dput(t, hg, n * 4),
+              *du = dput(t, hg, n * 4), *du32 = dput(t, hg, n * 4);
+        kn_gelu_bwd(t->c, dt, dx, g, a, n);
+        kn_gelu_bwd(t->c, KN_F32, dx32, g, af, n);
+        same(t, KN_F32, "gelu dx (+=)", dx, dx32, n, KN_F32);
+        kn_swiglu_bwd(t->c, dt, dx, du, g, a, b, n);
+        kn_swiglu_bwd(t->c, KN_F32, dx32, du32, g, af, bf, n);
+        same(t, KN_F32, "swiglu dgate (+=)", dx, dx32, n, KN_F32);
+        same(t, KN_F32, "swiglu dup (+=)", du, du32, n, KN_F32);
+        free(hg);
+
+        /* embedding: a 16-bit table, then accumulate a second table */
+        int V = 29, N = 21, C = 37;
+        float *tf, *t2f;
+        void *tab = typed_in(t, dt, (size_t)V * C, 1, &tf),
+             *tab2 = typed_in(t, dt, (size_t)V * C, 1, &t2f);
+        int32_t ids[21];
+        for (int i = 0; i < N; i++)
+            ids[i] = (i * 7 + 5) % V;
+        int32_t *did = dput(t, ids, sizeof ids);
+        void *e = typed_out(t, dt, (size_t)N * C);
+        float *e32 = dpoison(t, (size_t)N * C);
+        kn_embedding_fwd(t->c, dt, e, did, tab, N, C, 0);
+        kn_embedding_fwd(t->c, KN_F32, e32, did, tf, N, C, 0);
+        same(t, dt, "embedding", e, e32, (size_t)N * C, KN_F32); /* a copy: exact */
+        kn_embedding_fwd(t->c, dt, e, did, tab2, N, C, 1);
+        kn_embedding_fwd(t->c, KN_F32, e32, did, t2f, N, C, 1);
+        same(t, dt, "embedding (accumulate)", e, e32, (size_t)N * C, dt);
+
+        /* norms, forward and backward: N x C odd */
+        int R = 19, W = 53;
+        size_t rc = (size_t)R * W;
+        float *xf, *hw = hrand(W, 1), *hb = hrand(W, 1), *hd = hrand(rc, 1);
+        void *x = typed_in(t, dt, rc, 2, &xf);
+        float *w = dput(t, hw, W * 4), *bias = dput(t, hb, W * 4), *dout = dput(t, hd, rc * 4);
+        void *y = typed_out(t, dt, rc);
+        float *y32 = dpoison(t, rc), *mu = dpoison(t, R), *rs = dpoison(t, R),
+              *mu32 = dpoison(t, R), *rs32 = dpoison(t, R);
+        kn_layernorm_fwd(t->c, dt, y, mu, rs, x, w, bias, R, W, 1e-5f);
+        kn_layernorm_fwd(t->c, KN_F32, y32, mu32, rs32, xf, w, bias, R, W, 1e-5f);
+        same(t, dt, "layernorm out", y, y32, rc, dt);
+        same(t, KN_F32, "layernorm mean", mu, mu32, R, KN_F32);
+        same(t, KN_F32, "layernorm rstd", rs, rs32, R, KN_F32);
+        float *gx = dput(t, hd, rc * 4), *gx32 = dput(t, hd, rc * 4), *gw = dput(t, hw, W * 4),
+              *gw32 = dput(t, hw, W * 4), *gb = dput(t, hb, W * 4), *gb32 = dput(t, hb, W * 4);
+        kn_layernorm_bwd(t->c, dt, gx, gw, gb, dout, x, w, mu32, rs32, R, W);
+        kn_layernorm_bwd(t->c, KN_F32, gx32, gw32, gb32, dout, xf, w, mu32, rs32, R, W);
+        same(t, KN_F32, "layernorm dx (+=)", gx, gx32, rc, KN_F32);
+        same(t, KN_F32, "layernorm dw (+=)", gw, gw32, W, KN_F32);
+        same(t, KN_F32, "layernorm db (+=)", gb, gb32, W, KN_F32);
+        kn_rmsnorm_fwd(t->c, dt, y, rs, x, w, R, W, 1e-6f);
+        kn_rmsnorm_fwd(t->c, KN_F32, y32, rs32, xf, w, R, W, 1e-6f);
+        same(t, dt, "rmsnorm out", y, y32, rc, dt);
+        same(t, KN_F32, "rmsnorm rstd", rs, rs32, R, KN_F32);
+        kn_rmsnorm_bwd(t->c, dt, gx, gw, dout, x, w, rs32, R, W);
+        kn_rmsnorm_bwd(t->c, KN_F32, gx32, gw32, dout, xf, w, rs32, R, W);
+        same(t, KN_F32, "rmsnorm dx (+=)", gx, gx32, rc, KN_F32);
+        same(t, KN_F32, "rmsnorm dw (+=)", gw, gw32, W, KN_F32);
+        free(hw), free(hb), free(hd);
+
+        /* RoPE in place on 16-bit q rows with a row stride (fused rows) */
+        int Bq = 2, Tq = 13, H = 3, D = 10, ld = 2 * H * D + 4;
+        size_t nr = (size_t)Bq * Tq * ld;
+        float *rf;
+        void *r = typed_in(t, dt, nr, 1, &rf);
+        kn_rope_fwd(t->c, dt, r, Bq, Tq, H, D, ld, 10000.0f, 3);
+        kn_rope_fwd(t->c, KN_F32, rf, Bq, Tq, H, D, ld, 10000.0f, 3);
+        same(t, dt, "rope", r, rf, nr, dt);
+        float hif[5] = {1.0f, 0.3f, 0.07f, 0.011f, 0.002f};
+        float *inv = dput(t, hif, sizeof hif);
+        kn_convert(t->c, rf, KN_F32, r, dt, nr); /* both from the same rounded rows */
+        kn_rope_freq_fwd(t->c, dt, r, Bq, Tq, H, D, ld, inv, 5);
+        kn_rope_freq_fwd(t->c, KN_F32, rf, Bq, Tq, H, D, ld, inv, 5);
+        same(t, dt, "rope_freq", r, rf, nr, dt);
+
+        /* attention, forward and backward, grouped heads, T not a multiple
+         * of any tile, q / k / v as strided views */
+        int B = 2, T = 75, Hq = 4, Hkv = 2, Dh = 8, ldq = Hq * Dh, ldkv = Hkv * Dh;
+        size_t nq = (size_t)B * T * ldq, nk = (size_t)B * T * ldkv, nl = (size_t)B * Hq * T;
+        float *qf, *kf, *vf;
+        void *q = typed_in(t, dt, nq, 1, &qf), *k = typed_in(t, dt, nk, 1, &kf),
+             *v = typed_in(t, dt, nk, 1, &vf);
+        void *ao = typed_out(t, dt, nq);
+        float *ao32 = dpoison(t, nq), *l = dpoison(t, nl), *l32 = dpoison(t, nl);
+        kn_attention_fwd(t->c, dt, ao, l, q, k, v, B, T, Hq, Hkv, Dh, ldq, ldkv);
+        kn_attention_fwd(t->c, KN_F32, ao32, l32, qf, kf, vf, B, T, Hq, Hkv, Dh, ldq, ldkv);
+        same(t, dt, "attention out", ao, ao32, nq, dt);
+        same(t, KN_F32, "attention lse", l, l32, nl, KN_F32);
+        /* the backward reads the 16-bit out; the fp32 run its widened copy */
+        float *aof = dpoison(t, nq);
+        kn_convert(t->c, aof, KN_F32, ao, dt, nq);
+        float *hdo = hrand(nq, 1), *hdk = hrand(nk, 1);
+        float *ado = dput(t, hdo, nq * 4), *dq = dput(t, hdo, nq * 4), *dq32 = dput(t, hdo, nq * 4),
+              *dk = dput(t, hdk, nk * 4), *dk32 = dput(t, hdk, nk * 4), *dv = dput(t, hdk, nk * 4),
+              *dv32 = dput(t, hdk, nk * 4);
+        kn_attention_bwd(t->c, dt, dq, dk, dv, ado, ao, l32, q, k, v, B, T, Hq, Hkv, Dh, ldq, ldkv);
+        kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, ado, aof, l32, qf, kf, vf, B, T, Hq, Hkv,
+                         Dh, ldq, ldkv);
+        same(t, KN_F32, "attention dq (+=)", dq, dq32, nq, KN_F32);
+        same(t, KN_F32, "attention dk (+=)", dk, dk32, nk, KN_F32);
+        same(t, KN_F32, "attention dv (+=)", dv, dv32, nk, KN_F32);
+        free(hdo), free(hdk);
+
+        /* matmul16 reading a 16-bit x (x_dt = dt) against the fp32 x */
+        int Nm = 37, Km = 43, Mm = 31;
+        float *mxf, *mwf, *mbh = hrand(Mm, 1), *mgh = hrand((size_t)Nm * Mm, 1);
+        void *mx = typed_in(t, dt, (size_t)Nm * Km, 1, &mxf),
+             *mw = typed_in(t, dt, (size_t)Mm * Km, 1, &mwf);
+        float *mb = dput(t, mbh, Mm * 4), *mg = dput(t, mgh, (size_t)Nm * Mm * 4);
+        kn_round(t->c, mg, (size_t)Nm * Mm, dt);
+        float *mo = dpoison(t, (size_t)Nm * Mm), *mo32 = dpoison(t, (size_t)Nm * Mm);
+        kn_matmul16_fwd(t->c, dt, KN_F32, dt, mo, mx, mw, mb, Nm, Km, Mm);
+        kn_matmul16_fwd(t->c, dt, KN_F32, KN_F32, mo32, mxf, mw, mb, Nm, Km, Mm);
+        same(t, KN_F32, "matmul16 out (16-bit x)", mo, mo32, (size_t)Nm * Mm, KN_F32);
+        void *mo16 = typed_out(t, dt, (size_t)Nm * Mm);
+        kn_matmul16_fwd(t->c, dt, dt, dt, mo16, mx, mw, mb, Nm, Km, Mm);
+        same(t, dt, "matmul16 16-bit out (16-bit x)", mo16, mo32, (size_t)Nm * Mm, dt);
+        float *mdx = dclone(t, mxf, (size_t)Nm * Km), *mdx32 = dclone(t, mxf, (size_t)Nm * Km),
+              *mdw = dclone(t, mwf, (size_t)Mm * Km), *mdw32 = dclone(t, mwf, (size_t)Mm * Km);
+        kn_matmul16_bwd(t->c, dt, KN_F32, dt, mdx, mdw, NULL, mg, mx, mw, Nm, Km, Mm);
+        kn_matmul16_bwd(t->c, dt, KN_F32, KN_F32, mdx32, mdw32, NULL, mg, mxf, mw, Nm, Km, Mm);
+        same(t, KN_F32, "matmul16 dx (16-bit x, +=)", mdx, mdx32, (size_t)Nm * Km, KN_F32);
+        same(t, KN_F32, "matmul16 dw (16-bit x, +=)", mdw, mdw32, (size_t)Mm * Km, KN_F32);
+        free(mbh), free(mgh);
+    }
+}
+
 static const struct {
     const char *name;
     void (*run)(tc *t);
@@ -493,6 +715,7 @@ static const struct {
     {"crossentropy", c_crossentropy},
     {"adamw", c_adamw},
     {"master", c_master},
+    {"typed", c_typed},
 };
 
 int main(int argc, char **argv)
