@@ -6,7 +6,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-build}" && pwd); shift || true
 areas=("$@")
-[ ${#areas[@]} -gt 0 ] || areas=(server engine-cpu engine-dp kernels tokenizer dataset storage generate qlora)
+[ ${#areas[@]} -gt 0 ] || areas=(server engine-cpu engine-dp kernels tokenizer dataset storage generate qlora web)
 status=0
 for a in "${areas[@]}"; do
   [ -x "$here/$a/run.sh" ] || [ -f "$here/$a/run.sh" ] || { echo "== $a: no benchmark"; continue; }

@@ -248,11 +248,18 @@ export class Chart {
         y1 = Math.max(y1, s.yMax);
       }
     }
-    if (this.opts.xKind === 'step' || !this.opts.xKind) {
+    const fromZero = this.opts.xKind === 'step' || !this.opts.xKind || this.opts.xKind === 'elapsed';
+    if (fromZero) {
       x0 = Math.min(x0, 0);
       if (this.xMaxHint !== null) x1 = Math.max(x1, this.xMaxHint);
+      // Without a known end (the compare view) the right edge moves in
+      // steps of a tenth of a decade of the span, not with every point: the
+      // column aggregates survive most frames of a live run.
+      else if (x1 > x0) {
+        const unit = Math.pow(10, Math.floor(Math.log10(x1 - x0))) / 10;
+        x1 = Math.ceil(x1 / unit) * unit;
+      }
     }
-    if (this.opts.xKind === 'elapsed') x0 = Math.min(x0, 0);
     if (x1 <= x0) x1 = x0 + 1;
     if (log) {
       // Nothing above zero to show: a decade around 1.
@@ -345,7 +352,7 @@ export class Chart {
     ctx.rect(PAD.left, PAD.top, pw, ph);
     ctx.clip();
     ctx.lineWidth = 1.5;
-    ctx.lineJoin = 'round';
+    ctx.lineJoin = 'bevel';
     const width = Math.ceil(pw);
     const wsm = this.smoothing;
     let drawn = 0;

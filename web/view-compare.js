@@ -157,7 +157,8 @@ export function mount(main, app, {query}) {
       renderLegend(i);
       if (first) settle(); else if (specChanged && !body.hidden) renderDiff();
     },
-    onMissing: (i) => { if (alive) { missing.add(i); settle(); } },
+    // A job deleted while on screen counts as missing from then on.
+    onMissing: (i) => { if (alive) { loaded.delete(i); missing.add(i); settle(); } },
     onError: (i, e) => {
       if (!alive || !e) return;
       const id = `compare-err-${ids[i]}`;
