@@ -44,9 +44,16 @@ export function mount(main, app, params) {
   const empty = h('p', {class: 'notice', hidden: true});
   const error = h('p', {class: 'error', hidden: true});
   const more = h('button', {type: 'button', hidden: true, onclick: () => loadPage(nextCursor)}, 'Load older jobs');
+  // Ticks every job shown (a state or tag filter narrows them), or none.
+  const pickAll = h('input', {type: 'checkbox', id: 'pick-all', 'aria-label': 'Select all shown jobs to compare',
+    onchange: () => {
+      for (const id of rows.keys()) { if (pickAll.checked) selected.add(id); else selected.delete(id); }
+      saveSelection();
+      for (const [id, tr] of rows) tr.querySelector('input.pick-job').checked = selected.has(id);
+    }});
   const table = h('table', {class: 'jobs', id: 'jobs-table'},
     h('thead', null, h('tr', null,
-      h('th', {scope: 'col', class: 'pick'}, h('span', {class: 'sr-only'}, 'Compare')),
+      h('th', {scope: 'col', class: 'pick'}, pickAll),
       ['ID', 'Name', 'State', 'Method', 'Model', 'Progress', 'Loss', 'Tokens/s', 'ETA', 'GPUs', 'Cost', 'Age']
         .map((t) => h('th', {scope: 'col'}, t)))),
     tbody);
@@ -73,6 +80,7 @@ export function mount(main, app, params) {
     compareBtn.disabled = n < 2 || n > COMPARE_MAX;
     compareBtn.title = n > COMPARE_MAX ? `At most ${COMPARE_MAX} jobs at once` : '';
     clearBtn.hidden = n === 0;
+    pickAll.checked = rows.size > 0 && [...rows.keys()].every((id) => selected.has(id));
   }
 
   function hashFor() {
@@ -190,12 +198,13 @@ export function mount(main, app, params) {
     if (!prev || prev.state !== j.state) renderChips();
     const old = rows.get(j.id);
     if (!visible(j)) {
-      if (old) { old.remove(); rows.delete(j.id); }
+      if (old) { old.remove(); rows.delete(j.id); renderCompare(); }
       return;
     }
     const tr = renderRow(j);
     if (old) { old.replaceWith(tr); rows.set(j.id, tr); return; }
     rows.set(j.id, tr);
+    renderCompare();
     let before = null;
     for (const [id, r] of rows) if (id > j.id && (!before || id < Number(before.dataset.jobId))) before = r;
     // Rows are newest first: insert after the smallest id above this one.

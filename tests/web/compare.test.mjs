@@ -70,6 +70,7 @@ async function waitJob(id, states) {
   for (let i = 0; i < 1200; i++) {
     const j = await daemon.api(`/jobs/${id}`);
     if (states.includes(j.state)) return j;
+    if (['failed', 'cancelled', 'succeeded'].includes(j.state)) throw new Error(`job ${id} ended ${j.state}: ${j.error}`);
     await sleep(100);
   }
   throw new Error(`job ${id} never reached ${states}`);
@@ -270,6 +271,30 @@ test('ages and a running job\'s ETA count on without a request; paused and finis
   await daemon.api(`/jobs/${c.id}/cancel`, {method: 'POST'});
   await page.waitForSelector(`tr[data-job-id="${c.id}"][data-state="cancelled"]`);
   assert.equal(await page.textContent(eta), '–');
+});
+
+test('select all shown: a state filter, then the header checkbox; the compare view fits a phone', async () => {
+  await page.goto(`${daemon.base}/#/`);
+  await page.waitForSelector(`tr[data-job-id="${jobs.c.id}"]`);
+  if (await page.isVisible('#compare-clear')) await page.click('#compare-clear');
+  assert.equal(await page.isEnabled('#compare-btn'), false);
+  await page.click('.chip[data-state="succeeded"]');
+  await page.waitForSelector(`tr[data-job-id="${jobs.c.id}"]`, {state: 'detached'});
+  await page.check('#pick-all');
+  assert.equal(await page.textContent('#compare-btn'), 'Compare 2 jobs');
+  assert.equal(await page.getAttribute('#pick-all', 'aria-label'), 'Select all shown jobs to compare');
+  await page.click('#compare-btn');
+  await page.waitForSelector('#compare-view[data-ready="charts"]');
+  assert.match(page.url(), new RegExp(`#/compare\\?ids=${jobs.a.id},${jobs.b.id}$`));
+  await page.setViewportSize({width: 390, height: 844});
+  await page.waitForFunction(() => document.querySelector('#compare-loss').tyChart.series[0].n > 0);
+  await page.waitForTimeout(300); // a frame at the new width
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the compare view is ${overflow}px wider than a phone`);
+  const w = (await page.locator('#compare-loss canvas').boundingBox()).width;
+  assert.ok(w > 300 && w <= 390, `loss chart ${w}px wide on a phone`);
+  await page.screenshot({path: path.join(outDir, 'compare-phone.png'), fullPage: true});
+  await page.setViewportSize({width: 1280, height: 900});
 });
 
 test('the page requested nothing from any other host and raised no error', () => {
