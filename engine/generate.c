@@ -310,12 +310,10 @@ static int load(gen_ctx *g, gen_opts *o, int lora_hooks)
         char path[4200];
         snprintf(path, sizeof path, "%s/adapter_model.safetensors", o->adapter);
         if (lora_load(&g->l, path, &err)) return fail1("adapter", &err);
-        if (lora_hooks) {
-            g->m.lora = &g->l;
-        } else {
-            if (lora_merge(&g->l, &g->m, &err)) return fail1("adapter", &err);
-            g->m.lora = NULL;
-        }
+        if (lora_hooks)
+            lora_attach(&g->l, &g->m);
+        else if (lora_merge(&g->l, &g->m, &err))
+            return fail1("adapter", &err);
     }
     /* The tokenizer: --tokenizer, else the model directory when it has one. */
     const char *tdir = o->tokenizer ? o->tokenizer : o->model_dir;
@@ -628,7 +626,7 @@ int logits_main(int argc, char **argv)
         for (size_t i = 0; i < n; i++)
             targets[i] = -100;
         if (model_alloc_acts(&g.m, 1, (int)n, MODEL_RECOMPUTE_NONE, &err) ||
-            (g.have_lora && g.m.lora && lora_alloc_acts(&g.l, 1, (int)n, &err))) {
+            (g.have_lora && g.m.adapter.state && lora_alloc_acts(&g.l, 1, (int)n, &err))) {
             rc = fail1(NULL, &err);
             goto out;
         }

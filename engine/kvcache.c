@@ -15,7 +15,7 @@ int kv_create(kv_cache *c, model *m, int cap, int nmax, ty_err *err)
 {
     memset(c, 0, sizeof *c);
     const model_config *g = &m->cfg;
-    if (m->lora)
+    if (m->adapter.state)
         return ty_err_set(err, TY_EINVAL, "kv cache: merge the LoRA adapters before generating");
     if (cap < 1 || nmax < 1 || nmax > cap)
         return ty_err_set(err, TY_EINVAL, "kv cache: bad sizes %d / %d", cap, nmax);

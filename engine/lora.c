@@ -1,9 +1,11 @@
 /* lora.c — LoRA adapters: table, init, forward/backward hooks, PEFT files.
  *
- * The model calls lora_fwd right after each targeted base matmul and
- * lora_bwd right after the base layer's backward, with the same x, out and
- * dout buffers, so the adapters see exactly the tensors nn.Linear would in
- * PEFT's LoraLayer. All arithmetic goes through kn_* operations; the only
+ * Attached as the model's linear hook (linear.h, lora_attach), the
+ * adapters run right after each targeted base matmul and right after the
+ * base layer's backward, with the same x, out and dout buffers, so they see
+ * exactly the tensors nn.Linear would in PEFT's LoraLayer. The model is
+ * known only through linear.h: layer shapes and module names, the weights
+ * for the merge. All arithmetic goes through kn_* operations; the only
  * host loops over elements are the uniform init and the merge at export. */
 #include "lora.h"
 
@@ -14,35 +16,11 @@
 #include <string.h>
 
 #include "data.h"
-#include "model.h"
 #include "rng.h"
 #include "safetensors.h"
 #include "tyutil.h"
 
 #define LORA_INIT_SALT 0x6c6f72615f696e69ull /* "lora_ini" */
-
-/* The layer_ix field of each slot. */
-static int slot_tensor(const layer_ix *L, int slot)
-{
-    switch (slot) {
-    case LS_ATTN:
-        return L->attn_w;
-    case LS_Q:
-        return L->q_w;
-    case LS_K:
-        return L->k_w;
-    case LS_V:
-        return L->v_w;
-    case LS_O:
-        return L->o_w;
-    case LS_FC:
-        return L->fc_w;
-    case LS_UP:
-        return L->up_w;
-    default:
-        return L->proj_w;
-    }
-}
 
 /* PEFT matches a target by equality or by ".<target>" suffix of the path. */
 static int target_matches(const char *module, const char *target)
@@ -52,11 +30,12 @@ static int target_matches(const char *module, const char *target)
     return n > t && module[n - t - 1] == '.' && !strcmp(module + n - t, target);
 }
 
-int lora_create(lora *l, const model *m, int r, double alpha, double dropout, char *const *targets,
-                int n_targets, ty_err *err)
+int lora_create(lora *l, const struct model *m, int r, double alpha, double dropout,
+                char *const *targets, int n_targets, ty_err *err)
 {
     memset(l, 0, sizeof *l);
-    l->kn = m->kn;
+    const model_config *cfg = model_linear_config(m);
+    l->kn = model_linear_kn(m);
     if (r < 1)
         return ty_err_field(err, TY_EINVAL, "lora.r", "lora.r must be at least 1 (got %d)", r);
     if (dropout < 0 || dropout >= 1)
@@ -65,13 +44,13 @@ int lora_create(lora *l, const model *m, int r, double alpha, double dropout, ch
     l->alpha = alpha;
     l->scale = (float)(alpha / r);
     l->dropout = (float)dropout;
-    l->n_layer = m->cfg.n_layer;
+    l->n_layer = cfg->n_layer;
     static char *const gpt2_def[] = {"c_attn"}, *const llama_def[] = {"q_proj", "v_proj"},
                        *const phi3_def[] = {"qkv_proj"};
     if (n_targets == 0) {
-        int gpt2 = m->cfg.arch == ARCH_GPT2;
-        targets = gpt2 ? gpt2_def : m->cfg.fused ? phi3_def : llama_def;
-        n_targets = gpt2 || m->cfg.fused ? 1 : 2;
+        int gpt2 = cfg->arch == ARCH_GPT2;
+        targets = gpt2 ? gpt2_def : cfg->fused ? phi3_def : llama_def;
+        n_targets = gpt2 || cfg->fused ? 1 : 2;
     }
     if (n_targets > 16)
         return ty_err_field(err, TY_EINVAL, "lora.targets", "at most 16 lora.targets");
@@ -86,22 +65,18 @@ int lora_create(lora *l, const model *m, int r, double alpha, double dropout, ch
     for (int layer = 0; layer < l->n_layer; layer++)
         for (int s = 0; s < LS_N; s++) {
             l->slot_ix[layer * LS_N + s] = -1;
-            int ti = slot_tensor(&m->L[layer], s);
-            if (ti < 0) continue;
-            char module[128];
-            model_hf_name(m, &m->t[ti], module, sizeof module);
-            module[strlen(module) - strlen(".weight")] = 0;
+            linear_desc d;
+            if (!model_linear(m, layer, s, &d)) continue;
             int hit = 0;
             for (int k = 0; k < n_targets; k++)
-                if (target_matches(module, targets[k])) used[k] = hit = 1;
+                if (target_matches(d.module, targets[k])) used[k] = hit = 1;
             if (!hit) continue;
             lora_adapter *a = &l->ad[l->n];
             a->layer = layer;
             a->slot = s;
-            a->base = ti;
-            a->out = (int)m->t[ti].shape[0];
-            a->in = (int)m->t[ti].shape[1];
-            snprintf(a->module, sizeof a->module, "%s", module);
+            a->out = d.out;
+            a->in = d.in;
+            snprintf(a->module, sizeof a->module, "%s", d.module);
             a->a_off = off;
             off += ((size_t)r * a->in + 15) & ~(size_t)15;
             a->b_off = off;
@@ -113,12 +88,11 @@ int lora_create(lora *l, const model *m, int r, double alpha, double dropout, ch
         if (!used[k])
             return ty_err_field(err, TY_EINVAL, "lora.targets",
                                 "lora.targets: \"%s\" matches no module of this %s model (%s)",
-                                targets[k], m->cfg.model_type,
-                                m->cfg.arch == ARCH_GPT2 ? "GPT-2 has c_attn, c_proj, c_fc"
-                                : m->cfg.fused
-                                    ? "it has qkv_proj, o_proj, gate_up_proj, down_proj"
-                                    : "it has q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                                      "up_proj, down_proj");
+                                targets[k], cfg->model_type,
+                                cfg->arch == ARCH_GPT2 ? "GPT-2 has c_attn, c_proj, c_fc"
+                                : cfg->fused ? "it has qkv_proj, o_proj, gate_up_proj, down_proj"
+                                             : "it has q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                                               "up_proj, down_proj");
     l->n_buf = off ? off : 16;
     size_t bytes = l->n_buf * sizeof(float);
     l->params = kn_alloc(l->kn, bytes);
@@ -280,6 +254,26 @@ void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, c
     }
 }
 
+/* The linear hook's two calls (linear.h): the model passes each layer
+ * whole (row0 = 0, rows = out) or, for a fused weight, block by block. */
+static void hook_fwd(void *state, int layer, int slot, float *out, const float *x, int N, int row0,
+                     int rows)
+{
+    lora_fwd_part(state, layer, slot, out, x, N, row0, rows);
+}
+
+static void hook_bwd(void *state, int layer, int slot, float *dx, const float *dout, const float *x,
+                     int N, int row0, int rows)
+{
+    lora_bwd_part(state, layer, slot, dx, dout, x, N, row0, rows);
+}
+
+void lora_attach(lora *l, struct model *m)
+{
+    linear_hook h = {l, hook_fwd, hook_bwd};
+    model_set_linear_hook(m, &h);
+}
+
 /* ---- files ---------------------------------------------------------------- */
 
 typedef struct {
@@ -413,18 +407,18 @@ int lora_load_optimizer(lora *l, const char *path, ty_err *err)
     return rc;
 }
 
-int lora_write_config(const lora *l, const model *m, const char *base_model, const char *path,
-                      ty_err *err)
+int lora_write_config(const lora *l, const struct model *m, const char *base_model,
+                      const char *path, ty_err *err)
 {
     json_t *targets = json_array();
     for (int i = 0; i < l->n_targets; i++)
         json_array_append_new(targets, json_string(l->targets[i]));
-    json_t *o = json_pack("{s:s, s:s, s:s?, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:n, s:n}",
-                          "peft_type", "LORA", "task_type", "CAUSAL_LM", "base_model_name_or_path",
-                          base_model, "r", l->r, "lora_alpha", l->alpha, "lora_dropout",
-                          (double)l->dropout, "target_modules", targets, "bias", "none",
-                          "fan_in_fan_out", m->cfg.arch == ARCH_GPT2, "inference_mode", 1,
-                          "use_rslora", 0, "modules_to_save", "layers_to_transform");
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s?, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:n, s:n}", "peft_type", "LORA",
+        "task_type", "CAUSAL_LM", "base_model_name_or_path", base_model, "r", l->r, "lora_alpha",
+        l->alpha, "lora_dropout", (double)l->dropout, "target_modules", targets, "bias", "none",
+        "fan_in_fan_out", model_linear_config(m)->arch == ARCH_GPT2, "inference_mode", 1,
+        "use_rslora", 0, "modules_to_save", "layers_to_transform");
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
     if (!text) return ty_err_set(err, TY_ENOMEM, "adapter_config.json");
@@ -433,7 +427,7 @@ int lora_write_config(const lora *l, const model *m, const char *base_model, con
     return rc;
 }
 
-int lora_merge(lora *l, model *m, ty_err *err)
+int lora_merge(lora *l, struct model *m, ty_err *err)
 {
     for (int i = 0; i < l->n; i++) {
         const lora_adapter *a = &l->ad[i];
@@ -444,7 +438,7 @@ int lora_merge(lora *l, model *m, ty_err *err)
             free(w), free(A), free(B);
             return ty_err_set(err, TY_ENOMEM, "out of memory merging LoRA");
         }
-        float *dw = m->params + m->t[a->base].off;
+        float *dw = model_linear_weight(m, a->layer, a->slot);
         kn_to_host(l->kn, w, dw, nw * sizeof(float));
         kn_to_host(l->kn, A, l->params + a->a_off, (size_t)l->r * a->in * sizeof(float));
         kn_to_host(l->kn, B, l->params + a->b_off, (size_t)a->out * l->r * sizeof(float));

@@ -17,15 +17,11 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "linear.h"
 #include "tyerr.h"
 
-struct model;
-
-/* The linear layers of a block, in model.h's layer_ix terms. */
-typedef enum { LS_ATTN = 0, LS_Q, LS_K, LS_V, LS_O, LS_FC, LS_UP, LS_PROJ, LS_N } lora_slot;
-
 typedef struct lora_adapter {
-    int layer, slot, base; /* base = the model tensor index of W */
+    int layer, slot; /* linear.h's (block, linear_slot) */
     int in, out;
     size_t a_off, b_off; /* into the lora buffers (floats) */
     char module[112];    /* HF module path, e.g. model.layers.0.self_attn.q_proj */
@@ -65,6 +61,10 @@ void lora_free(lora *l);
 /* PEFT's init: A uniform from splitmix64(seed), B zero. */
 void lora_init(lora *l, uint64_t seed);
 int lora_alloc_acts(lora *l, int B, int T, ty_err *err);
+/* Installs the adapters as m's linear hook (linear.h): from then on every
+ * forward and backward of m runs them. model_set_linear_hook(m, NULL)
+ * detaches. */
+void lora_attach(lora *l, struct model *m);
 
 /* After the base layer's out[N, out] = x W^T + b: out += scale B A d(x). */
 void lora_fwd(lora *l, int layer, int slot, float *out, const float *x, int N);

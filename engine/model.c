@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 
 #include "data.h"
-#include "lora.h"
 #include "qlora.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -211,6 +210,19 @@ static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout,
         kn_matmul_bwd(m->kn, dx, dw, db, dout, x, W(m, wi), N, K, M);
     else
         kn_matmul16_bwd(m->kn, m->dt, KN_F32, KN_F32, dx, dw, db, dout, x, W16(m, wi), N, K, M);
+}
+
+/* The adapter hook (linear.h), right after the base matmul of slot s of
+ * block l: rows [row0, row0 + rows) of its output, or their gradient. */
+static void hook_fwd(model *m, int l, int s, float *out, const float *x, int N, int row0, int rows)
+{
+    if (m->adapter.state) m->adapter.fwd(m->adapter.state, l, s, out, x, N, row0, rows);
+}
+
+static void hook_bwd(model *m, int l, int s, float *dx, const float *dout, const float *x, int N,
+                     int row0, int rows)
+{
+    if (m->adapter.state) m->adapter.bwd(m->adapter.state, l, s, dx, dout, x, N, row0, rows);
 }
 
 /* Rows [row0, row0 + M) of weight wi (no bias): Phi-3's q, k, v and gate,
@@ -1070,7 +1082,7 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
                          W(m, L->ln2_b), N, C, c->norm_eps);
         RND(a->ln2, (size_t)N * C);
         mm_fwd(m, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
-        if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
+        hook_fwd(m, l, LS_FC, a->fc, a->ln2, N, 0, F);
         RND(a->fc, (size_t)N * F);
         kn_gelu_fwd(k, KN_F32, a->act, a->fc, (size_t)N * F);
         RND(a->act, (size_t)N * F);
@@ -1081,14 +1093,14 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
         if (c->fused) {
             /* Phi-3: gate and up from the row halves of gate_up_proj */
             mm_fwd_rows(m, a->fc, a->ln2, L->fc_w, 0, N, C, F);
-            if (m->lora) lora_fwd_part(m->lora, l, LS_FC, a->fc, a->ln2, N, 0, F);
+            hook_fwd(m, l, LS_FC, a->fc, a->ln2, N, 0, F);
             mm_fwd_rows(m, a->up, a->ln2, L->fc_w, F, N, C, F);
-            if (m->lora) lora_fwd_part(m->lora, l, LS_FC, a->up, a->ln2, N, F, F);
+            hook_fwd(m, l, LS_FC, a->up, a->ln2, N, F, F);
         } else {
             mm_fwd(m, a->fc, a->ln2, L->fc_w, -1, N, C, F);
-            if (m->lora) lora_fwd(m->lora, l, LS_FC, a->fc, a->ln2, N);
+            hook_fwd(m, l, LS_FC, a->fc, a->ln2, N, 0, F);
             mm_fwd(m, a->up, a->ln2, L->up_w, -1, N, C, F);
-            if (m->lora) lora_fwd(m->lora, l, LS_UP, a->up, a->ln2, N);
+            hook_fwd(m, l, LS_UP, a->up, a->ln2, N, 0, F);
         }
         RND(a->fc, (size_t)N * F);
         RND(a->up, (size_t)N * F);
@@ -1116,7 +1128,7 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
                          W(m, L->ln1_b), N, C, c->norm_eps);
         RND(a->ln1, (size_t)N * C);
         mm_fwd(m, a->q, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
-        if (m->lora) lora_fwd(m->lora, l, LS_ATTN, a->q, a->ln1, N);
+        hook_fwd(m, l, LS_ATTN, a->q, a->ln1, N, 0, 3 * C);
         RND(a->q, (size_t)N * 3 * C);
         /* atty[N,C] = causal attention over heads of the fused rows */
         kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C,
@@ -1129,18 +1141,18 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         if (c->fused) {
             /* Phi-3: q, k, v from the row blocks of qkv_proj */
             mm_fwd_rows(m, qo, a->ln1, L->attn_w, 0, N, C, QD);
-            if (m->lora) lora_fwd_part(m->lora, l, LS_ATTN, qo, a->ln1, N, 0, QD);
+            hook_fwd(m, l, LS_ATTN, qo, a->ln1, N, 0, QD);
             mm_fwd_rows(m, ko, a->ln1, L->attn_w, QD, N, C, KD);
-            if (m->lora) lora_fwd_part(m->lora, l, LS_ATTN, ko, a->ln1, N, QD, KD);
+            hook_fwd(m, l, LS_ATTN, ko, a->ln1, N, QD, KD);
             mm_fwd_rows(m, a->v, a->ln1, L->attn_w, QD + KD, N, C, KD);
-            if (m->lora) lora_fwd_part(m->lora, l, LS_ATTN, a->v, a->ln1, N, QD + KD, KD);
+            hook_fwd(m, l, LS_ATTN, a->v, a->ln1, N, QD + KD, KD);
         } else {
             mm_fwd(m, qo, a->ln1, L->q_w, L->q_b, N, C, QD);
-            if (m->lora) lora_fwd(m->lora, l, LS_Q, qo, a->ln1, N);
+            hook_fwd(m, l, LS_Q, qo, a->ln1, N, 0, QD);
             mm_fwd(m, ko, a->ln1, L->k_w, L->k_b, N, C, KD);
-            if (m->lora) lora_fwd(m->lora, l, LS_K, ko, a->ln1, N);
+            hook_fwd(m, l, LS_K, ko, a->ln1, N, 0, KD);
             mm_fwd(m, a->v, a->ln1, L->v_w, L->v_b, N, C, KD);
-            if (m->lora) lora_fwd(m->lora, l, LS_V, a->v, a->ln1, N);
+            hook_fwd(m, l, LS_V, a->v, a->ln1, N, 0, KD);
         }
         RND(qo, (size_t)N * QD);
         RND(ko, (size_t)N * KD);
@@ -1163,14 +1175,14 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
     RND(a->atty, (size_t)N * QD);
     /* res2[N,C] = x + atty Wo^T + bo */
     mm_fwd(m, m->tmp, a->atty, L->o_w, L->o_b, N, QD, C);
-    if (m->lora) lora_fwd(m->lora, l, LS_O, m->tmp, a->atty, N);
+    hook_fwd(m, l, LS_O, m->tmp, a->atty, N, 0, C);
     RND(m->tmp, (size_t)N * C);
     kn_add(k, KN_F32, a->res2, x, m->tmp, (size_t)N * C);
     RND(a->res2, (size_t)N * C);
     mlp_in_fwd(m, l, B, T);
     /* res3[N,C] = res2 + act Wproj^T + bproj */
     mm_fwd(m, m->tmp, a->act, L->proj_w, L->proj_b, N, F, C);
-    if (m->lora) lora_fwd(m->lora, l, LS_PROJ, m->tmp, a->act, N);
+    hook_fwd(m, l, LS_PROJ, m->tmp, a->act, N, 0, C);
     RND(m->tmp, (size_t)N * C);
     kn_add(k, KN_F32, a->res3, a->res2, m->tmp, (size_t)N * C);
     RND(a->res3, (size_t)N * C);
@@ -1289,7 +1301,7 @@ static void backward_from_logits(model *m, int B, int T)
          * MLP branch: dact[N,F] = dres Wproj; dWproj += dres^T act */
         kn_zero(k, m->dact, NF);
         mm_bwd(m, m->dact, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, L->proj_w, N, F, C);
-        if (m->lora) lora_bwd(m->lora, l, LS_PROJ, m->dact, m->dres, a->act, N);
+        hook_bwd(m, l, LS_PROJ, m->dact, m->dres, a->act, N, 0, C);
         RND(m->dact, NF);
         kn_zero(k, m->dfc, NF);
         kn_zero(k, m->dln, NC);
@@ -1297,7 +1309,7 @@ static void backward_from_logits(model *m, int B, int T)
             kn_gelu_bwd(k, KN_F32, m->dfc, m->dact, a->fc, NF);
             RND(m->dfc, NF);
             mm_bwd(m, m->dln, G(m, L->fc_w), G(m, L->fc_b), m->dfc, a->ln2, L->fc_w, N, C, F);
-            if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
+            hook_bwd(m, l, LS_FC, m->dln, m->dfc, a->ln2, N, 0, F);
             RND(m->dln, NC);
             kn_layernorm_bwd(k, KN_F32, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
                              W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
@@ -1308,14 +1320,14 @@ static void backward_from_logits(model *m, int B, int T)
             RND(m->dup, NF);
             if (c->fused) {
                 mm_bwd_rows(m, m->dln, L->fc_w, 0, m->dfc, a->ln2, N, C, F);
-                if (m->lora) lora_bwd_part(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N, 0, F);
+                hook_bwd(m, l, LS_FC, m->dln, m->dfc, a->ln2, N, 0, F);
                 mm_bwd_rows(m, m->dln, L->fc_w, F, m->dup, a->ln2, N, C, F);
-                if (m->lora) lora_bwd_part(m->lora, l, LS_FC, m->dln, m->dup, a->ln2, N, F, F);
+                hook_bwd(m, l, LS_FC, m->dln, m->dup, a->ln2, N, F, F);
             } else {
                 mm_bwd(m, m->dln, G(m, L->fc_w), NULL, m->dfc, a->ln2, L->fc_w, N, C, F);
-                if (m->lora) lora_bwd(m->lora, l, LS_FC, m->dln, m->dfc, a->ln2, N);
+                hook_bwd(m, l, LS_FC, m->dln, m->dfc, a->ln2, N, 0, F);
                 mm_bwd(m, m->dln, G(m, L->up_w), NULL, m->dup, a->ln2, L->up_w, N, C, F);
-                if (m->lora) lora_bwd(m->lora, l, LS_UP, m->dln, m->dup, a->ln2, N);
+                hook_bwd(m, l, LS_UP, m->dln, m->dup, a->ln2, N, 0, F);
             }
             RND(m->dln, NC);
             kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, L->ln2_w), m->dln, a->res2, W(m, L->ln2_w),
@@ -1325,7 +1337,7 @@ static void backward_from_logits(model *m, int B, int T)
         RND(m->dres, NC);
         kn_zero(k, m->datty, (size_t)N * QD);
         mm_bwd(m, m->datty, G(m, L->o_w), G(m, L->o_b), m->dres, a->atty, L->o_w, N, QD, C);
-        if (m->lora) lora_bwd(m->lora, l, LS_O, m->datty, m->dres, a->atty, N);
+        hook_bwd(m, l, LS_O, m->datty, m->dres, a->atty, N, 0, C);
         RND(m->datty, (size_t)N * QD);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
@@ -1335,7 +1347,7 @@ static void backward_from_logits(model *m, int B, int T)
             RND(m->dq, (size_t)N * 3 * C);
             mm_bwd(m, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, L->attn_w, N, C,
                    3 * C);
-            if (m->lora) lora_bwd(m->lora, l, LS_ATTN, m->dln, m->dq, a->ln1, N);
+            hook_bwd(m, l, LS_ATTN, m->dln, m->dq, a->ln1, N, 0, 3 * C);
             RND(m->dln, NC);
             kn_layernorm_bwd(k, KN_F32, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
                              W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
@@ -1368,19 +1380,18 @@ static void backward_from_logits(model *m, int B, int T)
             }
             if (c->fused) {
                 mm_bwd_rows(m, m->dln, L->attn_w, 0, dqo, a->ln1, N, C, QD);
-                if (m->lora) lora_bwd_part(m->lora, l, LS_ATTN, m->dln, dqo, a->ln1, N, 0, QD);
+                hook_bwd(m, l, LS_ATTN, m->dln, dqo, a->ln1, N, 0, QD);
                 mm_bwd_rows(m, m->dln, L->attn_w, QD, dko, a->ln1, N, C, KD);
-                if (m->lora) lora_bwd_part(m->lora, l, LS_ATTN, m->dln, dko, a->ln1, N, QD, KD);
+                hook_bwd(m, l, LS_ATTN, m->dln, dko, a->ln1, N, QD, KD);
                 mm_bwd_rows(m, m->dln, L->attn_w, QD + KD, m->dv, a->ln1, N, C, KD);
-                if (m->lora)
-                    lora_bwd_part(m->lora, l, LS_ATTN, m->dln, m->dv, a->ln1, N, QD + KD, KD);
+                hook_bwd(m, l, LS_ATTN, m->dln, m->dv, a->ln1, N, QD + KD, KD);
             } else {
                 mm_bwd(m, m->dln, G(m, L->q_w), G(m, L->q_b), dqo, a->ln1, L->q_w, N, C, QD);
-                if (m->lora) lora_bwd(m->lora, l, LS_Q, m->dln, dqo, a->ln1, N);
+                hook_bwd(m, l, LS_Q, m->dln, dqo, a->ln1, N, 0, QD);
                 mm_bwd(m, m->dln, G(m, L->k_w), G(m, L->k_b), dko, a->ln1, L->k_w, N, C, KD);
-                if (m->lora) lora_bwd(m->lora, l, LS_K, m->dln, dko, a->ln1, N);
+                hook_bwd(m, l, LS_K, m->dln, dko, a->ln1, N, 0, KD);
                 mm_bwd(m, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, L->v_w, N, C, KD);
-                if (m->lora) lora_bwd(m->lora, l, LS_V, m->dln, m->dv, a->ln1, N);
+                hook_bwd(m, l, LS_V, m->dln, m->dv, a->ln1, N, 0, KD);
             }
             RND(m->dln, NC);
             kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, L->ln1_w), m->dln, x, W(m, L->ln1_w),

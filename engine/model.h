@@ -20,6 +20,7 @@
 
 #include "hfconfig.h"
 #include "kernels.h"
+#include "linear.h"
 #include "tyerr.h"
 
 typedef enum { INIT_NORMAL = 0, INIT_ONES, INIT_ZEROS } model_init_kind;
@@ -123,9 +124,10 @@ typedef struct model {
     int32_t *ids, *targets, *pos; /* kn_alloc'd, B*T each */
 
     /* LoRA (lora.h): the base weights are frozen, so grads, m and v are not
-     * allocated (NULL), and the adapters hook into every targeted matmul. */
+     * allocated (NULL), and the adapters attach through the hook (linear.h)
+     * called after every block matmul; state NULL for full fine-tuning. */
     int frozen;
-    struct lora *lora; /* borrowed; NULL for full fine-tuning */
+    linear_hook adapter;
 
     /* RoPE's inverse frequencies [head_dim/2] when they are not plain
      * theta's (Llama 3's scaling, cfg.rope_scaled); NULL otherwise. */

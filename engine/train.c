@@ -62,7 +62,7 @@ typedef struct run {
     kn_ctx *kn;
     model m;
     int have_model;
-    lora lora; /* method lora: the adapters (m.lora points here) */
+    lora lora; /* method lora: the adapters (attached as m's linear hook) */
     int have_lora;
     tok_tokenizer *tok; /* text formats */
     dataset train, eval;
@@ -692,7 +692,7 @@ static int setup_lora(run *r, ty_err *err)
         err->code = rc = TY_ESPEC; /* r, dropout or targets the model cannot take */
     if (rc) return rc;
     r->lora.seed = s->seed;
-    r->m.lora = &r->lora;
+    lora_attach(&r->lora, &r->m);
     if (!s->lora_adapter) {
         lora_init(&r->lora, s->seed);
         return 0;

@@ -1,0 +1,68 @@
+/* linear.c — the model's side of linear.h: its block linear layers by
+ * (layer, slot), and the adapter hook slot in struct model. */
+#include "linear.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "model.h"
+
+/* The layer_ix field of each slot. */
+static int slot_tensor(const layer_ix *L, int slot)
+{
+    switch (slot) {
+    case LS_ATTN:
+        return L->attn_w;
+    case LS_Q:
+        return L->q_w;
+    case LS_K:
+        return L->k_w;
+    case LS_V:
+        return L->v_w;
+    case LS_O:
+        return L->o_w;
+    case LS_FC:
+        return L->fc_w;
+    case LS_UP:
+        return L->up_w;
+    default:
+        return L->proj_w;
+    }
+}
+
+int model_linear(const model *m, int layer, int slot, linear_desc *d)
+{
+    if (layer < 0 || layer >= m->cfg.n_layer || slot < 0 || slot >= LS_N) return 0;
+    int ti = slot_tensor(&m->L[layer], slot);
+    if (ti < 0) return 0;
+    char name[128];
+    model_hf_name(m, &m->t[ti], name, sizeof name);
+    name[strlen(name) - strlen(".weight")] = 0;
+    snprintf(d->module, sizeof d->module, "%s", name);
+    d->out = (int)m->t[ti].shape[0];
+    d->in = (int)m->t[ti].shape[1];
+    return 1;
+}
+
+float *model_linear_weight(model *m, int layer, int slot)
+{
+    return m->params + m->t[slot_tensor(&m->L[layer], slot)].off;
+}
+
+void model_set_linear_hook(model *m, const linear_hook *h)
+{
+    if (h)
+        m->adapter = *h;
+    else
+        memset(&m->adapter, 0, sizeof m->adapter);
+}
+
+const model_config *model_linear_config(const model *m)
+{
+    return &m->cfg;
+}
+
+kn_ctx *model_linear_kn(const model *m)
+{
+    return m->kn;
+}

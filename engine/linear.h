@@ -1,0 +1,54 @@
+/* linear.h — a block's linear layers as the model shows them to adapters.
+ *
+ * The model owns its linear layers; something that trains on top of a
+ * frozen model (LoRA, lora.c) learns their shapes and module names from
+ * model_linear() and attaches through one hook the model calls after each
+ * base matmul of a block (forward) and after its backward. So model.c
+ * knows nothing of LoRA and lora.c nothing of the tensor table: this
+ * header is all they share. The functions below are the model's side
+ * (linear.c). */
+#ifndef TY_LINEAR_H
+#define TY_LINEAR_H
+
+#include "hfconfig.h"
+#include "kernels.h"
+
+struct model;
+
+/* The linear layers of a block. GPT-2: ATTN = c_attn (fused qkv), O =
+ * attn.c_proj, FC = mlp.c_fc, PROJ = mlp.c_proj. Llama: Q, K, V, O, FC =
+ * gate_proj, UP, PROJ = down_proj. Phi-3: ATTN = qkv_proj, FC =
+ * gate_up_proj (fused), O, PROJ. */
+typedef enum { LS_ATTN = 0, LS_Q, LS_K, LS_V, LS_O, LS_FC, LS_UP, LS_PROJ, LS_N } linear_slot;
+
+typedef struct linear_desc {
+    int in, out;      /* the weight W is [out, in] in the engine's layout */
+    char module[112]; /* HF module path, e.g. model.layers.0.self_attn.q_proj */
+} linear_desc;
+
+/* Called by the model right after the base layer: the forward with its
+ * input x[N, in] and output rows [row0, row0 + rows) of out (out holds
+ * only those rows, [N, rows]); the backward with that block's dout and
+ * the dx[N, in] to add into. A layer computed whole has row0 = 0, rows =
+ * out; a fused weight whose row blocks feed separate buffers (Phi-3) is
+ * called block by block in row order, forward and backward. */
+typedef struct linear_hook {
+    void *state; /* NULL: nothing attached */
+    void (*fwd)(void *state, int layer, int slot, float *out, const float *x, int N, int row0,
+                int rows);
+    void (*bwd)(void *state, int layer, int slot, float *dx, const float *dout, const float *x,
+                int N, int row0, int rows);
+} linear_hook;
+
+/* Slot `slot` of block `layer`: fills *d and returns 1, or 0 where the
+ * model's family has no such layer. */
+int model_linear(const struct model *m, int layer, int slot, linear_desc *d);
+/* That layer's fp32 weights on the device ([out, in]; for a merge). */
+float *model_linear_weight(struct model *m, int layer, int slot);
+/* Attaches h (copied); NULL detaches. */
+void model_set_linear_hook(struct model *m, const linear_hook *h);
+/* The model's configuration and kernel context (borrowed). */
+const model_config *model_linear_config(const struct model *m);
+kn_ctx *model_linear_kn(const struct model *m);
+
+#endif
