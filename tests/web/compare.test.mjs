@@ -13,6 +13,8 @@
 //   spec differences table has the keys that differ and no other.
 // - Smoothing (a slider) and a log toggle on every chart, raw points kept.
 // - #/compare with nothing, one id, a non-id or unknown ids says so.
+// - Ten running jobs compared at once: every curve grows, with at most
+//   three job event streams open at once (counted in the page).
 // - A running job's ETA and every age count on with the list's and the job
 //   view's requests blocked; a paused or finished job shows no ETA.
 import test from 'node:test';
@@ -40,7 +42,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 test.before(async () => {
   daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
-    extra: ['--cpu-slots', '3', '--gpus', 'none', '--require-token']});
+    extra: ['--cpu-slots', '10', '--gpus', 'none', '--require-token']});
   daemon.token = daemon.createToken('compare-test');
   await daemon.start();
   browser = await launch();
@@ -295,6 +297,48 @@ test('select all shown: a state filter, then the header checkbox; the compare vi
   assert.ok(w > 300 && w <= 390, `loss chart ${w}px wide on a phone`);
   await page.screenshot({path: path.join(outDir, 'compare-phone.png'), fullPage: true});
   await page.setViewportSize({width: 1280, height: 900});
+});
+
+test('ten running jobs: every curve grows, with at most three job streams open at once', async () => {
+  const tick = daemon.fixture('tick', {step_ms: 150});
+  const ten = [];
+  for (let i = 0; i < 10; i++) ten.push(await daemon.api('/jobs', {method: 'POST', body: evalSpec(`many-${i}`, tick, 0.001 * (i + 1), 100000)}));
+  for (const j of ten) await waitJob(j.id, ['running']);
+  // Job event streams open at once, counted in the page: a fetch of
+  // /jobs/N/events is open from its call until its abort (catchup.js aborts
+  // every stream it is done with, ended or not).
+  await page.evaluate(() => {
+    const real = window.fetch;
+    window.__streams = {open: 0, most: 0, total: 0};
+    window.fetch = (url, init = {}) => {
+      if (/\/jobs\/\d+\/events/.test(String(url))) {
+        const st = window.__streams;
+        st.open++; st.total++;
+        st.most = Math.max(st.most, st.open);
+        let done = false;
+        const end = () => { if (!done) { done = true; st.open--; } };
+        if (init.signal) init.signal.addEventListener('abort', end);
+        return real(url, init).catch((e) => { end(); throw e; });
+      }
+      return real(url, init);
+    };
+  });
+  try {
+    await page.goto(`${daemon.base}/#/compare?ids=${ten.map((j) => j.id).join(',')}`);
+    await page.waitForSelector('#compare-view[data-ready="charts"]');
+    await page.waitForFunction(() => document.querySelector('#compare-loss').tyChart.series.every((s) => s.n > 0));
+    const n0 = await page.evaluate(() => document.querySelector('#compare-loss').tyChart.series.map((s) => s.n));
+    // Every job's curve grows while the view stays open (rounds every 3 s).
+    await page.waitForFunction((n0) => document.querySelector('#compare-loss').tyChart.series.every((s, i) => s.n >= n0[i] + 3), n0);
+    const colours = await page.$$eval('#compare-legend li i', (els) => els.map((e) => e.style.background));
+    assert.equal(new Set(colours).size, 10, 'two jobs share a colour');
+    const st = await page.evaluate(() => window.__streams);
+    console.log(`# ten running jobs: ${st.total} job streams opened, at most ${st.most} at once`);
+    assert.ok(st.total >= 20, `only ${st.total} job streams: the running jobs were not followed in rounds`);
+    assert.ok(st.most >= 1 && st.most <= 3, `${st.most} job streams open at once`);
+  } finally {
+    for (const j of ten) await daemon.api(`/jobs/${j.id}/cancel`, {method: 'POST'});
+  }
 });
 
 test('the page requested nothing from any other host and raised no error', () => {
