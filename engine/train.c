@@ -810,7 +810,9 @@ static int step_device(run *r, ty_err *err)
     if (r->a->coll && kn_device_of(r->kn) != KN_CPU) {
         if (r->spec.zero)
             return ty_err_set(err, TY_ESPEC,
-                              "resources.zero: ZeRO-1 runs on CPU ranks only in this engine");
+                              "resources.zero: ZeRO-1 runs on CPU ranks only in this engine (its "
+                              "shards are host memory and its gathers host-side MPI; "
+                              "docs/engine.md, Ranks)");
         if (coll_attach_nccl(r->a->coll, err)) return err->code = TY_ESPEC;
     }
     if (device_check_precision(r->kn, r->dt, err)) return err->code = TY_ESPEC;
@@ -936,8 +938,12 @@ static int step_buffers(run *r, ty_err *err)
                           "dataset.eval: the eval set has no target tokens within seq_len %d",
                           s->seq_len);
     /* ZeRO-1: from here on this rank keeps only its range of the moments
-     * (loaded in full from a resume checkpoint above). */
-    if (s->zero && zero_shard(&r->zero, &r->m, r->a->world, r->a->rank, err)) return -1;
+     * and masters (loaded in full from a resume checkpoint above). A world
+     * of 1 has nothing to shard them over (and may be a GPU, where the
+     * shards' host copies would not do): it runs unsharded. */
+    if (s->zero && r->a->world > 1 &&
+        zero_shard(&r->zero, &r->m, r->a->world, r->a->rank, err))
+        return -1;
     /* World > 1, full fine-tuning: the all-reduce in buckets during the
      * backward (the adapters' small buffer goes in one piece after it). */
     if (r->a->coll && !r->have_lora && s->bucket_kb > 0) {

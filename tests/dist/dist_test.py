@@ -385,6 +385,15 @@ def case_gpu_nccl():
             any(e["ev"] == "metric" for e in ev):
         fail(f"2 GPU ranks without libnccl: exit {r.returncode}, events {ev[-2:]}\n{r.stderr[-2000:]}")
     print(f"ok: GPU ranks refused without NCCL: {ev[-1]['message']}")
+    spec["resources"]["zero"] = 1
+    with open(p, "w") as f:
+        json.dump(spec, f)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
+    ev = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode == 0 or not ev or ev[-1]["ev"] != "error" or "resources.zero" not in ev[-1]["message"] or \
+            "CPU ranks only" not in ev[-1]["message"]:
+        fail(f"ZeRO-1 on 2 GPU ranks: exit {r.returncode}, events {ev[-2:]}\n{r.stderr[-2000:]}")
+    print(f"ok: ZeRO-1 on GPU ranks refused: {ev[-1]['message']}")
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
