@@ -536,13 +536,13 @@ static int train_step(run *r, step_result *out, ty_err *err)
         model_forward_backward_into(m, r->in + (size_t)o * T, r->tg + (size_t)o * T, rows, T, scale,
                                     r->losses + (size_t)o * T);
     }
+    m->grads_done = NULL;
     /* The step's losses come back once, not per micro-batch: nothing waits
      * for the device between micro-batches. */
     double sum = kn_sum(r->kn, r->losses, (size_t)mine * T);
     /* A kernel failure (kn_fail) in any of those ops surfaces here, once per
      * step, before anything is updated. */
     if (kn_check(r->kn, err)) return -1;
-    m->grads_done = NULL;
     /* The flat gradient buffer summed (the buckets started during the
      * backward waited for, or one all-reduce now), then (loss sum, stop):
      * a stop asked of any rank (a signal, the server gone) is a stop of
@@ -941,8 +941,7 @@ static int step_buffers(run *r, ty_err *err)
      * and masters (loaded in full from a resume checkpoint above). A world
      * of 1 has nothing to shard them over (and may be a GPU, where the
      * shards' host copies would not do): it runs unsharded. */
-    if (s->zero && r->a->world > 1 &&
-        zero_shard(&r->zero, &r->m, r->a->world, r->a->rank, err))
+    if (s->zero && r->a->world > 1 && zero_shard(&r->zero, &r->m, r->a->world, r->a->rank, err))
         return -1;
     /* World > 1, full fine-tuning: the all-reduce in buckets during the
      * backward (the adapters' small buffer goes in one piece after it). */
