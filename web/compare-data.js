@@ -97,6 +97,7 @@ export function specDiff(specs) {
   for (const f of flat) for (const k of f.keys()) keys.add(k);
   const rows = [];
   for (const key of [...keys].sort()) {
+    // Compared as JSON (the number 1 and the string "1" differ), shown as text.
     const cells = flat.map((f) => (f.has(key) ? {present: true, text: JSON.stringify(f.get(key))} : {present: false, text: null}));
     const first = cells[0];
     if (cells.every((c) => c.present === first.present && c.text === first.text)) continue;
