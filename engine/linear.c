@@ -1,5 +1,6 @@
 /* linear.c — the model's side of linear.h: its block linear layers by
- * (layer, slot), and the adapter hook slot in struct model. */
+ * (layer, slot), the adapter hook and the store for weights kept out of
+ * the parameter buffer. */
 #include "linear.h"
 
 #include <stdio.h>
@@ -55,6 +56,35 @@ void model_set_linear_hook(model *m, const linear_hook *h)
         m->adapter = *h;
     else
         memset(&m->adapter, 0, sizeof m->adapter);
+}
+
+int model_linear_n_stored(const model *m)
+{
+    return m->n_q4;
+}
+
+void model_set_linear_store(model *m, const linear_store *s)
+{
+    if (s)
+        m->base = *s;
+    else
+        memset(&m->base, 0, sizeof m->base);
+}
+
+size_t model_linear_set_aside(model *m)
+{
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        for (int s = 0; s < LS_N; s++) {
+            int ti = slot_tensor(&m->L[l], s);
+            if (ti >= 0) m->t[ti].q4 = ++m->n_q4;
+        }
+    /* The same layout rule as the table builder, skipping those weights. */
+    size_t off = 0;
+    for (int i = 0; i < m->nt; i++) {
+        m->t[i].off = off;
+        if (!m->t[i].q4) off += (m->t[i].numel + 15) & ~(size_t)15;
+    }
+    return off;
 }
 
 const model_config *model_linear_config(const model *m)

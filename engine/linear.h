@@ -5,13 +5,17 @@
  * model_linear() and attaches through one hook the model calls after each
  * base matmul of a block (forward) and after its backward. So model.c
  * knows nothing of LoRA and lora.c nothing of the tensor table: this
- * header is all they share. The functions below are the model's side
- * (linear.c). */
+ * header is all they share. A frozen base that keeps the block linear
+ * weights outside the parameter buffer (QLoRA's NF4, qlora.c) is the
+ * other hook: the model hands it each such weight as it is loaded or
+ * drawn, and sends its matmuls there. The functions below are the
+ * model's side (linear.c). */
 #ifndef TY_LINEAR_H
 #define TY_LINEAR_H
 
 #include "hfconfig.h"
 #include "kernels.h"
+#include "tyerr.h"
 
 struct model;
 
@@ -40,6 +44,21 @@ typedef struct linear_hook {
                 int N, int row0, int rows);
 } linear_hook;
 
+/* Where the block linear weights live when the model keeps them out of
+ * its buffer (created with MODEL_FROZEN_NF4): q = 0 .. n_stored - 1 in
+ * layer and slot order. put receives each as host fp32 [out, in] under
+ * its HF name when it is loaded or drawn; fwd computes out[N, M] = x[N, K]
+ * W^T + b, bwd adds dout W into dx (the weight is frozen); free runs at
+ * model_free. */
+typedef struct linear_store {
+    void *state; /* NULL: nothing attached */
+    int (*put)(void *state, int q, const char *name, const float *w, size_t numel, ty_err *err);
+    void (*fwd)(void *state, int q, float *out, const float *x, const float *b, int N, int K,
+                int M);
+    void (*bwd)(void *state, int q, float *dx, const float *dout, int N, int K, int M);
+    void (*free)(void *state);
+} linear_store;
+
 /* Slot `slot` of block `layer`: fills *d and returns 1, or 0 where the
  * model's family has no such layer. */
 int model_linear(const struct model *m, int layer, int slot, linear_desc *d);
@@ -47,6 +66,11 @@ int model_linear(const struct model *m, int layer, int slot, linear_desc *d);
 float *model_linear_weight(struct model *m, int layer, int slot);
 /* Attaches h (copied); NULL detaches. */
 void model_set_linear_hook(struct model *m, const linear_hook *h);
+/* How many weights the model keeps out of its buffer (0 unless created
+ * with MODEL_FROZEN_NF4), and attaching their store (copied; before
+ * loading or model_init_random). */
+int model_linear_n_stored(const struct model *m);
+void model_set_linear_store(struct model *m, const linear_store *s);
 /* The model's configuration and kernel context (borrowed). */
 const model_config *model_linear_config(const struct model *m);
 kn_ctx *model_linear_kn(const struct model *m);

@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 
 #include "data.h"
-#include "qlora.h"
 #include "rng.h"
 #include "safetensors.h"
 #include "tyutil.h"
@@ -188,9 +187,8 @@ static const void *W16(const model *m, int i)
  * bias bi, -1 = none). */
 static void mm_fwd(model *m, float *out, const float *x, int wi, int bi, int N, int K, int M)
 {
-    if (m->t[wi].q4) { /* QLoRA: dequantised on the fly */
-        kn_nf4_matmul_fwd(m->kn, m->qb->compute, out, x, m->qb->w[m->t[wi].q4 - 1], W(m, bi), N, K,
-                          M);
+    if (m->t[wi].q4) { /* QLoRA: dequantised on the fly by the store */
+        m->base.fwd(m->base.state, m->t[wi].q4 - 1, out, x, W(m, bi), N, K, M);
         return;
     }
     if (m->dt == KN_F32)
@@ -203,7 +201,7 @@ static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout,
                    int wi, int N, int K, int M)
 {
     if (m->t[wi].q4) { /* frozen 4-bit base: the gradient goes to the input only */
-        kn_nf4_matmul_bwd(m->kn, m->qb->compute, dx, dout, m->qb->w[m->t[wi].q4 - 1], N, K, M);
+        m->base.bwd(m->base.state, m->t[wi].q4 - 1, dx, dout, N, K, M);
         return;
     }
     if (m->dt == KN_F32)
@@ -335,7 +333,7 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
         return 0;
     }
     model_sync_params(m);
-    if (m->qb) {
+    if (m->n_q4) {
         /* QLoRA's frozen 16-bit base is read only through p16 (and, for
          * the merged export, re-read from the model directory): the fp32
          * copy of the embeddings, norms and lm_head goes. */
@@ -421,10 +419,7 @@ int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err 
         kn_to_device(kn, m->inv_freq, h, (size_t)half * sizeof(float));
         free(h);
     }
-    if (frozen == MODEL_FROZEN_NF4) {
-        int rc = qlora_layout(m, &total, err);
-        if (rc) return rc;
-    }
+    if (frozen == MODEL_FROZEN_NF4) total = model_linear_set_aside(m);
     size_t bytes = total * sizeof(float);
     m->frozen = frozen;
     m->params = kn_alloc(kn, bytes);
@@ -462,7 +457,7 @@ void model_free(model *m)
         kn_free(m->kn, m->pos);
         kn_free(m->kn, m->inv_freq);
     }
-    qlora_free(m);
+    if (m->base.free) m->base.free(m->base.state);
     free(m->t);
     free(m->L);
     free(m->A);
@@ -499,6 +494,18 @@ void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n)
         snprintf(out, n, "%s%s", m->cfg.arch == ARCH_GPT2 ? "transformer." : "model.", t->name);
 }
 
+/* A weight kept out of the buffer (t->q4) goes to the attached store
+ * (linear.h) under its HF name. */
+static int store_aside(model *m, int i, const float *w, ty_err *err)
+{
+    char hf[128];
+    model_hf_name(m, &m->t[i], hf, sizeof hf);
+    if (!m->base.put)
+        return ty_err_set(err, TY_EINVAL, "tensor %s: no store attached for the quantised base",
+                          hf);
+    return m->base.put(m->base.state, m->t[i].q4 - 1, hf, w, m->t[i].numel, err);
+}
+
 /* ---- init -------------------------------------------------------------- */
 
 int model_init_random(model *m, uint64_t seed, ty_err *err)
@@ -525,7 +532,7 @@ int model_init_random(model *m, uint64_t seed, ty_err *err)
             if (j + 1 < t->numel) buf[j + 1] = z1;
         }
         if (t->q4) {
-            int rc = qlora_store(m, i, buf, err);
+            int rc = store_aside(m, i, buf, err);
             if (rc) {
                 free(buf);
                 return rc;
@@ -604,7 +611,7 @@ static int load_one(model *m, int idx, const st_tensor *st, float *dst, float *s
                 stage2[o * in + i] = stage[i * out + o];
         src = stage2;
     }
-    if (t->q4) return qlora_store(m, idx, src, err);
+    if (t->q4) return store_aside(m, idx, src, err);
     kn_to_device(m->kn, dst + t->off, src, t->numel * sizeof(float));
     return 0;
 }
@@ -643,7 +650,7 @@ static int load_file_into(model *m, const st_file *f, const char *suffix, float 
         int idx = find_tensor(m, st->name, suffix);
         if (idx < 0) {
             if (!*suffix && ignorable(m, st->name)) continue;
-            const char *fq = qlora_foreign_quant(st->name);
+            const char *fq = st_foreign_quant(st->name);
             if (fq)
                 return ty_err_field(
                     err, TY_EINVAL, st->name,
@@ -830,7 +837,7 @@ static int save_fill(void *vctx, int i, float *out, ty_err *err)
 static int save_tensors(model *m, const char *path, const float *b0, const float *b1,
                         const char *s0, const char *s1, st_dtype dtype, ty_err *err)
 {
-    if (m->qb) /* its linear weights are 4-bit: saving them is the export's merge (train.c) */
+    if (m->n_q4) /* its linear weights are 4-bit: saving them is the export's merge (train.c) */
         return ty_err_set(err, TY_EINVAL, "%s: a QLoRA model's quantised base is not saved", path);
     int n = m->nt * (b1 ? 2 : 1);
     st_out *outs = calloc((size_t)n, sizeof *outs);

@@ -38,7 +38,7 @@ typedef struct model_tensor {
     size_t off, numel; /* in floats, into each of the four buffers */
     int conv1d;        /* GPT-2 Conv1D: stored [in, out] on disk */
     int decay;         /* AdamW weight decay applies (>= 2-D tensors) */
-    int q4;            /* QLoRA: 1 + index into m->qb->w (NF4, not in the buffers); 0 = none */
+    int q4;            /* kept out of the buffers (QLoRA): 1 + its index in m->base; 0 = none */
     model_init_kind init;
     float init_std;
 } model_tensor;
@@ -132,9 +132,10 @@ typedef struct model {
     /* RoPE's inverse frequencies [head_dim/2] when they are not plain
      * theta's (Llama 3's scaling, cfg.rope_scaled); NULL otherwise. */
     float *inv_freq;
-    /* QLoRA (qlora.h): the block linear weights as NF4, outside `params`;
-     * NULL unless created with MODEL_FROZEN_NF4. */
-    struct qlora_base *qb;
+    /* QLoRA: created with MODEL_FROZEN_NF4, the n_q4 block linear weights
+     * live outside `params`, in the store attached by qlora.c (linear.h). */
+    int n_q4;
+    linear_store base;
     /* Data parallel (dist_bucket.h): the backward calls grads_done(ctx,
      * from) each time the gradients from float `from` of the layout to its
      * end are complete for this micro-batch (after the final norm and
@@ -148,10 +149,15 @@ typedef struct model {
 int model_create(model *m, model_config *cfg, kn_ctx *kn, ty_err *err);
 /* Same; frozen = 1 allocates the parameters only (no gradients or AdamW
  * state): the model is trained through adapters (lora.h). frozen =
- * MODEL_FROZEN_NF4 also keeps the block linear weights in NF4 (qlora.h). */
+ * MODEL_FROZEN_NF4 also keeps the block linear weights out of the buffer,
+ * in a store attached before loading (linear.h; qlora.h's NF4). */
 #define MODEL_FROZEN_NF4 2
 int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err *err);
 void model_free(model *m);
+/* linear.c: marks every block linear weight as kept out of the buffer
+ * (n_q4, t[].q4) and lays the table out without them; returns the
+ * buffer's size in floats. */
+size_t model_linear_set_aside(model *m);
 
 /* Random weights: normal(0, initializer_range) for weights and embeddings
  * (residual projections attn.c_proj / mlp.c_proj / o_proj / down_proj

@@ -1,113 +1,83 @@
-/* qlora.c — the NF4 base of method "qlora": layout, quantise at load.
+/* qlora.c — the NF4 base of method "qlora": quantise at load, matmuls.
  *
- * model.c asks three things of this file: which tensors are quantised
- * (qlora_layout, once, before the parameter buffer is allocated), what
- * to do with a tensor's values when they are loaded or drawn
- * (qlora_store: quantise, upload, drop the fp32 copy), and whether an
- * unknown tensor name means "already quantised by another tool"
- * (qlora_foreign_quant). The matmuls read m->qb->w[] through kn_nf4_*. */
+ * The model keeps its block linear weights out of the parameter buffer
+ * when created with MODEL_FROZEN_NF4 and hands each to the store attached
+ * here (linear.h's linear_store) as it is loaded or drawn: quantise,
+ * upload, drop the fp32 copy. Its matmuls on them come back here and go
+ * to kn_nf4_matmul_*, dequantising on the fly. The model is known only
+ * through linear.h. */
 #include "qlora.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
 #include "nf4.h"
 
-/* The linear weights of layer l, in layer_ix terms. */
-static void linear_ix(const layer_ix *L, int out[8])
+static int put(void *state, int k, const char *name, const float *w, size_t numel, ty_err *err)
 {
-    int v[8] = {L->attn_w, L->q_w, L->k_w, L->v_w, L->o_w, L->fc_w, L->up_w, L->proj_w};
-    memcpy(out, v, sizeof v);
-}
-
-int qlora_layout(model *m, size_t *floats, ty_err *err)
-{
-    qlora_base *qb = calloc(1, sizeof *qb);
-    if (!qb) return ty_err_set(err, TY_ENOMEM, "out of memory for the QLoRA base");
-    m->qb = qb;
-    qb->double_quant = 1;
-    qb->compute = KN_F32;
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        int ix[8];
-        linear_ix(&m->L[l], ix);
-        for (int k = 0; k < 8; k++)
-            if (ix[k] >= 0) m->t[ix[k]].q4 = ++qb->n;
-    }
-    qb->w = calloc((size_t)(qb->n ? qb->n : 1), sizeof *qb->w);
-    qb->buf = calloc((size_t)(qb->n ? qb->n : 1), sizeof *qb->buf);
-    if (!qb->w || !qb->buf) return ty_err_set(err, TY_ENOMEM, "out of memory for the QLoRA base");
-    /* The same layout rule as the table builder, skipping quantised tensors. */
-    size_t off = 0;
-    for (int i = 0; i < m->nt; i++) {
-        m->t[i].off = off;
-        if (!m->t[i].q4) off += (m->t[i].numel + 15) & ~(size_t)15;
-    }
-    *floats = off;
-    return 0;
-}
-
-int qlora_store(model *m, int idx, const float *w, ty_err *err)
-{
-    qlora_base *qb = m->qb;
-    const model_tensor *t = &m->t[idx];
-    int k = t->q4 - 1;
+    qlora_base *qb = state;
     nf4_host q;
-    char hf[128];
-    model_hf_name(m, t, hf, sizeof hf);
-    int rc = nf4_quantize(w, t->numel, qb->double_quant, &q, err);
+    int rc = nf4_quantize(w, numel, qb->double_quant, &q, err);
     if (rc) {
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
-        return ty_err_field(err, rc, hf, "tensor %s: %s", hf, msg);
+        return ty_err_field(err, rc, name, "tensor %s: %s", name, msg);
     }
     if (!qb->buf[k]) {
-        size_t bytes = nf4_device_bytes(t->numel, qb->double_quant);
-        qb->buf[k] = kn_alloc(m->kn, bytes);
+        size_t bytes = nf4_device_bytes(numel, qb->double_quant);
+        qb->buf[k] = kn_alloc(qb->kn, bytes);
         if (!qb->buf[k]) {
             nf4_free(&q);
             return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes for NF4 tensor %s", bytes,
-                              hf);
+                              name);
         }
         qb->bytes += bytes;
     }
-    nf4_to_device(m->kn, &q, qb->buf[k], &qb->w[k]);
+    nf4_to_device(qb->kn, &q, qb->buf[k], &qb->w[k]);
     nf4_free(&q);
     return 0;
 }
 
-void qlora_free(model *m)
+static void fwd(void *state, int k, float *out, const float *x, const float *b, int N, int K, int M)
 {
-    qlora_base *qb = m->qb;
-    if (!qb) return;
+    qlora_base *qb = state;
+    kn_nf4_matmul_fwd(qb->kn, qb->compute, out, x, qb->w[k], b, N, K, M);
+}
+
+static void bwd(void *state, int k, float *dx, const float *dout, int N, int K, int M)
+{
+    qlora_base *qb = state;
+    kn_nf4_matmul_bwd(qb->kn, qb->compute, dx, dout, qb->w[k], N, K, M);
+}
+
+static void base_free(void *state)
+{
+    qlora_base *qb = state;
     for (int i = 0; qb->buf && i < qb->n; i++)
-        kn_free(m->kn, qb->buf[i]);
+        kn_free(qb->kn, qb->buf[i]);
     free(qb->buf);
     free(qb->w);
     free(qb);
-    m->qb = NULL;
 }
 
-const char *qlora_foreign_quant(const char *name)
+int qlora_attach(struct model *m, int double_quant, kn_dtype compute, qlora_base **out, ty_err *err)
 {
-    static const struct {
-        const char *suffix, *what;
-    } marks[] = {
-        {".qweight", "GPTQ/AWQ"},
-        {".qzeros", "GPTQ/AWQ"},
-        {".scales", "GPTQ/AWQ"},
-        {".g_idx", "GPTQ"},
-        {".weight.absmax", "bitsandbytes"},
-        {".weight.quant_map", "bitsandbytes"},
-        {".weight.nested_absmax", "bitsandbytes"},
-        {".weight.SCB", "bitsandbytes int8"},
-    };
-    size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof marks / sizeof *marks; i++) {
-        size_t s = strlen(marks[i].suffix);
-        if (n >= s && !strcmp(name + n - s, marks[i].suffix)) return marks[i].what;
+    *out = NULL;
+    qlora_base *qb = calloc(1, sizeof *qb);
+    if (!qb) return ty_err_set(err, TY_ENOMEM, "out of memory for the QLoRA base");
+    qb->kn = model_linear_kn(m);
+    qb->n = model_linear_n_stored(m);
+    qb->double_quant = double_quant;
+    qb->compute = compute;
+    qb->w = calloc((size_t)(qb->n ? qb->n : 1), sizeof *qb->w);
+    qb->buf = calloc((size_t)(qb->n ? qb->n : 1), sizeof *qb->buf);
+    if (!qb->w || !qb->buf) {
+        base_free(qb);
+        return ty_err_set(err, TY_ENOMEM, "out of memory for the QLoRA base");
     }
-    if (strstr(name, ".weight.quant_state.")) return "bitsandbytes";
-    return NULL;
+    linear_store s = {qb, put, fwd, bwd, base_free};
+    model_set_linear_store(m, &s);
+    *out = qb;
+    return 0;
 }

@@ -15,11 +15,11 @@
 #include <stddef.h>
 
 #include "kernels.h"
+#include "linear.h"
 #include "tyerr.h"
 
-struct model;
-
 typedef struct qlora_base {
+    kn_ctx *kn;       /* borrowed from the model */
     int n;            /* quantised tensors */
     kn_nf4 *w;        /* [n] device views, by model_tensor.q4 - 1 */
     void **buf;       /* [n] their device allocations */
@@ -28,17 +28,10 @@ typedef struct qlora_base {
     kn_dtype compute; /* qlora.compute_dtype: what the dequantised weights are rounded to */
 } qlora_base;
 
-/* Marks the block linear weights as quantised and lays the table out
- * without them; *floats receives the parameter buffer's size. */
-int qlora_layout(struct model *m, size_t *floats, ty_err *err);
-/* Quantises tensor idx from host fp32 values in the engine layout
- * ([out, in]) and uploads it. */
-int qlora_store(struct model *m, int idx, const float *w, ty_err *err);
-void qlora_free(struct model *m);
-
-/* A tensor name that only a model quantised by another tool carries
- * (GPTQ / AWQ qweight, qzeros, scales, g_idx; bitsandbytes' absmax,
- * quant_map, quant_state): a message saying so, else NULL. */
-const char *qlora_foreign_quant(const char *name);
+/* Attaches an NF4 base as m's linear store (linear.h): m was created with
+ * MODEL_FROZEN_NF4 and is not loaded yet. *out stays valid until
+ * model_free(m), which frees it. */
+int qlora_attach(struct model *m, int double_quant, kn_dtype compute, qlora_base **out,
+                 ty_err *err);
 
 #endif

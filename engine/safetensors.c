@@ -405,3 +405,26 @@ out:
     free(text);
     return rc;
 }
+
+const char *st_foreign_quant(const char *name)
+{
+    static const struct {
+        const char *suffix, *what;
+    } marks[] = {
+        {".qweight", "GPTQ/AWQ"},
+        {".qzeros", "GPTQ/AWQ"},
+        {".scales", "GPTQ/AWQ"},
+        {".g_idx", "GPTQ"},
+        {".weight.absmax", "bitsandbytes"},
+        {".weight.quant_map", "bitsandbytes"},
+        {".weight.nested_absmax", "bitsandbytes"},
+        {".weight.SCB", "bitsandbytes int8"},
+    };
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof marks / sizeof *marks; i++) {
+        size_t s = strlen(marks[i].suffix);
+        if (n >= s && !strcmp(name + n - s, marks[i].suffix)) return marks[i].what;
+    }
+    if (strstr(name, ".weight.quant_state.")) return "bitsandbytes";
+    return NULL;
+}

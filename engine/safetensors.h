@@ -89,4 +89,9 @@ int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata
 float st_f16_to_f32(uint16_t h);
 float st_bf16_to_f32(uint16_t h);
 
+/* A tensor name that only a model quantised by another tool carries
+ * (GPTQ / AWQ qweight, qzeros, scales, g_idx; bitsandbytes' absmax,
+ * quant_map, quant_state): a message saying so, else NULL. */
+const char *st_foreign_quant(const char *name);
+
 #endif

@@ -64,6 +64,7 @@ typedef struct run {
     int have_model;
     lora lora; /* method lora: the adapters (attached as m's linear hook) */
     int have_lora;
+    qlora_base *qb; /* method qlora: the NF4 base (the model's linear store; model_free frees it) */
     tok_tokenizer *tok; /* text formats */
     dataset train, eval;
     data_sampler sampler;
@@ -397,7 +398,7 @@ static int export_model(run *r, ty_err *err)
         model full;
         model *mm = &r->m;
         memset(&full, 0, sizeof full);
-        if (!rc && r->m.qb) {
+        if (!rc && r->qb) {
             rc = load_unquantised(r, &full, err);
             mm = &full;
         }
@@ -827,14 +828,14 @@ static int step_model(run *r, ty_err *err)
     const jobspec *s = &r->spec;
     int frozen = s->method == METHOD_QLORA ? MODEL_FROZEN_NF4 : s->method == METHOD_LORA;
     int rc = model_create_ex(&r->m, &r->cfg, r->kn, frozen, err);
-    r->have_model = 1;    /* model_free copes with a partial model */
-    if (!rc && r->m.qb) { /* before loading: the weights are quantised as they arrive */
+    r->have_model = 1;                       /* model_free copes with a partial model */
+    if (!rc && frozen == MODEL_FROZEN_NF4) { /* before loading: quantised as they arrive */
         jobspec_export_dtype cd = s->qlora_compute_dtype;
-        r->m.qb->double_quant = s->qlora_double_quant;
-        r->m.qb->compute = cd == EXPORT_DTYPE_AUTO   ? r->dt
+        kn_dtype compute = cd == EXPORT_DTYPE_AUTO   ? r->dt
                            : cd == EXPORT_DTYPE_BF16 ? KN_BF16
                            : cd == EXPORT_DTYPE_FP16 ? KN_F16
                                                      : KN_F32;
+        rc = qlora_attach(&r->m, s->qlora_double_quant, compute, &r->qb, err);
     }
     return rc;
 }
@@ -1013,7 +1014,7 @@ static json_t *memory_json(const run *r)
         acts += la;
     }
     return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "weights", (json_int_t)weights,
-                     "quantized_weights", (json_int_t)(m->qb ? m->qb->bytes : 0), "adapters",
+                     "quantized_weights", (json_int_t)(r->qb ? r->qb->bytes : 0), "adapters",
                      (json_int_t)adapters, "gradients", (json_int_t)grads, "optimizer",
                      (json_int_t)optimizer, "activations", (json_int_t)acts, "total",
                      (json_int_t)kn_bytes_in_use(r->kn));
