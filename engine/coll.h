@@ -45,10 +45,11 @@ int coll_wait(coll *c, ty_err *err);
 /* Sums n host doubles in place over all ranks. */
 int coll_sum_f64(coll *c, double *buf, int n, ty_err *err);
 /* Gathers equal-or-unequal contiguous pieces: rank k contributes
- * buf[off[k], off[k] + len[k]) and every rank ends with all of buf. */
+ * buf[off[k], off[k] + len[k]) and every rank ends with all of buf
+ * (kernel-context memory: over NCCL once attached). */
 int coll_allgather_f32(coll *c, float *buf, const size_t *off, const size_t *len, ty_err *err);
 /* Rank k's piece (mine, len[k] floats) lands at full + off[k] on rank 0
- * (full is read only there). */
+ * (full is read only there). Host memory, over MPI. */
 int coll_gather_f32(coll *c, float *full, const float *mine, const size_t *off, const size_t *len,
                     ty_err *err);
 /* The same for 16-bit elements (ZeRO-1's 16-bit weights and the low

@@ -195,11 +195,19 @@ static int gather(coll *c, void *full, const void *mine, MPI_Datatype t, const s
 
 int coll_allgather_f32(coll *c, float *buf, const size_t *off, const size_t *len, ty_err *err)
 {
+#ifdef TY_HAVE_NCCL
+    if (c && c->dev)
+        return coll_nccl_allgather(c->dev, buf, sizeof(float), off, len, c->world, err);
+#endif
     return allgather(c, buf, MPI_FLOAT, off, len, "MPI_Allgatherv of the weights", err);
 }
 
 int coll_allgather_u16(coll *c, uint16_t *buf, const size_t *off, const size_t *len, ty_err *err)
 {
+#ifdef TY_HAVE_NCCL
+    if (c && c->dev)
+        return coll_nccl_allgather(c->dev, buf, sizeof(uint16_t), off, len, c->world, err);
+#endif
     return allgather(c, buf, MPI_UINT16_T, off, len, "MPI_Allgatherv of the 16-bit weights", err);
 }
 

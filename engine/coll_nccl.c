@@ -29,6 +29,10 @@ struct coll_nccl {
     ncclResult_t (*init_rank)(ncclComm_t *, int, ncclUniqueId, int);
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
                                ncclComm_t, cudaStream_t);
+    ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
+                              cudaStream_t);
+    ncclResult_t (*group_start)(void);
+    ncclResult_t (*group_end)(void);
     ncclResult_t (*destroy)(ncclComm_t);
     const char *(*error_string)(ncclResult_t);
 };
@@ -60,9 +64,13 @@ int coll_nccl_open(coll_nccl **out, int world, int rank, ty_err *err)
     *(void **)&n->get_unique_id = dlsym(n->lib, "ncclGetUniqueId");
     *(void **)&n->init_rank = dlsym(n->lib, "ncclCommInitRank");
     *(void **)&n->all_reduce = dlsym(n->lib, "ncclAllReduce");
+    *(void **)&n->broadcast = dlsym(n->lib, "ncclBroadcast");
+    *(void **)&n->group_start = dlsym(n->lib, "ncclGroupStart");
+    *(void **)&n->group_end = dlsym(n->lib, "ncclGroupEnd");
     *(void **)&n->destroy = dlsym(n->lib, "ncclCommDestroy");
     *(void **)&n->error_string = dlsym(n->lib, "ncclGetErrorString");
-    if (!n->get_unique_id || !n->init_rank || !n->all_reduce || !n->destroy || !n->error_string) {
+    if (!n->get_unique_id || !n->init_rank || !n->all_reduce || !n->broadcast || !n->group_start ||
+        !n->group_end || !n->destroy || !n->error_string) {
         dlclose(n->lib);
         free(n);
         return ty_err_set(err, TY_EINVAL, "libnccl.so.2 lacks the functions this engine calls");
@@ -121,6 +129,27 @@ int coll_nccl_wait(coll_nccl *n, ty_err *err)
     cudaError_t e = cudaStreamSynchronize(n->side);
     if (e != cudaSuccess)
         return ty_err_set(err, TY_EIO, "the gradient buckets' all-reduce: %s",
+                          cudaGetErrorString(e));
+    return 0;
+}
+
+int coll_nccl_allgather(coll_nccl *n, void *buf, size_t size, const size_t *off, const size_t *len,
+                        int world, ty_err *err)
+{
+    /* Rank k broadcasts its piece in place; one group, so NCCL runs the
+     * world's broadcasts together. Bytes: the pieces are bits, never
+     * converted. */
+    char *b = buf;
+    ncclResult_t r = n->group_start();
+    for (int k = 0; k < world && r == ncclSuccess; k++)
+        r = n->broadcast(b + off[k] * size, b + off[k] * size, len[k] * size, ncclUint8, k, n->comm,
+                         (cudaStream_t)0);
+    ncclResult_t r2 = n->group_end();
+    if (r == ncclSuccess) r = r2;
+    if (r != ncclSuccess) return nccl_fail(n, err, "ncclBroadcast of the ZeRO-1 weights", r);
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)0);
+    if (e != cudaSuccess)
+        return ty_err_set(err, TY_EIO, "ncclBroadcast of the ZeRO-1 weights: %s",
                           cudaGetErrorString(e));
     return 0;
 }

@@ -23,6 +23,11 @@ int coll_nccl_sum_f32(coll_nccl *n, float *buf, size_t count, ty_err *err);
  * after the work queued so far; coll_nccl_wait waits for all started. */
 int coll_nccl_isum_f32(coll_nccl *n, float *buf, size_t count, ty_err *err);
 int coll_nccl_wait(coll_nccl *n, ty_err *err);
+/* ZeRO-1's all-gather in place: rank k's piece is the `len[k]` elements
+ * of `size` bytes at off[k] (ncclAllGather wants equal pieces: these are
+ * one ncclBroadcast per rank in a group, on the legacy stream, waited for). */
+int coll_nccl_allgather(coll_nccl *n, void *buf, size_t size, const size_t *off, const size_t *len,
+                        int world, ty_err *err);
 void coll_nccl_close(coll_nccl *n);
 
 #endif

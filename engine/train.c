@@ -806,16 +806,9 @@ static int step_device(run *r, ty_err *err)
 {
     if (open_device(r, err))
         return prefixed(err, err->code == TY_ESPEC ? TY_EINVAL : err->code, "backend");
-    /* GPU ranks: the gradient sum over NCCL (ZeRO-1's gathers are
-     * host-side MPI: not on GPUs yet). */
-    if (r->a->coll && kn_device_of(r->kn) != KN_CPU) {
-        if (r->spec.zero)
-            return ty_err_set(err, TY_ESPEC,
-                              "resources.zero: ZeRO-1 runs on CPU ranks only in this engine (its "
-                              "shards are host memory and its gathers host-side MPI; "
-                              "docs/engine.md, Ranks)");
-        if (coll_attach_nccl(r->a->coll, err)) return err->code = TY_ESPEC;
-    }
+    /* GPU ranks: the gradient sum (and ZeRO-1's all-gather) over NCCL. */
+    if (r->a->coll && kn_device_of(r->kn) != KN_CPU && coll_attach_nccl(r->a->coll, err))
+        return err->code = TY_ESPEC;
     if (device_check_precision(r->kn, r->dt, err)) return err->code = TY_ESPEC;
     return 0;
 }

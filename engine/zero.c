@@ -7,6 +7,20 @@
 #include "events.h"
 #include "kernels.h"
 
+/* Raw bits from kernel-context memory to kernel-context memory (kn_copy
+ * is for floats, and a low half read as bf16 could be a NaN): through the
+ * host, at set-up only. */
+static int copy_bits(kn_ctx *kn, void *dst, const void *src, size_t bytes, ty_err *err)
+{
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h) return ty_err_set(err, TY_ENOMEM, "out of memory for %zu bytes", bytes);
+    kn_to_host(kn, h, src, bytes);
+    kn_to_device(kn, dst, h, bytes);
+    kn_sync(kn);
+    free(h);
+    return 0;
+}
+
 int zero_shard(zero1 *z, model *m, int world, int rank, ty_err *err)
 {
     const model_tensor *last = &m->t[m->nt - 1];
@@ -39,7 +53,7 @@ int zero_shard(zero1 *z, model *m, int world, int rank, ty_err *err)
     if (z->master == KN_BF16) {
         if (!(z->lo16 = kn_alloc(m->kn, len ? len * sizeof(uint16_t) : sizeof(uint16_t))))
             return ty_err_set(err, TY_ENOMEM, "out of memory for the masters' low halves");
-        memcpy(z->lo16, m->plo + lo, len * sizeof(uint16_t)); /* host memory: CPU ranks */
+        if (copy_bits(m->kn, z->lo16, m->plo + lo, len * sizeof(uint16_t), err)) return -1;
         kn_free(m->kn, m->plo);
         m->plo = NULL;
     } else if (z->master == KN_F16) {
@@ -81,23 +95,34 @@ int zero_adamw(zero1 *z, model *m, coll *c, float lr, float b1, float b2, float 
     return coll_allgather_u16(c, w16, z->off, z->len, err);
 }
 
-/* Rank 0 gets the whole buffer of n elements of `size` bytes: its own
- * piece copied, the others' gathered; other ranks send theirs. */
+/* Rank 0 gets the whole buffer of n elements of `size` bytes, in
+ * kernel-context memory; every rank sends its piece. The pieces go
+ * through host buffers and MPI (a checkpoint's rare gather; the same code
+ * for CPU and GPU ranks). */
 static int gather_one(zero1 *z, model *m, coll *c, void **full, const void *mine, size_t size,
                       ty_err *err)
 {
+    size_t own = z->len[z->rank] * size;
+    void *hm = malloc(own ? own : 1), *hf = z->rank == 0 ? malloc(z->n * size) : NULL;
+    int rc = 0;
     *full = NULL;
-    if (z->rank == 0) {
-        if (!(*full = kn_alloc(m->kn, z->n * size)))
-            return ty_err_set(err, TY_ENOMEM, "out of memory gathering the optimizer state");
-        memcpy(*full, mine, z->len[0] * size); /* world 1: no collective; host memory */
+    if (!hm || (z->rank == 0 && !hf)) {
+        rc = ty_err_set(err, TY_ENOMEM, "out of memory gathering the optimizer state");
+        goto out;
     }
-    int rc = size == sizeof(float) ? coll_gather_f32(c, *full, mine, z->off, z->len, err)
-                                   : coll_gather_u16(c, *full, mine, z->off, z->len, err);
-    if (rc && *full) {
-        kn_free(m->kn, *full);
-        *full = NULL;
+    kn_to_host(m->kn, hm, mine, own);
+    rc = size == sizeof(float) ? coll_gather_f32(c, hf, hm, z->off, z->len, err)
+                               : coll_gather_u16(c, hf, hm, z->off, z->len, err);
+    if (rc || z->rank != 0) goto out;
+    if (!(*full = kn_alloc(m->kn, z->n * size))) {
+        rc = ty_err_set(err, TY_ENOMEM, "out of memory gathering the optimizer state");
+        goto out;
     }
+    kn_to_device(m->kn, *full, hf, z->n * size);
+    kn_sync(m->kn);
+out:
+    free(hm);
+    free(hf);
     return rc;
 }
 

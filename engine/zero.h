@@ -14,8 +14,10 @@
  * run. A checkpoint gathers the moments and masters on rank 0 and has the
  * usual layout, so it resumes at any world size, sharded or not.
  *
- * The shards are host memory and the gathers go over MPI: ZeRO-1 runs on
- * CPU ranks (train.c refuses it on GPUs). */
+ * The shards live where the model does (kernel-context memory); the
+ * update's all-gather goes over NCCL between GPU ranks (one broadcast per
+ * range), over MPI between CPU ranks; a checkpoint's gathers go through
+ * host buffers and MPI on both. */
 #ifndef TY_ZERO_H
 #define TY_ZERO_H
 
