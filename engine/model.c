@@ -223,6 +223,22 @@ static void hook_bwd(model *m, int l, int s, float *dx, const float *dout, const
     if (m->adapter.state) m->adapter.bwd(m->adapter.state, l, s, dx, dout, x, N, row0, rows);
 }
 
+/* GPT-2's c_fc + GELU run as one op (kn_matmul_gelu_fwd / kn_matmul_dgelu:
+ * cuBLASLt's GELU epilogues on a GPU) where nothing comes between the
+ * product and the GELU: no adapter hooked in (its delta is added to fc and
+ * to the proj's dx), no 4-bit base. On the CPU the fused op computes the
+ * same bits. */
+static int fused_gelu(const model *m, const layer_ix *L)
+{
+    return !m->adapter.state && !m->t[L->fc_w].q4 && !m->t[L->proj_w].q4;
+}
+
+/* Weight wi as the fused op takes it: fp32, or its 16-bit copy. */
+static const void *WM(model *m, int wi)
+{
+    return m->dt == KN_F32 ? (const void *)W(m, wi) : W16(m, wi);
+}
+
 /* Rows [row0, row0 + M) of weight wi (no bias): Phi-3's q, k, v and gate,
  * up are row blocks of one fused weight, and a row block of a row-major
  * [out, in] matrix is itself one. */
@@ -1088,10 +1104,16 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
         kn_layernorm_fwd(k, KN_F32, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w),
                          W(m, L->ln2_b), N, C, c->norm_eps);
         RND(a->ln2, (size_t)N * C);
-        mm_fwd(m, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
-        hook_fwd(m, l, LS_FC, a->fc, a->ln2, N, 0, F);
-        RND(a->fc, (size_t)N * F);
-        kn_gelu_fwd(k, KN_F32, a->act, a->fc, (size_t)N * F);
+        if (fused_gelu(m, L)) {
+            kn_matmul_gelu_fwd(k, m->dt, KN_F32, a->act, a->fc, a->ln2, WM(m, L->fc_w),
+                               W(m, L->fc_b), N, C, F);
+            RND(a->fc, (size_t)N * F);
+        } else {
+            mm_fwd(m, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
+            hook_fwd(m, l, LS_FC, a->fc, a->ln2, N, 0, F);
+            RND(a->fc, (size_t)N * F);
+            kn_gelu_fwd(k, KN_F32, a->act, a->fc, (size_t)N * F);
+        }
         RND(a->act, (size_t)N * F);
     } else {
         /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
@@ -1139,7 +1161,7 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         RND(a->q, (size_t)N * 3 * C);
         /* atty[N,C] = causal attention over heads of the fused rows */
         kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C,
-                         3 * C, 0.0f, 0.0f, 0);
+                         3 * C);
     } else {
         /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
         kn_rmsnorm_fwd(k, KN_F32, a->ln1, a->ln1_rstd, x, W(m, L->ln1_w), N, C, c->norm_eps);
@@ -1177,8 +1199,7 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         model_rope(m, a->k, B, T, Hkv, KD, 0, 0);
         RND(a->q, (size_t)N * QD);
         RND(a->k, (size_t)N * KD);
-        kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD,
-                         0.0f, 0.0f, 0);
+        kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
     }
     RND(a->atty, (size_t)N * QD);
     /* res2[N,C] = x + atty Wo^T + bo */
@@ -1250,7 +1271,7 @@ double model_forward(model *m, const int32_t *inputs, const int32_t *targets, in
 {
     int N = B * T;
     forward_logits(m, inputs, targets, B, T);
-    kn_crossentropy_fwd(m->kn, m->dt, m->losses, m->logits, m->targets, N, m->cfg.vocab, 0.0f);
+    kn_crossentropy_fwd(m->kn, m->dt, m->losses, m->logits, m->targets, N, m->cfg.vocab);
     return kn_sum(m->kn, m->losses, (size_t)N);
 }
 
@@ -1307,16 +1328,30 @@ static void backward_from_logits(model *m, int B, int T)
             mlp_in_fwd(m, l, B, T);
         /* dres holds d(res3); the residual passes it to res2 unchanged.
          * MLP branch: dact[N,F] = dres Wproj; dWproj += dres^T act */
-        kn_zero(k, m->dact, NF);
-        mm_bwd(m, m->dact, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, L->proj_w, N, F, C);
-        hook_bwd(m, l, LS_PROJ, m->dact, m->dres, a->act, N, 0, C);
-        RND(m->dact, NF);
+        /* GPT-2 without an adapter: dact is not formed; the fused op below
+         * computes dfc = (dres Wproj) * gelu'(fc) and dbfc (the GELU
+         * derivative in the product's epilogue on a GPU). */
+        int fg = gpt2 && fused_gelu(m, L);
+        if (fg) {
+            mm_bwd(m, NULL, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, L->proj_w, N, F, C);
+        } else {
+            kn_zero(k, m->dact, NF);
+            mm_bwd(m, m->dact, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, L->proj_w, N, F,
+                   C);
+            hook_bwd(m, l, LS_PROJ, m->dact, m->dres, a->act, N, 0, C);
+            RND(m->dact, NF);
+        }
         kn_zero(k, m->dfc, NF);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
-            kn_gelu_bwd(k, KN_F32, m->dfc, m->dact, a->fc, NF);
+            if (fg)
+                kn_matmul_dgelu(k, m->dt, m->dfc, G(m, L->fc_b), m->dres, WM(m, L->proj_w), a->fc,
+                                N, F, C);
+            else
+                kn_gelu_bwd(k, KN_F32, m->dfc, m->dact, a->fc, NF);
             RND(m->dfc, NF);
-            mm_bwd(m, m->dln, G(m, L->fc_w), G(m, L->fc_b), m->dfc, a->ln2, L->fc_w, N, C, F);
+            mm_bwd(m, m->dln, G(m, L->fc_w), fg ? NULL : G(m, L->fc_b), m->dfc, a->ln2, L->fc_w, N,
+                   C, F);
             hook_bwd(m, l, LS_FC, m->dln, m->dfc, a->ln2, N, 0, F);
             RND(m->dln, NC);
             kn_layernorm_bwd(k, KN_F32, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
@@ -1351,7 +1386,7 @@ static void backward_from_logits(model *m, int B, int T)
         if (gpt2) {
             kn_zero(k, m->dq, (size_t)N * 3 * C);
             kn_attention_bwd(k, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
-                             a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f, 0);
+                             a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
             RND(m->dq, (size_t)N * 3 * C);
             mm_bwd(m, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, L->attn_w, N, C,
                    3 * C);
@@ -1364,7 +1399,7 @@ static void backward_from_logits(model *m, int B, int T)
             kn_zero(k, m->dk, (size_t)N * KD);
             kn_zero(k, m->dv, (size_t)N * KD);
             kn_attention_bwd(k, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
-                             a->v, B, T, Hq, Hkv, D, QD, KD, 0.0f, 0.0f, 0);
+                             a->v, B, T, Hq, Hkv, D, QD, KD);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
             RND(m->dv, (size_t)N * KD);
@@ -1423,7 +1458,7 @@ void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t 
     forward_logits(m, inputs, targets, B, T);
     /* losses[N] and dlogits[N,V] in one pass; dlogits overwrite the logits */
     kn_crossentropy_fwd_bwd(m->kn, m->dt, losses, m->logits, m->logits, m->targets, N, m->cfg.vocab,
-                            scale, 0.0f);
+                            scale);
     backward_from_logits(m, B, T);
 }
 
@@ -1433,7 +1468,7 @@ double model_forward_backward(model *m, const int32_t *inputs, const int32_t *ta
     int N = B * T;
     forward_logits(m, inputs, targets, B, T);
     kn_crossentropy_fwd_bwd(m->kn, m->dt, m->losses, m->logits, m->logits, m->targets, N,
-                            m->cfg.vocab, scale, 0.0f);
+                            m->cfg.vocab, scale);
     double sum = kn_sum(m->kn, m->losses, (size_t)N); /* before the backward reuses the arena */
     backward_from_logits(m, B, T);
     return sum;

@@ -179,6 +179,23 @@ KN_OPS(KN_PROTO)
  *   dout_dt: the backward's dout is read in that dtype. The engine's
  *   16-bit logits use both, so no [N, vocab] fp32 tensor is kept.
  *
+ * kn_matmul_gelu_fwd: a linear layer and the GELU after it in one op (the
+ *   GPT-2 MLP's c_fc): pre[N,M] = x w^T + bias, out[N,M] = gelu(pre). w is
+ *   fp32 (dt KN_F32) or stored in dt (x holding dt values, as matmul16);
+ *   pre and out are written in out_dt, which is KN_F32 or dt (TY_EINVAL
+ *   otherwise). Reference semantics (the CPU): with a 16-bit dt, GELU reads
+ *   pre rounded to dt, as the unfused engine computed it. On a GPU this is
+ *   cuBLASLt's GELU_AUX(_BIAS) epilogue (pre is the aux output), whose GELU
+ *   reads the fp32 accumulator: a 16-bit run differs from the CPU by the
+ *   rounding of pre (docs/kernels.md).
+ * kn_matmul_dgelu: the backward through that GELU from the next linear's
+ *   output gradient: dpre[N,K] = (dout[N,M] w[M,K]) * gelu'(pre[N,K]),
+ *   WRITTEN (not accumulated: cuBLASLt's DGELU epilogue computes a fresh
+ *   product), and dbias[K] += sum_n dpre (may be NULL). With a 16-bit dt,
+ *   w is stored in dt, dout holds dt values, and the reference rounds the
+ *   product and dpre to dt (the engine's rounding points). The next
+ *   linear's dw / dbias are kn_matmul_bwd with dx NULL.
+ *
  * kn_rope_fwd: rotary position embedding, Hugging Face rotate-half, in
  *   place on x laid out [B, T, H, D] with row stride ld: for i < D/2,
  *   theta_i = pos * base^(-2i/D), pos = t + pos_offset,
@@ -194,18 +211,11 @@ KN_OPS(KN_PROTO)
  *   row stride ldkv (Hq % Hkv == 0; query head h uses kv head h/(Hq/Hkv)),
  *   so GPT-2's fused qkv [B, T, 3C] is q = qkv, k = qkv + C, v = qkv + 2C,
  *   ldq = ldkv = 3C. out: [B, T, Hq, D] contiguous. lse: [B, Hq, T], the
- *   log-sum-exp of each row's scores — all the backward needs besides
- *   out; no T x T matrix is kept. Scores are s_ij = scale q_i . k_j
- *   (scale 0 means 1/sqrt(D); Gemma passes query_pre_attn_scalar^-1/2),
- *   then, when softcap > 0, cap * tanh(s_ij / cap) (Gemma 2's
- *   attn_logit_softcapping). Row i sees keys j <= i, and with window > 0
- *   only those with i - j < window (sliding-window layers, transformers'
- *   mask). softcap 0 and window 0 are off.
+ *   log-sum-exp of each row's scaled scores (scale 1/sqrt(D)) — all the
+ *   backward needs besides out; no T x T matrix is kept.
  * kn_attention_bwd: dq, dk, dv in the layouts/strides of q, k, v
- *   (accumulates), from dout, the forward's out and lse, and q, k, v, with
- *   the forward's scale, softcap and window; probabilities are recomputed
- *   tile by tile, and under a soft-cap dS is multiplied by 1 - tanh^2 of
- *   the recomputed score.
+ *   (accumulates), from dout, the forward's out and lse, and q, k, v;
+ *   probabilities are recomputed tile by tile.
  *
  * kn_gelu_fwd/bwd: tanh approximation (GPT-2's gelu_new).
  * kn_swiglu_fwd/bwd: out = silu(gate) * up (Llama MLP).
@@ -215,20 +225,13 @@ KN_OPS(KN_PROTO)
  *
  * kn_crossentropy_fwd: losses[N] = -log softmax(logits[n])[targets[n]], 0
  *   where targets[n] == -100 (evaluation). targets: int32, same memory
- *   rules as embedding ids. softcap > 0 (Gemma 2's final_logit_softcapping)
- *   takes the loss on y = cap * tanh(logits / cap) instead, and the
- *   backward below multiplies the gradient by dy/dlogits = 1 - (y/cap)^2,
- *   so the capped logits never need a buffer of their own. 0 = off.
- * kn_softcap: x[n] = cap * tanh(x[n] / cap) in place (cap 0: no-op): the
- *   capped logits generation and evaluation read.
+ *   rules as embedding ids.
  * kn_crossentropy_fwd_bwd: the training step's loss: losses as above (may
  *   be NULL) and dlogits[N,V] = (softmax(logits) - onehot(target)) * scale,
  *   0 rows where ignored, in one pass over the logits. OVERWRITES dlogits,
  *   which may alias logits. scale = 1 / (non-ignored targets in the step).
  *   dt: the dtype of logits and dlogits (fp32, or 16-bit: read as fp32,
  *   computed in fp32, dlogits rounded to nearest-even when written).
- *   softcap as in kn_crossentropy_fwd: dlogits is the gradient with
- *   respect to the raw (uncapped) logits.
  *
  * kn_master_split: fp32 x[n] -> hi[n] = bf16 round-to-nearest-even of x
  *   and lo[n] = the rest, so hi's bits << 16 plus lo as a signed 16-bit

@@ -73,6 +73,12 @@
     X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, float *dx,     \
       float *dw, float *dbias, const void *dout, const void *x, const void *w, int N, int K,       \
       int M), (c, dt, dout_dt, x_dt, dx, dw, dbias, dout, x, w, N, K, M))                                        \
+    X(void, matmul_gelu_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, void *pre,      \
+      const float *x, const void *w, const float *bias, int N, int K, int M),                      \
+      (c, dt, out_dt, out, pre, x, w, bias, N, K, M))                                              \
+    X(void, matmul_dgelu, (kn_ctx *c, kn_dtype dt, float *dpre, float *dbias, const float *dout,   \
+      const void *w, const float *pre, int N, int K, int M),                                       \
+      (c, dt, dpre, dbias, dout, w, pre, N, K, M))                                                 \
     /* 4-bit NormalFloat weights (QLoRA) */                                                       \
     X(void, nf4_dequant, (kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n),                  \
       (c, out, dt, w, n))                                                                          \
@@ -90,15 +96,12 @@
     X(void, rope_freq_bwd, (kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,              \
       const float *inv_freq, int pos_offset), (c, dx, B, T, H, D, ld, inv_freq, pos_offset))       \
     X(void, attention_fwd, (kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q,          \
-      const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,       \
-      float scale, float softcap, int window),                                                     \
-      (c, dt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap, window))             \
+      const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),      \
+      (c, dt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                                         \
     X(void, attention_bwd, (kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv,               \
       const float *dout, const void *out, const float *lse, const void *q, const void *k,          \
-      const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,         \
-      float softcap, int window),                                                                  \
-      (c, dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap,    \
-      window))                                                                                     \
+      const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),                     \
+      (c, dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                       \
     /* activations */                                                                              \
     X(void, gelu_fwd, (kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n),                \
       (c, dt, out, x, n))                                                                          \
@@ -114,12 +117,10 @@
       size_t n, float p), (c, dx, dout, mask, n, p))                                               \
     /* loss */                                                                                     \
     X(void, crossentropy_fwd, (kn_ctx *c, kn_dtype dt, float *losses, const void *logits,          \
-      const int32_t *targets, int N, int V, float softcap),                                        \
-      (c, dt, losses, logits, targets, N, V, softcap))                                             \
+      const int32_t *targets, int N, int V), (c, dt, losses, logits, targets, N, V))               \
     X(void, crossentropy_fwd_bwd, (kn_ctx *c, kn_dtype dt, float *losses, void *dlogits,           \
-      const void *logits, const int32_t *targets, int N, int V, float scale, float softcap),       \
-      (c, dt, losses, dlogits, logits, targets, N, V, scale, softcap))                             \
-    X(void, softcap, (kn_ctx *c, float *x, size_t n, float cap), (c, x, n, cap))                   \
+      const void *logits, const int32_t *targets, int N, int V, float scale),                      \
+      (c, dt, losses, dlogits, logits, targets, N, V, scale))                                      \
     /* optimizer */                                                                                \
     X(void, adamw, (kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m,     \
       float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int64_t t),           \

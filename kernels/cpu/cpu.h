@@ -107,6 +107,9 @@ const char *cpu_blas_desc(void);
 void cpu_sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* dx = dout * gelu'(x), written, in place allowed (cpu_matmul_gelu.c). */
+void cpu_gelu_bwd_write(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n);
+
 /* One cpu_<op> per op of kn_ops.h, with its kn_* signature; cpu_backend.c
  * builds the table from the same list. */
 #define KN_CPU_PROTO(ret, name, params, args) ret cpu_##name params;

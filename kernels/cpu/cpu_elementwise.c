@@ -228,7 +228,9 @@ CPU_HOT static void gelu_fwd_range(float *out, const float *x, size_t n)
     }
 }
 
-CPU_HOT static void gelu_bwd_range(float *dx, const float *dout, const float *x, size_t n)
+/* dx (+)= dout * gelu'(x); acc 0 writes 0 + the product (the same bits as
+ * accumulating into a zeroed dx), and dx may then be dout itself. */
+CPU_HOT static void gelu_bwd_range(float *dx, const float *dout, const float *x, size_t n, int acc)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -236,7 +238,7 @@ CPU_HOT static void gelu_bwd_range(float *dx, const float *dout, const float *x,
         float th = tanh_fast(GELU_K * (v + GELU_A * v * v * v));
         float du = GELU_K * (1.0f + 3.0f * GELU_A * v * v);
         float g = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
-        dx[i] += dout[i] * g;
+        dx[i] = (acc ? dx[i] : 0.0f) + dout[i] * g;
     }
 }
 
@@ -268,14 +270,24 @@ void cpu_gelu_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const vo
         size_t lo, hi;
         cpu_thread_range(n, 32, &lo, &hi);
         if (dt == KN_F32)
-            gelu_bwd_range(dx + lo, dout + lo, (const float *)x + lo, hi - lo);
+            gelu_bwd_range(dx + lo, dout + lo, (const float *)x + lo, hi - lo, 1);
         else {
             float bx[CPU_EW_BLOCK];
             for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
                 size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-                gelu_bwd_range(dx + i, dout + i, cpu_in(bx, x, dt, i, m), m);
+                gelu_bwd_range(dx + i, dout + i, cpu_in(bx, x, dt, i, m), m, 1);
             }
         }
+    }
+}
+
+void cpu_gelu_bwd_write(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n)
+{
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 32, &lo, &hi);
+        gelu_bwd_range(dx + lo, dout + lo, x + lo, hi - lo, 0);
     }
 }
 

@@ -186,6 +186,11 @@ static int x_dtype_ok(kn_ctx *c, kn_dtype dt, kn_dtype x_dt)
     return 0;
 }
 
+const void *kn_cuda_acts16(kn_ctx *c, kn_dtype dt, const float *x, size_t n)
+{
+    return acts_16(c, dt, x, KN_F32, n);
+}
+
 /* matmul16 with a 16-bit weight runs on the tensor cores: A = w and B = x
  * (converted to dt) in dt, fp32 accumulation, the result written directly
  * in out_dt (fp32, or rounded to dt by cuBLASLt's epilogue) with the fp32

@@ -11,6 +11,7 @@
  * dtype (kn_cuda16.cuh's load_as_f32 / store_from_f32); gradients are fp32. */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
+#include "kn_gelu.cuh"
 
 namespace KN_NS {
 
@@ -104,25 +105,15 @@ int cuda_nonfinite(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n,
 
 /* ---- activations ----------------------------------------------------------- */
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-
 __global__ void k_gelu_fwd(int xt, void *out, const void *x, size_t n)
 {
     GRID_STRIDE(i, n)
-    {
-        float v = load_as_f32(x, xt, i);
-        store_from_f32(out, xt, i, 0.5f * v * (1.0f + tanhf(GELU_K * (v + 0.044715f * v * v * v))));
-    }
+    store_from_f32(out, xt, i, kn_gelu(load_as_f32(x, xt, i)));
 }
 __global__ void k_gelu_bwd(int xt, float *dx, const float *dout, const void *x, size_t n)
 {
     GRID_STRIDE(i, n)
-    {
-        float v = load_as_f32(x, xt, i);
-        float t = tanhf(GELU_K * (v + 0.044715f * v * v * v));
-        float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
-        dx[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
-    }
+    dx[i] += dout[i] * kn_gelu_grad(load_as_f32(x, xt, i));
 }
 void cuda_gelu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n)
 {

@@ -17,6 +17,11 @@
  * (the largest power of two, up to 256, dividing every pointer) is part of
  * the key and told to the heuristic, because the engine passes views into
  * its arenas and cuBLASLt otherwise assumes 256-byte aligned operands.
+ * kn_cuda_gemm_epi adds the GELU epilogues (cuda_matmul_gelu.cu): their
+ * aux matrix pointer is told to the heuristic (cuBLASLt derives the
+ * alignment from it) and its leading dimension is part of the key; a
+ * shape cuBLASLt has no fused algorithm for is remembered as such, so the
+ * caller's unfused path is chosen once, not asked for on every call.
  * Under cuda-emu the same calls go to a CPU reference (emu_cublaslt.cpp). */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
@@ -26,8 +31,10 @@
 namespace KN_NS {
 
 struct cuda_gemm_plan {
-    int m, n, k, ta, tb, bias, lda, ldb, ldd, dt_ab, dt_d;
+    int m, n, k, ta, tb, epi, lda, ldb, ldd, dt_ab, dt_d;
+    int64_t ldaux;
     unsigned align;
+    int fused; /* 0: a GELU epilogue cuBLASLt has no algorithm for (no descriptors) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
@@ -37,6 +44,8 @@ void kn_cuda_gemm_plans_free(cuda_state *st)
 {
     for (int i = 0; i < st->n_plans; i++) {
         cuda_gemm_plan *p = &st->plans[i];
+        if (!p->fused)
+            continue;
         cublasLtMatmulDescDestroy(p->op);
         cublasLtMatrixLayoutDestroy(p->a);
         cublasLtMatrixLayoutDestroy(p->b);
@@ -61,22 +70,27 @@ static cudaDataType_t lt_type(int dt)
 }
 
 /* The largest power of two (at most 256) dividing every given address. */
-static unsigned ptr_align(const void *a, const void *b, const void *d, const void *bias)
+static unsigned ptr_align(const void *a, const void *b, const void *d, const void *bias,
+                          const void *aux)
 {
-    uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)bias | 256u;
+    uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)bias | (uintptr_t)aux | 256u;
     return (unsigned)(u & (~u + 1));
 }
 
-/* Finds or builds the plan for D[m,n] = op(A) op(B) (column-major). */
-static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb, int bias,
-                                 int lda, int ldb, int ldd, int dt_ab, int dt_d, unsigned align)
+/* Finds or builds the plan for D[m,n] = op(A) op(B) (column-major) with
+ * epilogue epi. For a GELU epilogue (aux given) a refusal by cuBLASLt is
+ * not an error: the plan is kept with fused = 0. */
+static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb, int epi,
+                                 int lda, int ldb, int ldd, int dt_ab, int dt_d, unsigned align,
+                                 const void *aux, int64_t ldaux)
 {
+    int bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     cuda_state *st = kn_cuda_st(c);
     for (int i = 0; i < st->n_plans; i++) {
         cuda_gemm_plan *p = &st->plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->bias == bias &&
+        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->epi == epi &&
             p->lda == lda && p->ldb == ldb && p->ldd == ldd && p->dt_ab == dt_ab && p->dt_d == dt_d &&
-            p->align == align)
+            p->align == align && p->ldaux == ldaux)
             return p;
     }
     if (st->n_plans == st->cap_plans) {
@@ -89,23 +103,28 @@ static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb,
         st->plans = (cuda_gemm_plan *)np;
         st->cap_plans = cap;
     }
-    cuda_gemm_plan p = {m,     n,     k,        ta,   tb,      bias,    lda, ldb,
-                        ldd,   dt_ab, dt_d,     align, nullptr, nullptr, nullptr, nullptr, {}};
+    cuda_gemm_plan p = {m,   n,     k,     ta, tb,      epi,     lda,     ldb,     ldd, dt_ab,
+                        dt_d, ldaux, align, 1,  nullptr, nullptr, nullptr, nullptr, {}};
     cudaDataType_t tab = lt_type(dt_ab), td = lt_type(dt_d);
     int32_t bias_type = CUDA_R_32F;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t lt_epi = (cublasLtEpilogue_t)epi;
     uint64_t ws = st->lt_ws_bytes;
     cublasLtMatmulPreference_t pref = nullptr;
-    cublasLtMatmulHeuristicResult_t h;
+    cublasLtMatmulHeuristicResult_t h = {};
     int got = 0;
     int ok = lt_ok(c, cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc") &&
              lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
                                                      sizeof opa), "transa") &&
              lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
                                                      sizeof opb), "transb") &&
-             lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                     sizeof epi), "epilogue") &&
+             lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt_epi,
+                                                     sizeof lt_epi), "epilogue") &&
+             (!aux ||
+              (lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                       &aux, sizeof aux), "aux pointer") &&
+               lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                       &ldaux, sizeof ldaux), "aux ld"))) &&
              (!bias || td == CUDA_R_32F ||
               lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                       &bias_type, sizeof bias_type), "bias type")) &&
@@ -130,11 +149,19 @@ static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb,
              lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
                           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof align),
                    "alignment D") &&
-             lt_ok(c, cublasLtMatmulAlgoGetHeuristic(st->lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &h,
-                                                     &got), "heuristic");
+             1;
+    cublasStatus_t hs = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (ok)
+        hs = cublasLtMatmulAlgoGetHeuristic(st->lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &h, &got);
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
-    if (ok && got < 1) {
+    int refused = ok && (hs != CUBLAS_STATUS_SUCCESS || got < 1);
+    if (refused && aux) {
+        p.fused = 0; /* the caller's unfused path, from now on without asking */
+        ok = 0;
+    } else if (ok && !lt_ok(c, hs, "heuristic")) {
+        ok = 0;
+    } else if (refused) {
         kn_fail(c, TY_EIO, "cuBLASLt has no algorithm for %dx%dx%d (%s operands, %s result)", m, n, k,
                 kn_dtype_name((kn_dtype)dt_ab), kn_dtype_name((kn_dtype)dt_d));
         ok = 0;
@@ -148,28 +175,46 @@ static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb,
             cublasLtMatrixLayoutDestroy(p.b);
         if (p.d)
             cublasLtMatrixLayoutDestroy(p.d);
-        return nullptr;
+        if (p.fused)
+            return nullptr;
+        p.op = nullptr, p.a = p.b = p.d = nullptr;
     }
     p.algo = h.algo;
     st->plans[st->n_plans] = p;
     return &st->plans[st->n_plans++];
 }
 
+int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab, int epi,
+                     const float *bias, const void *aux, int64_t ldaux, int m, int n, int k, int ta,
+                     int tb, int lda, int ldb, int ldd, float beta)
+{
+    cuda_state *st = kn_cuda_st(c);
+    cuda_gemm_plan *p = gemm_plan(c, m, n, k, ta, tb, epi, lda, ldb, ldd, dt_ab, dt_d,
+                                  ptr_align(A, B, D, bias, aux), aux, aux ? ldaux : 0);
+    if (!p)
+        return -1;
+    if (!p->fused)
+        return 0;
+    if (bias && !lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias, sizeof bias), "bias pointer"))
+        return -1;
+    if (aux && !lt_ok(c, cublasLtMatmulDescSetAttribute(
+                             p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+                      "aux pointer"))
+        return -1;
+    float alpha = 1.0f;
+    return lt_ok(c, cublasLtMatmul(st->lt, p->op, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d,
+                                   &p->algo, st->lt_ws, st->lt_ws_bytes, st->stream), "matmul")
+               ? 1
+               : -1;
+}
+
 void kn_cuda_gemm(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab,
                   const float *bias, int m, int n, int k, int ta, int tb, int lda, int ldb, int ldd,
                   float beta)
 {
-    cuda_state *st = kn_cuda_st(c);
-    cuda_gemm_plan *p = gemm_plan(c, m, n, k, ta, tb, bias != nullptr, lda, ldb, ldd, dt_ab, dt_d,
-                                  ptr_align(A, B, D, bias));
-    if (!p)
-        return;
-    if (bias && !lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                         &bias, sizeof bias), "bias pointer"))
-        return;
-    float alpha = 1.0f;
-    lt_ok(c, cublasLtMatmul(st->lt, p->op, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d,
-                            &p->algo, st->lt_ws, st->lt_ws_bytes, st->stream), "matmul");
+    kn_cuda_gemm_epi(c, D, dt_d, A, B, dt_ab, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
+                     bias, nullptr, 0, m, n, k, ta, tb, lda, ldb, ldd, beta);
 }
 
 /* The fp32 product (kn_matmul_*). */

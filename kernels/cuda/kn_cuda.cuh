@@ -176,6 +176,16 @@ void *kn_cuda_scratch(kn_ctx *c, int slot, size_t bytes);
 void kn_cuda_gemm(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab,
                   const float *bias, int m, int n, int k, int ta, int tb, int lda, int ldb, int ldd,
                   float beta);
+/* cuda_matmul.cu: kn_cuda_gemm with cuBLASLt epilogue epi (a
+ * cublasLtEpilogue_t) and, for the GELU ones, the aux matrix (D's type,
+ * leading dimension ldaux). 1: done; 0: cuBLASLt has no algorithm fusing
+ * this epilogue here (nothing was run, no error: the caller runs its
+ * unfused path); -1: failed (context error set). */
+int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab, int epi,
+                     const float *bias, const void *aux, int64_t ldaux, int m, int n, int k, int ta,
+                     int tb, int lda, int ldb, int ldd, float beta);
+/* cuda_convert.cu: x[n] (fp32 holding dt values) as dt in scratch slot X16. */
+const void *kn_cuda_acts16(kn_ctx *c, kn_dtype dt, const float *x, size_t n);
 /* cuda_matmul.cu: dbias[M] += column sums of dout[N,M] of type dt. */
 void kn_cuda_colsum_acc(kn_ctx *c, float *dbias, const void *dout, int dt, int N, int M);
 

@@ -15,23 +15,101 @@
 #       carried. Also builds trainyard-engine (the CUDA backend linked in,
 #       the CUDA runtime static, cuBLASLt dlopened) and carries it with
 #       bench/engine-gpu/bench.py. Copies this script to OUT.
-#   OUT/run.sh gpu OUT [SECONDS]  (on the GPU machine)
-#       runs the table against `cuda` at CI's shapes (scale 1) and at
-#       larger ones (scale 8: T up to 560, C up to 1624, V 8008), each
-#       group under a timeout, and writes OUT/results/summary.txt: the
-#       device line, every op's max abs / rel error against the CPU, and
-#       PASS/FAIL per group; then bench/engine-gpu (GPT-2 124M and Llama
-#       1B at T = 1024, bf16, largest batch that fits: tokens/s, MFU, peak
-#       device memory) in what is left of the budget, into the same
-#       summary and OUT/results/bench.json. Exit status 0 only if every
-#       group passed and the benchmark ran.
+#       Also computes the PyTorch reference of the model check here
+#       (make_ref.py in the tests/hf venv, HF_VENV, default
+#       build-test/hf-venv: transformers' small GPT-2 and Llama, PyTorch
+#       fp32 losses) into OUT/ref, and carries model_check.py.
+#   OUT/run.sh gpu OUT [SECONDS]  (on the GPU machine; SECONDS default 420,
+#       the whole run stays under it plus unpacking: < 8 minutes)
+#       1. the kernel table against `cpu` at CI's shapes (scale 1) and at
+#          larger ones (scale 8: T up to 560, C up to 1624, V 8008), each
+#          group under a timeout, within 45% of the budget: every op's max
+#          abs / rel error, PASS/FAIL per group;
+#       2. model_check.py within 25%: the engine with backend cuda against
+#          the PyTorch losses in fp32 (tolerance 2e-4) and bf16 (1e-2) for
+#          GPT-2 and Llama, and resume on the GPU (SIGTERM after the first
+#          step, resume, losses and exported weights identical to the
+#          uninterrupted run);
+#       3. bench/engine-gpu in what is left (GPT-2 124M and Llama 1B at
+#          T = 1024, bf16, largest batch that fits: tokens/s, MFU, peak
+#          device memory; OUT/results/bench.json);
+#       writing OUT/results/summary.txt: the device line, one PASS / FAIL
+#       line per check with its numbers, and the overall verdict. Exit 0
+#       only if every check passed.
+#   run.sh dry OUT BUILD  (here, ctest gpu.run_dry)
+#       every step of `gpu` on the emulated backend with BUILD's binaries
+#       (test_kernels_device on cuda-emu for two small groups,
+#       trainyard-engine-emu for the model check and bench.py --dry), the
+#       reference made here with fewer steps: proves the script, measures
+#       nothing.
 #
-# What it does not run yet: the PyTorch-reference model test on the GPU,
-# resume on the GPU, llm.c's train_gpt2cu side by side. Figures from this
-# script are the only GPU figures that may be quoted.
+# Not here: llm.c's train_gpt2cu side by side (not packaged anywhere this
+# machine can reach; docs/benchmarks.md says what to run on a GPU machine).
+# Figures from `gpu` are the only GPU figures that may be quoted.
 set -uo pipefail
 mode=${1:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# checks RES TABLE BACKEND SCALES GROUPS ENGINE BIN REF LIMIT DRY DEVICE —
+# the three parts of `gpu` (and of `dry`), PASS / FAIL lines into
+# RES/summary.txt; exits with the verdict.
+checks() {
+  local res=$1 table=$2 backend=$3 scales=$4 groups=$5 engine=$6 bin=$7 ref=$8 limit=$9
+  local dry=${10} device=${11}
+  local sum="$res/summary.txt" start fail=0 left rc log
+  mkdir -p "$res"
+  start=$(date +%s)
+  { date -u; echo "device: $device"; echo "budget: $limit s"; } >"$sum"
+  elapsed() { echo $(($(date +%s) - start)); }
+  # 1. the kernel table, within 45% of the budget
+  for scale in $scales; do
+    for g in $groups; do
+      left=$((limit * 45 / 100 - $(elapsed)))
+      if [ "$left" -lt 10 ]; then
+        echo "FAIL table.$g.s$scale: time budget spent" >>"$sum"
+        fail=1
+        continue
+      fi
+      log="$res/$g.s$scale.log"
+      timeout "$left" "$table" "$g" "$backend" "$scale" >"$log" 2>&1
+      rc=$?
+      grep -E '^(device: |op=|open: )' "$log" | sed "s/^/[s$scale] /" >>"$sum"
+      if [ "$rc" -eq 0 ]; then echo "PASS table.$g.s$scale" >>"$sum"; else
+        echo "FAIL table.$g.s$scale (rc $rc): $(grep -m3 FAIL "$log" | tr '\n' ' ')" >>"$sum"
+        fail=1
+      fi
+    done
+  done
+  # 2. PyTorch reference (fp32, bf16) and resume, within 25% more
+  left=$((limit * 70 / 100 - $(elapsed)))
+  if [ "$left" -ge 20 ]; then
+    python3 "$bin/model_check.py" "$engine" "$ref" "$res/model" $dry --budget "$left" \
+      >"$res/model.log" 2>&1 || fail=1
+    grep -E '^(PASS|FAIL) ' "$res/model.log" >>"$sum"
+    grep -q -E '^PASS ' "$res/model.log" || { echo "FAIL model: $(tail -3 "$res/model.log" | tr '\n' ' ')" >>"$sum"; fail=1; }
+  else
+    echo "FAIL model: time budget spent" >>"$sum"
+    fail=1
+  fi
+  # 3. the benchmark in what is left
+  left=$((limit - $(elapsed)))
+  if [ "$left" -ge 30 ]; then
+    if python3 "$bin/bench.py" "$engine" $dry --budget "$((left - 10))" --out "$res/bench.json" \
+      >"$res/bench.log" 2>&1; then
+      echo "PASS bench: $(tr '\n' ' ' <"$res/bench.log")" >>"$sum"
+    else
+      echo "FAIL bench: $(tail -3 "$res/bench.log" | tr '\n' ' ')" >>"$sum"
+      fail=1
+    fi
+  else
+    echo "FAIL bench: time budget spent" >>"$sum"
+    fail=1
+  fi
+  echo "elapsed $(elapsed) s" >>"$sum"
+  if [ "$fail" -eq 0 ]; then echo "RESULT PASS" >>"$sum"; else echo "RESULT FAIL" >>"$sum"; fi
+  cat "$sum"
+  exit $fail
+}
 
 case "$mode" in
 build)
@@ -47,7 +125,12 @@ build)
     >>"$bdir/gpu-build.log" 2>&1 || { tail -30 "$bdir/gpu-build.log"; exit 1; }
   mkdir -p "$out/bin" "$out/stage"
   cp "$bdir/bin/test_kernels_device_gpu" "$bdir/bin/trainyard-engine" "$out/bin/"
-  cp "$src/bench/engine-gpu/bench.py" "$out/bin/"
+  cp "$src/bench/engine-gpu/bench.py" "$here/model_check.py" "$out/bin/"
+  # The PyTorch side of the model check, here (no PyTorch on the GPU).
+  venv=${HF_VENV:-$src/build-test/hf-venv}
+  [ -x "$venv/bin/python" ] || { echo "no tests/hf venv at $venv (ctest -R hf.venv makes it)"; exit 1; }
+  "$venv/bin/python" "$here/make_ref.py" "$out/ref" >"$bdir/make_ref.log" 2>&1 ||
+    { tail -20 "$bdir/make_ref.log"; exit 1; }
   # Every resolved library except the C runtime's own, the GPU driver and
   # cuBLASLt (550 MB: the GPU image has it, in its PyTorch environment's
   # nvidia-cublas; the gpu phase finds it there). xz keeps what travels
@@ -67,51 +150,35 @@ build)
 gpu)
   out=${2:?usage: run.sh gpu OUT [SECONDS]}
   limit=${3:-420}
-  res="$out/results"
-  mkdir -p "$res" "$out/lib"
+  mkdir -p "$out/lib"
   tar -C "$out/lib" -xJf "$out/libs.tar.xz"
   lt=$(find /opt /usr -name 'libcublasLt.so.13' 2>/dev/null | head -1)
   [ -n "$lt" ] || { echo "no libcublasLt.so.13 on this machine" >&2; exit 1; }
   export LD_LIBRARY_PATH="$out/lib:$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  sum="$res/summary.txt"
-  : >"$sum"
-  { date -u; nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader 2>&1; } >>"$sum"
-  start=$(date +%s)
-  fail=0
-  for scale in 1 8; do
-    for g in context elementwise activations adamw embedding norm matmul rope attention crossentropy convert nf4; do
-      left=$((limit - ($(date +%s) - start)))
-      if [ "$left" -lt 10 ]; then
-        echo "SKIP $g scale $scale: time budget spent" >>"$sum"
-        fail=1
-        continue
-      fi
-      log="$res/$g.s$scale.log"
-      timeout "$left" "$out/bin/test_kernels_device_gpu" "$g" cuda "$scale" >"$log" 2>&1
-      rc=$?
-      grep -E '^(device: |op=|open: )' "$log" | sed "s/^/[s$scale] /" >>"$sum"
-      if [ "$rc" -eq 0 ]; then echo "PASS $g scale $scale" >>"$sum"; else
-        echo "FAIL $g scale $scale (rc $rc)" >>"$sum"
-        grep -m5 FAIL "$log" >>"$sum"
-        fail=1
-      fi
-    done
-  done
-  left=$((limit - ($(date +%s) - start)))
-  if [ "$left" -ge 60 ]; then
-    echo "bench/engine-gpu ($left s left):" >>"$sum"
-    TY_CUBLASLT="$lt" python3 "$out/bin/bench.py" "$out/bin/trainyard-engine" --budget "$((left - 10))" \
-      --out "$res/bench.json" >>"$sum" 2>&1 || fail=1
-  else
-    echo "SKIP bench/engine-gpu: time budget spent" >>"$sum"
-    fail=1
-  fi
-  echo "elapsed $(( $(date +%s) - start )) s" >>"$sum"
-  cat "$sum"
-  exit $fail
+  export TY_CUBLASLT="$lt"
+  device=$(nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader 2>&1)
+  checks "$out/results" "$out/bin/test_kernels_device_gpu" cuda "1 8" \
+    "context elementwise activations adamw embedding norm matmul matmul_gelu rope attention crossentropy convert nf4" \
+    "$out/bin/trainyard-engine" "$out/bin" "$out/ref" "$limit" "" "$device"
+  ;;
+dry)
+  out=${2:?usage: run.sh dry OUT BUILD}
+  build=$(cd "${3:?usage: run.sh dry OUT BUILD}" && pwd)
+  src=$(cd "$here/../.." && pwd)
+  venv=${HF_VENV:-$build/hf-venv}
+  rm -rf "$out"
+  mkdir -p "$out/bin"
+  cp "$here/model_check.py" "$src/bench/engine-gpu/bench.py" "$out/bin/"
+  bash "$src/tests/hf/hfpy.sh" "$venv" "$here/make_ref.py" "$out/ref" 2 1 8 >"$out/make_ref.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 77 ] && { cat "$out/make_ref.log"; exit 77; }
+  [ "$rc" -eq 0 ] || { echo "make_ref.py failed:"; tail -20 "$out/make_ref.log"; exit 1; }
+  checks "$out/results" "$build/bin/test_kernels_device" cuda-emu 1 "context matmul_gelu" \
+    "$build/bin/trainyard-engine-emu" "$out/bin" "$out/ref" "${DRY_SECONDS:-500}" --dry \
+    "cuda-emu on $(uname -m) (no GPU: nothing measured)"
   ;;
 *)
-  echo "usage: run.sh build OUT | run.sh gpu OUT [SECONDS]" >&2
+  echo "usage: run.sh build OUT | run.sh gpu OUT [SECONDS] | run.sh dry OUT BUILD" >&2
   exit 2
   ;;
 esac

@@ -10,9 +10,12 @@
 #include <vector>
 
 #include "../kn_cuda16.cuh" /* the same bf16 / fp16 rounding as the kernels */
+#include "../kn_gelu.cuh"   /* and the same GELU */
 
 using kn_cuda_emu_ns::from_bf16;
 using kn_cuda_emu_ns::from_f16;
+using kn_cuda_emu_ns::kn_gelu;
+using kn_cuda_emu_ns::kn_gelu_grad;
 using kn_cuda_emu_ns::to_bf16;
 using kn_cuda_emu_ns::to_f16;
 
@@ -35,7 +38,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
 {
     if (ct != CUBLAS_COMPUTE_32F || st != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    *d = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1};
+    *d = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1, nullptr, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
@@ -60,9 +63,21 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
         if (size != sizeof(cublasLtEpilogue_t))
             return CUBLAS_STATUS_INVALID_VALUE;
         d->epi = *(const cublasLtEpilogue_t *)buf;
-        return d->epi == CUBLASLT_EPILOGUE_DEFAULT || d->epi == CUBLASLT_EPILOGUE_BIAS
+        return d->epi == CUBLASLT_EPILOGUE_DEFAULT || d->epi == CUBLASLT_EPILOGUE_BIAS ||
+                       d->epi == CUBLASLT_EPILOGUE_GELU_AUX ||
+                       d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d->epi == CUBLASLT_EPILOGUE_DGELU
                    ? CUBLAS_STATUS_SUCCESS
                    : CUBLAS_STATUS_NOT_SUPPORTED;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        if (size != sizeof(void *))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        d->aux = *(const void *const *)buf;
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        if (size != sizeof(int64_t))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        d->aux_ld = *(const int64_t *)buf;
+        return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
         if (size != sizeof(void *))
             return CUBLAS_STATUS_INVALID_VALUE;
@@ -135,6 +150,16 @@ static void op_shape(const emu_lt_layout *l, cublasOperation_t op, uint64_t *r, 
     *c = op == CUBLAS_OP_N ? l->cols : l->rows;
 }
 
+static bool has_bias(cublasLtMatmulDesc_t d)
+{
+    return d->epi == CUBLASLT_EPILOGUE_BIAS || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+static bool has_aux(cublasLtMatmulDesc_t d)
+{
+    return d->epi == CUBLASLT_EPILOGUE_GELU_AUX || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+           d->epi == CUBLASLT_EPILOGUE_DGELU;
+}
+
 static cublasStatus_t check_shapes(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                    cublasLtMatrixLayout_t dl)
@@ -149,7 +174,10 @@ static cublasStatus_t check_shapes(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_
     if (a->type != b->type || c->type != dl->type ||
         (dl->type != CUDA_R_32F && dl->type != a->type))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_type != CUDA_R_32F && dl->type != CUDA_R_32F)
+    /* The GELU input matrix: D's shape and type, ld a multiple of 8. */
+    if (has_aux(d) && (d->aux_ld < (int64_t)dl->rows || d->aux_ld % 8))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (has_bias(d) && d->bias_type != CUDA_R_32F && dl->type != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED; /* a 16-bit bias is not modelled */
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -186,7 +214,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         return s;
     if (C != D) /* out of place is legal in cuBLASLt but unused here */
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (d->epi == CUBLASLT_EPILOGUE_BIAS && !d->bias)
+    if ((has_bias(d) && !d->bias) || (has_aux(d) && !d->aux))
         return CUBLAS_STATUS_INVALID_VALUE;
     uint64_t m, k, n, kb;
     op_shape(Al, d->ta, &m, &k);
@@ -217,12 +245,30 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                 for (uint64_t i = 0; i < m; i++)
                     out[j * Dl->ld + i] = be == 0.0f ? 0.0f : be * out[j * Dl->ld + i];
     }
-    if (d->epi == CUBLASLT_EPILOGUE_BIAS) {
+    if (has_bias(d)) {
         const float *bias = (const float *)d->bias;
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t i = 0; i < m; i++)
                 out[j * Dl->ld + i] += bias[i];
     }
+    if (has_aux(d)) /* GELU after the bias: aux keeps its input; DGELU reads it */
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) {
+                float &v = out[j * Dl->ld + i];
+                size_t a = j * (size_t)d->aux_ld + i;
+                if (d->epi == CUBLASLT_EPILOGUE_DGELU) {
+                    float g = Dl->type == CUDA_R_32F ? ((const float *)d->aux)[a]
+                              : Dl->type == CUDA_R_16BF ? from_bf16(((const uint16_t *)d->aux)[a])
+                                                        : from_f16(((const uint16_t *)d->aux)[a]);
+                    v *= kn_gelu_grad(g);
+                    continue;
+                }
+                if (Dl->type == CUDA_R_32F)
+                    ((float *)d->aux)[a] = v;
+                else
+                    ((uint16_t *)d->aux)[a] = Dl->type == CUDA_R_16BF ? to_bf16(v) : to_f16(v);
+                v = kn_gelu(v);
+            }
     if (Dl->type != CUDA_R_32F) {
         uint16_t *d16 = (uint16_t *)D;
         for (uint64_t j = 0; j < n; j++)

@@ -8,7 +8,11 @@
  * of 16-bit values is exact in fp32, so only the summation order differs
  * from a GPU's tensor cores), C/D fp32 or, with 16-bit A/B, of their type
  * (the fp32 result rounded to nearest-even, as cuBLASLt's epilogue
- * does); the bias fp32. Anything else is CUBLAS_STATUS_NOT_SUPPORTED, so a
+ * does); the bias fp32. The GELU epilogues are modelled as cuBLASLt
+ * documents them: GELU_AUX(_BIAS) stores the (biased) product in the aux
+ * matrix (D's type) and D = GELU of the fp32 value; DGELU multiplies the
+ * product by GELU'(aux); the aux leading dimension must be a multiple of
+ * 8 and at least D's rows. Anything else is CUBLAS_STATUS_NOT_SUPPORTED, so a
  * kernel that asks for more than the emulation models fails loudly. */
 #ifndef TY_EMU_CUBLASLT_H
 #define TY_EMU_CUBLASLT_H
@@ -24,12 +28,20 @@ typedef enum {
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
-typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+typedef enum {
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_GELU_AUX = 160,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+    CUBLASLT_EPILOGUE_DGELU = 192
+} cublasLtEpilogue_t;
 typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSA = 3,
     CUBLASLT_MATMUL_DESC_TRANSB = 4,
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
 } cublasLtMatmulDescAttributes_t;
 typedef enum {
@@ -45,7 +57,9 @@ typedef struct emu_lt_desc {
     cublasOperation_t ta, tb;
     cublasLtEpilogue_t epi;
     const void *bias;
-    int bias_type; /* -1: D's type (cuBLASLt's default) */
+    int bias_type;   /* -1: D's type (cuBLASLt's default) */
+    const void *aux; /* GELU input: written by GELU_AUX*, read by DGELU; D's type */
+    int64_t aux_ld;
 } * cublasLtMatmulDesc_t;
 typedef struct emu_lt_layout {
     cudaDataType_t type;

@@ -1,0 +1,63 @@
+/* cpu_matmul_gelu.c — the linear + GELU pair as one op: the reference
+ * semantics of kn_matmul_gelu_fwd / kn_matmul_dgelu.
+ *
+ * On a GPU the pair is one cuBLASLt call (the GELU in the GEMM epilogue,
+ * its input kept as the aux output; the backward's GELU derivative in the
+ * epilogue of the next layer's dx product). Here it is the unfused ops in
+ * the order the engine ran them before the fusion, with its rounding
+ * points for 16-bit weights, so an fp32 or 16-bit CPU run computes the
+ * same bits with and without the fused op: the CPU is the reference the
+ * emulated and real cuBLASLt epilogues are tested against. */
+#include "cpu.h"
+
+static int types_ok(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, const char *op)
+{
+    if ((dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && (out_dt == KN_F32 || out_dt == dt))
+        return 1;
+    kn_fail(c, TY_EINVAL, "%s: weight dtype %s with %s output (the output is f32 or the weight's)",
+            op, kn_dtype_name(dt), kn_dtype_name(out_dt));
+    return 0;
+}
+
+void cpu_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, void *pre,
+                         const float *x, const void *w, const float *bias, int N, int K, int M)
+{
+    if (N <= 0 || M <= 0 || !types_ok(c, dt, out_dt, "matmul_gelu_fwd")) return;
+    size_t n = (size_t)N * M;
+    if (out_dt == KN_F32) {
+        if (dt == KN_F32)
+            cpu_matmul_fwd(c, pre, x, w, bias, N, K, M);
+        else
+            cpu_matmul16_fwd(c, dt, KN_F32, KN_F32, pre, x, w, bias, N, K, M);
+        const float *g = pre;
+        if (dt != KN_F32) { /* GELU of pre as dt holds it: rounded in out, then in place */
+            cpu_copy(c, out, pre, n);
+            cpu_round(c, out, n, dt);
+            g = out;
+        }
+        cpu_gelu_fwd(c, KN_F32, out, g, n);
+        return;
+    }
+    /* 16-bit pre and out (out_dt == dt): pre is the product rounded to dt;
+     * out is GELU of those values, rounded (the typed kn_gelu_fwd). */
+    cpu_matmul16_fwd(c, dt, dt, KN_F32, pre, x, w, bias, N, K, M);
+    cpu_gelu_fwd(c, dt, out, pre, n);
+}
+
+void cpu_matmul_dgelu(kn_ctx *c, kn_dtype dt, float *dpre, float *dbias, const float *dout,
+                      const void *w, const float *pre, int N, int K, int M)
+{
+    if (N <= 0 || K <= 0 || !types_ok(c, dt, KN_F32, "matmul_dgelu")) return;
+    size_t n = (size_t)N * K;
+    /* dact = dout w into dpre (x is unused without dw: pre stands in). */
+    cpu_zero(c, dpre, n);
+    if (dt == KN_F32)
+        cpu_matmul_bwd(c, dpre, NULL, NULL, dout, pre, w, N, K, M);
+    else
+        cpu_matmul16_bwd(c, dt, KN_F32, KN_F32, dpre, NULL, NULL, dout, pre, w, N, K, M);
+    cpu_round(c, dpre, n, dt);
+    cpu_gelu_bwd_write(c, dpre, dpre, pre, n);
+    cpu_round(c, dpre, n, dt);
+    if (dbias) /* the column sums, in the row order kn_matmul_bwd uses */
+        cpu_matmul_bwd(c, NULL, NULL, dbias, dpre, NULL, NULL, N, 0, K);
+}

@@ -1,0 +1,118 @@
+/* cuda_matmul_gelu.cu — the linear + GELU pair in cuBLASLt's epilogue.
+ *
+ * Forward: out = gelu(x w^T + b) is one cublasLtMatmul with the
+ * GELU_AUX_BIAS epilogue (GELU_AUX without a bias): D = out, and the GELU
+ * input -- the pre-activation the backward needs -- is written as the aux
+ * matrix, so the [N, M] pre-activation is not read back by a second kernel.
+ * Backward: dpre = (dout w) * gelu'(pre) is the next linear's dx product
+ * with the DGELU epilogue reading pre as aux: again no separate pass.
+ * The column-major view is cuda_matmul.cu's (D = out^T, M x N, ld M), so
+ * aux is pre^T with ld M (forward) or K (backward).
+ *
+ * Where cuBLASLt does not fuse (its rule: the aux leading dimension is a
+ * multiple of 8; and any type / architecture combination its heuristic
+ * refuses, remembered per shape by the plan cache), the same op runs as
+ * the GEMM (bias epilogue) plus one elementwise kernel: the documented
+ * fallback, which is also the reference semantics' rounding for 16-bit
+ * weights (kernels.h). The bias gradient of the backward is not cuBLASLt's
+ * BGRAD: BGRAD overwrites its vector, our gradients accumulate across
+ * micro-batches, and an extra K-vector + add would buy little over
+ * kn_cuda_colsum_acc (one deterministic pass over dpre, no atomics). */
+#include "kn_cuda.cuh"
+#include "kn_cuda16.cuh"
+#include "kn_gelu.cuh"
+
+namespace KN_NS {
+
+__device__ __forceinline__ float round_to(float v, int dt)
+{
+    return dt == KN_BF16 ? from_bf16(to_bf16(v)) : dt == KN_F16 ? from_f16(to_f16(v)) : v;
+}
+
+/* out = gelu(pre) in dt_io (fp32 or 16-bit), pre read rounded to dt_round. */
+__global__ void k_gelu_of(void *out, const void *pre, int dt_io, int dt_round, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = kn_gelu(round_to(load_as_f32(pre, dt_io, i), dt_round));
+        if (dt_io == KN_F32)
+            ((float *)out)[i] = g;
+        else
+            ((uint16_t *)out)[i] = dt_io == KN_BF16 ? to_bf16(g) : to_f16(g);
+    }
+}
+
+/* dpre = round(round(dact) * gelu'(pre)), in place on dact = dpre. */
+__global__ void k_dgelu_mul(float *dpre, const float *pre, int dt_round, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dpre[i] = round_to(round_to(dpre[i], dt_round) * kn_gelu_grad(pre[i]), dt_round);
+}
+
+static int types_ok(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, const char *op)
+{
+    if ((dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && (out_dt == KN_F32 || out_dt == dt))
+        return 1;
+    kn_fail(c, TY_EINVAL, "%s: weight dtype %s with %s output (the output is f32 or the weight's)",
+            op, kn_dtype_name(dt), kn_dtype_name(out_dt));
+    return 0;
+}
+
+/* cuBLASLt's aux matrix rules: ld a multiple of 8, 16-byte aligned. */
+static int aux_ok(const void *aux, int ld)
+{
+    return ld % 8 == 0 && (uintptr_t)aux % 16 == 0;
+}
+
+void cuda_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, void *pre,
+                          const float *x, const void *w, const float *bias, int N, int K, int M)
+{
+    if (N <= 0 || M <= 0 || !types_ok(c, dt, out_dt, "matmul_gelu_fwd"))
+        return;
+    const void *B = x; /* x as the GEMM's operand: fp32, or its dt copy */
+    if (dt != KN_F32 && K > 0 && !(B = kn_cuda_acts16(c, dt, x, (size_t)N * K)))
+        return;
+    int epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (K > 0 && aux_ok(pre, M)) {
+        int r = kn_cuda_gemm_epi(c, out, out_dt, w, B, dt, epi, bias, pre, M, M, N, K, 1, 0, K, K, M,
+                                 0.0f);
+        if (r)
+            return; /* done, or failed with the context's error set */
+    }
+    if (K > 0)
+        kn_cuda_gemm(c, pre, out_dt, w, B, dt, bias, M, N, K, 1, 0, K, K, M, 0.0f);
+    else /* an empty product: pre = bias (matmul_fwd's rule) */
+        cuda_matmul16_fwd(c, dt, out_dt, KN_F32, pre, x, w, bias, N, K, M);
+    size_t n = (size_t)N * M;
+    KN_LAUNCH(k_gelu_of, kn_blocks(n, 256), 256, 0, c, out, pre, (int)out_dt, (int)dt, n);
+}
+
+void cuda_matmul_dgelu(kn_ctx *c, kn_dtype dt, float *dpre, float *dbias, const float *dout,
+                       const void *w, const float *pre, int N, int K, int M)
+{
+    if (N <= 0 || K <= 0 || !types_ok(c, dt, KN_F32, "matmul_dgelu"))
+        return;
+    size_t n = (size_t)N * K;
+    if (M <= 0) { /* an empty product: dpre = 0 */
+        cuda_zero(c, dpre, n);
+        return;
+    }
+    const void *B = dout;
+    if (dt != KN_F32 && !(B = kn_cuda_acts16(c, dt, dout, (size_t)N * M)))
+        return;
+    /* dpre^T[K,N] = w^T[K,M] dout^T[M,N]: A = w as K x M col-major (matmul_bwd's dx). */
+    int r = 0;
+    if (aux_ok(pre, K) &&
+        (r = kn_cuda_gemm_epi(c, dpre, KN_F32, w, B, dt, CUBLASLT_EPILOGUE_DGELU, nullptr, pre, K, K,
+                              N, M, 0, 0, K, M, K, 0.0f)) < 0)
+        return;
+    if (!r) {
+        kn_cuda_gemm(c, dpre, KN_F32, w, B, dt, nullptr, K, N, M, 0, 0, K, M, K, 0.0f);
+        KN_LAUNCH(k_dgelu_mul, kn_blocks(n, 256), 256, 0, c, dpre, pre, (int)dt, n);
+    }
+    if (dbias)
+        kn_cuda_colsum_acc(c, dbias, dpre, KN_F32, N, K);
+}
+
+} // namespace KN_NS
