@@ -1,16 +1,12 @@
 /* db_ops.h — the queries of issue 15's operations features: changing a
  * waiting job (PATCH), the usage ledger, the webhook outbox and token
  * names. Kept apart from db.h's core so each concern stays small; they
- * share the one SQLite handle of a db (db_sqlite). */
+ * share the handle and the SQL helpers of db_int.h. */
 #ifndef TY_DB_OPS_H
 #define TY_DB_OPS_H
 
 #include <stddef.h>
 #include "db.h"
-
-struct sqlite3;
-/* The handle's SQLite connection (for db_ops.c only). */
-struct sqlite3 *db_sqlite(db *d);
 
 /* ---- PATCH /jobs/{id} ---------------------------------------------------- */
 

@@ -1161,7 +1161,7 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         RND(a->q, (size_t)N * 3 * C);
         /* atty[N,C] = causal attention over heads of the fused rows */
         kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C,
-                         3 * C);
+                         3 * C, 0.0f, 0.0f, 0);
     } else {
         /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
         kn_rmsnorm_fwd(k, KN_F32, a->ln1, a->ln1_rstd, x, W(m, L->ln1_w), N, C, c->norm_eps);
@@ -1199,7 +1199,8 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         model_rope(m, a->k, B, T, Hkv, KD, 0, 0);
         RND(a->q, (size_t)N * QD);
         RND(a->k, (size_t)N * KD);
-        kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD);
+        kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD,
+                         0.0f, 0.0f, 0);
     }
     RND(a->atty, (size_t)N * QD);
     /* res2[N,C] = x + atty Wo^T + bo */
@@ -1271,7 +1272,7 @@ double model_forward(model *m, const int32_t *inputs, const int32_t *targets, in
 {
     int N = B * T;
     forward_logits(m, inputs, targets, B, T);
-    kn_crossentropy_fwd(m->kn, m->dt, m->losses, m->logits, m->targets, N, m->cfg.vocab);
+    kn_crossentropy_fwd(m->kn, m->dt, m->losses, m->logits, m->targets, N, m->cfg.vocab, 0.0f);
     return kn_sum(m->kn, m->losses, (size_t)N);
 }
 
@@ -1386,7 +1387,7 @@ static void backward_from_logits(model *m, int B, int T)
         if (gpt2) {
             kn_zero(k, m->dq, (size_t)N * 3 * C);
             kn_attention_bwd(k, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
-                             a->v, B, T, Hq, Hq, D, 3 * C, 3 * C);
+                             a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f, 0);
             RND(m->dq, (size_t)N * 3 * C);
             mm_bwd(m, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, L->attn_w, N, C,
                    3 * C);
@@ -1399,7 +1400,7 @@ static void backward_from_logits(model *m, int B, int T)
             kn_zero(k, m->dk, (size_t)N * KD);
             kn_zero(k, m->dv, (size_t)N * KD);
             kn_attention_bwd(k, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
-                             a->v, B, T, Hq, Hkv, D, QD, KD);
+                             a->v, B, T, Hq, Hkv, D, QD, KD, 0.0f, 0.0f, 0);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
             RND(m->dv, (size_t)N * KD);
@@ -1458,7 +1459,7 @@ void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t 
     forward_logits(m, inputs, targets, B, T);
     /* losses[N] and dlogits[N,V] in one pass; dlogits overwrite the logits */
     kn_crossentropy_fwd_bwd(m->kn, m->dt, losses, m->logits, m->logits, m->targets, N, m->cfg.vocab,
-                            scale);
+                            scale, 0.0f);
     backward_from_logits(m, B, T);
 }
 
@@ -1468,7 +1469,7 @@ double model_forward_backward(model *m, const int32_t *inputs, const int32_t *ta
     int N = B * T;
     forward_logits(m, inputs, targets, B, T);
     kn_crossentropy_fwd_bwd(m->kn, m->dt, m->losses, m->logits, m->logits, m->targets, N,
-                            m->cfg.vocab, scale);
+                            m->cfg.vocab, scale, 0.0f);
     double sum = kn_sum(m->kn, m->losses, (size_t)N); /* before the backward reuses the arena */
     backward_from_logits(m, B, T);
     return sum;

@@ -211,11 +211,18 @@ KN_OPS(KN_PROTO)
  *   row stride ldkv (Hq % Hkv == 0; query head h uses kv head h/(Hq/Hkv)),
  *   so GPT-2's fused qkv [B, T, 3C] is q = qkv, k = qkv + C, v = qkv + 2C,
  *   ldq = ldkv = 3C. out: [B, T, Hq, D] contiguous. lse: [B, Hq, T], the
- *   log-sum-exp of each row's scaled scores (scale 1/sqrt(D)) — all the
- *   backward needs besides out; no T x T matrix is kept.
+ *   log-sum-exp of each row's scores — all the backward needs besides
+ *   out; no T x T matrix is kept. Scores are s_ij = scale q_i . k_j
+ *   (scale 0 means 1/sqrt(D); Gemma passes query_pre_attn_scalar^-1/2),
+ *   then, when softcap > 0, cap * tanh(s_ij / cap) (Gemma 2's
+ *   attn_logit_softcapping). Row i sees keys j <= i, and with window > 0
+ *   only those with i - j < window (sliding-window layers, transformers'
+ *   mask). softcap 0 and window 0 are off.
  * kn_attention_bwd: dq, dk, dv in the layouts/strides of q, k, v
- *   (accumulates), from dout, the forward's out and lse, and q, k, v;
- *   probabilities are recomputed tile by tile.
+ *   (accumulates), from dout, the forward's out and lse, and q, k, v, with
+ *   the forward's scale, softcap and window; probabilities are recomputed
+ *   tile by tile, and under a soft-cap dS is multiplied by 1 - tanh^2 of
+ *   the recomputed score.
  *
  * kn_gelu_fwd/bwd: tanh approximation (GPT-2's gelu_new).
  * kn_swiglu_fwd/bwd: out = silu(gate) * up (Llama MLP).
@@ -225,13 +232,20 @@ KN_OPS(KN_PROTO)
  *
  * kn_crossentropy_fwd: losses[N] = -log softmax(logits[n])[targets[n]], 0
  *   where targets[n] == -100 (evaluation). targets: int32, same memory
- *   rules as embedding ids.
+ *   rules as embedding ids. softcap > 0 (Gemma 2's final_logit_softcapping)
+ *   takes the loss on y = cap * tanh(logits / cap) instead, and the
+ *   backward below multiplies the gradient by dy/dlogits = 1 - (y/cap)^2,
+ *   so the capped logits never need a buffer of their own. 0 = off.
+ * kn_softcap: x[n] = cap * tanh(x[n] / cap) in place (cap 0: no-op): the
+ *   capped logits generation and evaluation read.
  * kn_crossentropy_fwd_bwd: the training step's loss: losses as above (may
  *   be NULL) and dlogits[N,V] = (softmax(logits) - onehot(target)) * scale,
  *   0 rows where ignored, in one pass over the logits. OVERWRITES dlogits,
  *   which may alias logits. scale = 1 / (non-ignored targets in the step).
  *   dt: the dtype of logits and dlogits (fp32, or 16-bit: read as fp32,
  *   computed in fp32, dlogits rounded to nearest-even when written).
+ *   softcap as in kn_crossentropy_fwd: dlogits is the gradient with
+ *   respect to the raw (uncapped) logits.
  *
  * kn_master_split: fp32 x[n] -> hi[n] = bf16 round-to-nearest-even of x
  *   and lo[n] = the rest, so hi's bits << 16 plus lo as a signed 16-bit

@@ -96,12 +96,15 @@
     X(void, rope_freq_bwd, (kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,              \
       const float *inv_freq, int pos_offset), (c, dx, B, T, H, D, ld, inv_freq, pos_offset))       \
     X(void, attention_fwd, (kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q,          \
-      const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),      \
-      (c, dt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                                         \
+      const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,       \
+      float scale, float softcap, int window),                                                     \
+      (c, dt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap, window))             \
     X(void, attention_bwd, (kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv,               \
       const float *dout, const void *out, const float *lse, const void *q, const void *k,          \
-      const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv),                     \
-      (c, dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv))                       \
+      const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,         \
+      float softcap, int window),                                                                  \
+      (c, dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap,    \
+      window))                                                                                     \
     /* activations */                                                                              \
     X(void, gelu_fwd, (kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n),                \
       (c, dt, out, x, n))                                                                          \
@@ -117,10 +120,12 @@
       size_t n, float p), (c, dx, dout, mask, n, p))                                               \
     /* loss */                                                                                     \
     X(void, crossentropy_fwd, (kn_ctx *c, kn_dtype dt, float *losses, const void *logits,          \
-      const int32_t *targets, int N, int V), (c, dt, losses, logits, targets, N, V))               \
+      const int32_t *targets, int N, int V, float softcap),                                        \
+      (c, dt, losses, logits, targets, N, V, softcap))                                             \
     X(void, crossentropy_fwd_bwd, (kn_ctx *c, kn_dtype dt, float *losses, void *dlogits,           \
-      const void *logits, const int32_t *targets, int N, int V, float scale),                      \
-      (c, dt, losses, dlogits, logits, targets, N, V, scale))                                      \
+      const void *logits, const int32_t *targets, int N, int V, float scale, float softcap),       \
+      (c, dt, losses, dlogits, logits, targets, N, V, scale, softcap))                             \
+    X(void, softcap, (kn_ctx *c, float *x, size_t n, float cap), (c, x, n, cap))                   \
     /* optimizer */                                                                                \
     X(void, adamw, (kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m,     \
       float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int64_t t),           \

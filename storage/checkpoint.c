@@ -1,4 +1,4 @@
-/* checkpoint.c — moving whole checkpoints (DESIGN.md §6) through a store.
+/* checkpoint.c — moving whole checkpoints (DESIGN §6) through a store.
  *
  * The manifest is the commit record: uploads send every file first and
  * MANIFEST.json last, so a remote checkpoint without a manifest is by

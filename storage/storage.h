@@ -138,7 +138,7 @@ int store_probe(store *s, char *key_out, size_t key_cap, ty_err *err);
 int store_put_dir(store *s, const char *local_dir, const char *remote_prefix, uint64_t *bytes_out,
                   int *files_out, ty_err *err);
 
-/* --- checkpoints (DESIGN.md §6) -------------------------------------------
+/* --- checkpoints (DESIGN §6) -------------------------------------------
  * A checkpoint is a local directory with MANIFEST.json listing its files
  * with byte counts and sha256. */
 

@@ -88,11 +88,11 @@ int main(int argc, char **argv)
     double af = 2.0 * B * H * (double)T * (T + 1) / 2 * D * 2; /* QK^T and PV, causal half */
     TIME("attention_fwd", af, reps,
          kn_attention_fwd(c, KN_F32, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T, H, H, D, 3 * C,
-                          3 * C));
+                          3 * C, 0.0f, 0.0f, 0));
     /* The backward recomputes QK^T: five products of the forward's size, not four. */
     TIME("attention_bwd", 2.5 * af, reps,
          kn_attention_bwd(c, KN_F32, dqkv, dqkv + C, dqkv + 2 * C, ao, ao, lse, qkv, qkv + C,
-                          qkv + 2 * C, B, T, H, H, D, 3 * C, 3 * C));
+                          qkv + 2 * C, B, T, H, H, D, 3 * C, 3 * C, 0.0f, 0.0f, 0));
 
     float *mean = buf(c, N), *rstd = buf(c, N);
     TIME("layernorm_fwd", 0, reps,
@@ -110,9 +110,10 @@ int main(int argc, char **argv)
         tg[n] = (n * 7919) % V;
     double hf = 2.0 * N * C * (double)V;
     TIME("matmul_fwd lm_head 256x50257", hf, reps, kn_matmul_fwd(c, logits, x, lw, NULL, N, C, V));
-    TIME("crossentropy_fwd", 0, reps, kn_crossentropy_fwd(c, KN_F32, losses, logits, tg, N, V));
+    TIME("crossentropy_fwd", 0, reps,
+         kn_crossentropy_fwd(c, KN_F32, losses, logits, tg, N, V, 0.0f));
     TIME("crossentropy_fwd_bwd (fused)", 0, reps,
-         kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, 1.0f / N));
+         kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, 1.0f / N, 0.0f));
     TIME("matmul_bwd lm_head", 2 * hf, reps,
          kn_matmul_bwd(c, dx, dlw, NULL, logits, x, lw, N, C, V));
     size_t np = (size_t)V * C;

@@ -14,7 +14,10 @@
  * kv head run on the same thread, so dk and dv are accumulated by exactly
  * one thread in a fixed order (no atomics, same bits for any thread count).
  * Products are single-threaded sgemm calls; tiles above the diagonal are
- * never computed, so about half of the T x T work is skipped.
+ * never computed, so about half of the T x T work is skipped; with a
+ * sliding window, tiles left of it are skipped too. A soft-cap (Gemma 2)
+ * caps each score in the forward; the backward recomputes the capped
+ * score and multiplies dS by its derivative 1 - tanh^2.
  *
  * 16-bit q, k, v and out (the op's dtype): each head's T x D rows are
  * widened into per-thread fp32 copies (O(T D), still linear in T) and the
@@ -215,27 +218,44 @@ void cpu_rope_freq_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,
  * (backward). */
 #define ATT_BLOCK 64
 
-/* Row i of scores s[0..i] (already scaled) -> probabilities in place;
- * returns the row's log-sum-exp, the one number the backward needs to
- * rebuild the row (P_ij = exp(s_ij - lse_i)). */
-CPU_HOT static float softmax_causal_row(float *s, int i)
+/* The two Gemma options (kernels.h): scores soft-capped as
+ * cap * tanh(s / cap) (Gemma 2's attn_logit_softcapping), and a sliding
+ * window, row i seeing keys (i - window, i] only. Both 0 = off. */
+static inline int att_lo(int i, int window)
 {
-    int n = i + 1;
+    return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+}
+
+/* Scores s[lo..i] (already scaled) of row i -> capped when cap > 0, then
+ * probabilities in place (0 outside [lo, i], up to width w); returns the
+ * row's log-sum-exp, the one number the backward needs to rebuild the row
+ * (P_ij = exp(s_ij - lse_i)). */
+CPU_HOT static float softmax_causal_row(float *s, int lo, int i, int w, float cap)
+{
+    if (cap > 0.0f) {
+        float inv_cap = 1.0f / cap;
+        for (int j = lo; j <= i; j++)
+            s[j] = cap * tanhf(s[j] * inv_cap);
+    }
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-    for (int j = 0; j < n; j++)
+    for (int j = lo; j <= i; j++)
         mx = s[j] > mx ? s[j] : mx;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; j++) {
+    for (int j = lo; j <= i; j++) {
         float e = cpu_expf(s[j] - mx);
         s[j] = e;
         sum += e;
     }
     float inv = 1.0f / sum;
 #pragma omp simd
-    for (int j = 0; j < n; j++)
+    for (int j = lo; j <= i; j++)
         s[j] *= inv;
+    for (int j = 0; j < lo; j++)
+        s[j] = 0.0f;
+    for (int j = i + 1; j < w; j++)
+        s[j] = 0.0f; /* the causal mask inside the block */
     return mx + logf(sum);
 }
 
@@ -257,11 +277,12 @@ static const float *head_rows(float *buf, const void *x, kn_dtype dt, size_t off
 }
 
 void cpu_attention_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q, const void *k,
-                       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+                       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
+                       float scale, float softcap, int window)
 {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
     int group = Hq / Hkv;
-    float scale = 1.0f / sqrtf((float)D);
+    if (scale == 0.0f) scale = 1.0f / sqrtf((float)D);
     int ldo = Hq * D;
     int nt = c->n_threads < B * Hq ? c->n_threads : B * Hq;
     int failed = 0;
@@ -291,18 +312,19 @@ void cpu_attention_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void
                 /* fp32: straight into out; 16-bit: a block of rows, rounded below */
                 float *ob = dt == KN_F32 ? (float *)out + oo + (size_t)i0 * ldo : wo;
                 int lob = dt == KN_F32 ? ldo : D;
-                /* S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T */
-                cpu_sgemm(CblasNoTrans, CblasTrans, rows, i1, D, scale, qb + (size_t)i0 * lq, lq,
-                          kb, lkv, 0.0f, a, T);
+                /* Columns [j0, i1): the block's first row's window onwards. */
+                int j0 = att_lo(i0, window), w = i1 - j0;
+                /* S[i0:i1, j0:i1] = scale * Q[i0:i1] K[j0:i1]^T */
+                cpu_sgemm(CblasNoTrans, CblasTrans, rows, w, D, scale, qb + (size_t)i0 * lq, lq,
+                          kb + (size_t)j0 * lkv, lkv, 0.0f, a, T);
                 for (int r = 0; r < rows; r++) {
-                    float *row = a + (size_t)r * T;
-                    lb[i0 + r] = softmax_causal_row(row, i0 + r);
-                    for (int j = i0 + r + 1; j < i1; j++)
-                        row[j] = 0.0f; /* the causal mask inside the block */
+                    int i = i0 + r;
+                    lb[i] = softmax_causal_row(a + (size_t)r * T, att_lo(i, window) - j0, i - j0, w,
+                                               softcap);
                 }
-                /* O[i0:i1] = P[i0:i1, 0:i1] V[0:i1] */
-                cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, i1, 1.0f, a, T, vb, lkv2, 0.0f, ob,
-                          lob);
+                /* O[i0:i1] = P[i0:i1, j0:i1] V[j0:i1] */
+                cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, w, 1.0f, a, T,
+                          vb + (size_t)j0 * lkv2, lkv2, 0.0f, ob, lob);
                 for (int r = 0; dt != KN_F32 && r < rows; r++)
                     cpu_out(out, dt, oo + (size_t)(i0 + r) * ldo, ob + (size_t)r * D, (size_t)D);
             }
@@ -313,30 +335,50 @@ void cpu_attention_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void
         kn_fail(c, TY_ENOMEM, "attention forward: out of memory for %d x %d scores", ATT_BLOCK, T);
 }
 
+/* What a tile of the backward needs besides its rows and columns. lq /
+ * lkv are the row strides of the (possibly widened) q and k, v; ldq /
+ * ldkv those of dq and dk, dv. */
+typedef struct att_bwd_args {
+    int D, lq, lkv, ldq, ldkv, ldo, window;
+    float scale, cap;
+} att_bwd_args;
+
 /* One tile of the backward: rows [i0, i0+rows) of query head qb against key
- * columns [j0, j0+cols). s and dp are ATT_BLOCK x ATT_BLOCK scratch. */
-/* lq / lkv are the row strides of the (possibly widened) q and k, v;
- * ldq / ldkv those of dq and dk, dv. */
-CPU_HOT static void att_bwd_tile(float *s, float *dp, const float *qb, const float *kb,
+ * columns [j0, j0+cols). s, dp and tg are ATT_BLOCK x ATT_BLOCK scratch
+ * (tg: the soft-cap's derivative 1 - tanh^2 of each recomputed score). */
+CPU_HOT static void att_bwd_tile(float *s, float *dp, float *tg, const float *qb, const float *kb,
                                  const float *vb, const float *gb, const float *lb, const float *db,
                                  float *dqb, float *dkb, float *dvb, int i0, int rows, int j0,
-                                 int cols, int D, int lq, int lkv, int ldq, int ldkv, int ldo,
-                                 float scale)
+                                 int cols, const att_bwd_args *x)
 {
     const int ld = ATT_BLOCK;
+    int D = x->D, lq = x->lq, lkv = x->lkv, ldq = x->ldq, ldkv = x->ldkv, ldo = x->ldo;
+    float cap = x->cap, scale = x->scale;
     const float *qi = qb + (size_t)i0 * lq, *gi = gb + (size_t)i0 * ldo;
     const float *kj = kb + (size_t)j0 * lkv, *vj = vb + (size_t)j0 * lkv;
-    /* P = exp(scale Q_i K_j^T - lse_i), zero above the diagonal */
+    /* P = exp(capped(scale Q_i K_j^T) - lse_i), zero outside the mask */
     cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, scale, qi, lq, kj, lkv, 0.0f, s, ld);
     for (int r = 0; r < rows; r++) {
         float *pr = s + (size_t)r * ld, l = lb[i0 + r];
-        int n = i0 + r - j0 + 1; /* visible columns of this row */
-        if (n > cols) n = cols;
-        if (n < 0) n = 0;
+        int hi = i0 + r - j0 + 1; /* visible columns [lo, hi) of this row */
+        int lo = att_lo(i0 + r, x->window) - j0;
+        if (hi > cols) hi = cols;
+        if (lo < 0) lo = 0;
+        if (hi < lo) hi = lo;
+        if (cap > 0.0f) {
+            float *tr = tg + (size_t)r * ld, inv_cap = 1.0f / cap;
+            for (int j = lo; j < hi; j++) {
+                float t = tanhf(pr[j] * inv_cap);
+                pr[j] = cap * t;
+                tr[j] = 1.0f - t * t;
+            }
+        }
+        for (int j = 0; j < lo; j++)
+            pr[j] = 0.0f;
 #pragma omp simd
-        for (int j = 0; j < n; j++)
+        for (int j = lo; j < hi; j++)
             pr[j] = cpu_expf(pr[j] - l);
-        for (int j = n; j < cols; j++)
+        for (int j = hi; j < cols; j++)
             pr[j] = 0.0f;
     }
     /* dV_j += P^T dO_i */
@@ -344,13 +386,19 @@ CPU_HOT static void att_bwd_tile(float *s, float *dp, const float *qb, const flo
         cpu_sgemm(CblasTrans, CblasNoTrans, cols, D, rows, 1.0f, s, ld, gi, ldo, 1.0f,
                   dvb + (size_t)j0 * ldkv, ldkv);
     if (!dqb && !dkb) return;
-    /* dP = dO_i V_j^T; dS = P (dP - D_i) scale (zero where P is) */
+    /* dP = dO_i V_j^T; dS = P (dP - D_i) scale (zero where P is), times
+     * 1 - tanh^2 under the soft-cap */
     cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, 1.0f, gi, ldo, vj, lkv, 0.0f, dp, ld);
     for (int r = 0; r < rows; r++) {
         float *pr = s + (size_t)r * ld, *dr = dp + (size_t)r * ld, di = db[i0 + r];
 #pragma omp simd
         for (int j = 0; j < cols; j++)
             dr[j] = pr[j] * (dr[j] - di) * scale;
+        if (cap > 0.0f) {
+            const float *tr = tg + (size_t)r * ld;
+            for (int j = 0; j < cols; j++)
+                if (pr[j] != 0.0f) dr[j] *= tr[j];
+        }
     }
     /* dQ_i += dS K_j;  dK_j += dS^T Q_i */
     if (dqb)
@@ -377,24 +425,25 @@ CPU_HOT static void att_rowdot(float *dst, const float *gb, const float *ob, int
 
 void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, const float *dout,
                        const void *out, const float *lse, const void *q, const void *k,
-                       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+                       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
+                       float scale, float softcap, int window)
 {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
     if (!dq && !dk && !dv) return;
     int group = Hq / Hkv;
-    float scale = 1.0f / sqrtf((float)D);
+    if (scale == 0.0f) scale = 1.0f / sqrtf((float)D);
     int ldo = Hq * D;
     int nt = c->n_threads < B * Hkv ? c->n_threads : B * Hkv;
     int failed = 0;
 #pragma omp parallel num_threads(nt) reduction(| : failed)
     {
-        /* Two tiles (P, dS) and one D_i vector per thread; with 16-bit
-         * activations also one head's q, k, v, out widened (4 T x D). */
-        size_t wide = dt == KN_F32 ? 0 : (size_t)4 * T * D;
-        float *s = malloc(((size_t)2 * ATT_BLOCK * ATT_BLOCK + (size_t)T + wide) * sizeof *s);
+        /* Three tiles (P, dS, the soft-cap's derivative) and one D_i
+         * vector per thread; with 16-bit activations also one head's q, k,
+         * v, out widened (4 T x D). */
+        size_t wide = dt == KN_F32 ? 0 : (size_t)4 * T * D, tile = (size_t)ATT_BLOCK * ATT_BLOCK;
+        float *s = malloc((3 * tile + (size_t)T + wide) * sizeof *s);
         if (!s) failed = 1;
-        float *dp = s ? s + ATT_BLOCK * ATT_BLOCK : NULL,
-              *db = s ? dp + ATT_BLOCK * ATT_BLOCK : NULL;
+        float *dp = s ? s + tile : NULL, *tg = s ? dp + tile : NULL, *db = s ? tg + tile : NULL;
         float *wq = s ? db + T : NULL, *wk = wq ? wq + (size_t)T * D : NULL,
               *wv = wk ? wk + (size_t)T * D : NULL, *wo = wv ? wv + (size_t)T * D : NULL;
 #pragma omp for schedule(static)
@@ -419,12 +468,23 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, 
                     head_rows(wo, out, dt, (size_t)b * T * ldo + (size_t)h * D, T, D, ldo, &lo);
                 const float *lb = lse + ((size_t)b * Hq + h) * T;
                 att_rowdot(db, gb, ob, T, D, ldo, lo);
+                att_bwd_args x = {.D = D,
+                                  .lq = lq,
+                                  .lkv = lkv,
+                                  .ldq = ldq,
+                                  .ldkv = ldkv,
+                                  .ldo = ldo,
+                                  .window = window,
+                                  .scale = scale,
+                                  .cap = softcap};
                 for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
                     int rows = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK;
-                    for (int j0 = 0; j0 < i0 + rows; j0 += ATT_BLOCK) {
+                    /* Tiles left of the block's first window see nothing. */
+                    int jstart = att_lo(i0, window) / ATT_BLOCK * ATT_BLOCK;
+                    for (int j0 = jstart; j0 < i0 + rows; j0 += ATT_BLOCK) {
                         int cols = i0 + rows - j0 < ATT_BLOCK ? i0 + rows - j0 : ATT_BLOCK;
-                        att_bwd_tile(s, dp, qb, kb, vb, gb, lb, db, dqb, dkb, dvb, i0, rows, j0,
-                                     cols, D, lq, lkv, ldq, ldkv, ldo, scale);
+                        att_bwd_tile(s, dp, tg, qb, kb, vb, gb, lb, db, dqb, dkb, dvb, i0, rows, j0,
+                                     cols, &x);
                     }
                 }
             }

@@ -8,6 +8,10 @@
  * read first. kn_crossentropy_fwd_bwd does both halves in the same passes.
  * 16-bit logits (the engine's bf16 / fp16 runs) are widened a row at a
  * time into a per-thread fp32 row, so the [N, V] tensor stays 16-bit.
+ * A final-logit soft-cap (Gemma 2's final_logit_softcapping) is folded in:
+ * the loss is taken on y = cap tanh(z / cap) of the raw logits z, and the
+ * gradient is the capped one times dy/dz = 1 - (y / cap)^2; such rows go
+ * through the per-thread row buffer too (y must outlive the overwrite).
  * AdamW follows torch.optim.AdamW's single-tensor code step for step, in
  * fp32 with the bias corrections computed in double as Python does. */
 #include "cpu.h"
@@ -85,36 +89,65 @@ static void ce_row(float *loss, float *d, const float *l, int32_t t, int V, floa
     }
 }
 
-/* 16-bit logits: each thread converts its rows one at a time into a
- * V-float buffer, runs the fp32 row there and, for the backward, writes
- * the row back rounded to dt. A row is read whole before it is written,
- * so dlogits may still alias logits. */
+/* A soft-capped row: y = cap tanh(z / cap) in y[] (the thread's buffer,
+ * holding z on entry), then the loss and, into d (fp32 row, may be the
+ * caller's logits), (softmax(y) - onehot) scale (1 - (y / cap)^2). */
+static void ce_row_capped(float *loss, float *d, float *y, int32_t t, int V, float scale, float cap)
+{
+    if (t == CE_IGNORE || t < 0 || t >= V) {
+        ce_row(loss, d, y, t, V, scale);
+        return;
+    }
+    float inv_cap = 1.0f / cap;
+    for (int j = 0; j < V; j++)
+        y[j] = cap * tanhf(y[j] * inv_cap);
+    float mx = row_max(y, V);
+    double s = row_sumexp(NULL, y, V, mx);
+    if (loss) *loss = (float)(log(s) - (double)(y[t] - mx));
+    if (!d) return;
+    float k = (float)(scale / s);
+    for (int j = 0; j < V; j++) {
+        float g = cpu_expf(y[j] - mx) * k, r = y[j] * inv_cap;
+        if (j == t) g -= scale;
+        d[j] = g * (1.0f - r * r);
+    }
+}
+
+/* 16-bit logits, or any soft-capped ones: each thread converts its rows
+ * one at a time into a V-float buffer, runs the fp32 row there and, for
+ * the backward, writes the row back rounded to dt. A row is read whole
+ * before it is written, so dlogits may still alias logits. */
 static void ce_rows16(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits, const void *logits,
-                      const int32_t *targets, int N, int V, float scale)
+                      const int32_t *targets, int N, int V, float scale, float cap)
 {
     size_t es = kn_dtype_size(dt);
     int nt = cpu_threads_for(c, (size_t)N * V);
-    float *buf = malloc((size_t)nt * V * sizeof(float));
+    int rows = cap > 0.0f ? 2 : 1; /* capped: y and the gradient row */
+    float *buf = malloc((size_t)nt * rows * V * sizeof(float));
     if (!buf) {
         kn_fail(c, TY_ENOMEM, "crossentropy: out of memory for %d rows of %d", nt, V);
         return;
     }
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int n = 0; n < N; n++) {
-        float *row = buf + (size_t)omp_get_thread_num() * V;
+        float *row = buf + (size_t)omp_get_thread_num() * rows * V;
         cpu_convert_n(row, KN_F32, (const char *)logits + (size_t)n * V * es, dt, (size_t)V);
-        ce_row(losses ? losses + n : NULL, dlogits ? row : NULL, row, targets[n], V, scale);
-        if (dlogits)
-            cpu_convert_n((char *)dlogits + (size_t)n * V * es, dt, row, KN_F32, (size_t)V);
+        float *loss = losses ? losses + n : NULL;
+        float *d = dlogits ? (cap > 0.0f ? row + V : row) : NULL;
+        if (cap > 0.0f)
+            ce_row_capped(loss, d, row, targets[n], V, scale, cap);
+        else
+            ce_row(loss, d, row, targets[n], V, scale);
+        if (dlogits) cpu_convert_n((char *)dlogits + (size_t)n * V * es, dt, d, KN_F32, (size_t)V);
     }
     free(buf);
 }
 
 void cpu_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *logits,
-                          const int32_t *targets, int N, int V)
+                          const int32_t *targets, int N, int V, float softcap)
 {
-    if (dt != KN_F32) {
-        ce_rows16(c, dt, losses, NULL, logits, targets, N, V, 0.0f);
+    if (dt != KN_F32 || softcap > 0.0f) {
+        ce_rows16(c, dt, losses, NULL, logits, targets, N, V, 0.0f, softcap);
         return;
     }
     const float *l32 = logits;
@@ -124,10 +157,11 @@ void cpu_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *log
 }
 
 void cpu_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits,
-                              const void *logits, const int32_t *targets, int N, int V, float scale)
+                              const void *logits, const int32_t *targets, int N, int V, float scale,
+                              float softcap)
 {
-    if (dt != KN_F32) {
-        ce_rows16(c, dt, losses, dlogits, logits, targets, N, V, scale);
+    if (dt != KN_F32 || softcap > 0.0f) {
+        ce_rows16(c, dt, losses, dlogits, logits, targets, N, V, scale, softcap);
         return;
     }
     float *d32 = dlogits;
@@ -136,6 +170,17 @@ void cpu_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlogi
     for (int n = 0; n < N; n++)
         ce_row(losses ? losses + n : NULL, d32 + (size_t)n * V, l32 + (size_t)n * V, targets[n], V,
                scale);
+}
+
+/* x = cap tanh(x / cap): the soft-capped logits that generation and
+ * evaluation read (training folds the cap into the cross-entropy). */
+void cpu_softcap(kn_ctx *c, float *x, size_t n, float cap)
+{
+    if (cap <= 0.0f) return;
+    float inv_cap = 1.0f / cap;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, n))
+    for (size_t i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] * inv_cap);
 }
 
 CPU_HOT static void adamw_range(float *p, const float *g, float *m, float *v, size_t n, float decay,

@@ -16,6 +16,11 @@
  *    dS = P (dP - D_i) scale with D_i = rowsum(dO_i * O_i), which needs no
  *    whole row of P. The price next to FA2's single pass is computing
  *    the scores twice; the gain is no dq atomics and exact repeatability.
+ * Gemma's options (kernels.h): a score soft-cap cap * tanh(s / cap), whose
+ * derivative 1 - tanh^2 the backward applies to the recomputed score, and
+ * a sliding window (row i sees keys (i - window, i]): tiles wholly left
+ * of a block's windows are not visited, masked columns inside one are
+ * skipped per thread. Both 0 = off.
  * Head dims up to 256 (per-thread rows in registers/local memory, sized by
  * template: 64, 128, 256). This is the correct, tiled baseline; warp-level
  * MMA tiles are the GPU tuning step left for a machine that can measure.
@@ -119,6 +124,26 @@ template <int DM> struct att_tile {
     static const int BC = DM <= 128 ? 32 : 16; /* staged rows: 2*BC*DM*4 <= 32 KiB */
 };
 
+/* The score of a visible pair: scaled, then soft-capped when cap > 0; *dt
+ * gets the cap's derivative (1 when off). */
+__device__ __forceinline__ float att_score(float dot, float scale, float cap, float *dt)
+{
+    float s = dot * scale;
+    if (cap > 0.0f) {
+        float t = tanhf(s / cap);
+        *dt = 1.0f - t * t;
+        return cap * t;
+    }
+    *dt = 1.0f;
+    return s;
+}
+
+/* First key column row i sees. */
+__device__ __forceinline__ int att_lo(int i, int window)
+{
+    return window > 0 ? max(0, i - window + 1) : 0;
+}
+
 __device__ __forceinline__ float dot_row(const float *a, const float *b, int D)
 {
     float s = 0;
@@ -142,7 +167,7 @@ __device__ __forceinline__ void stage(float *sm, const void *src, size_t base, i
 template <int DM>
 __global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const void *k,
                            const void *v, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
-                           float scale)
+                           float scale, float cap, int window)
 {
     const int BC = att_tile<DM>::BC;
     KN_DYN_SHARED(float, sm);
@@ -156,19 +181,19 @@ __global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const v
         qi[d] = live ? load_as_f32(q, xt, ((size_t)b * T + i) * ldq + (size_t)h * D + d) : 0.0f;
         acc[d] = 0.0f;
     }
-    float m = -INFINITY, l = 0.0f;
-    int last = min(T - 1, i0 + ATT_BR - 1);
-    for (int j0 = 0; j0 <= last; j0 += BC) {
+    float m = -INFINITY, l = 0.0f, dt;
+    int last = min(T - 1, i0 + ATT_BR - 1), lo = att_lo(i, window);
+    for (int j0 = att_lo(i0, window) / BC * BC; j0 <= last; j0 += BC) {
         __syncthreads(); /* the previous tile is consumed */
         stage(Ks, k, kvb, xt, j0, BC, T, D, ldkv);
         stage(Vs, v, kvb, xt, j0, BC, T, D, ldkv);
         __syncthreads();
-        if (!live || j0 > i)
+        if (!live || j0 > i || j0 + BC <= lo)
             continue;
         int n = min(BC, i - j0 + 1);
         float tmax = -INFINITY;
         for (int r = 0; r < n; r++) {
-            s[r] = dot_row(qi, Ks + r * D, D) * scale;
+            s[r] = j0 + r < lo ? -INFINITY : att_score(dot_row(qi, Ks + r * D, D), scale, cap, &dt);
             tmax = fmaxf(tmax, s[r]);
         }
         float mnew = fmaxf(m, tmax);
@@ -197,7 +222,8 @@ __global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const v
 template <int DM>
 __global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *out,
                               const float *lse, const void *q, const void *k, const void *v, int T,
-                              int Hq, int Hkv, int D, int ldq, int ldkv, float scale)
+                              int Hq, int Hkv, int D, int ldq, int ldkv, float scale, float cap,
+                              int window)
 {
     const int BC = att_tile<DM>::BC;
     KN_DYN_SHARED(float, sm);
@@ -218,8 +244,8 @@ __global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *
         }
         L = lse[((size_t)b * Hq + h) * T + i];
     }
-    int last = min(T - 1, i0 + ATT_BR - 1);
-    for (int j0 = 0; j0 <= last; j0 += BC) {
+    int last = min(T - 1, i0 + ATT_BR - 1), lo = att_lo(i, window);
+    for (int j0 = att_lo(i0, window) / BC * BC; j0 <= last; j0 += BC) {
         __syncthreads();
         stage(Ks, k, kvb, xt, j0, BC, T, D, ldkv);
         stage(Vs, v, kvb, xt, j0, BC, T, D, ldkv);
@@ -227,10 +253,10 @@ __global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *
         if (!live || j0 > i)
             continue;
         int n = min(BC, i - j0 + 1);
-        for (int r = 0; r < n; r++) {
+        for (int r = max(0, lo - j0); r < n; r++) {
             const float *kr = Ks + r * D;
-            float p = expf(dot_row(qi, kr, D) * scale - L);
-            float ds = p * (dot_row(doi, Vs + r * D, D) - Di) * scale;
+            float dt, p = expf(att_score(dot_row(qi, kr, D), scale, cap, &dt) - L);
+            float ds = p * (dot_row(doi, Vs + r * D, D) - Di) * scale * dt;
             for (int d = 0; d < D; d++)
                 dqi[d] += ds * kr[d];
         }
@@ -245,7 +271,8 @@ __global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *
 template <int DM>
 __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout, const void *out,
                                 const float *lse, const void *q, const void *k, const void *v,
-                                int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale)
+                                int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,
+                                float cap, int window)
 {
     const int BQ = att_tile<DM>::BC;
     KN_DYN_SHARED(float, sm);
@@ -263,7 +290,9 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
     for (int h = hk * group; h < (hk + 1) * group; h++) {
         size_t qb = (size_t)b * T * ldq + (size_t)h * D;
         size_t ob = (size_t)b * T * Hq * D + (size_t)h * D;
-        for (int i0 = j0; i0 < T; i0 += BQ) {
+        /* Query rows past the block's last key's window see none of it. */
+        int iend = window > 0 ? min(T, j0 + ATT_BR - 1 + window) : T;
+        for (int i0 = j0; i0 < iend; i0 += BQ) {
             __syncthreads();
             stage(Qs, q, qb, xt, i0, BQ, T, D, ldq);
             stage(Os, dout, ob, KN_F32, i0, BQ, T, D, Hq * D);
@@ -284,11 +313,11 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
                 continue;
             for (int r = 0; r < BQ; r++) {
                 int i = i0 + r;
-                if (i < j || i >= T)
+                if (i < j || i >= T || (window > 0 && i - j >= window))
                     continue;
                 const float *qr = Qs + r * D, *dor = Os + r * D;
-                float p = expf(dot_row(qr, kj, D) * scale - Ls[r]);
-                float ds = p * (dot_row(dor, vj, D) - Dd[r]) * scale;
+                float dt, p = expf(att_score(dot_row(qr, kj, D), scale, cap, &dt) - Ls[r]);
+                float ds = p * (dot_row(dor, vj, D) - Dd[r]) * scale * dt;
                 for (int d = 0; d < D; d++) {
                     dvj[d] += p * dor[d];
                     dkj[d] += ds * qr[d];
@@ -308,33 +337,33 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
 
 template <int DM>
 static void attn_fwd(kn_ctx *c, int xt, void *out, float *lse, const void *q, const void *k,
-                     const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+                     const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
+                     float scale, float cap, int window)
 {
     const int BC = att_tile<DM>::BC;
     dim3 grid((T + ATT_BR - 1) / ATT_BR, Hq, B);
     size_t smem = 2 * (size_t)BC * D * sizeof(float);
-    float scale = 1.0f / sqrtf((float)D);
     KN_LAUNCH(k_attn_fwd<DM>, grid, ATT_BR, smem, c, xt, out, lse, q, k, v, T, Hq, Hkv, D, ldq,
-              ldkv, scale);
+              ldkv, scale, cap, window);
 }
 
 template <int DM>
 static void attn_bwd(kn_ctx *c, int xt, float *dq, float *dk, float *dv, const float *dout,
                      const void *out, const float *lse, const void *q, const void *k, const void *v,
-                     int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+                     int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,
+                     float cap, int window)
 {
     const int BC = att_tile<DM>::BC;
-    float scale = 1.0f / sqrtf((float)D);
     if (dq) {
         dim3 grid((T + ATT_BR - 1) / ATT_BR, Hq, B);
         KN_LAUNCH(k_attn_bwd_dq<DM>, grid, ATT_BR, 2 * (size_t)BC * D * sizeof(float), c, xt, dq,
-                  dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale);
+                  dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     }
     if (dk || dv) {
         dim3 grid((T + ATT_BR - 1) / ATT_BR, Hkv, B);
         size_t smem = (2 * (size_t)BC * D + 2 * BC) * sizeof(float);
         KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, ATT_BR, smem, c, xt, dk, dv, dout, out, lse, q, k, v,
-                  T, Hq, Hkv, D, ldq, ldkv, scale);
+                  T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     }
 }
 
@@ -352,32 +381,42 @@ static int attn_shape_ok(kn_ctx *c, int B, int T, int Hq, int Hkv, int D)
 
 void cuda_attention_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q,
                         const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq,
-                        int ldkv)
+                        int ldkv, float scale, float softcap, int window)
 {
     if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
         return;
     int xt = (int)dt;
+    if (scale == 0.0f)
+        scale = 1.0f / sqrtf((float)D);
+#define ATT_FWD_ARGS c, xt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap, window
     if (D <= 64)
-        attn_fwd<64>(c, xt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_fwd<64>(ATT_FWD_ARGS);
     else if (D <= 128)
-        attn_fwd<128>(c, xt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_fwd<128>(ATT_FWD_ARGS);
     else
-        attn_fwd<256>(c, xt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_fwd<256>(ATT_FWD_ARGS);
+#undef ATT_FWD_ARGS
 }
 
 void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, const float *dout,
                         const void *out, const float *lse, const void *q, const void *k,
-                        const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv)
+                        const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
+                        float scale, float softcap, int window)
 {
     if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
         return;
     int xt = (int)dt;
+    if (scale == 0.0f)
+        scale = 1.0f / sqrtf((float)D);
+#define ATT_BWD_ARGS                                                                               \
+    c, xt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap, window
     if (D <= 64)
-        attn_bwd<64>(c, xt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_bwd<64>(ATT_BWD_ARGS);
     else if (D <= 128)
-        attn_bwd<128>(c, xt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_bwd<128>(ATT_BWD_ARGS);
     else
-        attn_bwd<256>(c, xt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+        attn_bwd<256>(ATT_BWD_ARGS);
+#undef ATT_BWD_ARGS
 }
 
 } // namespace KN_NS

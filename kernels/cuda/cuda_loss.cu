@@ -7,7 +7,9 @@
  * exponential sum is combined in double across the block, as the CPU
  * backend sums each row in double. Target -100 is ignored (zero loss and
  * gradient row); any other target outside [0, V) gives NaN, so the
- * engine's non-finite check stops the run. */
+ * engine's non-finite check stops the run. A final-logit soft-cap (cap >
+ * 0, Gemma 2) is applied to each logit as it is read, y = cap tanh(z /
+ * cap), and the gradient is multiplied by dy/dz = 1 - (y / cap)^2. */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
 
@@ -16,8 +18,13 @@ namespace KN_NS {
 #define CE_THREADS 256
 #define CE_IGNORE (-100)
 
+__device__ __forceinline__ float capped(float z, float cap)
+{
+    return cap > 0.0f ? cap * tanhf(z / cap) : z;
+}
+
 __global__ void k_crossentropy(float *losses, void *dlogits, const void *logits, int dt,
-                               const int32_t *targets, int V, float scale)
+                               const int32_t *targets, int V, float scale, float cap)
 {
     __shared__ float shf[33];
     __shared__ double shd[33];
@@ -31,14 +38,14 @@ __global__ void k_crossentropy(float *losses, void *dlogits, const void *logits,
             store_from_f32(dlogits, dt, off + j, fill);
         return;
     }
-    float lt = load_as_f32(logits, dt, off + t);
+    float lt = capped(load_as_f32(logits, dt, off + t), cap);
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, load_as_f32(logits, dt, off + j));
+        mx = fmaxf(mx, capped(load_as_f32(logits, dt, off + j), cap));
     mx = kn_block_max(mx, shf);
     float part = 0;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
-        part += expf(load_as_f32(logits, dt, off + j) - mx);
+        part += expf(capped(load_as_f32(logits, dt, off + j), cap) - mx);
     double s = kn_block_sum((double)part, shd);
     if (losses && threadIdx.x == 0)
         losses[blockIdx.x] = (float)(log(s) - (double)(lt - mx));
@@ -49,28 +56,50 @@ __global__ void k_crossentropy(float *losses, void *dlogits, const void *logits,
      * may alias logits. */
     float k = (float)(scale / s);
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float g = expf(load_as_f32(logits, dt, off + j) - mx) * k;
-        store_from_f32(dlogits, dt, off + j, j == t ? g - scale : g);
+        float y = capped(load_as_f32(logits, dt, off + j), cap);
+        float g = expf(y - mx) * k;
+        if (j == t)
+            g -= scale;
+        if (cap > 0.0f)
+            g *= 1.0f - (y / cap) * (y / cap);
+        store_from_f32(dlogits, dt, off + j, g);
     }
 }
 
 /* 16-bit logits (issue 10's typed ops) are read and written in place as
  * 16 bits: no fp32 copy of the [N, V] tensor, no allocation. */
 void cuda_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *logits,
-                           const int32_t *targets, int N, int V)
+                           const int32_t *targets, int N, int V, float softcap)
 {
     void *no_grad = nullptr;
     if (N <= 0 || V <= 0)
         return;
-    KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, no_grad, logits, (int)dt, targets, V, 0.0f);
+    KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, no_grad, logits, (int)dt, targets, V, 0.0f,
+              softcap);
 }
 
 void cuda_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits, const void *logits,
-                               const int32_t *targets, int N, int V, float scale)
+                               const int32_t *targets, int N, int V, float scale, float softcap)
 {
     if (N <= 0 || V <= 0)
         return;
-    KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, dlogits, logits, (int)dt, targets, V, scale);
+    KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, dlogits, logits, (int)dt, targets, V, scale,
+              softcap);
+}
+
+/* x = cap tanh(x / cap) in place (generation's and evaluation's logits). */
+__global__ void k_softcap(float *x, size_t n, float cap)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
+void cuda_softcap(kn_ctx *c, float *x, size_t n, float cap)
+{
+    if (n == 0 || cap <= 0.0f)
+        return;
+    KN_LAUNCH(k_softcap, kn_blocks(n, 256), 256, 0, c, x, n, cap);
 }
 
 } // namespace KN_NS

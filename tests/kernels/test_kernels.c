@@ -704,6 +704,8 @@ static void test_rope(void)
 
 typedef struct {
     int B, T, Hq, Hkv, D, ldq, ldkv;
+    float scale, cap;        /* 0 = 1/sqrt(D); soft-cap, 0 = off */
+    int window;              /* sliding window, 0 = off */
     double *q, *k, *v, *r;   /* q/k/v may point into one fused buffer */
     double *out, *att, *lse; /* att [B,Hq,T,T] is only the reference's */
 } att_st;
@@ -712,33 +714,35 @@ static double att_loss(void *st)
 {
     att_st *s = st;
     int grp = s->Hq / s->Hkv;
-    double scale = 1.0 / sqrt((double)s->D);
+    double scale = s->scale != 0.0f ? s->scale : 1.0 / sqrt((double)s->D);
     double *sc = malloc((size_t)s->T * sizeof *sc);
     for (int b = 0; b < s->B; b++)
         for (int h = 0; h < s->Hq; h++) {
             int g = h / grp;
             for (int i = 0; i < s->T; i++) {
                 const double *qi = s->q + ((size_t)b * s->T + i) * s->ldq + h * s->D;
+                int lo = s->window > 0 && i - s->window + 1 > 0 ? i - s->window + 1 : 0;
                 double mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {
+                for (int j = lo; j <= i; j++) {
                     const double *kj = s->k + ((size_t)b * s->T + j) * s->ldkv + g * s->D;
                     double a = 0;
                     for (int d = 0; d < s->D; d++)
                         a += qi[d] * kj[d];
                     sc[j] = a * scale;
+                    if (s->cap > 0) sc[j] = s->cap * tanh(sc[j] / s->cap);
                     mx = fmax(mx, sc[j]);
                 }
                 double z = 0;
-                for (int j = 0; j <= i; j++)
+                for (int j = lo; j <= i; j++)
                     z += exp(sc[j] - mx);
                 s->lse[((size_t)b * s->Hq + h) * s->T + i] = mx + log(z);
                 double *arow = s->att + (((size_t)b * s->Hq + h) * s->T + i) * s->T;
                 for (int j = 0; j < s->T; j++)
-                    arow[j] = j <= i ? exp(sc[j] - mx) / z : 0.0;
+                    arow[j] = j >= lo && j <= i ? exp(sc[j] - mx) / z : 0.0;
                 double *o = s->out + ((size_t)b * s->T + i) * s->Hq * s->D + h * s->D;
                 for (int d = 0; d < s->D; d++) {
                     double a = 0;
-                    for (int j = 0; j <= i; j++)
+                    for (int j = lo; j <= i; j++)
                         a += arow[j] * s->v[((size_t)b * s->T + j) * s->ldkv + g * s->D + d];
                     o[d] = a;
                 }
@@ -750,10 +754,12 @@ static double att_loss(void *st)
 
 /* fused: one [B,T,ldq] buffer holding q | k | v (GPT-2), else three buffers
  * with their own strides (padded rows, to catch stride bugs). */
-static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
+static void run_attention_g(int B, int T, int Hq, int Hkv, int D, int fused, float scale, float cap,
+                            int window)
 {
     kn_ctx *c = open_cpu(2), *c1 = open_cpu(1);
-    att_st s = {.B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D};
+    att_st s = {
+        .B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D, .scale = scale, .cap = cap, .window = window};
     size_t C = (size_t)Hq * D, Ckv = (size_t)Hkv * D;
     float *q, *k, *v, *qkv = NULL;
     double *dqkv = NULL, *dqs = NULL, *dks = NULL, *dvs = NULL;
@@ -793,7 +799,8 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
         out[i] = NAN;
     for (size_t i = 0; i < nl; i++)
         lse[i] = NAN;
-    kn_attention_fwd(c, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+    kn_attention_fwd(c, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv, scale, cap,
+                     window);
     att_loss(&s);
     check_close("attention out", out, s.out, no, 1e-4, 1e-5);
     check_close("attention lse", lse, s.lse, nl, 1e-5, 1e-6);
@@ -810,7 +817,8 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
         gk = gk_s = falloc(c, nkv);
         gv = gv_s = falloc(c, nkv);
     }
-    kn_attention_bwd(c, KN_F32, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+    kn_attention_bwd(c, KN_F32, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv,
+                     scale, cap, window);
     if (fused) {
         /* One FD pass over the whole fused buffer checks q, k and v at once,
          * and that the padding columns (none here) stay untouched. */
@@ -826,29 +834,30 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
     if (!fused) {
         float *q1 = fcopy(c, gq, nq), *k1 = fcopy(c, gk, nkv), *v1 = fcopy(c, gv, nkv);
         kn_attention_bwd(c, KN_F32, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
-                         s.ldkv);
+                         s.ldkv, scale, cap, window);
         check_doubled("attention dq", gq, q1, nq);
         check_doubled("attention dk", gk, k1, nkv);
         check_doubled("attention dv", gv, v1, nkv);
         float *q2 = falloc(c, nq), *k2 = falloc(c, nkv), *v2 = falloc(c, nkv);
         kn_attention_bwd(c, KN_F32, q2, NULL, NULL, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
-                         s.ldkv);
+                         s.ldkv, scale, cap, window);
         kn_attention_bwd(c, KN_F32, NULL, k2, NULL, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
-                         s.ldkv);
+                         s.ldkv, scale, cap, window);
         kn_attention_bwd(c, KN_F32, NULL, NULL, v2, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
-                         s.ldkv);
+                         s.ldkv, scale, cap, window);
         check_same("attention dq alone", q2, q1, nq);
         check_same("attention dk alone", k2, k1, nkv);
         check_same("attention dv alone", v2, v1, nkv);
 
         /* Same bits on 1 thread as on 2, forward and backward. */
         float *out1 = falloc(c, no), *lse1 = falloc(c, nl);
-        kn_attention_fwd(c1, KN_F32, out1, lse1, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv);
+        kn_attention_fwd(c1, KN_F32, out1, lse1, q, k, v, B, T, Hq, Hkv, D, s.ldq, s.ldkv, scale,
+                         cap, window);
         check_same("attention out 1 vs 2 threads", out1, out, no);
         check_same("attention lse 1 vs 2 threads", lse1, lse, nl);
         float *q3 = falloc(c, nq), *k3 = falloc(c, nkv), *v3 = falloc(c, nkv);
         kn_attention_bwd(c1, KN_F32, q3, k3, v3, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
-                         s.ldkv);
+                         s.ldkv, scale, cap, window);
         check_same("attention dq 1 vs 2 threads", q3, q1, nq);
         check_same("attention dk 1 vs 2 threads", k3, k1, nkv);
         check_same("attention dv 1 vs 2 threads", v3, v1, nkv);
@@ -866,8 +875,20 @@ static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
     kn_close(c1);
 }
 
+static void run_attention(int B, int T, int Hq, int Hkv, int D, int fused)
+{
+    run_attention_g(B, T, Hq, Hkv, D, fused, 0.0f, 0.0f, 0);
+}
+
 static void test_attention(void)
 {
+    /* Gemma: an explicit scale, a soft-cap that bites (scores reach ~5),
+     * sliding windows shorter than T, one past a 64-row block. */
+    run_attention_g(2, 13, 4, 2, 6, 0, 0.3f, 2.0f, 0);
+    run_attention_g(1, 11, 3, 3, 5, 0, 0.0f, 0.0f, 4);
+    run_attention_g(2, 9, 4, 1, 4, 0, 0.5f, 1.5f, 3);
+    run_attention_g(1, 9, 2, 1, 4, 1, 0.0f, 3.0f, 5); /* fused */
+    run_attention_g(1, 80, 2, 1, 4, 0, 0.0f, 2.5f, 30);
     run_attention(2, 7, 4, 2, 6, 0);  /* GQA, padded strides */
     run_attention(1, 9, 3, 3, 5, 0);  /* MHA, odd head size */
     run_attention(2, 5, 3, 1, 4, 0);  /* MQA */
@@ -969,9 +990,10 @@ static void run_attention_old(int B, int T, int Hq, int Hkv, int D)
           *dv = falloc(c, nkv);
     float *oo = calloc(nq, sizeof *oo), *odq = calloc(nq, sizeof *odq),
           *odk = calloc(nkv, sizeof *odk), *odv = calloc(nkv, sizeof *odv);
-    kn_attention_fwd(c, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D);
-    kn_attention_bwd(c, KN_F32, dq, dk, dv, g, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D,
-                     Hkv * D);
+    kn_attention_fwd(c, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D, 0.0f, 0.0f,
+                     0);
+    kn_attention_bwd(c, KN_F32, dq, dk, dv, g, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D,
+                     0.0f, 0.0f, 0);
     old_attention(q, k, v, g, oo, odq, odk, odv, B, T, Hq, Hkv, D);
     double *w = malloc((nq > nkv ? nq : nkv) * sizeof *w);
 #define AGAINST_OLD(what, got, old, n)                                                             \
@@ -1298,6 +1320,7 @@ typedef struct {
     const int32_t *t;
     double scale;
     double *l, *loss;
+    double cap; /* final-logit soft-cap, 0 = off */
 } ce_st;
 
 static double ce_loss(void *st)
@@ -1309,13 +1332,17 @@ static double ce_loss(void *st)
             s->loss[n] = 0;
             continue;
         }
-        const double *l = s->l + (size_t)n * s->V;
+        const double *raw = s->l + (size_t)n * s->V;
+        double *l = malloc((size_t)s->V * sizeof *l);
+        for (int j = 0; j < s->V; j++)
+            l[j] = s->cap > 0 ? s->cap * tanh(raw[j] / s->cap) : raw[j];
         double mx = -INFINITY, z = 0;
         for (int j = 0; j < s->V; j++)
             mx = fmax(mx, l[j]);
         for (int j = 0; j < s->V; j++)
             z += exp(l[j] - mx);
         s->loss[n] = log(z) + mx - l[s->t[n]];
+        free(l);
         total += s->loss[n];
     }
     return total * s->scale;
@@ -1331,7 +1358,7 @@ static void test_crossentropy(void)
     float *l = frand(c, &s.l, nl, 4.0);
     s.loss = dzeros(N);
     float *loss = falloc(c, N);
-    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, 0.0f);
     ce_loss(&s);
     check_close("crossentropy fwd", loss, s.loss, N, 1e-5, 1e-6);
     CHECK(loss[1] == 0.0f && loss[5] == 0.0f, "ignored targets have a loss");
@@ -1339,21 +1366,21 @@ static void test_crossentropy(void)
     float *d = falloc(c, nl);
     for (size_t i = 0; i < nl; i++)
         d[i] = 123.0f; /* overwritten, not accumulated */
-    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, d, l, t, N, V, (float)s.scale);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, d, l, t, N, V, (float)s.scale, 0.0f);
     check_grad("crossentropy dlogits", d, ce_loss, &s, s.l, nl);
     for (int j = 0; j < V; j++)
         CHECK(d[1 * V + j] == 0.0f && d[5 * V + j] == 0.0f, "ignored row has a gradient");
 
     /* In place over the logits gives the same result. */
     float *alias = fcopy(c, l, nl);
-    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, alias, alias, t, N, V, (float)s.scale);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, alias, alias, t, N, V, (float)s.scale, 0.0f);
     check_same("crossentropy in place", alias, d, nl);
 
     /* The fused call's losses are the forward's bits, and asking for them
      * does not change the gradient. */
     float *loss2 = falloc(c, N), *d2 = falloc(c, nl);
-    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V);
-    kn_crossentropy_fwd_bwd(c, KN_F32, loss2, d2, l, t, N, V, (float)s.scale);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, 0.0f);
+    kn_crossentropy_fwd_bwd(c, KN_F32, loss2, d2, l, t, N, V, (float)s.scale, 0.0f);
     check_same("crossentropy fused loss", loss2, loss, N);
     check_same("crossentropy fused dlogits", d2, d, nl);
 
@@ -1362,17 +1389,42 @@ static void test_crossentropy(void)
         l[i] = l[i] * 1000.0f + 30000.0f;
         s.l[i] = l[i];
     }
-    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, 0.0f);
     ce_loss(&s);
     CHECK(!kn_nonfinite(c, loss, N), "non-finite loss on large logits");
     check_close("crossentropy fwd large", loss, s.loss, N, 1e-4, 1e-5);
-    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, d, l, t, N, V, 1.0f);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, d, l, t, N, V, 1.0f, 0.0f);
     CHECK(!kn_nonfinite(c, d, nl), "non-finite gradient on large logits");
 
     /* A target outside [0, V) is poisoned, so the engine's NaN check stops. */
     int32_t badt[9] = {3, -100, 37, 0, 17, -100, 5, 5, -1};
-    kn_crossentropy_fwd(c, KN_F32, loss, l, badt, N, V);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, badt, N, V, 0.0f);
     CHECK(isnan(loss[2]) && isnan(loss[8]) && !isnan(loss[0]), "bad targets not flagged");
+
+    /* Final-logit soft-cap (Gemma 2): logits up to ~8 against a cap of 3,
+     * so tanh saturates; loss, gradient through the cap, aliasing. */
+    for (size_t i = 0; i < nl; i++) {
+        l[i] = (float)(s.l[i] - 30000.0) / 1000.0f * 2.0f;
+        s.l[i] = l[i];
+    }
+    s.cap = 3.0;
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, 3.0f);
+    ce_loss(&s);
+    check_close("crossentropy fwd softcap", loss, s.loss, N, 1e-5, 1e-6);
+    kn_crossentropy_fwd_bwd(c, KN_F32, loss2, d, l, t, N, V, (float)s.scale, 3.0f);
+    check_same("crossentropy softcap fused loss", loss2, loss, N);
+    check_grad("crossentropy softcap dlogits", d, ce_loss, &s, s.l, nl);
+    float *alias2 = fcopy(c, l, nl);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, alias2, alias2, t, N, V, (float)s.scale, 3.0f);
+    check_same("crossentropy softcap in place", alias2, d, nl);
+    /* kn_softcap: the capped logits themselves. */
+    float *capd = fcopy(c, l, nl);
+    kn_softcap(c, capd, nl, 3.0f);
+    for (size_t i = 0; i < nl; i++)
+        CHECK(fabs(capd[i] - 3.0 * tanh(s.l[i] / 3.0)) <= 1e-6 * 3.0, "softcap value");
+    float *same = fcopy(c, l, nl);
+    kn_softcap(c, same, nl, 0.0f);
+    check_same("softcap 0 is off", same, l, nl);
     free(s.l);
     free(s.loss);
     kn_close(c);
@@ -1449,17 +1501,17 @@ static double pipeline(int threads, float *w_out)
     g_rng = saved;
 
     kn_matmul_fwd(c, qkv, x, wqkv, NULL, N, C, 3 * C);
-    kn_attention_fwd(c, KN_F32, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T, H, H, C / H, 3 * C,
-                     3 * C);
+    kn_attention_fwd(c, KN_F32, ao, lse, qkv, qkv + C, qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C,
+                     0.0f, 0.0f, 0);
     kn_layernorm_fwd(c, KN_F32, ln, mean, rstd, ao, ones, NULL, N, C, 1e-5f);
     kn_gelu_fwd(c, KN_F32, act, ln, (size_t)N * C);
     kn_matmul_fwd(c, logits, act, whead, NULL, N, C, V);
-    kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, 1.0f / N);
+    kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, 1.0f / N, 0.0f);
     kn_matmul_bwd(c, dact, gw + (size_t)3 * C * C, NULL, logits, act, whead, N, C, V);
     kn_gelu_bwd(c, KN_F32, dln, dact, ln, (size_t)N * C);
     kn_layernorm_bwd(c, KN_F32, dao, NULL, NULL, dln, ao, ones, mean, rstd, N, C);
     kn_attention_bwd(c, KN_F32, dqkv, dqkv + C, dqkv + 2 * C, dao, ao, lse, qkv, qkv + C,
-                     qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C);
+                     qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C, 0.0f, 0.0f, 0);
     kn_matmul_bwd(c, dx, gw, NULL, dqkv, x, wqkv, N, C, 3 * C);
     double norm = sqrt(kn_sumsq(c, gw, nw)) + kn_sum(c, losses, N);
     kn_adamw(c, KN_F32, w, NULL, gw, m, v, nw, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);

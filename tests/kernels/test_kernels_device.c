@@ -526,19 +526,23 @@ static void t_rope(pair *p)
 struct att_args {
     buf out, lse, q, k, v;
     int B, T, Hq, Hkv, D, ldq, ldkv;
+    float scale, cap;
+    int window;
     const float *q_dev, *k_dev, *v_dev;
 };
 static void att_rerun(kn_ctx *c, void *a_)
 {
     struct att_args *a = a_;
     kn_attention_fwd(c, KN_F32, F(a->out, dev), F(a->lse, dev), a->q_dev, a->k_dev, a->v_dev, a->B,
-                     a->T, a->Hq, a->Hkv, a->D, a->ldq, a->ldkv);
+                     a->T, a->Hq, a->Hkv, a->D, a->ldq, a->ldkv, a->scale, a->cap, a->window);
 }
 
 /* One attention case: fused (q,k,v in one qkv buffer, GPT-2) or separate. */
 /* dt: the inputs hold values of that type (bf16 / fp16 runs store q, k, v
  * and dout in 16 bits; the kernel computes in fp32 either way). */
-static void att_case_dt(pair *p, int B, int T, int Hq, int Hkv, int D, int fused, kn_dtype dt)
+/* scale (0 = 1/sqrt(D)), cap (soft-cap) and window (sliding): Gemma's. */
+static void att_case_g(pair *p, int B, int T, int Hq, int Hkv, int D, int fused, kn_dtype dt,
+                       float scale, float cap, int window)
 {
     char name[112];
     int C = Hq * D, Ck = Hkv * D;
@@ -557,16 +561,35 @@ static void att_case_dt(pair *p, int B, int T, int Hq, int Hkv, int D, int fused
     }
     const char *tn = dt == KN_F32 ? "" : dt == KN_BF16 ? ".bf16" : ".fp16";
     kn_attention_fwd(p->cpu, KN_F32, F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko,
-                     F(v, cpu) + vo, B, T, Hq, Hkv, D, ldq, ldkv);
+                     F(v, cpu) + vo, B, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     kn_attention_fwd(p->dev, KN_F32, F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko,
-                     F(v, dev) + vo, B, T, Hq, Hkv, D, ldq, ldkv);
-    snprintf(name, sizeof name, "attention_fwd.B%d.T%d.H%d/%d.D%d%s%s", B, T, Hq, Hkv, D,
-             fused ? ".fused" : "", tn);
+                     F(v, dev) + vo, B, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
+    char gm[48] = "";
+    if (scale != 0.0f || cap > 0.0f || window > 0)
+        snprintf(gm, sizeof gm, ".s%g.cap%g.w%d", scale, cap, window);
+    snprintf(name, sizeof name, "attention_fwd.B%d.T%d.H%d/%d.D%d%s%s%s", B, T, Hq, Hkv, D,
+             fused ? ".fused" : "", tn, gm);
     cmp(p, name, out, 1e-4, 1e-5);
-    snprintf(name, sizeof name, "attention_fwd.lse.T%d.H%d/%d.D%d", T, Hq, Hkv, D);
+    snprintf(name, sizeof name, "attention_fwd.lse.T%d.H%d/%d.D%d%s", T, Hq, Hkv, D, gm);
     cmp(p, name, lse, 1e-5, 1e-6);
-    struct att_args a = {
-        out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, F(q, dev), F(k, dev) + ko, F(v, dev) + vo};
+    struct att_args a = {out,
+                         lse,
+                         q,
+                         k,
+                         v,
+                         B,
+                         T,
+                         Hq,
+                         Hkv,
+                         D,
+                         ldq,
+                         ldkv,
+                         scale,
+                         cap,
+                         window,
+                         F(q, dev),
+                         F(k, dev) + ko,
+                         F(v, dev) + vo};
     same_twice(p, "attention_fwd.repeat", out, att_rerun, &a);
 
     /* Gradients accumulate onto non-zero buffers. */
@@ -574,26 +597,33 @@ static void att_case_dt(pair *p, int B, int T, int Hq, int Hkv, int D, int fused
         dv = fused ? dq : brand(p, nkv, 0.1);
     kn_attention_bwd(p->cpu, KN_F32, F(dq, cpu), F(dk, cpu) + ko, F(dv, cpu) + vo, F(dout, cpu),
                      F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko, F(v, cpu) + vo, B, T, Hq,
-                     Hkv, D, ldq, ldkv);
+                     Hkv, D, ldq, ldkv, scale, cap, window);
     kn_attention_bwd(p->dev, KN_F32, F(dq, dev), F(dk, dev) + ko, F(dv, dev) + vo, F(dout, dev),
                      F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko, F(v, dev) + vo, B, T, Hq,
-                     Hkv, D, ldq, ldkv);
-    snprintf(name, sizeof name, "attention_bwd.dq.T%d.H%d/%d.D%d%s%s", T, Hq, Hkv, D,
-             fused ? ".fused" : "", tn);
+                     Hkv, D, ldq, ldkv, scale, cap, window);
+    snprintf(name, sizeof name, "attention_bwd.dq.T%d.H%d/%d.D%d%s%s%s", T, Hq, Hkv, D,
+             fused ? ".fused" : "", tn, gm);
     cmp(p, name, dq, 2e-4, 2e-5);
     if (!fused) {
-        snprintf(name, sizeof name, "attention_bwd.dk.T%d.H%d/%d.D%d", T, Hq, Hkv, D);
+        snprintf(name, sizeof name, "attention_bwd.dk.T%d.H%d/%d.D%d%s", T, Hq, Hkv, D, gm);
         cmp(p, name, dk, 2e-4, 2e-5);
-        snprintf(name, sizeof name, "attention_bwd.dv.T%d.H%d/%d.D%d", T, Hq, Hkv, D);
+        snprintf(name, sizeof name, "attention_bwd.dv.T%d.H%d/%d.D%d%s", T, Hq, Hkv, D, gm);
         cmp(p, name, dv, 2e-4, 2e-5);
         /* NULL dq: only dk and dv move. */
         kn_attention_bwd(p->cpu, KN_F32, NULL, F(dk, cpu), F(dv, cpu), F(dout, cpu), F(out, cpu),
-                         F(lse, cpu), F(q, cpu), F(k, cpu), F(v, cpu), B, T, Hq, Hkv, D, ldq, ldkv);
+                         F(lse, cpu), F(q, cpu), F(k, cpu), F(v, cpu), B, T, Hq, Hkv, D, ldq, ldkv,
+                         scale, cap, window);
         kn_attention_bwd(p->dev, KN_F32, NULL, F(dk, dev), F(dv, dev), F(dout, dev), F(out, dev),
-                         F(lse, dev), F(q, dev), F(k, dev), F(v, dev), B, T, Hq, Hkv, D, ldq, ldkv);
+                         F(lse, dev), F(q, dev), F(k, dev), F(v, dev), B, T, Hq, Hkv, D, ldq, ldkv,
+                         scale, cap, window);
         cmp(p, "attention_bwd.null_dq.dk", dk, 2e-4, 2e-5);
         cmp(p, "attention_bwd.null_dq.dv", dv, 2e-4, 2e-5);
     }
+}
+
+static void att_case_dt(pair *p, int B, int T, int Hq, int Hkv, int D, int fused, kn_dtype dt)
+{
+    att_case_g(p, B, T, Hq, Hkv, D, fused, dt, 0.0f, 0.0f, 0);
 }
 
 static void att_case(pair *p, int B, int T, int Hq, int Hkv, int D, int fused)
@@ -612,6 +642,13 @@ static void t_attention(pair *p)
     att_case(p, 1, 19 * s, 2, 2, 128, 0);
     att_case(p, 2, 29 * s, 3, 3, 24, 1); /* GPT-2's fused qkv */
     att_case(p, 1, 70 * s, 8, 2, 32, 0);
+    /* Gemma 2 / 3 at odd shapes: query_pre_attn_scalar's scale with a
+     * soft-cap that bites (q, k up to 1.5: scores past the cap), sliding
+     * windows shorter than T and not multiples of the tiles, GQA. */
+    att_case_g(p, 1, 45 * s, 4, 2, 24, 0, KN_F32, 0.35f, 2.0f, 0);
+    att_case_g(p, 2, 37 * s, 4, 1, 16, 0, KN_F32, 0.0f, 0.0f, 11);
+    att_case_g(p, 1, 70 * s, 8, 2, 40, 0, KN_F32, 0.2f, 3.0f, 33);
+    att_case_g(p, 2, 29 * s, 3, 3, 24, 1, KN_F32, 0.0f, 1.5f, 5); /* fused */
     /* 16-bit inputs at the issue's odd shapes: T not a multiple of the
      * 32-row tile, head dims 64 / 80 / 128, GQA ratios 4 / 8 / 1. */
     const kn_dtype dts[2] = {KN_BF16, KN_F16};
@@ -623,7 +660,7 @@ static void t_attention(pair *p)
     /* An unsupported head dim is an error on the context, not garbage. */
     buf big = bzeros(p, 4 * 300 * 4);
     kn_attention_fwd(p->dev, KN_F32, F(big, dev), F(big, dev), F(big, dev), F(big, dev),
-                     F(big, dev), 1, 1, 1, 1, 300, 300, 300);
+                     F(big, dev), 1, 1, 1, 1, 300, 300, 300, 0.0f, 0.0f, 0);
     ty_err err = {0};
     if (kn_check(p->dev, &err) == 0 || !strstr(err.msg, "head dim")) {
         TY_FAIL("attention with D=300 was not refused ('%s')", err.msg);
@@ -641,18 +678,18 @@ static void t_crossentropy(pair *p)
     t[8] = 0;
     buf tg = bput(p, t, N * sizeof *t), l = brand(p, (size_t)N * V, 8);
     buf loss = bzeros(p, N * 4), dl = bzeros(p, (size_t)N * V * 4);
-    kn_crossentropy_fwd(p->cpu, KN_F32, F(loss, cpu), F(l, cpu), tg.cpu, N, V);
-    kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(l, dev), tg.dev, N, V);
+    kn_crossentropy_fwd(p->cpu, KN_F32, F(loss, cpu), F(l, cpu), tg.cpu, N, V, 0.0f);
+    kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(l, dev), tg.dev, N, V, 0.0f);
     cmp(p, "crossentropy_fwd", loss, 1e-5, 1e-6);
     kn_crossentropy_fwd_bwd(p->cpu, KN_F32, F(loss, cpu), F(dl, cpu), F(l, cpu), tg.cpu, N, V,
-                            1.0f / 22);
+                            1.0f / 22, 0.0f);
     kn_crossentropy_fwd_bwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), F(l, dev), tg.dev, N, V,
-                            1.0f / 22);
+                            1.0f / 22, 0.0f);
     cmp(p, "crossentropy_fwd_bwd.loss", loss, 1e-5, 1e-6);
     cmp(p, "crossentropy_fwd_bwd.dlogits", dl, 1e-5, 1e-6);
     /* In place (dlogits == logits), losses NULL. */
-    kn_crossentropy_fwd_bwd(p->cpu, KN_F32, NULL, F(l, cpu), F(l, cpu), tg.cpu, N, V, 0.5f);
-    kn_crossentropy_fwd_bwd(p->dev, KN_F32, NULL, F(l, dev), F(l, dev), tg.dev, N, V, 0.5f);
+    kn_crossentropy_fwd_bwd(p->cpu, KN_F32, NULL, F(l, cpu), F(l, cpu), tg.cpu, N, V, 0.5f, 0.0f);
+    kn_crossentropy_fwd_bwd(p->dev, KN_F32, NULL, F(l, dev), F(l, dev), tg.dev, N, V, 0.5f, 0.0f);
     cmp(p, "crossentropy_fwd_bwd.inplace", l, 1e-5, 1e-6);
     /* 16-bit logits and dlogits (the engine's bf16 / fp16 runs), read and
      * written in place as 16 bits; losses in fp32. */
@@ -664,26 +701,51 @@ static void t_crossentropy(pair *p)
         kn_convert(p->cpu, l16.cpu, dts[k], l32.cpu, KN_F32, (size_t)N * V);
         kn_convert(p->dev, l16.dev, dts[k], l32.dev, KN_F32, (size_t)N * V);
         double r16 = dts[k] == KN_BF16 ? 8e-3 : 1e-3;
-        kn_crossentropy_fwd(p->cpu, dts[k], F(loss, cpu), l16.cpu, tg.cpu, N, V);
-        kn_crossentropy_fwd(p->dev, dts[k], F(loss, dev), l16.dev, tg.dev, N, V);
+        kn_crossentropy_fwd(p->cpu, dts[k], F(loss, cpu), l16.cpu, tg.cpu, N, V, 0.0f);
+        kn_crossentropy_fwd(p->dev, dts[k], F(loss, dev), l16.dev, tg.dev, N, V, 0.0f);
         snprintf(what, sizeof what, "crossentropy_fwd.%s", kn_dtype_name(dts[k]));
         cmp(p, what, loss, 1e-5, 1e-6);
         kn_crossentropy_fwd_bwd(p->cpu, dts[k], F(loss, cpu), g16.cpu, l16.cpu, tg.cpu, N, V,
-                                1.0f / 22);
+                                1.0f / 22, 0.0f);
         kn_crossentropy_fwd_bwd(p->dev, dts[k], F(loss, dev), g16.dev, l16.dev, tg.dev, N, V,
-                                1.0f / 22);
+                                1.0f / 22, 0.0f);
         snprintf(what, sizeof what, "crossentropy_fwd_bwd.%s.dlogits", kn_dtype_name(dts[k]));
         cmp16(p, what, g16, (size_t)N * V, dts[k], r16, 1e-3);
-        kn_crossentropy_fwd_bwd(p->cpu, dts[k], NULL, l16.cpu, l16.cpu, tg.cpu, N, V, 0.5f);
-        kn_crossentropy_fwd_bwd(p->dev, dts[k], NULL, l16.dev, l16.dev, tg.dev, N, V, 0.5f);
+        kn_crossentropy_fwd_bwd(p->cpu, dts[k], NULL, l16.cpu, l16.cpu, tg.cpu, N, V, 0.5f, 0.0f);
+        kn_crossentropy_fwd_bwd(p->dev, dts[k], NULL, l16.dev, l16.dev, tg.dev, N, V, 0.5f, 0.0f);
         snprintf(what, sizeof what, "crossentropy_fwd_bwd.%s.inplace", kn_dtype_name(dts[k]));
         cmp16(p, what, l16, (size_t)N * V, dts[k], r16, 1e-3);
     }
+    /* Gemma 2's final-logit soft-cap, fp32 and bf16 logits: saturating
+     * (logits up to 8 against a cap of 3), in place. */
+    for (int k = 0; k < 2; k++) {
+        kn_dtype dtc = k ? KN_BF16 : KN_F32;
+        char what[64];
+        buf l32 = brand(p, (size_t)N * V, 8), lc = bzeros(p, (size_t)N * V * kn_dtype_size(dtc));
+        kn_convert(p->cpu, lc.cpu, dtc, l32.cpu, KN_F32, (size_t)N * V);
+        kn_convert(p->dev, lc.dev, dtc, l32.dev, KN_F32, (size_t)N * V);
+        kn_crossentropy_fwd(p->cpu, dtc, F(loss, cpu), lc.cpu, tg.cpu, N, V, 3.0f);
+        kn_crossentropy_fwd(p->dev, dtc, F(loss, dev), lc.dev, tg.dev, N, V, 3.0f);
+        snprintf(what, sizeof what, "crossentropy_fwd.softcap.%s", kn_dtype_name(dtc));
+        cmp(p, what, loss, 1e-5, 1e-6);
+        kn_crossentropy_fwd_bwd(p->cpu, dtc, F(loss, cpu), lc.cpu, lc.cpu, tg.cpu, N, V, 1.0f / 22,
+                                3.0f);
+        kn_crossentropy_fwd_bwd(p->dev, dtc, F(loss, dev), lc.dev, lc.dev, tg.dev, N, V, 1.0f / 22,
+                                3.0f);
+        snprintf(what, sizeof what, "crossentropy_fwd_bwd.softcap.%s.inplace", kn_dtype_name(dtc));
+        if (dtc == KN_F32)
+            cmp(p, what, lc, 1e-5, 1e-6);
+        else
+            cmp16(p, what, lc, (size_t)N * V, dtc, 8e-3, 1e-3);
+    }
+    kn_softcap(p->cpu, F(l, cpu), (size_t)N * V, 2.0f);
+    kn_softcap(p->dev, F(l, dev), (size_t)N * V, 2.0f);
+    cmp(p, "softcap", l, 1e-6, 1e-7);
     /* An out-of-range target is NaN on both. */
     t[0] = V;
     kn_to_device(p->cpu, tg.cpu, t, N * sizeof *t);
     kn_to_device(p->dev, tg.dev, t, N * sizeof *t);
-    kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), tg.dev, N, V);
+    kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), tg.dev, N, V, 0.0f);
     float l0;
     kn_to_host(p->dev, &l0, F(loss, dev), sizeof l0);
     if (!isnan(l0)) {

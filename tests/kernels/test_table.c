@@ -384,41 +384,60 @@ static void c_activations(tc *t)
     free(hx), free(hu), free(w);
 }
 
-static void c_attention(tc *t)
+/* Plain causal attention, then Gemma's options: an explicit scale with a
+ * soft-cap that bites, and a sliding window shorter than T. */
+static void c_attention_g(tc *t, float scale, float cap, int window)
 {
     int B = 2, T = 70, Hq = 4, Hkv = 2, D = 8, ldq = Hq * D, ldkv = Hkv * D;
     size_t nq = (size_t)B * T * ldq, nk = (size_t)B * T * ldkv, nl = (size_t)B * Hq * T;
     float *hq = hrand(nq, 1), *hk = hrand(nk, 1), *hv = hrand(nk, 1);
     float *q = dput(t, hq, nq * 4), *k = dput(t, hk, nk * 4), *v = dput(t, hv, nk * 4);
     float *o = dpoison(t, nq), *lse = dpoison(t, nl);
-    kn_attention_fwd(t->c, KN_F32, o, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv);
+    kn_attention_fwd(t->c, KN_F32, o, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, cap,
+                     window);
+    double sc = scale != 0.0f ? scale : 1.0 / sqrt((double)D);
     double *wo = dvec(nq), *wl = dvec(nl), *s = dvec(T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < Hq; h++)
             for (int i = 0; i < T; i++) {
                 int g = h / (Hq / Hkv);
                 double mx = -INFINITY, z = 0;
-                for (int j = 0; j <= i; j++) {
+                int lo = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+                for (int j = lo; j <= i; j++) {
                     double a = 0;
                     for (int d = 0; d < D; d++)
                         a += (double)hq[((size_t)b * T + i) * ldq + h * D + d] *
                              hk[((size_t)b * T + j) * ldkv + g * D + d];
-                    s[j] = a / sqrt((double)D);
+                    s[j] = a * sc;
+                    if (cap > 0) s[j] = cap * tanh(s[j] / cap);
                     mx = fmax(mx, s[j]);
                 }
-                for (int j = 0; j <= i; j++)
+                for (int j = lo; j <= i; j++)
                     z += exp(s[j] - mx);
                 wl[((size_t)b * Hq + h) * T + i] = mx + log(z);
                 for (int d = 0; d < D; d++) {
                     double a = 0;
-                    for (int j = 0; j <= i; j++)
+                    for (int j = lo; j <= i; j++)
                         a += exp(s[j] - mx) / z * hv[((size_t)b * T + j) * ldkv + g * D + d];
                     wo[((size_t)b * T + i) * ldq + h * D + d] = a;
                 }
             }
-    expect(t, "attention out", o, wo, nq, KN_F32);
-    expect(t, "attention lse", lse, wl, nl, KN_F32);
+    char what[96];
+    snprintf(what, sizeof what, "attention out (scale %g, softcap %g, window %d)", scale, cap,
+             window);
+    expect(t, what, o, wo, nq, KN_F32);
+    snprintf(what, sizeof what, "attention lse (scale %g, softcap %g, window %d)", scale, cap,
+             window);
+    expect(t, what, lse, wl, nl, KN_F32);
     free(hq), free(hk), free(hv), free(wo), free(wl), free(s);
+}
+
+static void c_attention(tc *t)
+{
+    c_attention_g(t, 0.0f, 0.0f, 0);
+    c_attention_g(t, 0.9f, 1.5f, 0);
+    c_attention_g(t, 0.0f, 0.0f, 9);
+    c_attention_g(t, 0.5f, 2.0f, 33);
 }
 
 /* Fused cross-entropy with fp32 and 16-bit logits: the 16-bit logits are
@@ -428,7 +447,9 @@ static void c_attention(tc *t)
 static void c_crossentropy(tc *t)
 {
     int N = 11, V = 53;
-    for (int dt = KN_F32; dt <= KN_F16; dt++) {
+    for (int dtc = 0; dtc < 6; dtc++) {
+        int dt = dtc % 3;
+        float cap = dtc < 3 ? 0.0f : 2.5f; /* Gemma 2's final-logit soft-cap */
         size_t es = dt == KN_F32 ? 4 : 2, nv = (size_t)N * V;
         float *hl = hrand(nv, 4);
         int32_t tg[11];
@@ -441,21 +462,27 @@ static void c_crossentropy(tc *t)
         kn_to_host(t->c, hl, l32, nv * 4);
         kn_convert(t->c, dl, (kn_dtype)dt, dlf, KN_F32, nv); /* poisoned */
         int32_t *dtg = dput(t, tg, sizeof tg);
-        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, loss, dl, l, dtg, N, V, 0.1f);
+        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, loss, dl, l, dtg, N, V, 0.1f, cap);
         kn_convert(t->c, dlf, KN_F32, dl, (kn_dtype)dt, nv);
         double *wl = dvec(N), *wd = dvec(nv);
         for (int n = 0; n < N; n++) {
             if (tg[n] == -100) continue;
-            double mx = -INFINITY, z = 0;
+            double mx = -INFINITY, z = 0, y[53];
+            for (int j = 0; j < V; j++) {
+                y[j] = hl[(size_t)n * V + j];
+                if (cap > 0) y[j] = cap * tanh(y[j] / cap);
+                mx = fmax(mx, y[j]);
+            }
             for (int j = 0; j < V; j++)
-                mx = fmax(mx, hl[(size_t)n * V + j]);
+                z += exp(y[j] - mx);
+            wl[n] = log(z) + mx - y[tg[n]];
             for (int j = 0; j < V; j++)
-                z += exp(hl[(size_t)n * V + j] - mx);
-            wl[n] = log(z) + mx - hl[(size_t)n * V + tg[n]];
-            for (int j = 0; j < V; j++)
-                wd[(size_t)n * V + j] = 0.1 * (exp(hl[(size_t)n * V + j] - mx) / z - (j == tg[n]));
+                wd[(size_t)n * V + j] = 0.1 * (exp(y[j] - mx) / z - (j == tg[n])) *
+                                        (cap > 0 ? 1 - (y[j] / cap) * (y[j] / cap) : 1.0);
         }
-        const char *tag = dt == KN_F32 ? "fp32" : dt == KN_BF16 ? "bf16" : "fp16";
+        const char *tag = dt == KN_F32    ? (cap > 0 ? "fp32, softcap" : "fp32")
+                          : dt == KN_BF16 ? (cap > 0 ? "bf16, softcap" : "bf16")
+                                          : (cap > 0 ? "fp16, softcap" : "fp16");
         char what[64];
         snprintf(what, sizeof what, "crossentropy loss (%s logits)", tag);
         expect(t, what, loss, wl, N, KN_F32);
@@ -463,10 +490,10 @@ static void c_crossentropy(tc *t)
         expect(t, what, dlf, wd, nv, (kn_dtype)dt);
         /* Evaluation's forward and the in-place training form. */
         float *loss2 = dpoison(t, N);
-        kn_crossentropy_fwd(t->c, (kn_dtype)dt, loss2, l, dtg, N, V);
+        kn_crossentropy_fwd(t->c, (kn_dtype)dt, loss2, l, dtg, N, V, cap);
         snprintf(what, sizeof what, "crossentropy_fwd loss (%s logits)", tag);
         expect(t, what, loss2, wl, N, KN_F32);
-        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, NULL, l, l, dtg, N, V, 0.1f);
+        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, NULL, l, l, dtg, N, V, 0.1f, cap);
         kn_convert(t->c, dlf, KN_F32, l, (kn_dtype)dt, nv);
         snprintf(what, sizeof what, "crossentropy in place (%s)", tag);
         expect(t, what, dlf, wd, nv, (kn_dtype)dt);
@@ -736,8 +763,9 @@ static void c_typed(tc *t)
              *v = typed_in(t, dt, nk, 1, &vf);
         void *ao = typed_out(t, dt, nq);
         float *ao32 = dpoison(t, nq), *l = dpoison(t, nl), *l32 = dpoison(t, nl);
-        kn_attention_fwd(t->c, dt, ao, l, q, k, v, B, T, Hq, Hkv, Dh, ldq, ldkv);
-        kn_attention_fwd(t->c, KN_F32, ao32, l32, qf, kf, vf, B, T, Hq, Hkv, Dh, ldq, ldkv);
+        kn_attention_fwd(t->c, dt, ao, l, q, k, v, B, T, Hq, Hkv, Dh, ldq, ldkv, 0.0f, 0.0f, 0);
+        kn_attention_fwd(t->c, KN_F32, ao32, l32, qf, kf, vf, B, T, Hq, Hkv, Dh, ldq, ldkv, 0.0f,
+                         0.0f, 0);
         same(t, dt, "attention out", ao, ao32, nq, dt);
         same(t, KN_F32, "attention lse", l, l32, nl, KN_F32);
         /* the backward reads the 16-bit out; the fp32 run its widened copy */
@@ -747,9 +775,10 @@ static void c_typed(tc *t)
         float *ado = dput(t, hdo, nq * 4), *dq = dput(t, hdo, nq * 4), *dq32 = dput(t, hdo, nq * 4),
               *dk = dput(t, hdk, nk * 4), *dk32 = dput(t, hdk, nk * 4), *dv = dput(t, hdk, nk * 4),
               *dv32 = dput(t, hdk, nk * 4);
-        kn_attention_bwd(t->c, dt, dq, dk, dv, ado, ao, l32, q, k, v, B, T, Hq, Hkv, Dh, ldq, ldkv);
+        kn_attention_bwd(t->c, dt, dq, dk, dv, ado, ao, l32, q, k, v, B, T, Hq, Hkv, Dh, ldq, ldkv,
+                         0.0f, 0.0f, 0);
         kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, ado, aof, l32, qf, kf, vf, B, T, Hq, Hkv,
-                         Dh, ldq, ldkv);
+                         Dh, ldq, ldkv, 0.0f, 0.0f, 0);
         same(t, KN_F32, "attention dq (+=)", dq, dq32, nq, KN_F32);
         same(t, KN_F32, "attention dk (+=)", dk, dk32, nk, KN_F32);
         same(t, KN_F32, "attention dv (+=)", dv, dv32, nk, KN_F32);

@@ -172,7 +172,7 @@ def sha256_file(path):
 
 
 def make_checkpoint(d, sizes, step=200):
-    """A checkpoint directory as DESIGN.md §6 describes, MANIFEST.json last."""
+    """A checkpoint directory as DESIGN §6 describes, MANIFEST.json last."""
     import json
     os.makedirs(d, exist_ok=True)
     files = []
