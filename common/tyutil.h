@@ -54,4 +54,8 @@ int ty_memeq_ct(const void *a, const void *b, size_t n);
 /* Valid UTF-8 (no overlongs, no surrogates)? */
 int ty_utf8_valid(const char *s, size_t len);
 
+/* One line on stderr, "trainyard: " + the message + a newline: how the
+ * trainyard binary (client and daemon) says what went wrong. */
+void ty_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif

@@ -10,11 +10,12 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "tyutil.h"
 
 #define CLI_DEFAULT_URL "http://127.0.0.1:8080"
 #define CLI_MAX_SPEC (16u << 20)
@@ -55,21 +56,10 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
     return buf_append(ud, p, size * n) == 0 ? size * n : 0;
 }
 
-static void cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void cli_errorf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("trainyard: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
 /* Maps a transport failure to an exit code, naming the cause. */
 static int curl_failure(const cli_ctx *c, CURLcode rc, const char *errbuf)
 {
-    cli_errorf("cannot reach %s: %s", c->base, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+    ty_logf("cannot reach %s: %s", c->base, errbuf[0] ? errbuf : curl_easy_strerror(rc));
     return CLI_EXIT_CONNECT;
 }
 
@@ -83,11 +73,11 @@ static int http_failure(long status, const buf *body)
     const char *field = json_string_value(json_object_get(e, "field"));
     const char *code = json_string_value(json_object_get(e, "code"));
     if (msg)
-        cli_errorf("%s%s%s%s (HTTP %ld%s%s)", msg, field && *field ? " [" : "",
-                   field && *field ? field : "", field && *field ? "]" : "", status,
-                   code ? ", " : "", code ? code : "");
+        ty_logf("%s%s%s%s (HTTP %ld%s%s)", msg, field && *field ? " [" : "",
+                field && *field ? field : "", field && *field ? "]" : "", status, code ? ", " : "",
+                code ? code : "");
     else
-        cli_errorf("server answered HTTP %ld", status);
+        ty_logf("server answered HTTP %ld", status);
     json_decref(j);
     switch (status) {
     case 400:
@@ -132,7 +122,7 @@ static int http_call(const cli_ctx *c, const char *method, const char *path, con
     struct curl_slist *hdrs = NULL;
     CURL *h = cli_easy(c, path, &hdrs, errbuf);
     if (!h) {
-        cli_errorf("libcurl initialisation failed");
+        ty_logf("libcurl initialisation failed");
         return CLI_EXIT_FAILED;
     }
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
@@ -177,7 +167,7 @@ static int call_json(const cli_ctx *c, const char *method, const char *path, con
         json_error_t je;
         *out = b.data ? json_loads(b.data, 0, &je) : NULL;
         if (!*out) {
-            cli_errorf("server sent a non-JSON answer (HTTP %ld)", status);
+            ty_logf("server sent a non-JSON answer (HTTP %ld)", status);
             rc = CLI_EXIT_FAILED;
         }
     }
@@ -214,7 +204,7 @@ static int parse_id(const char *s, long long *id)
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || *end || end == s || v <= 0) {
-        cli_errorf("'%s' is not a job id (a positive integer)", s);
+        ty_logf("'%s' is not a job id (a positive integer)", s);
         return CLI_EXIT_USAGE;
     }
     *id = v;
@@ -244,7 +234,7 @@ static int read_spec(const char *file, buf *out)
 {
     FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "rb");
     if (!f) {
-        cli_errorf("cannot open %s: %s", file, strerror(errno));
+        ty_logf("cannot open %s: %s", file, strerror(errno));
         return CLI_EXIT_USAGE;
     }
     char chunk[65536];
@@ -252,18 +242,18 @@ static int read_spec(const char *file, buf *out)
     int rc = 0;
     while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
         if (out->len + n > CLI_MAX_SPEC || buf_append(out, chunk, n)) {
-            cli_errorf("%s: larger than %u bytes", file, CLI_MAX_SPEC);
+            ty_logf("%s: larger than %u bytes", file, CLI_MAX_SPEC);
             rc = CLI_EXIT_USAGE;
             break;
         }
     }
     if (rc == 0 && ferror(f)) {
-        cli_errorf("cannot read %s: %s", file, strerror(errno));
+        ty_logf("cannot read %s: %s", file, strerror(errno));
         rc = CLI_EXIT_USAGE;
     }
     if (f != stdin) fclose(f);
     if (rc == 0 && out->len == 0) {
-        cli_errorf("%s is empty", file);
+        ty_logf("%s is empty", file);
         rc = CLI_EXIT_USAGE;
     }
     return rc;
@@ -278,12 +268,12 @@ static int cmd_submit(cli_ctx *c, int argc, char **argv)
         else if (!file)
             file = argv[i];
         else {
-            cli_errorf("submit: unexpected argument '%s'", argv[i]);
+            ty_logf("submit: unexpected argument '%s'", argv[i]);
             return CLI_EXIT_USAGE;
         }
     }
     if (!file) {
-        cli_errorf("usage: trainyard submit FILE|- [--idempotency-key KEY] [--json]");
+        ty_logf("usage: trainyard submit FILE|- [--idempotency-key KEY] [--json]");
         return CLI_EXIT_USAGE;
     }
     buf spec = {0};
@@ -333,12 +323,12 @@ static int cmd_jobs(cli_ctx *c, int argc, char **argv)
         } else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc) {
             limit = atoi(argv[++i]);
             if (limit < 1 || limit > 200) {
-                cli_errorf("jobs: --limit must be in 1..200");
+                ty_logf("jobs: --limit must be in 1..200");
                 return CLI_EXIT_USAGE;
             }
             snprintf(query + l, sizeof query - l, "%climit=%d", l ? '&' : '?', limit);
         } else {
-            cli_errorf("usage: trainyard jobs [--state S] [--tag T] [--limit N] [--json]");
+            ty_logf("usage: trainyard jobs [--state S] [--tag T] [--limit N] [--json]");
             return CLI_EXIT_USAGE;
         }
     }
@@ -349,7 +339,7 @@ static int cmd_jobs(cli_ctx *c, int argc, char **argv)
     if (rc) return rc;
     json_t *jobs = json_object_get(page, "jobs");
     if (!json_is_array(jobs)) {
-        cli_errorf("server answer has no \"jobs\" list");
+        ty_logf("server answer has no \"jobs\" list");
         json_decref(page);
         return CLI_EXIT_FAILED;
     }
@@ -421,7 +411,7 @@ static int cmd_generate(cli_ctx *c, int argc, char **argv)
         else if (v && (!strcmp(a, "--max-tokens") || !strcmp(a, "--seed"))) {
             long long n = strtoll(v, &end, 10);
             if (*end || end == v) {
-                cli_errorf("generate: %s needs an integer", a);
+                ty_logf("generate: %s needs an integer", a);
                 json_decref(req);
                 json_decref(stop);
                 return CLI_EXIT_USAGE;
@@ -431,7 +421,7 @@ static int cmd_generate(cli_ctx *c, int argc, char **argv)
         } else if (v && (!strcmp(a, "--temperature") || !strcmp(a, "--top-p"))) {
             double d = strtod(v, &end);
             if (*end || end == v) {
-                cli_errorf("generate: %s needs a number", a);
+                ty_logf("generate: %s needs a number", a);
                 json_decref(req);
                 json_decref(stop);
                 return CLI_EXIT_USAGE;
@@ -442,7 +432,7 @@ static int cmd_generate(cli_ctx *c, int argc, char **argv)
         } else if (!prompt && id)
             prompt = a;
         else {
-            cli_errorf(
+            ty_logf(
                 "usage: trainyard generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] "
                 "[--seed S] [--stop STR]... [--base | --compare]");
             json_decref(req);
@@ -451,7 +441,7 @@ static int cmd_generate(cli_ctx *c, int argc, char **argv)
         }
     }
     if (!id || !prompt) {
-        cli_errorf(
+        ty_logf(
             "usage: trainyard generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] "
             "[--seed S] [--stop STR]... [--base | --compare]");
         json_decref(req);
@@ -782,7 +772,7 @@ static int ctx_init(cli_ctx *c)
     const char *url = getenv("TY_URL");
     if (!url || !*url) url = CLI_DEFAULT_URL;
     if (strlen(url) >= sizeof c->base) {
-        cli_errorf("TY_URL is too long");
+        ty_logf("TY_URL is too long");
         return CLI_EXIT_USAGE;
     }
     snprintf(c->base, sizeof c->base, "%s", url);
@@ -792,7 +782,7 @@ static int ctx_init(cli_ctx *c)
     const char *tok = getenv("TY_TOKEN");
     if (tok && *tok) {
         if (strlen(tok) > 1000 || strpbrk(tok, "\r\n")) {
-            cli_errorf("TY_TOKEN is not a valid token");
+            ty_logf("TY_TOKEN is not a valid token");
             return CLI_EXIT_USAGE;
         }
         snprintf(c->auth, sizeof c->auth, "Authorization: Bearer %s", tok);
@@ -805,7 +795,7 @@ static int ctx_init(cli_ctx *c)
 int cli_main(int argc, char **argv)
 {
     if (argc < 2 || !cli_is_command(argv[1])) {
-        if (argc >= 2) cli_errorf("unknown command '%s'", argv[1]);
+        if (argc >= 2) ty_logf("unknown command '%s'", argv[1]);
         cli_usage(stderr);
         return CLI_EXIT_USAGE;
     }
@@ -833,7 +823,7 @@ int cli_main(int argc, char **argv)
             args[nargs++] = argv[i];
     }
     if ((follow && strcmp(cmd, "logs") != 0) || (purge && strcmp(cmd, "delete") != 0)) {
-        cli_errorf("%s: unexpected option %s", cmd, follow ? "-f" : "--purge");
+        ty_logf("%s: unexpected option %s", cmd, follow ? "-f" : "--purge");
         free(args);
         return CLI_EXIT_USAGE;
     }
@@ -850,7 +840,7 @@ int cli_main(int argc, char **argv)
     } else {
         long long id = 0;
         if (nargs != 1) {
-            cli_errorf("usage: trainyard %s ID", cmd);
+            ty_logf("usage: trainyard %s ID", cmd);
             rc = CLI_EXIT_USAGE;
         } else if ((rc = parse_id(args[0], &id)) == 0) {
             if (strcmp(cmd, "show") == 0)

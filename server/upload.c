@@ -12,7 +12,6 @@
 #include "upload.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -60,17 +59,6 @@ struct uploader {
     int nthreads;
     pthread_t *threads;
 };
-
-static void up_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void up_log(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("trainyard: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 void upload_remote_prefix(int64_t job_id, const char *dir, char *out, size_t cap)
 {
@@ -216,7 +204,7 @@ static void set_checkpoint_error(srv *s, int64_t job_id, const char *what, const
     ty_err err = {0};
     db_job_update up = {.has_checkpoint_error = true, .checkpoint_error = text};
     if (!d || db_job_update_fields(d, job_id, &up, &err))
-        up_log("job %lld: cannot record checkpoint_error: %s", (long long)job_id, err.msg);
+        ty_logf("job %lld: cannot record checkpoint_error: %s", (long long)job_id, err.msg);
 }
 
 /* "checkpoints/step-000020" → "step-000020" for messages. */
@@ -291,12 +279,12 @@ static void do_put(uploader *u, db_upload *up)
         } else {
             fa.o = DB_UP_FAILED;
         }
-        up_log("job %lld: upload of %s failed: %s", (long long)up->job_id, up->dir, reason);
+        ty_logf("job %lld: upload of %s failed: %s", (long long)up->job_id, up->dir, reason);
     }
     ty_err e2 = {0};
     if (with_event(s, finish_fn, &fa, &e2))
-        up_log("job %lld: cannot record the upload of %s: %s", (long long)up->job_id, up->dir,
-               e2.msg);
+        ty_logf("job %lld: cannot record the upload of %s: %s", (long long)up->job_id, up->dir,
+                e2.msg);
     else if (fa.o == DB_UP_FAILED)
         set_checkpoint_error(s, up->job_id, dir_name(up->dir), up->uri, reason);
     if (rc == 0) upload_retention(s, up->job_id);
@@ -323,8 +311,8 @@ static void do_delete(uploader *u, db_upload *up)
         fa.o = up->attempts < s->cfg.upload_attempts * 4 ? DB_UP_RETRY : DB_UP_FAILED;
         fa.error = err.msg;
         fa.retry_at = ty_now_ms() + backoff_ms(up->attempts);
-        up_log("job %lld: remote delete of %s failed (%s): %s", (long long)up->job_id, up->dir,
-               fa.o == DB_UP_RETRY ? "will retry" : "gave up", err.msg);
+        ty_logf("job %lld: remote delete of %s failed (%s): %s", (long long)up->job_id, up->dir,
+                fa.o == DB_UP_RETRY ? "will retry" : "gave up", err.msg);
     }
     ty_err e2 = {0};
     with_event(s, finish_fn, &fa, &e2);
@@ -374,7 +362,7 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&u->mu);
             continue;
         }
-        if (rc != TY_ENOENT) up_log("upload queue: %s", err.msg);
+        if (rc != TY_ENOENT) ty_logf("upload queue: %s", err.msg);
         pthread_mutex_lock(&u->mu);
         if (u->wakes > 0) {
             u->wakes--;
@@ -404,8 +392,8 @@ uploader *uploader_new(srv *s, ty_err *err)
     }
     if (db_upload_recover(d, &requeued, err)) return NULL;
     if (requeued > 0)
-        up_log("%d checkpoint upload(s) interrupted by the last shutdown are queued again",
-               requeued);
+        ty_logf("%d checkpoint upload(s) interrupted by the last shutdown are queued again",
+                requeued);
     uploader *u = calloc(1, sizeof *u);
     if (u) u->threads = calloc((size_t)s->cfg.upload_workers, sizeof *u->threads);
     if (!u || !u->threads) {
@@ -541,7 +529,7 @@ void upload_retention(srv *s, int64_t job_id)
         ty_err e2 = {0};
         if (with_event(s, retire_fn, &ra, &e2)) continue; /* being uploaded: next pass */
         if (c[i].local_path && ty_rm_rf(c[i].local_path, &e2) && e2.code != TY_ENOENT)
-            up_log("job %lld: cannot remove %s: %s", (long long)job_id, c[i].local_path, e2.msg);
+            ty_logf("job %lld: cannot remove %s: %s", (long long)job_id, c[i].local_path, e2.msg);
     }
     if (s->up) uploader_wake(s->up);
 out:
@@ -683,7 +671,7 @@ static void do_export(uploader *u, int64_t job_id)
         snprintf(line, sizeof line, "export uploaded to %s (%d files, %llu bytes)", remote, files,
                  (unsigned long long)bytes);
         job_log(s, job_id, "info", line);
-        up_log("job %lld: %s", (long long)job_id, line);
+        ty_logf("job %lld: %s", (long long)job_id, line);
         /* An earlier failed try of this export (before a restart) no
          * longer holds. */
         db *d = srv_db(s);
@@ -698,8 +686,8 @@ static void do_export(uploader *u, int64_t job_id)
     } else if (rc == TY_ESTATE && stopping) {
         /* Shutdown: the job still waits (stop_intent), and the restart's
          * recovery uploads the export again. Not a failure of the job. */
-        up_log("job %lld: export upload interrupted by shutdown; retried after the restart",
-               (long long)job_id);
+        ty_logf("job %lld: export upload interrupted by shutdown; retried after the restart",
+                (long long)job_id);
     } else if (p.store) {
         char reason[700];
         snprintf(reason, sizeof reason, "%s%s", rc == TY_ESTATE ? "upload cancelled: " : "",
@@ -707,7 +695,7 @@ static void do_export(uploader *u, int64_t job_id)
         set_checkpoint_error(s, job_id, "export", p.store, reason);
         snprintf(line, sizeof line, "export not uploaded to %s: %s", p.store, reason);
         job_log(s, job_id, "warn", line);
-        up_log("job %lld: %s", (long long)job_id, line);
+        ty_logf("job %lld: %s", (long long)job_id, line);
     }
     free(p.store);
     pthread_mutex_lock(&u->mu);
