@@ -331,6 +331,21 @@ def case_bucket():
           "all-reduce")
     close(ref, losses(ok(run(4, tiny, "bw4"), "world 4 bucket_kb 1")), "world 1 vs world 4 with 1 KiB buckets")
     print("ok: world 4 with 1 KiB buckets within 1e-6 of world 1")
+    # A GQA Llama (untied lm_head after the final norm) in bf16: the same.
+    llama = {"model_type": "llama", "vocab_size": 53, "hidden_size": 24, "intermediate_size": 40,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "max_position_embeddings": 32}
+    for name, kb in (("l0", 0), ("l1", 1)):
+        p = write_res_spec(f"{name}.json", {"bucket_kb": kb}, {"precision": "bf16"})
+        spec = json.load(open(p))
+        spec["model"] = {"init": llama}
+        with open(p, "w") as f:
+            json.dump(spec, f)
+    a = ok(run(2, os.path.join(TMP, "l0.json"), "bl0"), "llama world 2 bucket_kb 0")
+    b = ok(run(2, os.path.join(TMP, "l1.json"), "bl1"), "llama world 2 bucket_kb 1")
+    if losses(a) != losses(b) or ckpt_bytes("bl0") != ckpt_bytes("bl1"):
+        fail(f"llama bf16 world 2: bucketed losses {losses(b)} vs one all-reduce {losses(a)} (or checkpoints)")
+    print("ok: Llama in bf16, world 2: 1 KiB buckets bit-identical to one all-reduce")
 
 
 def case_zero16():
