@@ -426,7 +426,8 @@ static int cmd_generate(cli_ctx *c, int argc, char **argv)
                 json_decref(stop);
                 return CLI_EXIT_USAGE;
             }
-            json_object_set_new(req, a[2] == 't' ? "temperature" : "top_p", json_real(d));
+            json_object_set_new(req, !strcmp(a, "--temperature") ? "temperature" : "top_p",
+                                json_real(d));
             i++;
         } else if (!id && parse_id(a, &id) == 0) {
         } else if (!prompt && id)

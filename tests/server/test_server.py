@@ -596,6 +596,10 @@ def test_cli():
     check(cli(srv, "cancel", str(jid)).returncode == 4, "cancel of a finished job: conflict (4)")
     check(cli(srv, "show", "99999").returncode == 3, "unknown job: not found (3)")
     check(cli(srv, "show", "abc").returncode == 2, "bad id: usage (2)")
+    # --top-p reaches the API as top_p (it once went out as temperature): 2 is outside top_p's (0, 1]
+    r = cli(srv, "generate", str(jid), "hi", "--top-p", "2")
+    check(r.returncode != 0 and "top_p" in r.stderr,
+          "generate --top-p 2 is refused naming top_p: %r" % (r.stdout + r.stderr)[-300:])
     check(cli(srv, "frobnicate").returncode == 2, "unknown command: usage (2)")
     check(cli(srv, "submit", "/nonexistent.json").returncode == 2, "unreadable file: usage (2)")
     badp = os.path.join(srv.tmp, "bad.json")
