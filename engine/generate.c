@@ -641,6 +641,8 @@ int logits_main(int argc, char **argv)
             rc = 1;
             goto out;
         }
+        /* the training path folds Gemma 2's final soft-cap into the loss */
+        kn_softcap(g.kn, g.m.logits, (size_t)n * V, c->final_softcap);
         kn_to_host(g.kn, host, g.m.logits, (size_t)n * V * sizeof *host);
         for (size_t i = 0; i < n; i++)
             print_row(host + i * V, V, i == 0);

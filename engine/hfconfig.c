@@ -167,6 +167,9 @@ void hfconfig_inv_freq(const model_config *c, float *out)
     int D = c->head_dim;
     for (int i = 0; i < D / 2; i++)
         out[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)D);
+    if (c->gemma && c->rope_global_factor != 1.0f) /* Gemma 3's linear scaling */
+        for (int i = 0; i < D / 2; i++)
+            out[i] /= c->rope_global_factor;
     if (!c->rope_scaled) return;
     /* transformers' _compute_llama3_parameters, in fp32: wavelengths
      * shorter than orig/high keep their frequency, longer than orig/low
@@ -260,6 +263,169 @@ static int cfg_llama(json_t *o, const char *w, const char *type, model_config *c
     return 0;
 }
 
+/* A soft-cap: absent or null = off (0), else a positive number. */
+static int cfg_cap(json_t *o, const char *key, double def, const char *w, float *out, ty_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v) {
+        *out = (float)def;
+        return 0;
+    }
+    if (json_is_null(v)) {
+        *out = 0.0f;
+        return 0;
+    }
+    return cfg_num(o, key, def, w, out, err);
+}
+
+/* Gemma 3's RoPE: transformers 5 writes rope_parameters {sliding_attention:
+ * {rope_type, rope_theta}, full_attention: {...}}; older files a top-level
+ * rope_theta, rope_local_base_freq and rope_scaling (for the global layers).
+ * "default" and "linear" (factor) are done; other types are refused. */
+static int gemma3_rope_one(json_t *rp, const char *key, const char *w, float *theta,
+                           float *factor, ty_err *err)
+{
+    char field[96];
+    json_t *rt = json_object_get(rp, "rope_type");
+    if (!rt || json_is_null(rt)) rt = json_object_get(rp, "type");
+    const char *type = json_is_string(rt) ? json_string_value(rt) : "default";
+    json_t *th = json_object_get(rp, "rope_theta");
+    if (th && !json_is_null(th)) {
+        snprintf(field, sizeof field, "%s.rope_theta", key);
+        if (!json_is_number(th) || !(json_number_value(th) > 0))
+            return ty_err_field(err, TY_EINVAL, field, "%s: %s must be a positive number", w,
+                                field);
+        *theta = (float)json_number_value(th);
+    }
+    snprintf(field, sizeof field, "%s.rope_type", key);
+    if (!strcmp(type, "linear") && factor) {
+        json_t *f = json_object_get(rp, "factor");
+        snprintf(field, sizeof field, "%s.factor", key);
+        if (!json_is_number(f) || !(json_number_value(f) > 0))
+            return ty_err_field(err, TY_EINVAL, field,
+                                "%s: %s must be a positive number for rope_type linear", w, field);
+        *factor = (float)json_number_value(f);
+    } else if (strcmp(type, "default")) {
+        return ty_err_field(err, TY_EINVAL, field,
+                            "%s: %s \"%s\" is not supported (default%s are)", w, field,
+                            ty_safe_word(type), factor ? " and linear" : "");
+    }
+    return 0;
+}
+
+/* Gemma 2 ("gemma2") and Gemma 3's text model ("gemma3_text"); defaults as
+ * transformers' Gemma2Config / Gemma3TextConfig. */
+static int cfg_gemma(json_t *o, const char *w, int gen, model_config *c, ty_err *err)
+{
+    int rc;
+    if ((rc = cfg_int(o, "vocab_size", gen == 2 ? 256000 : 262208, w, &c->vocab, err)) ||
+        (rc = cfg_int(o, "hidden_size", 2304, w, &c->dim, err)) ||
+        (rc = cfg_int(o, "intermediate_size", 9216, w, &c->ffn, err)) ||
+        (rc = cfg_int(o, "num_hidden_layers", 26, w, &c->n_layer, err)) ||
+        (rc = cfg_int(o, "num_attention_heads", 8, w, &c->n_head, err)) ||
+        (rc = cfg_int(o, "num_key_value_heads", 4, w, &c->n_kv_head, err)) ||
+        (rc = cfg_int(o, "head_dim", 256, w, &c->head_dim, err)) ||
+        (rc = cfg_int(o, "max_position_embeddings", gen == 2 ? 8192 : 131072, w, &c->max_pos,
+                      err)) ||
+        (rc = cfg_num(o, "rms_norm_eps", 1e-6, w, &c->norm_eps, err)) ||
+        (rc = cfg_num(o, "initializer_range", 0.02, w, &c->init_std, err)) ||
+        (rc = cfg_bool(o, "tie_word_embeddings", 1, w, &c->tied, err)) ||
+        (rc = cfg_int(o, "sliding_window", 4096, w, &c->window, err)) ||
+        (rc = cfg_cap(o, "final_logit_softcapping", gen == 2 ? 30.0 : 0.0, w, &c->final_softcap,
+                      err)) ||
+        (rc = cfg_cap(o, "attn_logit_softcapping", gen == 2 ? 50.0 : 0.0, w, &c->attn_softcap,
+                      err)))
+        return rc;
+    float qpas;
+    if ((rc = cfg_num(o, "query_pre_attn_scalar", 256, w, &qpas, err))) return rc;
+    c->attn_scale = 1.0f / sqrtf(qpas);
+    json_t *act = json_object_get(o, "hidden_activation");
+    if (!act || json_is_null(act)) act = json_object_get(o, "hidden_act");
+    if (act && !json_is_null(act) &&
+        (!json_is_string(act) || strcmp(json_string_value(act), "gelu_pytorch_tanh")))
+        return ty_err_field(err, TY_EINVAL, "hidden_activation",
+                            "%s: hidden_activation must be gelu_pytorch_tanh", w);
+    int flag;
+    if ((rc = cfg_bool(o, "attention_bias", 0, w, &flag, err))) return rc;
+    if (flag)
+        return ty_err_field(err, TY_EINVAL, "attention_bias",
+                            "%s: attention_bias=true is not supported for Gemma", w);
+    if ((rc = cfg_bool(o, "use_bidirectional_attention", 0, w, &flag, err))) return rc;
+    if (flag)
+        return ty_err_field(err, TY_EINVAL, "use_bidirectional_attention",
+                            "%s: use_bidirectional_attention=true (an encoder) is not supported",
+                            w);
+    if (c->n_layer > 256)
+        return ty_err_field(err, TY_EINVAL, "num_hidden_layers",
+                            "%s: num_hidden_layers %d: Gemma models of more than 256 layers are "
+                            "not supported",
+                            w, c->n_layer);
+    /* layer_types, else the family's pattern: Gemma 2 alternates (sliding
+     * first), Gemma 3 slides on all but every sliding_window_pattern-th. */
+    json_t *lt = json_object_get(o, "layer_types");
+    memset(c->sliding, 0, sizeof c->sliding);
+    if (lt && !json_is_null(lt)) {
+        if (!json_is_array(lt) || (int)json_array_size(lt) != c->n_layer)
+            return ty_err_field(err, TY_EINVAL, "layer_types",
+                                "%s: layer_types must list num_hidden_layers (%d) entries", w,
+                                c->n_layer);
+        for (int l = 0; l < c->n_layer; l++) {
+            const char *t = json_string_value(json_array_get(lt, (size_t)l));
+            if (t && !strcmp(t, "sliding_attention"))
+                c->sliding[l / 64] |= 1ull << (l % 64);
+            else if (!t || strcmp(t, "full_attention"))
+                return ty_err_field(err, TY_EINVAL, "layer_types",
+                                    "%s: layer_types[%d] must be sliding_attention or "
+                                    "full_attention",
+                                    w, l);
+        }
+    } else {
+        int pattern = 2;
+        if (gen == 3 && (rc = cfg_int(o, "sliding_window_pattern", 6, w, &pattern, err)))
+            return rc;
+        for (int l = 0; l < c->n_layer; l++)
+            if ((l + 1) % pattern) c->sliding[l / 64] |= 1ull << (l % 64);
+    }
+    c->rope_theta = gen == 2 ? 10000.0f : 1000000.0f;
+    c->rope_local_theta = 10000.0f;
+    c->rope_global_factor = 1.0f;
+    if (gen == 2) {
+        if ((rc = cfg_rope(o, w, c, err))) return rc;
+        if (c->rope_scaled)
+            return ty_err_field(err, TY_EINVAL, "rope_scaling",
+                                "%s: RoPE scaling is not supported for Gemma 2", w);
+        json_t *th = json_object_get(o, "rope_theta");
+        if (th && (rc = cfg_num(o, "rope_theta", 10000.0, w, &c->rope_theta, err))) return rc;
+        c->rope_local_theta = c->rope_theta;
+    } else {
+        json_t *rp = json_object_get(o, "rope_parameters");
+        json_t *full = json_is_object(rp) ? json_object_get(rp, "full_attention") : NULL;
+        json_t *slide = json_is_object(rp) ? json_object_get(rp, "sliding_attention") : NULL;
+        if ((rc = cfg_num(o, "rope_theta", 1000000.0, w, &c->rope_theta, err)) ||
+            (rc = cfg_num(o, "rope_local_base_freq", 10000.0, w, &c->rope_local_theta, err)))
+            return rc;
+        if (json_is_object(full) &&
+            (rc = gemma3_rope_one(full, "rope_parameters.full_attention", w, &c->rope_theta,
+                                  &c->rope_global_factor, err)))
+            return rc;
+        if (json_is_object(slide) &&
+            (rc = gemma3_rope_one(slide, "rope_parameters.sliding_attention", w,
+                                  &c->rope_local_theta, NULL, err)))
+            return rc;
+        json_t *rs = json_object_get(o, "rope_scaling");
+        if (json_is_object(rs) && (rc = gemma3_rope_one(rs, "rope_scaling", w, &c->rope_theta,
+                                                        &c->rope_global_factor, err)))
+            return rc;
+        c->qk_norm = 1;
+    }
+    if (c->head_dim % 2)
+        return ty_err_field(err, TY_EINVAL, "head_dim", "%s: head_dim %d must be even for RoPE", w,
+                            c->head_dim);
+    c->gemma = gen;
+    c->arch = ARCH_LLAMA;
+    return 0;
+}
+
 int hfconfig_parse(json_t *obj, const char *where, model_config *out, ty_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -267,7 +433,8 @@ int hfconfig_parse(json_t *obj, const char *where, model_config *out, ty_err *er
     json_t *mt = json_object_get(obj, "model_type");
     if (!json_is_string(mt))
         return ty_err_field(err, TY_EINVAL, "model_type",
-                            "%s: model_type missing (gpt2, llama, mistral, qwen2, qwen3 or phi3)",
+                            "%s: model_type missing (gpt2, llama, mistral, qwen2, qwen3, phi3, "
+                            "gemma2 or gemma3_text)",
                             where);
     const char *type = json_string_value(mt);
     int rc;
@@ -276,11 +443,23 @@ int hfconfig_parse(json_t *obj, const char *where, model_config *out, ty_err *er
     else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2") ||
              !strcmp(type, "qwen3") || !strcmp(type, "phi3"))
         rc = cfg_llama(obj, where, type, out, err);
+    else if (!strcmp(type, "gemma2") || !strcmp(type, "gemma3_text"))
+        rc = cfg_gemma(obj, where, type[5] == '2' ? 2 : 3, out, err);
+    else if (!strcmp(type, "gemma3"))
+        /* The multimodal checkpoint (Gemma3ForConditionalGeneration): its
+         * weights sit under language_model / vision_tower prefixes and a
+         * vision tower the engine does not run. Refused, saying how to get
+         * the text model. */
+        return ty_err_field(err, TY_EINVAL, "model_type",
+                            "%s: model_type \"gemma3\" is the multimodal (image + text) model, "
+                            "which is not supported; use a text-only Gemma 3 checkpoint "
+                            "(model_type gemma3_text, e.g. gemma-3-1b)",
+                            where);
     else
-        return ty_err_field(
-            err, TY_EINVAL, "model_type",
-            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2, qwen3, phi3)",
-            where, ty_safe_word(type));
+        return ty_err_field(err, TY_EINVAL, "model_type",
+                            "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2, "
+                            "qwen3, phi3, gemma2, gemma3_text)",
+                            where, ty_safe_word(type));
     if (rc) return rc;
     snprintf(out->model_type, sizeof out->model_type, "%s", type);
     if (out->arch == ARCH_GPT2) {
@@ -328,6 +507,7 @@ uint64_t hfconfig_param_count(const model_config *c)
         if (c->qkv_bias) layer += QD + 2 * KD;
         if (c->o_bias) layer += C;
         if (c->qk_norm) layer += 2.0 * c->head_dim;
+        if (c->gemma) layer += 2 * C; /* post-attention and post-feedforward norms */
         n = V * C + L * layer + C;
     }
     if (!c->tied) n += V * C;
@@ -347,6 +527,8 @@ json_t *hfconfig_export_as(const model_config *c, const char *torch_dtype)
                        : !strcmp(c->model_type, "qwen2")   ? "Qwen2ForCausalLM"
                        : !strcmp(c->model_type, "qwen3")   ? "Qwen3ForCausalLM"
                        : !strcmp(c->model_type, "phi3")    ? "Phi3ForCausalLM"
+                       : c->gemma == 2                      ? "Gemma2ForCausalLM"
+                       : c->gemma == 3                      ? "Gemma3ForCausalLM"
                                                            : "LlamaForCausalLM";
     if (!json_object_get(o, "architectures"))
         json_object_set_new(o, "architectures", json_pack("[s]", arch));

@@ -3,7 +3,7 @@
  * Two families: GPT-2 (model_type "gpt2") and Llama ("llama", "mistral",
  * "qwen2", "qwen3" — Qwen3 adds an RMSNorm over each head's q and k before
  * RoPE, `qk_norm`; "phi3" — q, k, v and gate, up fused into one weight
- * each, `fused`). Missing fields take the transformers class defaults, so a short
+ * each, `fused`; "gemma2" and "gemma3_text" — `gemma`, below). Missing fields take the transformers class defaults, so a short
  * `model.init` object in a job spec describes a model the same way
  * `GPT2Config(...)` / `LlamaConfig(...)` would. Settings the engine cannot
  * reproduce exactly (RoPE scalings other than Llama 3's, other activations,
@@ -43,6 +43,20 @@ typedef struct model_config {
     int rope_scaled;
     float rope_factor, rope_low, rope_high;
     int rope_orig_max;
+    /* Gemma 2 / 3 (gemma = 2 or 3; 0 otherwise): Gemma RMSNorm x * (1 + w)
+     * on every norm, four norms a layer (input, post_attention,
+     * pre_feedforward, post_feedforward), GeGLU MLP (gelu_pytorch_tanh),
+     * embeddings times sqrt(hidden_size); Gemma 3 adds q/k norms
+     * (qk_norm). attn_scale: query_pre_attn_scalar^-1/2. Soft-caps: 0 =
+     * off. Layer l slides (window `window`) when bit l of sliding is set
+     * (layer_types, or the family's alternating default). Gemma 3: sliding
+     * layers use rope_local_theta; global ones rope_theta with inv_freq
+     * divided by rope_global_factor (a "linear" rope_scaling; 1 = none). */
+    int gemma;
+    float attn_scale, attn_softcap, final_softcap;
+    int window;
+    uint64_t sliding[4]; /* up to 256 layers */
+    float rope_local_theta, rope_global_factor;
     json_t *raw; /* the object it was read from (owned ref), for export */
 } model_config;
 
@@ -65,5 +79,10 @@ json_t *hfconfig_export_as(const model_config *c, const char *torch_dtype);
  * rope_scaled). */
 void hfconfig_inv_freq(const model_config *c, float *out);
 void hfconfig_free(model_config *c);
+/* 1 when layer l of a Gemma model is a sliding-window layer. */
+static inline int hfconfig_sliding(const model_config *c, int l)
+{
+    return c->gemma && l < 256 && (c->sliding[l / 64] >> (l % 64) & 1);
+}
 
 #endif

@@ -110,7 +110,9 @@ static void build_llama(model *m, table_builder *tb)
         snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix);                                        \
         L->field = tb_add(tb, nm, a, b, 0, init, sd);                                              \
     } while (0)
-        ADD(ln1_w, "input_layernorm.weight", C, 0, INIT_ONES, 0);
+        /* Gemma RMSNorm multiplies by 1 + w: its weights start at 0. */
+        model_init_kind one = c->gemma ? INIT_ZEROS : INIT_ONES;
+        ADD(ln1_w, "input_layernorm.weight", C, 0, one, 0);
         if (c->fused) {
             /* Phi-3: q, k, v are the row blocks [0, QD), [QD, QD+KD), [QD+KD, QD+2KD) */
             ADD(attn_w, "self_attn.qkv_proj.weight", QD + 2 * KD, C, INIT_NORMAL, std);
@@ -125,10 +127,18 @@ static void build_llama(model *m, table_builder *tb)
         ADD(o_w, "self_attn.o_proj.weight", C, QD, INIT_NORMAL, rstd);
         if (c->o_bias) ADD(o_b, "self_attn.o_proj.bias", C, 0, INIT_ZEROS, 0);
         if (c->qk_norm) {
-            ADD(qn_w, "self_attn.q_norm.weight", c->head_dim, 0, INIT_ONES, 0);
-            ADD(kn_w, "self_attn.k_norm.weight", c->head_dim, 0, INIT_ONES, 0);
+            ADD(qn_w, "self_attn.q_norm.weight", c->head_dim, 0, one, 0);
+            ADD(kn_w, "self_attn.k_norm.weight", c->head_dim, 0, one, 0);
         }
-        ADD(ln2_w, "post_attention_layernorm.weight", C, 0, INIT_ONES, 0);
+        if (c->gemma) {
+            /* Gemma's sandwich: post_attention_layernorm closes the attention
+             * branch; pre_ / post_feedforward_layernorm wrap the MLP. */
+            ADD(pan_w, "post_attention_layernorm.weight", C, 0, one, 0);
+            ADD(ln2_w, "pre_feedforward_layernorm.weight", C, 0, one, 0);
+            ADD(pfn_w, "post_feedforward_layernorm.weight", C, 0, one, 0);
+        } else {
+            ADD(ln2_w, "post_attention_layernorm.weight", C, 0, one, 0);
+        }
         if (c->fused) {
             /* Phi-3: gate is rows [0, F), up rows [F, 2F) */
             ADD(fc_w, "mlp.gate_up_proj.weight", 2 * F, C, INIT_NORMAL, std);
@@ -139,7 +149,7 @@ static void build_llama(model *m, table_builder *tb)
         ADD(proj_w, "mlp.down_proj.weight", C, F, INIT_NORMAL, rstd);
 #undef ADD
     }
-    m->lnf_w = tb_add(tb, "norm.weight", C, 0, 0, INIT_ONES, 0);
+    m->lnf_w = tb_add(tb, "norm.weight", C, 0, 0, c->gemma ? INIT_ZEROS : INIT_ONES, 0);
     m->lnf_b = -1;
     m->lm_head = c->tied ? m->wte : tb_add(tb, "lm_head.weight", c->vocab, C, 0, INIT_NORMAL, std);
 }
@@ -423,7 +433,7 @@ int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err 
     for (int i = 0; i < m->nt; i++)
         real += m->t[i].numel;
     m->n_params = real;
-    if (m->cfg.rope_scaled) {
+    if (m->cfg.rope_scaled || (m->cfg.gemma && m->cfg.rope_global_factor != 1.0f)) {
         int half = m->cfg.head_dim / 2;
         float *h = malloc((size_t)half * sizeof *h);
         m->inv_freq = kn_alloc(kn, (size_t)half * sizeof(float));
@@ -433,6 +443,20 @@ int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err 
         }
         hfconfig_inv_freq(&m->cfg, h);
         kn_to_device(kn, m->inv_freq, h, (size_t)half * sizeof(float));
+        free(h);
+    }
+    if (m->cfg.gemma) {
+        int n = m->cfg.dim > m->cfg.head_dim ? m->cfg.dim : m->cfg.head_dim;
+        float *h = malloc((size_t)n * sizeof *h);
+        m->nw = kn_alloc(kn, (size_t)n * sizeof(float));
+        m->ones = kn_alloc(kn, (size_t)n * sizeof(float));
+        if (!h || !m->nw || !m->ones) {
+            free(h);
+            return ty_err_set(err, TY_ENOMEM, "out of memory for norm weights");
+        }
+        for (int i = 0; i < n; i++)
+            h[i] = 1.0f;
+        kn_to_device(kn, m->ones, h, (size_t)n * sizeof(float));
         free(h);
     }
     if (frozen == MODEL_FROZEN_NF4) total = model_linear_set_aside(m);
@@ -472,6 +496,8 @@ void model_free(model *m)
         kn_free(m->kn, m->targets);
         kn_free(m->kn, m->pos);
         kn_free(m->kn, m->inv_freq);
+        kn_free(m->kn, m->nw);
+        kn_free(m->kn, m->ones);
     }
     if (m->base.free) m->base.free(m->base.state);
     free(m->t);
@@ -500,6 +526,28 @@ void model_rope(model *m, float *x, int B, int T, int H, int ld, int pos_offset,
         else
             kn_rope_fwd(m->kn, KN_F32, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
     }
+}
+
+void model_rope_layer(model *m, int l, float *x, int B, int T, int H, int ld, int pos_offset,
+                      int bwd)
+{
+    const model_config *c = &m->cfg;
+    if (c->gemma == 3 && hfconfig_sliding(c, l)) {
+        if (bwd)
+            kn_rope_bwd(m->kn, x, B, T, H, c->head_dim, ld, c->rope_local_theta, pos_offset);
+        else
+            kn_rope_fwd(m->kn, KN_F32, x, B, T, H, c->head_dim, ld, c->rope_local_theta,
+                        pos_offset);
+        return;
+    }
+    model_rope(m, x, B, T, H, ld, pos_offset, bwd);
+}
+
+const float *model_norm_w(model *m, const float *w, int n)
+{
+    if (!m->cfg.gemma || !w) return w;
+    kn_add(m->kn, KN_F32, m->nw, w, m->ones, (size_t)n);
+    return m->nw;
 }
 
 void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n)
@@ -993,6 +1041,15 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
             BIG(fc, keep_mlp, N * F);
             if (!gpt2) BIG(up, keep_mlp, N * F);
             BIG(act, keep_mlp, N * F);
+            a->ao = a->ao_rstd = a->mo = a->mo_rstd = NULL;
+            if (c->gemma) {
+                BIG(ao, keep_attn, N * C);
+                KEEP(ao_rstd, keep_attn, N);
+                /* kept with the attention's: recompute mlp redoes only
+                 * mlp_in_fwd, not the branch's output and its norm */
+                BIG(mo, keep_attn, N * C);
+                KEEP(mo_rstd, keep_attn, N);
+            }
             if (!half)
                 a->res3 = TAKE(N * C);
             else {
@@ -1066,6 +1123,24 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
  * activation gradient) is rounded where it is produced, so the values the
  * next op reads are exactly what a 16-bit tensor holds. No-op in fp32. */
 #define RND(x, n) kn_round(k, (x), (size_t)(n), m->dt)
+/* A norm's weight as the kernels take it (Gemma: 1 + w, model_norm_w). */
+#define NWT(i, n) model_norm_w(m, W(m, (i)), (n))
+
+/* Gemma scales the embeddings by sqrt(hidden_size) as a tensor of the
+ * hidden states' dtype: the factor rounded to the storage type. */
+static float embed_scale(const model *m)
+{
+    float s = (float)sqrt((double)m->cfg.dim);
+    uint32_t u;
+    memcpy(&u, &s, sizeof u);
+    if (m->dt == KN_BF16) {
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&s, &u, sizeof s);
+    } else if (m->dt == KN_F16) {
+        s = (float)(_Float16)s;
+    }
+    return s;
+}
 
 /* Layer l's kept activations to / from their 16-bit copies. */
 static void stash_layer(model *m, int l)
@@ -1117,7 +1192,8 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
         RND(a->act, (size_t)N * F);
     } else {
         /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
-        kn_rmsnorm_fwd(k, KN_F32, a->ln2, a->ln2_rstd, a->res2, W(m, L->ln2_w), N, C, c->norm_eps);
+        kn_rmsnorm_fwd(k, KN_F32, a->ln2, a->ln2_rstd, a->res2, NWT(L->ln2_w, C), N, C,
+                       c->norm_eps);
         RND(a->ln2, (size_t)N * C);
         if (c->fused) {
             /* Phi-3: gate and up from the row halves of gate_up_proj */
@@ -1133,7 +1209,10 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
         }
         RND(a->fc, (size_t)N * F);
         RND(a->up, (size_t)N * F);
-        kn_swiglu_fwd(k, KN_F32, a->act, a->fc, a->up, (size_t)N * F);
+        if (c->gemma) /* GeGLU: gelu_tanh(gate) * up */
+            kn_geglu_fwd(k, KN_F32, a->act, a->fc, a->up, (size_t)N * F);
+        else
+            kn_swiglu_fwd(k, KN_F32, a->act, a->fc, a->up, (size_t)N * F);
         RND(a->act, (size_t)N * F);
     }
 }
@@ -1164,7 +1243,7 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
                          3 * C, 0.0f, 0.0f, 0);
     } else {
         /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
-        kn_rmsnorm_fwd(k, KN_F32, a->ln1, a->ln1_rstd, x, W(m, L->ln1_w), N, C, c->norm_eps);
+        kn_rmsnorm_fwd(k, KN_F32, a->ln1, a->ln1_rstd, x, NWT(L->ln1_w, C), N, C, c->norm_eps);
         RND(a->ln1, (size_t)N * C);
         float *qo = c->qk_norm ? a->qr : a->q, *ko = c->qk_norm ? a->kr : a->k;
         if (c->fused) {
@@ -1188,32 +1267,45 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         RND(a->v, (size_t)N * KD);
         if (c->qk_norm) {
             /* Qwen3: q[N*Hq, D] = rmsnorm(qr) per head (k likewise), before RoPE */
-            kn_rmsnorm_fwd(k, KN_F32, a->q, a->qn_rstd, a->qr, W(m, L->qn_w), N * Hq, D,
+            kn_rmsnorm_fwd(k, KN_F32, a->q, a->qn_rstd, a->qr, NWT(L->qn_w, D), N * Hq, D,
                            c->norm_eps);
-            kn_rmsnorm_fwd(k, KN_F32, a->k, a->kn_rstd, a->kr, W(m, L->kn_w), N * Hkv, D,
+            kn_rmsnorm_fwd(k, KN_F32, a->k, a->kn_rstd, a->kr, NWT(L->kn_w, D), N * Hkv, D,
                            c->norm_eps);
             RND(a->q, (size_t)N * QD);
             RND(a->k, (size_t)N * KD);
         }
-        model_rope(m, a->q, B, T, Hq, QD, 0, 0);
-        model_rope(m, a->k, B, T, Hkv, KD, 0, 0);
+        model_rope_layer(m, l, a->q, B, T, Hq, QD, 0, 0);
+        model_rope_layer(m, l, a->k, B, T, Hkv, KD, 0, 0);
         RND(a->q, (size_t)N * QD);
         RND(a->k, (size_t)N * KD);
+        /* Gemma: query_pre_attn_scalar's scale, the score soft-cap, and the
+         * sliding window on the layers layer_types names */
         kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD,
-                         0.0f, 0.0f, 0);
+                         c->attn_scale, c->attn_softcap,
+                         hfconfig_sliding(c, l) ? c->window : 0);
     }
     RND(a->atty, (size_t)N * QD);
-    /* res2[N,C] = x + atty Wo^T + bo */
-    mm_fwd(m, m->tmp, a->atty, L->o_w, L->o_b, N, QD, C);
-    hook_fwd(m, l, LS_O, m->tmp, a->atty, N, 0, C);
-    RND(m->tmp, (size_t)N * C);
+    /* res2[N,C] = x + atty Wo^T + bo (Gemma: + its post_attention norm) */
+    float *ob = c->gemma ? a->ao : m->tmp;
+    mm_fwd(m, ob, a->atty, L->o_w, L->o_b, N, QD, C);
+    hook_fwd(m, l, LS_O, ob, a->atty, N, 0, C);
+    RND(ob, (size_t)N * C);
+    if (c->gemma) {
+        kn_rmsnorm_fwd(k, KN_F32, m->tmp, a->ao_rstd, a->ao, NWT(L->pan_w, C), N, C, c->norm_eps);
+        RND(m->tmp, (size_t)N * C);
+    }
     kn_add(k, KN_F32, a->res2, x, m->tmp, (size_t)N * C);
     RND(a->res2, (size_t)N * C);
     mlp_in_fwd(m, l, B, T);
-    /* res3[N,C] = res2 + act Wproj^T + bproj */
-    mm_fwd(m, m->tmp, a->act, L->proj_w, L->proj_b, N, F, C);
-    hook_fwd(m, l, LS_PROJ, m->tmp, a->act, N, 0, C);
-    RND(m->tmp, (size_t)N * C);
+    /* res3[N,C] = res2 + act Wproj^T + bproj (Gemma: + post_feedforward norm) */
+    float *mb = c->gemma ? a->mo : m->tmp;
+    mm_fwd(m, mb, a->act, L->proj_w, L->proj_b, N, F, C);
+    hook_fwd(m, l, LS_PROJ, mb, a->act, N, 0, C);
+    RND(mb, (size_t)N * C);
+    if (c->gemma) {
+        kn_rmsnorm_fwd(k, KN_F32, m->tmp, a->mo_rstd, a->mo, NWT(L->pfn_w, C), N, C, c->norm_eps);
+        RND(m->tmp, (size_t)N * C);
+    }
     kn_add(k, KN_F32, a->res3, a->res2, m->tmp, (size_t)N * C);
     RND(a->res3, (size_t)N * C);
 }
@@ -1245,6 +1337,7 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
             kn_embedding_fwd(k, KN_F32, m->encoded, m->pos, m->tmp, N, C, 1);
         }
     }
+    if (c->gemma) kn_scale(k, m->encoded, (size_t)N * C, embed_scale(m));
     RND(m->encoded, (size_t)N * C);
 
     const float *x = m->encoded;
@@ -1259,7 +1352,7 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
         kn_layernorm_fwd(k, KN_F32, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w),
                          W(m, m->lnf_b), N, C, c->norm_eps);
     else
-        kn_rmsnorm_fwd(k, KN_F32, m->lnf, m->lnf_rstd, x, W(m, m->lnf_w), N, C, c->norm_eps);
+        kn_rmsnorm_fwd(k, KN_F32, m->lnf, m->lnf_rstd, x, NWT(m->lnf_w, C), N, C, c->norm_eps);
     RND(m->lnf, (size_t)N * C);
     if (m->dt == KN_F32)
         mm_fwd(m, m->logits, m->lnf, m->lm_head, -1, N, C, V);
@@ -1272,7 +1365,8 @@ double model_forward(model *m, const int32_t *inputs, const int32_t *targets, in
 {
     int N = B * T;
     forward_logits(m, inputs, targets, B, T);
-    kn_crossentropy_fwd(m->kn, m->dt, m->losses, m->logits, m->targets, N, m->cfg.vocab, 0.0f);
+    kn_crossentropy_fwd(m->kn, m->dt, m->losses, m->logits, m->targets, N, m->cfg.vocab,
+                        m->cfg.final_softcap);
     return kn_sum(m->kn, m->losses, (size_t)N);
 }
 
@@ -1307,8 +1401,8 @@ static void backward_from_logits(model *m, int B, int T)
         kn_layernorm_bwd(k, KN_F32, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL,
                          W(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
     else
-        kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, m->lnf_w), m->dln, xL, W(m, m->lnf_w), m->lnf_rstd,
-                       N, C);
+        kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, m->lnf_w), m->dln, xL, NWT(m->lnf_w, C),
+                       m->lnf_rstd, N, C);
     RND(m->dres, NC);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[m->lnf_w].off);
 
@@ -1333,13 +1427,21 @@ static void backward_from_logits(model *m, int B, int T)
          * computes dfc = (dres Wproj) * gelu'(fc) and dbfc (the GELU
          * derivative in the product's epilogue on a GPU). */
         int fg = gpt2 && fused_gelu(m, L);
+        const float *dmo = m->dres;
+        if (c->gemma) {
+            /* through the post_feedforward norm: dln = d(mo) */
+            kn_zero(k, m->dln, NC);
+            kn_rmsnorm_bwd(k, KN_F32, m->dln, G(m, L->pfn_w), m->dres, a->mo, NWT(L->pfn_w, C),
+                           a->mo_rstd, N, C);
+            RND(m->dln, NC);
+            dmo = m->dln;
+        }
         if (fg) {
             mm_bwd(m, NULL, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, L->proj_w, N, F, C);
         } else {
             kn_zero(k, m->dact, NF);
-            mm_bwd(m, m->dact, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, L->proj_w, N, F,
-                   C);
-            hook_bwd(m, l, LS_PROJ, m->dact, m->dres, a->act, N, 0, C);
+            mm_bwd(m, m->dact, G(m, L->proj_w), G(m, L->proj_b), dmo, a->act, L->proj_w, N, F, C);
+            hook_bwd(m, l, LS_PROJ, m->dact, dmo, a->act, N, 0, C);
             RND(m->dact, NF);
         }
         kn_zero(k, m->dfc, NF);
@@ -1359,7 +1461,10 @@ static void backward_from_logits(model *m, int B, int T)
                              W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {
             kn_zero(k, m->dup, NF);
-            kn_swiglu_bwd(k, KN_F32, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
+            if (c->gemma)
+                kn_geglu_bwd(k, KN_F32, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
+            else
+                kn_swiglu_bwd(k, KN_F32, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
             RND(m->dfc, NF);
             RND(m->dup, NF);
             if (c->fused) {
@@ -1374,14 +1479,23 @@ static void backward_from_logits(model *m, int B, int T)
                 hook_bwd(m, l, LS_UP, m->dln, m->dup, a->ln2, N, 0, F);
             }
             RND(m->dln, NC);
-            kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, L->ln2_w), m->dln, a->res2, W(m, L->ln2_w),
+            kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
                            a->ln2_rstd, N, C);
         }
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
         RND(m->dres, NC);
+        const float *dao = m->dres;
+        if (c->gemma) {
+            /* through the post_attention norm: dln = d(ao) */
+            kn_zero(k, m->dln, NC);
+            kn_rmsnorm_bwd(k, KN_F32, m->dln, G(m, L->pan_w), m->dres, a->ao, NWT(L->pan_w, C),
+                           a->ao_rstd, N, C);
+            RND(m->dln, NC);
+            dao = m->dln;
+        }
         kn_zero(k, m->datty, (size_t)N * QD);
-        mm_bwd(m, m->datty, G(m, L->o_w), G(m, L->o_b), m->dres, a->atty, L->o_w, N, QD, C);
-        hook_bwd(m, l, LS_O, m->datty, m->dres, a->atty, N, 0, C);
+        mm_bwd(m, m->datty, G(m, L->o_w), G(m, L->o_b), dao, a->atty, L->o_w, N, QD, C);
+        hook_bwd(m, l, LS_O, m->datty, dao, a->atty, N, 0, C);
         RND(m->datty, (size_t)N * QD);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
@@ -1400,12 +1514,13 @@ static void backward_from_logits(model *m, int B, int T)
             kn_zero(k, m->dk, (size_t)N * KD);
             kn_zero(k, m->dv, (size_t)N * KD);
             kn_attention_bwd(k, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
-                             a->v, B, T, Hq, Hkv, D, QD, KD, 0.0f, 0.0f, 0);
+                             a->v, B, T, Hq, Hkv, D, QD, KD, c->attn_scale, c->attn_softcap,
+                             hfconfig_sliding(c, l) ? c->window : 0);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
             RND(m->dv, (size_t)N * KD);
-            model_rope(m, m->dq, B, T, Hq, QD, 0, 1);
-            model_rope(m, m->dk, B, T, Hkv, KD, 0, 1);
+            model_rope_layer(m, l, m->dq, B, T, Hq, QD, 0, 1);
+            model_rope_layer(m, l, m->dk, B, T, Hkv, KD, 0, 1);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
             float *dqo = m->dq, *dko = m->dk;
@@ -1413,9 +1528,9 @@ static void backward_from_logits(model *m, int B, int T)
                 /* through Qwen3's per-head norms: dqr, dkr; dW of q_norm, k_norm */
                 kn_zero(k, m->dqr, (size_t)N * QD);
                 kn_zero(k, m->dkr, (size_t)N * KD);
-                kn_rmsnorm_bwd(k, KN_F32, m->dqr, G(m, L->qn_w), m->dq, a->qr, W(m, L->qn_w),
+                kn_rmsnorm_bwd(k, KN_F32, m->dqr, G(m, L->qn_w), m->dq, a->qr, NWT(L->qn_w, D),
                                a->qn_rstd, N * Hq, D);
-                kn_rmsnorm_bwd(k, KN_F32, m->dkr, G(m, L->kn_w), m->dk, a->kr, W(m, L->kn_w),
+                kn_rmsnorm_bwd(k, KN_F32, m->dkr, G(m, L->kn_w), m->dk, a->kr, NWT(L->kn_w, D),
                                a->kn_rstd, N * Hkv, D);
                 RND(m->dqr, (size_t)N * QD);
                 RND(m->dkr, (size_t)N * KD);
@@ -1438,7 +1553,7 @@ static void backward_from_logits(model *m, int B, int T)
                 hook_bwd(m, l, LS_V, m->dln, m->dv, a->ln1, N, 0, KD);
             }
             RND(m->dln, NC);
-            kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, L->ln1_w), m->dln, x, W(m, L->ln1_w),
+            kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C),
                            a->ln1_rstd, N, C);
         }
         /* dres now holds d(x), the previous layer's res3 */
@@ -1447,6 +1562,7 @@ static void backward_from_logits(model *m, int B, int T)
     }
     /* Embeddings: dwte[ids] += dres (and dwpe[t] += dres) */
     if (m->frozen) return; /* no embedding gradients to accumulate */
+    if (c->gemma) kn_scale(k, m->dres, NC, embed_scale(m)); /* the sqrt(hidden) factor */
     kn_embedding_bwd(k, G(m, m->wte), m->ids, m->dres, N, C);
     if (gpt2) kn_embedding_bwd(k, G(m, m->wpe), m->pos, m->dres, N, C);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, 0);
@@ -1459,7 +1575,7 @@ void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t 
     forward_logits(m, inputs, targets, B, T);
     /* losses[N] and dlogits[N,V] in one pass; dlogits overwrite the logits */
     kn_crossentropy_fwd_bwd(m->kn, m->dt, losses, m->logits, m->logits, m->targets, N, m->cfg.vocab,
-                            scale, 0.0f);
+                            scale, m->cfg.final_softcap);
     backward_from_logits(m, B, T);
 }
 

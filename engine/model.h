@@ -50,6 +50,7 @@ typedef struct model_tensor {
 typedef struct layer_ix {
     int ln1_w, ln1_b, attn_w, attn_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, qn_w, kn_w;
     int ln2_w, ln2_b, fc_w, fc_b, up_w, proj_w, proj_b;
+    int pan_w, pfn_w; /* Gemma: post_attention / post_feedforward norms (ln2 = pre_feedforward) */
 } layer_ix;
 
 /* Per-layer saved activations (views into the activation buffer). */
@@ -62,6 +63,9 @@ typedef struct layer_acts {
     float *res2, *ln2, *ln2_mean, *ln2_rstd;
     float *fc, *up, *act; /* GPT-2: fc, -, gelu(fc); Llama: gate, up, swiglu */
     float *res3;
+    /* Gemma's sandwich norms: the attention / MLP branch outputs before
+     * their post-norms, and those norms' rstd */
+    float *ao, *ao_rstd, *mo, *mo_rstd;
 } layer_acts;
 
 /* One kept activation in 16-bit storage: the fp32 working view it is
@@ -132,6 +136,10 @@ typedef struct model {
     /* RoPE's inverse frequencies [head_dim/2] when they are not plain
      * theta's (Llama 3's scaling, cfg.rope_scaled); NULL otherwise. */
     float *inv_freq;
+    /* Gemma: Gemma RMSNorm multiplies by 1 + w; nw is the scratch the
+     * kernels read 1 + w from (refilled before each norm call), ones the
+     * constant it is made with; [max(dim, head_dim)] each. NULL otherwise. */
+    float *nw, *ones;
     /* QLoRA: created with MODEL_FROZEN_NF4, the n_q4 block linear weights
      * live outside `params`, in the store attached by qlora.c (linear.h). */
     int n_q4;
@@ -223,6 +231,12 @@ void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t 
 /* RoPE on x [B, T, H, head_dim] (row stride ld) at positions pos_offset..,
  * forward or (bwd = 1) its transpose: plain theta or cfg's scaling. */
 void model_rope(model *m, float *x, int B, int T, int H, int ld, int pos_offset, int bwd);
+/* The same for layer l: Gemma 3's sliding layers use rope_local_theta. */
+void model_rope_layer(model *m, int l, float *x, int B, int T, int H, int ld, int pos_offset,
+                      int bwd);
+/* Gemma: the weight a norm multiplies by, 1 + w (m->nw, valid until the
+ * next call); other families: w itself. w is the norm tensor's data. */
+const float *model_norm_w(model *m, const float *w, int n);
 
 /* The HF name with the family prefix as transformers saves it. */
 void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n);

@@ -359,6 +359,72 @@ void cpu_swiglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const floa
     }
 }
 
+/* GeGLU (Gemma's MLP): out = gelu_tanh(gate) * up, the tanh GELU of
+ * kn_gelu_fwd; the backward is gelu's derivative times up, and gelu. */
+CPU_HOT static void geglu_fwd_range(float *out, const float *gate, const float *up, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float v = gate[i];
+        out[i] = 0.5f * v * (1.0f + tanh_fast(GELU_K * (v + GELU_A * v * v * v))) * up[i];
+    }
+}
+
+CPU_HOT static void geglu_bwd_range(float *dgate, float *dup, const float *dout, const float *gate,
+                                    const float *up, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float v = gate[i];
+        float th = tanh_fast(GELU_K * (v + GELU_A * v * v * v));
+        float du = GELU_K * (1.0f + 3.0f * GELU_A * v * v);
+        if (dgate) dgate[i] += dout[i] * up[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+        if (dup) dup[i] += dout[i] * 0.5f * v * (1.0f + th);
+    }
+}
+
+void cpu_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
+{
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 32, &lo, &hi);
+        if (dt == KN_F32)
+            geglu_fwd_range((float *)out + lo, (const float *)gate + lo, (const float *)up + lo,
+                            hi - lo);
+        else {
+            float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
+            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+                geglu_fwd_range(bo, cpu_in(bg, gate, dt, i, m), cpu_in(bu, up, dt, i, m), m);
+                cpu_out(out, dt, i, bo, m);
+            }
+        }
+    }
+}
+
+void cpu_geglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
+                   const void *gate, const void *up, size_t n)
+{
+    if (!dgate && !dup) return;
+#pragma omp parallel num_threads(cpu_threads_for(c, n))
+    {
+        size_t lo, hi;
+        cpu_thread_range(n, 32, &lo, &hi);
+        if (dt == KN_F32)
+            geglu_bwd_range(dgate ? dgate + lo : NULL, dup ? dup + lo : NULL, dout + lo,
+                            (const float *)gate + lo, (const float *)up + lo, hi - lo);
+        else {
+            float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK];
+            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+                geglu_bwd_range(dgate ? dgate + i : NULL, dup ? dup + i : NULL, dout + i,
+                                cpu_in(bg, gate, dt, i, m), cpu_in(bu, up, dt, i, m), m);
+            }
+        }
+    }
+}
+
 /* ---- dropout ---------------------------------------------------------- */
 
 /* splitmix64's output function. The keep decision for element i is

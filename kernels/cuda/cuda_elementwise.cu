@@ -160,6 +160,39 @@ void cuda_swiglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const flo
                   n);
 }
 
+/* GeGLU (Gemma's MLP): gelu_tanh(gate) * up. */
+__global__ void k_geglu_fwd(int xt, void *out, const void *gate, const void *up, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        store_from_f32(out, xt, i, kn_gelu(load_as_f32(gate, xt, i)) * load_as_f32(up, xt, i));
+    }
+}
+__global__ void k_geglu_bwd(int xt, float *dgate, float *dup, const float *dout, const void *gate,
+                            const void *up, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = load_as_f32(gate, xt, i), d = dout[i];
+        if (dgate)
+            dgate[i] += d * load_as_f32(up, xt, i) * kn_gelu_grad(v);
+        if (dup)
+            dup[i] += d * kn_gelu(v);
+    }
+}
+void cuda_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
+{
+    if (n)
+        KN_LAUNCH(k_geglu_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, gate, up, n);
+}
+void cuda_geglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
+                    const void *gate, const void *up, size_t n)
+{
+    if (n && (dgate || dup))
+        KN_LAUNCH(k_geglu_bwd, kn_blocks(n, 256), 256, 0, c, (int)dt, dgate, dup, dout, gate, up,
+                  n);
+}
+
 /* ---- dropout: the CPU backend's counter-based mask, bit for bit ---------- */
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z)

@@ -53,6 +53,24 @@ def tiny_config(arch, vocab=97):
         # Fused qkv_proj (grouped kv heads) and gate_up_proj. No pad token:
         # nn.Embedding's padding_idx would keep that row's gradient at zero.
         return transformers.Phi3Config(num_key_value_heads=2, pad_token_id=None, **kw)
+    if arch in ("gemma2", "gemma3"):
+        # head_dim 8 beside query_pre_attn_scalar 16 (the scale is not
+        # 1/sqrt(head_dim)); a sliding window of 8 under sequences of 16 and
+        # 24, so the sliding layers really cut; soft-caps small enough to
+        # bite at these weights. No pad token (its embedding row would get
+        # no gradient).
+        gkw = dict(kw, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=16, sliding_window=8,
+                   pad_token_id=None)
+        if arch == "gemma2":
+            # layers: sliding, full (the alternating default)
+            return transformers.Gemma2Config(attn_logit_softcapping=0.5, final_logit_softcapping=1.0, **gkw)
+        # Gemma 3: sliding, full, sliding by layer_types; local and global
+        # theta differ and the global layers' RoPE is linearly scaled.
+        return transformers.Gemma3TextConfig(
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            **dict(gkw, num_hidden_layers=3),
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                             "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 100000.0}})
     raise ValueError(arch)
 
 
@@ -67,7 +85,7 @@ def lora_targets(arch):
 
 # Families added with issue 14 item 4: their norm weights are drawn too
 # (1 + noise) so a norm weight read wrongly changes the logits.
-NEW_FAMILIES = ("qwen3", "llama3", "phi3")
+NEW_FAMILIES = ("qwen3", "llama3", "phi3", "gemma2", "gemma3")
 
 
 def make_model(arch, path, seed=7, vocab=97):

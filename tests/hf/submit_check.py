@@ -23,7 +23,13 @@ SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_atte
              num_key_value_heads=2, vocab_size=97)
 CASES = [
     # (name, config, wanted field, words the message must hold)
-    ("gemma2", transformers.Gemma2Config(head_dim=8, **SMALL), "model.path:config.json.model_type", "gemma2"),
+    # Gemma 3's multimodal checkpoint (vision tower + language model) is
+    # refused, pointing at the text-only model_type; Gemma with another
+    # MLP activation is refused by name.
+    ("gemma3-multimodal", transformers.Gemma3Config(text_config=dict(head_dim=8, **SMALL)),
+     "model.path:config.json.model_type", "gemma3_text"),
+    ("gemma2-silu", transformers.Gemma2Config(head_dim=8, hidden_activation="silu", **SMALL),
+     "model.path:config.json.hidden_activation", "gelu_pytorch_tanh"),
     ("phi3-partial", transformers.Phi3Config(partial_rotary_factor=0.5, **SMALL),
      "model.path:config.json.partial_rotary_factor", "part of each head"),
     ("llama-linear", transformers.LlamaConfig(rope_scaling={"rope_type": "linear", "factor": 2.0}, **SMALL),
@@ -39,6 +45,8 @@ ACCEPTED = [
     ("llama", transformers.LlamaConfig(**SMALL)),
     ("qwen3", transformers.Qwen3Config(head_dim=8, **SMALL)),
     ("phi3", transformers.Phi3Config(pad_token_id=None, **SMALL)),
+    ("gemma2", transformers.Gemma2Config(head_dim=8, **SMALL)),
+    ("gemma3_text", transformers.Gemma3TextConfig(head_dim=8, **SMALL)),
     ("llama31", transformers.LlamaConfig(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                        "high_freq_factor": 4.0,
                                                        "original_max_position_embeddings": 8192}, **SMALL)),
