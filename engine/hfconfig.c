@@ -282,8 +282,8 @@ static int cfg_cap(json_t *o, const char *key, double def, const char *w, float 
  * {rope_type, rope_theta}, full_attention: {...}}; older files a top-level
  * rope_theta, rope_local_base_freq and rope_scaling (for the global layers).
  * "default" and "linear" (factor) are done; other types are refused. */
-static int gemma3_rope_one(json_t *rp, const char *key, const char *w, float *theta,
-                           float *factor, ty_err *err)
+static int gemma3_rope_one(json_t *rp, const char *key, const char *w, float *theta, float *factor,
+                           ty_err *err)
 {
     char field[96];
     json_t *rt = json_object_get(rp, "rope_type");
@@ -306,9 +306,8 @@ static int gemma3_rope_one(json_t *rp, const char *key, const char *w, float *th
                                 "%s: %s must be a positive number for rope_type linear", w, field);
         *factor = (float)json_number_value(f);
     } else if (strcmp(type, "default")) {
-        return ty_err_field(err, TY_EINVAL, field,
-                            "%s: %s \"%s\" is not supported (default%s are)", w, field,
-                            ty_safe_word(type), factor ? " and linear" : "");
+        return ty_err_field(err, TY_EINVAL, field, "%s: %s \"%s\" is not supported (default%s are)",
+                            w, field, ty_safe_word(type), factor ? " and linear" : "");
     }
     return 0;
 }
@@ -333,8 +332,8 @@ static int cfg_gemma(json_t *o, const char *w, int gen, model_config *c, ty_err 
         (rc = cfg_int(o, "sliding_window", 4096, w, &c->window, err)) ||
         (rc = cfg_cap(o, "final_logit_softcapping", gen == 2 ? 30.0 : 0.0, w, &c->final_softcap,
                       err)) ||
-        (rc = cfg_cap(o, "attn_logit_softcapping", gen == 2 ? 50.0 : 0.0, w, &c->attn_softcap,
-                      err)))
+        (rc =
+             cfg_cap(o, "attn_logit_softcapping", gen == 2 ? 50.0 : 0.0, w, &c->attn_softcap, err)))
         return rc;
     float qpas;
     if ((rc = cfg_num(o, "query_pre_attn_scalar", 256, w, &qpas, err))) return rc;
@@ -381,8 +380,7 @@ static int cfg_gemma(json_t *o, const char *w, int gen, model_config *c, ty_err 
         }
     } else {
         int pattern = 2;
-        if (gen == 3 && (rc = cfg_int(o, "sliding_window_pattern", 6, w, &pattern, err)))
-            return rc;
+        if (gen == 3 && (rc = cfg_int(o, "sliding_window_pattern", 6, w, &pattern, err))) return rc;
         for (int l = 0; l < c->n_layer; l++)
             if ((l + 1) % pattern) c->sliding[l / 64] |= 1ull << (l % 64);
     }
@@ -527,8 +525,8 @@ json_t *hfconfig_export_as(const model_config *c, const char *torch_dtype)
                        : !strcmp(c->model_type, "qwen2")   ? "Qwen2ForCausalLM"
                        : !strcmp(c->model_type, "qwen3")   ? "Qwen3ForCausalLM"
                        : !strcmp(c->model_type, "phi3")    ? "Phi3ForCausalLM"
-                       : c->gemma == 2                      ? "Gemma2ForCausalLM"
-                       : c->gemma == 3                      ? "Gemma3ForCausalLM"
+                       : c->gemma == 2                     ? "Gemma2ForCausalLM"
+                       : c->gemma == 3                     ? "Gemma3ForCausalLM"
                                                            : "LlamaForCausalLM";
     if (!json_object_get(o, "architectures"))
         json_object_set_new(o, "architectures", json_pack("[s]", arch));

@@ -203,8 +203,7 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
         attend(c, l, q, ldq, n, p0);
         kn_matmul_fwd(k, c->tmp, c->att, PW(m, L->o_w), PW(m, L->o_b), n, QD, C);
         if (g->gemma) { /* post_attention norm, into h */
-            kn_rmsnorm_fwd(k, KN_F32, c->h, c->rstd, c->tmp, NW(m, L->pan_w, C), n, C,
-                           g->norm_eps);
+            kn_rmsnorm_fwd(k, KN_F32, c->h, c->rstd, c->tmp, NW(m, L->pan_w, C), n, C, g->norm_eps);
             kn_add(k, KN_F32, c->x, c->x, c->h, (size_t)n * C);
         } else {
             kn_add(k, KN_F32, c->x, c->x, c->tmp, (size_t)n * C);
@@ -227,8 +226,7 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
         }
         kn_matmul_fwd(k, c->tmp, c->act, PW(m, L->proj_w), PW(m, L->proj_b), n, F, C);
         if (g->gemma) { /* post_feedforward norm, into h */
-            kn_rmsnorm_fwd(k, KN_F32, c->h, c->rstd, c->tmp, NW(m, L->pfn_w, C), n, C,
-                           g->norm_eps);
+            kn_rmsnorm_fwd(k, KN_F32, c->h, c->rstd, c->tmp, NW(m, L->pfn_w, C), n, C, g->norm_eps);
             kn_add(k, KN_F32, c->x, c->x, c->h, (size_t)n * C);
         } else {
             kn_add(k, KN_F32, c->x, c->x, c->tmp, (size_t)n * C);

@@ -1281,8 +1281,7 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
         /* Gemma: query_pre_attn_scalar's scale, the score soft-cap, and the
          * sliding window on the layers layer_types names */
         kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD,
-                         c->attn_scale, c->attn_softcap,
-                         hfconfig_sliding(c, l) ? c->window : 0);
+                         c->attn_scale, c->attn_softcap, hfconfig_sliding(c, l) ? c->window : 0);
     }
     RND(a->atty, (size_t)N * QD);
     /* res2[N,C] = x + atty Wo^T + bo (Gemma: + its post_attention norm) */

@@ -378,7 +378,8 @@ CPU_HOT static void geglu_bwd_range(float *dgate, float *dup, const float *dout,
         float v = gate[i];
         float th = tanh_fast(GELU_K * (v + GELU_A * v * v * v));
         float du = GELU_K * (1.0f + 3.0f * GELU_A * v * v);
-        if (dgate) dgate[i] += dout[i] * up[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+        if (dgate)
+            dgate[i] += dout[i] * up[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
         if (dup) dup[i] += dout[i] * 0.5f * v * (1.0f + th);
     }
 }
