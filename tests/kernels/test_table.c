@@ -381,7 +381,28 @@ static void c_activations(tc *t)
     for (size_t i = 0; i < n; i++)
         w[i] = hx[i] / (1 + exp(-(double)hx[i])) * hu[i];
     expect(t, "swiglu", o2, w, n, KN_F32);
-    free(hx), free(hu), free(w);
+    /* GeGLU (Gemma): gelu_tanh(gate) * up, and its backward accumulating
+     * onto ones: dgate = 1 + dout up gelu'(gate), dup = 1 + dout gelu(gate). */
+    float *o3 = dpoison(t, n), *hd = hrand(n, 1), *dd = dput(t, hd, n * 4);
+    kn_geglu_fwd(t->c, KN_F32, o3, x, u, n);
+    double *wg = dvec(n), *wu = dvec(n);
+    float *ones = malloc(n * sizeof *ones);
+    for (size_t i = 0; i < n; i++) {
+        double v = hx[i], th = tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v));
+        double ge = 0.5 * v * (1 + th);
+        double gp =
+            0.5 * (1 + th) + 0.5 * v * (1 - th * th) * sqrt(2 / M_PI) * (1 + 3 * 0.044715 * v * v);
+        w[i] = ge * hu[i];
+        wg[i] = 1 + hd[i] * hu[i] * gp;
+        wu[i] = 1 + hd[i] * ge;
+        ones[i] = 1.0f;
+    }
+    expect(t, "geglu", o3, w, n, KN_F32);
+    float *dg = dput(t, ones, n * 4), *du = dput(t, ones, n * 4);
+    kn_geglu_bwd(t->c, KN_F32, dg, du, dd, x, u, n);
+    expect(t, "geglu dgate (+=)", dg, wg, n, KN_F32);
+    expect(t, "geglu dup (+=)", du, wu, n, KN_F32);
+    free(hx), free(hu), free(w), free(hd), free(wg), free(wu), free(ones);
 }
 
 /* Plain causal attention, then Gemma's options: an explicit scale with a
