@@ -389,6 +389,25 @@ static int cmd_action(cli_ctx *c, const char *action, long long id)
     return 0;
 }
 
+/* generate's sampling flags: the request field each sets, and whether it
+ * takes an integer; NULL for any other argument. */
+static const char *generate_option(const char *flag, int *integer)
+{
+    static const struct {
+        const char *flag, *key;
+        int integer;
+    } opts[] = {{"--max-tokens", "max_tokens", 1},
+                {"--seed", "seed", 1},
+                {"--temperature", "temperature", 0},
+                {"--top-p", "top_p", 0}};
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
+        if (!strcmp(flag, opts[i].flag)) {
+            *integer = opts[i].integer;
+            return opts[i].key;
+        }
+    return NULL;
+}
+
 /* generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] [--seed S]
  * [--stop S]... [--base] [--compare]: POST /jobs/{id}/generate. --compare
  * asks twice, the base model and then the newest checkpoint, and prints
@@ -400,45 +419,32 @@ static int cmd_generate(cli_ctx *c, int argc, char **argv)
     int base = 0, compare = 0, rc;
     json_t *req = json_object(), *stop = json_array();
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL, *key;
         char *end;
+        int integer;
         if (!strcmp(a, "--base"))
             base = 1;
         else if (!strcmp(a, "--compare"))
             compare = 1;
         else if (v && !strcmp(a, "--stop"))
             json_array_append_new(stop, json_string(argv[++i]));
-        else if (v && (!strcmp(a, "--max-tokens") || !strcmp(a, "--seed"))) {
-            long long n = strtoll(v, &end, 10);
+        else if (v && (key = generate_option(a, &integer))) {
+            long long n = integer ? strtoll(v, &end, 10) : 0;
+            double d = integer ? 0 : strtod(v, &end);
             if (*end || end == v) {
-                ty_logf("generate: %s needs an integer", a);
+                ty_logf("generate: %s needs %s", a, integer ? "an integer" : "a number");
                 json_decref(req);
                 json_decref(stop);
                 return CLI_EXIT_USAGE;
             }
-            json_object_set_new(req, a[2] == 'm' ? "max_tokens" : "seed", json_integer(n));
-            i++;
-        } else if (v && (!strcmp(a, "--temperature") || !strcmp(a, "--top-p"))) {
-            double d = strtod(v, &end);
-            if (*end || end == v) {
-                ty_logf("generate: %s needs a number", a);
-                json_decref(req);
-                json_decref(stop);
-                return CLI_EXIT_USAGE;
-            }
-            json_object_set_new(req, !strcmp(a, "--temperature") ? "temperature" : "top_p",
-                                json_real(d));
+            json_object_set_new(req, key, integer ? json_integer(n) : json_real(d));
             i++;
         } else if (!id && parse_id(a, &id) == 0) {
         } else if (!prompt && id)
             prompt = a;
         else {
-            ty_logf(
-                "usage: trainyard generate ID PROMPT [--max-tokens N] [--temperature T] [--top-p P] "
-                "[--seed S] [--stop STR]... [--base | --compare]");
-            json_decref(req);
-            json_decref(stop);
-            return CLI_EXIT_USAGE;
+            id = 0; /* an argument too many: the usage below */
+            break;
         }
     }
     if (!id || !prompt) {
