@@ -21,7 +21,7 @@ struct coll {
     MPI_Request *req; /* started non-blocking sums (coll_isum_f32) */
     int nreq, capreq;
 #ifdef TY_HAVE_NCCL
-    coll_nccl *dev; /* GPU ranks: the gradient sum */
+    coll_nccl *dev; /* GPU ranks: the gradient sum, its buckets, ZeRO-1's all-gather */
 #endif
 };
 
