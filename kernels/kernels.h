@@ -226,6 +226,7 @@ KN_OPS(KN_PROTO)
  *
  * kn_gelu_fwd/bwd: tanh approximation (GPT-2's gelu_new).
  * kn_swiglu_fwd/bwd: out = silu(gate) * up (Llama MLP).
+ * kn_geglu_fwd/bwd: out = gelu_tanh(gate) * up (Gemma's MLP).
  * kn_dropout_fwd/bwd: inverted dropout, out = x * mask / (1-p), mask[i] in
  *   {0,1} drawn from (seed, offset + i) by a counter-based generator (same
  *   on every device and on resume). p == 0 copies.
