@@ -19,10 +19,17 @@ and peft on a small random model transformers itself creates
    base and gives the engine's logits with that adapter (1e-5).
 6. lora.merge: the merged export equals peft's merge_and_unload of that
    adapter, tensor by tensor (1e-6).
+7. Gemma 2 / 3 only (their sandwich norms keep extra activations): the
+   full run again with recompute "all" gives the same losses bit for bit,
+   in bf16 storage within 3e-2, and, given EMU_ENGINE (trainyard-engine-emu),
+   on the emulated CUDA backend within 1e-5 (the .cu attention with the
+   soft-cap and window, GeGLU, the capped cross-entropy).
 
-Usage: ref_check.py ENGINE WORKDIR ARCH"""
+Usage: ref_check.py ENGINE WORKDIR ARCH [EMU_ENGINE]"""
+import json
 import os
 import shutil
+import subprocess
 import sys
 
 import peft
@@ -101,7 +108,7 @@ def main():
 
     print(f"{arch}: 2. full fine-tuning, {STEPS} steps", flush=True)
     spec = job_spec(base_dir, data, STEPS, BATCH, SEQ)
-    got = run_engine(engine, spec, os.path.join(work, "full"))
+    got = got_full = run_engine(engine, spec, os.path.join(work, "full"))
     ref = load_model(base_dir)
     losses = torch_train(ref, [p for p in ref.parameters()], rows, spec["hyperparameters"])
     compare_losses("losses", got, losses)
@@ -179,6 +186,29 @@ def main():
     print(f"  merged tensors: {len(want)}, worst rel {worst:.2e} (tolerance {MERGE_TOL:.0e})")
     if not worst <= MERGE_TOL:
         fail(f"merged export differs from merge_and_unload by {worst:.2e}")
+    if arch.startswith("gemma"):
+        print(f"{arch}: 7. recompute, bf16, emulated CUDA", flush=True)
+        variants = [("recompute all", dict(hyperparameters=dict(spec["hyperparameters"], recompute="all")),
+                     None, 0.0, engine),
+                    ("bf16", dict(precision="bf16"), None, 3e-2, engine)]
+        if len(sys.argv) > 4:
+            variants.append(("cuda-emu", dict(resources={"gpus": 1, "backend": "cuda"}),
+                             {"TY_KERNELS": "cuda-emu", "TY_EMU_GUARD": "1"}, 1e-5, sys.argv[4]))
+        base_losses = [m["loss"] for m in got_full]
+        for what, change, env, tol, eng in variants:
+            d = os.path.join(work, "v-" + what.replace(" ", "-"))
+            os.makedirs(d)
+            write_json(os.path.join(d, "spec.json"), dict(spec, **change))
+            r = subprocess.run(["/bin/bash", "-c", 'exec "$0" "$@" 3>&1 1>&2', eng, "--spec",
+                                os.path.join(d, "spec.json"), "--workdir", d], capture_output=True, text=True,
+                               timeout=300, env=dict(os.environ, **(env or {})))
+            ev = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+            ls = [e["loss"] for e in ev if e["ev"] == "metric"]
+            if r.returncode != 0 or len(ls) != len(base_losses) or \
+                    not all(abs(a - b) <= tol * abs(b) for a, b in zip(ls, base_losses)):
+                fail(f"{what}: exit {r.returncode}, losses {ls} vs fp32 {base_losses} (tolerance {tol})"
+                     f"\n{[e for e in ev if e['ev'] == 'error']}\n{r.stderr[-1500:]}")
+            print(f"  {what}: losses {['%.7f' % x for x in ls]} (tolerance {tol:.0e})")
     print(f"{arch}: all checks agree with transformers and peft")
 
 
