@@ -195,8 +195,8 @@ const float *kv_step(kv_cache *c, const int32_t *ids, int n, ty_err *err)
                 kn_matmul_fwd(k, Kc, c->h, wk, PW(m, L->k_b), n, C, KD);
             }
             kn_matmul_fwd(k, Vc, c->h, wv, PW(m, L->v_b), n, C, KD);
-            model_rope_layer(m, l, c->q, 1, n, Hq, QD, p0, 0);
-            model_rope_layer(m, l, Kc, 1, n, Hkv, KD, p0, 0);
+            model_rope_layer(m, l, KN_F32, c->q, 1, n, Hq, QD, p0, 0);
+            model_rope_layer(m, l, KN_F32, Kc, 1, n, Hkv, KD, p0, 0);
             q = c->q;
             ldq = QD;
         }

@@ -193,85 +193,101 @@ static const void *W16(const model *m, int i)
     return i < 0 ? NULL : (const char *)m->p16 + m->t[i].off * kn_dtype_size(m->dt);
 }
 
-/* out[N,M] = x[N,K] W^T + b through the precision's matmul (weights wi,
- * bias bi, -1 = none). */
-static void mm_fwd(model *m, float *out, const float *x, int wi, int bi, int N, int K, int M)
+/* ---- linear layers ------------------------------------------------------ */
+
+/* Element n of an activation buffer (type m->dt): views into fused rows. */
+static inline void *AV(const model *m, void *p, size_t n)
 {
-    if (m->t[wi].q4) { /* QLoRA: dequantised on the fly by the store */
-        m->base.fwd(m->base.state, m->t[wi].q4 - 1, out, x, W(m, bi), N, K, M);
+    return p ? (char *)p + n * kn_dtype_size(m->dt) : NULL;
+}
+
+/* Whether an adapter is attached (linear.h: its hook runs after every
+ * block matmul and skips the slots it does not adapt). */
+static int adapted(const model *m)
+{
+    return m->adapter.state != NULL;
+}
+
+/* x[N,K] (dt) as fp32 for an adapter or a 4-bit matmul: x itself in fp32
+ * runs, else widened into the xw scratch. */
+static const float *x_f32(model *m, const void *x, size_t n)
+{
+    if (m->dt == KN_F32) return x;
+    kn_convert(m->kn, m->xw, KN_F32, x, m->dt, n);
+    return m->xw;
+}
+
+/* Linear layer of block l, adapter slot s: out[N,M] = x[N,K] W^T + b with
+ * weights wi (rows [row0, row0 + M) of them when row0 >= 0: Phi-3's q, k, v
+ * and gate, up are row blocks of one fused weight; a row block of a
+ * row-major [out, in] matrix is itself one) and bias bi (-1 = none), then
+ * the adapter's share. x and out are activations (dt). 16-bit runs write
+ * out rounded once: straight from kn_matmul16, or, when an adapter or a
+ * 4-bit base needs fp32, from the fp32 product in ow. */
+static void lin_fwd(model *m, int l, int s, int row0, void *out, const void *x, int wi, int bi,
+                    int N, int K, int M)
+{
+    kn_ctx *k = m->kn;
+    int q4 = m->t[wi].q4, ad = adapted(m), part = row0 >= 0;
+    size_t skip = part ? (size_t)row0 * K : 0;
+    if (m->dt == KN_F32 || (!q4 && !ad)) {
+        if (m->dt == KN_F32 && !q4)
+            kn_matmul_fwd(k, out, x, W(m, wi) + skip, W(m, bi), N, K, M);
+        else if (!q4)
+            kn_matmul16_fwd(k, m->dt, m->dt, m->dt, out, x,
+                            (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), W(m, bi), N, K,
+                            M);
+        else /* QLoRA in fp32: dequantised on the fly by the store */
+            m->base.fwd(m->base.state, q4 - 1, out, x, W(m, bi), N, K, M);
+        if (ad) m->adapter.fwd(m->adapter.state, l, s, out, x, N, part ? row0 : 0, M);
         return;
     }
-    if (m->dt == KN_F32)
-        kn_matmul_fwd(m->kn, out, x, W(m, wi), W(m, bi), N, K, M);
-    else
-        kn_matmul16_fwd(m->kn, m->dt, KN_F32, KN_F32, out, x, W16(m, wi), W(m, bi), N, K, M);
-}
-
-static void mm_bwd(model *m, float *dx, float *dw, float *db, const float *dout, const float *x,
-                   int wi, int N, int K, int M)
-{
-    if (m->t[wi].q4) { /* frozen 4-bit base: the gradient goes to the input only */
-        m->base.bwd(m->base.state, m->t[wi].q4 - 1, dx, dout, N, K, M);
+    /* 16-bit with an adapter or a 4-bit base: fp32 product, then round */
+    if (!m->ow || !m->xw) { /* model_alloc_acts made none: an engine bug */
+        kn_fail(k, TY_EINTERNAL, "linear layer: no fp32 views for a 16-bit adapted layer");
         return;
     }
-    if (m->dt == KN_F32)
-        kn_matmul_bwd(m->kn, dx, dw, db, dout, x, W(m, wi), N, K, M);
+    const float *xf = x_f32(m, x, (size_t)N * K);
+    if (q4)
+        m->base.fwd(m->base.state, q4 - 1, m->ow, xf, W(m, bi), N, K, M);
     else
-        kn_matmul16_bwd(m->kn, m->dt, KN_F32, KN_F32, dx, dw, db, dout, x, W16(m, wi), N, K, M);
+        kn_matmul16_fwd(k, m->dt, KN_F32, m->dt, m->ow, x,
+                        (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), W(m, bi), N, K, M);
+    if (ad) m->adapter.fwd(m->adapter.state, l, s, m->ow, xf, N, part ? row0 : 0, M);
+    kn_convert(k, out, m->dt, m->ow, KN_F32, (size_t)N * M);
 }
 
-/* The adapter hook (linear.h), right after the base matmul of slot s of
- * block l: rows [row0, row0 + rows) of its output, or their gradient. */
-static void hook_fwd(model *m, int l, int s, float *out, const float *x, int N, int row0, int rows)
+/* Its backward: dx[N,K] += dout W (fp32 gradients), dW += dout^T x, db +=
+ * sum dout (the weight's own rows), and the adapter's share. A frozen
+ * 4-bit base gives the input gradient only. */
+static void lin_bwd(model *m, int l, int s, int row0, float *dx, const float *dout, const void *x,
+                    int wi, int bi, int N, int K, int M)
 {
-    if (m->adapter.state) m->adapter.fwd(m->adapter.state, l, s, out, x, N, row0, rows);
-}
-
-static void hook_bwd(model *m, int l, int s, float *dx, const float *dout, const float *x, int N,
-                     int row0, int rows)
-{
-    if (m->adapter.state) m->adapter.bwd(m->adapter.state, l, s, dx, dout, x, N, row0, rows);
+    kn_ctx *k = m->kn;
+    int q4 = m->t[wi].q4, ad = adapted(m), part = row0 >= 0;
+    size_t skip = part ? (size_t)row0 * K : 0;
+    float *dw = G(m, wi) ? G(m, wi) + skip : NULL, *db = G(m, bi);
+    if (q4)
+        m->base.bwd(m->base.state, q4 - 1, dx, dout, N, K, M);
+    else if (m->dt == KN_F32)
+        kn_matmul_bwd(k, dx, dw, db, dout, x, W(m, wi) + skip, N, K, M);
+    else
+        kn_matmul16_bwd(k, m->dt, KN_F32, m->dt, dx, dw, db, dout, x,
+                        (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), N, K, M);
+    if (ad)
+        m->adapter.bwd(m->adapter.state, l, s, dx, dout, x_f32(m, x, (size_t)N * K), N,
+                       part ? row0 : 0, M);
 }
 
 /* GPT-2's c_fc + GELU run as one op (kn_matmul_gelu_fwd / kn_matmul_dgelu:
  * cuBLASLt's GELU epilogues on a GPU) where nothing comes between the
  * product and the GELU: no adapter hooked in (its delta is added to fc and
- * to the proj's dx), no 4-bit base. On the CPU the fused op computes the
- * same bits. */
+ * to the proj's dx), no 4-bit base, and fp32 activations (the fused ops
+ * read an fp32 x and pre; 16-bit runs take lin_fwd and the typed GELU).
+ * On the CPU the fused op computes the same bits. */
 static int fused_gelu(const model *m, const layer_ix *L)
 {
-    return !m->adapter.state && !m->t[L->fc_w].q4 && !m->t[L->proj_w].q4;
-}
-
-/* Weight wi as the fused op takes it: fp32, or its 16-bit copy. */
-static const void *WM(model *m, int wi)
-{
-    return m->dt == KN_F32 ? (const void *)W(m, wi) : W16(m, wi);
-}
-
-/* Rows [row0, row0 + M) of weight wi (no bias): Phi-3's q, k, v and gate,
- * up are row blocks of one fused weight, and a row block of a row-major
- * [out, in] matrix is itself one. */
-static void mm_fwd_rows(model *m, float *out, const float *x, int wi, int row0, int N, int K, int M)
-{
-    size_t skip = (size_t)row0 * K;
-    if (m->dt == KN_F32)
-        kn_matmul_fwd(m->kn, out, x, W(m, wi) + skip, NULL, N, K, M);
-    else
-        kn_matmul16_fwd(m->kn, m->dt, KN_F32, KN_F32, out, x,
-                        (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), NULL, N, K, M);
-}
-
-static void mm_bwd_rows(model *m, float *dx, int wi, int row0, const float *dout, const float *x,
-                        int N, int K, int M)
-{
-    size_t skip = (size_t)row0 * K;
-    float *dw = G(m, wi) ? G(m, wi) + skip : NULL;
-    if (m->dt == KN_F32)
-        kn_matmul_bwd(m->kn, dx, dw, NULL, dout, x, W(m, wi) + skip, N, K, M);
-    else
-        kn_matmul16_bwd(m->kn, m->dt, KN_F32, KN_F32, dx, dw, NULL, dout, x,
-                        (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), N, K, M);
+    return m->dt == KN_F32 && !m->adapter.state && !m->t[L->fc_w].q4 && !m->t[L->proj_w].q4;
 }
 
 /* Floats of the layout from tensor lo's start to tensor hi's end (a
@@ -389,7 +405,7 @@ void model_sync_params(model *m)
 
 size_t model_act_bytes(const model *m)
 {
-    return m->n_acts * sizeof(float) + m->n_acts16_bytes;
+    return m->n_acts;
 }
 
 model_mem model_memory(const model *m)
@@ -487,7 +503,6 @@ void model_free(model *m)
         kn_free(m->kn, m->m);
         kn_free(m->kn, m->v);
         kn_free(m->kn, m->acts);
-        kn_free(m->kn, m->acts16);
         kn_free(m->kn, m->p16);
         kn_free(m->kn, m->plo);
         kn_free(m->kn, m->wscr[0]);
@@ -503,44 +518,42 @@ void model_free(model *m)
     free(m->t);
     free(m->L);
     free(m->A);
-    free(m->stash);
     free(m->wconv);
     free(m->wpos);
-    free(m->stash_lo);
-    free(m->res3_stash);
     hfconfig_free(&m->cfg);
     memset(m, 0, sizeof *m);
 }
 
-void model_rope(model *m, float *x, int B, int T, int H, int ld, int pos_offset, int bwd)
+void model_rope(model *m, kn_dtype dt, void *x, int B, int T, int H, int ld, int pos_offset,
+                int bwd)
 {
     int D = m->cfg.head_dim;
+    /* The backward runs on fp32 gradients (dt is then KN_F32). */
     if (m->inv_freq) {
         if (bwd)
             kn_rope_freq_bwd(m->kn, x, B, T, H, D, ld, m->inv_freq, pos_offset);
         else
-            kn_rope_freq_fwd(m->kn, KN_F32, x, B, T, H, D, ld, m->inv_freq, pos_offset);
+            kn_rope_freq_fwd(m->kn, dt, x, B, T, H, D, ld, m->inv_freq, pos_offset);
     } else {
         if (bwd)
             kn_rope_bwd(m->kn, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
         else
-            kn_rope_fwd(m->kn, KN_F32, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
+            kn_rope_fwd(m->kn, dt, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
     }
 }
 
-void model_rope_layer(model *m, int l, float *x, int B, int T, int H, int ld, int pos_offset,
-                      int bwd)
+void model_rope_layer(model *m, int l, kn_dtype dt, void *x, int B, int T, int H, int ld,
+                      int pos_offset, int bwd)
 {
     const model_config *c = &m->cfg;
     if (c->gemma == 3 && hfconfig_sliding(c, l)) {
         if (bwd)
             kn_rope_bwd(m->kn, x, B, T, H, c->head_dim, ld, c->rope_local_theta, pos_offset);
         else
-            kn_rope_fwd(m->kn, KN_F32, x, B, T, H, c->head_dim, ld, c->rope_local_theta,
-                        pos_offset);
+            kn_rope_fwd(m->kn, dt, x, B, T, H, c->head_dim, ld, c->rope_local_theta, pos_offset);
         return;
     }
-    model_rope(m, x, B, T, H, ld, pos_offset, bwd);
+    model_rope(m, dt, x, B, T, H, ld, pos_offset, bwd);
 }
 
 const float *model_norm_w(model *m, const float *w, int n)
@@ -961,114 +974,95 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
     size_t N = (size_t)B * T, C = (size_t)c->dim, F = (size_t)c->ffn, V = (size_t)c->vocab;
     size_t QD = (size_t)c->n_head * c->head_dim, KD = (size_t)c->n_kv_head * c->head_dim;
     size_t LSE = (size_t)B * c->n_head * T; /* attention keeps one number per row */
-    int gpt2 = c->arch == ARCH_GPT2, half = m->dt != KN_F32;
+    int gpt2 = c->arch == ARCH_GPT2;
     size_t es = kn_dtype_size(m->dt);
-    /* Two passes: the first measures, the second assigns views. */
-    float *base = NULL;
-    char *base16 = NULL;
-    size_t off = 0, off16 = 0;
-    int nst = 0;
+    /* One arena in bytes; two passes: the first measures, the second
+     * assigns views. Activations take es bytes an element (the storage
+     * type: 16-bit runs keep them in 16 bits, ops read and write them so),
+     * statistics and the activation gradients of one layer 4. */
+    char *base = NULL;
+    size_t off = 0;
     m->A = calloc((size_t)c->n_layer, sizeof *m->A);
-    m->stash_lo = calloc((size_t)c->n_layer + 1, sizeof *m->stash_lo);
-    m->res3_stash = calloc((size_t)c->n_layer, sizeof *m->res3_stash);
-    if (!m->A || !m->stash_lo || !m->res3_stash)
-        return ty_err_set(err, TY_ENOMEM, "out of memory for activations");
+    if (!m->A) return ty_err_set(err, TY_ENOMEM, "out of memory for activations");
     m->recompute = rc_mode;
     /* Recomputed activations are not kept per layer: every layer's view
      * points at layer 0's (the backward refills it just before use). With
      * mlp: ln2 and the F-wide fc/up/act; with all: everything but res3,
-     * the layer's output and the next layer's input.
-     * 16-bit storage (m->dt bf16/fp16): every layer computes in one shared
-     * fp32 working set (as with recompute all; res3 alternates between two
-     * buffers so a layer's input survives its own forward), and what is
-     * kept is stashed per layer in 16 bits after the layer's forward and
-     * unstashed before its backward. Per-row statistics (norm mean/rstd,
-     * attention lse) stay fp32 per layer: they are N-sized. */
+     * the layer's output and the next layer's input. */
     int keep_attn = rc_mode != MODEL_RECOMPUTE_ALL, keep_mlp = rc_mode == MODEL_RECOMPUTE_NONE;
+    /* 16-bit runs with adapters on a frozen base (LoRA, QLoRA): fp32 x and
+     * product views */
+    int wide = m->dt != KN_F32 && m->frozen;
+    size_t maxk = C > QD ? C : QD, maxm = gpt2 ? 3 * C : QD;
+    if (F > maxk) maxk = F;
+    if (F > maxm) maxm = F;
+    if (C > maxm) maxm = C;
     for (int pass = 0; pass < 2; pass++) {
-        off = off16 = 0;
-        nst = 0;
-#define TAKE(n)                                                                                    \
-    (off += (((n) + 15) & ~(size_t)15), base ? base + off - (((n) + 15) & ~(size_t)15) : NULL)
-#define STASH(ptr, n)                                                                              \
-    do {                                                                                           \
-        if (m->stash) m->stash[nst] = (model_stash){(ptr), base16 + off16, (n)};                   \
-        nst++;                                                                                     \
-        off16 += ((n)*es + 63) & ~(size_t)63;                                                      \
-    } while (0)
-        m->encoded = TAKE(N * C);
+        off = 0;
+#define TAKEB(bytes)                                                                               \
+    (off += ((bytes) + 63) & ~(size_t)63, base ? base + off - (((bytes) + 63) & ~(size_t)63) : NULL)
+#define TAKE(n) ((float *)TAKEB((n) * sizeof(float)))
+#define TAKE16(n) ((void *)TAKEB((n)*es))
+        m->encoded = TAKE16(N * C);
         for (int l = 0; l < c->n_layer; l++) {
             layer_acts *a = &m->A[l];
             const layer_acts *a0 = &m->A[0];
-            m->stash_lo[l] = nst;
 #define KEEP(field, keep, n) a->field = (keep) || l == 0 ? TAKE(n) : a0->field
-#define BIG(field, keep, n)                                                                        \
-    do {                                                                                           \
-        if (!half)                                                                                 \
-            KEEP(field, keep, n);                                                                  \
-        else {                                                                                     \
-            a->field = l == 0 ? TAKE(n) : a0->field;                                               \
-            if (keep) STASH(a->field, n);                                                          \
-        }                                                                                          \
-    } while (0)
-            BIG(ln1, keep_attn, N * C);
+#define KEEP16(field, keep, n) a->field = (keep) || l == 0 ? TAKE16(n) : a0->field
+            KEEP16(ln1, keep_attn, N * C);
             a->ln1_mean = NULL;
             if (gpt2) KEEP(ln1_mean, keep_attn, N);
             KEEP(ln1_rstd, keep_attn, N);
             if (gpt2) {
-                BIG(q, keep_attn, N * 3 * C); /* fused qkv rows [N, 3C] */
-                a->k = a->q ? a->q + C : NULL;
-                a->v = a->q ? a->q + 2 * C : NULL;
+                KEEP16(q, keep_attn, N * 3 * C); /* fused qkv rows [N, 3C] */
+                a->k = AV(m, a->q, C);
+                a->v = AV(m, a->q, 2 * C);
             } else {
-                BIG(q, keep_attn, N * QD);
-                BIG(k, keep_attn, N * KD);
-                BIG(v, keep_attn, N * KD);
+                KEEP16(q, keep_attn, N * QD);
+                KEEP16(k, keep_attn, N * KD);
+                KEEP16(v, keep_attn, N * KD);
             }
-            a->qr = a->kr = a->qn_rstd = a->kn_rstd = NULL;
+            a->qr = a->kr = NULL;
+            a->qn_rstd = a->kn_rstd = NULL;
             if (c->qk_norm) {
-                BIG(qr, keep_attn, N * QD);
-                BIG(kr, keep_attn, N * KD);
+                KEEP16(qr, keep_attn, N * QD);
+                KEEP16(kr, keep_attn, N * KD);
                 KEEP(qn_rstd, keep_attn, N * c->n_head);
                 KEEP(kn_rstd, keep_attn, N * c->n_kv_head);
             }
             KEEP(lse, keep_attn, LSE);
-            BIG(atty, keep_attn, N * QD);
-            BIG(res2, keep_attn, N * C);
-            BIG(ln2, keep_mlp, N * C);
-            a->ln2_mean = a->up = NULL;
-            if (gpt2) KEEP(ln2_mean, keep_mlp, N);
-            KEEP(ln2_rstd, keep_mlp, N);
-            BIG(fc, keep_mlp, N * F);
-            if (!gpt2) BIG(up, keep_mlp, N * F);
-            BIG(act, keep_mlp, N * F);
-            a->ao = a->ao_rstd = a->mo = a->mo_rstd = NULL;
+            KEEP16(atty, keep_attn, N * QD);
+            a->ao = a->mo = NULL;
+            a->ao_rstd = a->mo_rstd = NULL;
             if (c->gemma) {
-                BIG(ao, keep_attn, N * C);
+                KEEP16(ao, keep_attn, N * C);
                 KEEP(ao_rstd, keep_attn, N);
                 /* kept with the attention's: recompute mlp redoes only
                  * mlp_in_fwd, not the branch's output and its norm */
-                BIG(mo, keep_attn, N * C);
+                KEEP16(mo, keep_attn, N * C);
                 KEEP(mo_rstd, keep_attn, N);
             }
-            if (!half)
-                a->res3 = TAKE(N * C);
-            else {
-                a->res3 = l < 2 ? TAKE(N * C) : m->A[l % 2].res3;
-                m->res3_stash[l] = nst;
-                STASH(a->res3, N * C);
-            }
-#undef BIG
+            KEEP16(res2, keep_attn, N * C);
+            KEEP16(ln2, keep_mlp, N * C);
+            a->ln2_mean = NULL;
+            a->up = NULL;
+            if (gpt2) KEEP(ln2_mean, keep_mlp, N);
+            KEEP(ln2_rstd, keep_mlp, N);
+            KEEP16(fc, keep_mlp, N * F);
+            if (!gpt2) KEEP16(up, keep_mlp, N * F);
+            KEEP16(act, keep_mlp, N * F);
+            a->res3 = TAKE16(N * C);
 #undef KEEP
+#undef KEEP16
         }
-        m->stash_lo[c->n_layer] = nst;
-        m->lnf = TAKE(N * C);
+        m->lnf = TAKE16(N * C);
         m->lnf_mean = TAKE(N);
         m->lnf_rstd = TAKE(N);
-        /* In the storage type: with 16-bit storage the [N, V] logits (and
-         * the dlogits written over them) are 16-bit, half the floats. */
-        m->logits = TAKE(half ? (N * V + 1) / 2 : N * V);
+        m->logits = TAKE16(N * V); /* in dt: the dlogits are written over them */
         m->losses = TAKE(N);
-        m->tmp = TAKE(N * C);
+        m->tmp = TAKE16(N * C);
+        m->xw = wide ? TAKE(N * maxk) : NULL;
+        m->ow = wide ? TAKE(N * maxm) : NULL;
         m->dres = TAKE(N * C);
         m->dln = TAKE(N * C);
         m->datty = TAKE(N * QD);
@@ -1081,23 +1075,14 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
         m->dqr = c->qk_norm ? TAKE(N * QD) : NULL;
         m->dkr = c->qk_norm ? TAKE(N * KD) : NULL;
 #undef TAKE
-#undef STASH
+#undef TAKE16
+#undef TAKEB
         if (pass == 0) {
-            base = kn_alloc(m->kn, off * sizeof(float));
+            base = kn_alloc(m->kn, off);
             if (!base)
-                return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes of activations",
-                                  off * sizeof(float));
-            if (half) {
-                base16 = kn_alloc(m->kn, off16);
-                m->stash = calloc((size_t)nst + 1, sizeof *m->stash);
-                if (!base16 || !m->stash)
-                    return ty_err_set(err, TY_ENOMEM,
-                                      "out of memory: %zu bytes of 16-bit activations", off16);
-            }
+                return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes of activations", off);
         }
     }
-    m->acts16 = base16;
-    m->n_acts16_bytes = off16;
     m->acts = base;
     m->n_acts = off;
     m->B = B;
@@ -1119,9 +1104,11 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
 
 /* ---- forward ----------------------------------------------------------- */
 
-/* With 16-bit storage every activation (and, in the backward, every
- * activation gradient) is rounded where it is produced, so the values the
- * next op reads are exactly what a 16-bit tensor holds. No-op in fp32. */
+/* Activations are stored in m->dt by the ops that produce them (one
+ * rounding each, kn_ops.h). Activation gradients are fp32 buffers of one
+ * layer; with 16-bit storage each is rounded where it is produced, so the
+ * values the next op reads are exactly what a 16-bit tensor would hold
+ * (the reference's scheme). No-op in fp32. */
 #define RND(x, n) kn_round(k, (x), (size_t)(n), m->dt)
 /* A norm's weight as the kernels take it (Gemma: 1 + w, model_norm_w). */
 #define NWT(i, n) model_norm_w(m, W(m, (i)), (n))
@@ -1142,29 +1129,6 @@ static float embed_scale(const model *m)
     return s;
 }
 
-/* Layer l's kept activations to / from their 16-bit copies. */
-static void stash_layer(model *m, int l)
-{
-    if (m->dt == KN_F32) return;
-    for (int i = m->stash_lo[l]; i < m->stash_lo[l + 1]; i++)
-        kn_convert(m->kn, m->stash[i].s, m->dt, m->stash[i].f32, KN_F32, m->stash[i].n);
-}
-
-/* Before layer l's backward: its input (layer l-1's res3) and its own kept
- * activations except its output, back into the fp32 working set. */
-static void unstash_layer(model *m, int l)
-{
-    if (m->dt == KN_F32) return;
-    if (l > 0) {
-        const model_stash *e = &m->stash[m->res3_stash[l - 1]];
-        kn_convert(m->kn, e->f32, KN_F32, e->s, m->dt, e->n);
-    }
-    for (int i = m->stash_lo[l]; i < m->stash_lo[l + 1]; i++)
-        if (i != m->res3_stash[l])
-            kn_convert(m->kn, m->stash[i].f32, KN_F32, m->stash[i].s, m->dt, m->stash[i].n);
-}
-
-/* Everything up to the logits: m->logits[N,V] for the B x T host inputs. */
 /* The MLP's input side of layer l: ln2, fc (and up), act from res2. Split
  * out because recompute mlp|all runs it again in the backward. */
 static void mlp_in_fwd(model *m, int l, int B, int T)
@@ -1172,59 +1136,47 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
     int N = B * T, C = c->dim, F = c->ffn, gpt2 = c->arch == ARCH_GPT2;
+    kn_dtype dt = m->dt;
     const layer_ix *L = &m->L[l];
     layer_acts *a = &m->A[l];
     if (gpt2) {
         /* act[N,F] = gelu(layernorm(res2) Wfc^T + bfc) */
-        kn_layernorm_fwd(k, KN_F32, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w),
+        kn_layernorm_fwd(k, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w),
                          W(m, L->ln2_b), N, C, c->norm_eps);
-        RND(a->ln2, (size_t)N * C);
         if (fused_gelu(m, L)) {
-            kn_matmul_gelu_fwd(k, m->dt, KN_F32, a->act, a->fc, a->ln2, WM(m, L->fc_w),
+            kn_matmul_gelu_fwd(k, KN_F32, KN_F32, a->act, a->fc, a->ln2, W(m, L->fc_w),
                                W(m, L->fc_b), N, C, F);
-            RND(a->fc, (size_t)N * F);
         } else {
-            mm_fwd(m, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
-            hook_fwd(m, l, LS_FC, a->fc, a->ln2, N, 0, F);
-            RND(a->fc, (size_t)N * F);
-            kn_gelu_fwd(k, KN_F32, a->act, a->fc, (size_t)N * F);
+            lin_fwd(m, l, LS_FC, -1, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
+            kn_gelu_fwd(k, dt, a->act, a->fc, (size_t)N * F);
         }
-        RND(a->act, (size_t)N * F);
     } else {
         /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
-        kn_rmsnorm_fwd(k, KN_F32, a->ln2, a->ln2_rstd, a->res2, NWT(L->ln2_w, C), N, C,
-                       c->norm_eps);
-        RND(a->ln2, (size_t)N * C);
+        kn_rmsnorm_fwd(k, dt, a->ln2, a->ln2_rstd, a->res2, NWT(L->ln2_w, C), N, C, c->norm_eps);
         if (c->fused) {
             /* Phi-3: gate and up from the row halves of gate_up_proj */
-            mm_fwd_rows(m, a->fc, a->ln2, L->fc_w, 0, N, C, F);
-            hook_fwd(m, l, LS_FC, a->fc, a->ln2, N, 0, F);
-            mm_fwd_rows(m, a->up, a->ln2, L->fc_w, F, N, C, F);
-            hook_fwd(m, l, LS_FC, a->up, a->ln2, N, F, F);
+            lin_fwd(m, l, LS_FC, 0, a->fc, a->ln2, L->fc_w, -1, N, C, F);
+            lin_fwd(m, l, LS_FC, F, a->up, a->ln2, L->fc_w, -1, N, C, F);
         } else {
-            mm_fwd(m, a->fc, a->ln2, L->fc_w, -1, N, C, F);
-            hook_fwd(m, l, LS_FC, a->fc, a->ln2, N, 0, F);
-            mm_fwd(m, a->up, a->ln2, L->up_w, -1, N, C, F);
-            hook_fwd(m, l, LS_UP, a->up, a->ln2, N, 0, F);
+            lin_fwd(m, l, LS_FC, -1, a->fc, a->ln2, L->fc_w, -1, N, C, F);
+            lin_fwd(m, l, LS_UP, -1, a->up, a->ln2, L->up_w, -1, N, C, F);
         }
-        RND(a->fc, (size_t)N * F);
-        RND(a->up, (size_t)N * F);
         if (c->gemma) /* GeGLU: gelu_tanh(gate) * up */
-            kn_geglu_fwd(k, KN_F32, a->act, a->fc, a->up, (size_t)N * F);
+            kn_geglu_fwd(k, dt, a->act, a->fc, a->up, (size_t)N * F);
         else
-            kn_swiglu_fwd(k, KN_F32, a->act, a->fc, a->up, (size_t)N * F);
-        RND(a->act, (size_t)N * F);
+            kn_swiglu_fwd(k, dt, a->act, a->fc, a->up, (size_t)N * F);
     }
 }
 
 /* Layer l from its input x[N,C] up to res3; with recompute all, the
  * backward calls it again for the layer it is about to differentiate. */
-static void layer_fwd(model *m, int l, const float *x, int B, int T)
+static void layer_fwd(model *m, int l, const void *x, int B, int T)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
     int N = B * T, C = c->dim, F = c->ffn, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
     int QD = Hq * D, KD = Hkv * D, gpt2 = c->arch == ARCH_GPT2;
+    kn_dtype dt = m->dt;
     const layer_ix *L = &m->L[l];
     layer_acts *a = &m->A[l];
     int lo, hi;
@@ -1232,81 +1184,52 @@ static void layer_fwd(model *m, int l, const float *x, int B, int T)
     load_span(m, 0, lo, hi);
     if (gpt2) {
         /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
-        kn_layernorm_fwd(k, KN_F32, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w),
-                         W(m, L->ln1_b), N, C, c->norm_eps);
-        RND(a->ln1, (size_t)N * C);
-        mm_fwd(m, a->q, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
-        hook_fwd(m, l, LS_ATTN, a->q, a->ln1, N, 0, 3 * C);
-        RND(a->q, (size_t)N * 3 * C);
+        kn_layernorm_fwd(k, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w), W(m, L->ln1_b),
+                         N, C, c->norm_eps);
+        lin_fwd(m, l, LS_ATTN, -1, a->q, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
         /* atty[N,C] = causal attention over heads of the fused rows */
-        kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C,
-                         3 * C, 0.0f, 0.0f, 0);
+        kn_attention_fwd(k, dt, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C,
+                         0.0f, 0.0f, 0);
     } else {
         /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
-        kn_rmsnorm_fwd(k, KN_F32, a->ln1, a->ln1_rstd, x, NWT(L->ln1_w, C), N, C, c->norm_eps);
-        RND(a->ln1, (size_t)N * C);
-        float *qo = c->qk_norm ? a->qr : a->q, *ko = c->qk_norm ? a->kr : a->k;
+        kn_rmsnorm_fwd(k, dt, a->ln1, a->ln1_rstd, x, NWT(L->ln1_w, C), N, C, c->norm_eps);
+        void *qo = c->qk_norm ? a->qr : a->q, *ko = c->qk_norm ? a->kr : a->k;
         if (c->fused) {
             /* Phi-3: q, k, v from the row blocks of qkv_proj */
-            mm_fwd_rows(m, qo, a->ln1, L->attn_w, 0, N, C, QD);
-            hook_fwd(m, l, LS_ATTN, qo, a->ln1, N, 0, QD);
-            mm_fwd_rows(m, ko, a->ln1, L->attn_w, QD, N, C, KD);
-            hook_fwd(m, l, LS_ATTN, ko, a->ln1, N, QD, KD);
-            mm_fwd_rows(m, a->v, a->ln1, L->attn_w, QD + KD, N, C, KD);
-            hook_fwd(m, l, LS_ATTN, a->v, a->ln1, N, QD + KD, KD);
+            lin_fwd(m, l, LS_ATTN, 0, qo, a->ln1, L->attn_w, -1, N, C, QD);
+            lin_fwd(m, l, LS_ATTN, QD, ko, a->ln1, L->attn_w, -1, N, C, KD);
+            lin_fwd(m, l, LS_ATTN, QD + KD, a->v, a->ln1, L->attn_w, -1, N, C, KD);
         } else {
-            mm_fwd(m, qo, a->ln1, L->q_w, L->q_b, N, C, QD);
-            hook_fwd(m, l, LS_Q, qo, a->ln1, N, 0, QD);
-            mm_fwd(m, ko, a->ln1, L->k_w, L->k_b, N, C, KD);
-            hook_fwd(m, l, LS_K, ko, a->ln1, N, 0, KD);
-            mm_fwd(m, a->v, a->ln1, L->v_w, L->v_b, N, C, KD);
-            hook_fwd(m, l, LS_V, a->v, a->ln1, N, 0, KD);
+            lin_fwd(m, l, LS_Q, -1, qo, a->ln1, L->q_w, L->q_b, N, C, QD);
+            lin_fwd(m, l, LS_K, -1, ko, a->ln1, L->k_w, L->k_b, N, C, KD);
+            lin_fwd(m, l, LS_V, -1, a->v, a->ln1, L->v_w, L->v_b, N, C, KD);
         }
-        RND(qo, (size_t)N * QD);
-        RND(ko, (size_t)N * KD);
-        RND(a->v, (size_t)N * KD);
         if (c->qk_norm) {
             /* Qwen3: q[N*Hq, D] = rmsnorm(qr) per head (k likewise), before RoPE */
-            kn_rmsnorm_fwd(k, KN_F32, a->q, a->qn_rstd, a->qr, NWT(L->qn_w, D), N * Hq, D,
+            kn_rmsnorm_fwd(k, dt, a->q, a->qn_rstd, a->qr, NWT(L->qn_w, D), N * Hq, D, c->norm_eps);
+            kn_rmsnorm_fwd(k, dt, a->k, a->kn_rstd, a->kr, NWT(L->kn_w, D), N * Hkv, D,
                            c->norm_eps);
-            kn_rmsnorm_fwd(k, KN_F32, a->k, a->kn_rstd, a->kr, NWT(L->kn_w, D), N * Hkv, D,
-                           c->norm_eps);
-            RND(a->q, (size_t)N * QD);
-            RND(a->k, (size_t)N * KD);
         }
-        model_rope_layer(m, l, a->q, B, T, Hq, QD, 0, 0);
-        model_rope_layer(m, l, a->k, B, T, Hkv, KD, 0, 0);
-        RND(a->q, (size_t)N * QD);
-        RND(a->k, (size_t)N * KD);
+        model_rope_layer(m, l, dt, a->q, B, T, Hq, QD, 0, 0);
+        model_rope_layer(m, l, dt, a->k, B, T, Hkv, KD, 0, 0);
         /* Gemma: query_pre_attn_scalar's scale, the score soft-cap, and the
          * sliding window on the layers layer_types names */
-        kn_attention_fwd(k, KN_F32, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD,
+        kn_attention_fwd(k, dt, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD,
                          c->attn_scale, c->attn_softcap, hfconfig_sliding(c, l) ? c->window : 0);
     }
-    RND(a->atty, (size_t)N * QD);
     /* res2[N,C] = x + atty Wo^T + bo (Gemma: + its post_attention norm) */
-    float *ob = c->gemma ? a->ao : m->tmp;
-    mm_fwd(m, ob, a->atty, L->o_w, L->o_b, N, QD, C);
-    hook_fwd(m, l, LS_O, ob, a->atty, N, 0, C);
-    RND(ob, (size_t)N * C);
-    if (c->gemma) {
-        kn_rmsnorm_fwd(k, KN_F32, m->tmp, a->ao_rstd, a->ao, NWT(L->pan_w, C), N, C, c->norm_eps);
-        RND(m->tmp, (size_t)N * C);
-    }
-    kn_add(k, KN_F32, a->res2, x, m->tmp, (size_t)N * C);
-    RND(a->res2, (size_t)N * C);
+    void *ob = c->gemma ? a->ao : m->tmp;
+    lin_fwd(m, l, LS_O, -1, ob, a->atty, L->o_w, L->o_b, N, QD, C);
+    if (c->gemma)
+        kn_rmsnorm_fwd(k, dt, m->tmp, a->ao_rstd, a->ao, NWT(L->pan_w, C), N, C, c->norm_eps);
+    kn_add(k, dt, a->res2, x, m->tmp, (size_t)N * C);
     mlp_in_fwd(m, l, B, T);
     /* res3[N,C] = res2 + act Wproj^T + bproj (Gemma: + post_feedforward norm) */
-    float *mb = c->gemma ? a->mo : m->tmp;
-    mm_fwd(m, mb, a->act, L->proj_w, L->proj_b, N, F, C);
-    hook_fwd(m, l, LS_PROJ, mb, a->act, N, 0, C);
-    RND(mb, (size_t)N * C);
-    if (c->gemma) {
-        kn_rmsnorm_fwd(k, KN_F32, m->tmp, a->mo_rstd, a->mo, NWT(L->pfn_w, C), N, C, c->norm_eps);
-        RND(m->tmp, (size_t)N * C);
-    }
-    kn_add(k, KN_F32, a->res3, a->res2, m->tmp, (size_t)N * C);
-    RND(a->res3, (size_t)N * C);
+    void *mb = c->gemma ? a->mo : m->tmp;
+    lin_fwd(m, l, LS_PROJ, -1, mb, a->act, L->proj_w, L->proj_b, N, F, C);
+    if (c->gemma)
+        kn_rmsnorm_fwd(k, dt, m->tmp, a->mo_rstd, a->mo, NWT(L->pfn_w, C), N, C, c->norm_eps);
+    kn_add(k, dt, a->res3, a->res2, m->tmp, (size_t)N * C);
 }
 
 /* Everything up to the logits: m->logits[N,V] for the B x T host inputs. */
@@ -1315,49 +1238,42 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
     int N = B * T, C = c->dim, V = c->vocab, gpt2 = c->arch == ARCH_GPT2;
+    kn_dtype dt = m->dt;
     kn_to_device(k, m->ids, inputs, (size_t)N * sizeof(int32_t));
     kn_to_device(k, m->targets, targets, (size_t)N * sizeof(int32_t));
 
-    /* encoded[N,C] = wte[ids] (+ wpe[t]) */
-    if (m->dt == KN_F32) {
-        kn_embedding_fwd(k, KN_F32, m->encoded, m->ids, W(m, m->wte), N, C, 0);
-        if (gpt2) kn_embedding_fwd(k, KN_F32, m->encoded, m->pos, W(m, m->wpe), N, C, 1);
-    } else {
-        /* 16-bit tables: only the rows used are converted (the token rows
-         * straight into encoded; wpe's first T rows into tmp, then added
-         * as the fp32 path adds them), never a whole fp32 vocabulary. */
-        size_t es = kn_dtype_size(m->dt);
-        const char *wte16 = W16(m, m->wte);
-        for (int n = 0; n < N; n++)
-            kn_convert(k, m->encoded + (size_t)n * C, KN_F32, wte16 + (size_t)inputs[n] * C * es,
-                       m->dt, (size_t)C);
-        if (gpt2) {
-            kn_convert(k, m->tmp, KN_F32, W16(m, m->wpe), m->dt, (size_t)T * C);
-            kn_embedding_fwd(k, KN_F32, m->encoded, m->pos, m->tmp, N, C, 1);
-        }
+    /* encoded[N,C] = wte[ids] (+ wpe[t]): the tables in dt (16-bit runs
+     * read their 16-bit weights: only the rows used, rounded once when
+     * the position row is added) */
+    const void *wte = dt == KN_F32 ? (const void *)W(m, m->wte) : W16(m, m->wte);
+    kn_embedding_fwd(k, dt, m->encoded, m->ids, wte, N, C, 0);
+    if (gpt2) {
+        const void *wpe = dt == KN_F32 ? (const void *)W(m, m->wpe) : W16(m, m->wpe);
+        kn_embedding_fwd(k, dt, m->encoded, m->pos, wpe, N, C, 1);
     }
-    if (c->gemma) kn_scale(k, m->encoded, (size_t)N * C, embed_scale(m));
-    RND(m->encoded, (size_t)N * C);
+    if (c->gemma) { /* x sqrt(hidden), rounded to dt: through dres (unused until the backward) */
+        size_t nc = (size_t)N * C;
+        kn_convert(k, m->dres, KN_F32, m->encoded, dt, nc);
+        kn_scale(k, m->dres, nc, embed_scale(m));
+        kn_convert(k, m->encoded, dt, m->dres, KN_F32, nc);
+    }
 
-    const float *x = m->encoded;
+    const void *x = m->encoded;
     for (int l = 0; l < c->n_layer; l++) {
         layer_fwd(m, l, x, B, T);
-        stash_layer(m, l);
         x = m->A[l].res3;
     }
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
-    /* lnf[N,C] = norm(x); logits[N,V] = lnf W_lm^T; losses[N] = CE */
+    /* lnf[N,C] = norm(x); logits[N,V] = lnf W_lm^T (in dt) */
     if (gpt2)
-        kn_layernorm_fwd(k, KN_F32, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w),
-                         W(m, m->lnf_b), N, C, c->norm_eps);
+        kn_layernorm_fwd(k, dt, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b),
+                         N, C, c->norm_eps);
     else
-        kn_rmsnorm_fwd(k, KN_F32, m->lnf, m->lnf_rstd, x, NWT(m->lnf_w, C), N, C, c->norm_eps);
-    RND(m->lnf, (size_t)N * C);
-    if (m->dt == KN_F32)
-        mm_fwd(m, m->logits, m->lnf, m->lm_head, -1, N, C, V);
+        kn_rmsnorm_fwd(k, dt, m->lnf, m->lnf_rstd, x, NWT(m->lnf_w, C), N, C, c->norm_eps);
+    if (dt == KN_F32)
+        kn_matmul_fwd(k, m->logits, m->lnf, W(m, m->lm_head), NULL, N, C, V);
     else
-        kn_matmul16_fwd(k, m->dt, m->dt, KN_F32, m->logits, m->lnf, W16(m, m->lm_head), NULL, N, C,
-                        V); /* rounded */
+        kn_matmul16_fwd(k, dt, dt, dt, m->logits, m->lnf, W16(m, m->lm_head), NULL, N, C, V);
 }
 
 double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
@@ -1379,6 +1295,7 @@ static void backward_from_logits(model *m, int B, int T)
     int N = B * T, C = c->dim, F = c->ffn, V = c->vocab, Hq = c->n_head, Hkv = c->n_kv_head,
         D = c->head_dim;
     int QD = Hq * D, KD = Hkv * D, gpt2 = c->arch == ARCH_GPT2;
+    kn_dtype dt = m->dt;
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
 
     /* dlnf[N,C] = dlogits W_lm; dW_lm += dlogits^T lnf */
@@ -1386,33 +1303,31 @@ static void backward_from_logits(model *m, int B, int T)
     void *dlogits = m->logits;
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
     kn_zero(k, m->dln, NC);
-    if (m->dt == KN_F32)
-        mm_bwd(m, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, m->lm_head, N, C, V);
+    if (dt == KN_F32)
+        kn_matmul_bwd(k, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, W(m, m->lm_head), N, C,
+                      V);
     else
-        kn_matmul16_bwd(k, m->dt, m->dt, KN_F32, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf,
+        kn_matmul16_bwd(k, dt, dt, dt, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf,
                         W16(m, m->lm_head), N, C, V);
     RND(m->dln, NC);
-    /* The last layer's output is still in the fp32 working set. */
-    const float *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
+    const void *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
     /* dres[N,C] = d(final norm input) */
     kn_zero(k, m->dres, NC);
     if (gpt2)
-        kn_layernorm_bwd(k, KN_F32, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL,
-                         W(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
+        kn_layernorm_bwd(k, dt, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL, W(m, m->lnf_w),
+                         m->lnf_mean, m->lnf_rstd, N, C);
     else
-        kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, m->lnf_w), m->dln, xL, NWT(m->lnf_w, C),
-                       m->lnf_rstd, N, C);
+        kn_rmsnorm_bwd(k, dt, m->dres, G(m, m->lnf_w), m->dln, xL, NWT(m->lnf_w, C), m->lnf_rstd, N,
+                       C);
     RND(m->dres, NC);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[m->lnf_w].off);
 
     for (int l = c->n_layer - 1; l >= 0; l--) {
         const layer_ix *L = &m->L[l];
         layer_acts *a = &m->A[l];
-        const float *x = l ? m->A[l - 1].res3 : m->encoded;
-        /* Kept 16-bit activations back to fp32; those that were not kept
-         * are computed again, by the same calls on the same inputs: the
-         * same bits as the forward's. */
-        unstash_layer(m, l);
+        const void *x = l ? m->A[l - 1].res3 : m->encoded;
+        /* Activations that were not kept are computed again, by the same
+         * calls on the same inputs: the same bits as the forward's. */
         int lo, hi;
         layer_span(m, l, &lo, &hi);
         load_span(m, 0, lo, hi);
@@ -1422,63 +1337,52 @@ static void backward_from_logits(model *m, int B, int T)
             mlp_in_fwd(m, l, B, T);
         /* dres holds d(res3); the residual passes it to res2 unchanged.
          * MLP branch: dact[N,F] = dres Wproj; dWproj += dres^T act */
-        /* GPT-2 without an adapter: dact is not formed; the fused op below
-         * computes dfc = (dres Wproj) * gelu'(fc) and dbfc (the GELU
+        /* GPT-2 fused (fp32, no adapter): dact is not formed; the fused op
+         * below computes dfc = (dres Wproj) * gelu'(fc) and dbfc (the GELU
          * derivative in the product's epilogue on a GPU). */
         int fg = gpt2 && fused_gelu(m, L);
         const float *dmo = m->dres;
         if (c->gemma) {
             /* through the post_feedforward norm: dln = d(mo) */
             kn_zero(k, m->dln, NC);
-            kn_rmsnorm_bwd(k, KN_F32, m->dln, G(m, L->pfn_w), m->dres, a->mo, NWT(L->pfn_w, C),
+            kn_rmsnorm_bwd(k, dt, m->dln, G(m, L->pfn_w), m->dres, a->mo, NWT(L->pfn_w, C),
                            a->mo_rstd, N, C);
             RND(m->dln, NC);
             dmo = m->dln;
         }
-        if (fg) {
-            mm_bwd(m, NULL, G(m, L->proj_w), G(m, L->proj_b), m->dres, a->act, L->proj_w, N, F, C);
-        } else {
-            kn_zero(k, m->dact, NF);
-            mm_bwd(m, m->dact, G(m, L->proj_w), G(m, L->proj_b), dmo, a->act, L->proj_w, N, F, C);
-            hook_bwd(m, l, LS_PROJ, m->dact, dmo, a->act, N, 0, C);
-            RND(m->dact, NF);
-        }
+        if (!fg) kn_zero(k, m->dact, NF);
+        lin_bwd(m, l, LS_PROJ, -1, fg ? NULL : m->dact, dmo, a->act, L->proj_w, L->proj_b, N, F, C);
+        if (!fg) RND(m->dact, NF);
         kn_zero(k, m->dfc, NF);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             if (fg)
-                kn_matmul_dgelu(k, m->dt, m->dfc, G(m, L->fc_b), m->dres, WM(m, L->proj_w), a->fc,
+                kn_matmul_dgelu(k, KN_F32, m->dfc, G(m, L->fc_b), m->dres, W(m, L->proj_w), a->fc,
                                 N, F, C);
             else
-                kn_gelu_bwd(k, KN_F32, m->dfc, m->dact, a->fc, NF);
+                kn_gelu_bwd(k, dt, m->dfc, m->dact, a->fc, NF);
             RND(m->dfc, NF);
-            mm_bwd(m, m->dln, G(m, L->fc_w), fg ? NULL : G(m, L->fc_b), m->dfc, a->ln2, L->fc_w, N,
-                   C, F);
-            hook_bwd(m, l, LS_FC, m->dln, m->dfc, a->ln2, N, 0, F);
+            lin_bwd(m, l, LS_FC, -1, m->dln, m->dfc, a->ln2, L->fc_w, fg ? -1 : L->fc_b, N, C, F);
             RND(m->dln, NC);
-            kn_layernorm_bwd(k, KN_F32, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
+            kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
                              W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {
             kn_zero(k, m->dup, NF);
             if (c->gemma)
-                kn_geglu_bwd(k, KN_F32, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
+                kn_geglu_bwd(k, dt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
             else
-                kn_swiglu_bwd(k, KN_F32, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
+                kn_swiglu_bwd(k, dt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
             RND(m->dfc, NF);
             RND(m->dup, NF);
             if (c->fused) {
-                mm_bwd_rows(m, m->dln, L->fc_w, 0, m->dfc, a->ln2, N, C, F);
-                hook_bwd(m, l, LS_FC, m->dln, m->dfc, a->ln2, N, 0, F);
-                mm_bwd_rows(m, m->dln, L->fc_w, F, m->dup, a->ln2, N, C, F);
-                hook_bwd(m, l, LS_FC, m->dln, m->dup, a->ln2, N, F, F);
+                lin_bwd(m, l, LS_FC, 0, m->dln, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
+                lin_bwd(m, l, LS_FC, F, m->dln, m->dup, a->ln2, L->fc_w, -1, N, C, F);
             } else {
-                mm_bwd(m, m->dln, G(m, L->fc_w), NULL, m->dfc, a->ln2, L->fc_w, N, C, F);
-                hook_bwd(m, l, LS_FC, m->dln, m->dfc, a->ln2, N, 0, F);
-                mm_bwd(m, m->dln, G(m, L->up_w), NULL, m->dup, a->ln2, L->up_w, N, C, F);
-                hook_bwd(m, l, LS_UP, m->dln, m->dup, a->ln2, N, 0, F);
+                lin_bwd(m, l, LS_FC, -1, m->dln, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
+                lin_bwd(m, l, LS_UP, -1, m->dln, m->dup, a->ln2, L->up_w, -1, N, C, F);
             }
             RND(m->dln, NC);
-            kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
+            kn_rmsnorm_bwd(k, dt, m->dres, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
                            a->ln2_rstd, N, C);
         }
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
@@ -1487,39 +1391,36 @@ static void backward_from_logits(model *m, int B, int T)
         if (c->gemma) {
             /* through the post_attention norm: dln = d(ao) */
             kn_zero(k, m->dln, NC);
-            kn_rmsnorm_bwd(k, KN_F32, m->dln, G(m, L->pan_w), m->dres, a->ao, NWT(L->pan_w, C),
+            kn_rmsnorm_bwd(k, dt, m->dln, G(m, L->pan_w), m->dres, a->ao, NWT(L->pan_w, C),
                            a->ao_rstd, N, C);
             RND(m->dln, NC);
             dao = m->dln;
         }
         kn_zero(k, m->datty, (size_t)N * QD);
-        mm_bwd(m, m->datty, G(m, L->o_w), G(m, L->o_b), dao, a->atty, L->o_w, N, QD, C);
-        hook_bwd(m, l, LS_O, m->datty, dao, a->atty, N, 0, C);
+        lin_bwd(m, l, LS_O, -1, m->datty, dao, a->atty, L->o_w, L->o_b, N, QD, C);
         RND(m->datty, (size_t)N * QD);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             kn_zero(k, m->dq, (size_t)N * 3 * C);
-            kn_attention_bwd(k, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
+            kn_attention_bwd(k, dt, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
                              a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f, 0);
             RND(m->dq, (size_t)N * 3 * C);
-            mm_bwd(m, m->dln, G(m, L->attn_w), G(m, L->attn_b), m->dq, a->ln1, L->attn_w, N, C,
-                   3 * C);
-            hook_bwd(m, l, LS_ATTN, m->dln, m->dq, a->ln1, N, 0, 3 * C);
+            lin_bwd(m, l, LS_ATTN, -1, m->dln, m->dq, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
             RND(m->dln, NC);
-            kn_layernorm_bwd(k, KN_F32, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
+            kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
                              W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
         } else {
             kn_zero(k, m->dq, (size_t)N * QD);
             kn_zero(k, m->dk, (size_t)N * KD);
             kn_zero(k, m->dv, (size_t)N * KD);
-            kn_attention_bwd(k, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
+            kn_attention_bwd(k, dt, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
                              a->v, B, T, Hq, Hkv, D, QD, KD, c->attn_scale, c->attn_softcap,
                              hfconfig_sliding(c, l) ? c->window : 0);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
             RND(m->dv, (size_t)N * KD);
-            model_rope_layer(m, l, m->dq, B, T, Hq, QD, 0, 1);
-            model_rope_layer(m, l, m->dk, B, T, Hkv, KD, 0, 1);
+            model_rope_layer(m, l, KN_F32, m->dq, B, T, Hq, QD, 0, 1);
+            model_rope_layer(m, l, KN_F32, m->dk, B, T, Hkv, KD, 0, 1);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
             float *dqo = m->dq, *dko = m->dk;
@@ -1527,9 +1428,9 @@ static void backward_from_logits(model *m, int B, int T)
                 /* through Qwen3's per-head norms: dqr, dkr; dW of q_norm, k_norm */
                 kn_zero(k, m->dqr, (size_t)N * QD);
                 kn_zero(k, m->dkr, (size_t)N * KD);
-                kn_rmsnorm_bwd(k, KN_F32, m->dqr, G(m, L->qn_w), m->dq, a->qr, NWT(L->qn_w, D),
+                kn_rmsnorm_bwd(k, dt, m->dqr, G(m, L->qn_w), m->dq, a->qr, NWT(L->qn_w, D),
                                a->qn_rstd, N * Hq, D);
-                kn_rmsnorm_bwd(k, KN_F32, m->dkr, G(m, L->kn_w), m->dk, a->kr, NWT(L->kn_w, D),
+                kn_rmsnorm_bwd(k, dt, m->dkr, G(m, L->kn_w), m->dk, a->kr, NWT(L->kn_w, D),
                                a->kn_rstd, N * Hkv, D);
                 RND(m->dqr, (size_t)N * QD);
                 RND(m->dkr, (size_t)N * KD);
@@ -1537,23 +1438,17 @@ static void backward_from_logits(model *m, int B, int T)
                 dko = m->dkr;
             }
             if (c->fused) {
-                mm_bwd_rows(m, m->dln, L->attn_w, 0, dqo, a->ln1, N, C, QD);
-                hook_bwd(m, l, LS_ATTN, m->dln, dqo, a->ln1, N, 0, QD);
-                mm_bwd_rows(m, m->dln, L->attn_w, QD, dko, a->ln1, N, C, KD);
-                hook_bwd(m, l, LS_ATTN, m->dln, dko, a->ln1, N, QD, KD);
-                mm_bwd_rows(m, m->dln, L->attn_w, QD + KD, m->dv, a->ln1, N, C, KD);
-                hook_bwd(m, l, LS_ATTN, m->dln, m->dv, a->ln1, N, QD + KD, KD);
+                lin_bwd(m, l, LS_ATTN, 0, m->dln, dqo, a->ln1, L->attn_w, -1, N, C, QD);
+                lin_bwd(m, l, LS_ATTN, QD, m->dln, dko, a->ln1, L->attn_w, -1, N, C, KD);
+                lin_bwd(m, l, LS_ATTN, QD + KD, m->dln, m->dv, a->ln1, L->attn_w, -1, N, C, KD);
             } else {
-                mm_bwd(m, m->dln, G(m, L->q_w), G(m, L->q_b), dqo, a->ln1, L->q_w, N, C, QD);
-                hook_bwd(m, l, LS_Q, m->dln, dqo, a->ln1, N, 0, QD);
-                mm_bwd(m, m->dln, G(m, L->k_w), G(m, L->k_b), dko, a->ln1, L->k_w, N, C, KD);
-                hook_bwd(m, l, LS_K, m->dln, dko, a->ln1, N, 0, KD);
-                mm_bwd(m, m->dln, G(m, L->v_w), G(m, L->v_b), m->dv, a->ln1, L->v_w, N, C, KD);
-                hook_bwd(m, l, LS_V, m->dln, m->dv, a->ln1, N, 0, KD);
+                lin_bwd(m, l, LS_Q, -1, m->dln, dqo, a->ln1, L->q_w, L->q_b, N, C, QD);
+                lin_bwd(m, l, LS_K, -1, m->dln, dko, a->ln1, L->k_w, L->k_b, N, C, KD);
+                lin_bwd(m, l, LS_V, -1, m->dln, m->dv, a->ln1, L->v_w, L->v_b, N, C, KD);
             }
             RND(m->dln, NC);
-            kn_rmsnorm_bwd(k, KN_F32, m->dres, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C),
-                           a->ln1_rstd, N, C);
+            kn_rmsnorm_bwd(k, dt, m->dres, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C), a->ln1_rstd,
+                           N, C);
         }
         /* dres now holds d(x), the previous layer's res3 */
         RND(m->dres, NC);

@@ -53,28 +53,26 @@ typedef struct layer_ix {
     int pan_w, pfn_w; /* Gemma: post_attention / post_feedforward norms (ln2 = pre_feedforward) */
 } layer_ix;
 
-/* Per-layer saved activations (views into the activation buffer). */
+/* Per-layer saved activations (views into the activation buffer). The
+ * `void *` ones are in the run's storage type m->dt (fp32, bf16, fp16);
+ * per-row statistics are fp32. */
 typedef struct layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd;
-    float *q, *k, *v;         /* GPT-2: views into the fused qkv rows */
-    float *qr, *kr;           /* qk_norm: q, k before their per-head RMSNorm */
+    void *ln1;
+    float *ln1_mean, *ln1_rstd;
+    void *q, *k, *v;          /* GPT-2: views into the fused qkv rows */
+    void *qr, *kr;            /* qk_norm: q, k before their per-head RMSNorm */
     float *qn_rstd, *kn_rstd; /* qk_norm: one rstd per (row, head) */
-    float *lse, *atty;        /* attention: log-sum-exp per (b, head, row), output */
-    float *res2, *ln2, *ln2_mean, *ln2_rstd;
-    float *fc, *up, *act; /* GPT-2: fc, -, gelu(fc); Llama: gate, up, swiglu */
-    float *res3;
+    float *lse;               /* attention: log-sum-exp per (b, head, row) */
+    void *atty;               /* attention output */
+    void *res2, *ln2;
+    float *ln2_mean, *ln2_rstd;
+    void *fc, *up, *act; /* GPT-2: fc, -, gelu(fc); Llama: gate, up, swiglu */
+    void *res3;
     /* Gemma's sandwich norms: the attention / MLP branch outputs before
-     * their post-norms, and those norms' rstd */
-    float *ao, *ao_rstd, *mo, *mo_rstd;
+     * their post-norms (dt), and those norms' rstd */
+    void *ao, *mo;
+    float *ao_rstd, *mo_rstd;
 } layer_acts;
-
-/* One kept activation in 16-bit storage: the fp32 working view it is
- * stashed from and unstashed to, its 16-bit copy, and its length. */
-typedef struct model_stash {
-    float *f32;
-    void *s;
-    size_t n;
-} model_stash;
 
 typedef struct model {
     model_config cfg;
@@ -93,10 +91,11 @@ typedef struct model {
      * above. KN_BF16 / KN_F16 (llm.c's scheme): `params` are the fp32
      * master weights that AdamW updates and checkpoints keep; the forward
      * and backward read p16 = round(params): matmul weights in 16 bits,
-     * 1-D tensors converted span by span into the fp32 scratch wscr[]; activations and their
-     * gradients are rounded to 16 bits where they are produced, and the
-     * kept activations are stored in 16 bits (acts16, the stash table);
-     * parameter gradients and AdamW moments stay fp32. */
+     * 1-D tensors converted span by span into the fp32 scratch wscr[];
+     * activations are stored in 16 bits (every op reads and writes them in
+     * dt, kn_ops.h); activation gradients are fp32 buffers of one layer,
+     * rounded to 16 bits where they are produced; parameter gradients and
+     * AdamW moments stay fp32. */
     kn_dtype dt;
     void *p16;
     /* bf16 full fine-tuning: the fp32 masters are kept split, p16 (their
@@ -113,15 +112,16 @@ typedef struct model {
     unsigned span_gen[2], span_counter;
     unsigned *wconv; /* per tensor: span_gen of the span it was converted into */
     size_t *wpos;    /* per 1-D tensor: its place in wscr (packed per span) */
-    char *acts16;
-    size_t n_acts16_bytes;
-    model_stash *stash; /* per layer l: entries [stash_lo[l], stash_lo[l+1]) */
-    int *stash_lo;
-    int *res3_stash; /* per layer: the stash entry of its res3 */
-    float *acts;
+    /* The activation arena (model_alloc_acts), n_acts bytes: activations
+     * in dt, statistics and one layer's activation gradients in fp32. */
+    char *acts;
     size_t n_acts;
     layer_acts *A;
-    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *losses, *tmp;
+    void *encoded, *lnf, *tmp; /* in dt */
+    float *lnf_mean, *lnf_rstd, *losses;
+    /* 16-bit runs with adapters or a 4-bit base: the fp32 views those
+     * read and write (x widened, the product before its rounding). */
+    float *xw, *ow;
     void *logits; /* [N, V] in dt: fp32, or 16-bit with 16-bit storage */
     float *dres, *dln, *datty, *dq, *dk, *dv, *dact, *dfc, *dup;
     float *dqr, *dkr;             /* qk_norm: d(q, k before the norm) */
@@ -199,12 +199,12 @@ void *model_master(model *m, int i, kn_dtype *pdt, uint16_t **plo);
 /* Refreshes the 16-bit parameters from the fp32 masters (after loading,
  * init, merge and every optimizer update). No-op in fp32. */
 void model_sync_params(model *m);
-/* Bytes of activations kept (fp32 working set + 16-bit stash). */
+/* Bytes of the activation arena (activations in dt, fp32 statistics and one layer's gradients). */
 size_t model_act_bytes(const model *m);
 /* Where the model's memory goes, in bytes (the start-up log's "memory:"
  * line, docs/benchmarks.md): fp32 parameters (the masters with 16-bit
  * storage), the 16-bit weight copy, gradients, AdamW m + v, activations
- * (fp32 working set + 16-bit stash), the fp32 scratch for 1-D weights. */
+ * (the arena above), the fp32 scratch for 1-D weights. */
 typedef struct model_mem {
     size_t params, p16, grads, moments, acts, wscratch;
 } model_mem;
@@ -230,10 +230,11 @@ void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t 
 
 /* RoPE on x [B, T, H, head_dim] (row stride ld) at positions pos_offset..,
  * forward or (bwd = 1) its transpose: plain theta or cfg's scaling. */
-void model_rope(model *m, float *x, int B, int T, int H, int ld, int pos_offset, int bwd);
+void model_rope(model *m, kn_dtype dt, void *x, int B, int T, int H, int ld, int pos_offset,
+                int bwd);
 /* The same for layer l: Gemma 3's sliding layers use rope_local_theta. */
-void model_rope_layer(model *m, int l, float *x, int B, int T, int H, int ld, int pos_offset,
-                      int bwd);
+void model_rope_layer(model *m, int l, kn_dtype dt, void *x, int B, int T, int H, int ld,
+                      int pos_offset, int bwd);
 /* Gemma: the weight a norm multiplies by, 1 + w (m->nw, valid until the
  * next call); other families: w itself. w is the norm tensor's data. */
 const float *model_norm_w(model *m, const float *w, int n);

@@ -311,7 +311,9 @@ def case_recompute():
     # hyperparameters.recompute none | mlp | all: the same losses, grad
     # norms and final weights bit for bit, with fewer activation bytes
     # kept (logged at start) as more is recomputed. GPT-2, a GQA Llama, and
-    # LoRA with dropout (its masks must come out the same when recomputed).
+    # LoRA with dropout (its masks must come out the same when recomputed);
+    # the same with 16-bit activations (bf16: GPT-2 and LoRA on the Llama,
+    # whose adapters read widened fp32 copies; fp16: the Llama).
     llama = {"model_type": "llama", "vocab_size": VOCAB, "hidden_size": 24, "intermediate_size": 40,
              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
              "max_position_embeddings": 32}
@@ -319,6 +321,11 @@ def case_recompute():
             ("llama", {"init": llama}, {}),
             ("lora", {"init": llama}, {"method": "lora", "lora": {"r": 4, "dropout": 0.2,
                                                                   "targets": ["q_proj", "v_proj", "up_proj"]}})]
+    lora16 = {"method": "lora", "precision": "bf16",
+              "lora": {"r": 4, "dropout": 0.2, "targets": ["q_proj", "v_proj", "up_proj"]}}
+    runs += [("gpt2-bf16", {"init": gpt2_config()}, {"precision": "bf16"}),
+             ("llama-fp16", {"init": llama}, {"precision": "fp16"}),
+             ("lora-bf16", {"init": llama}, lora16)]
     for tag, model, extra in runs:
         seen = {}
         for mode in ("none", "mlp", "all"):
@@ -327,7 +334,8 @@ def case_recompute():
             rc, events, stderr = result = run(spec, workdir=f"work-{tag}-{mode}")
             expect_success(result)
             metrics = [(e["step"], e["loss"], e["grad_norm"]) for e in events if e.get("ev") == "metric"]
-            m = re.search(r"activations: (\d+) bytes \(recompute " + mode + r", fp32 storage\)", stderr)
+            m = re.search(r"activations: (\d+) bytes \(recompute " + mode + r", " +
+                          extra.get("precision", "fp32") + r" storage\)", stderr)
             if not m:
                 fail(f"{tag}/{mode}: no activations line in the log")
             exp = os.path.join(TMP, f"work-{tag}-{mode}", "export")

@@ -10,7 +10,8 @@
  *
  * `test_engine_longctx memory` (engine.precision_memory): the kept
  * activations of an 8-layer GPT-2 in bf16 and fp16 storage take at most
- * 0.7x the fp32 bytes (16-bit stash plus one fp32 working layer), and the
+ * 0.6x the fp32 bytes (every activation in 16 bits; fp32 are the per-row
+ * statistics and one layer's activation gradients: 0.55x), and the
  * 16-bit parameters are 2 bytes each; a forward + backward in each storage
  * gives a loss within the 16-bit precision of the fp32 one. */
 #include <jansson.h>
@@ -113,7 +114,7 @@ static void precision_memory(kn_ctx *kn)
         model_free(&m);
     }
     for (int d = 1; d < 3; d++) {
-        CHECK((double)bytes[d] <= 0.7 * (double)bytes[0]);
+        CHECK((double)bytes[d] <= 0.6 * (double)bytes[0]);
         CHECK(fabs(loss[d] - loss[0]) < (dts[d] == KN_BF16 ? 2e-2 : 3e-3) * loss[0]);
         CHECK(loss[d] != loss[0]); /* really computed in another precision */
     }
