@@ -88,7 +88,7 @@ def first_grad_error(spec, accum):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--accum", type=int, default=8)
     a = ap.parse_args()
     torch.manual_seed(0)

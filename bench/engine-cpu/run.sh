@@ -3,6 +3,8 @@
 #   bench.py      trainyard-engine vs the same PyTorch 1.13 training loop on
 #                 the same threads, GPT-2 4x256 (tokens/s) and the 124M shape
 #   gemm-bf16     oneDNN's bf16 matmul vs convert + sgemm (when built)
+#   grad16.py     fp32 vs bf16 gradient accumulation in the bf16 scheme's
+#                 PyTorch model (needs torch: the hf-venv of a test build)
 #   precision.py  fp32 vs bf16 storage: tokens/s and peak RSS, GPT-2 124M and
 #                 a Llama-1B-wide model at seq 1024 / 4096, and the attention
 #                 memory curve against T (slow: minutes per step on 2 cores)
@@ -19,3 +21,8 @@ else
   echo "engine-cpu: gemm-bf16 not built (needs libdnnl-dev)"
 fi
 /usr/bin/python3 "$here/precision.py" "$engine" --threads "$(nproc)"
+py=""
+for v in "$build/hf-venv/bin/python" "$build/../build-test/hf-venv/bin/python"; do
+  [ -x "$v" ] && { py=$v; break; }
+done
+if [ -n "$py" ]; then "$py" "$here/grad16.py"; else echo "engine-cpu: grad16.py needs torch (ctest hf.venv)"; fi
