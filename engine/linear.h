@@ -48,14 +48,16 @@ typedef struct linear_hook {
  * its buffer (created with MODEL_FROZEN_NF4): q = 0 .. n_stored - 1 in
  * layer and slot order. put receives each as host fp32 [out, in] under
  * its HF name when it is loaded or drawn; fwd computes out[N, M] = x[N, K]
- * W^T + b, bwd adds dout W into dx (the weight is frozen); free runs at
- * model_free. */
+ * W^T + b, bwd adds dout W into dx (the weight is frozen), W being the
+ * stored weight from its element `first` on (0; a fused weight's row
+ * block row0 starts at row0 * K); free runs at model_free. */
 typedef struct linear_store {
     void *state; /* NULL: nothing attached */
     int (*put)(void *state, int q, const char *name, const float *w, size_t numel, ty_err *err);
-    void (*fwd)(void *state, int q, float *out, const float *x, const float *b, int N, int K,
+    void (*fwd)(void *state, int q, size_t first, float *out, const float *x, const float *b, int N,
+                int K, int M);
+    void (*bwd)(void *state, int q, size_t first, float *dx, const float *dout, int N, int K,
                 int M);
-    void (*bwd)(void *state, int q, float *dx, const float *dout, int N, int K, int M);
     void (*free)(void *state);
 } linear_store;
 

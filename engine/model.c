@@ -238,7 +238,7 @@ static void lin_fwd(model *m, int l, int s, int row0, void *out, const void *x, 
                             (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), W(m, bi), N, K,
                             M);
         else /* QLoRA in fp32: dequantised on the fly by the store */
-            m->base.fwd(m->base.state, q4 - 1, out, x, W(m, bi), N, K, M);
+            m->base.fwd(m->base.state, q4 - 1, skip, out, x, W(m, bi), N, K, M);
         if (ad) m->adapter.fwd(m->adapter.state, l, s, out, x, N, part ? row0 : 0, M);
         return;
     }
@@ -249,7 +249,7 @@ static void lin_fwd(model *m, int l, int s, int row0, void *out, const void *x, 
     }
     const float *xf = x_f32(m, x, (size_t)N * K);
     if (q4)
-        m->base.fwd(m->base.state, q4 - 1, m->ow, xf, W(m, bi), N, K, M);
+        m->base.fwd(m->base.state, q4 - 1, skip, m->ow, xf, W(m, bi), N, K, M);
     else
         kn_matmul16_fwd(k, m->dt, KN_F32, m->dt, m->ow, x,
                         (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), W(m, bi), N, K, M);
@@ -268,7 +268,7 @@ static void lin_bwd(model *m, int l, int s, int row0, float *dx, const float *do
     size_t skip = part ? (size_t)row0 * K : 0;
     float *dw = G(m, wi) ? G(m, wi) + skip : NULL, *db = G(m, bi);
     if (q4)
-        m->base.bwd(m->base.state, q4 - 1, dx, dout, N, K, M);
+        m->base.bwd(m->base.state, q4 - 1, skip, dx, dout, N, K, M);
     else if (m->dt == KN_F32)
         kn_matmul_bwd(k, dx, dw, db, dout, x, W(m, wi) + skip, N, K, M);
     else

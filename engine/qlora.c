@@ -39,16 +39,28 @@ static int put(void *state, int k, const char *name, const float *w, size_t nume
     return 0;
 }
 
-static void fwd(void *state, int k, float *out, const float *x, const float *b, int N, int K, int M)
+/* Weight k from its element `first` on: a row block of Phi-3's fused
+ * qkv_proj / gate_up_proj is a view of the tensor quantised whole
+ * (kn_nf4.first), its blocks and groups of 256 the whole tensor's, as
+ * bitsandbytes quantises a Linear4bit. */
+static kn_nf4 view(const qlora_base *qb, int k, size_t first)
 {
-    qlora_base *qb = state;
-    kn_nf4_matmul_fwd(qb->kn, qb->compute, out, x, qb->w[k], b, N, K, M);
+    kn_nf4 w = qb->w[k];
+    w.first += first;
+    return w;
 }
 
-static void bwd(void *state, int k, float *dx, const float *dout, int N, int K, int M)
+static void fwd(void *state, int k, size_t first, float *out, const float *x, const float *b, int N,
+                int K, int M)
 {
     qlora_base *qb = state;
-    kn_nf4_matmul_bwd(qb->kn, qb->compute, dx, dout, qb->w[k], N, K, M);
+    kn_nf4_matmul_fwd(qb->kn, qb->compute, out, x, view(qb, k, first), b, N, K, M);
+}
+
+static void bwd(void *state, int k, size_t first, float *dx, const float *dout, int N, int K, int M)
+{
+    qlora_base *qb = state;
+    kn_nf4_matmul_bwd(qb->kn, qb->compute, dx, dout, view(qb, k, first), N, K, M);
 }
 
 static void base_free(void *state)

@@ -146,13 +146,6 @@ static int load_spec(run *r, ty_err *err)
 static int check_supported(run *r, const model_config *c, char *msg, size_t n)
 {
     const jobspec *s = &r->spec;
-    if (s->method == METHOD_QLORA && c->fused)
-        return snprintf(
-                   msg, n,
-                   "method qlora: %s's fused qkv_proj / gate_up_proj are not quantised by this engine yet "
-                   "(use method lora)",
-                   c->model_type),
-               1;
     json_t *qc = json_object_get(c->raw, "quantization_config");
     if (qc) {
         const char *qm = json_string_value(json_object_get(qc, "quant_method"));

@@ -61,13 +61,19 @@ typedef struct kn_ctx kn_ctx;
  * odd i. absmax(b) is absmax[b] (fp32), or with double quantisation
  * (absmax == NULL) kn_dyn8_map[qabsmax[b]] * absmax2[b / 256] + offset, in
  * that order of fp32 operations (bitsandbytes' dequantize_blockwise, then
- * the offset). All pointers are device memory; the struct goes by value. */
+ * the offset). All pointers are device memory; the struct goes by value.
+ * A view of part of a quantised tensor (a row block of Phi-3's fused
+ * qkv_proj / gate_up_proj) keeps the whole tensor's pointers and sets
+ * `first`: its element i is the tensor's element first + i, so blocks and
+ * the double quantisation's groups of 256 are the whole tensor's, as
+ * bitsandbytes quantised it, wherever the view starts. */
 typedef struct kn_nf4 {
     const uint8_t *codes;   /* [ceil(n / 2)] */
     const float *absmax;    /* [ceil(n / 64)], or NULL when double-quantised */
     const uint8_t *qabsmax; /* [ceil(n / 64)] codes of absmax - offset */
     const float *absmax2;   /* [ceil(ceil(n / 64) / 256)] */
     float offset;           /* mean of the fp32 absmax values */
+    size_t first;           /* a view's first element in the tensor (0: the tensor) */
 } kn_nf4;
 #define KN_NF4_BLOCK 64
 #define KN_NF4_BLOCK2 256

@@ -1,24 +1,33 @@
 #!/usr/bin/env python3
-"""bench/qlora — QLoRA against LoRA and full fine-tuning, side by side.
+"""bench/qlora — QLoRA against LoRA and full fine-tuning, and against bitsandbytes + PEFT.
 
-1. CPU, one run each on the same Llama shape (model.init, GQA, bf16
-   storage, the same data): peak RSS (the last metric's mem_bytes), mean
-   tokens/s after the first step, and the engine's own started.memory
-   (bytes by kind), with the ratios QLoRA / LoRA and QLoRA / full.
-2. The computed device footprint of a Llama-3-8B-shape QLoRA (r = 16 on all
-   seven block linears, seq 2048, batch 1, recompute all, bf16): the
-   engine's allocations by kind, from its layout rules (docs/engine.md
-   "QLoRA"), checked here first against the engine's started.memory for
-   the CPU shape of part 1, where both are known exactly.
-Usage: bench.py ENGINE [--threads N] [--steps S]
+1. CPU, one run each on the same Llama shape (the same bf16 safetensors,
+   GQA, the same data): the engine's full, lora and qlora, and the peer a
+   user would run for QLoRA — transformers + PEFT + bitsandbytes (peer.py:
+   nf4, double quantisation, bf16 compute, r 16 on all seven linears) —
+   each in its own process: peak RSS (getrusage, the engine's mem_bytes),
+   mean tokens/s after the first step, the engine's started.memory (bytes
+   by kind); the ratios QLoRA / LoRA, QLoRA / full and engine / peer.
+2. The Llama-3-8B shape (hidden 4096, F 14336, 32/8 heads, vocab 128256,
+   r 16, batch 1, recompute "all" / gradient checkpointing) on the CPU with
+   1 and 2 layers at a short sequence, both sides: measured peak RSS and
+   tokens/s; the per-layer increment (2 layers - 1 layer) extrapolates each
+   to 32 layers.
+3. The computed device footprint of that shape at seq 2048 (the engine's
+   allocations by kind from its layout rules, docs/engine.md "QLoRA"),
+   checked first against the engine's started.memory for the CPU shape of
+   part 1 and against the extrapolation of part 2 at its sequence.
+Usage: bench.py ENGINE HF_PYTHON [--threads N] [--steps S] [--seq8b T] [--no-8b]
 """
 import argparse
 import json
 import os
 import random
 import subprocess
+import sys
 import tempfile
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 A64 = lambda x: (x + 63) // 64 * 64  # noqa: E731
 F16 = lambda x: (x + 15) // 16 * 16  # noqa: E731 (the table's 16-float alignment)
 
@@ -56,72 +65,160 @@ def run(engine, spec, threads):
     return next(e for e in ev if e["ev"] == "started"), met
 
 
+def tps_of(met):
+    return sum(m["tokens_per_s"] for m in met[1:]) / max(1, len(met) - 1)
+
+
+def peer(py, model, data, B, T, steps, threads, gc):
+    """peer.py in its own process: {peak_rss, tokens_per_s, losses, ...}."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TORCHDYNAMO_DISABLE="1", HF_HUB_OFFLINE="1",
+               TRANSFORMERS_VERBOSITY="error", TQDM_DISABLE="1")
+    cmd = [py, os.path.join(HERE, "peer.py"), model, data, "--batch", str(B), "--seq", str(T), "--steps",
+           str(steps), "--threads", str(threads)] + (["--gc"] if gc else [])
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode:
+        sys.exit(f"peer.py failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def make_model(py, out, c, max_pos):
+    if os.path.exists(os.path.join(out, "model.safetensors")):
+        return  # --models: made by an earlier run (same seed, same weights)
+    subprocess.run([py, os.path.join(HERE, "make_model.py"), out, "--hidden", str(c["hidden_size"]),
+                    "--ffn", str(c["intermediate_size"]), "--layers", str(c["num_hidden_layers"]),
+                    "--heads", str(c["num_attention_heads"]), "--kv-heads", str(c["num_key_value_heads"]),
+                    "--vocab", str(c["vocab_size"]), "--max-pos", str(max_pos)],
+                   check=True, capture_output=True, env=dict(os.environ, TQDM_DISABLE="1"))
+
+
+def write_data(path, vocab, T, n, seed):
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            f.write(json.dumps({"input_ids": [rng.randrange(vocab) for _ in range(T)]}) + "\n")
+
+
+def spec_for(model_dir, data, method, B, T, steps, recompute="none", r=16):
+    spec = {"name": "bench", "model": {"path": model_dir}, "dataset": {"train": data, "format": "tokens"},
+            "method": method, "precision": "bf16", "resources": {"backend": "cpu"},
+            "hyperparameters": {"max_steps": steps, "batch_size": B, "seq_len": T, "lr": 1e-4,
+                                "log_every_steps": 1, "seed": 1, "recompute": recompute},
+            "checkpoint": {"every_steps": 0}}
+    if method != "full":
+        spec["lora"] = {"r": r, "alpha": 2 * r, "targets": TARGETS}
+    return spec
+
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+MiB, G = 2 ** 20, 2 ** 30
+
+
+def activations(c, T, L):
+    """Activation bytes of a bf16 QLoRA run with recompute all: each layer
+    keeps its output (T x C, 16-bit); one layer's fp32 working set is
+    rebuilt in the backward (norm outputs, q/k/v/attention output,
+    residual, gate/up/act and their gradients: about 8 C + 5 F floats per
+    position); the logits and their gradient share one 16-bit [T, V]
+    buffer; each adapter keeps A x [T, r] in fp32."""
+    C, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    return L * T * C * 2 + (8 * C + 5 * F) * T * 4 + T * V * 2 + L * 7 * T * 16 * 4
+
+
+def computed(c, T):
+    p = predicted(c, 16)
+    C, F = c["hidden_size"], c["intermediate_size"]
+    acts = activations(c, T, c["num_hidden_layers"])
+    scratch = F * C * 4  # the dequantisation scratch of the largest linear, fp32 (both backends)
+    parts = [("NF4 weights (double quant)", p["quantized_weights"]),
+             ("embeddings + lm_head + norms, bf16", p["weights16"]),
+             ("adapters + their gradients, fp32", 2 * p["adapters"]), ("AdamW m + v", p["optimizer"]),
+             ("activations (recompute all)", acts), ("dequantisation scratch", scratch)]
+    return parts, sum(v for _, v in parts)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("engine")
+    ap.add_argument("hf_python", help="the python of a venv with tests/hf/requirements.txt")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--seq8b", type=int, default=128)
+    ap.add_argument("--steps8b", type=int, default=3)
+    ap.add_argument("--no-8b", action="store_true")
+    ap.add_argument("--models", help="keep the generated models here and reuse them (2.5 + 2.9 GB)")
     a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bench-qlora-")
+    models = a.models or tmp
     cfg = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4,
-           "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8192, "max_position_embeddings": 512,
-           "tie_word_embeddings": False}
+           "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8192, "tie_word_embeddings": False}
     B, T, R = 2, 256, 16
-    rng = random.Random(5)
-    tmp = tempfile.mkdtemp()
-    data = os.path.join(tmp, "train.jsonl")
-    with open(data, "w") as f:
-        for _ in range(64):
-            f.write(json.dumps({"input_ids": [rng.randrange(cfg["vocab_size"]) for _ in range(T)]}) + "\n")
-    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    mdir, data = os.path.join(models, "small"), os.path.join(tmp, "train.jsonl")
+    make_model(a.hf_python, mdir, cfg, 512)
+    write_data(data, cfg["vocab_size"], T, 64, 5)
     print(f"1. CPU, Llama {cfg['num_hidden_layers']}x{cfg['hidden_size']} (F {cfg['intermediate_size']}, GQA 8/4, "
-          f"vocab {cfg['vocab_size']}), batch {B} x seq {T}, bf16, {a.steps} steps, {a.threads} threads")
+          f"vocab {cfg['vocab_size']}), batch {B} x seq {T}, bf16, {a.steps} steps, {a.threads} threads, "
+          f"r {R} on all seven linears")
     res = {}
     for method in ("full", "lora", "qlora"):
-        spec = {"name": "bench", "model": {"init": cfg}, "dataset": {"train": data, "format": "tokens"},
-                "method": method, "precision": "bf16", "resources": {"backend": "cpu"},
-                "hyperparameters": {"max_steps": a.steps, "batch_size": B, "seq_len": T, "lr": 1e-4,
-                                    "log_every_steps": 1, "seed": 1},
-                "checkpoint": {"every_steps": 0}}
-        if method != "full":
-            spec["lora"] = {"r": R, "alpha": 32, "targets": targets}
-        started, met = run(a.engine, spec, a.threads)
-        tps = sum(m["tokens_per_s"] for m in met[1:]) / max(1, len(met) - 1)
-        res[method] = (met[-1]["mem_bytes"], tps, started.get("memory", {}))
+        started, met = run(a.engine, spec_for(mdir, data, method, B, T, a.steps), a.threads)
+        res[method] = (met[-1]["mem_bytes"], tps_of(met), started.get("memory", {}))
         m = started.get("memory", {})
-        print(f"  {method:6s} peak RSS {met[-1]['mem_bytes'] / 2**20:8.1f} MiB  {tps:8.1f} tokens/s  "
-              f"allocated {m.get('total', 0) / 2**20:7.1f} MiB (weights {m.get('weights', 0) / 2**20:.1f}, "
-              f"NF4 {m.get('quantized_weights', 0) / 2**20:.1f}, adapters {m.get('adapters', 0) / 2**20:.1f}, "
-              f"optimizer {m.get('optimizer', 0) / 2**20:.1f}, activations {m.get('activations', 0) / 2**20:.1f})")
+        print(f"  engine {method:6s} peak RSS {met[-1]['mem_bytes'] / MiB:8.1f} MiB  {res[method][1]:8.1f} tokens/s  "
+              f"allocated {m.get('total', 0) / MiB:7.1f} MiB (weights {m.get('weights', 0) / MiB:.1f}, "
+              f"NF4 {m.get('quantized_weights', 0) / MiB:.1f}, adapters {m.get('adapters', 0) / MiB:.1f}, "
+              f"optimizer {m.get('optimizer', 0) / MiB:.1f}, activations {m.get('activations', 0) / MiB:.1f})  "
+              f"first loss {met[0]['loss']:.4f}")
+    pr = peer(a.hf_python, mdir, data, B, T, a.steps, a.threads, False)
+    print(f"  peer   qlora  peak RSS {pr['peak_rss'] / MiB:8.1f} MiB  {pr['tokens_per_s']:8.1f} tokens/s  "
+          f"({pr['linear4bit']} Linear4bit, {pr['trainable']} trainable; first loss {pr['losses'][0]:.4f}; "
+          f"{' '.join(k + ' ' + v for k, v in pr['versions'].items())})")
     for other in ("lora", "full"):
         print(f"  qlora / {other}: peak RSS {res['qlora'][0] / res[other][0]:.2f}x, "
               f"allocated {res['qlora'][2]['total'] / res[other][2]['total']:.2f}x, "
               f"tokens/s {res['qlora'][1] / res[other][1]:.2f}x")
+    print(f"  engine qlora / peer qlora: peak RSS {res['qlora'][0] / pr['peak_rss']:.2f}x, "
+          f"tokens/s {res['qlora'][1] / pr['tokens_per_s']:.2f}x")
     p, got = predicted(cfg, R), res["qlora"][2]
     for k in ("quantized_weights", "adapters", "optimizer"):
         print(f"  check {k}: computed {p[k]} engine {got[k]} -> {'same' if p[k] == got[k] else 'DIFFERENT'}")
 
-    # 2. Llama-3-8B shape
     c8 = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
           "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False}
-    T8, C, F, V, L = 2048, 4096, 14336, 128256, 32
-    p = predicted(c8, 16)
-    # Activations with recompute "all" in bf16: each layer keeps its output
-    # (T x C, 16-bit); one layer's fp32 working set is rebuilt in the
-    # backward (norm outputs, q/k/v/attention output, residual, gate/up/act
-    # and their gradients: about 8 C + 5 F floats per position, plus the
-    # T x H log-sum-exp); the logits and their gradient share one 16-bit
-    # [T, V] buffer; each adapter keeps A x [T, r] in fp32.
-    acts = L * T8 * C * 2 + (8 * C + 5 * F) * T8 * 4 + T8 * V * 2 + L * 7 * T8 * 16 * 4
-    scratch = F * C * 4  # the dequantisation scratch of the largest linear (fp32), CUDA backend
-    total = p["quantized_weights"] + p["weights16"] + 2 * p["adapters"] + p["optimizer"] + acts + scratch
-    G = 2 ** 30
-    print("2. Llama-3-8B shape QLoRA (r 16, all 7 linears, seq 2048, batch 1, recompute all, bf16), computed:")
-    for k, v in [("NF4 weights (double quant)", p["quantized_weights"]),
-                 ("embeddings + lm_head + norms, bf16", p["weights16"]),
-                 ("adapters + their gradients, fp32", 2 * p["adapters"]), ("AdamW m + v", p["optimizer"]),
-                 ("activations (recompute all)", acts), ("dequantisation scratch", scratch)]:
+    if not a.no_8b:
+        T8 = a.seq8b
+        print(f"2. Llama-3-8B shape on the CPU, 1 and 2 layers measured, batch 1 x seq {T8}, r 16 on all seven "
+              f"linears, recompute all / gradient checkpointing, bf16, {a.steps8b} steps, {a.threads} threads:")
+        data8 = os.path.join(tmp, "train8b.jsonl")
+        write_data(data8, c8["vocab_size"], T8, 8, 6)
+        m8 = {}
+        for L in (1, 2):
+            d = os.path.join(models, f"l8b-{L}")
+            make_model(a.hf_python, d, dict(c8, num_hidden_layers=L), 8192)
+            started, met = run(a.engine, spec_for(d, data8, "qlora", 1, T8, a.steps8b, "all"), a.threads)
+            pr = peer(a.hf_python, d, data8, 1, T8, a.steps8b, a.threads, True)
+            m8[L] = (met[-1]["mem_bytes"], tps_of(met), started["memory"]["total"], pr["peak_rss"],
+                     pr["tokens_per_s"])
+            print(f"  {L} layer{'s' if L > 1 else ' '}: engine peak RSS {m8[L][0] / G:6.3f} GiB "
+                  f"(allocated {m8[L][2] / G:6.3f}) {m8[L][1]:7.2f} tokens/s | peer peak RSS "
+                  f"{m8[L][3] / G:6.3f} GiB {m8[L][4]:7.2f} tokens/s | engine/peer RSS "
+                  f"{m8[L][0] / m8[L][3]:.2f}x tokens/s {m8[L][1] / m8[L][4]:.2f}x")
+            if not a.models:
+                subprocess.run(["rm", "-rf", d])
+        ext = {k: m8[1][i] + 31 * (m8[2][i] - m8[1][i]) for k, i in (("engine", 0), ("alloc", 2), ("peer", 3))}
+        print(f"  per layer: engine {(m8[2][0] - m8[1][0]) / MiB:.1f} MiB RSS ({(m8[2][2] - m8[1][2]) / MiB:.1f} "
+              f"allocated), peer {(m8[2][3] - m8[1][3]) / MiB:.1f} MiB RSS")
+        parts, tot = computed(c8, T8)
+        print(f"  extrapolated to 32 layers (1 layer + 31 x the increment): engine {ext['engine'] / G:.2f} GiB "
+              f"peak RSS ({ext['alloc'] / G:.2f} allocated; computed for seq {T8}: {tot / G:.2f}), "
+              f"peer {ext['peer'] / G:.2f} GiB; engine / peer {ext['engine'] / ext['peer']:.2f}x")
+
+    T2 = 2048
+    parts, total = computed(c8, T2)
+    print(f"3. Llama-3-8B shape QLoRA (r 16, all 7 linears, seq {T2}, batch 1, recompute all, bf16), computed:")
+    for k, v in parts:
         print(f"  {k:38s} {v / G:6.2f} GiB")
     print(f"  {'total':38s} {total / G:6.2f} GiB  (goal: 12 GiB -> {'fits' if total < 12 * G else 'does NOT fit'})")
+    subprocess.run(["rm", "-rf", tmp])
 
 
 main()

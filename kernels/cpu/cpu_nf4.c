@@ -38,13 +38,19 @@ static float *nf4_scratch(kn_ctx *c, size_t n)
     return st->nf4_buf;
 }
 
-/* out[i] = deq(w)[i] for i in [lo, hi), fp32; lo is a multiple of 64
- * (cpu_thread_range's alignment), so the loop goes block by block: one
- * absmax per 64 values, then a table lookup and a multiply per value. */
+/* out[i] = deq(w)[i] for i in [lo, hi), fp32. The view's element i is the
+ * tensor's element g = first + i (kn_nf4), so the loop runs over
+ * [first + lo, first + hi) block by block: one absmax per 64 values, then
+ * a table lookup and a multiply per value, two values a byte where g is
+ * even (always, for a whole tensor: lo is cpu_thread_range's multiple of
+ * 64). */
 static void deq_range(float *out, const kn_nf4 *w, size_t lo, size_t hi)
 {
-    for (size_t b0 = lo; b0 < hi; b0 += KN_NF4_BLOCK) {
-        size_t b = b0 / KN_NF4_BLOCK, end = b0 + KN_NF4_BLOCK < hi ? b0 + KN_NF4_BLOCK : hi;
+    out -= w->first;
+    size_t ghi = w->first + hi;
+    for (size_t g = w->first + lo; g < ghi;) {
+        size_t b = g / KN_NF4_BLOCK,
+               end = (b + 1) * KN_NF4_BLOCK < ghi ? (b + 1) * KN_NF4_BLOCK : ghi;
         float a;
         if (w->absmax) {
             a = w->absmax[b];
@@ -52,14 +58,19 @@ static void deq_range(float *out, const kn_nf4 *w, size_t lo, size_t hi)
             a = kn_dyn8_map[w->qabsmax[b]] * w->absmax2[b / KN_NF4_BLOCK2];
             a = a + w->offset;
         }
-        size_t i = b0;
-        for (; i + 1 < end; i += 2) {
-            uint8_t byte = w->codes[i / 2];
-            out[i] = kn_nf4_levels[byte >> 4] * a;
-            out[i + 1] = kn_nf4_levels[byte & 15] * a;
+        if (g & 1) { /* a view starting at an odd element: its low nibble */
+            out[g] = kn_nf4_levels[w->codes[g / 2] & 15] * a;
+            g++;
         }
-        if (i < end)
-            out[i] = kn_nf4_levels[w->codes[i / 2] >> 4] * a; /* an odd count's last value */
+        for (; g + 1 < end; g += 2) {
+            uint8_t byte = w->codes[g / 2];
+            out[g] = kn_nf4_levels[byte >> 4] * a;
+            out[g + 1] = kn_nf4_levels[byte & 15] * a;
+        }
+        if (g < end) { /* an odd count's last value */
+            out[g] = kn_nf4_levels[w->codes[g / 2] >> 4] * a;
+            g++;
+        }
     }
 }
 

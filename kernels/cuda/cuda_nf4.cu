@@ -5,7 +5,7 @@
  * reused, no allocation in the steady state), round it to the compute dtype and
  * run the fp32 cuBLASLt product of cuda_matmul.cu on it — what
  * bitsandbytes' matmul_4bit does for a batch of rows (dequantize_4bit, then
- * a dense GEMM). One thread dequantises one byte (two elements). The
+ * a dense GEMM). One thread dequantises one element. The
  * arithmetic is bitsandbytes' in fp32, each operation rounded on its own
  * (__fmul_rn / __fadd_rn: nvcc would otherwise fuse the multiply-add of the
  * double-quantised absmax), so the weights are bit-identical to the CPU
@@ -26,16 +26,15 @@ __device__ __forceinline__ float nf4_absmax(const kn_nf4 &w, size_t b)
     return __fadd_rn(a, w.offset);
 }
 
+/* One thread per output element i, the tensor's element g = first + i
+ * (kn_nf4: a view of a row block starts anywhere). */
 __global__ void k_nf4_dequant(float *out, kn_nf4 w, size_t n)
 {
-    size_t nbytes = (n + 1) / 2;
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nbytes;
-         j += (size_t)gridDim.x * blockDim.x) {
-        size_t i = 2 * j; /* i and i + 1 share a block: 64 is even */
-        float a = nf4_absmax(w, i / KN_NF4_BLOCK);
-        uint8_t byte = w.codes[j];
-        out[i] = __fmul_rn(c_nf4[byte >> 4], a);
-        if (i + 1 < n) out[i + 1] = __fmul_rn(c_nf4[byte & 15], a);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t g = w.first + i;
+        uint8_t byte = w.codes[g / 2];
+        out[i] = __fmul_rn(c_nf4[g & 1 ? byte & 15 : byte >> 4], nf4_absmax(w, g / KN_NF4_BLOCK));
     }
 }
 
@@ -50,7 +49,7 @@ static float *dequant(kn_ctx *c, const kn_nf4 &w, size_t n, kn_dtype dt)
 {
     float *s = nf4_scratch(c, n);
     if (!s) return nullptr;
-    KN_LAUNCH(k_nf4_dequant, kn_blocks((n + 1) / 2, 256), 256, 0, c, s, w, n);
+    KN_LAUNCH(k_nf4_dequant, kn_blocks(n, 256), 256, 0, c, s, w, n);
     cuda_round(c, s, n, dt);
     return s;
 }
@@ -59,7 +58,7 @@ void cuda_nf4_dequant(kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n)
 {
     if (!n) return;
     if (dt == KN_F32) {
-        KN_LAUNCH(k_nf4_dequant, kn_blocks((n + 1) / 2, 256), 256, 0, c, (float *)out, w, n);
+        KN_LAUNCH(k_nf4_dequant, kn_blocks(n, 256), 256, 0, c, (float *)out, w, n);
         return;
     }
     const float *s = dequant(c, w, n, KN_F32);

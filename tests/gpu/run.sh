@@ -30,6 +30,9 @@
 #          GPT-2 and Llama, and resume on the GPU (SIGTERM after the first
 #          step, resume, losses and exported weights identical to the
 #          uninterrupted run);
+#       2b. tests/qlora/gpu_train.py within 10% more: a short QLoRA
+#          training (NF4 base, recompute all) on cuda against the CPU's
+#          losses, fp32 (1e-4) and bf16 (2e-2);
 #       3. bench/engine-gpu in what is left (GPT-2 124M and Llama 1B at
 #          T = 1024, bf16, largest batch that fits: tokens/s, MFU, peak
 #          device memory; OUT/results/bench.json);
@@ -91,6 +94,19 @@ checks() {
     echo "FAIL model: time budget spent" >>"$sum"
     fail=1
   fi
+  # 2b. a short QLoRA training, cuda against cpu losses, within 10% more
+  left=$((limit * 80 / 100 - $(elapsed)))
+  if [ "$left" -ge 20 ]; then
+    if timeout "$left" python3 "$bin/gpu_train.py" "$engine" $dry >"$res/qlora.log" 2>&1; then
+      grep -E '^PASS ' "$res/qlora.log" >>"$sum"
+    else
+      echo "FAIL qlora: $(grep -E '^FAIL' "$res/qlora.log" | tr '\n' ' ') $(tail -2 "$res/qlora.log" | tr '\n' ' ')" >>"$sum"
+      fail=1
+    fi
+  else
+    echo "FAIL qlora: time budget spent" >>"$sum"
+    fail=1
+  fi
   # 3. the benchmark in what is left
   left=$((limit - $(elapsed)))
   if [ "$left" -ge 30 ]; then
@@ -125,7 +141,7 @@ build)
     >>"$bdir/gpu-build.log" 2>&1 || { tail -30 "$bdir/gpu-build.log"; exit 1; }
   mkdir -p "$out/bin" "$out/stage"
   cp "$bdir/bin/test_kernels_device_gpu" "$bdir/bin/trainyard-engine" "$out/bin/"
-  cp "$src/bench/engine-gpu/bench.py" "$here/model_check.py" "$out/bin/"
+  cp "$src/bench/engine-gpu/bench.py" "$here/model_check.py" "$src/tests/qlora/gpu_train.py" "$out/bin/"
   # The PyTorch side of the model check, here (no PyTorch on the GPU).
   venv=${HF_VENV:-$src/build-test/hf-venv}
   [ -x "$venv/bin/python" ] || { echo "no tests/hf venv at $venv (ctest -R hf.venv makes it)"; exit 1; }
@@ -168,7 +184,7 @@ dry)
   venv=${HF_VENV:-$build/hf-venv}
   rm -rf "$out"
   mkdir -p "$out/bin"
-  cp "$here/model_check.py" "$src/bench/engine-gpu/bench.py" "$out/bin/"
+  cp "$here/model_check.py" "$src/bench/engine-gpu/bench.py" "$src/tests/qlora/gpu_train.py" "$out/bin/"
   bash "$src/tests/hf/hfpy.sh" "$venv" "$here/make_ref.py" "$out/ref" 2 1 8 >"$out/make_ref.log" 2>&1
   rc=$?
   [ "$rc" -eq 77 ] && { cat "$out/make_ref.log"; exit 77; }

@@ -469,8 +469,8 @@ static void t_nf4(pair *p)
         buf codes = nf4_bytes(p, (n + 1) / 2), qa = nf4_bytes(p, nb);
         buf am = brand(p, nb, 1), am2 = brand(p, nb2, 0.5);
         for (int dq = 0; dq < 2; dq++) {
-            kn_nf4 wc = {codes.cpu, dq ? NULL : F(am, cpu), qa.cpu, F(am2, cpu), 0.0123f};
-            kn_nf4 wd = {codes.dev, dq ? NULL : F(am, dev), qa.dev, F(am2, dev), 0.0123f};
+            kn_nf4 wc = {codes.cpu, dq ? NULL : F(am, cpu), qa.cpu, F(am2, cpu), 0.0123f, 0};
+            kn_nf4 wd = {codes.dev, dq ? NULL : F(am, dev), qa.dev, F(am2, dev), 0.0123f, 0};
             for (int dt = 0; dt < 3; dt++) {
                 buf out = bzeros(p, n * kn_dtype_size((kn_dtype)dt));
                 kn_nf4_dequant(p->cpu, out.cpu, (kn_dtype)dt, wc, n);
@@ -482,6 +482,31 @@ static void t_nf4(pair *p)
                 kn_free(p->cpu, out.cpu);
                 kn_free(p->dev, out.dev);
             }
+            /* Views (a fused weight's row block): from row 1 and from an odd
+             * element inside a block, the rest of the tensor; bit-identical
+             * across backends and to the same elements of the whole. */
+            buf whole = bzeros(p, n * 4);
+            kn_nf4_dequant(p->cpu, whole.cpu, KN_F32, wc, n);
+            float *wh = fetch(p->cpu, whole.cpu, n * 4);
+            size_t firsts[2] = {(size_t)K, 37};
+            for (int v = 0; v < 2; v++) {
+                size_t f = firsts[v] < n ? firsts[v] : n - 1, nv = n - f;
+                kn_nf4 vc = wc, vd = wd;
+                vc.first = vd.first = f;
+                buf out = bzeros(p, nv * 4);
+                kn_nf4_dequant(p->cpu, out.cpu, KN_F32, vc, nv);
+                kn_nf4_dequant(p->dev, out.dev, KN_F32, vd, nv);
+                cmp_bytes(p, dq ? "nf4_dequant.view.dq" : "nf4_dequant.view", out);
+                float *got = fetch(p->cpu, out.cpu, nv * 4);
+                CHECK(!memcmp(got, wh + f, nv * 4),
+                      "nf4 view from element %zu differs from the whole", f);
+                free(got);
+                kn_free(p->cpu, out.cpu);
+                kn_free(p->dev, out.dev);
+            }
+            free(wh);
+            kn_free(p->cpu, whole.cpu);
+            kn_free(p->dev, whole.dev);
             buf x = brand(p, (size_t)N * K, 1), bias = brand(p, M, 1),
                 o = bzeros(p, (size_t)N * M * 4);
             buf d = brand(p, (size_t)N * M, 1), dx = brand(p, (size_t)N * K, 1);

@@ -55,11 +55,13 @@ def sha(d):
     return h.hexdigest()
 
 
-def dequantised_model(base_dir, dq):
+def dequantised_model(base_dir, dq, linears=LINEARS):
+    """The model with each block linear's weight (a fused one whole, as
+    bitsandbytes quantises a Linear4bit) replaced by dequant(quant(w))."""
     m = load_model(base_dir)
     with torch.no_grad():
         for name, mod in m.named_modules():
-            if name.split(".")[-1] in LINEARS:
+            if name.split(".")[-1] in linears:
                 w = mod.weight.detach().numpy().astype(np.float32)
                 d = R.dequantize_nf4(R.quantize_nf4(w.reshape(-1), dq), w.size)
                 mod.weight.copy_(torch.from_numpy(d.reshape(w.shape)))
@@ -306,4 +308,5 @@ def main():
     print("qlora: all checks passed")
 
 
-main()
+if __name__ == "__main__":
+    main()
