@@ -41,9 +41,11 @@ def run(spec, prec, grad16):
 
     def load_hooked(*a, **k):
         cfg, master = load(*a, **k)
-        for t in master.values():  # the buffer is bf16: each accumulation rounds
-            t.register_post_accumulate_grad_hook(
-                lambda p: p.grad.copy_(p.grad.to(torch.bfloat16).float()))
+        def to_bf16(p):  # the buffer is bf16: each accumulation rounds
+            p.grad.copy_(p.grad.to(torch.bfloat16).float())
+
+        for t in master.values():
+            t.register_post_accumulate_grad_hook(to_bf16)
         return cfg, master
 
     mixedref.torchref.load_model = load_hooked if grad16 else load
