@@ -680,7 +680,7 @@ int db_job_counts(db *d, int64_t counts[JOB_NSTATES], ty_err *err)
 
 int db_job_delete(db *d, int64_t id, ty_err *err)
 {
-    int s, rc = begin_job_state(d, id, &s, err);
+    int s = -1, rc = begin_job_state(d, id, &s, err);
     if (rc) return rc;
     if (s < 0 || !db_state_terminal((job_state)s)) {
         rc = ty_err_set(err, TY_ESTATE, "job %lld is %s; only finished jobs can be deleted",
@@ -829,7 +829,7 @@ int db_job_transition(db *d, int64_t id, unsigned from_mask, job_state to, const
                       const db_job_update *upd, job_state *from_out, db_event *ev, ty_err *err)
 {
     if (ev) memset(ev, 0, sizeof *ev);
-    int from, rc = begin_job_state(d, id, &from, err);
+    int from = -1, rc = begin_job_state(d, id, &from, err);
     if (rc) return rc;
     if (from_out) *from_out = (job_state)from;
     if (from < 0 || !(from_mask & JOB_BIT(from)) || !db_transition_legal((job_state)from, to)) {

@@ -16,7 +16,7 @@
 int db_job_patch_apply(db *d, int64_t id, const db_job_patch *p, ty_err *err)
 {
     sqlite3_stmt *st = NULL;
-    int state, rc = begin_job_state(d, id, &state, err);
+    int state = -1, rc = begin_job_state(d, id, &state, err);
     if (rc) return rc; /* the transaction is already over */
     if (state != JOB_QUEUED && state != JOB_PAUSED)
         rc = ty_err_set(err, TY_ESTATE, "job %lld is %s; only queued or paused jobs can be changed",
