@@ -27,32 +27,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "hf"))
 from hfcommon import fail, job_spec, load_model, lora_targets, make_model, rel_err  # noqa: E402
-from qlora_check import dequantised_model, engine_events, torch_train  # noqa: E402
+from qlora_check import dequantised_model, engine_events, start_adapter, torch_train, write_rows  # noqa: E402
 
 LOSS_TOL, WEIGHT_TOL = 1e-4, 1e-3
 R_, ALPHA = 4, 8
 torch.set_num_threads(1)
-
-
-def write_rows(path, rows):
-    with open(path, "w") as f:
-        for r in rows:
-            f.write('{"input_ids": %s}\n' % r)
-
-
-def start_adapter(base_dir, targets, out):
-    """A starting adapter made by peft with B != 0 (so step 1 already
-    differs from the base), given to both sides as lora.adapter."""
-    lcfg = peft.LoraConfig(r=R_, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=targets, bias="none",
-                           task_type="CAUSAL_LM")
-    pm0 = peft.get_peft_model(load_model(base_dir), lcfg)
-    torch.manual_seed(5)
-    with torch.no_grad():
-        for n, p in pm0.named_parameters():
-            if "lora_B" in n:
-                p.normal_(0, 0.05)
-    pm0.save_pretrained(out)
-    return lcfg, {k: v for k, v in pm0.state_dict().items() if "lora_" in k}
 
 
 def reference(base_dir, targets, lcfg, sd0, rows, hp, gc=False):

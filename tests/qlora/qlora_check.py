@@ -99,6 +99,29 @@ def engine_events(engine, spec, workdir, resume=None, expect_rc=0, env=None):
     return events
 
 
+def write_rows(path, rows):
+    """A token-id JSONL dataset, one row a line."""
+    with open(path, "w") as f:
+        for r in rows:
+            f.write('{"input_ids": %s}\n' % r)
+
+
+def start_adapter(base_dir, targets, out):
+    """A starting adapter made by peft on the un-quantised base with B != 0
+    (so step 1 already differs from the base), given to both sides as
+    lora.adapter. Returns peft's config and the adapter's state dict."""
+    lcfg = peft.LoraConfig(r=R_, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=targets, bias="none",
+                           task_type="CAUSAL_LM")
+    pm0 = peft.get_peft_model(load_model(base_dir), lcfg)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for n, p in pm0.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    pm0.save_pretrained(out)
+    return lcfg, {k: v for k, v in pm0.state_dict().items() if "lora_" in k}
+
+
 def expect_error(engine, spec, workdir, rc, needle):
     ev = engine_events(engine, spec, workdir, expect_rc=rc)
     errs = [e["message"] for e in ev if e["ev"] == "error"]
@@ -124,21 +147,11 @@ def main():
     V = 97
     rows = torch.randint(0, V, (BATCH, SEQ), generator=g).tolist()
     data = os.path.join(work, "train.jsonl")
-    with open(data, "w") as f:
-        for r in rows:
-            f.write('{"input_ids": %s}\n' % r)
+    write_rows(data, rows)
 
     # The starting adapter, made by peft on the un-quantised base.
-    lcfg = peft.LoraConfig(r=R_, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS, bias="none",
-                           task_type="CAUSAL_LM")
-    pm0 = peft.get_peft_model(load_model(base_dir), lcfg)
-    torch.manual_seed(5)
-    with torch.no_grad():
-        for n, p in pm0.named_parameters():
-            if "lora_B" in n:
-                p.normal_(0, 0.05)
     init_dir = os.path.join(work, "adapter0")
-    pm0.save_pretrained(init_dir)
+    lcfg, sd0 = start_adapter(base_dir, TARGETS, init_dir)
     lora = {"r": R_, "alpha": ALPHA, "dropout": 0.0, "targets": TARGETS, "adapter": init_dir}
 
     def qspec(steps=STEPS, dq=True, **kw):
@@ -154,7 +167,7 @@ def main():
         ev = engine_events(engine, spec, wd)
         got = [e["loss"] for e in ev if e["ev"] == "metric"]
         pm = peft.get_peft_model(dequantised_model(base_dir, dq), lcfg)
-        pm.load_state_dict({k: v for k, v in pm0.state_dict().items() if "lora_" in k}, strict=False)
+        pm.load_state_dict(sd0, strict=False)
         params = [p for p in pm.parameters() if p.requires_grad]
         want = torch_train(pm, params, rows, spec["hyperparameters"])
         print(f"  double_quant={dq}: engine {['%.7f' % l for l in got]}\n"
@@ -164,7 +177,7 @@ def main():
                 fail(f"double_quant={dq} step {s + 1}: loss {a!r} vs torch {b!r}")
         # the un-quantised base would give other losses: the test can tell
         ref_full = peft.get_peft_model(load_model(base_dir), lcfg)
-        ref_full.load_state_dict({k: v for k, v in pm0.state_dict().items() if "lora_" in k}, strict=False)
+        ref_full.load_state_dict(sd0, strict=False)
         with torch.no_grad():
             lf = ref_full(input_ids=torch.tensor(rows), labels=torch.tensor(rows)).loss.item()
         if abs(lf - got[0]) / abs(lf) <= LOSS_TOL:
