@@ -171,6 +171,22 @@ static void act_remove(uploader *u, active *a)
     pthread_mutex_unlock(&u->mu);
 }
 
+/* Opens the job's store for one transfer and lists it as active until
+ * close_active, so pause/cancel and shutdown reach it through store_cancel. */
+static int open_active(uploader *u, int64_t job_id, const char *uri, active *a, ty_err *err)
+{
+    *a = (active){.job_id = job_id};
+    int rc = open_store(u->s, uri, &a->st, err);
+    if (rc == 0) act_add(u, a);
+    return rc;
+}
+
+static void close_active(uploader *u, active *a)
+{
+    act_remove(u, a);
+    store_close(a->st);
+}
+
 /* Is this checkpoint the job's newest one still standing? */
 static bool is_newest(srv *s, const db_upload *up)
 {
@@ -246,16 +262,13 @@ static void do_put(uploader *u, db_upload *up)
         return;
     }
     upload_remote_prefix(up->job_id, up->dir, prefix, sizeof prefix);
-    store *st = NULL;
-    int rc = open_store(s, up->uri, &st, &err);
+    active a;
+    int rc = open_active(u, up->job_id, up->uri, &a, &err);
     if (rc == 0) {
-        active a = {.job_id = up->job_id, .st = st};
-        act_add(u, &a);
         uint64_t bytes = 0;
-        rc = store_put_checkpoint(st, up->local_path, prefix, &bytes, &err);
-        act_remove(u, &a);
-        if (rc == 0) snprintf(remote, sizeof remote, "%s/%s", store_uri(st), prefix);
-        store_close(st);
+        rc = store_put_checkpoint(a.st, up->local_path, prefix, &bytes, &err);
+        if (rc == 0) snprintf(remote, sizeof remote, "%s/%s", store_uri(a.st), prefix);
+        close_active(u, &a);
     }
     if (rc != 0 && rc != TY_ESTATE && stat(manifest, &sb) != 0) {
         finish_vanished(s, up);
@@ -296,14 +309,11 @@ static void do_delete(uploader *u, db_upload *up)
     ty_err err = {0};
     char prefix[600];
     upload_remote_prefix(up->job_id, up->dir, prefix, sizeof prefix);
-    store *st = NULL;
-    int rc = open_store(s, up->uri, &st, &err);
+    active a;
+    int rc = open_active(u, up->job_id, up->uri, &a, &err);
     if (rc == 0) {
-        active a = {.job_id = up->job_id, .st = st};
-        act_add(u, &a);
-        rc = store_delete_checkpoint(st, prefix, &err);
-        act_remove(u, &a);
-        store_close(st);
+        rc = store_delete_checkpoint(a.st, prefix, &err);
+        close_active(u, &a);
     }
     finish_arg fa = {.u = up, .o = DB_UP_DONE};
     if (rc != 0 && rc != TY_ENOENT) {
@@ -653,14 +663,11 @@ static void do_export(uploader *u, int64_t job_id)
     if (rc == 0 && !p.store) rc = ty_err_set(&err, TY_EINVAL, "the job has no checkpoint.store");
     uint64_t bytes = 0;
     int files = 0;
-    store *st = NULL;
-    if (rc == 0 && (rc = open_store(s, p.store, &st, &err)) == 0) {
-        active a = {.job_id = job_id, .st = st};
-        act_add(u, &a);
-        rc = store_put_dir(st, dir, prefix, &bytes, &files, &err);
-        act_remove(u, &a);
-        snprintf(remote, sizeof remote, "%s/%s", store_uri(st), prefix);
-        store_close(st);
+    active a;
+    if (rc == 0 && (rc = open_active(u, job_id, p.store, &a, &err)) == 0) {
+        rc = store_put_dir(a.st, dir, prefix, &bytes, &files, &err);
+        snprintf(remote, sizeof remote, "%s/%s", store_uri(a.st), prefix);
+        close_active(u, &a);
     }
     if (rc == 0) rc = ty_write_file_atomic(marker, remote, strlen(remote), &err);
     bool stopping = false;

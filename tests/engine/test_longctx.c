@@ -14,30 +14,23 @@
  * statistics and one layer's activation gradients: 0.55x), and the
  * 16-bit parameters are 2 bytes each; a forward + backward in each storage
  * gives a loss within the 16-bit precision of the fp32 one. */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tyassert.h"
-#include "hfconfig.h"
 #include "kernels.h"
 #include "model.h"
+#include "model_fixture.h"
 
 static void run(kn_ctx *kn, const char *cfg_json, const char *tag)
 {
     enum { B = 1, T = 4096 };
-    json_error_t je;
-    json_t *o = json_loads(cfg_json, 0, &je);
-    model_config c;
     ty_err err = {0};
     model m;
-    CHECK(o && hfconfig_parse(o, "test", &c, &err) == 0);
-    json_decref(o);
-    int L = c.n_layer, H = c.n_head, V = c.vocab;
-    CHECK(model_create(&m, &c, kn, &err) == 0);
-    CHECK(model_init_random(&m, 7, &err) == 0);
+    REQUIRE(fixture_model(&m, kn, cfg_json, 7) == 0);
+    int L = m.cfg.n_layer, H = m.cfg.n_head, V = m.cfg.vocab;
     size_t before = kn_bytes_in_use(kn);
     CHECK(model_alloc_acts(&m, B, T, MODEL_RECOMPUTE_NONE, &err) == 0);
     size_t acts = kn_bytes_in_use(kn) - before;
@@ -82,15 +75,9 @@ static void precision_memory(kn_ctx *kn)
         tg[i] = (i * 13 + 2) % 64;
     }
     for (int d = 0; d < 3; d++) {
-        json_error_t je;
-        json_t *o = json_loads(cfg_json, 0, &je);
-        model_config c;
         ty_err err = {0};
         model m;
-        CHECK(o && hfconfig_parse(o, "test", &c, &err) == 0);
-        json_decref(o);
-        CHECK(model_create(&m, &c, kn, &err) == 0);
-        CHECK(model_init_random(&m, 3, &err) == 0);
+        REQUIRE(fixture_model(&m, kn, cfg_json, 3) == 0);
         size_t before = kn_bytes_in_use(kn);
         CHECK(model_set_precision(&m, dts[d], &err) == 0);
         size_t after = kn_bytes_in_use(kn), scr = (m.wscr_n[0] + m.wscr_n[1]) * 4 + 4096;

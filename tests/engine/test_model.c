@@ -9,31 +9,22 @@
 #include <unistd.h>
 
 #include "tyassert.h"
-#include "hfconfig.h"
 #include "kernels.h"
 #include "model.h"
+#include "model_fixture.h"
 #include "safetensors.h"
 #include "tyutil.h"
 
 static char tmpdir[256];
 static kn_ctx *kn;
 
-static int make_model(model *m, const char *cfg_json, uint64_t seed)
+/* The start of a case: model m from cfg_json with weights from seed, and
+ * path, the file called name in the test's directory. */
+static void setup(model *m, const char *cfg_json, uint64_t seed, const char *name, char *path,
+                  size_t cap)
 {
-    json_error_t je;
-    json_t *o = json_loads(cfg_json, 0, &je);
-    model_config c;
-    ty_err err = {0};
-    int rc = hfconfig_parse(o, "test", &c, &err);
-    json_decref(o);
-    if (rc) {
-        fprintf(stderr, "config: %s\n", err.msg);
-        return rc;
-    }
-    rc = model_create(m, &c, kn, &err);
-    if (!rc) rc = model_init_random(m, seed, &err);
-    if (rc) fprintf(stderr, "model: %s\n", err.msg);
-    return rc;
+    snprintf(path, cap, "%s/%s", tmpdir, name);
+    REQUIRE(fixture_model(m, kn, cfg_json, seed) == 0);
 }
 
 static size_t buf_floats(const model *m)
@@ -47,8 +38,8 @@ static void roundtrip(const char *cfg_json, const char *tag)
     ty_err err = {0};
     char path[512];
     snprintf(path, sizeof path, "%s/%s.safetensors", tmpdir, tag);
-    CHECK(make_model(&a, cfg_json, 1) == 0);
-    CHECK(make_model(&b, cfg_json, 2) == 0); /* different weights to overwrite */
+    CHECK(fixture_model(&a, kn, cfg_json, 1) == 0);
+    CHECK(fixture_model(&b, kn, cfg_json, 2) == 0); /* different weights to overwrite */
     size_t n = buf_floats(&a);
     CHECK(memcmp(a.params, b.params, n * sizeof(float)) != 0);
     CHECK(model_save_file(&a, path, &err) == 0);
@@ -81,8 +72,7 @@ static void test_conv1d_layout(void)
     model a;
     ty_err err = {0};
     char path[512];
-    snprintf(path, sizeof path, "%s/layout.safetensors", tmpdir);
-    CHECK(make_model(&a, GPT2, 3) == 0);
+    setup(&a, GPT2, 3, "layout.safetensors", path, sizeof path);
     CHECK(model_save_file(&a, path, &err) == 0);
     st_file f;
     CHECK(st_open(&f, path, &err) == 0);
@@ -163,8 +153,7 @@ static void test_bad_tensors(void)
     model m;
     ty_err err = {0};
     char path[512];
-    snprintf(path, sizeof path, "%s/mut.safetensors", tmpdir);
-    CHECK(make_model(&m, QWEN, 4) == 0);
+    setup(&m, QWEN, 4, "mut.safetensors", path, sizeof path);
     int kproj = -1;
     for (int i = 0; i < m.nt; i++)
         if (!strcmp(m.t[i].name, "layers.1.self_attn.k_proj.bias")) kproj = i;
@@ -213,8 +202,8 @@ static void test_sharded(void)
     char dir[512], path[600];
     snprintf(dir, sizeof dir, "%s/sharded", tmpdir);
     ty_mkdir_p(dir, &err);
-    CHECK(make_model(&a, GPT2, 5) == 0);
-    CHECK(make_model(&b, GPT2, 6) == 0);
+    CHECK(fixture_model(&a, kn, GPT2, 5) == 0);
+    CHECK(fixture_model(&b, kn, GPT2, 6) == 0);
     snprintf(path, sizeof path, "%s/whole.safetensors", tmpdir);
     CHECK(model_save_file(&a, path, &err) == 0);
     /* Split the saved file: first half of the tensors in shard 1. */

@@ -19,53 +19,13 @@
 //   view's requests blocked; a paused or finished job shows no ETA.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import path from 'node:path';
-import {parseArgs} from 'node:util';
-import {launch, closeBrowser} from './browser.mjs';
-import {Daemon} from './daemon.mjs';
+import {openSuite, suiteArgs} from './suite.mjs';
 
-const {values: args} = parseArgs({options: {
-  trainyard: {type: 'string'}, engine: {type: 'string'}, out: {type: 'string'},
-}});
-for (const k of ['trainyard', 'engine', 'out']) {
-  if (!args[k]) { console.error(`compare.test.mjs: --${k} is required`); process.exit(2); }
-}
-const outDir = path.join(args.out, 'compare');
-fs.rmSync(outDir, {recursive: true, force: true});
-fs.mkdirSync(outDir, {recursive: true});
-
-let daemon, browser, page;
-const foreign = [];
-const pageErrors = [];
+const args = suiteArgs('compare.test.mjs');
+const {daemon, page, outDir, foreign, pageErrors} = await openSuite(args, 'compare',
+  {extra: ['--cpu-slots', '10', '--gpus', 'none', '--require-token'], token: 'compare-test', pageToken: true});
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-test.before(async () => {
-  daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
-    extra: ['--cpu-slots', '10', '--gpus', 'none', '--require-token']});
-  daemon.token = daemon.createToken('compare-test');
-  await daemon.start();
-  browser = await launch();
-  page = browser.context.pages()[0] || await browser.context.newPage();
-  page.setDefaultTimeout(60000);
-  await page.addInitScript((t) => sessionStorage.setItem('trainyard.token', t), daemon.token);
-  page.on('request', (r) => {
-    const u = r.url();
-    if (!u.startsWith(daemon.base + '/') && !u.startsWith('data:')) foreign.push(u);
-  });
-  page.on('pageerror', (e) => pageErrors.push(e.message));
-});
-
-test.after(async () => {
-  if (page) {
-    try { await page.screenshot({path: path.join(outDir, 'last-page.png'), fullPage: true}); } catch { /* closed */ }
-  }
-  await closeBrowser(browser);
-  if (daemon) {
-    await daemon.cleanup();
-    assert.deepEqual(daemon.sanitizerReports(), [], 'the daemon reported memory or UB errors');
-  }
-});
 
 // Polls the API (not the page) until the job is in one of the states.
 async function waitJob(id, states) {

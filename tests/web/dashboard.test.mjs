@@ -16,61 +16,22 @@
 // All: the page makes no request to any host but the daemon.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import path from 'node:path';
-import {parseArgs} from 'node:util';
-import {launch, closeBrowser} from './browser.mjs';
-import {Daemon} from './daemon.mjs';
+import {openSuite, suiteArgs} from './suite.mjs';
 
-const {values: args} = parseArgs({options: {
-  suite: {type: 'string'}, trainyard: {type: 'string'}, engine: {type: 'string'}, out: {type: 'string'},
-}});
-for (const k of ['suite', 'trainyard', 'engine', 'out']) {
-  if (!args[k]) { console.error(`dashboard.test.mjs: --${k} is required`); process.exit(2); }
-}
-const outDir = path.join(args.out, args.suite);
-fs.rmSync(outDir, {recursive: true, force: true});
-fs.mkdirSync(outDir, {recursive: true});
-
+const args = suiteArgs('dashboard.test.mjs', ['suite']);
 // One daemon and one browser per suite; everything is torn down even when
 // an assertion fails.
-let daemon, browser, page;
-const foreign = [];
-const pageErrors = [];
-
-test.before(async () => {
-  daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
-    extra: ['--cpu-slots', args.suite === 'controls' ? '1' : '2',
-      // Two GPUs by list: without NVML the server still schedules them and
-      // samples them (as zeros), which exercises the GPU view and charts.
-      ...(args.suite === 'controls' ? ['--gpus', '0,1', '--gpu-sample-ms', '250'] : ['--gpus', 'none']),
-      ...(args.suite === 'auth' ? ['--require-token'] : []),
-      // A priced server: the live suite checks the cost column (3600 per
-      // CPU-hour, so a second of running costs $1).
-      ...(args.suite === 'live' ? ['--cpu-hour-price', '3600'] : [])]});
-  if (args.suite === 'auth') daemon.token = daemon.createToken('browser-test');
-  await daemon.start();
-  browser = await launch();
-  page = browser.context.pages()[0] || await browser.context.newPage();
-  // Generous: under `make test` the machine runs every suite at once.
-  page.setDefaultTimeout(60000);
-  page.on('request', (r) => {
-    const u = r.url();
-    if (!u.startsWith(daemon.base + '/') && !u.startsWith('data:')) foreign.push(u);
-  });
-  page.on('pageerror', (e) => pageErrors.push(e.message));
-});
-
-test.after(async () => {
-  if (page) {
-    try { await page.screenshot({path: path.join(outDir, 'last-page.png'), fullPage: true}); } catch { /* closed */ }
-  }
-  await closeBrowser(browser);
-  if (daemon) {
-    await daemon.cleanup();
-    assert.deepEqual(daemon.sanitizerReports(), [], 'the daemon reported memory or UB errors');
-  }
-});
+const {daemon, page, outDir, foreign, pageErrors} = await openSuite(args, args.suite, {
+  extra: ['--cpu-slots', args.suite === 'controls' ? '1' : '2',
+    // Two GPUs by list: without NVML the server still schedules them and
+    // samples them (as zeros), which exercises the GPU view and charts.
+    ...(args.suite === 'controls' ? ['--gpus', '0,1', '--gpu-sample-ms', '250'] : ['--gpus', 'none']),
+    ...(args.suite === 'auth' ? ['--require-token'] : []),
+    // A priced server: the live suite checks the cost column (3600 per
+    // CPU-hour, so a second of running costs $1).
+    ...(args.suite === 'live' ? ['--cpu-hour-price', '3600'] : [])],
+  token: args.suite === 'auth' ? 'browser-test' : null});
 
 const stateOf = (sel) => page.getAttribute(sel, 'data-state');
 async function waitState(sel, state) {

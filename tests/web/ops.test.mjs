@@ -6,45 +6,12 @@
 //   node ops.test.mjs --trainyard BIN --engine BIN --out DIR
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import path from 'node:path';
-import {parseArgs} from 'node:util';
-import {launch, closeBrowser} from './browser.mjs';
-import {Daemon} from './daemon.mjs';
+import {openSuite, suiteArgs} from './suite.mjs';
 
-const {values: args} = parseArgs({options: {
-  trainyard: {type: 'string'}, engine: {type: 'string'}, out: {type: 'string'},
-}});
-for (const k of ['trainyard', 'engine', 'out']) {
-  if (!args[k]) { console.error(`ops.test.mjs: --${k} is required`); process.exit(2); }
-}
-const outDir = path.join(args.out, 'ops');
-fs.rmSync(outDir, {recursive: true, force: true});
-fs.mkdirSync(outDir, {recursive: true});
-
-let daemon, browser, page;
-const pageErrors = [];
-
-test.before(async () => {
-  daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
-    extra: ['--cpu-slots', '3', '--gpus', 'none', '--grace', '1']});
-  await daemon.start();
-  browser = await launch();
-  page = browser.context.pages()[0] || await browser.context.newPage();
-  page.setDefaultTimeout(60000);
-  page.on('pageerror', (e) => pageErrors.push(e.message));
-});
-
-test.after(async () => {
-  if (page) {
-    try { await page.screenshot({path: path.join(outDir, 'last-page.png'), fullPage: true}); } catch { /* closed */ }
-  }
-  await closeBrowser(browser);
-  if (daemon) {
-    await daemon.cleanup();
-    assert.deepEqual(daemon.sanitizerReports(), [], 'the daemon reported memory or UB errors');
-  }
-});
+const args = suiteArgs('ops.test.mjs');
+const {daemon, page, outDir, pageErrors} = await openSuite(args, 'ops',
+  {extra: ['--cpu-slots', '3', '--gpus', 'none', '--grace', '1']});
 
 test('a stalled job is marked; the list filters by tag', async () => {
   const hang = daemon.fixture('hang', {step_ms: 30, hang_at_step: 5});

@@ -12,45 +12,13 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import {parseArgs} from 'node:util';
-import {launch, closeBrowser} from './browser.mjs';
-import {Daemon} from './daemon.mjs';
+import {openSuite, suiteArgs} from './suite.mjs';
 
-const {values: args} = parseArgs({options: {
-  trainyard: {type: 'string'}, engine: {type: 'string'}, out: {type: 'string'},
-}});
-for (const k of ['trainyard', 'engine', 'out']) {
-  if (!args[k]) { console.error(`store.test.mjs: --${k} is required`); process.exit(2); }
-}
-const outDir = path.join(args.out, 'store');
-fs.rmSync(outDir, {recursive: true, force: true});
-fs.mkdirSync(outDir, {recursive: true});
-
-let daemon, browser, page;
-const pageErrors = [];
-
-test.before(async () => {
-  // One try per upload: the first failure is final, so the test does not
-  // wait out the retry backoff.
-  daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
-    extra: ['--cpu-slots', '1', '--gpus', 'none', '--upload-attempts', '1']});
-  await daemon.start();
-  browser = await launch();
-  page = browser.context.pages()[0] || await browser.context.newPage();
-  page.setDefaultTimeout(60000);
-  page.on('pageerror', (e) => pageErrors.push(e.message));
-});
-
-test.after(async () => {
-  if (page) {
-    try { await page.screenshot({path: path.join(outDir, 'last-page.png'), fullPage: true}); } catch { /* closed */ }
-  }
-  await closeBrowser(browser);
-  if (daemon) {
-    await daemon.cleanup();
-    assert.deepEqual(daemon.sanitizerReports(), [], 'the daemon reported memory or UB errors');
-  }
-});
+const args = suiteArgs('store.test.mjs');
+// One try per upload: the first failure is final, so the test does not
+// wait out the retry backoff.
+const {daemon, page, outDir, pageErrors} = await openSuite(args, 'store',
+  {extra: ['--cpu-slots', '1', '--gpus', 'none', '--upload-attempts', '1']});
 
 test('a store that stops taking writes: the job view and the list say so, the job fails', async () => {
   const storeDir = path.join(daemon.root, 'store');

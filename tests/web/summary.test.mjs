@@ -11,40 +11,11 @@
 // tokens/s 1,234). Screenshots of both widths are saved in DIR/summary.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import path from 'node:path';
-import {parseArgs} from 'node:util';
-import {launch, closeBrowser} from './browser.mjs';
-import {Daemon} from './daemon.mjs';
+import {openSuite, suiteArgs} from './suite.mjs';
 
-const {values: args} = parseArgs({options: {
-  trainyard: {type: 'string'}, engine: {type: 'string'}, out: {type: 'string'},
-}});
-for (const k of ['trainyard', 'engine', 'out']) {
-  if (!args[k]) { console.error(`summary.test.mjs: --${k} is required`); process.exit(2); }
-}
-const outDir = path.join(args.out, 'summary');
-fs.rmSync(outDir, {recursive: true, force: true});
-fs.mkdirSync(outDir, {recursive: true});
-
-let daemon, browser, page;
-
-test.before(async () => {
-  daemon = new Daemon({trainyard: args.trainyard, engine: args.engine, outDir,
-    extra: ['--cpu-slots', '2', '--gpus', 'none']});
-  await daemon.start();
-  browser = await launch();
-  page = browser.context.pages()[0] || await browser.context.newPage();
-  page.setDefaultTimeout(60000);
-});
-
-test.after(async () => {
-  await closeBrowser(browser);
-  if (daemon) {
-    await daemon.cleanup();
-    assert.deepEqual(daemon.sanitizerReports(), [], 'the daemon reported memory or UB errors');
-  }
-});
+const args = suiteArgs('summary.test.mjs');
+const {daemon, page, outDir} = await openSuite(args, 'summary', {extra: ['--cpu-slots', '2', '--gpus', 'none']});
 
 // Text of each summary card by its label, and whether its value is cut.
 async function cards() {
