@@ -625,6 +625,7 @@ int logits_main(int argc, char **argv)
         }
         for (size_t i = 0; i < n; i++)
             targets[i] = -100;
+        g.m.ce_rows = (int)n; /* every row's logits are printed: keep them all */
         if (model_alloc_acts(&g.m, 1, (int)n, MODEL_RECOMPUTE_NONE, &err) ||
             (g.have_lora && g.m.adapter.state && lora_alloc_acts(&g.l, 1, (int)n, &err))) {
             rc = fail1(NULL, &err);

@@ -968,6 +968,23 @@ int model_save_optimizer(model *m, const char *path, ty_err *err)
 
 /* ---- activations ------------------------------------------------------- */
 
+/* Bytes of logits the head keeps at once when the rows are the engine's
+ * choice: the [N, V] logits (GPT-2 seq 4096: 786 MiB in fp32, a 128k
+ * vocabulary's GBs) become a chunk of this size, reused chunk after chunk
+ * (docs/engine.md). Small enough to vanish next to the parameters, big
+ * enough that each lm_head GEMM still has hundreds of rows. */
+#define CE_CHUNK_BYTES ((size_t)32 << 20)
+#define CE_MIN_ROWS 128
+
+/* Rows of the head's logit chunk for N rows: ce_rows when asked for, else
+ * CE_CHUNK_BYTES worth (at least CE_MIN_ROWS), never more than N. */
+static int head_rows(const model *m, size_t N, size_t V, size_t es)
+{
+    size_t r = m->ce_rows > 0 ? (size_t)m->ce_rows : CE_CHUNK_BYTES / (V * es);
+    if (m->ce_rows <= 0 && r < CE_MIN_ROWS) r = CE_MIN_ROWS;
+    return (int)(r < N ? r : N);
+}
+
 int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *err)
 {
     const model_config *c = &m->cfg;
@@ -1058,7 +1075,9 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
         m->lnf = TAKE16(N * C);
         m->lnf_mean = TAKE(N);
         m->lnf_rstd = TAKE(N);
-        m->logits = TAKE16(N * V); /* in dt: the dlogits are written over them */
+        m->logit_rows = head_rows(m, N, V, es);
+        m->logits =
+            TAKE16((size_t)m->logit_rows * V); /* in dt: the dlogits are written over them */
         m->losses = TAKE(N);
         m->tmp = TAKE16(N * C);
         m->xw = wide ? TAKE(N * maxk) : NULL;
@@ -1232,12 +1251,12 @@ static void layer_fwd(model *m, int l, const void *x, int B, int T)
     kn_add(k, dt, a->res3, a->res2, m->tmp, (size_t)N * C);
 }
 
-/* Everything up to the logits: m->logits[N,V] for the B x T host inputs. */
-static void forward_logits(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
+/* Everything up to the head: m->lnf[N,C] for the B x T host inputs. */
+static void forward_hidden(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
-    int N = B * T, C = c->dim, V = c->vocab, gpt2 = c->arch == ARCH_GPT2;
+    int N = B * T, C = c->dim, gpt2 = c->arch == ARCH_GPT2;
     kn_dtype dt = m->dt;
     kn_to_device(k, m->ids, inputs, (size_t)N * sizeof(int32_t));
     kn_to_device(k, m->targets, targets, (size_t)N * sizeof(int32_t));
@@ -1264,51 +1283,90 @@ static void forward_logits(model *m, const int32_t *inputs, const int32_t *targe
         x = m->A[l].res3;
     }
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
-    /* lnf[N,C] = norm(x); logits[N,V] = lnf W_lm^T (in dt) */
+    /* lnf[N,C] = norm(x) */
     if (gpt2)
         kn_layernorm_fwd(k, dt, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b),
                          N, C, c->norm_eps);
     else
         kn_rmsnorm_fwd(k, dt, m->lnf, m->lnf_rstd, x, NWT(m->lnf_w, C), N, C, c->norm_eps);
-    if (dt == KN_F32)
-        kn_matmul_fwd(k, m->logits, m->lnf, W(m, m->lm_head), NULL, N, C, V);
+}
+
+/* The head over rows [r, r + n) (n <= logit_rows): logits[n,V] =
+ * lnf[r..] W_lm^T in dt. */
+static void head_fwd(model *m, int r, int n)
+{
+    kn_ctx *k = m->kn;
+    int C = m->cfg.dim, V = m->cfg.vocab;
+    const void *x = AV(m, m->lnf, (size_t)r * C);
+    if (m->dt == KN_F32)
+        kn_matmul_fwd(k, m->logits, x, W(m, m->lm_head), NULL, n, C, V);
     else
-        kn_matmul16_fwd(k, dt, dt, dt, m->logits, m->lnf, W16(m, m->lm_head), NULL, N, C, V);
+        kn_matmul16_fwd(k, m->dt, m->dt, m->dt, m->logits, x, W16(m, m->lm_head), NULL, n, C, V);
+}
+
+/* Its backward from the chunk's dlogits (in m->logits, in dt: the
+ * cross-entropy rounded them): dln[r..] = dlogits W_lm (dln zeroed by the
+ * caller), dW_lm += dlogits^T lnf[r..] chunk after chunk. */
+static void head_bwd(model *m, int r, int n)
+{
+    kn_ctx *k = m->kn;
+    int C = m->cfg.dim, V = m->cfg.vocab;
+    const void *x = AV(m, m->lnf, (size_t)r * C);
+    float *dx = m->dln + (size_t)r * C;
+    if (m->dt == KN_F32)
+        kn_matmul_bwd(k, dx, G(m, m->lm_head), NULL, m->logits, x, W(m, m->lm_head), n, C, V);
+    else
+        kn_matmul16_bwd(k, m->dt, m->dt, m->dt, dx, G(m, m->lm_head), NULL, m->logits, x,
+                        W16(m, m->lm_head), n, C, V);
+}
+
+/* The loss head over chunks of logit_rows rows: per chunk the lm_head
+ * GEMM, the cross-entropy (losses[N] per row) and, when training, its
+ * backward into dlogits and at once the two GEMMs back to dln[N,C] and
+ * dW_lm, so the next chunk can reuse the logits. The rows' losses are
+ * the same bits as one whole-N call (each row's CE is independent);
+ * dW_lm sums the chunks in order. */
+static void head_loss(model *m, float *losses, int N, int train, float scale, float softcap)
+{
+    kn_ctx *k = m->kn;
+    int V = m->cfg.vocab, R = m->logit_rows;
+    if (train) kn_zero(k, m->dln, (size_t)N * m->cfg.dim);
+    for (int r = 0; r < N; r += R) {
+        int n = N - r < R ? N - r : R;
+        head_fwd(m, r, n);
+        if (!train) {
+            kn_crossentropy_fwd(k, m->dt, losses + r, m->logits, m->targets + r, n, V, softcap);
+            continue;
+        }
+        /* losses and dlogits in one pass; dlogits overwrite the logits */
+        kn_crossentropy_fwd_bwd(k, m->dt, losses ? losses + r : NULL, m->logits, m->logits,
+                                m->targets + r, n, V, scale, softcap);
+        head_bwd(m, r, n);
+    }
 }
 
 double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
     int N = B * T;
-    forward_logits(m, inputs, targets, B, T);
-    kn_crossentropy_fwd(m->kn, m->dt, m->losses, m->logits, m->targets, N, m->cfg.vocab,
-                        m->cfg.final_softcap);
+    forward_hidden(m, inputs, targets, B, T);
+    head_loss(m, m->losses, N, 0, 0.0f, m->cfg.final_softcap);
     return kn_sum(m->kn, m->losses, (size_t)N);
 }
 
 /* ---- backward ---------------------------------------------------------- */
 
-/* Backward from dlogits (already in m->logits); adds into the gradients. */
-static void backward_from_logits(model *m, int B, int T)
+/* Backward from dln = d(lnf) (head_loss left it there, dW_lm done); adds
+ * into the gradients. */
+static void backward_from_head(model *m, int B, int T)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
-    int N = B * T, C = c->dim, F = c->ffn, V = c->vocab, Hq = c->n_head, Hkv = c->n_kv_head,
-        D = c->head_dim;
+    int N = B * T, C = c->dim, F = c->ffn, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
     int QD = Hq * D, KD = Hkv * D, gpt2 = c->arch == ARCH_GPT2;
     kn_dtype dt = m->dt;
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
 
-    /* dlnf[N,C] = dlogits W_lm; dW_lm += dlogits^T lnf */
-    /* dlogits are in the storage type (the cross-entropy rounded them). */
-    void *dlogits = m->logits;
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
-    kn_zero(k, m->dln, NC);
-    if (dt == KN_F32)
-        kn_matmul_bwd(k, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf, W(m, m->lm_head), N, C,
-                      V);
-    else
-        kn_matmul16_bwd(k, dt, dt, dt, m->dln, G(m, m->lm_head), NULL, dlogits, m->lnf,
-                        W16(m, m->lm_head), N, C, V);
     RND(m->dln, NC);
     const void *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
     /* dres[N,C] = d(final norm input) */
@@ -1465,22 +1523,18 @@ static void backward_from_logits(model *m, int B, int T)
 void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t *targets, int B,
                                  int T, float scale, float *losses)
 {
-    int N = B * T;
-    forward_logits(m, inputs, targets, B, T);
-    /* losses[N] and dlogits[N,V] in one pass; dlogits overwrite the logits */
-    kn_crossentropy_fwd_bwd(m->kn, m->dt, losses, m->logits, m->logits, m->targets, N, m->cfg.vocab,
-                            scale, m->cfg.final_softcap);
-    backward_from_logits(m, B, T);
+    forward_hidden(m, inputs, targets, B, T);
+    head_loss(m, losses, B * T, 1, scale, m->cfg.final_softcap);
+    backward_from_head(m, B, T);
 }
 
 double model_forward_backward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                               float scale)
 {
     int N = B * T;
-    forward_logits(m, inputs, targets, B, T);
-    kn_crossentropy_fwd_bwd(m->kn, m->dt, m->losses, m->logits, m->logits, m->targets, N,
-                            m->cfg.vocab, scale, 0.0f);
+    forward_hidden(m, inputs, targets, B, T);
+    head_loss(m, m->losses, N, 1, scale, 0.0f);
     double sum = kn_sum(m->kn, m->losses, (size_t)N); /* before the backward reuses the arena */
-    backward_from_logits(m, B, T);
+    backward_from_head(m, B, T);
     return sum;
 }

@@ -122,7 +122,13 @@ typedef struct model {
     /* 16-bit runs with adapters or a 4-bit base: the fp32 views those
      * read and write (x widened, the product before its rounding). */
     float *xw, *ow;
-    void *logits; /* [N, V] in dt: fp32, or 16-bit with 16-bit storage */
+    /* The head's logits for logit_rows rows at a time (in dt; the
+     * dlogits are written over them): the lm_head GEMM, the cross-entropy
+     * and the dlogits GEMMs run over chunks of rows, so the whole [N, V]
+     * never exists (model_alloc_acts picks the rows; ce_rows > 0, set
+     * before it, asks for that many: generate's logits dump asks for all). */
+    void *logits;
+    int ce_rows, logit_rows;
     float *dres, *dln, *datty, *dq, *dk, *dv, *dact, *dfc, *dup;
     float *dqr, *dkr;             /* qk_norm: d(q, k before the norm) */
     int32_t *ids, *targets, *pos; /* kn_alloc'd, B*T each */

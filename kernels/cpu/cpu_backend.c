@@ -6,6 +6,7 @@
  * state (cpu_state). */
 #include "cpu.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,23 +42,33 @@ static void cpu_close(kn_ctx *c)
     c->impl = NULL;
 }
 
+/* Zeroed, 64-byte aligned. calloc, not aligned_alloc + memset: a large
+ * block comes from fresh mmap pages that calloc knows are zero and does
+ * not touch, so a buffer takes resident memory only once it is written.
+ * That matters for peak RSS (docs/benchmarks.md): the gradients and AdamW
+ * moments (12 bytes a parameter) are allocated with the model but first
+ * written by the first step, after the bf16 masters were split and their
+ * fp32 buffer freed; with memset all three were resident next to it. The
+ * block is over-allocated by 64 bytes and aligned up; calloc's own pointer
+ * sits in the 8 bytes below the one returned (calloc aligns to 16, so
+ * there are at least 16). 0 bytes still gets a unique pointer so the
+ * accounting table can key on it. */
 static void *cpu_alloc(kn_ctx *c, size_t bytes)
 {
     (void)c;
-    /* aligned_alloc wants a multiple of the alignment; 0 bytes still gets a
-     * unique pointer so the accounting table can key on it. */
     size_t rounded = (bytes + 63) / 64 * 64;
-    if (rounded < bytes) return NULL;
-    if (rounded == 0) rounded = 64;
-    void *p = aligned_alloc(64, rounded);
-    if (p) memset(p, 0, rounded);
+    if (rounded < bytes || rounded + 64 < rounded) return NULL;
+    char *raw = calloc(1, rounded + 64);
+    if (!raw) return NULL;
+    char *p = (char *)(((uintptr_t)raw + 64) & ~(uintptr_t)63);
+    ((void **)p)[-1] = raw;
     return p;
 }
 
 static void cpu_free(kn_ctx *c, void *p)
 {
     (void)c;
-    free(p);
+    if (p) free(((void **)p)[-1]);
 }
 
 static void cpu_to_device(kn_ctx *c, void *dst, const void *src, size_t bytes)
