@@ -17,29 +17,20 @@
  * And the engine's own choice: a 65536-token vocabulary over 512 rows
  * gets 32 MiB chunks (128 rows in fp32, 256 in bf16), never more rows
  * than the batch has. */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tyassert.h"
-#include "hfconfig.h"
-#include "kernels.h"
-#include "model.h"
+#include "model_fixture.h"
 
 enum { B = 2, T = 12, N = B * T };
 
 static void make(model *m, kn_ctx *kn, const char *cfg_json, kn_dtype dt, int ce_rows, int b, int t)
 {
-    json_error_t je;
-    json_t *o = json_loads(cfg_json, 0, &je);
-    model_config c;
     ty_err err = {0};
-    REQUIRE(o && hfconfig_parse(o, "test", &c, &err) == 0);
-    json_decref(o);
-    REQUIRE(model_create(m, &c, kn, &err) == 0);
-    REQUIRE(model_init_random(m, 5, &err) == 0);
+    REQUIRE(fixture_model(m, kn, cfg_json, 5) == 0);
     REQUIRE(model_set_precision(m, dt, &err) == 0);
     m->ce_rows = ce_rows;
     REQUIRE(model_alloc_acts(m, b, t, MODEL_RECOMPUTE_NONE, &err) == 0);

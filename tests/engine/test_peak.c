@@ -13,7 +13,6 @@
  * (getrusage) while creating, initialising and splitting a 13M-parameter
  * model must stay under 12 bytes a parameter above the resident size
  * before; and a large kn_alloc must read as zeros. */
-#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +20,7 @@
 #include <sys/resource.h>
 
 #include "tyassert.h"
-#include "hfconfig.h"
-#include "kernels.h"
-#include "model.h"
+#include "model_fixture.h"
 
 static long rss_kib(void)
 {
@@ -62,16 +59,10 @@ int main(void)
         "{\"model_type\":\"llama\",\"hidden_size\":256,\"intermediate_size\":512,"
         "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
         "\"max_position_embeddings\":64,\"vocab_size\":24000,\"tie_word_embeddings\":false}";
-    json_error_t je;
-    json_t *o = json_loads(cfg_json, 0, &je);
-    model_config c;
     model m;
-    REQUIRE(o && hfconfig_parse(o, "test", &c, &err) == 0);
-    json_decref(o);
     long before = rss_kib();
     REQUIRE(before > 0);
-    REQUIRE(model_create(&m, &c, kn, &err) == 0);
-    REQUIRE(model_init_random(&m, 1, &err) == 0);
+    REQUIRE(fixture_model(&m, kn, cfg_json, 1) == 0);
     REQUIRE(model_set_precision(&m, KN_BF16, &err) == 0);
     size_t n = m.t[m.nt - 1].off + m.t[m.nt - 1].numel;
     double per_param = (double)(peak_kib() - before) * 1024.0 / (double)n;
