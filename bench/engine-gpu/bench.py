@@ -5,6 +5,8 @@
 # it on a lent GPU machine next to the binaries it carries.
 #
 #   bench.py ENGINE [--shapes gpt2-124M,llama-1B] [--budget SECONDS] [--out FILE]
+#       (--out: the results are added to FILE's JSON object, keys already
+#       there, such as scaling.py's "scaling", kept)
 #   bench.py ENGINE --dry     (here: tiny shapes on the emulated backend,
 #                              ENGINE = trainyard-engine-emu; checks the
 #                              script, measures nothing)
@@ -59,6 +61,17 @@ def write_data(tmp, vocab, T, rows):
     return p
 
 
+def read_events(text):
+    """The engine's event lines (JSON) of text; other lines are skipped."""
+    events = []
+    for line in text.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    return events
+
+
 def run_one(engine, tmp, name, s, batch, env, timeout):
     cfg = {k: v for k, v in s.items() if k not in ("T", "batches", "steps")}
     T, steps = s["T"], s["steps"]
@@ -78,12 +91,7 @@ def run_one(engine, tmp, name, s, batch, env, timeout):
                            timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"batch": batch, "error": f"timed out after {timeout:.0f} s"}
-    events = []
-    for line in p.stdout.splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            pass
+    events = read_events(p.stdout)
     err = [e for e in events if e.get("ev") == "error"]
     metrics = [e for e in events if e.get("ev") == "metric"]
     if p.returncode != 0 or err or not metrics:
@@ -139,9 +147,14 @@ def main():
             else:
                 results[name] = {"error": "no batch ran", "tried": tried}
                 print(f"{name}: no batch ran: {tried[-1]['error'] if tried else 'nothing tried'}")
-    if a.out:
+    if a.out:  # added to what is there (scaling.py's "scaling", run before)
+        doc = {}
+        if os.path.exists(a.out):
+            with open(a.out) as f:
+                doc = json.load(f)
+        doc.update(results)
         with open(a.out, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump(doc, f, indent=1)
     return 0 if all("error" not in r for r in results.values()) else 1
 
 

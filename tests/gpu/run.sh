@@ -33,6 +33,12 @@
 #       2b. tests/qlora/gpu_train.py within 10% more: a short QLoRA
 #          training (NF4 base, recompute all) on cuda against the CPU's
 #          losses, fp32 (1e-4) and bf16 (2e-2);
+#       2c. bench/engine-gpu/scaling.py within 10% more: with 2 or more
+#          GPUs, GPT-2 124M bf16 T 1024 at world 1 and world N (all GPUs,
+#          the ranks under mpirun as the server starts them), the same
+#          per-GPU batch: tokens/s of each, scaling efficiency, rank 0's
+#          all-reduce share, losses agreeing; with one GPU a SKIP line
+#          ("1 GPU: scaling not measurable"); "scaling" in bench.json;
 #       3. bench/engine-gpu in what is left (GPT-2 124M and Llama 1B at
 #          T = 1024, bf16, largest batch that fits: tokens/s, MFU, peak
 #          device memory; OUT/results/bench.json);
@@ -42,7 +48,8 @@
 #   run.sh dry OUT BUILD  (here, ctest gpu.run_dry)
 #       every step of `gpu` on the emulated backend with BUILD's binaries
 #       (test_kernels_device on cuda-emu for two small groups,
-#       trainyard-engine-emu for the model check and bench.py --dry), the
+#       trainyard-engine-emu for the model check and bench.py --dry,
+#       scaling.py --dry: world 1 and world 2 on the CPU backend), the
 #       reference made here with fewer steps: proves the script, measures
 #       nothing.
 #
@@ -107,6 +114,11 @@ checks() {
     echo "FAIL qlora: time budget spent" >>"$sum"
     fail=1
   fi
+  # 2c. data-parallel scaling 1 -> all GPUs, within 10% more: scaling.py
+  # writes its PASS / FAIL / SKIP line here and "scaling" into bench.json
+  left=$((limit * 90 / 100 - $(elapsed)))
+  python3 "$bin/scaling.py" "$engine" $dry --budget "$left" --summary "$sum" \
+    --out "$res/bench.json" >"$res/scaling.log" 2>&1 || fail=1
   # 3. the benchmark in what is left
   left=$((limit - $(elapsed)))
   if [ "$left" -ge 30 ]; then
@@ -141,7 +153,8 @@ build)
     >>"$bdir/gpu-build.log" 2>&1 || { tail -30 "$bdir/gpu-build.log"; exit 1; }
   mkdir -p "$out/bin" "$out/stage"
   cp "$bdir/bin/test_kernels_device_gpu" "$bdir/bin/trainyard-engine" "$out/bin/"
-  cp "$src/bench/engine-gpu/bench.py" "$here/model_check.py" "$src/tests/qlora/gpu_train.py" "$out/bin/"
+  cp "$src/bench/engine-gpu/bench.py" "$src/bench/engine-gpu/scaling.py" "$here/model_check.py" \
+    "$src/tests/qlora/gpu_train.py" "$out/bin/"
   # The PyTorch side of the model check, here (no PyTorch on the GPU).
   venv=${HF_VENV:-$src/build-test/hf-venv}
   [ -x "$venv/bin/python" ] || { echo "no tests/hf venv at $venv (ctest -R hf.venv makes it)"; exit 1; }
@@ -184,7 +197,8 @@ dry)
   venv=${HF_VENV:-$build/hf-venv}
   rm -rf "$out"
   mkdir -p "$out/bin"
-  cp "$here/model_check.py" "$src/bench/engine-gpu/bench.py" "$src/tests/qlora/gpu_train.py" "$out/bin/"
+  cp "$here/model_check.py" "$src/bench/engine-gpu/bench.py" "$src/bench/engine-gpu/scaling.py" \
+    "$src/tests/qlora/gpu_train.py" "$out/bin/"
   bash "$src/tests/hf/hfpy.sh" "$venv" "$here/make_ref.py" "$out/ref" 2 1 8 >"$out/make_ref.log" 2>&1
   rc=$?
   [ "$rc" -eq 77 ] && { cat "$out/make_ref.log"; exit 77; }
