@@ -879,35 +879,47 @@ typedef struct {
     model *m;
     const float *bufs[2]; /* which buffer tensor i comes from: i < nt -> bufs[0], else bufs[1];
                            * NULL with m->plo: the split bf16 masters */
-    float *stage;
-    float *join; /* device: SAVE_CHUNK joined masters */
+    float *stage;         /* a Conv1D tensor whole (the largest of them), to transpose */
+    float *join;          /* device: ST_WRITE_PIECE joined masters */
 } save_ctx;
 
-#define SAVE_CHUNK ((size_t)1 << 20)
-
-static int save_fill(void *vctx, int i, float *out, ty_err *err)
+/* Elements [o, o + n) of tensor t of the buffer b (or the split masters)
+ * as fp32 into host out. */
+static int save_copy(save_ctx *sc, const float *buf, const model_tensor *t, size_t o, size_t n,
+                     float *out, ty_err *err)
 {
-    (void)err;
+    model *m = sc->m;
+    if (buf || !m->plo) {
+        kn_to_host(m->kn, out, buf + t->off + o, n * sizeof(float));
+        return 0;
+    }
+    kn_master_join(m->kn, sc->join, (const uint16_t *)m->p16 + t->off + o, m->plo + t->off + o, n);
+    kn_to_host(m->kn, out, sc->join, n * sizeof(float));
+    return kn_check(m->kn, err) ? -1 : 0;
+}
+
+/* st_write_ranges' fill: elements [off, off + n) of tensor i in the
+ * file's order. Engine tensors are [out, in]; a Conv1D one is [in, out] on
+ * disk, so it is read whole into the stage at its first piece and each
+ * piece transposed from there (the largest, GPT-2's c_fc, is 9 MiB). */
+static int save_fill(void *vctx, int i, uint64_t off, size_t n, float *out, ty_err *err)
+{
     save_ctx *sc = vctx;
     model *m = sc->m;
     const float *buf = sc->bufs[i / m->nt];
     const model_tensor *t = &m->t[i % m->nt];
-    float *dst = t->conv1d ? sc->stage : out;
-    if (!buf && m->plo) { /* split bf16 masters: joined a chunk at a time */
-        for (size_t o = 0; o < t->numel; o += SAVE_CHUNK) {
-            size_t n = t->numel - o < SAVE_CHUNK ? t->numel - o : SAVE_CHUNK;
-            kn_master_join(m->kn, sc->join, (const uint16_t *)m->p16 + t->off + o,
-                           m->plo + t->off + o, n);
-            kn_to_host(m->kn, dst + o, sc->join, n * sizeof(float));
-        }
-        if (kn_check(m->kn, err)) return -1;
-    } else
-        kn_to_host(m->kn, dst, buf + t->off, t->numel * sizeof(float));
-    if (!t->conv1d) return 0;
+    if (!t->conv1d) return save_copy(sc, buf, t, (size_t)off, n, out, err);
+    if (off == 0)
+        for (size_t o = 0; o < t->numel; o += ST_WRITE_PIECE)
+            if (save_copy(sc, buf, t, o,
+                          t->numel - o < ST_WRITE_PIECE ? t->numel - o : ST_WRITE_PIECE,
+                          sc->stage + o, err))
+                return -1;
     int64_t o = t->shape[0], in = t->shape[1]; /* engine [out, in] -> disk [in, out] */
-    for (int64_t a = 0; a < o; a++)
-        for (int64_t b = 0; b < in; b++)
-            out[b * o + a] = sc->stage[a * in + b];
+    for (size_t e = 0; e < n; e++) {
+        uint64_t d = off + e; /* disk element: row d / o (an input), column d % o (an output) */
+        out[e] = sc->stage[(int64_t)(d % (uint64_t)o) * in + (int64_t)(d / (uint64_t)o)];
+    }
     return 0;
 }
 
@@ -921,10 +933,10 @@ static int save_tensors(model *m, const char *path, const float *b0, const float
     char(*names)[160] = calloc((size_t)n, sizeof *names);
     size_t maxn = 1;
     for (int i = 0; i < m->nt; i++)
-        if (m->t[i].numel > maxn) maxn = m->t[i].numel;
+        if (m->t[i].conv1d && m->t[i].numel > maxn) maxn = m->t[i].numel;
     save_ctx sc = {m, {b0, b1}, malloc(maxn * sizeof(float)), NULL};
     int rc;
-    if (!b0 && m->plo) sc.join = kn_alloc(m->kn, SAVE_CHUNK * sizeof(float));
+    if (!b0 && m->plo) sc.join = kn_alloc(m->kn, ST_WRITE_PIECE * sizeof(float));
     if (!outs || !names || !sc.stage || (!b0 && m->plo && !sc.join)) {
         rc = ty_err_set(err, TY_ENOMEM, "out of memory writing %s", path);
         goto out;
@@ -940,7 +952,7 @@ static int save_tensors(model *m, const char *path, const float *b0, const float
         outs[i].shape[1] = t->conv1d ? t->shape[0] : t->shape[1];
     }
     json_t *meta = json_pack("{s:s}", "format", "pt");
-    rc = st_write_as(path, outs, n, meta, save_fill, &sc, dtype, err);
+    rc = st_write_ranges(path, outs, n, meta, save_fill, &sc, dtype, err);
     json_decref(meta);
 out:
     free(outs);

@@ -338,8 +338,11 @@ int st_write(const char *path, const st_out *tensors, int n, json_t *metadata, s
     return st_write_as(path, tensors, n, metadata, fill, ctx, ST_F32, err);
 }
 
-int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill,
-                void *ctx, st_dtype dtype, ty_err *err)
+/* The writer of st_write_as (whole tensors from fill) and st_write_ranges
+ * (pieces from fill_range): one of the two is set. */
+static int write_tensors(const char *path, const st_out *tensors, int n, json_t *metadata,
+                         st_fill_fn fill, st_fill_range_fn fill_range, void *ctx, st_dtype dtype,
+                         ty_err *err)
 {
     if (dtype != ST_F32 && dtype != ST_BF16 && dtype != ST_F16)
         return ty_err_set(err, TY_EINVAL, "%s: cannot write dtype %s", path, st_dtype_name(dtype));
@@ -371,7 +374,8 @@ int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata
     size_t hlen = (tlen + 7) & ~(size_t)7; /* 8 + hlen stays a multiple of 8 */
 
     int rc = 0;
-    float *buf = malloc((max_numel ? max_numel : 1) * sizeof(float));
+    uint64_t piece = fill_range && max_numel > ST_WRITE_PIECE ? ST_WRITE_PIECE : max_numel;
+    float *buf = malloc((piece ? piece : 1) * sizeof(float));
     FILE *fp = fopen(path, "wb");
     if (!fp || !buf) {
         rc = ty_err_set(err, TY_EIO, "%s: %s", path, fp ? "out of memory" : strerror(errno));
@@ -387,14 +391,21 @@ int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata
         uint64_t numel = 1;
         for (int d = 0; d < tensors[i].ndim; d++)
             numel *= (uint64_t)tensors[i].shape[d];
-        rc = fill(ctx, i, buf, err);
-        if (rc) break;
-        if (dtype != ST_F32) { /* narrowed in place: element j's 2 bytes never pass element j's 4 */
-            uint16_t *h = (uint16_t *)buf;
-            for (uint64_t j = 0; j < numel; j++)
-                h[j] = dtype == ST_BF16 ? f32_to_bf16(buf[j]) : f32_to_f16(buf[j]);
+        /* whole (fill) or piece after piece (fill_range); a tensor of no
+         * elements still gets its fill call */
+        for (uint64_t off = 0; ok && !rc && (off < numel || off == 0); off += piece) {
+            size_t k = fill_range ? (size_t)(numel - off < piece ? numel - off : piece) : numel;
+            rc = fill_range ? fill_range(ctx, i, off, k, buf, err) : fill(ctx, i, buf, err);
+            if (rc) break;
+            if (dtype != ST_F32) { /* narrowed in place: element j's 2 bytes never pass its 4 */
+                uint16_t *h = (uint16_t *)buf;
+                for (size_t j = 0; j < k; j++)
+                    h[j] = dtype == ST_BF16 ? f32_to_bf16(buf[j]) : f32_to_f16(buf[j]);
+            }
+            ok = fwrite(buf, es, k, fp) == k;
+            if (!fill_range || !piece) break;
         }
-        ok = fwrite(buf, es, numel, fp) == numel;
+        if (rc) break;
     }
     if (!rc && (!ok || fflush(fp) != 0 || fsync(fileno(fp)) != 0))
         rc = ty_err_set(err, TY_EIO, "writing %s: %s", path, strerror(errno));
@@ -404,6 +415,18 @@ out:
     free(buf);
     free(text);
     return rc;
+}
+
+int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill,
+                void *ctx, st_dtype dtype, ty_err *err)
+{
+    return write_tensors(path, tensors, n, metadata, fill, NULL, ctx, dtype, err);
+}
+
+int st_write_ranges(const char *path, const st_out *tensors, int n, json_t *metadata,
+                    st_fill_range_fn fill, void *ctx, st_dtype dtype, ty_err *err)
+{
+    return write_tensors(path, tensors, n, metadata, NULL, fill, ctx, dtype, err);
 }
 
 const char *st_foreign_quant(const char *name)

@@ -85,6 +85,19 @@ int st_write(const char *path, const st_out *tensors, int n, json_t *metadata, s
 int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill,
                 void *ctx, st_dtype dtype, ty_err *err);
 
+/* Produces elements [off, off + n) of tensor i (in the file's order) into
+ * buf; returns 0 or TY_E*. */
+typedef int (*st_fill_range_fn)(void *ctx, int i, uint64_t off, size_t n, float *buf, ty_err *err);
+/* Elements per piece of st_write_ranges (4 MiB of fp32). */
+#define ST_WRITE_PIECE ((size_t)1 << 20)
+
+/* st_write_as with each tensor produced in pieces of at most
+ * ST_WRITE_PIECE elements: the writer holds one piece (4 MiB), not the
+ * largest tensor as fp32 (a 32k x 2048 embedding: 250 MiB, resident next
+ * to the whole training state when a checkpoint is saved). */
+int st_write_ranges(const char *path, const st_out *tensors, int n, json_t *metadata,
+                    st_fill_range_fn fill, void *ctx, st_dtype dtype, ty_err *err);
+
 /* fp16 / bf16 bit patterns to float (exact). */
 float st_f16_to_f32(uint16_t h);
 float st_bf16_to_f32(uint16_t h);

@@ -15,7 +15,17 @@
 # (its start-up log) next to what the previous kernel's [B, H, T, T]
 # probabilities alone needed.
 #
-# Usage: precision.py ENGINE [--threads N] [--steps N] [--llama-layers N] [--only gpt2|llama|attention]
+# The batch sweep (--batches, default 1,2,4,8) trains GPT-2 124M at seq 1024
+# one step per batch size in each precision and prints the bf16/fp32 peak
+# RSS ratio per batch: the parameter side (16 bytes a parameter in both)
+# is constant while activations grow with the rows, so the ratio falls
+# with the batch. A batch whose fp32 peak would pass --max-rss-gib
+# (estimated from batch 1: its peak plus an activation arena per extra
+# row of the batch) is skipped and said so.
+#
+# Usage: precision.py ENGINE [--threads N] [--steps N] [--llama-layers N]
+#                    [--batches 1,2,4,8] [--max-rss-gib 14]
+#                    [--only gpt2|llama|sweep|attention]
 import argparse
 import json
 import os
@@ -85,11 +95,14 @@ def main():
     ap.add_argument("--seqs", default="1024,4096")
     ap.add_argument("--long-steps", type=int, default=1,
                     help="steps for seq > 1024 (1: timed from the started event, warm-up included)")
-    ap.add_argument("--only", choices=["gpt2", "llama", "attention"])
+    ap.add_argument("--batches", default="1,2,4,8")
+    ap.add_argument("--max-rss-gib", type=float, default=14.0)
+    ap.add_argument("--only", choices=["gpt2", "llama", "sweep", "attention"])
     a = ap.parse_args()
     import torch
     g = torch.Generator().manual_seed(1)
-    print(f"threads {a.threads}, {a.steps} steps per run (first is warm-up), batch 1", flush=True)
+    print(f"threads {a.threads}, {a.steps} steps per run (first is warm-up), batch 1 "
+          f"(the sweep: one step per batch size)", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_precision_") as tmp:
         for kind in ("gpt2", "llama"):
@@ -113,6 +126,31 @@ def main():
                                       "tokens_per_s": seq / r["step_s"], "peak_rss_mib": r["rss"] >> 20,
                                       "activation_mib": (r["acts"] or 0) >> 20, "memory": r["memory"]}), flush=True)
                 rows.append((kind, seq, res))
+        sweep = []
+        if not a.only or a.only == "sweep":
+            seq, rss1, acts1 = 1024, None, None
+            for b in [int(x) for x in a.batches.split(",")]:
+                if rss1 and acts1 and rss1 + (b - 1) * acts1 > a.max_rss_gib * 2**30:
+                    est = (rss1 + (b - 1) * acts1) / 2**30
+                    print(f"sweep: batch {b} skipped: fp32 peak ~{est:.1f} GiB > {a.max_rss_gib} GiB", flush=True)
+                    sweep.append((b, None))
+                    continue
+                data = os.path.join(tmp, f"sweep-{b}.jsonl")
+                write_data(data, b + 1, seq, 50257, g)
+                res = {}
+                for prec in ("fp32", "bf16"):
+                    spec = {"model": {"init": model_init("gpt2", 0, seq)},
+                            "dataset": {"train": data, "format": "tokens"},
+                            "hyperparameters": {"max_steps": 1, "batch_size": b, "seq_len": seq,
+                                                "lr": 1e-4, "log_every_steps": 1},
+                            "precision": prec, "export": {"dtype": "bf16"}}
+                    r = res[prec] = run_engine(a.engine, spec, tmp, f"sweep-{b}-{prec}", a.threads)
+                    print(json.dumps({"sweep_batch": b, "precision": prec, "step_s": r["step_s"],
+                                      "tokens_per_s": b * seq / r["step_s"], "peak_rss_mib": r["rss"] >> 20,
+                                      "activation_mib": (r["acts"] or 0) >> 20, "memory": r["memory"]}), flush=True)
+                if b == 1:
+                    rss1, acts1 = res["fp32"]["rss"], res["fp32"]["acts"]
+                sweep.append((b, res))
         curve = []
         if not a.only or a.only == "attention":
             for T in (512, 1024, 2048, 4096, 8192):
@@ -134,6 +172,19 @@ def main():
             print(f"{name:<22} {seq:>5} {seq / f['step_s']:>10.1f} {seq / b['step_s']:>10.1f} "
                   f"{f['step_s'] / b['step_s']:>5.2f}x {f['rss'] >> 20:>6}MiB {b['rss'] >> 20:>6}MiB "
                   f"{b['rss'] / f['rss']:>5.2f}x {f['acts'] >> 20:>6}MiB {b['acts'] >> 20:>6}MiB")
+    if sweep:
+        print()
+        print("GPT-2 124M, seq 1024, one step each (tokens/s from `started`: warm-up included)")
+        print(f"{'batch':>5} {'fp32 tok/s':>10} {'bf16 tok/s':>10} {'ratio':>6} {'fp32 RSS':>9} {'bf16 RSS':>9} "
+              f"{'ratio':>6} {'fp32 acts':>9} {'bf16 acts':>9}")
+        for b, res in sweep:
+            if res is None:
+                print(f"{b:>5} skipped (fp32 over --max-rss-gib)")
+                continue
+            f, h = res["fp32"], res["bf16"]
+            print(f"{b:>5} {b * 1024 / f['step_s']:>10.1f} {b * 1024 / h['step_s']:>10.1f} "
+                  f"{f['step_s'] / h['step_s']:>5.2f}x {f['rss'] >> 20:>6}MiB {h['rss'] >> 20:>6}MiB "
+                  f"{h['rss'] / f['rss']:>5.2f}x {f['acts'] >> 20:>6}MiB {h['acts'] >> 20:>6}MiB")
     if curve:
         print()
         print(f"{'T':>6} {'activations':>12} {'per token':>10} {'peak RSS':>9} {'old att (1 layer)':>18}")

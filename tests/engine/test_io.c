@@ -82,6 +82,53 @@ static void test_safetensors_roundtrip(void)
     st_close(&f);
 }
 
+/* st_write_ranges: elements [off, off + n) of tensor i, never more than
+ * a piece; values exact in bf16 (integers -125..125). */
+static size_t most_asked;
+static int fill_range_seq(void *ctx, int i, uint64_t off, size_t n, float *buf, ty_err *err)
+{
+    (void)ctx;
+    (void)err;
+    if (n > most_asked) most_asked = n;
+    for (size_t k = 0; k < n; k++)
+        buf[k] = (float)((int)((off + k + (uint64_t)i * 7) % 251) - 125);
+    return 0;
+}
+
+/* A tensor of 2.6M elements goes out in three pieces and reads back
+ * whole, in F32 and BF16; the small and the empty tensor around it too. */
+static void test_safetensors_ranges(void)
+{
+    st_out outs[3] = {{"small", 1, {7}}, {"big", 2, {2, 1300000}}, {"empty", 2, {0, 4}}};
+    const st_dtype dts[2] = {ST_F32, ST_BF16};
+    float *back = malloc(2600000 * sizeof *back);
+    REQUIRE(back != NULL);
+    for (int d = 0; d < 2; d++) {
+        char path[512];
+        path_in(path, sizeof path, d ? "ranges16.safetensors" : "ranges.safetensors");
+        ty_err err = {0};
+        most_asked = 0;
+        CHECK(st_write_ranges(path, outs, 3, NULL, fill_range_seq, NULL, dts[d], &err) == 0, "%s",
+              err.msg);
+        CHECK(most_asked == ST_WRITE_PIECE, "%zu elements asked at once", most_asked);
+        st_file f;
+        REQUIRE(st_open(&f, path, &err) == 0);
+        const st_tensor *big = st_find(&f, "big"), *small = st_find(&f, "small");
+        CHECK(big && big->dtype == dts[d] && big->shape[1] == 1300000);
+        CHECK(st_find(&f, "empty") != NULL);
+        int bad = 0;
+        if (big && st_to_f32(big, back, &err) == 0)
+            for (size_t k = 0; k < 2600000; k++)
+                bad += back[k] != (float)((int)((k + 7) % 251) - 125);
+        else
+            bad = 1;
+        CHECK(bad == 0, "%d wrong elements", bad);
+        CHECK(small && st_to_f32(small, back, &err) == 0 && back[6] == 6 - 125);
+        st_close(&f);
+    }
+    free(back);
+}
+
 static void test_half_conversions(void)
 {
     CHECK(st_f16_to_f32(0x3c00) == 1.0f);
@@ -452,6 +499,7 @@ int main(void)
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ty-engine-io-XXXXXX");
     if (!mkdtemp(tmpdir)) return 2;
     test_safetensors_roundtrip();
+    test_safetensors_ranges();
     test_half_conversions();
     test_safetensors_bad();
     test_config();
