@@ -4,7 +4,7 @@
  *       [--adapter DIR] [--lora-r R --lora-alpha A --lora-targets a,b]
  *       (--prompt TEXT | --prompt-ids "1 2 3") [--max-tokens N]
  *       [--temperature T] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos]
- *       [--threads N]
+ *       [--threads N] [--dtype auto|fp32|bf16|fp16]
  *   trainyard-engine logits  (same model options) --prompt-ids "..." [--kv]
  *
  * The model is read the way training reads it (hfconfig + model_load_dir),
@@ -19,7 +19,12 @@
  * string (the text is cut before it), or after --max-tokens. The result is
  * one JSON object on stdout:
  *   {"text", "ids", "prompt_tokens", "completion_tokens", "finish_reason":
- *    "eos"|"stop"|"length", "prefill_s", "decode_s", "tokens_per_s"}
+ *    "eos"|"stop"|"length", "prefill_s", "decode_s", "tokens_per_s", "dtype"}
+ * --dtype is the type the products read the weights in (kvcache.h): auto
+ * (default) is the checkpoint's own, config.json's dtype / torch_dtype —
+ * a bf16 or fp16 model generates in 16 bits, as transformers' dtype="auto"
+ * loads it — else fp32. `logits --kv` takes it too; the training forward
+ * (logits without --kv) is fp32.
  * `logits` prints {"logits": [[...], ...]} for every prompt position: by
  * the training forward with the adapter unmerged (model_forward), or with
  * --kv by feeding the cache one token at a time — the tests hold both to
@@ -49,6 +54,7 @@
 typedef struct gen_opts {
     const char *model_dir, *config, *weights, *adapter, *tokenizer;
     const char *prompt, *prompt_ids;
+    const char *dtype; /* NULL = auto */
     int lora_r;
     double lora_alpha;
     char *targets[MAX_TARGETS];
@@ -99,7 +105,7 @@ static int usage_err(const char *cmd, const char *msg)
         "trainyard-engine %s\nusage: trainyard-engine %s (--model DIR | --config FILE) [--weights FILE] "
         "[--adapter DIR] [--lora-r R --lora-alpha A --lora-targets a,b] (--prompt TEXT | --prompt-ids IDS) "
         "[--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos] "
-        "[--threads N]%s\n",
+        "[--threads N] [--dtype auto|fp32|bf16|fp16]%s\n",
         line, cmd, strcmp(cmd, "logits") ? "" : " [--kv]");
     ev_error(line);
     return 2;
@@ -152,7 +158,11 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
             o->prompt = v;
         else if (!strcmp(a, "--prompt-ids"))
             o->prompt_ids = v;
-        else if (!strcmp(a, "--stop")) {
+        else if (!strcmp(a, "--dtype")) {
+            if (strcmp(v, "auto") && strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16"))
+                return usage_err(cmd, "--dtype must be auto, fp32, bf16 or fp16");
+            o->dtype = strcmp(v, "auto") ? v : NULL;
+        } else if (!strcmp(a, "--stop")) {
             if (o->n_stops == MAX_STOPS) return usage_err(cmd, "at most 8 --stop strings");
             if (!*v) return usage_err(cmd, "--stop must not be empty");
             o->stops[o->n_stops++] = v;
@@ -332,6 +342,22 @@ static int load(gen_ctx *g, gen_opts *o, int lora_hooks)
     return 0;
 }
 
+/* The products' weight type: --dtype, else the checkpoint's (config.json's
+ * dtype, or torch_dtype as transformers 4 wrote it). */
+static kn_dtype weight_dtype(const gen_opts *o, const model *m)
+{
+    const char *d = o->dtype;
+    if (!d) {
+        json_t *j = json_object_get(m->cfg.raw, "dtype");
+        if (!json_is_string(j)) j = json_object_get(m->cfg.raw, "torch_dtype");
+        const char *own = json_string_value(j);
+        d = own && !strcmp(own, "bfloat16")  ? "bf16"
+            : own && !strcmp(own, "float16") ? "fp16"
+                                             : "fp32";
+    }
+    return !strcmp(d, "bf16") ? KN_BF16 : !strcmp(d, "fp16") ? KN_F16 : KN_F32;
+}
+
 static void unload(gen_ctx *g)
 {
     if (g->have_lora) lora_free(&g->l);
@@ -367,6 +393,7 @@ static int prompt_ids(gen_ctx *g, const gen_opts *o, int32_t **ids, size_t *n)
             long v = strtol(p, &end, 10);
             if (end == p || errno || v < 0 || v >= g->m.cfg.vocab) {
                 free(*ids);
+                *ids = NULL; /* the caller frees ids too */
                 return ty_err_set(&err, TY_EINVAL,
                                   "--prompt-ids: \"%.20s\" is not a token id in [0, %d)", p,
                                   g->m.cfg.vocab),
@@ -385,11 +412,13 @@ static int prompt_ids(gen_ctx *g, const gen_opts *o, int32_t **ids, size_t *n)
     }
     if (*n == 0) {
         free(*ids);
+        *ids = NULL; /* the caller frees ids too */
         return ty_err_set(&err, TY_EINVAL, "the prompt is empty (no tokens)"), fail1(NULL, &err);
     }
     for (size_t i = 0; i < *n; i++) {
         if ((*ids)[i] >= g->m.cfg.vocab) {
             free(*ids);
+            *ids = NULL; /* the caller frees ids too */
             return ty_err_set(&err, TY_EINVAL,
                               "the prompt's token %d is outside the model's vocabulary of %d",
                               (int)(*ids)[i], g->m.cfg.vocab),
@@ -498,7 +527,8 @@ int generate_main(int argc, char **argv)
         rc = fail1(NULL, &err);
         goto out;
     }
-    if (kv_create(&kv, &g.m, (int)total, (int)n, &err)) {
+    if (kv_create(&kv, &g.m, (int)total, (int)n, &err) ||
+        kv_set_weights(&kv, weight_dtype(&o, &g.m), &err)) {
         rc = fail1(NULL, &err);
         goto out;
     }
@@ -560,6 +590,7 @@ int generate_main(int argc, char **argv)
     json_object_set_new(res, "decode_s", json_real(t2 - t1));
     json_object_set_new(res, "tokens_per_s",
                         json_real(produced > 1 && t2 > t1 ? (produced - 1) / (t2 - t1) : 0));
+    json_object_set_new(res, "dtype", json_string(kn_dtype_name(kv.wdt)));
     char *s = json_dumps(res, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(res);
     if (s) {
@@ -595,6 +626,10 @@ int logits_main(int argc, char **argv)
     size_t n = 0;
     ty_err err = {0};
     kv_cache kv = {0};
+    if (!o.kv && o.dtype && strcmp(o.dtype, "fp32")) {
+        rc = usage_err("logits", "--dtype bf16 / fp16 needs --kv (the training forward is fp32)");
+        goto out;
+    }
     if ((rc = load(&g, &o, !o.kv)) || (rc = prompt_ids(&g, &o, &ids, &n))) goto out;
     const model_config *c = &g.m.cfg;
     if ((long)n > c->max_pos) {
@@ -605,7 +640,8 @@ int logits_main(int argc, char **argv)
     int V = c->vocab;
     printf("{\"logits\":[");
     if (o.kv) {
-        if (kv_create(&kv, &g.m, (int)n, 1, &err)) {
+        if (kv_create(&kv, &g.m, (int)n, 1, &err) ||
+            kv_set_weights(&kv, weight_dtype(&o, &g.m), &err)) {
             rc = fail1(NULL, &err);
             goto out;
         }

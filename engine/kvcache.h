@@ -11,7 +11,14 @@
  * runs on the CPU backend only for now.
  *
  * The model must have no LoRA hooks attached: adapters are merged into the
- * weights first (lora_merge), which is what inference should do anyway. */
+ * weights first (lora_merge), which is what inference should do anyway.
+ *
+ * Weights: fp32 (the model's parameters, read in place), or after
+ * kv_set_weights a bf16 / fp16 copy that every product reads instead — a
+ * decoded token reads each weight matrix once, so 16 bits halve the bytes
+ * per token. Then each product's input row is rounded to that type and the
+ * products accumulate in fp32 (kn_matmul16), as transformers runs a 16-bit
+ * checkpoint; norms, residuals, attention and the cache stay fp32. */
 #ifndef TY_KVCACHE_H
 #define TY_KVCACHE_H
 
@@ -29,11 +36,19 @@ typedef struct kv_cache {
     float *x, *h, *mean, *rstd, *q, *kk, *vv, *att, *tmp, *fc, *up, *act, *logits, *probs;
     float *qk_rstd; /* qk_norm: [nmax * n_head] */
     int32_t *ids, *pos;
+    kn_dtype wdt; /* the products' weight type: KN_F32 (params) or w16's */
+    void *w16;    /* 16-bit copy of the parameters, the table's layout; NULL in fp32 */
 } kv_cache;
 
 /* A cache for up to cap positions, taking up to nmax tokens per step. */
 int kv_create(kv_cache *c, model *m, int cap, int nmax, ty_err *err);
 void kv_free(kv_cache *c);
+/* Products read weights of type wdt from now on: bf16 / fp16 round the
+ * model's parameters to wdt in place (every weight in that type, as
+ * model.to(dtype)) and make the 16-bit copy the products read (2 bytes a
+ * parameter; the fp32 parameters stay for the norms, biases and
+ * embeddings). Call after the weights are final (loaded, adapters merged). */
+int kv_set_weights(kv_cache *c, kn_dtype wdt, ty_err *err);
 /* Forgets every position (a new sequence). */
 void kv_reset(kv_cache *c);
 /* Runs ids[0..n) at positions len..len+n-1 and appends their keys and

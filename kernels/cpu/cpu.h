@@ -107,6 +107,14 @@ const char *cpu_blas_desc(void);
 void cpu_sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* out[M] = x[K] w[M,K]^T (+ bias) for one row, w in wdt (fp32, bf16,
+ * fp16; x rounded to wdt first): the N == 1 case of kn_matmul_fwd and
+ * kn_matmul16_fwd (cpu_gemv.c). */
+void cpu_gemv(kn_ctx *c, kn_dtype wdt, float *out, const float *x, const void *w, const float *bias,
+              int K, int M);
+/* 0 when TY_KN_GEMV=off (bench/generate/membw compares the paths). */
+int cpu_gemv_on(void);
+
 /* dx = dout * gelu'(x), written, in place allowed (cpu_matmul_gelu.c). */
 void cpu_gelu_bwd_write(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n);
 

@@ -69,6 +69,10 @@ void cpu_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const
                     int K, int M)
 {
     if (N <= 0 || M <= 0) return;
+    if (N == 1 && cpu_gemv_on()) { /* decoding: one row reads each weight once (cpu_gemv.c) */
+        cpu_gemv(c, KN_F32, out, x, w, bias, K, M);
+        return;
+    }
     /* out[N,M] = x[N,K] w[M,K]^T, then + bias (added after the product). */
     par_sgemm(c, CblasNoTrans, CblasTrans, N, M, K, x, K, w, K, 0.0f, out, M, bias);
 }

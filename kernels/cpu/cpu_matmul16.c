@@ -221,6 +221,16 @@ void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, vo
                 kn_dtype_name(dt));
         return;
     }
+    if (N == 1 && K > 0 && cpu_gemv_on()) {
+        /* decoding: the weights read once, in 16 bits (cpu_gemv.c); measured
+         * faster than oneDNN at one row (docs/benchmarks.md, Generation) */
+        const float *x1 = x_rows(c, x, x_dt, 0, 1, K);
+        float *o = out_dt == KN_F32 ? out : scratch(c, 3, (size_t)M * sizeof(float));
+        if (!x1 || !o) return;
+        cpu_gemv(c, dt, o, x1, w, bias, K, M);
+        if (o != out) cpu_convert(c, out, out_dt, o, KN_F32, (size_t)M);
+        return;
+    }
 #ifdef TY_KN_HAVE_DNNL
     int kind =
         out_dt == KN_BF16 ? (bias ? MM_FWD16_BIAS : MM_FWD16) : (bias ? MM_FWD_BIAS : MM_FWD);

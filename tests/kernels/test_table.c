@@ -287,6 +287,61 @@ static void c_matmul(tc *t)
     }
 }
 
+/* One-row products (decoding, N = 1: the CPU's cpu_gemv.c) in fp32, bf16
+ * and fp16, over shapes that leave row and column remainders (K % 32,
+ * M % 4 and % 16) and one large enough to be split over threads; with a
+ * bias, fp32 or 16-bit out, fp32 or 16-bit x. Run also with
+ * TY_KN_GEMV=portable (ctest kernels.table_gemv_portable). */
+static void c_gemv(tc *t)
+{
+    const int shapes[][2] = {{1, 1}, {77, 37}, {256, 64}, {1000, 19}, {520, 263}};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        int K = shapes[si][0], M = shapes[si][1];
+        for (int dt = KN_F32; dt <= KN_F16; dt++) {
+            float *hx = hrand((size_t)K, 1), *hw = hrand((size_t)M * K, 1), *hb = hrand(M, 1);
+            float *x = dput(t, hx, (size_t)K * 4), *wf = dput(t, hw, (size_t)M * K * 4),
+                  *b = dput(t, hb, M * 4), *o = dpoison(t, M), *o2 = dpoison(t, M);
+            void *w16 = NULL, *x16 = NULL;
+            if (dt != KN_F32) {
+                kn_round(t->c, x, (size_t)K, (kn_dtype)dt);
+                w16 = dput(t, NULL, (size_t)M * K * 2);
+                x16 = dput(t, NULL, (size_t)K * 2);
+                kn_convert(t->c, w16, (kn_dtype)dt, wf, KN_F32, (size_t)M * K);
+                kn_convert(t->c, wf, KN_F32, w16, (kn_dtype)dt, (size_t)M * K);
+                kn_convert(t->c, x16, (kn_dtype)dt, x, KN_F32, (size_t)K);
+                kn_to_host(t->c, hx, x, (size_t)K * 4);
+                kn_to_host(t->c, hw, wf, (size_t)M * K * 4);
+            }
+            double *wo = dvec(M), *wn = dvec(M);
+            for (int m = 0; m < M; m++) {
+                double a = 0;
+                for (int k = 0; k < K; k++)
+                    a += (double)hx[k] * hw[(size_t)m * K + k];
+                wo[m] = a + hb[m];
+                wn[m] = a;
+            }
+            if (dt == KN_F32) {
+                kn_matmul_fwd(t->c, o, x, wf, b, 1, K, M);
+                kn_matmul_fwd(t->c, o2, x, wf, NULL, 1, K, M);
+                expect(t, "gemv fp32 out", o, wo, M, KN_F32);
+                expect(t, "gemv fp32 out (no bias)", o2, wn, M, KN_F32);
+            } else {
+                kn_dtype d = (kn_dtype)dt;
+                kn_matmul16_fwd(t->c, d, KN_F32, KN_F32, o, x, w16, b, 1, K, M);
+                kn_matmul16_fwd(t->c, d, KN_F32, d, o2, x16, w16, NULL, 1, K, M);
+                expect(t, "gemv 16-bit w out", o, wo, M, KN_F32);
+                expect(t, "gemv 16-bit w and x out (no bias)", o2, wn, M, KN_F32);
+                void *o16 = dput(t, NULL, (size_t)M * 2);
+                float *o16f = dpoison(t, M);
+                kn_matmul16_fwd(t->c, d, d, KN_F32, o16, x, w16, b, 1, K, M);
+                kn_convert(t->c, o16f, KN_F32, o16, d, (size_t)M);
+                expect(t, "gemv 16-bit out", o16f, wo, M, d);
+            }
+            free(hx), free(hw), free(hb), free(wo), free(wn);
+        }
+    }
+}
+
 /* GELU (tanh form) and its derivative in double, for the references. */
 static double gelu_d(double v)
 {
@@ -838,6 +893,7 @@ static const struct {
     {"embedding", c_embedding},
     {"norms", c_norms},
     {"matmul", c_matmul},
+    {"gemv", c_gemv},
     {"matmul_gelu", c_matmul_gelu},
     {"activations", c_activations},
     {"attention", c_attention},
