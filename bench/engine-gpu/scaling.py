@@ -17,10 +17,11 @@
 # TY_WORLD_SIZE, CUDA_VISIBLE_DEVICES = the N GPUs, CUDA_DEVICE_ORDER,
 # TY_EVENTS_PATH (rank 0's events, a file here where the server has a
 # FIFO); each rank takes GPU `local rank` and one micro-batch of b rows;
-# the gradients are summed over NCCL (its unique id goes over MPI, so
-# mpirun must be on the machine). World 1's step therefore also runs the
-# optimizer once per N x b rows, as world N does per rank: the same work
-# per GPU but the all-reduce.
+# the gradients are summed over NCCL (its unique id goes over MPI). The
+# mpirun: --mpirun, else TY_MPIRUN, else the one run.sh carries
+# (OUT/ompi/bin/mpirun, tests/gpu/carry-mpi.sh), else the machine's.
+# World 1's step also runs the optimizer once per N x b rows, as world N
+# does per rank: the same work per GPU but the all-reduce.
 #
 # What it reports: tokens/s of each world (the median of the metric
 # events' tokens_per_s after two warm-up steps; the engine counts the
@@ -206,6 +207,14 @@ def record(args, line, rec):
             json.dump(doc, f, indent=1)
 
 
+def default_mpirun():
+    """The launcher run.sh carries (tests/gpu/carry-mpi.sh: OUT/ompi beside
+    OUT/bin, the Open MPI the engine's libmpi comes from), else mpirun on
+    the path."""
+    carried = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ompi", "bin", "mpirun")
+    return carried if os.access(carried, os.X_OK) else "mpirun"
+
+
 def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("engine")
@@ -213,7 +222,7 @@ def parse_args():
     ap.add_argument("--budget", type=float, default=120, help="seconds for both runs")
     ap.add_argument("--out", help="JSON file to add the results to, under \"scaling\"")
     ap.add_argument("--summary", help="append the PASS / FAIL / SKIP line to this file")
-    ap.add_argument("--mpirun", default=os.environ.get("TY_MPIRUN", "mpirun"))
+    ap.add_argument("--mpirun", default=os.environ.get("TY_MPIRUN") or default_mpirun())
     ap.add_argument("--dry", action="store_true")
     return ap.parse_args()
 

@@ -14,7 +14,9 @@
 #       are the GPU machine's (its image has nvidia-cublas) and are never
 #       carried. Also builds trainyard-engine (the CUDA backend linked in,
 #       the CUDA runtime static, cuBLASLt dlopened) and carries it with
-#       bench/engine-gpu/bench.py. Copies this script to OUT.
+#       bench/engine-gpu/bench.py and scaling.py, and Open MPI's launcher
+#       for scaling.py's ranks (carry-mpi.sh: OUT/ompi.tar.xz, Debian's
+#       Open MPI relocated). Copies this script to OUT.
 #       Also computes the PyTorch reference of the model check here
 #       (make_ref.py in the tests/hf venv, HF_VENV, default
 #       build-test/hf-venv: transformers' small GPT-2 and Llama, PyTorch
@@ -173,6 +175,7 @@ build)
   done
   tar -C "$out/stage" -cJf "$out/libs.tar.xz" .
   rm -rf "$out/stage"
+  bash "$here/carry-mpi.sh" "$out" # OUT/ompi.tar.xz: mpirun for scaling.py's ranks
   cp "$here/run.sh" "$out/run.sh"
   echo "ready: $out ($(du -sh "$out" | cut -f1)); on the GPU: $out/run.sh gpu $out"
   ;;
@@ -181,6 +184,7 @@ gpu)
   limit=${3:-420}
   mkdir -p "$out/lib"
   tar -C "$out/lib" -xJf "$out/libs.tar.xz"
+  [ -f "$out/ompi.tar.xz" ] && tar -C "$out" -xJf "$out/ompi.tar.xz" # carry-mpi.sh's
   lt=$(find /opt /usr -name 'libcublasLt.so.13' 2>/dev/null | head -1)
   [ -n "$lt" ] || { echo "no libcublasLt.so.13 on this machine" >&2; exit 1; }
   export LD_LIBRARY_PATH="$out/lib:$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
