@@ -44,16 +44,25 @@ typedef struct linear_hook {
                 int N, int row0, int rows);
 } linear_hook;
 
+/* A weight handed to a store, read a slice at a time: elements [e0, e0 +
+ * n) of it ([out, in] order) as host fp32 into out. The loader reads them
+ * from the file (so the whole tensor is never staged in fp32). */
+typedef struct linear_src {
+    void *ctx;
+    int (*read)(void *ctx, size_t e0, size_t n, float *out, ty_err *err);
+} linear_src;
+
 /* Where the block linear weights live when the model keeps them out of
  * its buffer (created with MODEL_FROZEN_NF4): q = 0 .. n_stored - 1 in
- * layer and slot order. put receives each as host fp32 [out, in] under
- * its HF name when it is loaded or drawn; fwd computes out[N, M] = x[N, K]
+ * layer and slot order. put receives each (numel elements, from src)
+ * under its HF name when it is loaded or drawn; fwd computes out[N, M] = x[N, K]
  * W^T + b, bwd adds dout W into dx (the weight is frozen), W being the
  * stored weight from its element `first` on (0; a fused weight's row
  * block row0 starts at row0 * K); free runs at model_free. */
 typedef struct linear_store {
     void *state; /* NULL: nothing attached */
-    int (*put)(void *state, int q, const char *name, const float *w, size_t numel, ty_err *err);
+    int (*put)(void *state, int q, const char *name, size_t numel, const linear_src *src,
+               ty_err *err);
     void (*fwd)(void *state, int q, size_t first, float *out, const float *x, const float *b, int N,
                 int K, int M);
     void (*bwd)(void *state, int q, size_t first, float *dx, const float *dout, int N, int K,

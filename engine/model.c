@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "data.h"
+#include "model_load.h"
 #include "rng.h"
 #include "safetensors.h"
 #include "tyutil.h"
@@ -325,6 +326,7 @@ static void layer_span(const model *m, int l, int *lo, int *hi)
 
 int model_set_precision(model *m, kn_dtype dt, ty_err *err)
 {
+    if (m->p16) return 0; /* a QLoRA base's 16-bit home, made before loading */
     m->dt = dt;
     if (dt == KN_F32) return 0;
     size_t total = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
@@ -382,6 +384,16 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
         kn_free(m->kn, m->params);
         m->params = NULL;
     }
+    return 0;
+}
+
+int model_nf4_home(model *m, kn_dtype dt, ty_err *err)
+{
+    if (dt != KN_F32) return model_set_precision(m, dt, err); /* p16, no fp32 buffer */
+    size_t total = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
+    if (!(m->params = kn_alloc(m->kn, total * sizeof(float))))
+        return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes for parameters",
+                          total * sizeof(float));
     return 0;
 }
 
@@ -478,6 +490,7 @@ int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err 
     if (frozen == MODEL_FROZEN_NF4) total = model_linear_set_aside(m);
     size_t bytes = total * sizeof(float);
     m->frozen = frozen;
+    if (frozen == MODEL_FROZEN_NF4) return 0; /* its buffer: model_nf4_home */
     m->params = kn_alloc(kn, bytes);
     if (frozen) {
         if (!m->params)
@@ -571,18 +584,6 @@ void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n)
         snprintf(out, n, "%s%s", m->cfg.arch == ARCH_GPT2 ? "transformer." : "model.", t->name);
 }
 
-/* A weight kept out of the buffer (t->q4) goes to the attached store
- * (linear.h) under its HF name. */
-static int store_aside(model *m, int i, const float *w, ty_err *err)
-{
-    char hf[128];
-    model_hf_name(m, &m->t[i], hf, sizeof hf);
-    if (!m->base.put)
-        return ty_err_set(err, TY_EINVAL, "tensor %s: no store attached for the quantised base",
-                          hf);
-    return m->base.put(m->base.state, m->t[i].q4 - 1, hf, w, m->t[i].numel, err);
-}
-
 /* ---- init -------------------------------------------------------------- */
 
 int model_init_random(model *m, uint64_t seed, ty_err *err)
@@ -608,14 +609,10 @@ int model_init_random(model *m, uint64_t seed, ty_err *err)
             buf[j] = z0;
             if (j + 1 < t->numel) buf[j + 1] = z1;
         }
-        if (t->q4) {
-            int rc = store_aside(m, i, buf, err);
-            if (rc) {
-                free(buf);
-                return rc;
-            }
-        } else {
-            kn_to_device(m->kn, P(m, i), buf, t->numel * sizeof(float));
+        int rc = model_put_f32(m, i, buf, err);
+        if (rc) {
+            free(buf);
+            return rc;
         }
     }
     free(buf);
@@ -661,9 +658,9 @@ static void fmt_shape(char *out, size_t n, int ndim, const int64_t *s)
     if (k < n) snprintf(out + k, n - k, "]");
 }
 
-/* Copies one stored tensor into dst (a buffer of the table layout). */
-static int load_one(model *m, int idx, const st_tensor *st, float *dst, float *stage, float *stage2,
-                    ty_err *err)
+/* Copies one stored tensor into dst (a buffer of the table layout; NULL:
+ * the 16-bit home of a QLoRA base, model_load.h), a slice at a time. */
+static int load_one(model *m, int idx, const st_tensor *st, float *dst, load_ctx *lc, ty_err *err)
 {
     const model_tensor *t = &m->t[idx];
     int64_t want[2] = {t->conv1d ? t->shape[1] : t->shape[0],
@@ -677,45 +674,7 @@ static int load_one(model *m, int idx, const st_tensor *st, float *dst, float *s
         return ty_err_field(err, TY_EINVAL, st->name,
                             "tensor %s has shape %s but config.json implies %s", st->name, a, b);
     }
-    int rc = st_to_f32(st, stage, err);
-    if (rc) return rc;
-    const float *src = stage;
-    if (t->conv1d) {
-        /* disk [in, out] -> engine [out, in]: host-side bookkeeping at load. */
-        int64_t in = st->shape[0], out = st->shape[1];
-        for (int64_t i = 0; i < in; i++)
-            for (int64_t o = 0; o < out; o++)
-                stage2[o * in + i] = stage[i * out + o];
-        src = stage2;
-    }
-    if (t->q4) return store_aside(m, idx, src, err);
-    kn_to_device(m->kn, dst + t->off, src, t->numel * sizeof(float));
-    return 0;
-}
-
-typedef struct {
-    float *stage, *stage2;
-    char *seen;
-} load_ctx;
-
-static int load_ctx_init(const model *m, load_ctx *lc, ty_err *err)
-{
-    size_t maxn = 1;
-    for (int i = 0; i < m->nt; i++)
-        if (m->t[i].numel > maxn) maxn = m->t[i].numel;
-    lc->stage = malloc(maxn * sizeof(float));
-    lc->stage2 = malloc(maxn * sizeof(float));
-    lc->seen = calloc((size_t)m->nt, 1);
-    if (!lc->stage || !lc->stage2 || !lc->seen)
-        return ty_err_set(err, TY_ENOMEM, "out of memory loading weights");
-    return 0;
-}
-
-static void load_ctx_free(load_ctx *lc)
-{
-    free(lc->stage);
-    free(lc->stage2);
-    free(lc->seen);
+    return load_tensor(m, idx, st, dst, lc, err);
 }
 
 /* Loads every tensor of one file whose name ends in suffix into dst. */
@@ -746,7 +705,7 @@ static int load_file_into(model *m, const st_file *f, const char *suffix, float 
             return ty_err_field(err, TY_EINVAL, st->name, "%s: tensor %s stored twice", f->path,
                                 st->name);
         lc->seen[idx] = 1;
-        int rc = load_one(m, idx, st, dst, lc->stage, lc->stage2, err);
+        int rc = load_one(m, idx, st, dst, lc, err);
         if (rc) return rc;
     }
     return 0;

@@ -103,7 +103,8 @@ typedef struct model {
      * (kn_master_split), and `params` is NULL: AdamW updates both halves
      * (kn_adamw with KN_BF16), saving joins them. 4 bytes a parameter for
      * exact fp32 masters. fp16 (no such split) and frozen bases keep the
-     * fp32 params and plo is NULL. ZeRO-1 (zero.h) moves this rank's
+     * fp32 params and plo is NULL; a QLoRA base has p16 alone, loaded
+     * straight into it (model_nf4_home). ZeRO-1 (zero.h) moves this rank's
      * range of the masters out and leaves params and plo NULL. */
     uint16_t *plo;
     float *wscr[2];
@@ -167,6 +168,10 @@ int model_create(model *m, model_config *cfg, kn_ctx *kn, ty_err *err);
  * in a store attached before loading (linear.h; qlora.h's NF4). */
 #define MODEL_FROZEN_NF4 2
 int model_create_ex(model *m, model_config *cfg, kn_ctx *kn, int frozen, ty_err *err);
+/* A MODEL_FROZEN_NF4 model's buffer for what stays unquantised, before
+ * loading: fp32 parameters, or with a 16-bit dt the 16-bit copy alone
+ * (model_set_precision now), which the load fills straight (model_load.h). */
+int model_nf4_home(model *m, kn_dtype dt, ty_err *err);
 void model_free(model *m);
 /* linear.c: marks every block linear weight as kept out of the buffer
  * (n_q4, t[].q4) and lays the table out without them; returns the

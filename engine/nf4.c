@@ -17,6 +17,9 @@
  * measures that against bitsandbytes itself.) The mean is summed in double
  * and rounded once; torch's fp32 cascade may differ in the last bit, which
  * is why the test hands bitsandbytes' own offset to the comparison.
+ * Blocks are independent, so a tensor can be quantised a slice of whole
+ * blocks at a time (nf4_begin / nf4_add / nf4_end: the loader's bounded
+ * chunks); only the double quantisation waits for every absmax.
  * Compiled with -ffp-contract=off: every operation rounds on its own. */
 #include "nf4.h"
 
@@ -73,42 +76,57 @@ static void quantize_blocks(const float *x, size_t n, size_t bs, const float *mi
     }
 }
 
-int nf4_quantize(const float *x, size_t n, int double_quant, nf4_host *q, ty_err *err)
+int nf4_begin(nf4_host *q, size_t n, int double_quant, ty_err *err)
 {
     memset(q, 0, sizeof *q);
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return ty_err_set(err, TY_EINVAL,
-                              "element %zu is %s: NF4 quantisation needs finite weights", i,
-                              isnan(x[i]) ? "NaN" : "infinite");
     q->n = n;
     q->nb = (n + KN_NF4_BLOCK - 1) / KN_NF4_BLOCK;
     q->double_quant = double_quant;
     q->codes = malloc((n + 1) / 2 + 1);
     q->absmax = malloc((q->nb ? q->nb : 1) * sizeof(float));
-    uint8_t *c4 = malloc(n + 1);
-    if (!q->codes || !q->absmax || !c4) {
-        free(c4);
+    if (!q->codes || !q->absmax) {
         nf4_free(q);
         return ty_err_set(err, TY_ENOMEM, "out of memory quantising %zu values to NF4", n);
     }
-    float mid4[15], mid8[255];
+    return 0;
+}
+
+int nf4_add(nf4_host *q, size_t e0, const float *x, size_t cnt, ty_err *err)
+{
+    if (e0 % KN_NF4_BLOCK || e0 > q->n || cnt > q->n - e0 ||
+        (cnt % KN_NF4_BLOCK && e0 + cnt != q->n))
+        return ty_err_set(err, TY_EINTERNAL, "NF4: slice [%zu, +%zu) of %zu is not whole blocks",
+                          e0, cnt, q->n);
+    for (size_t i = 0; i < cnt; i++)
+        if (!isfinite(x[i]))
+            return ty_err_set(err, TY_EINVAL,
+                              "element %zu is %s: NF4 quantisation needs finite weights", e0 + i,
+                              isnan(x[i]) ? "NaN" : "infinite");
+    uint8_t *c4 = malloc(cnt + 1);
+    if (!c4) return ty_err_set(err, TY_ENOMEM, "out of memory quantising %zu values to NF4", cnt);
+    float mid4[15];
     midpoints(kn_nf4_levels, 16, mid4);
-    midpoints(kn_dyn8_map, 256, mid8);
-    quantize_blocks(x, n, KN_NF4_BLOCK, mid4, 15, c4, q->absmax);
-    /* An odd count is padded with a 0, whose code is level 0.0's. */
-    c4[n] = (uint8_t)bucket(mid4, 15, 0.0f);
-    for (size_t j = 0; j < (n + 1) / 2; j++)
-        q->codes[j] = (uint8_t)(c4[2 * j] << 4 | c4[2 * j + 1]);
+    quantize_blocks(x, cnt, KN_NF4_BLOCK, mid4, 15, c4, q->absmax + e0 / KN_NF4_BLOCK);
+    /* An odd count (the last slice) is padded with a 0, whose code is
+     * level 0.0's; e0 is even, so bytes never straddle two slices. */
+    c4[cnt] = (uint8_t)bucket(mid4, 15, 0.0f);
+    for (size_t j = 0; j < (cnt + 1) / 2; j++)
+        q->codes[e0 / 2 + j] = (uint8_t)(c4[2 * j] << 4 | c4[2 * j + 1]);
     free(c4);
-    if (!double_quant) return 0;
+    return 0;
+}
+
+int nf4_end(nf4_host *q, ty_err *err)
+{
+    if (!q->double_quant) return 0;
+    float mid8[255];
+    midpoints(kn_dyn8_map, 256, mid8);
     q->nb2 = (q->nb + KN_NF4_BLOCK2 - 1) / KN_NF4_BLOCK2;
     q->qabsmax = malloc(q->nb ? q->nb : 1);
     q->absmax2 = malloc((q->nb2 ? q->nb2 : 1) * sizeof(float));
     float *d = malloc((q->nb ? q->nb : 1) * sizeof(float));
     if (!q->qabsmax || !q->absmax2 || !d) {
         free(d);
-        nf4_free(q);
         return ty_err_set(err, TY_ENOMEM, "out of memory double-quantising %zu absmax values",
                           q->nb);
     }
@@ -121,6 +139,15 @@ int nf4_quantize(const float *x, size_t n, int double_quant, nf4_host *q, ty_err
     quantize_blocks(d, q->nb, KN_NF4_BLOCK2, mid8, 255, q->qabsmax, q->absmax2);
     free(d);
     return 0;
+}
+
+int nf4_quantize(const float *x, size_t n, int double_quant, nf4_host *q, ty_err *err)
+{
+    int rc = nf4_begin(q, n, double_quant, err);
+    if (!rc) rc = nf4_add(q, 0, x, n, err);
+    if (!rc) rc = nf4_end(q, err);
+    if (rc) nf4_free(q);
+    return rc;
 }
 
 void nf4_free(nf4_host *q)

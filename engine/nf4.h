@@ -33,6 +33,13 @@ typedef struct nf4_host {
 /* Quantises x[n] (finite values; an inf or NaN is TY_EINVAL naming the
  * element). Allocates out's arrays; nf4_free releases them. */
 int nf4_quantize(const float *x, size_t n, int double_quant, nf4_host *out, ty_err *err);
+/* The same a slice at a time, byte for byte: nf4_begin allocates for n
+ * elements; nf4_add quantises x[cnt], elements [e0, e0 + cnt) (e0 a
+ * multiple of 64, cnt too unless the slice ends the tensor); nf4_end
+ * double-quantises once every slice is in. On error the caller frees. */
+int nf4_begin(nf4_host *q, size_t n, int double_quant, ty_err *err);
+int nf4_add(nf4_host *q, size_t e0, const float *x, size_t cnt, ty_err *err);
+int nf4_end(nf4_host *q, ty_err *err);
 void nf4_free(nf4_host *q);
 
 /* Bytes one device copy takes (kernels' layout: codes, then absmax or

@@ -2,8 +2,8 @@
  *
  * The model keeps its block linear weights out of the parameter buffer
  * when created with MODEL_FROZEN_NF4 and hands each to the store attached
- * here (linear.h's linear_store) as it is loaded or drawn: quantise,
- * upload, drop the fp32 copy. Its matmuls on them come back here and go
+ * here (linear.h's linear_store) as it is loaded or drawn: quantise it a
+ * bounded slice at a time as the loader reads it, upload. Its matmuls on them come back here and go
  * to kn_nf4_matmul_*, dequantising on the fly. The model is known only
  * through linear.h. */
 #include "qlora.h"
@@ -14,12 +14,35 @@
 
 #include "nf4.h"
 
-static int put(void *state, int k, const char *name, const float *w, size_t numel, ty_err *err)
+/* Rows are quantised QL_CHUNK elements at a time (whole NF4 blocks):
+ * the fp32 slice is the only full-precision copy, 4 MiB whatever the
+ * tensor's size. */
+#define QL_CHUNK ((size_t)1 << 20)
+
+static int quantize(qlora_base *qb, size_t numel, const linear_src *src, nf4_host *q, ty_err *err)
+{
+    int rc = nf4_begin(q, numel, qb->double_quant, err);
+    if (rc) return rc;
+    size_t cap = numel < QL_CHUNK ? numel : QL_CHUNK;
+    float *x = malloc((cap ? cap : 1) * sizeof *x);
+    if (!x) return ty_err_set(err, TY_ENOMEM, "out of memory quantising %zu values", numel);
+    for (size_t e0 = 0; e0 < numel && !rc; e0 += cap) {
+        size_t n = numel - e0 < cap ? numel - e0 : cap;
+        rc = src->read(src->ctx, e0, n, x, err);
+        if (!rc) rc = nf4_add(q, e0, x, n, err);
+    }
+    free(x);
+    return rc ? rc : nf4_end(q, err);
+}
+
+static int put(void *state, int k, const char *name, size_t numel, const linear_src *src,
+               ty_err *err)
 {
     qlora_base *qb = state;
     nf4_host q;
-    int rc = nf4_quantize(w, numel, qb->double_quant, &q, err);
+    int rc = quantize(qb, numel, src, &q, err);
     if (rc) {
+        nf4_free(&q);
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
         return ty_err_field(err, rc, name, "tensor %s: %s", name, msg);

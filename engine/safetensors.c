@@ -2,7 +2,9 @@
  *
  * Validation happens once in st_open; afterwards every tensor's span is known
  * to lie inside the mapping, so conversions need no further checks. Spans are
- * sorted by offset to check that no two overlap (holes are tolerated). */
+ * sorted by offset to check that no two overlap (holes are tolerated).
+ * Loaders read a tensor a slice at a time with pread (st_read_as), not
+ * through the mapping, so a multi-GB file is never resident in the process. */
 #include "safetensors.h"
 
 #include "tyopen.h"
@@ -59,6 +61,7 @@ void st_close(st_file *f)
     if (!f) return;
     st_free_tensors(f);
     if (f->map) munmap(f->map, f->map_len);
+    if (f->map) close(f->fd);
     json_decref(f->metadata);
     free(f->path);
     memset(f, 0, sizeof *f);
@@ -148,8 +151,11 @@ int st_open(st_file *f, const char *path, ty_err *err)
                           size);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return ty_err_set(err, TY_EIO, "%s: mmap: %s", path, strerror(errno));
+    if (map == MAP_FAILED) {
+        close(fd);
+        return ty_err_set(err, TY_EIO, "%s: mmap: %s", path, strerror(errno));
+    }
+    f->fd = fd;
     f->map = map;
     f->map_len = size;
     f->path = strdup(path);
@@ -209,6 +215,8 @@ int st_open(st_file *f, const char *path, ty_err *err)
         if (rc) break;
         t->name = strdup(key);
         t->data = data + t->begin;
+        t->fd = fd;
+        t->file_off = 8 + hlen + t->begin;
         f->n++;
     }
     json_decref(root);
@@ -284,33 +292,64 @@ float st_bf16_to_f32(uint16_t h)
 
 int st_to_f32(const st_tensor *t, float *out, ty_err *err)
 {
-    uint64_t n = st_numel(t);
-    /* The mapping is only byte-aligned after an odd-length header, so every
-     * element is read through memcpy. */
-    switch (t->dtype) {
-    case ST_F32:
-        memcpy(out, t->data, n * 4);
-        return 0;
-    case ST_F16:
-    case ST_BF16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, t->data + 2 * i, 2);
-            out[i] = t->dtype == ST_F16 ? st_f16_to_f32(h) : st_bf16_to_f32(h);
-        }
-        return 0;
-    case ST_F64:
-        for (uint64_t i = 0; i < n; i++) {
-            double d;
-            memcpy(&d, t->data + 8 * i, 8);
-            out[i] = (float)d;
-        }
-        return 0;
-    default:
+    return st_read_as(t, 0, st_numel(t), ST_F32, out, err);
+}
+
+/* len bytes of t's data from byte off on. */
+static int st_pread(const st_tensor *t, uint64_t off, void *buf, size_t len, ty_err *err)
+{
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t k = pread(t->fd, p, len, (off_t)(t->file_off + off));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return ty_err_field(err, TY_EIO, t->name, "reading tensor %s: %s", t->name,
+                                k < 0 ? strerror(errno) : "the file shrank");
+        p += k;
+        off += (uint64_t)k;
+        len -= (size_t)k;
+    }
+    return 0;
+}
+
+int st_read_as(const st_tensor *t, uint64_t e0, uint64_t n, st_dtype want, void *out, ty_err *err)
+{
+    if (e0 > st_numel(t) || n > st_numel(t) - e0)
+        return ty_err_field(err, TY_EINVAL, t->name,
+                            "tensor %s: elements [%llu, +%llu) out of range", t->name,
+                            (unsigned long long)e0, (unsigned long long)n);
+    uint64_t es = (uint64_t)st_dtypes[t->dtype].size;
+    /* The same dtype is a copy (bf16 -> bf16: no fp32 on the way). */
+    if (want == t->dtype && (want == ST_F32 || want == ST_F16 || want == ST_BF16))
+        return st_pread(t, e0 * es, out, n * es, err);
+    if (want != ST_F32)
+        return ty_err_field(err, TY_EINVAL, t->name, "tensor %s: cannot read %s as %s", t->name,
+                            st_dtype_name(t->dtype), st_dtype_name(want));
+    if (t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64)
         return ty_err_field(err, TY_EINVAL, t->name,
                             "tensor %s has dtype %s; want F32, F16 or BF16", t->name,
                             st_dtype_name(t->dtype));
+    /* Converted through a small buffer, 64 KiB at a time. */
+    uint8_t tmp[1 << 16];
+    float *o = out;
+    uint64_t per = sizeof tmp / es;
+    for (uint64_t i0 = 0; i0 < n; i0 += per) {
+        uint64_t k = n - i0 < per ? n - i0 : per;
+        int rc = st_pread(t, (e0 + i0) * es, tmp, (size_t)(k * es), err);
+        if (rc) return rc;
+        for (uint64_t i = 0; i < k; i++) {
+            if (t->dtype == ST_F64) {
+                double d;
+                memcpy(&d, tmp + 8 * i, 8);
+                o[i0 + i] = (float)d;
+            } else {
+                uint16_t h;
+                memcpy(&h, tmp + 2 * i, 2);
+                o[i0 + i] = t->dtype == ST_F16 ? st_f16_to_f32(h) : st_bf16_to_f32(h);
+            }
+        }
     }
+    return 0;
 }
 
 /* fp32 to bf16 / fp16, round-to-nearest-even (what torch's .to() does);

@@ -43,12 +43,15 @@ typedef struct st_tensor {
     int64_t shape[ST_MAX_DIMS];
     uint64_t begin, end; /* byte span relative to the data area */
     const uint8_t *data; /* points into the mapping */
+    int fd;              /* the open file, for st_read_as (pread: no mapped pages) */
+    uint64_t file_off;   /* where the data starts in it */
 } st_tensor;
 
 typedef struct st_file {
     char *path;
     void *map;
     size_t map_len;
+    int fd; /* kept open for st_read_as */
     int n;
     st_tensor *t;     /* in header order */
     json_t *metadata; /* "__metadata__" object or NULL (owned ref) */
@@ -63,6 +66,13 @@ const char *st_dtype_name(st_dtype d);
 /* Converts an F32 / F16 / BF16 / F64 tensor to fp32 into out[numel]; other
  * dtypes are an error naming the tensor. */
 int st_to_f32(const st_tensor *t, float *out, ty_err *err);
+/* Elements [e0, e0 + n) of t into out: as fp32 (want ST_F32, from F32 /
+ * F16 / BF16 / F64), or copied when want is t's own F32 / F16 / BF16
+ * dtype. Read with pread, not through the mapping, so a loader that goes
+ * a slice at a time never has more than a slice of the file resident. A
+ * range outside the tensor or another conversion is TY_EINVAL; a read
+ * error TY_EIO. */
+int st_read_as(const st_tensor *t, uint64_t e0, uint64_t n, st_dtype want, void *out, ty_err *err);
 
 /* One tensor to write: fp32, shape as given. */
 typedef struct st_out {

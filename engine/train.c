@@ -822,6 +822,7 @@ static int step_model(run *r, ty_err *err)
                            : cd == EXPORT_DTYPE_FP16 ? KN_F16
                                                      : KN_F32;
         rc = qlora_attach(&r->m, s->qlora_double_quant, compute, &r->qb, err);
+        if (!rc) rc = model_nf4_home(&r->m, r->dt, err); /* loaded straight into 16 bits */
     }
     return rc;
 }
