@@ -135,8 +135,14 @@ int load_tensor(model *m, int idx, const st_tensor *st, float *dst, load_ctx *lc
 
 int model_put_f32(model *m, int idx, const float *w, ty_err *err)
 {
-    load_ctx lc;
+    const model_tensor *t = &m->t[idx];
     linear_src src = {(void *)w, mem_read};
+    if (t->q4) return store_aside(m, idx, &src, err);
+    if (m->params) { /* fp32 home: one copy, no slices */
+        kn_to_device(m->kn, m->params + t->off, w, t->numel * sizeof(float));
+        return 0;
+    }
+    load_ctx lc;
     int rc = load_ctx_init(m, &lc, err);
     if (!rc) rc = put_home(m, idx, &src, NULL, m->params, &lc, err);
     load_ctx_free(&lc);

@@ -120,10 +120,12 @@ def activations(c, T, L):
     keeps its output (T x C, 16-bit); one layer's fp32 working set is
     rebuilt in the backward (norm outputs, q/k/v/attention output,
     residual, gate/up/act and their gradients: about 8 C + 5 F floats per
-    position); the logits and their gradient share one 16-bit [T, V]
-    buffer; each adapter keeps A x [T, r] in fp32."""
+    position); the logits and their gradient share one 16-bit buffer of
+    32 MiB worth of rows (at least 128; the loss head goes over chunks of
+    rows); each adapter keeps A x [T, r] in fp32."""
     C, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    return L * T * C * 2 + (8 * C + 5 * F) * T * 4 + T * V * 2 + L * 7 * T * 16 * 4
+    rows = min(T, max(128, (32 << 20) // (V * 2)))
+    return L * T * C * 2 + (8 * C + 5 * F) * T * 4 + rows * V * 2 + L * 7 * T * 16 * 4
 
 
 def computed(c, T):
