@@ -42,8 +42,9 @@
 #define GEMV_X86 1
 #endif
 
-/* Weights per thread below which one thread does the whole product. */
-#define GEMV_MIN_PER_THREAD 65536
+/* Weights per thread below which one thread does the whole product: a
+ * fork costs microseconds idle and a scheduler slice under load. */
+#define GEMV_MIN_PER_THREAD (1L << 18)
 /* Largest K whose rounded x fits the on-stack buffer; longer rows use heap. */
 #define GEMV_STACK_K 16384
 
