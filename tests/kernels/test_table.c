@@ -294,7 +294,7 @@ static void c_matmul(tc *t)
  * TY_KN_GEMV=portable (ctest kernels.table_gemv_portable). */
 static void c_gemv(tc *t)
 {
-    const int shapes[][2] = {{1, 1}, {77, 37}, {256, 64}, {1000, 19}, {520, 263}};
+    const int shapes[][2] = {{1, 1}, {77, 37}, {256, 64}, {1000, 19}, {1030, 530}};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         int K = shapes[si][0], M = shapes[si][1];
         for (int dt = KN_F32; dt <= KN_F16; dt++) {
