@@ -283,12 +283,19 @@ static void lin_bwd(model *m, int l, int s, int row0, float *dx, const float *do
 /* GPT-2's c_fc + GELU run as one op (kn_matmul_gelu_fwd / kn_matmul_dgelu:
  * cuBLASLt's GELU epilogues on a GPU) where nothing comes between the
  * product and the GELU: no adapter hooked in (its delta is added to fc and
- * to the proj's dx), no 4-bit base, and fp32 activations (the fused ops
- * read an fp32 x and pre; 16-bit runs take lin_fwd and the typed GELU).
- * On the CPU the fused op computes the same bits. */
+ * to the proj's dx) and no 4-bit base. In fp32 and 16-bit runs alike: the
+ * ops take the activations in the run's dtype (ln2, fc, act) and the fp32
+ * gradient dres, and on the CPU compute the same bits as the unfused
+ * lin_fwd + kn_gelu_fwd / lin_bwd + kn_gelu_bwd with their roundings. */
 static int fused_gelu(const model *m, const layer_ix *L)
 {
-    return m->dt == KN_F32 && !m->adapter.state && !m->t[L->fc_w].q4 && !m->t[L->proj_w].q4;
+    return !m->adapter.state && !m->t[L->fc_w].q4 && !m->t[L->proj_w].q4;
+}
+
+/* A linear weight as the fused ops take it: fp32, or the 16-bit copy. */
+static const void *WL(model *m, int i)
+{
+    return m->dt == KN_F32 ? (const void *)W(m, i) : W16(m, i);
 }
 
 /* Floats of the layout from tensor lo's start to tensor hi's end (a
@@ -1119,9 +1126,22 @@ static float embed_scale(const model *m)
     return s;
 }
 
+/* The residual adds are fused with the norm that reads their sum
+ * (kn_add_layernorm_fwd / kn_add_rmsnorm_fwd: res stored in dt, rounded
+ * once, then normalised, mean / rstd saved) wherever the norm follows in
+ * the same pass: res2 with the MLP's ln2 (every architecture; Gemma's b is
+ * its post-attention norm's output), and res3 with the next layer's ln1 or
+ * the final norm, done by the caller of layer_fwd after the next layer's
+ * weights are loaded. The recomputation in the backward (recompute mlp |
+ * all) starts from the kept res2 / layer input and runs the norms alone:
+ * on the CPU the fused ops are kn_add then the norm, the same bits; on
+ * CUDA one kernel with the same arithmetic (kernels.table_typed,
+ * engine.cli.recompute). */
+
 /* The MLP's input side of layer l: ln2, fc (and up), act from res2. Split
- * out because recompute mlp|all runs it again in the backward. */
-static void mlp_in_fwd(model *m, int l, int B, int T)
+ * out because recompute mlp|all runs it again in the backward. With xa the
+ * forward's res2 = xa + m->tmp is formed here, fused with ln2. */
+static void mlp_in_fwd(model *m, int l, int B, int T, const void *xa)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
@@ -1131,10 +1151,14 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
     layer_acts *a = &m->A[l];
     if (gpt2) {
         /* act[N,F] = gelu(layernorm(res2) Wfc^T + bfc) */
-        kn_layernorm_fwd(k, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w),
-                         W(m, L->ln2_b), N, C, c->norm_eps);
+        if (xa)
+            kn_add_layernorm_fwd(k, dt, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, xa, m->tmp,
+                                 W(m, L->ln2_w), W(m, L->ln2_b), N, C, c->norm_eps);
+        else
+            kn_layernorm_fwd(k, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w),
+                             W(m, L->ln2_b), N, C, c->norm_eps);
         if (fused_gelu(m, L)) {
-            kn_matmul_gelu_fwd(k, KN_F32, KN_F32, a->act, a->fc, a->ln2, W(m, L->fc_w),
+            kn_matmul_gelu_fwd(k, dt, dt, dt, a->act, a->fc, a->ln2, WL(m, L->fc_w),
                                W(m, L->fc_b), N, C, F);
         } else {
             lin_fwd(m, l, LS_FC, -1, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
@@ -1142,7 +1166,12 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
         }
     } else {
         /* act[N,F] = silu(ln2 Wgate^T) * (ln2 Wup^T) */
-        kn_rmsnorm_fwd(k, dt, a->ln2, a->ln2_rstd, a->res2, NWT(L->ln2_w, C), N, C, c->norm_eps);
+        if (xa)
+            kn_add_rmsnorm_fwd(k, dt, a->res2, a->ln2, a->ln2_rstd, xa, m->tmp, NWT(L->ln2_w, C), N,
+                               C, c->norm_eps);
+        else
+            kn_rmsnorm_fwd(k, dt, a->ln2, a->ln2_rstd, a->res2, NWT(L->ln2_w, C), N, C,
+                           c->norm_eps);
         if (c->fused) {
             /* Phi-3: gate and up from the row halves of gate_up_proj */
             lin_fwd(m, l, LS_FC, 0, a->fc, a->ln2, L->fc_w, -1, N, C, F);
@@ -1159,8 +1188,12 @@ static void mlp_in_fwd(model *m, int l, int B, int T)
 }
 
 /* Layer l from its input x[N,C] up to res3; with recompute all, the
- * backward calls it again for the layer it is about to differentiate. */
-static void layer_fwd(model *m, int l, const void *x, int B, int T)
+ * backward calls it again for the layer it is about to differentiate.
+ * fused: the forward pass's form -- x is formed here as xa + m->tmp (the
+ * previous layer's res2 and branch output; l > 0) fused with ln1, and the
+ * last add (res3 = res2 + m->tmp) is left to the caller, which fuses it with
+ * the next norm. */
+static void layer_fwd(model *m, int l, const void *x, int B, int T, int fused)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
@@ -1172,17 +1205,26 @@ static void layer_fwd(model *m, int l, const void *x, int B, int T)
     int lo, hi;
     layer_span(m, l, &lo, &hi);
     load_span(m, 0, lo, hi);
+    const void *xa = fused && l ? m->A[l - 1].res2 : NULL; /* x = xa + tmp, fused with ln1 */
     if (gpt2) {
         /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
-        kn_layernorm_fwd(k, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w), W(m, L->ln1_b),
-                         N, C, c->norm_eps);
+        if (xa)
+            kn_add_layernorm_fwd(k, dt, (void *)x, a->ln1, a->ln1_mean, a->ln1_rstd, xa, m->tmp,
+                                 W(m, L->ln1_w), W(m, L->ln1_b), N, C, c->norm_eps);
+        else
+            kn_layernorm_fwd(k, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w),
+                             W(m, L->ln1_b), N, C, c->norm_eps);
         lin_fwd(m, l, LS_ATTN, -1, a->q, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
         /* atty[N,C] = causal attention over heads of the fused rows */
         kn_attention_fwd(k, dt, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C,
                          0.0f, 0.0f, 0);
     } else {
         /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
-        kn_rmsnorm_fwd(k, dt, a->ln1, a->ln1_rstd, x, NWT(L->ln1_w, C), N, C, c->norm_eps);
+        if (xa)
+            kn_add_rmsnorm_fwd(k, dt, (void *)x, a->ln1, a->ln1_rstd, xa, m->tmp, NWT(L->ln1_w, C),
+                               N, C, c->norm_eps);
+        else
+            kn_rmsnorm_fwd(k, dt, a->ln1, a->ln1_rstd, x, NWT(L->ln1_w, C), N, C, c->norm_eps);
         void *qo = c->qk_norm ? a->qr : a->q, *ko = c->qk_norm ? a->kr : a->k;
         if (c->fused) {
             /* Phi-3: q, k, v from the row blocks of qkv_proj */
@@ -1212,14 +1254,13 @@ static void layer_fwd(model *m, int l, const void *x, int B, int T)
     lin_fwd(m, l, LS_O, -1, ob, a->atty, L->o_w, L->o_b, N, QD, C);
     if (c->gemma)
         kn_rmsnorm_fwd(k, dt, m->tmp, a->ao_rstd, a->ao, NWT(L->pan_w, C), N, C, c->norm_eps);
-    kn_add(k, dt, a->res2, x, m->tmp, (size_t)N * C);
-    mlp_in_fwd(m, l, B, T);
+    mlp_in_fwd(m, l, B, T, x); /* res2 = x + tmp, fused with ln2 */
     /* res3[N,C] = res2 + act Wproj^T + bproj (Gemma: + post_feedforward norm) */
     void *mb = c->gemma ? a->mo : m->tmp;
     lin_fwd(m, l, LS_PROJ, -1, mb, a->act, L->proj_w, L->proj_b, N, F, C);
     if (c->gemma)
         kn_rmsnorm_fwd(k, dt, m->tmp, a->mo_rstd, a->mo, NWT(L->pfn_w, C), N, C, c->norm_eps);
-    kn_add(k, dt, a->res3, a->res2, m->tmp, (size_t)N * C);
+    if (!fused) kn_add(k, dt, a->res3, a->res2, m->tmp, (size_t)N * C);
 }
 
 /* Everything up to the head: m->lnf[N,C] for the B x T host inputs. */
@@ -1248,16 +1289,25 @@ static void forward_hidden(model *m, const int32_t *inputs, const int32_t *targe
         kn_convert(k, m->encoded, dt, m->dres, KN_F32, nc);
     }
 
+    /* each layer's last residual add is fused with the next norm: layer
+     * l + 1's ln1, or here the final norm */
     const void *x = m->encoded;
     for (int l = 0; l < c->n_layer; l++) {
-        layer_fwd(m, l, x, B, T);
+        layer_fwd(m, l, x, B, T, 1);
         x = m->A[l].res3;
     }
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
-    /* lnf[N,C] = norm(x) */
-    if (gpt2)
+    /* lnf[N,C] = norm(x) (x = res2 + tmp of the last layer, fused) */
+    const void *xa = c->n_layer ? m->A[c->n_layer - 1].res2 : NULL;
+    if (gpt2 && xa)
+        kn_add_layernorm_fwd(k, dt, (void *)x, m->lnf, m->lnf_mean, m->lnf_rstd, xa, m->tmp,
+                             W(m, m->lnf_w), W(m, m->lnf_b), N, C, c->norm_eps);
+    else if (gpt2)
         kn_layernorm_fwd(k, dt, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b),
                          N, C, c->norm_eps);
+    else if (xa)
+        kn_add_rmsnorm_fwd(k, dt, (void *)x, m->lnf, m->lnf_rstd, xa, m->tmp, NWT(m->lnf_w, C), N, C,
+                           c->norm_eps);
     else
         kn_rmsnorm_fwd(k, dt, m->lnf, m->lnf_rstd, x, NWT(m->lnf_w, C), N, C, c->norm_eps);
 }
@@ -1361,12 +1411,12 @@ static void backward_from_head(model *m, int B, int T)
         layer_span(m, l, &lo, &hi);
         load_span(m, 0, lo, hi);
         if (m->recompute == MODEL_RECOMPUTE_ALL)
-            layer_fwd(m, l, x, B, T);
+            layer_fwd(m, l, x, B, T, 0);
         else if (m->recompute == MODEL_RECOMPUTE_MLP)
-            mlp_in_fwd(m, l, B, T);
+            mlp_in_fwd(m, l, B, T, NULL);
         /* dres holds d(res3); the residual passes it to res2 unchanged.
          * MLP branch: dact[N,F] = dres Wproj; dWproj += dres^T act */
-        /* GPT-2 fused (fp32, no adapter): dact is not formed; the fused op
+        /* GPT-2 fused (no adapter): dact is not formed; the fused op
          * below computes dfc = (dres Wproj) * gelu'(fc) and dbfc (the GELU
          * derivative in the product's epilogue on a GPU). */
         int fg = gpt2 && fused_gelu(m, L);
@@ -1386,8 +1436,8 @@ static void backward_from_head(model *m, int B, int T)
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             if (fg)
-                kn_matmul_dgelu(k, KN_F32, m->dfc, G(m, L->fc_b), m->dres, W(m, L->proj_w), a->fc,
-                                N, F, C);
+                kn_matmul_dgelu(k, dt, KN_F32, dt, m->dfc, G(m, L->fc_b), m->dres,
+                                WL(m, L->proj_w), a->fc, N, F, C);
             else
                 kn_gelu_bwd(k, dt, m->dfc, m->dact, a->fc, NF);
             RND(m->dfc, NF);

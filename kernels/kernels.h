@@ -170,6 +170,16 @@ KN_OPS(KN_PROTO)
  * kn_rmsnorm_fwd: out[N,C] = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps);
  *   saves rstd[N]. kn_rmsnorm_bwd: dx, dw.
  *
+ * kn_add_layernorm_fwd: the residual add and the norm that reads it, in
+ *   one op: res[N,C] = a + b (kn_add: fp32 sum stored in dt, rounded once),
+ *   then out, mean, rstd = kn_layernorm_fwd of res as stored (the rounded
+ *   values). res may be a or b. The backward is kn_layernorm_bwd on res
+ *   (the residual's gradient passes the add unchanged).
+ * kn_add_rmsnorm_fwd: the same with kn_rmsnorm_fwd (rstd saved).
+ *   Reference semantics (the CPU): kn_add then the norm, the same bits; on
+ *   CUDA one kernel per row that keeps the sum's values for its
+ *   statistics (docs/kernels.md, "Residual add fused into the norm").
+ *
  * kn_matmul_fwd: out[N,M] = x[N,K] w[M,K]^T + bias[M] (bias may be NULL).
  * kn_matmul_bwd: dx[N,K] += dout w; dw[M,K] += dout^T x; dbias[M] += sum_n
  *   dout. Any may be NULL.
@@ -187,20 +197,22 @@ KN_OPS(KN_PROTO)
  *
  * kn_matmul_gelu_fwd: a linear layer and the GELU after it in one op (the
  *   GPT-2 MLP's c_fc): pre[N,M] = x w^T + bias, out[N,M] = gelu(pre). w is
- *   fp32 (dt KN_F32) or stored in dt (x holding dt values, as matmul16);
- *   pre and out are written in out_dt, which is KN_F32 or dt (TY_EINVAL
- *   otherwise). Reference semantics (the CPU): with a 16-bit dt, GELU reads
- *   pre rounded to dt, as the unfused engine computed it. On a GPU this is
- *   cuBLASLt's GELU_AUX(_BIAS) epilogue (pre is the aux output), whose GELU
- *   reads the fp32 accumulator: a 16-bit run differs from the CPU by the
- *   rounding of pre (docs/kernels.md).
+ *   fp32 (dt KN_F32) or stored in dt; x is read in x_dt and pre and out are
+ *   written in out_dt, each KN_F32 or dt (TY_EINVAL otherwise), as
+ *   matmul16's: a 16-bit run passes its 16-bit activations as they are.
+ *   Reference semantics (the CPU): with a 16-bit dt, GELU reads pre
+ *   rounded to dt, as the unfused engine computed it. On a GPU this is
+ *   cuBLASLt's GELU_AUX(_BIAS) epilogue (pre is the aux output, bf16 / fp16
+ *   A and B), whose GELU reads the fp32 accumulator: a 16-bit run differs
+ *   from the CPU by the rounding of pre (docs/kernels.md).
  * kn_matmul_dgelu: the backward through that GELU from the next linear's
  *   output gradient: dpre[N,K] = (dout[N,M] w[M,K]) * gelu'(pre[N,K]),
  *   WRITTEN (not accumulated: cuBLASLt's DGELU epilogue computes a fresh
- *   product), and dbias[K] += sum_n dpre (may be NULL). With a 16-bit dt,
- *   w is stored in dt, dout holds dt values, and the reference rounds the
- *   product and dpre to dt (the engine's rounding points). The next
- *   linear's dw / dbias are kn_matmul_bwd with dx NULL.
+ *   product), and dbias[K] += sum_n dpre (may be NULL). dout is read in
+ *   dout_dt and pre in pre_dt (each KN_F32 or dt: the forward's out_dt for
+ *   pre). With a 16-bit dt, w is stored in dt, dout holds dt values, and
+ *   the reference rounds the product and dpre to dt (the engine's rounding
+ *   points). The next linear's dw / dbias are its own backward with dx NULL.
  *
  * kn_rope_fwd: rotary position embedding, Hugging Face rotate-half, in
  *   place on x laid out [B, T, H, D] with row stride ld: for i < D/2,

@@ -62,6 +62,12 @@
     X(void, rmsnorm_bwd, (kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *dout,         \
       const void *x, const float *w, const float *rstd, int N, int C),                             \
       (c, dt, dx, dw, dout, x, w, rstd, N, C))       \
+    X(void, add_layernorm_fwd, (kn_ctx *c, kn_dtype dt, void *res, void *out, float *mean,       \
+      float *rstd, const void *a, const void *b, const float *w, const float *bias, int N, int C,  \
+      float eps), (c, dt, res, out, mean, rstd, a, b, w, bias, N, C, eps))                         \
+    X(void, add_rmsnorm_fwd, (kn_ctx *c, kn_dtype dt, void *res, void *out, float *rstd,           \
+      const void *a, const void *b, const float *w, int N, int C, float eps),                      \
+      (c, dt, res, out, rstd, a, b, w, N, C, eps))                                                 \
     /* matmul */                                                                                   \
     X(void, matmul_fwd, (kn_ctx *c, float *out, const float *x, const float *w,                    \
       const float *bias, int N, int K, int M), (c, out, x, w, bias, N, K, M))                      \
@@ -73,12 +79,12 @@
     X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, float *dx,     \
       float *dw, float *dbias, const void *dout, const void *x, const void *w, int N, int K,       \
       int M), (c, dt, dout_dt, x_dt, dx, dw, dbias, dout, x, w, N, K, M))                                        \
-    X(void, matmul_gelu_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, void *pre,      \
-      const float *x, const void *w, const float *bias, int N, int K, int M),                      \
-      (c, dt, out_dt, out, pre, x, w, bias, N, K, M))                                              \
-    X(void, matmul_dgelu, (kn_ctx *c, kn_dtype dt, float *dpre, float *dbias, const float *dout,   \
-      const void *w, const float *pre, int N, int K, int M),                                       \
-      (c, dt, dpre, dbias, dout, w, pre, N, K, M))                                                 \
+    X(void, matmul_gelu_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out, \
+      void *pre, const void *x, const void *w, const float *bias, int N, int K, int M),            \
+      (c, dt, out_dt, x_dt, out, pre, x, w, bias, N, K, M))                                        \
+    X(void, matmul_dgelu, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt, float *dpre, \
+      float *dbias, const void *dout, const void *w, const void *pre, int N, int K, int M),        \
+      (c, dt, dout_dt, pre_dt, dpre, dbias, dout, w, pre, N, K, M))                                \
     /* 4-bit NormalFloat weights (QLoRA) */                                                       \
     X(void, nf4_dequant, (kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n),                  \
       (c, out, dt, w, n))                                                                          \

@@ -115,8 +115,10 @@ void cpu_gemv(kn_ctx *c, kn_dtype wdt, float *out, const float *x, const void *w
 /* 0 when TY_KN_GEMV=off (bench/generate/membw compares the paths). */
 int cpu_gemv_on(void);
 
-/* dx = dout * gelu'(x), written, in place allowed (cpu_matmul_gelu.c). */
-void cpu_gelu_bwd_write(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n);
+/* dx = dout * gelu'(x), written, in place allowed (cpu_matmul_gelu.c); x
+ * in dt. */
+void cpu_gelu_bwd_write(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x,
+                        size_t n);
 
 /* One cpu_<op> per op of kn_ops.h, with its kn_* signature; cpu_backend.c
  * builds the table from the same list. */

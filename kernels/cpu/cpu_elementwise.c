@@ -281,13 +281,22 @@ void cpu_gelu_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const vo
     }
 }
 
-void cpu_gelu_bwd_write(kn_ctx *c, float *dx, const float *dout, const float *x, size_t n)
+void cpu_gelu_bwd_write(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x,
+                        size_t n)
 {
 #pragma omp parallel num_threads(cpu_threads_for(c, n))
     {
         size_t lo, hi;
         cpu_thread_range(n, 32, &lo, &hi);
-        gelu_bwd_range(dx + lo, dout + lo, x + lo, hi - lo, 0);
+        if (dt == KN_F32)
+            gelu_bwd_range(dx + lo, dout + lo, (const float *)x + lo, hi - lo, 0);
+        else {
+            float bx[CPU_EW_BLOCK];
+            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+                gelu_bwd_range(dx + i, dout + i, cpu_in(bx, x, dt, i, m), m, 0);
+            }
+        }
     }
 }
 

@@ -10,25 +10,30 @@
  * emulated and real cuBLASLt epilogues are tested against. */
 #include "cpu.h"
 
-static int types_ok(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, const char *op)
+/* The weight's dtype, and each activation's: fp32 or the weight's (as
+ * matmul16 reads them). */
+static int types_ok(kn_ctx *c, kn_dtype dt, kn_dtype a_dt, kn_dtype b_dt, const char *op)
 {
-    if ((dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && (out_dt == KN_F32 || out_dt == dt))
+    if ((dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && (a_dt == KN_F32 || a_dt == dt) &&
+        (b_dt == KN_F32 || b_dt == dt))
         return 1;
-    kn_fail(c, TY_EINVAL, "%s: weight dtype %s with %s output (the output is f32 or the weight's)",
-            op, kn_dtype_name(dt), kn_dtype_name(out_dt));
+    kn_fail(c, TY_EINVAL,
+            "%s: weight dtype %s with %s / %s activations (each is f32 or the weight's)", op,
+            kn_dtype_name(dt), kn_dtype_name(a_dt), kn_dtype_name(b_dt));
     return 0;
 }
 
-void cpu_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, void *pre,
-                         const float *x, const void *w, const float *bias, int N, int K, int M)
+void cpu_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,
+                         void *pre, const void *x, const void *w, const float *bias, int N, int K,
+                         int M)
 {
-    if (N <= 0 || M <= 0 || !types_ok(c, dt, out_dt, "matmul_gelu_fwd")) return;
+    if (N <= 0 || M <= 0 || !types_ok(c, dt, out_dt, x_dt, "matmul_gelu_fwd")) return;
     size_t n = (size_t)N * M;
     if (out_dt == KN_F32) {
         if (dt == KN_F32)
             cpu_matmul_fwd(c, pre, x, w, bias, N, K, M);
         else
-            cpu_matmul16_fwd(c, dt, KN_F32, KN_F32, pre, x, w, bias, N, K, M);
+            cpu_matmul16_fwd(c, dt, KN_F32, x_dt, pre, x, w, bias, N, K, M);
         const float *g = pre;
         if (dt != KN_F32) { /* GELU of pre as dt holds it: rounded in out, then in place */
             cpu_copy(c, out, pre, n);
@@ -39,24 +44,26 @@ void cpu_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, voi
         return;
     }
     /* 16-bit pre and out (out_dt == dt): pre is the product rounded to dt;
-     * out is GELU of those values, rounded (the typed kn_gelu_fwd). */
-    cpu_matmul16_fwd(c, dt, dt, KN_F32, pre, x, w, bias, N, K, M);
+     * out is GELU of those values, rounded (the typed kn_gelu_fwd): the
+     * engine's unfused lin_fwd + kn_gelu_fwd of a 16-bit run, bit for bit. */
+    cpu_matmul16_fwd(c, dt, dt, x_dt, pre, x, w, bias, N, K, M);
     cpu_gelu_fwd(c, dt, out, pre, n);
 }
 
-void cpu_matmul_dgelu(kn_ctx *c, kn_dtype dt, float *dpre, float *dbias, const float *dout,
-                      const void *w, const float *pre, int N, int K, int M)
+void cpu_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt, float *dpre,
+                      float *dbias, const void *dout, const void *w, const void *pre, int N, int K,
+                      int M)
 {
-    if (N <= 0 || K <= 0 || !types_ok(c, dt, KN_F32, "matmul_dgelu")) return;
+    if (N <= 0 || K <= 0 || !types_ok(c, dt, dout_dt, pre_dt, "matmul_dgelu")) return;
     size_t n = (size_t)N * K;
     /* dact = dout w into dpre (x is unused without dw: pre stands in). */
     cpu_zero(c, dpre, n);
     if (dt == KN_F32)
         cpu_matmul_bwd(c, dpre, NULL, NULL, dout, pre, w, N, K, M);
     else
-        cpu_matmul16_bwd(c, dt, KN_F32, KN_F32, dpre, NULL, NULL, dout, pre, w, N, K, M);
+        cpu_matmul16_bwd(c, dt, dout_dt, pre_dt, dpre, NULL, NULL, dout, pre, w, N, K, M);
     cpu_round(c, dpre, n, dt);
-    cpu_gelu_bwd_write(c, dpre, dpre, pre, n);
+    cpu_gelu_bwd_write(c, pre_dt, dpre, dpre, pre, n);
     cpu_round(c, dpre, n, dt);
     if (dbias) /* the column sums, in the row order kn_matmul_bwd uses */
         cpu_matmul_bwd(c, NULL, NULL, dbias, dpre, NULL, NULL, N, 0, K);

@@ -205,3 +205,24 @@ void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *
     }
     if (failed) kn_fail(c, TY_ENOMEM, "rmsnorm backward: out of memory for a %d-wide row", C);
 }
+
+/* The residual add fused with the norm after it (kn_add_layernorm_fwd /
+ * kn_add_rmsnorm_fwd): on the CPU the reference is the two ops in turn,
+ * so an engine run computes the same bits fused or not; the one-pass
+ * kernel that saves the re-read of res is the GPU's (cuda_norm.cu). */
+void cpu_add_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float *mean, float *rstd,
+                           const void *a, const void *b, const float *w, const float *bias, int N,
+                           int C, float eps)
+{
+    if (N <= 0 || C <= 0) return;
+    cpu_add(c, dt, res, a, b, (size_t)N * C);
+    cpu_layernorm_fwd(c, dt, out, mean, rstd, res, w, bias, N, C, eps);
+}
+
+void cpu_add_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float *rstd, const void *a,
+                         const void *b, const float *w, int N, int C, float eps)
+{
+    if (N <= 0 || C <= 0) return;
+    cpu_add(c, dt, res, a, b, (size_t)N * C);
+    cpu_rmsnorm_fwd(c, dt, out, rstd, res, w, N, C, eps);
+}

@@ -7,7 +7,11 @@
  * Backward: dpre = (dout w) * gelu'(pre) is the next linear's dx product
  * with the DGELU epilogue reading pre as aux: again no separate pass.
  * The column-major view is cuda_matmul.cu's (D = out^T, M x N, ld M), so
- * aux is pre^T with ld M (forward) or K (backward).
+ * aux is pre^T with ld M (forward) or K (backward). A 16-bit run hands its
+ * 16-bit x / pre to the ops as they are (x_dt, pre_dt): they are cuBLASLt's
+ * bf16 / fp16 B operand and aux matrix directly, nothing is converted; an
+ * fp32 tensor holding dt values (dout, the engine's gradients) is copied to
+ * dt in scratch first (kn_cuda_acts16), exact.
  *
  * Where cuBLASLt does not fuse (its rule: the aux leading dimension is a
  * multiple of 8; and any type / architecture combination its heuristic
@@ -42,20 +46,24 @@ __global__ void k_gelu_of(void *out, const void *pre, int dt_io, int dt_round, s
     }
 }
 
-/* dpre = round(round(dact) * gelu'(pre)), in place on dact = dpre. */
-__global__ void k_dgelu_mul(float *dpre, const float *pre, int dt_round, size_t n)
+/* dpre = round(round(dact) * gelu'(pre)), in place on dact = dpre; pre in dt_pre. */
+__global__ void k_dgelu_mul(float *dpre, const void *pre, int dt_pre, int dt_round, size_t n)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        dpre[i] = round_to(round_to(dpre[i], dt_round) * kn_gelu_grad(pre[i]), dt_round);
+        dpre[i] = round_to(round_to(dpre[i], dt_round) * kn_gelu_grad(load_as_f32(pre, dt_pre, i)),
+                           dt_round);
 }
 
-static int types_ok(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, const char *op)
+/* The weight's dtype, and each activation's: fp32 or the weight's. */
+static int types_ok(kn_ctx *c, kn_dtype dt, kn_dtype a_dt, kn_dtype b_dt, const char *op)
 {
-    if ((dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && (out_dt == KN_F32 || out_dt == dt))
+    if ((dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && (a_dt == KN_F32 || a_dt == dt) &&
+        (b_dt == KN_F32 || b_dt == dt))
         return 1;
-    kn_fail(c, TY_EINVAL, "%s: weight dtype %s with %s output (the output is f32 or the weight's)",
-            op, kn_dtype_name(dt), kn_dtype_name(out_dt));
+    kn_fail(c, TY_EINVAL,
+            "%s: weight dtype %s with %s / %s activations (each is f32 or the weight's)", op,
+            kn_dtype_name(dt), kn_dtype_name(a_dt), kn_dtype_name(b_dt));
     return 0;
 }
 
@@ -65,13 +73,21 @@ static int aux_ok(const void *aux, int ld)
     return ld % 8 == 0 && (uintptr_t)aux % 16 == 0;
 }
 
-void cuda_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, void *pre,
-                          const float *x, const void *w, const float *bias, int N, int K, int M)
+/* An activation as the GEMM's operand: itself when it is in dt (fp32 runs,
+ * and 16-bit runs passing their 16-bit tensors), else its dt copy. */
+static const void *operand(kn_ctx *c, kn_dtype dt, const void *a, kn_dtype a_dt, size_t n)
 {
-    if (N <= 0 || M <= 0 || !types_ok(c, dt, out_dt, "matmul_gelu_fwd"))
+    return a_dt == dt ? a : kn_cuda_acts16(c, dt, (const float *)a, n);
+}
+
+void cuda_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,
+                          void *pre, const void *x, const void *w, const float *bias, int N, int K,
+                          int M)
+{
+    if (N <= 0 || M <= 0 || !types_ok(c, dt, out_dt, x_dt, "matmul_gelu_fwd"))
         return;
-    const void *B = x; /* x as the GEMM's operand: fp32, or its dt copy */
-    if (dt != KN_F32 && K > 0 && !(B = kn_cuda_acts16(c, dt, x, (size_t)N * K)))
+    const void *B = x; /* x as the GEMM's operand, in dt */
+    if (K > 0 && !(B = operand(c, dt, x, x_dt, (size_t)N * K)))
         return;
     int epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     if (K > 0 && aux_ok(pre, M)) {
@@ -83,33 +99,44 @@ void cuda_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, void *out, vo
     if (K > 0)
         kn_cuda_gemm(c, pre, out_dt, w, B, dt, bias, M, N, K, 1, 0, K, K, M, 0.0f);
     else /* an empty product: pre = bias (matmul_fwd's rule) */
-        cuda_matmul16_fwd(c, dt, out_dt, KN_F32, pre, x, w, bias, N, K, M);
+        cuda_matmul16_fwd(c, dt, out_dt, x_dt, pre, x, w, bias, N, K, M);
     size_t n = (size_t)N * M;
     KN_LAUNCH(k_gelu_of, kn_blocks(n, 256), 256, 0, c, out, pre, (int)out_dt, (int)dt, n);
 }
 
-void cuda_matmul_dgelu(kn_ctx *c, kn_dtype dt, float *dpre, float *dbias, const float *dout,
-                       const void *w, const float *pre, int N, int K, int M)
+/* cuBLASLt's aux matrix has D's type, so a 16-bit pre makes D 16-bit too:
+ * the epilogue writes dpre in dt into scratch (rounded once, from the
+ * fp32 product times gelu'(pre)), widened into the fp32 dpre after. */
+void cuda_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt, float *dpre,
+                       float *dbias, const void *dout, const void *w, const void *pre, int N, int K,
+                       int M)
 {
-    if (N <= 0 || K <= 0 || !types_ok(c, dt, KN_F32, "matmul_dgelu"))
+    if (N <= 0 || K <= 0 || !types_ok(c, dt, dout_dt, pre_dt, "matmul_dgelu"))
         return;
     size_t n = (size_t)N * K;
     if (M <= 0) { /* an empty product: dpre = 0 */
         cuda_zero(c, dpre, n);
         return;
     }
-    const void *B = dout;
-    if (dt != KN_F32 && !(B = kn_cuda_acts16(c, dt, dout, (size_t)N * M)))
+    const void *B = operand(c, dt, dout, dout_dt, (size_t)N * M);
+    if (!B)
         return;
     /* dpre^T[K,N] = w^T[K,M] dout^T[M,N]: A = w as K x M col-major (matmul_bwd's dx). */
     int r = 0;
-    if (aux_ok(pre, K) &&
-        (r = kn_cuda_gemm_epi(c, dpre, KN_F32, w, B, dt, CUBLASLT_EPILOGUE_DGELU, nullptr, pre, K, K,
-                              N, M, 0, 0, K, M, K, 0.0f)) < 0)
-        return;
+    if (aux_ok(pre, K)) {
+        void *D = dpre;
+        if (pre_dt != KN_F32 && !(D = kn_cuda_scratch(c, KN_SCRATCH_O32, n * 2)))
+            return;
+        r = kn_cuda_gemm_epi(c, D, pre_dt, w, B, dt, CUBLASLT_EPILOGUE_DGELU, nullptr, pre, K, K, N,
+                             M, 0, 0, K, M, K, 0.0f);
+        if (r < 0)
+            return;
+        if (r && D != dpre)
+            cuda_convert(c, dpre, KN_F32, D, pre_dt, n);
+    }
     if (!r) {
         kn_cuda_gemm(c, dpre, KN_F32, w, B, dt, nullptr, K, N, M, 0, 0, K, M, K, 0.0f);
-        KN_LAUNCH(k_dgelu_mul, kn_blocks(n, 256), 256, 0, c, dpre, pre, (int)dt, n);
+        KN_LAUNCH(k_dgelu_mul, kn_blocks(n, 256), 256, 0, c, dpre, pre, (int)pre_dt, (int)dt, n);
     }
     if (dbias)
         kn_cuda_colsum_acc(c, dbias, dpre, KN_F32, N, K);

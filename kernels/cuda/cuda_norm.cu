@@ -144,6 +144,83 @@ void cuda_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float 
                   no_mean, rstd, N, C);
 }
 
+/* ---- the residual add fused with the norm ------------------------------------
+
+ * res = a + b (stored in dt), out = norm(res): one block per row, as the
+ * norms above. Each thread keeps the sum it stored, rounded as stored
+ * (round_to), for the statistics' first pass, and later passes read back
+ * only the res elements it wrote itself (no barrier needed, and the same
+ * values and order of operations as k_add followed by k_layernorm_fwd /
+ * k_rmsnorm_fwd: the same bits). What is saved against the two kernels is
+ * one launch and one full read of res (the norm's first pass). */
+__device__ __forceinline__ float add_round(const void *a, const void *b, int dt, size_t i)
+{
+    float v = load_as_f32(a, dt, i) + load_as_f32(b, dt, i);
+    return dt == KN_BF16 ? from_bf16(to_bf16(v)) : dt == KN_F16 ? from_f16(to_f16(v)) : v;
+}
+
+__global__ void k_add_layernorm_fwd(int dt, void *res, void *out, float *mean, float *rstd,
+                                    const void *a, const void *b, const float *w,
+                                    const float *bias, int C, float eps)
+{
+    __shared__ float sh[33];
+    size_t off = (size_t)blockIdx.x * C;
+    float s = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float v = add_round(a, b, dt, off + i);
+        store_from_f32(res, dt, off + i, v);
+        s += v;
+    }
+    float mu = kn_block_sum(s, sh) / C;
+    float q = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float d = load_as_f32(res, dt, off + i) - mu;
+        q += d * d;
+    }
+    float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        store_from_f32(out, dt, off + i,
+                       (load_as_f32(res, dt, off + i) - mu) * rs * w[i] + (bias ? bias[i] : 0.0f));
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = rs;
+    }
+}
+
+__global__ void k_add_rmsnorm_fwd(int dt, void *res, void *out, float *rstd, const void *a,
+                                  const void *b, const float *w, int C, float eps)
+{
+    __shared__ float sh[33];
+    size_t off = (size_t)blockIdx.x * C;
+    float q = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float v = add_round(a, b, dt, off + i);
+        store_from_f32(res, dt, off + i, v);
+        q += v * v;
+    }
+    float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        store_from_f32(out, dt, off + i, w[i] * (load_as_f32(res, dt, off + i) * rs));
+    if (threadIdx.x == 0)
+        rstd[blockIdx.x] = rs;
+}
+
+void cuda_add_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float *mean, float *rstd,
+                            const void *a, const void *b, const float *w, const float *bias, int N,
+                            int C, float eps)
+{
+    if (N > 0 && C > 0)
+        KN_LAUNCH(k_add_layernorm_fwd, N, ROW_THREADS, 0, c, (int)dt, res, out, mean, rstd, a, b, w,
+                  bias, C, eps);
+}
+
+void cuda_add_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float *rstd, const void *a,
+                          const void *b, const float *w, int N, int C, float eps)
+{
+    if (N > 0 && C > 0)
+        KN_LAUNCH(k_add_rmsnorm_fwd, N, ROW_THREADS, 0, c, (int)dt, res, out, rstd, a, b, w, C, eps);
+}
+
 /* ---- embedding ------------------------------------------------------------- */
 
 __global__ void k_embedding_fwd(int dt, void *out, const int32_t *ids, const void *table, int N,

@@ -323,6 +323,38 @@ static void t_norm(pair *p)
     kn_rmsnorm_bwd(p->dev, KN_F32, NULL, F(dw, dev), F(r, dev), F(x, dev), F(w, dev), F(rstd, dev),
                    N, C);
     cmp(p, "rmsnorm_bwd.null_dx", dw, 1e-4, 1e-5);
+    /* the residual add fused with the norm, fp32 and 16-bit (x + r as a + b) */
+    for (int dt = KN_F32; dt <= KN_F16; dt++) {
+        kn_dtype t = (kn_dtype)dt;
+        size_t es = kn_dtype_size(t);
+        double rt = dt == KN_F32 ? 1e-5 : dt == KN_BF16 ? 1e-2 : 2e-3, at = rt / 10;
+        buf a = bzeros(p, nc * es), bb = bzeros(p, nc * es), res = bzeros(p, nc * es),
+            o16 = bzeros(p, nc * es);
+        kn_convert(p->cpu, a.cpu, t, x.cpu, KN_F32, nc);
+        kn_convert(p->dev, a.dev, t, x.dev, KN_F32, nc);
+        kn_convert(p->cpu, bb.cpu, t, r.cpu, KN_F32, nc);
+        kn_convert(p->dev, bb.dev, t, r.dev, KN_F32, nc);
+        char what[64];
+        kn_add_layernorm_fwd(p->cpu, t, res.cpu, o16.cpu, F(mean, cpu), F(rstd, cpu), a.cpu, bb.cpu,
+                             F(w, cpu), F(b, cpu), N, C, 1e-5f);
+        kn_add_layernorm_fwd(p->dev, t, res.dev, o16.dev, F(mean, dev), F(rstd, dev), a.dev, bb.dev,
+                             F(w, dev), F(b, dev), N, C, 1e-5f);
+        snprintf(what, sizeof what, "add_layernorm_fwd.%s.res", kn_dtype_name(t));
+        cmp16(p, what, res, nc, t, 0, 0); /* one rounded add: the same bits */
+        snprintf(what, sizeof what, "add_layernorm_fwd.%s.out", kn_dtype_name(t));
+        cmp16(p, what, o16, nc, t, rt, at);
+        cmp(p, "add_layernorm_fwd.mean", mean, 1e-5, 1e-6);
+        cmp(p, "add_layernorm_fwd.rstd", rstd, 1e-5, 1e-6);
+        kn_add_rmsnorm_fwd(p->cpu, t, res.cpu, o16.cpu, F(rstd, cpu), a.cpu, bb.cpu, F(w, cpu), N, C,
+                           1e-6f);
+        kn_add_rmsnorm_fwd(p->dev, t, res.dev, o16.dev, F(rstd, dev), a.dev, bb.dev, F(w, dev), N, C,
+                           1e-6f);
+        snprintf(what, sizeof what, "add_rmsnorm_fwd.%s.res", kn_dtype_name(t));
+        cmp16(p, what, res, nc, t, 0, 0);
+        snprintf(what, sizeof what, "add_rmsnorm_fwd.%s.out", kn_dtype_name(t));
+        cmp16(p, what, o16, nc, t, rt, at);
+        cmp(p, "add_rmsnorm_fwd.rstd", rstd, 1e-5, 1e-6);
+    }
 }
 
 static void t_matmul(pair *p)
@@ -360,7 +392,10 @@ static void t_matmul(pair *p)
  * and 16-bit outputs. 16-bit tolerances: the epilogue's GELU reads the
  * fp32 pre-activation where the CPU reference reads it rounded to dt
  * (kernels.h), half an ulp of dt: 2^-9 (bf16) / 2^-12 (fp16) relative;
- * dbias sums N such terms. A refused dtype pair is a clear error. */
+ * dbias sums N such terms. The typed form (x, pre, out, dout in dt, as a
+ * 16-bit run passes them; on CUDA the bf16 / fp16 operands and aux go to
+ * cuBLASLt as they are and DGELU writes a dt D) is held to the same
+ * tolerances. A refused dtype pair is a clear error. */
 static void t_matmul_gelu(pair *p)
 {
     /* {N, K, M, P}: x[N,K] -> pre[N,M] -> next linear [P, M] */
@@ -392,10 +427,10 @@ static void t_matmul_gelu(pair *p)
             char what[96];
             buf o = bzeros(p, (size_t)N * M * 4), pre = bzeros(p, (size_t)N * M * 4);
             for (int hb = 0; hb < 2; hb++) {
-                kn_matmul_gelu_fwd(p->cpu, (kn_dtype)dt, KN_F32, o.cpu, pre.cpu, F(x, cpu), w.cpu,
-                                   hb ? F(bias, cpu) : NULL, N, K, M);
-                kn_matmul_gelu_fwd(p->dev, (kn_dtype)dt, KN_F32, o.dev, pre.dev, F(x, dev), w.dev,
-                                   hb ? F(bias, dev) : NULL, N, K, M);
+                kn_matmul_gelu_fwd(p->cpu, (kn_dtype)dt, KN_F32, KN_F32, o.cpu, pre.cpu, F(x, cpu),
+                                   w.cpu, hb ? F(bias, cpu) : NULL, N, K, M);
+                kn_matmul_gelu_fwd(p->dev, (kn_dtype)dt, KN_F32, KN_F32, o.dev, pre.dev, F(x, dev),
+                                   w.dev, hb ? F(bias, dev) : NULL, N, K, M);
                 snprintf(what, sizeof what, "matmul_gelu_fwd.%s.%dx%dx%d%s.pre",
                          kn_dtype_name((kn_dtype)dt), N, K, M, hb ? ".bias" : "");
                 cmp(p, what, pre, 1e-5, 1e-6);
@@ -403,25 +438,49 @@ static void t_matmul_gelu(pair *p)
                          kn_dtype_name((kn_dtype)dt), N, K, M, hb ? ".bias" : "");
                 cmp(p, what, o, rt, at);
             }
-            if (dt != KN_F32) { /* pre and out stored in dt */
-                buf o16 = bzeros(p, (size_t)N * M * 2), p16 = bzeros(p, (size_t)N * M * 2);
-                kn_matmul_gelu_fwd(p->cpu, (kn_dtype)dt, (kn_dtype)dt, o16.cpu, p16.cpu, F(x, cpu),
-                                   w.cpu, F(bias, cpu), N, K, M);
-                kn_matmul_gelu_fwd(p->dev, (kn_dtype)dt, (kn_dtype)dt, o16.dev, p16.dev, F(x, dev),
-                                   w.dev, F(bias, dev), N, K, M);
-                snprintf(what, sizeof what, "matmul_gelu_fwd.%s.%dx%dx%d.16bit.pre",
-                         kn_dtype_name((kn_dtype)dt), N, K, M);
-                cmp16(p, what, p16, (size_t)N * M, (kn_dtype)dt, rt, at);
-                snprintf(what, sizeof what, "matmul_gelu_fwd.%s.%dx%dx%d.16bit.out",
-                         kn_dtype_name((kn_dtype)dt), N, K, M);
-                cmp16(p, what, o16, (size_t)N * M, (kn_dtype)dt, rt, at);
+            if (dt != KN_F32) { /* pre and out stored in dt, from an fp32 x and a dt x */
+                kn_dtype t = (kn_dtype)dt;
+                buf x16 = bzeros(p, (size_t)N * K * 2), d16 = bzeros(p, (size_t)N * P * 2);
+                kn_convert(p->cpu, x16.cpu, t, x.cpu, KN_F32, (size_t)N * K);
+                kn_convert(p->dev, x16.dev, t, x.dev, KN_F32, (size_t)N * K);
+                kn_convert(p->cpu, d16.cpu, t, d.cpu, KN_F32, (size_t)N * P);
+                kn_convert(p->dev, d16.dev, t, d.dev, KN_F32, (size_t)N * P);
+                for (int xt = 0; xt < 2; xt++) {
+                    buf o16 = bzeros(p, (size_t)N * M * 2), p16 = bzeros(p, (size_t)N * M * 2);
+                    kn_dtype x_dt = xt ? t : KN_F32;
+                    buf xi = xt ? x16 : x;
+                    kn_matmul_gelu_fwd(p->cpu, t, t, x_dt, o16.cpu, p16.cpu, xi.cpu, w.cpu,
+                                       F(bias, cpu), N, K, M);
+                    kn_matmul_gelu_fwd(p->dev, t, t, x_dt, o16.dev, p16.dev, xi.dev, w.dev,
+                                       F(bias, dev), N, K, M);
+                    snprintf(what, sizeof what, "matmul_gelu_fwd.%s.%dx%dx%d.16bit%s.pre",
+                             kn_dtype_name(t), N, K, M, xt ? ".x16" : "");
+                    cmp16(p, what, p16, (size_t)N * M, t, rt, at);
+                    snprintf(what, sizeof what, "matmul_gelu_fwd.%s.%dx%dx%d.16bit%s.out",
+                             kn_dtype_name(t), N, K, M, xt ? ".x16" : "");
+                    cmp16(p, what, o16, (size_t)N * M, t, rt, at);
+                    if (!xt)
+                        continue;
+                    /* the typed backward: dout and pre in dt (a 16-bit run's tensors) */
+                    buf dp = brand(p, (size_t)N * M, 1), db2 = brand(p, M, 1);
+                    kn_matmul_dgelu(p->cpu, t, t, t, F(dp, cpu), F(db2, cpu), d16.cpu, w2.cpu,
+                                    p16.cpu, N, M, P);
+                    kn_matmul_dgelu(p->dev, t, t, t, F(dp, dev), F(db2, dev), d16.dev, w2.dev,
+                                    p16.dev, N, M, P);
+                    snprintf(what, sizeof what, "matmul_dgelu.%s.%dx%dx%d.16bit.dpre",
+                             kn_dtype_name(t), N, M, P);
+                    cmp(p, what, dp, rt, at);
+                    snprintf(what, sizeof what, "matmul_dgelu.%s.%dx%dx%d.16bit.dbias",
+                             kn_dtype_name(t), N, M, P);
+                    cmp(p, what, db2, bt, bt);
+                }
             }
             /* backward through the GELU from the next linear's dout[N,P] */
             buf dpre = brand(p, (size_t)N * M, 1); /* written, not accumulated */
-            kn_matmul_dgelu(p->cpu, (kn_dtype)dt, F(dpre, cpu), F(db, cpu), F(d, cpu), w2.cpu,
-                            F(pre, cpu), N, M, P);
-            kn_matmul_dgelu(p->dev, (kn_dtype)dt, F(dpre, dev), F(db, dev), F(d, dev), w2.dev,
-                            F(pre, dev), N, M, P);
+            kn_matmul_dgelu(p->cpu, (kn_dtype)dt, KN_F32, KN_F32, F(dpre, cpu), F(db, cpu),
+                            F(d, cpu), w2.cpu, F(pre, cpu), N, M, P);
+            kn_matmul_dgelu(p->dev, (kn_dtype)dt, KN_F32, KN_F32, F(dpre, dev), F(db, dev),
+                            F(d, dev), w2.dev, F(pre, dev), N, M, P);
             snprintf(what, sizeof what, "matmul_dgelu.%s.%dx%dx%d.dpre",
                      kn_dtype_name((kn_dtype)dt), N, M, P);
             cmp(p, what, dpre, rt, at);
@@ -434,11 +493,17 @@ static void t_matmul_gelu(pair *p)
     for (int side = 0; side < 2; side++) {
         kn_ctx *c = side ? p->dev : p->cpu;
         void *o = kn_alloc(c, 64), *q = kn_alloc(c, 64), *x = kn_alloc(c, 64), *w = kn_alloc(c, 64);
-        kn_matmul_gelu_fwd(c, KN_BF16, KN_F16, o, q, x, w, NULL, 2, 2, 2);
+        kn_matmul_gelu_fwd(c, KN_BF16, KN_F16, KN_F32, o, q, x, w, NULL, 2, 2, 2);
         ty_err err = {0};
         int rc = kn_check(c, &err);
         if (rc != TY_EINVAL || !strstr(err.msg, "matmul_gelu_fwd")) {
             TY_FAIL("%s: bf16 weights with an f16 output gave %d (%s)", side ? "device" : "cpu", rc,
+                    err.msg);
+        }
+        kn_matmul_dgelu(c, KN_BF16, KN_F32, KN_F16, o, NULL, x, w, q, 2, 2, 2);
+        rc = kn_check(c, &err);
+        if (rc != TY_EINVAL || !strstr(err.msg, "matmul_dgelu")) {
+            TY_FAIL("%s: bf16 weights with an f16 pre gave %d (%s)", side ? "device" : "cpu", rc,
                     err.msg);
         }
         kn_free(c, o), kn_free(c, q), kn_free(c, x), kn_free(c, w);

@@ -353,17 +353,58 @@ static double gelu_grad_d(double v)
     return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * 0.044715 * v * v);
 }
 
+/* The typed pair of c_matmul_gelu: x (fp32 holding dt values) and g
+ * copied to dt, pre / out / dout in dt; wp is the double product. */
+static void matmul_gelu_typed(tc *t, kn_dtype dt, const float *x, const void *w, const float *b,
+                              const float *g, const void *w2, const double *wp, int N, int K,
+                              int M, int P)
+{
+    size_t nm = (size_t)N * M;
+    void *x16 = dput(t, NULL, (size_t)N * K * 2), *g16 = dput(t, NULL, (size_t)N * P * 2);
+    kn_convert(t->c, x16, dt, x, KN_F32, (size_t)N * K);
+    kn_convert(t->c, g16, dt, g, KN_F32, (size_t)N * P);
+    void *o16 = dput(t, NULL, nm * 2), *p16 = dput(t, NULL, nm * 2);
+    float *dpre = dpoison(t, nm), *pf = dpoison(t, nm), *of = dpoison(t, nm);
+    kn_matmul_gelu_fwd(t->c, dt, dt, dt, o16, p16, x16, w, b, N, K, M);
+    kn_matmul_dgelu(t->c, dt, dt, dt, dpre, NULL, g16, w2, p16, N, M, P);
+    kn_convert(t->c, pf, KN_F32, p16, dt, nm);
+    kn_convert(t->c, of, KN_F32, o16, dt, nm);
+    float *hp = malloc(nm * 4), *hg = malloc((size_t)N * P * 4), *hw2 = malloc((size_t)P * M * 4);
+    float *w2f = dpoison(t, (size_t)P * M);
+    kn_convert(t->c, w2f, KN_F32, w2, dt, (size_t)P * M);
+    kn_sync(t->c);
+    kn_to_host(t->c, hp, pf, nm * 4);
+    kn_to_host(t->c, hg, g, (size_t)N * P * 4);
+    kn_to_host(t->c, hw2, w2f, (size_t)P * M * 4);
+    double *wo = dvec(nm), *wd = dvec(nm);
+    for (int n = 0; n < N; n++)
+        for (int m = 0; m < M; m++) {
+            double ga = 0, v = hp[(size_t)n * M + m];
+            for (int q = 0; q < P; q++)
+                ga += (double)hg[(size_t)n * P + q] * hw2[(size_t)q * M + m];
+            wo[(size_t)n * M + m] = gelu_d(v);
+            wd[(size_t)n * M + m] = ga * gelu_grad_d(v);
+        }
+    expect(t, "matmul_gelu typed pre", pf, wp, nm, dt);
+    expect(t, "matmul_gelu typed out", of, wo, nm, dt);
+    expect(t, "matmul_dgelu typed dpre (written)", dpre, wd, nm, dt);
+    free(hp), free(hg), free(hw2), free(wo), free(wd);
+}
+
 /* kn_matmul_gelu_fwd / kn_matmul_dgelu: x[N,K] -> pre = x w^T + b ->
  * out = gelu(pre); backward from a next linear w2[P,M] and its dout[N,P].
  * M = 29 takes the unfused path on CUDA, M = 24 cuBLASLt's epilogues (aux
  * ld a multiple of 8). 16-bit weights: out and dpre to dt's tolerance (the
  * GELU's input is rounded to dt on one side, not the other); dbias is
- * checked against the sum of the op's own dpre, at fp32's. */
+ * checked against the sum of the op's own dpre, at fp32's. Then the typed
+ * form a 16-bit run uses: x, pre, out and dout in dt (x_dt = out_dt =
+ * dout_dt = pre_dt = dt): pre against the product (dt's tolerance), out
+ * and dpre against GELU / its derivative of the pre the op stored. */
 static void c_matmul_gelu(tc *t)
 {
     int N = 33, K = 47, P = 13;
     for (int s = 0; s < 2; s++)
-        for (int dt = KN_F32; dt <= KN_BF16; dt++) {
+        for (int dt = KN_F32; dt <= KN_F16; dt++) {
             int M = s ? 24 : 29;
             kn_dtype d16 = (kn_dtype)dt;
             /* w at 0.4: pre within about +-4, where the CPU's fast tanh
@@ -389,8 +430,8 @@ static void c_matmul_gelu(tc *t)
             }
             float *o = dpoison(t, (size_t)N * M), *pre = dpoison(t, (size_t)N * M),
                   *dpre = dpoison(t, (size_t)N * M);
-            kn_matmul_gelu_fwd(t->c, d16, KN_F32, o, pre, x, w, b, N, K, M);
-            kn_matmul_dgelu(t->c, d16, dpre, db, g, w2, pre, N, M, P);
+            kn_matmul_gelu_fwd(t->c, d16, KN_F32, KN_F32, o, pre, x, w, b, N, K, M);
+            kn_matmul_dgelu(t->c, d16, KN_F32, KN_F32, dpre, db, g, w2, pre, N, M, P);
             double *wp = dvec((size_t)N * M), *wo = dvec((size_t)N * M), *wd = dvec((size_t)N * M),
                    *wdb = dvec(M);
             for (int n = 0; n < N; n++)
@@ -415,6 +456,8 @@ static void c_matmul_gelu(tc *t)
                     wdb[m] += hd[(size_t)n * M + m];
             }
             expect(t, "matmul_dgelu dbias (+=)", db, wdb, M, KN_F32);
+            if (dt != KN_F32)
+                matmul_gelu_typed(t, d16, x, w, b, g, w2, wp, N, K, M, P);
             free(hx), free(hw), free(hb), free(hw2), free(hg), free(hdb), free(hd), free(wp),
                 free(wo), free(wd), free(wdb);
         }
@@ -884,6 +927,118 @@ static void c_typed(tc *t)
     }
 }
 
+/* ---- the residual add fused with the norm ----------------------------------
+
+ * kn_add_layernorm_fwd / kn_add_rmsnorm_fwd in fp32, bf16 and fp16 at an
+ * odd C: res must be a + b rounded to dt exactly (host rounding below),
+ * out to dt's tolerance and mean / rstd to fp32's against a double norm of
+ * that res; and the fused op must give the same bits as kn_add followed by
+ * the norm on the same device (the engine's recompute modes rely on it),
+ * also with res written over a. */
+static float round_host(float v, kn_dtype dt)
+{
+    if (dt == KN_F16) return (float)(_Float16)v;
+    if (dt != KN_BF16) return v;
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* n bytes of two device buffers identical. */
+static void same_bits(tc *t, const char *what, kn_dtype dt, const void *x, const void *y, size_t n)
+{
+    char *hx = malloc(n), *hy = malloc(n);
+    kn_sync(t->c);
+    kn_to_host(t->c, hx, x, n);
+    kn_to_host(t->c, hy, y, n);
+    if (memcmp(hx, hy, n))
+        fprintf(stderr, "FAIL %s %s %s (%s): fused and unfused differ\n", t->dev, t->name, what,
+                kn_dtype_name(dt)),
+            ty_failures++;
+    free(hx), free(hy);
+}
+
+static void c_add_norm(tc *t)
+{
+    int N = 13, C = 77;
+    size_t nc = (size_t)N * C;
+    for (int di = KN_F32; di <= KN_F16; di++) {
+        kn_dtype dt = (kn_dtype)di;
+        size_t es = kn_dtype_size(dt);
+        float *af, *bf, *hw = hrand(C, 1), *hbias = hrand(C, 1);
+        void *a = typed_in(t, dt, nc, 3, &af), *b = typed_in(t, dt, nc, 2, &bf);
+        float *w = dput(t, hw, C * 4), *bias = dput(t, hbias, C * 4);
+        float *ha = malloc(nc * 4), *hb = malloc(nc * 4);
+        kn_sync(t->c);
+        kn_to_host(t->c, ha, af, nc * 4);
+        kn_to_host(t->c, hb, bf, nc * 4);
+        double *wr = dvec(nc), *wo = dvec(nc), *wm = dvec(N), *ws = dvec(N), *wo2 = dvec(nc),
+               *ws2 = dvec(N);
+        for (int n = 0; n < N; n++) {
+            double mu = 0, var = 0, ms = 0;
+            for (int j = 0; j < C; j++) {
+                size_t i = (size_t)n * C + j;
+                wr[i] = round_host(ha[i] + hb[i], dt);
+                mu += wr[i], ms += wr[i] * wr[i];
+            }
+            mu /= C;
+            for (int j = 0; j < C; j++)
+                var += (wr[(size_t)n * C + j] - mu) * (wr[(size_t)n * C + j] - mu);
+            wm[n] = mu, ws[n] = 1 / sqrt(var / C + 1e-5), ws2[n] = 1 / sqrt(ms / C + 1e-6);
+            for (int j = 0; j < C; j++) {
+                size_t i = (size_t)n * C + j;
+                wo[i] = (wr[i] - mu) * ws[n] * hw[j] + hbias[j];
+                wo2[i] = wr[i] * ws2[n] * hw[j];
+            }
+        }
+        /* layernorm: fused, then the two ops, then fused in place over a */
+        void *res = typed_out(t, dt, nc), *o = typed_out(t, dt, nc);
+        float *mean = dpoison(t, N), *rstd = dpoison(t, N), *rf = dpoison(t, nc),
+              *of = dpoison(t, nc);
+        kn_add_layernorm_fwd(t->c, dt, res, o, mean, rstd, a, b, w, bias, N, C, 1e-5f);
+        kn_convert(t->c, rf, KN_F32, res, dt, nc);
+        kn_convert(t->c, of, KN_F32, o, dt, nc);
+        expect(t, "add_layernorm res", rf, wr, nc, KN_F32); /* exact values: fp32's tolerance */
+        expect(t, "add_layernorm out", of, wo, nc, dt);
+        expect(t, "add_layernorm mean", mean, wm, N, KN_F32);
+        expect(t, "add_layernorm rstd", rstd, ws, N, KN_F32);
+        void *res2 = typed_out(t, dt, nc), *o2 = typed_out(t, dt, nc);
+        float *mean2 = dpoison(t, N), *rstd2 = dpoison(t, N);
+        kn_add(t->c, dt, res2, a, b, nc);
+        kn_layernorm_fwd(t->c, dt, o2, mean2, rstd2, res2, w, bias, N, C, 1e-5f);
+        same_bits(t, "add_layernorm res", dt, res, res2, nc * es);
+        same_bits(t, "add_layernorm out", dt, o, o2, nc * es);
+        same_bits(t, "add_layernorm mean", dt, mean, mean2, N * 4);
+        same_bits(t, "add_layernorm rstd", dt, rstd, rstd2, N * 4);
+        void *a2 = dput(t, NULL, nc * es);
+        kn_convert(t->c, a2, dt, af, KN_F32, nc);
+        kn_add_layernorm_fwd(t->c, dt, a2, o2, mean2, rstd2, a2, b, w, NULL, N, C, 1e-5f);
+        kn_layernorm_fwd(t->c, dt, o, mean, rstd, res, w, NULL, N, C, 1e-5f);
+        same_bits(t, "add_layernorm in place res", dt, res, a2, nc * es);
+        same_bits(t, "add_layernorm in place out (no bias)", dt, o, o2, nc * es);
+        /* rmsnorm likewise */
+        kn_add_rmsnorm_fwd(t->c, dt, res, o, rstd, a, b, w, N, C, 1e-6f);
+        kn_convert(t->c, rf, KN_F32, res, dt, nc);
+        kn_convert(t->c, of, KN_F32, o, dt, nc);
+        expect(t, "add_rmsnorm res", rf, wr, nc, KN_F32);
+        expect(t, "add_rmsnorm out", of, wo2, nc, dt);
+        expect(t, "add_rmsnorm rstd", rstd, ws2, N, KN_F32);
+        kn_add(t->c, dt, res2, a, b, nc);
+        kn_rmsnorm_fwd(t->c, dt, o2, rstd2, res2, w, N, C, 1e-6f);
+        same_bits(t, "add_rmsnorm res", dt, res, res2, nc * es);
+        same_bits(t, "add_rmsnorm out", dt, o, o2, nc * es);
+        same_bits(t, "add_rmsnorm rstd", dt, rstd, rstd2, N * 4);
+        kn_convert(t->c, a2, dt, af, KN_F32, nc);
+        kn_add_rmsnorm_fwd(t->c, dt, a2, o2, rstd2, a2, b, w, N, C, 1e-6f);
+        same_bits(t, "add_rmsnorm in place res", dt, res, a2, nc * es);
+        same_bits(t, "add_rmsnorm in place out", dt, o, o2, nc * es);
+        free(hw), free(hbias), free(ha), free(hb), free(wr), free(wo), free(wm), free(ws),
+            free(wo2), free(ws2);
+    }
+}
+
 static const struct {
     const char *name;
     void (*run)(tc *t);
@@ -901,6 +1056,7 @@ static const struct {
     {"adamw", c_adamw},
     {"master", c_master},
     {"typed", c_typed},
+    {"add_norm", c_add_norm},
 };
 
 int main(int argc, char **argv)
