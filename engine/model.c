@@ -1158,8 +1158,8 @@ static void mlp_in_fwd(model *m, int l, int B, int T, const void *xa)
             kn_layernorm_fwd(k, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w),
                              W(m, L->ln2_b), N, C, c->norm_eps);
         if (fused_gelu(m, L)) {
-            kn_matmul_gelu_fwd(k, dt, dt, dt, a->act, a->fc, a->ln2, WL(m, L->fc_w),
-                               W(m, L->fc_b), N, C, F);
+            kn_matmul_gelu_fwd(k, dt, dt, dt, a->act, a->fc, a->ln2, WL(m, L->fc_w), W(m, L->fc_b),
+                               N, C, F);
         } else {
             lin_fwd(m, l, LS_FC, -1, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
             kn_gelu_fwd(k, dt, a->act, a->fc, (size_t)N * F);
@@ -1306,8 +1306,8 @@ static void forward_hidden(model *m, const int32_t *inputs, const int32_t *targe
         kn_layernorm_fwd(k, dt, m->lnf, m->lnf_mean, m->lnf_rstd, x, W(m, m->lnf_w), W(m, m->lnf_b),
                          N, C, c->norm_eps);
     else if (xa)
-        kn_add_rmsnorm_fwd(k, dt, (void *)x, m->lnf, m->lnf_rstd, xa, m->tmp, NWT(m->lnf_w, C), N, C,
-                           c->norm_eps);
+        kn_add_rmsnorm_fwd(k, dt, (void *)x, m->lnf, m->lnf_rstd, xa, m->tmp, NWT(m->lnf_w, C), N,
+                           C, c->norm_eps);
     else
         kn_rmsnorm_fwd(k, dt, m->lnf, m->lnf_rstd, x, NWT(m->lnf_w, C), N, C, c->norm_eps);
 }
@@ -1436,8 +1436,8 @@ static void backward_from_head(model *m, int B, int T)
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             if (fg)
-                kn_matmul_dgelu(k, dt, KN_F32, dt, m->dfc, G(m, L->fc_b), m->dres,
-                                WL(m, L->proj_w), a->fc, N, F, C);
+                kn_matmul_dgelu(k, dt, KN_F32, dt, m->dfc, G(m, L->fc_b), m->dres, WL(m, L->proj_w),
+                                a->fc, N, F, C);
             else
                 kn_gelu_bwd(k, dt, m->dfc, m->dact, a->fc, NF);
             RND(m->dfc, NF);

@@ -146,6 +146,42 @@ def case_emu_devices():
     print("ok: bf16 refused on 7.5, fp16 runs there, local rank picks among visible devices, auto falls back")
 
 
+def case_emu_stats():
+    """Issue 11's memory rules, counted by the emulated runtime (TY_EMU_STATS):
+    device memory is allocated per buffer kind (as many cudaMalloc calls for
+    1 layer as for 2) and never in the step loop (as many for 3 steps as for
+    1); the batches are copied from pinned host memory (no pageable
+    host-to-device copy in the loop); the loss comes back once per step, not
+    once per micro-batch (as many device-to-host copies with grad_accum 3 as
+    with 1)."""
+    train = ct.write_dataset("train16.jsonl", ct.random_rows(16))
+
+    def stats(name, steps=1, accum=1, layers=1):
+        path = os.path.join(ct.TMP, name + ".stats")
+        spec = ct.write_spec(model={"init": ct.gpt2_config(n_layer=layers)}, train=train,
+                             name=name + ".json", max_steps=steps, grad_accum=accum, batch_size=1,
+                             seq_len=8, extra={"resources": {"gpus": 1, "backend": "cuda"}})
+        ct.expect_success(run(ENGINE_EMU, spec, name, env=dict(EMU, TY_EMU_STATS=path)))
+        with open(path) as f:
+            return {k: int(v) for k, v in (line.split() for line in f)}
+    base, longer, accum, deeper = stats("base"), stats("steps3", steps=3), stats("accum3", accum=3), \
+        stats("layers2", layers=2)
+    print(f"stats: 1 step {base}, 3 steps {longer}, grad_accum 3 {accum}, 2 layers {deeper}")
+    if longer["malloc"] != base["malloc"] or accum["malloc"] != base["malloc"]:
+        fail(f"device allocations in the step loop: {base['malloc']} for 1 step, "
+             f"{longer['malloc']} for 3, {accum['malloc']} with grad_accum 3")
+    if deeper["malloc"] != base["malloc"]:
+        fail(f"device allocations grow with the layers: {base['malloc']} vs {deeper['malloc']}")
+    if base["host_alloc"] < 2 or longer["h2d_pageable"] != base["h2d_pageable"] or \
+            accum["h2d_pageable"] != base["h2d_pageable"]:
+        fail(f"batches not copied from pinned memory: {base} / {longer} / {accum}")
+    if accum["d2h"] != base["d2h"]:
+        fail(f"device-to-host copies grow with grad_accum: {base['d2h']} vs {accum['d2h']}")
+    if not longer["d2h"] > base["d2h"]:
+        fail(f"no read-back per step counted: {base['d2h']} vs {longer['d2h']}")
+    print("ok: allocations per buffer kind, none in the loop; pinned batches; one read-back per step")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":

@@ -5,17 +5,30 @@
 # architecture of CMAKE_CUDA_ARCHITECTURES). Registered only when the
 # toolkit and the cuBLASLt header were found. With SRC_DIR, also that no
 # kernel source calls an atomic (atomicAdd & co.): every reduction is a
-# fixed-order one, so results repeat bit for bit (docs/kernels.md).
+# fixed-order one, so results repeat bit for bit (docs/kernels.md). Always:
+# no managed (unified) memory -- device buffers are cudaMalloc'd, batches
+# go through pinned host memory and explicit copies (issue 11) -- checked
+# in the library's undefined symbols and, with SRC_DIR, in the sources.
 set -euo pipefail
 lib=$1 want=$2 src=${3:-}
 n=$(ar t "$lib" | grep -c '\.o$')
 [ "$n" -eq "$want" ] || { echo "FAIL: $lib has $n objects, want $want"; exit 1; }
 nm "$lib" | grep -E ' [DR] kn_cuda_backend$' >/dev/null || { echo "FAIL: no kn_cuda_backend table in $lib"; exit 1; }
 echo "ok: $lib: $n objects, kn_cuda_backend defined"
+if nm -u "$lib" | grep -E 'cudaMallocManaged|cuMemAllocManaged|cudaMemAdvise|cudaMemPrefetchAsync'; then
+  echo "FAIL: $lib uses managed memory (above)"
+  exit 1
+fi
+echo "ok: no managed memory in $lib"
 if [ -n "$src" ]; then
   if grep -n -E '\batomic[A-Z][A-Za-z_]*[[:space:]]*\(' "$src"/*.cu "$src"/*.cuh; then
     echo "FAIL: atomics in the CUDA kernels (above): reductions must be in a fixed order"
     exit 1
   fi
   echo "ok: no atomics in $src"
+  if grep -n -E 'cudaMallocManaged|__managed__|cudaMemAdvise' "$src"/*.cu "$src"/*.cuh; then
+    echo "FAIL: managed memory in the CUDA sources (above)"
+    exit 1
+  fi
+  echo "ok: no managed memory in $src"
 fi

@@ -345,10 +345,10 @@ static void t_norm(pair *p)
         cmp16(p, what, o16, nc, t, rt, at);
         cmp(p, "add_layernorm_fwd.mean", mean, 1e-5, 1e-6);
         cmp(p, "add_layernorm_fwd.rstd", rstd, 1e-5, 1e-6);
-        kn_add_rmsnorm_fwd(p->cpu, t, res.cpu, o16.cpu, F(rstd, cpu), a.cpu, bb.cpu, F(w, cpu), N, C,
-                           1e-6f);
-        kn_add_rmsnorm_fwd(p->dev, t, res.dev, o16.dev, F(rstd, dev), a.dev, bb.dev, F(w, dev), N, C,
-                           1e-6f);
+        kn_add_rmsnorm_fwd(p->cpu, t, res.cpu, o16.cpu, F(rstd, cpu), a.cpu, bb.cpu, F(w, cpu), N,
+                           C, 1e-6f);
+        kn_add_rmsnorm_fwd(p->dev, t, res.dev, o16.dev, F(rstd, dev), a.dev, bb.dev, F(w, dev), N,
+                           C, 1e-6f);
         snprintf(what, sizeof what, "add_rmsnorm_fwd.%s.res", kn_dtype_name(t));
         cmp16(p, what, res, nc, t, 0, 0);
         snprintf(what, sizeof what, "add_rmsnorm_fwd.%s.out", kn_dtype_name(t));
@@ -459,8 +459,7 @@ static void t_matmul_gelu(pair *p)
                     snprintf(what, sizeof what, "matmul_gelu_fwd.%s.%dx%dx%d.16bit%s.out",
                              kn_dtype_name(t), N, K, M, xt ? ".x16" : "");
                     cmp16(p, what, o16, (size_t)N * M, t, rt, at);
-                    if (!xt)
-                        continue;
+                    if (!xt) continue;
                     /* the typed backward: dout and pre in dt (a 16-bit run's tensors) */
                     buf dp = brand(p, (size_t)N * M, 1), db2 = brand(p, M, 1);
                     kn_matmul_dgelu(p->cpu, t, t, t, F(dp, cpu), F(db2, cpu), d16.cpu, w2.cpu,

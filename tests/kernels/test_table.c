@@ -356,8 +356,8 @@ static double gelu_grad_d(double v)
 /* The typed pair of c_matmul_gelu: x (fp32 holding dt values) and g
  * copied to dt, pre / out / dout in dt; wp is the double product. */
 static void matmul_gelu_typed(tc *t, kn_dtype dt, const float *x, const void *w, const float *b,
-                              const float *g, const void *w2, const double *wp, int N, int K,
-                              int M, int P)
+                              const float *g, const void *w2, const double *wp, int N, int K, int M,
+                              int P)
 {
     size_t nm = (size_t)N * M;
     void *x16 = dput(t, NULL, (size_t)N * K * 2), *g16 = dput(t, NULL, (size_t)N * P * 2);
@@ -456,8 +456,7 @@ static void c_matmul_gelu(tc *t)
                     wdb[m] += hd[(size_t)n * M + m];
             }
             expect(t, "matmul_dgelu dbias (+=)", db, wdb, M, KN_F32);
-            if (dt != KN_F32)
-                matmul_gelu_typed(t, d16, x, w, b, g, w2, wp, N, K, M, P);
+            if (dt != KN_F32) matmul_gelu_typed(t, d16, x, w, b, g, w2, wp, N, K, M, P);
             free(hx), free(hw), free(hb), free(hw2), free(hg), free(hdb), free(hd), free(wp),
                 free(wo), free(wd), free(wdb);
         }

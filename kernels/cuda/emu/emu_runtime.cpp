@@ -365,8 +365,47 @@ cudaError_t cudaRuntimeGetVersion(int *v)
     *v = 0;
     return cudaSuccess;
 }
+/* ---- what the host side did, for tests ------------------------------------
+
+ * With TY_EMU_STATS=<file>, the process writes at exit how many device
+ * allocations (cudaMalloc), pinned host allocations (cudaMallocHost),
+ * device-to-host copies and host-to-device copies from pageable (not
+ * pinned) memory it made. engine.device.emu_stats compares runs of
+ * different lengths and accumulation: no allocation and no pageable copy
+ * in the step loop, and the loss read back once per step, not once per
+ * micro-batch (issue 11's memory rules). */
+namespace {
+struct emu_stats {
+    std::mutex mu;
+    std::vector<std::pair<const char *, size_t>> pinned;
+    long malloc_n = 0, host_n = 0, d2h = 0, h2d_pageable = 0;
+    bool is_pinned(const void *p)
+    {
+        for (auto &r : pinned)
+            if ((const char *)p >= r.first && (const char *)p < r.first + r.second)
+                return true;
+        return false;
+    }
+    ~emu_stats()
+    {
+        const char *path = getenv("TY_EMU_STATS");
+        FILE *f = path && *path ? fopen(path, "w") : nullptr;
+        if (!f)
+            return;
+        fprintf(f, "malloc %ld\nhost_alloc %ld\nd2h %ld\nh2d_pageable %ld\n", malloc_n, host_n,
+                d2h, h2d_pageable);
+        fclose(f);
+    }
+};
+emu_stats g_stats;
+} // namespace
+
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+    {
+        std::lock_guard<std::mutex> l(g_stats.mu);
+        g_stats.malloc_n++;
+    }
     if (guard_on()) {
         size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (bytes + pg - 1) / pg * pg;
         std::lock_guard<std::mutex> l(g_region_mu);
@@ -402,10 +441,23 @@ cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
     size_t r = (bytes + 255) / 256 * 256;
     *p = aligned_alloc(256, r ? r : 256);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (!*p)
+        return cudaErrorMemoryAllocation;
+    std::lock_guard<std::mutex> l(g_stats.mu);
+    g_stats.host_n++;
+    g_stats.pinned.push_back({(const char *)*p, r ? r : 256});
+    return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void *p)
 {
+    {
+        std::lock_guard<std::mutex> l(g_stats.mu);
+        for (size_t i = 0; i < g_stats.pinned.size(); i++)
+            if (g_stats.pinned[i].first == p) {
+                g_stats.pinned.erase(g_stats.pinned.begin() + (long)i);
+                break;
+            }
+    }
     free(p);
     return cudaSuccess;
 }
@@ -416,8 +468,16 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t)
         memset(p, v, bytes);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t bytes, cudaMemcpyKind, cudaStream_t)
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t)
 {
+    {
+        std::lock_guard<std::mutex> l(g_stats.mu);
+        if (kind == cudaMemcpyDeviceToHost)
+            g_stats.d2h++;
+        else if (kind == cudaMemcpyHostToDevice && !g_stats.is_pinned(s))
+            g_stats.h2d_pageable++;
+    }
     emu_device_guard dg;
     if (bytes)
         memmove(d, s, bytes);
