@@ -24,7 +24,7 @@ enum { FIELD_LEN = 128 }; /* longest dotted field path in a message */
 /* ---- names of enum values, shared by the parser and jobspec_to_json ---- */
 
 static const char *const method_names[] = {"full", "lora", "qlora"};
-static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
+static const char *const precision_names[] = {"fp32", "bf16", "fp16", "auto"};
 static const char *const backend_names[] = {"auto", "cuda", "cpu"};
 static const char *const schedule_names[] = {"constant", "linear", "cosine"};
 static const char *const recompute_names[] = {"none", "mlp", "all"};
@@ -952,7 +952,8 @@ int jobspec_check_precision(const jobspec *s, const jobspec_caps *caps, ty_err *
     unsigned can = cuda                                        ? caps->cuda
                    : s->backend == BACKEND_AUTO && s->gpus > 0 ? caps->cuda | caps->cpu
                                                                : caps->cpu;
-    if (can & (1u << s->precision)) return 0;
+    /* auto: the engine picks a precision the device runs, if it runs any */
+    if (s->precision == PREC_AUTO ? can != 0 : (can & (1u << s->precision)) != 0) return 0;
     if (cuda && !caps->cuda)
         return ty_err_field(
             err, TY_EINVAL, "precision",

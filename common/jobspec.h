@@ -20,7 +20,9 @@
 #define JOBSPEC_MAX_WEBHOOKS 4
 
 typedef enum { METHOD_FULL = 0, METHOD_LORA, METHOD_QLORA } jobspec_method;
-typedef enum { PREC_FP32 = 0, PREC_BF16, PREC_FP16 } jobspec_precision;
+/* PREC_AUTO: the engine chooses once it knows the device -- bf16, or fp16
+ * (with loss scaling) on a GPU older than compute capability 8.0. */
+typedef enum { PREC_FP32 = 0, PREC_BF16, PREC_FP16, PREC_AUTO } jobspec_precision;
 typedef enum { BACKEND_AUTO = 0, BACKEND_CUDA, BACKEND_CPU } jobspec_backend;
 typedef enum { SCHED_CONSTANT = 0, SCHED_LINEAR, SCHED_COSINE } jobspec_schedule;
 typedef enum { DS_TOKENS = 0, DS_TEXT, DS_PROMPT_COMPLETION, DS_CHAT } jobspec_format;

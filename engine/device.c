@@ -43,6 +43,11 @@ int device_open(kn_ctx **kn, const jobspec *s, int local_rank, int threads, char
     return kn_open(kn, KN_CPU, 0, threads, err);
 }
 
+kn_dtype device_auto_precision(const kn_ctx *kn)
+{
+    return kn_device_of(kn) == KN_CUDA && kn_info(kn)->cc_major < 8 ? KN_F16 : KN_BF16;
+}
+
 int device_check_precision(const kn_ctx *kn, kn_dtype dt, ty_err *err)
 {
     const kn_device_info *in = kn_info(kn);

@@ -31,6 +31,9 @@ int device_open(kn_ctx **kn, const jobspec *s, int local_rank, int threads, char
 /* TY_EINVAL (field "precision") when the opened device cannot run dt:
  * bf16 needs compute capability 8.0 (the bf16 tensor cores of Ampere). */
 int device_check_precision(const kn_ctx *kn, kn_dtype dt, ty_err *err);
+/* What precision "auto" stores in on the opened device: fp16 (with loss
+ * scaling) on a GPU before compute capability 8.0, bf16 everywhere else. */
+kn_dtype device_auto_precision(const kn_ctx *kn);
 
 /* Adds the device's fields to the `started` event: on CUDA a "gpu" object
  * (name, memory_bytes, compute_capability, driver, cuda_runtime). */

@@ -785,7 +785,8 @@ static int step_supported(run *r, ty_err *err)
     jobspec_caps caps = jobspec_default_caps(device_cuda_built());
     ty_err perr = {0};
     if (jobspec_check_precision(s, &caps, &perr)) return ty_err_set(err, TY_ESPEC, "%s", perr.msg);
-    r->dt = s->precision == PREC_BF16 ? KN_BF16 : s->precision == PREC_FP16 ? KN_F16 : KN_F32;
+    /* precision auto: bf16 until the device is known (step_device) */
+    r->dt = s->precision == PREC_FP16 ? KN_F16 : s->precision == PREC_FP32 ? KN_F32 : KN_BF16;
     ty_scaler_init(&r->sc, r->dt == KN_F16);
     if (r->sc.enabled && (r->sc.interval = ty_scaler_env_interval()) != TY_SCALER_GROWTH_INTERVAL)
         ev_log(
@@ -802,6 +803,9 @@ static int step_device(run *r, ty_err *err)
     /* GPU ranks: the gradient sum (and ZeRO-1's all-gather) over NCCL. */
     if (r->a->coll && kn_device_of(r->kn) != KN_CPU && coll_attach_nccl(r->a->coll, err))
         return err->code = TY_ESPEC;
+    /* precision auto: fp16 with loss scaling where the card has no bf16 */
+    if (r->spec.precision == PREC_AUTO && (r->dt = device_auto_precision(r->kn)) == KN_F16)
+        ty_scaler_init(&r->sc, 1);
     if (device_check_precision(r->kn, r->dt, err)) return err->code = TY_ESPEC;
     return 0;
 }
@@ -1023,6 +1027,8 @@ static int train_loop(run *r)
                   (json_int_t)r->train.n, "eval_rows", (json_int_t)r->eval.n, "tokens_per_epoch",
                   (json_int_t)r->train.n * s->seq_len, "device", kn_describe(r->kn));
     if (r->fallback[0]) json_object_set_new(started, "fallback", json_string(r->fallback));
+    json_object_set_new(started, "precision",
+                        json_string(kn_dtype_name(r->dt))); /* auto's choice */
     device_describe(r->kn, started);
     json_object_set_new(started, "memory", memory_json(r));
     ev_emit(started);

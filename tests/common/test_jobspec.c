@@ -471,12 +471,13 @@ static void test_roots(void)
 }
 
 /* Precision against the backend: the CPU runs all three; CUDA what the
- * installation has (nothing without GPUs); auto may fall back to the CPU. */
+ * installation has (nothing without GPUs); auto may fall back to the CPU.
+ * precision auto (the engine picks) passes wherever the backend runs. */
 static void test_precision_caps(void)
 {
-    static const char *const precs[] = {"fp32", "bf16", "fp16"};
+    static const char *const precs[] = {"fp32", "bf16", "fp16", "auto"};
     jobspec_caps none = jobspec_default_caps(0), gpu = jobspec_default_caps(2);
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < 4; p++) {
         for (int b = 0; b < 3; b++) {
             static const char *const backends[] = {"cpu", "cuda", "auto"};
             char text[512];
@@ -489,6 +490,7 @@ static void test_precision_caps(void)
             int rc = jobspec_parse_text(text, strlen(text), &s, &e);
             CHECK(rc == 0, "%s: %s", text, e.msg);
             if (rc) continue;
+            CHECK(!strcmp(jobspec_precision_name(s.precision), precs[p]), "precision %s", precs[p]);
             ty_err e1 = {0}, e2 = {0};
             int r_none = jobspec_check_precision(&s, &none, &e1),
                 r_gpu = jobspec_check_precision(&s, &gpu, &e2);

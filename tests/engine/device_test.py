@@ -130,6 +130,14 @@ def case_emu_devices():
     st = started(ct.expect_success(run(ENGINE_EMU, spec("fp16", precision="fp16"), "fp16", env=t4)))
     if st["gpu"]["compute_capability"] != "7.5":
         fail(f"TY_EMU_CC not reported: {st}")
+    # precision auto: fp16 with loss scaling on 7.5, bf16 on 9.0
+    ev = ct.expect_success(run(ENGINE_EMU, spec("auto75", precision="auto"), "auto75", env=t4))
+    st, m = started(ev), metrics(ev)
+    if st.get("precision") != "fp16" or not all(m[k].get("loss_scale", 0) > 1 for k in m):
+        fail(f"precision auto on 7.5: {st.get('precision')}, metrics {m}")
+    st = started(ct.expect_success(run(ENGINE_EMU, spec("auto90", precision="auto"), "auto90", env=EMU)))
+    if st.get("precision") != "bf16":
+        fail(f"precision auto on 9.0: {st}")
     # TY_LOCAL_RANK picks among the visible devices; one that is not there
     # is named with what is visible.
     env = dict(EMU, TY_LOCAL_RANK="1", CUDA_VISIBLE_DEVICES="3")
@@ -143,7 +151,7 @@ def case_emu_devices():
     st = started(ct.expect_success(run(ENGINE_EMU, auto, "auto0", env=env)))
     if st["backend"] != "cpu" or "no CUDA device" not in st.get("fallback", ""):
         fail(f"auto with no device: {st}")
-    print("ok: bf16 refused on 7.5, fp16 runs there, local rank picks among visible devices, auto falls back")
+    print("ok: bf16 refused on 7.5, fp16 runs there (and auto picks it), local rank picks among visible devices, auto falls back")
 
 
 def case_emu_stats():
