@@ -9,8 +9,11 @@
 # no managed (unified) memory -- device buffers are cudaMalloc'd, batches
 # go through pinned host memory and explicit copies (issue 11) -- checked
 # in the library's undefined symbols and, with SRC_DIR, in the sources.
+# With ARCHS and FLAGS (the target's CUDA_ARCHITECTURES and, for a Makefile
+# generator, its flags.make): every configured architecture reaches nvcc
+# as real code (the default list, or the build's override).
 set -euo pipefail
-lib=$1 want=$2 src=${3:-}
+lib=$1 want=$2 src=${3:-} archs=${4:-} flags=${5:-}
 n=$(ar t "$lib" | grep -c '\.o$')
 [ "$n" -eq "$want" ] || { echo "FAIL: $lib has $n objects, want $want"; exit 1; }
 nm "$lib" | grep -E ' [DR] kn_cuda_backend$' >/dev/null || { echo "FAIL: no kn_cuda_backend table in $lib"; exit 1; }
@@ -31,4 +34,15 @@ if [ -n "$src" ]; then
     exit 1
   fi
   echo "ok: no managed memory in $src"
+fi
+if [ -n "$archs" ] && [ -f "$flags" ]; then
+  for a in ${archs//;/ }; do
+    a=${a%-real}
+    a=${a%-virtual}
+    grep -q -- "code=\[compute_$a,sm_$a\]\|code=sm_$a" "$flags" ||
+      { echo "FAIL: architecture $a of '$archs' is not compiled ($flags)"; exit 1; }
+  done
+  echo "ok: compiled for $archs"
+elif [ -n "$archs" ]; then
+  echo "ok: architectures $archs (no flags.make with this generator to check them against)"
 fi
