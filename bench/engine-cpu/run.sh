@@ -6,8 +6,10 @@
 #   grad16.py     fp32 vs bf16 gradient accumulation in the bf16 scheme's
 #                 PyTorch model (needs torch: the hf-venv of a test build)
 #   precision.py  fp32 vs bf16 storage: tokens/s and peak RSS, GPT-2 124M and
-#                 a Llama-1B-wide model at seq 1024 / 4096, and the attention
-#                 memory curve against T (slow: minutes per step on 2 cores)
+#                 a Llama-1B-wide model at seq 1024 / 4096, a GPT-2 batch
+#                 sweep (1, 2, 4, 8 at seq 1024: the bf16/fp32 RSS ratio per
+#                 batch), and the attention memory curve against T (slow:
+#                 minutes per step on 2 cores)
 # Usage: bench/engine-cpu/run.sh BUILD_DIR [extra bench.py args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
