@@ -63,12 +63,18 @@ SHARE_RE = re.compile(r"^trainyard-engine\[0\]: data parallel: gradient all-redu
                       r"([0-9.]+) s in steps \(([0-9.]+)%\)(.*)$", re.M)
 
 
-def gpu_count():
+def gpu_ids():
+    """The GPUs this process may use: CUDA_VISIBLE_DEVICES's list when set
+    (a machine lent in part), else every GPU nvidia-smi lists (its indices
+    are in PCI bus order, as CUDA_DEVICE_ORDER=PCI_BUS_ID numbers them)."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        return [d.strip() for d in vis.split(",") if d.strip()]
     try:
         p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in p.stdout.splitlines() if line.startswith("GPU "))
+        return []
+    return [str(i) for i, line in enumerate(l for l in p.stdout.splitlines() if l.startswith("GPU "))]
 
 
 def find_nccl():
@@ -152,7 +158,7 @@ def run_world(engine, tmp, spec, world, gpus, env, timeout, mpirun, threads):
     cmd = [engine, "--spec", sp, "--workdir", work, "--threads", str(threads)]
     e = dict(env, TY_EVENTS_PATH=events, CUDA_DEVICE_ORDER="PCI_BUS_ID")
     if gpus:
-        e["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(world))
+        e["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[:world])
     if world > 1:
         cmd = [mpirun, "-np", str(world), "--oversubscribe", "--bind-to", "none"] + cmd
         e["TY_WORLD_SIZE"] = str(world)
@@ -218,7 +224,8 @@ def default_mpirun():
 def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("engine")
-    ap.add_argument("--gpus", type=int, help="GPUs to use (default: all nvidia-smi lists)")
+    ap.add_argument("--gpus", type=int,
+                    help="GPUs to use, the first N of CUDA_VISIBLE_DEVICES's or nvidia-smi's (default: all)")
     ap.add_argument("--budget", type=float, default=120, help="seconds for both runs")
     ap.add_argument("--out", help="JSON file to add the results to, under \"scaling\"")
     ap.add_argument("--summary", help="append the PASS / FAIL / SKIP line to this file")
@@ -231,12 +238,14 @@ def main(a):
     t_end = time.monotonic() + a.budget
     env = dict(os.environ)
     if a.dry:
-        world, gpus, shape, batches, steps, need = 2, False, bench.SHAPES["gpt2-dry"], [2], 4, 15
+        world, gpus, shape, batches, steps, need = 2, [], bench.SHAPES["gpt2-dry"], [2], 4, 15
         env.pop("TY_KERNELS", None)
         env["OMP_NUM_THREADS"] = "1"
     else:
-        world = a.gpus if a.gpus is not None else gpu_count()
-        gpus, shape, batches, steps, need = True, bench.SHAPES["gpt2-124M"], [16, 8, 4], 8, 40
+        gpus = gpu_ids()
+        if a.gpus is not None:
+            gpus = (gpus + [str(i) for i in range(len(gpus), a.gpus)])[:a.gpus]
+        world, shape, batches, steps, need = len(gpus), bench.SHAPES["gpt2-124M"], [16, 8, 4], 8, 40
         if world < 2:
             record(a, f"SKIP scaling: {world} GPU{'' if world == 1 else 's'}: scaling not measurable",
                    {"gpus": world, "skipped": "scaling not measurable"})
@@ -263,8 +272,8 @@ def main(a):
             data = bench.write_data(tmp, shape["vocab_size"], shape["T"], b * world * (steps + 1))
             w1 = run_world(a.engine, tmp, make_spec(shape, b, 1, world, steps, data, a.dry), 1, gpus, env,
                            left * 0.6, mpirun, threads)
-            if "error" not in w1:
-                break
+            if "error" not in w1 or "timed out" in w1["error"]:
+                break  # a batch that fits, or no time for a smaller one
         if "error" in w1:
             record(a, f"FAIL scaling: world 1 did not run: {w1['error']}", {"gpus": world, "error": w1["error"]})
             return 1
