@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # carry_mpi_test.sh ENGINE — ctest gpu.carry_mpi: the Open MPI launcher
 # carry-mpi.sh packs for the GPU machine starts two CPU ranks of ENGINE on
-# its own. Where this process may make a private mount namespace (root:
-# `unshare -m`), the system's Open MPI and PMIx directories, its config and
+# its own. Where this process may make a private mount namespace and mount
+# in it (root: `unshare -m`), the system's Open MPI and PMIx directories, its config and
 # its orterun are hidden in it first (empty tmpfs / /dev/null over them,
 # visible to this test only), as on a machine without Open MPI; elsewhere
 # the run is not isolated and says so. The ranks must train to the end
@@ -45,7 +45,7 @@ done
 run="env TY_WORLD_SIZE=2 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
   $tmp/ompi/bin/mpirun -np 2 --oversubscribe --bind-to none $engine --spec $tmp/spec.json \
   --workdir $tmp/work --threads 1"
-if unshare -m true 2>/dev/null; then
+if unshare -m bash -c "set -e; $hide true" 2>/dev/null; then
   unshare -m bash -c "set -e; $hide exec $run" >"$tmp/out" 2>"$tmp/err" || {
     echo "FAIL: the carried mpirun (system Open MPI hidden) exited $?"; tail -20 "$tmp/err"; exit 1; }
   echo "isolated: the system's Open MPI, PMIx and orterun were hidden"
