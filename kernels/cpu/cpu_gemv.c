@@ -74,93 +74,43 @@ static inline float bf16_f32(uint16_t h)
     return f;
 }
 
-/* Rows [lo, hi) of the portable kernel: out[r] = x . w[r] (+ bias). */
-CPU_HOT static void rows_f32(float *out, const float *x, const float *w, const float *bias, int K,
-                             int lo, int hi)
-{
-    int r = lo;
-    for (; r + 4 <= hi; r += 4) {
-        const float *w0 = w + (size_t)r * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-        for (int k = 0; k < K; k++) {
-            s0 += w0[k] * x[k];
-            s1 += w1[k] * x[k];
-            s2 += w2[k] * x[k];
-            s3 += w3[k] * x[k];
-        }
-        out[r] = s0, out[r + 1] = s1, out[r + 2] = s2, out[r + 3] = s3;
+/* Rows [lo, hi) of the portable kernel: out[r] = x . w[r] (+ bias), for a
+ * weight type T widened to fp32 by WIDEN. One body, three instances (fp32,
+ * bf16, fp16), so the three paths compute in the same order. */
+#define GEMV_ROWS(name, T, WIDEN)                                                                  \
+    CPU_HOT static void name(float *out, const float *x, const T *w, const float *bias, int K,     \
+                             int lo, int hi)                                                       \
+    {                                                                                              \
+        int r = lo;                                                                                \
+        for (; r + 4 <= hi; r += 4) {                                                              \
+            const T *w0 = w + (size_t)r * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;             \
+            float s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                                  \
+            _Pragma("omp simd reduction(+ : s0, s1, s2, s3)") for (int k = 0; k < K; k++)          \
+            {                                                                                      \
+                s0 += WIDEN(w0[k]) * x[k];                                                         \
+                s1 += WIDEN(w1[k]) * x[k];                                                         \
+                s2 += WIDEN(w2[k]) * x[k];                                                         \
+                s3 += WIDEN(w3[k]) * x[k];                                                         \
+            }                                                                                      \
+            out[r] = s0, out[r + 1] = s1, out[r + 2] = s2, out[r + 3] = s3;                        \
+        }                                                                                          \
+        for (; r < hi; r++) {                                                                      \
+            const T *w0 = w + (size_t)r * K;                                                       \
+            float s0 = 0;                                                                          \
+            _Pragma("omp simd reduction(+ : s0)") for (int k = 0; k < K; k++) s0 +=                \
+                WIDEN(w0[k]) * x[k];                                                               \
+            out[r] = s0;                                                                           \
+        }                                                                                          \
+        if (bias)                                                                                  \
+            for (r = lo; r < hi; r++)                                                              \
+                out[r] += bias[r];                                                                 \
     }
-    for (; r < hi; r++) {
-        const float *w0 = w + (size_t)r * K;
-        float s0 = 0;
-#pragma omp simd reduction(+ : s0)
-        for (int k = 0; k < K; k++)
-            s0 += w0[k] * x[k];
-        out[r] = s0;
-    }
-    if (bias)
-        for (r = lo; r < hi; r++)
-            out[r] += bias[r];
-}
 
-CPU_HOT static void rows_bf16(float *out, const float *x, const uint16_t *w, const float *bias,
-                              int K, int lo, int hi)
-{
-    int r = lo;
-    for (; r + 4 <= hi; r += 4) {
-        const uint16_t *w0 = w + (size_t)r * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-        for (int k = 0; k < K; k++) {
-            s0 += bf16_f32(w0[k]) * x[k];
-            s1 += bf16_f32(w1[k]) * x[k];
-            s2 += bf16_f32(w2[k]) * x[k];
-            s3 += bf16_f32(w3[k]) * x[k];
-        }
-        out[r] = s0, out[r + 1] = s1, out[r + 2] = s2, out[r + 3] = s3;
-    }
-    for (; r < hi; r++) {
-        const uint16_t *w0 = w + (size_t)r * K;
-        float s0 = 0;
-#pragma omp simd reduction(+ : s0)
-        for (int k = 0; k < K; k++)
-            s0 += bf16_f32(w0[k]) * x[k];
-        out[r] = s0;
-    }
-    if (bias)
-        for (r = lo; r < hi; r++)
-            out[r] += bias[r];
-}
-
-CPU_HOT static void rows_f16(float *out, const float *x, const _Float16 *w, const float *bias,
-                             int K, int lo, int hi)
-{
-    int r = lo;
-    for (; r + 4 <= hi; r += 4) {
-        const _Float16 *w0 = w + (size_t)r * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-        for (int k = 0; k < K; k++) {
-            s0 += (float)w0[k] * x[k];
-            s1 += (float)w1[k] * x[k];
-            s2 += (float)w2[k] * x[k];
-            s3 += (float)w3[k] * x[k];
-        }
-        out[r] = s0, out[r + 1] = s1, out[r + 2] = s2, out[r + 3] = s3;
-    }
-    for (; r < hi; r++) {
-        const _Float16 *w0 = w + (size_t)r * K;
-        float s0 = 0;
-#pragma omp simd reduction(+ : s0)
-        for (int k = 0; k < K; k++)
-            s0 += (float)w0[k] * x[k];
-        out[r] = s0;
-    }
-    if (bias)
-        for (r = lo; r < hi; r++)
-            out[r] += bias[r];
-}
+#define WIDEN_F32(v) (v)
+#define WIDEN_F16(v) ((float)(v))
+GEMV_ROWS(rows_f32, float, WIDEN_F32)
+GEMV_ROWS(rows_bf16, uint16_t, bf16_f32)
+GEMV_ROWS(rows_f16, _Float16, WIDEN_F16)
 
 #ifdef GEMV_X86
 /* vdpbf16ps: lane i += w[2i] x[2i] + w[2i+1] x[2i+1], fp32 accumulation.

@@ -13,9 +13,48 @@
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
 
-namespace KN_NS {
+namespace KN_NS
+{
 
 #define ROW_THREADS 128
+
+/* The rest of a layernorm row once each thread holds s, the sum of the
+ * elements of src it visits: mean, variance (a second pass over src), the
+ * normalised store and the saved statistics. Shared by k_layernorm_fwd and
+ * k_add_layernorm_fwd, whose first passes differ (read x / add and store
+ * res). Each thread reads back only the src elements it visited. */
+__device__ __forceinline__ void layernorm_finish(int dt, void *out, float *mean, float *rstd,
+                                                 const void *src, float s, const float *w,
+                                                 const float *b, int C, float eps, float *sh)
+{
+    size_t off = (size_t)blockIdx.x * C;
+    float mu = kn_block_sum(s, sh) / C;
+    float q = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float d = load_as_f32(src, dt, off + i) - mu;
+        q += d * d;
+    }
+    float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        store_from_f32(out, dt, off + i,
+                       (load_as_f32(src, dt, off + i) - mu) * rs * w[i] + (b ? b[i] : 0.0f));
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = rs;
+    }
+}
+
+/* The rest of an rmsnorm row once each thread holds q, the sum of squares
+ * of the src elements it visits (k_rmsnorm_fwd, k_add_rmsnorm_fwd). */
+__device__ __forceinline__ void rmsnorm_finish(int dt, void *out, float *rstd, const void *src,
+                                               float q, const float *w, int C, float eps, float *sh)
+{
+    size_t off = (size_t)blockIdx.x * C;
+    float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        store_from_f32(out, dt, off + i, w[i] * (load_as_f32(src, dt, off + i) * rs));
+    if (threadIdx.x == 0) rstd[blockIdx.x] = rs;
+}
 
 __global__ void k_layernorm_fwd(int dt, void *out, float *mean, float *rstd, const void *x,
                                 const float *w, const float *b, int C, float eps)
@@ -25,20 +64,7 @@ __global__ void k_layernorm_fwd(int dt, void *out, float *mean, float *rstd, con
     float s = 0;
     for (int i = threadIdx.x; i < C; i += blockDim.x)
         s += load_as_f32(x, dt, off + i);
-    float mu = kn_block_sum(s, sh) / C;
-    float q = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float d = load_as_f32(x, dt, off + i) - mu;
-        q += d * d;
-    }
-    float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        store_from_f32(out, dt, off + i,
-                       (load_as_f32(x, dt, off + i) - mu) * rs * w[i] + (b ? b[i] : 0.0f));
-    if (threadIdx.x == 0) {
-        mean[blockIdx.x] = mu;
-        rstd[blockIdx.x] = rs;
-    }
+    layernorm_finish(dt, out, mean, rstd, x, s, w, b, C, eps, sh);
 }
 
 /* dx for one row: dnorm = dout w, dx += rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)).
@@ -69,8 +95,7 @@ __global__ void k_norm_bwd_dw(int dt, float *dw, float *db, const float *dout, c
                               const float *mean, const float *rstd, int N, int C)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
+    if (c >= C) return;
     float sw = 0, sb = 0;
     for (int n = 0; n < N; n++) {
         float d = dout[(size_t)n * C + c];
@@ -78,26 +103,22 @@ __global__ void k_norm_bwd_dw(int dt, float *dw, float *db, const float *dout, c
         sw += d * xh;
         sb += d;
     }
-    if (dw)
-        dw[c] += sw;
-    if (db)
-        db[c] += sb;
+    if (dw) dw[c] += sw;
+    if (db) db[c] += sb;
 }
 
-void cuda_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd,
-                        const void *x, const float *w, const float *b, int N, int C, float eps)
+void cuda_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd, const void *x,
+                        const float *w, const float *b, int N, int C, float eps)
 {
     if (N > 0 && C > 0)
-        KN_LAUNCH(k_layernorm_fwd, N, ROW_THREADS, 0, c, (int)dt, out, mean, rstd, x, w, b, C,
-                  eps);
+        KN_LAUNCH(k_layernorm_fwd, N, ROW_THREADS, 0, c, (int)dt, out, mean, rstd, x, w, b, C, eps);
 }
 
-void cuda_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db,
-                        const float *dout, const void *x, const float *w, const float *mean,
-                        const float *rstd, int N, int C)
+void cuda_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db, const float *dout,
+                        const void *x, const float *w, const float *mean, const float *rstd, int N,
+                        int C)
 {
-    if (N <= 0 || C <= 0)
-        return;
+    if (N <= 0 || C <= 0) return;
     if (dx)
         KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, (int)dt, dx, dout, x, w, mean, rstd, C, 1);
     if (dw || db)
@@ -115,15 +136,11 @@ __global__ void k_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x, con
         float v = load_as_f32(x, dt, off + i);
         q += v * v;
     }
-    float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        store_from_f32(out, dt, off + i, w[i] * (load_as_f32(x, dt, off + i) * rs));
-    if (threadIdx.x == 0)
-        rstd[blockIdx.x] = rs;
+    rmsnorm_finish(dt, out, rstd, x, q, w, C, eps, sh);
 }
 
-void cuda_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x,
-                      const float *w, int N, int C, float eps)
+void cuda_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x, const float *w,
+                      int N, int C, float eps)
 {
     if (N > 0 && C > 0)
         KN_LAUNCH(k_rmsnorm_fwd, N, ROW_THREADS, 0, c, (int)dt, out, rstd, x, w, C, eps);
@@ -132,8 +149,7 @@ void cuda_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void
 void cuda_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *dout,
                       const void *x, const float *w, const float *rstd, int N, int C)
 {
-    if (N <= 0 || C <= 0)
-        return;
+    if (N <= 0 || C <= 0) return;
     const float *no_mean = nullptr;
     float *no_db = nullptr;
     if (dx)
@@ -160,8 +176,8 @@ __device__ __forceinline__ float add_round(const void *a, const void *b, int dt,
 }
 
 __global__ void k_add_layernorm_fwd(int dt, void *res, void *out, float *mean, float *rstd,
-                                    const void *a, const void *b, const float *w,
-                                    const float *bias, int C, float eps)
+                                    const void *a, const void *b, const float *w, const float *bias,
+                                    int C, float eps)
 {
     __shared__ float sh[33];
     size_t off = (size_t)blockIdx.x * C;
@@ -171,20 +187,7 @@ __global__ void k_add_layernorm_fwd(int dt, void *res, void *out, float *mean, f
         store_from_f32(res, dt, off + i, v);
         s += v;
     }
-    float mu = kn_block_sum(s, sh) / C;
-    float q = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float d = load_as_f32(res, dt, off + i) - mu;
-        q += d * d;
-    }
-    float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        store_from_f32(out, dt, off + i,
-                       (load_as_f32(res, dt, off + i) - mu) * rs * w[i] + (bias ? bias[i] : 0.0f));
-    if (threadIdx.x == 0) {
-        mean[blockIdx.x] = mu;
-        rstd[blockIdx.x] = rs;
-    }
+    layernorm_finish(dt, out, mean, rstd, res, s, w, bias, C, eps, sh);
 }
 
 __global__ void k_add_rmsnorm_fwd(int dt, void *res, void *out, float *rstd, const void *a,
@@ -198,11 +201,7 @@ __global__ void k_add_rmsnorm_fwd(int dt, void *res, void *out, float *rstd, con
         store_from_f32(res, dt, off + i, v);
         q += v * v;
     }
-    float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        store_from_f32(out, dt, off + i, w[i] * (load_as_f32(res, dt, off + i) * rs));
-    if (threadIdx.x == 0)
-        rstd[blockIdx.x] = rs;
+    rmsnorm_finish(dt, out, rstd, res, q, w, C, eps, sh);
 }
 
 void cuda_add_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float *mean, float *rstd,
@@ -218,7 +217,8 @@ void cuda_add_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float *r
                           const void *b, const float *w, int N, int C, float eps)
 {
     if (N > 0 && C > 0)
-        KN_LAUNCH(k_add_rmsnorm_fwd, N, ROW_THREADS, 0, c, (int)dt, res, out, rstd, a, b, w, C, eps);
+        KN_LAUNCH(k_add_rmsnorm_fwd, N, ROW_THREADS, 0, c, (int)dt, res, out, rstd, a, b, w, C,
+                  eps);
 }
 
 /* ---- embedding ------------------------------------------------------------- */
@@ -240,8 +240,7 @@ __global__ void k_embedding_fwd(int dt, void *out, const int32_t *ids, const voi
 __global__ void k_embedding_bwd(float *dtable, const int32_t *ids, const float *dout, int N, int C)
 {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= C)
-        return;
+    if (col >= C) return;
     for (int n = 0; n < N; n++)
         dtable[(size_t)ids[n] * C + col] += dout[(size_t)n * C + col];
 }

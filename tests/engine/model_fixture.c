@@ -30,3 +30,14 @@ int fixture_model(model *m, kn_ctx *kn, const char *cfg_json, uint64_t seed)
     }
     return rc;
 }
+
+kn_ctx *fixture_cpu(void)
+{
+    kn_ctx *kn = NULL;
+    ty_err err = {0};
+    if (kn_open(&kn, KN_CPU, 0, 0, &err)) {
+        fprintf(stderr, "kn_open: %s\n", err.msg);
+        return NULL;
+    }
+    return kn;
+}

@@ -12,3 +12,6 @@
  * and fills it from seed. Non-zero on failure, with the reason on stderr
  * ("config: ..." or "model: ..."); m then holds nothing to free. */
 int fixture_model(model *m, kn_ctx *kn, const char *cfg_json, uint64_t seed);
+
+/* Opens a CPU kernel context; NULL on failure, with the reason on stderr. */
+kn_ctx *fixture_cpu(void);

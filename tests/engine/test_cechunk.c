@@ -117,12 +117,8 @@ static void auto_rows(kn_ctx *kn)
 
 int main(void)
 {
-    kn_ctx *kn;
-    ty_err err = {0};
-    if (kn_open(&kn, KN_CPU, 0, 0, &err)) {
-        fprintf(stderr, "kn_open: %s\n", err.msg);
-        return 1;
-    }
+    kn_ctx *kn = fixture_cpu();
+    if (!kn) return 1;
     static const char *gpt2 = "{\"model_type\":\"gpt2\",\"n_embd\":32,\"n_layer\":2,\"n_head\":4,"
                               "\"n_positions\":16,\"vocab_size\":96}";
     static const char *llama =

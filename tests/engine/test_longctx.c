@@ -109,12 +109,8 @@ static void precision_memory(kn_ctx *kn)
 
 int main(int argc, char **argv)
 {
-    kn_ctx *kn;
-    ty_err err = {0};
-    if (kn_open(&kn, KN_CPU, 0, 0, &err)) {
-        fprintf(stderr, "kn_open: %s\n", err.msg);
-        return 1;
-    }
+    kn_ctx *kn = fixture_cpu();
+    if (!kn) return 1;
     if (argc > 1 && !strcmp(argv[1], "memory")) {
         precision_memory(kn);
         kn_close(kn);

@@ -42,12 +42,8 @@ static long peak_kib(void)
 
 int main(void)
 {
-    kn_ctx *kn;
-    ty_err err = {0};
-    if (kn_open(&kn, KN_CPU, 0, 0, &err)) {
-        fprintf(stderr, "kn_open: %s\n", err.msg);
-        return 1;
-    }
+    kn_ctx *kn = fixture_cpu();
+    if (!kn) return 1;
     /* A large zeroed block: zero wherever read (here: its ends and middle). */
     size_t nb = (size_t)64 << 20;
     unsigned char *z = kn_alloc(kn, nb);
@@ -60,6 +56,7 @@ int main(void)
         "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
         "\"max_position_embeddings\":64,\"vocab_size\":24000,\"tie_word_embeddings\":false}";
     model m;
+    ty_err err = {0};
     long before = rss_kib();
     REQUIRE(before > 0);
     REQUIRE(fixture_model(&m, kn, cfg_json, 1) == 0);
