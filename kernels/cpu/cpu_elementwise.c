@@ -263,41 +263,36 @@ void cpu_gelu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n)
     }
 }
 
-void cpu_gelu_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x, size_t n)
+/* dx (+)= dout * gelu'(x) over n elements of x's dtype; acc 1 adds into
+ * dx (kn_gelu_bwd), 0 overwrites it (the fused matmul_dgelu's dpre). */
+static void gelu_bwd_n(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x,
+                       size_t n, int acc)
 {
 #pragma omp parallel num_threads(cpu_threads_for(c, n))
     {
         size_t lo, hi;
         cpu_thread_range(n, 32, &lo, &hi);
         if (dt == KN_F32)
-            gelu_bwd_range(dx + lo, dout + lo, (const float *)x + lo, hi - lo, 1);
+            gelu_bwd_range(dx + lo, dout + lo, (const float *)x + lo, hi - lo, acc);
         else {
             float bx[CPU_EW_BLOCK];
             for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
                 size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-                gelu_bwd_range(dx + i, dout + i, cpu_in(bx, x, dt, i, m), m, 1);
+                gelu_bwd_range(dx + i, dout + i, cpu_in(bx, x, dt, i, m), m, acc);
             }
         }
     }
 }
 
+void cpu_gelu_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x, size_t n)
+{
+    gelu_bwd_n(c, dt, dx, dout, x, n, 1);
+}
+
 void cpu_gelu_bwd_write(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x,
                         size_t n)
 {
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 32, &lo, &hi);
-        if (dt == KN_F32)
-            gelu_bwd_range(dx + lo, dout + lo, (const float *)x + lo, hi - lo, 0);
-        else {
-            float bx[CPU_EW_BLOCK];
-            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
-                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-                gelu_bwd_range(dx + i, dout + i, cpu_in(bx, x, dt, i, m), m, 0);
-            }
-        }
-    }
+    gelu_bwd_n(c, dt, dx, dout, x, n, 0);
 }
 
 CPU_HOT static void swiglu_fwd_range(float *out, const float *gate, const float *up, size_t n)

@@ -25,14 +25,13 @@ Usage: gen16_check.py ENGINE WORKDIR"""
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import torch
 import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hfcommon import engine_json, fail, make_model, rel_err  # noqa: E402
+from hfcommon import engine_error, engine_json, fail, make_model, rel_err  # noqa: E402
 
 NEW = 24
 TOL = {torch.bfloat16: 3e-2, torch.float16: 5e-3}  # max |diff| / max |logit|
@@ -103,13 +102,11 @@ def check_model(engine, what, model_dir, hf, emu, tdt, dtype_arg, prompt):
 
 
 def expect_usage(engine, sub, args, needle):
-    r = subprocess.run([engine, sub] + args, capture_output=True, text=True, timeout=120)
-    evs = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    errs = [e for e in evs if e.get("ev") == "error"]
-    if r.returncode != 2 or not errs or needle not in errs[-1]["message"]:
-        fail(f"{sub} {args}: wanted exit 2 and an error naming {needle!r}; got exit {r.returncode}, "
-             f"{r.stdout[-300:]!r}")
-    print(f"  {sub} {' '.join(args[-2:])}: exit 2, \"{errs[-1]['message'][:80]}\"")
+    rc, err, out = engine_error(engine, sub, args)
+    if rc != 2 or not err or needle not in err["message"]:
+        fail(f"{sub} {args}: wanted exit 2 and an error naming {needle!r}; got exit {rc}, "
+             f"{out[-300:]!r}")
+    print(f"  {sub} {' '.join(args[-2:])}: exit 2, \"{err['message'][:80]}\"")
 
 
 def main():

@@ -13,17 +13,15 @@ transformers' generate on random models transformers creates.
   a non-zero exit.
 
 Usage: gen_check.py ENGINE WORKDIR"""
-import json
 import os
 import shutil
-import subprocess
 import sys
 
 import peft
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hfcommon import engine_json, fail, load_model, make_model, make_text_model  # noqa: E402
+from hfcommon import engine_error, engine_json, fail, load_model, make_model, make_text_model  # noqa: E402
 
 NEW = 24
 torch.set_num_threads(1)
@@ -52,13 +50,11 @@ def expect_same(what, got, want):
 
 
 def expect_error(engine, what, args, needle):
-    r = subprocess.run([engine, "generate"] + args, capture_output=True, text=True, timeout=120)
-    evs = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    errs = [e for e in evs if e.get("ev") == "error"]
-    if r.returncode == 0 or not errs or needle not in errs[-1]["message"]:
+    rc, err, out = engine_error(engine, "generate", args)
+    if rc == 0 or not err or needle not in err["message"]:
         fail(f"{what}: wanted an error event containing {needle!r} and a non-zero exit; "
-             f"got exit {r.returncode}, stdout {r.stdout[-400:]!r}")
-    print(f"  {what}: exit {r.returncode}, error \"{errs[-1]['message'][:90]}\"")
+             f"got exit {rc}, stdout {out[-400:]!r}")
+    print(f"  {what}: exit {rc}, error \"{err['message'][:90]}\"")
 
 
 def main():

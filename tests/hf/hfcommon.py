@@ -170,6 +170,16 @@ def engine_json(engine, sub, args):
     return json.loads(r.stdout.splitlines()[-1])
 
 
+def engine_error(engine, sub, args, timeout=120):
+    """Runs trainyard-engine SUB ARGS expecting it to fail: (exit code, the
+    last `error` event or None, stdout) for the caller's own checks. A
+    refusal is quick: a shorter timeout than a run's."""
+    r = subprocess.run([engine, sub] + args, capture_output=True, text=True, timeout=timeout)
+    evs = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    errs = [e for e in evs if e.get("ev") == "error"]
+    return r.returncode, errs[-1] if errs else None, r.stdout
+
+
 def engine_logits(engine, model_args, ids, kv=False):
     j = engine_json(engine, "logits", model_args + ["--prompt-ids", " ".join(map(str, ids))] + (["--kv"] if kv else []))
     return torch.tensor(j["logits"], dtype=torch.float64)
