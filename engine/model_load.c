@@ -60,15 +60,25 @@ static int file_read(void *ctx, size_t e0, size_t n, float *out, ty_err *err)
         return st_read_as(st, e0, n, ST_F32, out, err);
     }
     /* GPT-2's Conv1D is [in, out] on disk, [out, in] here: element (o, i)
-     * is the file's i * out + o, read one by one (GPT-2's largest linear
-     * has 2.4M elements; they come from the page cache). */
+     * is the file's i * out + o. The slice's outputs o0..o1 are one span of
+     * every file row i: read that span once per row (in reads a slice, not
+     * one per element) and scatter the elements that fall in the slice. */
+    if (n == 0) return 0;
     uint64_t in = (uint64_t)st->shape[0], nout = (uint64_t)st->shape[1];
-    for (size_t k = 0; k < n; k++) {
-        uint64_t e = e0 + k;
-        int rc = st_read_as(st, (e % in) * nout + e / in, 1, ST_F32, out + k, err);
-        if (rc) return rc;
+    uint64_t o0 = e0 / in, o1 = (e0 + n - 1) / in, span = o1 - o0 + 1;
+    float *row = malloc(span * sizeof *row);
+    if (!row)
+        return ty_err_field(err, TY_ENOMEM, st->name, "out of memory reading tensor %s", st->name);
+    int rc = 0;
+    for (uint64_t i = 0; i < in && !rc; i++) {
+        rc = st_read_as(st, i * nout + o0, span, ST_F32, row, err);
+        for (uint64_t o = o0; !rc && o <= o1; o++) {
+            uint64_t e = o * in + i;
+            if (e >= e0 && e < e0 + n) out[e - e0] = row[o - o0];
+        }
     }
-    return 0;
+    free(row);
+    return rc;
 }
 
 static int mem_read(void *ctx, size_t e0, size_t n, float *out, ty_err *err)
