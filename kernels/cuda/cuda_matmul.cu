@@ -10,19 +10,32 @@
  * Compute is CUBLAS_COMPUTE_32F: true fp32, no TF32, so fp32 results are
  * comparable with the CPU's sgemm. kn_cuda_gemm also takes bf16 / fp16 A
  * and B (the tensor-core path of matmul16, cuda_convert.cu) with an fp32 or
- * same-type D, still with fp32 accumulation; the bias stays fp32. The
- * algorithm of each (shape, transposes, epilogue, types, pointer alignment)
- * is asked of the heuristic once and cached in the context with its
- * descriptors; the steady state calls only cublasLtMatmul. The alignment
- * (the largest power of two, up to 256, dividing every pointer) is part of
- * the key and told to the heuristic, because the engine passes views into
- * its arenas and cuBLASLt otherwise assumes 256-byte aligned operands.
- * kn_cuda_gemm_epi adds the GELU epilogues (cuda_matmul_gelu.cu): their
- * aux matrix pointer is told to the heuristic (cuBLASLt derives the
- * alignment from it) and its leading dimension is part of the key; a
- * shape cuBLASLt has no fused algorithm for is remembered as such, so the
- * caller's unfused path is chosen once, not asked for on every call.
- * Under cuda-emu the same calls go to a CPU reference (emu_cublaslt.cpp). */
+ * same-type D, still with fp32 accumulation.
+ *
+ * Every call is legal by cublasLt.h's rules: the bias vector is of D's
+ * type, so a 16-bit D gets its bias converted to that type first (exact:
+ * kernels.h asks that such a bias hold values the type represents, as the
+ * engine's biases, read from 16-bit storage, do), and the bias and aux
+ * pointers are set before the heuristic is asked, which derives the
+ * alignment it assumes from them.
+ *
+ * Each (shape, transposes, epilogue, types, alignment of A/B/D, of the
+ * bias and of the aux matrix) gets a plan once, cached in the context:
+ * the route it takes and, for cuBLASLt, its descriptors and algorithm; the
+ * steady state calls only cublasLtMatmul. When the heuristic returns no
+ * algorithm the plan takes the next route, never an error:
+ *   LT      one cublasLtMatmul with the epilogue asked for;
+ *   LT_F32  cuBLASLt's plain product with an fp32 result (D itself, or
+ *           scratch for a 16-bit D), then k_gemm_finish adds the bias and
+ *           rounds: the fused epilogue's arithmetic (fp32 accumulator +
+ *           beta C + bias, rounded once), so the same bits;
+ *   KERNEL  k_gemm_tiled, our own fp32 GEMM, the same arithmetic again
+ *           (slow; for a cuBLASLt that has nothing for these operands);
+ *   UNFUSED a GELU epilogue with no algorithm: kn_cuda_gemm_epi returns
+ *           0 and the caller runs its unfused pair (cuda_matmul_gelu.cu).
+ * Under cuda-emu the same calls go to a CPU reference that refuses what
+ * the real library refuses (emu_cublaslt.cpp); TY_EMU_LT_REFUSE sends the
+ * tests down each route. */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
 
@@ -30,27 +43,37 @@
 
 namespace KN_NS {
 
+enum gemm_route { ROUTE_LT, ROUTE_LT_F32, ROUTE_KERNEL, ROUTE_UNFUSED };
+
 struct cuda_gemm_plan {
+    /* the key */
     int m, n, k, ta, tb, epi, lda, ldb, ldd, dt_ab, dt_d;
     int64_t ldaux;
-    unsigned align;
-    int fused; /* 0: a GELU epilogue cuBLASLt has no algorithm for (no descriptors) */
-    cublasLtMatmulDesc_t op;
+    unsigned align, align_bias, align_aux;
+    /* what runs */
+    int route;
+    cublasLtMatmulDesc_t op; /* ROUTE_LT / ROUTE_LT_F32, else NULL */
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
 };
 
+static void lt_release(cuda_gemm_plan *p)
+{
+    if (p->op)
+        cublasLtMatmulDescDestroy(p->op);
+    if (p->a)
+        cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b)
+        cublasLtMatrixLayoutDestroy(p->b);
+    if (p->d)
+        cublasLtMatrixLayoutDestroy(p->d);
+    p->op = nullptr, p->a = p->b = p->d = nullptr;
+}
+
 void kn_cuda_gemm_plans_free(cuda_state *st)
 {
-    for (int i = 0; i < st->n_plans; i++) {
-        cuda_gemm_plan *p = &st->plans[i];
-        if (!p->fused)
-            continue;
-        cublasLtMatmulDescDestroy(p->op);
-        cublasLtMatrixLayoutDestroy(p->a);
-        cublasLtMatrixLayoutDestroy(p->b);
-        cublasLtMatrixLayoutDestroy(p->d);
-    }
+    for (int i = 0; i < st->n_plans; i++)
+        lt_release(&st->plans[i]);
     free(st->plans);
     st->plans = nullptr;
     st->n_plans = st->cap_plans = 0;
@@ -69,28 +92,88 @@ static cudaDataType_t lt_type(int dt)
     return dt == KN_BF16 ? CUDA_R_16BF : dt == KN_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-/* The largest power of two (at most 256) dividing every given address. */
-static unsigned ptr_align(const void *a, const void *b, const void *d, const void *bias,
-                          const void *aux)
+/* The largest power of two (at most 256) dividing every given address;
+ * 256 for none (NULLs are ignored). */
+static unsigned ptr_align(const void *a, const void *b = nullptr, const void *d = nullptr)
 {
-    uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)bias | (uintptr_t)aux | 256u;
+    uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | 256u;
     return (unsigned)(u & (~u + 1));
 }
 
-/* Finds or builds the plan for D[m,n] = op(A) op(B) (column-major) with
- * epilogue epi. For a GELU epilogue (aux given) a refusal by cuBLASLt is
- * not an error: the plan is kept with fused = 0. */
-static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb, int epi,
-                                 int lda, int ldb, int ldd, int dt_ab, int dt_d, unsigned align,
-                                 const void *aux, int64_t ldaux)
+/* Asks cuBLASLt for D[m,n] = op(A) op(B) (+ epilogue), D of type dt_d and
+ * leading dimension ldd, filling p's descriptors and algorithm. 1: found;
+ * 0: no algorithm (p released, no error); -1: failed (context error). */
+static int lt_plan(kn_ctx *c, cuda_gemm_plan *p, int epi, int dt_d, int ldd, const void *bias,
+                   const void *aux)
 {
-    int bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    cuda_state *st = kn_cuda_st(c);
+    cudaDataType_t tab = lt_type(p->dt_ab), td = lt_type(dt_d);
+    int m = p->m, n = p->n, k = p->k, ta = p->ta, tb = p->tb;
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t lt_epi = (cublasLtEpilogue_t)epi;
+    int has_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    uint64_t ws = st->lt_ws_bytes;
+    uint32_t align = p->align;
+    int64_t ldaux = p->ldaux;
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasLtMatmulHeuristicResult_t h = {};
+    int got = 0;
+    int ok = lt_ok(c, cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc") &&
+             lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
+                                                     sizeof opa), "transa") &&
+             lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
+                                                     sizeof opb), "transb") &&
+             lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt_epi,
+                                                     sizeof lt_epi), "epilogue") &&
+             (!has_bias ||
+              lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &bias, sizeof bias), "bias pointer")) &&
+             (!aux ||
+              (lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                       &aux, sizeof aux), "aux pointer") &&
+               lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                       &ldaux, sizeof ldaux), "aux ld"))) &&
+             lt_ok(c, cublasLtMatrixLayoutCreate(&p->a, tab, ta ? k : m, ta ? m : k, p->lda),
+                   "layout A") &&
+             lt_ok(c, cublasLtMatrixLayoutCreate(&p->b, tab, tb ? n : k, tb ? k : n, p->ldb),
+                   "layout B") &&
+             lt_ok(c, cublasLtMatrixLayoutCreate(&p->d, td, m, n, ldd), "layout D") &&
+             lt_ok(c, cublasLtMatmulPreferenceCreate(&pref), "preference") &&
+             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
+                          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                   "workspace preference");
+    static const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; ok && i < 4; i++)
+        ok = lt_ok(c, cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align),
+                   "alignment preference");
+    if (ok) /* any status but success means no algorithm (cuBLASLt says NOT_SUPPORTED) */
+        cublasLtMatmulAlgoGetHeuristic(st->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &h, &got);
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (ok && got >= 1) {
+        p->algo = h.algo;
+        return 1;
+    }
+    lt_release(p);
+    return ok ? 0 : -1;
+}
+
+/* Finds or builds the plan (the key's fields as named in cuda_gemm_plan);
+ * bias and aux are the pointers the first call passes (the heuristic
+ * derives their alignment from them). NULL after a context error. */
+static cuda_gemm_plan *gemm_plan(kn_ctx *c, const cuda_gemm_plan *key, const void *bias,
+                                 const void *aux)
+{
     cuda_state *st = kn_cuda_st(c);
     for (int i = 0; i < st->n_plans; i++) {
         cuda_gemm_plan *p = &st->plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->epi == epi &&
-            p->lda == lda && p->ldb == ldb && p->ldd == ldd && p->dt_ab == dt_ab && p->dt_d == dt_d &&
-            p->align == align && p->ldaux == ldaux)
+        if (p->m == key->m && p->n == key->n && p->k == key->k && p->ta == key->ta &&
+            p->tb == key->tb && p->epi == key->epi && p->lda == key->lda && p->ldb == key->ldb &&
+            p->ldd == key->ldd && p->dt_ab == key->dt_ab && p->dt_d == key->dt_d &&
+            p->align == key->align && p->align_bias == key->align_bias &&
+            p->align_aux == key->align_aux && p->ldaux == key->ldaux)
             return p;
     }
     if (st->n_plans == st->cap_plans) {
@@ -103,98 +186,104 @@ static cuda_gemm_plan *gemm_plan(kn_ctx *c, int m, int n, int k, int ta, int tb,
         st->plans = (cuda_gemm_plan *)np;
         st->cap_plans = cap;
     }
-    cuda_gemm_plan p = {m,   n,     k,     ta, tb,      epi,     lda,     ldb,     ldd, dt_ab,
-                        dt_d, ldaux, align, 1,  nullptr, nullptr, nullptr, nullptr, {}};
-    cudaDataType_t tab = lt_type(dt_ab), td = lt_type(dt_d);
-    int32_t bias_type = CUDA_R_32F;
-    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t lt_epi = (cublasLtEpilogue_t)epi;
-    uint64_t ws = st->lt_ws_bytes;
-    cublasLtMatmulPreference_t pref = nullptr;
-    cublasLtMatmulHeuristicResult_t h = {};
-    int got = 0;
-    int ok = lt_ok(c, cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc") &&
-             lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
-                                                     sizeof opa), "transa") &&
-             lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
-                                                     sizeof opb), "transb") &&
-             lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt_epi,
-                                                     sizeof lt_epi), "epilogue") &&
-             (!aux ||
-              (lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                       &aux, sizeof aux), "aux pointer") &&
-               lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                                       &ldaux, sizeof ldaux), "aux ld"))) &&
-             (!bias || td == CUDA_R_32F ||
-              lt_ok(c, cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                      &bias_type, sizeof bias_type), "bias type")) &&
-             lt_ok(c, cublasLtMatrixLayoutCreate(&p.a, tab, ta ? k : m, ta ? m : k, lda),
-                   "layout A") &&
-             lt_ok(c, cublasLtMatrixLayoutCreate(&p.b, tab, tb ? n : k, tb ? k : n, ldb),
-                   "layout B") &&
-             lt_ok(c, cublasLtMatrixLayoutCreate(&p.d, td, m, n, ldd), "layout D") &&
-             lt_ok(c, cublasLtMatmulPreferenceCreate(&pref), "preference") &&
-             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
-                          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-                   "workspace preference") &&
-             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
-                          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof align),
-                   "alignment A") &&
-             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
-                          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof align),
-                   "alignment B") &&
-             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
-                          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof align),
-                   "alignment C") &&
-             lt_ok(c, cublasLtMatmulPreferenceSetAttribute(
-                          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof align),
-                   "alignment D") &&
-             1;
-    cublasStatus_t hs = CUBLAS_STATUS_NOT_SUPPORTED;
-    if (ok)
-        hs = cublasLtMatmulAlgoGetHeuristic(st->lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &h, &got);
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
-    int refused = ok && (hs != CUBLAS_STATUS_SUCCESS || got < 1);
-    if (refused && aux) {
-        p.fused = 0; /* the caller's unfused path, from now on without asking */
-        ok = 0;
-    } else if (ok && !lt_ok(c, hs, "heuristic")) {
-        ok = 0;
-    } else if (refused) {
-        kn_fail(c, TY_EIO, "cuBLASLt has no algorithm for %dx%dx%d (%s operands, %s result)", m, n, k,
-                kn_dtype_name((kn_dtype)dt_ab), kn_dtype_name((kn_dtype)dt_d));
-        ok = 0;
+    cuda_gemm_plan p = *key;
+    p.op = nullptr, p.a = p.b = p.d = nullptr;
+    p.route = ROUTE_LT;
+    int r = lt_plan(c, &p, p.epi, p.dt_d, p.ldd, bias, aux);
+    if (r == 0 && aux) {
+        p.route = ROUTE_UNFUSED;
+    } else if (r == 0) {
+        /* The plain product into fp32: D itself, or compact scratch. */
+        int plain = p.epi == CUBLASLT_EPILOGUE_DEFAULT && p.dt_d == KN_F32;
+        p.route = ROUTE_LT_F32;
+        r = plain ? 0 : lt_plan(c, &p, CUBLASLT_EPILOGUE_DEFAULT, KN_F32,
+                                p.dt_d == KN_F32 ? p.ldd : p.m, nullptr, nullptr);
+        if (r == 0)
+            p.route = ROUTE_KERNEL;
     }
-    if (!ok) {
-        if (p.op)
-            cublasLtMatmulDescDestroy(p.op);
-        if (p.a)
-            cublasLtMatrixLayoutDestroy(p.a);
-        if (p.b)
-            cublasLtMatrixLayoutDestroy(p.b);
-        if (p.d)
-            cublasLtMatrixLayoutDestroy(p.d);
-        if (p.fused)
-            return nullptr;
-        p.op = nullptr, p.a = p.b = p.d = nullptr;
-    }
-    p.algo = h.algo;
+    if (r < 0)
+        return nullptr;
     st->plans[st->n_plans] = p;
     return &st->plans[st->n_plans++];
 }
 
-int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab, int epi,
-                     const float *bias, const void *aux, int64_t ldaux, int m, int n, int k, int ta,
-                     int tb, int lda, int ldb, int ldd, float beta)
+/* D[i,j] (column-major, type dt_d, ld ldd) = acc[i,j] (+ beta D[i,j] when
+ * acc is not D) (+ bias[i]), rounded once: the fused epilogue's arithmetic
+ * after cuBLASLt's plain fp32 product. */
+__global__ void k_gemm_finish(void *D, int dt_d, int ldd, const float *acc, int ldacc,
+                              const float *bias, float beta, int m, int n)
+{
+    size_t total = (size_t)m * n;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(e % m), j = (int)(e / m);
+        float v = acc[(size_t)j * ldacc + i];
+        if ((const void *)acc != D && beta != 0.0f)
+            v += beta * load_as_f32(D, dt_d, (size_t)j * ldd + i);
+        if (bias)
+            v += bias[i];
+        store_from_f32(D, dt_d, (size_t)j * ldd + i, v);
+    }
+}
+
+/* The last route: D[m,n] = op(A) op(B) + beta D + bias, column-major, A
+ * and B read in dt_ab, fp32 accumulation over k in order, D stored in
+ * dt_d. GEMM_T x GEMM_T output tiles, each block walking tiles grid-stride,
+ * GEMM_T-deep slices of A and B staged in shared memory. */
+#define GEMM_T 16
+__global__ void k_gemm_tiled(void *D, int dt_d, int ldd, const void *A, int lda, int ta,
+                             const void *B, int ldb, int tb, int dt_ab, const float *bias,
+                             float beta, int m, int n, int k)
+{
+    __shared__ float As[GEMM_T][GEMM_T + 1], Bs[GEMM_T][GEMM_T + 1];
+    int tx = threadIdx.x % GEMM_T, ty = threadIdx.x / GEMM_T;
+    int mt = (m + GEMM_T - 1) / GEMM_T, nt = (n + GEMM_T - 1) / GEMM_T;
+    for (int tile = blockIdx.x; tile < mt * nt; tile += gridDim.x) {
+        int i = (tile % mt) * GEMM_T + tx, j = (tile / mt) * GEMM_T + ty;
+        float acc = 0.0f;
+        for (int l0 = 0; l0 < k; l0 += GEMM_T) {
+            /* As[l][i] = op(A)(i0 + tx, l0 + ty); Bs[j][l] = op(B)(l0 + tx, j0 + ty) */
+            int ai = (tile % mt) * GEMM_T + tx, al = l0 + ty;
+            int bl = l0 + tx, bj = (tile / mt) * GEMM_T + ty;
+            As[ty][tx] = ai < m && al < k
+                             ? load_as_f32(A, dt_ab, ta ? (size_t)ai * lda + al : (size_t)al * lda + ai)
+                             : 0.0f;
+            Bs[ty][tx] = bl < k && bj < n
+                             ? load_as_f32(B, dt_ab, tb ? (size_t)bl * ldb + bj : (size_t)bj * ldb + bl)
+                             : 0.0f;
+            __syncthreads();
+            int lmax = min(GEMM_T, k - l0);
+            for (int l = 0; l < lmax; l++)
+                acc += As[l][tx] * Bs[ty][l];
+            __syncthreads();
+        }
+        if (i < m && j < n) {
+            size_t o = (size_t)j * ldd + i;
+            if (beta != 0.0f)
+                acc += beta * load_as_f32(D, dt_d, o);
+            if (bias)
+                acc += bias[i];
+            store_from_f32(D, dt_d, o, acc);
+        }
+    }
+}
+
+/* The bias as cuBLASLt wants it with a dt_d result: itself for fp32, else
+ * converted to dt_d in scratch (exact for a bias holding dt_d values). */
+static const void *lt_bias(kn_ctx *c, const float *bias, int dt_d, int m)
+{
+    if (!bias || dt_d == KN_F32)
+        return bias;
+    void *b16 = kn_cuda_scratch(c, KN_SCRATCH_BIAS16, (size_t)m * 2);
+    if (b16)
+        cuda_convert(c, b16, (kn_dtype)dt_d, bias, KN_F32, (size_t)m);
+    return b16;
+}
+
+static int lt_run(kn_ctx *c, cuda_gemm_plan *p, void *D, const void *A, const void *B,
+                  const void *bias, const void *aux, float beta)
 {
     cuda_state *st = kn_cuda_st(c);
-    cuda_gemm_plan *p = gemm_plan(c, m, n, k, ta, tb, epi, lda, ldb, ldd, dt_ab, dt_d,
-                                  ptr_align(A, B, D, bias, aux), aux, aux ? ldaux : 0);
-    if (!p)
-        return -1;
-    if (!p->fused)
-        return 0;
     if (bias && !lt_ok(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                          &bias, sizeof bias), "bias pointer"))
         return -1;
@@ -207,6 +296,65 @@ int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B,
                                    &p->algo, st->lt_ws, st->lt_ws_bytes, st->stream), "matmul")
                ? 1
                : -1;
+}
+
+int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab, int epi,
+                     const float *bias, const void *aux, int64_t ldaux, int m, int n, int k, int ta,
+                     int tb, int lda, int ldb, int ldd, float beta)
+{
+    const void *bias_lt = bias;
+    if (bias && !(bias_lt = lt_bias(c, bias, dt_d, m)))
+        return -1;
+    cuda_gemm_plan key = {m,
+                          n,
+                          k,
+                          ta,
+                          tb,
+                          epi,
+                          lda,
+                          ldb,
+                          ldd,
+                          dt_ab,
+                          dt_d,
+                          aux ? ldaux : 0,
+                          ptr_align(A, B, D),
+                          ptr_align(bias_lt),
+                          ptr_align(aux),
+                          0,
+                          nullptr,
+                          nullptr,
+                          nullptr,
+                          nullptr,
+                          {}};
+    cuda_gemm_plan *p = gemm_plan(c, &key, bias_lt, aux);
+    if (!p)
+        return -1;
+    switch (p->route) {
+    case ROUTE_UNFUSED:
+        return 0;
+    case ROUTE_LT:
+        return lt_run(c, p, D, A, B, bias_lt, aux, beta);
+    case ROUTE_LT_F32: {
+        float *acc = (float *)D;
+        int ldacc = ldd;
+        if (dt_d != KN_F32) {
+            acc = (float *)kn_cuda_scratch(c, KN_SCRATCH_GEMM32, (size_t)m * n * sizeof(float));
+            ldacc = m;
+        }
+        if (!acc || lt_run(c, p, acc, A, B, nullptr, nullptr, dt_d == KN_F32 ? beta : 0.0f) < 0)
+            return -1;
+        if (bias || dt_d != KN_F32)
+            KN_LAUNCH(k_gemm_finish, kn_blocks((size_t)m * n, 256), 256, 0, c, D, dt_d, ldd, acc,
+                      ldacc, bias, beta, m, n);
+        return 1;
+    }
+    default: {
+        size_t tiles = (size_t)((m + GEMM_T - 1) / GEMM_T) * ((n + GEMM_T - 1) / GEMM_T);
+        KN_LAUNCH(k_gemm_tiled, kn_blocks(tiles, 1), GEMM_T * GEMM_T, 0, c, D, dt_d, ldd, A, lda, ta,
+                  B, ldb, tb, dt_ab, bias, beta, m, n, k);
+        return 1;
+    }
+    }
 }
 
 void kn_cuda_gemm(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab,

@@ -48,6 +48,8 @@ enum { KN_SCRATCH_W32 = 0, /* fp32 copy of a 16-bit weight (matmul16, fp32 dout)
        KN_SCRATCH_X16,     /* 16-bit copy of fp32 activations (native matmul16) */
        KN_SCRATCH_O32,     /* fp32 result / gradient of the mixed cases of matmul16 */
        KN_SCRATCH_NF4,     /* one dequantised NF4 weight, fp32 (cuda_nf4.cu) */
+       KN_SCRATCH_BIAS16,  /* a bias in a 16-bit D's type (cuda_matmul.cu) */
+       KN_SCRATCH_GEMM32,  /* the fp32 product of an unfused GEMM fallback (cuda_matmul.cu) */
        KN_SCRATCH_SLOTS };
 
 /* Per-context state (ctx->impl). */
@@ -172,15 +174,17 @@ void kn_cuda_gemm_plans_free(cuda_state *st);
 void *kn_cuda_scratch(kn_ctx *c, int slot, size_t bytes);
 
 /* cuda_matmul.cu: D[m,n] (ld ldd, type dt_d, C = D) = op(A) op(B) + beta D
- * (+ bias[m], fp32), column-major, A and B of type dt_ab; fp32 compute. */
+ * (+ bias[m], fp32, holding values dt_d represents), column-major, A and B
+ * of type dt_ab; fp32 compute. Never refused: where cuBLASLt has no
+ * algorithm, an unfused path computes the same (cuda_matmul.cu). */
 void kn_cuda_gemm(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab,
                   const float *bias, int m, int n, int k, int ta, int tb, int lda, int ldb, int ldd,
                   float beta);
 /* cuda_matmul.cu: kn_cuda_gemm with cuBLASLt epilogue epi (a
- * cublasLtEpilogue_t) and, for the GELU ones, the aux matrix (D's type,
- * leading dimension ldaux). 1: done; 0: cuBLASLt has no algorithm fusing
- * this epilogue here (nothing was run, no error: the caller runs its
- * unfused path); -1: failed (context error set). */
+ * cublasLtEpilogue_t: DEFAULT, BIAS or a GELU one) and, for the GELU ones,
+ * the aux matrix (D's type, leading dimension ldaux). 1: done; 0: a GELU
+ * epilogue cuBLASLt has no algorithm for here (nothing was run, no error:
+ * the caller runs its unfused path); -1: failed (context error set). */
 int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab, int epi,
                      const float *bias, const void *aux, int64_t ldaux, int m, int n, int k, int ta,
                      int tb, int lda, int ldb, int ldd, float beta);

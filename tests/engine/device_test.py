@@ -58,30 +58,42 @@ def case_fallback():
     ct.expect_error(res, "no emulated CUDA backend")
 
 
-def compare(fam, init, precision, steps=3):
-    """The same spec on cpu (real engine) and on cuda-emu (test engine)."""
-    spec_cpu = ct.write_spec(model={"init": init}, name=f"{fam}-{precision}-cpu.json", max_steps=steps,
-                             grad_accum=2, extra={"precision": precision, "resources": {"backend": "cpu"}})
-    spec_gpu = ct.write_spec(model={"init": init}, name=f"{fam}-{precision}-gpu.json", max_steps=steps,
-                             grad_accum=2,
-                             extra={"precision": precision, "resources": {"gpus": 1, "backend": "cuda"}})
-    a = ct.expect_success(run(ENGINE, spec_cpu, f"{fam}-{precision}-cpu"))
-    b = ct.expect_success(run(ENGINE_EMU, spec_gpu, f"{fam}-{precision}-emu", env=EMU))
+def emu_spec(fam, init, precision, backend, steps):
+    res = {"backend": backend} if backend == "cpu" else {"gpus": 1, "backend": backend}
+    return ct.write_spec(model={"init": init}, name=f"{fam}-{precision}-{backend}.json", max_steps=steps,
+                         grad_accum=2, extra={"precision": precision, "resources": res})
+
+
+def cpu_losses(fam, init, precision, steps=3):
+    """The CPU backend's metric events for the spec compare() runs."""
+    spec = emu_spec(fam, init, precision, "cpu", steps)
+    return metrics(ct.expect_success(run(ENGINE, spec, f"{fam}-{precision}-cpu")))
+
+
+def compare(fam, init, precision, steps=3, ref=None, refuse=None, falls=True):
+    """The same spec on cpu (real engine) and on cuda-emu (test engine);
+    refuse: TY_EMU_LT_REFUSE for the emulated cuBLASLt (its fallbacks);
+    falls: the loss must fall over the steps (a 2-step run of a random
+    model need not)."""
+    ma = ref or cpu_losses(fam, init, precision, steps)
+    env = dict(EMU, TY_EMU_LT_REFUSE=refuse) if refuse else EMU
+    tag = f"{fam}-{precision}-emu" + (f"-no-{refuse}" if refuse else "")
+    b = ct.expect_success(run(ENGINE_EMU, emu_spec(fam, init, precision, "cuda", steps), tag, env=env))
     st = started(b)
     gpu = st.get("gpu") or {}
     if st.get("backend") != "cuda-emu" or "fallback" in st or not gpu.get("name", "").startswith("cuda-emu") or \
             gpu.get("compute_capability") != "9.0" or not gpu.get("memory_bytes", 0) > 0 or \
             "driver" not in gpu or "cuda_runtime" not in gpu:
         fail(f"{fam}: started event on cuda-emu: {st}")
-    ma, mb = metrics(a), metrics(b)
+    mb = metrics(b)
     if sorted(ma) != list(range(1, steps + 1)) or sorted(mb) != sorted(ma):
         fail(f"{fam}: steps {sorted(ma)} vs {sorted(mb)}")
     tol = 2e-4 if precision == "fp32" else 2e-3
     for k in ma:
         la, lb = ma[k]["loss"], mb[k]["loss"]
         if abs(la - lb) > tol * abs(la):
-            fail(f"{fam} {precision} step {k}: loss cpu {la} vs cuda-emu {lb}")
-    if not ma[steps]["loss"] < ma[1]["loss"]:
+            fail(f"{tag} step {k}: loss cpu {la} vs cuda-emu {lb}")
+    if falls and not ma[steps]["loss"] < ma[1]["loss"]:
         fail(f"{fam}: loss does not fall: {[ma[k]['loss'] for k in sorted(ma)]}")
     # mem_bytes on a GPU is the context's device memory at its peak: at
     # least parameters, gradients and both moments (fp32), and it stops
@@ -90,16 +102,57 @@ def compare(fam, init, precision, steps=3):
     params = st["params"]
     if mem[0] < 16 * params or len(set(mem[1:])) != 1:
         fail(f"{fam}: mem_bytes {mem} for {params} parameters")
-    print(f"ok: {fam} {precision}: losses match the cpu within {tol} "
+    print(f"ok: {tag}: losses match the cpu within {tol} "
           f"({[round(ma[k]['loss'], 6) for k in sorted(ma)]}), mem_bytes {mem[-1]}")
+    return ma
 
 
 def case_emu_train():
-    # GPT-2 (layernorm, GELU, fused qkv, tied head) in fp32 and the GQA
-    # Llama (rmsnorm, RoPE, SwiGLU) in bf16: every op on the device path,
-    # both storage types, in a CI-sized run.
+    # GPT-2 (layernorm, GELU, fused qkv, biases, tied head) in fp32, bf16
+    # and fp16 (the 16-bit bias and GELU epilogues), and the GQA Llama
+    # (rmsnorm, RoPE, SwiGLU) in bf16: every op on the device path, both
+    # storage types, in a CI-sized run.
     compare("gpt2", ct.gpt2_config(), "fp32")
+    compare("gpt2", ct.gpt2_config(), "bf16")
+    compare("gpt2", ct.gpt2_config(), "fp16")
     compare("llama", LLAMA, "bf16")
+
+
+# One small model of each family the engine runs (hfconfig.c), random
+# weights: what a 16-bit step asks of cuBLASLt differs by family (GPT-2's
+# biases and GELU epilogue, Qwen2's qkv biases, Gemma's soft-caps and
+# sliding windows, Phi-3's fused rows).
+SMALL = {"vocab_size": ct.VOCAB, "hidden_size": ct.DIM, "intermediate_size": 24, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": ct.POS}
+FAMILIES = {
+    "gpt2": ct.gpt2_config(),
+    "llama": dict(SMALL, model_type="llama"),
+    "mistral": dict(SMALL, model_type="mistral", sliding_window=16),
+    "qwen2": dict(SMALL, model_type="qwen2"),
+    "qwen3": dict(SMALL, model_type="qwen3", head_dim=8),
+    "phi3": dict(SMALL, model_type="phi3", num_key_value_heads=4),
+    "gemma2": dict(SMALL, model_type="gemma2", head_dim=8, sliding_window=8),
+    "gemma3_text": dict(SMALL, model_type="gemma3_text", head_dim=8, sliding_window=8),
+}
+# Each case TY_EMU_LT_REFUSE knows (emu_cublaslt.h): the fused bias and
+# GELU epilogues, 16-bit operands, everything.
+REFUSALS = ("bias", "gelu", "dgelu", "16bit", "all")
+
+
+def case_emu_families():
+    """Every family in bf16 on cuda-emu against the CPU backend, with the
+    emulated cuBLASLt answering as the real one does."""
+    for fam, init in FAMILIES.items():
+        compare(fam, init, "bf16", steps=2, falls=False)
+
+
+def case_emu_refused():
+    """The same with each cuBLASLt case refused in turn: every fallback of
+    cuda_matmul.cu on every family's step, never an error."""
+    for fam, init in FAMILIES.items():
+        ref = cpu_losses(fam, init, "bf16", steps=2)
+        for r in REFUSALS:
+            compare(fam, init, "bf16", steps=2, ref=ref, refuse=r, falls=False)
 
 
 def case_emu_resume():

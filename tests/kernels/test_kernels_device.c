@@ -423,6 +423,8 @@ static void t_matmul_gelu(pair *p)
                 kn_round(p->dev, F(x, dev), (size_t)N * K, t);
                 kn_round(p->cpu, F(d, cpu), (size_t)N * P, t);
                 kn_round(p->dev, F(d, dev), (size_t)N * P, t);
+                kn_round(p->cpu, F(bias, cpu), (size_t)M, t); /* as 16-bit storage gives */
+                kn_round(p->dev, F(bias, dev), (size_t)M, t);
             }
             char what[96];
             buf o = bzeros(p, (size_t)N * M * 4), pre = bzeros(p, (size_t)N * M * 4);
@@ -924,6 +926,9 @@ static void t_convert(pair *p)
                 bias = brand(p, m, 1);
             kn_round(p->cpu, F(xw, cpu), (size_t)n * kk, dts[k]);
             kn_round(p->dev, F(xw, dev), (size_t)n * kk, dts[k]);
+            /* a 16-bit result's bias holds values of its type (kernels.h) */
+            kn_round(p->cpu, F(bias, cpu), (size_t)m, dts[k]);
+            kn_round(p->dev, F(bias, dev), (size_t)m, dts[k]);
             buf w = bzeros(p, (size_t)m * kk * 2), o16 = bzeros(p, (size_t)n * m * 2);
             kn_convert(p->cpu, w.cpu, dts[k], w32.cpu, KN_F32, (size_t)m * kk);
             kn_convert(p->dev, w.dev, dts[k], w32.dev, KN_F32, (size_t)m * kk);

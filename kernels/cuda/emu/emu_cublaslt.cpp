@@ -2,12 +2,20 @@
  * matmul becomes one column-major cblas_sgemm (OpenBLAS, already the CPU
  * backend's library), D = alpha op(A) op(B) + beta C, then + bias per row
  * of D (cuBLASLt's BIAS epilogue: one value per row of the column-major
- * result). In-place C == D is all kernels/cuda needs and all we accept. */
+ * result) and the GELU epilogues. In-place C == D is all kernels/cuda
+ * needs and all we accept.
+ *
+ * The heuristic answers only inside lt_legal(), the rules of cublasLt.h
+ * 13.x for what kernels/cuda asks (see the comments there); outside them,
+ * or for a case TY_EMU_LT_REFUSE names, it returns no algorithm, as the
+ * real one does, and the caller's fallback must take over. */
 #include "emu_cublaslt.h"
 
 #include <atomic>
 #include <cblas.h>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "../kn_cuda16.cuh" /* the same bf16 / fp16 rounding as the kernels */
@@ -39,7 +47,8 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
 {
     if (ct != CUBLAS_COMPUTE_32F || st != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    *d = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1, nullptr, 0};
+    *d = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1, nullptr,
+                         -1, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
@@ -84,11 +93,13 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
             return CUBLAS_STATUS_INVALID_VALUE;
         d->bias = *(const void *const *)buf;
         return CUBLAS_STATUS_SUCCESS;
-    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: /* any value is stored; the heuristic judges */
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
         if (size != sizeof(int32_t))
             return CUBLAS_STATUS_INVALID_VALUE;
-        d->bias_type = *(const int32_t *)buf;
-        return d->bias_type == CUDA_R_32F ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+        (a == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE ? d->bias_type : d->aux_type) =
+            *(const int32_t *)buf;
+        return CUBLAS_STATUS_SUCCESS;
     }
     return CUBLAS_STATUS_NOT_SUPPORTED;
 }
@@ -109,7 +120,7 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
 }
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
 {
-    *p = new emu_lt_pref{0};
+    *p = new emu_lt_pref{0, {256, 256, 256, 256}};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
@@ -121,8 +132,12 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
                                                     cublasLtMatmulPreferenceAttributes_t a,
                                                     const void *buf, size_t size)
 {
-    if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
-        return size == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+        if (size != sizeof(uint32_t))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = *(const uint32_t *)buf;
+        return CUBLAS_STATUS_SUCCESS;
+    }
     if (a != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof(uint64_t))
         return CUBLAS_STATUS_INVALID_VALUE;
     p->ws = *(const uint64_t *)buf;
@@ -161,26 +176,96 @@ static bool has_aux(cublasLtMatmulDesc_t d)
            d->epi == CUBLASLT_EPILOGUE_DGELU;
 }
 
-static cublasStatus_t check_shapes(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
-                                   cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                                   cublasLtMatrixLayout_t dl)
+static size_t type_size(cudaDataType_t t)
+{
+    return t == CUDA_R_32F ? 4 : 2;
+}
+
+/* The largest power of two (at most 256) dividing p; 256 for NULL. */
+static uint32_t align_of(const void *p)
+{
+    uintptr_t u = (uintptr_t)p | 256u;
+    return (uint32_t)(u & (~u + 1));
+}
+
+/* The shapes agree: op(A) is m x k, op(B) k x n, C and D m x n with one
+ * layout (C == D in place). */
+static bool shapes_agree(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                         cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                         cublasLtMatrixLayout_t dl)
 {
     uint64_t ar, ac, br, bc;
     op_shape(a, d->ta, &ar, &ac);
     op_shape(b, d->tb, &br, &bc);
-    if (ac != br || c->rows != ar || c->cols != bc || dl->rows != ar || dl->cols != bc ||
-        c->ld != dl->ld)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    /* The type combinations cuBLASLt's COMPUTE_32F offers and we model. */
-    if (a->type != b->type || c->type != dl->type ||
-        (dl->type != CUDA_R_32F && dl->type != a->type))
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    /* The GELU input matrix: D's shape and type, ld a multiple of 8. */
-    if (has_aux(d) && (d->aux_ld < (int64_t)dl->rows || d->aux_ld % 8))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    if (has_bias(d) && d->bias_type != CUDA_R_32F && dl->type != CUDA_R_32F)
-        return CUBLAS_STATUS_NOT_SUPPORTED; /* a 16-bit bias is not modelled */
-    return CUBLAS_STATUS_SUCCESS;
+    return ac == br && c->rows == ar && c->cols == bc && dl->rows == ar && dl->cols == bc &&
+           c->ld == dl->ld && c->type == dl->type;
+}
+
+/* cublasLt.h 13.x's rules for what kernels/cuda asks; NULL when legal,
+ * else why not. Compute CUBLAS_COMPUTE_32F with CUDA_R_32F scale (the
+ * only descriptors cublasLtMatmulDescCreate accepts here) takes A and B
+ * of one type: fp32 with an fp32 C/D; bf16 or fp16 with C/D of the same
+ * type or fp32 (cublasLtMatmul's table of supported types). The bias
+ * vector is of D's type ("Bias vector elements are the same type as the
+ * elements of output matrix (Dtype)", BIAS_DATA_TYPE; the exceptions are
+ * int8 IMMA and fp8 kernels, which we never use), and so is the GELU aux
+ * matrix (EPILOGUE_AUX_DATA_TYPE), whose leading dimension "must be
+ * divisible by 8 and be no less than the number of rows in the output
+ * matrix" (EPILOGUE_AUX_LD). An alignment told to the heuristic below a
+ * matrix's element size leaves no algorithm (p NULL: not checked). */
+static const char *lt_illegal(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t dl,
+                              const emu_lt_pref *p)
+{
+    if (a->type != b->type)
+        return "A and B of different types";
+    if (dl->type != CUDA_R_32F && dl->type != a->type)
+        return "a 16-bit D of another type than A and B";
+    bool bias = has_bias(d), aux = has_aux(d);
+    if (bias && d->bias_type != -1 && d->bias_type != (int)dl->type)
+        return "a bias of another type than D";
+    if (aux && d->aux_type != -1 && d->aux_type != (int)dl->type)
+        return "a GELU aux matrix of another type than D";
+    if (aux && (d->aux_ld < (int64_t)dl->rows || d->aux_ld % 8))
+        return "an aux leading dimension not a multiple of 8 or below D's rows";
+    if (aux && !d->aux)
+        return "a GELU epilogue without its aux pointer";
+    const emu_lt_layout *ls[4] = {a, b, dl, dl};
+    for (int i = 0; p && i < 4; i++) /* p: NULL at matmul time (the algorithm's are checked) */
+        if (p->align[i] < type_size(ls[i]->type) || (p->align[i] & (p->align[i] - 1)))
+            return "a minimum alignment below the element size";
+    return nullptr;
+}
+
+/* TY_EMU_LT_REFUSE: the cases the heuristic refuses on request. */
+static bool refused_on_request(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a)
+{
+    const char *v = getenv("TY_EMU_LT_REFUSE");
+    if (!v || !*v)
+        return false;
+    char list[256];
+    snprintf(list, sizeof list, ",%s,", v);
+    static const char *known = ",bias,gelu,dgelu,16bit,all,";
+    for (const char *t = list + 1; *t; t = strchr(t, ',') + 1) {
+        size_t n = strcspn(t, ",");
+        char k[34];
+        snprintf(k, sizeof k, ",%.*s,", (int)(n < 30 ? n : 30), t);
+        if (n && !strstr(known, k)) {
+            fprintf(stderr, "emu-cublaslt: TY_EMU_LT_REFUSE=%s: unknown case '%.*s' (known: "
+                            "bias, gelu, dgelu, 16bit, all)\n", v, (int)n, t);
+            abort();
+        }
+    }
+    auto named = [&](const char *w) {
+        char k[32];
+        snprintf(k, sizeof k, ",%s,", w);
+        return strstr(list, k) != nullptr;
+    };
+    return named("all") || (named("bias") && d->epi == CUBLASLT_EPILOGUE_BIAS) ||
+           (named("gelu") && (d->epi == CUBLASLT_EPILOGUE_GELU_AUX ||
+                              d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)) ||
+           (named("dgelu") && d->epi == CUBLASLT_EPILOGUE_DGELU) ||
+           (named("16bit") && a->type != CUDA_R_32F);
 }
 
 /* Heuristic queries and matmuls so far, process-wide (emu_lt_calls): what
@@ -197,20 +282,34 @@ extern "C" void emu_lt_calls(long *heuristic, long *matmul)
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dl,
-                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulPreference_t p, int requested,
                                               cublasLtMatmulHeuristicResult_t *res, int *returned)
 {
     n_heuristic++;
     *returned = 0;
     if (requested < 1)
         return CUBLAS_STATUS_INVALID_VALUE;
-    cublasStatus_t s = check_shapes(d, a, b, c, dl);
-    if (s)
-        return s;
+    if (!shapes_agree(d, a, b, c, dl))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (lt_illegal(d, a, b, dl, p) || refused_on_request(d, a))
+        return CUBLAS_STATUS_NOT_SUPPORTED; /* no algorithm, as cuBLASLt answers */
     res[0] = cublasLtMatmulHeuristicResult_t{};
     res[0].algo.id = 1;
+    res[0].algo.epi = d->epi;
+    for (int i = 0; i < 4; i++)
+        res[0].algo.align[i] = p->align[i];
+    res[0].algo.align[4] = align_of(d->bias);
+    res[0].algo.align[5] = align_of(d->aux);
     *returned = 1;
     return CUBLAS_STATUS_SUCCESS;
+}
+
+/* A matmul that breaks what its algorithm assumes: a GPU would fail it or
+ * fault; here it fails loudly. */
+static cublasStatus_t lt_misuse(const char *why)
+{
+    fprintf(stderr, "emu-cublaslt: cublasLtMatmul refused: %s\n", why);
+    return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
@@ -223,13 +322,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     n_matmul++;
     if (!h || !algo || algo->id != 1)
         return CUBLAS_STATUS_NOT_INITIALIZED;
-    cublasStatus_t s = check_shapes(d, Al, Bl, Cl, Dl);
-    if (s)
-        return s;
+    if (!shapes_agree(d, Al, Bl, Cl, Dl))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (const char *why = lt_illegal(d, Al, Bl, Dl, nullptr))
+        return lt_misuse(why);
+    if (algo->epi != d->epi)
+        return lt_misuse("the algorithm was found for another epilogue");
     if (C != D) /* out of place is legal in cuBLASLt but unused here */
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if ((has_bias(d) && !d->bias) || (has_aux(d) && !d->aux))
         return CUBLAS_STATUS_INVALID_VALUE;
+    const void *ptrs[6] = {A, B, C, D, has_bias(d) ? d->bias : nullptr,
+                           has_aux(d) ? d->aux : nullptr};
+    static const char *names[6] = {"A", "B", "C", "D", "bias", "aux"};
+    for (int i = 0; i < 6; i++)
+        if (ptrs[i] && align_of(ptrs[i]) < algo->align[i]) {
+            char why[96];
+            snprintf(why, sizeof why, "%s is %u-byte aligned, its algorithm assumes %u", names[i],
+                     align_of(ptrs[i]), algo->align[i]);
+            return lt_misuse(why);
+        }
     uint64_t m, k, n, kb;
     op_shape(Al, d->ta, &m, &k);
     op_shape(Bl, d->tb, &kb, &n);
@@ -259,8 +371,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                 for (uint64_t i = 0; i < m; i++)
                     out[j * Dl->ld + i] = be == 0.0f ? 0.0f : be * out[j * Dl->ld + i];
     }
-    if (has_bias(d)) {
-        const float *bias = (const float *)d->bias;
+    if (has_bias(d)) { /* of D's type (lt_illegal) */
+        std::vector<float> bias;
+        emu_lt_layout bl{Dl->type, m, 1, (int64_t)m};
+        widen(bias, d->bias, &bl);
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t i = 0; i < m; i++)
                 out[j * Dl->ld + i] += bias[i];

@@ -2,18 +2,24 @@
  *
  * Test-only, like cuda_emu.h. Same names and argument order as the real
  * library, so cuda_matmul.cu has one source; cublasLtMatmul is routed to
- * OpenBLAS's column-major sgemm (the CPU reference), with the bias
- * epilogue applied after it. Compute is CUBLAS_COMPUTE_32F; A and B are
- * fp32 or both bf16 / fp16 (widened exactly to fp32 for sgemm: a product
- * of 16-bit values is exact in fp32, so only the summation order differs
- * from a GPU's tensor cores), C/D fp32 or, with 16-bit A/B, of their type
- * (the fp32 result rounded to nearest-even, as cuBLASLt's epilogue
- * does); the bias fp32. The GELU epilogues are modelled as cuBLASLt
- * documents them: GELU_AUX(_BIAS) stores the (biased) product in the aux
- * matrix (D's type) and D = GELU of the fp32 value; DGELU multiplies the
- * product by GELU'(aux); the aux leading dimension must be a multiple of
- * 8 and at least D's rows. Anything else is CUBLAS_STATUS_NOT_SUPPORTED, so a
- * kernel that asks for more than the emulation models fails loudly. */
+ * OpenBLAS's column-major sgemm (the CPU reference), 16-bit operands
+ * widened exactly to fp32 first (a product of 16-bit values is exact in
+ * fp32, so only the summation order differs from a GPU's tensor cores),
+ * a 16-bit D rounded to nearest-even at the end, as cuBLASLt's epilogue
+ * does.
+ *
+ * It refuses what the real library refuses. emu_cublaslt.cpp holds the
+ * rules, taken from the cublasLt.h we build against (13.x): the type
+ * combinations of CUBLAS_COMPUTE_32F, a bias and a GELU aux matrix of D's
+ * type, the aux leading dimension, pointer alignment as told to the
+ * heuristic. A heuristic query outside them returns no algorithm; a
+ * matmul that breaks them (a pointer less aligned than its algorithm
+ * assumes, an algorithm used with another epilogue) fails. With
+ * TY_EMU_LT_REFUSE=<list> the heuristic also refuses the named cases, so
+ * each of cuda_matmul.cu's fallbacks runs in the tests:
+ *   bias   the BIAS epilogue          gelu  GELU_AUX and GELU_AUX_BIAS
+ *   dgelu  the DGELU epilogue         16bit any bf16 / fp16 operand
+ *   all    every query (cuda_matmul.cu's own GEMM kernel runs) */
 #ifndef TY_EMU_CUBLASLT_H
 #define TY_EMU_CUBLASLT_H
 
@@ -42,6 +48,7 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
 } cublasLtMatmulDescAttributes_t;
 typedef enum {
@@ -57,8 +64,9 @@ typedef struct emu_lt_desc {
     cublasOperation_t ta, tb;
     cublasLtEpilogue_t epi;
     const void *bias;
-    int bias_type;   /* -1: D's type (cuBLASLt's default) */
-    const void *aux; /* GELU input: written by GELU_AUX*, read by DGELU; D's type */
+    int bias_type;   /* -1: D's type (cuBLASLt's default and, here, its only choice) */
+    const void *aux; /* GELU input: written by GELU_AUX*, read by DGELU */
+    int aux_type;    /* -1: D's type, likewise */
     int64_t aux_ld;
 } * cublasLtMatmulDesc_t;
 typedef struct emu_lt_layout {
@@ -68,9 +76,16 @@ typedef struct emu_lt_layout {
 } * cublasLtMatrixLayout_t;
 typedef struct emu_lt_pref {
     size_t ws;
+    uint32_t align[4]; /* MIN_ALIGNMENT_{A,B,C,D}_BYTES; 256 when not told */
 } * cublasLtMatmulPreference_t;
+/* Opaque in the real library; here what the algorithm assumes, checked by
+ * cublasLtMatmul: the epilogue it was found for and the alignment of each
+ * pointer (A, B, C, D as told; bias and aux as their pointers were when
+ * the heuristic saw them, 256 for an unset one). */
 typedef struct {
     int id;
+    int epi;
+    uint32_t align[6];
 } cublasLtMatmulAlgo_t;
 typedef struct {
     cublasLtMatmulAlgo_t algo;
