@@ -356,6 +356,9 @@ static void slurm_signal(executor *e, exec_job *ej, int sig)
 {
     slurm_exec *se = e->impl;
     slurm_job *j = (slurm_job *)ej;
+    /* We never suspend a Slurm job, so there is nothing to continue; and
+     * scancel has one pending signal a job, which a SIGCONT would replace. */
+    if (sig == SIGCONT) return;
     pthread_mutex_lock(&se->mu);
     if (sig == SIGKILL || !j->want_sig) j->want_sig = sig;
     pthread_mutex_unlock(&se->mu);

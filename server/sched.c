@@ -188,10 +188,15 @@ void sched_wake(sched *x)
 }
 
 /* Signals the job's engines (the executor: every rank); a SIGTERM also
- * starts the grace timer after which enforce_grace() sends SIGKILL. */
+ * starts the grace timer after which enforce_grace() sends SIGKILL, and is
+ * followed by SIGCONT: a stopped (SIGSTOP) engine sees the SIGTERM only
+ * once continued, and would otherwise sit out the whole grace period. */
 static void stop_run(sched *x, run *r, int sig)
 {
-    if (r->ej && !r->ended) x->ex->ops->signal(x->ex, r->ej, sig);
+    if (r->ej && !r->ended) {
+        x->ex->ops->signal(x->ex, r->ej, sig);
+        if (sig == SIGTERM) x->ex->ops->signal(x->ex, r->ej, SIGCONT);
+    }
     if (sig == SIGTERM && !r->kill_at_ms) r->kill_at_ms = ty_mono_ms() + x->s->cfg.grace_s * 1000LL;
 }
 
@@ -1147,8 +1152,7 @@ static void recover_finish(sched *x);
 
 /* Budgets and stalls (watch.c decides, this thread acts on the engines it
  * owns): a budget stops the job as a pause would, ending succeeded; a
- * stall with on_stall restart or fail stops it to be requeued or failed.
- * SIGCONT after the SIGTERM: a stopped (SIGSTOP) engine must see it. */
+ * stall with on_stall restart or fail stops it to be requeued or failed. */
 static void watch_runs(sched *x)
 {
     for (run *r = x->runs; r; r = r->next) {
@@ -1175,7 +1179,6 @@ static void watch_runs(sched *x)
         snprintf(r->intent, sizeof r->intent, "%s", intent);
         set_str(&r->stop_why, "%s", why);
         stop_run(x, r, SIGTERM);
-        stop_run(x, r, SIGCONT);
     }
 }
 

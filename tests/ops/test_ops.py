@@ -154,6 +154,25 @@ def test_stall_sigstop():
     check(not engine_pids(srv.data_dir), "the stopped engine is gone")
 
 
+def test_cancel_sigstop():
+    # A stopped (SIGSTOP) engine is continued with the SIGTERM, so cancel
+    # takes its checkpoint and ends well inside the 30 s grace period.
+    srv, model, train = setup({"step_ms": 30}, grace=30)
+    jid = srv.submit(spec(model, train, 100000))["id"]
+    wait_for(lambda: srv.job(jid)["progress"]["step"] >= 5, 30, "5 steps")
+    pids = engine_pids(srv.data_dir)
+    check(len(pids) == 1, "one engine: %r" % pids)
+    os.kill(pids[0], signal.SIGSTOP)
+    t0 = time.monotonic()
+    check(srv.post("/jobs/%d/cancel" % jid).status == 202, "cancel")
+    j = srv.wait_state(jid, "cancelled", timeout=60)
+    took = time.monotonic() - t0
+    check(took < 15, "cancel of a stopped engine took %.1f s (grace 30 s)" % took)
+    ck = srv.get("/jobs/%d/checkpoints" % jid).json["checkpoints"]
+    check(ck, "the cancelled job kept a checkpoint: %r" % ck)
+    check(not engine_pids(srv.data_dir), "the engine is gone")
+
+
 def test_stall_loop():
     # An engine that loops without progress and ignores SIGTERM: failed.
     srv, model, train = setup({"step_ms": 30, "hang_at_step": 10}, grace=1)
@@ -458,7 +477,8 @@ def test_webhook_slow():
 
 if __name__ == "__main__":
     run_tests({"budget": test_budget, "budget_restart": test_budget_restart, "budget_refused": test_budget_refused, "gpu_price": test_gpu_price,
-               "stall_sigstop": test_stall_sigstop, "stall_loop": test_stall_loop,
+               "stall_sigstop": test_stall_sigstop, "cancel_sigstop": test_cancel_sigstop,
+               "stall_loop": test_stall_loop,
                "stall_default": test_stall_default, "idle_gpu": test_idle_gpu,
                "queue_patch": test_queue_patch, "usage": test_usage, "webhooks": test_webhooks,
                "webhook_slow": test_webhook_slow})
