@@ -1,5 +1,4 @@
-/* watch.c — budgets, stalls and idle GPUs of running jobs (issue 15,
- * items 1 and 2).
+/* watch.c — budgets, stalls and idle GPUs of running jobs.
  *
  * One small table, one entry per running job, fed by the scheduler thread
  * (every metric of the current run; a check each tick) and the GPU sampler
@@ -9,8 +8,12 @@
  * one thread that owns it.
  *
  * A run is stalled when no metric arrived for stall_after_s: the spec's
- * limits.stall_after_s, else 10x the median time per step of the run so
- * far, at least --stall-floor (300 s). The silence counts from the
+ * limits.stall_after_s, else 10x the silence a healthy run keeps before
+ * its next metric, at least --stall-floor (300 s). That silence is the
+ * steps to the next metric (the engine reports every log_every_steps
+ * steps and at the last) times the median time per step so far; before
+ * a second metric, the time the first step took, load included (an
+ * overestimate, so never a false stall). The silence counts from the
  * engine's `started` event, so an engine that never reports also stalls.
  * An entry lives from the run's first check to its end (ops_run_ended); a
  * requeued run starts afresh. */
@@ -31,12 +34,14 @@ typedef struct watched {
     /* from the spec, read once per run */
     double max_cost;
     int64_t max_runtime_s, max_tokens, stall_after_s;
+    int64_t log_every, max_steps;
     jobspec_on_stall on_stall;
     /* silence */
     int64_t last_ms, last_step; /* monotonic ms of the last metric (or the start) */
     bool have_metric;
     int64_t ring[STEP_RING]; /* ms per step */
     int nring, ring_pos;
+    int64_t first_step_ms; /* from started to the first metric */
     int64_t stalled_at; /* wall-clock ms, 0 while not stalled */
     bool budget_hit;
     int64_t next_check_ms;
@@ -83,6 +88,8 @@ static watched *find_or_add(srv *s, int64_t id)
             w->max_runtime_s = spec.max_runtime_s;
             w->max_tokens = spec.max_tokens;
             w->stall_after_s = spec.stall_after_s;
+            w->log_every = spec.log_every_steps;
+            w->max_steps = spec.max_steps;
             w->on_stall = spec.on_stall;
             jobspec_free(&spec);
         }
@@ -102,6 +109,7 @@ void ops_note_metric(srv *s, int64_t job_id, int64_t step)
             w->ring_pos = (w->ring_pos + 1) % STEP_RING;
             if (w->nring < STEP_RING) w->nring++;
         }
+        if (!w->have_metric) w->first_step_ms = now - w->last_ms;
         w->have_metric = true;
         w->last_ms = now;
         w->last_step = step;
@@ -116,16 +124,30 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Steps from the last metric to the next one the engine sends: at every
+ * multiple of log_every_steps and at max_steps. */
+static int64_t steps_to_next_metric(const watched *w)
+{
+    int64_t every = w->log_every > 0 ? w->log_every : 1;
+    int64_t next = (w->last_step / every + 1) * every;
+    if (w->max_steps > 0 && next > w->max_steps) next = w->max_steps;
+    return next > w->last_step ? next - w->last_step : 1;
+}
+
 /* stall_after_s of the run (mu held). */
 static int64_t stall_after(const srv *s, const watched *w)
 {
     if (w->stall_after_s > 0) return w->stall_after_s;
     int64_t floor_s = s->cfg.ops.stall_floor_s;
-    if (w->nring == 0) return floor_s;
-    int64_t v[STEP_RING];
-    memcpy(v, w->ring, (size_t)w->nring * sizeof *v);
-    qsort(v, (size_t)w->nring, sizeof *v, cmp_i64);
-    int64_t ten = 10 * v[w->nring / 2] / 1000;
+    if (!w->have_metric) return floor_s;
+    int64_t step_ms = w->first_step_ms;
+    if (w->nring) {
+        int64_t v[STEP_RING];
+        memcpy(v, w->ring, (size_t)w->nring * sizeof *v);
+        qsort(v, (size_t)w->nring, sizeof *v, cmp_i64);
+        step_ms = v[w->nring / 2];
+    }
+    int64_t ten = 10 * step_ms * steps_to_next_metric(w) / 1000;
     return ten > floor_s ? ten : floor_s;
 }
 

@@ -200,6 +200,20 @@ def test_stall_default():
     srv.wait_state(jid, "cancelled")
 
 
+def test_stall_healthy():
+    # A healthy job that reports every 100 steps of 25 ms: 2.5 s between
+    # metrics, ten times the 0.25 s a step-time rule would allow at the
+    # 1 s floor. It must finish with no stall (on_stall restart would
+    # restart it).
+    srv, model, train = setup({"step_ms": 25}, "--stall-floor", "1", grace=1)
+    jid = srv.submit(spec(model, train, 400, hyperparameters={"log_every_steps": 100},
+                          limits={"on_stall": "restart"}))["id"]
+    j = srv.wait_state(jid, ["succeeded", "failed"], timeout=60)
+    stalls = typed(events_of(srv, jid), "stall")
+    check(j["state"] == "succeeded" and j["restarts"] == 0 and not stalls,
+          "%s, %d restarts, stalls %r" % (j["state"], j["restarts"], stalls))
+
+
 def test_idle_gpu():
     srv0, model, train = setup({"step_ms": 50})  # only for the model dir and train file
     util = os.path.join(srv0.tmp, "util")
@@ -478,6 +492,7 @@ def test_webhook_slow():
 if __name__ == "__main__":
     run_tests({"budget": test_budget, "budget_restart": test_budget_restart, "budget_refused": test_budget_refused, "gpu_price": test_gpu_price,
                "stall_sigstop": test_stall_sigstop, "cancel_sigstop": test_cancel_sigstop,
+               "stall_healthy": test_stall_healthy,
                "stall_loop": test_stall_loop,
                "stall_default": test_stall_default, "idle_gpu": test_idle_gpu,
                "queue_patch": test_queue_patch, "usage": test_usage, "webhooks": test_webhooks,
