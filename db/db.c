@@ -21,6 +21,7 @@
 
 #include "db_int.h"
 #include "tyutil.h"
+#include "tyjson.h"
 
 /* ---- states ---------------------------------------------------------------- */
 
@@ -435,7 +436,7 @@ static char *state_event_json(job_state from, job_state to, const char *reason)
         json_object_set_new(o, "from", json_string(db_state_name(from)));
     json_object_set_new(o, "to", json_string(db_state_name(to)));
     json_object_set_new(o, "reason", reason ? json_string(reason) : json_null());
-    char *s = json_dumps(o, JSON_COMPACT);
+    char *s = ty_json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
 }
@@ -1134,7 +1135,7 @@ int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int6
     }
     json_t *o = json_pack("{sI ss sI ss}", "step", (json_int_t)step, "dir", dir, "bytes",
                           (json_int_t)bytes, "state", "local");
-    char *data = json_dumps(o, JSON_COMPACT);
+    char *data = ty_json_dumps(o, JSON_COMPACT);
     json_decref(o);
     rc = insert_event(d, job_id, now, "checkpoint", data, ev, err) ? TY_EIO : 0;
     free(data);
@@ -1232,7 +1233,7 @@ static int checkpoint_event(db *d, int64_t job_id, int64_t step, const char *dir
     json_t *o = json_pack("{sI ss ss}", "step", (json_int_t)step, "dir", dir, "state", state);
     if (error) json_object_set_new(o, "error", json_string(error));
     if (remote_uri) json_object_set_new(o, "remote_uri", json_string(remote_uri));
-    char *data = json_dumps(o, JSON_COMPACT);
+    char *data = ty_json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!data) return ty_err_set(err, TY_ENOMEM, "out of memory");
     int rc = insert_event(d, job_id, ty_now_ms(), "checkpoint", data, ev, err);

@@ -5,6 +5,7 @@
  * fd 3 for us. A failed write (reader gone) is ignored; the server treats a
  * vanished engine through its exit status, not through this pipe. */
 #include "events.h"
+#include "tyjson.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -57,7 +58,7 @@ void ev_emit(json_t *obj)
     if (ev_rank == 0 && obj) {
         /* Doubles print with 17 significant digits (jansson's default), so
          * two runs whose losses are bit-identical print identical lines. */
-        char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        char *s = ty_json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (s) {
             size_t n = strlen(s);
             s[n] = '\n';

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "tyutil.h"
+#include "tyjson.h"
 
 #define CLI_DEFAULT_URL "http://127.0.0.1:8080"
 #define CLI_MAX_SPEC (16u << 20)
@@ -218,7 +219,7 @@ static const char *str_or(const char *s, const char *dflt)
 
 static void print_json(json_t *j)
 {
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *s = ty_json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (s) puts(s);
     free(s);
 }
@@ -463,7 +464,7 @@ static int cmd_generate(cli_ctx *c, int argc, char **argv)
     rc = 0;
     for (int pass = compare ? 0 : 1; pass < 2 && !rc; pass++) {
         json_object_set_new(req, "base", json_boolean(compare ? pass == 0 : base));
-        char *body = json_dumps(req, JSON_COMPACT);
+        char *body = ty_json_dumps(req, JSON_COMPACT);
         json_t *res = NULL;
         rc = body ? call_json(c, "POST", path, body, strlen(body), NULL, &res) : CLI_EXIT_FAILED;
         free(body);
@@ -532,7 +533,7 @@ static void sse_dispatch(sse_state *st)
         if (!type) type = st->event;
         json_t *d = json_object_get(ev, "data");
         if (st->json) {
-            char *s = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            char *s = ty_json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
             if (s) puts(s);
             free(s);
         } else {

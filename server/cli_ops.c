@@ -4,6 +4,7 @@
  * calls go through cli.c's plumbing (cli.h), so exit codes and error
  * messages are the same as every other command's. */
 #include "cli.h"
+#include "tyjson.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -98,7 +99,7 @@ static int cmd_patch(const struct cli_ctx *c, int argc, char **argv)
         json_decref(body);
         return usage_error(use);
     }
-    char *text = json_dumps(body, JSON_COMPACT), path[64];
+    char *text = ty_json_dumps(body, JSON_COMPACT), path[64];
     json_decref(body);
     snprintf(path, sizeof path, "/jobs/%lld", id);
     json_t *job;
@@ -108,7 +109,7 @@ static int cmd_patch(const struct cli_ctx *c, int argc, char **argv)
     if (cli_wants_json(c)) {
         cli_print_json(job);
     } else {
-        char *tags = json_dumps(json_object_get(job, "tags"), JSON_COMPACT);
+        char *tags = ty_json_dumps(json_object_get(job, "tags"), JSON_COMPACT);
         const char *name = json_string_value(json_object_get(job, "name"));
         printf("job %lld: priority %lld, name %s, tags %s\n", id,
                (long long)json_integer_value(json_object_get(job, "priority")), name ? name : "-",

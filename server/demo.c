@@ -19,6 +19,7 @@
 #include "typath.h"
 #include "tyerr.h"
 #include "tyutil.h"
+#include "tyjson.h"
 
 #define DEMO_VOCAB 64
 #define DEMO_SEQ 64
@@ -257,7 +258,7 @@ int demo_main(int argc, char **argv)
     }
 
     json_t *spec = demo_spec(train, eval, steps);
-    char *body = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+    char *body = spec ? ty_json_dumps(spec, JSON_COMPACT) : NULL;
     json_decref(spec);
     if (!body) {
         fprintf(stderr, "trainyard demo: out of memory\n");

@@ -22,6 +22,7 @@
 #include "storage.h"
 #include "tyutil.h"
 #include "upload.h"
+#include "tyjson.h"
 
 static bool is_remote(const char *p)
 {
@@ -304,7 +305,7 @@ int fetch_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **re
     if (!rc) rc = localize(s, f, spec, "dataset", "train", false, err);
     if (!rc) rc = localize(s, f, spec, "dataset", "eval", false, err);
     if (!rc) {
-        *spec_text = json_dumps(spec, JSON_INDENT(2));
+        *spec_text = ty_json_dumps(spec, JSON_INDENT(2));
         if (!*spec_text) rc = ty_err_set(err, TY_ENOMEM, "out of memory");
     }
     json_decref(spec);

@@ -18,6 +18,7 @@
 #include "gate.h"
 #include "genq.h"
 #include "tyutil.h"
+#include "tyjson.h"
 
 /* ---- responses -------------------------------------------------------------------------- */
 
@@ -66,7 +67,7 @@ static enum MHD_Result queue_text(http_req *q, unsigned status, char *txt, const
 
 enum MHD_Result http_json(http_req *q, unsigned status, json_t *body)
 {
-    char *txt = json_dumps(body, JSON_COMPACT);
+    char *txt = ty_json_dumps(body, JSON_COMPACT);
     json_decref(body);
     return queue_text(q, status, txt, NULL);
 }

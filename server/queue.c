@@ -15,6 +15,7 @@
 #include "scheduler.h"
 #include "jobspec.h"
 #include "tyutil.h"
+#include "tyjson.h"
 
 json_t *routes_job_json(const srv_config *cfg, db *d, const db_job *j);
 
@@ -204,7 +205,7 @@ enum MHD_Result ops_patch_job(http_req *q)
                 goto out;
             }
             p.has_tags = true;
-            p.tags = tags = json_dumps(v, JSON_COMPACT);
+            p.tags = tags = ty_json_dumps(v, JSON_COMPACT);
         } else {
             res = http_error(q, 400, "invalid_spec", key,
                              "%s: unknown field (a job's priority, name and tags can be changed)",

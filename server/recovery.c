@@ -39,6 +39,7 @@
 
 #include "recovery.h"
 #include "tyutil.h"
+#include "tyjson.h"
 
 #define MANIFEST_FORMAT "trainyard-checkpoint/1" /* engine/ckpt.h CKPT_FORMAT */
 
@@ -53,7 +54,7 @@ static void rec_log(srv *s, int64_t job_id, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "trainyard: job %lld: %s\n", (long long)job_id, msg);
     json_t *l = json_pack("{ss ss}", "line", msg, "level", "warn");
-    char *data = l ? json_dumps(l, JSON_COMPACT) : NULL;
+    char *data = l ? ty_json_dumps(l, JSON_COMPACT) : NULL;
     json_decref(l);
     if (data && s->evw)
         evw_push(s->evw, job_id, "log", data);
@@ -163,7 +164,7 @@ static void backfill_metrics(srv *s, int64_t job_id, const char *ckdir, int64_t 
         json_t *js = json_object_get(m, "step");
         if (!json_is_object(m) || !json_is_integer(js) || json_integer_value(js) <= *floor)
             continue;
-        char *data = json_dumps(m, JSON_COMPACT);
+        char *data = ty_json_dumps(m, JSON_COMPACT);
         if (!data) continue;
         evw_push(s->evw, job_id, "metric", data);
         *floor = json_integer_value(js);

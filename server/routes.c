@@ -24,6 +24,7 @@
 #include "sse.h"
 #include "tyutil.h"
 #include "web_assets.h"
+#include "tyjson.h"
 
 /* ---- rendering ------------------------------------------------------------------------ */
 
@@ -221,14 +222,14 @@ static enum MHD_Result post_jobs(http_req *q)
     /* Stored with every default filled in: what the engine will run with
      * and what GET /jobs/{id} shows. */
     json_t *root = jobspec_to_json(&spec);
-    char *compact = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    char *compact = root ? ty_json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     char sha[65];
     ty_sha256_hex(q->body, q->len, sha);
     json_t *jtags = json_array();
     for (int i = 0; i < spec.n_tags; i++)
         json_array_append_new(jtags, json_string(spec.tags[i]));
-    char *tags = json_dumps(jtags, JSON_COMPACT), token_name[256] = "";
+    char *tags = ty_json_dumps(jtags, JSON_COMPACT), token_name[256] = "";
     json_decref(jtags);
     db *d = srv_db(s);
     ty_err terr = {0};
@@ -272,7 +273,7 @@ static enum MHD_Result post_jobs(http_req *q)
     if (db_job_get(d, id, &j, &err)) return http_ty_error(q, &err);
     json_t *o = render_job(&q->s->cfg, d, &j);
     db_job_free(&j);
-    char *txt = json_dumps(o, JSON_COMPACT);
+    char *txt = ty_json_dumps(o, JSON_COMPACT);
     json_decref(o);
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
@@ -516,7 +517,7 @@ static enum MHD_Result get_metrics_of_job(http_req *q)
                 if (json_is_integer(v))
                     snprintf(cell, sizeof cell, "%lld", (long long)json_integer_value(v));
                 else if (json_is_real(v))
-                    snprintf(cell, sizeof cell, "%.17g", json_real_value(v));
+                    ty_fmt_double(cell, sizeof cell, json_real_value(v));
                 if (len + 128 > cap) {
                     cap *= 2;
                     char *g = realloc(out, cap);

@@ -44,6 +44,7 @@
 #include "sse.h"
 #include "upload.h"
 #include "tyutil.h"
+#include "tyjson.h"
 
 #define LINE_MAX_BYTES (64 * 1024) /* longest engine event line */
 #define READ_BUDGET (256 * 1024)   /* bytes read per pipe per wake-up */
@@ -254,7 +255,7 @@ static void note_checkpoint(sched *x, run *r, json_t *o)
         snprintf(msg, sizeof msg,
                  "checkpoint %s reported without a readable MANIFEST.json; ignored", dir);
         json_t *l = json_pack("{ss ss}", "line", msg, "level", "warn");
-        evw_push(s->evw, r->job_id, "log", json_dumps(l, JSON_COMPACT));
+        evw_push(s->evw, r->job_id, "log", ty_json_dumps(l, JSON_COMPACT));
         json_decref(l);
         return;
     }
@@ -330,7 +331,7 @@ static void handle_line(sched *x, run *r, const char *line, size_t len)
         for (size_t i = 0; i < 4; i++)
             if (!strcmp(ev, types[i])) type = types[i];
         json_object_del(o, "ev");
-        evw_push(s->evw, r->job_id, type, json_dumps(o, JSON_COMPACT));
+        evw_push(s->evw, r->job_id, type, ty_json_dumps(o, JSON_COMPACT));
         if (type == types[0])
             ops_note_metric(s, r->job_id, json_integer_value(json_object_get(o, "step")));
         if (type == types[3] && !r->started) {
@@ -343,7 +344,7 @@ static void handle_line(sched *x, run *r, const char *line, size_t len)
         char msg[200];
         snprintf(msg, sizeof msg, "unknown engine event '%.64s' ignored", ev);
         json_t *l = json_pack("{ss ss}", "line", msg, "level", "warn");
-        evw_push(s->evw, r->job_id, "log", json_dumps(l, JSON_COMPACT));
+        evw_push(s->evw, r->job_id, "log", ty_json_dumps(l, JSON_COMPACT));
         json_decref(l);
     }
     json_decref(o);
@@ -667,7 +668,7 @@ static void start_job(sched *x, int64_t id, uint64_t gpu_mask, int cpu_slots)
         /* Said where the dashboard's notices and `trainyard logs` show it:
          * progress goes back to the checkpoint's step, and this is why. */
         json_t *l = json_pack("{ss ss}", "line", from + 2, "level", "info");
-        char *data = l ? json_dumps(l, JSON_COMPACT) : NULL;
+        char *data = l ? ty_json_dumps(l, JSON_COMPACT) : NULL;
         json_decref(l);
         if (data) evw_push(s->evw, id, "log", data);
     }
@@ -1270,7 +1271,7 @@ static void *sampler_main(void *arg)
             json_t *o = json_pack("{si si sI sI si}", "index", cur[i].index, "util", cur[i].util,
                                   "mem_used", (json_int_t)cur[i].mem_used, "mem_total",
                                   (json_int_t)cur[i].mem_total, "temp", cur[i].temp);
-            char *data = json_dumps(o, JSON_COMPACT);
+            char *data = ty_json_dumps(o, JSON_COMPACT);
             json_decref(o);
             if (!data) continue;
             if (cur[i].job_id > 0) {

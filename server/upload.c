@@ -26,6 +26,7 @@
 #include "retention.h"
 #include "storage.h"
 #include "tyutil.h"
+#include "tyjson.h"
 
 #define UPLOAD_POLL_MS 500       /* idle workers look for due retries this often */
 #define UPLOAD_BACKOFF_MAX_S 60  /* retry delays double from 2 s up to this */
@@ -643,7 +644,7 @@ void uploader_export(uploader *u, int64_t job_id)
 static void job_log(srv *s, int64_t job_id, const char *level, const char *line)
 {
     json_t *l = json_pack("{ss ss}", "line", line, "level", level);
-    char *text = l ? json_dumps(l, JSON_COMPACT) : NULL;
+    char *text = l ? ty_json_dumps(l, JSON_COMPACT) : NULL;
     json_decref(l);
     if (text) evw_push(s->evw, job_id, "log", text);
 }

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "tyutil.h"
+#include "tyjson.h"
 
 static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -191,7 +192,7 @@ char *srv_error_json(const char *code, const char *field, const char *msg)
         json_object_set_new(e, "field", json_string(f));
     }
     json_t *o = json_pack("{so}", "error", e);
-    char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *txt = o ? ty_json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return txt;
 }

@@ -25,6 +25,7 @@
 
 #include "jobspec.h"
 #include "tyutil.h"
+#include "tyjson.h"
 
 #define STEP_RING 64       /* step intervals kept for the median */
 #define CHECK_EVERY_MS 250 /* limits and silence, per job */
@@ -42,7 +43,7 @@ typedef struct watched {
     int64_t ring[STEP_RING]; /* ms per step */
     int nring, ring_pos;
     int64_t first_step_ms; /* from started to the first metric */
-    int64_t stalled_at; /* wall-clock ms, 0 while not stalled */
+    int64_t stalled_at;    /* wall-clock ms, 0 while not stalled */
     bool budget_hit;
     int64_t next_check_ms;
     /* GPUs */
@@ -153,7 +154,7 @@ static int64_t stall_after(const srv *s, const watched *w)
 
 static void push_event(srv *s, int64_t job_id, const char *type, json_t *o)
 {
-    char *data = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *data = o ? ty_json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (data) evw_push(s->evw, job_id, type, data);
 }

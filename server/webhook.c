@@ -24,6 +24,7 @@
 
 #include "db_ops.h"
 #include "tyutil.h"
+#include "tyjson.h"
 
 #define BATCH 64
 #define BACKOFF_FIRST_MS 1000
@@ -124,7 +125,7 @@ static bool fan_out(srv *s, db *d)
                                  "type", evs[i].type, "job_id", (json_int_t)evs[i].job_id, "seq",
                                  (json_int_t)evs[i].seq, "ts", ts, "data",
                                  data ? data : json_object(), "job", job ? job : json_null());
-        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        char *text = body ? ty_json_dumps(body, JSON_COMPACT) : NULL;
         json_decref(body);
         char *bodies[20];
         for (int k = 0; k < nu; k++)
