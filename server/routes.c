@@ -105,6 +105,10 @@ static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
     json_object_set_new(o, "backend", json_text_or_null(j->backend));
     json_object_set_new(o, "gpus", gpus);
     json_object_set_new(o, "progress", progress);
+    /* One ETA a job: progress.eta_s (the current run's rate since its
+     * first metric). The engine's own metric.eta_s counts from its start,
+     * load included, so the two disagree; it stays in the event stream. */
+    json_object_del(metric, "eta_s");
     json_object_set_new(o, "last_metric", metric);
     json_object_set_new(o, "last_eval", json_parsed_or_null(j->last_eval));
     if (json_is_object(engine)) {

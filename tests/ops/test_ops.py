@@ -255,6 +255,9 @@ def test_queue_patch():
     srv, model, train = setup({"step_ms": 50}, "--gpus", "0,1", "--cpu-slots", "1")
     a = srv.submit(spec(model, train, 400, resources={"gpus": 1}))["id"]
     wait_for(lambda: srv.job(a)["progress"]["eta_s"] is not None, 30, "job A's ETA")
+    ja = srv.job(a)
+    check("eta_s" not in ja["last_metric"],
+          "one ETA a job: last_metric has its own %r" % ja["last_metric"])
     b = srv.submit(spec(model, train, 5, resources={"gpus": 2}, hyperparameters={"batch_size": 2}))["id"]
     c = srv.submit(spec(model, train, 400))["id"]
     srv.wait_state(c, "running")
