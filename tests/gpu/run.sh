@@ -342,10 +342,12 @@ build)
   "$venv/bin/python" "$here/make_ref.py" "$out/ref" >"$bdir/make_ref.log" 2>&1 ||
     { tail -20 "$bdir/make_ref.log"; exit 1; }
   bytes=$(du -sb "$out" | cut -f1)
-  tree=$(cd "$src" && git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-  echo "ready: $out: $((bytes >> 20)) MiB carried ($bytes bytes) + $((tree >> 20)) MiB of working tree" \
+  # What travels beside it: tracked and untracked-not-ignored files.
+  tree=$(cd "$src" && git ls-files -z --cached --others --exclude-standard |
+    du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1) || tree=0
+  echo "ready: $out: $((bytes >> 20)) MiB carried ($bytes bytes) + $((${tree:-0} >> 20)) MiB of working tree" \
     "(the device call takes 64 MiB in all)"
-  [ $((bytes + tree)) -lt $((64 << 20)) ] || { echo "too large for the device call"; exit 1; }
+  [ $((bytes + ${tree:-0})) -lt $((64 << 20)) ] || { echo "too large for the device call"; exit 1; }
   ;;
 gpu)
   dir=$(cd "${2:?usage: run.sh gpu DIR [RESULTS [SECONDS]]}" && pwd)
