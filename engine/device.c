@@ -86,6 +86,11 @@ void device_describe(const kn_ctx *kn, json_t *started)
                                   version(in->runtime_version)));
 }
 
+uint64_t device_used_bytes(kn_ctx *kn)
+{
+    return kn_device_of(kn) == KN_CUDA ? (uint64_t)kn_device_used_bytes(kn) : 0;
+}
+
 uint64_t device_mem_bytes(const kn_ctx *kn)
 {
     if (kn_device_of(kn) == KN_CUDA) return (uint64_t)kn_peak_bytes(kn);

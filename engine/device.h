@@ -44,4 +44,10 @@ void device_describe(const kn_ctx *kn, json_t *started);
  * (where device memory is host memory). */
 uint64_t device_mem_bytes(const kn_ctx *kn);
 
+/* `device_used_bytes` of the metric events on a GPU: the whole device's
+ * memory in use now as the driver counts it (total - free: the engine's
+ * buffers plus the CUDA context, cuBLASLt's own allocations and anything
+ * else on the card); 0 on the CPU. */
+uint64_t device_used_bytes(kn_ctx *kn);
+
 #endif

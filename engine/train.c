@@ -93,6 +93,7 @@ typedef struct run {
     int vocab;               /* the model's vocabulary size */
     int64_t epoch0, cursor0; /* set-up: where the data resumes */
     double comm_s, step_s;   /* world > 1: seconds in collectives / in steps, logged at the end */
+    uint64_t dev_used;       /* on a GPU: the device-wide bytes in use, highest after any step */
 } run;
 
 static int fail(const char *prefix, const ty_err *e)
@@ -1052,6 +1053,10 @@ static int train_loop(run *r)
         double t0 = dist_now();
         if (train_step(r, &sr, &err)) return fail(NULL, &err);
         r->step_s += dist_now() - t0;
+        /* After a step every buffer it used is still held (nothing is
+         * freed in the loop), so this is the device's peak so far. */
+        uint64_t used = device_used_bytes(r->kn);
+        if (used > r->dev_used) r->dev_used = used;
         if (!isfinite(sr.loss)) {
             char msg[256];
             snprintf(msg, sizeof msg,
@@ -1075,6 +1080,8 @@ static int train_loop(run *r)
                 sr.skipped ? json_null() : json_real(sr.grad_norm), "tokens", (json_int_t)r->tokens,
                 "tokens_per_s", tps, "mem_bytes", (json_int_t)peak_mem_bytes(r), "eta_s", eta,
                 "loss_scale", (double)r->sc.scale, "skipped_steps", (json_int_t)r->sc.skipped);
+            if (m && kn_device_of(r->kn) == KN_CUDA)
+                json_object_set_new(m, "device_used_bytes", json_integer((json_int_t)r->dev_used));
             if (r->history && m) {
                 json_t *h = json_deep_copy(m);
                 json_object_del(h, "ev");

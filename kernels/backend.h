@@ -37,6 +37,8 @@ typedef struct kn_backend {
     /* Page-locked host memory (kn_host_alloc); NULL entries mean malloc/free. */
     void *(*host_alloc)(kn_ctx *c, size_t bytes);
     void (*host_free)(kn_ctx *c, void *p);
+    /* kn_device_used_bytes; NULL means 0 (the CPU). */
+    size_t (*device_used)(kn_ctx *c);
 
     /* One entry per op of kn_ops.h, with exactly its kn_* signature. */
 #define KN_ENTRY(ret, name, params, args) ret(*name) params;

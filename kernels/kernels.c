@@ -242,6 +242,10 @@ size_t kn_peak_bytes(const kn_ctx *c)
 {
     return c->peak_bytes;
 }
+size_t kn_device_used_bytes(kn_ctx *c)
+{
+    return c->be->device_used ? c->be->device_used(c) : 0;
+}
 
 void kn_to_device(kn_ctx *c, void *dst, const void *host_src, size_t bytes)
 {

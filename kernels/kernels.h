@@ -124,6 +124,12 @@ void kn_free(kn_ctx *c, void *p);
 /* Bytes currently / at most allocated through this context. */
 size_t kn_bytes_in_use(const kn_ctx *c);
 size_t kn_peak_bytes(const kn_ctx *c);
+/* Bytes in use on the whole device right now, as the driver sees it
+ * (cudaMemGetInfo's total - free): the context's buffers plus what it
+ * does not account for, the CUDA context itself, cuBLASLt's own
+ * allocations and any other process on the card. 0 on the CPU, or when
+ * the device cannot say. */
+size_t kn_device_used_bytes(kn_ctx *c);
 void kn_to_device(kn_ctx *c, void *dst, const void *host_src, size_t bytes);
 void kn_to_host(kn_ctx *c, void *host_dst, const void *src, size_t bytes);
 /* Waits for queued device work (no-op on CPU). */

@@ -11,17 +11,36 @@
 #                              ENGINE = trainyard-engine-emu; checks the
 #                              script, measures nothing)
 #
-# Batch: tried from the largest candidate down; a run whose engine reports
-# an error (out of device memory) moves to the next. tokens/s is the median
-# of the metric events' tokens_per_s after two warm-up steps. MFU counts
-# 6 N + 6 L C T FLOPs per token (N parameters, L layers, C width, T
-# positions: the matmuls forward and backward plus attention's QK^T and
-# PV) against 989 TFLOP/s, H100/H200 dense bf16. Peak device memory is the
-# engine's mem_bytes (the kernel context's peak on a GPU).
+# Batch: tried from the largest candidate down; a run that ends out of
+# memory (the engine's "out of memory ...", CUDA's "out of memory",
+# cuBLASLt's allocation status) moves to the next. Any other error stops
+# the shape's sweep there and is printed: a smaller batch would not cure
+# it, and walking on would spend the GPU's minutes repeating it. tokens/s
+# is the median of the metric events' tokens_per_s after two warm-up steps.
+#
+# MFU = tokens/s x FLOPs per token / 989e12 (H100/H200 dense bf16), with
+#     FLOPs per token = 6 N_matmul + 6 L T C
+# N_matmul: the parameters that enter a matrix product for every token,
+# i.e. all of them but the lookup tables: the token embedding when it is
+# not also the output head (Llama's untied embed_tokens; GPT-2's tied wte
+# is the head's matrix, so it counts once) and GPT-2's position table.
+# The output head's V x C is a real product and counts; norms and biases
+# (a few thousand) count too. 6 = 2 (multiply-add) x 3 (forward, and the
+# backward's two products). 6 L T C is attention's QK^T and PV (2 T C each
+# per token and layer, forward and backward), causal mask ignored, as in
+# llm.c and Kaplan et al. Counting the untied embedding too would
+# overstate Llama 1B's FLOPs by 21%.
+#
+# Memory: peak_device_bytes is the engine's mem_bytes (every buffer the
+# kernel context held at its peak, cuBLASLt's workspace included);
+# device_used_bytes is the whole device's use as the driver sees it
+# (cudaMemGetInfo's total - free, highest after any step): the CUDA
+# context, cuBLASLt's own allocations and anything else on the card too.
 import argparse
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -29,6 +48,9 @@ import tempfile
 import time
 
 PEAK_FLOPS = 989e12
+OOM_RE = re.compile(r"out of (device )?memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|"
+                    r"cuBLASLt .* failed \(status 3\)", re.I)  # 3: CUBLAS_STATUS_ALLOC_FAILED
+FLOPS_FORMULA = "6 N_matmul + 6 L T C per token, N_matmul = parameters less lookup tables"
 SHAPES = {
     "gpt2-124M": {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12,
                   "n_positions": 1024, "T": 1024, "batches": [64, 48, 32, 24, 16, 8, 4, 2, 1], "steps": 8},
@@ -36,19 +58,42 @@ SHAPES = {
                  "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
                  "max_position_embeddings": 1024, "T": 1024, "batches": [32, 24, 16, 12, 8, 4, 2, 1],
                  "steps": 8},
-    # --dry: the same code path at emulation size.
-    # The first batch is refused by the engine (too many positions), so the
-    # sweep down is exercised too.
+    # --dry: the same code path at emulation size. The emulated device
+    # cannot run out of memory, so the sweep's branches (out of memory
+    # moves on, any other error stops) are checked by tests/gpu/bench_test.py
+    # with a stand-in engine instead.
     "gpt2-dry": {"model_type": "gpt2", "vocab_size": 97, "n_embd": 32, "n_layer": 2, "n_head": 2,
-                 "n_positions": 16, "T": 16, "batches": [1 << 26, 2], "steps": 3},
+                 "n_positions": 16, "T": 16, "batches": [2], "steps": 3},
     "llama-dry": {"model_type": "llama", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 48,
                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                  "max_position_embeddings": 16, "T": 16, "batches": [1 << 26, 2], "steps": 3},
+                  "max_position_embeddings": 16, "T": 16, "batches": [2], "steps": 3},
 }
 
 
 def layers_width(s):
     return (s.get("n_layer") or s["num_hidden_layers"], s.get("n_embd") or s["hidden_size"])
+
+
+def matmul_params(s, params):
+    """The engine's parameter count less what is only looked up per token:
+    the token embedding unless it is the tied output head, and GPT-2's
+    position table. tie_word_embeddings defaults as in the engine's config
+    reader: GPT-2 tied, Llama untied."""
+    _, C = layers_width(s)
+    tied = s.get("tie_word_embeddings", s["model_type"] == "gpt2")
+    lookup = 0 if tied else s["vocab_size"] * C
+    if s["model_type"] == "gpt2":
+        lookup += s["n_positions"] * C
+    return params - lookup
+
+
+def flops_per_token(s, params, T):
+    L, C = layers_width(s)
+    return 6 * matmul_params(s, params) + 6 * L * T * C
+
+
+def is_oom(message):
+    return bool(OOM_RE.search(message or ""))
 
 
 def write_data(tmp, vocab, T, rows):
@@ -90,22 +135,58 @@ def run_one(engine, tmp, name, s, batch, env, timeout):
         p = subprocess.run([engine, "--spec", sp, "--workdir", work], capture_output=True, text=True,
                            timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return {"batch": batch, "error": f"timed out after {timeout:.0f} s"}
+        return {"batch": batch, "error": f"timed out after {timeout:.0f} s", "oom": False}
     events = read_events(p.stdout)
     err = [e for e in events if e.get("ev") == "error"]
     metrics = [e for e in events if e.get("ev") == "metric"]
     if p.returncode != 0 or err or not metrics:
         why = err[0]["message"] if err else (p.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"batch": batch, "error": why}
+        if not err and p.returncode < 0:
+            why = f"killed by signal {-p.returncode}: {why}"
+        return {"batch": batch, "error": why, "oom": is_oom(why)}
     started = [e for e in events if e.get("ev") == "started"][0]
-    L, C = layers_width(s)
     steady = [m["tokens_per_s"] for m in metrics if m["step"] > 2] or [metrics[-1]["tokens_per_s"]]
     tps = statistics.median(steady)
-    flops_tok = 6 * started["params"] + 6 * L * C * T
-    return {"batch": batch, "T": T, "params": started["params"], "backend": started["backend"],
-            "gpu": started.get("gpu"), "tokens_per_s": tps, "mfu": tps * flops_tok / PEAK_FLOPS,
-            "peak_device_bytes": max(m["mem_bytes"] for m in metrics), "losses": [m["loss"] for m in metrics],
+    flops_tok = flops_per_token(s, started["params"], T)
+    used = [m["device_used_bytes"] for m in metrics if "device_used_bytes" in m]
+    return {"batch": batch, "T": T, "params": started["params"],
+            "matmul_params": matmul_params(s, started["params"]), "backend": started["backend"],
+            "gpu": started.get("gpu"), "tokens_per_s": tps, "flops_per_token": flops_tok,
+            "flops_formula": FLOPS_FORMULA, "mfu": tps * flops_tok / PEAK_FLOPS,
+            "peak_device_bytes": max(m["mem_bytes"] for m in metrics),
+            "device_used_bytes": max(used) if used else None, "losses": [m["loss"] for m in metrics],
             "wall_s": round(time.monotonic() - t0, 1)}
+
+
+def sweep(engine, tmp, name, s, env, t_end, run=None):
+    """The shape's batches from the largest down: (result or None, tried).
+    Only an out-of-memory run moves on to the next batch."""
+    run = run or run_one
+    tried = []
+    for b in s["batches"]:
+        left = t_end - time.monotonic()
+        if left < 10:
+            tried.append({"batch": b, "error": "time budget spent", "oom": False})
+            break
+        r = run(engine, tmp, name, s, b, env, left)
+        if "error" not in r:
+            return r, tried
+        tried.append(r)
+        if not r.get("oom"):
+            break
+    return None, tried
+
+
+def describe_failure(tried):
+    """Why no batch ran, naming the error that stopped the sweep."""
+    if not tried:
+        return "nothing tried"
+    last = tried[-1]
+    ooms = [t["batch"] for t in tried if t.get("oom")]
+    head = f"out of memory at batch {', '.join(map(str, ooms))}; " if ooms else ""
+    if last.get("oom"):
+        return f"{head}every batch ran out of memory (last: {last['error']})"
+    return f"{head}stopped at batch {last['batch']} by an error that is not out of memory: {last['error']}"
 
 
 def main():
@@ -126,27 +207,22 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ty-bench-gpu-") as tmp:
         for name in shapes:
             s = SHAPES[name]
-            tried = []
-            for b in s["batches"]:
-                left = t_end - time.monotonic()
-                if left < 10:
-                    tried.append({"batch": b, "error": "time budget spent"})
-                    break
-                r = run_one(a.engine, tmp, name, s, b, env, left)
-                if "error" not in r:
-                    results[name] = r
-                    break
-                tried.append(r)
-            if name in results:
-                r = results[name]
+            r, tried = sweep(a.engine, tmp, name, s, env, t_end)
+            if r:
                 r["refused"] = tried
-                mib = r["peak_device_bytes"] / 2**20
+                results[name] = r
+                used = r["device_used_bytes"]
                 print(f"{name}: batch {r['batch']} x T {r['T']} bf16 on {r['backend']}: "
-                      f"{r['tokens_per_s']:.0f} tokens/s, MFU {100 * r['mfu']:.1f}% of 989 TFLOP/s, "
-                      f"peak device memory {mib:.0f} MiB ({r['params']} parameters)")
+                      f"{r['tokens_per_s']:.0f} tokens/s, MFU {100 * r['mfu']:.1f}% of 989 TFLOP/s "
+                      f"({r['flops_per_token'] / 1e9:.3f} GFLOP/token = {FLOPS_FORMULA}; N_matmul "
+                      f"{r['matmul_params']} of {r['params']}), peak memory: engine "
+                      f"{r['peak_device_bytes'] / 2**20:.0f} MiB, device "
+                      f"{'?' if used is None else f'{used / 2**20:.0f} MiB'}"
+                      + (f"; out of memory at batch {', '.join(str(t['batch']) for t in tried)}" if tried else ""))
             else:
-                results[name] = {"error": "no batch ran", "tried": tried}
-                print(f"{name}: no batch ran: {tried[-1]['error'] if tried else 'nothing tried'}")
+                why = describe_failure(tried)
+                results[name] = {"error": why, "tried": tried}
+                print(f"{name}: no batch ran: {why}")
     if a.out:  # added to what is there (scaling.py's "scaling", run before)
         doc = {}
         if os.path.exists(a.out):

@@ -107,7 +107,9 @@ def parse_run(events_text, stderr_text):
         return {"error": why}
     steady = [m["tokens_per_s"] for m in metrics if m["step"] > 2] or [metrics[-1]["tokens_per_s"]]
     r = {"losses": [m["loss"] for m in metrics], "tokens_per_s": statistics.median(steady),
-         "peak_device_bytes": max(m["mem_bytes"] for m in metrics)}
+         "peak_device_bytes": max(m["mem_bytes"] for m in metrics),
+         "device_used_bytes": max((m["device_used_bytes"] for m in metrics if "device_used_bytes" in m),
+                                  default=None)}
     g = SHARE_RE.search(stderr_text)
     if g:
         r.update(allreduce_s=float(g.group(1)), step_s=float(g.group(2)), allreduce_share=float(g.group(3)) / 100,
@@ -167,6 +169,7 @@ def run_world(engine, tmp, spec, world, gpus, env, timeout, mpirun, threads):
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
                          start_new_session=True)
+    RUNNING[:] = [p]
     try:
         _, stderr = p.communicate(timeout=max(1.0, timeout))
     except subprocess.TimeoutExpired:
@@ -185,6 +188,26 @@ def run_world(engine, tmp, spec, world, gpus, env, timeout, mpirun, threads):
         r = {"error": f"exit {p.returncode}: {(stderr.strip().splitlines() or [''])[-1]}"}
     r["wall_s"] = round(time.monotonic() - t0, 1)
     return r
+
+
+# The run in flight. Its ranks are in a session of their own (mpirun and
+# its children), so the step's hard timeout (run.sh's `timeout`, which
+# signals this process's group) does not reach them: on SIGTERM this
+# process ends them first, so none stays on a GPU for the next step.
+RUNNING = []
+
+
+def on_term(signum, frame):
+    for p in RUNNING:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+    raise SystemExit(128 + signum)
 
 
 def make_spec(shape, batch, world, accum, steps, data, dry):
@@ -272,8 +295,8 @@ def main(a):
             data = bench.write_data(tmp, shape["vocab_size"], shape["T"], b * world * (steps + 1))
             w1 = run_world(a.engine, tmp, make_spec(shape, b, 1, world, steps, data, a.dry), 1, gpus, env,
                            left * 0.6, mpirun, threads)
-            if "error" not in w1 or "timed out" in w1["error"]:
-                break  # a batch that fits, or no time for a smaller one
+            if "error" not in w1 or not bench.is_oom(w1["error"]):
+                break  # a batch that fits, or an error a smaller batch would not cure
         if "error" in w1:
             record(a, f"FAIL scaling: world 1 did not run: {w1['error']}", {"gpus": world, "error": w1["error"]})
             return 1
@@ -287,7 +310,8 @@ def main(a):
         ok, line, rec = compare(w1, wn, world)
         rec.update(gpus=world if gpus else 0, batch_per_gpu=b, T=shape["T"], steps=steps, precision="bf16",
                    wall_s={"1": w1["wall_s"], str(world): wn["wall_s"]},
-                   peak_device_bytes={"1": w1["peak_device_bytes"], str(world): wn["peak_device_bytes"]})
+                   peak_device_bytes={"1": w1["peak_device_bytes"], str(world): wn["peak_device_bytes"]},
+                   device_used_bytes={"1": w1["device_used_bytes"], str(world): wn["device_used_bytes"]})
         what = (f"GPT-2 {'dry' if a.dry else '124M'} bf16 T {shape['T']}, {b} rows per "
                 f"{'rank' if a.dry else 'GPU'}, grad_accum {world}, {steps} steps"
                 + (" on the CPU backend (dry: nothing measured)" if a.dry else ""))
@@ -297,6 +321,7 @@ def main(a):
 
 if __name__ == "__main__":
     args = parse_args()
+    signal.signal(signal.SIGTERM, on_term)
     try:
         sys.exit(main(args))
     except Exception as e:  # the summary still gets the step's line

@@ -207,6 +207,20 @@ static void cuda_host_free(kn_ctx *c, void *p)
     cudaFreeHost(p);
 }
 
+/* The whole device's use: the driver's total - free. A failed query is
+ * not a failed op: it returns 0 and clears the runtime's last error, so
+ * the next launch check does not report it. */
+static size_t cuda_device_used(kn_ctx *c)
+{
+    (void)c;
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return total > free_b ? total - free_b : 0;
+}
+
 static void cuda_sync(kn_ctx *c) { kn_cuda_ok(c, cudaStreamSynchronize(kn_cuda_st(c)->stream), "sync"); }
 
 } // namespace KN_NS
@@ -222,6 +236,7 @@ extern "C" const kn_backend KN_CUDA_BACKEND = {
     .sync = KN_NS::cuda_sync,
     .host_alloc = KN_NS::cuda_host_alloc,
     .host_free = KN_NS::cuda_host_free,
+    .device_used = KN_NS::cuda_device_used,
 #define KN_CUDA_ENTRY(ret, name, params, args) .name = KN_NS::cuda_##name,
     KN_OPS(KN_CUDA_ENTRY)
 #undef KN_CUDA_ENTRY

@@ -19,6 +19,7 @@ import cli_test as ct  # noqa: E402  (reads sys.argv at import)
 
 fail = ct.fail
 EMU = {"TY_KERNELS": "cuda-emu", "TY_EMU_GUARD": "1"}  # device memory unreadable from the host
+SLACK = 64 * 4096  # device_used_bytes over mem_bytes on cuda-emu: page rounding of its blocks
 LLAMA = {"model_type": "llama", "vocab_size": ct.VOCAB, "hidden_size": ct.DIM, "intermediate_size": 24,
          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
          "max_position_embeddings": ct.POS}
@@ -102,8 +103,22 @@ def compare(fam, init, precision, steps=3, ref=None, refuse=None, falls=True):
     params = st["params"]
     if mem[0] < 16 * params or len(set(mem[1:])) != 1:
         fail(f"{fam}: mem_bytes {mem} for {params} parameters")
+    # device_used_bytes is the whole device's use (cudaMemGetInfo's total -
+    # free). Under TY_EMU_GUARD the emulation counts its live cudaMalloc
+    # blocks, page-rounded, and has no CUDA context or cuBLASLt of its own:
+    # so at least mem_bytes (every block the context holds is live after a
+    # step), at most a page per block more, flat like mem_bytes; a CPU run
+    # has no such field.
+    used = [mb[k].get("device_used_bytes") for k in sorted(mb)]
+    if not all(isinstance(u, int) for u in used) or len(set(used[1:])) != 1 or \
+            not mem[-1] <= used[-1] <= min(mem[-1] + SLACK, gpu["memory_bytes"]):
+        fail(f"{fam}: device_used_bytes {used} against mem_bytes {mem} (slack {SLACK}, "
+             f"device {gpu['memory_bytes']})")
+    if any("device_used_bytes" in m for m in ma.values()):
+        fail(f"{fam}: a CPU run reports device_used_bytes: {ma}")
     print(f"ok: {tag}: losses match the cpu within {tol} "
-          f"({[round(ma[k]['loss'], 6) for k in sorted(ma)]}), mem_bytes {mem[-1]}")
+          f"({[round(ma[k]['loss'], 6) for k in sorted(ma)]}), mem_bytes {mem[-1]}, "
+          f"device_used_bytes {used[-1]}")
     return ma
 
 

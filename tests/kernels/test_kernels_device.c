@@ -10,7 +10,9 @@
  * more). Dropout masks must be identical, and a second run of every op
  * must give the same bits (no atomics). One line per output reports the
  * max abs and rel error (tests/gpu/run.sh collects them).
- * Usage: test_kernels_device <group> [cuda-emu|cuda] [scale]
+ * Usage: test_kernels_device <group>[,<group>...]|all [cuda-emu|cuda] [scale]
+ *   (several groups in one process: what tests/gpu/run.sh's sanitizer
+ *   step runs, one tool start for all of them)
  *   scale 1 (default) is CI's small odd shapes; larger values grow T, C
  *   and V for a real device. */
 #include "backend.h"
@@ -986,6 +988,16 @@ static void t_context(pair *p)
     }
 }
 
+/* Whether name is in list: "all", or names separated by commas. */
+static int listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    if (!strcmp(list, "all")) return 1;
+    for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -1022,14 +1034,17 @@ int main(int argc, char **argv)
                   {"matmul_gelu", t_matmul_gelu}};
     int found = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
-        if (!strcmp(argv[1], groups[i].name) || !strcmp(argv[1], "all")) {
+        if (listed(argv[1], groups[i].name)) {
             groups[i].fn(&p);
-            found = 1;
+            found++;
         }
     kn_close(p.dev);
     kn_close(p.cpu);
-    if (!found) {
-        fprintf(stderr, "unknown group %s\n", argv[1]);
+    int want = 1; /* names in the list: each must be a group */
+    for (const char *c = strchr(argv[1], ','); c; c = strchr(c + 1, ','))
+        want++;
+    if (!found || (strcmp(argv[1], "all") && found != want)) {
+        fprintf(stderr, "unknown group in %s\n", argv[1]);
         return 2;
     }
     return ty_summary(argc > 1 ? argv[1] : "kernels");

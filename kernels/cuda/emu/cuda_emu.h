@@ -201,4 +201,7 @@ void emu_set_last_error(cudaError_t e);
             emu_set_last_error(cudaErrorInvalidConfiguration);                                     \
     } while (0)
 
+/* Free and total bytes of the emulated device (emu_runtime.cpp says how). */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+
 #endif

@@ -495,3 +495,30 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaFuncSetAttribute(const void *, int, int) { return cudaSuccess; }
+/* The emulated device's memory is the host's; its total is the 16 GiB
+ * cudaGetDeviceProperties reports. In use: with TY_EMU_GUARD=1 every live
+ * cudaMalloc block (each its own mapping, page-rounded); without the guard
+ * the blocks are plain heap memory, so the process's resident set stands
+ * for them. Capped at the total. */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
+{
+    size_t total = (size_t)1 << 34, used = 0;
+    if (guard_on()) {
+        std::lock_guard<std::mutex> l(g_region_mu);
+        for (const emu_region &r : g_regions)
+            used += r.n;
+    } else {
+        long size = 0, resident = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (f) {
+            if (fscanf(f, "%ld %ld", &size, &resident) == 2)
+                used = (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+            fclose(f);
+        }
+    }
+    if (used > total)
+        used = total;
+    *free_bytes = total - used;
+    *total_bytes = total;
+    return cudaSuccess;
+}
