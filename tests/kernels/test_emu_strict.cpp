@@ -12,6 +12,9 @@
  *  - mask_exited / mask_outside / mask_self: warp shuffles whose mask
  *    names a lane that returned, that read a lane outside the mask, or
  *    whose mask leaves out the caller; each must abort naming the kernel.
+ *  - mask_mismatch / mask_divergent: warp operations that can never
+ *    complete (lanes naming each other with different masks, a shuffle
+ *    waiting on lanes parked at __syncthreads): a GPU hangs, we abort.
  *  - smem_*: dynamic shared memory above 48 KiB without
  *    cudaFuncSetAttribute, above the raised limit, above 227 KiB.
  * and correct ones that must pass under every order: the same kernels
@@ -97,6 +100,26 @@ __global__ void k_mask_without_caller(float *out, const float *in)
 {
     int t = threadIdx.x;
     out[t] = __shfl_xor_sync(t % 32 == 5 ? 0xffffffdfu : 0xffffffffu, in[t], 1);
+}
+
+/* WRONG: lanes 0..2 name each other with different masks (lane 0 leaves
+ * lane 2 out), so neither group can ever complete. */
+__global__ void k_mask_mismatch(float *out, const float *in)
+{
+    int t = threadIdx.x;
+    if (t >= 3) return;
+    out[t] = __shfl_sync(t == 0 ? 0x3u : 0x7u, in[t], 1);
+}
+
+/* WRONG: half the warp waits at a barrier, the other half in a shuffle
+ * that names the first half. */
+__global__ void k_divergent(float *out, const float *in)
+{
+    int t = threadIdx.x;
+    if (t < 16)
+        __syncthreads();
+    else
+        out[t] = kn_warp_sum(in[t]);
 }
 
 /* Right: the sum of each warp written by every lane as it leaves; a lane
@@ -212,6 +235,10 @@ static int mask_case(const char *which)
         KN_EMU_LAUNCH(k_sum_after_return, 1, 32, 0, st, out, in);
     else if (!strcmp(which, "mask_outside"))
         KN_EMU_LAUNCH(k_read_outside_mask, 1, 32, 0, st, out, in);
+    else if (!strcmp(which, "mask_mismatch"))
+        KN_EMU_LAUNCH(k_mask_mismatch, 1, 32, 0, st, out, in);
+    else if (!strcmp(which, "mask_divergent"))
+        KN_EMU_LAUNCH(k_divergent, 1, 32, 0, st, out, in);
     else
         KN_EMU_LAUNCH(k_mask_without_caller, 1, 32, 0, st, out, in);
     cudaFree(in);
@@ -408,6 +435,11 @@ int main(int argc, char **argv)
         expect(self, "mask_self", o, nullptr, ABORTS, "k_mask_without_caller", "lane 5",
                "leaves it out");
     }
+    /* Warp operations that can never complete: a GPU hangs. */
+    expect(self, "mask_mismatch", "reverse", nullptr, ABORTS, "k_mask_mismatch",
+           "with mask 0x00000003 for lane 1", "which waits in __shfl_sync with mask 0x00000007");
+    expect(self, "mask_divergent", "reverse", nullptr, ABORTS, "k_divergent", "divergent barrier",
+           "at __syncthreads");
     /* (d) dynamic shared memory. */
     expect(self, "smem_no_attr", nullptr, nullptr, ABORTS, "k_big_smem", "65536 bytes",
            "cudaFuncSetAttribute");
