@@ -93,7 +93,7 @@ static int cuda_open(kn_ctx *c, int device_index, ty_err *err)
     void *red = nullptr;
     if ((e = cudaStreamCreate(&st->stream)) != cudaSuccess ||
         (e = cudaMalloc(&st->lt_ws, st->lt_ws_bytes)) != cudaSuccess ||
-        (e = cudaMalloc(&red, (KN_RED_BLOCKS + 1) * sizeof(double))) != cudaSuccess) {
+        (e = cudaMalloc(&red, (KN_RED_BLOCKS_MAX + 1) * sizeof(double))) != cudaSuccess) {
         st_free(st);
         return ty_err_set(err, TY_EIO, "CUDA device %d setup: %s", device_index,
                           cudaGetErrorString(e));
@@ -111,7 +111,7 @@ static int cuda_open(kn_ctx *c, int device_index, ty_err *err)
     c->impl = st;
     /* What the context holds on the device from the start counts as used
      * device memory (kn_bytes_in_use / kn_peak_bytes, the engine's mem_bytes). */
-    c->bytes_in_use += st->lt_ws_bytes + (KN_RED_BLOCKS + 1) * sizeof(double);
+    c->bytes_in_use += st->lt_ws_bytes + (KN_RED_BLOCKS_MAX + 1) * sizeof(double);
     c->peak_bytes = c->bytes_in_use;
     kn_device_info *in = &c->info;
     snprintf(in->name, sizeof in->name, "%.127s", prop.name);

@@ -70,15 +70,20 @@ static inline cuda_state *kn_cuda_st(kn_ctx *c) { return (cuda_state *)c->impl; 
 
 /* Blocks of the two-pass reductions (kn_sum, kn_sumsq, kn_nonfinite), and
  * the most blocks a grid-stride launch uses. The emulation runs every
- * thread as a fiber, so it uses fewer, longer-lived threads: the kernels
- * are grid-stride, so any grid gives the same elements (the reductions'
- * last bits differ between the two builds, as their block counts do). */
+ * thread as a fiber, so by default it uses fewer, longer-lived threads:
+ * the kernels are grid-stride, so any grid gives the same elements (the
+ * reductions' last bits differ between the two builds, as their block
+ * counts do). TY_EMU_GRID=real gives it the GPU's shapes (emu_grid_pick,
+ * read once per process), so the grids the GPU launches run too. The
+ * reduction partials (cuda_state.red) are sized for the largest. */
+#define KN_RED_BLOCKS_MAX 256
+#define KN_MAX_BLOCKS_GPU (65535u * 16)
 #ifdef KN_CUDA_EMU
-#define KN_RED_BLOCKS 8
-#define KN_MAX_BLOCKS 16u
+#define KN_RED_BLOCKS ((int)emu_grid_pick(8, KN_RED_BLOCKS_MAX))
+#define KN_MAX_BLOCKS emu_grid_pick(16, KN_MAX_BLOCKS_GPU)
 #else
-#define KN_RED_BLOCKS 256
-#define KN_MAX_BLOCKS (65535u * 16)
+#define KN_RED_BLOCKS KN_RED_BLOCKS_MAX
+#define KN_MAX_BLOCKS KN_MAX_BLOCKS_GPU
 #endif
 #define KN_RED_THREADS 256
 

@@ -7,15 +7,22 @@
  * each block's threads as cooperative fibers (ucontext) of one OS thread:
  *  - __syncthreads() parks the fiber until every live thread of the block
  *    has arrived, so shared memory keeps its meaning;
+ *  - between two such releases the runnable threads run one after another
+ *    in the order TY_EMU_ORDER picks (forward, reverse, or a seeded
+ *    shuffle), so a read of another thread's write that lacks a barrier
+ *    gives a wrong value under some order instead of passing by luck;
  *  - __shared__ is `static thread_local`: one copy per OS thread, which runs
  *    one block at a time, so every thread of a block sees the same array;
- *  - warp shuffles park the fiber until every live lane of its warp has
- *    posted its value (double-buffered slots, so a fast lane's next shuffle
- *    cannot overwrite a value a slow lane still has to read).
- * The runtime calls (cudaMalloc, copies, streams, device properties) are
- * host versions in emu_runtime.cpp; cuBLASLt is emu_cublaslt.h, a CPU
- * reference. Divergent barriers, which hang a GPU, abort here with a
- * message. */
+ *  - warp operations (shuffles, __syncwarp, __ballot_sync) honour their
+ *    mask: they park the fiber until every lane the mask names has posted,
+ *    and abort, naming the kernel and the lanes, when the caller is not in
+ *    its own mask, a shuffle reads a lane outside the mask, or the mask
+ *    names a lane that has exited (a GPU returns garbage or hangs there).
+ * The runtime calls (cudaMalloc, copies, streams, device properties,
+ * cudaFuncSetAttribute) are host versions in emu_runtime.cpp, which also
+ * holds the launch rules a GPU enforces (dynamic shared memory limits);
+ * cuBLASLt is emu_cublaslt.h, a CPU reference. Divergent barriers, which
+ * hang a GPU, abort here with a message. */
 #ifndef TY_CUDA_EMU_H
 #define TY_CUDA_EMU_H
 
@@ -60,10 +67,15 @@ void *emu_dyn_shared(void);
 
 void __syncthreads(void);
 
-/* Runs body once per thread of every block; returns 0, or -1 after a
- * launch the GPU would refuse (empty grid, more than 1024 threads, shared
- * memory above the 227 KiB an sm_90 block may have). */
-int emu_launch(dim3 grid, dim3 block, size_t dyn_smem, const std::function<void()> &body);
+/* Runs body once per thread of every block of `kernel` (its name and
+ * address, for messages and for its cudaFuncSetAttribute limit); returns
+ * 0, or -1 after a launch the GPU would refuse (empty grid, more than 1024
+ * threads). Dynamic shared memory above the kernel's limit aborts. */
+int emu_launch(const char *kernel, const void *fn, dim3 grid, dim3 block, size_t dyn_smem,
+               const std::function<void()> &body);
+/* TY_EMU_GRID: `small` (default) picks small, `real` the GPU's value, for
+ * the grid shapes of kn_cuda.cuh (KN_MAX_BLOCKS, KN_RED_BLOCKS). */
+unsigned emu_grid_pick(unsigned small, unsigned real);
 /* The emulated device is working (TY_EMU_GUARD: device blocks readable)
  * between enter and leave; nests. emu_device_guard scopes it. */
 void emu_device_enter(void);
@@ -81,8 +93,12 @@ struct emu_device_guard {
     emu_device_guard &operator=(const emu_device_guard &) = delete;
 };
 
-/* Posts 8 bytes for this lane, waits for the warp, returns lane src's. */
-uint64_t emu_shfl_exchange(uint64_t mine, int src_lane);
+/* The warp operations: each posts 8 bytes for this lane, waits until
+ * every lane `mask` names has posted in the same operation with the same
+ * mask, and returns what the operation gives this lane (a shuffle: lane
+ * src's posted value; a ballot: the mask of lanes that posted non-zero). */
+enum { EMU_WARP_SHFL, EMU_WARP_SYNC, EMU_WARP_BALLOT };
+uint64_t emu_warp_op(int kind, const char *what, unsigned mask, uint64_t mine, int src_lane);
 int emu_lane(void);
 
 template <typename T> static inline uint64_t emu_to_bits(T v)
@@ -100,23 +116,31 @@ template <typename T> static inline T emu_from_bits(uint64_t b)
 }
 /* Lanes are grouped in segments of `width` (a power of two <= 32) as on
  * the GPU; a source outside the segment returns the caller's own value. */
-template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int mask, int width = 32)
+template <typename T> static inline T __shfl_xor_sync(unsigned m, T v, int x, int width = 32)
 {
-    int lane = emu_lane(), src = lane ^ mask;
+    int lane = emu_lane(), src = lane ^ x;
     if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
-    return emu_from_bits<T>(emu_shfl_exchange(emu_to_bits(v), src));
+    return emu_from_bits<T>(emu_warp_op(EMU_WARP_SHFL, "__shfl_xor_sync", m, emu_to_bits(v), src));
 }
-template <typename T> static inline T __shfl_down_sync(unsigned, T v, unsigned d, int width = 32)
+template <typename T> static inline T __shfl_down_sync(unsigned m, T v, unsigned d, int width = 32)
 {
     int lane = emu_lane(), src = lane + (int)d;
     if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
-    return emu_from_bits<T>(emu_shfl_exchange(emu_to_bits(v), src));
+    return emu_from_bits<T>(emu_warp_op(EMU_WARP_SHFL, "__shfl_down_sync", m, emu_to_bits(v), src));
 }
-template <typename T> static inline T __shfl_sync(unsigned, T v, int src, int width = 32)
+template <typename T> static inline T __shfl_sync(unsigned m, T v, int src, int width = 32)
 {
     int lane = emu_lane();
     src = (lane & ~(width - 1)) + (src & (width - 1));
-    return emu_from_bits<T>(emu_shfl_exchange(emu_to_bits(v), src));
+    return emu_from_bits<T>(emu_warp_op(EMU_WARP_SHFL, "__shfl_sync", m, emu_to_bits(v), src));
+}
+static inline void __syncwarp(unsigned m = 0xffffffffu)
+{
+    emu_warp_op(EMU_WARP_SYNC, "__syncwarp", m, 0, emu_lane());
+}
+static inline unsigned __ballot_sync(unsigned m, int pred)
+{
+    return (unsigned)emu_warp_op(EMU_WARP_BALLOT, "__ballot_sync", m, pred != 0, emu_lane());
 }
 
 /* ---- device math ---------------------------------------------------------- */
@@ -188,8 +212,15 @@ cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaGetLastError(void);
-cudaError_t cudaFuncSetAttribute(const void *f, int attr, int value);
+/* Only cudaFuncAttributeMaxDynamicSharedMemorySize: the kernel's limit on
+ * dynamic shared memory (48 KiB until raised, at most 227 KiB), which
+ * emu_launch enforces. The template takes a kernel as nvcc's does. */
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+cudaError_t cudaFuncSetAttribute(const void *f, int attr, int value);
+template <typename F> static inline cudaError_t cudaFuncSetAttribute(F *f, int attr, int value)
+{
+    return cudaFuncSetAttribute(reinterpret_cast<const void *>(f), attr, value);
+}
 const char *cudaGetErrorString(cudaError_t e);
 /* emu_launch records a refused launch here, for cudaGetLastError. */
 void emu_set_last_error(cudaError_t e);
@@ -197,7 +228,8 @@ void emu_set_last_error(cudaError_t e);
 #define KN_EMU_LAUNCH(kernel, grid, block, smem, stream, ...)                                      \
     do {                                                                                           \
         (void)(stream);                                                                            \
-        if (emu_launch((grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))                   \
+        if (emu_launch(#kernel, reinterpret_cast<const void *>(&kernel), (grid), (block), (smem),  \
+                       [&]() { kernel(__VA_ARGS__); }))                                            \
             emu_set_last_error(cudaErrorInvalidConfiguration);                                     \
     } while (0)
 

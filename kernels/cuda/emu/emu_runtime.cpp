@@ -2,22 +2,36 @@
  *
  * A launch hands blocks to OpenMP threads in a static order (every block is
  * independent on a GPU too). One OS thread runs a block as blockDim fibers
- * (ucontext, stacks reused across launches) and a scheduler loop: run every
- * runnable fiber until it parks (barrier, shuffle) or ends; then release a
- * warp whose live lanes all wait on a shuffle, else the block if all its
- * live threads wait on __syncthreads. Nothing runnable and nothing to
- * release means a divergent barrier: a GPU would hang, we abort.
+ * (ucontext, stacks reused across launches) and a scheduler loop of rounds:
+ * run every runnable fiber until it parks (barrier, warp operation) or
+ * ends, in the order TY_EMU_ORDER gives; then release each group of lanes
+ * whose warp operation is complete (every lane its mask names has posted),
+ * else the block if all its live threads wait on __syncthreads. Nothing
+ * runnable and nothing to release means a divergent barrier or a warp
+ * operation that can never complete: a GPU would hang, we abort.
+ *
+ * The order is what makes the emulation find missing barriers: a GPU runs
+ * a block's warps in no fixed order and, since Volta, a warp's lanes too,
+ * so a thread reading another's shared-memory write without a barrier in
+ * between sees it or not by chance. Run in index order that read always
+ * works when the writer has the lower index; under `reverse` (and under
+ * most `shuffle:SEED` draws) it reads the stale value instead, and the
+ * kernel's result is wrong. A warp operation's result is computed at its
+ * release from what each lane posted then, so a lane may leave the kernel
+ * right after it without taking the others' values with it.
  * Under AddressSanitizer every switch is announced with
  * __sanitizer_{start,finish}_switch_fiber so it tracks the fiber stacks. */
 #include "cuda_emu.h"
 
 #include <cstdio>
+#include <cstdarg>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <utility>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -34,6 +48,10 @@
  * per-thread rows); ASan clears the shadow of the whole target stack on
  * every swapcontext, so a small stack is also what keeps a switch cheap. */
 #define EMU_STACK (64u << 10)
+/* Dynamic shared memory a kernel may ask for: 48 KiB unless
+ * cudaFuncSetAttribute raised its limit, never above sm_90's 227 KiB. */
+#define EMU_SMEM_DEFAULT (48u << 10)
+#define EMU_SMEM_OPTIN (227u << 10)
 
 /* The launch geometry of the block this OS thread runs. Read through
  * functions returning values: the kernels see rvalues, as with CUDA's
@@ -42,26 +60,103 @@ static thread_local emu_uint3 g_block_idx, g_block_dim, g_grid_dim;
 
 namespace {
 
-enum fstate { RUN, BAR, SHFL, DONE };
+/* ---- TY_EMU_ORDER ---------------------------------------------------------- */
+
+enum order_kind { ORDER_FORWARD, ORDER_REVERSE, ORDER_SHUFFLE };
+struct run_order {
+    order_kind kind;
+    unsigned long long seed;
+};
+
+run_order parse_order(const char *v)
+{
+    run_order o = {ORDER_FORWARD, 0};
+    if (!v || !*v || !strcmp(v, "forward"))
+        return o;
+    if (!strcmp(v, "reverse")) {
+        o.kind = ORDER_REVERSE;
+        return o;
+    }
+    if (!strncmp(v, "shuffle:", 8) && v[8] >= '0' && v[8] <= '9') {
+        char *end = nullptr;
+        o.kind = ORDER_SHUFFLE;
+        o.seed = strtoull(v + 8, &end, 10);
+        if (!*end)
+            return o;
+    }
+    fprintf(stderr, "cuda-emu: TY_EMU_ORDER=%s: expected forward, reverse or shuffle:SEED "
+                    "(SEED a decimal integer)\n", v);
+    abort();
+}
+
+/* Read once: every launch of the process runs under the same order. */
+const run_order &order(void)
+{
+    static const run_order o = parse_order(getenv("TY_EMU_ORDER"));
+    return o;
+}
+
+uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* The shuffle's random stream for one block and round (and purpose), so a
+ * run repeats exactly for a given seed whatever the OpenMP threads do. */
+uint64_t order_stream(unsigned long block, uint64_t round, uint64_t purpose)
+{
+    return order().seed ^ (block * 0xd1b54a32d192ed03ULL) ^ (round * 0x8cb92ba72f3d8dd7ULL) ^
+           purpose;
+}
+
+/* Puts the round's runnable threads (ascending) in the order to run them. */
+void order_round(std::vector<unsigned> &ready, unsigned long block, uint64_t round)
+{
+    const run_order &o = order();
+    if (o.kind == ORDER_REVERSE) {
+        for (size_t i = 0, j = ready.size(); i + 1 < j; i++, j--)
+            std::swap(ready[i], ready[j - 1]);
+    } else if (o.kind == ORDER_SHUFFLE) {
+        uint64_t s = order_stream(block, round, 0);
+        for (size_t i = ready.size(); i > 1; i--)
+            std::swap(ready[i - 1], ready[splitmix64(&s) % i]);
+    }
+}
+
+/* ---- fibers ----------------------------------------------------------------- */
+
+enum fstate { RUN, BAR, WARP, DONE };
 
 struct fiber {
     ucontext_t ctx;
     char *stack;
     emu_uint3 tid;
     fstate st;
+    unsigned hold;    /* rounds a runnable fiber still sits out (shuffle) */
     void *fake_stack; /* ASan's fake-stack handle while switched out */
+    /* The warp operation it waits in (st == WARP): */
+    int kind;         /* EMU_WARP_* */
+    const char *what; /* the intrinsic, for messages */
+    unsigned mask;
+    int src;      /* the lane a shuffle reads */
+    uint64_t val; /* what this lane posted */
+    uint64_t got; /* what the operation gives it, set at the release */
 };
 
 struct block_run {
     std::vector<fiber> f;
+    std::vector<unsigned> ready; /* the round's runnable threads, in run order */
     ucontext_t sched;
     int cur;
     unsigned n;
     const std::function<void()> *body;
+    const char *kernel;
+    unsigned long block; /* linear block index */
+    uint64_t round;
     std::vector<unsigned char> smem;
-    /* shuffle slots: [parity][thread]; each fiber flips its own parity */
-    std::vector<uint64_t> slot[2];
-    std::vector<unsigned char> parity;
     const void *sched_bottom;
     size_t sched_size;
 };
@@ -125,9 +220,7 @@ block_run &thread_run(unsigned n)
         }
         r.f.push_back(fb);
     }
-    r.slot[0].resize(n);
-    r.slot[1].resize(n);
-    r.parity.assign(n, 0);
+    r.ready.reserve(n);
     r.n = n;
     return r;
 }
@@ -146,33 +239,158 @@ __attribute__((noinline)) void init_fiber(fiber &fb, unsigned t)
     fb.st = RUN;
 }
 
+/* "cuda-emu: <kernel>, block (x,y,z): " before every message about a block. */
+__attribute__((format(printf, 2, 3))) [[noreturn]] void block_abort(const block_run &r,
+                                                                    const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cuda-emu: %s, block (%u,%u,%u): %s\n", r.kernel, g_block_idx.x,
+            g_block_idx.y, g_block_idx.z, msg);
+    abort();
+}
+
+/* Under shuffle, each warp a barrier releases (or the launch starts) sits
+ * out 0..EMU_HOLD_MAX rounds, the same for all its lanes: the other warps
+ * run ahead through their shuffles meanwhile, as a slow warp lets them on
+ * a GPU. A shared-memory slot reused without a barrier between (one warp
+ * writing the next value before another has read the last) shows then;
+ * within a round the permutation alone never separates the warps by more
+ * than one park. */
+#define EMU_HOLD_MAX 15
+void draw_holds(block_run &r)
+{
+    if (order().kind != ORDER_SHUFFLE)
+        return;
+    uint64_t s = order_stream(r.block, r.round, 0x5851f42d4c957f2dULL);
+    for (unsigned w = 0; w * 32 < r.n; w++) {
+        unsigned h = (unsigned)(splitmix64(&s) % (EMU_HOLD_MAX + 1));
+        for (unsigned t = w * 32; t < r.n && t < w * 32 + 32; t++)
+            r.f[t].hold = h;
+    }
+}
+
+/* Runs every runnable fiber not sitting out once, until it parks or ends.
+ * No fiber can make another runnable (only the scheduler releases), so the
+ * list is fixed. When all sit out, the shortest hold is skipped. */
+void run_round(block_run &r)
+{
+    unsigned least = ~0u;
+    r.ready.clear();
+    for (unsigned t = 0; t < r.n; t++)
+        if (r.f[t].st == RUN) {
+            if (!r.f[t].hold)
+                r.ready.push_back(t);
+            else if (r.f[t].hold < least)
+                least = r.f[t].hold;
+        }
+    if (r.ready.empty() && least != ~0u)
+        for (unsigned t = 0; t < r.n; t++)
+            if (r.f[t].st == RUN && (r.f[t].hold -= least) == 0)
+                r.ready.push_back(t);
+    order_round(r.ready, r.block, r.round++);
+    for (unsigned t : r.ready)
+        run_fiber(&r, t);
+    for (unsigned t = 0; t < r.n; t++)
+        if (r.f[t].st == RUN && r.f[t].hold)
+            r.f[t].hold--;
+}
+
+/* Whether the warp operation lane t waits in can complete: every lane its
+ * mask names waits in the same kind of operation with the same mask. A
+ * named lane that has exited (or that the block does not have) never will:
+ * abort. Otherwise *blocker is the first named lane still elsewhere. */
+bool warp_ready(const block_run &r, unsigned t, unsigned *blocker)
+{
+    const fiber &me = r.f[t];
+    unsigned base = t - t % 32;
+    for (unsigned l = 0; l < 32; l++) {
+        if (!(me.mask >> l & 1))
+            continue;
+        if (base + l >= r.n)
+            block_abort(r, "lane %u's %s mask 0x%08x names lane %u, which the block of %u "
+                           "threads does not have", t % 32, me.what, me.mask, l, r.n);
+        const fiber &o = r.f[base + l];
+        if (o.st == DONE)
+            block_abort(r, "lane %u's %s mask 0x%08x names lane %u (thread %u), which has "
+                           "exited", t % 32, me.what, me.mask, l, base + l);
+        if (o.st != WARP || o.kind != me.kind || o.mask != me.mask) {
+            *blocker = base + l;
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Completes the warp operation of the lanes lane t's mask names: each gets
+ * its result from the values posted now, and runs again. */
+void warp_release(block_run &r, unsigned t)
+{
+    unsigned base = t - t % 32, mask = r.f[t].mask;
+    uint64_t ballot = 0;
+    for (unsigned l = 0; l < 32; l++)
+        if (mask >> l & 1 && r.f[base + l].val)
+            ballot |= 1ull << l;
+    for (unsigned l = 0; l < 32; l++) {
+        if (!(mask >> l & 1))
+            continue;
+        fiber &o = r.f[base + l];
+        if (o.kind == EMU_WARP_SHFL)
+            o.got = r.f[base + (unsigned)o.src].val;
+        else if (o.kind == EMU_WARP_BALLOT)
+            o.got = ballot;
+        o.st = RUN;
+    }
+}
+
+/* Says why nothing can run any more, and aborts. */
+[[noreturn]] void block_stuck(const block_run &r)
+{
+    int live = 0, at_bar = 0;
+    for (unsigned t = 0; t < r.n; t++) {
+        live += r.f[t].st != DONE;
+        at_bar += r.f[t].st == BAR;
+    }
+    for (unsigned t = 0; t < r.n; t++) {
+        unsigned b = 0;
+        if (r.f[t].st != WARP || warp_ready(r, t, &b))
+            continue;
+        const fiber &me = r.f[t], &o = r.f[b];
+        if (o.st == BAR)
+            block_abort(r, "divergent barrier: %d of %d live threads at __syncthreads, lane %u "
+                           "(thread %u) waits in %s (mask 0x%08x) for lane %u (thread %u) which "
+                           "is at __syncthreads", at_bar, live, t % 32, t, me.what, me.mask,
+                        b % 32, b);
+        block_abort(r, "lane %u (thread %u) waits in %s with mask 0x%08x for lane %u (thread %u), "
+                       "which waits in %s with mask 0x%08x", t % 32, t, me.what, me.mask, b % 32,
+                    b, o.what, o.mask);
+    }
+    block_abort(r, "divergent barrier: %d of %d live threads at __syncthreads", at_bar, live);
+}
+
 void run_block(block_run &r)
 {
+    r.round = 0;
     for (unsigned t = 0; t < r.n; t++) {
         init_fiber(r.f[t], t);
-        r.parity[t] = 0;
+        r.f[t].hold = 0;
     }
+    draw_holds(r);
     for (;;) {
-        for (unsigned t = 0; t < r.n; t++)
-            if (r.f[t].st == RUN)
-                run_fiber(&r, t);
-        /* Release one warp whose live lanes all wait on a shuffle. */
-        int released = 0, live = 0, at_bar = 0;
-        for (unsigned w = 0; w * 32 < r.n; w++) {
-            unsigned lo = w * 32, hi = lo + 32 < r.n ? lo + 32 : r.n;
-            int wl = 0, ws = 0;
-            for (unsigned t = lo; t < hi; t++) {
-                wl += r.f[t].st != DONE;
-                ws += r.f[t].st == SHFL;
-            }
-            if (ws && ws == wl) {
-                for (unsigned t = lo; t < hi; t++)
-                    if (r.f[t].st == SHFL)
-                        r.f[t].st = RUN;
+        run_round(r);
+        int released = 0, live = 0, at_bar = 0, held = 0;
+        for (unsigned t = 0; t < r.n; t++) {
+            unsigned blocker;
+            if (r.f[t].st == WARP && warp_ready(r, t, &blocker)) {
+                warp_release(r, t);
                 released = 1;
             }
+            held += r.f[t].st == RUN;
         }
-        if (released)
+        if (released || held)
             continue;
         for (unsigned t = 0; t < r.n; t++) {
             live += r.f[t].st != DONE;
@@ -180,15 +398,12 @@ void run_block(block_run &r)
         }
         if (!live)
             return;
-        if (at_bar != live) {
-            fprintf(stderr, "cuda-emu: divergent barrier in block (%u,%u,%u): %d of %d live "
-                            "threads at __syncthreads, the rest at a warp shuffle\n",
-                    g_block_idx.x, g_block_idx.y, g_block_idx.z, at_bar, live);
-            abort();
-        }
+        if (at_bar != live)
+            block_stuck(r);
         for (unsigned t = 0; t < r.n; t++)
             if (r.f[t].st == BAR)
                 r.f[t].st = RUN;
+        draw_holds(r);
     }
 }
 
@@ -208,21 +423,27 @@ void __syncthreads(void)
     switch_to_sched(me);
 }
 
-uint64_t emu_shfl_exchange(uint64_t mine, int src_lane)
+/* What the caller can be told at once (its own mask, the lane it reads) is
+ * checked here; whether the named lanes arrive, at the release. */
+uint64_t emu_warp_op(int kind, const char *what, unsigned mask, uint64_t mine, int src_lane)
 {
     block_run *r = g_run;
-    int t = r->cur, base = t - t % 32, src = base + src_lane;
-    int par = r->parity[t];
-    r->slot[par][t] = mine;
-    r->parity[t] ^= 1;
+    unsigned t = (unsigned)r->cur, lane = t % 32;
+    if (!(mask >> lane & 1))
+        block_abort(*r, "lane %u (thread %u) calls %s with mask 0x%08x, which leaves it out", lane,
+                    t, what, mask);
+    if (kind == EMU_WARP_SHFL && (src_lane < 0 || src_lane > 31 || !(mask >> src_lane & 1)))
+        block_abort(*r, "lane %u (thread %u) reads lane %d in %s, outside the mask 0x%08x", lane,
+                    t, src_lane, what, mask);
     fiber &me = r->f[t];
-    me.st = SHFL;
+    me.kind = kind;
+    me.what = what;
+    me.mask = mask;
+    me.src = src_lane;
+    me.val = mine;
+    me.st = WARP;
     switch_to_sched(me);
-    if (src < 0 || (unsigned)src >= r->n || r->f[src].st == DONE) {
-        fprintf(stderr, "cuda-emu: shuffle reads lane %d, which does not take part\n", src_lane);
-        abort();
-    }
-    return r->slot[par][src];
+    return me.got;
 }
 
 /* ---- the device memory guard (TY_EMU_GUARD=1) ---------------------------
@@ -274,12 +495,79 @@ void emu_device_leave(void)
         protect_all(PROT_NONE);
 }
 
-int emu_launch(dim3 grid, dim3 block, size_t dyn_smem, const std::function<void()> &body)
+/* ---- launch rules ------------------------------------------------------------ */
+
+/* Each kernel's dynamic shared memory limit, as cudaFuncSetAttribute set it. */
+static std::vector<std::pair<const void *, int>> g_smem_limits;
+static std::mutex g_smem_mu;
+
+static size_t smem_limit(const void *fn)
+{
+    std::lock_guard<std::mutex> l(g_smem_mu);
+    for (auto &e : g_smem_limits)
+        if (e.first == fn)
+            return (size_t)e.second;
+    return EMU_SMEM_DEFAULT;
+}
+
+cudaError_t cudaFuncSetAttribute(const void *f, int attr, int value)
+{
+    if (!f || attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+        (unsigned)value > EMU_SMEM_OPTIN)
+        return cudaErrorInvalidValue;
+    std::lock_guard<std::mutex> l(g_smem_mu);
+    for (auto &e : g_smem_limits)
+        if (e.first == f) {
+            e.second = value;
+            return cudaSuccess;
+        }
+    g_smem_limits.push_back({f, value});
+    return cudaSuccess;
+}
+
+/* A GPU refuses the launch (a sticky error the kernel tests would report
+ * far from the cause); the emulation stops at it. */
+static void check_dyn_smem(const char *kernel, const void *fn, size_t bytes)
+{
+    if (bytes > EMU_SMEM_OPTIN) {
+        fprintf(stderr, "cuda-emu: %s: %zu bytes of dynamic shared memory, above the %u an sm_90 "
+                        "block may have\n", kernel, bytes, EMU_SMEM_OPTIN);
+        abort();
+    }
+    size_t lim = bytes > EMU_SMEM_DEFAULT ? smem_limit(fn) : EMU_SMEM_DEFAULT;
+    if (bytes > lim) {
+        fprintf(stderr, "cuda-emu: %s: %zu bytes of dynamic shared memory, above its limit of %zu "
+                        "(above %u needs cudaFuncSetAttribute(%s, "
+                        "cudaFuncAttributeMaxDynamicSharedMemorySize, n) first)\n",
+                kernel, bytes, lim, EMU_SMEM_DEFAULT, kernel);
+        abort();
+    }
+}
+
+/* Read once, as the kernels' grid shapes must not change under a context. */
+unsigned emu_grid_pick(unsigned small, unsigned real)
+{
+    static const int is_real = [] {
+        const char *v = getenv("TY_EMU_GRID");
+        if (!v || !*v || !strcmp(v, "small"))
+            return 0;
+        if (!strcmp(v, "real"))
+            return 1;
+        fprintf(stderr, "cuda-emu: TY_EMU_GRID=%s: expected small or real\n", v);
+        abort();
+    }();
+    return is_real ? real : small;
+}
+
+int emu_launch(const char *kernel, const void *fn, dim3 grid, dim3 block, size_t dyn_smem,
+               const std::function<void()> &body)
 {
     unsigned long nb = (unsigned long)grid.x * grid.y * grid.z;
     unsigned nt = block.x * block.y * block.z;
-    if (!nb || !nt || nt > 1024 || dyn_smem > (227u << 10))
+    if (!nb || !nt || nt > 1024)
         return -1;
+    check_dyn_smem(kernel, fn, dyn_smem);
+    order(); /* a bad TY_EMU_ORDER stops the first launch, not a block */
     emu_device_guard dg;
 #pragma omp parallel for schedule(static)
     for (unsigned long b = 0; b < nb; b++) {
@@ -289,6 +577,8 @@ int emu_launch(dim3 grid, dim3 block, size_t dyn_smem, const std::function<void(
                                   (unsigned)(b / ((unsigned long)grid.x * grid.y))};
         block_run &r = thread_run(nt);
         r.body = &body;
+        r.kernel = kernel;
+        r.block = b;
         /* Fresh shared memory per block: poisoned with NaN-ish bytes so a
          * kernel that reads before writing shows it. */
         r.smem.assign(dyn_smem ? dyn_smem : 1, 0xff);
@@ -494,7 +784,6 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaFuncSetAttribute(const void *, int, int) { return cudaSuccess; }
 /* The emulated device's memory is the host's; its total is the 16 GiB
  * cudaGetDeviceProperties reports. In use: with TY_EMU_GUARD=1 every live
  * cudaMalloc block (each its own mapping, page-rounded); without the guard
