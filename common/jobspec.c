@@ -444,8 +444,8 @@ static int valid_target_name(const char *t)
 
 static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
 {
-    static const char *const keys[] = {"r",       "alpha", "dropout", "targets",
-                                       "adapter", "merge", NULL};
+    static const char *const keys[] = {"r",       "alpha",   "dropout", "use_rslora",
+                                       "targets", "adapter", "merge",   NULL};
     const char *P = "lora";
     json_t *l;
     int rc;
@@ -459,6 +459,7 @@ static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = get_int32(l, P, "r", 0, 1, 4096, &s->lora_r, err))) return rc;
     if ((rc = get_num(l, P, "alpha", 0, 1, 1e6, 0, &s->lora_alpha, err))) return rc;
     if ((rc = get_num(l, P, "dropout", 0, 0, 1, 1, &s->lora_dropout, err))) return rc;
+    if ((rc = get_bool(l, P, "use_rslora", &s->lora_use_rslora, err))) return rc;
     json_t *t = json_object_get(l, "targets");
     if (t) {
         if (!json_is_array(t))
@@ -992,6 +993,7 @@ json_t *jobspec_to_json(const jobspec *s)
         json_object_set_new(l, "r", json_integer(s->lora_r));
         json_object_set_new(l, "alpha", json_real(s->lora_alpha));
         json_object_set_new(l, "dropout", json_real(s->lora_dropout));
+        json_object_set_new(l, "use_rslora", json_boolean(s->lora_use_rslora));
         if (s->n_targets > 0) {
             json_t *t = json_array();
             for (int i = 0; i < s->n_targets; i++)

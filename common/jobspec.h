@@ -54,10 +54,11 @@ typedef struct jobspec {
 
     jobspec_method method; /* default full */
     /* lora (also used by qlora) */
-    int lora_r;          /* default 8, >= 1 */
-    double lora_alpha;   /* default 16 */
-    double lora_dropout; /* default 0, [0, 1) */
-    int n_targets;       /* default: q_proj,v_proj (llama) chosen by engine when 0 */
+    int lora_r;           /* default 8, >= 1 */
+    double lora_alpha;    /* default 16 */
+    double lora_dropout;  /* default 0, [0, 1) */
+    bool lora_use_rslora; /* default false: scale alpha / sqrt(r) instead of alpha / r */
+    int n_targets;        /* default: q_proj,v_proj (llama) chosen by engine when 0 */
     char *targets[JOBSPEC_MAX_TARGETS];
     char *lora_adapter; /* optional: starting adapter directory (PEFT format) */
     bool lora_merge;    /* export merged full weights instead of an adapter */
@@ -122,7 +123,7 @@ typedef struct jobspec {
  * JSON layout (DESIGN §4; openapi.yaml's JobSpec mirrors it):
  *   name; model{path|init}; dataset{train, eval, format, text_field,
  *   chat_template, packing, skip_invalid, eval_fraction}; method;
- *   lora{r, alpha, dropout, targets, adapter, merge} (method lora/qlora only);
+ *   lora{r, alpha, dropout, use_rslora, targets, adapter, merge} (method lora/qlora only);
  *   qlora{double_quant, compute_dtype} (method qlora only);
  *   hyperparameters{max_steps, batch_size, seq_len, grad_accum, lr, schedule,
  *   warmup_steps, weight_decay, max_grad_norm, adam_beta1, adam_beta2,

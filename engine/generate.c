@@ -1,7 +1,7 @@
 /* generate.c — text generation and logits from a trained model.
  *
  *   trainyard-engine generate (--model DIR | --config FILE) [--weights FILE]
- *       [--adapter DIR] [--lora-r R --lora-alpha A --lora-targets a,b]
+ *       [--adapter DIR] [--lora-r R --lora-alpha A --lora-targets a,b --lora-rslora]
  *       (--prompt TEXT | --prompt-ids "1 2 3") [--max-tokens N]
  *       [--temperature T] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos]
  *       [--threads N] [--dtype auto|fp32|bf16|fp16]
@@ -55,7 +55,7 @@ typedef struct gen_opts {
     const char *model_dir, *config, *weights, *adapter, *tokenizer;
     const char *prompt, *prompt_ids;
     const char *dtype; /* NULL = auto */
-    int lora_r;
+    int lora_r, rslora;
     double lora_alpha;
     char *targets[MAX_TARGETS];
     int n_targets;
@@ -103,7 +103,7 @@ static int usage_err(const char *cmd, const char *msg)
     fprintf(
         stderr,
         "trainyard-engine %s\nusage: trainyard-engine %s (--model DIR | --config FILE) [--weights FILE] "
-        "[--adapter DIR] [--lora-r R --lora-alpha A --lora-targets a,b] (--prompt TEXT | --prompt-ids IDS) "
+        "[--adapter DIR] [--lora-r R --lora-alpha A --lora-targets a,b --lora-rslora] (--prompt TEXT | --prompt-ids IDS) "
         "[--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos] "
         "[--threads N] [--dtype auto|fp32|bf16|fp16]%s\n",
         line, cmd, strcmp(cmd, "logits") ? "" : " [--kv]");
@@ -136,6 +136,10 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
         }
         if (!strcmp(a, "--kv")) {
             o->kv = 1;
+            continue;
+        }
+        if (!strcmp(a, "--lora-rslora")) {
+            o->rslora = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -222,64 +226,34 @@ static int file_exists(const char *p)
     return stat(p, &st) == 0;
 }
 
-/* r, alpha and targets from adapter_config.json unless given. */
-static int adapter_settings(gen_opts *o, ty_err *err)
+/* The adapter: adapter_config.json (every PEFT field honoured or refused,
+ * peftcfg.h), with --lora-* over it; without the file (a LoRA checkpoint
+ * of an older engine) --lora-r and --lora-alpha say it all. */
+static int adapter_cfg(const gen_opts *o, lora_cfg *c, ty_err *err)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_config.json", o->adapter);
+    lora_cfg_default(c);
     if (!file_exists(path)) {
         if (o->lora_r < 1 || isnan(o->lora_alpha))
             return ty_err_set(err, TY_EINVAL,
                               "%s is missing: give --lora-r and --lora-alpha (and --lora-targets)",
                               path);
-        return 0;
+    } else {
+        int rc = lora_cfg_load(c, path, err);
+        if (rc) return rc;
     }
-    json_error_t je;
-    json_t *ac = json_load_file(path, 0, &je);
-    if (!ac) return ty_err_set(err, TY_EINVAL, "%s: %s (line %d)", path, je.text, je.line);
-    int rc = 0;
-    json_t *jr = json_object_get(ac, "r"), *ja = json_object_get(ac, "lora_alpha"),
-           *jt = json_object_get(ac, "target_modules");
-    if (o->lora_r < 1) {
-        if (!json_is_integer(jr) || json_integer_value(jr) < 1)
-            rc = ty_err_set(err, TY_EINVAL, "%s: r must be a positive integer", path);
-        else
-            o->lora_r = (int)json_integer_value(jr);
+    if (o->lora_r >= 1) c->r = o->lora_r;
+    if (!isnan(o->lora_alpha)) c->alpha = o->lora_alpha;
+    if (o->rslora) c->use_rslora = 1;
+    if (o->n_targets) {
+        c->n_targets = 0;
+        c->target_regex[0] = 0;
+        c->all_linear = 0;
+        for (int i = 0; i < o->n_targets; i++)
+            snprintf(c->targets[c->n_targets++], LORA_NAME_MAX, "%s", o->targets[i]);
     }
-    if (!rc && isnan(o->lora_alpha)) {
-        if (!json_is_number(ja))
-            rc = ty_err_set(err, TY_EINVAL, "%s: lora_alpha must be a number", path);
-        else
-            o->lora_alpha = json_number_value(ja);
-    }
-    if (!rc && !o->n_targets && jt) {
-        if (!json_is_array(jt)) {
-            rc = ty_err_set(
-                err, TY_EINVAL,
-                "%s: target_modules must be a list of module names (a regex is not supported)",
-                path);
-        } else {
-            size_t i, off = 0;
-            json_t *s;
-            json_array_foreach(jt, i, s)
-            {
-                const char *name = json_string_value(s);
-                size_t len = name ? strlen(name) + 1 : 0;
-                if (!name || o->n_targets == MAX_TARGETS || off + len > sizeof o->targets_buf) {
-                    rc = ty_err_set(err, TY_EINVAL,
-                                    "%s: target_modules must be at most 16 module names", path);
-                    break;
-                }
-                memcpy(o->targets_buf + off, name, len);
-                o->targets[o->n_targets++] = o->targets_buf + off;
-                off += len;
-            }
-        }
-    }
-    if (!rc && json_is_true(json_object_get(ac, "use_dora")))
-        rc = ty_err_set(err, TY_EINVAL, "%s: DoRA adapters are not supported", path);
-    json_decref(ac);
-    return rc;
+    return 0;
 }
 
 static int load(gen_ctx *g, gen_opts *o, int lora_hooks)
@@ -312,9 +286,10 @@ static int load(gen_ctx *g, gen_opts *o, int lora_hooks)
         rc = model_load_dir(&g->m, o->model_dir, &err);
     if (rc) return fail1(NULL, &err);
     if (o->adapter) {
-        if (adapter_settings(o, &err)) return fail1("adapter", &err);
-        rc = lora_create(&g->l, &g->m, o->lora_r, o->lora_alpha, 0.0,
-                         o->n_targets ? o->targets : NULL, o->n_targets, &err);
+        lora_cfg lc;
+        /* An adapter this engine cannot run as written: exit 2, as a spec's. */
+        if ((rc = adapter_cfg(o, &lc, &err))) return fail1("adapter", &err) + (rc == TY_ESPEC);
+        rc = lora_create(&g->l, &g->m, &lc, &err);
         g->have_lora = 1;
         if (rc) return fail1("adapter", &err);
         char path[4200];

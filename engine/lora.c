@@ -22,78 +22,108 @@
 
 #define LORA_INIT_SALT 0x6c6f72615f696e69ull /* "lora_ini" */
 
-/* PEFT matches a target by equality or by ".<target>" suffix of the path. */
-static int target_matches(const char *module, const char *target)
+void lora_cfg_from_spec(lora_cfg *c, int r, double alpha, double dropout, int use_rslora,
+                        char *const *targets, int n_targets)
 {
-    size_t n = strlen(module), t = strlen(target);
-    if (!strcmp(module, target)) return 1;
-    return n > t && module[n - t - 1] == '.' && !strcmp(module + n - t, target);
+    lora_cfg_default(c);
+    c->r = r;
+    c->alpha = alpha;
+    c->dropout = dropout;
+    c->use_rslora = use_rslora;
+    for (int i = 0; i < n_targets && i < LORA_MAX_TARGETS; i++)
+        snprintf(c->targets[c->n_targets++], LORA_NAME_MAX, "%s", targets[i]);
 }
 
-int lora_create(lora *l, const struct model *m, int r, double alpha, double dropout,
-                char *const *targets, int n_targets, ty_err *err)
+/* No target_modules: PEFT's defaults for the family. */
+static void default_targets(lora_cfg *c, const model_config *mc)
 {
-    memset(l, 0, sizeof *l);
-    const model_config *cfg = model_linear_config(m);
-    l->kn = model_linear_kn(m);
-    if (r < 1)
-        return ty_err_field(err, TY_EINVAL, "lora.r", "lora.r must be at least 1 (got %d)", r);
-    if (dropout < 0 || dropout >= 1)
-        return ty_err_field(err, TY_EINVAL, "lora.dropout", "lora.dropout must lie in [0, 1)");
-    l->r = r;
-    l->alpha = alpha;
-    l->scale = (float)(alpha / r);
-    l->dropout = (float)dropout;
-    l->n_layer = cfg->n_layer;
-    static char *const gpt2_def[] = {"c_attn"}, *const llama_def[] = {"q_proj", "v_proj"},
-                       *const phi3_def[] = {"qkv_proj"};
-    if (n_targets == 0) {
-        int gpt2 = cfg->arch == ARCH_GPT2;
-        targets = gpt2 ? gpt2_def : cfg->fused ? phi3_def : llama_def;
-        n_targets = gpt2 || cfg->fused ? 1 : 2;
-    }
-    if (n_targets > 16)
-        return ty_err_field(err, TY_EINVAL, "lora.targets", "at most 16 lora.targets");
-    l->n_targets = n_targets;
-    for (int i = 0; i < n_targets; i++)
-        snprintf(l->targets[i], sizeof l->targets[i], "%s", targets[i]);
-    l->slot_ix = malloc((size_t)(l->n_layer ? l->n_layer : 1) * LS_N * sizeof *l->slot_ix);
-    l->ad = calloc((size_t)(l->n_layer ? l->n_layer : 1) * LS_N, sizeof *l->ad);
-    if (!l->slot_ix || !l->ad) return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA adapters");
-    int used[16] = {0};
+    if (c->n_targets || c->target_regex[0] || c->all_linear) return;
+    static const char *const gpt2_def[] = {"c_attn"}, *const llama_def[] = {"q_proj", "v_proj"},
+                             *const phi3_def[] = {"qkv_proj"};
+    int gpt2 = mc->arch == ARCH_GPT2;
+    const char *const *t = gpt2 ? gpt2_def : mc->fused ? phi3_def : llama_def;
+    int n = gpt2 || mc->fused ? 1 : 2;
+    for (int i = 0; i < n; i++)
+        snprintf(c->targets[c->n_targets++], LORA_NAME_MAX, "%s", t[i]);
+}
+
+static const char *module_names(const model_config *mc)
+{
+    return mc->arch == ARCH_GPT2 ? "GPT-2 has c_attn, c_proj, c_fc"
+           : mc->fused           ? "it has qkv_proj, o_proj, gate_up_proj, down_proj"
+                                 : "it has q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                                   "down_proj";
+}
+
+/* Every selected module's adapter, with its own rank and scale. */
+static int add_adapters(lora *l, const struct model *m, ty_err *err)
+{
+    const lora_cfg *c = &l->cfg;
+    const model_config *mc = model_linear_config(m);
+    const char *tfield = c->from_peft ? "target_modules" : "lora.targets";
+    int named[LORA_MAX_TARGETS] = {0};
     size_t off = 0;
     for (int layer = 0; layer < l->n_layer; layer++)
         for (int s = 0; s < LS_N; s++) {
             l->slot_ix[layer * LS_N + s] = -1;
             linear_desc d;
             if (!model_linear(m, layer, s, &d)) continue;
-            int hit = 0;
-            for (int k = 0; k < n_targets; k++)
-                if (target_matches(d.module, targets[k])) used[k] = hit = 1;
+            int which, hit = lora_cfg_targets(c, d.module, &which);
+            /* A listed name counts as found when it names a module at all,
+             * even one that exclude_modules or layers_to_transform drop. */
+            for (int k = 0; k < c->n_targets; k++)
+                if (lora_name_matches(d.module, c->targets[k])) named[k] = 1;
             if (!hit) continue;
             lora_adapter *a = &l->ad[l->n];
             a->layer = layer;
             a->slot = s;
             a->out = d.out;
             a->in = d.in;
+            a->r = lora_cfg_rank(c, d.module);
+            a->scale = lora_cfg_scale(c, a->r, lora_cfg_alpha(c, d.module));
+            if (a->r > l->r) l->r = a->r;
             snprintf(a->module, sizeof a->module, "%s", d.module);
             a->a_off = off;
-            off += ((size_t)r * a->in + 15) & ~(size_t)15;
+            off += ((size_t)a->r * a->in + 15) & ~(size_t)15;
             a->b_off = off;
-            off += ((size_t)a->out * r + 15) & ~(size_t)15;
-            l->n_params += (size_t)r * a->in + (size_t)a->out * r;
+            off += ((size_t)a->out * a->r + 15) & ~(size_t)15;
+            l->n_params += (size_t)a->r * a->in + (size_t)a->out * a->r;
             l->slot_ix[layer * LS_N + s] = l->n++;
         }
-    for (int k = 0; k < n_targets; k++)
-        if (!used[k])
-            return ty_err_field(err, TY_EINVAL, "lora.targets",
-                                "lora.targets: \"%s\" matches no module of this %s model (%s)",
-                                targets[k], cfg->model_type,
-                                cfg->arch == ARCH_GPT2 ? "GPT-2 has c_attn, c_proj, c_fc"
-                                : cfg->fused ? "it has qkv_proj, o_proj, gate_up_proj, down_proj"
-                                             : "it has q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                                               "up_proj, down_proj");
-    l->n_buf = off ? off : 16;
+    for (int k = 0; k < c->n_targets; k++)
+        if (!named[k])
+            return ty_err_field(err, TY_EINVAL, tfield,
+                                "%s: \"%s\" matches no module of this %s model (%s)", tfield,
+                                c->targets[k], mc->model_type, module_names(mc));
+    if (l->n == 0)
+        return ty_err_field(err, TY_EINVAL, tfield,
+                            "%s: %s%s selects no module of this %s model (%s)", tfield,
+                            c->target_regex[0] ? "the regex " : "",
+                            c->target_regex[0] ? c->target_regex : "the selection", mc->model_type,
+                            module_names(mc));
+    l->n_buf = off;
+    return 0;
+}
+
+int lora_create(lora *l, const struct model *m, const lora_cfg *cfg, ty_err *err)
+{
+    memset(l, 0, sizeof *l);
+    const model_config *mc = model_linear_config(m);
+    l->kn = model_linear_kn(m);
+    l->cfg = *cfg;
+    if (cfg->r < 1)
+        return ty_err_field(err, TY_EINVAL, "lora.r", "lora.r must be at least 1 (got %d)", cfg->r);
+    if (cfg->dropout < 0 || cfg->dropout >= 1)
+        return ty_err_field(err, TY_EINVAL, "lora.dropout", "lora.dropout must lie in [0, 1)");
+    default_targets(&l->cfg, mc);
+    l->dropout = (float)cfg->dropout;
+    l->n_layer = mc->n_layer;
+    l->slot_ix = malloc((size_t)(l->n_layer ? l->n_layer : 1) * LS_N * sizeof *l->slot_ix);
+    l->ad = calloc((size_t)(l->n_layer ? l->n_layer : 1) * LS_N, sizeof *l->ad);
+    if (!l->slot_ix || !l->ad) return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA adapters");
+    int rc = add_adapters(l, m, err);
+    if (rc) return rc;
+    if (!l->n_buf) l->n_buf = 16;
     size_t bytes = l->n_buf * sizeof(float);
     l->params = kn_alloc(l->kn, bytes);
     l->grads = kn_alloc(l->kn, bytes);
@@ -130,7 +160,7 @@ void lora_init(lora *l, uint64_t seed)
     uint64_t state = seed ^ LORA_INIT_SALT;
     for (int i = 0; i < l->n; i++) {
         lora_adapter *a = &l->ad[i];
-        size_t n = (size_t)l->r * a->in;
+        size_t n = (size_t)a->r * a->in;
         float *buf = malloc(n * sizeof *buf);
         if (!buf) continue; /* cannot happen for sizes that fit the device buffers above */
         double bound = 1.0 / sqrt((double)a->in);
@@ -148,7 +178,7 @@ int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
     size_t N = (size_t)B * T, total = 0, maxout = 1, maxin = 1, mask = 0;
     int drop = l->dropout > 0;
     for (int i = 0; i < l->n; i++) {
-        total += (N * (size_t)l->r + 15) & ~(size_t)15;
+        total += (N * (size_t)l->ad[i].r + 15) & ~(size_t)15;
         if (drop) {
             total += (N * (size_t)l->ad[i].in + 15) & ~(size_t)15;
             mask += N * (size_t)l->ad[i].in;
@@ -167,7 +197,7 @@ int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
     for (int i = 0; i < l->n; i++) {
         lora_adapter *a = &l->ad[i];
         a->h = p;
-        p += (N * (size_t)l->r + 15) & ~(size_t)15;
+        p += (N * (size_t)a->r + 15) & ~(size_t)15;
         if (drop) {
             a->xd = p;
             p += (N * (size_t)a->in + 15) & ~(size_t)15;
@@ -206,12 +236,12 @@ void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int
             xd = a->xd;
         }
         /* h[N,r] = d(x) A^T, shared by every row block */
-        kn_matmul_fwd(k, a->h, xd, l->params + a->a_off, NULL, N, a->in, l->r);
+        kn_matmul_fwd(k, a->h, xd, l->params + a->a_off, NULL, N, a->in, a->r);
     }
     /* s_out[N,rows] = h B_block^T; out += scale s_out */
-    kn_matmul_fwd(k, l->s_out, a->h, l->params + a->b_off + (size_t)row0 * l->r, NULL, N, l->r,
+    kn_matmul_fwd(k, l->s_out, a->h, l->params + a->b_off + (size_t)row0 * a->r, NULL, N, a->r,
                   rows);
-    kn_axpy(k, out, l->s_out, (size_t)N * rows, l->scale);
+    kn_axpy(k, out, l->s_out, (size_t)N * rows, a->scale);
 }
 
 void lora_fwd(lora *l, int layer, int slot, float *out, const float *x, int N)
@@ -234,23 +264,23 @@ void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, c
     lora_adapter *a = &l->ad[i];
     kn_ctx *k = l->kn;
     size_t nout = (size_t)N * rows, nin = (size_t)N * a->in;
-    size_t boff = a->b_off + (size_t)row0 * l->r;
+    size_t boff = a->b_off + (size_t)row0 * a->r;
     /* s_out = scale dout; dh[N,r] (+)= s_out B_block; dB_block += s_out^T h */
     kn_zero(k, l->s_out, nout);
-    kn_axpy(k, l->s_out, dout, nout, l->scale);
-    if (row0 == 0) kn_zero(k, l->s_dh, (size_t)N * l->r);
-    kn_matmul_bwd(k, l->s_dh, l->grads + boff, NULL, l->s_out, a->h, l->params + boff, N, l->r,
+    kn_axpy(k, l->s_out, dout, nout, a->scale);
+    if (row0 == 0) kn_zero(k, l->s_dh, (size_t)N * a->r);
+    kn_matmul_bwd(k, l->s_dh, l->grads + boff, NULL, l->s_out, a->h, l->params + boff, N, a->r,
                   rows);
     if (row0 + rows < a->out) return; /* more blocks add to dh first */
     /* d(dx)[N,in] = dh A; dA += dh^T d(x); dropout's backward into dx */
     if (drop_on(l)) {
         kn_zero(k, l->s_dx, nin);
         kn_matmul_bwd(k, l->s_dx, l->grads + a->a_off, NULL, l->s_dh, a->xd, l->params + a->a_off,
-                      N, a->in, l->r);
+                      N, a->in, a->r);
         kn_dropout_bwd(k, dx, l->s_dx, a->mask, nin, l->dropout);
     } else {
         kn_matmul_bwd(k, dx, l->grads + a->a_off, NULL, l->s_dh, x, l->params + a->a_off, N, a->in,
-                      l->r);
+                      a->r);
     }
 }
 
@@ -290,7 +320,7 @@ static int lsave_fill(void *vctx, int i, float *out, ty_err *err)
     const float *buf = c->bufs[i / per];
     int j = i % per;
     const lora_adapter *a = &l->ad[j / 2];
-    size_t n = j % 2 ? (size_t)a->out * l->r : (size_t)l->r * a->in;
+    size_t n = j % 2 ? (size_t)a->out * a->r : (size_t)a->r * a->in;
     kn_to_host(l->kn, out, buf + (j % 2 ? a->b_off : a->a_off), n * sizeof(float));
     return 0;
 }
@@ -317,8 +347,8 @@ static int save_bufs(lora *l, const char *path, const float *b0, const float *b1
             tensor_name(l, j, i < per ? s0 : s1, names[i], sizeof names[i]);
             outs[i].name = names[i];
             outs[i].ndim = 2;
-            outs[i].shape[0] = j % 2 ? a->out : l->r;
-            outs[i].shape[1] = j % 2 ? l->r : a->in;
+            outs[i].shape[0] = j % 2 ? a->out : a->r;
+            outs[i].shape[1] = j % 2 ? a->r : a->in;
         }
         lsave_ctx c = {l, {b0, b1}};
         json_t *meta = json_pack("{s:s}", "format", "pt");
@@ -340,6 +370,21 @@ int lora_save_optimizer(lora *l, const char *path, ty_err *err)
     return save_bufs(l, path, l->m, l->v, ".exp_avg", ".exp_avg_sq", err);
 }
 
+/* The first tensor of f that is none of the adapters' (for the message). */
+static const char *stray_tensor(const lora *l, const st_file *f)
+{
+    for (int t = 0; t < f->n; t++) {
+        int ours = 0;
+        for (int j = 0; j < 2 * l->n && !ours; j++) {
+            char name[200];
+            tensor_name(l, j, "", name, sizeof name);
+            ours = !strcmp(name, f->t[t].name);
+        }
+        if (!ours) return f->t[t].name;
+    }
+    return "?";
+}
+
 /* Loads every adapter tensor (name + suffix) of f into buf, exactly once. */
 static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, int other_suffixes,
                      ty_err *err)
@@ -348,7 +393,7 @@ static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, 
     size_t maxn = 1;
     for (int j = 0; j < per; j++) {
         const lora_adapter *a = &l->ad[j / 2];
-        size_t n = j % 2 ? (size_t)a->out * l->r : (size_t)l->r * a->in;
+        size_t n = j % 2 ? (size_t)a->out * a->r : (size_t)a->r * a->in;
         if (n > maxn) maxn = n;
     }
     float *stage = malloc(maxn * sizeof *stage);
@@ -366,11 +411,11 @@ static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, 
                              f->path, name);
             break;
         }
-        int64_t want0 = j % 2 ? a->out : l->r, want1 = j % 2 ? l->r : a->in;
+        int64_t want0 = j % 2 ? a->out : a->r, want1 = j % 2 ? a->r : a->in;
         if (t->ndim != 2 || t->shape[0] != want0 || t->shape[1] != want1) {
             rc = ty_err_field(err, TY_EINVAL, name,
                               "%s: tensor %s has the wrong shape (expected [%lld, %lld]: r = %d)",
-                              f->path, name, (long long)want0, (long long)want1, l->r);
+                              f->path, name, (long long)want0, (long long)want1, a->r);
             break;
         }
         if ((rc = st_to_f32(t, stage, err))) break;
@@ -381,8 +426,8 @@ static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, 
     free(stage);
     if (!rc && !other_suffixes && f->n != found)
         rc = ty_err_set(err, TY_EINVAL,
-                        "%s holds %d tensors that are not adapters of lora.targets (%s...)",
-                        f->path, f->n - found, f->n ? f->t[0].name : "");
+                        "%s holds %d tensors that are not adapters of these targets (one is %s)",
+                        f->path, f->n - found, stray_tensor(l, f));
     return rc;
 }
 
@@ -410,16 +455,16 @@ int lora_load_optimizer(lora *l, const char *path, ty_err *err)
 int lora_write_config(const lora *l, const struct model *m, const char *base_model,
                       const char *path, ty_err *err)
 {
-    json_t *targets = json_array();
-    for (int i = 0; i < l->n_targets; i++)
-        json_array_append_new(targets, json_string(l->targets[i]));
-    json_t *o = json_pack(
-        "{s:s, s:s, s:s?, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:n, s:n}", "peft_type", "LORA",
-        "task_type", "CAUSAL_LM", "base_model_name_or_path", base_model, "r", l->r, "lora_alpha",
-        l->alpha, "lora_dropout", (double)l->dropout, "target_modules", targets, "bias", "none",
-        "fan_in_fan_out", model_linear_config(m)->arch == ARCH_GPT2, "inference_mode", 1,
-        "use_rslora", 0, "modules_to_save", "layers_to_transform");
-    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_t *o = json_pack("{s:s, s:s, s:s?}", "peft_type", "LORA", "task_type", "CAUSAL_LM",
+                          "base_model_name_or_path", base_model);
+    if (!o) return ty_err_set(err, TY_ENOMEM, "adapter_config.json");
+    lora_cfg_to_peft(&l->cfg, o);
+    json_object_set_new(o, "bias", json_string("none"));
+    json_object_set_new(o, "fan_in_fan_out",
+                        json_boolean(model_linear_config(m)->arch == ARCH_GPT2));
+    json_object_set_new(o, "inference_mode", json_true());
+    json_object_set_new(o, "modules_to_save", json_null());
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!text) return ty_err_set(err, TY_ENOMEM, "adapter_config.json");
     int rc = ty_write_file_atomic(path, text, strlen(text), err);
@@ -432,24 +477,24 @@ int lora_merge(lora *l, struct model *m, ty_err *err)
     for (int i = 0; i < l->n; i++) {
         const lora_adapter *a = &l->ad[i];
         size_t nw = (size_t)a->out * a->in;
-        float *w = malloc(nw * sizeof *w), *A = malloc((size_t)l->r * a->in * sizeof *A),
-              *B = malloc((size_t)a->out * l->r * sizeof *B);
+        float *w = malloc(nw * sizeof *w), *A = malloc((size_t)a->r * a->in * sizeof *A),
+              *B = malloc((size_t)a->out * a->r * sizeof *B);
         if (!w || !A || !B) {
             free(w), free(A), free(B);
             return ty_err_set(err, TY_ENOMEM, "out of memory merging LoRA");
         }
         float *dw = model_linear_weight(m, a->layer, a->slot);
         kn_to_host(l->kn, w, dw, nw * sizeof(float));
-        kn_to_host(l->kn, A, l->params + a->a_off, (size_t)l->r * a->in * sizeof(float));
-        kn_to_host(l->kn, B, l->params + a->b_off, (size_t)a->out * l->r * sizeof(float));
+        kn_to_host(l->kn, A, l->params + a->a_off, (size_t)a->r * a->in * sizeof(float));
+        kn_to_host(l->kn, B, l->params + a->b_off, (size_t)a->out * a->r * sizeof(float));
         /* W[o, i] += scale sum_k B[o, k] A[k, i] (engine layout [out, in];
          * the Conv1D transpose happens at save). */
         for (int o = 0; o < a->out; o++)
             for (int c = 0; c < a->in; c++) {
                 double s = 0;
-                for (int k = 0; k < l->r; k++)
-                    s += (double)B[(size_t)o * l->r + k] * A[(size_t)k * a->in + c];
-                w[(size_t)o * a->in + c] += (float)(l->scale * s);
+                for (int k = 0; k < a->r; k++)
+                    s += (double)B[(size_t)o * a->r + k] * A[(size_t)k * a->in + c];
+                w[(size_t)o * a->in + c] += (float)(a->scale * s);
             }
         kn_to_device(l->kn, dw, w, nw * sizeof(float));
         free(w), free(A), free(B);

@@ -1,10 +1,12 @@
 /* lora.h — LoRA adapters on a frozen model (method "lora"), PEFT-compatible.
  *
- * Each targeted linear layer W [out, in] gains y += (alpha / r) B A d(x),
- * A [r, in] (Kaiming-uniform, a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))),
- * B [out, r] (zeros), d = dropout. Targets are Hugging Face module names
- * matched as PEFT does, by suffix of the module path ("c_proj" takes both of
- * GPT-2's attention and MLP projections). The adapters live in their own
+ * Each targeted linear layer W [out, in] gains y += s B A d(x), A [r, in]
+ * (Kaiming-uniform, a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B [out, r]
+ * (zeros), d = dropout, s = alpha / r (alpha / sqrt(r) with rsLoRA). r and
+ * alpha may differ per module (rank_pattern, alpha_pattern). Targets are
+ * Hugging Face module names matched as PEFT does (peftcfg.h): by suffix of
+ * the module path ("c_proj" takes both of GPT-2's attention and MLP
+ * projections), or a regex on the whole path. The adapters live in their own
  * contiguous buffers (parameters, gradients, AdamW m and v), so the model
  * keeps no gradient or optimizer state at all. Tensor names are PEFT's:
  * base_model.model.<module path>.lora_A.weight / .lora_B.weight, in the same
@@ -18,11 +20,14 @@
 
 #include "kernels.h"
 #include "linear.h"
+#include "peftcfg.h"
 #include "tyerr.h"
 
 typedef struct lora_adapter {
     int layer, slot; /* linear.h's (block, linear_slot) */
     int in, out;
+    int r;               /* this module's rank (rank_pattern, else r) */
+    float scale;         /* alpha / r or alpha / sqrt(r), alpha_pattern's alpha */
     size_t a_off, b_off; /* into the lora buffers (floats) */
     char module[112];    /* HF module path, e.g. model.layers.0.self_attn.q_proj */
     float *h, *xd;       /* saved A d(x) [N, r]; d(x) [N, in] when dropout is on */
@@ -30,16 +35,14 @@ typedef struct lora_adapter {
 } lora_adapter;
 
 typedef struct lora {
-    kn_ctx *kn; /* borrowed */
-    int r;
-    double alpha;
-    float scale, dropout;
+    kn_ctx *kn;   /* borrowed */
+    lora_cfg cfg; /* what the adapters are (written back as adapter_config.json) */
+    int r;        /* the largest rank: sizes the shared scratch */
+    float dropout;
     int n;
     lora_adapter *ad;
     int *slot_ix; /* [n_layer * LS_N]: adapter index or -1 */
     int n_layer;
-    char targets[16][64]; /* the target names, for adapter_config.json */
-    int n_targets;
     size_t n_params, n_buf;
     float *params, *grads, *m, *v;
     /* activations and scratch for micro-batches of up to N rows */
@@ -51,12 +54,14 @@ typedef struct lora {
     uint64_t seed, rng_step; /* dropout stream: (seed, rng_step, adapter) */
 } lora;
 
-/* Builds adapters for targets (NULL / 0 targets: PEFT's defaults, c_attn for
- * GPT-2, q_proj + v_proj for Llama-family models, qkv_proj for Phi-3) and
- * allocates the
- * buffers. A target matching no module, or r < 1, is TY_EINVAL. */
-int lora_create(lora *l, const struct model *m, int r, double alpha, double dropout,
-                char *const *targets, int n_targets, ty_err *err);
+/* Builds the adapters cfg selects (no target_modules: PEFT's defaults,
+ * c_attn for GPT-2, q_proj + v_proj for Llama-family models, qkv_proj for
+ * Phi-3) and allocates the buffers. A listed target matching no module, a
+ * regex matching none, or r < 1, is TY_EINVAL. */
+int lora_create(lora *l, const struct model *m, const lora_cfg *cfg, ty_err *err);
+/* The spec's adapters: its r, alpha, dropout, use_rslora and targets. */
+void lora_cfg_from_spec(lora_cfg *c, int r, double alpha, double dropout, int use_rslora,
+                        char *const *targets, int n_targets);
 void lora_free(lora *l);
 /* PEFT's init: A uniform from splitmix64(seed), B zero. */
 void lora_init(lora *l, uint64_t seed);

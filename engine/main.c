@@ -4,6 +4,7 @@
  *   trainyard-engine tokenize --model DIR [...]     (the tokenizer's CLI)
  *   trainyard-engine dump-rows --spec FILE [--eval] (the batch rows, for tests)
  *   trainyard-engine generate|logits --model DIR ... (generate.c)
+ *   trainyard-engine adapter-fields  (adapter_config.json's fields, peftcfg.c)
  *
  * Rank and world size come from TY_RANK / TY_WORLD_SIZE / TY_LOCAL_RANK, or
  * Slurm's or Open MPI's variables (dist.c; docs/engine.md, Ranks); world > 1
@@ -21,6 +22,7 @@
 #include "dist.h"
 #include "events.h"
 #include "generate.h"
+#include "peftcfg.h"
 #include "train.h"
 #include "tyopen.h"
 #ifdef TY_HAVE_TOKENIZER
@@ -64,6 +66,14 @@ int main(int argc, char **argv)
             return 2;
         }
         return train_dump_rows(spec, eval);
+    }
+    if (argc > 1 && !strcmp(argv[1], "adapter-fields")) {
+        if (argc > 2 && strcmp(argv[2], "--help") && strcmp(argv[2], "-h")) {
+            fprintf(stderr, "trainyard-engine adapter-fields: takes no arguments\n");
+            return 2;
+        }
+        peft_fields_print(stdout);
+        return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "generate")) return generate_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "logits")) return logits_main(argc - 1, argv + 1);

@@ -326,10 +326,14 @@ static int write_checkpoint(run *r, ty_err *err)
         rc = lo ? lora_save_optimizer(&r->lora, path, err) : model_save_optimizer(&r->m, path, err);
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     if (!rc) rc = write_trainer_state(r, path, err);
+    /* A LoRA checkpoint says what its adapters are (rsLoRA, patterns,
+     * layers), so generating from it needs nothing from the spec. */
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    if (!rc && lo) rc = lora_write_config(&r->lora, &r->m, r->spec.model_path, path, err);
     const char *files[] = {lo ? "adapter_model.safetensors" : "model.safetensors",
-                           "optimizer.safetensors", "trainer_state.json"};
+                           "optimizer.safetensors", "trainer_state.json", "adapter_config.json"};
     uint64_t bytes = 0;
-    if (!rc) rc = ckpt_commit(dir, r->step, files, 3, &bytes, err);
+    if (!rc) rc = ckpt_commit(dir, r->step, files, lo ? 4 : 3, &bytes, err);
     if (rc) {
         /* A partial checkpoint (full disk, I/O error) is not left behind
          * to fill the disk or be mistaken for one. */
@@ -593,7 +597,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
     for (int i = 0; r->have_lora && i < 2 * r->lora.n; i++) { /* A and B are 2-D: decayed */
         const lora_adapter *la = &r->lora.ad[i / 2];
         size_t off = i % 2 ? la->b_off : la->a_off;
-        size_t n = i % 2 ? (size_t)la->out * r->lora.r : (size_t)r->lora.r * la->in;
+        size_t n = i % 2 ? (size_t)la->out * la->r : (size_t)la->r * la->in;
         kn_adamw(r->kn, KN_F32, r->lora.params + off, NULL, r->lora.grads + off, r->lora.m + off,
                  r->lora.v + off, n, (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2,
                  (float)s->adam_eps, (float)s->weight_decay, t);
@@ -676,12 +680,62 @@ static int load_data(run *r, const char *path, int vocab, dataset *d, ty_err *er
     return rc;
 }
 
+/* The adapters lora.adapter describes: its adapter_config.json read over
+ * the spec's (each PEFT field honoured or refused, peftcfg.h). The spec's
+ * r must agree; its alpha, use_rslora and dropout are what this run trains
+ * with (a different alpha or scaling rule is noted); its targets, when
+ * given, replace target_modules. The rest (rank_pattern, alpha_pattern,
+ * layers_to_transform, exclude_modules, a regex target_modules) only the
+ * adapter can say, and is kept and written back at export. */
+static int adapter_cfg(const jobspec *s, lora_cfg *c, ty_err *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", s->lora_adapter);
+    lora_cfg spec = *c;
+    ty_err ae = {0};
+    lora_cfg_default(c); /* what PEFT assumes for a field the file leaves out */
+    int rc = lora_cfg_load(c, path, &ae);
+    if (rc == TY_ENOENT) {
+        *c = spec; /* a LoRA checkpoint: the spec says everything */
+        return 0;
+    }
+    if (rc) {
+        ty_err_field(err, rc == TY_EINVAL || rc == TY_ESPEC ? TY_ESPEC : rc, "lora.adapter",
+                     "lora.adapter: %s", ae.msg);
+        if (ae.field[0]) snprintf(err->field, sizeof err->field, "lora.adapter:%.100s", ae.field);
+        return err->code;
+    }
+    if (c->r != spec.r)
+        return ty_err_field(err, TY_ESPEC, "lora.r", "lora.adapter: %s has r = %d but lora.r is %d",
+                            path, c->r, spec.r);
+    if (c->alpha != spec.alpha)
+        ev_log("note: %s has lora_alpha %g; training with lora.alpha %g", path, c->alpha,
+               spec.alpha);
+    if (c->use_rslora != spec.use_rslora)
+        ev_log("note: %s has use_rslora %s; training with lora.use_rslora %s", path,
+               c->use_rslora ? "true" : "false", spec.use_rslora ? "true" : "false");
+    c->alpha = spec.alpha;
+    c->use_rslora = spec.use_rslora;
+    c->dropout = spec.dropout;
+    if (spec.n_targets) {
+        memcpy(c->targets, spec.targets, sizeof c->targets);
+        c->n_targets = spec.n_targets;
+        c->target_regex[0] = 0;
+        c->all_linear = 0;
+    }
+    return 0;
+}
+
 /* The adapters of method lora: fresh (PEFT init) or lora.adapter. */
 static int setup_lora(run *r, ty_err *err)
 {
     const jobspec *s = &r->spec;
-    int rc = lora_create(&r->lora, &r->m, s->lora_r, s->lora_alpha, s->lora_dropout, s->targets,
-                         s->n_targets, err);
+    lora_cfg c;
+    lora_cfg_from_spec(&c, s->lora_r, s->lora_alpha, s->lora_dropout, s->lora_use_rslora,
+                       s->targets, s->n_targets);
+    int rc = s->lora_adapter ? adapter_cfg(s, &c, err) : 0;
+    if (rc) return rc;
+    rc = lora_create(&r->lora, &r->m, &c, err);
     r->have_lora = 1; /* lora_free copes with a partial one */
     if (rc == TY_EINVAL)
         err->code = rc = TY_ESPEC; /* r, dropout or targets the model cannot take */
@@ -693,30 +747,6 @@ static int setup_lora(run *r, ty_err *err)
         return 0;
     }
     char path[4200];
-    /* The spec's r / alpha define the adapters; a PEFT config that says
-     * otherwise is named (r) or noted (alpha scales differently). */
-    snprintf(path, sizeof path, "%s/adapter_config.json", s->lora_adapter);
-    json_t *ac = NULL;
-    ty_err ae = {0};
-    rc = ty_read_json(path, TY_EINVAL, &ac, &ae);
-    if (rc && rc != TY_ENOENT)
-        return ty_err_field(err, rc == TY_EINVAL ? TY_ESPEC : rc, "lora.adapter",
-                            "lora.adapter: %s", ae.msg);
-    rc = 0;
-    if (ac) {
-        json_t *jr = json_object_get(ac, "r"), *ja = json_object_get(ac, "lora_alpha");
-        if (json_is_integer(jr) && json_integer_value(jr) != s->lora_r) {
-            rc = ty_err_field(err, TY_ESPEC, "lora.r",
-                              "lora.adapter: %s has r = %lld but lora.r is %d", path,
-                              (long long)json_integer_value(jr), s->lora_r);
-            json_decref(ac);
-            return rc;
-        }
-        if (json_is_number(ja) && json_number_value(ja) != s->lora_alpha)
-            ev_log("note: %s has lora_alpha %g; training with lora.alpha %g", path,
-                   json_number_value(ja), s->lora_alpha);
-        json_decref(ac);
-    }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", s->lora_adapter);
     rc = lora_load(&r->lora, path, err);
     if (rc) {
@@ -998,7 +1028,7 @@ static json_t *memory_json(const run *r)
         optimizer = 2 * adapters;
         size_t N = r->lora.N, la = 0;
         for (int i = 0; i < r->lora.n; i++) {
-            la += ((N * (size_t)r->lora.r + 15) & ~(size_t)15) * sizeof(float);
+            la += ((N * (size_t)r->lora.ad[i].r + 15) & ~(size_t)15) * sizeof(float);
             if (r->lora.dropout > 0)
                 la += ((N * (size_t)r->lora.ad[i].in + 15) & ~(size_t)15) * sizeof(float) +
                       N * (size_t)r->lora.ad[i].in;

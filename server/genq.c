@@ -12,7 +12,9 @@
  * What runs: the job's effective spec (<jobdir>/spec.json, written at its
  * start with local paths) says the base model and the method. Full
  * fine-tuning: --model BASE --weights <checkpoint>/model.safetensors; LoRA:
- * --adapter <checkpoint> with the spec's r, alpha and targets; a model.init
+ * --adapter <checkpoint>, whose adapter_config.json says r, alpha, rsLoRA,
+ * targets and patterns (an older checkpoint without one: the spec's r,
+ * alpha, use_rslora and targets as --lora-* options); a model.init
  * job: --config <jobdir>/generate-config.json (its init object). `"base":
  * true` runs the base model without the checkpoint, for side-by-side
  * comparisons (a model.init job has no base weights: 409).
@@ -470,10 +472,19 @@ enum MHD_Result genq_post(http_req *q)
         if (json_dump_file(spec.model_init, cfgp, JSON_COMPACT)) BAD(NULL, "cannot write %s", cfgp);
         bad |= add_arg(t, "--config") || add_arg(t, "%s", cfgp);
     }
-    if (!base && spec.method != METHOD_FULL) { /* lora, qlora: the checkpoint holds the adapter */
+    char acfg[PATH_MAX + 400];
+    struct stat ast;
+    snprintf(acfg, sizeof acfg, "%s/adapter_config.json", base ? "" : path);
+    int has_cfg = !base && stat(acfg, &ast) == 0 && S_ISREG(ast.st_mode);
+    if (!base && spec.method != METHOD_FULL && has_cfg) {
+        /* lora, qlora: the checkpoint's adapter_config.json says what its
+         * adapters are (rsLoRA, patterns and layers from lora.adapter). */
+        bad |= add_arg(t, "--adapter") || add_arg(t, "%s", path);
+    } else if (!base && spec.method != METHOD_FULL) { /* an older checkpoint: the spec's */
         bad |= add_arg(t, "--adapter") || add_arg(t, "%s", path) || add_arg(t, "--lora-r") ||
                add_arg(t, "%d", spec.lora_r) || add_arg(t, "--lora-alpha") ||
                add_arg(t, "%.17g", spec.lora_alpha);
+        if (spec.lora_use_rslora) bad |= add_arg(t, "--lora-rslora");
         if (spec.n_targets) {
             char tl[1024] = "";
             for (int k = 0; k < spec.n_targets; k++)

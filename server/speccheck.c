@@ -1,6 +1,7 @@
 /* speccheck.c — what POST /jobs checks beyond the spec parser: the paths
  * against this server's roots, a file:// store against its store roots,
- * and model.init with the engine's own config reader (hfconfig_parse), so
+ * model.init with the engine's own config reader (hfconfig_parse), and a
+ * lora.adapter's adapter_config.json with its adapter reader, so
  * an architecture the engine would refuse (n_embd -64, n_head 0) is a 400
  * now instead of a failed job later, bounded by --max-params. */
 #include "server.h"
@@ -12,6 +13,7 @@
 
 #include "hfconfig.h"
 #include "jobspec.h"
+#include "peftcfg.h"
 
 static int check_init(const srv_config *c, const jobspec *spec, ty_err *err)
 {
@@ -68,6 +70,41 @@ static int check_model_dir(const jobspec *spec, ty_err *err)
     return 0;
 }
 
+/* A local lora.adapter whose adapter_config.json is there already: read
+ * by the engine's own reader (peftcfg.h), so a PEFT field the engine would
+ * refuse (use_dora, modules_to_save, a field it does not know) is a 400
+ * naming lora.adapter:adapter_config.json.<field> now, not a failed job.
+ * What is not there yet is left to the engine, which checks the same. */
+static int check_adapter(const jobspec *spec, ty_err *err)
+{
+    const char *p = spec->lora_adapter;
+    if (!p || p[0] != '/') return 0;
+    char cfg[4200];
+    struct stat st;
+    snprintf(cfg, sizeof cfg, "%s/adapter_config.json", p);
+    if (stat(cfg, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    json_t *o = json_load_file(cfg, 0, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return 0;
+    }
+    lora_cfg c;
+    ty_err e = {0};
+    lora_cfg_default(&c);
+    int rc = lora_cfg_from_peft(&c, o, "adapter_config.json", &e);
+    json_decref(o);
+    if (rc) {
+        char field[sizeof err->field];
+        snprintf(field, sizeof field, "lora.adapter%s%.90s",
+                 e.field[0] ? ":adapter_config.json." : "", e.field);
+        return ty_err_field(err, TY_EINVAL, field, "lora.adapter %s: %s", p, e.msg);
+    }
+    if (c.r != spec->lora_r)
+        return ty_err_field(err, TY_EINVAL, "lora.r", "lora.adapter %s has r = %d but lora.r is %d",
+                            p, c.r, spec->lora_r);
+    return 0;
+}
+
 /* A dataset that exists already must be a regular file: a FIFO would block
  * the engine, a device never ends. (The engine refuses them too, for
  * what appears after submit.) */
@@ -92,5 +129,6 @@ int srv_spec_check(const srv_config *c, const jobspec *spec, ty_err *err)
     if ((rc = check_kind("dataset.eval", spec->eval, err))) return rc;
     if ((rc = jobspec_check_store_roots(spec, c->store_roots, err))) return rc;
     if ((rc = check_model_dir(spec, err))) return rc;
+    if ((rc = check_adapter(spec, err))) return rc;
     return check_init(c, spec, err);
 }

@@ -20,7 +20,7 @@ static const char *DESIGN_EXAMPLE =
     "  \"dataset\": {\"train\": \"/data/train.jsonl\", \"eval\": \"/data/eval.jsonl\",\n"
     "              \"format\": \"prompt_completion\"},\n"
     "  \"method\": \"lora\",\n"
-    "  \"lora\": {\"r\": 16, \"alpha\": 32, \"dropout\": 0.05,\n"
+    "  \"lora\": {\"r\": 16, \"alpha\": 32, \"dropout\": 0.05, \"use_rslora\": true,\n"
     "           \"targets\": [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]},\n"
     "  \"hyperparameters\": {\"max_steps\": 1000, \"batch_size\": 8, \"seq_len\": 1024,\n"
     "                      \"grad_accum\": 4, \"lr\": 2e-4, \"schedule\": \"cosine\",\n"
@@ -49,7 +49,8 @@ static void test_design_example(void)
     CHECK(strcmp(s.train, "/data/train.jsonl") == 0 && strcmp(s.eval, "/data/eval.jsonl") == 0,
           "dataset");
     CHECK(s.format == DS_PROMPT_COMPLETION, "format");
-    CHECK(s.method == METHOD_LORA && s.lora_r == 16 && s.lora_alpha == 32 && s.lora_dropout == 0.05,
+    CHECK(s.method == METHOD_LORA && s.lora_r == 16 && s.lora_alpha == 32 &&
+              s.lora_dropout == 0.05 && s.lora_use_rslora,
           "lora");
     CHECK(s.n_targets == 4 && strcmp(s.targets[3], "o_proj") == 0, "targets");
     CHECK(s.max_steps == 1000 && s.batch_size == 8 && s.seq_len == 1024 && s.grad_accum == 4,
@@ -79,7 +80,8 @@ static void test_design_example(void)
     if (rc == 0) {
         json_t *j2 = jobspec_to_json(&s2);
         CHECK(json_equal(j1, j2), "round trip differs");
-        CHECK(s2.n_targets == 4 && s2.lr == s.lr && s2.seed == s.seed, "round trip values");
+        CHECK(s2.n_targets == 4 && s2.lr == s.lr && s2.seed == s.seed && s2.lora_use_rslora,
+              "round trip values");
         json_decref(j2);
         jobspec_free(&s2);
     }
@@ -103,7 +105,7 @@ static void test_defaults(void)
     CHECK(!s.packing && !s.skip_invalid && s.eval_fraction == 0, "dataset defaults");
     CHECK(s.method == METHOD_FULL, "method default");
     CHECK(s.lora_r == 8 && s.lora_alpha == 16 && s.lora_dropout == 0 && s.n_targets == 0 &&
-              !s.lora_merge,
+              !s.lora_merge && !s.lora_use_rslora,
           "lora defaults");
     CHECK(s.batch_size == 1 && s.seq_len == 256 && s.grad_accum == 1, "batch defaults");
     CHECK(s.lr == 1e-4 && s.schedule == SCHED_CONSTANT && s.warmup_steps == 0, "lr defaults");
@@ -325,6 +327,9 @@ static const struct bad BAD[] = {
     {MINIMAL_HEAD
      "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"dropout\":1}}",
      TY_EINVAL, "lora.dropout"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"use_rslora\":1}}",
+     TY_EINVAL, "lora.use_rslora"},
     {MINIMAL_HEAD
      "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"targets\":[]}}",
      TY_EINVAL, "lora.targets"},

@@ -543,8 +543,8 @@ def case_lora(tmp, arch):
         if (ea.double() - A).abs().max() > 1e-4 or (eb.double() - B).abs().max() > 1e-4:
             fail(f"{mp}: trained adapter differs from torch's")
     ck = os.path.join(tmp, "run1", "checkpoints", f"step-{steps:06d}")
-    if sorted(os.listdir(ck)) != ["MANIFEST.json", "adapter_model.safetensors", "optimizer.safetensors",
-                                  "trainer_state.json"]:
+    if sorted(os.listdir(ck)) != ["MANIFEST.json", "adapter_config.json", "adapter_model.safetensors",
+                                  "optimizer.safetensors", "trainer_state.json"]:
         fail(f"LoRA checkpoint holds {sorted(os.listdir(ck))}")
     opt = hfgen.read_safetensors(os.path.join(ck, "optimizer.safetensors"))
     if len(opt) != 2 * len(ad):
