@@ -96,17 +96,23 @@ static int fail1(const char *what, const ty_err *e)
     return 1;
 }
 
+static void print_usage(FILE *f, const char *cmd)
+{
+    fprintf(
+        f,
+        "usage: trainyard-engine %s (--model DIR | --config FILE) [--weights FILE] "
+        "[--adapter DIR] [--lora-r R --lora-alpha A --lora-targets a,b --lora-rslora] (--prompt TEXT | --prompt-ids IDS) "
+        "[--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos] "
+        "[--threads N] [--dtype auto|fp32|bf16|fp16]%s\n",
+        cmd, strcmp(cmd, "logits") ? "" : " [--kv]");
+}
+
 static int usage_err(const char *cmd, const char *msg)
 {
     char line[600];
     snprintf(line, sizeof line, "%s: %s", cmd, msg);
-    fprintf(
-        stderr,
-        "trainyard-engine %s\nusage: trainyard-engine %s (--model DIR | --config FILE) [--weights FILE] "
-        "[--adapter DIR] [--lora-r R --lora-alpha A --lora-targets a,b --lora-rslora] (--prompt TEXT | --prompt-ids IDS) "
-        "[--max-tokens N] [--temperature T] [--top-p P] [--seed S] [--stop STR]... [--ignore-eos] "
-        "[--threads N] [--dtype auto|fp32|bf16|fp16]%s\n",
-        line, cmd, strcmp(cmd, "logits") ? "" : " [--kv]");
+    fprintf(stderr, "trainyard-engine %s\n", line);
+    print_usage(stderr, cmd);
     ev_error(line);
     return 2;
 }
@@ -130,6 +136,10 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double x;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            print_usage(stdout, cmd);
+            return -1; /* done: exit 0 */
+        }
         if (!strcmp(a, "--ignore-eos")) {
             o->ignore_eos = 1;
             continue;
@@ -471,7 +481,7 @@ int generate_main(int argc, char **argv)
     gen_opts o;
     ev_init(0);
     int rc = parse_args("generate", argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
     gen_ctx g = {0};
     int32_t *ids = NULL;
     size_t n = 0;
@@ -595,7 +605,7 @@ int logits_main(int argc, char **argv)
     gen_opts o;
     ev_init(0);
     int rc = parse_args("logits", argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
     gen_ctx g = {0};
     int32_t *ids = NULL, *targets = NULL;
     size_t n = 0;

@@ -426,8 +426,9 @@ static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, 
     free(stage);
     if (!rc && !other_suffixes && f->n != found)
         rc = ty_err_set(err, TY_EINVAL,
-                        "%s holds %d tensors that are not adapters of these targets (one is %s)",
-                        f->path, f->n - found, stray_tensor(l, f));
+                        "%s holds %d tensor%s that %s not adapters of these targets (one is %s)",
+                        f->path, f->n - found, f->n - found == 1 ? "" : "s",
+                        f->n - found == 1 ? "is" : "are", stray_tensor(l, f));
     return rc;
 }
 

@@ -35,44 +35,75 @@ static void on_stop(int sig)
     train_stop_requested = 1;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
     fprintf(
-        stderr,
+        f,
         "usage: trainyard-engine --spec FILE --workdir DIR [--resume CKPT_DIR] [--threads N]\n"
         "       trainyard-engine tokenize --model DIR [--add-special] [--decode]\n"
         "       trainyard-engine dump-rows --spec FILE [--eval]\n"
         "       trainyard-engine generate (--model DIR | --config FILE) [--weights FILE] [--adapter DIR]\n"
         "                        (--prompt TEXT | --prompt-ids IDS) [--max-tokens N] [--temperature T]\n"
         "                        [--top-p P] [--seed S] [--stop STR]... [--ignore-eos] [--threads N]\n"
-        "       trainyard-engine logits (model options as generate) --prompt-ids IDS [--kv]\n");
+        "       trainyard-engine logits (model options as generate) --prompt-ids IDS [--kv]\n"
+        "       trainyard-engine adapter-fields\n"
+        "       trainyard-engine --help | --version | SUBCOMMAND --help\n");
+}
+
+static int is_help(const char *a)
+{
+    return !strcmp(a, "--help") || !strcmp(a, "-h");
+}
+
+static int dump_rows_main(int argc, char **argv)
+{
+    const char *spec = NULL;
+    int eval = 0;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) {
+            printf("usage: trainyard-engine dump-rows --spec FILE [--eval]\n");
+            return 0;
+        }
+        if (!strcmp(argv[i], "--spec") && i + 1 < argc)
+            spec = argv[++i];
+        else if (!strcmp(argv[i], "--eval"))
+            eval = 1;
+        else
+            spec = NULL, i = argc;
+    }
+    if (!spec) {
+        fprintf(stderr, "usage: trainyard-engine dump-rows --spec FILE [--eval]\n");
+        return 2;
+    }
+    return train_dump_rows(spec, eval);
+}
+
+/* The field table of adapter_config.json (peftcfg.c), one tab-separated
+ * line per field: name, what is done with it, why. */
+static int adapter_fields_main(int argc, char **argv)
+{
+    if (argc > 1 && is_help(argv[1])) {
+        printf("usage: trainyard-engine adapter-fields\n"
+               "prints each adapter_config.json field PEFT writes: name, honoured / ignored / "
+               "refused unless VALUES, why\n");
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "trainyard-engine adapter-fields: takes no arguments\n"
+                        "usage: trainyard-engine adapter-fields\n");
+        return 2;
+    }
+    peft_fields_print(stdout);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && !strcmp(argv[1], "dump-rows")) {
-        const char *spec = NULL;
-        int eval = 0;
-        for (int i = 2; i < argc; i++) {
-            if (!strcmp(argv[i], "--spec") && i + 1 < argc)
-                spec = argv[++i];
-            else if (!strcmp(argv[i], "--eval"))
-                eval = 1;
-            else
-                spec = NULL, i = argc;
-        }
-        if (!spec) {
-            usage();
-            return 2;
-        }
-        return train_dump_rows(spec, eval);
-    }
-    if (argc > 1 && !strcmp(argv[1], "adapter-fields")) {
-        if (argc > 2 && strcmp(argv[2], "--help") && strcmp(argv[2], "-h")) {
-            fprintf(stderr, "trainyard-engine adapter-fields: takes no arguments\n");
-            return 2;
-        }
-        peft_fields_print(stdout);
+    if (argc > 1 && !strcmp(argv[1], "dump-rows")) return dump_rows_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "adapter-fields"))
+        return adapter_fields_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "--version")) {
+        printf("trainyard-engine %s\n", TY_VERSION);
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "generate")) return generate_main(argc - 1, argv + 1);
@@ -90,13 +121,13 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i += 2) { /* every option takes one value */
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage();
+        if (is_help(o)) {
+            usage(stdout);
             return 0;
         }
         if (!v) {
             fprintf(stderr, "trainyard-engine: %s needs a value\n", o);
-            usage();
+            usage(stderr);
             return 2;
         }
         if (!strcmp(o, "--spec"))
@@ -115,7 +146,7 @@ int main(int argc, char **argv)
             a.threads = (int)n;
         } else {
             fprintf(stderr, "trainyard-engine: unknown option %s\n", o);
-            usage();
+            usage(stderr);
             return 2;
         }
     }
@@ -136,7 +167,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (!a.spec_path || !a.workdir) {
-        usage();
+        usage(stderr);
         ev_error("--spec and --workdir are required");
         return 2;
     }

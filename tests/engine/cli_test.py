@@ -514,6 +514,23 @@ def case_world():
     expect_error((p.returncode, events, p.stderr), "world size 2")
 
 
+def case_help():
+    """--help, --version and SUB --help print to stdout and exit 0, for the
+    program and every subcommand; a usage error still exits 2."""
+    subs = ["generate", "logits", "dump-rows", "adapter-fields", "tokenize"]
+    for args in [["--help"], ["-h"], ["--version"]] + [[s, "--help"] for s in subs]:
+        p = subprocess.run([ENGINE] + args, capture_output=True, text=True, timeout=30)
+        want = "trainyard-engine 0" if args == ["--version"] else "usage:"
+        if p.returncode != 0 or not p.stdout.startswith(want):
+            fail(f"{' '.join(args)}: exit {p.returncode}, stdout {p.stdout[:120]!r}; wanted 0 and {want!r}")
+    for args in [[], ["--bogus", "1"], ["generate"], ["logits", "--bogus"], ["dump-rows"], ["adapter-fields", "x"]]:
+        p = subprocess.run([ENGINE] + args, capture_output=True, text=True, timeout=30)
+        if p.returncode != 2 or "usage" not in p.stderr:
+            fail(f"{' '.join(args) or '(no arguments)'}: exit {p.returncode}, stderr {p.stderr[:200]!r}; "
+                 "wanted 2 and the usage")
+    print(f"ok: --help, --version and {len(subs)} subcommands' --help exit 0; usage errors exit 2")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":

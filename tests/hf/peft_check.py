@@ -8,7 +8,8 @@ fields   every key of a default LoraConfig().save_pretrained() is in the
 refuse   each refused field (and an unknown one): `logits --adapter` exits
          2 with an `error` event naming it; training with lora.adapter
          fails the same way; POST /jobs answers 400 naming
-         lora.adapter:adapter_config.json.<field>.
+         lora.adapter:adapter_config.json.<field>. A tensor that is not
+         one of the targets' adapters is named.
 rslora   use_rslora, patterns (rank_pattern / alpha_pattern), layers
 patterns (layers_to_transform with and without layers_pattern, regex
 layers   target_modules, exclude_modules), both ways:
@@ -168,6 +169,20 @@ def case_refuse(engine, work, trainyard):
         if code != 2 or not errs or field not in errs[-1]["message"]:
             fail(f"training with lora.adapter ({field}): exit {code}, errors {errs}; wanted exit 2 naming {field}")
         print(f"  training, {field}: exit 2: {errs[-1]['message'][:150]}")
+    # A tensor beyond the targets' adapters is named in the refusal (not a
+    # tensor that does belong).
+    from safetensors.torch import load_file, save_file
+    extra = os.path.join(work, "extra-tensor")
+    shutil.copytree(good, extra)
+    st = os.path.join(extra, "adapter_model.safetensors")
+    t = load_file(st)
+    stray = "base_model.model.transformer.h.0.mlp.c_fc.lora_A.weight"
+    t[stray] = torch.zeros(4, 32)
+    save_file(t, st, metadata={"format": "pt"})
+    code, err, _ = engine_error(engine, "logits", ["--model", base, "--adapter", extra, "--prompt-ids", "5"])
+    if code == 0 or stray not in (err or {}).get("message", ""):
+        fail(f"an adapter file with a stray {stray}: exit {code}, error {err}")
+    print(f"  a stray tensor: exit {code}: {err['message'][-150:]}")
     # The accepted original still runs (no field of a real PEFT config is refused).
     engine_logits(engine, ["--model", base, "--adapter", good], ids)
     if trainyard:
