@@ -217,7 +217,8 @@ def main():
     full = [e["loss"] for e in ev if e["ev"] == "metric"]
     ck = os.path.join(wd, "checkpoints", "step-000002")
     files = sorted(os.listdir(ck))
-    if files != ["MANIFEST.json", "adapter_model.safetensors", "optimizer.safetensors", "trainer_state.json"]:
+    if files != ["MANIFEST.json", "adapter_config.json", "adapter_model.safetensors", "optimizer.safetensors",
+                 "trainer_state.json"]:
         fail(f"checkpoint files {files}")
     if any("lora_" not in k for k in load_file(os.path.join(ck, "optimizer.safetensors"))):
         fail("optimizer.safetensors holds more than the adapters' moments")
