@@ -442,9 +442,11 @@ static int valid_target_name(const char *t)
     return 1;
 }
 
+const char *const jobspec_bias_names[3] = {"none", "lora_only", "all"};
+
 static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
 {
-    static const char *const keys[] = {"r",       "alpha",   "dropout", "use_rslora",
+    static const char *const keys[] = {"r",       "alpha",   "dropout", "use_rslora", "bias",
                                        "targets", "adapter", "merge",   NULL};
     const char *P = "lora";
     json_t *l;
@@ -460,6 +462,7 @@ static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = get_num(l, P, "alpha", 0, 1, 1e6, 0, &s->lora_alpha, err))) return rc;
     if ((rc = get_num(l, P, "dropout", 0, 0, 1, 1, &s->lora_dropout, err))) return rc;
     if ((rc = get_bool(l, P, "use_rslora", &s->lora_use_rslora, err))) return rc;
+    if ((rc = get_enum(l, P, "bias", jobspec_bias_names, 3, &s->lora_bias, err))) return rc;
     json_t *t = json_object_get(l, "targets");
     if (t) {
         if (!json_is_array(t))
@@ -994,6 +997,7 @@ json_t *jobspec_to_json(const jobspec *s)
         json_object_set_new(l, "alpha", json_real(s->lora_alpha));
         json_object_set_new(l, "dropout", json_real(s->lora_dropout));
         json_object_set_new(l, "use_rslora", json_boolean(s->lora_use_rslora));
+        json_object_set_new(l, "bias", json_string(jobspec_bias_names[s->lora_bias]));
         if (s->n_targets > 0) {
             json_t *t = json_array();
             for (int i = 0; i < s->n_targets; i++)

@@ -53,6 +53,10 @@ typedef struct jobspec {
     double eval_fraction;  /* 0 = none; [0, 0.5] */
 
     jobspec_method method; /* default full */
+    /* lora.bias, PEFT's names: none, the targeted modules' biases, all biases */
+#define JOBSPEC_BIAS_NONE 0
+#define JOBSPEC_BIAS_LORA_ONLY 1
+#define JOBSPEC_BIAS_ALL 2
     /* lora (also used by qlora) */
     int lora_r;           /* default 8, >= 1 */
     double lora_alpha;    /* default 16 */
@@ -60,6 +64,7 @@ typedef struct jobspec {
     bool lora_use_rslora; /* default false: scale alpha / sqrt(r) instead of alpha / r */
     int n_targets;        /* default: q_proj,v_proj (llama) chosen by engine when 0 */
     char *targets[JOBSPEC_MAX_TARGETS];
+    int lora_bias;      /* JOBSPEC_BIAS_*: which biases train beside the adapters */
     char *lora_adapter; /* optional: starting adapter directory (PEFT format) */
     bool lora_merge;    /* export merged full weights instead of an adapter */
     /* qlora (method qlora only; docs/engine.md "QLoRA") */
@@ -123,7 +128,7 @@ typedef struct jobspec {
  * JSON layout (DESIGN §4; openapi.yaml's JobSpec mirrors it):
  *   name; model{path|init}; dataset{train, eval, format, text_field,
  *   chat_template, packing, skip_invalid, eval_fraction}; method;
- *   lora{r, alpha, dropout, use_rslora, targets, adapter, merge} (method lora/qlora only);
+ *   lora{r, alpha, dropout, use_rslora, bias, targets, adapter, merge} (method lora/qlora only);
  *   qlora{double_quant, compute_dtype} (method qlora only);
  *   hyperparameters{max_steps, batch_size, seq_len, grad_accum, lr, schedule,
  *   warmup_steps, weight_decay, max_grad_norm, adam_beta1, adam_beta2,
@@ -172,6 +177,8 @@ int jobspec_check_precision(const jobspec *s, const jobspec_caps *caps, ty_err *
 json_t *jobspec_to_json(const jobspec *s);
 
 const char *jobspec_method_name(jobspec_method m);
+/* lora.bias's values, indexed by JOBSPEC_BIAS_* (PEFT's LoraConfig.bias). */
+extern const char *const jobspec_bias_names[3];
 const char *jobspec_precision_name(jobspec_precision p);
 const char *jobspec_backend_name(jobspec_backend b);
 const char *jobspec_schedule_name(jobspec_schedule s);

@@ -31,6 +31,63 @@ static int slot_tensor(const layer_ix *L, int slot)
     }
 }
 
+/* The bias of each slot (-1: none). */
+static int slot_bias(const layer_ix *L, int slot)
+{
+    switch (slot) {
+    case LS_ATTN:
+        return L->attn_b;
+    case LS_Q:
+        return L->q_b;
+    case LS_K:
+        return L->k_b;
+    case LS_V:
+        return L->v_b;
+    case LS_O:
+        return L->o_b;
+    case LS_FC:
+        return L->fc_b;
+    case LS_UP:
+        return -1;
+    default:
+        return L->proj_b;
+    }
+}
+
+int model_linear_bias(const model *m, int layer, int slot)
+{
+    if (layer < 0 || layer >= m->cfg.n_layer || slot < 0 || slot >= LS_N) return -1;
+    return slot_tensor(&m->L[layer], slot) < 0 ? -1 : slot_bias(&m->L[layer], slot);
+}
+
+int model_n_tensors(const model *m)
+{
+    return m->nt;
+}
+
+void model_tensor_describe(const model *m, int i, model_tensor_desc *d)
+{
+    const model_tensor *t = &m->t[i];
+    model_hf_name(m, t, d->name, sizeof d->name);
+    d->ndim = t->ndim;
+    d->shape[0] = t->shape[0];
+    d->shape[1] = t->ndim > 1 ? t->shape[1] : 1;
+    d->numel = t->numel;
+    d->decay = t->decay;
+    d->conv1d = t->conv1d;
+    d->tied = i == m->wte && m->cfg.tied;
+}
+
+float *model_tensor_param(const model *m, int i)
+{
+    return m->params && !m->t[i].q4 ? m->params + m->t[i].off : NULL;
+}
+
+void model_tensor_set_grad(model *m, int i, float *g)
+{
+    m->t[i].xgrad = g;
+}
+
 int model_linear(const model *m, int layer, int slot, linear_desc *d)
 {
     if (layer < 0 || layer >= m->cfg.n_layer || slot < 0 || slot >= LS_N) return 0;

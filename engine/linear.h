@@ -13,6 +13,9 @@
 #ifndef TY_LINEAR_H
 #define TY_LINEAR_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "hfconfig.h"
 #include "kernels.h"
 #include "tyerr.h"
@@ -82,6 +85,27 @@ void model_set_linear_hook(struct model *m, const linear_hook *h);
  * loading or model_init_random). */
 int model_linear_n_stored(const struct model *m);
 void model_set_linear_store(struct model *m, const linear_store *s);
+/* Every tensor of the model, for an adapter that trains some of a frozen
+ * model's own tensors as well (PEFT's bias and modules_to_save): the
+ * tensor's full HF name and shape (engine layout), its fp32 parameters on
+ * the device (NULL where the model keeps none: a QLoRA base), and the
+ * gradient buffer the backward adds into from then on. */
+typedef struct model_tensor_desc {
+    char name[160]; /* e.g. transformer.h.0.ln_1.bias */
+    int ndim;
+    int64_t shape[2]; /* shape[1] = 1 for a 1-D tensor */
+    size_t numel;
+    int decay;  /* AdamW weight decay applies (>= 2-D) */
+    int conv1d; /* GPT-2 Conv1D weight: [in, out] on disk */
+    int tied;   /* the input embedding that is also the output head */
+} model_tensor_desc;
+int model_n_tensors(const struct model *m);
+void model_tensor_describe(const struct model *m, int i, model_tensor_desc *d);
+float *model_tensor_param(const struct model *m, int i);
+void model_tensor_set_grad(struct model *m, int i, float *g);
+/* The tensor index of slot `slot`'s bias in block `layer`, or -1. */
+int model_linear_bias(const struct model *m, int layer, int slot);
+
 /* The model's configuration and kernel context (borrowed). */
 const model_config *model_linear_config(const struct model *m);
 kn_ctx *model_linear_kn(const struct model *m);

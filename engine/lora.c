@@ -105,6 +105,63 @@ static int add_adapters(lora *l, const struct model *m, ty_err *err)
     return 0;
 }
 
+/* Tensor i's gradient place in the buffers: after the adapters, each
+ * trained tensor of the model once. */
+static int add_extra(lora *l, const struct model *m, int i, const char *name, size_t *off,
+                     ty_err *err)
+{
+    for (int k = 0; k < l->n_x; k++)
+        if (l->x[k].t == i) return 0;
+    model_tensor_desc d;
+    model_tensor_describe(m, i, &d);
+    lora_extra *x = &l->x[l->n_x];
+    x->param = model_tensor_param(m, i);
+    if (!x->param)
+        return ty_err_field(err, TY_ESPEC, "lora.bias",
+                            "lora.bias: training %s needs fp32 values of it, which method qlora "
+                            "in 16 bits does not keep (its unquantised tensors are stored in "
+                            "the compute dtype alone); use precision fp32 or bias \"none\"",
+                            d.name);
+    x->t = i;
+    snprintf(x->name, sizeof x->name, "base_model.model.%s", name);
+    x->ndim = d.ndim;
+    x->shape[0] = d.shape[0];
+    x->shape[1] = d.shape[1];
+    x->numel = d.numel;
+    x->decay = d.decay;
+    x->off = *off;
+    *off += (d.numel + 15) & ~(size_t)15;
+    l->n_params += d.numel;
+    l->n_x++;
+    return 0;
+}
+
+/* lora.bias (PEFT's bias): the biases that train. A targeted module's is
+ * saved as PEFT's LoRA layer holds it, <module>.base_layer.bias; with
+ * "all" every other bias of the model (norms' too) under its own name. */
+static int add_biases(lora *l, const struct model *m, size_t *off, ty_err *err)
+{
+    if (l->cfg.bias == LORA_BIAS_NONE) return 0;
+    int nt = model_n_tensors(m);
+    l->x = calloc((size_t)nt, sizeof *l->x);
+    if (!l->x) return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA biases");
+    char name[200];
+    int rc = 0;
+    for (int i = 0; i < l->n && !rc; i++) {
+        const lora_adapter *a = &l->ad[i];
+        int b = model_linear_bias(m, a->layer, a->slot);
+        snprintf(name, sizeof name, "%s.base_layer.bias", a->module);
+        if (b >= 0) rc = add_extra(l, m, b, name, off, err);
+    }
+    for (int i = 0; i < nt && !rc && l->cfg.bias == LORA_BIAS_ALL; i++) {
+        model_tensor_desc d;
+        model_tensor_describe(m, i, &d);
+        size_t L = strlen(d.name);
+        if (L >= 5 && !strcmp(d.name + L - 5, ".bias")) rc = add_extra(l, m, i, d.name, off, err);
+    }
+    return rc;
+}
+
 int lora_create(lora *l, const struct model *m, const lora_cfg *cfg, ty_err *err)
 {
     memset(l, 0, sizeof *l);
@@ -123,6 +180,9 @@ int lora_create(lora *l, const struct model *m, const lora_cfg *cfg, ty_err *err
     if (!l->slot_ix || !l->ad) return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA adapters");
     int rc = add_adapters(l, m, err);
     if (rc) return rc;
+    size_t off = l->n_buf;
+    if ((rc = add_biases(l, m, &off, err))) return rc;
+    l->n_buf = off;
     if (!l->n_buf) l->n_buf = 16;
     size_t bytes = l->n_buf * sizeof(float);
     l->params = kn_alloc(l->kn, bytes);
@@ -151,6 +211,7 @@ void lora_free(lora *l)
         kn_free(l->kn, l->masks);
     }
     free(l->ad);
+    free(l->x);
     free(l->slot_ix);
     memset(l, 0, sizeof *l);
 }
@@ -302,61 +363,92 @@ void lora_attach(lora *l, struct model *m)
 {
     linear_hook h = {l, hook_fwd, hook_bwd};
     model_set_linear_hook(m, &h);
+    for (int k = 0; k < l->n_x; k++)
+        model_tensor_set_grad(m, l->x[k].t, l->grads + l->x[k].off);
 }
 
 /* ---- files ---------------------------------------------------------------- */
 
+/* The file's tensors: each adapter's A and B (items 0 .. 2n - 1), then the
+ * trained tensors of the model (lora.bias). */
+static int n_items(const lora *l)
+{
+    return 2 * l->n + l->n_x;
+}
+
+typedef struct item {
+    char name[240];
+    int ndim;
+    int64_t shape[2];
+    size_t numel;
+    float *at; /* in the buffer asked for (for the values: the model's own) */
+} item;
+
+/* Item j with its name + suffix, living in buf (l->params, m or v). */
+static void item_of(const lora *l, int j, float *buf, const char *suffix, item *it)
+{
+    if (j >= 2 * l->n) {
+        const lora_extra *x = &l->x[j - 2 * l->n];
+        snprintf(it->name, sizeof it->name, "%s%s", x->name, suffix);
+        it->ndim = x->ndim;
+        it->shape[0] = x->shape[0];
+        it->shape[1] = x->shape[1];
+        it->numel = x->numel;
+        it->at = buf == l->params ? x->param : buf + x->off;
+        return;
+    }
+    const lora_adapter *a = &l->ad[j / 2];
+    int b = j % 2;
+    snprintf(it->name, sizeof it->name, "base_model.model.%s.lora_%c.weight%s", a->module,
+             b ? 'B' : 'A', suffix);
+    it->ndim = 2;
+    it->shape[0] = b ? a->out : a->r;
+    it->shape[1] = b ? a->r : a->in;
+    it->numel = (size_t)it->shape[0] * it->shape[1];
+    it->at = buf + (b ? a->b_off : a->a_off);
+}
+
 typedef struct {
     lora *l;
-    const float *bufs[2];
+    float *bufs[2];
+    const char *sfx[2];
 } lsave_ctx;
 
 static int lsave_fill(void *vctx, int i, float *out, ty_err *err)
 {
     (void)err;
     lsave_ctx *c = vctx;
-    lora *l = c->l;
-    int per = 2 * l->n;
-    const float *buf = c->bufs[i / per];
-    int j = i % per;
-    const lora_adapter *a = &l->ad[j / 2];
-    size_t n = j % 2 ? (size_t)a->out * a->r : (size_t)a->r * a->in;
-    kn_to_host(l->kn, out, buf + (j % 2 ? a->b_off : a->a_off), n * sizeof(float));
+    int per = n_items(c->l);
+    item it;
+    item_of(c->l, i % per, c->bufs[i / per], "", &it);
+    kn_to_host(c->l->kn, out, it.at, it.numel * sizeof(float));
     return 0;
 }
 
-static void tensor_name(const lora *l, int j, const char *suffix, char *out, size_t n)
-{
-    snprintf(out, n, "base_model.model.%s.lora_%c.weight%s", l->ad[j / 2].module, j % 2 ? 'B' : 'A',
-             suffix);
-}
-
-static int save_bufs(lora *l, const char *path, const float *b0, const float *b1, const char *s0,
+static int save_bufs(lora *l, const char *path, float *b0, float *b1, const char *s0,
                      const char *s1, ty_err *err)
 {
-    int per = 2 * l->n, n = per * (b1 ? 2 : 1);
+    int per = n_items(l), n = per * (b1 ? 2 : 1);
     st_out *outs = calloc((size_t)(n ? n : 1), sizeof *outs);
-    char(*names)[200] = calloc((size_t)(n ? n : 1), sizeof *names);
+    item *its = calloc((size_t)(n ? n : 1), sizeof *its);
     int rc;
-    if (!outs || !names) {
+    if (!outs || !its) {
         rc = ty_err_set(err, TY_ENOMEM, "out of memory writing %s", path);
     } else {
         for (int i = 0; i < n; i++) {
-            int j = i % per;
-            const lora_adapter *a = &l->ad[j / 2];
-            tensor_name(l, j, i < per ? s0 : s1, names[i], sizeof names[i]);
-            outs[i].name = names[i];
-            outs[i].ndim = 2;
-            outs[i].shape[0] = j % 2 ? a->out : a->r;
-            outs[i].shape[1] = j % 2 ? a->r : a->in;
+            item_of(l, i % per, i < per ? b0 : b1, i < per ? s0 : s1, &its[i]);
+            outs[i].name = its[i].name;
+            outs[i].ndim = its[i].ndim;
+            outs[i].shape[0] = its[i].shape[0];
+            outs[i].shape[1] = its[i].shape[1];
         }
-        lsave_ctx c = {l, {b0, b1}};
+        lsave_ctx c = {l, {b0, b1}, {s0, s1}};
         json_t *meta = json_pack("{s:s}", "format", "pt");
         rc = st_write(path, outs, n, meta, lsave_fill, &c, err);
         json_decref(meta);
     }
     free(outs);
-    free(names);
+    free(its);
     return rc;
 }
 
@@ -375,52 +467,59 @@ static const char *stray_tensor(const lora *l, const st_file *f)
 {
     for (int t = 0; t < f->n; t++) {
         int ours = 0;
-        for (int j = 0; j < 2 * l->n && !ours; j++) {
-            char name[200];
-            tensor_name(l, j, "", name, sizeof name);
-            ours = !strcmp(name, f->t[t].name);
+        for (int j = 0; j < n_items(l) && !ours; j++) {
+            item it;
+            item_of(l, j, l->params, "", &it);
+            ours = !strcmp(it.name, f->t[t].name);
         }
         if (!ours) return f->t[t].name;
     }
     return "?";
 }
 
-/* Loads every adapter tensor (name + suffix) of f into buf, exactly once. */
+/* Loads every item (name + suffix) of f into buf, exactly once. */
 static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, int other_suffixes,
                      ty_err *err)
 {
-    int per = 2 * l->n, rc = 0;
+    int per = n_items(l), rc = 0;
     size_t maxn = 1;
+    item it;
     for (int j = 0; j < per; j++) {
-        const lora_adapter *a = &l->ad[j / 2];
-        size_t n = j % 2 ? (size_t)a->out * a->r : (size_t)a->r * a->in;
-        if (n > maxn) maxn = n;
+        item_of(l, j, buf, suffix, &it);
+        if (it.numel > maxn) maxn = it.numel;
     }
     float *stage = malloc(maxn * sizeof *stage);
     if (!stage) return ty_err_set(err, TY_ENOMEM, "out of memory loading %s", f->path);
     int found = 0;
     for (int j = 0; j < per && !rc; j++) {
-        const lora_adapter *a = &l->ad[j / 2];
-        char name[200];
-        tensor_name(l, j, suffix, name, sizeof name);
-        const st_tensor *t = st_find(f, name);
+        item_of(l, j, buf, suffix, &it);
+        const st_tensor *t = st_find(f, it.name);
         if (!t) {
-            rc =
-                ty_err_field(err, TY_EINVAL, name,
-                             "%s: missing tensor %s (lora.targets / lora.r must match the adapter)",
-                             f->path, name);
+            rc = ty_err_field(err, TY_EINVAL, it.name,
+                              "%s: missing tensor %s (lora.targets / lora.r / lora.bias must "
+                              "match the adapter)",
+                              f->path, it.name);
             break;
         }
-        int64_t want0 = j % 2 ? a->out : a->r, want1 = j % 2 ? a->r : a->in;
-        if (t->ndim != 2 || t->shape[0] != want0 || t->shape[1] != want1) {
-            rc = ty_err_field(err, TY_EINVAL, name,
-                              "%s: tensor %s has the wrong shape (expected [%lld, %lld]: r = %d)",
-                              f->path, name, (long long)want0, (long long)want1, a->r);
+        int ok = t->ndim == it.ndim && t->shape[0] == it.shape[0] &&
+                 (it.ndim == 1 || t->shape[1] == it.shape[1]);
+        if (!ok) {
+            char want[64];
+            if (it.ndim == 1)
+                snprintf(want, sizeof want, "[%lld]", (long long)it.shape[0]);
+            else
+                snprintf(want, sizeof want, "[%lld, %lld]", (long long)it.shape[0],
+                         (long long)it.shape[1]);
+            if (j < 2 * l->n)
+                snprintf(want + strlen(want), sizeof want - strlen(want), ": r = %d",
+                         l->ad[j / 2].r);
+            rc = ty_err_field(err, TY_EINVAL, it.name,
+                              "%s: tensor %s has the wrong shape (expected %s)", f->path, it.name,
+                              want);
             break;
         }
         if ((rc = st_to_f32(t, stage, err))) break;
-        kn_to_device(l->kn, buf + (j % 2 ? a->b_off : a->a_off), stage,
-                     (size_t)(want0 * want1) * sizeof(float));
+        kn_to_device(l->kn, it.at, stage, it.numel * sizeof(float));
         found++;
     }
     free(stage);
@@ -460,7 +559,6 @@ int lora_write_config(const lora *l, const struct model *m, const char *base_mod
                           "base_model_name_or_path", base_model);
     if (!o) return ty_err_set(err, TY_ENOMEM, "adapter_config.json");
     lora_cfg_to_peft(&l->cfg, o);
-    json_object_set_new(o, "bias", json_string("none"));
     json_object_set_new(o, "fan_in_fan_out",
                         json_boolean(model_linear_config(m)->arch == ARCH_GPT2));
     json_object_set_new(o, "inference_mode", json_true());

@@ -34,6 +34,20 @@ typedef struct lora_adapter {
     uint8_t *mask;       /* dropout mask [N, in] */
 } lora_adapter;
 
+/* A tensor of the model itself that trains beside the adapters (a bias
+ * under lora.bias): its values stay in the model's parameters, its
+ * gradient and AdamW moments are in the adapters' buffers at `off`, so
+ * zeroing, clipping and reducing the adapters' gradients takes them in. */
+typedef struct lora_extra {
+    int t;          /* the model's tensor index (linear.h) */
+    char name[200]; /* PEFT's name in adapter_model.safetensors */
+    int ndim;
+    int64_t shape[2];
+    size_t numel, off;
+    int decay;    /* AdamW decays it (>= 2-D), as it would the model's own */
+    float *param; /* the model's fp32 values (device) */
+} lora_extra;
+
 typedef struct lora {
     kn_ctx *kn;   /* borrowed */
     lora_cfg cfg; /* what the adapters are (written back as adapter_config.json) */
@@ -41,7 +55,9 @@ typedef struct lora {
     float dropout;
     int n;
     lora_adapter *ad;
-    int *slot_ix; /* [n_layer * LS_N]: adapter index or -1 */
+    int *slot_ix;  /* [n_layer * LS_N]: adapter index or -1 */
+    lora_extra *x; /* the model's own tensors trained too (lora.bias) */
+    int n_x;
     int n_layer;
     size_t n_params, n_buf;
     float *params, *grads, *m, *v;
@@ -67,8 +83,9 @@ void lora_free(lora *l);
 void lora_init(lora *l, uint64_t seed);
 int lora_alloc_acts(lora *l, int B, int T, ty_err *err);
 /* Installs the adapters as m's linear hook (linear.h): from then on every
- * forward and backward of m runs them. model_set_linear_hook(m, NULL)
- * detaches. */
+ * forward and backward of m runs them, and the backward adds the extra
+ * tensors' gradients into the adapters' buffer. model_set_linear_hook(m,
+ * NULL) detaches. */
 void lora_attach(lora *l, struct model *m);
 
 /* After the base layer's out[N, out] = x W^T + b: out += scale B A d(x). */
@@ -87,7 +104,8 @@ void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int
 void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, const float *x,
                    int N, int row0, int rows);
 
-/* PEFT adapter_model.safetensors (only the adapters). */
+/* PEFT adapter_model.safetensors (the adapters and the trained biases;
+ * after lora_load the model's 16-bit copy needs model_sync_params). */
 int lora_save(lora *l, const char *path, ty_err *err);
 /* Loads path (adapter_model.safetensors names, shapes must match exactly). */
 int lora_load(lora *l, const char *path, ty_err *err);

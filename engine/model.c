@@ -161,6 +161,7 @@ static inline float *P(const model *m, int i)
 }
 static inline float *G(const model *m, int i)
 {
+    if (i >= 0 && m->t[i].xgrad) return m->t[i].xgrad;
     return i < 0 || !m->grads ? NULL : m->grads + m->t[i].off;
 }
 
@@ -1534,10 +1535,11 @@ static void backward_from_head(model *m, int B, int T)
         if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[lo].off);
     }
     /* Embeddings: dwte[ids] += dres (and dwpe[t] += dres) */
-    if (m->frozen) return; /* no embedding gradients to accumulate */
+    float *gwte = G(m, m->wte), *gwpe = gpt2 ? G(m, m->wpe) : NULL;
+    if (!gwte && !gwpe) return; /* frozen: no embedding gradients to accumulate */
     if (c->gemma) kn_scale(k, m->dres, NC, embed_scale(m)); /* the sqrt(hidden) factor */
-    kn_embedding_bwd(k, G(m, m->wte), m->ids, m->dres, N, C);
-    if (gpt2) kn_embedding_bwd(k, G(m, m->wpe), m->pos, m->dres, N, C);
+    if (gwte) kn_embedding_bwd(k, gwte, m->ids, m->dres, N, C);
+    if (gwpe) kn_embedding_bwd(k, gwpe, m->pos, m->dres, N, C);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, 0);
 }
 

@@ -39,6 +39,10 @@ typedef struct model_tensor {
     int conv1d;        /* GPT-2 Conv1D: stored [in, out] on disk */
     int decay;         /* AdamW weight decay applies (>= 2-D tensors) */
     int q4;            /* kept out of the buffers (QLoRA): 1 + its index in m->base; 0 = none */
+    /* A frozen model's tensor that is trained all the same (PEFT's bias and
+     * modules_to_save, linear.h): its gradient buffer, owned by the adapter
+     * (NULL: none, or the model's own grads). */
+    float *xgrad;
     model_init_kind init;
     float init_std;
 } model_tensor;

@@ -41,7 +41,9 @@ static const peft_field peft_fields[] = {
     {"layers_pattern", PF_READ, NULL, "the name before the layer index (plain names only)"},
     {"peft_type", PF_ONLY, "\"LORA\"", "only LoRA adapters"},
     {"task_type", PF_ONLY, "null|\"CAUSAL_LM\"", "other tasks add heads the engine does not have"},
-    {"bias", PF_ONLY, "\"none\"", "trained biases (lora_only, all) are not supported"},
+    {"bias", PF_READ, NULL,
+     "none; lora_only: the targeted modules' biases train too; all: every bias of the model; "
+     "the trained ones are in the adapter file"},
     {"use_dora", PF_ONLY, "false", "DoRA is not supported"},
     {"modules_to_save", PF_ONLY, "null|[]", "fully trained extra modules are not supported"},
     {"init_lora_weights", PF_ONLY, "true|false|\"gaussian\"",
@@ -545,6 +547,19 @@ int lora_cfg_from_peft(lora_cfg *c, const json_t *ac, const char *path, ty_err *
                                 path);
         c->alpha = json_number_value(v);
     }
+    if ((v = json_object_get(ac, "bias")) && !json_is_null(v)) {
+        static const char *const names[] = {"none", "lora_only", "all"};
+        const char *b = json_string_value(v);
+        int k = 0;
+        while (k < 3 && !(b && !strcmp(b, names[k])))
+            k++;
+        if (k == 3)
+            return ty_err_field(err, TY_ESPEC, "bias",
+                                "%s: bias is not supported unless \"none\", \"lora_only\" or "
+                                "\"all\" (PEFT's values)",
+                                path);
+        c->bias = k;
+    }
     if ((v = json_object_get(ac, "use_rslora"))) {
         if (!json_is_boolean(v))
             return ty_err_field(err, TY_EINVAL, "use_rslora",
@@ -605,6 +620,8 @@ void lora_cfg_to_peft(const lora_cfg *c, json_t *o)
     json_object_set_new(o, "lora_alpha", json_real(c->alpha));
     json_object_set_new(o, "lora_dropout", json_real(c->dropout));
     json_object_set_new(o, "use_rslora", json_boolean(c->use_rslora));
+    static const char *const bias_names[] = {"none", "lora_only", "all"};
+    json_object_set_new(o, "bias", json_string(bias_names[c->bias]));
     json_object_set_new(o, "target_modules",
                         c->all_linear        ? json_string("all-linear")
                         : c->target_regex[0] ? json_string(c->target_regex)

@@ -24,6 +24,8 @@
 #define LORA_NAME_MAX 128
 #define LORA_REGEX_MAX 512
 
+enum { LORA_BIAS_NONE, LORA_BIAS_LORA_ONLY, LORA_BIAS_ALL };
+
 typedef struct lora_pattern {
     char key[LORA_NAME_MAX]; /* a regex matched against the module path's tail */
     double value;
@@ -51,6 +53,10 @@ typedef struct lora_cfg {
     int n_layers, layers_int; /* layers_int: written as one integer, as given */
     char layers_pattern[8][64];
     int n_layers_pattern;
+    /* bias: which of the base's biases train beside the adapters (PEFT's
+     * "none", "lora_only": the targeted modules', "all": every one); they
+     * are saved in the adapter file under the names PEFT gives them. */
+    int bias;      /* LORA_BIAS_* */
     int from_peft; /* read from adapter_config.json: errors name its fields */
 } lora_cfg;
 

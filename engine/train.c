@@ -602,6 +602,13 @@ static int train_step(run *r, step_result *out, ty_err *err)
                  r->lora.v + off, n, (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2,
                  (float)s->adam_eps, (float)s->weight_decay, t);
     }
+    for (int i = 0; r->have_lora && i < r->lora.n_x; i++) { /* the model's own (lora.bias) */
+        const lora_extra *x = &r->lora.x[i];
+        kn_adamw(r->kn, KN_F32, x->param, NULL, r->lora.grads + x->off, r->lora.m + x->off,
+                 r->lora.v + x->off, x->numel, (float)out->lr, (float)s->adam_beta1,
+                 (float)s->adam_beta2, (float)s->adam_eps, x->decay ? (float)s->weight_decay : 0.0f,
+                 t);
+    }
     if (r->zero.on &&
         zero_adamw(&r->zero, m, r->a->coll, (float)out->lr, (float)s->adam_beta1,
                    (float)s->adam_beta2, (float)s->adam_eps, (float)s->weight_decay, t, err))
@@ -619,7 +626,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
     r->tokens += (int64_t)A * B * T;
     ty_scaler_update(&r->sc, 0);
     /* The 16-bit weights the next forward reads: round(masters). */
-    if (!r->have_lora) model_sync_params(m);
+    if (!r->have_lora || r->lora.n_x) model_sync_params(m);
     return 0;
 }
 
@@ -708,6 +715,12 @@ static int adapter_cfg(const jobspec *s, lora_cfg *c, ty_err *err)
     if (c->r != spec.r)
         return ty_err_field(err, TY_ESPEC, "lora.r", "lora.adapter: %s has r = %d but lora.r is %d",
                             path, c->r, spec.r);
+    static const char *const bias_names[] = {"none", "lora_only", "all"};
+    if (c->bias != spec.bias)
+        return ty_err_field(err, TY_ESPEC, "lora.bias",
+                            "lora.adapter: %s has bias \"%s\" but lora.bias is \"%s\" (the "
+                            "adapter file holds the biases its setting trains)",
+                            path, bias_names[c->bias], bias_names[spec.bias]);
     if (c->alpha != spec.alpha)
         ev_log("note: %s has lora_alpha %g; training with lora.alpha %g", path, c->alpha,
                spec.alpha);
@@ -733,6 +746,7 @@ static int setup_lora(run *r, ty_err *err)
     lora_cfg c;
     lora_cfg_from_spec(&c, s->lora_r, s->lora_alpha, s->lora_dropout, s->lora_use_rslora,
                        s->targets, s->n_targets);
+    c.bias = s->lora_bias;
     int rc = s->lora_adapter ? adapter_cfg(s, &c, err) : 0;
     if (rc) return rc;
     rc = lora_create(&r->lora, &r->m, &c, err);

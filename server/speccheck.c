@@ -72,7 +72,7 @@ static int check_model_dir(const jobspec *spec, ty_err *err)
 
 /* A local lora.adapter whose adapter_config.json is there already: read
  * by the engine's own reader (peftcfg.h), so a PEFT field the engine would
- * refuse (use_dora, modules_to_save, a field it does not know) is a 400
+ * refuse (a field it does not know, a setting it cannot make exact) is a 400
  * naming lora.adapter:adapter_config.json.<field> now, not a failed job.
  * What is not there yet is left to the engine, which checks the same. */
 static int check_adapter(const jobspec *spec, ty_err *err)
@@ -102,6 +102,10 @@ static int check_adapter(const jobspec *spec, ty_err *err)
     if (c.r != spec->lora_r)
         return ty_err_field(err, TY_EINVAL, "lora.r", "lora.adapter %s has r = %d but lora.r is %d",
                             p, c.r, spec->lora_r);
+    if (c.bias != spec->lora_bias)
+        return ty_err_field(err, TY_EINVAL, "lora.bias",
+                            "lora.adapter %s has bias \"%s\" but lora.bias is \"%s\"", p,
+                            jobspec_bias_names[c.bias], jobspec_bias_names[spec->lora_bias]);
     return 0;
 }
 

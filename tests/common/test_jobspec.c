@@ -21,6 +21,7 @@ static const char *DESIGN_EXAMPLE =
     "              \"format\": \"prompt_completion\"},\n"
     "  \"method\": \"lora\",\n"
     "  \"lora\": {\"r\": 16, \"alpha\": 32, \"dropout\": 0.05, \"use_rslora\": true,\n"
+    "           \"bias\": \"lora_only\",\n"
     "           \"targets\": [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]},\n"
     "  \"hyperparameters\": {\"max_steps\": 1000, \"batch_size\": 8, \"seq_len\": 1024,\n"
     "                      \"grad_accum\": 4, \"lr\": 2e-4, \"schedule\": \"cosine\",\n"
@@ -50,7 +51,7 @@ static void test_design_example(void)
           "dataset");
     CHECK(s.format == DS_PROMPT_COMPLETION, "format");
     CHECK(s.method == METHOD_LORA && s.lora_r == 16 && s.lora_alpha == 32 &&
-              s.lora_dropout == 0.05 && s.lora_use_rslora,
+              s.lora_dropout == 0.05 && s.lora_use_rslora && s.lora_bias == JOBSPEC_BIAS_LORA_ONLY,
           "lora");
     CHECK(s.n_targets == 4 && strcmp(s.targets[3], "o_proj") == 0, "targets");
     CHECK(s.max_steps == 1000 && s.batch_size == 8 && s.seq_len == 1024 && s.grad_accum == 4,
@@ -80,7 +81,8 @@ static void test_design_example(void)
     if (rc == 0) {
         json_t *j2 = jobspec_to_json(&s2);
         CHECK(json_equal(j1, j2), "round trip differs");
-        CHECK(s2.n_targets == 4 && s2.lr == s.lr && s2.seed == s.seed && s2.lora_use_rslora,
+        CHECK(s2.n_targets == 4 && s2.lr == s.lr && s2.seed == s.seed && s2.lora_use_rslora &&
+                  s2.lora_bias == JOBSPEC_BIAS_LORA_ONLY,
               "round trip values");
         json_decref(j2);
         jobspec_free(&s2);
@@ -330,6 +332,9 @@ static const struct bad BAD[] = {
     {MINIMAL_HEAD
      "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"use_rslora\":1}}",
      TY_EINVAL, "lora.use_rslora"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"bias\":\"some\"}}",
+     TY_EINVAL, "lora.bias"},
     {MINIMAL_HEAD
      "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"targets\":[]}}",
      TY_EINVAL, "lora.targets"},

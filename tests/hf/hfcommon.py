@@ -88,9 +88,12 @@ def lora_targets(arch):
 NEW_FAMILIES = ("qwen3", "llama3", "phi3", "gemma2", "gemma3")
 
 
-def make_model(arch, path, seed=7, vocab=97):
+def make_model(arch, path, seed=7, vocab=97, **config):
+    """tiny_config(arch) with `config` set over it, random, saved to path."""
     torch.manual_seed(seed)
     cfg = tiny_config(arch, vocab)
+    for k, v in config.items():
+        setattr(cfg, k, v)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
                                                           dtype=torch.float32)
     # Larger-than-default weights so the logits are not all near zero.

@@ -21,6 +21,11 @@ layers   target_modules, exclude_modules), both ways:
             by PeftModel.from_pretrained, gives the engine's logits (1e-5).
          rslora also trains from scratch with lora.use_rslora and checks
          the export the same way.
+bias     bias lora_only and all, the same both ways on GPT-2 and on a
+         Llama with attention_bias (PEFT's biases moved too); the export
+         holds PEFT's tensor names; generate --adapter equals
+         merge_and_unload's greedy tokens; a run from scratch with
+         lora.bias "all".
 
 Usage: peft_check.py ENGINE WORKDIR CASE [TRAINYARD]"""
 import json
@@ -44,9 +49,9 @@ ARCHS = ("gpt2", "llama")
 torch.set_num_threads(1)
 
 
-def setup(work, arch):
+def setup(work, arch, **config):
     base = os.path.join(work, arch, "base")
-    make_model(arch, base)
+    make_model(arch, base, **config)
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, 97, (16,), generator=g).tolist()
     rows = torch.randint(0, 97, (BATCH, SEQ), generator=g).tolist()
@@ -56,13 +61,16 @@ def setup(work, arch):
 
 
 def peft_adapter(base, out, **cfg):
-    """PEFT's own adapter with B drawn non-zero, saved to out."""
+    """PEFT's own adapter with B drawn non-zero and the other trained
+    tensors (biases) moved off the base's, saved to out."""
     pm = peft.get_peft_model(load_model(base), peft.LoraConfig(lora_dropout=0.0, **cfg))
     torch.manual_seed(5)
     with torch.no_grad():
         for n, p in pm.named_parameters():
             if "lora_B" in n:
                 p.normal_(0, 0.5)
+            elif p.requires_grad and "lora_A" not in n:
+                p.add_(torch.randn_like(p) * 0.3)
     pm.save_pretrained(out)
     return pm
 
@@ -110,9 +118,13 @@ def both_ways(engine, work, arch, model, name, cfg, spec_lora=None):
     wd = os.path.join(work, arch, name, "engine")
     got = train(engine, spec, wd)
     pm = peft.PeftModel.from_pretrained(load_model(base), ad, is_trainable=True)
-    params = [p for n, p in pm.named_parameters() if "lora_" in n]
+    params = [p for p in pm.parameters() if p.requires_grad]
     compare_losses(f"{arch} {name}: losses", got, torch_train(pm, params, rows, spec["hyperparameters"]))
     export = os.path.join(wd, "export")
+    from safetensors import safe_open
+    keys = [sorted(safe_open(os.path.join(d, "adapter_model.safetensors"), "pt").keys()) for d in (ad, export)]
+    if keys[0] != keys[1]:
+        fail(f"{arch} {name}: the export's tensors {keys[1]} are not PEFT's {keys[0]}")
     check_export(engine, base, export, ids, f"{arch} {name}")
     return export
 
@@ -136,7 +148,7 @@ def case_fields(engine, work):
 
 
 # (field, value): each refused with an error naming the field.
-REFUSED = [("use_dora", True), ("modules_to_save", ["lm_head"]), ("bias", "all"), ("bias", "lora_only"),
+REFUSED = [("use_dora", True), ("modules_to_save", ["lm_head"]), ("bias", "lora_everything"),
            ("loftq_config", {"loftq_bits": 4}), ("layer_replication", [[0, 1]]),
            ("target_parameters", ["transformer.h.0.mlp.c_fc.weight"]), ("trainable_token_indices", [1, 2]),
            ("init_lora_weights", "pissa"), ("peft_type", "IA3"), ("task_type", "SEQ_CLS"), ("lora_bias", True),
@@ -268,6 +280,51 @@ LAYERS = {
 }
 
 
+def merged_generate(engine, base, adapter, what):
+    """generate --adapter (the merge the KV cache runs on) against PEFT's
+    merge_and_unload, greedy."""
+    pm = peft.PeftModel.from_pretrained(load_model(base), adapter).merge_and_unload().eval()
+    prompt = [5, 17, 33, 8, 61]
+    with torch.no_grad():
+        out = pm.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12, num_beams=1,
+                          pad_token_id=0, eos_token_id=None)
+    want = out[0, len(prompt):].tolist()
+    got = subprocess.run([engine, "generate", "--model", base, "--adapter", adapter, "--max-tokens", "12",
+                          "--prompt-ids", " ".join(map(str, prompt)), "--ignore-eos"],
+                         capture_output=True, text=True, timeout=120)
+    if got.returncode != 0:
+        fail(f"{what}: generate --adapter exit {got.returncode}: {got.stdout[-800:]}")
+    ids = json.loads(got.stdout.splitlines()[-1])["ids"]
+    print(f"  {what}: generate --adapter vs merge_and_unload: {'identical' if ids == want else 'DIFFER'}")
+    if ids != want:
+        fail(f"{what}: generate --adapter {ids} vs merge_and_unload {want}")
+
+
+# bias: GPT-2's linears and norms have biases; Llama's attention gets them
+# (attention_bias), so "all" there takes q/k/v/o's and lora_only the
+# targeted q/o's.
+BIAS_MODEL = {"gpt2": {}, "llama": {"attention_bias": True}}
+BIAS_TARGETS = {"gpt2": ["c_attn", "c_fc"], "llama": ["q_proj", "o_proj", "down_proj"]}
+
+
+def case_bias(engine, work):
+    for arch in ARCHS:
+        model = setup(work, arch, **BIAS_MODEL[arch])
+        base, ids, _, data = model
+        for bias in ("lora_only", "all"):
+            export = both_ways(engine, work, arch, model, f"bias-{bias}",
+                               dict(r=4, lora_alpha=8, target_modules=BIAS_TARGETS[arch], bias=bias), {"bias": bias})
+            if json.load(open(os.path.join(export, "adapter_config.json"))).get("bias") != bias:
+                fail(f"{arch}: the export's adapter_config.json lacks bias {bias}")
+            merged_generate(engine, base, export, f"{arch} bias {bias}")
+        # From scratch: lora.bias in the spec, the biases in the export.
+        spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora",
+                        lora={"r": 4, "alpha": 8, "bias": "all", "targets": BIAS_TARGETS[arch]}, lr=3e-2)
+        wd = os.path.join(work, arch, "bias-fresh")
+        train(engine, spec, wd)
+        check_export(engine, base, os.path.join(wd, "export"), ids, f"{arch} bias all from scratch")
+
+
 def case_layers(engine, work):
     for arch in ARCHS:
         model = setup(work, arch)
@@ -285,7 +342,7 @@ def main():
     elif case == "refuse":
         case_refuse(engine, work, trainyard)
     else:
-        {"rslora": case_rslora, "patterns": case_patterns, "layers": case_layers}[case](engine, work)
+        {"rslora": case_rslora, "patterns": case_patterns, "layers": case_layers, "bias": case_bias}[case](engine, work)
         print(f"{case}: the engine and peft agree both ways on GPT-2 and Llama")
 
 
