@@ -444,10 +444,33 @@ static int valid_target_name(const char *t)
 
 const char *const jobspec_bias_names[3] = {"none", "lora_only", "all"};
 
+/* lora.modules_to_save: module names, as lora.targets. */
+static int parse_save(const json_t *l, jobspec *s, ty_err *err)
+{
+    json_t *t = json_object_get(l, "modules_to_save");
+    if (!t || json_is_null(t)) return 0;
+    if (!json_is_array(t) || json_array_size(t) > JOBSPEC_MAX_TARGETS)
+        return ty_err_field(err, TY_EINVAL, "lora.modules_to_save",
+                            "lora.modules_to_save: must be an array of at most %d names",
+                            JOBSPEC_MAX_TARGETS);
+    for (size_t i = 0; i < json_array_size(t); i++) {
+        char f[64];
+        snprintf(f, sizeof f, "lora.modules_to_save[%zu]", i);
+        const char *name = json_string_value(json_array_get(t, i));
+        if (!name || !valid_target_name(name) || strlen(name) > 128)
+            return ty_err_field(err, TY_EINVAL, f,
+                                "%s: a module name is 1-128 characters of A-Z a-z 0-9 _ .", f);
+        if (!(s->save[s->n_save] = strdup(name)))
+            return ty_err_set(err, TY_ENOMEM, "out of memory");
+        s->n_save++;
+    }
+    return 0;
+}
+
 static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
 {
-    static const char *const keys[] = {"r",       "alpha",   "dropout", "use_rslora", "bias",
-                                       "targets", "adapter", "merge",   NULL};
+    static const char *const keys[] = {"r",       "alpha",   "dropout", "use_rslora",      "bias",
+                                       "targets", "adapter", "merge",   "modules_to_save", NULL};
     const char *P = "lora";
     json_t *l;
     int rc;
@@ -496,6 +519,7 @@ static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
             s->n_targets++;
         }
     }
+    if ((rc = parse_save(l, s, err))) return rc;
     if ((rc = get_path(l, P, "adapter", 0, &s->lora_adapter, err))) return rc;
     if ((rc = get_bool(l, P, "merge", &s->lora_merge, err))) return rc;
     return 0;
@@ -926,6 +950,8 @@ void jobspec_free(jobspec *s)
     free(s->chat_template);
     for (int i = 0; i < s->n_targets; i++)
         free(s->targets[i]);
+    for (int i = 0; i < s->n_save; i++)
+        free(s->save[i]);
     free(s->lora_adapter);
     free(s->store);
     for (int i = 0; i < s->n_tags; i++)
@@ -998,6 +1024,12 @@ json_t *jobspec_to_json(const jobspec *s)
         json_object_set_new(l, "dropout", json_real(s->lora_dropout));
         json_object_set_new(l, "use_rslora", json_boolean(s->lora_use_rslora));
         json_object_set_new(l, "bias", json_string(jobspec_bias_names[s->lora_bias]));
+        if (s->n_save > 0) {
+            json_t *t = json_array();
+            for (int i = 0; i < s->n_save; i++)
+                json_array_append_new(t, json_string(s->save[i]));
+            json_object_set_new(l, "modules_to_save", t);
+        }
         if (s->n_targets > 0) {
             json_t *t = json_array();
             for (int i = 0; i < s->n_targets; i++)

@@ -64,7 +64,9 @@ typedef struct jobspec {
     bool lora_use_rslora; /* default false: scale alpha / sqrt(r) instead of alpha / r */
     int n_targets;        /* default: q_proj,v_proj (llama) chosen by engine when 0 */
     char *targets[JOBSPEC_MAX_TARGETS];
-    int lora_bias;      /* JOBSPEC_BIAS_*: which biases train beside the adapters */
+    int lora_bias; /* JOBSPEC_BIAS_*: which biases train beside the adapters */
+    int n_save;    /* lora.modules_to_save: modules trained whole (PEFT's) */
+    char *save[JOBSPEC_MAX_TARGETS];
     char *lora_adapter; /* optional: starting adapter directory (PEFT format) */
     bool lora_merge;    /* export merged full weights instead of an adapter */
     /* qlora (method qlora only; docs/engine.md "QLoRA") */
@@ -128,7 +130,8 @@ typedef struct jobspec {
  * JSON layout (DESIGN §4; openapi.yaml's JobSpec mirrors it):
  *   name; model{path|init}; dataset{train, eval, format, text_field,
  *   chat_template, packing, skip_invalid, eval_fraction}; method;
- *   lora{r, alpha, dropout, use_rslora, bias, targets, adapter, merge} (method lora/qlora only);
+ *   lora{r, alpha, dropout, use_rslora, bias, modules_to_save, targets, adapter,
+ *   merge} (method lora/qlora only);
  *   qlora{double_quant, compute_dtype} (method qlora only);
  *   hyperparameters{max_steps, batch_size, seq_len, grad_accum, lr, schedule,
  *   warmup_steps, weight_decay, max_grad_norm, adam_beta1, adam_beta2,

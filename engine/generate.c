@@ -301,7 +301,7 @@ static int load(gen_ctx *g, gen_opts *o, int lora_hooks)
         if ((rc = adapter_cfg(o, &lc, &err))) return fail1("adapter", &err) + (rc == TY_ESPEC);
         rc = lora_create(&g->l, &g->m, &lc, &err);
         g->have_lora = 1;
-        if (rc) return fail1("adapter", &err);
+        if (rc) return fail1("adapter", &err) + (rc == TY_ESPEC);
         char path[4200];
         snprintf(path, sizeof path, "%s/adapter_model.safetensors", o->adapter);
         if (lora_load(&g->l, path, &err)) return fail1("adapter", &err);

@@ -107,8 +107,8 @@ static int add_adapters(lora *l, const struct model *m, ty_err *err)
 
 /* Tensor i's gradient place in the buffers: after the adapters, each
  * trained tensor of the model once. */
-static int add_extra(lora *l, const struct model *m, int i, const char *name, size_t *off,
-                     ty_err *err)
+static int add_extra(lora *l, const struct model *m, int i, const char *name, const char *field,
+                     size_t *off, ty_err *err)
 {
     for (int k = 0; k < l->n_x; k++)
         if (l->x[k].t == i) return 0;
@@ -117,11 +117,11 @@ static int add_extra(lora *l, const struct model *m, int i, const char *name, si
     lora_extra *x = &l->x[l->n_x];
     x->param = model_tensor_param(m, i);
     if (!x->param)
-        return ty_err_field(err, TY_ESPEC, "lora.bias",
-                            "lora.bias: training %s needs fp32 values of it, which method qlora "
+        return ty_err_field(err, TY_ESPEC, field,
+                            "%s: training %s needs fp32 values of it, which method qlora "
                             "in 16 bits does not keep (its unquantised tensors are stored in "
-                            "the compute dtype alone); use precision fp32 or bias \"none\"",
-                            d.name);
+                            "the compute dtype alone); use precision fp32 or method lora",
+                            field, d.name);
     x->t = i;
     snprintf(x->name, sizeof x->name, "base_model.model.%s", name);
     x->ndim = d.ndim;
@@ -151,13 +151,69 @@ static int add_biases(lora *l, const struct model *m, size_t *off, ty_err *err)
         const lora_adapter *a = &l->ad[i];
         int b = model_linear_bias(m, a->layer, a->slot);
         snprintf(name, sizeof name, "%s.base_layer.bias", a->module);
-        if (b >= 0) rc = add_extra(l, m, b, name, off, err);
+        if (b >= 0) rc = add_extra(l, m, b, name, "lora.bias", off, err);
     }
     for (int i = 0; i < nt && !rc && l->cfg.bias == LORA_BIAS_ALL; i++) {
         model_tensor_desc d;
         model_tensor_describe(m, i, &d);
         size_t L = strlen(d.name);
-        if (L >= 5 && !strcmp(d.name + L - 5, ".bias")) rc = add_extra(l, m, i, d.name, off, err);
+        if (L >= 5 && !strcmp(d.name + L - 5, ".bias"))
+            rc = add_extra(l, m, i, d.name, "lora.bias", off, err);
+    }
+    return rc;
+}
+
+/* Whether PEFT's modules_to_save entry `name` takes the tensor `tensor`:
+ * its module path, or an enclosing module's, ends in name (a plain string
+ * suffix, as PEFT's _set_trainable tests). */
+static int saved_by(const char *tensor, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = tensor; (p = strchr(p, '.')); p++) {
+        size_t L = (size_t)(p - tensor);
+        if (L >= n && !strncmp(tensor + L - n, name, n)) return 1;
+    }
+    return 0;
+}
+
+/* modules_to_save: every tensor of the named modules trains, saved under
+ * its own HF name (PEFT's ModulesToSaveWrapper's copy, the adapter name
+ * taken out). A tied embedding cannot be: PEFT trains a copy for the
+ * input side while the head keeps the original, and the engine's model
+ * has one tensor for both. */
+static int add_saved(lora *l, const struct model *m, size_t *off, ty_err *err)
+{
+    const lora_cfg *c = &l->cfg;
+    const char *field = c->from_peft ? "modules_to_save" : "lora.modules_to_save";
+    int nt = model_n_tensors(m), rc = 0;
+    if (!c->n_save) return 0;
+    if (!l->x && !(l->x = calloc((size_t)nt, sizeof *l->x)))
+        return ty_err_set(err, TY_ENOMEM, "out of memory for modules_to_save");
+    for (int k = 0; k < c->n_save && !rc; k++) {
+        int found = 0;
+        for (int i = 0; i < nt && !rc; i++) {
+            model_tensor_desc d;
+            model_tensor_describe(m, i, &d);
+            if (!saved_by(d.name, c->save[k])) continue;
+            found = 1;
+            if (d.tied)
+                rc = ty_err_field(err, TY_ESPEC, field,
+                                  "%s: \"%s\" is the embedding this model ties to its output "
+                                  "head; PEFT would train a copy for the input side only, which "
+                                  "one shared tensor cannot be",
+                                  field, c->save[k]);
+            else if (d.conv1d)
+                rc = ty_err_field(err, TY_ESPEC, field,
+                                  "%s: \"%s\" takes the Conv1D weight %s, which is not supported "
+                                  "(embeddings, the head, norms are)",
+                                  field, c->save[k], d.name);
+            else
+                rc = add_extra(l, m, i, d.name, field, off, err);
+        }
+        if (!rc && !found)
+            rc =
+                ty_err_field(err, TY_EINVAL, field, "%s: \"%s\" matches no module of this %s model",
+                             field, c->save[k], model_linear_config(m)->model_type);
     }
     return rc;
 }
@@ -181,7 +237,7 @@ int lora_create(lora *l, const struct model *m, const lora_cfg *cfg, ty_err *err
     int rc = add_adapters(l, m, err);
     if (rc) return rc;
     size_t off = l->n_buf;
-    if ((rc = add_biases(l, m, &off, err))) return rc;
+    if ((rc = add_biases(l, m, &off, err)) || (rc = add_saved(l, m, &off, err))) return rc;
     l->n_buf = off;
     if (!l->n_buf) l->n_buf = 16;
     size_t bytes = l->n_buf * sizeof(float);
@@ -562,7 +618,6 @@ int lora_write_config(const lora *l, const struct model *m, const char *base_mod
     json_object_set_new(o, "fan_in_fan_out",
                         json_boolean(model_linear_config(m)->arch == ARCH_GPT2));
     json_object_set_new(o, "inference_mode", json_true());
-    json_object_set_new(o, "modules_to_save", json_null());
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!text) return ty_err_set(err, TY_ENOMEM, "adapter_config.json");

@@ -45,7 +45,9 @@ static const peft_field peft_fields[] = {
      "none; lora_only: the targeted modules' biases train too; all: every bias of the model; "
      "the trained ones are in the adapter file"},
     {"use_dora", PF_ONLY, "false", "DoRA is not supported"},
-    {"modules_to_save", PF_ONLY, "null|[]", "fully trained extra modules are not supported"},
+    {"modules_to_save", PF_READ, NULL,
+     "modules trained whole (a module whose path ends in a name); not the tied embedding, not "
+     "a Conv1D weight"},
     {"init_lora_weights", PF_ONLY, "true|false|\"gaussian\"",
      "these set only A and B, which the file replaces; the others (pissa, olora, corda, eva, "
      "loftq, ...) also rewrite the base weights"},
@@ -76,7 +78,8 @@ static const peft_field peft_fields[] = {
     {"megatron_core", PF_IGNORE, NULL, "used only with megatron_config, which is refused"},
     {"qalora_group_size", PF_IGNORE, NULL, "used only with use_qalora, which is refused"},
     {"ensure_weight_tying", PF_IGNORE, NULL,
-     "ties modules_to_save / trainable tokens to the embeddings; both are refused"},
+     "ties a saved copy of the embeddings to the head; a tied embedding in modules_to_save is "
+     "refused, trainable tokens too"},
 };
 
 #define N_FIELDS (sizeof peft_fields / sizeof peft_fields[0])
@@ -560,6 +563,15 @@ int lora_cfg_from_peft(lora_cfg *c, const json_t *ac, const char *path, ty_err *
                                 path);
         c->bias = k;
     }
+    if ((v = json_object_get(ac, "modules_to_save")) && !json_is_null(v)) {
+        if (!json_is_array(v))
+            return ty_err_field(err, TY_EINVAL, "modules_to_save",
+                                "%s: modules_to_save must be a list of names", path);
+        c->n_save = 0;
+        if ((rc = read_names(v, c->save, LORA_MAX_TARGETS, &c->n_save, path, "modules_to_save",
+                             err)))
+            return rc;
+    }
     if ((v = json_object_get(ac, "use_rslora"))) {
         if (!json_is_boolean(v))
             return ty_err_field(err, TY_EINVAL, "use_rslora",
@@ -622,6 +634,8 @@ void lora_cfg_to_peft(const lora_cfg *c, json_t *o)
     json_object_set_new(o, "use_rslora", json_boolean(c->use_rslora));
     static const char *const bias_names[] = {"none", "lora_only", "all"};
     json_object_set_new(o, "bias", json_string(bias_names[c->bias]));
+    json_object_set_new(o, "modules_to_save",
+                        c->n_save ? names_json(c->save, c->n_save) : json_null());
     json_object_set_new(o, "target_modules",
                         c->all_linear        ? json_string("all-linear")
                         : c->target_regex[0] ? json_string(c->target_regex)

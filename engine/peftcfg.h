@@ -56,7 +56,12 @@ typedef struct lora_cfg {
     /* bias: which of the base's biases train beside the adapters (PEFT's
      * "none", "lora_only": the targeted modules', "all": every one); they
      * are saved in the adapter file under the names PEFT gives them. */
-    int bias;      /* LORA_BIAS_* */
+    int bias; /* LORA_BIAS_* */
+    /* modules_to_save: modules trained whole beside the adapters; PEFT's
+     * rule: a module whose path (or an enclosing module's) ends in the
+     * name, a plain string suffix. */
+    char save[LORA_MAX_TARGETS][LORA_NAME_MAX];
+    int n_save;
     int from_peft; /* read from adapter_config.json: errors name its fields */
 } lora_cfg;
 

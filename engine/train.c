@@ -694,6 +694,14 @@ static int load_data(run *r, const char *path, int vocab, dataset *d, ty_err *er
  * given, replace target_modules. The rest (rank_pattern, alpha_pattern,
  * layers_to_transform, exclude_modules, a regex target_modules) only the
  * adapter can say, and is kept and written back at export. */
+static int same_saved(const lora_cfg *a, const lora_cfg *b)
+{
+    if (a->n_save != b->n_save) return 0;
+    for (int i = 0; i < a->n_save; i++)
+        if (strcmp(a->save[i], b->save[i])) return 0;
+    return 1;
+}
+
 static int adapter_cfg(const jobspec *s, lora_cfg *c, ty_err *err)
 {
     char path[4200];
@@ -721,6 +729,12 @@ static int adapter_cfg(const jobspec *s, lora_cfg *c, ty_err *err)
                             "lora.adapter: %s has bias \"%s\" but lora.bias is \"%s\" (the "
                             "adapter file holds the biases its setting trains)",
                             path, bias_names[c->bias], bias_names[spec.bias]);
+    if (!same_saved(c, &spec))
+        return ty_err_field(err, TY_ESPEC, "lora.modules_to_save",
+                            "lora.adapter: %s has other modules_to_save than "
+                            "lora.modules_to_save (the adapter file holds the modules its "
+                            "setting trains)",
+                            path);
     if (c->alpha != spec.alpha)
         ev_log("note: %s has lora_alpha %g; training with lora.alpha %g", path, c->alpha,
                spec.alpha);
@@ -747,6 +761,8 @@ static int setup_lora(run *r, ty_err *err)
     lora_cfg_from_spec(&c, s->lora_r, s->lora_alpha, s->lora_dropout, s->lora_use_rslora,
                        s->targets, s->n_targets);
     c.bias = s->lora_bias;
+    for (int i = 0; i < s->n_save && i < LORA_MAX_TARGETS; i++)
+        snprintf(c.save[c.n_save++], LORA_NAME_MAX, "%s", s->save[i]);
     int rc = s->lora_adapter ? adapter_cfg(s, &c, err) : 0;
     if (rc) return rc;
     rc = lora_create(&r->lora, &r->m, &c, err);

@@ -106,6 +106,13 @@ static int check_adapter(const jobspec *spec, ty_err *err)
         return ty_err_field(err, TY_EINVAL, "lora.bias",
                             "lora.adapter %s has bias \"%s\" but lora.bias is \"%s\"", p,
                             jobspec_bias_names[c.bias], jobspec_bias_names[spec->lora_bias]);
+    int same = c.n_save == spec->n_save;
+    for (int i = 0; same && i < c.n_save; i++)
+        same = !strcmp(c.save[i], spec->save[i]);
+    if (!same)
+        return ty_err_field(err, TY_EINVAL, "lora.modules_to_save",
+                            "lora.adapter %s has other modules_to_save than lora.modules_to_save",
+                            p);
     return 0;
 }
 

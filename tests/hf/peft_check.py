@@ -26,6 +26,8 @@ bias     bias lora_only and all, the same both ways on GPT-2 and on a
          holds PEFT's tensor names; generate --adapter equals
          merge_and_unload's greedy tokens; a run from scratch with
          lora.bias "all".
+save     modules_to_save the same way: Llama's embed_tokens and lm_head,
+         GPT-2's wpe and ln_f; GPT-2's tied wte refused by name.
 
 Usage: peft_check.py ENGINE WORKDIR CASE [TRAINYARD]"""
 import json
@@ -148,7 +150,7 @@ def case_fields(engine, work):
 
 
 # (field, value): each refused with an error naming the field.
-REFUSED = [("use_dora", True), ("modules_to_save", ["lm_head"]), ("bias", "lora_everything"),
+REFUSED = [("use_dora", True), ("bias", "lora_everything"),
            ("loftq_config", {"loftq_bits": 4}), ("layer_replication", [[0, 1]]),
            ("target_parameters", ["transformer.h.0.mlp.c_fc.weight"]), ("trainable_token_indices", [1, 2]),
            ("init_lora_weights", "pissa"), ("peft_type", "IA3"), ("task_type", "SEQ_CLS"), ("lora_bias", True),
@@ -325,6 +327,36 @@ def case_bias(engine, work):
         check_export(engine, base, os.path.join(wd, "export"), ids, f"{arch} bias all from scratch")
 
 
+# modules_to_save: Llama's (untied) embeddings and head; GPT-2's position
+# embedding and final norm (its wte is tied to the head: refused).
+SAVE = {"gpt2": (["c_attn"], ["wpe", "ln_f"]), "llama": (["q_proj", "v_proj"], ["embed_tokens", "lm_head"])}
+
+
+def case_save(engine, work):
+    for arch in ARCHS:
+        model = setup(work, arch)
+        base, ids, _, data = model
+        tm, save = SAVE[arch]
+        export = both_ways(engine, work, arch, model, "save",
+                           dict(r=4, lora_alpha=8, target_modules=tm, modules_to_save=save), {"modules_to_save": save})
+        if json.load(open(os.path.join(export, "adapter_config.json"))).get("modules_to_save") != save:
+            fail(f"{arch}: the export's adapter_config.json lacks modules_to_save {save}")
+        merged_generate(engine, base, export, f"{arch} modules_to_save")
+        spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora",
+                        lora={"r": 4, "alpha": 8, "targets": tm, "modules_to_save": save}, lr=3e-2)
+        wd = os.path.join(work, arch, "save-fresh")
+        train(engine, spec, wd)
+        check_export(engine, base, os.path.join(wd, "export"), ids, f"{arch} modules_to_save from scratch")
+    # GPT-2's tied wte: refused by name.
+    base = os.path.join(work, "gpt2", "base")
+    tied = os.path.join(work, "gpt2", "tied")
+    peft_adapter(base, tied, r=4, lora_alpha=8, target_modules=["c_attn"], modules_to_save=["wte"])
+    code, err, _ = engine_error(engine, "logits", ["--model", base, "--adapter", tied, "--prompt-ids", "5"])
+    if code != 2 or "modules_to_save" not in (err or {}).get("message", ""):
+        fail(f"modules_to_save [wte] on tied GPT-2: exit {code}, error {err}")
+    print(f"  GPT-2 modules_to_save [wte]: exit 2: {err['message'][:160]}")
+
+
 def case_layers(engine, work):
     for arch in ARCHS:
         model = setup(work, arch)
@@ -342,7 +374,8 @@ def main():
     elif case == "refuse":
         case_refuse(engine, work, trainyard)
     else:
-        {"rslora": case_rslora, "patterns": case_patterns, "layers": case_layers, "bias": case_bias}[case](engine, work)
+        {"rslora": case_rslora, "patterns": case_patterns, "layers": case_layers, "bias": case_bias,
+         "save": case_save}[case](engine, work)
         print(f"{case}: the engine and peft agree both ways on GPT-2 and Llama")
 
 
