@@ -112,7 +112,7 @@ typedef struct jobspec {
     int priority;     /* default 0, [-1000, 1000]; higher runs first */
     int max_restarts; /* default 3, [0, 100] */
 
-    /* operations (issue 15; the server's, the engine ignores them) */
+    /* operations (the server's, the engine ignores them) */
     int n_tags;
     char *tags[JOBSPEC_MAX_TAGS]; /* 1-64 chars of A-Z a-z 0-9 _ . : - ; unique */
     double max_cost;              /* limits.max_cost; < 0 = none */

@@ -157,7 +157,7 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     /* 6: checkpoint_error: the newest upload of the job's checkpoints or
      * export to its store that failed for good (NULL while none did). */
     "ALTER TABLE jobs ADD COLUMN checkpoint_error TEXT;",
-    /* 7: operations (issue 15): tags (a JSON array), why a job stopped
+    /* 7: operations: tags (a JSON array), why a job stopped
      * early (stop_reason: budget, stall), who submitted it (token_name) and
      * the hourly price it runs at (hour_price, per GPU or per CPU slot, set
      * at each start); a usage ledger written in the final transition (kept
@@ -798,7 +798,7 @@ static int account_run_time(db *d, int64_t id, job_state from, job_state to, int
     return rc == SQLITE_DONE ? 0 : sql_err(d, err, "account run time");
 }
 
-/* The usage ledger's row of a job that just ended (issue 15, GET /usage):
+/* The usage ledger's row of a job that just ended (GET /usage):
  * in the final transition's transaction, after its running time is
  * folded in, so the ledger and the job never disagree. */
 static int record_usage(db *d, int64_t id, ty_err *err)

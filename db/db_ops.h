@@ -1,4 +1,4 @@
-/* db_ops.h — the queries of issue 15's operations features: changing a
+/* db_ops.h — the queries of the operations features: changing a
  * waiting job (PATCH), the usage ledger, the webhook outbox and token
  * names. Kept apart from db.h's core so each concern stays small; they
  * share the handle and the SQL helpers of db_int.h. */

@@ -267,8 +267,8 @@ static int read_trainer_state(run *r, const char *path, int64_t *epoch, int64_t 
         rc = ty_err_set(err, TY_EINVAL,
                         "checkpoint step %lld is beyond hyperparameters.max_steps %lld",
                         (long long)step, (long long)r->spec.max_steps);
-    /* Loss-scaler state (absent in checkpoints from before issue 10: the
-     * precision's initial state). */
+    /* Loss-scaler state (absent in checkpoints written before the engine
+     * had mixed precision: the precision's initial state). */
     json_t *ls = json_object_get(o, "loss_scale"), *gt = json_object_get(o, "growth_tracker"),
            *sk = json_object_get(o, "skipped_steps");
     if (!rc && r->dt == KN_F16 && json_is_number(ls) && json_number_value(ls) > 0 && gt && sk) {

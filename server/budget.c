@@ -1,4 +1,4 @@
-/* budget.c — what a job costs and what it may spend (issue 15, item 1).
+/* budget.c — what a job costs and what it may spend.
  *
  * Cost is running time (db_job_run_ms: starting, running, stopping; never
  * queued or paused) times the job's GPUs at its GPU-hour price, or times

@@ -1,4 +1,4 @@
-/* cli_ops.c — the client's operations commands (issue 15): `queue` (why
+/* cli_ops.c — the client's operations commands: `queue` (why
  * each job waits and when it may start), `patch` (priority, name, tags of
  * a waiting job) and `usage` (GPU-seconds, cost, tokens; --csv). The REST
  * calls go through cli.c's plumbing (cli.h), so exit codes and error

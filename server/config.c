@@ -174,7 +174,7 @@ static const srv_option OPTIONS[] = {
      "price of one hour of a CPU job's running time", NULL, 0},
     {"currency", "CODE", STR(currency), "USD", NULL, "ISO 4217 code of those prices",
      check_currency, 0},
-    /* Operations (issue 15; docs/server.md "Operations"). */
+    /* Operations (docs/server.md "Operations"). */
     {"gpu-hour-prices", "M=X,...", STR(ops.gpu_hour_prices), NULL, "none",
      "price of a GPU-hour per GPU model: the first MODEL in the GPU's name wins, else --gpu-hour-price",
      ops_check_prices, 0},

@@ -1,4 +1,4 @@
-/* ops.h — running trainyard as a team (issue 15): budgets, stalls and idle
+/* ops.h — running trainyard as a team: budgets, stalls and idle
  * GPUs, the queue view and PATCH, usage, webhooks.
  *
  * Each concern is its own file (budget.c, watch.c, queue.c, usage.c,

@@ -1,4 +1,4 @@
-/* queue.c — GET /queue and PATCH /jobs/{id} (issue 15, item 3).
+/* queue.c — GET /queue and PATCH /jobs/{id}.
  *
  * The queue view replays the scheduler's rule (priority, then submission;
  * a job that does not fit is skipped, no reservation) against the free

@@ -57,7 +57,7 @@ typedef struct srv_config {
     double gpu_hour_price;  /* per GPU-hour of running time; < 0 = unknown (default) */
     double cpu_hour_price;  /* per hour of a CPU job's running time; < 0 = unknown */
     char currency[4];       /* ISO 4217 code of those prices, default USD */
-    /* Operations (issue 15; opsconf.c, docs/server.md "Operations"). */
+    /* Operations (config.c, docs/server.md "Operations"). */
     struct {
         char gpu_hour_prices[1024];                   /* "H100=4.1,A100=2.2": per GPU model */
         double max_cost_default, max_cost_cap;        /* < 0 = none */

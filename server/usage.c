@@ -1,5 +1,4 @@
-/* usage.c — GET /usage and the usage counters on /metrics (issue 15,
- * item 5).
+/* usage.c — GET /usage and the usage counters on /metrics.
  *
  * Both read the usage ledger (db_ops.h): one row per finished job, written
  * in its final transition, kept when the job is deleted. So a window's

@@ -1,5 +1,5 @@
 /* webhook.c — signed JSON POSTs of job state changes, budget stops,
- * stalls and idle GPUs (issue 15, item 4).
+ * stalls and idle GPUs.
  *
  * Durable by construction: the events are already committed in
  * job_events; one thread of its own (never the scheduler) fans each one

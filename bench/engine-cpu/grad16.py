@@ -1,5 +1,5 @@
 # grad16.py — should the flat gradient buffer of a bf16 run be fp32 or bf16?
-# (issue 10, item 2; the decision and figures are in docs/engine.md and
+# (the decision and figures are in docs/engine.md and
 # docs/benchmarks.md.)
 #
 # Runs tests/engine_ref/mixedref.py — the PyTorch model of the engine's

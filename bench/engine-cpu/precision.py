@@ -1,5 +1,5 @@
 # precision.py — fp32 against bf16 storage in one run, side by side
-# (issue 10): training tokens/s and peak RSS of trainyard-engine on the
+# training tokens/s and peak RSS of trainyard-engine on the
 # GPT-2 124M shape and a Llama-1B-wide model at seq 1024 and 4096, then the
 # attention memory curve against T.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# bench.py — trainyard-engine on one GPU (issue 11): GPT-2 124M and a
+# bench.py — trainyard-engine on one GPU: GPT-2 124M and a
 # Llama 1B shape at T = 1024 in bf16, the largest batch that fits; tokens/s,
 # MFU and peak device memory. Standard library only: tests/gpu/run.sh runs
 # it on a lent GPU machine next to the binaries it carries.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # scaling.py — data-parallel scaling of trainyard-engine from one GPU to all
-# of a node's (issue 12): GPT-2 124M, bf16, T = 1024, the same per-GPU
+# of a node's: GPT-2 124M, bf16, T = 1024, the same per-GPU
 # batch at world 1 and world N. Standard library only: tests/gpu/run.sh
 # runs it on a lent GPU machine next to the binaries it carries (bench.py,
 # whose shape table and data writer it shares, sits beside it).

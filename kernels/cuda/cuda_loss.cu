@@ -66,7 +66,7 @@ __global__ void k_crossentropy(float *losses, void *dlogits, const void *logits,
     }
 }
 
-/* 16-bit logits (issue 10's typed ops) are read and written in place as
+/* 16-bit logits (the typed ops) are read and written in place as
  * 16 bits: no fp32 copy of the [N, V] tensor, no allocation. */
 void cuda_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *logits,
                            const int32_t *targets, int N, int V, float softcap)

@@ -1,6 +1,6 @@
 /* test_jobspec.c — unit test of the job-spec validator (common/jobspec.c).
  *
- * Every bad input of issue 2's list gets the right code and names the right
+ * Every bad input of docs/api.md's spec rules gets the right code and names the right
  * field; the DESIGN §4 example parses; defaults are those jobspec.h states;
  * jobspec_to_json round-trips; jobspec_check_roots enforces the roots. */
 #include <stdio.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # cli_test.py — black-box tests of trainyard-engine's command line (ctest engine.cli.*):
-# every bad input of issue 3 must end in one {"ev":"error"} naming the problem
+# every bad input (docs/engine.md, "Errors") must end in one {"ev":"error"} naming the problem
 # and a non-zero exit, plus SIGTERM, checkpoint layout, export/reload and NaN.
 #
 # Usage: cli_test.py ENGINE CASE. Standard library only: the tiny models are

@@ -223,7 +223,7 @@ def case_emu_devices():
 
 
 def case_emu_stats():
-    """Issue 11's memory rules, counted by the emulated runtime (TY_EMU_STATS):
+    """The device path's memory rules, counted by the emulated runtime (TY_EMU_STATS):
     device memory is allocated per buffer kind (as many cudaMalloc calls for
     1 layer as for 2) and never in the step loop (as many for 3 steps as for
     1); the batches are copied from pinned host memory (no pageable

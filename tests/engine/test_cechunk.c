@@ -1,4 +1,4 @@
-/* test_cechunk.c — the loss head over chunks of rows (issue 10).
+/* test_cechunk.c — the loss head over chunks of rows.
  *
  * The engine never holds the whole [N, vocab] logits: the lm_head GEMM,
  * the cross-entropy and the dlogits GEMMs run over logit_rows rows at a

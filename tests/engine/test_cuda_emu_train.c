@@ -1,5 +1,5 @@
 /* test_cuda_emu_train.c — a short training run through the CUDA kernels
- * (emulated on the CPU) matches the CPU backend (issue 11, item 6).
+ * (emulated on the CPU) matches the CPU backend.
  *
  * A small GPT-2 (fused qkv, layernorm, GELU, tied head) and a small GQA
  * Llama (RoPE, rmsnorm, SwiGLU) are built twice from the same seed, once on

@@ -1,4 +1,4 @@
-/* test_longctx.c — attention memory is linear in T (issue 10, item 2).
+/* test_longctx.c — attention memory is linear in T.
  *
  * A small GPT-2 and a small GQA Llama at T = 4096: the old kernel kept a
  * [B, H, T, T] probability matrix per layer (here 2 layers x 4 heads x

@@ -1,5 +1,5 @@
 /* test_peak.c — the bf16 set-up does not peak above the training state
- * (issue 10, "the overhead above the kernel blocks").
+ * ("the overhead above the kernel blocks").
  *
  * A bf16 full fine-tuning splits the fp32 masters into the bf16 weights
  * and their low halves and frees the fp32 buffer (model_set_precision).

@@ -1,5 +1,5 @@
-/* test_roots.c — the engine's side of roots as a boundary (issue 9, item 5)
- * and the parameter count the server bounds model.init with (item 6):
+/* test_roots.c — the engine's side of roots as a boundary
+ * and the parameter count the server bounds model.init with:
  *
  * - ty_open_input refuses a FIFO (without blocking), /dev/zero, a
  *   directory, and a symlink inside a root that leads outside it; reads a

@@ -83,7 +83,7 @@ def lora_targets(arch):
     return ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-# Families added with issue 14 item 4: their norm weights are drawn too
+# The newer families: their norm weights are drawn too
 # (1 + noise) so a norm weight read wrongly changes the logits.
 NEW_FAMILIES = ("qwen3", "llama3", "phi3", "gemma2", "gemma3")
 

@@ -7,7 +7,7 @@
 # kernel source calls an atomic (atomicAdd & co.): every reduction is a
 # fixed-order one, so results repeat bit for bit (docs/kernels.md). Always:
 # no managed (unified) memory -- device buffers are cudaMalloc'd, batches
-# go through pinned host memory and explicit copies (issue 11) -- checked
+# go through pinned host memory and explicit copies -- checked
 # in the library's undefined symbols and, with SRC_DIR, in the sources.
 # With ARCHS and FLAGS (the target's CUDA_ARCHITECTURES and, for a Makefile
 # generator, its flags.make): every configured architecture reaches nvcc

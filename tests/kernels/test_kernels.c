@@ -901,7 +901,7 @@ static void test_attention_fused(void)
     run_attention(1, 66, 2, 2, 4, 1);
 }
 
-/* The kernel before issue 10 kept the probabilities P [B,Hq,T,T] from the
+/* The first attention kernel kept the probabilities P [B,Hq,T,T] from the
  * forward and used rowsum(P * dP) in the backward. This is that algorithm
  * in plain fp32 loops (no tiles), so the tiled recomputing backward can be
  * held to it: the same gradients within fp32 rounding. q/k/v contiguous. */

@@ -1,5 +1,5 @@
 /* test_table.c — one table of kernel cases, run against every backend the
- * build contains (issue 10: device-independent kernel tests).
+ * build contains (device-independent kernel tests).
  *
  * Unlike test_kernels.c (CPU only: it reads kn_alloc'd memory directly),
  * every case here goes through the device interface only: inputs are drawn

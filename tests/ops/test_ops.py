@@ -1,4 +1,4 @@
-"""test_ops.py — issue 15 items 1-5 against the real daemon and the fake
+"""test_ops.py — the operations features against the real daemon and the fake
 engine: budgets (a limit reached checkpoints and stops the job, succeeded
 with stop_reason budget), stalls (an engine stopped with SIGSTOP, one that
 loops without progress, the default from the step time) and idle GPUs

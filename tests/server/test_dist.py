@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_dist.py — multi-rank CPU jobs from the server (issue 12 item 3).
+"""test_dist.py — multi-rank CPU jobs from the server.
 
 The real server and engine: `resources.cpu_ranks: 2` starts one mpirun of
 two engine ranks (docs/engine.md, Ranks; docs/server.md). Cases (ctest

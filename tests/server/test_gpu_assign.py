@@ -1,5 +1,5 @@
-"""test_gpu_assign.py — the GPUs the server assigns reach the engine
-(issue 11): a job asking for a GPU runs with CUDA_VISIBLE_DEVICES naming
+"""test_gpu_assign.py — the GPUs the server assigns reach the engine:
+a job asking for a GPU runs with CUDA_VISIBLE_DEVICES naming
 the one the scheduler gave it and TY_LOCAL_RANK 0, and the engine (backend
 auto) opens it. No GPU here: the server is given a GPU list by hand
 (`--gpus 1,3`, no NVML) and the engine is the test build

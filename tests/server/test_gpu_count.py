@@ -1,5 +1,5 @@
 """test_gpu_count.py — a job asking for more GPUs than the server has is
-refused at submit (issue 11, item 3): 400 invalid_spec naming the field
+refused at submit: 400 invalid_spec naming the field
 `resources.gpus`, with the count asked for and the count the server has,
 before anything is queued.
 """

@@ -1,5 +1,5 @@
-"""test_hardening.py — the HTTP edges of `trainyard serve` (issue 9, items 6
-and 9): malformed heads answered as JSON by the gate, never by
+"""test_hardening.py — the HTTP edges of `trainyard serve`:
+malformed heads answered as JSON by the gate, never by
 libmicrohttpd's HTML; control bytes in decoded paths and queries; strict
 query parsing; the head deadline and the per-address connection limit;
 token scopes, tokens required on loopback, and the per-token rate limit.

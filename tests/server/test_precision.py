@@ -1,5 +1,5 @@
-"""test_precision.py — precision against the backend at submit (issue 10,
-item 5): a precision the chosen backend cannot run is a 400 naming the
+"""test_precision.py — precision against the backend at submit: a
+precision the chosen backend cannot run is a 400 naming the
 field `precision`; fp16 and bf16 on the CPU are accepted (the CPU engine is
 the reference for them) and stored with the job; export.dtype and
 hyperparameters.recompute round-trip through GET /jobs/{id}.

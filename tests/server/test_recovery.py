@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_recovery.py — restarts, crashes and full disks lose nothing (issues 9 and 18).
+"""test_recovery.py — restarts, crashes and full disks lose nothing.
 
 Cases (ctest server.recovery_NAME):
   write_retry the requeue after an engine's death cannot be written (the
@@ -167,7 +167,7 @@ def integrity_ok(data_dir):
     check(rows == [("ok",)], "PRAGMA integrity_check: %s" % rows)
 
 
-# ---------------------------------------------------------------- issue 18
+# ---------------------------------------------------------------- restarts lose nothing
 
 def test_three_jobs():
     """kill -9 with three running jobs; cancel / pause / leave right after /healthz; 20 times."""
@@ -237,7 +237,7 @@ def test_three_jobs():
     no_sanitizer_report(srv)
 
 
-# ---------------------------------------------------------------- issue 9: failures are states
+# ---------------------------------------------------------------- failures are states
 
 def test_write_retry():
     """A final transition that cannot be written is logged and retried until it lands."""
@@ -272,7 +272,7 @@ def test_write_retry():
     no_sanitizer_report(srv)
 
 
-# ---------------------------------------------------------------- issue 9: disk vs. database
+# ---------------------------------------------------------------- disk vs. database
 
 def test_reconcile():
     """Before a resume the job's checkpoint rows are made to match its directory."""
@@ -352,7 +352,7 @@ def test_reconcile():
     no_sanitizer_report(srv)
 
 
-# ---------------------------------------------------------------- issue 9: the exact restart case
+# ---------------------------------------------------------------- the exact restart case
 
 def test_exact():
     """keep_last 1 with the real engine through a graceful restart and a kill -9."""
@@ -425,7 +425,7 @@ def test_exact():
     no_sanitizer_report(srv)
 
 
-# ---------------------------------------------------------------- issue 9: kill anything
+# ---------------------------------------------------------------- kill anything
 
 def test_chaos():
     """50 SIGKILLs of the server or the engine at random moments; nothing lost."""
@@ -510,7 +510,7 @@ def test_chaos():
         check(os.path.exists(path), "committed checkpoint %s of job %d has its manifest in the store" % (d, jid))
 
 
-# ---------------------------------------------------------------- issue 9: full disk
+# ---------------------------------------------------------------- full disk
 
 def test_disk_full():
     """A checkpoint that hits a full disk fails the job cleanly; submits are 503 while full."""

@@ -1,5 +1,5 @@
-"""test_roots.py — roots are a boundary (issue 9, item 5) and model.init is
-checked at submit (item 6), against the real daemon and the real engine.
+"""test_roots.py — roots are a boundary and model.init is
+checked at submit, against the real daemon and the real engine.
 
 Each case is one function, run as `test_roots.py <case>` by ctest
 (server.roots_*). Attacks tried: /etc/shadow and the server's cwd with the

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_server.py — integration tests of `trainyard serve` (issue 2).
+"""test_server.py — integration tests of `trainyard serve`.
 
 Each test starts the real daemon on a free port with a fresh data dir and
 the fake engine (tests/fixtures), drives it over HTTP/SSE, and checks the

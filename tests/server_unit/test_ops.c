@@ -1,4 +1,4 @@
-/* test_ops.c — the pure parts of the operations features (issue 15) and
+/* test_ops.c — the pure parts of the operations features and
  * their SQL: the webhook signature against a vector computed by Python's
  * hmac, prices per GPU model, limits at submit (defaults, caps, a price
  * required for max_cost, webhook hosts), and db_ops.h: PATCH only while

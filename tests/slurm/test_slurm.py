@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """test_slurm.py — the server's Slurm executor against a real one-node cluster
-(issue 12, items 4 and 5).
+(items 4 and 5).
 
 The cluster (munged, slurmctld, slurmd) is started by the ctest fixture
 slurm.cluster_start (tests/slurm/cluster.sh) and reached through SLURM_CONF.

@@ -1,5 +1,5 @@
 """test_store_probe.py — a job's checkpoint store is checked before the job
-runs, and an upload that fails after that is never hidden (issue 9, item 4).
+runs, and an upload that fails after that is never hidden.
 
 The real `trainyard serve` with the fake engine against s3rver and Azurite
 (tests/storage/harness.py), with tests/storage/faultproxy.py in front of

@@ -1,5 +1,5 @@
 // compare.test.mjs — web.compare: comparing runs, chart controls and the
-// ticking clock (issue 15 item 6), in headless Chromium against a real
+// ticking clock, in headless Chromium against a real
 // `trainyard serve --require-token` driving the test engine; the page has
 // the token in session storage, so every request and stream of the compare
 // view goes through the dashboard's token handling.

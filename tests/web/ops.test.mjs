@@ -1,4 +1,4 @@
-// ops.test.mjs — the dashboard's part of issue 15: a running job that
+// ops.test.mjs — the dashboard's part of the operations features: a running job that
 // stopped reporting shows a "stalled" badge in the jobs list and a notice
 // in its view, and the list filters by tag (from the URL, the filter box,
 // or a click on a row's tag).

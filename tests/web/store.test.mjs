@@ -1,5 +1,5 @@
 // store.test.mjs — the dashboard never shows a job as fine when its
-// checkpoints are not in its store (issue 9, item 4).
+// checkpoints are not in its store.
 //
 //   node store.test.mjs --trainyard BIN --engine BIN --out DIR
 //

@@ -663,7 +663,7 @@ cudaError_t cudaRuntimeGetVersion(int *v)
  * pinned) memory it made. engine.device.emu_stats compares runs of
  * different lengths and accumulation: no allocation and no pageable copy
  * in the step loop, and the loss read back once per step, not once per
- * micro-batch (issue 11's memory rules). */
+ * micro-batch (the device path's memory rules, docs/engine.md). */
 namespace {
 struct emu_stats {
     std::mutex mu;
