@@ -20,6 +20,26 @@ static int usage_error(const char *msg)
     return CLI_EXIT_USAGE;
 }
 
+/* An estimated start as people say it: "now", "in ~12 min", "in ~3 h 5 min",
+ * "in ~2 days"; "unknown" without an estimate (the reason column says why). */
+static void fmt_start(char *out, size_t cap, json_t *secs)
+{
+    if (!json_is_number(secs)) {
+        snprintf(out, cap, "unknown");
+        return;
+    }
+    double s = json_number_value(secs);
+    long m = (long)(s / 60.0 + 0.5);
+    if (s < 30)
+        snprintf(out, cap, "now");
+    else if (m < 60)
+        snprintf(out, cap, "in ~%ld min", m < 1 ? 1 : m);
+    else if (m < 48 * 60)
+        snprintf(out, cap, m % 60 ? "in ~%ld h %ld min" : "in ~%ld h", m / 60, m % 60);
+    else
+        snprintf(out, cap, "in ~%ld days", (m + 720) / 1440);
+}
+
 static int cmd_queue(const struct cli_ctx *c, int argc)
 {
     if (argc) return usage_error("usage: trainyard queue [--json]");
@@ -31,7 +51,7 @@ static int cmd_queue(const struct cli_ctx *c, int argc)
         json_decref(q);
         return CLI_EXIT_OK;
     }
-    printf("%-4s %-6s %-20s %5s %4s %-24s %s\n", "POS", "ID", "NAME", "PRIO", "GPUS", "EST. START",
+    printf("%-4s %-6s %-20s %5s %4s %-16s %s\n", "POS", "ID", "NAME", "PRIO", "GPUS", "EST. START",
            "REASON");
     size_t i;
     json_t *e;
@@ -40,12 +60,15 @@ static int cmd_queue(const struct cli_ctx *c, int argc)
         json_t *pos = json_object_get(e, "position");
         char p[16] = "-";
         if (json_is_integer(pos)) snprintf(p, sizeof p, "%lld", (long long)json_integer_value(pos));
-        const char *est = json_string_value(json_object_get(e, "estimated_start"));
+        char est[32];
+        fmt_start(est, sizeof est, json_object_get(e, "estimated_start_s"));
+        if (!strcmp(json_string_value(json_object_get(e, "state")) ?: "", "paused"))
+            snprintf(est, sizeof est, "-");
         const char *name = json_string_value(json_object_get(e, "name"));
-        printf("%-4s %-6lld %-20.20s %5lld %4lld %-24s %s\n", p,
+        printf("%-4s %-6lld %-20.20s %5lld %4lld %-16s %s\n", p,
                (long long)json_integer_value(json_object_get(e, "id")), name ? name : "-",
                (long long)json_integer_value(json_object_get(e, "priority")),
-               (long long)json_integer_value(json_object_get(e, "gpus")), est ? est : "unknown",
+               (long long)json_integer_value(json_object_get(e, "gpus")), est,
                json_string_value(json_object_get(e, "reason")));
     }
     printf("%lld of %lld GPUs and %lld of %lld CPU slots free\n",
@@ -161,8 +184,12 @@ static int cmd_usage(const struct cli_ctx *c, int argc, char **argv)
         json_decref(u);
         return CLI_EXIT_OK;
     }
-    printf("%-24s %12s %12s %12s %12s %5s %5s %5s\n", "KEY", "GPU-SECONDS", "CPU-SECONDS", "COST",
-           "TOKENS", "OK", "FAIL", "CANC");
+    /* the cost column names the server's currency (--currency) */
+    const char *cur = json_string_value(json_object_get(json_object_get(u, "total"), "currency"));
+    char cost_head[32];
+    snprintf(cost_head, sizeof cost_head, "COST (%s)", cur && *cur ? cur : "?");
+    printf("%-24s %12s %12s %12s %12s %5s %5s %5s\n", "KEY", "GPU-SECONDS", "CPU-SECONDS",
+           cost_head, "TOKENS", "OK", "FAIL", "CANC");
     size_t i;
     json_t *g;
     json_t *groups = json_object_get(u, "groups");

@@ -36,6 +36,7 @@ double ops_job_eta(const db_job *j, int64_t step)
  * the running jobs' ETAs, taken by the queued jobs ahead. */
 typedef struct pool {
     int free_now, taken;
+    int64_t first_unknown; /* a queued job ahead that took slots for a time not known, or 0 */
     int nrel;
     struct rel {
         double t;
@@ -126,6 +127,22 @@ enum MHD_Result ops_get_queue(http_req *q)
         else
             snprintf(reason, sizeof reason, "waiting for a CPU slot, %d of %d free",
                      free_before > 0 ? free_before : 0, s->cfg.cpu_slots);
+        if (t < 0 && !(gpu && want > gtotal)) {
+            /* Why no estimate: a queued job ahead holds the slots for a time
+             * nobody knows before it runs, or the running jobs have not
+             * reported twice yet (no ETA). */
+            size_t len = strlen(reason);
+            if (p->first_unknown)
+                snprintf(reason + len, sizeof reason - len,
+                         "; start unknown: job %lld ahead has not run yet",
+                         (long long)p->first_unknown);
+            else
+                snprintf(reason + len, sizeof reason - len,
+                         "; start unknown: the running jobs have no ETA yet");
+        }
+        /* A queued job's run time is known only once it runs: what it
+         * takes is not released in this estimate. */
+        if (t >= 0 && !p->first_unknown) p->first_unknown = j.id;
         json_t *o =
             json_pack("{sI so ss si si ss so so}", "id", (json_int_t)j.id, "name",
                       j.name ? json_string(j.name) : json_null(), "state", "queued", "priority",

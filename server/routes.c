@@ -79,6 +79,16 @@ static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
     if (ck_step >= 0 && (j->state == JOB_QUEUED || j->state == JOB_PAUSED ||
                          ((j->state == JOB_STARTING || j->state == JOB_RUNNING) && no_run_metric)))
         step = ck_step;
+    /* The steps between the last metric and the checkpoint a stop wrote
+     * were trained too: a job is never behind its own newest checkpoint. */
+    else {
+        char *newest = NULL;
+        if (db_checkpoint_newest(d, j->id, &newest, &err) == 0 && newest) {
+            int64_t n = rec_dir_step(newest);
+            if (n > step) step = n;
+        }
+        free(newest);
+    }
     /* Only a running engine has an ETA. */
     double eta_s = ops_job_eta(j, step);
     json_t *eta = eta_s >= 0 ? json_real(eta_s) : json_null();

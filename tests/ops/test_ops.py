@@ -12,6 +12,7 @@ import hmac
 import http.server
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -132,6 +133,19 @@ def test_gpu_price():
     cost = j["cost"]
     check(cost["gpu_hours"] > 0 and abs(cost["amount"] / cost["gpu_hours"] - 7200) < 1e-6,
           "per-model price: %r" % cost)
+
+
+def test_budget_progress():
+    # Reporting every 1000 steps, a budget stop checkpoints far past the
+    # last metric: the finished job's progress is its checkpoint's step.
+    srv, model, train = setup({"step_ms": 20})
+    jid = srv.submit(spec(model, train, 100000, hyperparameters={"log_every_steps": 1000},
+                          limits={"max_runtime_s": 1}))["id"]
+    j = srv.wait_state(jid, "succeeded", timeout=60)
+    ck = srv.get("/jobs/%d/checkpoints" % jid).json["checkpoints"]
+    newest = max(c["step"] for c in ck)
+    check(newest > 1 and j["progress"]["step"] == newest,
+          "progress %r, newest checkpoint step %d" % (j["progress"], newest))
 
 
 # ---------------------------------------------------------------- 2. stalls, idle GPUs
@@ -261,6 +275,7 @@ def test_queue_patch():
     b = srv.submit(spec(model, train, 5, resources={"gpus": 2}, hyperparameters={"batch_size": 2}))["id"]
     c = srv.submit(spec(model, train, 400))["id"]
     srv.wait_state(c, "running")
+    wait_for(lambda: srv.job(c)["progress"]["eta_s"] is not None, 30, "job C's ETA")
     d = srv.submit(spec(model, train, 5))["id"]
     e = srv.submit(spec(model, train, 5, tags=["t0"]))["id"]
     q = {x["id"]: x for x in srv.get("/queue").json["queue"]}
@@ -268,6 +283,11 @@ def test_queue_patch():
           "B: %r" % q[b])
     check(q[d]["reason"] == "waiting for a CPU slot, 0 of 1 free", "D: %r" % q[d])
     check([q[b]["position"], q[d]["position"], q[e]["position"]] == [1, 2, 3], "positions %r" % q)
+    # E waits behind D, whose run time nobody knows before it runs: no
+    # estimate, and the reason says so.
+    check(q[e]["estimated_start_s"] is None and q[e]["estimated_start"] is None and
+          q[e]["reason"] == "waiting for a CPU slot, 0 of 1 free; start unknown: job %d ahead has "
+          "not run yet" % d, "E: %r" % q[e])
     # PATCH: priority reorders the queue; the spec follows.
     r = srv.request("PATCH", "/jobs/%d" % e, {"priority": 10, "name": "renamed", "tags": ["team-a", "exp:1"]})
     check(r.status == 200 and r.json["priority"] == 10 and r.json["name"] == "renamed"
@@ -301,6 +321,12 @@ def test_queue_patch():
     out = cli(srv, "queue")
     check(out.returncode == 0 and "waiting for 2 GPUs, 1 free" in out.stdout and "paused" in out.stdout,
           "trainyard queue: %r" % out)
+    # estimates relative to now, never a raw timestamp (E and B have one:
+    # the running jobs C and A report ETAs)
+    rows = {l.split()[1]: l for l in out.stdout.splitlines()[1:] if l[:1].isdigit()}
+    check(not re.search(r"\d{4}-\d\d-\d\dT", out.stdout) and
+          all(re.search(r" (now|in ~\d+ (min|h))", rows[str(x)]) for x in (e, b)),
+          "relative estimates: %r" % out.stdout)
     out = cli(srv, "jobs", "--tag", "exp:1", "--json")
     check(out.returncode == 0 and [j["id"] for j in json.loads(out.stdout)["jobs"]] == [e], "jobs --tag %r" % out)
     out = cli(srv, "patch", str(e), "--priority", "3", "--tags", "x,y")
@@ -368,6 +394,8 @@ def test_usage():
     check(srv.get("/usage").json["total"] == t, "usage changed after a delete")
     out = cli(srv, "usage", "--group-by", "token")
     check(out.returncode == 0 and "alice" in out.stdout and "bob" in out.stdout, "cli usage %r" % out)
+    cur = t["currency"]
+    check(("COST (%s)" % cur) in out.stdout.splitlines()[0], "the cost column names %s: %r" % (cur, out.stdout))
     out = cli(srv, "usage", "--csv")
     check(out.returncode == 0 and out.stdout.startswith("key,gpu_seconds"), "cli usage --csv %r" % out)
 
@@ -440,7 +468,14 @@ def test_webhooks():
         types = [(e["type"], e["data"].get("to")) for e in evs]
         check(("budget", None) in types and ("state", "running") in types and ("state", "stopping") in types,
               "types %r" % types)
-        last = [e for e in evs if e["type"] == "state"][-1]
+        # r1 failed its first two: arrival order may differ; seq orders
+        # the job's states into one chain ending succeeded
+        states = sorted((e for e in evs if e["type"] == "state"), key=lambda e: e["seq"])
+        seqs = [e["seq"] for e in states]
+        check(len(set(seqs)) == len(seqs), "seq repeats: %r" % seqs)
+        chain = [(e["data"]["from"], e["data"]["to"]) for e in states]
+        check(all(chain[i][1] == chain[i + 1][0] for i in range(len(chain) - 1)), "by seq: %r" % chain)
+        last = states[-1]
         check(last["job"]["state"] == "succeeded" and last["job"]["stop_reason"] == "budget", "%r" % last)
         with r.lock:
             for h, b in r.got:
@@ -494,6 +529,7 @@ def test_webhook_slow():
 
 if __name__ == "__main__":
     run_tests({"budget": test_budget, "budget_restart": test_budget_restart, "budget_refused": test_budget_refused, "gpu_price": test_gpu_price,
+               "budget_progress": test_budget_progress,
                "stall_sigstop": test_stall_sigstop, "cancel_sigstop": test_cancel_sigstop,
                "stall_healthy": test_stall_healthy,
                "stall_loop": test_stall_loop,
