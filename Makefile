@@ -52,12 +52,13 @@ install-only:
 	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) echo "trainyard is on your PATH: try trainyard --help";; \
 	  *) echo "note: $(PREFIX)/bin is not on your PATH; run $(PREFIX)/bin/trainyard, or add it";; esac
 
-# `make test` also builds the Release binaries `make run` uses, so a warning
-# that only an optimised build raises cannot break the README's first command.
-test: deps build
-	@cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTY_SANITIZE=ON >/dev/null
-	@cmake --build $(TEST_BUILD) -j $(JOBS)
-	@cd $(TEST_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+# `make test`: packages, the Release binaries `make run` uses (so a warning
+# that only an optimised build raises cannot break the README's first
+# command), the sanitizer build and ctest -- one line a stage, the failures
+# in full and ctest's summary; each stage's whole output is in a log under
+# $(TEST_BUILD) (deploy/test.sh).
+test:
+	@bash deploy/test.sh $(BUILD) $(TEST_BUILD) $(JOBS)
 
 # Longer fuzzing than `make test`'s 60 s per target (docs/fuzzing.md); the
 # corpus grows in $(FUZZ_BUILD)/corpus across runs.

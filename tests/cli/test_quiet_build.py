@@ -1,7 +1,8 @@
 """test_quiet_build.py — cli.quiet_build: deploy/build.sh, the build behind
-`make build|run|demo|install`, prints a short summary and the binaries'
-absolute paths instead of CMake's and make's output, and on a failure the
-compiler's error and where the whole log is.
+`make build|run|demo|install`, says that it configures and how far it has
+compiled, then prints a short summary (with the backends this machine can
+use) and the binaries' absolute paths instead of CMake's and make's output,
+and on a failure the compiler's error and where the whole log is.
 
 It builds a two-file CMake project in a temporary directory (seconds), from
 inside a make (MAKEFLAGS=-w, the flag that printed every "Entering
@@ -44,11 +45,19 @@ def main():
         out = r.stdout + r.stderr
         lines = out.splitlines()
         real = os.path.realpath(proj)
-        want = ["build: trainyard 9.8.7 (Release, CUDA backend OFF) in",
+        # configuring (a first build), progress lines, then the summary,
+        # the backends and the path
+        if not lines or not lines[0].startswith("build: configuring Release in b (first build"):
+            fail("the first line says it configures a first build; got:\n" + out)
+        progress = [l for l in lines[1:-3] if l.startswith("build: compiling, ")]
+        if len(progress) != len(lines) - 4 or any("%" not in l for l in progress):
+            fail("between them only progress lines; got:\n" + out)
+        want = ["build: trainyard 9.8.7 (Release) in",
+                "build: backends usable here: CPU (CUDA not compiled",
                 "  %s/b/bin/trainyard" % real]
-        if len(lines) != 2 or not lines[0].startswith(want[0]) or lines[1] != want[1]:
-            fail("want two lines, the summary and the path; got:\n" + out)
-        if "b/build.log" not in lines[0] or not os.path.isfile(os.path.join(proj, "b", "build.log")):
+        if not lines[-3].startswith(want[0]) or not lines[-2].startswith(want[1]) or lines[-1] != want[2]:
+            fail("want the summary, the backends and the path last; got:\n" + out)
+        if "b/build.log" not in lines[-3] or not os.path.isfile(os.path.join(proj, "b", "build.log")):
             fail("the summary names the log, which holds CMake's output:\n" + out)
         with open(os.path.join(proj, "b", "build.log")) as f:
             if "Built target trainyard" not in f.read():
