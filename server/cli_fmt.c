@@ -4,7 +4,8 @@
  * is a pure function of the API's JSON: tests/cli feeds fixed jobs and
  * events and compares the text with snapshots. The formats are chosen once
  * per column: printf's %g switches between 0.00015 and 2.72036e-05 as the
- * value crosses 1e-4, which makes a column of learning rates unreadable. */
+ * value crosses 1e-4, which makes a column of learning rates unreadable.
+ * Losses follow the dashboard's rule for metrics (clifmt_metric). */
 #include "cli_fmt.h"
 
 #include <math.h>
@@ -47,6 +48,47 @@ void clifmt_count(char *out, size_t cap, long long n)
     snprintf(out, cap, "%lld", n);
 }
 
+void clifmt_metric(char *out, size_t cap, double v)
+{
+    if (!isfinite(v)) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    if (v == 0) {
+        snprintf(out, cap, "0");
+        return;
+    }
+    double a = fabs(v);
+    if (a < 1e-3) {
+        /* "7.590e-04" -> "7.590e-4": the exponent as the dashboard writes it. */
+        char tmp[48];
+        snprintf(tmp, sizeof tmp, "%.3e", v);
+        char *e = strchr(tmp, 'e');
+        if (e) {
+            char sign = e[1];
+            char *d = e + 2;
+            while (*d == '0' && d[1])
+                d++;
+            snprintf(out, cap, "%.*se%s%s", (int)(e - tmp), tmp, sign == '-' ? "-" : "", d);
+        } else {
+            snprintf(out, cap, "%s", tmp);
+        }
+        return;
+    }
+    if (a >= 999.95) {
+        snprintf(out, cap, "%.0f", v);
+        return;
+    }
+    /* Four significant digits; a value that rounds up to the next power of
+     * ten (0.99996 -> 1.000) keeps four, not five. */
+    int dec = 3 - (int)floor(log10(a));
+    if (dec < 0) dec = 0;
+    char tmp[48];
+    snprintf(tmp, sizeof tmp, "%.*f", dec, a);
+    if (dec > 0 && strtod(tmp, NULL) >= pow(10.0, 4 - dec)) dec--;
+    snprintf(out, cap, "%.*f", dec, v);
+}
+
 double clifmt_parse_ts(const char *ts)
 {
     if (!ts) return -1;
@@ -85,7 +127,7 @@ static void put_trimmed(FILE *out, char *line)
 
 /* ---- jobs ---- */
 
-#define JOBS_ROW "%-6s %-10s %-13s %6s  %-8s %-7s %s"
+#define JOBS_ROW "%-6s %-10s %-13s %6s  %-9s %-7s %s"
 
 void clifmt_jobs_header(FILE *out)
 {
@@ -108,7 +150,7 @@ void clifmt_jobs_row(FILE *out, json_t *j)
         if (json_is_number(e)) clifmt_duration(eta, sizeof eta, json_number_value(e));
     }
     if (json_is_number(json_object_get(lm, "loss")))
-        snprintf(loss, sizeof loss, "%.4f", json_number_value(json_object_get(lm, "loss")));
+        clifmt_metric(loss, sizeof loss, json_number_value(json_object_get(lm, "loss")));
     char line[512];
     snprintf(line, sizeof line, JOBS_ROW, id, jstr(j, "state", "?"), step, pct, loss, eta,
              jstr(j, "name", ""));
@@ -194,11 +236,13 @@ static void print_metric(clifmt_watch *w, FILE *out, json_t *d, const char *ts)
             clifmt_duration(eta, sizeof eta, per_step * (double)(w->max_steps - step));
         }
     }
-    char line[320];
-    int n = snprintf(line, sizeof line, "%s  loss %.4f  lr %-9s  tokens/s %-8s  ETA %-6s", head,
-                     json_number_value(json_object_get(d, "loss")), lr, tps, eta);
+    char line[320], loss[32], evl[32];
+    clifmt_metric(loss, sizeof loss, json_number_value(json_object_get(d, "loss")));
+    clifmt_metric(evl, sizeof evl, w->eval_loss);
+    int n = snprintf(line, sizeof line, "%s  loss %-8s  lr %-9s  tokens/s %-8s  ETA %-6s", head,
+                     loss, lr, tps, eta);
     if (w->have_eval && n > 0 && (size_t)n < sizeof line)
-        snprintf(line + n, sizeof line - (size_t)n, "  eval loss %.4f", w->eval_loss);
+        snprintf(line + n, sizeof line - (size_t)n, "  eval loss %s", evl);
     put_trimmed(out, line);
 }
 
@@ -212,7 +256,9 @@ void clifmt_watch_event(clifmt_watch *w, FILE *out, const char *type, json_t *d,
     } else if (strcmp(type, "eval") == 0) {
         w->have_eval = 1;
         w->eval_loss = json_number_value(json_object_get(d, "loss"));
-        fprintf(out, "eval at step %lld: loss %.4f\n", jint(d, "step"), w->eval_loss);
+        char evl[32];
+        clifmt_metric(evl, sizeof evl, w->eval_loss);
+        fprintf(out, "eval at step %lld: loss %s\n", jint(d, "step"), evl);
     } else if (strcmp(type, "checkpoint") == 0) {
         /* A failed upload says why (the store and the service's reason). */
         const char *cerr = jstr(d, "error", NULL);

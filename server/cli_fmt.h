@@ -3,7 +3,7 @@
  *
  * Pure functions of their JSON input (no I/O but the FILE they print to, no
  * clock), so tests/cli can pin the output with fixed inputs. Each column
- * has one number format whatever the value: loss with four decimals, the
+ * has one number format whatever the value: loss with four significant digits (clifmt_metric), the
  * learning rate always in scientific notation, progress as step/max and a
  * percentage, durations as "45s", "3m12s", "1h02m", "2d03h". */
 #ifndef TY_CLI_FMT_H
@@ -19,6 +19,12 @@ void clifmt_duration(char *out, size_t cap, double seconds);
 
 /* A count at a glance: 112384 -> "112k", 1100048384 -> "1.10B". */
 void clifmt_count(char *out, size_t cap, long long n);
+
+/* A loss or other metric for people, the dashboard's rule (web/util.js
+ * fmtMetric): four significant digits ("2.117", "0.1000", "0.001733"),
+ * scientific notation below 1e-3 ("7.590e-4"), whole numbers from 1000 up,
+ * "0" for zero, "-" when not finite; never "0.0000". */
+void clifmt_metric(char *out, size_t cap, double v);
 
 /* An RFC 3339 UTC timestamp ("2026-12-02T19:10:15.123Z") as seconds since
  * the epoch; -1 when it is not one. */

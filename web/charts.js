@@ -15,6 +15,7 @@
 import {niceTicks, logTicks, timeTicks, fmtTick, fmtClock, fmtElapsed} from './axes.js';
 import {columns} from './downsample.js';
 import {emaInto} from './smooth.js';
+import {fmtMetric} from './util.js';
 
 const PAD = {left: 52, right: 12, top: 10, bottom: 24};
 const RAW_ALPHA = 0.22; // the raw line behind a smoothed one
@@ -420,7 +421,7 @@ export class Chart {
     const lines = [];
     let xShown = null;
     const wsm = this.smoothing;
-    const fmt = (y) => (this.opts.yFormat ? this.opts.yFormat(y) : String(Number(y.toPrecision(5))));
+    const fmt = (y) => (this.opts.yFormat ? this.opts.yFormat(y) : fmtMetric(y));
     for (const s of this.series) {
       if (!s.n) continue;
       let i = s.lowerBound(xv);

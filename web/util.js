@@ -68,15 +68,25 @@ export function fmtNum(v, digits = 4) {
   return Number(v.toPrecision(digits)).toString();
 }
 
-// One format per column, whatever the value (fmtNum above switches to
-// exponents below 1e-3, so a column would mix 0.001733 and 7.59e-4):
-// losses with four decimals, learning rates always as 1.50e-4, rates as
-// whole numbers with thousands separators.
-export function fmtLoss(v) {
+// Losses and other metrics for people: four significant digits ("2.117",
+// "0.1000", "0.001733"), scientific notation below 1e-3 ("7.590e-4"),
+// whole numbers from 1000 up ("12346"), "0" for zero; never "0.0000",
+// however far a loss falls. The CLI (server/cli_fmt.c clifmt_metric)
+// prints the same text for the same value.
+export function fmtMetric(v) {
   if (typeof v !== 'number' || !Number.isFinite(v)) return '–';
-  return v.toFixed(4);
+  if (v === 0) return '0';
+  const a = Math.abs(v);
+  if (a < 1e-3) return v.toExponential(3).replace('e+', 'e');
+  if (a >= 999.95) return Math.round(v).toString();
+  return v.toPrecision(4);
 }
 
+// The loss cards and columns: the metric format above.
+export const fmtLoss = fmtMetric;
+
+// Learning rates always as 1.50e-4, rates as whole numbers with thousands
+// separators: one format per column, whatever the value.
 export function fmtLr(v) {
   if (typeof v !== 'number' || !Number.isFinite(v)) return '–';
   return v.toExponential(2);

@@ -101,6 +101,20 @@ static void check_helpers(void)
     CHECK(clifmt_parse_ts("2026-12-02T10:00:00+01:00") < 0);
     CHECK(clifmt_parse_ts("yesterday") < 0);
     CHECK(clifmt_parse_ts(NULL) < 0);
+    /* Metrics: the dashboard's rule (web/util.js fmtMetric), never 0.0000. */
+    static const struct {
+        double v;
+        const char *want;
+    } metrics[] = {{0, "0"},           {2.11723, "2.117"},    {0.1, "0.1000"},
+                   {0.001733, "0.001733"}, {0.00099996, "1.000e-3"}, {7.59e-4, "7.590e-4"},
+                   {1e-9, "1.000e-9"},  {3.5e-12, "3.500e-12"}, {0.99996, "1.000"},
+                   {999.94, "999.9"},    {999.96, "1000"},      {12345.6, "12346"},
+                   {-0.5, "-0.5000"},   {NAN, "-"}};
+    for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++) {
+        clifmt_metric(b, sizeof b, metrics[i].v);
+        if (strcmp(b, metrics[i].want) != 0)
+            TY_FAIL("clifmt_metric(%g) = \"%s\", want \"%s\"", metrics[i].v, b, metrics[i].want);
+    }
 }
 
 /* watch: every event of the stream through one view, as cmd_watch does. */
@@ -131,12 +145,15 @@ static void check_watch(const char *dir)
     fclose(m);
     snapshot(dir, "watch.txt", out);
     /* The rules the snapshot shows, spelt out so a careless rewrite of it
-     * cannot drop them: one lr format, a sentence for the first state. */
+     * cannot drop them: one lr format, a sentence for the first state, losses
+     * in four significant digits. */
     CHECK(strstr(out, "lr 1.500e-04") && strstr(out, "lr 2.720e-05"));
     CHECK(strstr(out, "Job 7 was submitted and is queued.\n") == out);
     CHECK(strstr(out, "resumed from step 201"));
     CHECK(strstr(out, "step  101/3000   3.4%"));
-    CHECK(strstr(out, "eval loss 1.2001"));
+    CHECK(strstr(out, "eval loss 1.200"));
+    /* A tiny loss reads as a number, not as 0.0000. */
+    CHECK(strstr(out, "loss 7.590e-4") && !strstr(out, "0.0000"));
     CHECK(strstr(out, "Job 7 is paused: resumes from step 201.\n")); /* not "paused: paused; ..." */
     free(out);
     free(events);
@@ -155,7 +172,8 @@ static void check_jobs(const char *dir)
     json_array_foreach(json_object_get(page, "jobs"), i, j) clifmt_jobs_row(m, j);
     fclose(m);
     snapshot(dir, "jobs.txt", out);
-    CHECK(strstr(out, "0.0017") && strstr(out, "0.0008") && !strstr(out, "e-"));
+    /* Losses in four significant digits, tiny ones in scientific notation. */
+    CHECK(strstr(out, "0.001733 ") && strstr(out, "7.590e-4 ") && !strstr(out, "0.0000"));
     free(out);
     json_decref(page);
 }

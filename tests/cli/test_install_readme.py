@@ -365,14 +365,15 @@ def run_cli(work, port, env, spec_body):
     check(code == want_code, "watch exits %d, got %d:\n%s" % (want_code, code, wout[-2000:]))
     lcode, lout = drain(logs, llines, 120)
     check(lcode == 0 and lout.strip(), "logs -f ends with the job: %d %r" % (lcode, lout[-500:]))
-    # watch from the start (it replays): the sentence first, steps of 3000 with
-    # one lr format, the end.
-    whole = run("trainyard watch 1", work, env, ok=False)
+    # watch --all replays from the start: the sentence first, steps of 3000
+    # with one loss and one lr format, the end.
+    whole = run("trainyard watch 1 --all", work, env, ok=False)
     check(whole.returncode == want_code, "watch of the ended job: %d" % whole.returncode)
     lines = whole.stdout.splitlines()
     check(lines[0] == "Job 1 was submitted and is queued.", "watch's first line: %r" % lines[0])
     steps = [x for x in lines if x.startswith("step ")]
-    check(steps and all(re.match(r"step +\d+/3000 +\d+\.\d%  loss \d+\.\d{4}  lr \d\.\d{3}e[-+]\d\d  ", x)
+    loss = r"(\d\.\d{3}|\d\d\.\d\d|0\.0{0,2}[1-9]\d{3}|\d\.\d{3}e-\d+)"  # 4 significant digits
+    check(steps and all(re.match(r"step +\d+/3000 +\d+\.\d%  loss " + loss + r" +lr \d\.\d{3}e[-+]\d\d  ", x)
                         for x in steps), "metric lines: %s" % steps[:5])
     check(any(x.startswith(want_line) for x in lines), "watch ends with %r: %s" % (want_line, lines[-3:]))
 

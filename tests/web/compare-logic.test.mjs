@@ -3,7 +3,8 @@
 // Node: EMA smoothing (web/smooth.js), log-scale ticks (web/axes.js), the
 // pixel-column downsampler (web/downsample.js), ids from the address, a
 // job's events as points by step and by time, the spec differences
-// (web/compare-data.js), and ETAs that count down (web/clock.js).
+// (web/compare-data.js), ETAs that count down (web/clock.js), and the one
+// format of metrics (web/util.js fmtMetric).
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import {ema, emaInto, clampWeight} from '../../web/smooth.js';
@@ -220,4 +221,15 @@ test('a chart series keeps its smoothed copy current across appends and replayed
   s.clear();
   s.push(1, 5);
   assert.deepEqual(Array.from(s.smoothed(0.3).subarray(0, s.n)), [5]);
+});
+
+test('metrics read in four significant digits, scientific below 1e-3, never 0.0000', async () => {
+  const {fmtMetric, fmtLoss} = await import('../../web/util.js');
+  const want = [[0, '0'], [2.11723, '2.117'], [0.1, '0.1000'], [0.001733, '0.001733'],
+    [0.00099996, '1.000e-3'], [7.59e-4, '7.590e-4'], [1e-9, '1.000e-9'], [3.5e-12, '3.500e-12'],
+    [0.99996, '1.000'], [999.94, '999.9'], [999.96, '1000'], [12345.6, '12346'], [-0.5, '-0.5000'],
+    [NaN, '–'], [undefined, '–']];
+  // The same table as the CLI's clifmt_metric (tests/cli/test_cli_fmt.c).
+  for (const [v, s] of want) assert.equal(fmtMetric(v), s, `fmtMetric(${v})`);
+  assert.equal(fmtLoss, fmtMetric);
 });
