@@ -19,6 +19,35 @@ import {fmtMetric} from './util.js';
 
 const PAD = {left: 52, right: 12, top: 10, bottom: 24};
 const RAW_ALPHA = 0.22; // the raw line behind a smoothed one
+export const MIN_SMOOTH = 20; // shorter series are drawn raw
+
+// The x range of a step chart: from the first step seen to the last, the
+// right edge rounded up to a tenth of the span's decade so that it moves in
+// steps, not with every point (the column aggregates survive most frames of
+// a live run). maxSteps (the job's length) joins the range, with a marker,
+// only when it lies within NEAR_END of the span beyond the data: a job that
+// has barely begun is not squeezed into the left edge of its chart.
+export const NEAR_END = 0.2;
+export function stepRange(first, last, maxSteps = null) {
+  let x0 = first, x1 = last;
+  if (!(x1 > x0)) x1 = x0 + 1;
+  const span = x1 - x0;
+  let marker = null;
+  if (Number.isFinite(maxSteps) && maxSteps >= last && maxSteps <= last + NEAR_END * span) {
+    marker = maxSteps;
+    x1 = Math.max(x1, maxSteps);
+  } else if (span >= 10) {
+    const unit = Math.pow(10, Math.floor(Math.log10(span))) / 10;
+    x1 = x0 + Math.ceil((x1 - x0) / unit) * unit;
+  }
+  return {x0, x1, marker};
+}
+
+// Whether a series has fallen by `factor` from its first value (a loss
+// 100x down is read on a log axis).
+export function fallen(s, factor) {
+  return s.n > 1 && s.ys[0] > 0 && s.yMinPos < Infinity && s.ys[0] / s.yMinPos >= factor;
+}
 
 export class Series {
   // rewind: a point whose x does not advance replaces the tail from there
@@ -106,7 +135,10 @@ export class Series {
 export class Chart {
   // opts: title, xKind ('step' | 'time' | 'elapsed': ms since the epoch, or
   // since the run began), yFormat(v) for hover, yMin (e.g. 0 for
-  // utilisation), yMax, logY (start on a log axis), smoothing (EMA weight),
+  // utilisation), yMax, logY (start on a log axis), autoLog (switch to a
+  // log axis once the first series has fallen by this factor, unless the
+  // user has set the toggle), smoothing (EMA weight), smooth (false: never
+  // smoothed, whatever the slider), dots (see dotted(); none by default),
   // series: [{name, color}]
   constructor(opts) {
     this.opts = opts;
@@ -115,6 +147,7 @@ export class Chart {
     this.hoverX = null;
     this.pending = false;
     this.logY = !!opts.logY;
+    this.userLog = false; // the user chose the scale: autoLog no longer applies
     this.smoothing = opts.smoothing || 0;
     this.root = document.createElement('figure');
     this.root.className = 'chart';
@@ -133,7 +166,7 @@ export class Chart {
     this.logBox.type = 'checkbox';
     this.logBox.checked = this.logY;
     this.logBox.setAttribute('aria-label', `Log scale for ${opts.title}`);
-    this.logBox.addEventListener('change', () => this.setLogY(this.logBox.checked));
+    this.logBox.addEventListener('change', () => { this.userLog = true; this.setLogY(this.logBox.checked); });
     logLabel.append(this.logBox, document.createTextNode('log'));
     cap.append(this.titleEl, this.legend, logLabel);
     this.box = document.createElement('div');
@@ -249,14 +282,16 @@ export class Chart {
         y1 = Math.max(y1, s.yMax);
       }
     }
-    const fromZero = this.opts.xKind === 'step' || !this.opts.xKind || this.opts.xKind === 'elapsed';
-    if (fromZero) {
+    this.marker = null;
+    if (this.opts.xKind === 'step' || !this.opts.xKind) {
+      // Steps span the data (stepRange); max_steps only when near.
+      const r = stepRange(x0, x1, this.xMaxHint);
+      x0 = r.x0; x1 = r.x1; this.marker = r.marker;
+    } else if (this.opts.xKind === 'elapsed') {
+      // Time since the run began: from 0, the right edge moving in steps
+      // of a tenth of a decade of the span.
       x0 = Math.min(x0, 0);
-      if (this.xMaxHint !== null) x1 = Math.max(x1, this.xMaxHint);
-      // Without a known end (the compare view) the right edge moves in
-      // steps of a tenth of a decade of the span, not with every point: the
-      // column aggregates survive most frames of a live run.
-      else if (x1 > x0) {
+      if (x1 > x0) {
         const unit = Math.pow(10, Math.floor(Math.log10(x1 - x0))) / 10;
         x1 = Math.ceil(x1 / unit) * unit;
       }
@@ -305,6 +340,10 @@ export class Chart {
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, w, hgt);
     if (!total) return;
+    if (this.opts.autoLog && !this.userLog && !this.logY && this.series[0] && fallen(this.series[0], this.opts.autoLog)) {
+      this.setLogY(true);
+      this.root.dataset.autoLog = 'on';
+    }
 
     const style = getComputedStyle(this.root);
     const fg = style.getPropertyValue('--chart-fg').trim() || '#555';
@@ -320,6 +359,9 @@ export class Chart {
     const px = (x) => PAD.left + (x - x0) * sx;
     const py = (y) => PAD.top + ph - (ty(y) - y0) * sy;
     this.view = {x0, x1, y0, y1, sx, sy, pw, ph};
+    this.root.dataset.xrange = `${x0} ${x1}`;
+    if (this.marker !== null) this.root.dataset.maxMarker = String(this.marker);
+    else delete this.root.dataset.maxMarker;
 
     // Grid and tick labels.
     ctx.font = '11px system-ui, sans-serif';
@@ -346,6 +388,17 @@ export class Chart {
       ctx.fillText(this.fmtX(t), x, PAD.top + ph + 5);
     }
 
+    // The job's end (max_steps) when it is near: a faint dashed line.
+    if (this.marker !== null) {
+      const x = Math.round(px(this.marker)) - 0.5;
+      ctx.save();
+      ctx.globalAlpha = 0.45;
+      ctx.strokeStyle = fg;
+      ctx.setLineDash([2, 4]);
+      ctx.beginPath(); ctx.moveTo(x, PAD.top); ctx.lineTo(x, PAD.top + ph); ctx.stroke();
+      ctx.restore();
+    }
+
     // Series, decimated to pixel columns; with smoothing, the raw line faint
     // and the smoothed one over it.
     ctx.save();
@@ -355,17 +408,21 @@ export class Chart {
     ctx.lineWidth = 1.5;
     ctx.lineJoin = 'bevel';
     const width = Math.ceil(pw);
-    const wsm = this.smoothing;
     let drawn = 0;
+    let smoothedAny = false, dots = 0;
     for (const s of this.series) {
       if (!s.n) continue;
+      const wsm = this.weightFor(s);
+      smoothedAny ||= wsm > 0;
       const raw = this.decimate(s, x0, sx, width);
       ctx.strokeStyle = s.color;
       ctx.globalAlpha = wsm > 0 ? RAW_ALPHA : 1;
       drawn += this.stroke(ctx, raw, py);
-      // Sparse series (eval loss: a few points) also get a dot per point.
-      if (s.n <= 64) {
+      // Series sparse by nature (eval loss: a few points) also get a dot
+      // per point; a chart says which with opts.dots.
+      if (this.dotted(s)) {
         ctx.fillStyle = s.color;
+        dots += s.n;
         for (let i = 0; i < s.n; i++) {
           ctx.beginPath(); ctx.arc(px(s.xs[i]), py(s.ys[i]), 2.5, 0, Math.PI * 2); ctx.fill();
         }
@@ -379,10 +436,30 @@ export class Chart {
     }
     ctx.globalAlpha = 1;
     ctx.restore();
+    this.root.dataset.smoothed = smoothedAny ? 'yes' : 'no';
+    this.root.dataset.dots = String(dots);
     // What the last frame stroked: bounded by the width, not the points.
     this.root.dataset.vertices = String(drawn);
 
     if (this.hoverX !== null) this.drawHover(ctx, px, py);
+  }
+
+  // The smoothing weight a series is drawn with: none on a chart made with
+  // smooth: false (a learning rate is a schedule, not noise) and none for a
+  // series of fewer than MIN_SMOOTH points (an EMA over a handful of points
+  // only drags the line).
+  weightFor(s) {
+    return this.opts.smooth === false || s.n < MIN_SMOOTH ? 0 : this.smoothing;
+  }
+
+  // Whether a series gets a dot per point: only where the chart asks,
+  // for series sparse by nature (evals): opts.dots 'sparse' dots every
+  // series of at most 64 points, a function decides per series (and the
+  // 64-point bound still holds); a training curve of 60 points is a line.
+  dotted(s) {
+    const d = this.opts.dots;
+    if (typeof d === 'function') return d(s, this.series.indexOf(s)) && s.n <= 64;
+    return d === 'sparse' && s.n <= 64;
   }
 
   // Strokes one series' columns; returns the vertices drawn.
@@ -420,7 +497,6 @@ export class Chart {
     const xv = v.x0 + (this.hoverX - PAD.left) / v.sx;
     const lines = [];
     let xShown = null;
-    const wsm = this.smoothing;
     const fmt = (y) => (this.opts.yFormat ? this.opts.yFormat(y) : fmtMetric(y));
     for (const s of this.series) {
       if (!s.n) continue;
@@ -428,6 +504,7 @@ export class Chart {
       if (i >= s.n) i = s.n - 1;
       if (i > 0 && Math.abs(s.xs[i - 1] - xv) < Math.abs(s.xs[i] - xv)) i--;
       const x = s.xs[i], y = s.ys[i];
+      const wsm = this.weightFor(s);
       // With smoothing the marker sits on the smoothed line; the raw value
       // is said too.
       const shown = wsm > 0 ? s.smoothed(wsm)[i] : y;

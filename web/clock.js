@@ -8,7 +8,9 @@
 // clock rewrites just those cells' text once a second. The server's
 // progress.eta_s is as of the moment the job was read, so the deadline is
 // that moment plus eta_s, and the next read corrects it. Only a running
-// job has an ETA: a paused, stopping, queued or finished one shows none.
+// job has an ETA: a paused, stopping, queued or finished one shows none,
+// and neither does a stalled one (stalled_at set: no metric for its
+// stall_after_s), whose pace says nothing about when it ends.
 
 import {fmtAge, fmtDuration} from './util.js';
 
@@ -17,7 +19,7 @@ const TICK_MS = 1000;
 // The instant (ms since the epoch) a job read at readAt (ms) should reach
 // max_steps, or null when it has no ETA.
 export function etaDeadline(job, readAt) {
-  if (!job || job.state !== 'running') return null;
+  if (!job || job.state !== 'running' || job.stalled_at) return null;
   const eta = job.progress && job.progress.eta_s;
   if (typeof eta !== 'number' || !Number.isFinite(eta) || eta < 0) return null;
   return readAt + eta * 1000;

@@ -25,10 +25,12 @@ export function parseIds(query) {
 
 // The metrics the view overlays: the chart, and the value of a metric or
 // eval event for it (undefined when the event does not carry it).
+// sparse: a series of a few points by nature (a dot per point); smooth:
+// false for a schedule that is not noise.
 export const METRICS = [
   {key: 'loss', title: 'Loss', from: 'metric', value: (d) => d.loss},
-  {key: 'eval', title: 'Eval loss', from: 'eval', value: (d) => d.loss},
-  {key: 'lr', title: 'Learning rate', from: 'metric', value: (d) => d.lr},
+  {key: 'eval', title: 'Eval loss', from: 'eval', value: (d) => d.loss, sparse: true},
+  {key: 'lr', title: 'Learning rate', from: 'metric', value: (d) => d.lr, smooth: false},
   {key: 'tps', title: 'Tokens/s', from: 'metric', value: (d) => d.tokens_per_s},
   {key: 'gn', title: 'Grad norm', from: 'metric', value: (d) => d.grad_norm},
 ];

@@ -55,7 +55,11 @@ export function mount(main, app, {query}) {
   const legendItems = ids.map((id) => h('li', {dataset: {jobId: String(id), state: 'unknown'}}, `#${id} …`));
 
   const charts = METRICS.map((m) => {
+    // Dots only where a series is sparse by nature (evals every N steps),
+    // never on a training curve however short; the learning rate is a
+    // schedule, drawn unsmoothed.
     const c = new Chart({title: m.title, xKind: 'step', yMin: m.key === 'eval' || m.key === 'loss' ? undefined : 0,
+      dots: m.sparse ? 'sparse' : false, smooth: m.smooth !== false,
       emptyText: m.key === 'eval' ? 'no eval events' : 'waiting for data…',
       series: ids.map((id, i) => ({name: `#${id}`, color: COLORS[i % COLORS.length]}))});
     c.element.id = `compare-${m.key}`;

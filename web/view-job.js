@@ -33,8 +33,12 @@ export function mount(main, app, {id}) {
   let readAt = Date.now(); // when job was read: its ETA counts from here
 
   const charts = {
-    loss: new Chart({title: 'Loss', series: [{name: 'train', color: '#2f7ed8'}, {name: 'eval', color: '#e4572e'}]}),
-    lr: new Chart({title: 'Learning rate', yMin: 0, series: [{name: 'lr', color: '#a66cc1'}]}),
+    // The loss reads on a log axis once it has fallen 100x (the toggle
+    // still wins); dots mark the evals only; the lr schedule is never
+    // smoothed.
+    loss: new Chart({title: 'Loss', autoLog: 100, dots: (s, i) => i === 1,
+      series: [{name: 'train', color: '#2f7ed8'}, {name: 'eval', color: '#e4572e'}]}),
+    lr: new Chart({title: 'Learning rate', yMin: 0, smooth: false, series: [{name: 'lr', color: '#a66cc1'}]}),
     tps: new Chart({title: 'Tokens/s', yMin: 0, series: [{name: 'tokens/s', color: '#17a589'}]}),
     gn: new Chart({title: 'Grad norm', yMin: 0, series: [{name: 'grad norm', color: '#f0a202'}]}),
     util: new Chart({title: 'GPU utilisation (%)', xKind: 'time', yMin: 0, yMax: 100,
@@ -117,7 +121,12 @@ export function mount(main, app, {id}) {
   function renderSummary() {
     if (!job) return;
     title.textContent = `${job.name || 'Job'} #${job.id}`;
-    fill(badge, stateBadge(job.state));
+    // A running job that has sent no metric for its stall_after_s: a badge
+    // beside its state, and no ETA (clock.js).
+    const stalled = job.state === 'running' && !!job.stalled_at;
+    fill(badge, stateBadge(job.state), stalled ? h('span', {class: 'stall-badge', id: 'job-stall',
+      title: `No metric since ${fmtTime(job.stalled_at)} (stall_after_s)`}, 'stalled') : null);
+    root.dataset.stalled = stalled ? 'yes' : 'no';
     root.dataset.state = job.state;
     const allowed = allowedActions(job.state);
     for (const [name, b] of Object.entries(buttons)) b.disabled = !allowed.includes(name);
@@ -142,7 +151,8 @@ export function mount(main, app, {id}) {
       item('LR', fmtLr(m.lr)),
       item('Tokens/s', fmtInt(m.tokens_per_s)),
       // Only a running job has an ETA (not a paused or finished one).
-      item('ETA', h('span', {id: 'job-eta', ...etaAttrs(eta)}, etaText(eta, Date.now()))),
+      item('ETA', h('span', {id: 'job-eta', title: stalled ? 'stalled: no ETA' : null, ...etaAttrs(eta)},
+        etaText(eta, Date.now()))),
       item('Method', (job.spec && job.spec.method) || 'full'),
       item('Model', modelLabel(job.spec)),
       item('GPUs', gpuLabel(job)),
@@ -220,6 +230,9 @@ export function mount(main, app, {id}) {
           if (d.grad_norm !== undefined) charts.gn.append(0, d.step, d.grad_norm);
         }
         if (job) {
+          // A metric newer than the stall ends it (the next read agrees);
+          // the replayed history is older and leaves it.
+          if (job.stalled_at && Date.parse(ev.ts) > Date.parse(job.stalled_at)) job.stalled_at = null;
           job.last_metric = d;
           job.progress = {...(job.progress || {}), step: d.step};
           const max = job.progress.max_steps;

@@ -201,6 +201,8 @@ test('ETAs count down from the read, and only a running job has one', () => {
     assert.equal(etaDeadline({state, progress: {eta_s: 90}}, read), null, state);
   }
   assert.equal(etaDeadline({state: 'running', progress: {eta_s: null}}, read), null);
+  // A stalled job's pace says nothing about its end: no ETA.
+  assert.equal(etaDeadline({state: 'running', stalled_at: '2026-12-02T10:00:00Z', progress: {eta_s: 90}}, read), null);
   assert.equal(etaDeadline({state: 'running'}, read), null);
   assert.equal(etaText(null, read), '–');
 });

@@ -1,7 +1,7 @@
-// ops.test.mjs — the dashboard's part of the operations features: a running job that
-// stopped reporting shows a "stalled" badge in the jobs list and a notice
-// in its view, and the list filters by tag (from the URL, the filter box,
-// or a click on a row's tag).
+// ops.test.mjs — operations on the dashboard: a running job that
+// stopped reporting shows a "stalled" badge in the jobs list, a notice in
+// its view and a badge in its header with no ETA, and the list filters by
+// tag (from the URL, the filter box, or a click on a row's tag).
 //
 //   node ops.test.mjs --trainyard BIN --engine BIN --out DIR
 import test from 'node:test';
@@ -36,6 +36,10 @@ test('a stalled job is marked; the list filters by tag', async () => {
   await page.goto(`${daemon.base}/#/jobs/${stuck.id}`);
   await page.waitForSelector('.ops-notice[data-type="stall"]');
   assert.match(await page.textContent('.ops-notice[data-type="stall"]'), /stalled: no metric for \d+ s \(stall_after_s 1, step \d+\); on_stall warn/);
+  // Its header carries the badge beside the state, and it shows no ETA.
+  await page.waitForSelector('#job-view[data-stalled="yes"] .view-head #job-stall');
+  assert.match(await page.getAttribute('#job-stall', 'title'), /^No metric since /);
+  assert.equal(await page.textContent('#job-eta'), '–');
   await page.goto(`${daemon.base}/#/`);
   await page.waitForSelector(badge);
 
