@@ -88,6 +88,26 @@ export function mount(main) {
         field('GPUs', 'resources.gpus', num({value: '1', step: '1', min: '0'}), '0 runs on CPU slots.'),
         field('Checkpoint every (steps)', 'checkpoint.every_steps', num({value: '200', step: '1', min: '0'}))),
       field('Checkpoint store', 'checkpoint.store', text({placeholder: 's3://bucket/prefix (optional)'}))),
+    // The operations fields of the spec (docs/api.md): where the job goes in
+    // the queue and what it may spend. Empty inputs keep the server's
+    // defaults; the server checks the bounds and names the field.
+    h('fieldset', null, h('legend', null, 'Queue and limits'),
+      h('div', {class: 'row'},
+        field('Tags', 'tags', text({placeholder: 'team-a, exp:7'}),
+          'Comma-separated; letters, digits and _ . : - (at most 16).'),
+        field('Priority', 'priority', num({step: '1', min: '-1000', max: '1000', placeholder: '0'}),
+          'Higher runs first, -1000 to 1000.')),
+      h('div', {class: 'row'},
+        field('Max cost', 'limits.max_cost', num({min: '0', placeholder: 'no limit'}),
+          "In the server's currency; needs a price on the server."),
+        field('Max running time (s)', 'limits.max_runtime_s', num({step: '1', min: '1', placeholder: 'server default'})),
+        field('Max tokens', 'limits.max_tokens', num({step: '1', min: '1', placeholder: 'server default'}))),
+      h('div', {class: 'row'},
+        field('Stalled after (s)', 'limits.stall_after_s', num({step: '1', min: '1', placeholder: 'server default'}),
+          'Silence (no metric) that counts as a stall.'),
+        field('On stall', 'limits.on_stall',
+          h('select', null, h('option', {value: ''}, 'server default (warn)'),
+            ['warn', 'restart', 'fail'].map((o) => h('option', {value: o}, o)))))),
     formError,
     h('div', {class: 'actions'},
       h('button', {type: 'submit', class: 'primary', id: 'submit-form-btn'}, 'Submit job'),
@@ -192,6 +212,11 @@ export function mount(main) {
     set('resources.gpus', numOrText('resources.gpus'));
     set('checkpoint.every_steps', numOrText('checkpoint.every_steps'));
     set('checkpoint.store', v('checkpoint.store'));
+    const tags = v('tags').split(',').map((t) => t.trim()).filter(Boolean);
+    if (tags.length) spec.tags = tags;
+    set('priority', numOrText('priority'));
+    for (const k of ['max_cost', 'max_runtime_s', 'max_tokens', 'stall_after_s']) set(`limits.${k}`, numOrText(`limits.${k}`));
+    set('limits.on_stall', v('limits.on_stall'));
     return spec;
   }
 
