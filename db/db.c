@@ -1069,6 +1069,14 @@ int64_t db_events_max_id(db *d)
     return v;
 }
 
+int64_t db_events_last_seq(db *d, int64_t job_id)
+{
+    int64_t next;
+    ty_err err = {0};
+    if (next_seq(d, job_id, &next, &err)) return 0;
+    return next - 1;
+}
+
 /* ---- checkpoints ---------------------------------------------------------------------- */
 
 int db_checkpoint_add(db *d, int64_t job_id, int64_t step, const char *dir, int64_t bytes,

@@ -197,6 +197,8 @@ int db_events_global(db *d, int64_t after_id, int limit, db_event **out, int *n,
 int db_events_metrics(db *d, int64_t job_id, db_event **out, int *n, ty_err *err);
 void db_events_free(db_event *evs, int n);
 int64_t db_events_max_id(db *d);
+/* The seq of a job's newest event; 0 when it has none (or on error). */
+int64_t db_events_last_seq(db *d, int64_t job_id);
 
 /* ---- checkpoints --------------------------------------------------------- */
 

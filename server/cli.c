@@ -619,7 +619,11 @@ static size_t on_status_header(char *p, size_t size, size_t n, void *ud)
     return size * n;
 }
 
-static int cmd_watch(cli_ctx *c, long long id)
+/* How many of a job's latest events watch shows before following live
+ * (--all: every one). */
+#define WATCH_TAIL 20
+
+static int cmd_watch(cli_ctx *c, long long id, int all)
 {
     /* First the job itself: 404 early, and a finished job ends at once. */
     char path[128];
@@ -630,10 +634,19 @@ static int cmd_watch(cli_ctx *c, long long id)
     sse_state st = {0};
     st.json = c->json;
     clifmt_watch_init(&st.view, job);
+    /* The last WATCH_TAIL events (the job's last_seq says where its stream
+     * stands), or all of them; a server without last_seq replays all. */
+    long long last_seq = (long long)json_integer_value(json_object_get(job, "last_seq"));
     json_decref(job);
+    if (!all && last_seq > WATCH_TAIL) {
+        st.last_id = last_seq - WATCH_TAIL;
+        fprintf(stderr, "(%lld earlier events not shown; watch %lld --all replays them)\n",
+                st.last_id, id);
+    }
     int failures = 0;
-    /* Replay from the start (from=0), then follow; after a dropped
-     * connection resume with Last-Event-ID so nothing is printed twice. */
+    /* Replay from the start (from=0) or from the tail, then follow; after
+     * a dropped connection resume with Last-Event-ID so nothing is printed
+     * twice. */
     while (!st.terminal) {
         char errbuf[CURL_ERROR_SIZE];
         struct curl_slist *hdrs = NULL;
@@ -757,7 +770,8 @@ void cli_usage(FILE *out)
           "  submit FILE|- [--idempotency-key KEY]   submit a job spec; prints the job id\n"
           "  jobs [--state S] [--tag T] [--limit N]  list jobs, newest first\n"
           "  show ID                                 one job as JSON\n"
-          "  watch ID                                follow a job's progress until it ends\n"
+          "  watch ID [--all]                        a job's last 20 events, then its progress\n"
+          "                                          live until it ends (--all: every event)\n"
           "  logs ID [-f]                            the engine's log; -f follows it\n"
           "  cancel|pause|resume ID                  change a job's state\n"
           "  delete ID [--purge]                     delete a finished job\n"
@@ -815,7 +829,7 @@ int cli_main(int argc, char **argv)
     /* Collect arguments, taking out the flags every command shares. */
     char **args = calloc((size_t)argc, sizeof *args);
     if (!args) return CLI_EXIT_FAILED;
-    int nargs = 0, follow = 0, purge = 0;
+    int nargs = 0, follow = 0, purge = 0, all = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             c.json = 1;
@@ -823,6 +837,8 @@ int cli_main(int argc, char **argv)
             follow = 1;
         else if (strcmp(argv[i], "--purge") == 0)
             purge = 1;
+        else if (strcmp(argv[i], "--all") == 0 && strcmp(cmd, "watch") == 0)
+            all = 1;
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage(stdout);
             free(args);
@@ -854,7 +870,7 @@ int cli_main(int argc, char **argv)
             if (strcmp(cmd, "show") == 0)
                 rc = cmd_show(&c, id);
             else if (strcmp(cmd, "watch") == 0)
-                rc = cmd_watch(&c, id);
+                rc = cmd_watch(&c, id, all);
             else if (strcmp(cmd, "logs") == 0)
                 rc = cmd_logs(&c, id, follow);
             else if (strcmp(cmd, "delete") == 0)

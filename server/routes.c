@@ -140,6 +140,9 @@ static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
     json_object_set_new(o, "stop_reason", json_text_or_null(j->stop_reason));
     int64_t stalled = j->state == JOB_RUNNING ? ops_stalled_since(j->id) : 0;
     json_object_set_new(o, "stalled_at", json_time(stalled));
+    /* Where the job's event stream stands: a client wanting only the
+     * recent events opens it at ?from=last_seq-N. */
+    json_object_set_new(o, "last_seq", json_integer(db_events_last_seq(d, j->id)));
     return o;
 }
 

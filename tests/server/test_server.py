@@ -654,6 +654,64 @@ def test_cli():
           (r.returncode, r.stdout[-300:]))
 
 
+def test_cli_watch():
+    """watch shows a job's last 20 events then follows live; --all replays all."""
+    srv, model, train = setup({"step_ms": 1})
+    path = os.path.join(srv.tmp, "spec.json")
+    with open(path, "w") as f:
+        json.dump(spec(model, train, max_steps=3000, hyperparameters={"log_every_steps": 10},
+                       checkpoint={"every_steps": 100000}), f)
+    jid = int(cli(srv, "submit", path).stdout)
+    j = srv.wait_state(jid, "succeeded", 120)
+    check(j["last_seq"] > 300, "a long history: last_seq %d" % j["last_seq"])
+    every = srv.all_events(jid)
+    check(every[-1][0] == j["last_seq"], "last_seq is the newest event's seq: %r" % (every[-1],))
+
+    r = cli(srv, "watch", str(jid))
+    lines = r.stdout.splitlines()
+    steps = [int(m.group(1)) for m in (re.match(r"step +(\d+)/3000 ", x) for x in lines) if m]
+    check(r.returncode == 0 and lines[-1].startswith("Job %d succeeded" % jid), "watch ends succeeded: %r" % lines[-3:])
+    check(len(lines) <= 20 and steps and steps[0] > 2700 and steps[-1] == 3000,
+          "watch shows only the last events: %d lines, steps %s" % (len(lines), steps[:3]))
+    check("--all replays them" in r.stderr and str(j["last_seq"] - 20) in r.stderr,
+          "watch says how many it left out: %r" % r.stderr)
+
+    r = cli(srv, "watch", str(jid), "--all")
+    lines = r.stdout.splitlines()
+    check(r.returncode == 0 and lines[0] == "Job %d was submitted and is queued." % jid,
+          "watch --all starts at the start: %r" % lines[:2])
+    # Every 10th step and the first.
+    check(len([x for x in lines if x.startswith("step ")]) == 301 and not r.stderr,
+          "watch --all prints every metric: %d lines" % len(lines))
+    check(cli(srv, "show", str(jid), "--all").returncode == 2, "--all is watch's alone")
+
+    # A running job deep into its steps: the tail, then live steps after it.
+    slow = model_dir(srv.tmp, {"step_ms": 20}, "slow")
+    with open(path, "w") as f:
+        json.dump(spec(slow, train, max_steps=100000, checkpoint={"every_steps": 100000}), f)
+    jid = int(cli(srv, "submit", path).stdout)
+    wait_for(lambda: srv.job(jid)["progress"]["step"] >= 150, 60, "job %d past step 150" % jid)
+    at = srv.job(jid)["progress"]["step"]
+    watcher = subprocess.Popen([TRAINYARD, "watch", str(jid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=dict(os.environ, TY_URL="http://127.0.0.1:%d" % srv.port))
+    seen = []
+    try:
+        while len(seen) < 60:
+            line = watcher.stdout.readline()
+            m = re.match(r"step +(\d+)/100000 ", line)
+            check(line, "watch ended early: %r" % seen[-3:])
+            if m:
+                seen.append(int(m.group(1)))
+        check(cli(srv, "cancel", str(jid)).returncode == 0, "cancel")
+        rc = watcher.wait(60)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    check(seen[0] >= at - 25, "the tail starts near step %d, not at %d" % (at, seen[0]))
+    check(seen == list(range(seen[0], seen[0] + len(seen))), "then every step once, live: %s" % seen[:5])
+    check(seen[-1] > at + 20 and rc == 8, "it followed live past step %d to %d; exit %d" % (at, seen[-1], rc))
+
+
 def test_cli_auth():
     data = os.path.join(tmpdir(), "data")
     os.makedirs(data)
