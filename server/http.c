@@ -65,10 +65,30 @@ static enum MHD_Result queue_text(http_req *q, unsigned status, char *txt, const
     return ok;
 }
 
+/* curl is how people read the API in a terminal: for it the body is
+ * indented and ends in a newline (a 2 KB job on one line is unreadable, and
+ * the prompt would follow the closing brace). Every other client gets the
+ * compact form. */
+static bool for_a_terminal(http_req *q)
+{
+    const char *ua = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "User-Agent");
+    return ua && !strncmp(ua, "curl/", 5);
+}
+
 enum MHD_Result http_json(http_req *q, unsigned status, json_t *body)
 {
-    char *txt = ty_json_dumps(body, JSON_COMPACT);
+    bool pretty = for_a_terminal(q);
+    char *txt = ty_json_dumps(body, pretty ? JSON_INDENT(2) | JSON_PRESERVE_ORDER : JSON_COMPACT);
     json_decref(body);
+    if (pretty && txt) {
+        size_t n = strlen(txt);
+        char *nl = realloc(txt, n + 2);
+        if (nl) {
+            nl[n] = '\n';
+            nl[n + 1] = 0;
+            txt = nl;
+        }
+    }
     return queue_text(q, status, txt, NULL);
 }
 

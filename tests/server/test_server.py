@@ -116,6 +116,19 @@ def test_pagination():
     check(seen == sorted(ids, reverse=True), "pages %s vs %s" % (seen, ids))
 
 
+def test_curl_pretty():
+    """curl gets the JSON indented with a final newline; other clients the
+    compact form, the same values."""
+    srv, model, train = setup({"step_ms": 1})
+    jid = srv.submit(spec(model, train, max_steps=2))["id"]
+    srv.wait_state(jid, "succeeded")
+    compact = srv.get("/jobs/%d" % jid)
+    pretty = srv.request("GET", "/jobs/%d" % jid, headers={"User-Agent": "curl/8.5.0"})
+    check(compact.body.count(b"\n") == 0, "compact for a library: %r" % compact.body[:80])
+    check(pretty.body.startswith(b'{\n  "') and pretty.body.endswith(b"}\n"), "indented: %r" % pretty.body[:80])
+    check(json.loads(pretty.body) == compact.json, "the same job either way")
+
+
 # ---------------------------------------------------------------- control
 
 def test_cancel():
