@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "state.h"
 #include "tyutil.h"
 
 typedef struct slurm_job {

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "state.h"
 #include "storage.h"
 #include "tyutil.h"
 #include "upload.h"

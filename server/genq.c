@@ -42,6 +42,7 @@
 
 #include "jobspec.h"
 #include "server.h"
+#include "state.h"
 #include "tyutil.h"
 
 extern char **environ;

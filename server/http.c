@@ -17,6 +17,7 @@
 
 #include "gate.h"
 #include "genq.h"
+#include "state.h"
 #include "tyutil.h"
 #include "tyjson.h"
 

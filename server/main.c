@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "http.h"
+#include "serve.h"
 #include "server.h"
 
 #ifdef TY_HAVE_CLI

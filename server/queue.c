@@ -14,6 +14,7 @@
 #include "db_ops.h"
 #include "scheduler.h"
 #include "jobspec.h"
+#include "state.h"
 #include "tyutil.h"
 #include "tyjson.h"
 

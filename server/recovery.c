@@ -38,6 +38,7 @@
 #include <sys/statvfs.h>
 
 #include "recovery.h"
+#include "state.h"
 #include "tyutil.h"
 #include "tyjson.h"
 

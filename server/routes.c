@@ -18,6 +18,7 @@
 #include "db_ops.h"
 #include "genq.h"
 #include "ops.h"
+#include "state.h"
 #include "upload.h"
 #include "http.h"
 #include "jobspec.h"

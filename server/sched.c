@@ -42,6 +42,7 @@
 #include "recovery.h"
 #include "ops.h"
 #include "sse.h"
+#include "state.h"
 #include "upload.h"
 #include "tyutil.h"
 #include "tyjson.h"
@@ -529,8 +530,7 @@ static void *fetch_main(void *arg)
     srv *s = f->x->s;
     f->rc =
         fetch_prepare_start(s, f->job_id, f->spec_json, &f->resume, &f->spec_text, f->h, &f->err);
-    db_close(pthread_getspecific(s->db_key));
-    pthread_setspecific(s->db_key, NULL);
+    srv_db_release(s);
     atomic_store(&f->done, true);
     sched_wake(f->x);
     return NULL;

@@ -1,10 +1,9 @@
 /* serve.c — `trainyard serve`: settings, the data directory, then the
  * database, SSE hub, event writer, upload workers, scheduler and HTTP in
  * that order; then waits for SIGINT/SIGTERM and stops them in the order
- * that loses nothing (docs/server.md "Shutdown and recovery"). Also the
- * daemon-wide helpers of server.h that every part uses: the per-thread
- * database handle, publishing, transitions, job directories. */
-#include "server.h"
+ * that loses nothing (docs/server.md "Shutdown and recovery"). It only
+ * starts and stops: the state the parts share is state.c's. */
+#include "serve.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -17,64 +16,9 @@
 #include "ops.h"
 #include "scheduler.h"
 #include "sse.h"
+#include "state.h"
 #include "tyutil.h"
 #include "upload.h"
-
-/* ---- shared server plumbing --------------------------------------------------------- */
-
-static void db_key_free(void *p)
-{
-    db_close(p);
-}
-
-db *srv_db(srv *s)
-{
-    db *d = pthread_getspecific(s->db_key);
-    if (d) return d;
-    ty_err err = {0};
-    if (db_open(s->db_path, &d, &err)) {
-        fprintf(stderr, "trainyard: %s\n", err.msg);
-        return NULL;
-    }
-    pthread_setspecific(s->db_key, d);
-    return d;
-}
-
-void srv_publish(srv *s, const db_event *ev)
-{
-    sse_hub_publish(s->hub, ev);
-}
-
-static void writer_publish(void *ctx, const db_event *ev)
-{
-    srv *s = ctx;
-    atomic_fetch_add(&s->events_ingested, 1);
-    sse_hub_publish(s->hub, ev);
-}
-
-int srv_transition(srv *s, int64_t id, unsigned from_mask, job_state to, const char *reason,
-                   const db_job_update *upd, job_state *from_out, ty_err *err)
-{
-    db *d = srv_db(s);
-    if (!d) return ty_err_set(err, TY_EIO, "database unavailable");
-    db_event ev;
-    pthread_mutex_lock(&s->write_lock);
-    /* The job's engine events queued so far come before its state change. */
-    ty_err ferr = {0};
-    evw_flush_locked(s->evw, &ferr);
-    int rc = db_job_transition(d, id, from_mask, to, reason, upd, from_out, &ev, err);
-    if (rc == 0) {
-        srv_publish(s, &ev);
-        db_event_clear(&ev);
-    }
-    pthread_mutex_unlock(&s->write_lock);
-    return rc;
-}
-
-void srv_job_dir(const srv *s, int64_t id, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s/%lld", s->jobs_dir, (long long)id);
-}
 
 /* ---- serve ----------------------------------------------------------------------------------- */
 
@@ -134,9 +78,8 @@ int srv_serve_main(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;
     }
-    pthread_key_create(&s->db_key, db_key_free);
+    srv_state_init(s);
     raise_nofile();
-    pthread_mutex_init(&s->write_lock, NULL);
     if (!srv_db(s)) return 1;
 
     /* SIGINT/SIGTERM are taken by sigwait below; block them in every thread
@@ -149,7 +92,7 @@ int srv_serve_main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     if (!(s->hub = sse_hub_new(s, &err)) ||
-        !(s->evw = evw_new(s->db_path, &s->write_lock, writer_publish, s, &err)) ||
+        !(s->evw = evw_new(s->db_path, &s->write_lock, srv_publish_ingested, s, &err)) ||
         !(s->up = uploader_new(s, &err)) || !(s->sched = sched_new(s, &err)) ||
         !(wh = webhooks_start(s, &err)) || http_start(s, &bound_port, &err)) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
@@ -184,7 +127,6 @@ int srv_serve_main(int argc, char **argv)
     sched_free(s->sched);
     uploader_free(s->up);
     sse_hub_free(s->hub);
-    db_close(pthread_getspecific(s->db_key));
-    pthread_setspecific(s->db_key, NULL);
+    srv_db_release(s);
     return 0;
 }

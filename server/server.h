@@ -221,20 +221,10 @@ typedef struct srv {
     atomic_bool stopping;
     pthread_key_t db_key; /* per-thread db handle */
 } srv;
+/* What every part does with it (the database handle, publishing,
+ * transitions, job directories) is state.h's; starting and stopping it
+ * is serve.h's. */
 
-/* The calling thread's database handle, opened on first use. */
-db *srv_db(srv *s);
-/* Publishes committed events; call with write_lock held. */
-void srv_publish(srv *s, const db_event *ev);
-/* A job transition with its state event, ordered after any pending engine
- * events of the writer (they are flushed first, in the same lock). */
-int srv_transition(srv *s, int64_t id, unsigned from_mask, job_state to, const char *reason,
-                   const db_job_update *upd, job_state *from_out, ty_err *err);
-/* <jobs_dir>/<id> */
-void srv_job_dir(const srv *s, int64_t id, char *out, size_t cap);
-
-/* Runs the daemon until SIGINT/SIGTERM; returns an exit code (serve.c). */
-int srv_serve_main(int argc, char **argv);
 /* `trainyard token create NAME [--data-dir D]` (token.c). */
 int srv_token_main(int argc, char **argv);
 

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "state.h"
 #include "tyutil.h"
 
 #define SSE_QCAP 4096         /* messages a client may lag behind */

@@ -24,6 +24,7 @@
 #include "scheduler.h"
 #include "jobspec.h"
 #include "retention.h"
+#include "state.h"
 #include "storage.h"
 #include "tyutil.h"
 #include "tyjson.h"
@@ -388,8 +389,7 @@ static void *worker_main(void *arg)
         if (u->wakes > 0) u->wakes--;
     }
     pthread_mutex_unlock(&u->mu);
-    db_close(pthread_getspecific(s->db_key));
-    pthread_setspecific(s->db_key, NULL);
+    srv_db_release(s);
     return NULL;
 }
 

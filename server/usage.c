@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "db_ops.h"
+#include "state.h"
 #include "tyutil.h"
 
 typedef struct group {

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "jobspec.h"
+#include "state.h"
 #include "tyutil.h"
 #include "tyjson.h"
 

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "db_ops.h"
+#include "state.h"
 #include "tyutil.h"
 #include "tyjson.h"
 
@@ -254,8 +255,7 @@ static void *webhook_main(void *arg)
         }
         pthread_mutex_unlock(&wh->mu);
     }
-    db_close(pthread_getspecific(s->db_key));
-    pthread_setspecific(s->db_key, NULL);
+    srv_db_release(s);
     return NULL;
 }
 

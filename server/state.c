@@ -1,0 +1,75 @@
+/* state.c — the daemon state every part shares (state.h): the per-thread
+ * database handle, publishing, transitions, job directories. Kept below
+ * everything else so the scheduler, the HTTP side and the workers depend
+ * on it and never on serve.c, which only starts and stops them. */
+#include "state.h"
+
+#include <stdio.h>
+
+#include "sse.h"
+
+static void db_key_free(void *p)
+{
+    db_close(p);
+}
+
+void srv_state_init(srv *s)
+{
+    pthread_key_create(&s->db_key, db_key_free);
+    pthread_mutex_init(&s->write_lock, NULL);
+}
+
+db *srv_db(srv *s)
+{
+    db *d = pthread_getspecific(s->db_key);
+    if (d) return d;
+    ty_err err = {0};
+    if (db_open(s->db_path, &d, &err)) {
+        fprintf(stderr, "trainyard: %s\n", err.msg);
+        return NULL;
+    }
+    pthread_setspecific(s->db_key, d);
+    return d;
+}
+
+void srv_db_release(srv *s)
+{
+    db_close(pthread_getspecific(s->db_key));
+    pthread_setspecific(s->db_key, NULL);
+}
+
+void srv_publish(srv *s, const db_event *ev)
+{
+    sse_hub_publish(s->hub, ev);
+}
+
+void srv_publish_ingested(void *ctx, const db_event *ev)
+{
+    srv *s = ctx;
+    atomic_fetch_add(&s->events_ingested, 1);
+    sse_hub_publish(s->hub, ev);
+}
+
+int srv_transition(srv *s, int64_t id, unsigned from_mask, job_state to, const char *reason,
+                   const db_job_update *upd, job_state *from_out, ty_err *err)
+{
+    db *d = srv_db(s);
+    if (!d) return ty_err_set(err, TY_EIO, "database unavailable");
+    db_event ev;
+    pthread_mutex_lock(&s->write_lock);
+    /* The job's engine events queued so far come before its state change. */
+    ty_err ferr = {0};
+    evw_flush_locked(s->evw, &ferr);
+    int rc = db_job_transition(d, id, from_mask, to, reason, upd, from_out, &ev, err);
+    if (rc == 0) {
+        srv_publish(s, &ev);
+        db_event_clear(&ev);
+    }
+    pthread_mutex_unlock(&s->write_lock);
+    return rc;
+}
+
+void srv_job_dir(const srv *s, int64_t id, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%lld", s->jobs_dir, (long long)id);
+}
