@@ -33,6 +33,15 @@ static void raise_nofile(void)
     }
 }
 
+/* The upload workers' wake-up of the scheduler: they start before it
+ * exists (and recovery runs inside sched_new), so s->sched is read at
+ * each call; sched_wake ignores NULL. */
+static void wake_sched(void *ctx)
+{
+    srv *s = ctx;
+    sched_wake(s->sched);
+}
+
 int srv_serve_main(int argc, char **argv)
 {
     static srv S;
@@ -93,7 +102,7 @@ int srv_serve_main(int argc, char **argv)
 
     if (!(s->hub = sse_hub_new(s, &err)) ||
         !(s->evw = evw_new(s->db_path, &s->write_lock, srv_publish_ingested, s, &err)) ||
-        !(s->up = uploader_new(s, &err)) || !(s->sched = sched_new(s, &err)) ||
+        !(s->up = uploader_new(s, wake_sched, s, &err)) || !(s->sched = sched_new(s, &err)) ||
         !(wh = webhooks_start(s, &err)) || http_start(s, &bound_port, &err)) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;

@@ -21,7 +21,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "scheduler.h"
 #include "jobspec.h"
 #include "retention.h"
 #include "state.h"
@@ -57,7 +56,9 @@ struct uploader {
     bool stop;
     int wakes; /* pending wake-ups, so a wake between polls is not lost */
     active *act;
-    export_job *exports; /* queued or running export uploads, oldest last */
+    export_job *exports;   /* queued or running export uploads, oldest last */
+    uploader_done_fn done; /* after each finished upload or export */
+    void *done_ctx;
     int nthreads;
     pthread_t *threads;
 };
@@ -344,6 +345,11 @@ static int64_t take_export(uploader *u)
     return pick->job_id;
 }
 
+static void notify_done(uploader *u)
+{
+    if (u->done) u->done(u->done_ctx);
+}
+
 static void *worker_main(void *arg)
 {
     uploader *u = arg;
@@ -355,7 +361,7 @@ static void *worker_main(void *arg)
         if (ex) {
             pthread_mutex_unlock(&u->mu);
             do_export(u, ex);
-            sched_wake(s->sched);
+            notify_done(u);
             pthread_mutex_lock(&u->mu);
             continue;
         }
@@ -370,7 +376,7 @@ static void *worker_main(void *arg)
             else
                 do_delete(u, &up);
             db_upload_clear(&up);
-            sched_wake(s->sched); /* a job may be waiting for this upload */
+            notify_done(u); /* a job may be waiting for this upload */
             pthread_mutex_lock(&u->mu);
             continue;
         }
@@ -393,7 +399,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-uploader *uploader_new(srv *s, ty_err *err)
+uploader *uploader_new(srv *s, uploader_done_fn done, void *ctx, ty_err *err)
 {
     db *d = srv_db(s);
     int requeued = 0;
@@ -413,6 +419,8 @@ uploader *uploader_new(srv *s, ty_err *err)
         return NULL;
     }
     u->s = s;
+    u->done = done;
+    u->done_ctx = ctx;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cond, NULL);
     for (int i = 0; i < s->cfg.upload_workers; i++) {

@@ -20,9 +20,12 @@
 
 typedef struct uploader uploader;
 
+/* Called after each finished upload or export, from a worker thread: a
+ * job may be waiting for it (the scheduler's wake-up). */
+typedef void (*uploader_done_fn)(void *ctx);
 /* Puts rows a killed server left running back in the queue, then starts
- * the workers. */
-uploader *uploader_new(srv *s, ty_err *err);
+ * the workers; done (may be NULL) is called with ctx as above. */
+uploader *uploader_new(srv *s, uploader_done_fn done, void *ctx, ty_err *err);
 /* A row was queued: claim it now rather than at the next poll. */
 void uploader_wake(uploader *u);
 /* Is an upload of this job running, or queued and not yet tried (what
