@@ -21,7 +21,7 @@
  *
  * Connections: the handler suspends the connection after queueing; the
  * worker fills the result and resumes it; libmicrohttpd calls the handler
- * again, which finds the finished task in q->gen and answers. */
+ * again, which finds the finished task in q->route_state and answers. */
 #include "genq.h"
 
 #include <errno.h>
@@ -281,17 +281,20 @@ void genq_shutdown(void)
     pthread_join(G.th, NULL);
 }
 
-void genq_release(void *task)
+/* The request's route state: freed by http.c when the client went away
+ * with the task still set; the worker is done with any task it resumed. */
+static void task_state_free(void *t)
 {
-    task_free(task);
+    task_free(t);
 }
 
 /* ---- the request ------------------------------------------------------------------------ */
 
 static enum MHD_Result answer(http_req *q)
 {
-    gen_task *t = q->gen;
-    q->gen = NULL;
+    gen_task *t = q->route_state;
+    q->route_state = NULL;
+    q->route_state_free = NULL;
     enum MHD_Result r;
     if (t->status == 200) {
         r = http_json(q, 200, t->body);
@@ -311,7 +314,7 @@ static int dir_exists(const char *p)
 
 enum MHD_Result genq_post(http_req *q)
 {
-    if (q->gen) return answer(q);
+    if (q->route_state) return answer(q);
     srv *s = q->s;
     db *d = srv_db(s);
     if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
@@ -554,7 +557,8 @@ enum MHD_Result genq_post(http_req *q)
         G.started = 1;
     }
     /* Suspended before the worker can see it, so its resume always follows. */
-    q->gen = t;
+    q->route_state = t;
+    q->route_state_free = task_state_free;
     MHD_suspend_connection(q->conn);
     if (G.tail)
         G.tail->next = t;

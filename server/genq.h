@@ -10,9 +10,6 @@
 /* The route handler: validates, queues and suspends; called again by
  * libmicrohttpd after the worker resumes the connection, it answers. */
 enum MHD_Result genq_post(http_req *q);
-/* A request that ends (the client went away) with its task still in
- * q->gen: frees it. The worker is done with any task it has resumed. */
-void genq_release(void *task);
 /* Before MHD_stop_daemon: kills a running generation, answers every
  * waiting request 503 and resumes them, stops the worker. */
 void genq_shutdown(void);

@@ -5,8 +5,9 @@
  * of it the gate (gate.c) accepts connections, limits them per address and
  * checks each request head, so libmicrohttpd never answers on its own.
  * This file also holds what requests share: body accumulation with the
- * size and time limits, bearer tokens with their scopes, the per-token
- * rate limit and the JSON error helpers. */
+ * size and time limits, bearer tokens with their scopes and the per-token
+ * rate limit. It dispatches through the route table (routes.h); the
+ * answers themselves are http_reply.c's, which the handlers use too. */
 #include "http.h"
 
 #include <errno.h>
@@ -16,135 +17,10 @@
 #include <string.h>
 
 #include "gate.h"
-#include "genq.h"
+#include "routes.h"
 #include "state.h"
 #include "tyutil.h"
 #include "tyjson.h"
-
-/* ---- responses -------------------------------------------------------------------------- */
-
-enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r)
-{
-    /* Every request must pass the gate, so no connection carries a second
-     * one (see gate.h). */
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    return MHD_queue_response(conn, status, r);
-}
-
-enum MHD_Result http_bytes(http_req *q, unsigned status, const char *ctype, const void *data,
-                           size_t len, bool copy)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        len, (void *)data, copy ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_PERSISTENT);
-    if (!r) return MHD_NO;
-    if (ctype) MHD_add_response_header(r, "Content-Type", ctype);
-    enum MHD_Result ok = http_queue(q->conn, status, r);
-    MHD_destroy_response(r);
-    q->answered = true;
-    return ok;
-}
-
-/* An extra header of an error answer: Retry-After (429) or Allow (405). */
-typedef struct extra_header {
-    const char *name, *value;
-} extra_header;
-
-static enum MHD_Result queue_text(http_req *q, unsigned status, char *txt, const extra_header *x)
-{
-    if (!txt) return MHD_NO;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(txt);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    if (x && x->name) MHD_add_response_header(r, x->name, x->value);
-    enum MHD_Result ok = http_queue(q->conn, status, r);
-    MHD_destroy_response(r);
-    q->answered = true;
-    return ok;
-}
-
-/* curl is how people read the API in a terminal: for it the body is
- * indented and ends in a newline (a 2 KB job on one line is unreadable, and
- * the prompt would follow the closing brace). Every other client gets the
- * compact form. */
-static bool for_a_terminal(http_req *q)
-{
-    const char *ua = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "User-Agent");
-    return ua && !strncmp(ua, "curl/", 5);
-}
-
-enum MHD_Result http_json(http_req *q, unsigned status, json_t *body)
-{
-    bool pretty = for_a_terminal(q);
-    char *txt = ty_json_dumps(body, pretty ? JSON_INDENT(2) | JSON_PRESERVE_ORDER : JSON_COMPACT);
-    json_decref(body);
-    if (pretty && txt) {
-        size_t n = strlen(txt);
-        char *nl = realloc(txt, n + 2);
-        if (nl) {
-            nl[n] = '\n';
-            nl[n + 1] = 0;
-            txt = nl;
-        }
-    }
-    return queue_text(q, status, txt, NULL);
-}
-
-static enum MHD_Result verror(http_req *q, unsigned status, const extra_header *x, const char *code,
-                              const char *field, const char *fmt, va_list ap)
-{
-    char msg[768];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    return queue_text(q, status, srv_error_json(code, field, msg), x);
-}
-
-enum MHD_Result http_error(http_req *q, unsigned status, const char *code, const char *field,
-                           const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    enum MHD_Result ok = verror(q, status, NULL, code, field, fmt, ap);
-    va_end(ap);
-    return ok;
-}
-
-static enum MHD_Result http_error_with(http_req *q, unsigned status, extra_header x,
-                                       const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static enum MHD_Result http_error_with(http_req *q, unsigned status, extra_header x,
-                                       const char *code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    enum MHD_Result ok = verror(q, status, &x, code, NULL, fmt, ap);
-    va_end(ap);
-    return ok;
-}
-
-enum MHD_Result http_ty_error(http_req *q, const ty_err *err)
-{
-    switch (err->code) {
-    case TY_ENOENT:
-        return http_error(q, 404, "not_found", err->field, "%s", err->msg);
-    case TY_ESTATE:
-        return http_error(q, 409, "conflict", err->field, "%s", err->msg);
-    case TY_EINVAL:
-    case TY_ESPEC:
-        return http_error(q, 400, "invalid_spec", err->field, "%s", err->msg);
-    case TY_ENOSPC:
-        return http_error(q, 503, "unavailable", NULL, "%s", err->msg);
-    default:
-        return http_error(q, 500, "internal", NULL, "%s", err->msg);
-    }
-}
-
-const char *http_arg(http_req *q, const char *key)
-{
-    return MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, key);
-}
 
 /* ---- auth ------------------------------------------------------------------------------- */
 
@@ -297,8 +173,9 @@ static enum MHD_Result check_head(http_req *q)
     if (q->route == -2) {
         char allow[128];
         routes_allowed(q->url, allow, sizeof allow);
-        return http_error_with(q, 405, (extra_header){MHD_HTTP_HEADER_ALLOW, allow}, "not_found",
-                               "%s is not allowed on %s (allowed: %s)", q->method, q->url, allow);
+        return http_error_with(q, 405, (http_extra_header){MHD_HTTP_HEADER_ALLOW, allow},
+                               "not_found", "%s is not allowed on %s (allowed: %s)", q->method,
+                               q->url, allow);
     }
     const route *rt = &routes_table[q->route];
     if (s->auth_required && !rt->public_) {
@@ -319,7 +196,7 @@ static enum MHD_Result check_head(http_req *q)
         if (!rate_take(s, tid, &retry)) {
             char ra[16];
             snprintf(ra, sizeof ra, "%d", retry);
-            return http_error_with(q, 429, (extra_header){MHD_HTTP_HEADER_RETRY_AFTER, ra},
+            return http_error_with(q, 429, (http_extra_header){MHD_HTTP_HEADER_RETRY_AFTER, ra},
                                    "rate_limited",
                                    "this token is over its rate limit (%d requests/s, bursts of "
                                    "%d); retry after %d s",
@@ -428,7 +305,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     http_req *q = *con_cls;
     if (!q) return;
-    if (q->gen) genq_release(q->gen); /* a generate request whose client left */
+    /* A request that ends with its route state still held (a generate
+     * request whose client left): the route frees it. */
+    if (q->route_state && q->route_state_free) q->route_state_free(q->route_state);
     free(q->body);
     free(q);
     *con_cls = NULL;

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "http.h"
+#include "routes.h"
 #include "serve.h"
 #include "server.h"
 

@@ -14,11 +14,10 @@
 #include "db_ops.h"
 #include "scheduler.h"
 #include "jobspec.h"
+#include "routes.h"
 #include "state.h"
 #include "tyutil.h"
 #include "tyjson.h"
-
-json_t *routes_job_json(const srv_config *cfg, db *d, const db_job *j);
 
 double ops_job_eta(const db_job *j, int64_t step)
 {

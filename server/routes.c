@@ -20,7 +20,7 @@
 #include "ops.h"
 #include "state.h"
 #include "upload.h"
-#include "http.h"
+#include "routes.h"
 #include "jobspec.h"
 #include "sse.h"
 #include "tyutil.h"

@@ -1,0 +1,128 @@
+/* http_reply.c — the answers of every request (http.h): JSON bodies,
+ * bytes, and the JSON error shape of docs/api.md, each sent with
+ * `Connection: close`. Below both the HTTP daemon (http.c) and the route
+ * handlers, which only answer through these. */
+#include "http.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tyutil.h"
+#include "tyjson.h"
+
+enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r)
+{
+    /* Every request must pass the gate, so no connection carries a second
+     * one (see gate.h). */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    return MHD_queue_response(conn, status, r);
+}
+
+enum MHD_Result http_bytes(http_req *q, unsigned status, const char *ctype, const void *data,
+                           size_t len, bool copy)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, (void *)data, copy ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    if (ctype) MHD_add_response_header(r, "Content-Type", ctype);
+    enum MHD_Result ok = http_queue(q->conn, status, r);
+    MHD_destroy_response(r);
+    q->answered = true;
+    return ok;
+}
+
+static enum MHD_Result queue_text(http_req *q, unsigned status, char *txt,
+                                  const http_extra_header *x)
+{
+    if (!txt) return MHD_NO;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(txt);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (x && x->name) MHD_add_response_header(r, x->name, x->value);
+    enum MHD_Result ok = http_queue(q->conn, status, r);
+    MHD_destroy_response(r);
+    q->answered = true;
+    return ok;
+}
+
+/* curl is how people read the API in a terminal: for it the body is
+ * indented and ends in a newline (a 2 KB job on one line is unreadable, and
+ * the prompt would follow the closing brace). Every other client gets the
+ * compact form. */
+static bool for_a_terminal(http_req *q)
+{
+    const char *ua = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "User-Agent");
+    return ua && !strncmp(ua, "curl/", 5);
+}
+
+enum MHD_Result http_json(http_req *q, unsigned status, json_t *body)
+{
+    bool pretty = for_a_terminal(q);
+    char *txt = ty_json_dumps(body, pretty ? JSON_INDENT(2) | JSON_PRESERVE_ORDER : JSON_COMPACT);
+    json_decref(body);
+    if (pretty && txt) {
+        size_t n = strlen(txt);
+        char *nl = realloc(txt, n + 2);
+        if (nl) {
+            nl[n] = '\n';
+            nl[n + 1] = 0;
+            txt = nl;
+        }
+    }
+    return queue_text(q, status, txt, NULL);
+}
+
+static enum MHD_Result verror(http_req *q, unsigned status, const http_extra_header *x,
+                              const char *code, const char *field, const char *fmt, va_list ap)
+{
+    char msg[768];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return queue_text(q, status, srv_error_json(code, field, msg), x);
+}
+
+enum MHD_Result http_error(http_req *q, unsigned status, const char *code, const char *field,
+                           const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result ok = verror(q, status, NULL, code, field, fmt, ap);
+    va_end(ap);
+    return ok;
+}
+
+enum MHD_Result http_error_with(http_req *q, unsigned status, http_extra_header x, const char *code,
+                                const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result ok = verror(q, status, &x, code, NULL, fmt, ap);
+    va_end(ap);
+    return ok;
+}
+
+enum MHD_Result http_ty_error(http_req *q, const ty_err *err)
+{
+    switch (err->code) {
+    case TY_ENOENT:
+        return http_error(q, 404, "not_found", err->field, "%s", err->msg);
+    case TY_ESTATE:
+        return http_error(q, 409, "conflict", err->field, "%s", err->msg);
+    case TY_EINVAL:
+    case TY_ESPEC:
+        return http_error(q, 400, "invalid_spec", err->field, "%s", err->msg);
+    case TY_ENOSPC:
+        return http_error(q, 503, "unavailable", NULL, "%s", err->msg);
+    default:
+        return http_error(q, 500, "internal", NULL, "%s", err->msg);
+    }
+}
+
+const char *http_arg(http_req *q, const char *key)
+{
+    return MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, key);
+}
