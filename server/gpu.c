@@ -7,8 +7,15 @@
 #include "gpu.h"
 
 #include <dlfcn.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "ops.h"
+#include "sched_int.h"
+#include "sse.h"
+#include "tyjson.h"
 
 typedef struct nvml_dev *nvml_dev_t;
 typedef struct {
@@ -145,4 +152,53 @@ void gpu_inv_free(gpu_inv *g)
         dlclose(g->lib);
     }
     free(g);
+}
+
+/* ---- sampling --------------------------------------------------------------------------------- */
+
+/* The scheduler's second thread: every --gpu-sample-ms it reads the GPUs,
+ * records which job holds each, feeds the idle-GPU check and publishes the
+ * readings (as the holding job's events, or live only). */
+void *sched_sampler_main(void *arg)
+{
+    sched *x = arg;
+    srv *s = x->s;
+    int n = gpu_inv_count(x->gpu);
+    if (n == 0) return NULL;
+    pthread_mutex_lock(&x->sample_mu);
+    while (!x->stop) {
+        srv_gpu_sample cur[GPU_MAX];
+        pthread_mutex_unlock(&x->sample_mu);
+        gpu_inv_sample(x->gpu, cur);
+        pthread_mutex_lock(&x->sample_mu);
+        for (int i = 0; i < n; i++) {
+            cur[i].job_id = x->sample_job[i];
+            x->samples[i] = cur[i];
+        }
+        pthread_mutex_unlock(&x->sample_mu);
+        ops_gpu_sweep(s, cur, n);
+        for (int i = 0; i < n; i++) {
+            json_t *o = json_pack("{si si sI sI si}", "index", cur[i].index, "util", cur[i].util,
+                                  "mem_used", (json_int_t)cur[i].mem_used, "mem_total",
+                                  (json_int_t)cur[i].mem_total, "temp", cur[i].temp);
+            char *data = ty_json_dumps(o, JSON_COMPACT);
+            json_decref(o);
+            if (!data) continue;
+            if (cur[i].job_id > 0) {
+                evw_push(s->evw, cur[i].job_id, "gpu", data);
+            } else {
+                sse_hub_publish_live(s->hub, "gpu", data);
+                free(data);
+            }
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + (int64_t)s->cfg.gpu_sample_ms * 1000000LL;
+        ts.tv_sec += ns / 1000000000LL;
+        ts.tv_nsec = ns % 1000000000LL;
+        pthread_mutex_lock(&x->sample_mu);
+        if (!x->stop) pthread_cond_timedwait(&x->sample_cond, &x->sample_mu, &ts);
+    }
+    pthread_mutex_unlock(&x->sample_mu);
+    return NULL;
 }

@@ -35,10 +35,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "recovery.h"
+#include "sched_int.h"
 #include "state.h"
+#include "upload.h"
 #include "tyutil.h"
 #include "tyjson.h"
 
@@ -335,4 +339,230 @@ int srv_disk_check(srv *s, ty_err *err)
                           "space is freed",
                           (unsigned long long)avail);
     return 0;
+}
+
+/* ---- the scheduler's recovery ----------------------------------------------------------------- */
+
+/* A cluster's job that is still running there is followed again as it
+ * was, not stopped and submitted anew: same state, same stop intent. */
+static bool reattach(sched *x, const db_job *j)
+{
+    if (!x->ex->ops->reattach) return false;
+    if (j->state == JOB_RUNNING && j->stop_intent && !strcmp(j->stop_intent, "succeeded"))
+        return false; /* finished; only its uploads were pending */
+    int fd = -1;
+    exec_job *ej = x->ex->ops->reattach(x->ex, j->id, &fd);
+    if (!ej) return false;
+    run *r = run_new(x, j->id);
+    if (!r) {
+        x->ex->ops->release(x->ex, ej);
+        return false;
+    }
+    r->store = sched_job_store(x->s, j->id);
+    r->started = j->state != JOB_STARTING;
+    run_hold(x, r);
+    run_attach(x, r, ej, fd);
+    if (j->state == JOB_STOPPING && j->stop_intent) {
+        /* Asked again: the first signal may not have left before we died. */
+        snprintf(r->intent, sizeof r->intent, "%s", j->stop_intent);
+        stop_run(x, r, SIGTERM);
+    }
+    fprintf(stderr, "trainyard: job %lld: re-attached to its %s job after a restart\n",
+            (long long)j->id, x->ex->ops->name);
+    return true;
+}
+
+/* A job whose engine had finished while its final uploads were pending:
+ * the queue kept the checkpoint's, the export is queued again, and the job
+ * waits for them as before (sched_finalize's verdict). */
+static void recover_waiting_uploads(sched *x, int64_t id)
+{
+    srv *s = x->s;
+    uploader_export(s->up, id);
+    waiter *w = calloc(1, sizeof *w);
+    const char *why = "engine finished; server restarted while its final uploads were pending";
+    if (!w) {
+        sched_finalize(x, id, JOB_SUCCEEDED, why);
+        return;
+    }
+    *w = (waiter){.job_id = id,
+                  .to = JOB_SUCCEEDED,
+                  .next = x->waiters,
+                  .deadline_ms = ty_mono_ms() + s->cfg.upload_wait_s * 1000LL};
+    snprintf(w->reason, sizeof w->reason, "%s", why);
+    x->waiters = w;
+}
+
+/* The orphaned engine group of a job a previous server left live, sent
+ * SIGTERM now; 0 when none is left. */
+static int64_t recover_signal_orphan(sched *x, const db_job *j)
+{
+    int64_t pg = j->pgid;
+    if (!(pg > 0 && x->ex->ops->orphan_alive(x->ex, j->id, pg))) pg = 0;
+    if (pg) x->ex->ops->orphan_signal(x->ex, pg, SIGTERM);
+    fprintf(stderr, "trainyard: job %lld: recovering after a restart%s\n", (long long)j->id,
+            pg ? "; its previous engine group got SIGTERM" : "");
+    return pg;
+}
+
+/* The state a live job of a previous server is settled in (not one that
+ * waited for its final uploads): its recorded intent, else queued again. */
+static job_state recover_outcome(const db_job *j, int64_t pg, db_job_update *up, char *reason,
+                                 size_t cap)
+{
+    job_state to;
+    if (j->state == JOB_STOPPING && j->stop_intent &&
+        (!strcmp(j->stop_intent, "budget") || !strcmp(j->stop_intent, "restart") ||
+         !strcmp(j->stop_intent, "fail"))) {
+        /* Stopped by watch.c: a budget ends succeeded, a stall's
+         * restart is requeued, a stall's failure fails. */
+        bool budget = !strcmp(j->stop_intent, "budget"), again = !strcmp(j->stop_intent, "restart");
+        to = budget ? JOB_SUCCEEDED : again ? JOB_QUEUED : JOB_FAILED;
+        up->has_stop_reason = !again;
+        up->stop_reason = budget ? "budget" : "stall";
+        snprintf(reason, cap, "server restarted while stopping (%s%s)",
+                 budget ? "a budget was reached" : "stalled, on_stall ",
+                 budget ? "" : j->stop_intent);
+        up->has_error = to == JOB_FAILED;
+        up->error = reason;
+    } else if (j->state == JOB_STOPPING && j->stop_intent) {
+        bool pause = strcmp(j->stop_intent, "cancel") != 0;
+        to = pause ? JOB_PAUSED : JOB_CANCELLED;
+        snprintf(reason, cap, "server restarted while %s", pause ? "pausing" : "cancelling");
+    } else {
+        to = JOB_QUEUED;
+        snprintf(reason, cap,
+                 "server restarted; recovering%s (not counted as a "
+                 "restart)",
+                 pg ? ": waiting for the previous engine's final checkpoint" : "");
+    }
+    return to;
+}
+
+/* Recovery, first half, in sched_new before the API serves: every job a
+ * previous server left starting, running or stopping is settled at once
+ * in the database, and each orphaned engine group is sent SIGTERM (all of
+ * them now; sched_recover_finish waits once for all). No job is then shown as an
+ * engine-backed `running` job without an engine, and cancel and pause take
+ * the ordinary paths for queued or paused jobs (202, honoured):
+ *   - a job that had finished and only waited for its final uploads: waits
+ *     for them again (its export is queued again), then succeeds or fails
+ *     on their verdict (finalize);
+ *   - a job that was stopping: its recorded intent (paused / cancelled);
+ *   - any other: queued again, not counted as a restart (the server, not
+ *     the job, failed). The scheduler does not start it until its old
+ *     engine is gone and its checkpoints are reconciled. */
+void sched_recover_mark(sched *x)
+{
+    srv *s = x->s;
+    ty_err err = {0};
+    int64_t *ids;
+    int n;
+    db *d = srv_db(s);
+    const unsigned live = JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING);
+    if (!d || db_job_ids_in(d, live, &ids, &n, &err)) return;
+    x->recov = n ? calloc((size_t)n, sizeof *x->recov) : NULL;
+    for (int i = 0; i < n; i++) {
+        db_job j;
+        if (db_job_get(d, ids[i], &j, &err)) continue;
+        if (reattach(x, &j)) {
+            db_job_free(&j);
+            continue;
+        }
+        int64_t pg = recover_signal_orphan(x, &j);
+        if (x->recov) x->recov[x->nrecov++] = (recov){.job_id = j.id, .pgid = pg};
+        db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
+        char reason[256];
+        if (j.state == JOB_RUNNING && j.stop_intent && !strcmp(j.stop_intent, "succeeded")) {
+            db_job_update_fields(d, j.id, &up, &err);
+            recover_waiting_uploads(x, j.id);
+            db_job_free(&j);
+            continue;
+        }
+        job_state to = recover_outcome(&j, pg, &up, reason, sizeof reason);
+        up.set_finished = db_state_terminal(to);
+        if (srv_transition(s, j.id, live, to, reason, &up, NULL, &err))
+            fprintf(stderr, "trainyard: job %lld: recovery cannot record %s: %s\n", (long long)j.id,
+                    db_state_name(to), err.msg);
+        db_job_free(&j);
+    }
+    free(ids);
+}
+
+/* One wait for all the orphaned engine groups: SIGKILL for what is left
+ * after the grace period, then up to 5 s for them to go. */
+static void recover_wait_orphans(sched *x)
+{
+    int64_t deadline = ty_mono_ms() + x->s->cfg.grace_s * 1000LL;
+    for (bool any = true; any;) {
+        any = false;
+        for (int i = 0; i < x->nrecov; i++)
+            any |= x->recov[i].pgid && x->ex->ops->orphan_running(x->ex, x->recov[i].pgid);
+        if (!any || x->stop) break;
+        if (ty_mono_ms() >= deadline) {
+            for (int i = 0; i < x->nrecov; i++)
+                if (x->recov[i].pgid) x->ex->ops->orphan_signal(x->ex, x->recov[i].pgid, SIGKILL);
+            int64_t gone = ty_mono_ms() + 5000;
+            for (bool left = true; left && ty_mono_ms() < gone;) {
+                left = false;
+                for (int i = 0; i < x->nrecov; i++)
+                    left |= x->recov[i].pgid && x->ex->ops->orphan_running(x->ex, x->recov[i].pgid);
+                if (left) usleep(20000);
+            }
+            break;
+        }
+        usleep(20000);
+    }
+}
+
+/* Recovery, second half, on the scheduler thread: one wait for all the
+ * orphaned engine groups (SIGKILL for what is left after the grace
+ * period), then each job's checkpoints are reconciled with its directory
+ * and a queued or paused job resumes from the newest complete one. */
+void sched_recover_finish(sched *x)
+{
+    srv *s = x->s;
+    if (x->nrecov == 0) return;
+    recover_wait_orphans(x);
+    for (int i = 0; i < x->nrecov; i++) {
+        int64_t id = x->recov[i].job_id;
+        char *store = sched_job_store(s, id), *ck = NULL;
+        int64_t step = -1;
+        ty_err err = {0};
+        if (rec_reconcile(s, id, store, &ck, &step, &err))
+            fprintf(stderr, "trainyard: job %lld: checkpoint reconciliation: %s\n", (long long)id,
+                    err.msg);
+        db_job j;
+        db *d = srv_db(s);
+        pthread_mutex_lock(&x->mu);
+        bool pause = x->recov[i].pause;
+        pthread_mutex_unlock(&x->mu);
+        if (d && db_job_get(d, id, &j, &err) == 0) {
+            if (pause && j.state == JOB_QUEUED) {
+                char reason[200];
+                if (ck)
+                    snprintf(reason, sizeof reason,
+                             "pause requested while recovering; paused at "
+                             "step %lld",
+                             (long long)step);
+                else
+                    snprintf(reason, sizeof reason,
+                             "pause requested while recovering; paused (no "
+                             "checkpoint yet)");
+                db_job_update up = {.has_resume_from = true, .resume_from = ck};
+                srv_transition(s, id, JOB_BIT(JOB_QUEUED), JOB_PAUSED, reason, &up, NULL, &err);
+            } else if (ck && (j.state == JOB_QUEUED || j.state == JOB_PAUSED)) {
+                db_job_update up = {.has_resume_from = true, .resume_from = ck};
+                db_job_update_fields(d, id, &up, &err);
+            }
+            db_job_free(&j);
+        }
+        free(ck);
+        free(store);
+    }
+    pthread_mutex_lock(&x->mu);
+    free(x->recov);
+    x->recov = NULL;
+    x->nrecov = 0;
+    pthread_mutex_unlock(&x->mu);
 }
