@@ -102,6 +102,18 @@ int model_linear(const model *m, int layer, int slot, linear_desc *d)
     return 1;
 }
 
+int model_embedding(const model *m, linear_desc *d)
+{
+    const model_tensor *t = &m->t[m->wte];
+    char name[128];
+    model_hf_name(m, t, name, sizeof name);
+    name[strlen(name) - strlen(".weight")] = 0;
+    snprintf(d->module, sizeof d->module, "%s", name);
+    d->in = (int)t->shape[0];
+    d->out = (int)t->shape[1];
+    return m->wte;
+}
+
 float *model_linear_weight(model *m, int layer, int slot)
 {
     return m->params + m->t[slot_tensor(&m->L[layer], slot)].off;

@@ -45,6 +45,12 @@ typedef struct linear_hook {
                 int rows);
     void (*bwd)(void *state, int layer, int slot, float *dx, const float *dout, const float *x,
                 int N, int row0, int rows);
+    /* The token embedding (NULL: not adapted). emb_fwd adds the adapter's
+     * share into out[N, dim] (fp32) right after the lookup of ids[N] (on
+     * the device), before position embeddings or any scaling; emb_bwd gets
+     * that out's gradient. */
+    void (*emb_fwd)(void *state, float *out, const int32_t *ids, int N);
+    void (*emb_bwd)(void *state, const float *dout, const int32_t *ids, int N);
 } linear_hook;
 
 /* A weight handed to a store, read a slice at a time: elements [e0, e0 +
@@ -76,6 +82,11 @@ typedef struct linear_store {
 /* Slot `slot` of block `layer`: fills *d and returns 1, or 0 where the
  * model's family has no such layer. */
 int model_linear(const struct model *m, int layer, int slot, linear_desc *d);
+/* The input token embedding as a layer: in = vocabulary size, out = the
+ * hidden size, its HF module path (model.embed_tokens, transformer.wte).
+ * Returns its tensor index (model_tensor_*: tied says whether the output
+ * head shares it). */
+int model_embedding(const struct model *m, linear_desc *d);
 /* That layer's fp32 weights on the device ([out, in]; for a merge). */
 float *model_linear_weight(struct model *m, int layer, int slot);
 /* Attaches h (copied); NULL detaches. */

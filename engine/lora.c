@@ -49,10 +49,31 @@ static void default_targets(lora_cfg *c, const model_config *mc)
 
 static const char *module_names(const model_config *mc)
 {
-    return mc->arch == ARCH_GPT2 ? "GPT-2 has c_attn, c_proj, c_fc"
-           : mc->fused           ? "it has qkv_proj, o_proj, gate_up_proj, down_proj"
+    return mc->arch == ARCH_GPT2 ? "GPT-2 has c_attn, c_proj, c_fc, wte"
+           : mc->fused           ? "it has qkv_proj, o_proj, gate_up_proj, down_proj, embed_tokens"
                                  : "it has q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-                                   "down_proj";
+                                   "down_proj, embed_tokens";
+}
+
+/* One adapter on the layer d describes, its A and B placed at *off. */
+static lora_adapter *add_one(lora *l, const linear_desc *d, int layer, int slot, size_t *off)
+{
+    const lora_cfg *c = &l->cfg;
+    lora_adapter *a = &l->ad[l->n++];
+    a->layer = layer;
+    a->slot = slot;
+    a->out = d->out;
+    a->in = d->in;
+    a->r = lora_cfg_rank(c, d->module);
+    a->scale = lora_cfg_scale(c, a->r, lora_cfg_alpha(c, d->module));
+    if (a->r > l->r) l->r = a->r;
+    snprintf(a->module, sizeof a->module, "%s", d->module);
+    a->a_off = *off;
+    *off += ((size_t)a->r * a->in + 15) & ~(size_t)15;
+    a->b_off = *off;
+    *off += ((size_t)a->out * a->r + 15) & ~(size_t)15;
+    l->n_params += (size_t)a->r * a->in + (size_t)a->out * a->r;
+    return a;
 }
 
 /* Every selected module's adapter, with its own rank and scale. */
@@ -74,22 +95,20 @@ static int add_adapters(lora *l, const struct model *m, ty_err *err)
             for (int k = 0; k < c->n_targets; k++)
                 if (lora_name_matches(d.module, c->targets[k])) named[k] = 1;
             if (!hit) continue;
-            lora_adapter *a = &l->ad[l->n];
-            a->layer = layer;
-            a->slot = s;
-            a->out = d.out;
-            a->in = d.in;
-            a->r = lora_cfg_rank(c, d.module);
-            a->scale = lora_cfg_scale(c, a->r, lora_cfg_alpha(c, d.module));
-            if (a->r > l->r) l->r = a->r;
-            snprintf(a->module, sizeof a->module, "%s", d.module);
-            a->a_off = off;
-            off += ((size_t)a->r * a->in + 15) & ~(size_t)15;
-            a->b_off = off;
-            off += ((size_t)a->out * a->r + 15) & ~(size_t)15;
-            l->n_params += (size_t)a->r * a->in + (size_t)a->out * a->r;
-            l->slot_ix[layer * LS_N + s] = l->n++;
+            l->slot_ix[layer * LS_N + s] = l->n;
+            add_one(l, &d, layer, s, &off);
         }
+    /* The token embedding (PEFT's lora.Embedding), named or matched like
+     * the others; all-linear takes linear layers only. */
+    linear_desc d;
+    model_embedding(m, &d);
+    int which;
+    for (int k = 0; k < c->n_targets; k++)
+        if (lora_name_matches(d.module, c->targets[k])) named[k] = 1;
+    if (!c->all_linear && lora_cfg_targets(c, d.module, &which)) {
+        l->emb = l->n;
+        add_one(l, &d, -1, -1, &off)->emb = 1;
+    }
     for (int k = 0; k < c->n_targets; k++)
         if (!named[k])
             return ty_err_field(err, TY_EINVAL, tfield,
@@ -218,12 +237,58 @@ static int add_saved(lora *l, const struct model *m, size_t *off, ty_err *err)
     return rc;
 }
 
+/* PEFT's save_embedding_layers "auto": when target_modules names
+ * embed_tokens or lm_head (a list entry equal to one, or a regex that
+ * takes a module so named), the adapter file also holds the targeted
+ * embedding's base weights, <module>.base_layer.weight, which loading
+ * puts back into the model. They are an extra here that never trains. */
+static int add_emb_base(lora *l, const struct model *m, ty_err *err)
+{
+    const lora_cfg *c = &l->cfg;
+    if (l->emb < 0) return 0;
+    const char *mod = l->ad[l->emb].module, *tail = strrchr(mod, '.');
+    tail = tail ? tail + 1 : mod;
+    int named = 0;
+    for (int k = 0; k < c->n_targets; k++)
+        named |= !strcmp(c->targets[k], "embed_tokens") || !strcmp(c->targets[k], "lm_head");
+    if (c->target_regex[0]) named = !strcmp(tail, "embed_tokens");
+    if (!named) return 0;
+    int t = model_embedding(m, &(linear_desc){0});
+    for (int k = 0; k < l->n_x; k++)
+        if (l->x[k].t == t)
+            return ty_err_field(err, TY_ESPEC,
+                                c->from_peft ? "modules_to_save" : "lora.modules_to_save",
+                                "%s is both a LoRA target and in modules_to_save", mod);
+    if (!l->x && !(l->x = calloc((size_t)model_n_tensors(m), sizeof *l->x)))
+        return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA");
+    model_tensor_desc d;
+    model_tensor_describe(m, t, &d);
+    lora_extra *x = &l->x[l->n_x];
+    if (!(x->param = model_tensor_param(m, t)))
+        return ty_err_field(err, TY_ESPEC, c->from_peft ? "target_modules" : "lora.targets",
+                            "a LoRA adapter on %s needs the embedding's fp32 values, which "
+                            "method qlora in 16 bits does not keep; use precision fp32 or method "
+                            "lora",
+                            mod);
+    x->t = t;
+    x->frozen = 1;
+    snprintf(x->name, sizeof x->name, "base_model.model.%s.base_layer.weight", mod);
+    x->ndim = 2;
+    x->shape[0] = d.shape[0];
+    x->shape[1] = d.shape[1];
+    x->numel = d.numel;
+    l->n_x++;
+    l->n_frozen++;
+    return 0;
+}
+
 int lora_create(lora *l, const struct model *m, const lora_cfg *cfg, ty_err *err)
 {
     memset(l, 0, sizeof *l);
     const model_config *mc = model_linear_config(m);
     l->kn = model_linear_kn(m);
     l->cfg = *cfg;
+    l->emb = -1;
     if (cfg->r < 1)
         return ty_err_field(err, TY_EINVAL, "lora.r", "lora.r must be at least 1 (got %d)", cfg->r);
     if (cfg->dropout < 0 || cfg->dropout >= 1)
@@ -232,12 +297,14 @@ int lora_create(lora *l, const struct model *m, const lora_cfg *cfg, ty_err *err
     l->dropout = (float)cfg->dropout;
     l->n_layer = mc->n_layer;
     l->slot_ix = malloc((size_t)(l->n_layer ? l->n_layer : 1) * LS_N * sizeof *l->slot_ix);
-    l->ad = calloc((size_t)(l->n_layer ? l->n_layer : 1) * LS_N, sizeof *l->ad);
+    l->ad = calloc((size_t)l->n_layer * LS_N + 1, sizeof *l->ad); /* + the embedding */
     if (!l->slot_ix || !l->ad) return ty_err_set(err, TY_ENOMEM, "out of memory for LoRA adapters");
     int rc = add_adapters(l, m, err);
     if (rc) return rc;
     size_t off = l->n_buf;
-    if ((rc = add_biases(l, m, &off, err)) || (rc = add_saved(l, m, &off, err))) return rc;
+    if ((rc = add_biases(l, m, &off, err)) || (rc = add_saved(l, m, &off, err)) ||
+        (rc = add_emb_base(l, m, err)))
+        return rc;
     l->n_buf = off;
     if (!l->n_buf) l->n_buf = 16;
     size_t bytes = l->n_buf * sizeof(float);
@@ -277,15 +344,19 @@ void lora_init(lora *l, uint64_t seed)
     uint64_t state = seed ^ LORA_INIT_SALT;
     for (int i = 0; i < l->n; i++) {
         lora_adapter *a = &l->ad[i];
-        size_t n = (size_t)a->r * a->in;
+        /* lora.Embedding: A zero (as created), B N(0, 1) (Box-Muller) */
+        size_t n = a->emb ? (size_t)a->out * a->r : (size_t)a->r * a->in;
         float *buf = malloc(n * sizeof *buf);
         if (!buf) continue; /* cannot happen for sizes that fit the device buffers above */
         double bound = 1.0 / sqrt((double)a->in);
         for (size_t j = 0; j < n; j++) {
             double u = rng_unit(&state);
-            buf[j] = (float)((2.0 * u - 1.0) * bound);
+            if (a->emb)
+                buf[j] = (float)(sqrt(-2.0 * log1p(-u)) * cos(2.0 * M_PI * rng_unit(&state)));
+            else
+                buf[j] = (float)((2.0 * u - 1.0) * bound);
         }
-        kn_to_device(l->kn, l->params + a->a_off, buf, n * sizeof(float));
+        kn_to_device(l->kn, l->params + (a->emb ? a->b_off : a->a_off), buf, n * sizeof(float));
         free(buf);
     }
 }
@@ -296,11 +367,12 @@ int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
     int drop = l->dropout > 0;
     for (int i = 0; i < l->n; i++) {
         total += (N * (size_t)l->ad[i].r + 15) & ~(size_t)15;
+        if ((size_t)l->ad[i].out > maxout) maxout = (size_t)l->ad[i].out;
+        if (l->ad[i].emb) continue; /* no dropout; its in is the vocabulary */
         if (drop) {
             total += (N * (size_t)l->ad[i].in + 15) & ~(size_t)15;
             mask += N * (size_t)l->ad[i].in;
         }
-        if ((size_t)l->ad[i].out > maxout) maxout = (size_t)l->ad[i].out;
         if ((size_t)l->ad[i].in > maxin) maxin = (size_t)l->ad[i].in;
     }
     size_t scratch =
@@ -315,7 +387,7 @@ int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
         lora_adapter *a = &l->ad[i];
         a->h = p;
         p += (N * (size_t)a->r + 15) & ~(size_t)15;
-        if (drop) {
+        if (drop && !a->emb) {
             a->xd = p;
             p += (N * (size_t)a->in + 15) & ~(size_t)15;
             a->mask = q;
@@ -415,12 +487,39 @@ static void hook_bwd(void *state, int layer, int slot, float *dx, const float *d
     lora_bwd_part(state, layer, slot, dx, dout, x, N, row0, rows);
 }
 
+/* lora.Embedding: h[N,r] = A^T[ids]; out += scale h B^T. */
+static void hook_emb_fwd(void *state, float *out, const int32_t *ids, int N)
+{
+    lora *l = state;
+    lora_adapter *a = &l->ad[l->emb];
+    kn_ctx *k = l->kn;
+    kn_embedding_fwd(k, KN_F32, a->h, ids, l->params + a->a_off, N, a->r, 0);
+    kn_matmul_fwd(k, l->s_out, a->h, l->params + a->b_off, NULL, N, a->r, a->out);
+    kn_axpy(k, out, l->s_out, (size_t)N * a->out, a->scale);
+}
+
+/* dB += (scale dout)^T h; dA^T[ids] += (scale dout) B. */
+static void hook_emb_bwd(void *state, const float *dout, const int32_t *ids, int N)
+{
+    lora *l = state;
+    lora_adapter *a = &l->ad[l->emb];
+    kn_ctx *k = l->kn;
+    size_t nout = (size_t)N * a->out;
+    kn_zero(k, l->s_out, nout);
+    kn_axpy(k, l->s_out, dout, nout, a->scale);
+    kn_zero(k, l->s_dh, (size_t)N * a->r);
+    kn_matmul_bwd(k, l->s_dh, l->grads + a->b_off, NULL, l->s_out, a->h, l->params + a->b_off, N,
+                  a->r, a->out);
+    kn_embedding_bwd(k, l->grads + a->a_off, ids, l->s_dh, N, a->r);
+}
+
 void lora_attach(lora *l, struct model *m)
 {
-    linear_hook h = {l, hook_fwd, hook_bwd};
+    linear_hook h = {l, hook_fwd, hook_bwd, NULL, NULL};
+    if (l->emb >= 0) h.emb_fwd = hook_emb_fwd, h.emb_bwd = hook_emb_bwd;
     model_set_linear_hook(m, &h);
     for (int k = 0; k < l->n_x; k++)
-        model_tensor_set_grad(m, l->x[k].t, l->grads + l->x[k].off);
+        if (!l->x[k].frozen) model_tensor_set_grad(m, l->x[k].t, l->grads + l->x[k].off);
 }
 
 /* ---- files ---------------------------------------------------------------- */
@@ -432,12 +531,20 @@ static int n_items(const lora *l)
     return 2 * l->n + l->n_x;
 }
 
+/* The items an optimizer file holds: the frozen extras (last) have no state. */
+static int n_opt_items(const lora *l)
+{
+    return 2 * l->n + l->n_x - l->n_frozen;
+}
+
 typedef struct item {
     char name[240];
     int ndim;
     int64_t shape[2];
     size_t numel;
-    float *at; /* in the buffer asked for (for the values: the model's own) */
+    float *at;    /* in the buffer asked for (for the values: the model's own) */
+    int t;        /* held transposed here: the embedding's A, [shape[1], shape[0]] */
+    int optional; /* loading goes on without it */
 } item;
 
 /* Item j with its name + suffix, living in buf (l->params, m or v). */
@@ -451,12 +558,20 @@ static void item_of(const lora *l, int j, float *buf, const char *suffix, item *
         it->shape[1] = x->shape[1];
         it->numel = x->numel;
         it->at = buf == l->params ? x->param : buf + x->off;
+        it->t = 0;
+        it->optional = x->frozen;
         return;
     }
     const lora_adapter *a = &l->ad[j / 2];
     int b = j % 2;
-    snprintf(it->name, sizeof it->name, "base_model.model.%s.lora_%c.weight%s", a->module,
-             b ? 'B' : 'A', suffix);
+    if (a->emb)
+        snprintf(it->name, sizeof it->name, "base_model.model.%s.lora_embedding_%c%s", a->module,
+                 b ? 'B' : 'A', suffix);
+    else
+        snprintf(it->name, sizeof it->name, "base_model.model.%s.lora_%c.weight%s", a->module,
+                 b ? 'B' : 'A', suffix);
+    it->t = a->emb && !b;
+    it->optional = 0;
     it->ndim = 2;
     it->shape[0] = b ? a->out : a->r;
     it->shape[1] = b ? a->r : a->in;
@@ -468,23 +583,34 @@ typedef struct {
     lora *l;
     float *bufs[2];
     const char *sfx[2];
+    int per;
 } lsave_ctx;
+
+/* src [rows, cols] into dst [cols, rows]. */
+static void transpose(float *dst, const float *src, int64_t rows, int64_t cols)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            dst[j * rows + i] = src[i * cols + j];
+}
 
 static int lsave_fill(void *vctx, int i, float *out, ty_err *err)
 {
-    (void)err;
     lsave_ctx *c = vctx;
-    int per = n_items(c->l);
     item it;
-    item_of(c->l, i % per, c->bufs[i / per], "", &it);
-    kn_to_host(c->l->kn, out, it.at, it.numel * sizeof(float));
+    item_of(c->l, i % c->per, c->bufs[i / c->per], "", &it);
+    float *tmp = it.t ? malloc(it.numel * sizeof *tmp) : NULL;
+    if (it.t && !tmp) return ty_err_set(err, TY_ENOMEM, "out of memory writing %s", it.name);
+    kn_to_host(c->l->kn, it.t ? tmp : out, it.at, it.numel * sizeof(float));
+    if (tmp) transpose(out, tmp, it.shape[1], it.shape[0]);
+    free(tmp);
     return 0;
 }
 
 static int save_bufs(lora *l, const char *path, float *b0, float *b1, const char *s0,
                      const char *s1, ty_err *err)
 {
-    int per = n_items(l), n = per * (b1 ? 2 : 1);
+    int per = b0 == l->params ? n_items(l) : n_opt_items(l), n = per * (b1 ? 2 : 1);
     st_out *outs = calloc((size_t)(n ? n : 1), sizeof *outs);
     item *its = calloc((size_t)(n ? n : 1), sizeof *its);
     int rc;
@@ -498,7 +624,7 @@ static int save_bufs(lora *l, const char *path, float *b0, float *b1, const char
             outs[i].shape[0] = its[i].shape[0];
             outs[i].shape[1] = its[i].shape[1];
         }
-        lsave_ctx c = {l, {b0, b1}, {s0, s1}};
+        lsave_ctx c = {l, {b0, b1}, {s0, s1}, per};
         json_t *meta = json_pack("{s:s}", "format", "pt");
         rc = st_write(path, outs, n, meta, lsave_fill, &c, err);
         json_decref(meta);
@@ -537,19 +663,23 @@ static const char *stray_tensor(const lora *l, const st_file *f)
 static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, int other_suffixes,
                      ty_err *err)
 {
-    int per = n_items(l), rc = 0;
+    int per = buf == l->params ? n_items(l) : n_opt_items(l), rc = 0;
     size_t maxn = 1;
     item it;
     for (int j = 0; j < per; j++) {
         item_of(l, j, buf, suffix, &it);
         if (it.numel > maxn) maxn = it.numel;
     }
-    float *stage = malloc(maxn * sizeof *stage);
-    if (!stage) return ty_err_set(err, TY_ENOMEM, "out of memory loading %s", f->path);
+    float *stage = malloc(maxn * sizeof *stage), *tr = malloc(maxn * sizeof *tr);
+    if (!stage || !tr) {
+        free(stage), free(tr);
+        return ty_err_set(err, TY_ENOMEM, "out of memory loading %s", f->path);
+    }
     int found = 0;
     for (int j = 0; j < per && !rc; j++) {
         item_of(l, j, buf, suffix, &it);
         const st_tensor *t = st_find(f, it.name);
+        if (!t && it.optional) continue;
         if (!t) {
             rc = ty_err_field(err, TY_EINVAL, it.name,
                               "%s: missing tensor %s (lora.targets / lora.r / lora.bias must "
@@ -575,10 +705,12 @@ static int load_bufs(lora *l, const st_file *f, float *buf, const char *suffix, 
             break;
         }
         if ((rc = st_to_f32(t, stage, err))) break;
-        kn_to_device(l->kn, it.at, stage, it.numel * sizeof(float));
+        if (it.t) transpose(tr, stage, it.shape[0], it.shape[1]);
+        kn_to_device(l->kn, it.at, it.t ? tr : stage, it.numel * sizeof(float));
         found++;
     }
     free(stage);
+    free(tr);
     if (!rc && !other_suffixes && f->n != found)
         rc = ty_err_set(err, TY_EINVAL,
                         "%s holds %d tensor%s that %s not adapters of these targets (one is %s)",
@@ -637,10 +769,29 @@ int lora_merge(lora *l, struct model *m, ty_err *err)
             free(w), free(A), free(B);
             return ty_err_set(err, TY_ENOMEM, "out of memory merging LoRA");
         }
-        float *dw = model_linear_weight(m, a->layer, a->slot);
+        float *dw = a->emb ? model_tensor_param(m, model_embedding(m, &(linear_desc){0}))
+                           : model_linear_weight(m, a->layer, a->slot);
+        if (!dw) {
+            free(w), free(A), free(B);
+            return ty_err_set(err, TY_EINVAL, "merging LoRA: no fp32 weights of %s", a->module);
+        }
         kn_to_host(l->kn, w, dw, nw * sizeof(float));
         kn_to_host(l->kn, A, l->params + a->a_off, (size_t)a->r * a->in * sizeof(float));
         kn_to_host(l->kn, B, l->params + a->b_off, (size_t)a->out * a->r * sizeof(float));
+        if (a->emb) {
+            /* E[v, c] += scale sum_k A^T[v, k] B[c, k]: the shared tensor of
+             * a tied head too, as merge_and_unload's */
+            for (int v = 0; v < a->in; v++)
+                for (int c = 0; c < a->out; c++) {
+                    double s = 0;
+                    for (int k = 0; k < a->r; k++)
+                        s += (double)A[(size_t)v * a->r + k] * B[(size_t)c * a->r + k];
+                    w[(size_t)v * a->out + c] += (float)(a->scale * s);
+                }
+            kn_to_device(l->kn, dw, w, nw * sizeof(float));
+            free(w), free(A), free(B);
+            continue;
+        }
         /* W[o, i] += scale sum_k B[o, k] A[k, i] (engine layout [out, in];
          * the Conv1D transpose happens at save). */
         for (int o = 0; o < a->out; o++)

@@ -11,7 +11,17 @@
  * keeps no gradient or optimizer state at all. Tensor names are PEFT's:
  * base_model.model.<module path>.lora_A.weight / .lora_B.weight, in the same
  * [r, in] / [out, r] layout for GPT-2's Conv1D (PEFT's fan_in_fan_out only
- * changes how the merge is transposed). */
+ * changes how the merge is transposed).
+ *
+ * The token embedding (embed_tokens, GPT-2's wte) is a target too, as
+ * PEFT's lora.Embedding: E[ids] += s (A^T[ids]) B^T with A [r, vocab]
+ * (zeros at init) and B [dim, r] (N(0, 1) at init), no dropout, saved as
+ * <module>.lora_embedding_A / .lora_embedding_B (no ".weight"). A is kept
+ * here transposed, [vocab, r], so the forward is a row gather; the files
+ * hold PEFT's layout. The adapter adds to the input lookup only: a tied
+ * output head keeps the frozen shared weights (as PEFT's forward does),
+ * while the merge (lora_merge, PEFT's merge_and_unload) changes the one
+ * shared tensor, head included. */
 #ifndef TY_LORA_H
 #define TY_LORA_H
 
@@ -24,7 +34,8 @@
 #include "tyerr.h"
 
 typedef struct lora_adapter {
-    int layer, slot; /* linear.h's (block, linear_slot) */
+    int layer, slot; /* linear.h's (block, linear_slot); -1, -1 for the embedding */
+    int emb;         /* the token embedding: in = vocab, A stored [in, r] */
     int in, out;
     int r;               /* this module's rank (rank_pattern, else r) */
     float scale;         /* alpha / r or alpha / sqrt(r), alpha_pattern's alpha */
@@ -45,6 +56,9 @@ typedef struct lora_extra {
     int64_t shape[2];
     size_t numel, off;
     int decay;    /* AdamW decays it (>= 2-D), as it would the model's own */
+    int frozen;   /* in the adapter file only: PEFT's copy of a targeted
+                   * embedding's base weights (no gradient, no optimizer
+                   * state, may be absent when loading); after the others */
     float *param; /* the model's fp32 values (device) */
 } lora_extra;
 
@@ -57,7 +71,8 @@ typedef struct lora {
     lora_adapter *ad;
     int *slot_ix;  /* [n_layer * LS_N]: adapter index or -1 */
     lora_extra *x; /* the model's own tensors trained too (lora.bias) */
-    int n_x;
+    int n_x, n_frozen;
+    int emb; /* the embedding's adapter index, or -1 */
     int n_layer;
     size_t n_params, n_buf;
     float *params, *grads, *m, *v;

@@ -1279,6 +1279,13 @@ static void forward_hidden(model *m, const int32_t *inputs, const int32_t *targe
      * the position row is added) */
     const void *wte = dt == KN_F32 ? (const void *)W(m, m->wte) : W16(m, m->wte);
     kn_embedding_fwd(k, dt, m->encoded, m->ids, wte, N, C, 0);
+    if (m->adapter.emb_fwd) { /* LoRA on the embedding: fp32, through dres in 16-bit runs */
+        size_t nc = (size_t)N * C;
+        float *e = dt == KN_F32 ? m->encoded : m->dres;
+        if (dt != KN_F32) kn_convert(k, e, KN_F32, m->encoded, dt, nc);
+        m->adapter.emb_fwd(m->adapter.state, e, m->ids, N);
+        if (dt != KN_F32) kn_convert(k, m->encoded, dt, e, KN_F32, nc);
+    }
     if (gpt2) {
         const void *wpe = dt == KN_F32 ? (const void *)W(m, m->wpe) : W16(m, m->wpe);
         kn_embedding_fwd(k, dt, m->encoded, m->pos, wpe, N, C, 1);
@@ -1536,8 +1543,9 @@ static void backward_from_head(model *m, int B, int T)
     }
     /* Embeddings: dwte[ids] += dres (and dwpe[t] += dres) */
     float *gwte = G(m, m->wte), *gwpe = gpt2 ? G(m, m->wpe) : NULL;
-    if (!gwte && !gwpe) return; /* frozen: no embedding gradients to accumulate */
+    if (!gwte && !gwpe && !m->adapter.emb_bwd) return;      /* frozen: nothing to accumulate */
     if (c->gemma) kn_scale(k, m->dres, NC, embed_scale(m)); /* the sqrt(hidden) factor */
+    if (m->adapter.emb_bwd) m->adapter.emb_bwd(m->adapter.state, m->dres, m->ids, N);
     if (gwte) kn_embedding_bwd(k, gwte, m->ids, m->dres, N, C);
     if (gwpe) kn_embedding_bwd(k, gwpe, m->pos, m->dres, N, C);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, 0);

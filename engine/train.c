@@ -604,6 +604,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
     }
     for (int i = 0; r->have_lora && i < r->lora.n_x; i++) { /* the model's own (lora.bias) */
         const lora_extra *x = &r->lora.x[i];
+        if (x->frozen) continue;
         kn_adamw(r->kn, KN_F32, x->param, NULL, r->lora.grads + x->off, r->lora.m + x->off,
                  r->lora.v + x->off, x->numel, (float)out->lr, (float)s->adam_beta1,
                  (float)s->adam_beta2, (float)s->adam_eps, x->decay ? (float)s->weight_decay : 0.0f,
@@ -1059,7 +1060,7 @@ static json_t *memory_json(const run *r)
         size_t N = r->lora.N, la = 0;
         for (int i = 0; i < r->lora.n; i++) {
             la += ((N * (size_t)r->lora.ad[i].r + 15) & ~(size_t)15) * sizeof(float);
-            if (r->lora.dropout > 0)
+            if (r->lora.dropout > 0 && !r->lora.ad[i].emb)
                 la += ((N * (size_t)r->lora.ad[i].in + 15) & ~(size_t)15) * sizeof(float) +
                       N * (size_t)r->lora.ad[i].in;
         }

@@ -28,6 +28,10 @@ bias     bias lora_only and all, the same both ways on GPT-2 and on a
          lora.bias "all".
 save     modules_to_save the same way: Llama's embed_tokens and lm_head,
          GPT-2's wpe and ln_f; GPT-2's tied wte refused by name.
+embed    LoRA on the token embedding (PEFT's lora.Embedding) the same
+         way, GPT-2's tied wte and Llama's embed_tokens beside a linear
+         target; generate --adapter equals merge_and_unload; a run from
+         scratch targeting it.
 
 Usage: peft_check.py ENGINE WORKDIR CASE [TRAINYARD]"""
 import json
@@ -357,6 +361,28 @@ def case_save(engine, work):
     print(f"  GPT-2 modules_to_save [wte]: exit 2: {err['message'][:160]}")
 
 
+# LoRA on the token embedding (lora.Embedding): GPT-2's wte, tied to the
+# head (the adapter changes the input side only; the merge, like
+# merge_and_unload, the shared tensor), and Llama's embed_tokens (whose
+# base weights PEFT saves in the adapter file too).
+EMBED = {"gpt2": ["wte", "c_attn"], "llama": ["embed_tokens", "q_proj"]}
+
+
+def case_embed(engine, work):
+    for arch in ARCHS:
+        model = setup(work, arch)
+        base, ids, _, data = model
+        tm = EMBED[arch]
+        export = both_ways(engine, work, arch, model, "embed", dict(r=4, lora_alpha=8, target_modules=tm),
+                           {"targets": tm})
+        merged_generate(engine, base, export, f"{arch} embedding")
+        spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora", lora={"r": 4, "alpha": 8, "targets": tm},
+                        lr=3e-2)
+        wd = os.path.join(work, arch, "embed-fresh")
+        train(engine, spec, wd)
+        check_export(engine, base, os.path.join(wd, "export"), ids, f"{arch} embedding from scratch")
+
+
 def case_layers(engine, work):
     for arch in ARCHS:
         model = setup(work, arch)
@@ -375,7 +401,7 @@ def main():
         case_refuse(engine, work, trainyard)
     else:
         {"rslora": case_rslora, "patterns": case_patterns, "layers": case_layers, "bias": case_bias,
-         "save": case_save}[case](engine, work)
+         "save": case_save, "embed": case_embed}[case](engine, work)
         print(f"{case}: the engine and peft agree both ways on GPT-2 and Llama")
 
 
