@@ -469,8 +469,9 @@ static int parse_save(const json_t *l, jobspec *s, ty_err *err)
 
 static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
 {
-    static const char *const keys[] = {"r",       "alpha",   "dropout", "use_rslora",      "bias",
-                                       "targets", "adapter", "merge",   "modules_to_save", NULL};
+    static const char *const keys[] = {"r",        "alpha",           "dropout", "use_rslora",
+                                       "bias",     "targets",         "adapter", "merge",
+                                       "use_dora", "modules_to_save", NULL};
     const char *P = "lora";
     json_t *l;
     int rc;
@@ -485,6 +486,11 @@ static int parse_lora(const json_t *root, jobspec *s, ty_err *err)
     if ((rc = get_num(l, P, "alpha", 0, 1, 1e6, 0, &s->lora_alpha, err))) return rc;
     if ((rc = get_num(l, P, "dropout", 0, 0, 1, 1, &s->lora_dropout, err))) return rc;
     if ((rc = get_bool(l, P, "use_rslora", &s->lora_use_rslora, err))) return rc;
+    if ((rc = get_bool(l, P, "use_dora", &s->lora_use_dora, err))) return rc;
+    if (s->lora_use_dora && s->method == METHOD_QLORA)
+        return ty_err_field(err, TY_EINVAL, "lora.use_dora",
+                            "lora.use_dora: DoRA needs the base weights in full precision for its "
+                            "weight norm; method qlora keeps them in NF4 (use method lora)");
     if ((rc = get_enum(l, P, "bias", jobspec_bias_names, 3, &s->lora_bias, err))) return rc;
     json_t *t = json_object_get(l, "targets");
     if (t) {
@@ -1023,6 +1029,7 @@ json_t *jobspec_to_json(const jobspec *s)
         json_object_set_new(l, "alpha", json_real(s->lora_alpha));
         json_object_set_new(l, "dropout", json_real(s->lora_dropout));
         json_object_set_new(l, "use_rslora", json_boolean(s->lora_use_rslora));
+        if (s->lora_use_dora) json_object_set_new(l, "use_dora", json_true());
         json_object_set_new(l, "bias", json_string(jobspec_bias_names[s->lora_bias]));
         if (s->n_save > 0) {
             json_t *t = json_array();

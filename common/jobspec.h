@@ -62,6 +62,7 @@ typedef struct jobspec {
     double lora_alpha;    /* default 16 */
     double lora_dropout;  /* default 0, [0, 1) */
     bool lora_use_rslora; /* default false: scale alpha / sqrt(r) instead of alpha / r */
+    bool lora_use_dora;   /* default false: DoRA (PEFT's use_dora); method lora only */
     int n_targets;        /* default: q_proj,v_proj (llama) chosen by engine when 0 */
     char *targets[JOBSPEC_MAX_TARGETS];
     int lora_bias; /* JOBSPEC_BIAS_*: which biases train beside the adapters */
@@ -130,7 +131,7 @@ typedef struct jobspec {
  * JSON layout (DESIGN §4; openapi.yaml's JobSpec mirrors it):
  *   name; model{path|init}; dataset{train, eval, format, text_field,
  *   chat_template, packing, skip_invalid, eval_fraction}; method;
- *   lora{r, alpha, dropout, use_rslora, bias, modules_to_save, targets, adapter,
+ *   lora{r, alpha, dropout, use_rslora, use_dora, bias, modules_to_save, targets, adapter,
  *   merge} (method lora/qlora only);
  *   qlora{double_quant, compute_dtype} (method qlora only);
  *   hyperparameters{max_steps, batch_size, seq_len, grad_accum, lr, schedule,

@@ -114,6 +114,27 @@ static int add_adapters(lora *l, const struct model *m, ty_err *err)
             return ty_err_field(err, TY_EINVAL, tfield,
                                 "%s: \"%s\" matches no module of this %s model (%s)", tfield,
                                 c->targets[k], mc->model_type, module_names(mc));
+    for (int i = 0; i < l->n && c->use_dora; i++) { /* DoRA: the magnitudes, after A and B */
+        lora_adapter *a = &l->ad[i];
+        const char *dfield = c->from_peft ? "use_dora" : "lora.use_dora";
+        if (a->emb)
+            return ty_err_field(
+                err, TY_ESPEC, dfield,
+                "%s: DoRA on the embedding %s is not supported (linear targets only)", dfield,
+                a->module);
+        if (model_linear_n_stored(m))
+            return ty_err_field(err, TY_ESPEC, dfield,
+                                "%s: DoRA needs the base weights in full precision; method qlora "
+                                "keeps them in NF4 (use method lora)",
+                                dfield);
+        a->dora = 1;
+        a->m_off = off;
+        off += ((size_t)a->out + 15) & ~(size_t)15;
+        l->n_params += (size_t)a->out;
+        a->w = model_linear_weight((struct model *)m, a->layer, a->slot);
+        int b = model_linear_bias(m, a->layer, a->slot);
+        a->bias = b >= 0 ? model_tensor_param(m, b) : NULL;
+    }
     if (l->n == 0)
         return ty_err_field(err, TY_EINVAL, tfield,
                             "%s: %s%s selects no module of this %s model (%s)", tfield,
@@ -339,6 +360,26 @@ void lora_free(lora *l)
     memset(l, 0, sizeof *l);
 }
 
+/* DoRA's magnitude at init: the row norms of W (B is zero), as PEFT's
+ * torch.linalg.norm(W, dim=1) (fp32 in row order). */
+static void dora_init(lora *l, const lora_adapter *a)
+{
+    size_t nw = (size_t)a->out * a->in;
+    float *w = malloc(nw * sizeof *w), *mag = malloc((size_t)a->out * sizeof *mag);
+    if (w && mag) {
+        kn_to_host(l->kn, w, a->w, nw * sizeof(float));
+        for (int o = 0; o < a->out; o++) {
+            double ss = 0;
+            for (int i = 0; i < a->in; i++)
+                ss += (double)w[(size_t)o * a->in + i] * w[(size_t)o * a->in + i];
+            mag[o] = (float)sqrt(ss);
+        }
+        kn_to_device(l->kn, l->params + a->m_off, mag, (size_t)a->out * sizeof(float));
+    }
+    free(w);
+    free(mag);
+}
+
 void lora_init(lora *l, uint64_t seed)
 {
     uint64_t state = seed ^ LORA_INIT_SALT;
@@ -358,15 +399,21 @@ void lora_init(lora *l, uint64_t seed)
         }
         kn_to_device(l->kn, l->params + (a->emb ? a->b_off : a->a_off), buf, n * sizeof(float));
         free(buf);
+        if (a->dora) dora_init(l, a);
     }
 }
 
 int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
 {
-    size_t N = (size_t)B * T, total = 0, maxout = 1, maxin = 1, mask = 0;
+    size_t N = (size_t)B * T, total = 0, maxout = 1, maxin = 1, mask = 0, maxw = 0;
     int drop = l->dropout > 0;
     for (int i = 0; i < l->n; i++) {
         total += (N * (size_t)l->ad[i].r + 15) & ~(size_t)15;
+        if (l->ad[i].dora) {
+            size_t o = (size_t)l->ad[i].out, w = o * (size_t)l->ad[i].in;
+            total += 2 * ((o + 15) & ~(size_t)15) + ((N * o + 15) & ~(size_t)15);
+            if (w > maxw) maxw = w;
+        }
         if ((size_t)l->ad[i].out > maxout) maxout = (size_t)l->ad[i].out;
         if (l->ad[i].emb) continue; /* no dropout; its in is the vocabulary */
         if (drop) {
@@ -375,8 +422,9 @@ int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
         }
         if ((size_t)l->ad[i].in > maxin) maxin = (size_t)l->ad[i].in;
     }
-    size_t scratch =
-        ((N * maxout + 15) & ~(size_t)15) + ((N * (size_t)l->r + 15) & ~(size_t)15) + N * maxin;
+    size_t scratch = ((N * maxout + 15) & ~(size_t)15) + ((N * (size_t)l->r + 15) & ~(size_t)15) +
+                     ((N * maxin + 15) & ~(size_t)15);
+    if (maxw) scratch += ((maxw + 15) & ~(size_t)15) + N * maxout;
     l->acts = kn_alloc(l->kn, (total + scratch) * sizeof(float));
     l->masks = mask ? kn_alloc(l->kn, mask) : NULL;
     if (!l->acts || (mask && !l->masks))
@@ -393,12 +441,27 @@ int lora_alloc_acts(lora *l, int B, int T, ty_err *err)
             a->mask = q;
             q += N * (size_t)a->in;
         }
+        if (a->dora) {
+            size_t o = (size_t)a->out;
+            a->g = p;
+            p += (o + 15) & ~(size_t)15;
+            a->norm = p;
+            p += (o + 15) & ~(size_t)15;
+            a->z = p;
+            p += (N * o + 15) & ~(size_t)15;
+        }
     }
     l->s_out = p;
     p += (N * maxout + 15) & ~(size_t)15;
     l->s_dh = p;
     p += (N * (size_t)l->r + 15) & ~(size_t)15;
     l->s_dx = p;
+    p += (N * maxin + 15) & ~(size_t)15;
+    if (maxw) {
+        l->s_d = p;
+        p += (maxw + 15) & ~(size_t)15;
+        l->s_y = p;
+    }
     l->N = N;
     return 0;
 }
@@ -426,11 +489,30 @@ void lora_fwd_part(lora *l, int layer, int slot, float *out, const float *x, int
         }
         /* h[N,r] = d(x) A^T, shared by every row block */
         kn_matmul_fwd(k, a->h, xd, l->params + a->a_off, NULL, N, a->in, a->r);
+        if (a->dora) { /* n = ||W + s B A|| by rows (a constant), g = mag / n */
+            kn_zero(k, l->s_d, (size_t)a->out * a->in);
+            kn_matmul_bwd(k, l->s_d, NULL, NULL, l->params + a->b_off, l->s_d, l->params + a->a_off,
+                          a->out, a->in, a->r);
+            kn_dora_norm(k, a->g, a->norm, a->w, l->s_d, l->params + a->m_off, a->scale, a->out,
+                         a->in);
+        }
     }
     /* s_out[N,rows] = h B_block^T; out += scale s_out */
     kn_matmul_fwd(k, l->s_out, a->h, l->params + a->b_off + (size_t)row0 * a->r, NULL, N, a->r,
                   rows);
-    kn_axpy(k, out, l->s_out, (size_t)N * rows, a->scale);
+    if (!a->dora) {
+        kn_axpy(k, out, l->s_out, (size_t)N * rows, a->scale);
+        return;
+    }
+    /* DoRA: out += (g - 1) W d(x) + g s B A d(x); W x is out - b without
+     * dropout, else W d(x) computed here (PEFT's F.linear(d(x), W)) */
+    const float *y = NULL;
+    if (drop_on(l)) {
+        kn_matmul_fwd(k, l->s_y, a->xd, a->w + (size_t)row0 * a->in, NULL, N, a->in, rows);
+        y = l->s_y;
+    }
+    kn_dora_fwd(k, out, a->z + (size_t)N * row0, y, a->bias ? a->bias + row0 : NULL, l->s_out,
+                a->g + row0, a->scale, N, rows);
 }
 
 void lora_fwd(lora *l, int layer, int slot, float *out, const float *x, int N)
@@ -454,16 +536,25 @@ void lora_bwd_part(lora *l, int layer, int slot, float *dx, const float *dout, c
     kn_ctx *k = l->kn;
     size_t nout = (size_t)N * rows, nin = (size_t)N * a->in;
     size_t boff = a->b_off + (size_t)row0 * a->r;
-    /* s_out = scale dout; dh[N,r] (+)= s_out B_block; dB_block += s_out^T h */
-    kn_zero(k, l->s_out, nout);
-    kn_axpy(k, l->s_out, dout, nout, a->scale);
+    if (row0 == 0 && drop_on(l)) kn_zero(k, l->s_dx, nin);
+    if (a->dora) {
+        /* s_out = g s dout; dmag += sum_n dout z / n; the base part's
+         * (g - 1) dout W into d(d(x)) */
+        kn_dora_bwd(k, l->s_out, l->s_y, l->grads + a->m_off + row0, dout, a->z + (size_t)N * row0,
+                    a->g + row0, a->norm + row0, a->scale, N, rows);
+        kn_matmul_bwd(k, drop_on(l) ? l->s_dx : dx, NULL, NULL, l->s_y, x,
+                      a->w + (size_t)row0 * a->in, N, a->in, rows);
+    } else { /* s_out = scale dout */
+        kn_zero(k, l->s_out, nout);
+        kn_axpy(k, l->s_out, dout, nout, a->scale);
+    }
+    /* dh[N,r] (+)= s_out B_block; dB_block += s_out^T h */
     if (row0 == 0) kn_zero(k, l->s_dh, (size_t)N * a->r);
     kn_matmul_bwd(k, l->s_dh, l->grads + boff, NULL, l->s_out, a->h, l->params + boff, N, a->r,
                   rows);
     if (row0 + rows < a->out) return; /* more blocks add to dh first */
     /* d(dx)[N,in] = dh A; dA += dh^T d(x); dropout's backward into dx */
     if (drop_on(l)) {
-        kn_zero(k, l->s_dx, nin);
         kn_matmul_bwd(k, l->s_dx, l->grads + a->a_off, NULL, l->s_dh, a->xd, l->params + a->a_off,
                       N, a->in, a->r);
         kn_dropout_bwd(k, dx, l->s_dx, a->mask, nin, l->dropout);
@@ -524,17 +615,23 @@ void lora_attach(lora *l, struct model *m)
 
 /* ---- files ---------------------------------------------------------------- */
 
-/* The file's tensors: each adapter's A and B (items 0 .. 2n - 1), then the
- * trained tensors of the model (lora.bias). */
+/* The file's tensors: each adapter's A and B (items 0 .. 2n - 1), with
+ * DoRA the magnitudes (2n .. 3n - 1), then the model's own tensors
+ * (lora.bias, modules_to_save, an embedding's base weights). */
+static int n_ad_items(const lora *l)
+{
+    return (l->cfg.use_dora ? 3 : 2) * l->n;
+}
+
 static int n_items(const lora *l)
 {
-    return 2 * l->n + l->n_x;
+    return n_ad_items(l) + l->n_x;
 }
 
 /* The items an optimizer file holds: the frozen extras (last) have no state. */
 static int n_opt_items(const lora *l)
 {
-    return 2 * l->n + l->n_x - l->n_frozen;
+    return n_ad_items(l) + l->n_x - l->n_frozen;
 }
 
 typedef struct item {
@@ -550,8 +647,21 @@ typedef struct item {
 /* Item j with its name + suffix, living in buf (l->params, m or v). */
 static void item_of(const lora *l, int j, float *buf, const char *suffix, item *it)
 {
-    if (j >= 2 * l->n) {
-        const lora_extra *x = &l->x[j - 2 * l->n];
+    if (j >= 2 * l->n && j < n_ad_items(l)) {
+        const lora_adapter *a = &l->ad[j - 2 * l->n];
+        snprintf(it->name, sizeof it->name, "base_model.model.%s.lora_magnitude_vector%s",
+                 a->module, suffix);
+        it->ndim = 1;
+        it->shape[0] = a->out;
+        it->shape[1] = 1;
+        it->numel = (size_t)a->out;
+        it->at = buf + a->m_off;
+        it->t = 0;
+        it->optional = 0;
+        return;
+    }
+    if (j >= n_ad_items(l)) {
+        const lora_extra *x = &l->x[j - n_ad_items(l)];
         snprintf(it->name, sizeof it->name, "%s%s", x->name, suffix);
         it->ndim = x->ndim;
         it->shape[0] = x->shape[0];
@@ -793,14 +903,31 @@ int lora_merge(lora *l, struct model *m, ty_err *err)
             continue;
         }
         /* W[o, i] += scale sum_k B[o, k] A[k, i] (engine layout [out, in];
-         * the Conv1D transpose happens at save). */
-        for (int o = 0; o < a->out; o++)
+         * the Conv1D transpose happens at save). DoRA then scales each row
+         * by mag / ||row||, PEFT's dora_factor. */
+        float *mag = a->dora ? malloc((size_t)a->out * sizeof *mag) : NULL;
+        if (a->dora && !mag) {
+            free(w), free(A), free(B);
+            return ty_err_set(err, TY_ENOMEM, "out of memory merging LoRA");
+        }
+        if (mag) kn_to_host(l->kn, mag, l->params + a->m_off, (size_t)a->out * sizeof(float));
+        for (int o = 0; o < a->out; o++) {
+            double ss = 0;
             for (int c = 0; c < a->in; c++) {
                 double s = 0;
                 for (int k = 0; k < a->r; k++)
                     s += (double)B[(size_t)o * a->r + k] * A[(size_t)k * a->in + c];
-                w[(size_t)o * a->in + c] += (float)(a->scale * s);
+                float v = w[(size_t)o * a->in + c] + (float)(a->scale * s);
+                w[(size_t)o * a->in + c] = v;
+                ss += (double)v * v;
             }
+            if (mag) {
+                float f = (float)(mag[o] / sqrt(ss));
+                for (int c = 0; c < a->in; c++)
+                    w[(size_t)o * a->in + c] *= f;
+            }
+        }
+        free(mag);
         kn_to_device(l->kn, dw, w, nw * sizeof(float));
         free(w), free(A), free(B);
     }

@@ -21,7 +21,15 @@
  * hold PEFT's layout. The adapter adds to the input lookup only: a tied
  * output head keeps the frozen shared weights (as PEFT's forward does),
  * while the merge (lora_merge, PEFT's merge_and_unload) changes the one
- * shared tensor, head included. */
+ * shared tensor, head included.
+ *
+ * DoRA (use_dora, PEFT's DoraLinearLayer) on a linear target adds a
+ * magnitude vector mag [out] (saved as <module>.lora_magnitude_vector;
+ * init: the row norms of W) and computes, with the row norm
+ * n = ||W + s B A|| taken as a constant (detached, as PEFT does) and
+ * g = mag / n:  y = W x + b + (g - 1) (W x) + g s B A x, which is
+ * g (W + s B A) x + b; with dropout d in training the two W x terms of
+ * the DoRA share read d(x), as PEFT's. The merge is W <- g (W + s B A). */
 #ifndef TY_LORA_H
 #define TY_LORA_H
 
@@ -43,6 +51,13 @@ typedef struct lora_adapter {
     char module[112];    /* HF module path, e.g. model.layers.0.self_attn.q_proj */
     float *h, *xd;       /* saved A d(x) [N, r]; d(x) [N, in] when dropout is on */
     uint8_t *mask;       /* dropout mask [N, in] */
+    /* DoRA: the magnitude at m_off in the buffers; the base weight and
+     * bias (fp32, the model's); per micro-batch g = mag / n and n [out],
+     * and z = W d(x) + s B A d(x) [N, out] for the magnitude's gradient */
+    int dora;
+    size_t m_off;
+    const float *w, *bias;
+    float *g, *norm, *z;
 } lora_adapter;
 
 /* A tensor of the model itself that trains beside the adapters (a bias
@@ -81,6 +96,7 @@ typedef struct lora {
     float *acts;
     uint8_t *masks;
     float *s_out, *s_dh, *s_dx;
+    float *s_d, *s_y;        /* DoRA: B A [out, in]; W d(x) or the base part's dout [N, out] */
     int training;            /* dropout on (training forward) or off (eval) */
     uint64_t seed, rng_step; /* dropout stream: (seed, rng_step, adapter) */
 } lora;

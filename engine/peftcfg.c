@@ -44,7 +44,9 @@ static const peft_field peft_fields[] = {
     {"bias", PF_READ, NULL,
      "none; lora_only: the targeted modules' biases train too; all: every bias of the model; "
      "the trained ones are in the adapter file"},
-    {"use_dora", PF_ONLY, "false", "DoRA is not supported"},
+    {"use_dora", PF_READ, NULL,
+     "DoRA: each target's output scaled per row by its lora_magnitude_vector over the norm of "
+     "W + s B A (linear targets; not the embedding)"},
     {"modules_to_save", PF_READ, NULL,
      "modules trained whole (a module whose path ends in a name); not the tied embedding, not "
      "a Conv1D weight"},
@@ -572,6 +574,12 @@ int lora_cfg_from_peft(lora_cfg *c, const json_t *ac, const char *path, ty_err *
                              err)))
             return rc;
     }
+    if ((v = json_object_get(ac, "use_dora"))) {
+        if (!json_is_boolean(v))
+            return ty_err_field(err, TY_EINVAL, "use_dora", "%s: use_dora must be true or false",
+                                path);
+        c->use_dora = json_is_true(v);
+    }
     if ((v = json_object_get(ac, "use_rslora"))) {
         if (!json_is_boolean(v))
             return ty_err_field(err, TY_EINVAL, "use_rslora",
@@ -632,6 +640,7 @@ void lora_cfg_to_peft(const lora_cfg *c, json_t *o)
     json_object_set_new(o, "lora_alpha", json_real(c->alpha));
     json_object_set_new(o, "lora_dropout", json_real(c->dropout));
     json_object_set_new(o, "use_rslora", json_boolean(c->use_rslora));
+    json_object_set_new(o, "use_dora", json_boolean(c->use_dora));
     static const char *const bias_names[] = {"none", "lora_only", "all"};
     json_object_set_new(o, "bias", json_string(bias_names[c->bias]));
     json_object_set_new(o, "modules_to_save",

@@ -35,6 +35,7 @@ typedef struct lora_cfg {
     int r;
     double alpha, dropout;
     int use_rslora; /* scale alpha / sqrt(r) instead of alpha / r */
+    int use_dora;   /* DoRA: each target also has a magnitude vector (lora.h) */
     /* target_modules: a list (a module whose path equals a name or ends in
      * ".name"), a regex (the whole path must match) or "all-linear"; none
      * of them: the model's default list. */

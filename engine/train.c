@@ -602,6 +602,13 @@ static int train_step(run *r, step_result *out, ty_err *err)
                  r->lora.v + off, n, (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2,
                  (float)s->adam_eps, (float)s->weight_decay, t);
     }
+    for (int i = 0; r->have_lora && i < r->lora.n; i++) { /* DoRA's magnitudes: 1-D */
+        const lora_adapter *la = &r->lora.ad[i];
+        if (!la->dora) continue;
+        kn_adamw(r->kn, KN_F32, r->lora.params + la->m_off, NULL, r->lora.grads + la->m_off,
+                 r->lora.m + la->m_off, r->lora.v + la->m_off, (size_t)la->out, (float)out->lr,
+                 (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps, 0.0f, t);
+    }
     for (int i = 0; r->have_lora && i < r->lora.n_x; i++) { /* the model's own (lora.bias) */
         const lora_extra *x = &r->lora.x[i];
         if (x->frozen) continue;
@@ -730,6 +737,11 @@ static int adapter_cfg(const jobspec *s, lora_cfg *c, ty_err *err)
                             "lora.adapter: %s has bias \"%s\" but lora.bias is \"%s\" (the "
                             "adapter file holds the biases its setting trains)",
                             path, bias_names[c->bias], bias_names[spec.bias]);
+    if (c->use_dora != spec.use_dora)
+        return ty_err_field(err, TY_ESPEC, "lora.use_dora",
+                            "lora.adapter: %s has use_dora %s but lora.use_dora is %s (the "
+                            "adapter file holds magnitudes only with DoRA)",
+                            path, c->use_dora ? "true" : "false", spec.use_dora ? "true" : "false");
     if (!same_saved(c, &spec))
         return ty_err_field(err, TY_ESPEC, "lora.modules_to_save",
                             "lora.adapter: %s has other modules_to_save than "
@@ -762,6 +774,7 @@ static int setup_lora(run *r, ty_err *err)
     lora_cfg_from_spec(&c, s->lora_r, s->lora_alpha, s->lora_dropout, s->lora_use_rslora,
                        s->targets, s->n_targets);
     c.bias = s->lora_bias;
+    c.use_dora = s->lora_use_dora;
     for (int i = 0; i < s->n_save && i < LORA_MAX_TARGETS; i++)
         snprintf(c.save[c.n_save++], LORA_NAME_MAX, "%s", s->save[i]);
     int rc = s->lora_adapter ? adapter_cfg(s, &c, err) : 0;

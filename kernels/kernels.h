@@ -259,6 +259,16 @@ KN_OPS(KN_PROTO)
  *   {0,1} drawn from (seed, offset + i) by a counter-based generator (same
  *   on every device and on resume). p == 0 copies.
  *
+ * DoRA (PEFT's DoraLinearLayer on a layer W [M,K]; all fp32):
+ * kn_dora_norm: norm[o] = || w[o,:] + s d[o,:] ||_2 (d = B A, the LoRA
+ *   product), g[o] = mag[o] / norm[o]; one thread per row, in k order.
+ * kn_dora_fwd: with yb = y (when y != NULL: the base product of the
+ *   dropped-out input, no bias) else out - b (b may be NULL):
+ *   z = yb + lr s and out += (g - 1) yb + (g lr) s, [N,M] by columns o.
+ * kn_dora_bwd: dlr = (dout g) s; dy = dout (g - 1); dmag[o] += (sum_n
+ *   dout z) / norm[o] (one thread per column, in n order). Any of dlr, dy
+ *   may be NULL.
+ *
  * kn_crossentropy_fwd: losses[N] = -log softmax(logits[n])[targets[n]], 0
  *   where targets[n] == -100 (evaluation). targets: int32, same memory
  *   rules as embedding ids. softcap > 0 (Gemma 2's final_logit_softcapping)

@@ -128,6 +128,14 @@
       size_t n, float p, uint64_t seed, uint64_t offset), (c, dt, out, mask, x, n, p, seed, offset))             \
     X(void, dropout_bwd, (kn_ctx *c, float *dx, const float *dout, const uint8_t *mask,            \
       size_t n, float p), (c, dx, dout, mask, n, p))                                               \
+    /* DoRA (PEFT's DoraLinearLayer): see kernels.h */                                             \
+    X(void, dora_norm, (kn_ctx *c, float *g, float *norm, const float *w, const float *d,          \
+      const float *mag, float s, int M, int K), (c, g, norm, w, d, mag, s, M, K))                  \
+    X(void, dora_fwd, (kn_ctx *c, float *out, float *z, const float *y, const float *b,            \
+      const float *lr, const float *g, float s, int N, int M), (c, out, z, y, b, lr, g, s, N, M))  \
+    X(void, dora_bwd, (kn_ctx *c, float *dlr, float *dy, float *dmag, const float *dout,           \
+      const float *z, const float *g, const float *norm, float s, int N, int M),                   \
+      (c, dlr, dy, dmag, dout, z, g, norm, s, N, M))                                               \
     /* loss */                                                                                     \
     X(void, crossentropy_fwd, (kn_ctx *c, kn_dtype dt, float *losses, const void *logits,          \
       const int32_t *targets, int N, int V, float softcap),                                        \

@@ -106,6 +106,10 @@ static int check_adapter(const jobspec *spec, ty_err *err)
         return ty_err_field(err, TY_EINVAL, "lora.bias",
                             "lora.adapter %s has bias \"%s\" but lora.bias is \"%s\"", p,
                             jobspec_bias_names[c.bias], jobspec_bias_names[spec->lora_bias]);
+    if (c.use_dora != spec->lora_use_dora)
+        return ty_err_field(err, TY_EINVAL, "lora.use_dora",
+                            "lora.adapter %s has use_dora %s but lora.use_dora is %s", p,
+                            c.use_dora ? "true" : "false", spec->lora_use_dora ? "true" : "false");
     int same = c.n_save == spec->n_save;
     for (int i = 0; same && i < c.n_save; i++)
         same = !strcmp(c.save[i], spec->save[i]);

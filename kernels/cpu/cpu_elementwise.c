@@ -485,3 +485,50 @@ void cpu_dropout_bwd(kn_ctx *c, float *dx, const float *dout, const uint8_t *mas
     for (size_t i = 0; i < n; i++)
         dx[i] += mask[i] ? dout[i] * keep_scale : 0.0f;
 }
+
+/* ---- DoRA ------------------------------------------------------------- */
+
+void cpu_dora_norm(kn_ctx *c, float *g, float *norm, const float *w, const float *d,
+                   const float *mag, float s, int M, int K)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)M * K > CPU_PAR_MIN)
+    for (int o = 0; o < M; o++) {
+        const float *wr = w + (size_t)o * K, *dr = d + (size_t)o * K;
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++) {
+            float v = wr[k] + s * dr[k];
+            acc += v * v;
+        }
+        norm[o] = sqrtf(acc);
+        if (g) g[o] = mag[o] / norm[o];
+    }
+}
+
+void cpu_dora_fwd(kn_ctx *c, float *out, float *z, const float *y, const float *b, const float *lr,
+                  const float *g, float s, int N, int M)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)N * M > CPU_PAR_MIN)
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < M; o++) {
+            size_t i = (size_t)n * M + o;
+            float yb = y ? y[i] : b ? out[i] - b[o] : out[i], l = lr[i];
+            z[i] = yb + l * s;
+            out[i] = out[i] + ((g[o] - 1.0f) * yb + (g[o] * l) * s);
+        }
+}
+
+void cpu_dora_bwd(kn_ctx *c, float *dlr, float *dy, float *dmag, const float *dout, const float *z,
+                  const float *g, const float *norm, float s, int N, int M)
+{
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)N * M > CPU_PAR_MIN)
+    for (int o = 0; o < M; o++) {
+        float acc = 0.0f;
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)n * M + o;
+            if (dlr) dlr[i] = (dout[i] * g[o]) * s;
+            if (dy) dy[i] = dout[i] * (g[o] - 1.0f);
+            acc += dout[i] * z[i];
+        }
+        if (dmag) dmag[o] += acc / norm[o];
+    }
+}

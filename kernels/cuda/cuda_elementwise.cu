@@ -302,4 +302,72 @@ void cuda_adamw(kn_ctx *c, kn_dtype pdt, void *p_, uint16_t *plo, const float *g
               omb1, omb2, step, bc2_sqrt, eps);
 }
 
+/* ---- DoRA: the CPU's loops, one thread per row / column ------------------ */
+
+__global__ void k_dora_norm(float *g, float *norm, const float *w, const float *d, const float *mag,
+                            float s, int M, int K)
+{
+    GRID_STRIDE(o, (size_t)M)
+    {
+        const float *wr = w + o * K, *dr = d + o * K;
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++) {
+            float v = wr[k] + s * dr[k];
+            acc += v * v;
+        }
+        norm[o] = sqrtf(acc);
+        if (g)
+            g[o] = mag[o] / norm[o];
+    }
+}
+__global__ void k_dora_fwd(float *out, float *z, const float *y, const float *b, const float *lr,
+                           const float *g, float s, int N, int M)
+{
+    GRID_STRIDE(i, (size_t)N * M)
+    {
+        size_t o = i % (size_t)M;
+        float yb = y ? y[i] : b ? out[i] - b[o] : out[i], l = lr[i];
+        z[i] = yb + l * s;
+        out[i] = out[i] + ((g[o] - 1.0f) * yb + (g[o] * l) * s);
+    }
+}
+__global__ void k_dora_bwd(float *dlr, float *dy, float *dmag, const float *dout, const float *z,
+                           const float *g, const float *norm, float s, int N, int M)
+{
+    GRID_STRIDE(o, (size_t)M)
+    {
+        float acc = 0.0f;
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)n * M + o;
+            if (dlr)
+                dlr[i] = (dout[i] * g[o]) * s;
+            if (dy)
+                dy[i] = dout[i] * (g[o] - 1.0f);
+            acc += dout[i] * z[i];
+        }
+        if (dmag)
+            dmag[o] += acc / norm[o];
+    }
+}
+void cuda_dora_norm(kn_ctx *c, float *g, float *norm, const float *w, const float *d,
+                    const float *mag, float s, int M, int K)
+{
+    if (M > 0)
+        KN_LAUNCH(k_dora_norm, kn_blocks((size_t)M, 128), 128, 0, c, g, norm, w, d, mag, s, M, K);
+}
+void cuda_dora_fwd(kn_ctx *c, float *out, float *z, const float *y, const float *b, const float *lr,
+                   const float *g, float s, int N, int M)
+{
+    size_t n = (size_t)N * M;
+    if (n)
+        KN_LAUNCH(k_dora_fwd, kn_blocks(n, 256), 256, 0, c, out, z, y, b, lr, g, s, N, M);
+}
+void cuda_dora_bwd(kn_ctx *c, float *dlr, float *dy, float *dmag, const float *dout, const float *z,
+                   const float *g, const float *norm, float s, int N, int M)
+{
+    if (M > 0 && N > 0)
+        KN_LAUNCH(k_dora_bwd, kn_blocks((size_t)M, 128), 128, 0, c, dlr, dy, dmag, dout, z, g, norm,
+                  s, N, M);
+}
+
 } // namespace KN_NS

@@ -32,6 +32,9 @@ embed    LoRA on the token embedding (PEFT's lora.Embedding) the same
          way, GPT-2's tied wte and Llama's embed_tokens beside a linear
          target; generate --adapter equals merge_and_unload; a run from
          scratch targeting it.
+dora     use_dora (PEFT's DoraLinearLayer) the same way on GPT-2's Conv1D
+         (with biases) and Llama's Linear, the magnitudes perturbed; the
+         merged generate; a run from scratch with lora.use_dora.
 
 Usage: peft_check.py ENGINE WORKDIR CASE [TRAINYARD]"""
 import json
@@ -154,7 +157,7 @@ def case_fields(engine, work):
 
 
 # (field, value): each refused with an error naming the field.
-REFUSED = [("use_dora", True), ("bias", "lora_everything"),
+REFUSED = [("bias", "lora_everything"),
            ("loftq_config", {"loftq_bits": 4}), ("layer_replication", [[0, 1]]),
            ("target_parameters", ["transformer.h.0.mlp.c_fc.weight"]), ("trainable_token_indices", [1, 2]),
            ("init_lora_weights", "pissa"), ("peft_type", "IA3"), ("task_type", "SEQ_CLS"), ("lora_bias", True),
@@ -383,6 +386,23 @@ def case_embed(engine, work):
         check_export(engine, base, os.path.join(wd, "export"), ids, f"{arch} embedding from scratch")
 
 
+def case_dora(engine, work):
+    for arch in ARCHS:
+        model = setup(work, arch)
+        base, ids, _, data = model
+        export = both_ways(engine, work, arch, model, "dora",
+                           dict(r=4, lora_alpha=8, target_modules=targets(arch), use_dora=True), {"use_dora": True})
+        merged_generate(engine, base, export, f"{arch} DoRA")
+        spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora",
+                        lora={"r": 4, "alpha": 8, "use_dora": True, "targets": targets(arch)}, lr=3e-2)
+        wd = os.path.join(work, arch, "dora-fresh")
+        train(engine, spec, wd)
+        export = os.path.join(wd, "export")
+        if json.load(open(os.path.join(export, "adapter_config.json"))).get("use_dora") is not True:
+            fail(f"{arch}: the export's adapter_config.json lacks use_dora true")
+        check_export(engine, base, export, ids, f"{arch} DoRA from scratch")
+
+
 def case_layers(engine, work):
     for arch in ARCHS:
         model = setup(work, arch)
@@ -401,7 +421,7 @@ def main():
         case_refuse(engine, work, trainyard)
     else:
         {"rslora": case_rslora, "patterns": case_patterns, "layers": case_layers, "bias": case_bias,
-         "save": case_save, "embed": case_embed}[case](engine, work)
+         "save": case_save, "embed": case_embed, "dora": case_dora}[case](engine, work)
         print(f"{case}: the engine and peft agree both ways on GPT-2 and Llama")
 
 

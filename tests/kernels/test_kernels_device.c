@@ -244,6 +244,40 @@ static void t_activations(pair *p)
     }
 }
 
+/* DoRA's three ops on an odd [N, M] x [M, K]: with and without the base
+ * product y and the bias, and dmag accumulating over two calls. */
+static void t_dora(pair *p)
+{
+    int N = 37 * g_scale, M = 53, K = 29;
+    size_t nm = (size_t)N * M;
+    buf w = brand(p, (size_t)M * K, 0.5), d = brand(p, (size_t)M * K, 0.5), mag = brand(p, M, 2);
+    buf g = bzeros(p, M * 4), nrm = bzeros(p, M * 4);
+    kn_dora_norm(p->cpu, F(g, cpu), F(nrm, cpu), F(w, cpu), F(d, cpu), F(mag, cpu), 0.7f, M, K);
+    kn_dora_norm(p->dev, F(g, dev), F(nrm, dev), F(w, dev), F(d, dev), F(mag, dev), 0.7f, M, K);
+    cmp(p, "dora_norm.norm", nrm, 2e-6, 2e-7);
+    cmp(p, "dora_norm.g", g, 2e-6, 2e-7);
+    buf lr = brand(p, nm, 1), y = brand(p, nm, 1), b = brand(p, M, 0.1), z = bzeros(p, nm * 4);
+    buf dout = brand(p, nm, 1), dlr = bzeros(p, nm * 4), dy = bzeros(p, nm * 4);
+    buf dmag = brand(p, M, 0.1);
+    for (int k = 0; k < 2; k++) {
+        buf out = brand(p, nm, 1);
+        const float *yc = k ? F(y, cpu) : NULL, *yd = k ? F(y, dev) : NULL;
+        kn_dora_fwd(p->cpu, F(out, cpu), F(z, cpu), yc, k ? NULL : F(b, cpu), F(lr, cpu), F(g, cpu),
+                    0.7f, N, M);
+        kn_dora_fwd(p->dev, F(out, dev), F(z, dev), yd, k ? NULL : F(b, dev), F(lr, dev), F(g, dev),
+                    0.7f, N, M);
+        cmp(p, k ? "dora_fwd.y" : "dora_fwd", out, 2e-6, 2e-7);
+        cmp(p, k ? "dora_fwd.y.z" : "dora_fwd.z", z, 2e-6, 2e-7);
+        kn_dora_bwd(p->cpu, F(dlr, cpu), F(dy, cpu), F(dmag, cpu), F(dout, cpu), F(z, cpu),
+                    F(g, cpu), F(nrm, cpu), 0.7f, N, M);
+        kn_dora_bwd(p->dev, F(dlr, dev), F(dy, dev), F(dmag, dev), F(dout, dev), F(z, dev),
+                    F(g, dev), F(nrm, dev), 0.7f, N, M);
+        cmp(p, "dora_bwd.dlr", dlr, 2e-6, 2e-7);
+        cmp(p, "dora_bwd.dy", dy, 2e-6, 2e-7);
+        cmp(p, "dora_bwd.dmag", dmag, 2e-5, 2e-6);
+    }
+}
+
 static void t_adamw(pair *p)
 {
     size_t n = 30011 * (size_t)g_scale;
@@ -1031,7 +1065,7 @@ int main(int argc, char **argv)
                   {"matmul", t_matmul},           {"rope", t_rope},
                   {"attention", t_attention},     {"crossentropy", t_crossentropy},
                   {"convert", t_convert},         {"nf4", t_nf4},
-                  {"matmul_gelu", t_matmul_gelu}};
+                  {"matmul_gelu", t_matmul_gelu}, {"dora", t_dora}};
     int found = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (listed(argv[1], groups[i].name)) {
