@@ -1073,6 +1073,10 @@ static json_t *memory_json(const run *r)
         size_t N = r->lora.N, la = 0;
         for (int i = 0; i < r->lora.n; i++) {
             la += ((N * (size_t)r->lora.ad[i].r + 15) & ~(size_t)15) * sizeof(float);
+            if (r->lora.ad[i].dora) /* g, n [out]; z [N, out] */
+                la += (2 * (((size_t)r->lora.ad[i].out + 15) & ~(size_t)15) +
+                       ((N * (size_t)r->lora.ad[i].out + 15) & ~(size_t)15)) *
+                      sizeof(float);
             if (r->lora.dropout > 0 && !r->lora.ad[i].emb)
                 la += ((N * (size_t)r->lora.ad[i].in + 15) & ~(size_t)15) * sizeof(float) +
                       N * (size_t)r->lora.ad[i].in;

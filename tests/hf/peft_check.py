@@ -34,7 +34,9 @@ embed    LoRA on the token embedding (PEFT's lora.Embedding) the same
          scratch targeting it.
 dora     use_dora (PEFT's DoraLinearLayer) the same way on GPT-2's Conv1D
          (with biases) and Llama's Linear, the magnitudes perturbed; the
-         merged generate; a run from scratch with lora.use_dora.
+         merged generate; two steps with lora.dropout against PEFT's
+         dropout branch drawing the engine's masks; a run from scratch
+         with lora.use_dora.
 
 Usage: peft_check.py ENGINE WORKDIR CASE [TRAINYARD]"""
 import json
@@ -386,6 +388,57 @@ def case_embed(engine, work):
         check_export(engine, base, os.path.join(wd, "export"), ids, f"{arch} embedding from scratch")
 
 
+M64 = (1 << 64) - 1
+
+
+def engine_keep(seed, offset, n, p):
+    """kn_dropout_fwd's mask (kernels/cpu/cpu_elementwise.c) in numpy."""
+    import numpy as np
+
+    def mix(z):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
+        return z ^ (z >> np.uint64(31))
+    key = int(mix(np.array([seed], dtype=np.uint64))[0])
+    with np.errstate(over="ignore"):
+        i = np.arange(n, dtype=np.uint64)
+        z = mix(np.uint64(key) + (np.uint64(offset) + i + np.uint64(1)) * np.uint64(0x9e3779b97f4a7c15))
+    u = (z >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+    return torch.from_numpy(u >= np.float32(p))
+
+
+class EngineDropout(torch.nn.Module):
+    """The engine's dropout on adapter `ix` of `n` (lora.c: offset
+    (step * n + ix) << 32, one micro-batch a step), so PEFT's training
+    branch draws the engine's masks."""
+
+    def __init__(self, ix, n, p, seed):
+        super().__init__()
+        self.ix, self.n, self.p, self.seed, self.step = ix, n, p, seed, 0
+
+    def forward(self, x):
+        keep = engine_keep(self.seed, (self.step * self.n + self.ix) << 32, x.numel(), self.p)
+        self.step += 1
+        scale = torch.tensor(1.0, dtype=torch.float32) / (1.0 - torch.tensor(self.p, dtype=torch.float32))
+        return torch.where(keep.view(x.shape), x * scale, torch.zeros_like(x))
+
+
+def dora_dropout(engine, work, arch, model, ad, p=0.25):
+    """DoRA with dropout: PEFT's other branch (the base part on d(x)),
+    the LoRA layers alone in training mode with the engine's masks."""
+    base, ids, rows, data = model
+    spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora",
+                    lora={"r": 4, "alpha": 8, "dropout": p, "use_dora": True, "adapter": ad})
+    got = train(engine, spec, os.path.join(work, arch, "dora-dropout"))
+    pm = peft.PeftModel.from_pretrained(load_model(base), ad, is_trainable=True)
+    layers = [m for _, m in pm.named_modules() if isinstance(m, peft.tuners.lora.LoraLayer)]
+    for i, m in enumerate(layers):
+        m.lora_dropout["default"] = EngineDropout(i, len(layers), p, spec["hyperparameters"]["seed"])
+        m.train = (lambda orig: lambda mode=True: orig(True))(m.train)  # stays in training mode
+    params = [q for q in pm.parameters() if q.requires_grad]
+    compare_losses(f"{arch} DoRA with dropout {p}: losses", got, torch_train(pm, params, rows, spec["hyperparameters"]))
+
+
 def case_dora(engine, work):
     for arch in ARCHS:
         model = setup(work, arch)
@@ -393,6 +446,7 @@ def case_dora(engine, work):
         export = both_ways(engine, work, arch, model, "dora",
                            dict(r=4, lora_alpha=8, target_modules=targets(arch), use_dora=True), {"use_dora": True})
         merged_generate(engine, base, export, f"{arch} DoRA")
+        dora_dropout(engine, work, arch, model, os.path.join(work, arch, "dora", "peft"))
         spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora",
                         lora={"r": 4, "alpha": 8, "use_dora": True, "targets": targets(arch)}, lr=3e-2)
         wd = os.path.join(work, arch, "dora-fresh")

@@ -298,8 +298,8 @@ def main():
     s["model"]["path"] = gdir
     expect_error(engine, s, os.path.join(work, "bad2"), 1, "quantised by GPTQ/AWQ")
     s = qspec()
-    s["lora"] = {"r": 4, "alpha": 8, "targets": ["embed_tokens"]}
-    expect_error(engine, s, os.path.join(work, "bad3"), 2, "embed_tokens")
+    s["lora"] = {"r": 4, "alpha": 8, "targets": ["input_layernorm"]}
+    expect_error(engine, s, os.path.join(work, "bad3"), 2, "input_layernorm")
     for qf, needle in [({"double_quant": "yes"}, "qlora.double_quant"), ({"compute_dtype": "int8"}, "qlora.compute_dtype"),
                        ({"blocksize": 32}, "qlora.blocksize")]:
         s = qspec()
