@@ -333,6 +333,12 @@ static const struct bad BAD[] = {
      "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"use_rslora\":1}}",
      TY_EINVAL, "lora.use_rslora"},
     {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"use_dora\":1}}",
+     TY_EINVAL, "lora.use_dora"},
+    {MINIMAL_HEAD
+     "\"hyperparameters\":{\"max_steps\":10},\"method\":\"qlora\",\"lora\":{\"use_dora\":true}}",
+     TY_EINVAL, "lora.use_dora"},
+    {MINIMAL_HEAD
      "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"bias\":\"some\"}}",
      TY_EINVAL, "lora.bias"},
     {MINIMAL_HEAD
@@ -413,6 +419,39 @@ static void test_bad_inputs(void)
 }
 
 /* Malformed JSON and invalid UTF-8 name line and column. */
+/* lora.use_dora: parsed, off by default, written back only when on. */
+static void test_use_dora(void)
+{
+    static const char *text = MINIMAL_HEAD
+        "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\",\"lora\":{\"use_dora\":true}}";
+    jobspec s, s2;
+    ty_err e;
+    int rc = jobspec_parse_text(text, strlen(text), &s, &e);
+    CHECK(rc == 0 && s.lora_use_dora, "use_dora: %s", rc ? e.msg : "not set");
+    if (rc) return;
+    json_t *j = jobspec_to_json(&s);
+    CHECK(json_is_true(json_object_get(json_object_get(j, "lora"), "use_dora")),
+          "use_dora written");
+    char *t = json_dumps(j, 0);
+    rc = jobspec_parse_text(t, strlen(t), &s2, &e);
+    CHECK(rc == 0 && s2.lora_use_dora, "use_dora round trip");
+    if (!rc) jobspec_free(&s2);
+    free(t);
+    json_decref(j);
+    jobspec_free(&s);
+    static const char *off =
+        MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"method\":\"lora\"}";
+    rc = jobspec_parse_text(off, strlen(off), &s, &e);
+    CHECK(rc == 0 && !s.lora_use_dora, "use_dora default");
+    if (!rc) {
+        j = jobspec_to_json(&s);
+        CHECK(!json_object_get(json_object_get(j, "lora"), "use_dora"),
+              "use_dora omitted when off");
+        json_decref(j);
+        jobspec_free(&s);
+    }
+}
+
 static void test_positions(void)
 {
     jobspec s;
@@ -523,6 +562,7 @@ int main(void)
     test_defaults();
     test_model_init();
     test_bad_inputs();
+    test_use_dora();
     test_positions();
     test_roots();
     return ty_summary("jobspec");
