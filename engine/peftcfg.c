@@ -81,7 +81,8 @@ static const peft_field peft_fields[] = {
     {"qalora_group_size", PF_IGNORE, NULL, "used only with use_qalora, which is refused"},
     {"ensure_weight_tying", PF_IGNORE, NULL,
      "ties a saved copy of the embeddings to the head; a tied embedding in modules_to_save is "
-     "refused, trainable tokens too"},
+     "refused, trainable tokens too; on a tied embedding target PEFT adds lm_head adapters, "
+     "whose tensors the adapter file then holds and loading refuses by name"},
 };
 
 #define N_FIELDS (sizeof peft_fields / sizeof peft_fields[0])
