@@ -246,6 +246,12 @@ KN_OPS(KN_PROTO)
  *   attn_logit_softcapping). Row i sees keys j <= i, and with window > 0
  *   only those with i - j < window (sliding-window layers, transformers'
  *   mask). softcap 0 and window 0 are off.
+ * kn_attention_kv_fwd: the same attention for Tq query rows that are the
+ *   last Tq of Tk positions (Tq <= Tk): q [B, Tq, Hq, D], k, v [B, Tk, Hkv,
+ *   D] (strides ldq, ldkv), query row r at position Tk - Tq + r sees keys
+ *   j <= that position (and the window), out [B, Tq, Hq, D], lse [B, Hq,
+ *   Tq]. Generation's step over a KV cache: the new rows against every
+ *   cached row. Tq == Tk is kn_attention_fwd, with the same bits.
  * kn_attention_bwd: dq, dk, dv in the layouts/strides of q, k, v
  *   (accumulates), from dout, the forward's out and lse, and q, k, v, with
  *   the forward's scale, softcap and window; probabilities are recomputed

@@ -105,6 +105,10 @@
       const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,       \
       float scale, float softcap, int window),                                                     \
       (c, dt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap, window))             \
+    X(void, attention_kv_fwd, (kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q,       \
+      const void *k, const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int D, int ldq,        \
+      int ldkv, float scale, float softcap, int window),                                           \
+      (c, dt, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, D, ldq, ldkv, scale, softcap, window))        \
     X(void, attention_bwd, (kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv,               \
       const float *dout, const void *out, const float *lse, const void *q, const void *k,          \
       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,         \

@@ -276,63 +276,94 @@ static const float *head_rows(float *buf, const void *x, kn_dtype dt, size_t off
     return buf;
 }
 
-void cpu_attention_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q, const void *k,
-                       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
-                       float scale, float softcap, int window)
+/* Multiply-adds (B Hq Tq Tk D) below which the forward runs on one
+ * thread: a decode step over a short cache is a few microseconds, less
+ * than waking the threads. */
+#define ATT_PAR_MIN 65536
+
+/* The forward for Tq query rows that are the last Tq of Tk positions
+ * (kn_attention_kv_fwd; Tq == Tk is kn_attention_fwd): q [B, Tq, Hq, D],
+ * k, v [B, Tk, Hkv, D], out [B, Tq, Hq, D], lse [B, Hq, Tq]. Query row r
+ * sits at position i = q0 + r, q0 = Tk - Tq, and sees keys [lo(i), i]. */
+static void attention_rows(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q,
+                           const void *k, const void *v, int B, int Tq, int Tk, int Hq, int Hkv,
+                           int D, int ldq, int ldkv, float scale, float softcap, int window)
 {
-    if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
-    int group = Hq / Hkv;
+    if (B <= 0 || Tq <= 0 || Tk < Tq || Hq <= 0 || Hkv <= 0 || D <= 0) return;
+    int group = Hq / Hkv, q0 = Tk - Tq;
     if (scale == 0.0f) scale = 1.0f / sqrtf((float)D);
-    int ldo = Hq * D;
+    int ldo = Hq * D, br = Tq < ATT_BLOCK ? Tq : ATT_BLOCK;
     int nt = c->n_threads < B * Hq ? c->n_threads : B * Hq;
+    if ((double)B * Hq * Tq * Tk * D < ATT_PAR_MIN) nt = 1;
     int failed = 0;
-    /* 16-bit: q, k, v of one head widened (3 T x D) and a block of output rows */
-    size_t wide = dt == KN_F32 ? 0 : (size_t)3 * T * D + (size_t)ATT_BLOCK * D;
+    /* 16-bit: q (Tq rows), k, v (Tk rows) of one head widened and a block of output rows */
+    size_t wide = dt == KN_F32 ? 0 : ((size_t)Tq + 2 * (size_t)Tk) * D + (size_t)br * D;
 #pragma omp parallel num_threads(nt) reduction(| : failed)
     {
-        /* One block of score rows, ATT_BLOCK x T: O(T) per thread. */
-        float *a = malloc(((size_t)ATT_BLOCK * T + wide) * sizeof *a);
+        /* One block of score rows, br x Tk: O(Tk) per thread. */
+        float *a = malloc(((size_t)br * Tk + wide) * sizeof *a);
         if (!a) failed = 1;
-        float *wq = a ? a + (size_t)ATT_BLOCK * T : NULL, *wk = wq ? wq + (size_t)T * D : NULL,
-              *wv = wk ? wk + (size_t)T * D : NULL, *wo = wv ? wv + (size_t)T * D : NULL;
+        float *wq = a ? a + (size_t)br * Tk : NULL, *wk = wq ? wq + (size_t)Tq * D : NULL,
+              *wv = wk ? wk + (size_t)Tk * D : NULL, *wo = wv ? wv + (size_t)Tk * D : NULL;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * Hq; bh++) {
             if (!a) continue;
             int b = bh / Hq, h = bh % Hq, g = h / group, lq, lkv, lkv2;
             const float *qb =
-                head_rows(wq, q, dt, (size_t)b * T * ldq + (size_t)h * D, T, D, ldq, &lq);
+                head_rows(wq, q, dt, (size_t)b * Tq * ldq + (size_t)h * D, Tq, D, ldq, &lq);
             const float *kb =
-                head_rows(wk, k, dt, (size_t)b * T * ldkv + (size_t)g * D, T, D, ldkv, &lkv);
+                head_rows(wk, k, dt, (size_t)b * Tk * ldkv + (size_t)g * D, Tk, D, ldkv, &lkv);
             const float *vb =
-                head_rows(wv, v, dt, (size_t)b * T * ldkv + (size_t)g * D, T, D, ldkv, &lkv2);
-            size_t oo = (size_t)b * T * ldo + (size_t)h * D;
-            float *lb = lse + (size_t)bh * T;
-            for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-                int i1 = i0 + ATT_BLOCK < T ? i0 + ATT_BLOCK : T, rows = i1 - i0;
+                head_rows(wv, v, dt, (size_t)b * Tk * ldkv + (size_t)g * D, Tk, D, ldkv, &lkv2);
+            size_t oo = (size_t)b * Tq * ldo + (size_t)h * D;
+            float *lb = lse + (size_t)bh * Tq;
+            for (int r0 = 0; r0 < Tq; r0 += br) {
+                int r1 = r0 + br < Tq ? r0 + br : Tq, rows = r1 - r0;
+                int i0 = q0 + r0, i1 = q0 + r1; /* the block's positions */
                 /* fp32: straight into out; 16-bit: a block of rows, rounded below */
-                float *ob = dt == KN_F32 ? (float *)out + oo + (size_t)i0 * ldo : wo;
+                float *ob = dt == KN_F32 ? (float *)out + oo + (size_t)r0 * ldo : wo;
                 int lob = dt == KN_F32 ? ldo : D;
                 /* Columns [j0, i1): the block's first row's window onwards. */
                 int j0 = att_lo(i0, window), w = i1 - j0;
-                /* S[i0:i1, j0:i1] = scale * Q[i0:i1] K[j0:i1]^T */
-                cpu_sgemm(CblasNoTrans, CblasTrans, rows, w, D, scale, qb + (size_t)i0 * lq, lq,
-                          kb + (size_t)j0 * lkv, lkv, 0.0f, a, T);
+                /* S[r0:r1, j0:i1] = scale * Q[r0:r1] K[j0:i1]^T */
+                cpu_sgemm(CblasNoTrans, CblasTrans, rows, w, D, scale, qb + (size_t)r0 * lq, lq,
+                          kb + (size_t)j0 * lkv, lkv, 0.0f, a, Tk);
                 for (int r = 0; r < rows; r++) {
                     int i = i0 + r;
-                    lb[i] = softmax_causal_row(a + (size_t)r * T, att_lo(i, window) - j0, i - j0, w,
-                                               softcap);
+                    lb[r0 + r] = softmax_causal_row(a + (size_t)r * Tk, att_lo(i, window) - j0,
+                                                    i - j0, w, softcap);
                 }
-                /* O[i0:i1] = P[i0:i1, j0:i1] V[j0:i1] */
-                cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, w, 1.0f, a, T,
+                /* O[r0:r1] = P[r0:r1, j0:i1] V[j0:i1] */
+                cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, w, 1.0f, a, Tk,
                           vb + (size_t)j0 * lkv2, lkv2, 0.0f, ob, lob);
                 for (int r = 0; dt != KN_F32 && r < rows; r++)
-                    cpu_out(out, dt, oo + (size_t)(i0 + r) * ldo, ob + (size_t)r * D, (size_t)D);
+                    cpu_out(out, dt, oo + (size_t)(r0 + r) * ldo, ob + (size_t)r * D, (size_t)D);
             }
         }
         free(a);
     }
     if (failed)
-        kn_fail(c, TY_ENOMEM, "attention forward: out of memory for %d x %d scores", ATT_BLOCK, T);
+        kn_fail(c, TY_ENOMEM, "attention forward: out of memory for %d x %d scores", br, Tk);
+}
+
+void cpu_attention_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q, const void *k,
+                       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
+                       float scale, float softcap, int window)
+{
+    attention_rows(c, dt, out, lse, q, k, v, B, T, T, Hq, Hkv, D, ldq, ldkv, scale, softcap,
+                   window);
+}
+
+void cpu_attention_kv_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q,
+                          const void *k, const void *v, int B, int Tq, int Tk, int Hq, int Hkv,
+                          int D, int ldq, int ldkv, float scale, float softcap, int window)
+{
+    if (Tq > Tk) {
+        kn_fail(c, TY_EINVAL, "attention: %d query rows over %d positions", Tq, Tk);
+        return;
+    }
+    attention_rows(c, dt, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, D, ldq, ldkv, scale, softcap,
+                   window);
 }
 
 /* What a tile of the backward needs besides its rows and columns. lq /

@@ -164,47 +164,50 @@ __device__ __forceinline__ void stage(float *sm, const void *src, size_t base, i
     }
 }
 
+/* Query rows are the last Tq of Tk positions (Tq == Tk: training's
+ * causal attention; Tq < Tk: generation's new rows over a KV cache): local
+ * row r of q, out and lse sits at position q0 + r, q0 = Tk - Tq. */
 template <int DM>
 __global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const void *k,
-                           const void *v, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
-                           float scale, float cap, int window)
+                           const void *v, int Tq, int Tk, int Hq, int Hkv, int D, int ldq,
+                           int ldkv, float scale, float cap, int window)
 {
     const int BC = att_tile<DM>::BC;
     KN_DYN_SHARED(float, sm);
     float *Ks = sm, *Vs = sm + BC * D;
-    int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
-    int i0 = blockIdx.x * ATT_BR, i = i0 + threadIdx.x;
-    bool live = i < T;
-    size_t kvb = (size_t)b * T * ldkv + (size_t)hk * D;
+    int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv), q0 = Tk - Tq;
+    int r = blockIdx.x * ATT_BR + threadIdx.x, i0 = q0 + blockIdx.x * ATT_BR, i = q0 + r;
+    bool live = r < Tq;
+    size_t kvb = (size_t)b * Tk * ldkv + (size_t)hk * D;
     float qi[DM], acc[DM], s[BC];
     for (int d = 0; d < D; d++) {
-        qi[d] = live ? load_as_f32(q, xt, ((size_t)b * T + i) * ldq + (size_t)h * D + d) : 0.0f;
+        qi[d] = live ? load_as_f32(q, xt, ((size_t)b * Tq + r) * ldq + (size_t)h * D + d) : 0.0f;
         acc[d] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f, dt;
-    int last = min(T - 1, i0 + ATT_BR - 1), lo = att_lo(i, window);
+    int last = min(Tk - 1, i0 + ATT_BR - 1), lo = att_lo(i, window);
     for (int j0 = att_lo(i0, window) / BC * BC; j0 <= last; j0 += BC) {
         __syncthreads(); /* the previous tile is consumed */
-        stage(Ks, k, kvb, xt, j0, BC, T, D, ldkv);
-        stage(Vs, v, kvb, xt, j0, BC, T, D, ldkv);
+        stage(Ks, k, kvb, xt, j0, BC, Tk, D, ldkv);
+        stage(Vs, v, kvb, xt, j0, BC, Tk, D, ldkv);
         __syncthreads();
         if (!live || j0 > i || j0 + BC <= lo)
             continue;
         int n = min(BC, i - j0 + 1);
         float tmax = -INFINITY;
-        for (int r = 0; r < n; r++) {
-            s[r] = j0 + r < lo ? -INFINITY : att_score(dot_row(qi, Ks + r * D, D), scale, cap, &dt);
-            tmax = fmaxf(tmax, s[r]);
+        for (int t = 0; t < n; t++) {
+            s[t] = j0 + t < lo ? -INFINITY : att_score(dot_row(qi, Ks + t * D, D), scale, cap, &dt);
+            tmax = fmaxf(tmax, s[t]);
         }
         float mnew = fmaxf(m, tmax);
         float corr = expf(m - mnew); /* 0 on the first tile (m = -inf) */
         l *= corr;
         for (int d = 0; d < D; d++)
             acc[d] *= corr;
-        for (int r = 0; r < n; r++) {
-            float p = expf(s[r] - mnew);
+        for (int t = 0; t < n; t++) {
+            float p = expf(s[t] - mnew);
             l += p;
-            const float *vr = Vs + r * D;
+            const float *vr = Vs + t * D;
             for (int d = 0; d < D; d++)
                 acc[d] += p * vr[d];
         }
@@ -213,10 +216,10 @@ __global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const v
     if (!live)
         return;
     float inv = 1.0f / l;
-    size_t o = ((size_t)b * T + i) * Hq * D + (size_t)h * D;
+    size_t o = ((size_t)b * Tq + r) * Hq * D + (size_t)h * D;
     for (int d = 0; d < D; d++)
         store_from_f32(out, xt, o + d, acc[d] * inv);
-    lse[((size_t)b * Hq + h) * T + i] = m + logf(l);
+    lse[((size_t)b * Hq + h) * Tq + r] = m + logf(l);
 }
 
 template <int DM>
@@ -337,14 +340,14 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
 
 template <int DM>
 static void attn_fwd(kn_ctx *c, int xt, void *out, float *lse, const void *q, const void *k,
-                     const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
-                     float scale, float cap, int window)
+                     const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int D, int ldq,
+                     int ldkv, float scale, float cap, int window)
 {
     const int BC = att_tile<DM>::BC;
-    dim3 grid((T + ATT_BR - 1) / ATT_BR, Hq, B);
+    dim3 grid((Tq + ATT_BR - 1) / ATT_BR, Hq, B);
     size_t smem = 2 * (size_t)BC * D * sizeof(float);
-    KN_LAUNCH(k_attn_fwd<DM>, grid, ATT_BR, smem, c, xt, out, lse, q, k, v, T, Hq, Hkv, D, ldq,
-              ldkv, scale, cap, window);
+    KN_LAUNCH(k_attn_fwd<DM>, grid, ATT_BR, smem, c, xt, out, lse, q, k, v, Tq, Tk, Hq, Hkv, D,
+              ldq, ldkv, scale, cap, window);
 }
 
 template <int DM>
@@ -383,12 +386,25 @@ void cuda_attention_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const voi
                         const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq,
                         int ldkv, float scale, float softcap, int window)
 {
-    if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
+    cuda_attention_kv_fwd(c, dt, out, lse, q, k, v, B, T, T, Hq, Hkv, D, ldq, ldkv, scale, softcap,
+                          window);
+}
+
+void cuda_attention_kv_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q,
+                           const void *k, const void *v, int B, int Tq, int Tk, int Hq, int Hkv,
+                           int D, int ldq, int ldkv, float scale, float softcap, int window)
+{
+    if (Tq > Tk) {
+        kn_fail(c, TY_EINVAL, "attention: %d query rows over %d positions", Tq, Tk);
+        return;
+    }
+    if (!attn_shape_ok(c, B, Tq, Hq, Hkv, D))
         return;
     int xt = (int)dt;
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)D);
-#define ATT_FWD_ARGS c, xt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap, window
+#define ATT_FWD_ARGS                                                                               \
+    c, xt, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, D, ldq, ldkv, scale, softcap, window
     if (D <= 64)
         attn_fwd<64>(ATT_FWD_ARGS);
     else if (D <= 128)

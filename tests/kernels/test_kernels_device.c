@@ -718,6 +718,23 @@ static void att_case_g(pair *p, int B, int T, int Hq, int Hkv, int D, int fused,
                          F(k, dev) + ko,
                          F(v, dev) + vo};
     same_twice(p, "attention_fwd.repeat", out, att_rerun, &a);
+    /* The last Tq rows of batch 0 over its T keys (a KV cache's step). */
+    for (int Tq = 1; Tq <= T; Tq += T > 8 ? 7 : T) {
+        size_t qo = (size_t)(T - Tq) * ldq;
+        buf okv = bzeros(p, (size_t)Tq * C * 4), lkv = bzeros(p, (size_t)Hq * Tq * 4);
+        kn_attention_kv_fwd(p->cpu, KN_F32, F(okv, cpu), F(lkv, cpu), F(q, cpu) + qo,
+                            F(k, cpu) + ko, F(v, cpu) + vo, 1, Tq, T, Hq, Hkv, D, ldq, ldkv, scale,
+                            cap, window);
+        kn_attention_kv_fwd(p->dev, KN_F32, F(okv, dev), F(lkv, dev), F(q, dev) + qo,
+                            F(k, dev) + ko, F(v, dev) + vo, 1, Tq, T, Hq, Hkv, D, ldq, ldkv, scale,
+                            cap, window);
+        snprintf(name, sizeof name, "attention_kv_fwd.Tq%d.T%d.H%d/%d.D%d%s%s%s", Tq, T, Hq, Hkv, D,
+                 fused ? ".fused" : "", tn, gm);
+        cmp(p, name, okv, 1e-4, 1e-5);
+        snprintf(name, sizeof name, "attention_kv_fwd.lse.Tq%d.T%d.H%d/%d.D%d%s", Tq, T, Hq, Hkv, D,
+                 gm);
+        cmp(p, name, lkv, 1e-5, 1e-6);
+    }
 
     /* Gradients accumulate onto non-zero buffers. */
     buf dq = brand(p, nq, 0.1), dk = fused ? dq : brand(p, nkv, 0.1),

@@ -547,6 +547,31 @@ static void c_attention_g(tc *t, float scale, float cap, int window)
     snprintf(what, sizeof what, "attention lse (scale %g, softcap %g, window %d)", scale, cap,
              window);
     expect(t, what, lse, wl, nl, KN_F32);
+    /* The last Tq rows alone over all T keys (kn_attention_kv_fwd, a
+     * decode step over a KV cache): those rows of the same reference. */
+    for (int Tq = 1; Tq <= 9; Tq += 8) {
+        size_t nqo = (size_t)Tq * ldq, nlo = (size_t)Hq * Tq;
+        float *okv = dpoison(t, (size_t)B * nqo), *lkv = dpoison(t, (size_t)B * nlo);
+        double *wokv = dvec((size_t)B * nqo), *wlkv = dvec((size_t)B * nlo);
+        for (int b = 0; b < B; b++) {
+            kn_attention_kv_fwd(t->c, KN_F32, okv + b * nqo, lkv + b * nlo,
+                                q + ((size_t)b * T + T - Tq) * ldq, k + (size_t)b * T * ldkv,
+                                v + (size_t)b * T * ldkv, 1, Tq, T, Hq, Hkv, D, ldq, ldkv, scale,
+                                cap, window);
+            for (size_t e = 0; e < nqo; e++)
+                wokv[b * nqo + e] = wo[((size_t)b * T + T - Tq) * ldq + e];
+            for (int h = 0; h < Hq; h++)
+                for (int r = 0; r < Tq; r++)
+                    wlkv[b * nlo + (size_t)h * Tq + r] = wl[((size_t)b * Hq + h) * T + T - Tq + r];
+        }
+        snprintf(what, sizeof what, "attention_kv out (Tq %d, scale %g, softcap %g, window %d)", Tq,
+                 scale, cap, window);
+        expect(t, what, okv, wokv, (size_t)B * nqo, KN_F32);
+        snprintf(what, sizeof what, "attention_kv lse (Tq %d, scale %g, softcap %g, window %d)", Tq,
+                 scale, cap, window);
+        expect(t, what, lkv, wlkv, (size_t)B * nlo, KN_F32);
+        free(wokv), free(wlkv);
+    }
     free(hq), free(hk), free(hv), free(wo), free(wl), free(s);
 }
 
