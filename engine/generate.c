@@ -575,7 +575,7 @@ int generate_main(int argc, char **argv)
     json_object_set_new(res, "decode_s", json_real(t2 - t1));
     json_object_set_new(res, "tokens_per_s",
                         json_real(produced > 1 && t2 > t1 ? (produced - 1) / (t2 - t1) : 0));
-    json_object_set_new(res, "dtype", json_string(kn_dtype_name(kv.wdt)));
+    json_object_set_new(res, "dtype", json_string(kn_dtype_name(g.m.wdt)));
     char *s = json_dumps(res, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(res);
     if (s) {

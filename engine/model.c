@@ -290,7 +290,7 @@ static void lin_bwd(model *m, int l, int s, int row0, float *dx, const float *do
  * lin_fwd + kn_gelu_fwd / lin_bwd + kn_gelu_bwd with their roundings. */
 static int fused_gelu(const model *m, const layer_ix *L)
 {
-    return !m->adapter.state && !m->t[L->fc_w].q4 && !m->t[L->proj_w].q4;
+    return !m->adapter.state && !m->t[L->fc_w].q4 && !m->t[L->proj_w].q4 && !m->w16;
 }
 
 /* A linear weight as the fused ops take it: fp32, or the 16-bit copy. */
@@ -534,6 +534,7 @@ void model_free(model *m)
         kn_free(m->kn, m->inv_freq);
         kn_free(m->kn, m->nw);
         kn_free(m->kn, m->ones);
+        kn_free(m->kn, m->w16);
     }
     if (m->base.free) m->base.free(m->base.state);
     free(m->t);
@@ -978,6 +979,8 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
      * statistics and the activation gradients of one layer 4. */
     char *base = NULL;
     size_t off = 0;
+    int inf = m->inference; /* forward only: no gradients, no logit chunk */
+    model_free_acts(m);
     m->A = calloc((size_t)c->n_layer, sizeof *m->A);
     if (!m->A) return ty_err_set(err, TY_ENOMEM, "out of memory for activations");
     m->recompute = rc_mode;
@@ -1054,24 +1057,24 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
         m->lnf = TAKE16(N * C);
         m->lnf_mean = TAKE(N);
         m->lnf_rstd = TAKE(N);
-        m->logit_rows = head_rows(m, N, V, es);
-        m->logits =
-            TAKE16((size_t)m->logit_rows * V); /* in dt: the dlogits are written over them */
-        m->losses = TAKE(N);
+        m->logit_rows = inf ? 0 : head_rows(m, N, V, es);
+        /* in dt: the dlogits are written over them */
+        m->logits = inf ? NULL : TAKE16((size_t)m->logit_rows * V);
+        m->losses = inf ? NULL : TAKE(N);
         m->tmp = TAKE16(N * C);
         m->xw = wide ? TAKE(N * maxk) : NULL;
         m->ow = wide ? TAKE(N * maxm) : NULL;
-        m->dres = TAKE(N * C);
-        m->dln = TAKE(N * C);
-        m->datty = TAKE(N * QD);
-        m->dq = TAKE(N * (gpt2 ? 3 * C : QD));
-        m->dk = gpt2 ? (m->dq ? m->dq + C : NULL) : TAKE(N * KD);
-        m->dv = gpt2 ? (m->dq ? m->dq + 2 * C : NULL) : TAKE(N * KD);
-        m->dact = TAKE(N * F);
-        m->dfc = TAKE(N * F);
-        m->dup = gpt2 ? NULL : TAKE(N * F);
-        m->dqr = c->qk_norm ? TAKE(N * QD) : NULL;
-        m->dkr = c->qk_norm ? TAKE(N * KD) : NULL;
+        m->dres = TAKE(N * C); /* also the forward's scratch for Gemma's embedding scale */
+        m->dln = inf ? NULL : TAKE(N * C);
+        m->datty = inf ? NULL : TAKE(N * QD);
+        m->dq = inf ? NULL : TAKE(N * (gpt2 ? 3 * C : QD));
+        m->dk = gpt2 ? (m->dq ? m->dq + C : NULL) : inf ? NULL : TAKE(N * KD);
+        m->dv = gpt2 ? (m->dq ? m->dq + 2 * C : NULL) : inf ? NULL : TAKE(N * KD);
+        m->dact = inf ? NULL : TAKE(N * F);
+        m->dfc = inf ? NULL : TAKE(N * F);
+        m->dup = gpt2 || inf ? NULL : TAKE(N * F);
+        m->dqr = c->qk_norm && !inf ? TAKE(N * QD) : NULL;
+        m->dkr = c->qk_norm && !inf ? TAKE(N * KD) : NULL;
 #undef TAKE
 #undef TAKE16
 #undef TAKEB
@@ -1098,6 +1101,20 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
     kn_to_device(m->kn, m->pos, pos, N * sizeof *pos);
     free(pos);
     return 0;
+}
+
+void model_free_acts(model *m)
+{
+    kn_free(m->kn, m->acts);
+    kn_free(m->kn, m->ids);
+    kn_free(m->kn, m->targets);
+    kn_free(m->kn, m->pos);
+    free(m->A);
+    m->acts = NULL;
+    m->ids = m->targets = m->pos = NULL;
+    m->A = NULL;
+    m->n_acts = 0;
+    m->B = m->T = 0;
 }
 
 /* ---- forward ----------------------------------------------------------- */
@@ -1139,6 +1156,29 @@ static float embed_scale(const model *m)
  * CUDA one kernel with the same arithmetic (kernels.table_typed,
  * engine.cli.recompute). */
 
+/* out[N,M] = x[N,K] w^T + b in an inference model with 16-bit weights
+ * (m->wdt): x rounded to wdt in place (every x here is an activation that
+ * only this product and its siblings read), times rows [row0, row0 + M)
+ * of weight wi's 16-bit copy (row0 < 0: all), fp32 accumulation and out. */
+static void lin_w16(model *m, void *out, void *x, int wi, int row0, int bi, int N, int K, int M)
+{
+    size_t at = m->t[wi].off + (row0 >= 0 ? (size_t)row0 * K : 0);
+    kn_round(m->kn, x, (size_t)N * K, m->wdt);
+    kn_matmul16_fwd(m->kn, m->wdt, KN_F32, KN_F32, out, x,
+                    (const char *)m->w16 + at * kn_dtype_size(m->wdt), W(m, bi), N, K, M);
+}
+
+/* A block linear layer of the forward: lin_fwd, or lin_w16 in an inference
+ * model with 16-bit weights. */
+static void lin(model *m, int l, int s, int row0, void *out, void *x, int wi, int bi, int N, int K,
+                int M)
+{
+    if (m->w16)
+        lin_w16(m, out, x, wi, row0, bi, N, K, M);
+    else
+        lin_fwd(m, l, s, row0, out, x, wi, bi, N, K, M);
+}
+
 /* The MLP's input side of layer l: ln2, fc (and up), act from res2. Split
  * out because recompute mlp|all runs it again in the backward. With xa the
  * forward's res2 = xa + m->tmp is formed here, fused with ln2. */
@@ -1162,7 +1202,7 @@ static void mlp_in_fwd(model *m, int l, int B, int T, const void *xa)
             kn_matmul_gelu_fwd(k, dt, dt, dt, a->act, a->fc, a->ln2, WL(m, L->fc_w), W(m, L->fc_b),
                                N, C, F);
         } else {
-            lin_fwd(m, l, LS_FC, -1, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
+            lin(m, l, LS_FC, -1, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
             kn_gelu_fwd(k, dt, a->act, a->fc, (size_t)N * F);
         }
     } else {
@@ -1175,11 +1215,11 @@ static void mlp_in_fwd(model *m, int l, int B, int T, const void *xa)
                            c->norm_eps);
         if (c->fused) {
             /* Phi-3: gate and up from the row halves of gate_up_proj */
-            lin_fwd(m, l, LS_FC, 0, a->fc, a->ln2, L->fc_w, -1, N, C, F);
-            lin_fwd(m, l, LS_FC, F, a->up, a->ln2, L->fc_w, -1, N, C, F);
+            lin(m, l, LS_FC, 0, a->fc, a->ln2, L->fc_w, -1, N, C, F);
+            lin(m, l, LS_FC, F, a->up, a->ln2, L->fc_w, -1, N, C, F);
         } else {
-            lin_fwd(m, l, LS_FC, -1, a->fc, a->ln2, L->fc_w, -1, N, C, F);
-            lin_fwd(m, l, LS_UP, -1, a->up, a->ln2, L->up_w, -1, N, C, F);
+            lin(m, l, LS_FC, -1, a->fc, a->ln2, L->fc_w, -1, N, C, F);
+            lin(m, l, LS_UP, -1, a->up, a->ln2, L->up_w, -1, N, C, F);
         }
         if (c->gemma) /* GeGLU: gelu_tanh(gate) * up */
             kn_geglu_fwd(k, dt, a->act, a->fc, a->up, (size_t)N * F);
@@ -1188,13 +1228,47 @@ static void mlp_in_fwd(model *m, int l, int B, int T, const void *xa)
     }
 }
 
+/* atty[N, Hq*D] = causal attention of layer l's q over its k, v (a->q,
+ * a->k, a->v; row strides ldq, ldkv; Hk kv heads), Gemma's scale, soft-cap
+ * and window as given. Without a cache, over the B x T batch itself. With
+ * one (B = 1), the T new rows sit at positions kv->len..: their k, v rows
+ * are appended to layer l's cache rows [len, len + T) and q attends over
+ * cache rows [0, len + T) (kn_attention_kv_fwd). */
+static void attention(model *m, int l, int B, int T, int Hk, int ldq, int ldkv, float scale,
+                      float cap, int window, const model_kv *kv)
+{
+    kn_ctx *k = m->kn;
+    const model_config *c = &m->cfg;
+    layer_acts *a = &m->A[l];
+    int Hq = c->n_head, D = c->head_dim, KD = Hk * D;
+    if (!kv) {
+        kn_attention_fwd(k, m->dt, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hk, D, ldq, ldkv,
+                         scale, cap, window);
+        return;
+    }
+    /* cache rows of layer l: [cap, KD] fp32 (dt is fp32 with a cache) */
+    float *kc = kv->k + (size_t)l * kv->cap * KD, *vc = kv->v + (size_t)l * kv->cap * KD;
+    if (ldkv == KD) {
+        kn_copy(k, kc + (size_t)kv->len * KD, a->k, (size_t)T * KD);
+        kn_copy(k, vc + (size_t)kv->len * KD, a->v, (size_t)T * KD);
+    } else { /* GPT-2: k, v are column blocks of the fused qkv rows */
+        for (int t = 0; t < T; t++) {
+            kn_copy(k, kc + (size_t)(kv->len + t) * KD, (float *)a->k + (size_t)t * ldkv, KD);
+            kn_copy(k, vc + (size_t)(kv->len + t) * KD, (float *)a->v + (size_t)t * ldkv, KD);
+        }
+    }
+    kn_attention_kv_fwd(k, KN_F32, a->atty, a->lse, a->q, kc, vc, 1, T, kv->len + T, Hq, Hk, D, ldq,
+                        KD, scale, cap, window);
+}
+
 /* Layer l from its input x[N,C] up to res3; with recompute all, the
  * backward calls it again for the layer it is about to differentiate.
  * fused: the forward pass's form -- x is formed here as xa + m->tmp (the
  * previous layer's res2 and branch output; l > 0) fused with ln1, and the
  * last add (res3 = res2 + m->tmp) is left to the caller, which fuses it with
- * the next norm. */
-static void layer_fwd(model *m, int l, const void *x, int B, int T, int fused)
+ * the next norm. kv: generation's cache (B = 1; NULL in training), the
+ * positions of the T rows starting at kv->len (attention above). */
+static void layer_fwd(model *m, int l, const void *x, int B, int T, int fused, const model_kv *kv)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
@@ -1215,10 +1289,9 @@ static void layer_fwd(model *m, int l, const void *x, int B, int T, int fused)
         else
             kn_layernorm_fwd(k, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(m, L->ln1_w),
                              W(m, L->ln1_b), N, C, c->norm_eps);
-        lin_fwd(m, l, LS_ATTN, -1, a->q, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
+        lin(m, l, LS_ATTN, -1, a->q, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
         /* atty[N,C] = causal attention over heads of the fused rows */
-        kn_attention_fwd(k, dt, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C,
-                         0.0f, 0.0f, 0);
+        attention(m, l, B, T, Hq, 3 * C, 3 * C, 0.0f, 0.0f, 0, kv);
     } else {
         /* ln1[N,C] = rmsnorm(x); q[N,Hq*D], k/v[N,Hkv*D]; RoPE on q, k */
         if (xa)
@@ -1229,13 +1302,13 @@ static void layer_fwd(model *m, int l, const void *x, int B, int T, int fused)
         void *qo = c->qk_norm ? a->qr : a->q, *ko = c->qk_norm ? a->kr : a->k;
         if (c->fused) {
             /* Phi-3: q, k, v from the row blocks of qkv_proj */
-            lin_fwd(m, l, LS_ATTN, 0, qo, a->ln1, L->attn_w, -1, N, C, QD);
-            lin_fwd(m, l, LS_ATTN, QD, ko, a->ln1, L->attn_w, -1, N, C, KD);
-            lin_fwd(m, l, LS_ATTN, QD + KD, a->v, a->ln1, L->attn_w, -1, N, C, KD);
+            lin(m, l, LS_ATTN, 0, qo, a->ln1, L->attn_w, -1, N, C, QD);
+            lin(m, l, LS_ATTN, QD, ko, a->ln1, L->attn_w, -1, N, C, KD);
+            lin(m, l, LS_ATTN, QD + KD, a->v, a->ln1, L->attn_w, -1, N, C, KD);
         } else {
-            lin_fwd(m, l, LS_Q, -1, qo, a->ln1, L->q_w, L->q_b, N, C, QD);
-            lin_fwd(m, l, LS_K, -1, ko, a->ln1, L->k_w, L->k_b, N, C, KD);
-            lin_fwd(m, l, LS_V, -1, a->v, a->ln1, L->v_w, L->v_b, N, C, KD);
+            lin(m, l, LS_Q, -1, qo, a->ln1, L->q_w, L->q_b, N, C, QD);
+            lin(m, l, LS_K, -1, ko, a->ln1, L->k_w, L->k_b, N, C, KD);
+            lin(m, l, LS_V, -1, a->v, a->ln1, L->v_w, L->v_b, N, C, KD);
         }
         if (c->qk_norm) {
             /* Qwen3: q[N*Hq, D] = rmsnorm(qr) per head (k likewise), before RoPE */
@@ -1243,36 +1316,55 @@ static void layer_fwd(model *m, int l, const void *x, int B, int T, int fused)
             kn_rmsnorm_fwd(k, dt, a->k, a->kn_rstd, a->kr, NWT(L->kn_w, D), N * Hkv, D,
                            c->norm_eps);
         }
-        model_rope_layer(m, l, dt, a->q, B, T, Hq, QD, 0, 0);
-        model_rope_layer(m, l, dt, a->k, B, T, Hkv, KD, 0, 0);
+        int p0 = kv ? kv->len : 0; /* the rows' first position */
+        model_rope_layer(m, l, dt, a->q, B, T, Hq, QD, p0, 0);
+        model_rope_layer(m, l, dt, a->k, B, T, Hkv, KD, p0, 0);
         /* Gemma: query_pre_attn_scalar's scale, the score soft-cap, and the
          * sliding window on the layers layer_types names */
-        kn_attention_fwd(k, dt, a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hkv, D, QD, KD,
-                         c->attn_scale, c->attn_softcap, hfconfig_sliding(c, l) ? c->window : 0);
+        attention(m, l, B, T, Hkv, QD, KD, c->attn_scale, c->attn_softcap,
+                  hfconfig_sliding(c, l) ? c->window : 0, kv);
     }
     /* res2[N,C] = x + atty Wo^T + bo (Gemma: + its post_attention norm) */
     void *ob = c->gemma ? a->ao : m->tmp;
-    lin_fwd(m, l, LS_O, -1, ob, a->atty, L->o_w, L->o_b, N, QD, C);
+    lin(m, l, LS_O, -1, ob, a->atty, L->o_w, L->o_b, N, QD, C);
     if (c->gemma)
         kn_rmsnorm_fwd(k, dt, m->tmp, a->ao_rstd, a->ao, NWT(L->pan_w, C), N, C, c->norm_eps);
     mlp_in_fwd(m, l, B, T, x); /* res2 = x + tmp, fused with ln2 */
     /* res3[N,C] = res2 + act Wproj^T + bproj (Gemma: + post_feedforward norm) */
     void *mb = c->gemma ? a->mo : m->tmp;
-    lin_fwd(m, l, LS_PROJ, -1, mb, a->act, L->proj_w, L->proj_b, N, F, C);
+    lin(m, l, LS_PROJ, -1, mb, a->act, L->proj_w, L->proj_b, N, F, C);
     if (c->gemma)
         kn_rmsnorm_fwd(k, dt, m->tmp, a->mo_rstd, a->mo, NWT(L->pfn_w, C), N, C, c->norm_eps);
     if (!fused) kn_add(k, dt, a->res3, a->res2, m->tmp, (size_t)N * C);
 }
 
-/* Everything up to the head: m->lnf[N,C] for the B x T host inputs. */
-static void forward_hidden(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
+/* m->pos[0..n) = p0, p0 + 1, ..: the positions GPT-2's wpe reads. */
+static void set_positions(model *m, int p0, int n)
+{
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    if (!pos) {
+        kn_fail(m->kn, TY_ENOMEM, "out of memory for %d positions", n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        pos[i] = p0 + i;
+    kn_to_device(m->kn, m->pos, pos, (size_t)n * sizeof *pos);
+    free(pos);
+}
+
+/* Everything up to the head: m->lnf[N,C] for the B x T host inputs
+ * (targets: host, or NULL when there is no loss). kv: generation's cache
+ * (layer_fwd; B = 1): m->pos then holds the rows' positions kv->len... */
+static void forward_hidden(model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                           const model_kv *kv)
 {
     kn_ctx *k = m->kn;
     const model_config *c = &m->cfg;
     int N = B * T, C = c->dim, gpt2 = c->arch == ARCH_GPT2;
     kn_dtype dt = m->dt;
     kn_to_device(k, m->ids, inputs, (size_t)N * sizeof(int32_t));
-    kn_to_device(k, m->targets, targets, (size_t)N * sizeof(int32_t));
+    if (targets) kn_to_device(k, m->targets, targets, (size_t)N * sizeof(int32_t));
+    if (kv) set_positions(m, kv->len, T);
 
     /* encoded[N,C] = wte[ids] (+ wpe[t]): the tables in dt (16-bit runs
      * read their 16-bit weights: only the rows used, rounded once when
@@ -1301,7 +1393,7 @@ static void forward_hidden(model *m, const int32_t *inputs, const int32_t *targe
      * l + 1's ln1, or here the final norm */
     const void *x = m->encoded;
     for (int l = 0; l < c->n_layer; l++) {
-        layer_fwd(m, l, x, B, T, 1);
+        layer_fwd(m, l, x, B, T, 1, kv);
         x = m->A[l].res3;
     }
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
@@ -1377,9 +1469,46 @@ static void head_loss(model *m, float *losses, int N, int train, float scale, fl
 double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
     int N = B * T;
-    forward_hidden(m, inputs, targets, B, T);
+    forward_hidden(m, inputs, targets, B, T, NULL);
     head_loss(m, m->losses, N, 0, 0.0f, m->cfg.final_softcap);
     return kn_sum(m->kn, m->losses, (size_t)N);
+}
+
+void model_forward_kv(model *m, const int32_t *ids, int n, const model_kv *kv, float *logits)
+{
+    kn_ctx *k = m->kn;
+    int C = m->cfg.dim, V = m->cfg.vocab;
+    forward_hidden(m, ids, NULL, 1, n, kv);
+    /* logits[V] = lnf[n-1] W_lm^T (only the last row is sampled from) */
+    float *x = (float *)m->lnf + (size_t)(n - 1) * C;
+    if (m->w16)
+        lin_w16(m, logits, x, m->lm_head, -1, -1, 1, C, V);
+    else
+        kn_matmul_fwd(k, logits, x, W(m, m->lm_head), NULL, 1, C, V);
+    kn_softcap(k, logits, (size_t)V, m->cfg.final_softcap); /* Gemma 2; 0 = off */
+}
+
+int model_infer_weights(model *m, kn_dtype wdt, ty_err *err)
+{
+    if (wdt == m->wdt) return 0;
+    if (wdt != KN_BF16 && wdt != KN_F16)
+        return ty_err_set(err, TY_EINVAL, "inference weights can be fp32, bf16 or fp16");
+    if (!m->params || m->dt != KN_F32)
+        return ty_err_set(err, TY_EINVAL, "inference weights: the model has no fp32 parameters");
+    size_t total = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
+    kn_free(m->kn, m->w16);
+    m->wdt = KN_F32;
+    m->w16 = kn_alloc(m->kn, total * kn_dtype_size(wdt));
+    if (!m->w16)
+        return ty_err_set(err, TY_ENOMEM, "out of memory for %zu %s weights", total,
+                          kn_dtype_name(wdt));
+    /* All weights take the type, as transformers' model.to(dtype) does: the
+     * fp32 parameters the norms, biases and embeddings read are rounded in
+     * place (a no-op for a 16-bit checkpoint), then copied in 16 bits. */
+    kn_round(m->kn, m->params, total, wdt);
+    kn_convert(m->kn, m->w16, wdt, m->params, KN_F32, total);
+    m->wdt = wdt;
+    return kn_check(m->kn, err);
 }
 
 /* ---- backward ---------------------------------------------------------- */
@@ -1419,7 +1548,7 @@ static void backward_from_head(model *m, int B, int T)
         layer_span(m, l, &lo, &hi);
         load_span(m, 0, lo, hi);
         if (m->recompute == MODEL_RECOMPUTE_ALL)
-            layer_fwd(m, l, x, B, T, 0);
+            layer_fwd(m, l, x, B, T, 0, NULL);
         else if (m->recompute == MODEL_RECOMPUTE_MLP)
             mlp_in_fwd(m, l, B, T, NULL);
         /* dres holds d(res3); the residual passes it to res2 unchanged.
@@ -1554,7 +1683,7 @@ static void backward_from_head(model *m, int B, int T)
 void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t *targets, int B,
                                  int T, float scale, float *losses)
 {
-    forward_hidden(m, inputs, targets, B, T);
+    forward_hidden(m, inputs, targets, B, T, NULL);
     head_loss(m, losses, B * T, 1, scale, m->cfg.final_softcap);
     backward_from_head(m, B, T);
 }
@@ -1563,7 +1692,7 @@ double model_forward_backward(model *m, const int32_t *inputs, const int32_t *ta
                               float scale)
 {
     int N = B * T;
-    forward_hidden(m, inputs, targets, B, T);
+    forward_hidden(m, inputs, targets, B, T, NULL);
     head_loss(m, m->losses, N, 1, scale, 0.0f);
     double sum = kn_sum(m->kn, m->losses, (size_t)N); /* before the backward reuses the arena */
     backward_from_head(m, B, T);

@@ -78,6 +78,14 @@ typedef struct layer_acts {
     float *ao_rstd, *mo_rstd;
 } layer_acts;
 
+/* A KV cache as the forward reads and writes it (kvcache.h owns one):
+ * per layer the keys and values of positions [0, len), fp32, laid out
+ * [n_layer][cap][Hkv * D] (GPT-2: Hkv = n_head). */
+typedef struct model_kv {
+    float *k, *v;
+    int cap, len;
+} model_kv;
+
 typedef struct model {
     model_config cfg;
     kn_ctx *kn; /* borrowed */
@@ -134,6 +142,16 @@ typedef struct model {
      * before it, asks for that many: generate's logits dump asks for all). */
     void *logits;
     int ce_rows, logit_rows;
+    /* Set before model_alloc_acts for a forward-only model (generation):
+     * no activation gradients, no logit chunk. */
+    int inference;
+    /* Inference with 16-bit weights (model_infer_weights): the block
+     * products and the lm_head read w16, a copy of the parameters in wdt,
+     * with their input rows rounded to wdt, fp32 out, as transformers
+     * computes a 16-bit checkpoint; activations stay fp32 (dt KN_F32).
+     * KN_F32 and NULL otherwise. */
+    kn_dtype wdt;
+    void *w16;
     float *dres, *dln, *datty, *dq, *dk, *dv, *dact, *dfc, *dup;
     float *dqr, *dkr;             /* qk_norm: d(q, k before the norm) */
     int32_t *ids, *targets, *pos; /* kn_alloc'd, B*T each */
@@ -228,6 +246,24 @@ model_mem model_memory(const model *m);
 /* Allocates activations for micro-batches of up to B rows of T tokens,
  * keeping per layer only what `recompute` does not recompute. */
 int model_alloc_acts(model *m, int B, int T, model_recompute recompute, ty_err *err);
+/* Frees the activation arena and token buffers (model_alloc_acts again
+ * makes new ones). */
+void model_free_acts(model *m);
+/* Forward of n host token ids of one sequence at positions kv->len.. (n <=
+ * the T of model_alloc_acts, B 1): the same per-layer forward as training,
+ * RoPE and GPT-2's positions at those positions, each layer's new keys and
+ * values appended to the cache and its attention over cache rows [0,
+ * kv->len + n). Writes the logits [V] (fp32, device) of the last token,
+ * final soft-cap applied; the caller advances kv->len. fp32 storage only
+ * (dt KN_F32); no adapter hooks are expected (merge them first). */
+void model_forward_kv(model *m, const int32_t *ids, int n, const model_kv *kv, float *logits);
+/* Products read weights of type wdt from now on (inference only): bf16 /
+ * fp16 round the parameters to wdt in place (every weight in that type,
+ * as model.to(dtype)) and make the 16-bit copy the products read (2 bytes
+ * a parameter; the fp32 parameters stay for the norms, biases and
+ * embeddings). Call after the weights are final (loaded, adapters
+ * merged). KN_F32 when already so is a no-op. */
+int model_infer_weights(model *m, kn_dtype wdt, ty_err *err);
 /* Forward pass on B x T host token ids and targets (-100 ignored); returns
  * the SUM of per-token cross-entropy over non-ignored targets (evaluation). */
 double model_forward(model *m, const int32_t *inputs, const int32_t *targets, int B, int T);
