@@ -19,9 +19,10 @@ typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA } model_arch;
 
 typedef struct model_config {
     model_arch arch;
-    char model_type[16]; /* "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" */
-    int vocab;           /* vocab_size */
-    int dim;             /* n_embd / hidden_size */
+    /* "gpt2" | "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3_text" */
+    char model_type[16];
+    int vocab; /* vocab_size */
+    int dim;   /* n_embd / hidden_size */
     int n_layer;
     int n_head;
     int n_kv_head; /* == n_head for GPT-2 */
