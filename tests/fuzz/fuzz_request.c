@@ -35,6 +35,7 @@
 #include "gate.h"
 #include "http.h"
 #include "jobspec.h"
+#include "routes.h"
 #include "server.h"
 
 /* As http.c sets them for the gate (start_http). */
