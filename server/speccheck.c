@@ -35,6 +35,39 @@ static int check_init(const srv_config *c, const jobspec *spec, ty_err *err)
     return 0;
 }
 
+/* dir/name parsed, when dir is a local path and the file is there already
+ * and holds a JSON object; else NULL. What is not there yet (or a remote
+ * URI) is left to the engine, which checks the same when it starts; a file
+ * that does not parse is the engine's to report too (its messages are kept
+ * free of file contents). */
+static json_t *local_json(const char *dir, const char *name)
+{
+    if (!dir || dir[0] != '/') return NULL;
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return NULL;
+    json_t *o = json_load_file(path, 0, NULL);
+    if (json_is_object(o)) return o;
+    json_decref(o);
+    return NULL;
+}
+
+/* err for the file's own error e: the field is where:file.<e's field> (or
+ * just where when e names none; at most 123 characters in all, e's field
+ * cut first), the message names where's value p. */
+static int file_error(ty_err *err, const char *where, const char *file, const char *p,
+                      const ty_err *e)
+{
+    char field[sizeof err->field];
+    if (e->field[0])
+        snprintf(field, sizeof field, "%s:%s.%.*s", where, file,
+                 123 - (int)(strlen(where) + strlen(file) + 2), e->field);
+    else
+        snprintf(field, sizeof field, "%s", where);
+    return ty_err_field(err, TY_EINVAL, field, "%s %s: %s", where, p, e->msg);
+}
+
 /* A local model.path whose config.json is there already: read by the
  * engine's own reader too, so a family or setting the engine does not
  * support (model_type "gemma2", rope_scaling, mlp_bias, ...) is a 400
@@ -43,29 +76,13 @@ static int check_init(const srv_config *c, const jobspec *spec, ty_err *err)
  * engine, which checks the same when it starts. */
 static int check_model_dir(const jobspec *spec, ty_err *err)
 {
-    const char *p = spec->model_path;
-    if (!p || p[0] != '/') return 0;
-    char cfg[4200];
-    struct stat st;
-    snprintf(cfg, sizeof cfg, "%s/config.json", p);
-    if (stat(cfg, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
-    /* Only a JSON object is judged here: a file that does not parse is the
-     * engine's to report (its messages are kept free of file contents). */
-    json_t *o = json_load_file(cfg, 0, NULL);
-    if (!json_is_object(o)) {
-        json_decref(o);
-        return 0;
-    }
+    json_t *o = local_json(spec->model_path, "config.json");
+    if (!o) return 0;
     model_config mc;
     ty_err e = {0};
     int rc = hfconfig_parse(o, "config.json", &mc, &e);
     json_decref(o);
-    if (rc) {
-        char field[sizeof err->field];
-        snprintf(field, sizeof field, "model.path%s%.100s", e.field[0] ? ":config.json." : "",
-                 e.field);
-        return ty_err_field(err, TY_EINVAL, field, "model.path %s: %s", p, e.msg);
-    }
+    if (rc) return file_error(err, "model.path", "config.json", spec->model_path, &e);
     hfconfig_free(&mc);
     return 0;
 }
@@ -78,27 +95,14 @@ static int check_model_dir(const jobspec *spec, ty_err *err)
 static int check_adapter(const jobspec *spec, ty_err *err)
 {
     const char *p = spec->lora_adapter;
-    if (!p || p[0] != '/') return 0;
-    char cfg[4200];
-    struct stat st;
-    snprintf(cfg, sizeof cfg, "%s/adapter_config.json", p);
-    if (stat(cfg, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
-    json_t *o = json_load_file(cfg, 0, NULL);
-    if (!json_is_object(o)) {
-        json_decref(o);
-        return 0;
-    }
+    json_t *o = local_json(p, "adapter_config.json");
+    if (!o) return 0;
     lora_cfg c;
     ty_err e = {0};
     lora_cfg_default(&c);
     int rc = lora_cfg_from_peft(&c, o, "adapter_config.json", &e);
     json_decref(o);
-    if (rc) {
-        char field[sizeof err->field];
-        snprintf(field, sizeof field, "lora.adapter%s%.90s",
-                 e.field[0] ? ":adapter_config.json." : "", e.field);
-        return ty_err_field(err, TY_EINVAL, field, "lora.adapter %s: %s", p, e.msg);
-    }
+    if (rc) return file_error(err, "lora.adapter", "adapter_config.json", p, &e);
     if (c.r != spec->lora_r)
         return ty_err_field(err, TY_EINVAL, "lora.r", "lora.adapter %s has r = %d but lora.r is %d",
                             p, c.r, spec->lora_r);
