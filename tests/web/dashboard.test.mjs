@@ -17,7 +17,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import {openSuite, suiteArgs} from './suite.mjs';
+import {fillSmallJob, openSuite, suiteArgs} from './suite.mjs';
 
 const args = suiteArgs('dashboard.test.mjs', ['suite']);
 // One daemon and one browser per suite; everything is torn down even when
@@ -181,16 +181,7 @@ if (args.suite === 'controls') {
   });
 
   test('the submit form shows a bad learning rate next to its field', async () => {
-    await page.goto(`${daemon.base}/#/submit`);
-    const model = daemon.fixture('quick', {step_ms: 10});
-    await page.fill('[name="model.path"]', model);
-    await page.fill('[name="dataset.train"]', daemon.dataset());
-    await page.selectOption('[name="dataset.format"]', 'tokens');
-    await page.selectOption('[name="method"]', 'full');
-    await page.selectOption('[name="precision"]', 'fp32');
-    await page.fill('[name="resources.gpus"]', '0');
-    await page.fill('[name="hyperparameters.max_steps"]', '5');
-    await page.fill('[name="hyperparameters.seq_len"]', '16');
+    await fillSmallJob(page, daemon, daemon.fixture('quick', {step_ms: 10}));
     await page.fill('[name="hyperparameters.lr"]', '-1');
     await page.click('#submit-form-btn');
     const err = '.field[data-field="hyperparameters.lr"] .field-error';

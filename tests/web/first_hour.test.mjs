@@ -17,7 +17,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import {openSuite, suiteArgs} from './suite.mjs';
+import {fillSmallJob, openSuite, suiteArgs} from './suite.mjs';
 
 const args = suiteArgs('first_hour.test.mjs');
 const {daemon, page, outDir, foreign, pageErrors} = await openSuite(args, 'first_hour',
@@ -119,15 +119,7 @@ test('compare: dots only on eval loss; no smoothing of lr or short series', asyn
 });
 
 test('the submit form: tags, priority and limits, each error next to its input', async () => {
-  await page.goto(`${daemon.base}/#/submit`);
-  await page.fill('[name="model.path"]', daemon.fixture('form', {step_ms: 10}));
-  await page.fill('[name="dataset.train"]', daemon.dataset());
-  await page.selectOption('[name="dataset.format"]', 'tokens');
-  await page.selectOption('[name="method"]', 'full');
-  await page.selectOption('[name="precision"]', 'fp32');
-  await page.fill('[name="resources.gpus"]', '0');
-  await page.fill('[name="hyperparameters.max_steps"]', '5');
-  await page.fill('[name="hyperparameters.seq_len"]', '16');
+  await fillSmallJob(page, daemon, daemon.fixture('form', {step_ms: 10}));
   // One bad value at a time: the server names the field, the form shows it there.
   const cases = [
     ['priority', '5000', /priority: must be in \[-1000, 1000\]/],

@@ -80,3 +80,18 @@ export async function openSuite(args, name, {extra = [], token = null, pageToken
   test.after(teardown);
   return s;
 }
+
+// The submit form filled with a small valid job (a full fine-tune of the
+// fixture model for 5 steps of 16 tokens, fp32 on the CPU): what a form
+// test starts from before it sets the fields it is about.
+export async function fillSmallJob(page, daemon, model) {
+  await page.goto(`${daemon.base}/#/submit`);
+  await page.fill('[name="model.path"]', model);
+  await page.fill('[name="dataset.train"]', daemon.dataset());
+  await page.selectOption('[name="dataset.format"]', 'tokens');
+  await page.selectOption('[name="method"]', 'full');
+  await page.selectOption('[name="precision"]', 'fp32');
+  await page.fill('[name="resources.gpus"]', '0');
+  await page.fill('[name="hyperparameters.max_steps"]', '5');
+  await page.fill('[name="hyperparameters.seq_len"]', '16');
+}
