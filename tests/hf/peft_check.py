@@ -106,6 +106,22 @@ def run_engine_events(engine, spec, workdir):
     return r.returncode, [json.loads(l) for l in r.stdout.splitlines() if l.strip()], r.stderr
 
 
+def from_scratch(engine, work, arch, model, name, lora, what, want=None):
+    """A LoRA run from fresh adapters with `lora` (r 4, lr 3e-2) in the spec:
+    its export loads in PEFT with the engine's logits (check_export), and its
+    adapter_config.json holds each key of `want` with that value and type."""
+    base, ids, _, data = model
+    spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora", lora=dict(r=4, **lora), lr=3e-2)
+    wd = os.path.join(work, arch, name + "-fresh")
+    train(engine, spec, wd)
+    export = os.path.join(wd, "export")
+    cfg = json.load(open(os.path.join(export, "adapter_config.json")))
+    for k, v in (want or {}).items():
+        if cfg.get(k) != v or type(cfg.get(k)) is not type(v):
+            fail(f"{arch}: the export's adapter_config.json lacks {k} {v!r}")
+    check_export(engine, base, export, ids, f"{arch} {what} from scratch")
+
+
 def train(engine, spec, workdir):
     code, events, err = run_engine_events(engine, spec, workdir)
     done = [e for e in events if e["ev"] == "done"]
@@ -249,14 +265,9 @@ def case_rslora(engine, work):
                                        dict(r=4, lora_alpha=6, use_rslora=True, target_modules=targets(arch)),
                                        {"use_rslora": True})
         # From scratch: lora.use_rslora in the spec, written to the export.
-        spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora",
-                        lora={"r": 4, "alpha": 6, "use_rslora": True, "targets": targets(arch)}, lr=3e-2)
-        wd = os.path.join(work, arch, "rslora-fresh")
-        train(engine, spec, wd)
-        export = os.path.join(wd, "export")
-        if json.load(open(os.path.join(export, "adapter_config.json"))).get("use_rslora") is not True:
-            fail(f"{arch}: the export's adapter_config.json lacks use_rslora true")
-        check_export(engine, base, export, ids, f"{arch} rslora from scratch")
+        from_scratch(engine, work, arch, model, "rslora",
+                     {"alpha": 6, "use_rslora": True, "targets": targets(arch)}, "rslora",
+                     want={"use_rslora": True})
 
 
 PATTERNS = {
@@ -329,11 +340,8 @@ def case_bias(engine, work):
                 fail(f"{arch}: the export's adapter_config.json lacks bias {bias}")
             merged_generate(engine, base, export, f"{arch} bias {bias}")
         # From scratch: lora.bias in the spec, the biases in the export.
-        spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora",
-                        lora={"r": 4, "alpha": 8, "bias": "all", "targets": BIAS_TARGETS[arch]}, lr=3e-2)
-        wd = os.path.join(work, arch, "bias-fresh")
-        train(engine, spec, wd)
-        check_export(engine, base, os.path.join(wd, "export"), ids, f"{arch} bias all from scratch")
+        from_scratch(engine, work, arch, model, "bias", {"alpha": 8, "bias": "all", "targets": BIAS_TARGETS[arch]},
+                     "bias all")
 
 
 # modules_to_save: Llama's (untied) embeddings and head; GPT-2's position
@@ -351,11 +359,8 @@ def case_save(engine, work):
         if json.load(open(os.path.join(export, "adapter_config.json"))).get("modules_to_save") != save:
             fail(f"{arch}: the export's adapter_config.json lacks modules_to_save {save}")
         merged_generate(engine, base, export, f"{arch} modules_to_save")
-        spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora",
-                        lora={"r": 4, "alpha": 8, "targets": tm, "modules_to_save": save}, lr=3e-2)
-        wd = os.path.join(work, arch, "save-fresh")
-        train(engine, spec, wd)
-        check_export(engine, base, os.path.join(wd, "export"), ids, f"{arch} modules_to_save from scratch")
+        from_scratch(engine, work, arch, model, "save", {"alpha": 8, "targets": tm, "modules_to_save": save},
+                     "modules_to_save")
     # GPT-2's tied wte: refused by name.
     base = os.path.join(work, "gpt2", "base")
     tied = os.path.join(work, "gpt2", "tied")
@@ -381,11 +386,7 @@ def case_embed(engine, work):
         export = both_ways(engine, work, arch, model, "embed", dict(r=4, lora_alpha=8, target_modules=tm),
                            {"targets": tm})
         merged_generate(engine, base, export, f"{arch} embedding")
-        spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora", lora={"r": 4, "alpha": 8, "targets": tm},
-                        lr=3e-2)
-        wd = os.path.join(work, arch, "embed-fresh")
-        train(engine, spec, wd)
-        check_export(engine, base, os.path.join(wd, "export"), ids, f"{arch} embedding from scratch")
+        from_scratch(engine, work, arch, model, "embed", {"alpha": 8, "targets": tm}, "embedding")
 
 
 M64 = (1 << 64) - 1
@@ -447,14 +448,8 @@ def case_dora(engine, work):
                            dict(r=4, lora_alpha=8, target_modules=targets(arch), use_dora=True), {"use_dora": True})
         merged_generate(engine, base, export, f"{arch} DoRA")
         dora_dropout(engine, work, arch, model, os.path.join(work, arch, "dora", "peft"))
-        spec = job_spec(base, data, STEPS, BATCH, SEQ, method="lora",
-                        lora={"r": 4, "alpha": 8, "use_dora": True, "targets": targets(arch)}, lr=3e-2)
-        wd = os.path.join(work, arch, "dora-fresh")
-        train(engine, spec, wd)
-        export = os.path.join(wd, "export")
-        if json.load(open(os.path.join(export, "adapter_config.json"))).get("use_dora") is not True:
-            fail(f"{arch}: the export's adapter_config.json lacks use_dora true")
-        check_export(engine, base, export, ids, f"{arch} DoRA from scratch")
+        from_scratch(engine, work, arch, model, "dora", {"alpha": 8, "use_dora": True, "targets": targets(arch)},
+                     "DoRA", want={"use_dora": True})
 
 
 def case_layers(engine, work):
