@@ -242,14 +242,13 @@ __global__ void k_gemm_tiled(void *D, int dt_d, int ldd, const void *A, int lda,
         int i = (tile % mt) * GEMM_T + tx, j = (tile / mt) * GEMM_T + ty;
         float acc = 0.0f;
         for (int l0 = 0; l0 < k; l0 += GEMM_T) {
-            /* As[l][i] = op(A)(i0 + tx, l0 + ty); Bs[j][l] = op(B)(l0 + tx, j0 + ty) */
-            int ai = (tile % mt) * GEMM_T + tx, al = l0 + ty;
-            int bl = l0 + tx, bj = (tile / mt) * GEMM_T + ty;
-            As[ty][tx] = ai < m && al < k
-                             ? load_as_f32(A, dt_ab, ta ? (size_t)ai * lda + al : (size_t)al * lda + ai)
+            /* As[ty][tx] = op(A)(i, l0 + ty); Bs[ty][tx] = op(B)(l0 + tx, j) */
+            int al = l0 + ty, bl = l0 + tx;
+            As[ty][tx] = i < m && al < k
+                             ? load_as_f32(A, dt_ab, ta ? (size_t)i * lda + al : (size_t)al * lda + i)
                              : 0.0f;
-            Bs[ty][tx] = bl < k && bj < n
-                             ? load_as_f32(B, dt_ab, tb ? (size_t)bl * ldb + bj : (size_t)bj * ldb + bl)
+            Bs[ty][tx] = bl < k && j < n
+                             ? load_as_f32(B, dt_ab, tb ? (size_t)bl * ldb + j : (size_t)j * ldb + bl)
                              : 0.0f;
             __syncthreads();
             int lmax = min(GEMM_T, k - l0);
