@@ -1,16 +1,21 @@
-# bench.py — trainyard-engine (CPU) against the same training loop in PyTorch,
-# side by side in one run, on the same number of threads.
+# bench.py — trainyard-engine (CPU) against what a user would run instead:
+# transformers' GPT2LMHeadModel trained by PyTorch (torch 2.13 from the test
+# venv), side by side in one run, on the same number of threads, the same
+# weights and the same tokens.
 #
 # Two shapes: GPT-2 4 layers x 256 wide, seq 256, batch 8, vocab 50257 (training
 # tokens/s; the goal is >= 1.5x PyTorch) and the GPT-2 124M shape (12 x 768,
 # seq 1024, batch 1: step time and peak RSS). Each side runs in its own child
 # process; step times come from the arrival of the engine's metric events and
 # from the torch loop's own clock, skipping the first (warm-up) step; peak RSS
-# is the child's ru_maxrss from wait4. Usage: bench.py ENGINE [--quick]
+# is the child's ru_maxrss from wait4. `--busy N` keeps N extra processes
+# spinning for the whole run (a loaded machine); every row reports the median
+# step and the spread p90/p50 of each side, so a quiet and a loaded run can
+# be set side by side. Run it with the venv's python (run.sh finds it):
+#   bench.py ENGINE [--threads N] [--only SHAPE] [--steps N] [--busy N]
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -21,37 +26,43 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "engine_ref"))
 
 SHAPES = {
-    "gpt2-4x256": {"n_layer": 4, "n_embd": 256, "n_head": 4, "seq": 256, "batch": 8, "steps": 4},
-    "gpt2-124M": {"n_layer": 12, "n_embd": 768, "n_head": 12, "seq": 1024, "batch": 1, "steps": 3},
+    "gpt2-4x256": {"n_layer": 4, "n_embd": 256, "n_head": 4, "seq": 256, "batch": 8, "steps": 6},
+    "gpt2-124M": {"n_layer": 12, "n_embd": 768, "n_head": 12, "seq": 1024, "batch": 1, "steps": 4},
 }
 VOCAB = 50257
 
 
+def read_batches(data, B, T):
+    """The dataset the engine trains on, cut into the engine's batches: B rows
+    of T + 1 tokens each (inputs are [:-1], targets [1:])."""
+    rows = [json.loads(line)["input_ids"] for line in open(data)]
+    return [rows[i:i + B] for i in range(0, len(rows) - B + 1, B)]
+
+
 def torch_child(args):
-    """The PyTorch side: the usual fp32 loop (forward, CE, backward, clip,
-    AdamW) on random weights and tokens; prints one JSON line per step."""
+    """The PyTorch side, as a user writes it: transformers' GPT2LMHeadModel
+    loaded from the same safetensors (dropout off, as in the engine), the
+    usual fp32 loop (forward, cross-entropy, backward, clip 1.0, AdamW with
+    decay 0.1 on matrices only). One JSON line per step."""
     import torch
-    import hfgen
-    import torchref
+    from transformers import GPT2LMHeadModel
     torch.set_num_threads(args.threads)
-    s = SHAPES[args.shape]
-    cfg = hfgen.gpt2_config(n_embd=s["n_embd"], n_layer=s["n_layer"], n_head=s["n_head"],
-                            n_positions=1024, vocab_size=VOCAB)
-    g = torch.Generator().manual_seed(1)
-    p = {k: v.requires_grad_(True) for k, v in hfgen.gpt2_tensors(cfg, g, std=0.02).items()}
-    decay = [t for t in p.values() if t.dim() >= 2]
-    no_decay = [t for t in p.values() if t.dim() < 2]
+    model = GPT2LMHeadModel.from_pretrained(args.model_dir, dtype=torch.float32, resid_pdrop=0.0,
+                                            embd_pdrop=0.0, attn_pdrop=0.0)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}], lr=1e-4)
-    B, T = s["batch"], s["seq"]
-    for step in range(1, s["steps"] + 1):
-        ids = torch.randint(0, VOCAB, (B, T + 1), generator=g)
+    for step, rows in enumerate(read_batches(args.data, args.batch, args.seq)[:args.steps], 1):
+        ids = torch.tensor(rows)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        logits = torchref.gpt2_forward(cfg, p, ids[:, :-1])
+        logits = model(input_ids=ids[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         dt = time.perf_counter() - t0
         print(json.dumps({"step": step, "loss": float(loss), "step_s": dt}), flush=True)
@@ -75,7 +86,8 @@ def run_child(cmd, env=None):
     return events, proc.returncode, ru.ru_maxrss * 1024
 
 
-def engine_side(engine, shape, threads, tmp):
+def write_inputs(shape, steps, tmp):
+    """The random model directory and the tokens dataset both sides read."""
     import torch
     import hfgen
     s = SHAPES[shape]
@@ -86,10 +98,16 @@ def engine_side(engine, shape, threads, tmp):
     hfgen.write_model(mdir, cfg, hfgen.gpt2_tensors(cfg, g, std=0.02))
     data = os.path.join(tmp, shape + ".jsonl")
     with open(data, "w") as f:
-        for _ in range(s["batch"] * (s["steps"] + 1)):
+        for _ in range(s["batch"] * (steps + 1)):
             ids = torch.randint(0, VOCAB, (s["seq"] + 1,), generator=g).tolist()
             f.write(json.dumps({"input_ids": ids}) + "\n")
-    spec = hfgen.job_spec(mdir, data, s["steps"], s["batch"], s["seq"], grad_accum=1, lr=1e-4,
+    return mdir, data
+
+
+def engine_side(engine, shape, steps, threads, tmp, mdir, data):
+    import hfgen
+    s = SHAPES[shape]
+    spec = hfgen.job_spec(mdir, data, steps, s["batch"], s["seq"], grad_accum=1, lr=1e-4,
                           schedule="constant", warmup_steps=0, name="bench-" + shape)
     spath = os.path.join(tmp, shape + ".spec.json")
     hfgen.write_json(spath, spec)
@@ -99,61 +117,105 @@ def engine_side(engine, shape, threads, tmp):
     events, rc, rss = run_child(cmd, env)
     if rc != 0:
         raise SystemExit(f"engine failed on {shape} (exit {rc})")
-    times = [t for t, e in events if e.get("ev") == "metric"]
+    metrics = [(t, e) for t, e in events if e.get("ev") == "metric"]
+    times = [t for t, _ in metrics]
     # Steady state: the gap between consecutive metric events, after step 1.
-    steps = [b - a for a, b in zip(times, times[1:])]
-    reported = [e.get("tokens_per_s") for _, e in events if e.get("ev") == "metric"]
-    return steps, rss, reported
+    return [b - a for a, b in zip(times, times[1:])], rss, metrics[0][1].get("loss")
 
 
-def torch_side(shape, threads):
-    cmd = ["/usr/bin/python3", os.path.abspath(__file__), "--torch-child", "--shape", shape,
-           "--threads", str(threads)]
+def torch_side(shape, steps, threads, mdir, data):
+    s = SHAPES[shape]
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", "--model-dir", mdir,
+           "--data", data, "--batch", str(s["batch"]), "--seq", str(s["seq"]),
+           "--steps", str(steps), "--threads", str(threads)]
     events, rc, rss = run_child(cmd)
     if rc != 0:
         raise SystemExit(f"torch failed on {shape} (exit {rc})")
-    return [e["step_s"] for _, e in events][1:], rss
+    return [e["step_s"] for _, e in events][1:], rss, events[0][1]["loss"]
+
+
+def spread(xs):
+    """p90 / p50 of the step times (nearest rank): 1.0 is perfectly steady."""
+    xs = sorted(xs)
+    p90 = xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
+    return round(p90 / statistics.median(xs), 2)
+
+
+def start_busy(n):
+    """n processes spinning on the CPU: the load a second job puts on the box."""
+    code = "while True: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+
+
+def measure(args, shape, tmp):
+    s = SHAPES[shape]
+    steps = args.steps or s["steps"]
+    tok = s["batch"] * s["seq"]
+    mdir, data = write_inputs(shape, steps, tmp)
+    e_steps, e_rss, e_loss = engine_side(args.engine, shape, steps, args.threads, tmp, mdir, data)
+    t_steps, t_rss, t_loss = torch_side(shape, steps, args.threads, mdir, data)
+    e_med, t_med = statistics.median(e_steps), statistics.median(t_steps)
+    return {"shape": shape, "tokens_per_step": tok, "busy": args.busy,
+            "load_avg_after": round(os.getloadavg()[0], 2),
+            # Same weights and examples (the engine shuffles their order):
+            # both first losses sit near ln(50257) = 10.82 for the same model.
+            "engine_loss_1": e_loss, "torch_loss_1": round(t_loss, 4),
+            "engine_step_s": round(e_med, 3), "torch_step_s": round(t_med, 3),
+            "engine_spread": spread(e_steps), "torch_spread": spread(t_steps),
+            "engine_tokens_per_s": round(tok / e_med, 1),
+            "torch_tokens_per_s": round(tok / t_med, 1),
+            "speedup": round(t_med / e_med, 2),
+            "engine_peak_rss_mib": round(e_rss / 2**20), "torch_peak_rss_mib": round(t_rss / 2**20),
+            "rss_ratio_engine_over_torch": round(e_rss / t_rss, 2)}
+
+
+def print_table(rows):
+    print()
+    print(f"{'shape':<12} {'busy':>4} {'engine tok/s':>12} {'torch tok/s':>12} {'speedup':>8} "
+          f"{'engine step':>11} {'torch step':>10} {'p90/p50 e':>9} {'p90/p50 t':>9} "
+          f"{'engine RSS':>10} {'torch RSS':>10}")
+    for r in rows:
+        print(f"{r['shape']:<12} {r['busy']:>4} {r['engine_tokens_per_s']:>12.1f} "
+              f"{r['torch_tokens_per_s']:>12.1f} {r['speedup']:>7.2f}x {r['engine_step_s']:>10.3f}s "
+              f"{r['torch_step_s']:>9.3f}s {r['engine_spread']:>9.2f} {r['torch_spread']:>9.2f} "
+              f"{r['engine_peak_rss_mib']:>7d}MiB {r['torch_peak_rss_mib']:>7d}MiB")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("engine", nargs="?")
     ap.add_argument("--torch-child", action="store_true")
-    ap.add_argument("--shape", default="gpt2-4x256")
+    ap.add_argument("--model-dir")
+    ap.add_argument("--data")
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--seq", type=int)
+    ap.add_argument("--steps", type=int, default=0, help="timed steps + 1 (default per shape)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--only", choices=sorted(SHAPES))
+    ap.add_argument("--busy", type=int, default=0, help="extra spinning processes during the run")
     args = ap.parse_args()
     if args.torch_child:
         torch_child(args)
         return 0
+    if not args.engine:
+        ap.error("ENGINE is required")
     import torch
-    print(f"threads {args.threads}; torch {torch.__version__}; engine {args.engine}")
+    import transformers
+    print(f"threads {args.threads}; busy {args.busy}; torch {torch.__version__}; "
+          f"transformers {transformers.__version__}; engine {args.engine}; "
+          f"load {os.getloadavg()[0]:.2f}")
+    busy = start_busy(args.busy)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench_engine_cpu_") as tmp:
-        for shape in ([args.only] if args.only else list(SHAPES)):
-            s = SHAPES[shape]
-            tok = s["batch"] * s["seq"]
-            e_steps, e_rss, rep = engine_side(args.engine, shape, args.threads, tmp)
-            t_steps, t_rss = torch_side(shape, args.threads)
-            e_med, t_med = statistics.median(e_steps), statistics.median(t_steps)
-            row = {"shape": shape, "tokens_per_step": tok,
-                   "engine_step_s": round(e_med, 3), "torch_step_s": round(t_med, 3),
-                   "engine_tokens_per_s": round(tok / e_med, 1),
-                   "torch_tokens_per_s": round(tok / t_med, 1),
-                   "speedup": round(t_med / e_med, 2),
-                   "engine_peak_rss_mib": round(e_rss / 2**20), "torch_peak_rss_mib": round(t_rss / 2**20),
-                   "rss_ratio_engine_over_torch": round(e_rss / t_rss, 2),
-                   "engine_reported_tokens_per_s": rep[-1] if rep else None}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    print()
-    print(f"{'shape':<12} {'engine tok/s':>12} {'torch tok/s':>12} {'speedup':>8} "
-          f"{'engine step':>11} {'torch step':>10} {'engine RSS':>10} {'torch RSS':>10} {'RSS ratio':>9}")
-    for r in rows:
-        print(f"{r['shape']:<12} {r['engine_tokens_per_s']:>12.1f} {r['torch_tokens_per_s']:>12.1f} "
-              f"{r['speedup']:>7.2f}x {r['engine_step_s']:>10.3f}s {r['torch_step_s']:>9.3f}s "
-              f"{r['engine_peak_rss_mib']:>7d}MiB {r['torch_peak_rss_mib']:>7d}MiB "
-              f"{r['rss_ratio_engine_over_torch']:>8.2f}x")
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench_engine_cpu_") as tmp:
+            for shape in ([args.only] if args.only else list(SHAPES)):
+                rows.append(measure(args, shape, tmp))
+                print(json.dumps(rows[-1]), flush=True)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    print_table(rows)
     goal = rows[0]["speedup"] >= 1.5 if rows and rows[0]["shape"] == "gpt2-4x256" else None
     if goal is not None:
         print(f"goal: engine >= 1.5x PyTorch tokens/s on gpt2-4x256: {'met' if goal else 'NOT met'}")

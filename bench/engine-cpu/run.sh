@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Engine CPU benchmarks, each side by side in one run:
-#   bench.py      trainyard-engine vs the same PyTorch 1.13 training loop on
-#                 the same threads, GPT-2 4x256 (tokens/s) and the 124M shape
+#   bench.py      trainyard-engine vs transformers' GPT2LMHeadModel on torch
+#                 2.13 (the test venv), same threads, weights and tokens,
+#                 GPT-2 4x256 (tokens/s) and the 124M shape; --busy 1 adds a
+#                 spinning process (a loaded machine)
 #   gemm-bf16     oneDNN's bf16 matmul vs convert + sgemm (when built)
 #   grad16.py     fp32 vs bf16 gradient accumulation in the bf16 scheme's
 #                 PyTorch model (needs torch: the hf-venv of a test build)
@@ -16,15 +18,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd); shift
 engine="$build/bin/trainyard-engine"
 [ -x "$engine" ] || { echo "engine-cpu: $engine not built (cmake --build $build --target trainyard-engine)" >&2; exit 1; }
-/usr/bin/python3 "$here/bench.py" "$engine" --threads "$(nproc)" "$@"
+py=""
+for v in "$build/hf-venv/bin/python" "$build/../build-test/hf-venv/bin/python"; do
+  [ -x "$v" ] && { py=$v; break; }
+done
+if [ -n "$py" ]; then
+  "$py" "$here/bench.py" "$engine" --threads "$(nproc)" "$@"
+else
+  echo "engine-cpu: bench.py needs torch 2.13 and transformers (ctest -R hf.venv builds the venv)"
+fi
 if [ -x "$build/bin/gemm-bf16" ]; then
   "$build/bin/gemm-bf16" "$(nproc)" 3
 else
   echo "engine-cpu: gemm-bf16 not built (needs libdnnl-dev)"
 fi
 /usr/bin/python3 "$here/precision.py" "$engine" --threads "$(nproc)"
-py=""
-for v in "$build/hf-venv/bin/python" "$build/../build-test/hf-venv/bin/python"; do
-  [ -x "$v" ] && { py=$v; break; }
-done
 if [ -n "$py" ]; then "$py" "$here/grad16.py"; else echo "engine-cpu: grad16.py needs torch (ctest hf.venv)"; fi
