@@ -4,6 +4,7 @@
 #                 2.13 (the test venv), same threads, weights and tokens,
 #                 GPT-2 4x256 (tokens/s) and the 124M shape; --busy 1 adds a
 #                 spinning process (a loaded machine)
+#   sgemm         the fp32 GEMM libraries: OpenBLAS vs oneDNN (when built)
 #   gemm-bf16     oneDNN's bf16 matmul vs convert + sgemm (when built)
 #   grad16.py     fp32 vs bf16 gradient accumulation in the bf16 scheme's
 #                 PyTorch model (needs torch: the hf-venv of a test build)
@@ -26,6 +27,11 @@ if [ -n "$py" ]; then
   "$py" "$here/bench.py" "$engine" --threads "$(nproc)" "$@"
 else
   echo "engine-cpu: bench.py needs torch 2.13 and transformers (ctest -R hf.venv builds the venv)"
+fi
+if [ -x "$build/bin/sgemm" ]; then
+  "$build/bin/sgemm" "$(nproc)" 5
+else
+  echo "engine-cpu: sgemm not built (needs libdnnl-dev)"
 fi
 if [ -x "$build/bin/gemm-bf16" ]; then
   "$build/bin/gemm-bf16" "$(nproc)" 3

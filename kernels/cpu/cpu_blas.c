@@ -1,28 +1,70 @@
-/* cpu_blas.c — the CPU backend's one door to OpenBLAS.
+/* cpu_blas.c — the CPU backend's one door to an fp32 GEMM library.
  *
- * OpenBLAS runs single-threaded: our OpenMP threads split each product
- * (cpu_matmul.c) and call sgemm on their own block, so only one thread pool
- * ever spins on the cores (Debian's default libopenblas is the pthread
- * build, whose workers would otherwise fight OpenMP's for the same cores).
- * OpenBLAS picks its kernels from the CPU, or from OPENBLAS_CORETYPE when
- * set; kn_describe reports which. */
+ * Two libraries stand behind cpu_sgemm, chosen once per process:
+ *   - oneDNN's dnnl_sgemm, on a CPU with AVX-512 (when oneDNN is built in).
+ *     Its JIT kernels use the 512-bit FMA units; OpenBLAS 0.3.21 runs this
+ *     machine with its Haswell (AVX2) kernels, about 0.6 of the rate
+ *     (bench/engine-cpu/sgemm.c measures both side by side).
+ *   - OpenBLAS's cblas_sgemm everywhere else.
+ * TY_CPU_SGEMM=openblas|onednn overrides the choice (onednn only where it is
+ * built in); kn_describe reports the library in use.
+ *
+ * Either runs single-threaded: our OpenMP threads split each product
+ * (cpu_matmul.c, cpu_attention.c) and call cpu_sgemm on their own block, so
+ * only one thread pool ever spins on the cores. oneDNN, called inside an
+ * active OpenMP region, runs sequentially on the calling thread; OpenBLAS is
+ * set to one thread (Debian's default libopenblas is the pthread build,
+ * whose workers would otherwise fight OpenMP's for the same cores).
+ *
+ * Both are deterministic for a given shape and thread count, which exact
+ * resume needs; they differ from each other in the last bits, within the
+ * kernel table's fp32 tolerances. */
 #include "cpu.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TY_KN_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static char g_desc[96];
+static bool g_onednn;
+
+static bool want_onednn(void)
+{
+#ifdef TY_KN_HAVE_DNNL
+    const char *e = getenv("TY_CPU_SGEMM");
+    if (e && *e) return strcmp(e, "onednn") == 0;
+    return __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
 
 static void blas_setup(void)
 {
     openblas_set_num_threads(1);
-    snprintf(g_desc, sizeof g_desc, "openblas %s", openblas_get_corename());
+    g_onednn = want_onednn();
+    if (g_onednn)
+        snprintf(g_desc, sizeof g_desc, "onednn sgemm (avx512)");
+    else
+        snprintf(g_desc, sizeof g_desc, "openblas %s", openblas_get_corename());
 }
 
 int cpu_blas_init(ty_err *err)
 {
-    (void)err;
+    const char *e = getenv("TY_CPU_SGEMM");
+    if (e && *e && strcmp(e, "openblas") != 0 && strcmp(e, "onednn") != 0)
+        return ty_err_set(err, TY_EINVAL, "TY_CPU_SGEMM is '%s'; use openblas or onednn", e);
+#ifndef TY_KN_HAVE_DNNL
+    if (e && strcmp(e, "onednn") == 0)
+        return ty_err_set(err, TY_EINVAL, "TY_CPU_SGEMM=onednn, but this build has no oneDNN");
+#endif
     pthread_once(&g_once, blas_setup);
     return 0;
 }
@@ -35,5 +77,13 @@ const char *cpu_blas_desc(void)
 void cpu_sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
+#ifdef TY_KN_HAVE_DNNL
+    /* Row-major, like cblas. An empty product, or arguments oneDNN
+     * refuses, fall through to OpenBLAS, which never skips the work. */
+    if (g_onednn && M > 0 && N > 0 && K > 0 &&
+        dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', M, N, K, alpha, A,
+                   lda, B, ldb, beta, C, ldc) == dnnl_success)
+        return;
+#endif
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -169,11 +169,26 @@ static void test_context(void)
     CHECK(strstr(err.msg, "CUDA") != NULL, "CUDA error message: '%s'", err.msg);
     CHECK(kn_open(&c, KN_CPU, 0, -1, &err) == TY_EINVAL, "negative threads accepted");
     CHECK(kn_open(&c, (kn_device)7, 0, 0, &err) == TY_EINVAL, "unknown device accepted");
+    const char *lib = getenv("TY_CPU_SGEMM");
+    if (lib && *lib && strcmp(lib, "openblas") && strcmp(lib, "onednn")) {
+        /* An unknown GEMM library is refused by name, not ignored. */
+        CHECK(kn_open(&c, KN_CPU, 0, 2, &err) == TY_EINVAL && c == NULL, "TY_CPU_SGEMM=%s taken",
+              lib);
+        CHECK(strstr(err.msg, "TY_CPU_SGEMM") != NULL, "error message: '%s'", err.msg);
+        return;
+    }
 
     c = open_cpu(2);
     CHECK(kn_device_of(c) == KN_CPU, "device_of");
     CHECK(strcmp(kn_device_name(c), "cpu") == 0, "device name");
-    CHECK(strncmp(kn_describe(c), "cpu: openblas", 13) == 0 && strstr(kn_describe(c), "2 threads"),
+    /* The fp32 GEMM library: OpenBLAS when forced, oneDNN when forced or
+     * (by default) on an AVX-512 CPU of a build with oneDNN. */
+    const char *want =
+        lib && *lib ? (strcmp(lib, "onednn") == 0 ? "cpu: onednn sgemm" : "cpu: openblas") : NULL;
+    CHECK(strstr(kn_describe(c), "2 threads") &&
+              (want ? strncmp(kn_describe(c), want, strlen(want)) == 0
+                    : (strncmp(kn_describe(c), "cpu: openblas", 13) == 0 ||
+                       strncmp(kn_describe(c), "cpu: onednn sgemm", 17) == 0)),
           "describe: '%s'", kn_describe(c));
     CHECK(kn_bytes_in_use(c) == 0 && kn_peak_bytes(c) == 0, "fresh context uses memory");
 
