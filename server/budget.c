@@ -106,14 +106,17 @@ static bool host_allowed(const char *allowed, const char *url)
     return false;
 }
 
-int ops_check_spec(const srv_config *c, jobspec *s, ty_err *err)
+static bool priced(const srv_config *c, const jobspec *s)
 {
-    bool gpu = s->gpus > 0;
-    bool priced =
-        gpu ? (c->gpu_hour_price >= 0 || c->ops.gpu_hour_prices[0]) : c->cpu_hour_price >= 0;
-    /* Server defaults where the spec is silent; a cap is the default when
-     * no default is set, so every job is bounded once a cap exists. */
-    if (s->max_cost < 0 && priced)
+    return s->gpus > 0 ? (c->gpu_hour_price >= 0 || c->ops.gpu_hour_prices[0])
+                       : c->cpu_hour_price >= 0;
+}
+
+void ops_spec_defaults(const srv_config *c, jobspec *s)
+{
+    /* A cap is the default when no default is set, so every job is
+     * bounded once a cap exists. */
+    if (s->max_cost < 0 && priced(c, s))
         s->max_cost = c->ops.max_cost_default >= 0 ? c->ops.max_cost_default : c->ops.max_cost_cap;
     if (s->max_runtime_s == 0)
         s->max_runtime_s =
@@ -121,23 +124,11 @@ int ops_check_spec(const srv_config *c, jobspec *s, ty_err *err)
     if (s->max_tokens == 0)
         s->max_tokens =
             c->ops.max_tokens_default ? c->ops.max_tokens_default : c->ops.max_tokens_cap;
-    if (c->ops.max_cost_cap >= 0 && s->max_cost > c->ops.max_cost_cap)
-        return ty_err_field(err, TY_EINVAL, "limits.max_cost",
-                            "limits.max_cost: %g is over this server's cap of %g %s", s->max_cost,
-                            c->ops.max_cost_cap, c->currency);
-    if (c->ops.max_runtime_cap && s->max_runtime_s > c->ops.max_runtime_cap)
-        return ty_err_field(err, TY_EINVAL, "limits.max_runtime_s",
-                            "limits.max_runtime_s: %lld is over this server's cap of %lld s",
-                            (long long)s->max_runtime_s, (long long)c->ops.max_runtime_cap);
-    if (c->ops.max_tokens_cap && s->max_tokens > c->ops.max_tokens_cap)
-        return ty_err_field(err, TY_EINVAL, "limits.max_tokens",
-                            "limits.max_tokens: %lld is over this server's cap of %lld",
-                            (long long)s->max_tokens, (long long)c->ops.max_tokens_cap);
-    if (s->max_cost >= 0 && !priced)
-        return ty_err_field(err, TY_EINVAL, "limits.max_cost",
-                            "limits.max_cost: this server has no %s price, so a cost cannot be "
-                            "measured (set --%s-hour-price)",
-                            gpu ? "GPU-hour" : "CPU-hour", gpu ? "gpu" : "cpu");
+}
+
+/* Each of the spec's webhooks must go to an allowed host. */
+static int check_webhooks(const srv_config *c, const jobspec *s, ty_err *err)
+{
     for (int i = 0; i < s->n_webhooks; i++)
         if (!host_allowed(c->ops.webhook_allowed_hosts, s->webhooks[i])) {
             char f[32];
@@ -150,4 +141,27 @@ int ops_check_spec(const srv_config *c, jobspec *s, ty_err *err)
                                                                 : "none");
         }
     return 0;
+}
+
+int ops_check_limits(const srv_config *c, const jobspec *s, ty_err *err)
+{
+    bool gpu = s->gpus > 0;
+    if (c->ops.max_cost_cap >= 0 && s->max_cost > c->ops.max_cost_cap)
+        return ty_err_field(err, TY_EINVAL, "limits.max_cost",
+                            "limits.max_cost: %g is over this server's cap of %g %s", s->max_cost,
+                            c->ops.max_cost_cap, c->currency);
+    if (c->ops.max_runtime_cap && s->max_runtime_s > c->ops.max_runtime_cap)
+        return ty_err_field(err, TY_EINVAL, "limits.max_runtime_s",
+                            "limits.max_runtime_s: %lld is over this server's cap of %lld s",
+                            (long long)s->max_runtime_s, (long long)c->ops.max_runtime_cap);
+    if (c->ops.max_tokens_cap && s->max_tokens > c->ops.max_tokens_cap)
+        return ty_err_field(err, TY_EINVAL, "limits.max_tokens",
+                            "limits.max_tokens: %lld is over this server's cap of %lld",
+                            (long long)s->max_tokens, (long long)c->ops.max_tokens_cap);
+    if (s->max_cost >= 0 && !priced(c, s))
+        return ty_err_field(err, TY_EINVAL, "limits.max_cost",
+                            "limits.max_cost: this server has no %s price, so a cost cannot be "
+                            "measured (set --%s-hour-price)",
+                            gpu ? "GPU-hour" : "CPU-hour", gpu ? "gpu" : "cpu");
+    return check_webhooks(c, s, err);
 }

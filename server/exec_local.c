@@ -26,6 +26,7 @@
 
 #include "gpu.h"
 #include "exec_mpirun.h"
+#include "jobspec.h"
 #include "tyutil.h"
 
 typedef struct local_job {
@@ -320,9 +321,28 @@ static void local_close(executor *e)
     (void)e;
 }
 
+/* Every engine runs on this machine: one node, and a CPU job's ranks each
+ * hold one of the --cpu-slots at once, so more ranks than slots would wait
+ * forever. */
+static int local_check_job(const srv_config *c, const jobspec *spec, ty_err *err)
+{
+    if (spec->gpus == 0 && spec->cpu_ranks > c->cpu_slots)
+        return ty_err_field(
+            err, TY_EINVAL, "resources.cpu_ranks",
+            "the job asks for %d CPU ranks; this server has %d CPU slots (--cpu-slots)",
+            spec->cpu_ranks, c->cpu_slots);
+    if (spec->nodes > 1)
+        return ty_err_field(err, TY_EINVAL, "resources.nodes",
+                            "the job asks for %d nodes; this server runs engines on its own "
+                            "machine (--executor local), only --executor slurm spans nodes",
+                            spec->nodes);
+    return 0;
+}
+
 static const exec_ops local_ops = {
     .name = "local",
     .cluster = false,
+    .check_job = local_check_job,
     .start = local_start,
     .read = local_read,
     .close_events = local_close_events,

@@ -25,6 +25,7 @@
 
 #include "server.h"
 
+struct jobspec;
 typedef struct executor executor;
 typedef struct exec_ops exec_ops;
 
@@ -60,6 +61,11 @@ struct exec_ops {
      * queued job, holding no local GPUs or CPU slots), and its engines
      * outlive a server restart (they are re-attached, not stopped). */
     bool cluster;
+    /* Refuses at submit a job this backend cannot run (admit.c, on an API
+     * thread, so it reads no executor state): TY_EINVAL naming the spec
+     * field. NULL: every job the spec parser took (a cluster checks the
+     * rest itself when it places the job). */
+    int (*check_job)(const srv_config *c, const struct jobspec *spec, ty_err *err);
     /* Starts the ranks. *fd gets a descriptor the scheduler polls for
      * events, or -1 to be asked every tick; *handle what the database keeps
      * to find the engines after a crash (local: the process group), or 0.

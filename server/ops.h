@@ -30,11 +30,13 @@ double ops_unit_price(const srv_config *c, const char *gpu_name);
 /* The job's cost so far; false (all zero) when no price applies. */
 bool ops_job_cost(const srv_config *c, const db_job *j, int64_t now_ms, double *amount,
                   double *gpu_hours, double *cpu_hours);
-/* At submit: the server's default limits filled in where the spec has
- * none, a limit over the server's cap refused (TY_EINVAL naming
- * limits.<field>), max_cost refused where no price applies, job webhooks
- * outside webhook-allowed-hosts refused (webhooks[i]). */
-int ops_check_spec(const srv_config *c, struct jobspec *spec, ty_err *err);
+/* At parse: the server's default limits filled in where the spec has
+ * none (a cap stands in for a missing default). */
+void ops_spec_defaults(const srv_config *c, struct jobspec *spec);
+/* At admission (admit.c): a limit over the server's cap refused (TY_EINVAL
+ * naming limits.<field>), max_cost refused where no price applies, job
+ * webhooks outside webhook-allowed-hosts refused (webhooks[i]). */
+int ops_check_limits(const srv_config *c, const struct jobspec *spec, ty_err *err);
 
 /* ---- watching runs (watch.c) ----------------------------------------------------- */
 

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "gpu.h"
 #include "recovery.h"
 #include "scheduler.h"
@@ -166,140 +167,134 @@ static enum MHD_Result reply_job(http_req *q, unsigned status, int64_t id)
 
 /* ---- /jobs ---------------------------------------------------------------------------------- */
 
-static enum MHD_Result post_jobs(http_req *q)
+/* A POST /jobs request as parsed, and what storing it makes of it. */
+typedef struct job_post {
+    jobspec spec;
+    bool has_spec;
+    const char *idem_key; /* the Idempotency-Key header, or NULL */
+    char *spec_json;      /* the stored spec: every default filled in */
+    char *tags;           /* the spec's tags as a JSON array */
+    int64_t id;
+    bool existing; /* the key named a job stored before: it is the answer */
+} job_post;
+
+static void job_post_free(job_post *p)
+{
+    if (p->has_spec) jobspec_free(&p->spec);
+    free(p->spec_json);
+    free(p->tags);
+}
+
+/* The body as a job spec with the server's default limits, and the
+ * Idempotency-Key. */
+static unsigned parse_job_post(http_req *q, job_post *p, admit_result *r)
+{
+    ty_err err = {0};
+    if (q->len == 0)
+        return admit_refuse(r, 400, "invalid_json", NULL, "empty body: send a job spec");
+    int rc = jobspec_parse_text(q->body, q->len, &p->spec, &err);
+    if (rc)
+        return admit_refuse(r, 400, rc == TY_ECORRUPT ? "invalid_json" : "invalid_spec", err.field,
+                            "%s", err.msg);
+    p->has_spec = true;
+    ops_spec_defaults(&q->s->cfg, &p->spec);
+    p->idem_key = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Idempotency-Key");
+    size_t kn = p->idem_key ? strlen(p->idem_key) : 1;
+    if (kn == 0 || kn > 255)
+        return admit_refuse(r, 400, "invalid_spec", "Idempotency-Key",
+                            "Idempotency-Key must be 1 to 255 characters");
+    return 0;
+}
+
+/* Stored with every default filled in: what the engine will run with and
+ * what GET /jobs/{id} shows. */
+static bool job_post_texts(job_post *p)
+{
+    json_t *root = jobspec_to_json(&p->spec);
+    p->spec_json = root ? ty_json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    json_t *jtags = json_array();
+    for (int i = 0; i < p->spec.n_tags; i++)
+        json_array_append_new(jtags, json_string(p->spec.tags[i]));
+    p->tags = ty_json_dumps(jtags, JSON_COMPACT);
+    json_decref(jtags);
+    return p->spec_json && p->tags;
+}
+
+/* Inserts the job (or finds the one its Idempotency-Key stored) and
+ * publishes its first event. */
+static unsigned store_job(http_req *q, job_post *p, admit_result *r)
 {
     srv *s = q->s;
-    jobspec spec;
-    ty_err err = {0};
-    if (q->len == 0) return http_error(q, 400, "invalid_json", NULL, "empty body: send a job spec");
-    int rc = jobspec_parse_text(q->body, q->len, &spec, &err);
-    if (rc == TY_ECORRUPT) return http_error(q, 400, "invalid_json", err.field, "%s", err.msg);
-    if (rc) return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
-    if (srv_spec_check(&s->cfg, &spec, &err) || ops_check_spec(&s->cfg, &spec, &err)) {
-        jobspec_free(&spec);
-        return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
-    }
-    int ngpu = sched_job_gpu_limit(s->sched);
-    if (spec.gpus > ngpu) {
-        int want = spec.gpus;
-        jobspec_free(&spec);
-        return http_error(q, 400, "invalid_spec", "resources.gpus",
-                          "the job asks for %d GPU(s); this server has %d", want, ngpu);
-    }
-    /* Data-parallel ranks: one CPU slot each, and the global batch must
-     * split evenly over them (docs/engine.md, Ranks). */
-    int world = (spec.gpus > 0 ? spec.gpus : spec.cpu_ranks) * spec.nodes;
-    const char *wfield = spec.gpus > 0 ? "resources.gpus" : "resources.cpu_ranks";
-    if (spec.gpus == 0 && spec.cpu_ranks > s->cfg.cpu_slots && !strcmp(s->cfg.executor, "local")) {
-        int want = spec.cpu_ranks;
-        jobspec_free(&spec);
-        return http_error(
-            q, 400, "invalid_spec", "resources.cpu_ranks",
-            "the job asks for %d CPU ranks; this server has %d CPU slots (--cpu-slots)", want,
-            s->cfg.cpu_slots);
-    }
-    /* Several machines are the Slurm executor's (gpus, cpu_ranks per node). */
-    if (spec.nodes > 1 && !strcmp(s->cfg.executor, "local")) {
-        int want = spec.nodes;
-        jobspec_free(&spec);
-        return http_error(q, 400, "invalid_spec", "resources.nodes",
-                          "the job asks for %d nodes; this server runs engines on its own machine "
-                          "(--executor local), only --executor slurm spans nodes",
-                          want);
-    }
-    if (((long long)spec.batch_size * spec.grad_accum) % world) {
-        long long rows = (long long)spec.batch_size * spec.grad_accum;
-        jobspec_free(&spec);
-        return http_error(q, 400, "invalid_spec", wfield,
-                          "%d ranks do not divide the global batch of hyperparameters.batch_size x "
-                          "grad_accum = %lld rows",
-                          world, rows);
-    }
-    /* The precision against what the chosen backend can run here. */
-    jobspec_caps caps = jobspec_default_caps(ngpu);
-    if (jobspec_check_precision(&spec, &caps, &err)) {
-        jobspec_free(&spec);
-        return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
-    }
-    if (srv_disk_check(s, &err)) { /* 503 while the disk is full */
-        jobspec_free(&spec);
-        return http_ty_error(q, &err);
-    }
-    const char *key = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "Idempotency-Key");
-    if (key && (strlen(key) == 0 || strlen(key) > 255)) {
-        jobspec_free(&spec);
-        return http_error(q, 400, "invalid_spec", "Idempotency-Key",
-                          "Idempotency-Key must be 1 to 255 characters");
-    }
-    /* The store must take a write and a delete with our credentials before
-     * any training time is spent on the job (docs/storage.md). */
-    if (spec.store && upload_probe_store(s, spec.store, &err)) {
-        jobspec_free(&spec);
-        return http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
-    }
-    /* Stored with every default filled in: what the engine will run with
-     * and what GET /jobs/{id} shows. */
-    json_t *root = jobspec_to_json(&spec);
-    char *compact = root ? ty_json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(root);
-    char sha[65];
-    ty_sha256_hex(q->body, q->len, sha);
-    json_t *jtags = json_array();
-    for (int i = 0; i < spec.n_tags; i++)
-        json_array_append_new(jtags, json_string(spec.tags[i]));
-    char *tags = ty_json_dumps(jtags, JSON_COMPACT), token_name[256] = "";
-    json_decref(jtags);
     db *d = srv_db(s);
-    ty_err terr = {0};
-    if (q->token_id > 0 && d) db_token_name(d, q->token_id, token_name, sizeof token_name, &terr);
-    db_new_job nj = {.name = spec.name,
-                     .spec = compact,
-                     .priority = spec.priority,
-                     .gpus_wanted = spec.gpus,
-                     .max_steps = spec.max_steps,
-                     .max_restarts = spec.max_restarts,
-                     .idem_key = key,
+    ty_err err = {0}, terr = {0};
+    char sha[65], token_name[256] = "";
+    if (!job_post_texts(p) || !d)
+        return admit_refuse(r, 500, "internal", NULL, "cannot store the job");
+    ty_sha256_hex(q->body, q->len, sha);
+    if (q->token_id > 0) db_token_name(d, q->token_id, token_name, sizeof token_name, &terr);
+    db_new_job nj = {.name = p->spec.name,
+                     .spec = p->spec_json,
+                     .priority = p->spec.priority,
+                     .gpus_wanted = p->spec.gpus,
+                     .max_steps = p->spec.max_steps,
+                     .max_restarts = p->spec.max_restarts,
+                     .idem_key = p->idem_key,
                      .body_sha256 = sha,
-                     .tags = tags,
+                     .tags = p->tags,
                      .token_name = token_name[0] ? token_name : NULL};
-    int64_t id = 0;
-    bool existing = false;
     db_event ev;
-    if (!compact || !d || !tags) {
-        free(compact);
-        free(tags);
-        jobspec_free(&spec);
-        return http_error(q, 500, "internal", NULL, "cannot store the job");
-    }
     pthread_mutex_lock(&s->write_lock);
-    rc = db_job_insert(d, &nj, &id, &existing, &ev, &err);
-    if (rc == 0 && !existing) {
+    int rc = db_job_insert(d, &nj, &p->id, &p->existing, &ev, &err);
+    if (rc == 0 && !p->existing) {
         srv_publish(s, &ev);
         db_event_clear(&ev);
     }
     pthread_mutex_unlock(&s->write_lock);
-    free(compact);
-    free(tags);
-    jobspec_free(&spec);
     if (rc == TY_ESTATE)
-        return http_error(q, 409, "idempotency_conflict", "Idempotency-Key", "%s", err.msg);
-    if (rc) return http_ty_error(q, &err);
-    if (!existing) sched_wake(s->sched);
-    char loc[64];
-    snprintf(loc, sizeof loc, "/jobs/%lld", (long long)id);
+        return admit_refuse(r, 409, "idempotency_conflict", "Idempotency-Key", "%s", err.msg);
+    if (rc) return admit_refuse_err(r, &err);
+    if (!p->existing) sched_wake(s->sched);
+    return 0;
+}
+
+/* 201 with the new job and its Location; 200 for an earlier one. */
+static enum MHD_Result reply_stored(http_req *q, const job_post *p)
+{
+    db *d = srv_db(q->s);
     db_job j;
-    if (db_job_get(d, id, &j, &err)) return http_ty_error(q, &err);
+    ty_err err = {0};
+    char loc[64];
+    if (db_job_get(d, p->id, &j, &err)) return http_ty_error(q, &err);
     json_t *o = render_job(&q->s->cfg, d, &j);
     db_job_free(&j);
     char *txt = ty_json_dumps(o, JSON_COMPACT);
     json_decref(o);
+    if (!txt) return MHD_NO;
+    snprintf(loc, sizeof loc, "/jobs/%lld", (long long)p->id);
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "application/json");
     MHD_add_response_header(r, "Location", loc);
-    enum MHD_Result ok = http_queue(q->conn, existing ? 200 : 201, r);
+    enum MHD_Result ok = http_queue(q->conn, p->existing ? 200 : 201, r);
     MHD_destroy_response(r);
     return ok;
+}
+
+/* Parse, admit (admit.c), store: a refusal of any step is answered in
+ * one place. */
+static enum MHD_Result post_jobs(http_req *q)
+{
+    job_post p = {0};
+    admit_result r = {0};
+    admit_ctx ctx = admit_ctx_of(q->s);
+    enum MHD_Result res;
+    if (parse_job_post(q, &p, &r) || admit_job(q->s, &p.spec, &ctx, &r) || store_job(q, &p, &r))
+        res = admit_reply(q, &r);
+    else
+        res = reply_stored(q, &p);
+    job_post_free(&p);
+    return res;
 }
 
 typedef struct state_filter {

@@ -287,6 +287,11 @@ int sched_job_gpu_limit(sched *x)
     return x->ex->ops->cluster ? GPU_MAX : gpu_inv_count(x->gpu);
 }
 
+const exec_ops *sched_exec_ops(sched *x)
+{
+    return x->ex->ops;
+}
+
 void sched_capacity(sched *x, int *gpus_free, int *cpu_free)
 {
     pthread_mutex_lock(&x->mu);

@@ -34,6 +34,8 @@ int sched_gpu_count(sched *x);
 /* The most GPUs a job may ask for: the server's own, or (a cluster
  * executor) per node, which only the cluster can check. */
 int sched_job_gpu_limit(sched *x);
+/* The executor's table: its abilities, read at submit (admit.c). */
+const struct exec_ops *sched_exec_ops(sched *x);
 /* GPUs and CPU slots free right now (GET /queue). */
 void sched_capacity(sched *x, int *gpus_free, int *cpu_free);
 /* Latest GPU samples with the holding job; returns the count. */

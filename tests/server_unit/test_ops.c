@@ -59,7 +59,8 @@ static int check_spec(srv_config *c, const char *json, jobspec *s, ty_err *err)
 {
     ty_err perr = {0};
     REQUIRE(jobspec_parse_text(json, strlen(json), s, &perr) == 0, "%s", perr.msg);
-    return ops_check_spec(c, s, err);
+    ops_spec_defaults(c, s);
+    return ops_check_limits(c, s, err);
 }
 
 #define SPEC(extra)                                                                                \
