@@ -5,12 +5,16 @@
  * GPUs and CPU slots now and the running jobs' ETAs, to say why each job
  * waits and when it may start. The estimate assumes jobs ahead start as
  * soon as they fit and keep their slots (their own end is not known yet);
- * it is null when the slots a job needs are held by runs without an ETA. */
+ * it is null when the slots a job needs are held by runs without an ETA.
+ *
+ * PATCH runs parse → admit → apply (admit.h); the state the job must be in
+ * is checked by the write's own transaction. */
 #include "ops.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "admit.h"
 #include "db_ops.h"
 #include "scheduler.h"
 #include "jobspec.h"
@@ -175,80 +179,110 @@ enum MHD_Result ops_get_queue(http_req *q)
 
 /* ---- PATCH /jobs/{id} ---------------------------------------------------------------- */
 
-enum MHD_Result ops_patch_job(http_req *q)
+/* A PATCH body as parsed: the changes borrow from body. */
+typedef struct patch_req {
+    json_t *body;
+    db_job_patch p;
+    char *tags; /* JSON array text */
+} patch_req;
+
+static unsigned parse_priority(json_t *v, patch_req *pr, admit_result *r)
+{
+    json_int_t x = json_integer_value(v);
+    if (!json_is_integer(v) || x < -1000 || x > 1000)
+        return admit_refuse(r, 400, "invalid_spec", "priority",
+                            "priority: must be an integer in [-1000, 1000]");
+    pr->p.has_priority = true;
+    pr->p.priority = (int)x;
+    return 0;
+}
+
+static unsigned parse_name(json_t *v, patch_req *pr, admit_result *r)
+{
+    const char *nm = json_string_value(v);
+    bool ok = json_is_null(v) || (nm && *nm && strlen(nm) <= 128);
+    for (const char *c = nm; ok && c && *c; c++)
+        ok = (unsigned char)*c >= 0x20 && *c != 0x7f;
+    if (!ok)
+        return admit_refuse(r, 400, "invalid_spec", "name",
+                            "name: must be null or 1-128 bytes without control characters");
+    pr->p.has_name = true;
+    pr->p.name = nm;
+    return 0;
+}
+
+static unsigned parse_tags(json_t *v, patch_req *pr, admit_result *r)
+{
+    ty_err err = {0};
+    if (jobspec_check_tags(v, "tags", &err)) return admit_refuse_spec(r, &err);
+    pr->p.has_tags = true;
+    pr->p.tags = pr->tags = ty_json_dumps(v, JSON_COMPACT);
+    return 0;
+}
+
+/* The body: an object of at least one of priority, name, tags. */
+static unsigned parse_patch(http_req *q, patch_req *pr, admit_result *r)
 {
     json_error_t jerr;
-    json_t *b = q->len ? json_loadb(q->body, q->len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
-    if (!b)
-        return http_error(q, 400, "invalid_json", NULL, "the body must be a JSON object: %s",
-                          q->len ? jerr.text : "empty body");
-    ty_err err = {0};
-    db_job_patch p = {0};
-    char *tags = NULL;
+    pr->body = q->len ? json_loadb(q->body, q->len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+    if (!pr->body)
+        return admit_refuse(r, 400, "invalid_json", NULL, "the body must be a JSON object: %s",
+                            q->len ? jerr.text : "empty body");
+    if (!json_is_object(pr->body) || json_object_size(pr->body) == 0)
+        return admit_refuse(r, 400, "invalid_spec", NULL,
+                            "send an object with at least one of priority, name, tags");
     const char *key;
     json_t *v;
-    enum MHD_Result res;
-    if (!json_is_object(b) || json_object_size(b) == 0) {
-        res = http_error(q, 400, "invalid_spec", NULL,
-                         "send an object with at least one of priority, name, tags");
-        goto out;
-    }
-    json_object_foreach(b, key, v)
+    json_object_foreach(pr->body, key, v)
     {
-        if (!strcmp(key, "priority")) {
-            json_int_t x = json_integer_value(v);
-            if (!json_is_integer(v) || x < -1000 || x > 1000) {
-                res = http_error(q, 400, "invalid_spec", "priority",
-                                 "priority: must be an integer in [-1000, 1000]");
-                goto out;
-            }
-            p.has_priority = true;
-            p.priority = (int)x;
-        } else if (!strcmp(key, "name")) {
-            const char *nm = json_string_value(v);
-            bool ok = json_is_null(v) || (nm && *nm && strlen(nm) <= 128);
-            for (const char *c = nm; ok && c && *c; c++)
-                ok = (unsigned char)*c >= 0x20 && *c != 0x7f;
-            if (!ok) {
-                res = http_error(q, 400, "invalid_spec", "name",
-                                 "name: must be null or 1-128 bytes without control characters");
-                goto out;
-            }
-            p.has_name = true;
-            p.name = nm;
-        } else if (!strcmp(key, "tags")) {
-            if (jobspec_check_tags(v, "tags", &err)) {
-                res = http_error(q, 400, "invalid_spec", err.field, "%s", err.msg);
-                goto out;
-            }
-            p.has_tags = true;
-            p.tags = tags = ty_json_dumps(v, JSON_COMPACT);
-        } else {
-            res = http_error(q, 400, "invalid_spec", key,
-                             "%s: unknown field (a job's priority, name and tags can be changed)",
-                             key);
-            goto out;
-        }
+        unsigned st;
+        if (!strcmp(key, "priority"))
+            st = parse_priority(v, pr, r);
+        else if (!strcmp(key, "name"))
+            st = parse_name(v, pr, r);
+        else if (!strcmp(key, "tags"))
+            st = parse_tags(v, pr, r);
+        else
+            st = admit_refuse(r, 400, "invalid_spec", key,
+                              "%s: unknown field (a job's priority, name and tags can be changed)",
+                              key);
+        if (st) return st;
     }
-    db *d = srv_db(q->s);
-    if (!d) {
-        res = http_error(q, 500, "internal", NULL, "database unavailable");
-        goto out;
-    }
-    if (db_job_patch_apply(d, q->id, &p, &err)) {
-        res = http_ty_error(q, &err);
-        goto out;
-    }
+    return 0;
+}
+
+/* One transaction: the job's state must still take the change. */
+static unsigned apply_patch(http_req *q, const patch_req *pr, admit_result *r)
+{
+    ty_err err = {0};
+    if (db_job_patch_apply(srv_db(q->s), q->id, &pr->p, &err)) return admit_refuse_err(r, &err);
     sched_wake(q->s->sched); /* a new priority may change what starts next */
+    return 0;
+}
+
+static enum MHD_Result reply_patched(http_req *q)
+{
+    db *d = srv_db(q->s);
     db_job j;
-    if (db_job_get(d, q->id, &j, &err)) {
-        res = http_ty_error(q, &err);
-        goto out;
-    }
-    res = http_json(q, 200, routes_job_json(&q->s->cfg, d, &j));
+    ty_err err = {0};
+    if (db_job_get(d, q->id, &j, &err)) return http_ty_error(q, &err);
+    enum MHD_Result res = http_json(q, 200, routes_job_json(&q->s->cfg, d, &j));
     db_job_free(&j);
-out:
-    free(tags);
-    json_decref(b);
+    return res;
+}
+
+/* Parse, admit (admit.c), apply: a refusal of any step is answered in one
+ * place. */
+enum MHD_Result ops_patch_job(http_req *q)
+{
+    patch_req pr = {0};
+    admit_result r = {0};
+    enum MHD_Result res;
+    if (parse_patch(q, &pr, &r) || admit_patch(q->s, &r) || apply_patch(q, &pr, &r))
+        res = admit_reply(q, &r);
+    else
+        res = reply_patched(q);
+    free(pr.tags);
+    json_decref(pr.body);
     return res;
 }
