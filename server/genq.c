@@ -19,6 +19,10 @@
  * true` runs the base model without the checkpoint, for side-by-side
  * comparisons (a model.init job has no base weights: 409).
  *
+ * A request runs parse (gen_req) → admit (gen_plan: the job has started,
+ * its checkpoint is on this disk) → build the command line → enqueue, each
+ * refusal an admit_result (admit.h) answered in one place.
+ *
  * Connections: the handler suspends the connection after queueing; the
  * worker fills the result and resumes it; libmicrohttpd calls the handler
  * again, which finds the finished task in q->route_state and answers. */
@@ -40,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "jobspec.h"
 #include "server.h"
 #include "state.h"
@@ -312,262 +317,342 @@ static int dir_exists(const char *p)
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-enum MHD_Result genq_post(http_req *q)
+/* A generation request as parsed; the JSON values borrow from body. */
+typedef struct gen_req {
+    json_t *body;
+    json_t *prompt, *pids, *stop; /* exactly one of prompt and pids */
+    int max_tokens, time_limit_s;
+    double temperature, top_p;
+    json_int_t seed;
+    bool base;
+} gen_req;
+
+/* What admission found: the job's effective spec and, unless the request
+ * asks for the base model, its newest checkpoint on this disk. */
+typedef struct gen_plan {
+    jobspec spec;
+    bool has_spec;
+    char *ck; /* the checkpoint directory relative to jobdir; NULL for base */
+    char jobdir[PATH_MAX];
+    char ckpath[PATH_MAX + 300]; /* jobdir/ck */
+} gen_plan;
+
+static void gen_plan_free(gen_plan *g)
 {
-    if (q->route_state) return answer(q);
-    srv *s = q->s;
-    db *d = srv_db(s);
-    if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
-    json_error_t je;
-    json_t *b = q->len ? json_loadb(q->body, q->len, 0, &je) : json_object();
-    if (!json_is_object(b)) {
-        json_decref(b);
-        return http_error(q, 400, "bad_request", NULL, "the body must be a JSON object");
-    }
-    /* Fields: prompt | prompt_ids, max_tokens, temperature, top_p, seed, stop, base, time_limit_s. */
+    if (g->has_spec) jobspec_free(&g->spec);
+    free(g->ck);
+}
+
+static unsigned check_fields(json_t *b, admit_result *r)
+{
+    static const char *const known[] = {"prompt",      "prompt_ids", "max_tokens",
+                                        "temperature", "top_p",      "seed",
+                                        "stop",        "base",       "time_limit_s"};
     const char *key;
     json_t *v;
     json_object_foreach(b, key, v)
     {
-        static const char *const known[] = {"prompt",      "prompt_ids", "max_tokens",
-                                            "temperature", "top_p",      "seed",
-                                            "stop",        "base",       "time_limit_s"};
         int ok = 0;
         for (size_t i = 0; i < sizeof known / sizeof *known; i++)
             ok |= !strcmp(key, known[i]);
-        if (!ok) {
-            enum MHD_Result r = http_error(q, 400, "bad_request", key, "unknown field %s", key);
-            json_decref(b);
-            return r;
-        }
+        if (!ok) return admit_refuse(r, 400, "bad_request", key, "unknown field %s", key);
     }
-#define BAD(field, ...)                                                                            \
-    do {                                                                                           \
-        enum MHD_Result r_ = http_error(q, 400, "bad_request", field, __VA_ARGS__);                \
-        json_decref(b);                                                                            \
-        task_free(t);                                                                              \
-        free(ck);                                                                                  \
-        jobspec_free(&spec);                                                                       \
-        return r_;                                                                                 \
-    } while (0)
-    gen_task *t = calloc(1, sizeof *t);
-    char *ck = NULL;
-    jobspec spec;
-    memset(&spec, 0, sizeof spec);
-    if (!t) BAD(NULL, "out of memory");
-    json_t *prompt = json_object_get(b, "prompt"), *pids = json_object_get(b, "prompt_ids");
-    if (!prompt == !pids)
-        BAD("prompt", "give exactly one of prompt (text) or prompt_ids (token ids)");
-    if (prompt && (!json_is_string(prompt) || !json_string_length(prompt)))
-        BAD("prompt", "prompt must be a non-empty string");
-    if (prompt && strlen(json_string_value(prompt)) != json_string_length(prompt))
-        BAD("prompt", "prompt must not contain NUL");
-    if (pids && (!json_is_array(pids) || !json_array_size(pids) || json_array_size(pids) > 8192))
-        BAD("prompt_ids", "prompt_ids must be a list of 1 to 8192 token ids");
-    json_t *x;
-    int max_tokens = 64, limit = 60;
-    if ((x = json_object_get(b, "max_tokens"))) {
-        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 4096)
-            BAD("max_tokens", "max_tokens must be an integer from 1 to 4096");
-        max_tokens = (int)json_integer_value(x);
-    }
-    if ((x = json_object_get(b, "time_limit_s"))) {
-        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 600)
-            BAD("time_limit_s", "time_limit_s must be an integer from 1 to 600");
-        limit = (int)json_integer_value(x);
-    }
-    double temperature = 0, top_p = 1;
-    if ((x = json_object_get(b, "temperature"))) {
-        if (!json_is_number(x) || json_number_value(x) < 0 || json_number_value(x) > 100)
-            BAD("temperature", "temperature must be a number from 0 (greedy) to 100");
-        temperature = json_number_value(x);
-    }
-    if ((x = json_object_get(b, "top_p"))) {
-        if (!json_is_number(x) || !(json_number_value(x) > 0) || json_number_value(x) > 1)
-            BAD("top_p", "top_p must be a number in (0, 1]");
-        top_p = json_number_value(x);
-    }
-    json_int_t seed = 0;
-    if ((x = json_object_get(b, "seed"))) {
-        if (!json_is_integer(x) || json_integer_value(x) < 0)
-            BAD("seed", "seed must be a non-negative integer");
-        seed = json_integer_value(x);
-    }
-    json_t *stop = json_object_get(b, "stop");
-    if (stop && (!json_is_array(stop) || json_array_size(stop) > 8))
-        BAD("stop", "stop must be a list of at most 8 strings");
+    return 0;
+}
+
+static unsigned parse_prompt(gen_req *g, admit_result *r)
+{
+    json_t *prompt = g->prompt = json_object_get(g->body, "prompt");
+    json_t *pids = g->pids = json_object_get(g->body, "prompt_ids"), *x;
     size_t i;
+    if (!prompt == !pids)
+        return admit_refuse(r, 400, "bad_request", "prompt",
+                            "give exactly one of prompt (text) or prompt_ids (token ids)");
+    if (prompt && (!json_is_string(prompt) || !json_string_length(prompt)))
+        return admit_refuse(r, 400, "bad_request", "prompt", "prompt must be a non-empty string");
+    if (prompt && strlen(json_string_value(prompt)) != json_string_length(prompt))
+        return admit_refuse(r, 400, "bad_request", "prompt", "prompt must not contain NUL");
+    if (pids && (!json_is_array(pids) || !json_array_size(pids) || json_array_size(pids) > 8192))
+        return admit_refuse(r, 400, "bad_request", "prompt_ids",
+                            "prompt_ids must be a list of 1 to 8192 token ids");
+    json_array_foreach(pids, i, x)
+    {
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX)
+            return admit_refuse(r, 400, "bad_request", "prompt_ids",
+                                "prompt_ids[%zu] must be a non-negative integer", i);
+    }
+    return 0;
+}
+
+/* An optional integer field in [lo, hi]; *out keeps its default when absent. */
+static unsigned parse_int(json_t *b, const char *key, int lo, int hi, int *out, admit_result *r)
+{
+    json_t *x = json_object_get(b, key);
+    if (!x) return 0;
+    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
+        return admit_refuse(r, 400, "bad_request", key, "%s must be an integer from %d to %d", key,
+                            lo, hi);
+    *out = (int)json_integer_value(x);
+    return 0;
+}
+
+static unsigned parse_sampling(gen_req *g, admit_result *r)
+{
+    json_t *x;
+    if ((x = json_object_get(g->body, "temperature"))) {
+        if (!json_is_number(x) || json_number_value(x) < 0 || json_number_value(x) > 100)
+            return admit_refuse(r, 400, "bad_request", "temperature",
+                                "temperature must be a number from 0 (greedy) to 100");
+        g->temperature = json_number_value(x);
+    }
+    if ((x = json_object_get(g->body, "top_p"))) {
+        if (!json_is_number(x) || !(json_number_value(x) > 0) || json_number_value(x) > 1)
+            return admit_refuse(r, 400, "bad_request", "top_p", "top_p must be a number in (0, 1]");
+        g->top_p = json_number_value(x);
+    }
+    if ((x = json_object_get(g->body, "seed"))) {
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+            return admit_refuse(r, 400, "bad_request", "seed",
+                                "seed must be a non-negative integer");
+        g->seed = json_integer_value(x);
+    }
+    return 0;
+}
+
+static unsigned parse_stop_base(gen_req *g, admit_result *r)
+{
+    json_t *stop = g->stop = json_object_get(g->body, "stop"), *x;
+    size_t i;
+    if (stop && (!json_is_array(stop) || json_array_size(stop) > 8))
+        return admit_refuse(r, 400, "bad_request", "stop",
+                            "stop must be a list of at most 8 strings");
     json_array_foreach(stop, i, x)
     {
         if (!json_is_string(x) || !json_string_length(x) ||
             strlen(json_string_value(x)) != json_string_length(x))
-            BAD("stop", "stop[%zu] must be a non-empty string", i);
+            return admit_refuse(r, 400, "bad_request", "stop",
+                                "stop[%zu] must be a non-empty string", i);
     }
-    json_t *jb = json_object_get(b, "base");
-    if (jb && !json_is_boolean(jb)) BAD("base", "base must be true or false");
-    int base = json_is_true(jb);
+    json_t *jb = json_object_get(g->body, "base");
+    if (jb && !json_is_boolean(jb))
+        return admit_refuse(r, 400, "bad_request", "base", "base must be true or false");
+    g->base = json_is_true(jb);
+    return 0;
+}
 
-    /* The job, its effective spec and newest checkpoint. */
+/* Fields: prompt | prompt_ids, max_tokens, temperature, top_p, seed, stop,
+ * base, time_limit_s; an empty body is an empty object. */
+static unsigned parse_gen_req(http_req *q, gen_req *g, admit_result *r)
+{
+    json_error_t je;
+    g->body = q->len ? json_loadb(q->body, q->len, 0, &je) : json_object();
+    g->max_tokens = 64;
+    g->time_limit_s = 60;
+    g->top_p = 1;
+    if (!json_is_object(g->body))
+        return admit_refuse(r, 400, "bad_request", NULL, "the body must be a JSON object");
+    if (check_fields(g->body, r) || parse_prompt(g, r) ||
+        parse_int(g->body, "max_tokens", 1, 4096, &g->max_tokens, r) ||
+        parse_int(g->body, "time_limit_s", 1, 600, &g->time_limit_s, r) || parse_sampling(g, r) ||
+        parse_stop_base(g, r))
+        return r->status;
+    return 0;
+}
+
+/* The job's effective spec (<jobdir>/spec.json, written at its start). */
+static unsigned load_spec(srv *s, int64_t id, gen_plan *g, admit_result *r)
+{
+    db *d = srv_db(s);
     db_job job;
     ty_err err = {0};
-    if (db_job_get(d, q->id, &job, &err)) {
-        json_decref(b);
-        task_free(t);
-        return http_ty_error(q, &err);
-    }
+    char path[PATH_MAX + 16], *text = NULL;
+    size_t len;
+    if (!d) return admit_refuse(r, 500, "internal", NULL, "database unavailable");
+    if (db_job_get(d, id, &job, &err)) return admit_refuse_err(r, &err);
     db_job_free(&job);
-    char jobdir[PATH_MAX], path[PATH_MAX + 300];
-    srv_job_dir(s, q->id, jobdir, sizeof jobdir);
-    snprintf(path, sizeof path, "%s/spec.json", jobdir);
-    size_t slen;
-    char *stext = NULL;
-    ty_err rerr = {0};
-    if (ty_read_file(path, &stext, &slen, &rerr)) {
-        json_decref(b);
-        task_free(t);
-        return http_error(q, 409, "conflict", NULL,
-                          "job %lld has not started yet: nothing to generate with",
-                          (long long)q->id);
-    }
-    int prc = jobspec_parse_text(stext, slen, &spec, &err);
-    free(stext);
-    if (prc) BAD(NULL, "job %lld: its spec does not parse: %s", (long long)q->id, err.msg);
-    if (!base) {
-        if (db_checkpoint_newest(d, q->id, &ck, &err)) {
-            json_decref(b);
-            task_free(t);
-            jobspec_free(&spec);
-            return http_ty_error(q, &err);
-        }
-        snprintf(path, sizeof path, "%s/%s", jobdir, ck ? ck : "");
-        if (!ck || !dir_exists(path)) {
-            enum MHD_Result r =
-                http_error(q, 409, "conflict", NULL,
-                           ck ? "job %lld: its newest checkpoint %s is not on this server's disk"
-                              : "job %lld has no checkpoint yet%s",
-                           (long long)q->id, ck ? ck : "");
-            json_decref(b);
-            task_free(t);
-            free(ck);
-            jobspec_free(&spec);
-            return r;
-        }
-    }
-    if (spec.model_path && strstr(spec.model_path, "://"))
-        BAD(NULL, "job %lld: its model is at %s, not on this server's disk", (long long)q->id,
-            spec.model_path);
-    if (!spec.model_path && base) {
-        json_decref(b);
-        task_free(t);
-        jobspec_free(&spec);
-        return http_error(
-            q, 409, "conflict", "base",
-            "job %lld starts from random weights (model.init): there is no base model",
-            (long long)q->id);
-    }
+    srv_job_dir(s, id, g->jobdir, sizeof g->jobdir);
+    snprintf(path, sizeof path, "%s/spec.json", g->jobdir);
+    if (ty_read_file(path, &text, &len, &err))
+        return admit_refuse(r, 409, "conflict", NULL,
+                            "job %lld has not started yet: nothing to generate with",
+                            (long long)id);
+    int rc = jobspec_parse_text(text, len, &g->spec, &err);
+    free(text);
+    if (rc)
+        return admit_refuse(r, 400, "bad_request", NULL, "job %lld: its spec does not parse: %s",
+                            (long long)id, err.msg);
+    g->has_spec = true;
+    return 0;
+}
 
+static unsigned find_checkpoint(srv *s, int64_t id, gen_plan *g, admit_result *r)
+{
+    ty_err err = {0};
+    if (db_checkpoint_newest(srv_db(s), id, &g->ck, &err)) return admit_refuse_err(r, &err);
+    if (!g->ck)
+        return admit_refuse(r, 409, "conflict", NULL, "job %lld has no checkpoint yet",
+                            (long long)id);
+    snprintf(g->ckpath, sizeof g->ckpath, "%s/%s", g->jobdir, g->ck);
+    if (!dir_exists(g->ckpath))
+        return admit_refuse(r, 409, "conflict", NULL,
+                            "job %lld: its newest checkpoint %s is not on this server's disk",
+                            (long long)id, g->ck);
+    return 0;
+}
+
+/* The job has started (its effective spec is written), has a checkpoint
+ * on this disk unless the base model is asked for, and its model is a
+ * local one: weights the engine can read here, or model.init's random
+ * ones (which have no base to compare with). */
+static unsigned admit_gen(srv *s, int64_t id, const gen_req *rq, gen_plan *g, admit_result *r)
+{
+    const char *m;
+    if (load_spec(s, id, g, r) || (!rq->base && find_checkpoint(s, id, g, r))) return r->status;
+    if ((m = g->spec.model_path) && strstr(m, "://"))
+        return admit_refuse(r, 400, "bad_request", NULL,
+                            "job %lld: its model is at %s, not on this server's disk",
+                            (long long)id, m);
+    if (!m && rq->base)
+        return admit_refuse(r, 409, "conflict", "base",
+                            "job %lld starts from random weights (model.init): there is no base "
+                            "model",
+                            (long long)id);
+    return 0;
+}
+
+/* The engine, and the model: the base weights, or a model.init job's
+ * config written beside its spec. -1: too many arguments. */
+static int model_args(gen_task *t, const srv *s, const gen_plan *g, admit_result *r)
+{
     int bad = add_arg(t, "%s", s->cfg.engine) || add_arg(t, "generate") ||
               add_arg(t, "--threads") || add_arg(t, "1");
-    if (spec.model_path) {
-        bad |= add_arg(t, "--model") || add_arg(t, "%s", spec.model_path);
+    if (g->spec.model_path)
+        return bad | add_arg(t, "--model") | add_arg(t, "%s", g->spec.model_path);
+    char cfgp[PATH_MAX + 64];
+    snprintf(cfgp, sizeof cfgp, "%s/generate-config.json", g->jobdir);
+    if (json_dump_file(g->spec.model_init, cfgp, JSON_COMPACT))
+        return (int)admit_refuse(r, 400, "bad_request", NULL, "cannot write %s", cfgp);
+    return bad | add_arg(t, "--config") | add_arg(t, "%s", cfgp);
+}
+
+/* The checkpoint: full fine-tuning's weights, or lora/qlora adapters,
+ * which the checkpoint's adapter_config.json describes (rsLoRA, patterns
+ * and layers from lora.adapter); an older checkpoint without one is
+ * described by the spec's r, alpha, use_rslora and targets. */
+static int checkpoint_args(gen_task *t, const gen_plan *g)
+{
+    const jobspec *sp = &g->spec;
+    char acfg[sizeof g->ckpath + 32], tl[1024] = "";
+    struct stat st;
+    if (sp->method == METHOD_FULL)
+        return add_arg(t, "--weights") | add_arg(t, "%s/model.safetensors", g->ckpath);
+    int bad = add_arg(t, "--adapter") | add_arg(t, "%s", g->ckpath);
+    snprintf(acfg, sizeof acfg, "%s/adapter_config.json", g->ckpath);
+    if (stat(acfg, &st) == 0 && S_ISREG(st.st_mode)) return bad;
+    bad |= add_arg(t, "--lora-r") | add_arg(t, "%d", sp->lora_r) | add_arg(t, "--lora-alpha") |
+           add_arg(t, "%.17g", sp->lora_alpha);
+    if (sp->lora_use_rslora) bad |= add_arg(t, "--lora-rslora");
+    for (int k = 0; k < sp->n_targets; k++)
+        snprintf(tl + strlen(tl), sizeof tl - strlen(tl), "%s%s", k ? "," : "", sp->targets[k]);
+    if (sp->n_targets) bad |= add_arg(t, "--lora-targets") | add_arg(t, "%s", tl);
+    return bad;
+}
+
+/* The prompt (text, or ids as one space-separated argument), sampling and
+ * stop strings. */
+static int prompt_args(gen_task *t, const gen_req *rq)
+{
+    int bad = 0;
+    size_t i, off = 0;
+    json_t *x;
+    if (rq->prompt) {
+        bad |= add_arg(t, "--prompt") | add_arg(t, "%s", json_string_value(rq->prompt));
     } else {
-        char cfgp[PATH_MAX + 64];
-        snprintf(cfgp, sizeof cfgp, "%s/generate-config.json", jobdir);
-        if (json_dump_file(spec.model_init, cfgp, JSON_COMPACT)) BAD(NULL, "cannot write %s", cfgp);
-        bad |= add_arg(t, "--config") || add_arg(t, "%s", cfgp);
-    }
-    char acfg[PATH_MAX + 400];
-    struct stat ast;
-    snprintf(acfg, sizeof acfg, "%s/adapter_config.json", base ? "" : path);
-    int has_cfg = !base && stat(acfg, &ast) == 0 && S_ISREG(ast.st_mode);
-    if (!base && spec.method != METHOD_FULL && has_cfg) {
-        /* lora, qlora: the checkpoint's adapter_config.json says what its
-         * adapters are (rsLoRA, patterns and layers from lora.adapter). */
-        bad |= add_arg(t, "--adapter") || add_arg(t, "%s", path);
-    } else if (!base && spec.method != METHOD_FULL) { /* an older checkpoint: the spec's */
-        bad |= add_arg(t, "--adapter") || add_arg(t, "%s", path) || add_arg(t, "--lora-r") ||
-               add_arg(t, "%d", spec.lora_r) || add_arg(t, "--lora-alpha") ||
-               add_arg(t, "%.17g", spec.lora_alpha);
-        if (spec.lora_use_rslora) bad |= add_arg(t, "--lora-rslora");
-        if (spec.n_targets) {
-            char tl[1024] = "";
-            for (int k = 0; k < spec.n_targets; k++)
-                snprintf(tl + strlen(tl), sizeof tl - strlen(tl), "%s%s", k ? "," : "",
-                         spec.targets[k]);
-            bad |= add_arg(t, "--lora-targets") || add_arg(t, "%s", tl);
-        }
-    } else if (!base) {
-        bad |= add_arg(t, "--weights") || add_arg(t, "%s/model.safetensors", path);
-    }
-    if (prompt) {
-        bad |= add_arg(t, "--prompt") || add_arg(t, "%s", json_string_value(prompt));
-    } else {
-        char *ids = calloc(json_array_size(pids), 12);
-        size_t off = 0;
-        json_array_foreach(pids, i, x)
+        char *ids = calloc(json_array_size(rq->pids), 12);
+        json_array_foreach(rq->pids, i, x)
         {
-            if (!ids || !json_is_integer(x) || json_integer_value(x) < 0 ||
-                json_integer_value(x) > INT32_MAX) {
-                free(ids);
-                BAD("prompt_ids", "prompt_ids[%zu] must be a non-negative integer", i);
-            }
-            off += (size_t)sprintf(ids + off, "%s%lld", i ? " " : "",
-                                   (long long)json_integer_value(x));
+            if (ids)
+                off += (size_t)sprintf(ids + off, "%s%lld", i ? " " : "",
+                                       (long long)json_integer_value(x));
         }
-        bad |= add_arg(t, "--prompt-ids") || add_arg(t, "%s", ids);
+        bad |= !ids || add_arg(t, "--prompt-ids") | add_arg(t, "%s", ids);
         free(ids);
     }
-    bad |= add_arg(t, "--max-tokens") || add_arg(t, "%d", max_tokens) ||
-           add_arg(t, "--temperature") || add_arg(t, "%.17g", temperature) ||
-           add_arg(t, "--top-p") || add_arg(t, "%.17g", top_p) || add_arg(t, "--seed") ||
-           add_arg(t, "%lld", (long long)seed);
-    json_array_foreach(stop, i, x) bad |=
-        add_arg(t, "--stop") || add_arg(t, "%s", json_string_value(x));
-    if (bad) BAD(NULL, "too many arguments");
-    t->argv[t->argc] = NULL;
-    t->time_limit_s = limit;
-    t->extra = json_object();
-    json_object_set_new(t->extra, "job_id", json_integer((json_int_t)q->id));
-    json_object_set_new(t->extra, "base", json_boolean(base));
-    json_object_set_new(t->extra, "checkpoint", base ? json_null() : json_string(ck));
-    t->conn = q->conn;
-    json_decref(b);
-    free(ck);
-    ck = NULL;
-    jobspec_free(&spec);
+    bad |= add_arg(t, "--max-tokens") | add_arg(t, "%d", rq->max_tokens) |
+           add_arg(t, "--temperature") | add_arg(t, "%.17g", rq->temperature) |
+           add_arg(t, "--top-p") | add_arg(t, "%.17g", rq->top_p) | add_arg(t, "--seed") |
+           add_arg(t, "%lld", (long long)rq->seed);
+    json_array_foreach(rq->stop, i, x) bad |=
+        add_arg(t, "--stop") | add_arg(t, "%s", json_string_value(x));
+    return bad;
+}
 
+/* The engine's command line and what the answer adds to its result. */
+static unsigned task_new(srv *s, int64_t id, const gen_req *rq, const gen_plan *g, gen_task **out,
+                         admit_result *r)
+{
+    gen_task *t = *out = calloc(1, sizeof *t);
+    if (!t) return admit_refuse(r, 500, "internal", NULL, "out of memory");
+    int bad = model_args(t, s, g, r);
+    if (r->status) return r->status;
+    if (!rq->base) bad |= checkpoint_args(t, g);
+    if (bad | prompt_args(t, rq))
+        return admit_refuse(r, 400, "bad_request", NULL, "too many arguments");
+    t->argv[t->argc] = NULL;
+    t->time_limit_s = rq->time_limit_s;
+    t->extra = json_object();
+    json_object_set_new(t->extra, "job_id", json_integer((json_int_t)id));
+    json_object_set_new(t->extra, "base", json_boolean(rq->base));
+    json_object_set_new(t->extra, "checkpoint", rq->base ? json_null() : json_string(g->ck));
+    return 0;
+}
+
+/* Queues t (and suspends the connection) or refuses: shutting down (503),
+ * GENQ_MAX waiting already (429), no worker thread (500). */
+static unsigned enqueue(http_req *q, gen_task *t, admit_result *r)
+{
+    unsigned st = 0;
     pthread_mutex_lock(&G.mu);
-    if (G.stopping) {
-        pthread_mutex_unlock(&G.mu);
-        task_free(t);
-        return http_error(q, 503, "unavailable", NULL, "the server is shutting down");
-    }
-    if (G.n >= GENQ_MAX) {
-        pthread_mutex_unlock(&G.mu);
-        task_free(t);
-        return http_error(q, 429, "rate_limited", NULL,
+    if (G.stopping)
+        st = admit_refuse(r, 503, "unavailable", NULL, "the server is shutting down");
+    else if (G.n >= GENQ_MAX)
+        st = admit_refuse(r, 429, "rate_limited", NULL,
                           "%d generation requests are already waiting; try again later", GENQ_MAX);
-    }
-    if (!G.started) {
-        if (pthread_create(&G.th, NULL, worker, NULL)) {
-            pthread_mutex_unlock(&G.mu);
-            task_free(t);
-            return http_error(q, 500, "internal", NULL, "cannot start the generation worker");
-        }
+    else if (!G.started && pthread_create(&G.th, NULL, worker, NULL))
+        st = admit_refuse(r, 500, "internal", NULL, "cannot start the generation worker");
+    if (!st) {
         G.started = 1;
+        /* Suspended before the worker can see it, so its resume always follows. */
+        t->conn = q->conn;
+        q->route_state = t;
+        q->route_state_free = task_state_free;
+        MHD_suspend_connection(q->conn);
+        if (G.tail)
+            G.tail->next = t;
+        else
+            G.head = t;
+        G.tail = t;
+        G.n++;
+        pthread_cond_signal(&G.cv);
     }
-    /* Suspended before the worker can see it, so its resume always follows. */
-    q->route_state = t;
-    q->route_state_free = task_state_free;
-    MHD_suspend_connection(q->conn);
-    if (G.tail)
-        G.tail->next = t;
-    else
-        G.head = t;
-    G.tail = t;
-    G.n++;
-    pthread_cond_signal(&G.cv);
     pthread_mutex_unlock(&G.mu);
-    return MHD_YES;
-#undef BAD
+    return st;
+}
+
+/* Parse, admit, build and queue: a refusal of any step is answered in one
+ * place; a queued request is answered when the worker resumes it. */
+enum MHD_Result genq_post(http_req *q)
+{
+    if (q->route_state) return answer(q);
+    gen_req rq = {0};
+    gen_plan g = {0};
+    admit_result r = {0};
+    gen_task *t = NULL;
+    if (!parse_gen_req(q, &rq, &r) && !admit_gen(q->s, q->id, &rq, &g, &r) &&
+        !task_new(q->s, q->id, &rq, &g, &t, &r))
+        enqueue(q, t, &r);
+    if (r.status) task_free(t);
+    json_decref(rq.body);
+    gen_plan_free(&g);
+    return r.status ? admit_reply(q, &r) : MHD_YES;
 }
