@@ -123,42 +123,47 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Runs the engine with stdout captured, under the time limit. */
-static void run_task(gen_task *t)
+/* The server's environment without a GPU and with one OpenMP thread (the
+ * strings borrow from environ); NULL when out of memory. */
+static char **engine_env(void)
+{
+    size_t ne = 0, k = 0;
+    while (environ[ne])
+        ne++;
+    char **envp = calloc(ne + 3, sizeof *envp);
+    if (!envp) return NULL;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) &&
+            strncmp(environ[i], "OMP_NUM_THREADS=", 16))
+            envp[k++] = environ[i];
+    envp[k++] = "CUDA_VISIBLE_DEVICES=";
+    envp[k++] = "OMP_NUM_THREADS=1";
+    envp[k] = NULL;
+    return envp;
+}
+
+/* Starts the engine leading a process group of its own, its stdout on
+ * *fd, stderr discarded; on failure finishes t with 500 and returns -1. */
+static int spawn_engine(gen_task *t, pid_t *pid, int *fd)
 {
     int out[2];
     if (pipe2(out, O_CLOEXEC)) {
         finish(t, 500, "internal", "pipe: %s", strerror(errno));
-        return;
+        return -1;
     }
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
+    sigset_t none;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     posix_spawnattr_init(&at);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
     posix_spawnattr_setpgroup(&at, 0);
-    sigset_t none;
     sigemptyset(&none);
     posix_spawnattr_setsigmask(&at, &none);
-    /* The server's environment, no GPU, one OpenMP thread. */
-    size_t ne = 0;
-    while (environ[ne])
-        ne++;
-    char **envp = calloc(ne + 3, sizeof *envp);
-    size_t k = 0;
-    for (size_t i = 0; envp && i < ne; i++)
-        if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) &&
-            strncmp(environ[i], "OMP_NUM_THREADS=", 16))
-            envp[k++] = environ[i];
-    if (envp) {
-        envp[k++] = "CUDA_VISIBLE_DEVICES=";
-        envp[k++] = "OMP_NUM_THREADS=1";
-        envp[k] = NULL;
-    }
-    pid_t pid = 0;
-    int rc = envp ? posix_spawn(&pid, t->argv[0], &fa, &at, t->argv, envp) : ENOMEM;
+    char **envp = engine_env();
+    int rc = envp ? posix_spawn(pid, t->argv[0], &fa, &at, t->argv, envp) : ENOMEM;
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     free(envp);
@@ -166,30 +171,30 @@ static void run_task(gen_task *t)
     if (rc) {
         close(out[0]);
         finish(t, 500, "internal", "cannot start %s: %s", t->argv[0], strerror(rc));
-        return;
+        return -1;
     }
-    setpriority(PRIO_PROCESS, pid, 10);
-    pthread_mutex_lock(&G.mu);
-    G.running = pid;
-    int stopping = G.stopping;
-    pthread_mutex_unlock(&G.mu);
-    if (stopping) kill(-pid, SIGKILL);
-    char *buf = malloc(OUT_MAX + 1);
+    *fd = out[0];
+    return 0;
+}
+
+/* Reads the engine's stdout into buf (OUT_MAX + 1 bytes) until it ends;
+ * at OUT_MAX bytes or past the time limit the group is killed. */
+static size_t read_output(const gen_task *t, pid_t pid, int fd, char *buf, int *timed_out)
+{
     size_t len = 0;
     int64_t deadline = mono_ms() + (int64_t)t->time_limit_s * 1000;
-    int timed_out = 0;
-    while (buf) {
+    for (;;) {
         int64_t left = deadline - mono_ms();
         if (left <= 0) {
-            timed_out = 1;
+            *timed_out = 1;
             kill(-pid, SIGKILL);
             break;
         }
-        struct pollfd p = {out[0], POLLIN, 0};
+        struct pollfd p = {fd, POLLIN, 0};
         int pr = poll(&p, 1, (int)(left > 1000 ? 1000 : left));
         if (pr < 0 && errno != EINTR) break;
         if (pr <= 0) continue;
-        ssize_t r = read(out[0], buf + len, OUT_MAX - len);
+        ssize_t r = read(fd, buf + len, OUT_MAX - len);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         len += (size_t)r;
@@ -198,40 +203,30 @@ static void run_task(gen_task *t)
             break;
         }
     }
-    close(out[0]);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    pthread_mutex_lock(&G.mu);
-    G.running = 0;
-    stopping = G.stopping;
-    pthread_mutex_unlock(&G.mu);
-    if (!buf) {
-        finish(t, 500, "internal", "out of memory");
-        return;
-    }
+    return len;
+}
+
+/* The answer from how the engine ended (wait status st) and its last line
+ * of output: the result, or the error event that names what is wrong with
+ * the request or the model. */
+static void settle_task(gen_task *t, char *buf, size_t len, int st, int timed_out, int stopping)
+{
     buf[len] = 0;
-    /* The last line is the result (or the error event). */
     while (len && buf[len - 1] == '\n')
         buf[--len] = 0;
     char *line = strrchr(buf, '\n');
-    line = line ? line + 1 : buf;
-    json_t *j = json_loads(line, 0, NULL);
-    free(buf);
+    json_t *j = json_loads(line ? line + 1 : buf, 0, NULL);
+    const char *ev = json_string_value(json_object_get(j, "ev"));
+    const char *msg = json_string_value(json_object_get(j, "message"));
+    bool failed = !WIFEXITED(st) || WEXITSTATUS(st) != 0;
     if (stopping)
         finish(t, 503, "unavailable", "the server is shutting down");
     else if (timed_out)
         finish(t, 503, "unavailable", "generation exceeded its time limit of %d s",
                t->time_limit_s);
-    else if (json_is_string(json_object_get(j, "message")) &&
-             !strcmp(json_string_value(json_object_get(j, "ev"))
-                         ? json_string_value(json_object_get(j, "ev"))
-                         : "",
-                     "error"))
-        /* The engine names what is wrong with the request or the model. */
-        finish(t, WIFEXITED(st) && WEXITSTATUS(st) != 0 ? 400 : 500, "bad_request", "%s",
-               json_string_value(json_object_get(j, "message")));
-    else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !json_is_object(j))
+    else if (msg && ev && !strcmp(ev, "error"))
+        finish(t, WIFEXITED(st) && failed ? 400 : 500, "bad_request", "%s", msg);
+    else if (failed || !json_is_object(j))
         finish(t, 500, "internal", "the engine's generate ended with status %d",
                WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     else {
@@ -241,6 +236,35 @@ static void run_task(gen_task *t)
         j = NULL;
     }
     json_decref(j);
+}
+
+/* Runs the engine with stdout captured, under the time limit, niced; a
+ * shutdown meanwhile kills it. */
+static void run_task(gen_task *t)
+{
+    pid_t pid = 0;
+    int fd, st = 0, timed_out = 0;
+    if (spawn_engine(t, &pid, &fd)) return;
+    setpriority(PRIO_PROCESS, pid, 10);
+    pthread_mutex_lock(&G.mu);
+    G.running = pid;
+    int stopping = G.stopping;
+    pthread_mutex_unlock(&G.mu);
+    if (stopping) kill(-pid, SIGKILL);
+    char *buf = malloc(OUT_MAX + 1);
+    size_t len = buf ? read_output(t, pid, fd, buf, &timed_out) : 0;
+    close(fd);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    pthread_mutex_lock(&G.mu);
+    G.running = 0;
+    stopping = G.stopping;
+    pthread_mutex_unlock(&G.mu);
+    if (buf)
+        settle_task(t, buf, len, st, timed_out, stopping);
+    else
+        finish(t, 500, "internal", "out of memory");
+    free(buf);
 }
 
 static void *worker(void *arg)

@@ -25,7 +25,6 @@ LONG = {
     "exec_local.c:spawn_rank": 70,
     "exec_mpirun.c:mpirun_start": 103,
     "exec_slurm.c:slurm_start": 86,
-    "genq.c:run_task": 118,
     "http.c:check_head": 87,
     "http.c:http_start": 64,
     "queue.c:ops_get_queue": 99,
