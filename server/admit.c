@@ -3,7 +3,7 @@
  * place a refusal becomes the JSON error.
  *
  * admit_job runs the checks in the order a client meets them: the spec's
- * files and paths (speccheck.c) and budgets (budget.c) first, then what
+ * paths and model files (speccheck.c) and budgets (budget.c) first, then what
  * this machine and executor can run, then the disk and the checkpoint
  * store, whose probe costs a network round trip and so comes last. What
  * the executor cannot run it says itself through its ops table
@@ -90,7 +90,8 @@ static unsigned admit_resources(const srv_config *c, const jobspec *spec, const 
 unsigned admit_job(srv *s, const jobspec *spec, const admit_ctx *ctx, admit_result *r)
 {
     ty_err err = {0};
-    if (srv_spec_check(&s->cfg, spec, &err) || ops_check_limits(&s->cfg, spec, &err))
+    if (srv_spec_check_paths(&s->cfg, spec, &err) || srv_spec_check_model(&s->cfg, spec, &err) ||
+        ops_check_limits(&s->cfg, spec, &err))
         return admit_refuse_spec(r, &err);
     if (admit_resources(&s->cfg, spec, ctx, r)) return r->status;
     /* The precision against what the chosen backend can run here. */

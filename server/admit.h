@@ -45,7 +45,7 @@ admit_ctx admit_ctx_of(srv *s);
 
 /* POST /jobs: a parsed spec, the server's default limits filled in
  * (ops_spec_defaults), against the allowed roots and store roots, the
- * model files (srv_spec_check), the budget caps (ops_check_limits), the
+ * model files (srv_spec_check_*), the budget caps (ops_check_limits), the
  * GPUs and the executor's abilities, the batch's split over the ranks,
  * the precision the backend can run, the disk (503 while full) and a
  * checkpoint store's credentials (a write and a delete). 0 when admitted,

@@ -131,10 +131,14 @@ int srv_data_dir_prepare(const srv_config *c, ty_err *err);
 /* Does this NAME=value of the server's environment go to an engine? */
 bool srv_engine_env_keep(const char *kv);
 struct jobspec;
-/* The submit-time checks beyond jobspec_parse: spec paths under
- * allowed_roots, a file:// store under store_roots, model.init valid for
- * the engine and within max_params. TY_EINVAL with err->field. */
-int srv_spec_check(const srv_config *c, const struct jobspec *spec, ty_err *err);
+/* The submit-time checks beyond jobspec_parse (admit.c runs them), each
+ * TY_EINVAL with err->field. Paths: the spec's under allowed_roots, a
+ * dataset that exists a regular file, a file:// store under store_roots. */
+int srv_spec_check_paths(const srv_config *c, const struct jobspec *spec, ty_err *err);
+/* Model: a local model.path's config.json and lora.adapter's
+ * adapter_config.json as the engine reads them, model.init valid for the
+ * engine and within max_params. */
+int srv_spec_check_model(const srv_config *c, const struct jobspec *spec, ty_err *err);
 
 /* Splits "host:port" ([v6]:port accepted); is the host a loopback address? */
 int srv_listen_parse(const char *listen, char *host, size_t hostcap, int *port, ty_err *err);

@@ -1,9 +1,10 @@
-/* speccheck.c — what POST /jobs checks beyond the spec parser: the paths
- * against this server's roots, a file:// store against its store roots,
- * model.init with the engine's own config reader (hfconfig_parse), and a
- * lora.adapter's adapter_config.json with its adapter reader, so
- * an architecture the engine would refuse (n_embd -64, n_head 0) is a 400
- * now instead of a failed job later, bounded by --max-params. */
+/* speccheck.c — what admission (admit.c) checks of a job's files beyond
+ * the spec parser, in two steps. Paths: against this server's roots, a
+ * file:// store against its store roots. Model: model.init with the
+ * engine's own config reader (hfconfig_parse), a local model.path's
+ * config.json, and a lora.adapter's adapter_config.json with its adapter
+ * reader, so an architecture the engine would refuse (n_embd -64, n_head
+ * 0) is a 400 now instead of a failed job later, bounded by --max-params. */
 #include "server.h"
 
 #include <jansson.h>
@@ -140,13 +141,18 @@ static int check_kind(const char *field, const char *p, ty_err *err)
                                                                      : "a special file");
 }
 
-int srv_spec_check(const srv_config *c, const jobspec *spec, ty_err *err)
+int srv_spec_check_paths(const srv_config *c, const jobspec *spec, ty_err *err)
 {
     int rc;
     if ((rc = jobspec_check_roots(spec, c->allowed_roots, err))) return rc;
     if ((rc = check_kind("dataset.train", spec->train, err))) return rc;
     if ((rc = check_kind("dataset.eval", spec->eval, err))) return rc;
-    if ((rc = jobspec_check_store_roots(spec, c->store_roots, err))) return rc;
+    return jobspec_check_store_roots(spec, c->store_roots, err);
+}
+
+int srv_spec_check_model(const srv_config *c, const jobspec *spec, ty_err *err)
+{
+    int rc;
     if ((rc = check_model_dir(spec, err))) return rc;
     if ((rc = check_adapter(spec, err))) return rc;
     return check_init(c, spec, err);
