@@ -13,7 +13,8 @@ server.dist_NAME):
               rank or mpirun), is requeued from its newest committed
               checkpoint (one restart counted) and runs to success.
   validation  more ranks than --cpu-slots, or a global batch the ranks do
-              not divide: 400 naming resources.cpu_ranks, nothing queued.
+              not divide: 400 naming resources.cpu_ranks; two nodes on the
+              local executor: 400 naming resources.nodes; nothing queued.
 
 TY_BIN, TY_FAKE_ENGINE and TY_ENGINE (trainyard-engine) name the binaries.
 """
@@ -147,6 +148,11 @@ def test_validation():
     r = srv.submit(s, expect=400)
     r = r["error"]
     check(r["field"] == "resources.cpu_ranks" and "divide" in r["message"], "batch 3 over 2 ranks: %s" % r)
+    # The local executor runs every engine here: one node only.
+    r = srv.submit(dist_spec(srv, 4, resources={"cpu_ranks": 1, "nodes": 2, "backend": "cpu"}), expect=400)
+    r = r["error"]
+    check(r["code"] == "invalid_spec" and r["field"] == "resources.nodes" and
+          "--executor local" in r["message"], "2 nodes on the local executor: %s" % r)
     check(len(srv.get("/jobs").json["jobs"]) == n, "nothing queued")
     srv.stop()
 
