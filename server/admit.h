@@ -4,11 +4,12 @@
  * The handlers that start work (POST /jobs, PATCH /jobs/{id}, POST
  * /jobs/{id}/generate) run parse → admit → act. Parsing reads the request
  * into the handler's own struct; admission decides against this server
- * (its roots and checkpoint stores, budgets, the executor's abilities, the
- * model files, the disk) whether the request may go on; acting stores or
- * runs it. A refusal from any of the three steps is an admit_result: the
- * HTTP status, the error code, the field and the message, which
- * admit_reply turns into the JSON error of docs/api.md in one place. */
+ * whether the request may go on (a job: admit_job here; a generation:
+ * genq.c's, which needs the job's started spec and checkpoint); acting
+ * stores or runs it. A refusal from any of the three steps is an
+ * admit_result: the HTTP status, the error code, the field and the
+ * message, which admit_reply turns into the JSON error of docs/api.md in
+ * one place. */
 #ifndef TY_ADMIT_H
 #define TY_ADMIT_H
 
