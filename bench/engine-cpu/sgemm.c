@@ -75,8 +75,10 @@ int main(int argc, char **argv)
         float *A = malloc(na * 4), *B = malloc(nb * 4), *C[2] = {malloc(nc * 4), malloc(nc * 4)};
         if (!A || !B || !C[0] || !C[1]) return 1;
         srand(1 + i);
-        for (size_t j = 0; j < na; j++) A[j] = (float)rand() / RAND_MAX - 0.5f;
-        for (size_t j = 0; j < nb; j++) B[j] = (float)rand() / RAND_MAX - 0.5f;
+        for (size_t j = 0; j < na; j++)
+            A[j] = (float)rand() / RAND_MAX - 0.5f;
+        for (size_t j = 0; j < nb; j++)
+            B[j] = (float)rand() / RAND_MAX - 0.5f;
         double best[2] = {1e30, 1e30};
         for (int r = 0; r < reps; r++)
             for (int lib = 0; lib < 2; lib++) {
