@@ -179,6 +179,12 @@ int jobspec_check_precision(const jobspec *s, const jobspec_caps *caps, ty_err *
 /* The spec back as JSON with every default filled in (what GET /jobs/{id}
  * shows); parsing it again gives the same struct. Caller owns the result. */
 json_t *jobspec_to_json(const jobspec *s);
+/* The field table as JSON, one object per row in order: path, type and
+ * required, then as openapi.yaml words them minimum / exclusiveMinimum,
+ * maximum / exclusiveMaximum, minLength / maxLength, maxItems, enum,
+ * default, and kind "path" (a DataPath) or "store". What tests/common
+ * holds against openapi.yaml's JobSpec. Caller owns the result. */
+json_t *jobspec_schema(void);
 
 const char *jobspec_method_name(jobspec_method m);
 /* lora.bias's values, indexed by JOBSPEC_BIAS_* (PEFT's LoraConfig.bias). */

@@ -192,6 +192,8 @@ static const struct bad BAD[] = {
      TY_EINVAL, "lora.rank"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"resources\":{\"cpus\":2}}", TY_EINVAL,
      "resources.cpus"},
+    /* a dotted key names no field, even where it spells one's path */
+    {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"lora.r\":4}", TY_EINVAL, "lora.r"},
     {MINIMAL_HEAD "\"hyperparameters\":{\"max_steps\":10},\"checkpoint\":{\"every\":2}}", TY_EINVAL,
      "checkpoint.every"},
     /* wrong types */
