@@ -30,7 +30,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -199,18 +198,12 @@ static int write_script(srv *s, const exec_start *st, int ntasks, const char *pa
     return 0;
 }
 
-/* Resources from the stored spec: nodes × gpus per node, or CPU ranks. */
-static void spec_resources(const char *spec_json, int *nodes, int *gpus, int *cpu_ranks)
+/* Resources from the job's spec: nodes × gpus per node, or CPU ranks. */
+static void spec_resources(const jobspec *spec, int *nodes, int *gpus, int *cpu_ranks)
 {
-    json_t *spec = json_loads(spec_json, 0, NULL);
-    json_t *r = json_object_get(spec, "resources");
-    json_int_t n = json_integer_value(json_object_get(r, "nodes"));
-    json_int_t g = json_integer_value(json_object_get(r, "gpus"));
-    json_int_t c = json_integer_value(json_object_get(r, "cpu_ranks"));
-    *nodes = n > 0 ? (int)n : 1;
-    *gpus = g > 0 ? (int)g : 0;
-    *cpu_ranks = c > 0 ? (int)c : 1;
-    json_decref(spec);
+    *nodes = spec && spec->nodes > 0 ? spec->nodes : 1;
+    *gpus = spec && spec->gpus > 0 ? spec->gpus : 0;
+    *cpu_ranks = spec && spec->cpu_ranks > 0 ? spec->cpu_ranks : 1;
 }
 
 /* ---- the executor ------------------------------------------------------------------------ */
@@ -240,7 +233,7 @@ static int slurm_start(executor *e, const exec_start *st, exec_job **out, int *f
 {
     srv *s = e->s;
     int nodes, gpus, cpu_ranks;
-    spec_resources(st->spec_json, &nodes, &gpus, &cpu_ranks);
+    spec_resources(st->spec, &nodes, &gpus, &cpu_ranks);
     char script[PATH_MAX + 32];
     snprintf(script, sizeof script, "%s/slurm.sh", st->jobdir);
     int ntasks = gpus > 0 ? gpus * nodes : cpu_ranks * nodes;

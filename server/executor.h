@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "jobspec.h"
 #include "server.h"
 
 struct jobspec;
@@ -38,11 +39,11 @@ typedef struct exec_job {
 /* What a start needs. */
 typedef struct exec_start {
     int64_t job_id;
-    int nranks;            /* local: engines on this machine (one per GPU, else 1) */
-    const char *cuda;      /* local: CUDA_VISIBLE_DEVICES, "" on the CPU */
-    const char *jobdir;    /* holds spec.json; the engine's --workdir */
-    const char *resume;    /* checkpoint directory relative to jobdir, or NULL */
-    const char *spec_json; /* the stored spec: a cluster reads resources from it */
+    int nranks;          /* local: engines on this machine (one per GPU, else 1) */
+    const char *cuda;    /* local: CUDA_VISIBLE_DEVICES, "" on the CPU */
+    const char *jobdir;  /* holds spec.json; the engine's --workdir */
+    const char *resume;  /* checkpoint directory relative to jobdir, or NULL */
+    const jobspec *spec; /* the job's: a cluster reads its resources */
 } exec_start;
 
 /* How a run's engines ended. */

@@ -255,60 +255,56 @@ static int cache_dir(srv *s, fetch_handle *f, const char *uri, char *out, size_t
     return rc;
 }
 
-/* Replaces spec[section][field] (a remote URI) by its cached local copy. */
-static int localize(srv *s, fetch_handle *f, json_t *spec, const char *section, const char *field,
-                    bool dir, ty_err *err)
+/* A remote input (field names it: "dataset.train") fetched into the
+ * cache: *uri then points at the local copy in local[]. A local or absent
+ * one stays as it is. */
+static int localize(srv *s, fetch_handle *f, const char *field, const char **uri, bool dir,
+                    char *local, size_t cap, ty_err *err)
 {
-    json_t *sec = json_object_get(spec, section);
-    const char *uri = json_string_value(json_object_get(sec, field));
-    if (!is_remote(uri)) return 0;
-    char local[PATH_MAX * 2];
-    int rc = dir ? cache_dir(s, f, uri, local, sizeof local, err)
-                 : cache_file(s, f, uri, local, sizeof local, err);
+    if (!is_remote(*uri)) return 0;
+    int rc = dir ? cache_dir(s, f, *uri, local, cap, err) : cache_file(s, f, *uri, local, cap, err);
     if (rc) {
         char m[sizeof err->msg];
         snprintf(m, sizeof m, "%s", err->msg);
-        return ty_err_field(err, rc, field, "cannot fetch %s.%s (%s): %s", section, field, uri, m);
+        return ty_err_field(err, rc, field, "cannot fetch %s (%s): %s", field, *uri, m);
     }
-    json_object_set_new(sec, field, json_string(local));
+    *uri = local;
     return 0;
 }
 
-bool fetch_needed(srv *s, int64_t job_id, const char *spec_json, const char *resume)
+bool fetch_needed(srv *s, int64_t job_id, const jobspec *spec, const char *resume)
 {
-    json_t *spec = json_loads(spec_json, 0, NULL);
-    if (!spec) return false; /* fetch_prepare_start reports it */
-    const char *store_root =
-        json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
     char jobdir[PATH_MAX];
     srv_job_dir(s, job_id, jobdir, sizeof jobdir);
-    json_t *model = json_object_get(spec, "model"), *data = json_object_get(spec, "dataset");
-    bool need = (resume && store_root && !local_checkpoint_ok(jobdir, resume)) ||
-                is_remote(json_string_value(json_object_get(model, "path"))) ||
-                is_remote(json_string_value(json_object_get(data, "train"))) ||
-                is_remote(json_string_value(json_object_get(data, "eval")));
-    json_decref(spec);
-    return need;
+    return (resume && spec->store && !local_checkpoint_ok(jobdir, resume)) ||
+           is_remote(spec->model_path) || is_remote(spec->train) || is_remote(spec->eval);
 }
 
-int fetch_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **resume,
+/* The engine's spec: the job's with its remote inputs fetched and named by
+ * their cached copies (a shallow copy of the struct: the strings stay the
+ * job's or the buffers'). */
+static int engine_spec(srv *s, fetch_handle *f, const jobspec *spec, char **spec_text, ty_err *err)
+{
+    char model[PATH_MAX * 2], train[PATH_MAX * 2], eval[PATH_MAX * 2];
+    const char *mp = spec->model_path, *tp = spec->train, *ep = spec->eval;
+    int rc = localize(s, f, "model.path", &mp, true, model, sizeof model, err);
+    if (!rc) rc = localize(s, f, "dataset.train", &tp, false, train, sizeof train, err);
+    if (!rc) rc = localize(s, f, "dataset.eval", &ep, false, eval, sizeof eval, err);
+    if (rc) return rc;
+    jobspec eng = *spec;
+    eng.model_path = (char *)mp;
+    eng.train = (char *)tp;
+    eng.eval = (char *)ep;
+    json_t *j = jobspec_to_json(&eng);
+    *spec_text = j ? ty_json_dumps(j, JSON_INDENT(2)) : NULL;
+    json_decref(j);
+    return *spec_text ? 0 : ty_err_set(err, TY_ENOMEM, "out of memory");
+}
+
+int fetch_prepare_start(srv *s, int64_t job_id, const jobspec *spec, char **resume,
                         char **spec_text, fetch_handle *f, ty_err *err)
 {
     *spec_text = NULL;
-    json_t *spec = json_loads(spec_json, 0, NULL);
-    if (!spec)
-        return ty_err_set(err, TY_ECORRUPT, "stored spec of job %lld is not JSON",
-                          (long long)job_id);
-    const char *store_root =
-        json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
-    int rc = prepare_resume(s, f, job_id, store_root, resume, err);
-    if (!rc) rc = localize(s, f, spec, "model", "path", true, err);
-    if (!rc) rc = localize(s, f, spec, "dataset", "train", false, err);
-    if (!rc) rc = localize(s, f, spec, "dataset", "eval", false, err);
-    if (!rc) {
-        *spec_text = ty_json_dumps(spec, JSON_INDENT(2));
-        if (!*spec_text) rc = ty_err_set(err, TY_ENOMEM, "out of memory");
-    }
-    json_decref(spec);
-    return rc;
+    int rc = prepare_resume(s, f, job_id, spec->store, resume, err);
+    return rc ? rc : engine_spec(s, f, spec, spec_text, err);
 }

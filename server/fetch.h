@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "jobspec.h"
 #include "server.h"
 #include "tyerr.h"
 
@@ -22,19 +23,20 @@ void fetch_handle_free(fetch_handle *f);
 /* Will fetch_prepare_start download anything (a resume checkpoint whose
  * files are gone, or a remote model/dataset URI)? Then the scheduler runs
  * it on a fetch thread rather than its own. */
-bool fetch_needed(srv *s, int64_t job_id, const char *spec_json, const char *resume);
+bool fetch_needed(srv *s, int64_t job_id, const jobspec *spec, const char *resume);
 
 /* Before an engine starts: makes the resume checkpoint local (downloading
  * the newest committed one, verified file by file, when the local files
  * are gone) and fetches remote model/dataset URIs into
  * <data-dir>/cache/<sha256(URI)>-<etag>. *resume (in/out, malloc'd
  * relative dir or NULL) may change to the checkpoint actually used;
- * *spec_text (malloc'd) is the spec for the engine with remote paths
- * rewritten to the cache. f (may be NULL) lets another thread cancel the
- * downloads (they then fail with TY_ESTATE); a failed or cancelled
- * download leaves no partial file or checkpoint directory. A failure is a
- * clear reason to fail the start. */
-int fetch_prepare_start(srv *s, int64_t job_id, const char *spec_json, char **resume,
+ * *spec_text (malloc'd) is the job's spec (jobspec_to_json) for the
+ * engine with remote paths rewritten to the cache. f (may be NULL) lets
+ * another thread cancel the downloads (they then fail with TY_ESTATE); a
+ * failed or cancelled download leaves no partial file or checkpoint
+ * directory. A failure is a clear reason to fail the start, its field the
+ * input's dotted path ("dataset.train"). */
+int fetch_prepare_start(srv *s, int64_t job_id, const jobspec *spec, char **resume,
                         char **spec_text, fetch_handle *f, ty_err *err);
 
 #endif

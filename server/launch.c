@@ -66,7 +66,8 @@ static void start_failed(sched *x, run *r, const ty_err *err)
 
 /* Writes the engine's spec and has the executor start its ranks for a
  * held run (x->mu held). On failure nothing of the engine is left running. */
-static int launch(sched *x, run *r, const char *resume, const char *spec_text, ty_err *err)
+static int launch(sched *x, run *r, const jobspec *spec, const char *resume, const char *spec_text,
+                  ty_err *err)
 {
     srv *s = x->s;
     char jobdir[PATH_MAX], specpath[PATH_MAX + 16], cuda[GPU_MAX * 4];
@@ -77,27 +78,19 @@ static int launch(sched *x, run *r, const char *resume, const char *spec_text, t
      * every start, so a crash costs nothing but dispatch latency. */
     int rc = write_spec(specpath, spec_text, err);
     if (rc) return rc;
-    char *stored = NULL;
-    db_job j;
-    ty_err e2 = {0};
-    db *d = srv_db(s);
-    if (d && db_job_get(d, r->job_id, &j, &e2) == 0) {
-        stored = j.spec;
-        j.spec = NULL;
-        db_job_free(&j);
-    }
     exec_start st = {.job_id = r->job_id,
                      .nranks = r->nranks,
                      .cuda = cuda,
                      .jobdir = jobdir,
                      .resume = resume,
-                     .spec_json = stored ? stored : "{}"};
+                     .spec = spec};
     exec_job *ej = NULL;
     int fd = -1;
     int64_t handle = 0;
     rc = x->ex->ops->start(x->ex, &st, &ej, &fd, &handle, err);
-    free(stored);
     if (rc) return rc;
+    ty_err e2 = {0};
+    db *d = srv_db(s);
     run_attach(x, r, ej, fd);
     db_job_update pg = {.has_pgid = true, .pgid = handle};
     if (d) db_job_update_fields(d, r->job_id, &pg, &e2);
@@ -112,8 +105,7 @@ static void *fetch_main(void *arg)
 {
     fetch *f = arg;
     srv *s = f->x->s;
-    f->rc =
-        fetch_prepare_start(s, f->job_id, f->spec_json, &f->resume, &f->spec_text, f->h, &f->err);
+    f->rc = fetch_prepare_start(s, f->job_id, &f->spec, &f->resume, &f->spec_text, f->h, &f->err);
     srv_db_release(s);
     atomic_store(&f->done, true);
     sched_wake(f->x);
@@ -122,20 +114,21 @@ static void *fetch_main(void *arg)
 
 /* Hands a held run's downloads to a fetch thread; the job stays starting
  * and sched_collect_fetches() launches it when they are done. Takes ownership
- * of spec_json and resume. */
-static int fetch_start(sched *x, run *r, char *spec_json, char *resume, ty_err *err)
+ * of *spec (left zeroed) and resume. */
+static int fetch_start(sched *x, run *r, jobspec *spec, char *resume, ty_err *err)
 {
     fetch *f = calloc(1, sizeof *f);
     if (f) f->h = fetch_handle_new();
     if (!f || !f->h) {
         free(f);
-        free(spec_json);
+        jobspec_free(spec);
         free(resume);
         return ty_err_set(err, TY_ENOMEM, "out of memory");
     }
     f->x = x;
     f->job_id = r->job_id;
-    f->spec_json = spec_json;
+    f->spec = *spec;
+    memset(spec, 0, sizeof *spec);
     f->resume = resume;
     if (pthread_create(&f->thread, NULL, fetch_main, f)) {
         run_fetch_free(f);
@@ -163,23 +156,13 @@ static double run_price(sched *x, uint64_t mask)
     return sum < 0 || !n ? -1 : sum / n;
 }
 
-/* The backend a run on ngpu listed GPUs gets ("cuda" | "cpu", the spec's
- * resources.backend winning over auto) and the spec's checkpoint.store
- * (malloc'd, or NULL). On a cluster the job's GPUs are Slurm's to pick:
- * none are listed. */
-static char *spec_backend_store(sched *x, const db_job *j, int ngpu, char backend_s[8])
+/* The backend a run on ngpu listed GPUs gets: "cuda" | "cpu", the spec's
+ * resources.backend winning over auto. On a cluster the job's GPUs are
+ * Slurm's to pick: none are listed. */
+static const char *run_backend(sched *x, const db_job *j, const jobspec *spec, int ngpu)
 {
-    const char *backend = ngpu > 0 || (x->ex->ops->cluster && j->gpus_wanted > 0) ? "cuda" : "cpu";
-    json_t *spec = json_loads(j->spec, 0, NULL);
-    const char *want =
-        json_string_value(json_object_get(json_object_get(spec, "resources"), "backend"));
-    if (want && strcmp(want, "auto")) backend = !strcmp(want, "cuda") ? "cuda" : "cpu";
-    snprintf(backend_s, 8, "%s", backend);
-    const char *st =
-        json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
-    char *store = st ? strdup(st) : NULL;
-    json_decref(spec);
-    return store;
+    if (spec->backend != BACKEND_AUTO) return spec->backend == BACKEND_CUDA ? "cuda" : "cpu";
+    return ngpu > 0 || (x->ex->ops->cluster && j->gpus_wanted > 0) ? "cuda" : "cpu";
 }
 
 /* The disk is the truth: resume from the newest complete checkpoint there
@@ -224,25 +207,34 @@ static void log_resume(srv *s, int64_t id, const char *from)
 }
 
 /* The held run's job directory, then its downloads on a fetch thread or,
- * with nothing to download, its engine now. Takes j's spec and
+ * with nothing to download, its engine now. Takes *spec and j's
  * resume_from when a fetch thread starts. */
-static int start_engine(sched *x, run *r, db_job *j, bool fetching, ty_err *err)
+static int start_engine(sched *x, run *r, db_job *j, jobspec *spec, bool fetching, ty_err *err)
 {
     char jobdir[PATH_MAX];
     srv_job_dir(x->s, r->job_id, jobdir, sizeof jobdir);
     int rc = ty_mkdir_p(jobdir, err);
     if (rc == 0 && fetching) {
-        rc = fetch_start(x, r, j->spec, j->resume_from, err);
-        j->spec = j->resume_from = NULL; /* the fetch owns them */
+        rc = fetch_start(x, r, spec, j->resume_from, err);
+        j->resume_from = NULL; /* the fetch owns it */
     } else if (rc == 0) {
         /* Nothing to download: the resume checkpoint is on disk and the
          * inputs are local, so this is quick enough to do here. */
         char *spec_text = NULL;
-        rc = fetch_prepare_start(x->s, r->job_id, j->spec, &j->resume_from, &spec_text, NULL, err);
-        if (rc == 0) rc = launch(x, r, j->resume_from, spec_text, err);
+        rc = fetch_prepare_start(x->s, r->job_id, spec, &j->resume_from, &spec_text, NULL, err);
+        if (rc == 0) rc = launch(x, r, spec, j->resume_from, spec_text, err);
         free(spec_text);
     }
     return rc;
+}
+
+/* A queued job whose stored spec does not parse never starts: it fails
+ * with the reason in err. */
+static void start_refused(srv *s, int64_t id, const ty_err *err)
+{
+    db_job_update up = {.has_error = true, .error = err->msg, .set_finished = true};
+    ty_err e2 = {0};
+    srv_transition(s, id, JOB_BIT(JOB_QUEUED), JOB_FAILED, err->msg, &up, NULL, &e2);
 }
 
 /* No memory for the run: the job, already starting, fails. */
@@ -265,13 +257,19 @@ void sched_start_job(sched *x, int64_t id, uint64_t gpu_mask, int cpu_slots)
     db_job j;
     db *d = srv_db(s);
     if (!d || db_job_get(d, id, &j, &err)) return;
-    char gpus[GPU_MAX * 4], backend_s[8];
+    jobspec spec;
+    if (srv_job_spec(&j, &spec, &err)) {
+        start_refused(s, id, &err);
+        db_job_free(&j);
+        return;
+    }
+    char gpus[GPU_MAX * 4];
     int ngpu = gpu_list(x, gpu_mask, gpus, sizeof gpus);
-    char *store = spec_backend_store(x, &j, ngpu, backend_s);
+    char *store = spec.store ? strdup(spec.store) : NULL;
     resume_point(s, &j, store);
-    bool fetching = fetch_needed(s, id, j.spec, j.resume_from);
+    bool fetching = fetch_needed(s, id, &spec, j.resume_from);
     db_job_update up = {.has_backend = true,
-                        .backend = backend_s,
+                        .backend = run_backend(x, &j, &spec, ngpu),
                         .has_gpus = true,
                         .gpus = gpus,
                         .has_hour_price = true,
@@ -287,6 +285,7 @@ void sched_start_job(sched *x, int64_t id, uint64_t gpu_mask, int cpu_slots)
     start_reason(&j, fetching, reason, sizeof reason, from, sizeof from);
     if (srv_transition(s, id, JOB_BIT(JOB_QUEUED), JOB_STARTING, reason, &up, NULL, &err)) {
         free(store);
+        jobspec_free(&spec);
         db_job_free(&j);
         return; /* cancelled or paused meanwhile */
     }
@@ -295,6 +294,7 @@ void sched_start_job(sched *x, int64_t id, uint64_t gpu_mask, int cpu_slots)
     if (!r) {
         free(store);
         start_no_memory(s, id, &err);
+        jobspec_free(&spec);
         db_job_free(&j);
         return;
     }
@@ -303,7 +303,8 @@ void sched_start_job(sched *x, int64_t id, uint64_t gpu_mask, int cpu_slots)
     r->nranks = ngpu > 0 ? ngpu : cpu_slots > 0 ? cpu_slots : 1;
     r->store = store;
     run_hold(x, r);
-    if (start_engine(x, r, &j, fetching, &err)) start_failed(x, r, &err);
+    if (start_engine(x, r, &j, &spec, fetching, &err)) start_failed(x, r, &err);
+    jobspec_free(&spec);
     db_job_free(&j);
 }
 
@@ -337,7 +338,7 @@ void sched_collect_fetches(sched *x)
         } else {
             ty_err err = f->err;
             int rc = f->rc;
-            if (rc == 0) rc = launch(x, r, f->resume, f->spec_text, &err);
+            if (rc == 0) rc = launch(x, r, &f->spec, f->resume, f->spec_text, &err);
             if (rc) start_failed(x, r, &err);
         }
         run_fetch_free(f);

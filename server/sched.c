@@ -26,7 +26,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,14 +46,16 @@
 
 #define TICK_MS 100
 
-/* resources.cpu_ranks of a stored spec: the CPU slots the job takes. */
-static int spec_cpu_ranks(const char *spec)
+/* resources.cpu_ranks of a job's spec: the CPU slots the job takes (1 for
+ * a spec that does not parse, which its start then refuses). */
+static int spec_cpu_ranks(const db_job *j)
 {
-    json_t *j = spec ? json_loads(spec, 0, NULL) : NULL;
-    json_int_t n =
-        json_integer_value(json_object_get(json_object_get(j, "resources"), "cpu_ranks"));
-    json_decref(j);
-    return n > 1 ? (int)n : 1;
+    jobspec spec;
+    ty_err err = {0};
+    if (srv_job_spec(j, &spec, &err)) return 1;
+    int n = spec.cpu_ranks;
+    jobspec_free(&spec);
+    return n > 1 ? n : 1;
 }
 
 /* Priority then FIFO; a job that does not fit now is skipped, so smaller
@@ -79,7 +80,7 @@ static void schedule(sched *x)
         }
         db_job j;
         if (db_job_get(d, ids[i], &j, &err)) continue;
-        int want = j.gpus_wanted, ranks = spec_cpu_ranks(j.spec);
+        int want = j.gpus_wanted, ranks = spec_cpu_ranks(&j);
         db_job_free(&j);
         if (want == 0 && ranks > s->cfg.cpu_slots) { /* a server restarted with fewer slots */
             ty_err e2 = {0};

@@ -26,7 +26,7 @@
 typedef struct fetch {
     struct sched *x;
     int64_t job_id;
-    char *spec_json; /* the stored spec */
+    jobspec spec;    /* the job's spec, parsed (owned) */
     char *resume;    /* in/out of fetch_prepare_start */
     char *spec_text; /* out: the engine's spec */
     int rc;

@@ -15,7 +15,7 @@
 
 void run_fetch_free(fetch *f)
 {
-    free(f->spec_json);
+    jobspec_free(&f->spec);
     free(f->resume);
     free(f->spec_text);
     fetch_handle_free(f->h);

@@ -4,7 +4,6 @@
  * I/O error) so a job never stays running with no engine behind it. */
 #include "sched_int.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,18 +23,19 @@ static char *newest_checkpoint(srv *s, int64_t id)
     return dir;
 }
 
-/* The job's checkpoint.store from its stored spec (malloc'd), or NULL. */
+/* The job's checkpoint.store from its spec (malloc'd), or NULL. */
 char *sched_job_store(srv *s, int64_t id)
 {
     db_job j;
+    jobspec spec;
     ty_err err = {0};
     db *d = srv_db(s);
     if (!d || db_job_get(d, id, &j, &err)) return NULL;
-    json_t *spec = json_loads(j.spec, 0, NULL);
-    const char *st =
-        json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "store"));
-    char *out = st ? strdup(st) : NULL;
-    json_decref(spec);
+    char *out = NULL;
+    if (srv_job_spec(&j, &spec, &err) == 0) {
+        out = spec.store ? strdup(spec.store) : NULL;
+        jobspec_free(&spec);
+    }
     db_job_free(&j);
     return out;
 }

@@ -5,6 +5,7 @@
 #include "state.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "sse.h"
 
@@ -30,6 +31,17 @@ db *srv_db(srv *s)
     }
     pthread_setspecific(s->db_key, d);
     return d;
+}
+
+int srv_job_spec(const db_job *j, jobspec *out, ty_err *err)
+{
+    const char *text = j->spec ? j->spec : "";
+    int rc = jobspec_parse_text(text, strlen(text), out, err);
+    if (rc == 0) return 0;
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return ty_err_set(err, TY_ECORRUPT, "the stored spec of job %lld does not parse: %s",
+                      (long long)j->id, why);
 }
 
 void srv_db_release(srv *s)

@@ -6,6 +6,7 @@
 #ifndef TY_STATE_H
 #define TY_STATE_H
 
+#include "jobspec.h"
 #include "server.h"
 
 /* Prepares s for the helpers below: the per-thread handle key and the
@@ -24,6 +25,15 @@ void srv_publish_ingested(void *ctx, const db_event *ev);
  * events of the writer (they are flushed first, in the same lock). */
 int srv_transition(srv *s, int64_t id, unsigned from_mask, job_state to, const char *reason,
                    const db_job_update *upd, job_state *from_out, ty_err *err);
+/* A job row's stored spec, parsed. Server code reads a job's spec only
+ * through this, never its JSON by field name (tests/style/spec_reads.sh),
+ * so common/jobspec.c is the one place that knows the spec's layout. Each
+ * reader parses where it loads the row (the scheduler at a start, the
+ * uploader, the webhook sender) rather than a struct riding along with the
+ * run: those threads load the row anyway, and the row, not memory, is the
+ * record. The row holds jobspec_to_json's output, so it parses unless it
+ * was damaged: TY_ECORRUPT naming the job then. jobspec_free afterwards. */
+int srv_job_spec(const db_job *j, jobspec *out, ty_err *err);
 /* <jobs_dir>/<id> */
 void srv_job_dir(const srv *s, int64_t id, char *out, size_t cap);
 

@@ -140,14 +140,14 @@ static int job_policy(srv *s, int64_t job_id, ckpt_policy *p, ty_err *err)
     if (!d) return ty_err_set(err, TY_EIO, "no database handle");
     int rc = db_job_get(d, job_id, &j, err);
     if (rc) return rc;
-    json_t *spec = json_loads(j.spec, 0, NULL);
-    json_t *c = json_object_get(spec, "checkpoint");
-    const char *st = json_string_value(json_object_get(c, "store"));
-    p->store = st ? strdup(st) : NULL;
-    p->keep_last = (int)json_integer_value(json_object_get(c, "keep_last"));
-    p->keep_best = (int)json_integer_value(json_object_get(c, "keep_best"));
-    json_decref(spec);
+    jobspec spec;
+    rc = srv_job_spec(&j, &spec, err);
     db_job_free(&j);
+    if (rc) return rc;
+    p->store = spec.store ? strdup(spec.store) : NULL;
+    p->keep_last = spec.keep_last;
+    p->keep_best = spec.keep_best;
+    jobspec_free(&spec);
     return 0;
 }
 

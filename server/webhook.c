@@ -75,7 +75,7 @@ void webhook_sign(const char *secret, long long ts, const char *body, char out[6
 
 /* The URLs an event of this job goes to: the server's, then the job's own
  * (already checked against webhook-allowed-hosts at submit). */
-static int urls_for(srv *s, json_t *job_spec, const char **urls, char (*buf)[1025], int cap)
+static int urls_for(srv *s, const jobspec *spec, const char **urls, char (*buf)[1025], int cap)
 {
     int n = 0;
     for (const char *p = s->cfg.ops.webhook_urls; *p && n < cap;) {
@@ -89,11 +89,8 @@ static int urls_for(srv *s, json_t *job_spec, const char **urls, char (*buf)[102
         }
         p = *e ? e + 1 : e;
     }
-    json_t *w = json_object_get(job_spec, "webhooks");
-    for (size_t i = 0; i < json_array_size(w) && n < cap; i++) {
-        const char *u = json_string_value(json_array_get(w, i));
-        if (u) urls[n++] = u;
-    }
+    for (int i = 0; spec && i < spec->n_webhooks && n < cap; i++)
+        urls[n++] = spec->webhooks[i];
     return n;
 }
 
@@ -109,7 +106,9 @@ static bool fan_out(srv *s, db *d)
     for (int i = 0; i < n; i++) {
         db_job j;
         bool have = db_job_get(d, evs[i].job_id, &j, &err) == 0;
-        json_t *spec = have && j.spec ? json_loads(j.spec, 0, NULL) : NULL;
+        jobspec parsed, *spec = NULL; /* its URLs are the spec's strings */
+        ty_err serr = {0};
+        if (have && srv_job_spec(&j, &parsed, &serr) == 0) spec = &parsed;
         const char *urls[20];
         char buf[16][1025];
         int nu = urls_for(s, spec, urls, buf, 16);
@@ -133,7 +132,7 @@ static bool fan_out(srv *s, db *d)
             bodies[k] = text;
         int rc = text ? db_webhook_fanout(d, evs[i].id, urls, bodies, nu, &err) : TY_ENOMEM;
         free(text);
-        json_decref(spec);
+        if (spec) jobspec_free(spec);
         if (have) db_job_free(&j);
         if (rc) {
             fprintf(stderr, "trainyard: webhooks: cannot queue event %lld: %s\n",
