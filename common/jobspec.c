@@ -271,6 +271,16 @@ struct field {
     int (*read)(const field *f, const json_t *v, jobspec *s, ty_err *err);
 };
 
+/* F_ENUM rows store an enum member as an int. */
+_Static_assert(sizeof(jobspec_method) == sizeof(int) && sizeof(jobspec_precision) == sizeof(int) &&
+                   sizeof(jobspec_backend) == sizeof(int) &&
+                   sizeof(jobspec_schedule) == sizeof(int) &&
+                   sizeof(jobspec_format) == sizeof(int) &&
+                   sizeof(jobspec_on_stall) == sizeof(int) &&
+                   sizeof(jobspec_recompute) == sizeof(int) &&
+                   sizeof(jobspec_export_dtype) == sizeof(int),
+               "an enum of struct jobspec is not int-sized");
+
 /* The key of a row within its object: "lr" of "hyperparameters.lr". */
 static const char *row_key(const field *f)
 {
