@@ -1030,6 +1030,7 @@ json_t *jobspec_schema(void)
             json_object_set_new(o, "enum", e);
         }
         if (f->def && !(f->flags & F_NO_DEFAULT)) json_object_set_new(o, "default", def_json(f));
+        if (f->flags & F_OMIT_DEFAULT) json_object_set_new(o, "omit_default", json_true());
         json_array_append_new(rows, o);
     }
     return rows;

@@ -182,8 +182,10 @@ json_t *jobspec_to_json(const jobspec *s);
 /* The field table as JSON, one object per row in order: path, type and
  * required, then as openapi.yaml words them minimum / exclusiveMinimum,
  * maximum / exclusiveMaximum, minLength / maxLength, maxItems, enum,
- * default, and kind "path" (a DataPath) or "store". What tests/common
- * holds against openapi.yaml's JobSpec. Caller owns the result. */
+ * default, kind "path" (a DataPath) or "store", and omit_default where
+ * jobspec_to_json leaves the default (or an empty array) out. What
+ * tests/common holds against openapi.yaml's JobSpec and the parser.
+ * Caller owns the result. */
 json_t *jobspec_schema(void);
 
 const char *jobspec_method_name(jobspec_method m);
