@@ -136,8 +136,8 @@ static void check_default(const char *path, const json_t *row)
     const char *dot = strchr(path, '.');
     char sec[64];
     snprintf(sec, sizeof sec, "%.*s", dot ? (int)(dot - path) : 0, path);
-    json_t *v = dot ? json_object_get(json_object_get(back, sec), dot + 1)
-                    : json_object_get(back, path);
+    json_t *v =
+        dot ? json_object_get(json_object_get(back, sec), dot + 1) : json_object_get(back, path);
     json_t *def = json_object_get(row, "default");
     if (!v && json_is_true(json_object_get(row, "omit_default")))
         ; /* left out when it is the default */
