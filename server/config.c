@@ -80,6 +80,19 @@ static int check_currency(const char *key, const char *v, ty_err *err)
     return 0;
 }
 
+/* A cost limit the server fills into specs must be one a spec may carry:
+ * limits.max_cost is in (0, 1e12] (common/jobspec.c). */
+static int check_cost_limit(const char *key, const char *v, ty_err *err)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end != v && *end == '\0' && !(x > 0 && x <= 1e12))
+        return ty_err_field(err, TY_EINVAL, key,
+                            "%s must be above 0 and at most 1e12 (as limits.max_cost), got '%s'",
+                            key, v);
+    return 0;
+}
+
 /* ---- the table --------------------------------------------------------------------------- */
 
 #define AT(f) offsetof(srv_config, f), sizeof(((srv_config *)0)->f)
@@ -179,9 +192,10 @@ static const srv_option OPTIONS[] = {
      "price of a GPU-hour per GPU model: the first MODEL in the GPU's name wins, else --gpu-hour-price",
      ops_check_prices, 0},
     {"max-cost-default", "X", PRICE(ops.max_cost_default), NULL, "none",
-     "limits.max_cost of a job whose spec sets none", NULL, 0},
+     "limits.max_cost of a job whose spec sets none", check_cost_limit, 0},
     {"max-cost-cap", "X", PRICE(ops.max_cost_cap), NULL, "none",
-     "largest limits.max_cost a spec may ask (the default when no default is set)", NULL, 0},
+     "largest limits.max_cost a spec may ask (the default when no default is set)",
+     check_cost_limit, 0},
     {"max-runtime-default", "SECONDS", INT(ops.max_runtime_default, 0, 100000000), "0", NULL,
      "limits.max_runtime_s of a job whose spec sets none; 0 = none", NULL, 0},
     {"max-runtime-cap", "SECONDS", INT(ops.max_runtime_cap, 0, 100000000), "0", NULL,

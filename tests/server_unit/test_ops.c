@@ -79,6 +79,16 @@ static void test_limits(void)
           !strcmp(err.field, "limits.max_cost"));
     jobspec_free(&s);
     CHECK(srv_config_set(&c, "cpu-hour-price", "2", &err) == 0);
+    /* A cost limit the server would fill into specs is one a spec may carry. */
+    const char *bad_cost[] = {"0", "1e13", "-1"};
+    for (int i = 0; i < 3; i++) {
+        ty_err e = {0};
+        CHECK(srv_config_set(&c, i % 2 ? "max-cost-cap" : "max-cost-default", bad_cost[i], &e) ==
+                      TY_EINVAL &&
+                  strstr(e.msg, bad_cost[i]),
+              "cost limit %s taken: %s", bad_cost[i], e.msg);
+    }
+    CHECK(srv_config_set(&c, "max-cost-cap", "1e12", &err) == 0, "%s", err.msg);
     CHECK(srv_config_set(&c, "max-runtime-cap", "60", &err) == 0);
     CHECK(srv_config_set(&c, "max-tokens-default", "1000", &err) == 0);
     CHECK(srv_config_set(&c, "max-tokens-cap", "5000", &err) == 0);
