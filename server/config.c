@@ -155,6 +155,10 @@ static const srv_option OPTIONS[] = {
      NULL, 0},
     {"max-connections", "N", INT(max_connections, 1, 1000000), "10000", NULL,
      "connections served at once, all clients together; more are 503", NULL, 0},
+    {"max-pending-heads", "N", INT(max_pending_heads, 16, 1000000), "4096", NULL,
+     "connections whose request head is still arriving, all clients together; past it the oldest "
+     "of the address with the most is dropped",
+     NULL, 0},
     {"header-timeout", "SECONDS", INT(header_timeout_s, 1, 3600), "10", NULL,
      "the whole request head must arrive within this from connect, else 408", NULL, 0},
     {"request-timeout", "SECONDS", INT(request_timeout_s, 0, 86400), "60", NULL,

@@ -5,10 +5,20 @@
  * Why: libmicrohttpd answers malformed or oversized request heads itself,
  * with HTML bodies, and has no deadline for a head that trickles in. The
  * gate answers those cases with the JSON error of docs/api.md and hands
- * only well-formed heads to the daemon (MHD_add_connection). Every
- * response says `Connection: close`, so each request on the wire passes
- * the gate. Under TLS the head is encrypted: the gate then only limits
- * connections per address and the daemon parses the head (docs/server.md). */
+ * only well-formed heads to the daemon (MHD_add_connection).
+ *
+ * Keep-alive: when a response is complete and the daemon holds no byte the
+ * gate has not checked, the connection is suspended in the daemon and
+ * watched by the gate again until its next head is complete and checked
+ * (or refused in JSON, or closed when idle past the head timeout). So each
+ * request on the wire passes the gate, and a connection serves many.
+ * A request the gate could not check first (bytes the daemon read ahead of
+ * it) is answered with `Connection: close`.
+ *
+ * Under TLS the head is encrypted: the gate then only limits connections
+ * per address, the daemon parses the head, every answer closes the
+ * connection, and an answer the daemon would write itself (its HTML error
+ * pages) is not sent: the connection is closed instead (docs/server.md). */
 #ifndef TY_GATE_H
 #define TY_GATE_H
 
@@ -44,14 +54,21 @@ enum { GATE_OK = 0, GATE_MORE = 1, GATE_REJECT = -1 };
  * anything the server will not take. Pure; unit-tested and fuzzed. */
 int gate_check_head(const char *buf, size_t n, const gate_limits *lim, gate_verdict *v);
 
+/* The bytes a head that gate_check_head accepted takes (through its blank
+ * line) and its Content-Length (0 without one): where the next request on
+ * the connection starts. */
+void gate_head_extent(const char *buf, size_t n, size_t *head_len, unsigned long long *body_len);
+
 /* Does the decoded text hold a NUL or another control byte (< 0x20, 0x7f)? */
 bool gate_has_ctl(const char *s, size_t n);
 
 typedef struct gate_config {
     gate_limits lim;
     int per_ip;          /* connections one address may hold (pending + served) */
-    int head_timeout_ms; /* deadline for the whole head from accept */
-    int max_pending;     /* connections whose head is still arriving */
+    int head_timeout_ms; /* deadline for the whole head from accept or its first byte; also
+                            how long a kept connection may stay idle between requests */
+    int max_pending;     /* connections whose head is still arriving, shared fairly between
+                            addresses (the oldest head of the address with most is dropped) */
     unsigned max_served; /* the daemon's MHD_OPTION_CONNECTION_LIMIT (503 at it) */
     bool inspect;        /* false under TLS: hand over at once */
 } gate_config;
@@ -82,5 +99,25 @@ void gate_notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
 size_t gate_unescape(void *cls, struct MHD_Connection *c, char *s);
 /* Was the current request's path or query flagged? Clears the flag. */
 bool gate_take_bad_target(struct MHD_Connection *c);
+
+/* The request cycle of a connection, called by the access handler:
+ * gate_request_begin at its first call (version as libmicrohttpd gives
+ * it), gate_request_head_done once the head checks have answered or
+ * passed. Answers queued in between close the connection (libmicrohttpd
+ * does so for answers queued before the body). */
+void gate_request_begin(struct MHD_Connection *c, const char *version);
+void gate_request_head_done(struct MHD_Connection *c);
+/* Did the gate check the current request's head? (Not under TLS, nor for
+ * heads the daemon read ahead of it.) */
+bool gate_request_checked(struct MHD_Connection *c);
+/* May the answer being queued keep the connection open? Records the
+ * choice for gate_request_done; false answers get `Connection: close`. */
+bool gate_response_keeps(struct MHD_Connection *c);
+/* Did the gate refuse this connection's next head (its JSON error is
+ * sent)? The daemon must then drop the request unanswered. */
+bool gate_refused(struct MHD_Connection *c);
+/* MHD_OPTION_NOTIFY_COMPLETED, after the answer: a kept connection goes
+ * back to the gate until its next head is checked. */
+void gate_request_done(struct MHD_Connection *c, enum MHD_RequestTerminationCode toe);
 
 #endif

@@ -3,7 +3,8 @@
  * libmicrohttpd runs a small pool of epoll threads; streams are suspended
  * connections (sse.c), so no thread is ever tied to one client. In front
  * of it the gate (gate.c) accepts connections, limits them per address and
- * checks each request head, so libmicrohttpd never answers on its own.
+ * checks each request head, also on kept-alive connections, so
+ * libmicrohttpd never answers on its own.
  * This file also holds what requests share: body accumulation with the
  * size and time limits, bearer tokens with their scopes and the per-token
  * rate limit. It dispatches through the route table (routes.h); the
@@ -149,13 +150,76 @@ static enum MHD_Result find_ctl_arg(void *cls, enum MHD_ValueKind kind, const ch
     return MHD_YES;
 }
 
+/* The gate's limits on a head (gate.h); max_body comes from the config. */
+static const gate_limits head_limits = {
+    .max_line = 8192, .max_head = 16384, .max_fields = 100, .max_params = 100, .max_cookies = 50};
+
+typedef struct head_tally {
+    int fields, hosts, te;
+    size_t bytes;
+    char ctl[64]; /* the first field whose value holds a control byte */
+} head_tally;
+
+static enum MHD_Result tally_field(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    head_tally *t = cls;
+    t->fields++;
+    t->bytes += key_size + value_size + 4;
+    if (!strcasecmp(key, "Host"))
+        t->hosts++;
+    else if (!strcasecmp(key, "Transfer-Encoding"))
+        t->te++;
+    for (size_t i = 0; value && !t->ctl[0] && i < value_size; i++)
+        if (((unsigned char)value[i] < 0x20 && value[i] != '\t') || value[i] == 0x7f)
+            snprintf(t->ctl, sizeof t->ctl, "%.*s", (int)(key_size > 60 ? 60 : key_size), key);
+    return MHD_YES;
+}
+
+/* A head the gate did not read (under TLS, or read ahead by the daemon on
+ * a pipelining connection) gets the gate's checks here, as far as the
+ * daemon's parsed form shows them, with the gate's answers. */
+static enum MHD_Result check_unread_head(http_req *q, const char *version)
+{
+    head_tally t = {0};
+    MHD_get_connection_values_n(q->conn, MHD_HEADER_KIND, tally_field, &t);
+    int cookies = MHD_get_connection_values(q->conn, MHD_COOKIE_KIND, NULL, NULL);
+    int params = MHD_get_connection_values(q->conn, MHD_GET_ARGUMENT_KIND, NULL, NULL);
+    const gate_limits *l = &head_limits;
+    if (strlen(q->url) + strlen(q->method) + 12 > l->max_line || params > l->max_params)
+        return http_error(q, 414, "too_large", NULL,
+                          "request line over %zu bytes or more than %d "
+                          "query parameters",
+                          l->max_line, l->max_params);
+    if (t.fields > l->max_fields || t.bytes > l->max_head)
+        return http_error(q, 431, "too_large", NULL, "more than %d header fields or %zu bytes",
+                          l->max_fields, l->max_head);
+    if (cookies > l->max_cookies)
+        return http_error(q, 431, "too_large", "Cookie", "more than %d cookies", l->max_cookies);
+    if (t.ctl[0])
+        return http_error(q, 400, "bad_request", NULL, "header %s holds a control byte", t.ctl);
+    if (t.te)
+        return http_error(
+            q, 411, "length_required", "Transfer-Encoding",
+            "send the body with a Content-Length (Transfer-Encoding is not accepted)");
+    if (t.hosts > 1 || (!strcmp(version, MHD_HTTP_VERSION_1_1) && t.hosts != 1))
+        return http_error(q, 400, "bad_request", "Host",
+                          "an HTTP/1.1 request needs exactly one Host");
+    return MHD_YES;
+}
+
 /* Everything decided from the head alone, in this order: the decoded
  * target, the route, the token (401), its scope (403) and rate (429), the
  * query, the body's type and length. */
-static enum MHD_Result check_head(http_req *q)
+static enum MHD_Result check_head(http_req *q, const char *version)
 {
     srv *s = q->s;
     struct MHD_Connection *conn = q->conn;
+    if (!gate_request_checked(conn)) {
+        enum MHD_Result r = check_unread_head(q, version);
+        if (q->answered || r != MHD_YES) return r;
+    }
     /* libmicrohttpd's C strings end at a decoded NUL ("/jobs/8%00/x" would
      * route as /jobs/8): the unescaper flagged it. */
     if (gate_take_bad_target(conn)) {
@@ -246,9 +310,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls)
 {
-    (void)version;
     srv *s = cls;
     http_req *q = *con_cls;
+    /* The gate refused this head on a kept connection and answered it. */
+    if (gate_refused(conn)) return MHD_NO;
     if (!q) {
         q = calloc(1, sizeof *q);
         if (!q) return MHD_NO;
@@ -260,7 +325,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         q->route = -1;
         q->start_ms = ty_now_ms();
         atomic_fetch_add(&s->http_requests, 1);
-        return check_head(q);
+        gate_request_begin(conn, version);
+        enum MHD_Result r = check_head(q, version ? version : "");
+        gate_request_head_done(conn);
+        return r;
     }
     if (*upload_size > 0) {
         /* A body slower than --request-timeout ends the connection: the
@@ -301,9 +369,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)conn;
-    (void)toe;
     http_req *q = *con_cls;
+    /* A kept connection goes back to the gate for its next head. */
+    gate_request_done(conn, toe);
     if (!q) return;
     /* A request that ends with its route state still held (a generate
      * request whose client left): the route frees it. */
@@ -323,18 +391,14 @@ int http_start(srv *s, int *port_out, ty_err *err)
     int port;
     if (srv_listen_parse(s->cfg.listen, host, sizeof host, &port, err)) return TY_EINVAL;
     gate_config gc = {
-        .lim = {.max_line = 8192,
-                .max_head = 16384,
-                .max_fields = 100,
-                .max_params = 100,
-                .max_cookies = 50,
-                .max_body = s->cfg.max_body},
+        .lim = head_limits,
         .per_ip = s->cfg.per_ip_connections,
         .head_timeout_ms = s->cfg.header_timeout_s * 1000,
-        .max_pending = 4096,
+        .max_pending = s->cfg.max_pending_heads,
         .max_served = (unsigned)s->cfg.max_connections,
         .inspect = !s->cfg.tls_cert[0],
     };
+    gc.lim.max_body = s->cfg.max_body;
     if (!(s->gate = gate_new(&gc, err))) return TY_ENOMEM;
     /* No MHD_USE_ERROR_LOG: it reports every client that hangs up on a
      * stream; failures to start are reported by us. The gate accepts and

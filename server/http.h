@@ -38,7 +38,8 @@ typedef struct http_req {
  * bound port (for port 0). */
 int http_start(srv *s, int *port_out, ty_err *err);
 
-/* Queues r with `Connection: close` (every request passes the gate). */
+/* Queues r, with `Connection: close` unless the gate lets the connection
+ * serve another request (gate_response_keeps). */
 enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r);
 
 enum MHD_Result http_json(http_req *q, unsigned status, json_t *body);

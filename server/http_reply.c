@@ -1,6 +1,6 @@
 /* http_reply.c — the answers of every request (http.h): JSON bodies,
- * bytes, and the JSON error shape of docs/api.md, each sent with
- * `Connection: close`. Below both the HTTP daemon (http.c) and the route
+ * bytes, and the JSON error shape of docs/api.md; `Connection: close` on
+ * those the gate does not let keep their connection (gate.h). Below both the HTTP daemon (http.c) and the route
  * handlers, which only answer through these. */
 #include "http.h"
 
@@ -8,14 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gate.h"
 #include "tyutil.h"
 #include "tyjson.h"
 
 enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r)
 {
-    /* Every request must pass the gate, so no connection carries a second
-     * one (see gate.h). */
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* A connection stays open only while the gate checks each of its heads
+     * (gate.h): errors found in the head and answers to requests it could
+     * not check end it. */
+    if (!gate_response_keeps(conn)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     return MHD_queue_response(conn, status, r);
 }
 

@@ -44,6 +44,7 @@ typedef struct srv_config {
     int per_ip_connections; /* connections one client address may hold; 0 = no limit */
     int max_connections;    /* requests being served at once, all clients (503 beyond) */
     int header_timeout_s;   /* whole request head within this, from accept (408) */
+    int max_pending_heads;  /* connections whose head is arriving, all clients (fair shares) */
     int request_timeout_s;  /* whole body within this, from the head; 0 = off */
     int rate_limit;         /* requests per second per token; 0 = off */
     int rate_burst;         /* requests a token may make at once */

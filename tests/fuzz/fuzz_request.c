@@ -1,7 +1,7 @@
 /* fuzz_request.c — the HTTP request path as `trainyard serve` runs it, on
  * raw bytes from one client connection:
  *
- *   1. the gate's head check (gate_check_head, server/gate.c) with the
+ *   1. the gate's head check (gate_check_head, server/gate_head.c) with the
  *      limits http.c gives it; a refusal must be a JSON-able verdict;
  *   2. a head the gate accepts goes to libmicrohttpd configured with the
  *      server's parsing hooks (gate_unescape flags control bytes,

@@ -1,7 +1,8 @@
 /* test_gate.c — gate_check_head, the request-head check in front of
  * libmicrohttpd: each refusal with its status and code, incomplete heads
  * asking for more (at every prefix of a good head), and the limits at and
- * one past their edge. The socket side is tests/server/test_hardening.py. */
+ * one past their edge; gate_head_extent, where a pipelined request's
+ * successor starts. The socket side is tests/server/test_hardening.py. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,19 @@ int main(void)
     refused(big, 431, "too_large");
     big[200] = 0; /* unfinished and still under the limit: more */
     CHECK(gate_check_head(big, strlen(big), &LIM, &v) == GATE_MORE);
+
+    /* Where the next pipelined request starts. */
+    size_t hl;
+    unsigned long long bl;
+    const char *two = "POST /a HTTP/1.1\r\nHost: x\r\ncontent-length:  12\r\n\r\n{}GET / HTTP/1.1";
+    gate_head_extent(two, strlen(two), &hl, &bl);
+    CHECK(hl == (size_t)(strstr(two, "{}") - two) && bl == 12);
+    const char *plain = "GET / HTTP/1.0\r\n\r\nGET";
+    gate_head_extent(plain, strlen(plain), &hl, &bl);
+    CHECK(hl == 18 && bl == 0);
+    const char *named = "GET / HTTP/1.1\r\nHost: x\r\nX-Content-Length: 5\r\n\r\n";
+    gate_head_extent(named, strlen(named), &hl, &bl);
+    CHECK(hl == strlen(named) && bl == 0);
 
     CHECK(gate_has_ctl("a\0b", 3) && gate_has_ctl("\x7f", 1) && !gate_has_ctl("a b\x80", 4));
     printf("gate: head checks ok\n");

@@ -1,0 +1,249 @@
+/* gate_keep.c — a connection's life inside libmicrohttpd, as the gate sees
+ * it (gate.h): its socket context, the request cycle the access handler
+ * reports, and keep-alive.
+ *
+ * Keep-alive without giving up the gate: the gate counts the heads it
+ * checked (credits) and the stream offset where their requests end. When
+ * an answer that keeps the connection is complete and the daemon has no
+ * credited request left, the bytes the daemon consumed (TCP_INFO's bytes
+ * received less what is still queued) tell whether it holds anything the
+ * gate did not check. If not, the connection is suspended in the daemon
+ * and handed to the gate thread, which peeks at the next head like at a
+ * new connection's, then resumes it (or refuses it in JSON, or closes it
+ * when idle). If the daemon read ahead (a pipelining client racing the
+ * hand-over), its next request is served unchecked by the gate and
+ * answered with `Connection: close`. */
+#include "gate_int.h"
+
+#include <errno.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "tyutil.h"
+
+conn_ctx *gate_ctx_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* What the gate checked of a new connection's first heads. */
+static void take_handoff(gate *g, conn_ctx *x)
+{
+    pthread_mutex_lock(&g->mu);
+    for (handoff **pp = &g->handoffs; *pp; pp = &(*pp)->next) {
+        handoff *h = *pp;
+        if (h->fd != x->fd) continue;
+        x->credits = h->credits;
+        x->checked_end = h->end;
+        x->close_after = h->close_after;
+        *pp = h->next;
+        free(h);
+        break;
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+void gate_notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                 enum MHD_ConnectionNotificationCode toe)
+{
+    gate *g = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn_ctx *x = calloc(1, sizeof *x);
+        if (!x) return;
+        x->g = g;
+        x->mc = c;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        gate_key_of(ci ? ci->client_addr : NULL, &x->k);
+        x->counted = gate_ip_take(g, &x->k, false) != NULL;
+        ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        x->fd = ci ? ci->connect_fd : -1;
+        *socket_ctx = x;
+        if (g->cfg.inspect)
+            take_handoff(g, x);
+        else
+            gate_tls_guard(x);
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_ctx *x = *socket_ctx;
+        if (!x) return;
+        if (x->counted) gate_ip_give(g, &x->k);
+        free(x);
+        *socket_ctx = NULL;
+    }
+}
+
+size_t gate_unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    size_t n = MHD_http_unescape(s);
+    if (gate_has_ctl(s, n)) {
+        conn_ctx *x = gate_ctx_of(c);
+        if (x) x->bad_target = true;
+    }
+    return n;
+}
+
+bool gate_take_bad_target(struct MHD_Connection *c)
+{
+    conn_ctx *x = gate_ctx_of(c);
+    if (!x || !x->bad_target) return false;
+    x->bad_target = false;
+    return true;
+}
+
+/* ---- the request cycle (the daemon's threads) --------------------------------------------- */
+
+void gate_request_begin(struct MHD_Connection *c, const char *version)
+{
+    conn_ctx *x = gate_ctx_of(c);
+    if (!x) return;
+    x->handler_seen = true;
+    x->in_head = true;
+    x->keep = false;
+    x->cur_checked = x->credits > 0;
+    if (x->cur_checked) x->credits--;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
+    x->client_close = !version || strcmp(version, MHD_HTTP_VERSION_1_1) ||
+                      (h && strcasestr(h, "close"));
+}
+
+void gate_request_head_done(struct MHD_Connection *c)
+{
+    conn_ctx *x = gate_ctx_of(c);
+    if (x) x->in_head = false;
+}
+
+bool gate_request_checked(struct MHD_Connection *c)
+{
+    conn_ctx *x = gate_ctx_of(c);
+    return x && x->cur_checked;
+}
+
+bool gate_response_keeps(struct MHD_Connection *c)
+{
+    conn_ctx *x = gate_ctx_of(c);
+    if (!x) return false;
+    x->keep = x->g->cfg.inspect && x->cur_checked && !x->in_head && !x->client_close &&
+              !x->refused && !(x->close_after && x->credits == 0);
+    return x->keep;
+}
+
+bool gate_refused(struct MHD_Connection *c)
+{
+    conn_ctx *x = gate_ctx_of(c);
+    return x && x->refused;
+}
+
+/* Bytes of the stream the daemon has read, or -1 when unknown. */
+static long long stream_consumed(int fd)
+{
+    struct tcp_info ti;
+    socklen_t l = sizeof ti;
+    int inq = 0;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) != 0 ||
+        l < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received ||
+        ioctl(fd, FIONREAD, &inq) != 0)
+        return -1;
+    return (long long)ti.tcpi_bytes_received - inq;
+}
+
+void gate_request_done(struct MHD_Connection *c, enum MHD_RequestTerminationCode toe)
+{
+    conn_ctx *x = gate_ctx_of(c);
+    if (!x || !x->keep || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) return;
+    x->keep = false;
+    /* A credited head follows: the daemon has it, or reads it next. */
+    if (x->credits > 0) return;
+    if (stream_consumed(x->fd) != (long long)x->checked_end) return;
+    gate *g = x->g;
+    conn *k = calloc(1, sizeof *k);
+    if (!k) return;
+    k->fd = x->fd;
+    k->x = x;
+    k->k = x->k;
+    k->deadline_ms = ty_now_ms() + g->cfg.head_timeout_ms;
+    pthread_mutex_lock(&g->mu);
+    if (g->closing) {
+        pthread_mutex_unlock(&g->mu);
+        free(k);
+        return;
+    }
+    MHD_suspend_connection(c);
+    k->next = g->inbox;
+    g->inbox = k;
+    pthread_mutex_unlock(&g->mu);
+    /* After the inbox: the gate thread adopts it before handling any
+     * event that names it. If this fails the idle deadline releases it. */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = k};
+    epoll_ctl(g->efd, EPOLL_CTL_ADD, k->fd, &ev);
+}
+
+/* ---- kept connections (the gate thread) ----------------------------------------------------- */
+
+void gate_adopt_kept(gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    conn *in = g->inbox;
+    g->inbox = NULL;
+    pthread_mutex_unlock(&g->mu);
+    while (in) {
+        conn *n = in->next;
+        gate_conn_link(g, in);
+        in = n;
+    }
+}
+
+void gate_kept_release(gate *g, conn *c, bool drop)
+{
+    epoll_ctl(g->efd, EPOLL_CTL_DEL, c->fd, NULL);
+    if (drop) {
+        /* The daemon reads the end of the stream and closes. */
+        c->x->refused = true;
+        shutdown(c->fd, SHUT_RDWR);
+    }
+    MHD_resume_connection(c->x->mc);
+    gate_conn_unlink(g, c);
+    free(c);
+}
+
+void gate_kept_readable(gate *g, conn *c, uint32_t events)
+{
+    ssize_t r = recv(c->fd, g->peek, g->cfg.lim.max_head + 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        gate_kept_release(g, c, true); /* the client left between requests */
+        return;
+    }
+    if (r < 0) return;
+    if (!c->started) {
+        /* From its first byte a head has the head deadline. */
+        c->started = true;
+        c->deadline_ms = ty_now_ms() + g->cfg.head_timeout_ms;
+    }
+    gate_verdict v;
+    int credits;
+    unsigned long long end;
+    bool close_after;
+    int rc = gate_scan_heads(g, g->peek, (size_t)r, &credits, &end, &close_after, &v);
+    if (rc == GATE_OK) {
+        c->x->credits = credits;
+        c->x->checked_end += end;
+        c->x->close_after = close_after;
+        gate_kept_release(g, c, false);
+    } else if (rc == GATE_REJECT) {
+        gate_conn_refuse(g, c, v.status, v.code, v.field, v.msg);
+    } else if (events & (EPOLLHUP | EPOLLERR)) {
+        gate_kept_release(g, c, true);
+    } else if (events & EPOLLRDHUP) {
+        gate_conn_refuse(g, c, 400, "bad_request", NULL,
+                         "the connection ended inside the request head (no blank line after it)");
+    }
+}
