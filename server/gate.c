@@ -270,7 +270,10 @@ static void conn_handover(gate *g, conn *c, int credits, unsigned long long end,
 static void conn_readable(gate *g, conn *c, uint32_t events)
 {
     if (c->draining) {
-        if (!gate_drain(c->fd)) gate_conn_close(g, c);
+        if (!gate_drain(c->fd))
+            gate_conn_close(g, c);
+        else if (c->x)
+            gate_kept_rearm(g, c);
         return;
     }
     if (c->x) {

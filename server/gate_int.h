@@ -67,14 +67,16 @@ struct conn_ctx {
     bool bad_target;
     int credits;                    /* checked heads the daemon has not begun */
     unsigned long long checked_end; /* stream offset where those end */
-    bool close_after;  /* a later head was refused: close after the credited ones */
-    bool cur_checked;  /* the request being served passed the gate */
-    bool in_head;      /* between gate_request_begin and gate_request_head_done */
-    bool client_close; /* HTTP/1.0 or Connection: close */
-    bool keep;         /* its answer keeps the connection */
-    bool refused;      /* the gate refused the next head: drop it */
-    bool handler_seen; /* the access handler was called on this connection */
-    void *tls;         /* gnutls_session_t under TLS (gate_tls.c) */
+    bool close_after;               /* a later head was refused: close after the credited ones */
+    bool cur_checked;               /* the request being served passed the gate */
+    bool in_head;                   /* between gate_request_begin and gate_request_head_done */
+    bool client_close;              /* HTTP/1.0 or Connection: close */
+    bool keep;                      /* its answer keeps the connection */
+    bool refused;                   /* the gate refused the next head: drop it */
+    bool registered;                /* its fd is in the gate's epoll set (one-shot) */
+    struct conn *kc;                /* the gate's conn for it while kept, reused */
+    bool handler_seen;              /* the access handler was called on this connection */
+    void *tls;                      /* gnutls_session_t under TLS (gate_tls.c) */
     unsigned char tls_hdr[5];
     int tls_hn;          /* bytes of tls_hdr read */
     size_t tls_left;     /* bytes left of the current record */
@@ -122,6 +124,8 @@ bool gate_drain(int fd);
 /* gate_keep.c: kept connections in the gate thread. */
 void gate_adopt_kept(gate *g);
 void gate_kept_readable(gate *g, conn *c, uint32_t events);
+/* Arms c's one-shot registration for its next event. */
+void gate_kept_rearm(gate *g, conn *c);
 /* Hands c back to the daemon (drop: it is to close the connection). */
 void gate_kept_release(gate *g, conn *c, bool drop);
 

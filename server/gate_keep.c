@@ -76,6 +76,7 @@ void gate_notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
         conn_ctx *x = *socket_ctx;
         if (!x) return;
         if (x->counted) gate_ip_give(g, &x->k);
+        free(x->kc); /* never in the gate now: only resumed connections close */
         free(x);
         *socket_ctx = NULL;
     }
@@ -112,8 +113,8 @@ void gate_request_begin(struct MHD_Connection *c, const char *version)
     x->cur_checked = x->credits > 0;
     if (x->cur_checked) x->credits--;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
-    x->client_close = !version || strcmp(version, MHD_HTTP_VERSION_1_1) ||
-                      (h && strcasestr(h, "close"));
+    x->client_close =
+        !version || strcmp(version, MHD_HTTP_VERSION_1_1) || (h && strcasestr(h, "close"));
 }
 
 void gate_request_head_done(struct MHD_Connection *c)
@@ -165,16 +166,18 @@ void gate_request_done(struct MHD_Connection *c, enum MHD_RequestTerminationCode
     if (x->credits > 0) return;
     if (stream_consumed(x->fd) != (long long)x->checked_end) return;
     gate *g = x->g;
-    conn *k = calloc(1, sizeof *k);
+    /* One conn per connection, kept across its requests and registered
+     * once: EPOLLONESHOT disarms it at its event, a MOD re-arms it. */
+    conn *k = x->kc ? x->kc : (x->kc = calloc(1, sizeof *k));
     if (!k) return;
     k->fd = x->fd;
     k->x = x;
     k->k = x->k;
+    k->started = k->draining = false;
     k->deadline_ms = ty_now_ms() + g->cfg.head_timeout_ms;
     pthread_mutex_lock(&g->mu);
     if (g->closing) {
         pthread_mutex_unlock(&g->mu);
-        free(k);
         return;
     }
     MHD_suspend_connection(c);
@@ -183,8 +186,10 @@ void gate_request_done(struct MHD_Connection *c, enum MHD_RequestTerminationCode
     pthread_mutex_unlock(&g->mu);
     /* After the inbox: the gate thread adopts it before handling any
      * event that names it. If this fails the idle deadline releases it. */
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = k};
-    epoll_ctl(g->efd, EPOLL_CTL_ADD, k->fd, &ev);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET | EPOLLONESHOT,
+                             .data.ptr = k};
+    if (epoll_ctl(g->efd, x->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, k->fd, &ev) == 0)
+        x->registered = true;
 }
 
 /* ---- kept connections (the gate thread) ----------------------------------------------------- */
@@ -204,15 +209,24 @@ void gate_adopt_kept(gate *g)
 
 void gate_kept_release(gate *g, conn *c, bool drop)
 {
-    epoll_ctl(g->efd, EPOLL_CTL_DEL, c->fd, NULL);
+    conn_ctx *x = c->x;
     if (drop) {
         /* The daemon reads the end of the stream and closes. */
-        c->x->refused = true;
+        epoll_ctl(g->efd, EPOLL_CTL_DEL, c->fd, NULL);
+        x->registered = false;
+        x->refused = true;
         shutdown(c->fd, SHUT_RDWR);
     }
-    MHD_resume_connection(c->x->mc);
+    /* Otherwise its one-shot event fired and disarmed it: nothing to do. */
     gate_conn_unlink(g, c);
-    free(c);
+    MHD_resume_connection(x->mc);
+}
+
+void gate_kept_rearm(gate *g, conn *c)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET | EPOLLONESHOT,
+                             .data.ptr = c};
+    epoll_ctl(g->efd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
 void gate_kept_readable(gate *g, conn *c, uint32_t events)
@@ -222,28 +236,32 @@ void gate_kept_readable(gate *g, conn *c, uint32_t events)
         gate_kept_release(g, c, true); /* the client left between requests */
         return;
     }
-    if (r < 0) return;
-    if (!c->started) {
-        /* From its first byte a head has the head deadline. */
-        c->started = true;
-        c->deadline_ms = ty_now_ms() + g->cfg.head_timeout_ms;
-    }
     gate_verdict v;
-    int credits;
-    unsigned long long end;
-    bool close_after;
-    int rc = gate_scan_heads(g, g->peek, (size_t)r, &credits, &end, &close_after, &v);
+    int credits = 0, rc = GATE_MORE;
+    unsigned long long end = 0;
+    bool close_after = false;
+    if (r > 0) {
+        if (!c->started) {
+            /* From its first byte a head has the head deadline. */
+            c->started = true;
+            c->deadline_ms = ty_now_ms() + g->cfg.head_timeout_ms;
+        }
+        rc = gate_scan_heads(g, g->peek, (size_t)r, &credits, &end, &close_after, &v);
+    }
     if (rc == GATE_OK) {
         c->x->credits = credits;
         c->x->checked_end += end;
         c->x->close_after = close_after;
         gate_kept_release(g, c, false);
-    } else if (rc == GATE_REJECT) {
+        return;
+    }
+    /* Still the gate's: its next event is wanted. */
+    gate_kept_rearm(g, c);
+    if (rc == GATE_REJECT)
         gate_conn_refuse(g, c, v.status, v.code, v.field, v.msg);
-    } else if (events & (EPOLLHUP | EPOLLERR)) {
+    else if (r > 0 && (events & (EPOLLHUP | EPOLLERR)))
         gate_kept_release(g, c, true);
-    } else if (events & EPOLLRDHUP) {
+    else if (r > 0 && (events & EPOLLRDHUP))
         gate_conn_refuse(g, c, 400, "bad_request", NULL,
                          "the connection ended inside the request head (no blank line after it)");
-    }
 }
