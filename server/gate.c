@@ -150,7 +150,7 @@ void gate_conn_unlink(gate *g, conn *c)
     else
         g->list = c->next;
     if (c->next) c->next->prev = c->prev;
-    if (!c->x) g->nconns--;
+    if (!c->x && !c->evicted) g->nconns--;
 }
 
 /* A new connection's head stops arriving: it no longer counts as pending. */
@@ -329,8 +329,12 @@ static void make_room(gate *g)
     gate_ip_give(g, &victim->k);
     victim->draining = true;
     /* Closed by the next expire(), not here: an event later in this epoll
-     * batch may still name it. */
+     * batch may still name it. Until then it does not count against the
+     * cap on connections in the gate, or a burst of arrivals would be
+     * closed unheard behind the heads it displaced. */
     victim->deadline_ms = 0;
+    victim->evicted = true;
+    g->nconns--;
 }
 
 static conn *conn_new(gate *g, int fd, const struct sockaddr_storage *sa, socklen_t sl)

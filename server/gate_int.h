@@ -37,6 +37,7 @@ typedef struct conn {
     int fd;
     bool draining;
     bool started; /* kept: the next head has begun (its deadline runs) */
+    bool evicted; /* dropped for a fair share: not counted in nconns */
     ipent *ip;    /* new: its address entry, counted in ip->pend */
     conn_ctx *x;  /* kept: the daemon's context of the connection */
     ipkey k;
