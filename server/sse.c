@@ -442,7 +442,8 @@ static enum MHD_Result serve(sse_hub *h, struct MHD_Connection *conn, sse_client
     MHD_add_response_header(r, "Content-Type", ctype);
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    /* Connection: close, as for every answer (gate.h). */
+    /* A stream ends its connection: it is never handed back to the gate
+     * for a next request (gate.h). */
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
