@@ -177,6 +177,26 @@ static enum MHD_Result tally_field(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
+/* Content-Length: one, in digits, within --max-body. */
+static enum MHD_Result check_unread_length(http_req *q)
+{
+    header_count cl = {MHD_HTTP_HEADER_CONTENT_LENGTH, 0, NULL};
+    MHD_get_connection_values(q->conn, MHD_HEADER_KIND, count_header, &cl);
+    if (cl.n > 1)
+        return http_error(q, 400, "bad_request", "Content-Length",
+                          "more than one Content-Length header");
+    if (cl.n == 1) {
+        const char *v = cl.value ? cl.value : "";
+        if (!*v || v[strspn(v, "0123456789")])
+            return http_error(q, 400, "bad_request", "Content-Length",
+                              "Content-Length must be a decimal byte count");
+        if (strlen(v) > 12 || strtoull(v, NULL, 10) > q->s->cfg.max_body)
+            return http_error(q, 413, "too_large", NULL, "request body over the %zu-byte limit",
+                              q->s->cfg.max_body);
+    }
+    return MHD_YES;
+}
+
 /* A head the gate did not read (under TLS, or read ahead by the daemon on
  * a pipelining connection) gets the gate's checks here, as far as the
  * daemon's parsed form shows them, with the gate's answers. */
@@ -206,42 +226,14 @@ static enum MHD_Result check_unread_head(http_req *q, const char *version)
     if (t.hosts > 1 || (!strcmp(version, MHD_HTTP_VERSION_1_1) && t.hosts != 1))
         return http_error(q, 400, "bad_request", "Host",
                           "an HTTP/1.1 request needs exactly one Host");
-    return MHD_YES;
+    return check_unread_length(q);
 }
 
-/* Everything decided from the head alone, in this order: the decoded
- * target, the route, the token (401), its scope (403) and rate (429), the
- * query, the body's type and length. */
-static enum MHD_Result check_head(http_req *q, const char *version)
+/* The token (401), its scope (403) and rate (429) where tokens are
+ * required; elsewhere a submit's token is only noted for usage. */
+static enum MHD_Result check_auth(http_req *q, const route *rt)
 {
     srv *s = q->s;
-    struct MHD_Connection *conn = q->conn;
-    if (!gate_request_checked(conn)) {
-        enum MHD_Result r = check_unread_head(q, version);
-        if (q->answered || r != MHD_YES) return r;
-    }
-    /* libmicrohttpd's C strings end at a decoded NUL ("/jobs/8%00/x" would
-     * route as /jobs/8): the unescaper flagged it. */
-    if (gate_take_bad_target(conn)) {
-        ctl_arg c = {0};
-        MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, find_ctl_arg, &c);
-        if (c.found)
-            return http_error(q, 400, "invalid_spec", c.key,
-                              "query parameter '%s' holds a NUL or control character", c.key);
-        return http_error(q, 400, "bad_request", NULL,
-                          "the request path holds a NUL or control character once decoded");
-    }
-    q->route = routes_match(q, q->method, q->url);
-    if (q->route == -1)
-        return http_error(q, 404, "not_found", NULL, "no such endpoint: %s %s", q->method, q->url);
-    if (q->route == -2) {
-        char allow[128];
-        routes_allowed(q->url, allow, sizeof allow);
-        return http_error_with(q, 405, (http_extra_header){MHD_HTTP_HEADER_ALLOW, allow},
-                               "not_found", "%s is not allowed on %s (allowed: %s)", q->method,
-                               q->url, allow);
-    }
-    const route *rt = &routes_table[q->route];
     if (s->auth_required && !rt->public_) {
         int64_t tid = 0;
         unsigned scopes = 0;
@@ -273,6 +265,43 @@ static enum MHD_Result check_head(http_req *q, const char *version)
         unsigned scopes = 0;
         if (token_of(q, &tid, &scopes)) q->token_id = tid;
     }
+    return MHD_YES;
+}
+
+/* Everything decided from the head alone, in this order: the gate's checks
+ * when it did not read the head, the decoded target, the route, the token
+ * (401), its scope (403) and rate (429), the query, the body's type. */
+static enum MHD_Result check_head(http_req *q, const char *version)
+{
+    struct MHD_Connection *conn = q->conn;
+    if (!gate_request_checked(conn)) {
+        enum MHD_Result r = check_unread_head(q, version);
+        if (q->answered || r != MHD_YES) return r;
+    }
+    /* libmicrohttpd's C strings end at a decoded NUL ("/jobs/8%00/x" would
+     * route as /jobs/8): the unescaper flagged it. */
+    if (gate_take_bad_target(conn)) {
+        ctl_arg c = {0};
+        MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, find_ctl_arg, &c);
+        if (c.found)
+            return http_error(q, 400, "invalid_spec", c.key,
+                              "query parameter '%s' holds a NUL or control character", c.key);
+        return http_error(q, 400, "bad_request", NULL,
+                          "the request path holds a NUL or control character once decoded");
+    }
+    q->route = routes_match(q, q->method, q->url);
+    if (q->route == -1)
+        return http_error(q, 404, "not_found", NULL, "no such endpoint: %s %s", q->method, q->url);
+    if (q->route == -2) {
+        char allow[128];
+        routes_allowed(q->url, allow, sizeof allow);
+        return http_error_with(q, 405, (http_extra_header){MHD_HTTP_HEADER_ALLOW, allow},
+                               "not_found", "%s is not allowed on %s (allowed: %s)", q->method,
+                               q->url, allow);
+    }
+    const route *rt = &routes_table[q->route];
+    enum MHD_Result ar = check_auth(q, rt);
+    if (q->answered || ar != MHD_YES) return ar;
     char field[64], msg[256];
     if (routes_check_query(q, rt, field, sizeof field, msg, sizeof msg))
         return http_error(q, 400, "invalid_spec", field, "%s", msg);
@@ -284,22 +313,6 @@ static enum MHD_Result check_head(http_req *q, const char *version)
             return http_error(q, 415, "unsupported_media_type", NULL,
                               "Content-Type must be application/json, got '%s'",
                               ct ? ct : "(none)");
-    }
-    /* The gate already refused these on a plain listener; under TLS it
-     * cannot read the head, so they are checked here too. */
-    header_count cl = {MHD_HTTP_HEADER_CONTENT_LENGTH, 0, NULL};
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &cl);
-    if (cl.n > 1)
-        return http_error(q, 400, "bad_request", "Content-Length",
-                          "more than one Content-Length header");
-    if (cl.n == 1) {
-        const char *v = cl.value ? cl.value : "";
-        if (!*v || v[strspn(v, "0123456789")])
-            return http_error(q, 400, "bad_request", "Content-Length",
-                              "Content-Length must be a decimal byte count");
-        if (strlen(v) > 12 || strtoull(v, NULL, 10) > s->cfg.max_body)
-            return http_error(q, 413, "too_large", NULL, "request body over the %zu-byte limit",
-                              s->cfg.max_body);
     }
     return MHD_YES;
 }
