@@ -456,6 +456,8 @@ gate *gate_new(const gate_config *cfg, ty_err *err)
         return NULL;
     }
     g->cfg = *cfg;
+    /* Clients that honour it drop an idle connection before the gate does. */
+    snprintf(g->keep_alive, sizeof g->keep_alive, "timeout=%d", cfg->head_timeout_ms / 1000);
     g->lfd = g->efd = g->wake = -1;
     pthread_mutex_init(&g->mu, NULL);
     return g;

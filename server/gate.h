@@ -111,8 +111,9 @@ void gate_request_head_done(struct MHD_Connection *c);
  * heads the daemon read ahead of it.) */
 bool gate_request_checked(struct MHD_Connection *c);
 /* May the answer being queued keep the connection open? Records the
- * choice for gate_request_done; false answers get `Connection: close`. */
-bool gate_response_keeps(struct MHD_Connection *c);
+ * choice for gate_request_done; false answers get `Connection: close`,
+ * true ones `Keep-Alive: *keep_alive` (the idle timeout). */
+bool gate_response_keeps(struct MHD_Connection *c, const char **keep_alive);
 /* Did the gate refuse this connection's next head (its JSON error is
  * sent)? The daemon must then drop the request unanswered. */
 bool gate_refused(struct MHD_Connection *c);

@@ -100,7 +100,8 @@ struct gate {
     int nconns;   /* new and draining connections in list */
     int npending; /* new ones whose head is arriving */
     int64_t accept_paused_until;
-    char *peek; /* max_head + 1 bytes */
+    char *peek;          /* max_head + 1 bytes */
+    char keep_alive[32]; /* the Keep-Alive header of kept answers: "timeout=N" */
 };
 
 conn_ctx *gate_ctx_of(struct MHD_Connection *c);

@@ -129,12 +129,13 @@ bool gate_request_checked(struct MHD_Connection *c)
     return x && x->cur_checked;
 }
 
-bool gate_response_keeps(struct MHD_Connection *c)
+bool gate_response_keeps(struct MHD_Connection *c, const char **keep_alive)
 {
     conn_ctx *x = gate_ctx_of(c);
     if (!x) return false;
     x->keep = x->g->cfg.inspect && x->cur_checked && !x->in_head && !x->client_close &&
               !x->refused && !(x->close_after && x->credits == 0);
+    *keep_alive = x->g->keep_alive;
     return x->keep;
 }
 

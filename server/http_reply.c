@@ -17,7 +17,11 @@ enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct 
     /* A connection stays open only while the gate checks each of its heads
      * (gate.h): errors found in the head and answers to requests it could
      * not check end it. */
-    if (!gate_response_keeps(conn)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    const char *keep_alive = NULL;
+    if (!gate_response_keeps(conn, &keep_alive))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    else
+        MHD_add_response_header(r, "Keep-Alive", keep_alive);
     return MHD_queue_response(conn, status, r);
 }
 
