@@ -10,9 +10,13 @@
  * gate did not check. If not, the connection is suspended in the daemon
  * and handed to the gate thread, which peeks at the next head like at a
  * new connection's, then resumes it (or refuses it in JSON, or closes it
- * when idle). If the daemon read ahead (a pipelining client racing the
- * hand-over), its next request is served unchecked by the gate and
- * answered with `Connection: close`. */
+ * when idle). The suspension happens in the completion notification
+ * (MHD_OPTION_NOTIFY_COMPLETED): libmicrohttpd then resets the connection
+ * for its next request and leaves it alone until the gate resumes it; a
+ * connection is only ever closed by the daemon, after a resume. If the
+ * daemon read ahead (a pipelining client racing the hand-over), its next
+ * request gets the gate's checks in the access handler instead (http.c)
+ * and an answer with `Connection: close`. */
 #include "gate_int.h"
 
 #include <errno.h>
