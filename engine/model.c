@@ -197,6 +197,20 @@ static const void *W16(const model *m, int i)
 
 /* ---- linear layers ------------------------------------------------------ */
 
+/* Counts n GEMMs issued with 16-bit (is16) or fp32 inputs: the types the
+ * model hands the kernels, which decide a GPU's path (tensor cores or
+ * not). */
+static void gemms(model *m, int is16, int n)
+{
+    m->n_gemm[is16 ? 1 : 0] += (size_t)n;
+}
+
+void model_gemm_counts(const model *m, size_t out[2])
+{
+    out[0] = m->n_gemm[0];
+    out[1] = m->n_gemm[1];
+}
+
 /* Element n of an activation buffer (type m->dt): views into fused rows. */
 static inline void *AV(const model *m, void *p, size_t n)
 {
@@ -232,6 +246,7 @@ static void lin_fwd(model *m, int l, int s, int row0, void *out, const void *x, 
     kn_ctx *k = m->kn;
     int q4 = m->t[wi].q4, ad = adapted(m), part = row0 >= 0;
     size_t skip = part ? (size_t)row0 * K : 0;
+    gemms(m, m->dt != KN_F32 && !q4, 1);
     if (m->dt == KN_F32 || (!q4 && !ad)) {
         if (m->dt == KN_F32 && !q4)
             kn_matmul_fwd(k, out, x, W(m, wi) + skip, W(m, bi), N, K, M);
@@ -269,6 +284,7 @@ static void lin_bwd(model *m, int l, int s, int row0, float *dx, const float *do
     int q4 = m->t[wi].q4, ad = adapted(m), part = row0 >= 0;
     size_t skip = part ? (size_t)row0 * K : 0;
     float *dw = G(m, wi) ? G(m, wi) + skip : NULL, *db = G(m, bi);
+    gemms(m, 0, (dx != NULL) + (!q4 && dw != NULL));
     if (q4)
         m->base.bwd(m->base.state, q4 - 1, skip, dx, dout, N, K, M);
     else if (m->dt == KN_F32)
@@ -1163,6 +1179,7 @@ static float embed_scale(const model *m)
 static void lin_w16(model *m, void *out, void *x, int wi, int row0, int bi, int N, int K, int M)
 {
     size_t at = m->t[wi].off + (row0 >= 0 ? (size_t)row0 * K : 0);
+    gemms(m, 1, 1);
     kn_round(m->kn, x, (size_t)N * K, m->wdt);
     kn_matmul16_fwd(m->kn, m->wdt, KN_F32, KN_F32, out, x,
                     (const char *)m->w16 + at * kn_dtype_size(m->wdt), W(m, bi), N, K, M);
@@ -1199,6 +1216,7 @@ static void mlp_in_fwd(model *m, int l, int B, int T, const void *xa)
             kn_layernorm_fwd(k, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(m, L->ln2_w),
                              W(m, L->ln2_b), N, C, c->norm_eps);
         if (fused_gelu(m, L)) {
+            gemms(m, dt != KN_F32, 1);
             kn_matmul_gelu_fwd(k, dt, dt, dt, a->act, a->fc, a->ln2, WL(m, L->fc_w), W(m, L->fc_b),
                                N, C, F);
         } else {
@@ -1419,6 +1437,7 @@ static void head_fwd(model *m, int r, int n)
     kn_ctx *k = m->kn;
     int C = m->cfg.dim, V = m->cfg.vocab;
     const void *x = AV(m, m->lnf, (size_t)r * C);
+    gemms(m, m->dt != KN_F32, 1);
     if (m->dt == KN_F32)
         kn_matmul_fwd(k, m->logits, x, W(m, m->lm_head), NULL, n, C, V);
     else
@@ -1434,6 +1453,7 @@ static void head_bwd(model *m, int r, int n)
     int C = m->cfg.dim, V = m->cfg.vocab;
     const void *x = AV(m, m->lnf, (size_t)r * C);
     float *dx = m->dln + (size_t)r * C;
+    gemms(m, m->dt != KN_F32, 1 + (G(m, m->lm_head) != NULL));
     if (m->dt == KN_F32)
         kn_matmul_bwd(k, dx, G(m, m->lm_head), NULL, m->logits, x, W(m, m->lm_head), n, C, V);
     else
@@ -1483,8 +1503,10 @@ void model_forward_kv(model *m, const int32_t *ids, int n, const model_kv *kv, f
     float *x = (float *)m->lnf + (size_t)(n - 1) * C;
     if (m->w16)
         lin_w16(m, logits, x, m->lm_head, -1, -1, 1, C, V);
-    else
+    else {
+        gemms(m, 0, 1);
         kn_matmul_fwd(k, logits, x, W(m, m->lm_head), NULL, 1, C, V);
+    }
     kn_softcap(k, logits, (size_t)V, m->cfg.final_softcap); /* Gemma 2; 0 = off */
 }
 
@@ -1572,6 +1594,7 @@ static void backward_from_head(model *m, int B, int T)
         kn_zero(k, m->dfc, NF);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
+            gemms(m, 0, fg);
             if (fg)
                 kn_matmul_dgelu(k, dt, KN_F32, dt, m->dfc, G(m, L->fc_b), m->dres, WL(m, L->proj_w),
                                 a->fc, N, F, C);

@@ -179,6 +179,10 @@ typedef struct model {
      * lm_head, after each layer, 0 after the embeddings). NULL: none. */
     void (*grads_done)(void *ctx, size_t from);
     void *grads_done_ctx;
+    /* GEMMs the model has issued (forward, backward, head; not an
+     * adapter's own), by the type of their two inputs: [0] fp32, [1] the
+     * 16-bit type (model_gemm_counts). */
+    size_t n_gemm[2];
 } model;
 
 /* Builds the tensor table for cfg and allocates the parameter, gradient and
@@ -278,6 +282,11 @@ double model_forward_backward(model *m, const int32_t *inputs, const int32_t *ta
  * is read back once per optimizer step. */
 void model_forward_backward_into(model *m, const int32_t *inputs, const int32_t *targets, int B,
                                  int T, float scale, float *losses);
+
+/* The GEMMs issued since the model was created: out[0] with fp32 inputs,
+ * out[1] with both inputs in the 16-bit storage type (tensor cores on a
+ * GPU). A GEMM is one product: a backward's dx and dW count one each. */
+void model_gemm_counts(const model *m, size_t out[2]);
 
 /* RoPE on x [B, T, H, head_dim] (row stride ld) at positions pos_offset..,
  * forward or (bwd = 1) its transpose: plain theta or cfg's scaling. */
