@@ -274,36 +274,58 @@ static void lin_fwd(model *m, int l, int s, int row0, void *out, const void *x, 
     kn_convert(k, out, m->dt, m->ow, KN_F32, (size_t)N * M);
 }
 
+/* The activation gradient g[n] as the backward GEMMs' input: g itself in
+ * fp32 runs; in 16-bit runs its copy in dt in the g16 scratch, exact (the
+ * backward rounds every activation gradient to dt where it produces it),
+ * so dX = dY W and dW += dY^T X both run with 16-bit inputs (a GPU's
+ * 16-bit tensor cores, the CPU's oneDNN bf16 GEMM), fp32 accumulation. */
+static const void *grad_in(model *m, const float *g, size_t n)
+{
+    if (m->dt == KN_F32) return g;
+    kn_convert(m->kn, m->g16, m->dt, g, KN_F32, n);
+    return m->g16;
+}
+
 /* Its backward: dx[N,K] += dout W (fp32 gradients), dW += dout^T x, db +=
- * sum dout (the weight's own rows), and the adapter's share. A frozen
- * 4-bit base gives the input gradient only. */
-static void lin_bwd(model *m, int l, int s, int row0, float *dx, const float *dout, const void *x,
-                    int wi, int bi, int N, int K, int M)
+ * sum dout (the weight's own rows), and the adapter's share; g is dout as
+ * grad_in gives it (read by the GEMMs; the adapter and a frozen 4-bit
+ * base, which gives the input gradient only, read the fp32 dout). */
+static void lin_bwd_g(model *m, int l, int s, int row0, float *dx, const float *dout, const void *g,
+                      const void *x, int wi, int bi, int N, int K, int M)
 {
     kn_ctx *k = m->kn;
     int q4 = m->t[wi].q4, ad = adapted(m), part = row0 >= 0;
     size_t skip = part ? (size_t)row0 * K : 0;
     float *dw = G(m, wi) ? G(m, wi) + skip : NULL, *db = G(m, bi);
-    gemms(m, 0, (dx != NULL) + (!q4 && dw != NULL));
+    gemms(m, m->dt != KN_F32 && !q4, (dx != NULL) + (!q4 && dw != NULL));
     if (q4)
         m->base.bwd(m->base.state, q4 - 1, skip, dx, dout, N, K, M);
     else if (m->dt == KN_F32)
         kn_matmul_bwd(k, dx, dw, db, dout, x, W(m, wi) + skip, N, K, M);
     else
-        kn_matmul16_bwd(k, m->dt, KN_F32, m->dt, dx, dw, db, dout, x,
+        kn_matmul16_bwd(k, m->dt, m->dt, m->dt, dx, dw, db, g, x,
                         (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), N, K, M);
     if (ad)
         m->adapter.bwd(m->adapter.state, l, s, dx, dout, x_f32(m, x, (size_t)N * K), N,
                        part ? row0 : 0, M);
 }
 
+/* lin_bwd_g with dout converted here (no conversion for a 4-bit base). */
+static void lin_bwd(model *m, int l, int s, int row0, float *dx, const float *dout, const void *x,
+                    int wi, int bi, int N, int K, int M)
+{
+    const void *g = m->t[wi].q4 ? NULL : grad_in(m, dout, (size_t)N * M);
+    lin_bwd_g(m, l, s, row0, dx, dout, g, x, wi, bi, N, K, M);
+}
+
 /* GPT-2's c_fc + GELU run as one op (kn_matmul_gelu_fwd / kn_matmul_dgelu:
  * cuBLASLt's GELU epilogues on a GPU) where nothing comes between the
  * product and the GELU: no adapter hooked in (its delta is added to fc and
  * to the proj's dx) and no 4-bit base. In fp32 and 16-bit runs alike: the
- * ops take the activations in the run's dtype (ln2, fc, act) and the fp32
- * gradient dres, and on the CPU compute the same bits as the unfused
- * lin_fwd + kn_gelu_fwd / lin_bwd + kn_gelu_bwd with their roundings. */
+ * ops take the activations (ln2, fc, act) and the gradient dres (through
+ * grad_in) in the run's dtype, and on the CPU compute the same bits as the
+ * unfused lin_fwd + kn_gelu_fwd / lin_bwd + kn_gelu_bwd with their
+ * roundings. */
 static int fused_gelu(const model *m, const layer_ix *L)
 {
     return !m->adapter.state && !m->t[L->fc_w].q4 && !m->t[L->proj_w].q4 && !m->w16;
@@ -1090,6 +1112,7 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
         m->dfc = inf ? NULL : TAKE(N * F);
         m->dup = gpt2 || inf ? NULL : TAKE(N * F);
         m->dqr = c->qk_norm && !inf ? TAKE(N * QD) : NULL;
+        m->g16 = m->dt != KN_F32 && !inf ? TAKE16(N * maxm) : NULL;
         m->dkr = c->qk_norm && !inf ? TAKE(N * KD) : NULL;
 #undef TAKE
 #undef TAKE16
@@ -1589,15 +1612,18 @@ static void backward_from_head(model *m, int B, int T)
             dmo = m->dln;
         }
         if (!fg) kn_zero(k, m->dact, NF);
-        lin_bwd(m, l, LS_PROJ, -1, fg ? NULL : m->dact, dmo, a->act, L->proj_w, L->proj_b, N, F, C);
+        /* d(mo) in dt once, for the proj's GEMMs and (fused) the dgelu's */
+        const void *gmo = m->t[L->proj_w].q4 ? NULL : grad_in(m, dmo, NC);
+        lin_bwd_g(m, l, LS_PROJ, -1, fg ? NULL : m->dact, dmo, gmo, a->act, L->proj_w, L->proj_b, N,
+                  F, C);
         if (!fg) RND(m->dact, NF);
         kn_zero(k, m->dfc, NF);
         kn_zero(k, m->dln, NC);
         if (gpt2) {
-            gemms(m, 0, fg);
+            gemms(m, dt != KN_F32, fg);
             if (fg)
-                kn_matmul_dgelu(k, dt, KN_F32, dt, m->dfc, G(m, L->fc_b), m->dres, WL(m, L->proj_w),
-                                a->fc, N, F, C);
+                kn_matmul_dgelu(k, dt, dt, dt, m->dfc, G(m, L->fc_b), gmo, WL(m, L->proj_w), a->fc,
+                                N, F, C);
             else
                 kn_gelu_bwd(k, dt, m->dfc, m->dact, a->fc, NF);
             RND(m->dfc, NF);

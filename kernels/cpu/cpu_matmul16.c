@@ -202,6 +202,26 @@ static const float *weights_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
  * needed (the sgemm path): the copy is ROWS x M floats, not N x M. */
 #define ROWS 256
 
+/* dbias[M] += the column sums of dout[N,M] (dout_dt), rows in order: the
+ * sum kn_matmul_bwd forms, over a 16-bit dout widened ROWS rows at a
+ * time into scratch slot 3 (the same bits: each row adds in turn). */
+static void bias_grad(kn_ctx *c, float *dbias, const void *dout, kn_dtype dout_dt, int N, int M)
+{
+    if (dout_dt == KN_F32) {
+        cpu_matmul_bwd(c, NULL, NULL, dbias, dout, NULL, NULL, N, 0, M);
+        return;
+    }
+    float *g32 = scratch(c, 3, (size_t)ROWS * M * sizeof(float));
+    if (!g32) return;
+    size_t es = kn_dtype_size(dout_dt);
+    for (int r = 0; r < N; r += ROWS) {
+        int n = N - r < ROWS ? N - r : ROWS;
+        cpu_convert(c, g32, KN_F32, (const char *)dout + (size_t)r * M * es, dout_dt,
+                    (size_t)n * M);
+        cpu_matmul_bwd(c, NULL, NULL, dbias, g32, NULL, NULL, n, 0, M);
+    }
+}
+
 /* Rows [r, r + n) of x (x_dt, K wide) as fp32: x itself for fp32, else
  * widened into scratch slot 2 (ROWS x K floats). */
 static const float *x_rows(kn_ctx *c, const void *x, kn_dtype x_dt, int r, int n, int K)
@@ -283,8 +303,7 @@ void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, f
 #ifdef TY_KN_HAVE_DNNL
     dnnl_mm *ex = dt == KN_BF16 && dx && K > 0 ? dn_get(c, MM_DX, N, K, M) : NULL;
     dnnl_mm *ew = dt == KN_BF16 && dw && K > 0 ? dn_get(c, MM_DW, N, K, M) : NULL;
-    if ((ex || ew) && (dout_dt == KN_F32 || dout_dt == KN_BF16) && (!dbias || dout_dt == KN_F32) &&
-        (ex || !dx) && (ew || !dw)) {
+    if ((ex || ew) && (dout_dt == KN_F32 || dout_dt == KN_BF16) && (ex || !dx) && (ew || !dw)) {
         /* dout as bf16: as given, or converted (fp32 dout holds bf16 values). */
         const void *g16 = dout;
         if (dout_dt == KN_F32) {
@@ -304,8 +323,7 @@ void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, f
             }
             if (dn_run(c, ew, g16, x16, NULL, dw)) return;
         }
-        if (dbias) /* dout is fp32 here; x is not read for the bias */
-            cpu_matmul_bwd(c, NULL, NULL, dbias, dout, NULL, NULL, N, K, M);
+        if (dbias) bias_grad(c, dbias, dout, dout_dt, N, M);
         return;
     }
 #endif

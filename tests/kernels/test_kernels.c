@@ -1182,6 +1182,20 @@ static void run_matmul16(kn_dtype dt, int N, int K, int M, int with_bias)
     float *out2 = falloc(c, (size_t)N * M);
     kn_matmul16_fwd(c, dt, KN_F32, KN_F32, out2, x, w16, b, N, K, M);
     check_same("matmul16 repeat", out2, out, (size_t)N * M);
+    /* dout in dt, as the engine's 16-bit backward passes it: the same
+     * values, so the products match the references, and dbias (a column
+     * sum in row order on every path) has the bits fp32 dout gives. */
+    uint16_t *g16 = kn_alloc(c, (size_t)N * M * 2);
+    kn_convert(c, g16, dt, g, KN_F32, (size_t)N * M);
+    float *dx16 = falloc(c, (size_t)N * K), *dw16 = falloc(c, (size_t)M * K), *db16 = falloc(c, M),
+          *db32 = falloc(c, M);
+    for (int r = 0; r < 2; r++) {
+        kn_matmul16_bwd(c, dt, dt, KN_F32, dx16, dw16, db16, g16, x, w16, N, K, M);
+        kn_matmul16_bwd(c, dt, KN_F32, KN_F32, NULL, NULL, db32, g, x, w16, N, K, M);
+    }
+    check_close("matmul16 16-bit dout dx", dx16, rdx, (size_t)N * K, 1e-5, 1e-6);
+    check_close("matmul16 16-bit dout dw", dw16, rdw, (size_t)M * K, 1e-5, 1e-6);
+    check_same("matmul16 16-bit dout db", db16, db32, M);
     ty_err err = {0};
     CHECK(kn_check(c, &err) == 0, "matmul16: %s", err.msg);
     free(ro), free(rdx), free(rdw), free(rdb);
