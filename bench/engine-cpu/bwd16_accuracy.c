@@ -12,11 +12,14 @@
  * fp32's, and for the first step (same weights in every precision) the
  * largest relative L2 difference of a weight gradient from fp32's,
  * ||g16 - g32|| / ||g32|| over the tensors with a non-zero fp32 gradient,
- * and the GEMMs of that step by input type (model_gemm_counts).
+ * the GEMMs of that step by input type (model_gemm_counts), and an FNV-1a
+ * hash of that step's gradient bits: equal hashes from two builds mean
+ * bit-identical gradients.
  *
- * Usage: bwd16-accuracy [steps]   (default 50) */
+ * Usage: bwd16-accuracy [steps [cpu|emu|all]]   (default 50 all) */
 #include <jansson.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +39,17 @@ static const char *const LLAMA =
 
 typedef struct {
     double loss0, loss, gemm[2];
-    float *g1; /* host copy of the first step's gradients */
+    uint64_t hash; /* of g1's bits */
+    float *g1;     /* host copy of the first step's gradients */
 } run_out;
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
 
 static int make(model *m, kn_ctx *kn, const char *cfg_json, kn_dtype dt)
 {
@@ -91,6 +103,7 @@ static int train(kn_ctx *kn, const char *cfg_json, kn_dtype dt, int steps, run_o
             r->gemm[1] = (double)(c1[1] - c0[1]);
             r->loss0 = r->loss;
             kn_to_host(kn, r->g1, m.grads, n * sizeof(float));
+            r->hash = fnv1a(r->g1, n * sizeof(float));
         }
         adamw(&m, s + 1);
         if (kn_check(kn, &err)) {
@@ -127,11 +140,12 @@ static void family(kn_ctx *kn, const char *tag, const char *cfg_json, int steps)
     for (int d = 0; d < 3; d++)
         if (train(kn, cfg_json, dts[d], steps, &r[d])) goto out;
     for (int d = 0; d < 3; d++)
-        printf("%-8s %-5s %-4s loss %.5f -> %.5f (vs fp32 %.2e)  max rel dW %.2e  "
-               "gemms fp32 %g 16-bit %g\n",
+        printf("%-8s %-5s %-4s loss %.5f -> %.7f (vs fp32 %.2e)  max rel dW %.3e  "
+               "gemms fp32 %g 16-bit %g  dW hash %016llx\n",
                kn_device_name(kn), tag, kn_dtype_name(dts[d]), r[d].loss0, r[d].loss,
                fabs(r[d].loss - r[0].loss) / r[0].loss, max_rel_grad(&shape, r[d].g1, r[0].g1),
-               r[d].gemm[0], r[d].gemm[1]);
+               r[d].gemm[0], r[d].gemm[1], (unsigned long long)r[d].hash);
+    fflush(stdout);
 out:
     for (int d = 0; d < 3; d++)
         free(r[d].g1);
@@ -141,8 +155,11 @@ out:
 int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 50;
-    if (steps < 1) {
-        fprintf(stderr, "usage: bwd16-accuracy [steps >= 1]\n");
+    const char *which = argc > 2 ? argv[2] : "all";
+    int on_cpu = !strcmp(which, "cpu") || !strcmp(which, "all"),
+        on_emu = !strcmp(which, "emu") || !strcmp(which, "all");
+    if (steps < 1 || (!on_cpu && !on_emu)) {
+        fprintf(stderr, "usage: bwd16-accuracy [steps >= 1 [cpu|emu|all]]\n");
         return 2;
     }
     kn_ctx *cpu = NULL, *emu = NULL;
@@ -153,10 +170,14 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("%d steps, batch %d x %d\n", steps, B, T);
-    family(cpu, "gpt2", GPT2, steps);
-    family(cpu, "llama", LLAMA, steps);
-    family(emu, "gpt2", GPT2, steps);
-    family(emu, "llama", LLAMA, steps);
+    if (on_cpu) {
+        family(cpu, "gpt2", GPT2, steps);
+        family(cpu, "llama", LLAMA, steps);
+    }
+    if (on_emu) {
+        family(emu, "gpt2", GPT2, steps);
+        family(emu, "llama", LLAMA, steps);
+    }
     kn_close(emu);
     kn_close(cpu);
     return 0;
