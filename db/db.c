@@ -272,6 +272,8 @@ void db_close(db *d)
     if (!d) return;
     sqlite3_finalize(d->ins_event);
     sqlite3_finalize(d->max_seq);
+    for (int i = 0; i < DB_CACHED; i++)
+        sqlite3_finalize(d->cached[i].st);
     sqlite3_close(d->h);
     free(d);
 }
@@ -536,15 +538,16 @@ int db_job_get(db *d, int64_t id, db_job *out, ty_err *err)
 {
     sqlite3_stmt *st;
     memset(out, 0, sizeof *out);
-    if (prep(d, "SELECT " JOB_COLS " FROM jobs WHERE id = ?", &st, err)) return TY_EIO;
+    static const char sql[] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?";
+    if (prep_cached(d, sql, &st, err)) return TY_EIO;
     sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         read_job(st, out);
-        sqlite3_finalize(st);
+        unprep(d, st);
         return 0;
     }
-    sqlite3_finalize(st);
+    unprep(d, st);
     if (rc == SQLITE_DONE) return ty_err_set(err, TY_ENOENT, "no job %lld", (long long)id);
     return sql_err(d, err, "get job");
 }
@@ -1212,14 +1215,12 @@ int db_checkpoint_newest(db *d, int64_t job_id, char **dir, ty_err *err)
 {
     sqlite3_stmt *st;
     *dir = NULL;
-    if (prep(d,
-             "SELECT dir FROM checkpoints WHERE job_id = ? AND state NOT IN"
-             " ('failed', 'deleted') ORDER BY step DESC LIMIT 1",
-             &st, err))
-        return TY_EIO;
+    static const char sql[] = "SELECT dir FROM checkpoints WHERE job_id = ? AND state NOT IN"
+                              " ('failed', 'deleted') ORDER BY step DESC LIMIT 1";
+    if (prep_cached(d, sql, &st, err)) return TY_EIO;
     sqlite3_bind_int64(st, 1, job_id);
     if (sqlite3_step(st) == SQLITE_ROW) *dir = col_str(st, 0);
-    sqlite3_finalize(st);
+    unprep(d, st);
     return 0;
 }
 

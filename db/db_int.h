@@ -7,16 +7,27 @@
 #define TY_DB_INT_H
 
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "db.h"
 #include "tyerr.h"
 
+/* Statements of the hottest reads (GET /jobs/{id}), prepared once per
+ * handle and reset after each use: preparing is most of such a read. A
+ * handle belongs to one thread (server/state.c), so no lock is needed. */
+#define DB_CACHED 4
+
 struct db {
     sqlite3 *h;
     sqlite3_stmt *ins_event; /* prepared once: the hot path of event ingestion */
     sqlite3_stmt *max_seq;
+    struct {
+        const char *sql; /* a string literal: compared by address */
+        sqlite3_stmt *st;
+        bool busy; /* handed out and not yet given back */
+    } cached[DB_CACHED];
 };
 
 /* A full disk is TY_ENOSPC (the API answers 503 and the scheduler retries)
@@ -43,6 +54,37 @@ static inline int prep(db *d, const char *sql, sqlite3_stmt **st, ty_err *err)
 {
     if (sqlite3_prepare_v2(d->h, sql, -1, st, NULL) != SQLITE_OK) return sql_err(d, err, "prepare");
     return 0;
+}
+
+/* prep for a statement of the cache: the prepared one when it is free,
+ * else (the cache full, or the statement already in use further up the
+ * stack) a fresh one. Give it back with unprep, never sqlite3_finalize. */
+static inline int prep_cached(db *d, const char *sql, sqlite3_stmt **st, ty_err *err)
+{
+    int slot = -1;
+    for (int i = 0; i < DB_CACHED; i++) {
+        if (d->cached[i].sql == sql && !d->cached[i].busy) {
+            d->cached[i].busy = true;
+            *st = d->cached[i].st;
+            return 0;
+        }
+        if (!d->cached[i].sql && slot < 0) slot = i;
+    }
+    if (prep(d, sql, st, err)) return TY_EIO;
+    if (slot >= 0) d->cached[slot].sql = sql, d->cached[slot].st = *st, d->cached[slot].busy = true;
+    return 0;
+}
+
+static inline void unprep(db *d, sqlite3_stmt *st)
+{
+    for (int i = 0; i < DB_CACHED; i++)
+        if (d->cached[i].st == st) {
+            sqlite3_reset(st);
+            sqlite3_clear_bindings(st);
+            d->cached[i].busy = false;
+            return;
+        }
+    sqlite3_finalize(st);
 }
 
 static inline char *col_str(sqlite3_stmt *st, int i)
