@@ -267,6 +267,70 @@ int db_open(const char *path, db **out, ty_err *err)
     return db_open_at_version(path, DB_SCHEMA_VERSION, out, err);
 }
 
+/* ---- a full disk ---------------------------------------------------------------- */
+
+static void (*full_hook)(void *ctx, bool full);
+static void *full_ctx;
+
+void db_set_full_hook(void (*fn)(void *ctx, bool full), void *ctx)
+{
+    full_ctx = ctx;
+    full_hook = fn;
+}
+
+int db_errcode(db *d)
+{
+    int prim = sqlite3_extended_errcode(d->h) & 0xff;
+    if ((prim == SQLITE_FULL || prim == SQLITE_IOERR) && full_hook)
+        full_hook(full_ctx, prim == SQLITE_FULL);
+    return prim == SQLITE_FULL || prim == SQLITE_READONLY ? TY_ENOSPC : TY_EIO;
+}
+
+/* "file:" URI of a path: the characters a URI gives meaning to escaped. */
+static void file_uri(const char *path, const char *query, char *out, size_t cap)
+{
+    size_t o = (size_t)snprintf(out, cap, "file:");
+    for (const char *p = path; *p && o + 4 < cap; p++) {
+        if (*p == '?' || *p == '#' || *p == '%')
+            o += (size_t)snprintf(out + o, cap - o, "%%%02X", (unsigned char)*p);
+        else
+            out[o++] = *p;
+    }
+    snprintf(out + o, cap - o, "?%s", query);
+}
+
+int db_open_mode(const char *path, db_mode mode, db **out, ty_err *err)
+{
+    if (mode == DB_RW) return db_open(path, out, err);
+    *out = NULL;
+    char uri[8400];
+    file_uri(path, mode == DB_RO ? "mode=ro" : "immutable=1", uri, sizeof uri);
+    db *d = calloc(1, sizeof *d);
+    if (!d) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    int rc = 0;
+    if (sqlite3_open_v2(uri, &d->h, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK)
+        rc = ty_err_set(err, TY_EIO, "open %s read-only: %s", path,
+                        d->h ? sqlite3_errmsg(d->h) : "out of memory");
+    if (!rc) {
+        sqlite3_busy_timeout(d->h, 5000);
+        int v = db_user_version(d);
+        if (v != DB_SCHEMA_VERSION)
+            rc = v < 0 ? sql_err(d, err, "open read-only")
+                       : ty_err_set(err, TY_EINVAL,
+                                    "database schema version %d needs version %d, which cannot "
+                                    "be written read-only",
+                                    v, DB_SCHEMA_VERSION);
+    }
+    if (rc) {
+        sqlite3_close(d->h);
+        free(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
 void db_close(db *d)
 {
     if (!d) return;

@@ -46,6 +46,18 @@ int db_open(const char *path, db **out, ty_err *err);
  * old-version databases with it). */
 int db_open_at_version(const char *path, int version, db **out, ty_err *err);
 void db_close(db *d);
+/* How a handle is opened: read-write (created and migrated as db_open), or,
+ * where the disk is too full for SQLite to set up its -shm file, read-only
+ * through its WAL (DB_RO) or, with no WAL content to read, the main file
+ * alone (DB_IMMUTABLE). Read-only handles need the current schema; their
+ * writes fail with TY_ENOSPC. */
+typedef enum { DB_RW, DB_RO, DB_IMMUTABLE } db_mode;
+int db_open_mode(const char *path, db_mode mode, db **out, ty_err *err);
+/* fn(ctx, full) is called, from whichever thread met it, each time SQLite
+ * reports a full disk (full true) or an I/O error (which a full disk also
+ * causes: SQLite cannot grow its -shm file); NULL: none. Set once, before
+ * the handles that report are used. */
+void db_set_full_hook(void (*fn)(void *ctx, bool full), void *ctx);
 int db_user_version(db *d);
 
 /* ---- jobs ---------------------------------------------------------------- */

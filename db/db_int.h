@@ -30,11 +30,17 @@ struct db {
     } cached[DB_CACHED];
 };
 
-/* A full disk is TY_ENOSPC (the API answers 503 and the scheduler retries)
- * rather than a generic I/O error. */
+/* The TY_E* code of the handle's last error. A full disk is TY_ENOSPC
+ * (the API answers 503 and the scheduler retries) rather than a generic
+ * I/O error, and so is a write to a handle opened read-only: the server
+ * opens one only while the disk is full (db_open_mode). A full disk, or an
+ * I/O error that may be one (SQLite cannot grow its -shm), is also
+ * reported to the full-disk hook (db_set_full_hook). */
+int db_errcode(db *d);
+
 static inline int sql_err(db *d, ty_err *err, const char *what)
 {
-    int code = (sqlite3_extended_errcode(d->h) & 0xff) == SQLITE_FULL ? TY_ENOSPC : TY_EIO;
+    int code = db_errcode(d);
     return ty_err_set(err, code, "database: %s: %s", what, sqlite3_errmsg(d->h));
 }
 
@@ -42,7 +48,7 @@ static inline int exec_sql(db *d, const char *sql, ty_err *err)
 {
     char *msg = NULL;
     if (sqlite3_exec(d->h, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        int code = (sqlite3_extended_errcode(d->h) & 0xff) == SQLITE_FULL ? TY_ENOSPC : TY_EIO;
+        int code = db_errcode(d);
         int rc = ty_err_set(err, code, "database: %s", msg ? msg : "exec failed");
         sqlite3_free(msg);
         return rc;

@@ -19,8 +19,9 @@
 #define EVW_QUEUE_CAP (8 * EVW_MAX_BATCH)
 
 struct evw {
-    db *d;
-    pthread_mutex_t *lock; /* shared write lock: commit + publish */
+    db *d;                    /* its own handle, or NULL: handle(ctx) */
+    db *(*handle)(void *ctx); /* the calling thread's handle (evw_new_with) */
+    pthread_mutex_t *lock;    /* shared write lock: commit + publish */
     evw_publish_fn publish;
     void *ctx;
     pthread_mutex_t qmu; /* guards the queue only */
@@ -54,8 +55,10 @@ static int flush_queue_locked(struct evw *w, int limit, ty_err *err)
         limit -= n;
 
         db_event *out = calloc((size_t)n, sizeof *out);
-        int brc = out ? db_events_append(w->d, batch, n, out, err)
-                      : ty_err_set(err, TY_ENOMEM, "out of memory");
+        db *d = w->d ? w->d : w->handle(w->ctx);
+        int brc = !out ? ty_err_set(err, TY_ENOMEM, "out of memory")
+                  : d  ? db_events_append(d, batch, n, out, err)
+                       : ty_err_set(err, TY_EIO, "no database handle");
         if (brc == 0) {
             w->events += n;
             w->batches++;
@@ -118,6 +121,12 @@ static void *writer_main(void *arg)
 struct evw *evw_new(const char *db_path, pthread_mutex_t *lock, evw_publish_fn publish, void *ctx,
                     ty_err *err)
 {
+    return evw_new_with(db_path, NULL, lock, publish, ctx, err);
+}
+
+struct evw *evw_new_with(const char *db_path, db *(*handle)(void *ctx), pthread_mutex_t *lock,
+                         evw_publish_fn publish, void *ctx, ty_err *err)
+{
     struct evw *w = calloc(1, sizeof *w);
     if (!w) {
         ty_err_set(err, TY_ENOMEM, "out of memory");
@@ -129,11 +138,12 @@ struct evw *evw_new(const char *db_path, pthread_mutex_t *lock, evw_publish_fn p
         ty_err_set(err, TY_ENOMEM, "out of memory");
         return NULL;
     }
-    if (db_open(db_path, &w->d, err)) {
+    if (!handle && db_open(db_path, &w->d, err)) {
         free(w->q);
         free(w);
         return NULL;
     }
+    w->handle = handle;
     w->lock = lock;
     w->publish = publish;
     w->ctx = ctx;

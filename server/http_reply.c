@@ -121,8 +121,8 @@ enum MHD_Result http_ty_error(http_req *q, const ty_err *err)
     case TY_EINVAL:
     case TY_ESPEC:
         return http_error(q, 400, "invalid_spec", err->field, "%s", err->msg);
-    case TY_ENOSPC:
-        return http_error(q, 503, "unavailable", NULL, "%s", err->msg);
+    case TY_ENOSPC: /* a full disk, or the read-only mode it causes (disk.c) */
+        return http_error(q, 503, "disk_full", NULL, "%s", err->msg);
     default:
         return http_error(q, 500, "internal", NULL, "%s", err->msg);
     }

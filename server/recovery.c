@@ -481,9 +481,14 @@ void sched_recover_mark(sched *x)
         }
         job_state to = recover_outcome(&j, pg, &up, reason, sizeof reason);
         up.set_finished = db_state_terminal(to);
-        if (srv_transition(s, j.id, live, to, reason, &up, NULL, &err))
-            fprintf(stderr, "trainyard: job %lld: recovery cannot record %s: %s\n", (long long)j.id,
-                    db_state_name(to), err.msg);
+        if (srv_transition(s, j.id, live, to, reason, &up, NULL, &err)) {
+            /* A full disk: written by the scheduler once it has room. */
+            fprintf(stderr, "trainyard: job %lld: recovery cannot record %s: %s; retrying\n",
+                    (long long)j.id, db_state_name(to), err.msg);
+            char *store = sched_job_store(s, j.id);
+            sched_settle_later(x, j.id, to, -1, store, reason);
+            free(store);
+        }
         db_job_free(&j);
     }
     free(ids);

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "admit.h"
+#include "disk.h"
 #include "gpu.h"
+#include "overlay.h"
 #include "recovery.h"
 #include "scheduler.h"
 #include "gate.h"
@@ -160,6 +162,7 @@ static enum MHD_Result reply_job(http_req *q, unsigned status, int64_t id)
     ty_err err = {0};
     if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
     if (db_job_get(d, id, &j, &err)) return http_ty_error(q, &err);
+    overlay_apply(q->s, &j);
     json_t *o = render_job(&q->s->cfg, d, &j);
     db_job_free(&j);
     return http_json(q, status, o);
@@ -266,6 +269,7 @@ static enum MHD_Result reply_stored(http_req *q, const job_post *p)
     ty_err err = {0};
     char loc[64];
     if (db_job_get(d, p->id, &j, &err)) return http_ty_error(q, &err);
+    overlay_apply(q->s, &j);
     json_t *o = render_job(&q->s->cfg, d, &j);
     db_job_free(&j);
     char *txt = ty_json_dumps(o, JSON_COMPACT);
@@ -358,11 +362,15 @@ static enum MHD_Result get_jobs(http_req *q)
     const char *tag = http_arg(q, "tag");
     if (tag && (!*tag || strlen(tag) > 64))
         return http_error(q, 400, "invalid_spec", "tag", "tag must be 1 to 64 characters");
-    if (!d || db_job_list_tag(d, f.mask, tag, before, (int)limit + 1, &jobs, &n, &err))
+    if (!d || db_job_list_tag(d, overlay_widen(q->s, f.mask), tag, before, (int)limit + 1, &jobs,
+                              &n, &err))
         return http_error(q, 500, "internal", NULL, "%s", err.msg);
     json_t *arr = json_array();
-    for (int i = 0; i < n && i < limit; i++)
-        json_array_append_new(arr, render_job(&q->s->cfg, d, &jobs[i]));
+    for (int i = 0; i < n && i < limit; i++) {
+        overlay_apply(q->s, &jobs[i]);
+        if (overlay_keep(&jobs[i], f.mask))
+            json_array_append_new(arr, render_job(&q->s->cfg, d, &jobs[i]));
+    }
     json_t *next = json_null();
     if (n > limit) {
         char cur[32];
@@ -415,6 +423,11 @@ static enum MHD_Result delete_job(http_req *q)
     if (db_job_get(d, q->id, &j, &err)) return http_ty_error(q, &err);
     bool finished = db_state_terminal(j.state);
     db_job_free(&j);
+    job_state settling;
+    if (overlay_state(q->s, q->id, &settling))
+        return http_error(q, 409, "conflict", NULL,
+                          "job %lld is %s but that is still being written; retry once it is",
+                          (long long)q->id, db_state_name(settling));
     if (finished && purge && !strcmp(purge, "1")) {
         if (upload_purge_job(q->s, q->id, &err))
             return http_error(q, 502, "internal", "purge",
@@ -422,7 +435,16 @@ static enum MHD_Result delete_job(http_req *q)
                               "retry): %s",
                               err.msg);
     }
-    if (db_job_delete(d, q->id, &err)) return http_ty_error(q, &err);
+    /* The row first, then the directory (which needs no space): a crash
+     * between leaves a directory without a job, removed at the next start
+     * (disk.c). On a full disk the reserve makes room for the row's WAL. */
+    int rc = db_job_delete(d, q->id, &err);
+    if (rc && err.code == TY_ENOSPC && srv_disk_writable(q->s)) {
+        srv_disk_release_reserve(q->s);
+        ty_err_clear(&err);
+        rc = db_job_delete(d, q->id, &err);
+    }
+    if (rc) return http_ty_error(q, &err);
     char dir[PATH_MAX];
     srv_job_dir(q->s, q->id, dir, sizeof dir);
     ty_rm_rf(dir, &err);
@@ -627,10 +649,15 @@ static enum MHD_Result get_gpus(http_req *q)
 
 static enum MHD_Result get_healthz(http_req *q)
 {
-    bool ok = srv_db(q->s) != NULL;
-    return http_json(
-        q, ok ? 200 : 503,
-        json_pack("{ss ss}", "status", ok ? "ok" : "database unavailable", "version", TY_VERSION));
+    srv *s = q->s;
+    if (!srv_db(s)) return http_error(q, 503, "unavailable", NULL, "database unavailable");
+    /* The disk: read_only while it is too full to write the database. */
+    int64_t free_b = srv_disk_free(s);
+    json_t *fb = free_b == INT64_MAX ? json_null() : json_integer(free_b);
+    return http_json(q, 200,
+                     json_pack("{ss ss ss so sb}", "status", "ok", "version", TY_VERSION, "storage",
+                               srv_disk_writable(s) ? "read_write" : "read_only", "disk_free_bytes",
+                               fb, "disk_reserve", (int)atomic_load(&s->reserve_held)));
 }
 
 static enum MHD_Result get_prom(http_req *q)

@@ -38,7 +38,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "disk.h"
 #include "ops.h"
+#include "overlay.h"
 #include "state.h"
 #include "upload.h"
 #include "tyutil.h"
@@ -73,7 +75,9 @@ static void schedule(sched *x)
         bool recovering = false;
         for (int k = 0; k < x->nrecov; k++)
             recovering |= x->recov[k].job_id == ids[i];
-        if (recovering) continue;  /* its old engine may still be writing */
+        job_state settling; /* a cancel or pause of it is still to be written */
+        if (recovering || overlay_state(s, ids[i], &settling))
+            continue;              /* its old engine may still be writing */
         if (x->ex->ops->cluster) { /* the cluster queues and places it */
             sched_start_job(x, ids[i], 0, 0);
             continue;
@@ -256,7 +260,8 @@ static void *sched_main(void *arg)
         sched_check_waiters(x);
         sched_check_pending(x);
         watch_runs(x);
-        if ((woken || n == 0) && !x->stop) schedule(x);
+        srv_disk_tick(x->s); /* a read-only server starts nothing until writable */
+        if ((woken || n == 0) && !x->stop && srv_disk_writable(x->s)) schedule(x);
     }
     pthread_mutex_unlock(&x->mu);
     return NULL;
@@ -313,6 +318,26 @@ static run *find_run(sched *x, int64_t id)
     return NULL;
 }
 
+/* cancel/pause of a job whose engine is gone while its final state is
+ * being written again: a requeue becomes the request (and a pause a
+ * cancel); an end already reached is a conflict, as it will be once
+ * written. The API shows the new target at once (overlay.h). */
+static int stop_pending(sched *x, pending *p, const char *intent, ty_err *err)
+{
+    bool cancel = !strcmp(intent, "cancel");
+    job_state now = p->has_then ? p->then : p->to;
+    if (now == JOB_QUEUED || (now == JOB_PAUSED && cancel)) {
+        /* Written after the settle: neither running → cancelled nor
+         * running → paused is a transition of its own. */
+        p->has_then = true;
+        p->then = cancel ? JOB_CANCELLED : JOB_PAUSED;
+        overlay_set(x->s, p->job_id, p->then, p->reason);
+        return 0;
+    }
+    return ty_err_set(err, TY_ESTATE, "job %lld is %s (its engine has ended); it cannot be %s",
+                      (long long)p->job_id, db_state_name(now), cancel ? "cancelled" : "paused");
+}
+
 /* cancel/pause of a job with engines: → stopping, SIGTERM, grace timer. */
 static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
 {
@@ -321,11 +346,7 @@ static int stop_job(sched *x, int64_t id, const char *intent, ty_err *err)
         /* Its engine is gone and its final state is being written again
          * (sched_check_pending): accepted; a requeue becomes the request. */
         for (pending *p = x->pend; p; p = p->next)
-            if (p->job_id == id) {
-                if (p->to == JOB_QUEUED)
-                    p->to = strcmp(intent, "cancel") ? JOB_PAUSED : JOB_CANCELLED;
-                return 0;
-            }
+            if (p->job_id == id) return stop_pending(x, p, intent, err);
         /* Its engine has ended and the job waits for its uploads: a cancel
          * of a pause is honoured; the outcome of a finished engine stays. */
         for (waiter *w = x->waiters; w; w = w->next)

@@ -78,7 +78,10 @@ typedef struct waiter {
 typedef struct pending {
     int64_t job_id;
     job_state to;
-    int restarts; /* new value, or -1 to leave it */
+    int restarts;   /* new value, or -1 to leave it */
+    bool has_then;  /* a cancel or pause asked meanwhile: to → then once to lands */
+    bool to_landed; /* to is written; only then is left */
+    job_state then;
     char *store;
     char reason[1100];
     int64_t next_ms;
@@ -143,6 +146,10 @@ void sched_collect_fetches(sched *x);
 char *sched_job_store(srv *s, int64_t id);
 void sched_settle(sched *x, int64_t job_id, job_state to, int restarts, const char *store,
                   const char *reason);
+/* The same transition queued for sched_check_pending without trying it now
+ * (recovery on a read-only start); the API shows it at once (overlay.h). */
+void sched_settle_later(sched *x, int64_t job_id, job_state to, int restarts, const char *store,
+                        const char *reason);
 void sched_finalize(sched *x, int64_t job_id, job_state to, const char *reason);
 void sched_finish_run(sched *x, run *r);
 void sched_check_pending(sched *x);

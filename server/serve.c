@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "disk.h"
 #include "gate.h"
 #include "genq.h"
 #include "http.h"
@@ -89,7 +90,10 @@ int srv_serve_main(int argc, char **argv)
     }
     srv_state_init(s);
     raise_nofile();
-    if (!srv_db(s)) return 1;
+    if (srv_disk_start(s, &err)) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 1;
+    }
 
     /* SIGINT/SIGTERM are taken by sigwait below; block them in every thread
      * we start. SIGPIPE is ignored: a dead client is an EPIPE, not a crash. */
@@ -101,7 +105,7 @@ int srv_serve_main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     if (!(s->hub = sse_hub_new(s, &err)) ||
-        !(s->evw = evw_new(s->db_path, &s->write_lock, srv_publish_ingested, s, &err)) ||
+        !(s->evw = evw_new_with(NULL, srv_db_of, &s->write_lock, srv_publish_ingested, s, &err)) ||
         !(s->up = uploader_new(s, wake_sched, s, &err)) || !(s->sched = sched_new(s, &err)) ||
         !(wh = webhooks_start(s, &err)) || http_start(s, &bound_port, &err)) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);

@@ -225,6 +225,13 @@ typedef struct srv {
     atomic_llong http_requests;
     atomic_bool stopping;
     pthread_key_t db_key; /* per-thread db handle */
+    /* The disk (disk.c): the handles' mode (db_mode: read-only while the
+     * disk is full at start), its generation (handles of an older one are
+     * reopened), whether the reserve file is held, the next tick. */
+    atomic_int db_mode, db_gen;
+    atomic_bool reserve_held;
+    atomic_llong disk_tick_ms;
+    struct overlay *overlay; /* jobs whose final state is being written (overlay.c) */
 } srv;
 /* What every part does with it (the database handle, publishing,
  * transitions, job directories) is state.h's; starting and stopping it
@@ -245,6 +252,10 @@ int srv_token_main(int argc, char **argv);
 typedef void (*evw_publish_fn)(void *ctx, const db_event *ev);
 struct evw *evw_new(const char *db_path, pthread_mutex_t *lock, evw_publish_fn publish, void *ctx,
                     ty_err *err);
+/* The same with handle(ctx) (not db_path) giving the database handle of
+ * whichever thread commits, so it follows the server's mode (disk.c). */
+struct evw *evw_new_with(const char *db_path, db *(*handle)(void *ctx), pthread_mutex_t *lock,
+                         evw_publish_fn publish, void *ctx, ty_err *err);
 /* Takes ownership of data (malloc'd JSON text). Blocks briefly while more
  * than a few batches are pending, which back-pressures a flooding engine. */
 void evw_push(struct evw *w, int64_t job_id, const char *type, char *data);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "overlay.h"
 #include "recovery.h"
 #include "state.h"
 #include "upload.h"
@@ -85,6 +86,7 @@ static int settle_once(sched *x, int64_t job_id, job_state to, int restarts, con
     if (db_state_terminal(to)) up.set_finished = true;
     int rc = srv_transition(s, job_id, live, to, why, &up, NULL, err);
     free(ck);
+    if (rc == TY_ESTATE || rc == TY_ENOENT) overlay_clear(s, job_id); /* moved on, or gone */
     return rc == TY_ESTATE || rc == TY_ENOENT ? 0 : rc;
 }
 
@@ -94,9 +96,18 @@ void sched_settle(sched *x, int64_t job_id, job_state to, int restarts, const ch
                   const char *reason)
 {
     ty_err err = {0};
+    /* The API shows the outcome from now on, however long the write takes. */
+    overlay_set(x->s, job_id, to, reason);
     if (settle_once(x, job_id, to, restarts, store, reason, &err) == 0) return;
     fprintf(stderr, "trainyard: job %lld: cannot record %s (%s): %s; retrying\n", (long long)job_id,
             db_state_name(to), reason, err.msg);
+    sched_settle_later(x, job_id, to, restarts, store, reason);
+}
+
+void sched_settle_later(sched *x, int64_t job_id, job_state to, int restarts, const char *store,
+                        const char *reason)
+{
+    overlay_set(x->s, job_id, to, reason);
     pending *p = calloc(1, sizeof *p);
     if (!p) return;
     p->job_id = job_id;
@@ -116,6 +127,25 @@ void sched_finalize(sched *x, int64_t job_id, job_state to, const char *reason)
     free(store);
 }
 
+/* One try of a pending settle and of the cancel or pause asked for
+ * meanwhile (from the queued or paused state the settle wrote); 0 when
+ * both are done. The API goes on showing the request in between. */
+static int pending_once(sched *x, pending *p, ty_err *err)
+{
+    if (!p->to_landed) {
+        int rc = settle_once(x, p->job_id, p->to, p->restarts, p->store, p->reason, err);
+        if (rc || !p->has_then) return rc;
+        p->to_landed = true;
+        overlay_set(x->s, p->job_id, p->then, p->reason);
+    }
+    bool cancel = p->then == JOB_CANCELLED;
+    db_job_update up = {.set_finished = cancel};
+    int rc = srv_transition(x->s, p->job_id, JOB_BIT(p->to), p->then,
+                            cancel ? "cancel requested" : "pause requested", &up, NULL, err);
+    if (rc == TY_ESTATE || rc == TY_ENOENT) overlay_clear(x->s, p->job_id);
+    return rc == TY_ESTATE || rc == TY_ENOENT ? 0 : rc;
+}
+
 /* Retries the transitions that failed to write, every 0.5 s, logging every
  * 20th failure so a full disk stays visible in the server log. */
 void sched_check_pending(sched *x)
@@ -128,9 +158,10 @@ void sched_check_pending(sched *x)
             continue;
         }
         ty_err err = {0};
-        if (settle_once(x, p->job_id, p->to, p->restarts, p->store, p->reason, &err) == 0) {
+        if (pending_once(x, p, &err) == 0) {
             fprintf(stderr, "trainyard: job %lld: %s recorded after %d retries\n",
-                    (long long)p->job_id, db_state_name(p->to), p->tries + 1);
+                    (long long)p->job_id, db_state_name(p->has_then ? p->then : p->to),
+                    p->tries + 1);
             *pp = p->next;
             free(p->store);
             free(p);

@@ -14,6 +14,8 @@
 void srv_state_init(srv *s);
 /* The calling thread's database handle, opened on first use. */
 db *srv_db(srv *s);
+/* srv_db for a callback's void * (the event writer's). */
+db *srv_db_of(void *s);
 /* Closes the calling thread's handle (a thread that ends, or shutdown). */
 void srv_db_release(srv *s);
 /* Publishes committed events; call with write_lock held. */

@@ -23,6 +23,7 @@
 
 #include "jobspec.h"
 #include "retention.h"
+#include "disk.h"
 #include "state.h"
 #include "storage.h"
 #include "tyutil.h"
@@ -407,7 +408,9 @@ uploader *uploader_new(srv *s, uploader_done_fn done, void *ctx, ty_err *err)
         ty_err_set(err, TY_EIO, "no database handle");
         return NULL;
     }
-    if (db_upload_recover(d, &requeued, err)) return NULL;
+    /* Read-only (a start on a full disk, disk.c): interrupted uploads stay
+     * as they are until the next start. */
+    if (srv_disk_writable(s) && db_upload_recover(d, &requeued, err)) return NULL;
     if (requeued > 0)
         ty_logf("%d checkpoint upload(s) interrupted by the last shutdown are queued again",
                 requeued);

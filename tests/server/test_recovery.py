@@ -551,7 +551,7 @@ def test_disk_full():
     finally:
         os.close(fd)
     r = srv.post("/jobs", real_spec(train, 10, every=5, keep_last=1))
-    check(r.status == 503 and r.json["error"]["code"] == "unavailable", "submit on a full disk: %r" % r)
+    check(r.status == 503 and r.json["error"]["code"] == "disk_full", "submit on a full disk: %r" % r)
     os.unlink(filler)
     j2 = srv.submit(real_spec(train, 10, every=5, keep_last=1))["id"]
     check(srv.post("/jobs/%d/cancel" % j2).status == 202, "cancel the new job")

@@ -1,0 +1,37 @@
+/* disk.h — the data directory's disk (disk.c): its free space, the reserve
+ * file that lets the database write on a full disk, the read-only mode a
+ * server started on a full disk runs in until space returns, and job
+ * directories a delete left behind. */
+#ifndef TY_DISK_H
+#define TY_DISK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server.h"
+
+/* Size of DATA_DIR/disk-reserve: room for SQLite's WAL when the disk is
+ * full, so final states and deletes are still written. */
+#define SRV_RESERVE_BYTES (4LL * 1024 * 1024)
+
+/* Free bytes on the data directory's disk for this user; INT64_MAX when
+ * statvfs cannot tell. */
+int64_t srv_disk_free(const srv *s);
+/* Start: releases a reserve left by the previous run (so the database can
+ * set up its files), opens the main handle read-write or, on a full disk,
+ * read-only (s->db_mode, logged), removes the directories of deleted jobs,
+ * and takes the reserve back when there is room. Installs the db hook that
+ * releases the reserve whenever SQLite meets a full disk. */
+int srv_disk_start(srv *s, ty_err *err);
+/* A handle of the calling thread in the server's current mode. */
+int srv_disk_open(srv *s, db **out, ty_err *err);
+/* Gives the reserve's space back to the disk (true when it was held). */
+bool srv_disk_release_reserve(srv *s);
+/* About once a second (the scheduler's loop): a read-only server becomes
+ * writable once the disk has room again (every thread's handle is then
+ * reopened read-write), and a released reserve is taken back. */
+void srv_disk_tick(srv *s);
+/* Can the database be written (not the read-only mode)? */
+bool srv_disk_writable(const srv *s);
+
+#endif

@@ -1,0 +1,139 @@
+/* overlay.c — a job whose engine is gone is never shown running.
+ *
+ * A run's final transition is written by the scheduler, and on a full disk
+ * or a locked database that write is retried until it lands (settle.c).
+ * Meanwhile the row still says `running`. The overlay holds, in memory,
+ * the state such a job is settling to; it is set the moment the engine is
+ * known gone (before the first try) and cleared once the write lands, and
+ * GET /jobs/{id}, GET /jobs and the answers of cancel and pause read rows
+ * through it. It is not durable: a server restarted meanwhile recovers
+ * the job from its row as after any crash. Few entries ever exist (one
+ * per job whose write is pending), so a small array under a mutex does. */
+#include "overlay.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tyutil.h"
+
+typedef struct ov_entry {
+    int64_t id;
+    job_state state;
+    int64_t since_ms;
+    char *reason;
+} ov_entry;
+
+struct overlay {
+    pthread_mutex_t mu;
+    ov_entry *e;
+    int n, cap;
+};
+
+struct overlay *overlay_new(void)
+{
+    struct overlay *o = calloc(1, sizeof *o);
+    if (o) pthread_mutex_init(&o->mu, NULL);
+    return o;
+}
+
+void overlay_free(struct overlay *o)
+{
+    if (!o) return;
+    for (int i = 0; i < o->n; i++)
+        free(o->e[i].reason);
+    free(o->e);
+    pthread_mutex_destroy(&o->mu);
+    free(o);
+}
+
+static ov_entry *find(struct overlay *o, int64_t id)
+{
+    for (int i = 0; i < o->n; i++)
+        if (o->e[i].id == id) return &o->e[i];
+    return NULL;
+}
+
+void overlay_set(srv *s, int64_t id, job_state state, const char *reason)
+{
+    struct overlay *o = s->overlay;
+    if (!o) return;
+    pthread_mutex_lock(&o->mu);
+    ov_entry *e = find(o, id);
+    if (!e && o->n == o->cap) {
+        int cap = o->cap ? o->cap * 2 : 8;
+        ov_entry *g = realloc(o->e, (size_t)cap * sizeof *g);
+        if (g) {
+            o->e = g;
+            o->cap = cap;
+        }
+    }
+    if (!e && o->n < o->cap) {
+        e = &o->e[o->n++];
+        *e = (ov_entry){.id = id, .since_ms = ty_now_ms()};
+    }
+    if (e) {
+        e->state = state;
+        free(e->reason);
+        e->reason = reason ? strdup(reason) : NULL;
+    }
+    pthread_mutex_unlock(&o->mu);
+}
+
+void overlay_clear(srv *s, int64_t id)
+{
+    struct overlay *o = s->overlay;
+    if (!o) return;
+    pthread_mutex_lock(&o->mu);
+    ov_entry *e = find(o, id);
+    if (e) {
+        free(e->reason);
+        *e = o->e[--o->n];
+    }
+    pthread_mutex_unlock(&o->mu);
+}
+
+bool overlay_state(srv *s, int64_t id, job_state *state)
+{
+    struct overlay *o = s->overlay;
+    if (!o) return false;
+    pthread_mutex_lock(&o->mu);
+    ov_entry *e = find(o, id);
+    if (e) *state = e->state;
+    pthread_mutex_unlock(&o->mu);
+    return e != NULL;
+}
+
+void overlay_apply(srv *s, db_job *j)
+{
+    struct overlay *o = s->overlay;
+    if (!o) return;
+    pthread_mutex_lock(&o->mu);
+    ov_entry *e = o->n ? find(o, j->id) : NULL;
+    if (e) {
+        j->state = e->state;
+        if (e->state == JOB_FAILED && e->reason) {
+            free(j->error);
+            j->error = strdup(e->reason);
+        }
+        if (db_state_terminal(e->state)) j->finished_ms = e->since_ms;
+        if (j->gpus) j->gpus[0] = 0;
+    }
+    pthread_mutex_unlock(&o->mu);
+}
+
+unsigned overlay_widen(srv *s, unsigned mask)
+{
+    struct overlay *o = s->overlay;
+    if (!o || !mask) return mask;
+    pthread_mutex_lock(&o->mu);
+    bool any = o->n > 0;
+    pthread_mutex_unlock(&o->mu);
+    /* A settling job's row is starting, running or stopping. */
+    return any ? mask | JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING) : mask;
+}
+
+bool overlay_keep(const db_job *j, unsigned mask)
+{
+    return !mask || (mask & JOB_BIT(j->state));
+}
