@@ -59,8 +59,9 @@ bool srv_disk_release_reserve(srv *s)
     reserve_path(s, p, sizeof p);
     atomic_store(&s->reserve_held, false);
     if (unlink(p) != 0) return false;
-    fprintf(stderr, "trainyard: the data directory's disk is full: released the %lld MiB reserve "
-                    "so the database can write\n",
+    fprintf(stderr,
+            "trainyard: the data directory's disk is full: released the %lld MiB reserve "
+            "so the database can write\n",
             SRV_RESERVE_BYTES >> 20);
     return true;
 }
@@ -181,8 +182,9 @@ void srv_disk_tick(srv *s)
             db_close(d);
             atomic_store(&s->db_mode, DB_RW);
             atomic_fetch_add(&s->db_gen, 1);
-            fprintf(stderr, "trainyard: the data directory's disk has room again (%lld bytes "
-                            "free): the database is writable\n",
+            fprintf(stderr,
+                    "trainyard: the data directory's disk has room again (%lld bytes "
+                    "free): the database is writable\n",
                     (long long)srv_disk_free(s));
         }
     }

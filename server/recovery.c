@@ -200,22 +200,10 @@ static bool has_manifest(const char *dir)
     return stat(m, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int64_t *newest_step,
-                  ty_err *err)
+/* The job's last recorded metric step (-1: none): metrics past it come
+ * back from adopted checkpoints. */
+static int64_t metric_floor(db *d, int64_t job_id)
 {
-    if (newest) *newest = NULL;
-    if (newest_step) *newest_step = -1;
-    db *d = srv_db(s);
-    if (!d) return ty_err_set(err, TY_EIO, "no database handle");
-    db_checkpoint *c = NULL;
-    int n = 0;
-    int rc = db_checkpoint_list(d, job_id, &c, &n, err);
-    if (rc) return rc;
-    char jobdir[PATH_MAX], root[PATH_MAX + 16];
-    srv_job_dir(s, job_id, jobdir, sizeof jobdir);
-    snprintf(root, sizeof root, "%s/checkpoints", jobdir);
-    /* The job's last recorded metric step: metrics past it come back from
-     * adopted checkpoints. */
     int64_t floor = -1;
     db_job j;
     if (db_job_get(d, job_id, &j, NULL) == 0) {
@@ -225,7 +213,13 @@ int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int6
         json_decref(lm);
         db_job_free(&j);
     }
-    /* Step order, so adopted checkpoints and their metrics go in order. */
+    return floor;
+}
+
+/* The steps of root's step-NNNNNN directories (names the engine writes),
+ * in step order, so adopted checkpoints and their metrics go in order. */
+static int64_t *list_steps(const char *root, int *count)
+{
     int64_t *steps = NULL;
     int ns = 0, cap = 0;
     DIR *dh = opendir(root);
@@ -247,47 +241,56 @@ int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int6
     }
     if (dh) closedir(dh);
     if (ns) qsort(steps, (size_t)ns, sizeof *steps, cmp_i64);
-    for (int k = 0; k < ns; k++) {
-        long long step = steps[k];
-        char path[PATH_MAX + 300], rel[300];
-        snprintf(path, sizeof path, "%s/checkpoints/step-%06lld", jobdir, step);
-        snprintf(rel, sizeof rel, "checkpoints/step-%06lld", step);
-        ty_err e2 = {0};
-        const db_checkpoint *row = row_of(c, n, step);
-        if (!has_manifest(path)) {
-            if (ty_rm_rf(path, &e2) == 0)
-                rec_log(s, job_id, "removed %s: partial checkpoint (no MANIFEST.json)", rel);
-            continue;
-        }
-        if (row && !strcmp(row->state, "deleted")) {
-            if (ty_rm_rf(path, &e2) == 0)
-                rec_log(s, job_id, "removed %s: its checkpoint was already deleted", rel);
-            continue;
-        }
-        char sha[65];
-        uint64_t bytes = 0;
-        int64_t mstep = -1;
-        bool known = row && row->sha256 &&
-                     rec_manifest_check(path, false, &mstep, sha, &bytes, &e2) == 0 &&
-                     !strcmp(sha, row->sha256);
-        if (known) continue;
-        ty_err_clear(&e2);
-        if (rec_manifest_check(path, true, &mstep, sha, &bytes, &e2) || mstep != step) {
-            if (!e2.msg[0])
-                ty_err_set(&e2, TY_ECORRUPT, "manifest says step %lld", (long long)mstep);
-            ty_err e3 = {0};
-            ty_rm_rf(path, &e3);
-            rec_log(s, job_id, "removed %s: not a complete checkpoint (%s)", rel, e2.msg);
-            continue;
-        }
-        backfill_metrics(s, job_id, path, &floor);
-        if (adopt(s, job_id, step, rel, path, bytes, sha, store, &e2) == 0)
-            rec_log(s, job_id, "adopted %s: complete on disk but not in the database", rel);
-        else
-            rec_log(s, job_id, "cannot record %s found on disk: %s", rel, e2.msg);
+    *count = ns;
+    return steps;
+}
+
+/* One checkpoint directory against its row (row may be NULL): partial,
+ * deleted or corrupt directories are removed, unknown complete ones
+ * adopted with the metrics they bring back. */
+static void reconcile_dir(srv *s, int64_t job_id, const char *jobdir, long long step,
+                          const db_checkpoint *row, const char *store, int64_t *floor)
+{
+    char path[PATH_MAX + 300], rel[300];
+    snprintf(path, sizeof path, "%s/checkpoints/step-%06lld", jobdir, step);
+    snprintf(rel, sizeof rel, "checkpoints/step-%06lld", step);
+    ty_err e2 = {0};
+    if (!has_manifest(path)) {
+        if (ty_rm_rf(path, &e2) == 0)
+            rec_log(s, job_id, "removed %s: partial checkpoint (no MANIFEST.json)", rel);
+        return;
     }
-    free(steps);
-    /* Rows that say "on disk" whose directory is gone. */
+    if (row && !strcmp(row->state, "deleted")) {
+        if (ty_rm_rf(path, &e2) == 0)
+            rec_log(s, job_id, "removed %s: its checkpoint was already deleted", rel);
+        return;
+    }
+    char sha[65];
+    uint64_t bytes = 0;
+    int64_t mstep = -1;
+    bool known = row && row->sha256 &&
+                 rec_manifest_check(path, false, &mstep, sha, &bytes, &e2) == 0 &&
+                 !strcmp(sha, row->sha256);
+    if (known) return;
+    ty_err_clear(&e2);
+    if (rec_manifest_check(path, true, &mstep, sha, &bytes, &e2) || mstep != step) {
+        if (!e2.msg[0]) ty_err_set(&e2, TY_ECORRUPT, "manifest says step %lld", (long long)mstep);
+        ty_err e3 = {0};
+        ty_rm_rf(path, &e3);
+        rec_log(s, job_id, "removed %s: not a complete checkpoint (%s)", rel, e2.msg);
+        return;
+    }
+    backfill_metrics(s, job_id, path, floor);
+    if (adopt(s, job_id, step, rel, path, bytes, sha, store, &e2) == 0)
+        rec_log(s, job_id, "adopted %s: complete on disk but not in the database", rel);
+    else
+        rec_log(s, job_id, "cannot record %s found on disk: %s", rel, e2.msg);
+}
+
+/* Rows that say "on disk" (local, failed) whose directory is gone: deleted. */
+static void retire_missing(srv *s, int64_t job_id, const char *jobdir, const db_checkpoint *c,
+                           int n, const char *store)
+{
     for (int i = 0; i < n; i++) {
         if (strcmp(c[i].state, "local") && strcmp(c[i].state, "failed")) continue;
         char path[PATH_MAX + 300];
@@ -300,11 +303,16 @@ int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int6
         if (retire(s, &c[i], store, &e2) == 0)
             rec_log(s, job_id, "%s is gone from disk: marked deleted", c[i].dir);
     }
-    db_checkpoints_free(c, n);
-    c = NULL;
-    n = 0;
-    /* The newest complete checkpoint: on disk, or committed to the store. */
-    if ((rc = db_checkpoint_list(d, job_id, &c, &n, err))) return rc;
+}
+
+/* The newest complete checkpoint: on disk, or committed to the store. */
+static int newest_complete(db *d, int64_t job_id, const char *jobdir, char **newest,
+                           int64_t *newest_step, ty_err *err)
+{
+    db_checkpoint *c = NULL;
+    int n = 0;
+    int rc = db_checkpoint_list(d, job_id, &c, &n, err);
+    if (rc) return rc;
     for (int i = n - 1; i >= 0; i--) {
         if (!strcmp(c[i].state, "deleted")) continue;
         char path[PATH_MAX + 300];
@@ -317,6 +325,31 @@ int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int6
     }
     db_checkpoints_free(c, n);
     return 0;
+}
+
+int rec_reconcile(srv *s, int64_t job_id, const char *store, char **newest, int64_t *newest_step,
+                  ty_err *err)
+{
+    if (newest) *newest = NULL;
+    if (newest_step) *newest_step = -1;
+    db *d = srv_db(s);
+    if (!d) return ty_err_set(err, TY_EIO, "no database handle");
+    db_checkpoint *c = NULL;
+    int n = 0;
+    int rc = db_checkpoint_list(d, job_id, &c, &n, err);
+    if (rc) return rc;
+    char jobdir[PATH_MAX], root[PATH_MAX + 16];
+    srv_job_dir(s, job_id, jobdir, sizeof jobdir);
+    snprintf(root, sizeof root, "%s/checkpoints", jobdir);
+    int64_t floor = metric_floor(d, job_id);
+    int ns = 0;
+    int64_t *steps = list_steps(root, &ns);
+    for (int k = 0; k < ns; k++)
+        reconcile_dir(s, job_id, jobdir, steps[k], row_of(c, n, steps[k]), store, &floor);
+    free(steps);
+    retire_missing(s, job_id, jobdir, c, n, store);
+    db_checkpoints_free(c, n);
+    return newest_complete(d, job_id, jobdir, newest, newest_step, err);
 }
 
 int64_t rec_dir_step(const char *dir)

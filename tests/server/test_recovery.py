@@ -3,8 +3,9 @@
 
 Cases (ctest server.recovery_NAME):
   write_retry the requeue after an engine's death cannot be written (the
-              database locked by another writer past the busy timeout): it is
-              logged and retried until it lands; the job is never a ghost.
+              database locked by another writer past the busy timeout): the
+              API shows it queued meanwhile; it is logged and retried until
+              it lands; the job is never a ghost.
   reconcile   before a resume: a vanished checkpoint is marked deleted, a
               partial and a corrupt directory are removed, an unknown
               complete one is adopted and resumed from. Fake engine.
@@ -259,7 +260,10 @@ def test_write_retry():
         # Each write the scheduler tries waits out the busy timeout first:
         # allow several.
         wait_for(lambda: "cannot record queued" in server_log(srv), 120, "the failed write in the log")
-        check(srv.job(jid)["state"] == "running", "nothing recorded while the database is locked")
+        row = con.execute("SELECT state FROM jobs WHERE id = ?", (jid,)).fetchone()[0]
+        check(row == "running", "nothing recorded while the database is locked: %s" % row)
+        # The API shows the requeue meanwhile: never running without an engine.
+        check(srv.job(jid)["state"] == "queued", "shown queued while the write is retried")
     finally:
         con.execute("ROLLBACK")
         con.close()
