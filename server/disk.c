@@ -93,11 +93,6 @@ static void on_full(void *ctx, bool full)
         srv_disk_release_reserve(s);
 }
 
-int srv_disk_open(srv *s, db **out, ty_err *err)
-{
-    return db_open_mode(s->db_path, (db_mode)atomic_load(&s->db_mode), out, err);
-}
-
 /* Is the WAL empty or absent (the main file then holds every commit)? */
 static bool wal_empty(const srv *s)
 {

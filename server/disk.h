@@ -23,8 +23,6 @@ int64_t srv_disk_free(const srv *s);
  * and takes the reserve back when there is room. Installs the db hook that
  * releases the reserve whenever SQLite meets a full disk. */
 int srv_disk_start(srv *s, ty_err *err);
-/* A handle of the calling thread in the server's current mode. */
-int srv_disk_open(srv *s, db **out, ty_err *err);
 /* Gives the reserve's space back to the disk (true when it was held). */
 bool srv_disk_release_reserve(srv *s);
 /* About once a second (the scheduler's loop): a read-only server becomes

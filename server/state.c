@@ -3,8 +3,8 @@
  * everything else so the scheduler, the HTTP side and the workers depend
  * on it and never on serve.c, which only starts and stops them.
  *
- * A thread's handle is opened in the server's current mode (disk.c:
- * read-only while the disk is full at start). When the mode changes its
+ * A thread's handle is opened in the server's current mode (s->db_mode,
+ * disk.c: read-only while the disk is full at start). When the mode changes its
  * generation moves and the thread opens a new handle at its next use; the
  * old one stays open until the thread ends, since a caller may still hold
  * it further up the stack. */
@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "disk.h"
 #include "overlay.h"
 #include "sse.h"
 
@@ -47,7 +46,7 @@ db *srv_db(srv *s)
     if (h && h->gen == gen) return h->d;
     db *d;
     ty_err err = {0};
-    if (srv_disk_open(s, &d, &err)) {
+    if (db_open_mode(s->db_path, (db_mode)atomic_load(&s->db_mode), &d, &err)) {
         fprintf(stderr, "trainyard: %s\n", err.msg);
         return NULL;
     }

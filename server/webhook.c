@@ -103,6 +103,7 @@ static bool fan_out(srv *s, db *d)
     ty_err err = {0};
     if (db_webhook_cursor(d, &cursor, &err) || db_webhook_events(d, cursor, BATCH, &evs, &n, &err))
         return false;
+    bool failed = false;
     for (int i = 0; i < n; i++) {
         db_job j;
         bool have = db_job_get(d, evs[i].job_id, &j, &err) == 0;
@@ -135,13 +136,19 @@ static bool fan_out(srv *s, db *d)
         if (spec) jobspec_free(spec);
         if (have) db_job_free(&j);
         if (rc) {
-            fprintf(stderr, "trainyard: webhooks: cannot queue event %lld: %s\n",
-                    (long long)evs[i].id, err.msg);
+            /* Logged once per event (a full disk fails every retry), and
+             * retried after the usual wait rather than at once. */
+            static int64_t last_logged;
+            if (evs[i].id != last_logged)
+                fprintf(stderr, "trainyard: webhooks: cannot queue event %lld: %s; retrying\n",
+                        (long long)evs[i].id, err.msg);
+            last_logged = evs[i].id;
+            failed = true;
             break;
         }
     }
     db_events_free(evs, n);
-    return n > 0;
+    return n > 0 && !failed;
 }
 
 static size_t discard(char *p, size_t size, size_t n, void *u)
