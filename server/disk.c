@@ -53,6 +53,11 @@ bool srv_disk_writable(const srv *s)
     return atomic_load(&s->db_mode) == DB_RW;
 }
 
+bool srv_disk_can_start(const srv *s)
+{
+    return srv_disk_writable(s) && srv_disk_free(s) >= SRV_MIN_FREE_BYTES;
+}
+
 bool srv_disk_release_reserve(srv *s)
 {
     char p[PATH_MAX];

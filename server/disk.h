@@ -31,5 +31,9 @@ bool srv_disk_release_reserve(srv *s);
 void srv_disk_tick(srv *s);
 /* Can the database be written (not the read-only mode)? */
 bool srv_disk_writable(const srv *s);
+/* May a job start: writable, and the disk has SRV_MIN_FREE_BYTES (a start
+ * writes the spec, the engine's log and checkpoints; on a full disk it
+ * would fail the job)? */
+bool srv_disk_can_start(const srv *s);
 
 #endif

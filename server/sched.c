@@ -69,6 +69,7 @@ static void schedule(sched *x)
     int n;
     ty_err err = {0};
     db *d = srv_db(s);
+    if (!srv_disk_can_start(s)) return; /* the start would fail the job */
     if (!d || db_job_queued_ids(d, &ids, &n, &err)) return;
     int ngpu = gpu_inv_count(x->gpu);
     for (int i = 0; i < n && !x->stop; i++) {
@@ -260,8 +261,8 @@ static void *sched_main(void *arg)
         sched_check_waiters(x);
         sched_check_pending(x);
         watch_runs(x);
-        srv_disk_tick(x->s); /* a read-only server starts nothing until writable */
-        if ((woken || n == 0) && !x->stop && srv_disk_writable(x->s)) schedule(x);
+        srv_disk_tick(x->s); /* nothing starts while the disk is full */
+        if ((woken || n == 0) && !x->stop) schedule(x);
     }
     pthread_mutex_unlock(&x->mu);
     return NULL;
