@@ -598,6 +598,18 @@ out:
     return rc && err && err->code ? err->code : rc;
 }
 
+int db_job_max_id(db *d, int64_t *out, ty_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    *out = 0;
+    if (prep(d, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'", &st, err)) return TY_EIO;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
+    rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sql_err(d, err, "max job id");
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int db_job_get(db *d, int64_t id, db_job *out, ty_err *err)
 {
     sqlite3_stmt *st;

@@ -128,6 +128,8 @@ void db_event_clear(db_event *e);
 int db_job_insert(db *d, const db_new_job *nj, int64_t *id, bool *existing, db_event *ev,
                   ty_err *err);
 int db_job_get(db *d, int64_t id, db_job *out, ty_err *err);
+/* The largest job id ever given (ids are never reused), 0 before the first. */
+int db_job_max_id(db *d, int64_t *out, ty_err *err);
 
 /* Lists newest first: ids below `before_id` (0 = from the top), states in
  * `state_mask` (0 = all), at most `limit`. *out is an array the caller frees

@@ -130,16 +130,21 @@ static int open_main(srv *s, ty_err *err)
     return 0;
 }
 
-/* Directories of jobs without a row: a delete stopped between the two. */
+/* Directories of jobs without a row: a delete stopped between the two.
+ * Only ids this database gave out (a directory beyond them belongs to
+ * some other database, and is left alone). */
 static void sweep_jobs(srv *s)
 {
     db *d = srv_db(s);
-    DIR *dh = d ? opendir(s->jobs_dir) : NULL;
+    int64_t max_id = 0;
+    ty_err merr = {0};
+    if (!d || db_job_max_id(d, &max_id, &merr)) return;
+    DIR *dh = opendir(s->jobs_dir);
     struct dirent *de;
     while (dh && (de = readdir(dh))) {
         char *end;
         long long id = strtoll(de->d_name, &end, 10);
-        if (id <= 0 || *end || de->d_name[0] == '0') continue;
+        if (id <= 0 || id > max_id || *end || de->d_name[0] == '0') continue;
         db_job j;
         ty_err err = {0};
         if (db_job_get(d, id, &j, &err) == 0) {

@@ -173,14 +173,18 @@ def test_delete_full():
     check(srv.get("/jobs/%d" % jid).status == 404, "its row is gone")
     os.unlink(os.path.join(mnt, "filler"))
     wait_for(lambda: health(srv)["disk_reserve"], 10, "the reserve to come back once there is room")
-    # A delete that stopped between the row and the directory.
-    orphan = os.path.join(srv.data_dir, "jobs", "4242")
+    # A delete that stopped between the row and the directory; and a
+    # directory of an id this database never gave out, left alone.
+    orphan = os.path.join(srv.data_dir, "jobs", str(jid))
     os.makedirs(os.path.join(orphan, "checkpoints"))
+    foreign = os.path.join(srv.data_dir, "jobs", "4242")
+    os.makedirs(foreign)
     j2 = srv.submit(spec(model, train, max_steps=3))["id"]
     srv.wait_state(j2, "succeeded", 30)
     srv.stop()
     srv.start()
     check(not os.path.exists(orphan), "a directory without a job is removed at start")
+    check(os.path.isdir(foreign), "a directory beyond the ids given out stays")
     check(os.path.isdir(os.path.join(srv.data_dir, "jobs", str(j2))), "a job's own directory stays")
     check(srv.job(j2)["state"] == "succeeded", "the job is intact")
     srv.stop()
