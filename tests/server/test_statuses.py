@@ -23,6 +23,7 @@ from tyharness import Server, check, openapi, run_tests
 # 505 version_not_supported), a full disk (503 disk_full) and 500 internal.
 COMMON = {"400", "408", "411", "413", "414", "429", "431", "500", "503", "505"}
 # Operations that take a token: 401 unauthorized, 403 forbidden (its scope).
+# Besides: 404 on paths with a parameter, 415 on operations with a body.
 TOKEN = {"401", "403"}
 METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -37,6 +38,10 @@ def missing(spec):
                 continue
             sec = op.get("security", spec.get("security", []))
             want = COMMON | (TOKEN if any("bearerAuth" in s for s in sec) else set())
+            if "{" in path:  # a value the router does not take (/jobs/abc): 404
+                want |= {"404"}
+            if "requestBody" in op:  # a body that is not application/json: 415
+                want |= {"415"}
             out += [(m.upper(), path, c) for c in sorted(want - set(op["responses"]))]
     return out
 
