@@ -17,7 +17,10 @@
  *
  * Deleting a job removes its row first, then its directory (which needs no
  * space); a directory whose job has no row (a crash between the two) is
- * removed at the next start. */
+ * removed at the next start. When even the reserve cannot make room for
+ * the row, the directory goes first: the delete asks for it anyway, and
+ * its space lets the row be written (a retry finishes a delete whose row
+ * still could not be). */
 #include "disk.h"
 
 #include <dirent.h>
@@ -175,23 +178,58 @@ int srv_disk_start(srv *s, ty_err *err)
     return 0;
 }
 
+/* A read-only server whose database opens read-write again becomes
+ * writable: every thread reopens its handle at its next use. */
+static void try_writable(srv *s)
+{
+    db *d = NULL;
+    ty_err err = {0};
+    if (srv_disk_writable(s) || db_open_mode(s->db_path, DB_RW, &d, &err)) return;
+    db_close(d);
+    atomic_store(&s->db_mode, DB_RW);
+    atomic_fetch_add(&s->db_gen, 1);
+    fprintf(stderr,
+            "trainyard: the data directory's disk has room again (%lld bytes free): the "
+            "database is writable\n",
+            (long long)srv_disk_free(s));
+}
+
 void srv_disk_tick(srv *s)
 {
     int64_t now = ty_mono_ms();
     if (now < atomic_load(&s->disk_tick_ms)) return;
     atomic_store(&s->disk_tick_ms, now + 1000);
-    if (!srv_disk_writable(s) && srv_disk_free(s) >= SRV_MIN_FREE_BYTES) {
-        db *d = NULL;
-        ty_err err = {0};
-        if (db_open_mode(s->db_path, DB_RW, &d, &err) == 0) {
-            db_close(d);
-            atomic_store(&s->db_mode, DB_RW);
-            atomic_fetch_add(&s->db_gen, 1);
-            fprintf(stderr,
-                    "trainyard: the data directory's disk has room again (%lld bytes "
-                    "free): the database is writable\n",
-                    (long long)srv_disk_free(s));
-        }
-    }
+    if (!srv_disk_writable(s) && srv_disk_free(s) >= SRV_MIN_FREE_BYTES) try_writable(s);
     reserve_take(s);
+}
+
+int srv_disk_delete_job(srv *s, int64_t id, ty_err *err)
+{
+    char dir[PATH_MAX];
+    srv_job_dir(s, id, dir, sizeof dir);
+    db *d = srv_db(s);
+    bool reserve = atomic_load(&s->reserve_held); /* the failure below releases it */
+    int rc = d ? db_job_delete(d, id, err) : ty_err_set(err, TY_EIO, "database unavailable");
+    if (rc && err->code == TY_ENOSPC && (srv_disk_release_reserve(s) || reserve)) {
+        ty_err_clear(err);
+        rc = db_job_delete(d, id, err);
+    }
+    bool files_first = false;
+    if (rc && err->code == TY_ENOSPC) {
+        ty_err rm = {0};
+        files_first = ty_rm_rf(dir, &rm) == 0;
+        try_writable(s);
+        ty_err_clear(err);
+        d = srv_db(s);
+        rc = d ? db_job_delete(d, id, err) : ty_err_set(err, TY_EIO, "database unavailable");
+    }
+    if (rc && files_first)
+        return ty_err_set(err, err->code,
+                          "%s; the job's files were removed to make room, and a retry removes "
+                          "its row once the database can be written",
+                          err->msg);
+    if (rc) return rc;
+    ty_err rm = {0};
+    ty_rm_rf(dir, &rm);
+    return 0;
 }

@@ -25,6 +25,13 @@ int64_t srv_disk_free(const srv *s);
 int srv_disk_start(srv *s, ty_err *err);
 /* Gives the reserve's space back to the disk (true when it was held). */
 bool srv_disk_release_reserve(srv *s);
+/* Deletes a finished job's row, then its directory (which needs no space).
+ * On a full disk the reserve is released for the row's WAL; failing that,
+ * the directory goes first (the delete asks for it anyway, and its space
+ * lets the row be written; a read-only server becomes writable if it now
+ * can). Errors as db_job_delete's (TY_ENOSPC when the row still cannot be
+ * written: its files are gone, a retry removes the row). */
+int srv_disk_delete_job(srv *s, int64_t id, ty_err *err);
 /* About once a second (the scheduler's loop): a read-only server becomes
  * writable once the disk has room again (every thread's handle is then
  * reopened read-write), and a released reserve is taken back. */

@@ -435,19 +435,7 @@ static enum MHD_Result delete_job(http_req *q)
                               "retry): %s",
                               err.msg);
     }
-    /* The row first, then the directory (which needs no space): a crash
-     * between leaves a directory without a job, removed at the next start
-     * (disk.c). On a full disk the reserve makes room for the row's WAL. */
-    int rc = db_job_delete(d, q->id, &err);
-    if (rc && err.code == TY_ENOSPC && srv_disk_writable(q->s)) {
-        srv_disk_release_reserve(q->s);
-        ty_err_clear(&err);
-        rc = db_job_delete(d, q->id, &err);
-    }
-    if (rc) return http_ty_error(q, &err);
-    char dir[PATH_MAX];
-    srv_job_dir(q->s, q->id, dir, sizeof dir);
-    ty_rm_rf(dir, &err);
+    if (srv_disk_delete_job(q->s, q->id, &err)) return http_ty_error(q, &err);
     return http_bytes(q, 204, NULL, "", 0, false);
 }
 

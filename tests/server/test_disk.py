@@ -12,12 +12,13 @@ file of its own. Fake engine. Cases (ctest server_disk.NAME):
                (409); once space returns the rows say the same.
   delete_full  at 0 bytes free DELETE of a finished job is 204: the reserve
                makes room for the row, its directory goes, the reserve comes
-               back; a directory left without its job is removed at start.
+               back; with no reserve left the job's files go first and make
+               the room; a directory left without its job is removed at start.
   restart_full a server killed with a job running restarts on a full disk with
                no reserve and the job runs to the end once space returns; one
                stopped cleanly restarts read-only (/healthz), GETs work,
-               submit and delete are 503 disk_full, and once space is freed
-               writes work again without a restart.
+               submit is 503 disk_full, a DELETE frees its job's files and
+               the room makes the server writable again without a restart.
 
 TY_BIN and TY_FAKE_ENGINE name the binaries.
 """
@@ -158,7 +159,8 @@ def test_engine_dies():
 def test_delete_full():
     """DELETE frees a job at 0 bytes free; a job directory without a row goes at start."""
     mnt = mount_tmpfs()
-    srv, model, train = server_on(mnt, {"step_ms": 5})
+    # Each job exports 2 MiB: files whose removal makes room.
+    srv, model, train = server_on(mnt, {"step_ms": 5, "export_bytes": 2 << 20})
     jid = srv.submit(spec(model, train, max_steps=5))["id"]
     srv.wait_state(jid, "succeeded", 30)
     jobdir = os.path.join(srv.data_dir, "jobs", str(jid))
@@ -173,6 +175,17 @@ def test_delete_full():
     check(srv.get("/jobs/%d" % jid).status == 404, "its row is gone")
     os.unlink(os.path.join(mnt, "filler"))
     wait_for(lambda: health(srv)["disk_reserve"], 10, "the reserve to come back once there is room")
+    # No reserve left either: the job's files go first and make the room.
+    big = srv.submit(spec(model, train, max_steps=3))["id"]
+    srv.wait_state(big, "succeeded", 30)
+    os.unlink(os.path.join(srv.data_dir, "disk-reserve"))
+    fill(os.path.join(mnt, "filler"))
+    check(free_bytes(mnt) == 0, "the disk is full again")
+    r = srv.request("DELETE", "/jobs/%d" % big)
+    check(r.status == 204, "DELETE without a reserve: %r" % r)
+    check(not os.path.exists(os.path.join(srv.data_dir, "jobs", str(big))), "its directory is gone")
+    check(srv.get("/jobs/%d" % big).status == 404, "its row is gone")
+    os.unlink(os.path.join(mnt, "filler"))
     # A delete that stopped between the row and the directory; and a
     # directory of an id this database never gave out, left alone.
     orphan = os.path.join(srv.data_dir, "jobs", str(jid))
@@ -202,7 +215,7 @@ def restart_full_disk(srv, mnt, how):
 def test_restart_full():
     """Restarts on a full disk: jobs never shown running, read-only when need be, writable again."""
     mnt = mount_tmpfs()
-    srv, model, train = server_on(mnt, {"step_ms": 50, "stderr_lines": 0})
+    srv, model, train = server_on(mnt, {"step_ms": 50, "stderr_lines": 0, "export_bytes": 2 << 20})
     jid = srv.submit(spec(model, train, max_steps=40))["id"]
     srv.wait_state(jid, "running", 30)
     # Killed: the database's -shm and -wal are left, so it opens read-write
@@ -224,14 +237,15 @@ def test_restart_full():
     check(jid in ids_listed(srv, "succeeded"), "GET /jobs works")
     r = srv.post("/jobs", spec(model, train))
     check(r.status == 503 and r.json["error"]["code"] == "disk_full", "submit read-only: %r" % r)
+    # DELETE frees the job's files, which lets the database open read-write.
     r = srv.request("DELETE", "/jobs/%d" % jid)
-    check(r.status == 503 and r.json["error"]["code"] == "disk_full", "delete read-only: %r" % r)
-    check(os.path.isdir(os.path.join(srv.data_dir, "jobs", str(jid))), "a refused delete keeps the files")
+    check(r.status == 204, "delete read-only: %r" % r)
+    check(not os.path.exists(os.path.join(srv.data_dir, "jobs", str(jid))), "its files are gone")
+    check(srv.get("/jobs/%d" % jid).status == 404, "its row is gone")
+    check(health(srv)["storage"] == "read_write", "writable once the delete made room")
     os.unlink(os.path.join(mnt, "filler"))
-    wait_for(lambda: health(srv)["storage"] == "read_write", 15, "the server to become writable")
     j2 = srv.submit(spec(model, train, max_steps=3))["id"]
     srv.wait_state(j2, "succeeded", 60)
-    check(srv.request("DELETE", "/jobs/%d" % jid).status == 204, "delete once writable")
     srv.stop()
 
 
