@@ -269,7 +269,6 @@ static enum MHD_Result reply_stored(http_req *q, const job_post *p)
     ty_err err = {0};
     char loc[64];
     if (db_job_get(d, p->id, &j, &err)) return http_ty_error(q, &err);
-    overlay_apply(q->s, &j);
     json_t *o = render_job(&q->s->cfg, d, &j);
     db_job_free(&j);
     char *txt = ty_json_dumps(o, JSON_COMPACT);

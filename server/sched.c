@@ -76,9 +76,11 @@ static void schedule(sched *x)
         bool recovering = false;
         for (int k = 0; k < x->nrecov; k++)
             recovering |= x->recov[k].job_id == ids[i];
-        job_state settling; /* a cancel or pause of it is still to be written */
-        if (recovering || overlay_state(s, ids[i], &settling))
-            continue;              /* its old engine may still be writing */
+        /* Recovering: its old engine may still be writing. Settling: the
+         * cancel or pause asked since its engine ended is still to be
+         * written. */
+        job_state settling;
+        if (recovering || overlay_state(s, ids[i], &settling)) continue;
         if (x->ex->ops->cluster) { /* the cluster queues and places it */
             sched_start_job(x, ids[i], 0, 0);
             continue;
