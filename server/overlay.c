@@ -137,3 +137,30 @@ bool overlay_keep(const db_job *j, unsigned mask)
 {
     return !mask || (mask & JOB_BIT(j->state));
 }
+
+void overlay_counts(srv *s, db *d, int64_t counts[JOB_NSTATES])
+{
+    struct overlay *o = s->overlay;
+    if (!o) return;
+    pthread_mutex_lock(&o->mu);
+    int n = o->n;
+    int64_t *ids = n ? malloc((size_t)n * sizeof *ids) : NULL;
+    job_state *shown = n ? malloc((size_t)n * sizeof *shown) : NULL;
+    for (int i = 0; ids && shown && i < n; i++) {
+        ids[i] = o->e[i].id;
+        shown[i] = o->e[i].state;
+    }
+    pthread_mutex_unlock(&o->mu);
+    for (int i = 0; ids && shown && i < n; i++) {
+        db_job j;
+        ty_err err = {0};
+        if (db_job_get(d, ids[i], &j, &err)) continue; /* the rows are read unlocked */
+        if (counts[j.state] > 0 && j.state != shown[i]) {
+            counts[j.state]--;
+            counts[shown[i]]++;
+        }
+        db_job_free(&j);
+    }
+    free(ids);
+    free(shown);
+}

@@ -24,5 +24,8 @@ void overlay_apply(srv *s, db_job *j);
  * it is read too; overlay_keep() then says which rows to show. */
 unsigned overlay_widen(srv *s, unsigned mask);
 bool overlay_keep(const db_job *j, unsigned mask);
+/* Moves settling jobs in per-state counts (db_job_counts) from their row's
+ * state to the one shown. */
+void overlay_counts(srv *s, db *d, int64_t counts[JOB_NSTATES]);
 
 #endif

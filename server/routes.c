@@ -656,6 +656,7 @@ static enum MHD_Result get_prom(http_req *q)
     db *d = srv_db(s);
     if (!d || db_job_counts(d, p.jobs, &err))
         return http_error(q, 500, "internal", NULL, "database unavailable");
+    overlay_counts(s, d, p.jobs);
     p.queue_length = p.jobs[JOB_QUEUED];
     p.events_ingested = atomic_load(&s->events_ingested);
     p.sse_clients = sse_hub_clients(s->hub);

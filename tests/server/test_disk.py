@@ -145,6 +145,8 @@ def test_engine_dies():
     check(srv.job(b)["state"] == "cancelled", "shown cancelled")
     check(not ids_listed(srv, "running") & {a, b}, "neither is listed running")
     check(a in ids_listed(srv, "failed") and b in ids_listed(srv, "cancelled"), "listed by shown state")
+    prom = srv.get("/metrics").body.decode()
+    check('trainyard_jobs{state="running"} 0' in prom, "/metrics counts none running:\n%s" % prom[:800])
     r = srv.request("DELETE", "/jobs/%d" % a)
     check(r.status == 409, "DELETE while the final state is unwritten: %r" % r)
     check(srv.post("/jobs", spec(model, train)).status == 503, "submit on a full disk")
