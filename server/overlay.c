@@ -3,10 +3,12 @@
  * A run's final transition is written by the scheduler, and on a full disk
  * or a locked database that write is retried until it lands (settle.c).
  * Meanwhile the row still says `running`. The overlay holds, in memory,
- * the state such a job is settling to; it is set the moment the engine is
- * known gone (before the first try) and cleared once the write lands, and
- * GET /jobs/{id}, GET /jobs and the answers of cancel and pause read rows
- * through it. It is not durable: a server restarted meanwhile recovers
+ * the state such a job is settling to, with what the write carries besides
+ * (resume point, restarts, error); it is set once the ended run's
+ * checkpoints are reconciled, just before the first try, so a reader never
+ * sees the state without its resume point, and cleared once the write
+ * lands. GET /jobs/{id}, GET /jobs, /metrics and the answers of cancel and
+ * pause read rows through it. It is not durable: a server restarted meanwhile recovers
  * the job from its row as after any crash. Few entries ever exist (one
  * per job whose write is pending), so a small array under a mutex does. */
 #include "overlay.h"
@@ -22,6 +24,9 @@ typedef struct ov_entry {
     job_state state;
     int64_t since_ms;
     char *reason;
+    bool has_resume; /* resume_from is known (NULL: none) */
+    char *resume_from;
+    int restarts; /* -1: the row's */
 } ov_entry;
 
 struct overlay {
@@ -40,8 +45,10 @@ struct overlay *overlay_new(void)
 void overlay_free(struct overlay *o)
 {
     if (!o) return;
-    for (int i = 0; i < o->n; i++)
+    for (int i = 0; i < o->n; i++) {
         free(o->e[i].reason);
+        free(o->e[i].resume_from);
+    }
     free(o->e);
     pthread_mutex_destroy(&o->mu);
     free(o);
@@ -70,7 +77,7 @@ void overlay_set(srv *s, int64_t id, job_state state, const char *reason)
     }
     if (!e && o->n < o->cap) {
         e = &o->e[o->n++];
-        *e = (ov_entry){.id = id, .since_ms = ty_now_ms()};
+        *e = (ov_entry){.id = id, .since_ms = ty_now_ms(), .restarts = -1};
     }
     if (e) {
         e->state = state;
@@ -88,7 +95,23 @@ void overlay_clear(srv *s, int64_t id)
     ov_entry *e = find(o, id);
     if (e) {
         free(e->reason);
+        free(e->resume_from);
         *e = o->e[--o->n];
+    }
+    pthread_mutex_unlock(&o->mu);
+}
+
+void overlay_set_detail(srv *s, int64_t id, bool has_resume, const char *resume_from, int restarts)
+{
+    struct overlay *o = s->overlay;
+    if (!o) return;
+    pthread_mutex_lock(&o->mu);
+    ov_entry *e = find(o, id);
+    if (e) {
+        free(e->resume_from);
+        e->resume_from = has_resume && resume_from ? strdup(resume_from) : NULL;
+        e->has_resume = has_resume;
+        e->restarts = restarts;
     }
     pthread_mutex_unlock(&o->mu);
 }
@@ -116,6 +139,11 @@ void overlay_apply(srv *s, db_job *j)
             free(j->error);
             j->error = strdup(e->reason);
         }
+        if (e->has_resume) {
+            free(j->resume_from);
+            j->resume_from = e->resume_from ? strdup(e->resume_from) : NULL;
+        }
+        if (e->restarts >= 0) j->restarts = e->restarts;
         if (db_state_terminal(e->state)) j->finished_ms = e->since_ms;
         if (j->gpus) j->gpus[0] = 0;
     }

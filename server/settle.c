@@ -42,9 +42,11 @@ char *sched_job_store(srv *s, int64_t id)
 }
 
 /* Tries one settle transition; 0 when it landed or can never land (the job
- * moved on or is gone), else the write error. */
-static int settle_once(sched *x, int64_t job_id, job_state to, int restarts, const char *store,
-                       const char *reason, ty_err *err)
+ * moved on or is gone), else the write error. From just before the write
+ * the API shows the job as `then` (a cancel or pause asked meanwhile), or
+ * -1: as `to`, with its resume point (overlay.h). */
+static int settle_once(sched *x, int64_t job_id, job_state to, int then, int restarts,
+                       const char *store, const char *reason, ty_err *err)
 {
     srv *s = x->s;
     const unsigned live = JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING) | JOB_BIT(JOB_STOPPING);
@@ -84,6 +86,8 @@ static int settle_once(sched *x, int64_t job_id, job_state to, int restarts, con
         up.restarts = restarts;
     }
     if (db_state_terminal(to)) up.set_finished = true;
+    overlay_set(s, job_id, then >= 0 ? (job_state)then : to, reason);
+    overlay_set_detail(s, job_id, up.has_resume_from, ck, restarts);
     int rc = srv_transition(s, job_id, live, to, why, &up, NULL, err);
     free(ck);
     if (rc == TY_ESTATE || rc == TY_ENOENT) overlay_clear(s, job_id); /* moved on, or gone */
@@ -96,9 +100,7 @@ void sched_settle(sched *x, int64_t job_id, job_state to, int restarts, const ch
                   const char *reason)
 {
     ty_err err = {0};
-    /* The API shows the outcome from now on, however long the write takes. */
-    overlay_set(x->s, job_id, to, reason);
-    if (settle_once(x, job_id, to, restarts, store, reason, &err) == 0) return;
+    if (settle_once(x, job_id, to, -1, restarts, store, reason, &err) == 0) return;
     fprintf(stderr, "trainyard: job %lld: cannot record %s (%s): %s; retrying\n", (long long)job_id,
             db_state_name(to), reason, err.msg);
     sched_settle_later(x, job_id, to, restarts, store, reason);
@@ -133,7 +135,8 @@ void sched_finalize(sched *x, int64_t job_id, job_state to, const char *reason)
 static int pending_once(sched *x, pending *p, ty_err *err)
 {
     if (!p->to_landed) {
-        int rc = settle_once(x, p->job_id, p->to, p->restarts, p->store, p->reason, err);
+        int rc = settle_once(x, p->job_id, p->to, p->has_then ? (int)p->then : -1, p->restarts,
+                             p->store, p->reason, err);
         if (rc || !p->has_then) return rc;
         p->to_landed = true;
         overlay_set(x->s, p->job_id, p->then, p->reason);

@@ -24,13 +24,24 @@ static void check_overlay(void)
     CHECK(overlay_state(&s, 7, &st) && st == JOB_FAILED);
     unsigned m = overlay_widen(&s, JOB_BIT(JOB_FAILED));
     CHECK(m & JOB_BIT(JOB_RUNNING), "a settling job's row is read for a failed filter");
+    overlay_set_detail(&s, 7, false, NULL, -1);
+    j.resume_from = strdup("checkpoints/step-000002");
     overlay_apply(&s, &j);
     CHECK(j.state == JOB_FAILED && j.error && !strcmp(j.error, "engine died"));
+    CHECK(j.resume_from && j.restarts == 0, "a failure keeps the row's resume point and restarts");
     CHECK(j.finished_ms > 0 && j.gpus[0] == 0, "finished, holding no GPUs");
     CHECK(overlay_keep(&j, JOB_BIT(JOB_FAILED)) && !overlay_keep(&j, JOB_BIT(JOB_RUNNING)));
     CHECK(overlay_keep(&j, 0), "no filter keeps every row");
     overlay_set(&s, 7, JOB_CANCELLED, "cancelled");
     CHECK(overlay_state(&s, 7, &st) && st == JOB_CANCELLED, "a later request replaces the entry");
+    overlay_set_detail(&s, 8, true, "checkpoints/step-000004", 2);
+    db_job q = {.id = 8, .state = JOB_RUNNING, .resume_from = NULL, .restarts = 1};
+    overlay_apply(&s, &q);
+    CHECK(q.state == JOB_QUEUED && q.resume_from &&
+              !strcmp(q.resume_from, "checkpoints/step-000004"),
+          "a requeue shows where it resumes from");
+    CHECK(q.restarts == 2, "and the restart it counts");
+    free(q.resume_from);
     overlay_clear(&s, 7);
     CHECK(!overlay_state(&s, 7, &st) && overlay_state(&s, 8, &st) && st == JOB_QUEUED);
     db_job k = {.id = 9, .state = JOB_RUNNING};
@@ -38,6 +49,7 @@ static void check_overlay(void)
     CHECK(k.state == JOB_RUNNING, "a job without an entry is as its row says");
     free(j.gpus);
     free(j.error);
+    free(j.resume_from);
     overlay_free(s.overlay);
 }
 
