@@ -43,26 +43,11 @@ static void wake_sched(void *ctx)
     sched_wake(s->sched);
 }
 
-int srv_serve_main(int argc, char **argv)
+/* The database and job directory paths, made absolute, and the data
+ * directory prepared; prints why and returns 1 when that fails. */
+static int set_paths(srv *s)
 {
-    static srv S;
-    srv *s = &S;
     ty_err err = {0};
-    if (srv_config_defaults(&s->cfg, &err)) {
-        fprintf(stderr, "trainyard serve: %s\n", err.msg);
-        return 2;
-    }
-    int rc = srv_config_parse(&s->cfg, argc, argv, stdout, &err);
-    if (rc == 1) return 0;
-    if (rc) {
-        fprintf(stderr, "trainyard serve: %s\n", err.msg);
-        return 2;
-    }
-    char host[256];
-    int port, bound_port = 0;
-    webhooks *wh = NULL;
-    srv_listen_parse(s->cfg.listen, host, sizeof host, &port, &err);
-    s->auth_required = s->cfg.require_token || !srv_host_is_loopback(host);
     snprintf(s->db_path, sizeof s->db_path, "%.4000s/trainyard.db", s->cfg.data_dir);
     snprintf(s->jobs_dir, sizeof s->jobs_dir, "%.4000s/jobs", s->cfg.data_dir);
     if (ty_mkdir_p(s->jobs_dir, &err)) {
@@ -88,6 +73,30 @@ int srv_serve_main(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;
     }
+    return 0;
+}
+
+int srv_serve_main(int argc, char **argv)
+{
+    static srv S;
+    srv *s = &S;
+    ty_err err = {0};
+    if (srv_config_defaults(&s->cfg, &err)) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 2;
+    }
+    int rc = srv_config_parse(&s->cfg, argc, argv, stdout, &err);
+    if (rc == 1) return 0;
+    if (rc) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 2;
+    }
+    char host[256];
+    int port, bound_port = 0;
+    webhooks *wh = NULL;
+    srv_listen_parse(s->cfg.listen, host, sizeof host, &port, &err);
+    s->auth_required = s->cfg.require_token || !srv_host_is_loopback(host);
+    if (set_paths(s)) return 1;
     srv_state_init(s);
     raise_nofile();
     if (srv_disk_start(s, &err)) {
