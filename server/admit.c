@@ -46,7 +46,7 @@ unsigned admit_refuse_err(admit_result *r, const ty_err *err)
     case TY_ESPEC:
         return admit_refuse_spec(r, err);
     case TY_ENOSPC:
-        return admit_refuse(r, 503, "unavailable", NULL, "%s", err->msg);
+        return admit_refuse(r, 503, "disk_full", NULL, "%s", err->msg);
     default:
         return admit_refuse(r, 500, "internal", NULL, "%s", err->msg);
     }

@@ -100,7 +100,7 @@ static void test_err_mapping(void)
     e = (ty_err){.code = TY_ESTATE, .field = "priority", .msg = "job 9 is running"};
     CHECK(admit_refuse_err(&r, &e) == 409 && refused(&r, 409, "conflict", "priority", NULL));
     e = (ty_err){.code = TY_ENOSPC, .field = "x", .msg = "full"};
-    CHECK(admit_refuse_err(&r, &e) == 503 && refused(&r, 503, "unavailable", "", "full"));
+    CHECK(admit_refuse_err(&r, &e) == 503 && refused(&r, 503, "disk_full", "", "full"));
     e = (ty_err){.code = TY_EIO, .field = "x", .msg = "io"};
     CHECK(admit_refuse_err(&r, &e) == 500 && refused(&r, 500, "internal", "", "io"));
 }
