@@ -60,6 +60,7 @@ static void rope(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, in
     if (B <= 0 || T <= 0 || H <= 0 || D < 2)
         return;
     size_t total = (size_t)B * T * H * (D / 2);
+    KN_IO(k_rope, total * 2 * kn_dtype_size(dt), total * 2 * kn_dtype_size(dt), 0);
     KN_LAUNCH(k_rope, kn_blocks(total, 256), 256, 0, c, (int)dt, x, T, H, D, ld, base, pos_offset,
               dir, total);
 }
@@ -102,6 +103,8 @@ static void rope_freq(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int 
     if (B <= 0 || T <= 0 || H <= 0 || D < 2)
         return;
     size_t total = (size_t)B * T * H * (D / 2);
+    KN_IO(k_rope_freq, total * 2 * kn_dtype_size(dt) + 4 * (size_t)(D / 2),
+        total * 2 * kn_dtype_size(dt), 0);
     KN_LAUNCH(k_rope_freq, kn_blocks(total, 256), 256, 0, c, (int)dt, x, inv_freq, T, H, D, ld,
               pos_offset, dir, total);
 }
@@ -338,6 +341,32 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
     }
 }
 
+#ifdef KN_CUDA_EMU /* only the emulation counts (KN_IO) */
+/* KN_IO's figures. The (query, key) pairs a head scores: causal, inside
+ * the window; each costs 2 D FLOPs per product with a row of K or V (the
+ * forward: QK and PV; dq: QK, dO V and dS K; dk/dv: QK, dO V, P dO, dS Q).
+ * Bytes of one pass over the tensors (kinds: 0 the forward's reads, 1
+ * its writes, 2 dq's reads, 3 dk/dv's reads less dk and dv themselves). */
+static inline uint64_t att_pairs(int Tq, int Tk, int window)
+{
+    uint64_t n = 0;
+    for (int i = Tk - Tq; i < Tk; i++)
+        n += (uint64_t)(window > 0 && window < i + 1 ? window : i + 1);
+    return n;
+}
+static inline uint64_t att_bytes(int xt, int B, int Tq, int Tk, int Hq, int Hkv, int D, int kind)
+{
+    uint64_t es = kn_dtype_size((kn_dtype)xt), q = (uint64_t)B * Tq * Hq * D,
+             kv = 2 * (uint64_t)B * Tk * Hkv * D, lse = 4 * (uint64_t)B * Hq * Tq;
+    if (kind == 1)
+        return q * es + lse;
+    uint64_t r = (q + kv) * es;
+    if (kind >= 2) /* dout (fp32), out, lse; dq's += reads dq */
+        r += q * 4 + q * es + lse + (kind == 2 ? q * 4 : 0);
+    return r;
+}
+#endif
+
 template <int DM>
 static void attn_fwd(kn_ctx *c, int xt, void *out, float *lse, const void *q, const void *k,
                      const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int D, int ldq,
@@ -346,6 +375,8 @@ static void attn_fwd(kn_ctx *c, int xt, void *out, float *lse, const void *q, co
     const int BC = att_tile<DM>::BC;
     dim3 grid((Tq + ATT_BR - 1) / ATT_BR, Hq, B);
     size_t smem = 2 * (size_t)BC * D * sizeof(float);
+    KN_IO(k_attn_fwd<DM>, att_bytes(xt, B, Tq, Tk, Hq, Hkv, D, 0), att_bytes(xt, B, Tq, Tk, Hq, 0, D, 1),
+        4 * (uint64_t)B * Hq * D * att_pairs(Tq, Tk, window));
     KN_LAUNCH(k_attn_fwd<DM>, grid, ATT_BR, smem, c, xt, out, lse, q, k, v, Tq, Tk, Hq, Hkv, D,
               ldq, ldkv, scale, cap, window);
 }
@@ -359,12 +390,16 @@ static void attn_bwd(kn_ctx *c, int xt, float *dq, float *dk, float *dv, const f
     const int BC = att_tile<DM>::BC;
     if (dq) {
         dim3 grid((T + ATT_BR - 1) / ATT_BR, Hq, B);
+        KN_IO(k_attn_bwd_dq<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 2), 4 * (uint64_t)B * T * Hq * D,
+            6 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
         KN_LAUNCH(k_attn_bwd_dq<DM>, grid, ATT_BR, 2 * (size_t)BC * D * sizeof(float), c, xt, dq,
                   dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     }
     if (dk || dv) {
         dim3 grid((T + ATT_BR - 1) / ATT_BR, Hkv, B);
         size_t smem = (2 * (size_t)BC * D + 2 * BC) * sizeof(float);
+        KN_IO(k_attn_bwd_dkdv<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 3) + 4 * (uint64_t)B * T * Hkv * D * (!!dk + !!dv),
+            4 * (uint64_t)B * T * Hkv * D * (!!dk + !!dv), 8 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
         KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, ATT_BR, smem, c, xt, dk, dv, dout, out, lse, q, k, v,
                   T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     }

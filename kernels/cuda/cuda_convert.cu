@@ -56,6 +56,7 @@ void cuda_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dty
                        "convert");
         return;
     }
+    KN_IO(k_convert, n * kn_dtype_size(src_dt), n * kn_dtype_size(dst_dt), 0);
     KN_LAUNCH(k_convert, kn_blocks(n, 256), 256, 0, c, dst, (int)dst_dt, src, (int)src_dt, n);
 }
 
@@ -63,6 +64,7 @@ void cuda_round(kn_ctx *c, float *x, size_t n, kn_dtype dt)
 {
     if (!n || dt == KN_F32 || !dtype_ok(c, dt, "round"))
         return;
+    KN_IO(k_round, 4 * n, 4 * n, 0);
     KN_LAUNCH(k_round, kn_blocks(n, 256), 256, 0, c, x, n, (int)dt);
 }
 
@@ -115,12 +117,14 @@ __global__ void k_master_join(float *x, const uint16_t *hi, const uint16_t *lo, 
 
 void cuda_master_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *x, size_t n)
 {
+    KN_IO(k_master_split, 4 * n, 4 * n, 0);
     if (n)
         KN_LAUNCH(k_master_split, kn_blocks(n, 256), 256, 0, c, hi, lo, x, n);
 }
 
 void cuda_master_join(kn_ctx *c, float *x, const uint16_t *hi, const uint16_t *lo, size_t n)
 {
+    KN_IO(k_master_join, 4 * n, 4 * n, 0);
     if (n)
         KN_LAUNCH(k_master_join, kn_blocks(n, 256), 256, 0, c, x, hi, lo, n);
 }
@@ -147,6 +151,7 @@ void cuda_adamw_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *g, flo
                       size_t n, float decay, int do_decay, float b1, float b2, float omb1,
                       float omb2, float step, float bc2_sqrt, float eps)
 {
+    KN_IO(k_adamw_split, 16 * n, 12 * n, 0);
     KN_LAUNCH(k_adamw_split, kn_blocks(n, 256), 256, 0, c, hi, lo, g, m, v, n, decay, do_decay, b1, b2,
               omb1, omb2, step, bc2_sqrt, eps);
 }

@@ -43,16 +43,19 @@ void cuda_copy(kn_ctx *c, float *dst, const float *src, size_t n)
 }
 void cuda_scale(kn_ctx *c, float *x, size_t n, float s)
 {
+    KN_IO(k_scale, 4 * n, 4 * n, 0);
     if (n)
         KN_LAUNCH(k_scale, kn_blocks(n, 256), 256, 0, c, x, n, s);
 }
 void cuda_axpy(kn_ctx *c, float *y, const float *x, size_t n, float a)
 {
+    KN_IO(k_axpy, 8 * n, 4 * n, 0);
     if (n)
         KN_LAUNCH(k_axpy, kn_blocks(n, 256), 256, 0, c, y, x, n, a);
 }
 void cuda_add(kn_ctx *c, kn_dtype dt, void *out, const void *a, const void *b, size_t n)
 {
+    KN_IO(k_add, 2 * n * kn_dtype_size(dt), n * kn_dtype_size(dt), 0);
     if (n)
         KN_LAUNCH(k_add, kn_blocks(n, 256), 256, 0, c, (int)dt, out, a, b, n);
 }
@@ -89,7 +92,9 @@ static double reduce(kn_ctx *c, const float *x, size_t n, int mode)
     if (!n)
         return 0.0;
     cuda_state *st = kn_cuda_st(c);
+    KN_IO(k_reduce_partial, 4 * n, 8 * KN_RED_BLOCKS, 0);
     KN_LAUNCH(k_reduce_partial, KN_RED_BLOCKS, KN_RED_THREADS, 0, c, st->red, x, n, mode);
+    KN_IO(k_reduce_final, 8 * KN_RED_BLOCKS, 8, 0);
     KN_LAUNCH(k_reduce_final, 1, KN_RED_THREADS, 0, c, st->red + KN_RED_BLOCKS, st->red,
               KN_RED_BLOCKS);
     double r = 0;
@@ -117,11 +122,13 @@ __global__ void k_gelu_bwd(int xt, float *dx, const float *dout, const void *x, 
 }
 void cuda_gelu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n)
 {
+    KN_IO(k_gelu_fwd, n * kn_dtype_size(dt), n * kn_dtype_size(dt), 0);
     if (n)
         KN_LAUNCH(k_gelu_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, x, n);
 }
 void cuda_gelu_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x, size_t n)
 {
+    KN_IO(k_gelu_bwd, n * (8 + kn_dtype_size(dt)), 4 * n, 0);
     if (n && dx)
         KN_LAUNCH(k_gelu_bwd, kn_blocks(n, 256), 256, 0, c, (int)dt, dx, dout, x, n);
 }
@@ -149,12 +156,15 @@ __global__ void k_swiglu_bwd(int xt, float *dgate, float *dup, const float *dout
 }
 void cuda_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
 {
+    KN_IO(k_swiglu_fwd, 2 * n * kn_dtype_size(dt), n * kn_dtype_size(dt), 0);
     if (n)
         KN_LAUNCH(k_swiglu_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, gate, up, n);
 }
 void cuda_swiglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
                      const void *gate, const void *up, size_t n)
 {
+    KN_IO(k_swiglu_bwd, n * (4 + 2 * kn_dtype_size(dt) + 4 * !!dgate + 4 * !!dup),
+        n * (4 * !!dgate + 4 * !!dup), 0);
     if (n && (dgate || dup))
         KN_LAUNCH(k_swiglu_bwd, kn_blocks(n, 256), 256, 0, c, (int)dt, dgate, dup, dout, gate, up,
                   n);
@@ -182,12 +192,15 @@ __global__ void k_geglu_bwd(int xt, float *dgate, float *dup, const float *dout,
 }
 void cuda_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
 {
+    KN_IO(k_geglu_fwd, 2 * n * kn_dtype_size(dt), n * kn_dtype_size(dt), 0);
     if (n)
         KN_LAUNCH(k_geglu_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, gate, up, n);
 }
 void cuda_geglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
                     const void *gate, const void *up, size_t n)
 {
+    KN_IO(k_geglu_bwd, n * (4 + 2 * kn_dtype_size(dt) + 4 * !!dgate + 4 * !!dup),
+        n * (4 * !!dgate + 4 * !!dup), 0);
     if (n && (dgate || dup))
         KN_LAUNCH(k_geglu_bwd, kn_blocks(n, 256), 256, 0, c, (int)dt, dgate, dup, dout, gate, up,
                   n);
@@ -235,6 +248,7 @@ void cuda_dropout_fwd(kn_ctx *c, kn_dtype dt, void *out, uint8_t *mask, const vo
         return;
     }
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    KN_IO(k_dropout_fwd, n * kn_dtype_size(dt), n * kn_dtype_size(dt) + (mask ? n : 0), 0);
     KN_LAUNCH(k_dropout_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, mask, x, n, p, seed,
               offset, keep_scale);
 }
@@ -248,6 +262,7 @@ void cuda_dropout_bwd(kn_ctx *c, float *dx, const float *dout, const uint8_t *ma
         return;
     }
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    KN_IO(k_dropout_bwd, 9 * n, 4 * n, 0);
     KN_LAUNCH(k_dropout_bwd, kn_blocks(n, 256), 256, 0, c, dx, dout, mask, n, keep_scale);
 }
 
@@ -298,6 +313,7 @@ void cuda_adamw(kn_ctx *c, kn_dtype pdt, void *p_, uint16_t *plo, const float *g
                          step, bc2_sqrt, eps);
         return;
     }
+    KN_IO(k_adamw, 16 * n, 12 * n, 0);
     KN_LAUNCH(k_adamw, kn_blocks(n, 256), 256, 0, c, p, g, m, v, n, decay, wd != 0.0f, b1, b2,
               omb1, omb2, step, bc2_sqrt, eps);
 }
@@ -352,6 +368,8 @@ __global__ void k_dora_bwd(float *dlr, float *dy, float *dmag, const float *dout
 void cuda_dora_norm(kn_ctx *c, float *g, float *norm, const float *w, const float *d,
                     const float *mag, float s, int M, int K)
 {
+    KN_IO(k_dora_norm, 8 * (size_t)M * K + (g ? 4 * (size_t)M : 0),
+        4 * (size_t)M * (g ? 2 : 1), 0);
     if (M > 0)
         KN_LAUNCH(k_dora_norm, kn_blocks((size_t)M, 128), 128, 0, c, g, norm, w, d, mag, s, M, K);
 }
@@ -359,12 +377,15 @@ void cuda_dora_fwd(kn_ctx *c, float *out, float *z, const float *y, const float 
                    const float *g, float s, int N, int M)
 {
     size_t n = (size_t)N * M;
+    KN_IO(k_dora_fwd, n * (y ? 12 : 8) + 4 * (size_t)M * (b && !y ? 2 : 1), 8 * n, 0);
     if (n)
         KN_LAUNCH(k_dora_fwd, kn_blocks(n, 256), 256, 0, c, out, z, y, b, lr, g, s, N, M);
 }
 void cuda_dora_bwd(kn_ctx *c, float *dlr, float *dy, float *dmag, const float *dout, const float *z,
                    const float *g, const float *norm, float s, int N, int M)
 {
+    KN_IO(k_dora_bwd, 8 * (size_t)N * M + 8 * (size_t)M + (dmag ? 4 * (size_t)M : 0),
+        4 * (size_t)N * M * (!!dlr + !!dy) + (dmag ? 4 * (size_t)M : 0), 0);
     if (M > 0 && N > 0)
         KN_LAUNCH(k_dora_bwd, kn_blocks((size_t)M, 128), 128, 0, c, dlr, dy, dmag, dout, z, g, norm,
                   s, N, M);

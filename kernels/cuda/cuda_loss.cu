@@ -74,6 +74,7 @@ void cuda_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *lo
     void *no_grad = nullptr;
     if (N <= 0 || V <= 0)
         return;
+    KN_IO(k_crossentropy, 4 * (size_t)N + (size_t)N * V * kn_dtype_size(dt), (losses ? 4 * (size_t)N : 0), 0);
     KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, no_grad, logits, (int)dt, targets, V, 0.0f,
               softcap);
 }
@@ -83,6 +84,8 @@ void cuda_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlog
 {
     if (N <= 0 || V <= 0)
         return;
+    KN_IO(k_crossentropy, 4 * (size_t)N + (size_t)N * V * kn_dtype_size(dt),
+        (losses ? 4 * (size_t)N : 0) + (dlogits ? (size_t)N * V * kn_dtype_size(dt) : 0), 0);
     KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, dlogits, logits, (int)dt, targets, V, scale,
               softcap);
 }
@@ -99,6 +102,7 @@ void cuda_softcap(kn_ctx *c, float *x, size_t n, float cap)
 {
     if (n == 0 || cap <= 0.0f)
         return;
+    KN_IO(k_softcap, 4 * n, 4 * n, 0);
     KN_LAUNCH(k_softcap, kn_blocks(n, 256), 256, 0, c, x, n, cap);
 }
 

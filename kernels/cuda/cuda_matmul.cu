@@ -342,6 +342,9 @@ int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B,
         }
         if (!acc || lt_run(c, p, acc, A, B, nullptr, nullptr, dt_d == KN_F32 ? beta : 0.0f) < 0)
             return -1;
+        KN_IO(k_gemm_finish, 4 * (size_t)m * n * (acc != D) + (bias ? 4 * (size_t)m : 0) +
+            (acc != D && beta != 0.0f ? (size_t)m * n * kn_dtype_size((kn_dtype)dt_d) : 0),
+            (size_t)m * n * kn_dtype_size((kn_dtype)dt_d), 0);
         if (bias || dt_d != KN_F32)
             KN_LAUNCH(k_gemm_finish, kn_blocks((size_t)m * n, 256), 256, 0, c, D, dt_d, ldd, acc,
                       ldacc, bias, beta, m, n);
@@ -349,6 +352,9 @@ int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B,
     }
     default: {
         size_t tiles = (size_t)((m + GEMM_T - 1) / GEMM_T) * ((n + GEMM_T - 1) / GEMM_T);
+        KN_IO(k_gemm_tiled, ((size_t)m + n) * k * kn_dtype_size((kn_dtype)dt_ab) + (bias ? 4 * (size_t)m : 0) +
+            (beta != 0.0f ? (size_t)m * n * kn_dtype_size((kn_dtype)dt_d) : 0),
+            (size_t)m * n * kn_dtype_size((kn_dtype)dt_d), 2 * (size_t)m * n * k);
         KN_LAUNCH(k_gemm_tiled, kn_blocks(tiles, 1), GEMM_T * GEMM_T, 0, c, D, dt_d, ldd, A, lda, ta,
                   B, ldb, tb, dt_ab, bias, beta, m, n, k);
         return 1;
@@ -386,6 +392,7 @@ __global__ void k_colsum_acc(float *dbias, const void *dout, int dt, int N, int 
 
 void kn_cuda_colsum_acc(kn_ctx *c, float *dbias, const void *dout, int dt, int N, int M)
 {
+    KN_IO(k_colsum_acc, (size_t)N * M * kn_dtype_size((kn_dtype)dt) + 4 * (size_t)M, 4 * (size_t)M, 0);
     KN_LAUNCH(k_colsum_acc, kn_blocks((size_t)M, 128), 128, 0, c, dbias, dout, dt, N, M);
 }
 

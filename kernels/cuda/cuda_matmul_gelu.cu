@@ -101,6 +101,7 @@ void cuda_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt
     else /* an empty product: pre = bias (matmul_fwd's rule) */
         cuda_matmul16_fwd(c, dt, out_dt, x_dt, pre, x, w, bias, N, K, M);
     size_t n = (size_t)N * M;
+    KN_IO(k_gelu_of, n * kn_dtype_size(out_dt), n * kn_dtype_size(out_dt), 0);
     KN_LAUNCH(k_gelu_of, kn_blocks(n, 256), 256, 0, c, out, pre, (int)out_dt, (int)dt, n);
 }
 
@@ -136,6 +137,7 @@ void cuda_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt
     }
     if (!r) {
         kn_cuda_gemm(c, dpre, KN_F32, w, B, dt, nullptr, K, N, M, 0, 0, K, M, K, 0.0f);
+        KN_IO(k_dgelu_mul, n * (4 + kn_dtype_size(pre_dt)), 4 * n, 0);
         KN_LAUNCH(k_dgelu_mul, kn_blocks(n, 256), 256, 0, c, dpre, pre, (int)pre_dt, (int)dt, n);
     }
     if (dbias)

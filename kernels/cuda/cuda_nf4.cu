@@ -38,6 +38,17 @@ __global__ void k_nf4_dequant(float *out, kn_nf4 w, size_t n)
     }
 }
 
+#ifdef KN_CUDA_EMU /* only the emulation counts (KN_IO) */
+/* KN_IO's read bytes of a dequantisation of n elements from `first`:
+ * the codes, the block scales (8-bit codes, or fp32 when not double
+ * quantised) and the second-level scales. */
+static inline uint64_t nf4_read_bytes(const kn_nf4 &w, size_t n)
+{
+    uint64_t blocks = n / KN_NF4_BLOCK + 1;
+    return (n + 1) / 2 + (w.absmax ? 4 * blocks : blocks + 4 * (blocks / KN_NF4_BLOCK2 + 1));
+}
+#endif
+
 /* The context's fp32 scratch of n floats (a kn_cuda_scratch slot). */
 static float *nf4_scratch(kn_ctx *c, size_t n)
 {
@@ -48,6 +59,7 @@ static float *nf4_scratch(kn_ctx *c, size_t n)
 static float *dequant(kn_ctx *c, const kn_nf4 &w, size_t n, kn_dtype dt)
 {
     float *s = nf4_scratch(c, n);
+    KN_IO(k_nf4_dequant, nf4_read_bytes(w, n), 4 * n, 0);
     if (!s) return nullptr;
     KN_LAUNCH(k_nf4_dequant, kn_blocks(n, 256), 256, 0, c, s, w, n);
     cuda_round(c, s, n, dt);
@@ -58,6 +70,7 @@ void cuda_nf4_dequant(kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n)
 {
     if (!n) return;
     if (dt == KN_F32) {
+        KN_IO(k_nf4_dequant, nf4_read_bytes(w, n), 4 * n, 0);
         KN_LAUNCH(k_nf4_dequant, kn_blocks(n, 256), 256, 0, c, (float *)out, w, n);
         return;
     }

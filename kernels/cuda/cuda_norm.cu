@@ -110,6 +110,8 @@ __global__ void k_norm_bwd_dw(int dt, float *dw, float *db, const float *dout, c
 void cuda_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd, const void *x,
                         const float *w, const float *b, int N, int C, float eps)
 {
+    KN_IO(k_layernorm_fwd, (size_t)N * C * kn_dtype_size(dt) + 8 * (size_t)C,
+        (size_t)N * C * kn_dtype_size(dt) + 8 * (size_t)N, 0);
     if (N > 0 && C > 0)
         KN_LAUNCH(k_layernorm_fwd, N, ROW_THREADS, 0, c, (int)dt, out, mean, rstd, x, w, b, C, eps);
 }
@@ -119,8 +121,12 @@ void cuda_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db,
                         int C)
 {
     if (N <= 0 || C <= 0) return;
+    KN_IO(k_norm_bwd_dx, (size_t)N * C * (8 + kn_dtype_size(dt)) + 4 * (size_t)C + 8 * (size_t)N,
+        4 * (size_t)N * C, 0);
     if (dx)
         KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, (int)dt, dx, dout, x, w, mean, rstd, C, 1);
+    KN_IO(k_norm_bwd_dw, (size_t)N * C * (4 + kn_dtype_size(dt)) + 8 * (size_t)N + 4 * (size_t)C * (!!dw + !!db),
+        4 * (size_t)C * (!!dw + !!db), 0);
     if (dw || db)
         KN_LAUNCH(k_norm_bwd_dw, kn_blocks((size_t)C, 128), 128, 0, c, (int)dt, dw, db, dout, x,
                   mean, rstd, N, C);
@@ -142,6 +148,8 @@ __global__ void k_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x, con
 void cuda_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x, const float *w,
                       int N, int C, float eps)
 {
+    KN_IO(k_rmsnorm_fwd, (size_t)N * C * kn_dtype_size(dt) + 4 * (size_t)C,
+        (size_t)N * C * kn_dtype_size(dt) + 4 * (size_t)N, 0);
     if (N > 0 && C > 0)
         KN_LAUNCH(k_rmsnorm_fwd, N, ROW_THREADS, 0, c, (int)dt, out, rstd, x, w, C, eps);
 }
@@ -152,9 +160,13 @@ void cuda_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float 
     if (N <= 0 || C <= 0) return;
     const float *no_mean = nullptr;
     float *no_db = nullptr;
+    KN_IO(k_norm_bwd_dx, (size_t)N * C * (8 + kn_dtype_size(dt)) + 4 * (size_t)C + 4 * (size_t)N,
+        4 * (size_t)N * C, 0);
     if (dx)
         KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, (int)dt, dx, dout, x, w, no_mean, rstd, C,
                   0);
+    KN_IO(k_norm_bwd_dw, (size_t)N * C * (4 + kn_dtype_size(dt)) + 4 * (size_t)N + 4 * (size_t)C,
+        4 * (size_t)C, 0);
     if (dw)
         KN_LAUNCH(k_norm_bwd_dw, kn_blocks((size_t)C, 128), 128, 0, c, (int)dt, dw, no_db, dout, x,
                   no_mean, rstd, N, C);
@@ -208,6 +220,8 @@ void cuda_add_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float 
                             const void *a, const void *b, const float *w, const float *bias, int N,
                             int C, float eps)
 {
+    KN_IO(k_add_layernorm_fwd, 2 * (size_t)N * C * kn_dtype_size(dt) + 8 * (size_t)C,
+        2 * (size_t)N * C * kn_dtype_size(dt) + 8 * (size_t)N, 0);
     if (N > 0 && C > 0)
         KN_LAUNCH(k_add_layernorm_fwd, N, ROW_THREADS, 0, c, (int)dt, res, out, mean, rstd, a, b, w,
                   bias, C, eps);
@@ -216,6 +230,8 @@ void cuda_add_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float 
 void cuda_add_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float *rstd, const void *a,
                           const void *b, const float *w, int N, int C, float eps)
 {
+    KN_IO(k_add_rmsnorm_fwd, 2 * (size_t)N * C * kn_dtype_size(dt) + 4 * (size_t)C,
+        2 * (size_t)N * C * kn_dtype_size(dt) + 4 * (size_t)N, 0);
     if (N > 0 && C > 0)
         KN_LAUNCH(k_add_rmsnorm_fwd, N, ROW_THREADS, 0, c, (int)dt, res, out, rstd, a, b, w, C,
                   eps);
@@ -248,6 +264,8 @@ __global__ void k_embedding_bwd(float *dtable, const int32_t *ids, const float *
 void cuda_embedding_fwd(kn_ctx *c, kn_dtype dt, void *out, const int32_t *ids, const void *table,
                         int N, int C, int accumulate)
 {
+    KN_IO(k_embedding_fwd, 4 * (size_t)N + (size_t)N * C * kn_dtype_size(dt) * (accumulate ? 2 : 1),
+        (size_t)N * C * kn_dtype_size(dt), 0);
     if (N > 0 && C > 0)
         KN_LAUNCH(k_embedding_fwd, kn_blocks((size_t)N * C, 256), 256, 0, c, (int)dt, out, ids,
                   table, N, C, accumulate);
@@ -256,6 +274,7 @@ void cuda_embedding_fwd(kn_ctx *c, kn_dtype dt, void *out, const int32_t *ids, c
 void cuda_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float *dout, int N,
                         int C)
 {
+    KN_IO(k_embedding_bwd, 4 * (size_t)N + 8 * (size_t)N * C, 4 * (size_t)N * C, 0);
     if (N > 0 && C > 0 && dtable)
         KN_LAUNCH(k_embedding_bwd, kn_blocks((size_t)C, 128), 128, 0, c, dtable, ids, dout, N, C);
 }

@@ -7,6 +7,13 @@
  *   KN_LAUNCH(kernel, grid, block, smem, ctx, args...)  every launch; a
  *     refused launch becomes kn_fail on the context (sticky error).
  *   KN_DYN_SHARED(type, name)  the block's dynamic shared memory.
+ *   KN_IO(kernel, read, write, flops)  before a KN_LAUNCH of kernel (the
+ *     next launch of that name on the thread takes it): the bytes the
+ *     launch reads and writes in global memory, each byte once, and its
+ *     fp32 FLOPs (0 for elementwise work); the emulation records them under
+ *     TY_EMU_COUNT and checks them against what the launch touched
+ *     (kernels.cuda_emu.count), nvcc drops them. bench/engine-gpu/model.py
+ *     turns a step's records into a modelled GPU time.
  *   KN_CUDA_BACKEND / KN_CUDA_NAME  the table symbol and its name.
  * Kernels are written as plain CUDA C otherwise: blockIdx/threadIdx,
  * __shared__, __syncthreads, warp shuffles, fp32 accumulation.
@@ -103,6 +110,8 @@ static inline int kn_cuda_ok(kn_ctx *c, cudaError_t e, const char *what)
         kn_cuda_ok((ctx), cudaGetLastError(), "launch of " #kernel);                               \
     } while (0)
 #define KN_DYN_SHARED(type, name) type *name = (type *)emu_dyn_shared()
+#define KN_IO(kernel, read_bytes, write_bytes, simt_flops)                                         \
+    emu_declare(#kernel, (uint64_t)(read_bytes), (uint64_t)(write_bytes), (uint64_t)(simt_flops))
 #else
 #define KN_LAUNCH(kernel, grid, block, smem, ctx, ...)                                             \
     do {                                                                                           \
@@ -112,6 +121,7 @@ static inline int kn_cuda_ok(kn_ctx *c, cudaError_t e, const char *what)
 #define KN_DYN_SHARED(type, name)                                                                  \
     extern __shared__ __align__(16) unsigned char kn_dyn_smem_[];                                  \
     type *name = (type *)kn_dyn_smem_
+#define KN_IO(kernel, read_bytes, write_bytes, simt_flops) ((void)0)
 #endif
 
 static inline unsigned kn_blocks(size_t n, unsigned threads)

@@ -233,6 +233,33 @@ void emu_set_last_error(cudaError_t e);
             emu_set_last_error(cudaErrorInvalidConfiguration);                                     \
     } while (0)
 
+/* ---- counting (TY_EMU_COUNT, emu_count.cpp) -------------------------------- */
+
+#include "emu_count.h"
+
+bool emu_count_on(void);
+bool emu_count_mem_on(void);
+/* The bytes the next launch of `kernel` on this thread reads and writes in
+ * global memory, and its fp32 FLOPs outside cuBLASLt (KN_IO). A launch of
+ * another name drops it. */
+void emu_declare(const char *kernel, uint64_t read_bytes, uint64_t write_bytes,
+                 uint64_t simt_flops);
+/* Warp matrix (wmma / mma) FLOPs of the running launch: the hook for an
+ * emulated MMA; nothing calls it yet. */
+void emu_count_mma(uint64_t flops);
+void emu_count_region_add(void *p, size_t mapped, size_t bytes);
+void emu_count_region_remove(void *p);
+/* One record: opened before a launch (or matmul, memset, copy) runs,
+ * written when it ends. Does nothing unless TY_EMU_COUNT is set. */
+struct emu_count_scope {
+    bool active;
+    emu_count_rec rec;
+    emu_count_scope(const char *name, dim3 grid, dim3 block);
+    ~emu_count_scope();
+    emu_count_scope(const emu_count_scope &) = delete;
+    emu_count_scope &operator=(const emu_count_scope &) = delete;
+};
+
 /* Free and total bytes of the emulated device (emu_runtime.cpp says how). */
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 

@@ -47,7 +47,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
 {
     if (ct != CUBLAS_COMPUTE_32F || st != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    *d = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1, nullptr,
+    *d = new emu_lt_desc{ct, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1, nullptr,
                          -1, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -304,6 +304,56 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* cuBLASLt's choice of execution path: 16-bit A and B run on the tensor
+ * cores with fp32 accumulation under any 32F compute type; fp32 A and B
+ * run on fp32 CUDA cores (SIMT) under CUBLAS_COMPUTE_32F and _PEDANTIC,
+ * on TF32 tensor cores under _FAST_TF32, on 16-bit ones (inputs rounded
+ * down) under _FAST_16F / _FAST_16BF. */
+extern "C" int emu_lt_path(int ct, int ab)
+{
+    if (ab == CUDA_R_16BF || ab == CUDA_R_16F)
+        return EMU_PATH_TC16;
+    if (ct == CUBLAS_COMPUTE_32F_FAST_TF32)
+        return EMU_PATH_TF32;
+    if (ct == CUBLAS_COMPUTE_32F_FAST_16F || ct == CUBLAS_COMPUTE_32F_FAST_16BF)
+        return EMU_PATH_TC16;
+    return EMU_PATH_SIMT;
+}
+
+static const char *epi_name(int e)
+{
+    return e == CUBLASLT_EPILOGUE_BIAS             ? "bias"
+           : e == CUBLASLT_EPILOGUE_GELU_AUX       ? "gelu_aux"
+           : e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "gelu_aux_bias"
+           : e == CUBLASLT_EPILOGUE_DGELU          ? "dgelu"
+                                                   : "default";
+}
+
+static const char *type_name(int t)
+{
+    return t == CUDA_R_16BF ? "bf16" : t == CUDA_R_16F ? "f16" : "f32";
+}
+
+/* The record of one matmul: 2 m n k FLOPs on its path; bytes read: A, B,
+ * D when beta is not 0 (C == D), the bias, a DGELU's aux; written: D and a
+ * GELU_AUX's aux. The name carries the shape, so a profile tells the
+ * model's GEMMs apart. */
+static void lt_count(emu_count_rec &r, cublasLtMatmulDesc_t d, const emu_lt_layout *a,
+                     const emu_lt_layout *b, const emu_lt_layout *dl, uint64_t m, uint64_t n,
+                     uint64_t k, bool reads_d)
+{
+    uint64_t es_d = type_size(dl->type), md = m * n * es_d;
+    snprintf(r.name, sizeof r.name, "cublasLtMatmul %s %s>%s %llux%llux%llu%s%s", epi_name(d->epi),
+             type_name(a->type), type_name(dl->type), (unsigned long long)m, (unsigned long long)n,
+             (unsigned long long)k, d->ta == CUBLAS_OP_T ? " tA" : "", d->tb == CUBLAS_OP_T ? " tB" : "");
+    r.flops[emu_lt_path(d->ct, a->type)] += 2 * m * n * k;
+    r.declared = 1;
+    r.decl_rd = a->rows * a->cols * type_size(a->type) + b->rows * b->cols * type_size(b->type) +
+                (reads_d ? md : 0) + (has_bias(d) ? m * es_d : 0) +
+                (d->epi == CUBLASLT_EPILOGUE_DGELU ? md : 0);
+    r.decl_wr = md + (has_aux(d) && d->epi != CUBLASLT_EPILOGUE_DGELU ? md : 0);
+}
+
 /* A matmul that breaks what its algorithm assumes: a GPU would fail it or
  * fault; here it fails loudly. */
 static cublasStatus_t lt_misuse(const char *why)
@@ -319,6 +369,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t)
 {
     emu_device_guard dg;
+    emu_count_scope cs("cublasLtMatmul", dim3(), dim3());
     n_matmul++;
     if (!h || !algo || algo->id != 1)
         return CUBLAS_STATUS_NOT_INITIALIZED;
@@ -346,6 +397,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     op_shape(Al, d->ta, &m, &k);
     op_shape(Bl, d->tb, &kb, &n);
     float al = *(const float *)alpha, be = *(const float *)beta;
+    if (cs.active)
+        lt_count(cs.rec, d, Al, Bl, Dl, m, n, k, be != 0.0f);
     /* 16-bit operands are widened into fp32 copies (exact), the result is
      * computed in fp32 and, for a 16-bit D, rounded back at the end. */
     std::vector<float> a32, b32, d32;
@@ -356,8 +409,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         B = b32.data();
     }
     float *out = (float *)D;
-    if (Dl->type != CUDA_R_32F) {
-        widen(d32, D, Dl);
+    if (Dl->type != CUDA_R_32F) { /* D is read only when beta asks for it */
+        if (be != 0.0f)
+            widen(d32, D, Dl);
+        else
+            d32.assign(Dl->cols ? (size_t)(Dl->cols - 1) * (size_t)Dl->ld + Dl->rows : 1, 0.0f);
         out = d32.data();
     }
     if (m && n) {

@@ -33,7 +33,15 @@ typedef enum {
 } cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
-typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+/* Only CUBLAS_COMPUTE_32F is accepted by cublasLtMatmulDescCreate; the
+ * others are named for emu_lt_path, which classifies as cuBLASLt does. */
+typedef enum {
+    CUBLAS_COMPUTE_32F = 68,
+    CUBLAS_COMPUTE_32F_PEDANTIC = 69,
+    CUBLAS_COMPUTE_32F_FAST_16F = 74,
+    CUBLAS_COMPUTE_32F_FAST_16BF = 75,
+    CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+} cublasComputeType_t;
 typedef enum {
     CUBLASLT_EPILOGUE_DEFAULT = 1,
     CUBLASLT_EPILOGUE_BIAS = 4,
@@ -61,6 +69,7 @@ typedef enum {
 
 typedef struct emu_lt *cublasLtHandle_t;
 typedef struct emu_lt_desc {
+    cublasComputeType_t ct; /* for emu_lt_path (counting) */
     cublasOperation_t ta, tb;
     cublasLtEpilogue_t epi;
     const void *bias;

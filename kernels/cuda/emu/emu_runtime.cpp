@@ -569,6 +569,7 @@ int emu_launch(const char *kernel, const void *fn, dim3 grid, dim3 block, size_t
     check_dyn_smem(kernel, fn, dyn_smem);
     order(); /* a bad TY_EMU_ORDER stops the first launch, not a block */
     emu_device_guard dg;
+    emu_count_scope cs(kernel, grid, block);
 #pragma omp parallel for schedule(static)
     for (unsigned long b = 0; b < nb; b++) {
         g_grid_dim = emu_uint3{grid.x, grid.y, grid.z};
@@ -696,14 +697,16 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
         std::lock_guard<std::mutex> l(g_stats.mu);
         g_stats.malloc_n++;
     }
-    if (guard_on()) {
+    if (guard_on() || emu_count_mem_on()) { /* a mapping per block: guarded, or counted */
         size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (bytes + pg - 1) / pg * pg;
         std::lock_guard<std::mutex> l(g_region_mu);
-        void *m = mmap(nullptr, n ? n : pg, g_device_open ? PROT_READ | PROT_WRITE : PROT_NONE,
+        void *m = mmap(nullptr, n ? n : pg,
+                       g_device_open || !guard_on() ? PROT_READ | PROT_WRITE : PROT_NONE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED)
             return cudaErrorMemoryAllocation;
         g_regions.push_back(emu_region{m, n ? n : pg});
+        emu_count_region_add(m, n ? n : pg, bytes);
         *p = m;
         return cudaSuccess;
     }
@@ -713,10 +716,11 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
 }
 cudaError_t cudaFree(void *p)
 {
-    if (guard_on()) {
+    if (guard_on() || emu_count_mem_on()) {
         std::lock_guard<std::mutex> l(g_region_mu);
         for (size_t i = 0; i < g_regions.size(); i++)
             if (g_regions[i].p == p) {
+                emu_count_region_remove(p);
                 munmap(p, g_regions[i].n);
                 g_regions.erase(g_regions.begin() + (long)i);
                 return cudaSuccess;
@@ -754,6 +758,8 @@ cudaError_t cudaFreeHost(void *p)
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t)
 {
     emu_device_guard dg;
+    emu_declare("cudaMemsetAsync", 0, bytes, 0);
+    emu_count_scope cs("cudaMemsetAsync", dim3(), dim3());
     if (bytes)
         memset(p, v, bytes);
     return cudaSuccess;
@@ -769,6 +775,12 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t bytes, cudaMemcpyKind
             g_stats.h2d_pageable++;
     }
     emu_device_guard dg;
+    const char *what = kind == cudaMemcpyHostToDevice   ? "cudaMemcpyAsync.h2d"
+                       : kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync.d2h"
+                                                        : "cudaMemcpyAsync.d2d";
+    emu_declare(what, kind == cudaMemcpyHostToDevice ? 0 : bytes,
+                kind == cudaMemcpyDeviceToHost ? 0 : bytes, 0);
+    emu_count_scope cs(what, dim3(), dim3());
     if (bytes)
         memmove(d, s, bytes);
     return cudaSuccess;

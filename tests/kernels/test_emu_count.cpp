@@ -1,0 +1,329 @@
+/* test_emu_count.cpp — kernels.cuda_emu.count: the bytes each kernels/cuda
+ * launch declares (KN_IO next to its KN_LAUNCH; cuBLASLt's from the
+ * matmul's layouts) against the bytes it really touched, and the FLOPs
+ * the emulated cuBLASLt counts per path.
+ *
+ * TY_EMU_COUNT and TY_EMU_COUNT_MEM=1 are set before the first device
+ * call, so every device block is its own mapping and each launch's reads
+ * and writes are counted page by page, clipped to the block (emu_count.cpp).
+ * Every tensor is its own block and every op here touches its tensors
+ * whole (embedding ids a permutation of all table rows, attention's q, k,
+ * v in separate blocks), so a right declaration matches to the byte up to
+ * the fixed scratch: the reduction partials (one 2 KiB block of which a
+ * launch touches a few bytes). Tolerance, for reads and writes apart:
+ * 1% of the declaration + 4 KiB. Every family's tensors are 128 KiB and
+ * more, so a missing or doubled operand is far outside it.
+ * The comparison itself is checked first on a probe kernel declared right,
+ * declared wrong (must be flagged) and not declared (must be flagged). */
+#include "kn_cuda.cuh"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "tyassert.h"
+
+namespace {
+
+const double REL = 0.01;
+const uint64_t ABS = 4096;
+
+uint64_t absdiff(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+
+/* Whether a record's declaration holds (why not in `why`). */
+bool rec_ok(const emu_count_rec &r, char *why, size_t n)
+{
+    if (!r.declared) {
+        snprintf(why, n, "declares no bytes");
+        return false;
+    }
+    if (!r.seen) {
+        snprintf(why, n, "no counted bytes (TY_EMU_COUNT_MEM off?)");
+        return false;
+    }
+    if (absdiff(r.seen_rd, r.decl_rd) > REL * (double)r.decl_rd + ABS ||
+        absdiff(r.seen_wr, r.decl_wr) > REL * (double)r.decl_wr + ABS) {
+        snprintf(why, n, "declared read %llu write %llu, touched read %llu write %llu",
+                 (unsigned long long)r.decl_rd, (unsigned long long)r.decl_wr,
+                 (unsigned long long)r.seen_rd, (unsigned long long)r.seen_wr);
+        return false;
+    }
+    return true;
+}
+
+std::vector<emu_count_rec> take(void)
+{
+    std::vector<emu_count_rec> v(4096);
+    v.resize((size_t)emu_count_take(v.data(), (int)v.size()));
+    return v;
+}
+
+/* Every launch since the last call declares its bytes right; the kernel
+ * names `want` (comma-separated) each launched. */
+void check(const char *family, const char *want)
+{
+    std::vector<emu_count_rec> rs = take();
+    for (const emu_count_rec &r : rs) {
+        char why[256];
+        bool ok = rec_ok(r, why, sizeof why);
+        printf("%-14s %-44.44s read %10llu / %10llu write %10llu / %10llu%s\n", family, r.name,
+               (unsigned long long)r.decl_rd, (unsigned long long)r.seen_rd,
+               (unsigned long long)r.decl_wr, (unsigned long long)r.seen_wr, ok ? "" : "  MISMATCH");
+        CHECK(ok, "%s: %s: %s", family, r.name, why);
+    }
+    char list[256];
+    snprintf(list, sizeof list, "%s", want);
+    for (char *t = strtok(list, ","); t; t = strtok(nullptr, ",")) {
+        bool found = false;
+        for (const emu_count_rec &r : rs)
+            found |= !strncmp(r.name, t, strlen(t));
+        CHECK(found, "%s: no launch of %s was recorded", family, t);
+    }
+}
+
+/* ---- the probe: the comparison can fail ---------------------------------- */
+
+__global__ void k_probe(float *x, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] += 1.0f;
+}
+
+void probe(kn_ctx *c)
+{
+    const size_t n = 1 << 16;
+    float *x = (float *)kn_alloc(c, n * 4);
+    take();
+    uint64_t rd[3] = {4 * n, 2 * n, 0};
+    for (int k = 0; k < 3; k++) {
+        if (k < 2)
+            emu_declare("k_probe", rd[k], 4 * n, 0);
+        KN_EMU_LAUNCH(k_probe, 4, 256, 0, nullptr, x, n);
+        std::vector<emu_count_rec> rs = take();
+        CHECK(rs.size() == 1, "probe: %zu records for one launch", rs.size());
+        if (rs.size() != 1)
+            continue;
+        char why[256];
+        bool ok = rec_ok(rs[0], why, sizeof why);
+        CHECK(ok == (k == 0), "probe %d: %s", k, ok ? "a wrong declaration passed" : why);
+    }
+    kn_free(c, x);
+}
+
+/* ---- the op families -------------------------------------------------------- */
+
+struct bufs {
+    kn_ctx *c;
+    std::vector<void *> all;
+    void *f32(size_t n, float scale = 1.0f)
+    {
+        std::vector<float> h(n);
+        for (size_t i = 0; i < n; i++)
+            h[i] = scale * (float)((i * 37 % 101) + 1) / 128.0f;
+        void *p = kn_alloc(c, n * 4);
+        kn_to_device(c, p, h.data(), n * 4);
+        all.push_back(p);
+        return p;
+    }
+    void *bf16(size_t n, float scale = 1.0f)
+    {
+        void *p32 = f32(n, scale), *p = kn_alloc(c, n * 2);
+        kn_convert(c, p, KN_BF16, p32, KN_F32, n);
+        all.push_back(p);
+        return p;
+    }
+    void *ids(int n, int mult)
+    {
+        std::vector<int32_t> h((size_t)n);
+        for (int i = 0; i < n; i++)
+            h[(size_t)i] = (int32_t)((i * mult) % n);
+        void *p = kn_alloc(c, (size_t)n * 4);
+        kn_to_device(c, p, h.data(), (size_t)n * 4);
+        all.push_back(p);
+        return p;
+    }
+    ~bufs()
+    {
+        for (void *p : all)
+            kn_free(c, p);
+    }
+};
+
+void elementwise(kn_ctx *c)
+{
+    const size_t n = 1 << 16;
+    bufs b{c, {}};
+    void *x = b.bf16(n), *y = b.bf16(n), *o = b.bf16(n), *g = b.f32(n), *d = b.f32(n);
+    float *u = (float *)b.f32(n);
+    take();
+    kn_add(c, KN_BF16, o, x, y, n);
+    kn_axpy(c, (float *)g, (const float *)d, n, 0.5f);
+    kn_scale(c, u, n, 0.5f);
+    kn_gelu_fwd(c, KN_BF16, o, x, n);
+    kn_gelu_bwd(c, KN_BF16, (float *)g, (const float *)d, x, n);
+    kn_swiglu_fwd(c, KN_BF16, o, x, y, n);
+    kn_swiglu_bwd(c, KN_BF16, (float *)g, u, (const float *)d, x, y, n);
+    check("elementwise", "k_add,k_axpy,k_scale,k_gelu_fwd,k_gelu_bwd,k_swiglu_fwd,k_swiglu_bwd");
+    CHECK(kn_sumsq(c, (const float *)d, n) > 0, "sumsq");
+    check("reduce", "k_reduce_partial,k_reduce_final,cudaMemcpyAsync.d2h");
+    kn_convert(c, g, KN_F32, x, KN_BF16, n);
+    check("convert", "k_convert");
+}
+
+void norms(kn_ctx *c)
+{
+    const int N = 64, C = 1024;
+    size_t n = (size_t)N * C;
+    bufs b{c, {}};
+    void *x = b.bf16(n), *a = b.bf16(n), *o = b.bf16(n), *res = b.bf16(n);
+    float *w = (float *)b.f32(C), *bias = (float *)b.f32(C), *mean = (float *)b.f32(N),
+          *rstd = (float *)b.f32(N), *dx = (float *)b.f32(n), *dout = (float *)b.f32(n),
+          *dw = (float *)b.f32(C), *db = (float *)b.f32(C);
+    take();
+    kn_layernorm_fwd(c, KN_BF16, o, mean, rstd, x, w, bias, N, C, 1e-5f);
+    kn_layernorm_bwd(c, KN_BF16, dx, dw, db, dout, x, w, mean, rstd, N, C);
+    kn_rmsnorm_fwd(c, KN_BF16, o, rstd, x, w, N, C, 1e-5f);
+    kn_rmsnorm_bwd(c, KN_BF16, dx, dw, dout, x, w, rstd, N, C);
+    kn_add_rmsnorm_fwd(c, KN_BF16, res, o, rstd, x, a, w, N, C, 1e-5f);
+    kn_add_layernorm_fwd(c, KN_BF16, res, o, mean, rstd, x, a, w, bias, N, C, 1e-5f);
+    check("norm", "k_layernorm_fwd,k_norm_bwd_dx,k_norm_bwd_dw,k_rmsnorm_fwd,k_add_rmsnorm_fwd,"
+                  "k_add_layernorm_fwd");
+}
+
+void embedding_loss(kn_ctx *c)
+{
+    const int N = 128, C = 512, V = 1024;
+    bufs b{c, {}};
+    void *table = b.bf16((size_t)N * C), *out = b.bf16((size_t)N * C);
+    int32_t *ids = (int32_t *)b.ids(N, 37);
+    float *dtable = (float *)b.f32((size_t)N * C), *dout = (float *)b.f32((size_t)N * C);
+    take();
+    kn_embedding_fwd(c, KN_BF16, out, ids, table, N, C, 0);
+    kn_embedding_bwd(c, dtable, ids, dout, N, C);
+    check("embedding", "k_embedding_fwd,k_embedding_bwd");
+    void *logits = b.bf16((size_t)N * V, 0.05f);
+    int32_t *targets = (int32_t *)b.ids(N, 5);
+    float *losses = (float *)b.f32(N);
+    take();
+    kn_crossentropy_fwd_bwd(c, KN_BF16, losses, logits, logits, targets, N, V, 1.0f / N, 0.0f);
+    check("crossentropy", "k_crossentropy");
+}
+
+void attention(kn_ctx *c)
+{
+    const int B = 1, T = 128, Hq = 4, Hkv = 2, D = 64;
+    size_t nq = (size_t)B * T * Hq * D, nkv = (size_t)B * T * Hkv * D;
+    bufs b{c, {}};
+    void *q = b.bf16(nq, 0.1f), *k = b.bf16(nkv, 0.1f), *v = b.bf16(nkv), *out = b.bf16(nq);
+    float *lse = (float *)b.f32((size_t)B * Hq * T), *dq = (float *)b.f32(nq),
+          *dk = (float *)b.f32(nkv), *dv = (float *)b.f32(nkv), *dout = (float *)b.f32(nq);
+    take();
+    kn_rope_fwd(c, KN_BF16, q, B, T, Hq, D, Hq * D, 10000.0f, 0);
+    check("rope", "k_rope");
+    kn_attention_fwd(c, KN_BF16, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D, 0.0f, 0.0f, 0);
+    kn_attention_bwd(c, KN_BF16, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D,
+                     Hkv * D, 0.0f, 0.0f, 0);
+    std::vector<emu_count_rec> rs = take();
+    /* the FLOPs declared: causal pairs T(T+1)/2 per head, 4 / 6 / 8 D each */
+    uint64_t pairs = (uint64_t)T * (T + 1) / 2, per[3] = {4, 6, 8};
+    CHECK(rs.size() == 3, "attention: %zu launches, expected 3", rs.size());
+    for (size_t i = 0; i < rs.size() && i < 3; i++)
+        CHECK(rs[i].flops[EMU_PATH_SIMT] == per[i] * B * Hq * D * pairs,
+              "attention %s: %llu FLOPs, expected %llu", rs[i].name,
+              (unsigned long long)rs[i].flops[EMU_PATH_SIMT],
+              (unsigned long long)(per[i] * B * Hq * D * pairs));
+    for (const emu_count_rec &r : rs) { /* and their bytes, as check() does */
+        char why[256];
+        CHECK(rec_ok(r, why, sizeof why), "attention: %s: %s", r.name, why);
+        printf("%-14s %-44.44s read %10llu / %10llu write %10llu / %10llu\n", "attention", r.name,
+               (unsigned long long)r.decl_rd, (unsigned long long)r.seen_rd,
+               (unsigned long long)r.decl_wr, (unsigned long long)r.seen_wr);
+    }
+}
+
+/* A GEMM's FLOPs land on the path its types choose. */
+void lt_flops(const char *what, int path, uint64_t want)
+{
+    std::vector<emu_count_rec> rs = take();
+    uint64_t got = 0, other = 0;
+    for (const emu_count_rec &r : rs) {
+        char why[256];
+        CHECK(rec_ok(r, why, sizeof why), "%s: %s: %s", what, r.name, why);
+        printf("%-14s %-44.44s read %10llu / %10llu write %10llu / %10llu\n", what, r.name,
+               (unsigned long long)r.decl_rd, (unsigned long long)r.seen_rd,
+               (unsigned long long)r.decl_wr, (unsigned long long)r.seen_wr);
+        if (strncmp(r.name, "cublasLtMatmul", 14))
+            continue;
+        for (int p = 0; p < EMU_PATHS; p++)
+            (p == path ? got : other) += r.flops[p];
+    }
+    CHECK(got == want && other == 0, "%s: %llu FLOPs on its path (expected %llu), %llu elsewhere",
+          what, (unsigned long long)got, (unsigned long long)want, (unsigned long long)other);
+}
+
+void matmuls(kn_ctx *c)
+{
+    const int N = 64, K = 256, M = 512;
+    bufs b{c, {}};
+    void *x = b.bf16((size_t)N * K), *w = b.bf16((size_t)M * K), *o = b.bf16((size_t)N * M),
+         *dout = b.bf16((size_t)N * M), *pre = b.bf16((size_t)N * M);
+    float *bias = (float *)b.f32(M), *dx = (float *)b.f32((size_t)N * K),
+          *dw = (float *)b.f32((size_t)M * K), *x32 = (float *)b.f32((size_t)N * K),
+          *w32 = (float *)b.f32((size_t)M * K), *o32 = (float *)b.f32((size_t)N * M);
+    take();
+    kn_matmul16_fwd(c, KN_BF16, KN_BF16, KN_BF16, o, x, w, bias, N, K, M);
+    lt_flops("matmul16_fwd", EMU_PATH_TC16, 2ull * N * K * M);
+    kn_matmul16_bwd(c, KN_BF16, KN_BF16, KN_BF16, dx, dw, nullptr, dout, x, w, N, K, M);
+    lt_flops("matmul16_bwd", EMU_PATH_TC16, 4ull * N * K * M);
+    kn_matmul_gelu_fwd(c, KN_BF16, KN_BF16, KN_BF16, o, pre, x, w, bias, N, K, M);
+    lt_flops("matmul_gelu", EMU_PATH_TC16, 2ull * N * K * M);
+    kn_matmul_fwd(c, o32, x32, w32, nullptr, N, K, M);
+    lt_flops("matmul_fwd32", EMU_PATH_SIMT, 2ull * N * K * M);
+}
+
+/* cuBLASLt's path for each compute type and A/B type. */
+void paths(void)
+{
+    struct {
+        int ct, ab, path;
+    } t[] = {{CUBLAS_COMPUTE_32F, CUDA_R_16BF, EMU_PATH_TC16},
+             {CUBLAS_COMPUTE_32F, CUDA_R_16F, EMU_PATH_TC16},
+             {CUBLAS_COMPUTE_32F, CUDA_R_32F, EMU_PATH_SIMT},
+             {CUBLAS_COMPUTE_32F_PEDANTIC, CUDA_R_32F, EMU_PATH_SIMT},
+             {CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F, EMU_PATH_TF32},
+             {CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_16BF, EMU_PATH_TC16},
+             {CUBLAS_COMPUTE_32F_FAST_16BF, CUDA_R_32F, EMU_PATH_TC16},
+             {CUBLAS_COMPUTE_32F_FAST_16F, CUDA_R_32F, EMU_PATH_TC16}};
+    for (auto &e : t)
+        CHECK(emu_lt_path(e.ct, e.ab) == e.path, "compute type %d, A/B type %d: path %d, expected %d",
+              e.ct, e.ab, emu_lt_path(e.ct, e.ab), e.path);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s", argc > 1 ? argv[1] : "/dev/null");
+    setenv("TY_EMU_COUNT", path, 1);
+    setenv("TY_EMU_COUNT_MEM", "1", 1);
+    paths();
+    kn_ctx *c = nullptr;
+    ty_err err = {};
+    CHECK(kn_open_backend(&c, &kn_cuda_emu_backend, KN_CUDA, 0, 1, &err) == 0, "open: %s", err.msg);
+    if (!c)
+        return 1;
+    probe(c);
+    elementwise(c);
+    norms(c);
+    embedding_loss(c);
+    attention(c);
+    matmuls(c);
+    ty_err kerr = {};
+    CHECK(kn_check(c, &kerr) == 0, "context error: %s", kerr.msg);
+    kn_close(c);
+    return ty_summary("cuda_emu.count");
+}
