@@ -21,8 +21,8 @@
 #       scaling.py's ranks (carry-mpi.sh: DIR/ompi.tar.xz). The PyTorch
 #       reference of the model check is computed here (make_ref.py in the
 #       tests/hf venv, HF_VENV, default build-test/hf-venv) into DIR/ref.
-#       Copies this script, model_check.py, gpu_train.py, bench.py and
-#       scaling.py into DIR and prints DIR's size: it travels with the
+#       Copies this script, model_check.py, gpu_train.py, bench.py,
+#       scaling.py, model.py and profile.json into DIR and prints DIR's size: it travels with the
 #       working tree, 64 MiB for both.
 #
 #   DIR/run.sh gpu DIR [RESULTS [SECONDS]]   (on the GPU machine)
@@ -58,7 +58,9 @@
 #                 world N with N >= 2 GPUs, a SKIP line with one;
 #       bench     bench/engine-gpu/bench.py until 98%: GPT-2 124M and
 #                 Llama 1B at T 1024, bf16, tokens/s, MFU, peak memory
-#                 (bench.json);
+#                 (bench.json); then a `MODEL bench:` line (no verdict):
+#                 model.py's roofline figure for each measured shape at
+#                 its batch and T beside the measured one;
 #       then `elapsed N s` and `RESULT PASS|FAIL`. Exit 0 only if no step
 #       failed (SKIP is not a failure).
 #       TY_GPU_STEPS="bench model" runs only those steps (the others get a
@@ -268,6 +270,9 @@ step_bench() { # BIN ENGINE DRY
   rc=$?
   if [ "$rc" -eq 0 ]; then
     say "PASS bench: $(tr '\n' ' ' <"$LOGS/bench.log")"
+    # the roofline's figure for the same shapes (modelled, no verdict)
+    say "MODEL bench: $(timeout 20 python3 "$1/model.py" --profile "$1/profile.json" \
+      --bench-json "$LOGS/bench.json" 2>&1 | tr '\n' ' ')"
   elif timed_out "$rc"; then
     say "FAIL bench: timed out after $left s: $(tr '\n' ' ' <"$LOGS/bench.log" | tail -c 600)"
     FAIL=1
@@ -319,7 +324,8 @@ build)
   mkdir -p "$out/bin" "$out/stage"
   cp "$bdir/bin/test_kernels_device_gpu" "$bdir/bin/trainyard-engine" "$out/bin/"
   cp "$src/bench/engine-gpu/bench.py" "$src/bench/engine-gpu/scaling.py" "$here/model_check.py" \
-    "$src/tests/qlora/gpu_train.py" "$out/bin/"
+    "$src/tests/qlora/gpu_train.py" "$src/bench/engine-gpu/model.py" \
+    "$src/bench/engine-gpu/profile.json" "$out/bin/"
   # Every resolved library except the C runtime's own, the GPU driver and
   # cuBLASLt (550 MB: the GPU image has it, in its PyTorch environment's
   # nvidia-cublas; the gpu phase finds it there). xz keeps what travels
@@ -397,7 +403,8 @@ dry)
   LOGS="$WORK/logs"
   begin "${4:-$out/results}" "cuda-emu on $(uname -m) (no GPU: nothing measured)"
   cp "$here/model_check.py" "$src/bench/engine-gpu/bench.py" "$src/bench/engine-gpu/scaling.py" \
-    "$src/tests/qlora/gpu_train.py" "$out/bin/"
+    "$src/tests/qlora/gpu_train.py" "$src/bench/engine-gpu/model.py" \
+    "$src/bench/engine-gpu/profile.json" "$out/bin/"
   export PYTHONUNBUFFERED=1
   if selected model; then # the reference: in the hf venv, here as on the build machine
     s0=$(elapsed)

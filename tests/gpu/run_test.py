@@ -89,6 +89,9 @@ if MODE == "dry":
         check(name in members, f"results.tgz holds {name}")
     check(b'"scaling"' in members.get("bench.json", b"") and b'"gpt2-dry"' in members.get("bench.json", b""),
           "bench.json holds scaling's and bench's results")
+    mline = [l for l in lines if l.startswith("MODEL bench: ")]
+    check(len(mline) == 1 and "gpt2-dry: no profile (profile.json has gpt2-124M" in mline[0],
+          f"model.py's line follows the bench, naming the shapes it has no profile for: {mline}")
     times = re.findall(r"(\w+) (\d+) s", lines[-2]) if lines else []
     check([n for n, _ in times] == ["elapsed", "setup", "table", "model", "qlora", "scaling", "bench"],
           f"the elapsed line gives each step's seconds: {lines[-2] if lines else ''}")

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+# profile.py — the counted training step that model.py turns into a
+# modelled GPU time, made here on the emulated CUDA backend.
+#
+#   profile.py ENGINE_EMU [--shapes gpt2-124M,llama-1B] [--out profile.json]
+#
+# ENGINE_EMU is trainyard-engine-emu. Full shapes are far too slow (and
+# too large) to emulate, so each shape of bench.py's SHAPES runs with the
+# same per-token sizes (width, heads, MLP) at a few reduced batch sizes B,
+# lengths T, layer counts L and, for Llama, vocabularies V, one bf16 step
+# each with TY_EMU_COUNT on. The step is what a 2-step run launches more
+# than a 1-step run (both end the same way), so set-up and teardown drop
+# out. Every quantity of every launch (FLOPs per path, declared bytes
+# read and written) is then fitted exactly, as a polynomial in the shape:
+#   q = a + b BT + c BT^2 + d V + e V BT      (runs at L = 1)
+# BT^2 is attention's causal T(T+1)/2 pairs per sequence; V BT the output
+# head and the loss; V alone the embedding's gradient and optimizer state.
+# Five runs give the five coefficients (three for GPT-2, whose vocabulary
+# is emulated whole: no d, e). GEMM FLOPs (2 m n k, one of m, n, k being BT
+# or V) and every elementwise byte count are such polynomials, so the fit
+# is exact for them; a count with a ceiling in it (none today) would be
+# approximate. One more run at a larger B and T than any fitted is
+# predicted and compared, and the worst relative error is stored.
+# Layers: a run at L = 2 is aligned launch by launch with the L = 1 run
+# (difflib on the names): the launches it adds are one more layer's, each
+# a copy of one at L = 1 (the same name and counts) whose fit it takes;
+# launches present in both whose counts differ (the flat optimizer's
+# parameters, a gradient norm) grow by that difference per layer.
+# Standard library only.
+import argparse
+import difflib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from fractions import Fraction
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (SHAPES, the data files, the flops formula)
+
+QUANT = ("tc16", "tf32", "simt", "mma", "read", "write")
+BASE_T = 48  # BT = 48, 96: no model dimension equals them, so names can say "BT"
+V_RUNS = (1000, 2000)  # the emulated vocabularies where V is fitted
+
+
+def layer_key(s):
+    return "n_layer" if "n_layer" in s else "num_hidden_layers"
+
+
+def run_spec(s, B, T, L, V, steps):
+    cfg = {k: v for k, v in s.items() if k not in ("T", "batches", "steps")}
+    cfg[layer_key(s)] = L
+    if V:
+        cfg["vocab_size"] = V
+    return cfg
+
+
+def count_run(engine, tmp, s, B, T, L, V, steps):
+    """The launch records of one emulated run and its parameter count."""
+    cfg = run_spec(s, B, T, L, V, steps)
+    vocab = cfg["vocab_size"]
+    tag = f"b{B}-t{T}-l{L}-v{vocab}-s{steps}"
+    spec = {"model": {"init": cfg},
+            "dataset": {"train": bench.write_data(tmp, vocab, T, B * (steps + 1)), "format": "tokens"},
+            "hyperparameters": {"max_steps": steps, "batch_size": B, "seq_len": T, "lr": 1e-4,
+                                "log_every_steps": 1},
+            "precision": "bf16", "resources": {"gpus": 1, "backend": "cuda"},
+            "checkpoint": {"every_steps": 0}}
+    sp = os.path.join(tmp, f"{tag}.json")
+    with open(sp, "w") as f:
+        json.dump(spec, f)
+    counts = os.path.join(tmp, f"{tag}.jsonl")
+    env = dict(os.environ, TY_KERNELS="cuda-emu", TY_EMU_COUNT=counts, OMP_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1")
+    env.pop("TY_EMU_COUNT_MEM", None)
+    p = subprocess.run([engine, "--spec", sp, "--workdir", os.path.join(tmp, "w-" + tag)],
+                       capture_output=True, text=True, env=env, timeout=1800)
+    events = bench.read_events(p.stdout)
+    started = [e for e in events if e.get("ev") == "started"]
+    if p.returncode != 0 or not started:
+        err = [e for e in events if e.get("ev") == "error"]
+        raise SystemExit(f"profile: {tag}: the engine failed: "
+                         f"{err[0]['message'] if err else p.stderr.strip()[-400:]}")
+    with open(counts) as f:
+        recs = [json.loads(line) for line in f]
+    return recs, started[0]["params"]
+
+
+def key(r):
+    d = r["decl"] or {}
+    return (r["name"], tuple(r["grid"]), tuple(r["block"]), d.get("read"), d.get("write"),
+            tuple(sorted(r["flops"].items())))
+
+
+def one_step(r1, r2):
+    """The launches a 2-step run makes more than a 1-step run: the step.
+    Both runs are S A1 [A2] E: after their common prefix (S A1, and any
+    part of A2 that E repeats: then a rotation of A2, the same launches)."""
+    k1, k2 = [key(r) for r in r1], [key(r) for r in r2]
+    n = len(r2) - len(r1)
+    if n <= 0:
+        raise SystemExit("profile: a 2-step run launched no more than a 1-step run")
+    p = 0
+    while p < len(k1) and k1[p] == k2[p]:
+        p += 1
+    if k2[p + n:] != k1[p:]:
+        raise SystemExit("profile: the 2-step run is not the 1-step run with a step inserted")
+    return r2[p:p + n]
+
+
+def quantities(r):
+    d = r["decl"]
+    return [r["flops"][q] for q in QUANT[:4]] + ([d["read"], d["write"]] if d else [0, 0])
+
+
+def solve(rows, rhs):
+    """Exact Gaussian elimination over the rationals."""
+    n = len(rows)
+    m = [[Fraction(x) for x in row] + [Fraction(y)] for row, y in zip(rows, rhs)]
+    for c in range(n):
+        piv = next(i for i in range(c, n) if m[i][c] != 0)
+        m[c], m[piv] = m[piv], m[c]
+        for i in range(n):
+            if i != c and m[i][c] != 0:
+                f = m[i][c] / m[c][c]
+                m[i] = [a - f * b for a, b in zip(m[i], m[c])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def basis(B, T, V, with_v):
+    x, y = B * T, B * T * T
+    return [1, x, y, V, V * x] if with_v else [1, x, y]
+
+
+def fit(runs, with_v):
+    """Per launch position and quantity, the polynomial's coefficients."""
+    (shape0, recs0) = runs[0]
+    names = [r["name"] for r in recs0]
+    for shape, recs in runs[1:]:
+        if [r["name"] for r in recs] != names:
+            raise SystemExit(f"profile: the step at {shape} launches other kernels than at {shape0}")
+    rows = [basis(*shape, with_v) for shape, _ in runs]
+    coefs = []
+    for i in range(len(recs0)):
+        qs = [quantities(recs[i]) for _, recs in runs]
+        coefs.append([solve(rows, [q[j] for q in qs]) for j in range(len(QUANT))])
+    return coefs
+
+
+def evaluate(c, B, T, V, with_v):
+    b = basis(B, T, V, with_v)
+    return [float(sum(ci * bi for ci, bi in zip(cq, b))) for cq in c]
+
+
+def generic_name(name, B, T, V):
+    """cuBLASLt names carry the matmul's dims: the token count and the
+    vocabulary of the emulated run become BT and V."""
+    if not name.startswith("cublasLtMatmul"):
+        return name
+    out = []
+    for tok in name.split(" "):
+        if "x" in tok and all(p.isdigit() for p in tok.split("x")):
+            tok = "x".join("BT" if int(p) == B * T else "V" if V and int(p) == V else p
+                           for p in tok.split("x"))
+        out.append(tok)
+    return " ".join(out)
+
+
+def profile_shape(engine, tmp, name, s, log):
+    with_v = s["model_type"] == "llama"
+    vs = V_RUNS if with_v else (None,)
+    V0 = vs[0] or s["vocab_size"]
+    shapes = [(1, BASE_T, vs[0]), (2, BASE_T, vs[0]), (1, 2 * BASE_T, vs[0])]
+    if with_v:
+        shapes += [(1, BASE_T, vs[1]), (2, BASE_T, vs[1])]
+    runs, params = [], {}
+
+    def step(B, T, L, V):
+        log(f"  {name}: B {B} T {T} L {L} V {V or s['vocab_size']}")
+        r1, p = count_run(engine, tmp, s, B, T, L, V, 1)
+        r2, _ = count_run(engine, tmp, s, B, T, L, V, 2)
+        params[(L, V or s["vocab_size"])] = p
+        return one_step(r1, r2)
+
+    for B, T, V in shapes:
+        runs.append(((B, T, V or s["vocab_size"]), step(B, T, 1, V)))
+    coefs = fit(runs, with_v)
+    # the check: a larger B and T than any fitted, predicted from the fit
+    Bc, Tc = 3, 2 * BASE_T
+    check = step(Bc, Tc, 1, vs[0])
+    worst = 0.0
+    for c, r in zip(coefs, check):
+        for want, got in zip(quantities(r), evaluate(c, Bc, Tc, V0, with_v)):
+            if want or got:
+                worst = max(worst, abs(got - want) / max(abs(want), 1))
+    # one more layer
+    base = runs[0][1]
+    two = step(1, BASE_T, 2, vs[0])
+    sm = difflib.SequenceMatcher(None, [r["name"] for r in base], [r["name"] for r in two],
+                                 autojunk=False)
+    entries = []
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            for i, j in zip(range(i1, i2), range(j1, j2)):
+                slope = [b - a for a, b in zip(quantities(base[i]), quantities(two[j]))]
+                entries.append((i, 1, slope))
+        elif tag == "insert":
+            for j in range(j1, j2):
+                q = quantities(two[j])
+                same = [i for i, r in enumerate(base) if r["name"] == two[j]["name"] and quantities(r) == q]
+                if not same:
+                    raise SystemExit(f"profile: {name}: the second layer's {two[j]['name']} matches "
+                                     "no launch of the first")
+                entries.append((same[0], 0, None))
+        else:
+            raise SystemExit(f"profile: {name}: L = 2 is not L = 1 plus launches ({tag} at {i1})")
+    launches = {}
+    for i, base_count, slope in entries:
+        c = [[float(x) for x in cq] for cq in coefs[i]]
+        k = json.dumps([generic_name(base[i]["name"], 1, BASE_T, vs[0]), c, base_count, slope])
+        if k in launches:
+            launches[k]["n"] += 1
+        else:
+            launches[k] = {"name": generic_name(base[i]["name"], 1, BASE_T, vs[0]), "coef": c,
+                           "fixed": base_count, "per_layer_slope": slope, "n": 1}
+    p1, p2 = params[(1, V0)], params[(2, V0)]
+    pv = (params[(1, vs[1])] - p1) / (vs[1] - vs[0]) if with_v else 0
+    return {"config": {k: v for k, v in s.items() if k not in ("batches", "steps")},
+            "fit_vocab": with_v, "counted_at": {"B": [1, 2], "T": [BASE_T, 2 * BASE_T], "L": [1, 2],
+                                                "V": [v or s["vocab_size"] for v in vs]},
+            "check": {"B": Bc, "T": Tc, "worst_relative_error": worst},
+            "params": {"at_L1_V0": p1, "V0": V0, "per_V": pv, "per_layer": p2 - p1},
+            "launches": list(launches.values())}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("engine")
+    ap.add_argument("--shapes", default="gpt2-124M,llama-1B")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "profile.json"))
+    a = ap.parse_args()
+    doc = {"about": "counted bf16 training step on cuda-emu, fitted per launch (bench/engine-gpu/"
+                    "profile.py); model.py turns it into a modelled GPU time",
+           "quantities": list(QUANT), "basis": "1, BT, BT^2, V, V BT", "shapes": {}}
+    with tempfile.TemporaryDirectory(prefix="ty-profile-") as tmp:
+        for name in a.shapes.split(","):
+            doc["shapes"][name] = profile_shape(a.engine, tmp, name, bench.SHAPES[name],
+                                                lambda m: print(m, file=sys.stderr, flush=True))
+            chk = doc["shapes"][name]["check"]
+            print(f"{name}: {len(doc['shapes'][name]['launches'])} distinct launches; the fit "
+                  f"predicts B {chk['B']} T {chk['T']} within {100 * chk['worst_relative_error']:.2g}%")
+    with open(a.out, "w") as f:
+        json.dump(doc, f, indent=0, sort_keys=True)
+        f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
