@@ -3,6 +3,9 @@
 # modelled GPU time, made here on the emulated CUDA backend.
 #
 #   profile.py ENGINE_EMU [--shapes gpt2-124M,llama-1B] [--out profile.json]
+#              [--keep DIR]
+#   (--out: an existing file keeps the shapes not run; --keep: each run's
+#   counts are kept in DIR and reused by a later call)
 #
 # ENGINE_EMU is trainyard-engine-emu. Full shapes are far too slow (and
 # too large) to emulate, so each shape of bench.py's SHAPES runs with the
@@ -67,10 +70,13 @@ def count_run(engine, tmp, s, B, T, L, V, steps):
                                 "log_every_steps": 1},
             "precision": "bf16", "resources": {"gpus": 1, "backend": "cuda"},
             "checkpoint": {"every_steps": 0}}
+    counts = os.path.join(tmp, f"{tag}.jsonl")
+    if os.path.exists(counts + ".params"):  # a kept run (--keep)
+        with open(counts) as f, open(counts + ".params") as g:
+            return [json.loads(line) for line in f], int(g.read())
     sp = os.path.join(tmp, f"{tag}.json")
     with open(sp, "w") as f:
         json.dump(spec, f)
-    counts = os.path.join(tmp, f"{tag}.jsonl")
     env = dict(os.environ, TY_KERNELS="cuda-emu", TY_EMU_COUNT=counts, OMP_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1")
     env.pop("TY_EMU_COUNT_MEM", None)
@@ -84,6 +90,8 @@ def count_run(engine, tmp, s, B, T, L, V, steps):
                          f"{err[0]['message'] if err else p.stderr.strip()[-400:]}")
     with open(counts) as f:
         recs = [json.loads(line) for line in f]
+    with open(counts + ".params", "w") as f:
+        f.write(str(started[0]["params"]))
     return recs, started[0]["params"]
 
 
@@ -136,9 +144,12 @@ def basis(B, T, V, with_v):
 def fit(runs, with_v):
     """Per launch position and quantity, the polynomial's coefficients."""
     (shape0, recs0) = runs[0]
-    names = [r["name"] for r in recs0]
+
+    def names(shape, recs):
+        return [generic_name(r["name"], shape[0], shape[1], shape[2]) for r in recs]
+
     for shape, recs in runs[1:]:
-        if [r["name"] for r in recs] != names:
+        if names(shape, recs) != names(shape0, recs0):
             raise SystemExit(f"profile: the step at {shape} launches other kernels than at {shape0}")
     rows = [basis(*shape, with_v) for shape, _ in runs]
     coefs = []
@@ -189,6 +200,9 @@ def profile_shape(engine, tmp, name, s, log):
     # the check: a larger B and T than any fitted, predicted from the fit
     Bc, Tc = 3, 2 * BASE_T
     check = step(Bc, Tc, 1, vs[0])
+    if [generic_name(r["name"], Bc, Tc, V0) for r in check] != \
+            [generic_name(r["name"], 1, BASE_T, V0) for r in runs[0][1]]:
+        raise SystemExit(f"profile: {name}: the step at B {Bc} T {Tc} launches other kernels")
     worst = 0.0
     for c, r in zip(coefs, check):
         for want, got in zip(quantities(r), evaluate(c, Bc, Tc, V0, with_v)):
@@ -218,11 +232,11 @@ def profile_shape(engine, tmp, name, s, log):
     launches = {}
     for i, base_count, slope in entries:
         c = [[float(x) for x in cq] for cq in coefs[i]]
-        k = json.dumps([generic_name(base[i]["name"], 1, BASE_T, vs[0]), c, base_count, slope])
+        k = json.dumps([generic_name(base[i]["name"], 1, BASE_T, V0), c, base_count, slope])
         if k in launches:
             launches[k]["n"] += 1
         else:
-            launches[k] = {"name": generic_name(base[i]["name"], 1, BASE_T, vs[0]), "coef": c,
+            launches[k] = {"name": generic_name(base[i]["name"], 1, BASE_T, V0), "coef": c,
                            "fixed": base_count, "per_layer_slope": slope, "n": 1}
     p1, p2 = params[(1, V0)], params[(2, V0)]
     pv = (params[(1, vs[1])] - p1) / (vs[1] - vs[0]) if with_v else 0
@@ -238,19 +252,26 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("engine")
     ap.add_argument("--shapes", default="gpt2-124M,llama-1B")
+    ap.add_argument("--keep", help="keep each run's counts in this folder, and reuse them")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "profile.json"))
     a = ap.parse_args()
     doc = {"about": "counted bf16 training step on cuda-emu, fitted per launch (bench/engine-gpu/"
                     "profile.py); model.py turns it into a modelled GPU time",
            "quantities": list(QUANT), "basis": "1, BT, BT^2, V, V BT", "shapes": {}}
-    with tempfile.TemporaryDirectory(prefix="ty-profile-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ty-profile-") as scratch:
+        tmp = a.keep or scratch
+        os.makedirs(tmp, exist_ok=True)
         for name in a.shapes.split(","):
             doc["shapes"][name] = profile_shape(a.engine, tmp, name, bench.SHAPES[name],
                                                 lambda m: print(m, file=sys.stderr, flush=True))
             chk = doc["shapes"][name]["check"]
             print(f"{name}: {len(doc['shapes'][name]['launches'])} distinct launches; the fit "
                   f"predicts B {chk['B']} T {chk['T']} within {100 * chk['worst_relative_error']:.2g}%")
+    if os.path.exists(a.out):  # the shapes not run this time are kept
+        with open(a.out) as f:
+            old = json.load(f)["shapes"]
+        doc["shapes"] = {**old, **doc["shapes"]}
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=0, sort_keys=True)
         f.write("\n")
