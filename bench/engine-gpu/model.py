@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # model.py — a roofline model of one bf16 training step on an H200, from
-# the work the emulated step counted (profile.json, made by profile.py).
+# the work the emulated step counted (profile.json, made by counts.py).
 # MODELLED, NOT MEASURED: no figure it prints comes from a GPU.
 #
 #   model.py [--profile FILE] [--shape NAME --batch B --seq T] [--launch-us US]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-# profile.py — the counted training step that model.py turns into a
+# counts.py — the counted training step that model.py turns into a
 # modelled GPU time, made here on the emulated CUDA backend.
 #
-#   profile.py ENGINE_EMU [--shapes gpt2-124M,llama-1B] [--out profile.json]
+#   counts.py ENGINE_EMU [--shapes gpt2-124M,llama-1B] [--out profile.json]
 #              [--keep DIR]
 #   (--out: an existing file keeps the shapes not run; --keep: each run's
 #   counts are kept in DIR and reused by a later call)
@@ -86,7 +86,7 @@ def count_run(engine, tmp, s, B, T, L, V, steps):
     started = [e for e in events if e.get("ev") == "started"]
     if p.returncode != 0 or not started:
         err = [e for e in events if e.get("ev") == "error"]
-        raise SystemExit(f"profile: {tag}: the engine failed: "
+        raise SystemExit(f"counts.py: {tag}: the engine failed: "
                          f"{err[0]['message'] if err else p.stderr.strip()[-400:]}")
     with open(counts) as f:
         recs = [json.loads(line) for line in f]
@@ -108,12 +108,12 @@ def one_step(r1, r2):
     k1, k2 = [key(r) for r in r1], [key(r) for r in r2]
     n = len(r2) - len(r1)
     if n <= 0:
-        raise SystemExit("profile: a 2-step run launched no more than a 1-step run")
+        raise SystemExit("counts.py: a 2-step run launched no more than a 1-step run")
     p = 0
     while p < len(k1) and k1[p] == k2[p]:
         p += 1
     if k2[p + n:] != k1[p:]:
-        raise SystemExit("profile: the 2-step run is not the 1-step run with a step inserted")
+        raise SystemExit("counts.py: the 2-step run is not the 1-step run with a step inserted")
     return r2[p:p + n]
 
 
@@ -150,7 +150,7 @@ def fit(runs, with_v):
 
     for shape, recs in runs[1:]:
         if names(shape, recs) != names(shape0, recs0):
-            raise SystemExit(f"profile: the step at {shape} launches other kernels than at {shape0}")
+            raise SystemExit(f"counts.py: the step at {shape} launches other kernels than at {shape0}")
     rows = [basis(*shape, with_v) for shape, _ in runs]
     coefs = []
     for i in range(len(recs0)):
@@ -202,7 +202,7 @@ def profile_shape(engine, tmp, name, s, log):
     check = step(Bc, Tc, 1, vs[0])
     if [generic_name(r["name"], Bc, Tc, V0) for r in check] != \
             [generic_name(r["name"], 1, BASE_T, V0) for r in runs[0][1]]:
-        raise SystemExit(f"profile: {name}: the step at B {Bc} T {Tc} launches other kernels")
+        raise SystemExit(f"counts.py: {name}: the step at B {Bc} T {Tc} launches other kernels")
     worst = 0.0
     for c, r in zip(coefs, check):
         for want, got in zip(quantities(r), evaluate(c, Bc, Tc, V0, with_v)):
@@ -224,11 +224,11 @@ def profile_shape(engine, tmp, name, s, log):
                 q = quantities(two[j])
                 same = [i for i, r in enumerate(base) if r["name"] == two[j]["name"] and quantities(r) == q]
                 if not same:
-                    raise SystemExit(f"profile: {name}: the second layer's {two[j]['name']} matches "
+                    raise SystemExit(f"counts.py: {name}: the second layer's {two[j]['name']} matches "
                                      "no launch of the first")
                 entries.append((same[0], 0, None))
         else:
-            raise SystemExit(f"profile: {name}: L = 2 is not L = 1 plus launches ({tag} at {i1})")
+            raise SystemExit(f"counts.py: {name}: L = 2 is not L = 1 plus launches ({tag} at {i1})")
     launches = {}
     for i, base_count, slope in entries:
         c = [[float(x) for x in cq] for cq in coefs[i]]
@@ -257,7 +257,7 @@ def main():
                                                   "profile.json"))
     a = ap.parse_args()
     doc = {"about": "counted bf16 training step on cuda-emu, fitted per launch (bench/engine-gpu/"
-                    "profile.py); model.py turns it into a modelled GPU time",
+                    "counts.py); model.py turns it into a modelled GPU time",
            "quantities": list(QUANT), "basis": "1, BT, BT^2, V, V BT", "shapes": {}}
     with tempfile.TemporaryDirectory(prefix="ty-profile-") as scratch:
         tmp = a.keep or scratch
