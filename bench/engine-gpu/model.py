@@ -123,7 +123,7 @@ def beside(doc, path, launch_us):
         measured = json.load(f)
     out = []
     for name, r in measured.items():
-        if not isinstance(r, dict) or "tokens_per_s" not in r:
+        if not isinstance(r, dict) or "tokens_per_s" not in r or "batch" not in r or "T" not in r:
             continue
         if name not in doc["shapes"]:
             out.append(f"{name}: no profile (profile.json has {', '.join(doc['shapes'])})")

@@ -95,7 +95,7 @@ for name, sp in doc["shapes"].items():
 with tempfile.TemporaryDirectory() as tmp:
     bj = os.path.join(tmp, "bench.json")
     with open(bj, "w") as f:
-        json.dump({"scaling": {}, "gpt2-dry": {"batch": 2, "T": 16, "tokens_per_s": 1.0, "mfu": 0.0},
+        json.dump({"scaling": {"tokens_per_s": 5.0, "world": 2}, "gpt2-dry": {"batch": 2, "T": 16, "tokens_per_s": 1.0, "mfu": 0.0},
                    "gpt2-124M": {"batch": 8, "T": 1024, "tokens_per_s": 1000.0, "mfu": 0.01}}, f)
     p = subprocess.run([sys.executable, os.path.join(BENCH, "model.py"), "--bench-json", bj],
                        capture_output=True, text=True)
