@@ -244,6 +244,31 @@ void attention(kn_ctx *c)
     }
 }
 
+void optimizer_misc(kn_ctx *c)
+{
+    const size_t n = 1 << 16;
+    bufs b{c, {}};
+    float *p = (float *)b.f32(n), *g = (float *)b.f32(n), *m = (float *)b.f32(n),
+          *v = (float *)b.f32(n), *x = (float *)b.f32(n);
+    uint16_t *hi = (uint16_t *)b.bf16(n), *lo = (uint16_t *)b.bf16(n);
+    void *x16 = b.bf16(n), *o16 = b.bf16(n), *up = b.bf16(n);
+    uint8_t *mask = (uint8_t *)kn_alloc(c, n);
+    take();
+    kn_adamw(c, KN_F32, p, nullptr, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    kn_master_split(c, hi, lo, x, n);
+    kn_adamw(c, KN_BF16, hi, lo, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2);
+    kn_master_join(c, x, hi, lo, n);
+    check("optimizer", "k_adamw,k_master_split,k_adamw_split,k_master_join");
+    kn_dropout_fwd(c, KN_BF16, o16, mask, x16, n, 0.1f, 7, 0);
+    kn_dropout_bwd(c, g, x, mask, n, 0.1f);
+    kn_geglu_fwd(c, KN_BF16, o16, x16, up, n);
+    kn_geglu_bwd(c, KN_BF16, g, m, x, x16, up, n);
+    kn_softcap(c, x, n, 30.0f);
+    kn_round(c, x, n, KN_BF16);
+    check("misc", "k_dropout_fwd,k_dropout_bwd,k_geglu_fwd,k_geglu_bwd,k_softcap,k_round");
+    kn_free(c, mask);
+}
+
 /* A GEMM's FLOPs land on the path its types choose. */
 void lt_flops(const char *what, int path, uint64_t want)
 {
@@ -321,6 +346,7 @@ int main(int argc, char **argv)
     norms(c);
     embedding_loss(c);
     attention(c);
+    optimizer_misc(c);
     matmuls(c);
     ty_err kerr = {};
     CHECK(kn_check(c, &kerr) == 0, "context error: %s", kerr.msg);
