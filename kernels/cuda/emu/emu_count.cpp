@@ -20,8 +20,9 @@
  *    tensors come out to the byte. Slow (a fault per page and launch):
  *    for the check on small shapes, kernels.cuda_emu.count.
  * Faults outside the counted blocks go to the handler that was there
- * before (AddressSanitizer's, or the default crash). x86-64 only, where
- * the fault's error code tells a write from a read. */
+ * before (AddressSanitizer's, or the default crash). On x86-64 the fault's
+ * error code tells a write from a read; elsewhere a touched page counts as
+ * both. */
 #include "cuda_emu.h"
 
 #include <atomic>
@@ -72,7 +73,13 @@ void on_segv(int sig, siginfo_t *si, void *uc)
             if (a < r.p || a >= r.p + r.pages * g_page)
                 continue;
             size_t i = (size_t)(a - r.p) / g_page;
+#if defined(__x86_64__)
             bool write = (((ucontext_t *)uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else /* no error code to read: every first touch counts as both */
+            bool write = true;
+            r.state[i].fetch_or(1);
+            (void)uc;
+#endif
             unsigned char old = r.state[i].fetch_or(write ? 2 : 1);
             char *pg = r.p + i * g_page;
             if (write)
