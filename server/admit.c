@@ -37,19 +37,9 @@ unsigned admit_refuse(admit_result *r, unsigned status, const char *code, const 
 
 unsigned admit_refuse_err(admit_result *r, const ty_err *err)
 {
-    switch (err->code) {
-    case TY_ENOENT:
-        return admit_refuse(r, 404, "not_found", err->field, "%s", err->msg);
-    case TY_ESTATE:
-        return admit_refuse(r, 409, "conflict", err->field, "%s", err->msg);
-    case TY_EINVAL:
-    case TY_ESPEC:
-        return admit_refuse_spec(r, err);
-    case TY_ENOSPC:
-        return admit_refuse(r, 503, "disk_full", NULL, "%s", err->msg);
-    default:
-        return admit_refuse(r, 500, "internal", NULL, "%s", err->msg);
-    }
+    const char *code;
+    unsigned status = http_ty_status(err, &code);
+    return admit_refuse(r, status, code, status < 500 ? err->field : NULL, "%s", err->msg);
 }
 
 unsigned admit_refuse_spec(admit_result *r, const ty_err *err)

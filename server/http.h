@@ -51,7 +51,10 @@ typedef struct http_extra_header {
 } http_extra_header;
 enum MHD_Result http_error_with(http_req *q, unsigned status, http_extra_header x, const char *code,
                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* Maps a ty_err from the db/scheduler to 404/409/400/500. */
+/* The answer to a ty_err from the db/scheduler: 404 not_found, 409
+ * conflict, 400 invalid_spec (these three name err->field), 503 disk_full,
+ * else 500 internal. Sets *code; admission refuses through the same map. */
+unsigned http_ty_status(const ty_err *err, const char **code);
 enum MHD_Result http_ty_error(http_req *q, const ty_err *err);
 enum MHD_Result http_bytes(http_req *q, unsigned status, const char *ctype, const void *data,
                            size_t len, bool copy);

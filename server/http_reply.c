@@ -111,21 +111,33 @@ enum MHD_Result http_error_with(http_req *q, unsigned status, http_extra_header 
     return ok;
 }
 
-enum MHD_Result http_ty_error(http_req *q, const ty_err *err)
+unsigned http_ty_status(const ty_err *err, const char **code)
 {
     switch (err->code) {
     case TY_ENOENT:
-        return http_error(q, 404, "not_found", err->field, "%s", err->msg);
+        *code = "not_found";
+        return 404;
     case TY_ESTATE:
-        return http_error(q, 409, "conflict", err->field, "%s", err->msg);
+        *code = "conflict";
+        return 409;
     case TY_EINVAL:
     case TY_ESPEC:
-        return http_error(q, 400, "invalid_spec", err->field, "%s", err->msg);
+        *code = "invalid_spec";
+        return 400;
     case TY_ENOSPC: /* a full disk, or the read-only mode it causes (disk.c) */
-        return http_error(q, 503, "disk_full", NULL, "%s", err->msg);
+        *code = "disk_full";
+        return 503;
     default:
-        return http_error(q, 500, "internal", NULL, "%s", err->msg);
+        *code = "internal";
+        return 500;
     }
+}
+
+enum MHD_Result http_ty_error(http_req *q, const ty_err *err)
+{
+    const char *code;
+    unsigned status = http_ty_status(err, &code);
+    return http_error(q, status, code, status < 500 ? err->field : NULL, "%s", err->msg);
 }
 
 const char *http_arg(http_req *q, const char *key)
