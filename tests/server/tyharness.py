@@ -322,6 +322,10 @@ class Server:
 
     # -- HTTP
 
+    def connection(self, timeout):
+        """A new client connection to this server (TLSServer's is HTTPS)."""
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
     def request(self, method, path, body=None, headers=None, check_schema=True, timeout=30, token=None):
         h = dict(headers or {})
         tok = token if token is not None else self.token
@@ -332,7 +336,7 @@ class Server:
             h.setdefault("Content-Type", "application/json")
         elif isinstance(body, str):
             body = body.encode()
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        c = self.connection(timeout)
         try:
             c.request(method, path, body=body, headers=h)
             r = c.getresponse()
