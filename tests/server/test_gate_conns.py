@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_hardening import answer_end, json_error, parse  # noqa: E402
-from tyharness import Response, Server, check, run_tests, tmpdir, wait_for  # noqa: E402
+from tyharness import Server, check, run_tests, tmpdir, wait_for  # noqa: E402
 
 GOOD = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 
