@@ -7,21 +7,48 @@
  * [-+.0-9eE] starting with '-' or a digit. */
 #include "tyjson.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The digit count of the shortest round-trip text, in at most three
+ * tries instead of seventeen. When a decimal of k <= 15 significant digits
+ * reads back as v, it lies within half an ulp of v (under 1.2e-16 v),
+ * closer than half the spacing of 15-digit decimals (over 5e-16 v), so it
+ * is the 15-digit rounding of v with zeros after it: "%.14e" shows it and
+ * its trailing zeros give k. Failing that the answer is 16 or 17 digits.
+ * A subnormal's ulp is wider than that bound, so it searches every count. */
+static int shortest_digits(double v)
+{
+    char buf[40];
+    if (v != 0 && fabs(v) < DBL_MIN) {
+        for (int p = 1; p < 17; p++) {
+            snprintf(buf, sizeof buf, "%.*g", p, v);
+            if (strtod(buf, NULL) == v) return p;
+        }
+        return 17;
+    }
+    snprintf(buf, sizeof buf, "%.14e", v);
+    if (strtod(buf, NULL) == v) {
+        const char *e = strchr(buf, 'e');
+        int k = 0;
+        for (const char *p = buf; p < e; p++)
+            if (*p >= '0' && *p <= '9') k++;
+        for (const char *p = e - 1; p > buf && (*p == '0' || *p == '.'); p--)
+            if (*p == '0') k--;
+        return k > 0 ? k : 1;
+    }
+    snprintf(buf, sizeof buf, "%.15e", v);
+    return strtod(buf, NULL) == v ? 16 : 17;
+}
+
 int ty_fmt_double(char *buf, size_t cap, double v)
 {
     if (isnan(v)) return snprintf(buf, cap, "nan");
     if (isinf(v)) return snprintf(buf, cap, v < 0 ? "-inf" : "inf");
-    int n = 0;
-    for (int p = 1; p <= 17; p++) {
-        n = snprintf(buf, cap, "%.*g", p, v);
-        if (n < 0 || (size_t)n >= cap || strtod(buf, NULL) == v) break;
-    }
-    return n;
+    return snprintf(buf, cap, "%.*g", shortest_digits(v), v);
 }
 
 static int is_number_char(char c)

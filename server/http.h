@@ -43,6 +43,10 @@ int http_start(srv *s, int *port_out, ty_err *err);
 enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r);
 
 enum MHD_Result http_json(http_req *q, unsigned status, json_t *body);
+/* A body already printed as compact JSON (taken: freed here). */
+enum MHD_Result http_json_text(http_req *q, unsigned status, char *txt);
+/* Whether http_json indents for this client (curl in a terminal). */
+bool http_pretty(http_req *q);
 enum MHD_Result http_error(http_req *q, unsigned status, const char *code, const char *field,
                            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* An extra header of an error answer: Retry-After (429) or Allow (405). */

@@ -60,7 +60,7 @@ static enum MHD_Result queue_text(http_req *q, unsigned status, char *txt,
  * indented and ends in a newline (a 2 KB job on one line is unreadable, and
  * the prompt would follow the closing brace). Every other client gets the
  * compact form. */
-static bool for_a_terminal(http_req *q)
+bool http_pretty(http_req *q)
 {
     const char *ua = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "User-Agent");
     return ua && !strncmp(ua, "curl/", 5);
@@ -68,7 +68,7 @@ static bool for_a_terminal(http_req *q)
 
 enum MHD_Result http_json(http_req *q, unsigned status, json_t *body)
 {
-    bool pretty = for_a_terminal(q);
+    bool pretty = http_pretty(q);
     char *txt = ty_json_dumps(body, pretty ? JSON_INDENT(2) | JSON_PRESERVE_ORDER : JSON_COMPACT);
     json_decref(body);
     if (pretty && txt) {
@@ -80,6 +80,11 @@ enum MHD_Result http_json(http_req *q, unsigned status, json_t *body)
             txt = nl;
         }
     }
+    return queue_text(q, status, txt, NULL);
+}
+
+enum MHD_Result http_json_text(http_req *q, unsigned status, char *txt)
+{
     return queue_text(q, status, txt, NULL);
 }
 

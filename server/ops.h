@@ -68,8 +68,6 @@ enum MHD_Result ops_get_usage(http_req *q);
 /* text (malloc'd Prometheus exposition) with the usage ledger's totals
  * appended; returns the new buffer (text is consumed). */
 char *ops_prom_usage(srv *s, char *text);
-/* The ETA in seconds of a running job at `step`, < 0 when unknown. */
-double ops_job_eta(const db_job *j, int64_t step);
 
 /* ---- webhooks (webhook.c) -------------------------------------------------------- */
 

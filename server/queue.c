@@ -18,23 +18,11 @@
 #include "db_ops.h"
 #include "scheduler.h"
 #include "jobspec.h"
+#include "jobview.h"
 #include "routes.h"
 #include "state.h"
 #include "tyutil.h"
 #include "tyjson.h"
-
-double ops_job_eta(const db_job *j, int64_t step)
-{
-    if (j->state != JOB_RUNNING) return -1;
-    if (j->metric0_ms > 0 && j->metric_last_ms > j->metric0_ms && step > j->metric0_step &&
-        j->max_steps > step) {
-        double per_step =
-            (double)(j->metric_last_ms - j->metric0_ms) / 1000.0 / (double)(step - j->metric0_step);
-        return per_step * (double)(j->max_steps - step);
-    }
-    if (j->max_steps > 0 && step >= j->max_steps) return 0;
-    return -1;
-}
 
 /* Slots of one kind (GPUs, or CPU slots) over time: free now, released at
  * the running jobs' ETAs, taken by the queued jobs ahead. */
@@ -99,7 +87,7 @@ enum MHD_Result ops_get_queue(http_req *q)
         db_job j;
         if (db_job_get(d, live[i], &j, &err)) continue;
         json_t *m = j.last_metric ? json_loads(j.last_metric, 0, NULL) : NULL;
-        double eta = ops_job_eta(&j, json_integer_value(json_object_get(m, "step")));
+        double eta = jobview_eta(&j, json_integer_value(json_object_get(m, "step")));
         json_decref(m);
         pool *p = j.gpus_wanted > 0 ? &gp : &cp;
         if (eta >= 0 && p->nrel < 256)
@@ -266,7 +254,7 @@ static enum MHD_Result reply_patched(http_req *q)
     db_job j;
     ty_err err = {0};
     if (db_job_get(d, q->id, &j, &err)) return http_ty_error(q, &err);
-    enum MHD_Result res = http_json(q, 200, routes_job_json(&q->s->cfg, d, &j));
+    enum MHD_Result res = http_json(q, 200, jobview_json(&q->s->cfg, d, &j));
     db_job_free(&j);
     return res;
 }

@@ -14,6 +14,7 @@
 #include "admit.h"
 #include "disk.h"
 #include "gpu.h"
+#include "jobview.h"
 #include "overlay.h"
 #include "recovery.h"
 #include "scheduler.h"
@@ -30,131 +31,6 @@
 #include "web_assets.h"
 #include "tyjson.h"
 
-/* ---- rendering ------------------------------------------------------------------------ */
-
-static json_t *json_time(int64_t ms)
-{
-    char t[32];
-    if (ms <= 0) return json_null();
-    srv_time_fmt(ms, t);
-    return json_string(t);
-}
-
-static json_t *json_text_or_null(const char *s)
-{
-    return s ? json_string(s) : json_null();
-}
-
-static json_t *json_parsed_or_null(const char *s)
-{
-    json_t *o = s ? json_loads(s, 0, NULL) : NULL;
-    return o ? o : json_null();
-}
-
-/* The job's cost so far: its running time (db_job_run_ms) times its GPUs
- * at the GPU-hour price, or times one slot at the CPU-hour price for a CPU
- * job; null while the operator has not given the price that applies. */
-static json_t *render_cost(const srv_config *cfg, const db_job *j)
-{
-    double amount, gpu_hours, cpu_hours;
-    if (!ops_job_cost(cfg, j, ty_now_ms(), &amount, &gpu_hours, &cpu_hours)) return json_null();
-    return json_pack("{sf ss sf sf}", "amount", amount, "currency", cfg->currency, "gpu_hours",
-                     gpu_hours, "cpu_hours", cpu_hours);
-}
-
-static json_t *render_job(const srv_config *cfg, db *d, const db_job *j)
-{
-    ty_err err = {0};
-    json_t *spec = json_parsed_or_null(j->spec);
-    int pos = j->state == JOB_QUEUED ? db_job_queue_position(d, j->id, &err) : 0;
-    json_t *gpus = json_array();
-    for (const char *p = j->gpus ? j->gpus : ""; *p;) {
-        json_array_append_new(gpus, json_integer(strtol(p, NULL, 10)));
-        p = strchrnul(p, ',');
-        if (*p) p++;
-    }
-    json_t *metric = json_parsed_or_null(j->last_metric);
-    int64_t step = json_integer_value(json_object_get(metric, "step"));
-    /* Progress is where the job would continue from: a paused or requeued
-     * job (or one whose new run has not reported yet) is at its resume
-     * checkpoint's step, not at the last metric of the run that stopped. */
-    int64_t ck_step = rec_dir_step(j->resume_from);
-    bool no_run_metric = j->metric0_ms == 0;
-    if (ck_step >= 0 && (j->state == JOB_QUEUED || j->state == JOB_PAUSED ||
-                         ((j->state == JOB_STARTING || j->state == JOB_RUNNING) && no_run_metric)))
-        step = ck_step;
-    /* The steps between the last metric and the checkpoint a stop wrote
-     * were trained too: a job is never behind its own newest checkpoint. */
-    else {
-        char *newest = NULL;
-        if (db_checkpoint_newest(d, j->id, &newest, &err) == 0 && newest) {
-            int64_t n = rec_dir_step(newest);
-            if (n > step) step = n;
-        }
-        free(newest);
-    }
-    /* Only a running engine has an ETA. */
-    double eta_s = ops_job_eta(j, step);
-    json_t *eta = eta_s >= 0 ? json_real(eta_s) : json_null();
-    json_t *progress = json_pack(
-        "{sI sI sf so}", "step", (json_int_t)step, "max_steps", (json_int_t)j->max_steps,
-        "fraction", j->max_steps > 0 ? (double)step / (double)j->max_steps : 0.0, "eta_s", eta);
-    json_t *engine = json_parsed_or_null(j->engine);
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_integer(j->id));
-    json_object_set_new(o, "name", json_text_or_null(j->name));
-    json_object_set_new(o, "state", json_string(db_state_name(j->state)));
-    json_object_set_new(o, "spec", spec);
-    json_object_set_new(o, "priority", json_integer(j->priority));
-    json_object_set_new(o, "queue_position", pos > 0 ? json_integer(pos) : json_null());
-    json_object_set_new(o, "created_at", json_time(j->created_ms));
-    json_object_set_new(o, "started_at", json_time(j->started_ms));
-    json_object_set_new(o, "finished_at", json_time(j->finished_ms));
-    json_object_set_new(o, "updated_at", json_time(j->updated_ms));
-    json_object_set_new(o, "restarts", json_integer(j->restarts));
-    json_object_set_new(o, "max_restarts", json_integer(j->max_restarts));
-    json_object_set_new(o, "resume_from", json_text_or_null(j->resume_from));
-    json_object_set_new(o, "error", json_text_or_null(j->error));
-    json_object_set_new(o, "checkpoint_error", json_text_or_null(j->checkpoint_error));
-    json_object_set_new(o, "backend", json_text_or_null(j->backend));
-    json_object_set_new(o, "gpus", gpus);
-    json_object_set_new(o, "progress", progress);
-    /* One ETA a job: progress.eta_s (the current run's rate since its
-     * first metric). The engine's own metric.eta_s counts from its start,
-     * load included, so the two disagree; it stays in the event stream. */
-    json_object_del(metric, "eta_s");
-    json_object_set_new(o, "last_metric", metric);
-    json_object_set_new(o, "last_eval", json_parsed_or_null(j->last_eval));
-    if (json_is_object(engine)) {
-        /* The summary named in docs/api.md; the whole started event is in
-         * the event stream. */
-        json_t *e = json_object();
-        const char *keys[] = {"params", "trainable", "world", "backend"};
-        for (size_t i = 0; i < 4; i++) {
-            json_t *v = json_object_get(engine, keys[i]);
-            if (v) json_object_set(e, keys[i], v);
-        }
-        json_decref(engine);
-        engine = e;
-    }
-    json_object_set_new(o, "engine", engine);
-    json_object_set_new(o, "cost", render_cost(cfg, j));
-    json_t *tags = json_loads(j->tags ? j->tags : "[]", 0, NULL);
-    json_object_set_new(o, "tags", tags ? tags : json_array());
-    json_object_set_new(o, "stop_reason", json_text_or_null(j->stop_reason));
-    int64_t stalled = j->state == JOB_RUNNING ? ops_stalled_since(j->id) : 0;
-    json_object_set_new(o, "stalled_at", json_time(stalled));
-    /* Where the job's event stream stands: a client wanting only the
-     * recent events opens it at ?from=last_seq-N. */
-    json_object_set_new(o, "last_seq", json_integer(db_events_last_seq(d, j->id)));
-    return o;
-}
-
-json_t *routes_job_json(const srv_config *cfg, db *d, const db_job *j)
-{
-    return render_job(cfg, d, j);
-}
-
 static enum MHD_Result reply_job(http_req *q, unsigned status, int64_t id)
 {
     db *d = srv_db(q->s);
@@ -163,9 +39,14 @@ static enum MHD_Result reply_job(http_req *q, unsigned status, int64_t id)
     if (!d) return http_error(q, 500, "internal", NULL, "database unavailable");
     if (db_job_get(d, id, &j, &err)) return http_ty_error(q, &err);
     overlay_apply(q->s, &j);
-    json_t *o = render_job(&q->s->cfg, d, &j);
+    if (http_pretty(q)) {
+        json_t *o = jobview_json(&q->s->cfg, d, &j);
+        db_job_free(&j);
+        return http_json(q, status, o);
+    }
+    char *txt = jobview_text(&q->s->cfg, d, &j);
     db_job_free(&j);
-    return http_json(q, status, o);
+    return http_json_text(q, status, txt);
 }
 
 /* ---- /jobs ---------------------------------------------------------------------------------- */
@@ -269,10 +150,8 @@ static enum MHD_Result reply_stored(http_req *q, const job_post *p)
     ty_err err = {0};
     char loc[64];
     if (db_job_get(d, p->id, &j, &err)) return http_ty_error(q, &err);
-    json_t *o = render_job(&q->s->cfg, d, &j);
+    char *txt = jobview_text(&q->s->cfg, d, &j);
     db_job_free(&j);
-    char *txt = ty_json_dumps(o, JSON_COMPACT);
-    json_decref(o);
     if (!txt) return MHD_NO;
     snprintf(loc, sizeof loc, "/jobs/%lld", (long long)p->id);
     struct MHD_Response *r =
@@ -368,7 +247,7 @@ static enum MHD_Result get_jobs(http_req *q)
     for (int i = 0; i < n && i < limit; i++) {
         overlay_apply(q->s, &jobs[i]);
         if (overlay_keep(&jobs[i], f.mask))
-            json_array_append_new(arr, render_job(&q->s->cfg, d, &jobs[i]));
+            json_array_append_new(arr, jobview_json(&q->s->cfg, d, &jobs[i]));
     }
     json_t *next = json_null();
     if (n > limit) {
@@ -604,14 +483,14 @@ static enum MHD_Result get_checkpoints(http_req *q)
     for (int i = 0; i < n; i++) {
         json_t *o = json_object();
         json_object_set_new(o, "step", json_integer(c[i].step));
-        json_object_set_new(o, "dir", json_text_or_null(c[i].dir));
+        json_object_set_new(o, "dir", jobview_text_or_null(c[i].dir));
         json_object_set_new(o, "bytes", json_integer(c[i].bytes));
-        json_object_set_new(o, "sha256", json_text_or_null(c[i].sha256));
-        json_object_set_new(o, "local_path", json_text_or_null(c[i].local_path));
-        json_object_set_new(o, "remote_uri", json_text_or_null(c[i].remote_uri));
-        json_object_set_new(o, "state", json_text_or_null(c[i].state));
-        json_object_set_new(o, "error", json_text_or_null(c[i].error));
-        json_object_set_new(o, "created_at", json_time(c[i].created_ms));
+        json_object_set_new(o, "sha256", jobview_text_or_null(c[i].sha256));
+        json_object_set_new(o, "local_path", jobview_text_or_null(c[i].local_path));
+        json_object_set_new(o, "remote_uri", jobview_text_or_null(c[i].remote_uri));
+        json_object_set_new(o, "state", jobview_text_or_null(c[i].state));
+        json_object_set_new(o, "error", jobview_text_or_null(c[i].error));
+        json_object_set_new(o, "created_at", jobview_time(c[i].created_ms));
         json_array_append_new(arr, o);
     }
     db_checkpoints_free(c, n);

@@ -33,7 +33,4 @@ void routes_allowed(const char *path, char *out, size_t cap);
 int routes_check_query(http_req *q, const route *rt, char *field, size_t fcap, char *msg,
                        size_t mcap);
 
-/* The JSON of one job as GET /jobs/{id} answers it (GET /queue too). */
-json_t *routes_job_json(const srv_config *cfg, db *d, const db_job *j);
-
 #endif

@@ -26,7 +26,6 @@ LONG = {
     "exec_mpirun.c:mpirun_start": 103,
     "exec_slurm.c:slurm_start": 86,
     "queue.c:ops_get_queue": 99,
-    "routes.c:render_job": 87,
     "routes.c:get_metrics_of_job": 66,
     "serve.c:srv_serve_main": 76,
     "sse.c:events_cb": 63,
