@@ -376,13 +376,21 @@ int srv_disk_check(srv *s, ty_err *err)
 
 /* ---- the scheduler's recovery ----------------------------------------------------------------- */
 
+/* A job whose engine had finished and that waited for its final uploads:
+ * `stopping` with the intent "succeeded" (`running` in a database an
+ * earlier server wrote). */
+static bool waited_for_uploads(const db_job *j)
+{
+    return (j->state == JOB_STOPPING || j->state == JOB_RUNNING) && j->stop_intent &&
+           !strcmp(j->stop_intent, "succeeded");
+}
+
 /* A cluster's job that is still running there is followed again as it
  * was, not stopped and submitted anew: same state, same stop intent. */
 static bool reattach(sched *x, const db_job *j)
 {
     if (!x->ex->ops->reattach) return false;
-    if (j->state == JOB_RUNNING && j->stop_intent && !strcmp(j->stop_intent, "succeeded"))
-        return false; /* finished; only its uploads were pending */
+    if (waited_for_uploads(j)) return false; /* finished; only its uploads were pending */
     int fd = -1;
     exec_job *ej = x->ex->ops->reattach(x->ex, j->id, &fd);
     if (!ej) return false;
@@ -506,7 +514,7 @@ void sched_recover_mark(sched *x)
         if (x->recov) x->recov[x->nrecov++] = (recov){.job_id = j.id, .pgid = pg};
         db_job_update up = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
         char reason[256];
-        if (j.state == JOB_RUNNING && j.stop_intent && !strcmp(j.stop_intent, "succeeded")) {
+        if (waited_for_uploads(&j)) {
             db_job_update_fields(d, j.id, &up, &err);
             recover_waiting_uploads(x, j.id);
             db_job_free(&j);

@@ -286,6 +286,25 @@ static bool run_outcome(sched *x, run *r, job_state *to, char *reason, size_t ca
     return true;
 }
 
+/* A finished engine's job that waits for its uploads is `stopping` with the
+ * intent "succeeded", never `running`: its engine is gone. The intent
+ * survives a restart: a job that finished waits no more and is not rerun
+ * (sched_recover_mark). A job stopping already (a budget's stop) only
+ * gets the intent. */
+static void record_success_wait(srv *s, int64_t job_id, db_job_update *pg)
+{
+    ty_err err = {0};
+    db *d = srv_db(s);
+    if (!d) return;
+    pg->has_stop_intent = true;
+    pg->stop_intent = "succeeded";
+    if (srv_transition(s, job_id, JOB_BIT(JOB_STARTING) | JOB_BIT(JOB_RUNNING), JOB_STOPPING,
+                       "engine finished; waiting for its checkpoint uploads", pg, NULL, &err) == 0)
+        return;
+    ty_err_clear(&err);
+    db_job_update_fields(d, job_id, pg, &err);
+}
+
 /* Pause, cancel and success wait for the job's checkpoint uploads (the
  * final checkpoint in particular), bounded by --upload-wait: true when the
  * job now waits (or, shutting down, keeps its intent for the next start). */
@@ -296,19 +315,11 @@ static bool wait_for_uploads(sched *x, run *r, job_state to, const char *reason)
     if (to == JOB_SUCCEEDED && r->store) uploader_export(s->up, r->job_id);
     bool busy =
         to != JOB_FAILED && r->store && uploader_job_busy(s->up, r->job_id, to == JOB_SUCCEEDED);
-    db *d = srv_db(s);
-    /* The intent survives a restart: a job that finished waits no more and
-     * is not rerun (sched_recover_mark). */
-    db_job_update pg = {.has_pgid = true,
-                        .pgid = 0,
-                        .has_gpus = true,
-                        .gpus = "",
-                        .has_stop_intent = to == JOB_SUCCEEDED,
-                        .stop_intent = "succeeded"};
+    db_job_update pg = {.has_pgid = true, .pgid = 0, .has_gpus = true, .gpus = ""};
     if (busy && x->stop && to == JOB_SUCCEEDED) {
         /* Shutting down with the final uploads pending: the next start
          * waits for them. */
-        if (d) db_job_update_fields(d, r->job_id, &pg, &err);
+        record_success_wait(s, r->job_id, &pg);
         return true;
     }
     if (!busy || x->stop) return false;
@@ -320,7 +331,11 @@ static bool wait_for_uploads(sched *x, run *r, job_state to, const char *reason)
     w->deadline_ms = ty_mono_ms() + s->cfg.upload_wait_s * 1000LL;
     w->next = x->waiters;
     x->waiters = w;
-    if (d) db_job_update_fields(d, r->job_id, &pg, &err);
+    db *d = srv_db(s);
+    if (to == JOB_SUCCEEDED)
+        record_success_wait(s, r->job_id, &pg);
+    else if (d)
+        db_job_update_fields(d, r->job_id, &pg, &err);
     return true;
 }
 

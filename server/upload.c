@@ -41,7 +41,7 @@ typedef struct active {
 } active;
 
 /* A finished job's export/ waiting for (or in) its upload. Not in the
- * database: the job waits for it in `running` with stop_intent
+ * database: the job waits for it in `stopping` with stop_intent
  * "succeeded", and the scheduler queues it again when it recovers such a
  * job after a restart. */
 typedef struct export_job {

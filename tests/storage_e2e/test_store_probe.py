@@ -252,7 +252,7 @@ def restart_while_finishing():
     try:
         wait_for(lambda: intent() == "succeeded", 60, "the engine finished; the job waits for uploads")
         j = srv.job(jid)
-        check(j["state"] == "running", "still running while it waits: %r" % j)
+        check(j["state"] == "stopping", "stopping, not running, while it waits: %r" % j)
         srv.kill9()
     finally:
         os.killpg(s3proc.pid, signal.SIGCONT)
