@@ -11,7 +11,7 @@
 # round (A, B, A, B, ...) so that load drifting during the run hits both;
 # each round is one engine run of --steps steps whose first step is skipped.
 # Prints per shape the median step of each side, the spread (p90/p50) and
-# B's tokens/s over A's. Needs torch (the test venv) to write the model.
+# B's tokens/s over A's; --busy N keeps N processes spinning meanwhile. Needs torch (the test venv) to write the model.
 import argparse
 import json
 import os
@@ -66,11 +66,28 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", choices=sorted(AB_SHAPES))
+    ap.add_argument("--busy", type=int, default=0, help="extra spinning processes during the run")
     args = ap.parse_args()
     sides = {"A": parse_side(args.a), "B": parse_side(args.b)}
     bench.SHAPES.update(AB_SHAPES)
     print(f"A {args.a}\nB {args.b}\nthreads {args.threads}; rounds {args.rounds}; "
-          f"load {os.getloadavg()[0]:.2f}", flush=True)
+          f"busy {args.busy}; load {os.getloadavg()[0]:.2f}", flush=True)
+    busy = bench.start_busy(args.busy)
+    try:
+        rows = run_shapes(args, sides)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    print(f"\n{'shape':<14} {'A tok/s':>9} {'B tok/s':>9} {'B/A':>6} {'p90/p50 A':>9} "
+          f"{'p90/p50 B':>9}")
+    for r in rows:
+        print(f"{r['shape']:<14} {r['a_tokens_per_s']:>9.1f} {r['b_tokens_per_s']:>9.1f} "
+              f"{r['b_over_a']:>5.2f}x {r['a_spread']:>9.2f} {r['b_spread']:>9.2f}")
+    return 0
+
+
+def run_shapes(args, sides):
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_ab_") as tmp:
         for shape in ([args.only] if args.only else list(AB_SHAPES)):
@@ -90,12 +107,7 @@ def main():
                          "b_over_a": round(ma / mb, 2),
                          "load_avg_after": round(os.getloadavg()[0], 2)})
             print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{'shape':<14} {'A tok/s':>9} {'B tok/s':>9} {'B/A':>6} {'p90/p50 A':>9} "
-          f"{'p90/p50 B':>9}")
-    for r in rows:
-        print(f"{r['shape']:<14} {r['a_tokens_per_s']:>9.1f} {r['b_tokens_per_s']:>9.1f} "
-              f"{r['b_over_a']:>5.2f}x {r['a_spread']:>9.2f} {r['b_spread']:>9.2f}")
-    return 0
+    return rows
 
 
 if __name__ == "__main__":
