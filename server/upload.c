@@ -60,6 +60,7 @@ struct uploader {
     export_job *exports;   /* queued or running export uploads, oldest last */
     uploader_done_fn done; /* after each finished upload or export */
     void *done_ctx;
+    bool recovered; /* the uploads a previous server left running are queued again */
     int nthreads;
     pthread_t *threads;
 };
@@ -351,12 +352,38 @@ static void notify_done(uploader *u)
     if (u->done) u->done(u->done_ctx);
 }
 
+/* The uploads a previous server left running are queued again once the
+ * database is writable: at start, or when a start on a full disk (served
+ * read-only, disk.c) gets room again. Before any worker claims one: at
+ * start in uploader_new, later by the first worker to see the database
+ * writable (under u->mu). */
+static int requeue_interrupted(uploader *u, ty_err *err)
+{
+    int requeued = 0;
+    db *d = srv_db(u->s);
+    if (!d) return ty_err_set(err, TY_EIO, "no database handle");
+    if (db_upload_recover(d, &requeued, err)) return -1;
+    u->recovered = true;
+    if (requeued > 0)
+        ty_logf("%d checkpoint upload(s) interrupted by the last shutdown are queued again",
+                requeued);
+    return 0;
+}
+
+static void recover_interrupted(uploader *u)
+{
+    ty_err err = {0};
+    if (u->recovered || !srv_disk_writable(u->s)) return;
+    if (requeue_interrupted(u, &err)) ty_logf("upload queue: %s", err.msg);
+}
+
 static void *worker_main(void *arg)
 {
     uploader *u = arg;
     srv *s = u->s;
     pthread_mutex_lock(&u->mu);
     while (!u->stop) {
+        recover_interrupted(u);
         /* A finished job's export first: its final state waits for it. */
         int64_t ex = take_export(u);
         if (ex) {
@@ -402,18 +429,10 @@ static void *worker_main(void *arg)
 
 uploader *uploader_new(srv *s, uploader_done_fn done, void *ctx, ty_err *err)
 {
-    db *d = srv_db(s);
-    int requeued = 0;
-    if (!d) {
+    if (!srv_db(s)) {
         ty_err_set(err, TY_EIO, "no database handle");
         return NULL;
     }
-    /* Read-only (a start on a full disk, disk.c): interrupted uploads stay
-     * as they are until the next start. */
-    if (srv_disk_writable(s) && db_upload_recover(d, &requeued, err)) return NULL;
-    if (requeued > 0)
-        ty_logf("%d checkpoint upload(s) interrupted by the last shutdown are queued again",
-                requeued);
     uploader *u = calloc(1, sizeof *u);
     if (u) u->threads = calloc((size_t)s->cfg.upload_workers, sizeof *u->threads);
     if (!u || !u->threads) {
@@ -425,6 +444,13 @@ uploader *uploader_new(srv *s, uploader_done_fn done, void *ctx, ty_err *err)
     u->done = done;
     u->done_ctx = ctx;
     pthread_mutex_init(&u->mu, NULL);
+    /* The start fails where a writable database cannot queue them again. */
+    if (srv_disk_writable(s) && requeue_interrupted(u, err)) {
+        pthread_mutex_destroy(&u->mu);
+        free(u->threads);
+        free(u);
+        return NULL;
+    }
     pthread_cond_init(&u->cond, NULL);
     for (int i = 0; i < s->cfg.upload_workers; i++) {
         if (pthread_create(&u->threads[i], NULL, worker_main, u)) {

@@ -251,8 +251,56 @@ def test_restart_full():
     srv.stop()
 
 
+def upload_states(srv, immutable=False):
+    """The upload queue's rows (a done one is removed), read beside the server
+    (immutable: the main file alone, where a full disk has no room for -shm)."""
+    con = sqlite3.connect("file:%s?%s" % (os.path.join(srv.data_dir, "trainyard.db"),
+                                          "immutable=1" if immutable else "mode=ro"),
+                          uri=True, timeout=10)
+    try:
+        return [r[0] for r in con.execute("select state from uploads order by id")]
+    finally:
+        con.close()
+
+
+def test_restart_full_uploads():
+    """Uploads a server left running are queued again when a read-only start
+    (full disk) gets room, not only at the next start."""
+    mnt = mount_tmpfs()
+    stores = tmpdir("stores")  # off the full disk: the uploads themselves have room
+    srv, model, train = server_on(mnt, {"step_ms": 20}, "--store-roots", stores)
+    ck = {"every_steps": 2, "store": "file://%s/s" % stores}
+    jid = srv.submit(spec(model, train, max_steps=4, checkpoint=ck))["id"]
+    srv.wait_state(jid, "succeeded", 60)
+    wait_for(lambda: srv.get("/jobs/%d/checkpoints" % jid).json["checkpoints"] and
+             all(c["state"] == "committed" for c in
+                 srv.get("/jobs/%d/checkpoints" % jid).json["checkpoints"]), 60, "the uploads")
+    srv.stop()
+    # The newest checkpoint's upload as a server killed mid-upload leaves it
+    # (a done row is removed from the queue).
+    con = sqlite3.connect(os.path.join(srv.data_dir, "trainyard.db"))
+    con.execute("insert into uploads(checkpoint_id, file, uri, op, state) select id,"
+                " coalesce(local_path, dir), ?, 'put', 'running' from checkpoints"
+                " where job_id = ? order by step desc limit 1", (ck["store"], jid))
+    con.commit()
+    con.close()
+    os.unlink(os.path.join(srv.data_dir, "disk-reserve"))
+    fill(os.path.join(mnt, "filler"))
+    srv.start()
+    check(health(srv)["storage"] == "read_only", "read-only on the full disk")
+    time.sleep(1.5)
+    left = upload_states(srv, immutable=True)
+    check(left == ["running"], "nothing to queue it again with yet: %s" % left)
+    os.unlink(os.path.join(mnt, "filler"))
+    wait_for(lambda: health(srv)["storage"] == "read_write", 30, "the database writable again")
+    wait_for(lambda: upload_states(srv) == [], 60, "the interrupted upload queued again and done")
+    check("interrupted by the last shutdown are queued again" in
+          open(srv.log_path, errors="replace").read(), "the log says so")
+    srv.stop()
+
+
 TESTS = {"engine_dies": test_engine_dies, "delete_full": test_delete_full,
-         "restart_full": test_restart_full}
+         "restart_full": test_restart_full, "restart_full_uploads": test_restart_full_uploads}
 
 if __name__ == "__main__":
     run_tests(TESTS)
