@@ -6,7 +6,7 @@
  * BIAS epilogue (one value per row of D = per output feature). Backward:
  * dx^T[K,N] += w^T[K,M] dout^T[M,N] and dw^T[K,M] += x^T[K,N] dout[N,M]
  * (beta = 1 gives the accumulate convention). dbias is a column sum of
- * dout, one thread per column, rows in order (deterministic).
+ * dout in two deterministic stages (kn_cuda_colsum_acc, cuda_colsum.cu).
  * Compute is CUBLAS_COMPUTE_32F: true fp32, no TF32, so fp32 results are
  * comparable with the CPU's sgemm. kn_cuda_gemm also takes bf16 / fp16 A
  * and B (the tensor-core path of matmul16, cuda_convert.cu) with an fp32 or
@@ -375,25 +375,6 @@ static void gemm(kn_ctx *c, float *D, const float *A, const float *B, const floa
                  int n, int k, int ta, int tb, int lda, int ldb, int ldd, float beta)
 {
     kn_cuda_gemm(c, D, KN_F32, A, B, KN_F32, bias, m, n, k, ta, tb, lda, ldb, ldd, beta);
-}
-
-/* dbias[M] += column sums of dout[N,M] (fp32 or 16-bit), one thread per
- * column walking the rows in order: deterministic, no atomics. */
-__global__ void k_colsum_acc(float *dbias, const void *dout, int dt, int N, int M)
-{
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= M)
-        return;
-    float s = 0;
-    for (int n = 0; n < N; n++)
-        s += load_as_f32(dout, dt, (size_t)n * M + col);
-    dbias[col] += s;
-}
-
-void kn_cuda_colsum_acc(kn_ctx *c, float *dbias, const void *dout, int dt, int N, int M)
-{
-    KN_IO(k_colsum_acc, (size_t)N * M * kn_dtype_size((kn_dtype)dt) + 4 * (size_t)M, 4 * (size_t)M, 0);
-    KN_LAUNCH(k_colsum_acc, kn_blocks((size_t)M, 128), 128, 0, c, dbias, dout, dt, N, M);
 }
 
 void cuda_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias,

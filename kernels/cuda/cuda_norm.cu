@@ -2,11 +2,9 @@
  *
  * Row statistics: one block per row, the row's threads striding over C,
  * fp32 sums combined by shuffles in a fixed tree. Parameter gradients
- * (dw, db, dtable) are reductions over rows; instead of float atomics each
- * column is owned by one thread that walks the rows in order, as the CPU
- * backend does: deterministic, and fast enough while C x N is small next
- * to the matmuls around it (a segmented tree over rows is the next step
- * for large N).
+ * are reductions over rows, with no float atomics: dw and db in two
+ * stages over fixed slices of rows (cuda_colsum.cu), dtable by giving
+ * each token's rows to one block, in row order (k_embedding_bwd).
  * Activations (x, out, the embedding table and its output) are of the op's
  * dtype, read through load_as_f32 and stored by store_from_f32 (one
  * round-to-nearest-even per store, as the CPU backend). */
@@ -90,21 +88,45 @@ __global__ void k_norm_bwd_dx(int dt, float *dx, const float *dout, const void *
     }
 }
 
-/* dw[c] += sum_n dout xhat, db[c] += sum_n dout: one thread per column. */
-__global__ void k_norm_bwd_dw(int dt, float *dw, float *db, const float *dout, const void *x,
-                              const float *mean, const float *rstd, int N, int C)
+/* Stage 1 of dw[c] += sum_n dout xhat, db[c] += sum_n dout (cuda_colsum.cu):
+ * one tile of columns x a slice of rows; dw_dst / db_dst are the partials,
+ * or the gradients themselves for a single slice (either may be NULL). */
+__global__ void k_norm_bwd_dw(int dt, float *dw_dst, float *db_dst, const float *dout,
+                              const void *x, const float *mean, const float *rstd, int N, int C,
+                              int rows)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float sh[KN_COLSUM_THREADS];
+    int col = kn_colsum_col();
+    long long end = (long long)(blockIdx.y + 1) * rows;
     float sw = 0, sb = 0;
-    for (int n = 0; n < N; n++) {
-        float d = dout[(size_t)n * C + c];
-        float xh = (load_as_f32(x, dt, (size_t)n * C + c) - (mean ? mean[n] : 0.0f)) * rstd[n];
-        sw += d * xh;
-        sb += d;
-    }
-    if (dw) dw[c] += sw;
-    if (db) db[c] += sb;
+    if (col < C)
+        for (int n = kn_colsum_row0(rows); n < N && n < end; n += KN_COLSUM_LANES) {
+            size_t i = (size_t)n * C + col;
+            float d = dout[i];
+            sw += d * ((load_as_f32(x, dt, i) - (mean ? mean[n] : 0.0f)) * rstd[n]);
+            sb += d;
+        }
+    kn_colsum_store(sw, sh, dw_dst, C);
+    kn_colsum_store(sb, sh, db_dst, C);
+}
+
+/* dw and db (either NULL) of a norm over x[N, C]: both stages. */
+static void norm_bwd_dw(kn_ctx *c, kn_dtype dt, float *dw, float *db, const float *dout,
+                        const void *x, const float *mean, const float *rstd, int N, int C)
+{
+    kn_colsum_plan p = kn_cuda_colsum_plan(N);
+    float *part = p.blocks > 1 ? kn_cuda_colsum_partials(c, db ? 2 : 1, C) : nullptr;
+    if (p.blocks > 1 && !part)
+        return;
+    float *dw_dst = p.blocks > 1 && dw ? part : dw;
+    float *db_dst = p.blocks > 1 && db ? part + (size_t)p.blocks * C : db;
+    KN_IO(k_norm_bwd_dw, (size_t)N * C * (4 + kn_dtype_size(dt)) + 4 * (size_t)N * (mean ? 2 : 1) +
+        (p.blocks > 1 ? 0 : 4 * (size_t)C * (!!dw + !!db)),
+        4 * (size_t)C * (!!dw + !!db) * p.blocks, 0);
+    KN_LAUNCH(k_norm_bwd_dw, kn_colsum_grid(p, C), KN_COLSUM_THREADS, 0, c, (int)dt, dw_dst, db_dst,
+              dout, x, mean, rstd, N, C, p.rows);
+    if (p.blocks > 1)
+        kn_cuda_colsum_finish(c, dw, db, part, p.blocks, C);
 }
 
 void cuda_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd, const void *x,
@@ -125,11 +147,8 @@ void cuda_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db,
         4 * (size_t)N * C, 0);
     if (dx)
         KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, (int)dt, dx, dout, x, w, mean, rstd, C, 1);
-    KN_IO(k_norm_bwd_dw, (size_t)N * C * (4 + kn_dtype_size(dt)) + 8 * (size_t)N + 4 * (size_t)C * (!!dw + !!db),
-        4 * (size_t)C * (!!dw + !!db), 0);
     if (dw || db)
-        KN_LAUNCH(k_norm_bwd_dw, kn_blocks((size_t)C, 128), 128, 0, c, (int)dt, dw, db, dout, x,
-                  mean, rstd, N, C);
+        norm_bwd_dw(c, dt, dw, db, dout, x, mean, rstd, N, C);
 }
 
 __global__ void k_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x, const float *w, int C,
@@ -165,11 +184,8 @@ void cuda_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float 
     if (dx)
         KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, (int)dt, dx, dout, x, w, no_mean, rstd, C,
                   0);
-    KN_IO(k_norm_bwd_dw, (size_t)N * C * (4 + kn_dtype_size(dt)) + 4 * (size_t)N + 4 * (size_t)C,
-        4 * (size_t)C, 0);
     if (dw)
-        KN_LAUNCH(k_norm_bwd_dw, kn_blocks((size_t)C, 128), 128, 0, c, (int)dt, dw, no_db, dout, x,
-                  no_mean, rstd, N, C);
+        norm_bwd_dw(c, dt, dw, no_db, dout, x, no_mean, rstd, N, C);
 }
 
 /* ---- the residual add fused with the norm ------------------------------------
@@ -251,14 +267,76 @@ __global__ void k_embedding_fwd(int dt, void *out, const int32_t *ids, const voi
     }
 }
 
-/* dtable[ids[n], c] += dout[n, c]: column c is one thread's, rows in order,
- * so repeated ids add up the same way every run (no atomics). */
-__global__ void k_embedding_bwd(float *dtable, const int32_t *ids, const float *dout, int N, int C)
+/* dtable[ids[n], :] += dout[n, :]. Rows repeat ids, so the scatter is
+ * made deterministic by giving each id's rows to one block, in row order
+ * (the CPU backend's order: the same bits). k_embedding_links links every
+ * row to the next row of its id (next[n], N at the end of the chain) and
+ * marks the first row of each id (first[n]); it compares every pair of
+ * ids through shared-memory tiles: N^2 comparisons, about 2.7e8 at
+ * N = 16384, microseconds on a GPU (a sort by id is the step for N in the
+ * 1e5s). k_embedding_bwd gives each first row's chain to a block: thread 0
+ * gathers up to EMB_CHUNK of its rows into shared memory, then every
+ * thread adds those rows of its columns into the token's row, in order. */
+#define EMB_TILE 256
+#define EMB_CHUNK 128
+
+__global__ void k_embedding_links(int32_t *next, int32_t *first, const int32_t *ids, int N)
 {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= C) return;
-    for (int n = 0; n < N; n++)
-        dtable[(size_t)ids[n] * C + col] += dout[(size_t)n * C + col];
+    __shared__ int32_t tile[EMB_TILE];
+    for (int base = blockIdx.x * EMB_TILE; base < N; base += gridDim.x * EMB_TILE) {
+        int tx = (int)threadIdx.x, n = base + tx;
+        int32_t id = n < N ? ids[n] : 0;
+        int nx = N, fst = 1;
+        for (int t0 = 0; t0 < N; t0 += EMB_TILE) {
+            if (t0 + tx < N) tile[tx] = ids[t0 + tx];
+            __syncthreads();
+            int len = N - t0 < EMB_TILE ? N - t0 : EMB_TILE;
+            for (int j = 0; j < len; j++)
+                if (tile[j] == id) {
+                    fst &= t0 + j >= n;
+                    nx = t0 + j > n && nx == N ? t0 + j : nx;
+                }
+            __syncthreads();
+        }
+        if (n < N) {
+            next[n] = nx;
+            first[n] = fst;
+        }
+    }
+}
+
+/* One chunk of a chain: row[] holds k rows of one id, in order. */
+__device__ __forceinline__ void embedding_add_rows(float *trow, const float *dout, const int *row,
+                                                   int k, int C)
+{
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float v = trow[i];
+        for (int j = 0; j < k; j++)
+            v += dout[(size_t)row[j] * C + i];
+        trow[i] = v;
+    }
+}
+
+__global__ void k_embedding_bwd(float *dtable, const int32_t *next, const int32_t *first,
+                                const int32_t *ids, const float *dout, int N, int C)
+{
+    __shared__ int row[EMB_CHUNK];
+    __shared__ int chunk[2]; /* its rows, the chain's next row */
+    for (int n = blockIdx.x; n < N; n += gridDim.x) {
+        if (!first[n]) continue;
+        float *trow = dtable + (size_t)ids[n] * C;
+        for (int m = n; m < N;) {
+            if (threadIdx.x == 0) {
+                int k = 0;
+                for (; k < EMB_CHUNK && m < N; m = next[m]) row[k++] = m;
+                chunk[0] = k, chunk[1] = m;
+            }
+            __syncthreads();
+            embedding_add_rows(trow, dout, row, chunk[0], C);
+            m = chunk[1];
+            __syncthreads(); /* row and chunk are refilled next */
+        }
+    }
 }
 
 void cuda_embedding_fwd(kn_ctx *c, kn_dtype dt, void *out, const int32_t *ids, const void *table,
@@ -274,9 +352,18 @@ void cuda_embedding_fwd(kn_ctx *c, kn_dtype dt, void *out, const int32_t *ids, c
 void cuda_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float *dout, int N,
                         int C)
 {
-    KN_IO(k_embedding_bwd, 4 * (size_t)N + 8 * (size_t)N * C, 4 * (size_t)N * C, 0);
-    if (N > 0 && C > 0 && dtable)
-        KN_LAUNCH(k_embedding_bwd, kn_blocks((size_t)C, 128), 128, 0, c, dtable, ids, dout, N, C);
+    if (N <= 0 || C <= 0 || !dtable) return;
+    int32_t *next = (int32_t *)kn_cuda_scratch(c, KN_SCRATCH_LINKS, 8 * (size_t)N);
+    if (!next) return;
+    int32_t *first = next + N;
+    KN_IO(k_embedding_links, 4 * (size_t)N, 8 * (size_t)N, 0);
+    KN_LAUNCH(k_embedding_links, kn_blocks((size_t)N, EMB_TILE), EMB_TILE, 0, c, next, first, ids,
+              N);
+    /* dtable's rows counted once per row of ids: exact for distinct ids */
+    KN_IO(k_embedding_bwd, 12 * (size_t)N + 8 * (size_t)N * C, 4 * (size_t)N * C, 0);
+    unsigned threads = C < 128 ? (unsigned)(C + 31) / 32 * 32 : 128;
+    KN_LAUNCH(k_embedding_bwd, kn_blocks((size_t)N, 1), threads, 0, c, dtable, next, first, ids,
+              dout, N, C);
 }
 
 } // namespace KN_NS

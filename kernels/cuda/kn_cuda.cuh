@@ -57,6 +57,8 @@ enum { KN_SCRATCH_W32 = 0, /* fp32 copy of a 16-bit weight (matmul16, fp32 dout)
        KN_SCRATCH_NF4,     /* one dequantised NF4 weight, fp32 (cuda_nf4.cu) */
        KN_SCRATCH_BIAS16,  /* a bias in a 16-bit D's type (cuda_matmul.cu) */
        KN_SCRATCH_GEMM32,  /* the fp32 product of an unfused GEMM fallback (cuda_matmul.cu) */
+       KN_SCRATCH_COLSUM,  /* per-slice column sums of the parameter gradients (cuda_colsum.cu) */
+       KN_SCRATCH_LINKS,   /* the embedding backward's row chains (cuda_norm.cu) */
        KN_SCRATCH_SLOTS };
 
 /* Per-context state (ctx->impl). */
@@ -173,6 +175,82 @@ template <typename T> __device__ __forceinline__ T kn_block_max(T v, T *sh)
     return t;
 }
 
+/* Column sums over rows (parameter gradients: dbias, the norms' dw / db),
+ * in two stages with no float atomics (cuda_colsum.cu). The N rows are cut
+ * into `blocks` slices of `rows` rows, a function of N alone
+ * (kn_cuda_colsum_plan); a grid of KN_COLSUM_COLS-column x slice tiles
+ * (threads along the columns, so a warp reads one row's 128 bytes, and
+ * KN_COLSUM_LANES row lanes) writes one fp32 partial per (slice, column),
+ * and k_colsum_final adds each column's partials in slice order into the
+ * gradient. The partition never depends on timing, so a run repeats bit
+ * for bit. One slice skips the second stage: the tile adds into the
+ * gradient itself. The emulation uses fewer slices by default, as with
+ * KN_RED_BLOCKS; TY_EMU_GRID=real gives it the GPU's. */
+#define KN_COLSUM_COLS 32
+#define KN_COLSUM_LANES 8
+#define KN_COLSUM_THREADS (KN_COLSUM_COLS * KN_COLSUM_LANES)
+#define KN_COLSUM_MIN_ROWS 32 /* the fewest rows given a slice of their own */
+#define KN_COLSUM_BLOCKS_MAX 64
+#ifdef KN_CUDA_EMU
+#define KN_COLSUM_BLOCKS ((int)emu_grid_pick(8, KN_COLSUM_BLOCKS_MAX))
+#else
+#define KN_COLSUM_BLOCKS KN_COLSUM_BLOCKS_MAX
+#endif
+
+typedef struct kn_colsum_plan {
+    int blocks; /* slices, at most KN_COLSUM_BLOCKS, none empty */
+    int rows;   /* rows per slice (the last may have fewer) */
+} kn_colsum_plan;
+
+static inline dim3 kn_colsum_grid(kn_colsum_plan p, int C)
+{
+    return dim3((unsigned)((C + KN_COLSUM_COLS - 1) / KN_COLSUM_COLS), (unsigned)p.blocks);
+}
+
+/* The calling thread's column in its tile and its first row (lane). */
+__device__ __forceinline__ int kn_colsum_col(void)
+{
+    return (int)(blockIdx.x * KN_COLSUM_COLS + threadIdx.x % KN_COLSUM_COLS);
+}
+__device__ __forceinline__ int kn_colsum_row0(int rows)
+{
+    return (int)(blockIdx.y * rows + threadIdx.x / KN_COLSUM_COLS);
+}
+
+/* The end of a tile: each thread holds s, the sum of its column over its
+ * lane's rows (rows row0, row0 + KN_COLSUM_LANES, ... of the slice); the
+ * lanes' sums are added in lane order and the tile's total stored: into
+ * dst[blockIdx.y * C + col] (the partials) when the grid has several
+ * slices, else added into dst[col] (the gradient). dst NULL stores
+ * nothing. sh: KN_COLSUM_THREADS floats of shared memory. Every thread of
+ * the block calls it (it holds barriers). */
+__device__ __forceinline__ void kn_colsum_store(float s, float *sh, float *dst, int C)
+{
+    int tx = threadIdx.x % KN_COLSUM_COLS, col = kn_colsum_col();
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x < KN_COLSUM_COLS && col < C && dst) {
+        float t = sh[tx];
+        for (int l = 1; l < KN_COLSUM_LANES; l++)
+            t += sh[l * KN_COLSUM_COLS + tx];
+        if (gridDim.y > 1)
+            dst[(size_t)blockIdx.y * C + col] = t;
+        else
+            dst[col] += t;
+    }
+    __syncthreads(); /* sh may be reused by the caller's next column sum */
+}
+
+/* cuda_colsum.cu: the slices of an N-row column sum. */
+kn_colsum_plan kn_cuda_colsum_plan(int N);
+/* cuda_colsum.cu: the partials' scratch for `sets` column sums of C
+ * columns (set s at s * blocks * C), sized for KN_COLSUM_BLOCKS slices;
+ * NULL after a context error. */
+float *kn_cuda_colsum_partials(kn_ctx *c, int sets, int C);
+/* cuda_colsum.cu: the second stage: g0[col] += the sum over slices of
+ * part[b * C + col], g1 likewise from part + blocks * C (either NULL). */
+void kn_cuda_colsum_finish(kn_ctx *c, float *g0, float *g1, const float *part, int blocks, int C);
+
 /* The ops, one per kn_ops.h entry, each with its kn_* signature. */
 #define KN_CUDA_PROTO(ret, name, params, args) ret cuda_##name params;
 KN_OPS(KN_CUDA_PROTO)
@@ -205,7 +283,7 @@ int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B,
                      int tb, int lda, int ldb, int ldd, float beta);
 /* cuda_convert.cu: x[n] (fp32 holding dt values) as dt in scratch slot X16. */
 const void *kn_cuda_acts16(kn_ctx *c, kn_dtype dt, const float *x, size_t n);
-/* cuda_matmul.cu: dbias[M] += column sums of dout[N,M] of type dt. */
+/* cuda_colsum.cu: dbias[M] += column sums of dout[N,M] of type dt. */
 void kn_cuda_colsum_acc(kn_ctx *c, float *dbias, const void *dout, int dt, int N, int M);
 
 } // namespace KN_NS

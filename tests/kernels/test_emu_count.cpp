@@ -189,8 +189,8 @@ void norms(kn_ctx *c)
     kn_rmsnorm_bwd(c, KN_BF16, dx, dw, dout, x, w, rstd, N, C);
     kn_add_rmsnorm_fwd(c, KN_BF16, res, o, rstd, x, a, w, N, C, 1e-5f);
     kn_add_layernorm_fwd(c, KN_BF16, res, o, mean, rstd, x, a, w, bias, N, C, 1e-5f);
-    check("norm", "k_layernorm_fwd,k_norm_bwd_dx,k_norm_bwd_dw,k_rmsnorm_fwd,k_add_rmsnorm_fwd,"
-                  "k_add_layernorm_fwd");
+    check("norm", "k_layernorm_fwd,k_norm_bwd_dx,k_norm_bwd_dw,k_colsum_final,k_rmsnorm_fwd,"
+                  "k_add_rmsnorm_fwd,k_add_layernorm_fwd");
 }
 
 void embedding_loss(kn_ctx *c)
@@ -203,7 +203,7 @@ void embedding_loss(kn_ctx *c)
     take();
     kn_embedding_fwd(c, KN_BF16, out, ids, table, N, C, 0);
     kn_embedding_bwd(c, dtable, ids, dout, N, C);
-    check("embedding", "k_embedding_fwd,k_embedding_bwd");
+    check("embedding", "k_embedding_fwd,k_embedding_links,k_embedding_bwd");
     void *logits = b.bf16((size_t)N * V, 0.05f);
     int32_t *targets = (int32_t *)b.ids(N, 5);
     float *losses = (float *)b.f32(N);
@@ -309,6 +309,26 @@ void matmuls(kn_ctx *c)
     lt_flops("matmul_fwd32", EMU_PATH_SIMT, 2ull * N * K * M);
 }
 
+/* The bias gradients' column sums: over several slices of rows (partials,
+ * then k_colsum_final), over one (added in place), and the 16-bit dout of
+ * matmul16's backward with its GEMMs. */
+void bias_grads(kn_ctx *c)
+{
+    const int N = 64, K = 256, M = 512;
+    bufs b{c, {}};
+    void *x = b.bf16((size_t)N * K), *w = b.bf16((size_t)M * K), *dout = b.bf16((size_t)N * M);
+    float *dbias = (float *)b.f32(M), *dx = (float *)b.f32((size_t)N * K),
+          *dw = (float *)b.f32((size_t)M * K), *x32 = (float *)b.f32((size_t)N * K),
+          *w32 = (float *)b.f32((size_t)M * K), *d32 = (float *)b.f32((size_t)N * M);
+    take();
+    kn_matmul_bwd(c, nullptr, nullptr, dbias, d32, x32, w32, N, K, M);
+    check("bias grad", "k_colsum_partial,k_colsum_final");
+    kn_matmul_bwd(c, nullptr, nullptr, dbias, d32, x32, w32, KN_COLSUM_MIN_ROWS, K, M);
+    check("bias grad", "k_colsum_partial");
+    kn_matmul16_bwd(c, KN_BF16, KN_BF16, KN_BF16, dx, dw, dbias, dout, x, w, N, K, M);
+    lt_flops("matmul16 dbias", EMU_PATH_TC16, 4ull * N * K * M);
+}
+
 /* cuBLASLt's path for each compute type and A/B type. */
 void paths(void)
 {
@@ -348,6 +368,7 @@ int main(int argc, char **argv)
     attention(c);
     optimizer_misc(c);
     matmuls(c);
+    bias_grads(c);
     ty_err kerr = {};
     CHECK(kn_check(c, &kerr) == 0, "context error: %s", kerr.msg);
     kn_close(c);
