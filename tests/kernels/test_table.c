@@ -984,6 +984,191 @@ static void same_bits(tc *t, const char *what, kn_dtype dt, const void *x, const
     free(hx), free(hy);
 }
 
+/* ---- parameter gradients: column sums over many rows ------------------ */
+
+/* n values k * unit, k a non-zero integer in [-kmax, kmax]: on such a grid
+ * every partial sum of the cases below is exact in fp32 (small integers of
+ * unit), whatever the order of the adds, so a result must equal its
+ * float64 reference exactly. */
+static float *hgrid(size_t n, int kmax, double unit)
+{
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        double d = draw();
+        int k = 1 + (int)(fabs(d) * (kmax - 1));
+        h[i] = (float)((d < 0 ? -k : k) * unit);
+    }
+    return h;
+}
+
+/* Device result d equal to want, bit for bit (want holds fp32 values). */
+static void exact(tc *t, const char *what, int N, const float *d, const double *want, size_t n)
+{
+    float *h = malloc(n * sizeof *h);
+    kn_sync(t->c);
+    kn_to_host(t->c, h, d, n * sizeof *h);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((double)h[i] != want[i] && bad++ < 3)
+            fprintf(stderr, "FAIL %s %s %s N=%d [%zu]: got %.9g want %.9g\n", t->dev, t->name, what,
+                    N, i, h[i], want[i]);
+    ty_failures += bad;
+    free(h);
+}
+
+/* The same op run on two copies of the same gradient gave the same bits. */
+static void twice(tc *t, const char *what, int N, const float *a, const float *b, size_t n)
+{
+    float *ha = malloc(n * 4), *hb = malloc(n * 4);
+    kn_sync(t->c);
+    kn_to_host(t->c, ha, a, n * 4);
+    kn_to_host(t->c, hb, b, n * 4);
+    if (memcmp(ha, hb, n * 4))
+        fprintf(stderr, "FAIL %s %s %s N=%d: two runs differ\n", t->dev, t->name, what, N),
+            ty_failures++;
+    free(ha), free(hb);
+}
+
+/* The ids of the embedding case: token 5 on every third row (a chain
+ * longer than a CUDA block's chunk at the largest N), the rest spread
+ * over the V ids with repeats. */
+static int32_t *grad_ids(int N, int V)
+{
+    int32_t *ids = malloc((size_t)N * sizeof *ids);
+    for (int n = 0; n < N; n++)
+        ids[n] = n % 3 == 0 ? 5 : (n * 7 + 1) % V;
+    return ids;
+}
+
+/* dbias += column sums of dout[N, M]: fp32 (kn_matmul_bwd) and 16-bit
+ * (kn_matmul16_bwd) dout, values on a grid of 2^-8 (exact). */
+static void grads_bias(tc *t, int N, int M)
+{
+    size_t nm = (size_t)N * M;
+    float *hd = hgrid(nm, 256, 1.0 / 256), *hb = hgrid(M, 256, 1.0 / 256);
+    double *w = dvec(M);
+    for (int m = 0; m < M; m++) {
+        w[m] = hb[m];
+        for (int n = 0; n < N; n++)
+            w[m] += hd[(size_t)n * M + m];
+    }
+    float *dout = dput(t, hd, nm * 4), *x = dput(t, NULL, 4 * 4), *wt = dput(t, NULL, 4 * M);
+    float *db = dput(t, hb, M * 4);
+    kn_matmul_bwd(t->c, NULL, NULL, db, dout, x, wt, N, 1, M);
+    exact(t, "dbias", N, db, w, M);
+    for (int dt = KN_BF16; dt <= KN_F16; dt++) {
+        void *d16 = dput(t, NULL, nm * 2), *x16 = dput(t, NULL, 4 * 2), *w16 = dput(t, NULL, 2 * M);
+        kn_convert(t->c, d16, (kn_dtype)dt, dout, KN_F32, nm); /* exact: 8 significant bits */
+        float *db16 = dput(t, hb, M * 4);
+        kn_matmul16_bwd(t->c, (kn_dtype)dt, (kn_dtype)dt, (kn_dtype)dt, NULL, NULL, db16, d16, x16,
+                        w16, N, 1, M);
+        exact(t, dt == KN_BF16 ? "dbias (bf16 dout)" : "dbias (fp16 dout)", N, db16, w, M);
+    }
+    free(hd), free(hb), free(w);
+}
+
+/* The norms' dw / db with x, mean, dout on a grid of 2^-4 and rstd a
+ * power of two, so dout * xhat and its sums are exact; x in fp32 and bf16. */
+static void grads_norm(tc *t, int N, int C)
+{
+    size_t nc = (size_t)N * C;
+    float *hx = hgrid(nc, 32, 1.0 / 16), *hm = hgrid(N, 16, 1.0 / 16),
+          *hd = hgrid(nc, 16, 1.0 / 16);
+    float *hw = hgrid(C, 256, 1.0 / 256), *hb = hgrid(C, 256, 1.0 / 256), *hr = malloc(N * 4);
+    for (int n = 0; n < N; n++)
+        hr[n] = n % 3 == 0 ? 0.5f : n % 3 == 1 ? 1.0f : 2.0f;
+    double *wl = dvec(C), *wb = dvec(C), *wr = dvec(C);
+    for (int j = 0; j < C; j++) {
+        wl[j] = wr[j] = hw[j], wb[j] = hb[j];
+        for (int n = 0; n < N; n++) {
+            double d = hd[(size_t)n * C + j], x = hx[(size_t)n * C + j];
+            wl[j] += d * ((x - hm[n]) * hr[n]);
+            wr[j] += d * (x * hr[n]);
+            wb[j] += d;
+        }
+    }
+    float *x = dput(t, hx, nc * 4), *mean = dput(t, hm, N * 4), *rstd = dput(t, hr, N * 4),
+          *dout = dput(t, hd, nc * 4), *wgt = dput(t, hw, C * 4);
+    void *x16 = dput(t, NULL, nc * 2);
+    kn_convert(t->c, x16, KN_BF16, x, KN_F32, nc); /* exact: 6 significant bits */
+    for (int dt = KN_F32; dt <= KN_BF16; dt++) {
+        const void *xt = dt == KN_F32 ? (const void *)x : x16;
+        float *gw = dput(t, hw, C * 4), *gb = dput(t, hb, C * 4), *gr = dput(t, hw, C * 4),
+              *gb2 = dput(t, hb, C * 4);
+        kn_layernorm_bwd(t->c, (kn_dtype)dt, NULL, gw, gb, dout, xt, wgt, mean, rstd, N, C);
+        kn_rmsnorm_bwd(t->c, (kn_dtype)dt, NULL, gr, dout, xt, wgt, rstd, N, C);
+        kn_layernorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, gb2, dout, xt, wgt, mean, rstd, N, C);
+        exact(t, "layernorm dw", N, gw, wl, C);
+        exact(t, "layernorm db", N, gb, wb, C);
+        exact(t, "rmsnorm dw", N, gr, wr, C);
+        exact(t, "layernorm db (no dw)", N, gb2, wb, C);
+    }
+    free(hx), free(hm), free(hd), free(hw), free(hb), free(hr), free(wl), free(wb), free(wr);
+}
+
+/* dtable[ids[n]] += dout[n] with repeated ids, on a grid of 2^-8. */
+static void grads_embedding(tc *t, int N, int C)
+{
+    int V = 23;
+    size_t nc = (size_t)N * C, vc = (size_t)V * C;
+    int32_t *ids = grad_ids(N, V);
+    float *hd = hgrid(nc, 256, 1.0 / 256), *ht = hgrid(vc, 256, 1.0 / 256);
+    double *w = dvec(vc);
+    for (size_t i = 0; i < vc; i++)
+        w[i] = ht[i];
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < C; j++)
+            w[(size_t)ids[n] * C + j] += hd[(size_t)n * C + j];
+    float *dout = dput(t, hd, nc * 4), *dt = dput(t, ht, vc * 4);
+    int32_t *di = dput(t, ids, (size_t)N * 4);
+    kn_embedding_bwd(t->c, dt, di, dout, N, C);
+    exact(t, "embedding dtable", N, dt, w, vc);
+    free(ids), free(hd), free(ht), free(w);
+}
+
+/* Each gradient twice from the same start on random (inexact) values,
+ * where a different order of adds would show in the last bits. */
+static void grads_twice(tc *t, int N, int C)
+{
+    int V = 23;
+    size_t nc = (size_t)N * C;
+    float *hx = hrand(nc, 2), *hd = hrand(nc, 1), *hm = hrand(N, 1), *hr = hrand(N, 2);
+    float *hg = hrand((size_t)V * C, 1);
+    int32_t *ids = grad_ids(N, V);
+    float *x = dput(t, hx, nc * 4), *dout = dput(t, hd, nc * 4), *mean = dput(t, hm, N * 4),
+          *rstd = dput(t, hr, N * 4), *wgt = dput(t, hg, C * 4);
+    int32_t *di = dput(t, ids, (size_t)N * 4);
+    float *g[2][4];
+    for (int r = 0; r < 2; r++) {
+        for (int k = 0; k < 3; k++)
+            g[r][k] = dput(t, hg, C * 4);
+        g[r][3] = dput(t, hg, (size_t)V * C * 4);
+        kn_matmul_bwd(t->c, NULL, NULL, g[r][0], dout, x, wgt, N, 1, C);
+        kn_layernorm_bwd(t->c, KN_F32, NULL, g[r][1], g[r][2], dout, x, wgt, mean, rstd, N, C);
+        kn_embedding_bwd(t->c, g[r][3], di, dout, N, C);
+    }
+    twice(t, "dbias", N, g[0][0], g[1][0], C);
+    twice(t, "layernorm dw", N, g[0][1], g[1][1], C);
+    twice(t, "layernorm db", N, g[0][2], g[1][2], C);
+    twice(t, "embedding dtable", N, g[0][3], g[1][3], (size_t)V * C);
+    free(hx), free(hd), free(hm), free(hr), free(hg), free(ids);
+}
+
+/* Bias, norm and embedding gradients over one row slice (20 rows) and
+ * several (301, 2111: not multiples of any slice the CUDA backend cuts,
+ * 8 slices in the emulation, 10 and 64 on the GPU's grid), 77 columns
+ * (three CUDA tiles, the last partial). */
+static void c_param_grads(tc *t)
+{
+    static const int rows[] = {20, 301, 2111};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        grads_bias(t, rows[i], 77);
+        grads_norm(t, rows[i], 77);
+        grads_embedding(t, rows[i], 77);
+        grads_twice(t, rows[i], 77);
+    }
+}
+
 static void c_add_norm(tc *t)
 {
     int N = 13, C = 77;
@@ -1081,6 +1266,7 @@ static const struct {
     {"master", c_master},
     {"typed", c_typed},
     {"add_norm", c_add_norm},
+    {"param_grads", c_param_grads},
 };
 
 int main(int argc, char **argv)
