@@ -61,7 +61,8 @@ __global__ void k_colsum_final(float *g0, float *g1, const float *part, int bloc
 
 void kn_cuda_colsum_finish(kn_ctx *c, float *g0, float *g1, const float *part, int blocks, int C)
 {
-    KN_IO(k_colsum_final, 4 * (size_t)C * (!!g0 + !!g1) * (blocks + 1), 4 * (size_t)C * (!!g0 + !!g1), 0);
+    KN_IO(k_colsum_final, 4 * (size_t)C * (!!g0 + !!g1) * (blocks + 1),
+        4 * (size_t)C * (!!g0 + !!g1), 0);
     KN_LAUNCH(k_colsum_final, kn_blocks((size_t)C, 128), 128, 0, c, g0, g1, part, blocks, C);
 }
 
@@ -86,7 +87,8 @@ void kn_cuda_colsum_acc(kn_ctx *c, float *dbias, const void *dout, int dt, int N
     float *dst = p.blocks > 1 ? kn_cuda_colsum_partials(c, 1, M) : dbias;
     if (!dst)
         return;
-    KN_IO(k_colsum_partial, (size_t)N * M * kn_dtype_size((kn_dtype)dt) + (p.blocks > 1 ? 0 : 4 * (size_t)M),
+    KN_IO(k_colsum_partial,
+        (size_t)N * M * kn_dtype_size((kn_dtype)dt) + (p.blocks > 1 ? 0 : 4 * (size_t)M),
         4 * (size_t)M * p.blocks, 0);
     KN_LAUNCH(k_colsum_partial, kn_colsum_grid(p, M), KN_COLSUM_THREADS, 0, c, dst, dout, dt, N, M,
               p.rows);
