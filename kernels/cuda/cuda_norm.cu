@@ -273,8 +273,8 @@ __global__ void k_embedding_fwd(int dt, void *out, const int32_t *ids, const voi
  * row to the next row of its id (next[n], N at the end of the chain) and
  * marks the first row of each id (first[n]); it compares every pair of
  * ids through shared-memory tiles: N^2 comparisons, about 2.7e8 at
- * N = 16384, microseconds on a GPU (a sort by id is the step for N in the
- * 1e5s). k_embedding_bwd gives each first row's chain to a block: thread 0
+ * N = 16384, estimated at tens of microseconds on an H200, not measured
+ * (a sort by id is the step for N in the 1e5s). k_embedding_bwd gives each first row's chain to a block: thread 0
  * gathers up to EMB_CHUNK of its rows into shared memory, then every
  * thread adds those rows of its columns into the token's row, in order. */
 #define EMB_TILE 256
