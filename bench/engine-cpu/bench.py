@@ -11,8 +11,10 @@
 # is the child's ru_maxrss from wait4. `--busy N` keeps N extra processes
 # spinning for the whole run (a loaded machine); every row reports the median
 # step and the spread p90/p50 of each side, so a quiet and a loaded run can
-# be set side by side. Run it with the venv's python (run.sh finds it):
-#   bench.py ENGINE [--threads N] [--only SHAPE] [--steps N] [--busy N]
+# be set side by side; `--growth N` runs each side quiet and then with N
+# spinning, in one run, and prints how much each median step grows. Run it
+# with the venv's python (run.sh finds it):
+#   bench.py ENGINE [--threads N] [--only SHAPE] [--steps N] [--busy N] [--growth N]
 import argparse
 import json
 import os
@@ -169,6 +171,32 @@ def measure(args, shape, tmp):
             "rss_ratio_engine_over_torch": round(e_rss / t_rss, 2)}
 
 
+def measure_growth(args, shape, tmp):
+    """Each side quiet and then with args.growth processes spinning, in this
+    one run: how much a second job on the machine slows each median step."""
+    s = SHAPES[shape]
+    steps = args.steps or s["steps"]
+    mdir, data = write_inputs(shape, steps, tmp)
+    out = {"shape": shape, "busy": args.growth}
+    for load in (0, args.growth):
+        busy = start_busy(load)
+        try:
+            e_steps, _, _ = engine_side(args.engine, shape, steps, args.threads, tmp, mdir, data)
+            t_steps, _, _ = torch_side(shape, steps, args.threads, mdir, data)
+        finally:
+            for p in busy:
+                p.kill()
+                p.wait()
+        tag = "loaded" if load else "quiet"
+        out[f"engine_{tag}_s"] = round(statistics.median(e_steps), 3)
+        out[f"torch_{tag}_s"] = round(statistics.median(t_steps), 3)
+        out[f"engine_{tag}_spread"] = spread(e_steps)
+        out[f"torch_{tag}_spread"] = spread(t_steps)
+    out["engine_growth"] = round(out["engine_loaded_s"] / out["engine_quiet_s"], 2)
+    out["torch_growth"] = round(out["torch_loaded_s"] / out["torch_quiet_s"], 2)
+    return out
+
+
 def print_table(rows):
     print()
     print(f"{'shape':<12} {'busy':>4} {'engine tok/s':>12} {'torch tok/s':>12} {'speedup':>8} "
@@ -193,6 +221,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--only", choices=sorted(SHAPES))
     ap.add_argument("--busy", type=int, default=0, help="extra spinning processes during the run")
+    ap.add_argument("--growth", type=int, default=0,
+                    help="each side quiet, then with N spinning processes: step-time growth")
     args = ap.parse_args()
     if args.torch_child:
         torch_child(args)
@@ -204,6 +234,16 @@ def main():
     print(f"threads {args.threads}; busy {args.busy}; torch {torch.__version__}; "
           f"transformers {transformers.__version__}; engine {args.engine}; "
           f"load {os.getloadavg()[0]:.2f}")
+    if args.growth:
+        with tempfile.TemporaryDirectory(prefix="bench_engine_cpu_") as tmp:
+            for shape in ([args.only] if args.only else list(SHAPES)):
+                g = measure_growth(args, shape, tmp)
+                print(json.dumps(g), flush=True)
+                ok = g["engine_growth"] <= g["torch_growth"]
+                print(f"{shape}: median step grows {g['engine_growth']}x (engine) vs "
+                      f"{g['torch_growth']}x (torch) with {args.growth} busy: goal "
+                      f"{'met' if ok else 'NOT met'}", flush=True)
+        return 0
     busy = start_busy(args.busy)
     rows = []
     try:
