@@ -6,7 +6,9 @@
  * (round-to-nearest-even, carrying into the exponent up to inf), NaNs made
  * quiet; fp16 narrowing is IEEE binary16 round-to-nearest-even with
  * overflow to inf and subnormals kept, NaN quiet with its top payload bits
- * (what x86's F16C conversion gives the CPU backend).
+ * (what x86's F16C conversion gives the CPU backend). k_convert and
+ * k_round are templates on the storage types, in 16-byte packs
+ * (kn_vec.cuh).
  * matmul16 with a 16-bit weight is a native bf16 / fp16 cuBLASLt product
  * (tensor cores, fp32 accumulation; see the functions below); its scratch
  * (the 16-bit copy of the activations, fp32 copies for the mixed cases) is
@@ -14,26 +16,58 @@
  * the first step. */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
+#include "kn_vec.cuh"
 
 namespace KN_NS {
 
-__global__ void k_convert(void *dst, int ddt, const void *src, int sdt, size_t n)
+/* dst = src converted, P a kn_pair<dst type, src type> (distinct types:
+ * one of them 16-bit, so a pack is 8 elements). */
+template <typename P>
+__global__ void k_convert(typename P::first *dst, const typename P::second *src, size_t n, int vec)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float v = load_as_f32(src, sdt, i);
-        if (ddt == KN_F32)
-            ((float *)dst)[i] = v;
-        else
-            ((uint16_t *)dst)[i] = ddt == KN_BF16 ? to_bf16(v) : to_f16(v);
-    }
+    kn_for_packs<8>(n, [&](auto w, size_t i) {
+        float v[KN_PACK_N(w)];
+        kn_load(v, src + i, vec);
+        kn_store(dst + i, v, vec);
+    });
 }
 
-__global__ void k_round(float *x, size_t n, int dt)
+/* x rounded to T's precision, in place (fp32). */
+template <typename T> __global__ void k_round(float *x, size_t n, int vec)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        x[i] = dt == KN_BF16 ? from_bf16(to_bf16(x[i])) : from_f16(to_f16(x[i]));
+    kn_for_packs<4>(n, [&](auto w, size_t i) {
+        float v[KN_PACK_N(w)];
+        kn_load(v, x + i, vec);
+        for (int k = 0; k < KN_PACK_N(w); k++)
+            v[k] = kn_round_to<T>(v[k]);
+        kn_store(x + i, v, vec);
+    });
+}
+
+template <typename D, typename S>
+static void launch_convert(kn_ctx *c, void *dst, const void *src, size_t n)
+{
+    typedef kn_pair<D, S> P;
+    KN_IO(k_convert<P>, n * sizeof(S), n * sizeof(D), 0);
+    KN_LAUNCH(k_convert<P>, kn_pack_blocks(n, 8, 256), 256, 0, c, (D *)dst, (const S *)src, n,
+              kn_aligned16(dst, src));
+}
+/* The source type picked, then the destination's. */
+template <typename S>
+static void launch_convert_from(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, size_t n)
+{
+    if (dst_dt == KN_BF16)
+        launch_convert<kn_bf16, S>(c, dst, src, n);
+    else if (dst_dt == KN_F16)
+        launch_convert<kn_f16, S>(c, dst, src, n);
+    else
+        launch_convert<float, S>(c, dst, src, n);
+}
+
+template <typename T> static void launch_round(kn_ctx *c, float *x, size_t n)
+{
+    KN_IO(k_round<T>, 4 * n, 4 * n, 0);
+    KN_LAUNCH(k_round<T>, kn_pack_blocks(n, 4, 256), 256, 0, c, x, n, kn_aligned16(x));
 }
 
 static int dtype_ok(kn_ctx *c, kn_dtype dt, const char *op)
@@ -56,16 +90,14 @@ void cuda_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dty
                        "convert");
         return;
     }
-    KN_IO(k_convert, n * kn_dtype_size(src_dt), n * kn_dtype_size(dst_dt), 0);
-    KN_LAUNCH(k_convert, kn_blocks(n, 256), 256, 0, c, dst, (int)dst_dt, src, (int)src_dt, n);
+    KN_BY_DTYPE(src_dt, launch_convert_from, c, dst, dst_dt, src, n);
 }
 
 void cuda_round(kn_ctx *c, float *x, size_t n, kn_dtype dt)
 {
     if (!n || dt == KN_F32 || !dtype_ok(c, dt, "round"))
         return;
-    KN_IO(k_round, 4 * n, 4 * n, 0);
-    KN_LAUNCH(k_round, kn_blocks(n, 256), 256, 0, c, x, n, (int)dt);
+    KN_BY_DTYPE(dt, launch_round, c, x, n);
 }
 
 /* The context's fp32 copy of a 16-bit weight (scratch slot W32). */

@@ -7,11 +7,15 @@
  * each block sums its threads by shuffles, and one block sums the block
  * partials in order — the same bits every run, no atomics. The result is
  * the one host read-back these ops need.
- * add, GELU, SwiGLU and dropout read and write activations of the op's
- * dtype (kn_cuda16.cuh's load_as_f32 / store_from_f32); gradients are fp32. */
+ * add, GELU, SwiGLU, GeGLU and dropout read and write activations of the
+ * op's dtype; gradients are fp32. fill, scale, axpy, add and the
+ * activations are templates on the storage type with 16-byte packs
+ * (kn_vec.cuh); dropout reads through load_as_f32 / store_from_f32
+ * (kn_cuda16.cuh). */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
 #include "kn_gelu.cuh"
+#include "kn_vec.cuh"
 
 namespace KN_NS {
 
@@ -19,15 +23,54 @@ namespace KN_NS {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                         \
          i += (size_t)gridDim.x * blockDim.x)
 
-__global__ void k_fill(float *x, size_t n, float v) { GRID_STRIDE(i, n) x[i] = v; }
-__global__ void k_scale(float *x, size_t n, float s) { GRID_STRIDE(i, n) x[i] *= s; }
-__global__ void k_axpy(float *y, const float *x, size_t n, float a)
+/* fp32-only kernels: packs of 4 floats (kn_vec.cuh). */
+__global__ void k_fill(float *x, size_t n, float v, int vec)
 {
-    GRID_STRIDE(i, n) y[i] += a * x[i];
+    kn_for_packs<4>(n, [&](auto w, size_t i) {
+        float o[KN_PACK_N(w)];
+        for (int k = 0; k < KN_PACK_N(w); k++)
+            o[k] = v;
+        kn_store(x + i, o, vec);
+    });
 }
-__global__ void k_add(int xt, void *out, const void *a, const void *b, size_t n)
+__global__ void k_scale(float *x, size_t n, float s, int vec)
 {
-    GRID_STRIDE(i, n) store_from_f32(out, xt, i, load_as_f32(a, xt, i) + load_as_f32(b, xt, i));
+    kn_for_packs<4>(n, [&](auto w, size_t i) {
+        float v[KN_PACK_N(w)];
+        kn_load(v, x + i, vec);
+        for (int k = 0; k < KN_PACK_N(w); k++)
+            v[k] *= s;
+        kn_store(x + i, v, vec);
+    });
+}
+__global__ void k_axpy(float *y, const float *x, size_t n, float a, int vec)
+{
+    kn_for_packs<4>(n, [&](auto w, size_t i) {
+        float u[KN_PACK_N(w)], v[KN_PACK_N(w)];
+        kn_load(u, y + i, vec);
+        kn_load(v, x + i, vec);
+        for (int k = 0; k < KN_PACK_N(w); k++)
+            u[k] += a * v[k];
+        kn_store(y + i, u, vec);
+    });
+}
+template <typename T> __global__ void k_add(T *out, const T *a, const T *b, size_t n, int vec)
+{
+    kn_for_packs<KN_VEC_W(T)>(n, [&](auto w, size_t i) {
+        float u[KN_PACK_N(w)], v[KN_PACK_N(w)];
+        kn_load(u, a + i, vec);
+        kn_load(v, b + i, vec);
+        for (int k = 0; k < KN_PACK_N(w); k++)
+            u[k] += v[k];
+        kn_store(out + i, u, vec);
+    });
+}
+template <typename T>
+static void launch_add(kn_ctx *c, void *out, const void *a, const void *b, size_t n)
+{
+    KN_IO(k_add<T>, 2 * n * sizeof(T), n * sizeof(T), 0);
+    KN_LAUNCH(k_add<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, (T *)out, (const T *)a,
+              (const T *)b, n, kn_aligned16(out, a, b));
 }
 
 void cuda_zero(kn_ctx *c, float *x, size_t n)
@@ -45,19 +88,18 @@ void cuda_scale(kn_ctx *c, float *x, size_t n, float s)
 {
     KN_IO(k_scale, 4 * n, 4 * n, 0);
     if (n)
-        KN_LAUNCH(k_scale, kn_blocks(n, 256), 256, 0, c, x, n, s);
+        KN_LAUNCH(k_scale, kn_pack_blocks(n, 4, 256), 256, 0, c, x, n, s, kn_aligned16(x));
 }
 void cuda_axpy(kn_ctx *c, float *y, const float *x, size_t n, float a)
 {
     KN_IO(k_axpy, 8 * n, 4 * n, 0);
     if (n)
-        KN_LAUNCH(k_axpy, kn_blocks(n, 256), 256, 0, c, y, x, n, a);
+        KN_LAUNCH(k_axpy, kn_pack_blocks(n, 4, 256), 256, 0, c, y, x, n, a, kn_aligned16(y, x));
 }
 void cuda_add(kn_ctx *c, kn_dtype dt, void *out, const void *a, const void *b, size_t n)
 {
-    KN_IO(k_add, 2 * n * kn_dtype_size(dt), n * kn_dtype_size(dt), 0);
     if (n)
-        KN_LAUNCH(k_add, kn_blocks(n, 256), 256, 0, c, (int)dt, out, a, b, n);
+        KN_BY_DTYPE(dt, launch_add, c, out, a, b, n);
 }
 
 /* ---- reductions ---------------------------------------------------------- */
@@ -110,100 +152,202 @@ int cuda_nonfinite(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n,
 
 /* ---- activations ----------------------------------------------------------- */
 
-__global__ void k_gelu_fwd(int xt, void *out, const void *x, size_t n)
+template <typename T> __global__ void k_gelu_fwd(T *out, const T *x, size_t n, int vec)
 {
-    GRID_STRIDE(i, n)
-    store_from_f32(out, xt, i, kn_gelu(load_as_f32(x, xt, i)));
+    kn_for_packs<KN_VEC_W(T)>(n, [&](auto w, size_t i) {
+        float v[KN_PACK_N(w)];
+        kn_load(v, x + i, vec);
+        for (int k = 0; k < KN_PACK_N(w); k++)
+            v[k] = kn_gelu(v[k]);
+        kn_store(out + i, v, vec);
+    });
 }
-__global__ void k_gelu_bwd(int xt, float *dx, const float *dout, const void *x, size_t n)
+template <typename T>
+__global__ void k_gelu_bwd(float *dx, const float *dout, const T *x, size_t n, int vec)
 {
-    GRID_STRIDE(i, n)
-    dx[i] += dout[i] * kn_gelu_grad(load_as_f32(x, xt, i));
+    kn_for_packs<KN_VEC_W(T)>(n, [&](auto w, size_t i) {
+        float d[KN_PACK_N(w)], v[KN_PACK_N(w)], g[KN_PACK_N(w)];
+        kn_load(d, dout + i, vec);
+        kn_load(v, x + i, vec);
+        kn_load(g, dx + i, vec);
+        for (int k = 0; k < KN_PACK_N(w); k++)
+            g[k] += d[k] * kn_gelu_grad(v[k]);
+        kn_store(dx + i, g, vec);
+    });
+}
+template <typename T> static void launch_gelu_fwd(kn_ctx *c, void *out, const void *x, size_t n)
+{
+    KN_IO(k_gelu_fwd<T>, n * sizeof(T), n * sizeof(T), 0);
+    KN_LAUNCH(k_gelu_fwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, (T *)out,
+              (const T *)x, n, kn_aligned16(out, x));
+}
+template <typename T>
+static void launch_gelu_bwd(kn_ctx *c, float *dx, const float *dout, const void *x, size_t n)
+{
+    KN_IO(k_gelu_bwd<T>, n * (8 + sizeof(T)), 4 * n, 0);
+    KN_LAUNCH(k_gelu_bwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, dx, dout,
+              (const T *)x, n, kn_aligned16(dx, dout, x));
 }
 void cuda_gelu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n)
 {
-    KN_IO(k_gelu_fwd, n * kn_dtype_size(dt), n * kn_dtype_size(dt), 0);
     if (n)
-        KN_LAUNCH(k_gelu_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, x, n);
+        KN_BY_DTYPE(dt, launch_gelu_fwd, c, out, x, n);
 }
 void cuda_gelu_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x, size_t n)
 {
-    KN_IO(k_gelu_bwd, n * (8 + kn_dtype_size(dt)), 4 * n, 0);
     if (n && dx)
-        KN_LAUNCH(k_gelu_bwd, kn_blocks(n, 256), 256, 0, c, (int)dt, dx, dout, x, n);
+        KN_BY_DTYPE(dt, launch_gelu_bwd, c, dx, dout, x, n);
 }
 
+/* The gated MLPs, one kernel pair for both: SwiGLU (Llama's MLP),
+ * silu(gate) * up, and GeGLU (Gemma's), gelu_tanh(gate) * up. Each
+ * gradient is accumulated only where its pointer is set. */
+enum { GATE_SILU, GATE_GELU };
+
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
-__global__ void k_swiglu_fwd(int xt, void *out, const void *gate, const void *up, size_t n)
+template <int gate> __device__ __forceinline__ float gate_act(float g)
 {
-    GRID_STRIDE(i, n)
-    {
-        float g = load_as_f32(gate, xt, i);
-        store_from_f32(out, xt, i, g * sigmoid(g) * load_as_f32(up, xt, i));
-    }
+    return gate == GATE_SILU ? g * sigmoid(g) : kn_gelu(g);
 }
-__global__ void k_swiglu_bwd(int xt, float *dgate, float *dup, const float *dout, const void *gate,
-                             const void *up, size_t n)
+/* The increments of dgate and dup for one element (dout d, gate g, up u). */
+template <int gate>
+__device__ __forceinline__ void gate_grads(float d, float g, float u, float *dg, float *du)
 {
-    GRID_STRIDE(i, n)
-    {
-        float g = load_as_f32(gate, xt, i), s = sigmoid(g), d = dout[i];
-        if (dgate)
-            dgate[i] += d * load_as_f32(up, xt, i) * s * (1.0f + g * (1.0f - s));
-        if (dup)
-            dup[i] += d * g * s;
+    if constexpr (gate == GATE_GELU) {
+        *dg = d * u * kn_gelu_grad(g);
+        *du = d * kn_gelu(g);
+        return;
     }
+    float s = sigmoid(g);
+    *dg = d * u * s * (1.0f + g * (1.0f - s));
+    *du = d * g * s;
 }
+
+template <typename T, int gate>
+__device__ __forceinline__ void glu_fwd(T *out, const T *g, const T *u, size_t n, int vec)
+{
+    kn_for_packs<KN_VEC_W(T)>(n, [&](auto w, size_t i) {
+        float a[KN_PACK_N(w)], b[KN_PACK_N(w)];
+        kn_load(a, g + i, vec);
+        kn_load(b, u + i, vec);
+        for (int k = 0; k < KN_PACK_N(w); k++)
+            a[k] = gate_act<gate>(a[k]) * b[k];
+        kn_store(out + i, a, vec);
+    });
+}
+
+/* acc[k] += inc[k] over one pack, where acc is set. */
+template <int V>
+__device__ __forceinline__ void acc_pack(float *acc, const float (&inc)[V], int vec)
+{
+    if (!acc)
+        return;
+    float a[V];
+    kn_load(a, acc, vec);
+    for (int k = 0; k < V; k++)
+        a[k] += inc[k];
+    kn_store(acc, a, vec);
+}
+
+template <typename T, int gate>
+__device__ __forceinline__ void glu_bwd(float *dgate, float *dup, const float *dout, const T *g,
+                                        const T *u, size_t n, int vec)
+{
+    kn_for_packs<KN_VEC_W(T)>(n, [&](auto w, size_t i) {
+        constexpr int V = KN_PACK_N(w);
+        float d[V], a[V], b[V], fg[V], fu[V];
+        kn_load(d, dout + i, vec);
+        kn_load(a, g + i, vec);
+        kn_load(b, u + i, vec);
+        for (int k = 0; k < V; k++)
+            gate_grads<gate>(d[k], a[k], b[k], &fg[k], &fu[k]);
+        acc_pack(dgate ? dgate + i : nullptr, fg, vec);
+        acc_pack(dup ? dup + i : nullptr, fu, vec);
+    });
+}
+
+template <typename T>
+__global__ void k_swiglu_fwd(T *out, const T *gate, const T *up, size_t n, int vec)
+{
+    glu_fwd<T, GATE_SILU>(out, gate, up, n, vec);
+}
+template <typename T>
+__global__ void k_swiglu_bwd(float *dgate, float *dup, const float *dout, const T *gate,
+                             const T *up, size_t n, int vec)
+{
+    glu_bwd<T, GATE_SILU>(dgate, dup, dout, gate, up, n, vec);
+}
+template <typename T>
+__global__ void k_geglu_fwd(T *out, const T *gate, const T *up, size_t n, int vec)
+{
+    glu_fwd<T, GATE_GELU>(out, gate, up, n, vec);
+}
+template <typename T>
+__global__ void k_geglu_bwd(float *dgate, float *dup, const float *dout, const T *gate,
+                            const T *up, size_t n, int vec)
+{
+    glu_bwd<T, GATE_GELU>(dgate, dup, dout, gate, up, n, vec);
+}
+
+/* The bytes of a gated backward: dout, gate and up, then each gradient
+ * that is set read and written. */
+#define GLU_BWD_READ(n, es, dg, du) ((n) * (4 + 2 * (es) + 4 * !!(dg) + 4 * !!(du)))
+#define GLU_BWD_WRITTEN(n, dg, du) ((n) * (4 * !!(dg) + 4 * !!(du)))
+
+template <typename T>
+static void launch_swiglu_fwd(kn_ctx *c, void *out, const void *gate, const void *up, size_t n)
+{
+    KN_IO(k_swiglu_fwd<T>, 2 * n * sizeof(T), n * sizeof(T), 0);
+    KN_LAUNCH(k_swiglu_fwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, (T *)out,
+              (const T *)gate, (const T *)up, n, kn_aligned16(out, gate, up));
+}
+template <typename T>
+static void launch_swiglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout,
+                              const void *gate, const void *up, size_t n)
+{
+    KN_IO(k_swiglu_bwd<T>, GLU_BWD_READ(n, sizeof(T), dgate, dup),
+        GLU_BWD_WRITTEN(n, dgate, dup), 0);
+    KN_LAUNCH(k_swiglu_bwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, dgate, dup, dout,
+              (const T *)gate, (const T *)up, n, kn_aligned16(dgate, dup, dout, gate, up));
+}
+template <typename T>
+static void launch_geglu_fwd(kn_ctx *c, void *out, const void *gate, const void *up, size_t n)
+{
+    KN_IO(k_geglu_fwd<T>, 2 * n * sizeof(T), n * sizeof(T), 0);
+    KN_LAUNCH(k_geglu_fwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, (T *)out,
+              (const T *)gate, (const T *)up, n, kn_aligned16(out, gate, up));
+}
+template <typename T>
+static void launch_geglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout,
+                             const void *gate, const void *up, size_t n)
+{
+    KN_IO(k_geglu_bwd<T>, GLU_BWD_READ(n, sizeof(T), dgate, dup),
+        GLU_BWD_WRITTEN(n, dgate, dup), 0);
+    KN_LAUNCH(k_geglu_bwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, dgate, dup, dout,
+              (const T *)gate, (const T *)up, n, kn_aligned16(dgate, dup, dout, gate, up));
+}
+
 void cuda_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
 {
-    KN_IO(k_swiglu_fwd, 2 * n * kn_dtype_size(dt), n * kn_dtype_size(dt), 0);
     if (n)
-        KN_LAUNCH(k_swiglu_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, gate, up, n);
+        KN_BY_DTYPE(dt, launch_swiglu_fwd, c, out, gate, up, n);
 }
 void cuda_swiglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
                      const void *gate, const void *up, size_t n)
 {
-    KN_IO(k_swiglu_bwd, n * (4 + 2 * kn_dtype_size(dt) + 4 * !!dgate + 4 * !!dup),
-        n * (4 * !!dgate + 4 * !!dup), 0);
     if (n && (dgate || dup))
-        KN_LAUNCH(k_swiglu_bwd, kn_blocks(n, 256), 256, 0, c, (int)dt, dgate, dup, dout, gate, up,
-                  n);
-}
-
-/* GeGLU (Gemma's MLP): gelu_tanh(gate) * up. */
-__global__ void k_geglu_fwd(int xt, void *out, const void *gate, const void *up, size_t n)
-{
-    GRID_STRIDE(i, n)
-    {
-        store_from_f32(out, xt, i, kn_gelu(load_as_f32(gate, xt, i)) * load_as_f32(up, xt, i));
-    }
-}
-__global__ void k_geglu_bwd(int xt, float *dgate, float *dup, const float *dout, const void *gate,
-                            const void *up, size_t n)
-{
-    GRID_STRIDE(i, n)
-    {
-        float v = load_as_f32(gate, xt, i), d = dout[i];
-        if (dgate)
-            dgate[i] += d * load_as_f32(up, xt, i) * kn_gelu_grad(v);
-        if (dup)
-            dup[i] += d * kn_gelu(v);
-    }
+        KN_BY_DTYPE(dt, launch_swiglu_bwd, c, dgate, dup, dout, gate, up, n);
 }
 void cuda_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
 {
-    KN_IO(k_geglu_fwd, 2 * n * kn_dtype_size(dt), n * kn_dtype_size(dt), 0);
     if (n)
-        KN_LAUNCH(k_geglu_fwd, kn_blocks(n, 256), 256, 0, c, (int)dt, out, gate, up, n);
+        KN_BY_DTYPE(dt, launch_geglu_fwd, c, out, gate, up, n);
 }
 void cuda_geglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
                     const void *gate, const void *up, size_t n)
 {
-    KN_IO(k_geglu_bwd, n * (4 + 2 * kn_dtype_size(dt) + 4 * !!dgate + 4 * !!dup),
-        n * (4 * !!dgate + 4 * !!dup), 0);
     if (n && (dgate || dup))
-        KN_LAUNCH(k_geglu_bwd, kn_blocks(n, 256), 256, 0, c, (int)dt, dgate, dup, dout, gate, up,
-                  n);
+        KN_BY_DTYPE(dt, launch_geglu_bwd, c, dgate, dup, dout, gate, up, n);
 }
 
 /* ---- dropout: the CPU backend's counter-based mask, bit for bit ---------- */

@@ -25,34 +25,77 @@
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
 #include "kn_gelu.cuh"
+#include "kn_vec.cuh"
 
 namespace KN_NS {
 
-__device__ __forceinline__ float round_to(float v, int dt)
+/* out = gelu(pre), both of type P::first (fp32 or 16-bit), pre read
+ * rounded to P::second (the weight's type). */
+template <typename P>
+__global__ void k_gelu_of(typename P::first *out, const typename P::first *pre, size_t n, int vec)
 {
-    return dt == KN_BF16 ? from_bf16(to_bf16(v)) : dt == KN_F16 ? from_f16(to_f16(v)) : v;
+    typedef typename P::second R;
+    kn_for_packs<KN_VEC_W(typename P::first)>(n, [&](auto w, size_t i) {
+        float v[KN_PACK_N(w)];
+        kn_load(v, pre + i, vec);
+        for (int k = 0; k < KN_PACK_N(w); k++)
+            v[k] = kn_gelu(kn_round_to<R>(v[k]));
+        kn_store(out + i, v, vec);
+    });
 }
 
-/* out = gelu(pre) in dt_io (fp32 or 16-bit), pre read rounded to dt_round. */
-__global__ void k_gelu_of(void *out, const void *pre, int dt_io, int dt_round, size_t n)
+/* dpre = round(round(dact) * gelu'(pre)), in place on dact = dpre; pre of
+ * type P::first, rounding to P::second. */
+template <typename P>
+__global__ void k_dgelu_mul(float *dpre, const typename P::first *pre, size_t n, int vec)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = kn_gelu(round_to(load_as_f32(pre, dt_io, i), dt_round));
-        if (dt_io == KN_F32)
-            ((float *)out)[i] = g;
-        else
-            ((uint16_t *)out)[i] = dt_io == KN_BF16 ? to_bf16(g) : to_f16(g);
-    }
+    typedef typename P::second R;
+    kn_for_packs<KN_VEC_W(typename P::first)>(n, [&](auto w, size_t i) {
+        float d[KN_PACK_N(w)], v[KN_PACK_N(w)];
+        kn_load(d, dpre + i, vec);
+        kn_load(v, pre + i, vec);
+        for (int k = 0; k < KN_PACK_N(w); k++)
+            d[k] = kn_round_to<R>(kn_round_to<R>(d[k]) * kn_gelu_grad(v[k]));
+        kn_store(dpre + i, d, vec);
+    });
 }
 
-/* dpre = round(round(dact) * gelu'(pre)), in place on dact = dpre; pre in dt_pre. */
-__global__ void k_dgelu_mul(float *dpre, const void *pre, int dt_pre, int dt_round, size_t n)
+template <typename T, typename R>
+static void launch_gelu_of(kn_ctx *c, void *out, const void *pre, size_t n)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dpre[i] = round_to(round_to(dpre[i], dt_round) * kn_gelu_grad(load_as_f32(pre, dt_pre, i)),
-                           dt_round);
+    typedef kn_pair<T, R> P;
+    KN_IO(k_gelu_of<P>, n * sizeof(T), n * sizeof(T), 0);
+    KN_LAUNCH(k_gelu_of<P>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, (T *)out,
+              (const T *)pre, n, kn_aligned16(out, pre));
+}
+template <typename T, typename R>
+static void launch_dgelu_mul(kn_ctx *c, float *dpre, const void *pre, size_t n)
+{
+    typedef kn_pair<T, R> P;
+    KN_IO(k_dgelu_mul<P>, n * (4 + sizeof(T)), 4 * n, 0);
+    KN_LAUNCH(k_dgelu_mul<P>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, dpre,
+              (const T *)pre, n, kn_aligned16(dpre, pre));
+}
+/* The rounding type picked, for activations of type T. */
+template <typename T>
+static void gelu_of(kn_ctx *c, kn_dtype round_dt, void *out, const void *pre, size_t n)
+{
+    if (round_dt == KN_BF16)
+        launch_gelu_of<T, kn_bf16>(c, out, pre, n);
+    else if (round_dt == KN_F16)
+        launch_gelu_of<T, kn_f16>(c, out, pre, n);
+    else
+        launch_gelu_of<T, float>(c, out, pre, n);
+}
+template <typename T>
+static void dgelu_mul(kn_ctx *c, kn_dtype round_dt, float *dpre, const void *pre, size_t n)
+{
+    if (round_dt == KN_BF16)
+        launch_dgelu_mul<T, kn_bf16>(c, dpre, pre, n);
+    else if (round_dt == KN_F16)
+        launch_dgelu_mul<T, kn_f16>(c, dpre, pre, n);
+    else
+        launch_dgelu_mul<T, float>(c, dpre, pre, n);
 }
 
 /* The weight's dtype, and each activation's: fp32 or the weight's. */
@@ -101,8 +144,7 @@ void cuda_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt
     else /* an empty product: pre = bias (matmul_fwd's rule) */
         cuda_matmul16_fwd(c, dt, out_dt, x_dt, pre, x, w, bias, N, K, M);
     size_t n = (size_t)N * M;
-    KN_IO(k_gelu_of, n * kn_dtype_size(out_dt), n * kn_dtype_size(out_dt), 0);
-    KN_LAUNCH(k_gelu_of, kn_blocks(n, 256), 256, 0, c, out, pre, (int)out_dt, (int)dt, n);
+    KN_BY_DTYPE(out_dt, gelu_of, c, dt, out, pre, n);
 }
 
 /* cuBLASLt's aux matrix has D's type, so a 16-bit pre makes D 16-bit too:
@@ -137,8 +179,7 @@ void cuda_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt
     }
     if (!r) {
         kn_cuda_gemm(c, dpre, KN_F32, w, B, dt, nullptr, K, N, M, 0, 0, K, M, K, 0.0f);
-        KN_IO(k_dgelu_mul, n * (4 + kn_dtype_size(pre_dt)), 4 * n, 0);
-        KN_LAUNCH(k_dgelu_mul, kn_blocks(n, 256), 256, 0, c, dpre, pre, (int)pre_dt, (int)dt, n);
+        KN_BY_DTYPE(pre_dt, dgelu_mul, c, dt, dpre, pre, n);
     }
     if (dbias)
         kn_cuda_colsum_acc(c, dbias, dpre, KN_F32, N, K);

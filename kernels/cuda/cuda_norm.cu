@@ -6,10 +6,13 @@
  * stages over fixed slices of rows (cuda_colsum.cu), dtable by giving
  * each token's rows to one block, in row order (k_embedding_bwd).
  * Activations (x, out, the embedding table and its output) are of the op's
- * dtype, read through load_as_f32 and stored by store_from_f32 (one
- * round-to-nearest-even per store, as the CPU backend). */
+ * dtype, rounded to nearest even once per store, as the CPU backend. The
+ * row kernels (the norms' forwards and dx) are templates on the storage
+ * type with 16-byte packs (kn_vec.cuh); the column reductions and the
+ * embedding read through load_as_f32 / store_from_f32 (kn_cuda16.cuh). */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
+#include "kn_vec.cuh"
 
 namespace KN_NS
 {
@@ -20,22 +23,36 @@ namespace KN_NS
  * elements of src it visits: mean, variance (a second pass over src), the
  * normalised store and the saved statistics. Shared by k_layernorm_fwd and
  * k_add_layernorm_fwd, whose first passes differ (read x / add and store
- * res). Each thread reads back only the src elements it visited. */
-__device__ __forceinline__ void layernorm_finish(int dt, void *out, float *mean, float *rstd,
-                                                 const void *src, float s, const float *w,
-                                                 const float *b, int C, float eps, float *sh)
+ * res). Each thread reads back only the src elements it visited (the
+ * same packs, kn_for_row). */
+template <typename T>
+__device__ __forceinline__ void layernorm_finish(T *out, float *mean, float *rstd, const T *src,
+                                                 float s, const float *w, const float *b, int C,
+                                                 float eps, int vec, float *sh)
 {
     size_t off = (size_t)blockIdx.x * C;
     float mu = kn_block_sum(s, sh) / C;
     float q = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float d = load_as_f32(src, dt, off + i) - mu;
-        q += d * d;
-    }
+    kn_for_row<KN_VEC_W(T)>(C, [&](auto pw, size_t i) {
+        float x[KN_PACK_N(pw)];
+        kn_load(x, src + off + i, vec);
+        for (int k = 0; k < KN_PACK_N(pw); k++) {
+            float d = x[k] - mu;
+            q += d * d;
+        }
+    });
     float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        store_from_f32(out, dt, off + i,
-                       (load_as_f32(src, dt, off + i) - mu) * rs * w[i] + (b ? b[i] : 0.0f));
+    kn_for_row<KN_VEC_W(T)>(C, [&](auto pw, size_t i) {
+        constexpr int V = KN_PACK_N(pw);
+        float x[V], g[V], bb[V] = {};
+        kn_load(x, src + off + i, vec);
+        kn_load(g, w + i, vec);
+        if (b)
+            kn_load(bb, b + i, vec);
+        for (int k = 0; k < V; k++)
+            x[k] = (x[k] - mu) * rs * g[k] + bb[k];
+        kn_store(out + off + i, x, vec);
+    });
     if (threadIdx.x == 0) {
         mean[blockIdx.x] = mu;
         rstd[blockIdx.x] = rs;
@@ -44,48 +61,85 @@ __device__ __forceinline__ void layernorm_finish(int dt, void *out, float *mean,
 
 /* The rest of an rmsnorm row once each thread holds q, the sum of squares
  * of the src elements it visits (k_rmsnorm_fwd, k_add_rmsnorm_fwd). */
-__device__ __forceinline__ void rmsnorm_finish(int dt, void *out, float *rstd, const void *src,
-                                               float q, const float *w, int C, float eps, float *sh)
+template <typename T>
+__device__ __forceinline__ void rmsnorm_finish(T *out, float *rstd, const T *src, float q,
+                                               const float *w, int C, float eps, int vec,
+                                               float *sh)
 {
     size_t off = (size_t)blockIdx.x * C;
     float rs = rsqrtf(kn_block_sum(q, sh) / C + eps);
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        store_from_f32(out, dt, off + i, w[i] * (load_as_f32(src, dt, off + i) * rs));
+    kn_for_row<KN_VEC_W(T)>(C, [&](auto pw, size_t i) {
+        float x[KN_PACK_N(pw)], g[KN_PACK_N(pw)];
+        kn_load(x, src + off + i, vec);
+        kn_load(g, w + i, vec);
+        for (int k = 0; k < KN_PACK_N(pw); k++)
+            x[k] = g[k] * (x[k] * rs);
+        kn_store(out + off + i, x, vec);
+    });
     if (threadIdx.x == 0) rstd[blockIdx.x] = rs;
 }
 
-__global__ void k_layernorm_fwd(int dt, void *out, float *mean, float *rstd, const void *x,
-                                const float *w, const float *b, int C, float eps)
+/* Row kernels take 16-byte packs when every row starts on 16 bytes and
+ * every pointer is aligned (kn_vec.cuh); the packs, and so the sums, are
+ * the same either way. */
+template <typename T, typename... P> static inline int row_vec(int C, const P *...p)
+{
+    return C % KN_VEC_W(T) == 0 && kn_aligned16(p...);
+}
+
+template <typename T>
+__global__ void k_layernorm_fwd(T *out, float *mean, float *rstd, const T *x, const float *w,
+                                const float *b, int C, float eps, int vec)
 {
     __shared__ float sh[33];
     size_t off = (size_t)blockIdx.x * C;
     float s = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        s += load_as_f32(x, dt, off + i);
-    layernorm_finish(dt, out, mean, rstd, x, s, w, b, C, eps, sh);
+    kn_for_row<KN_VEC_W(T)>(C, [&](auto pw, size_t i) {
+        float v[KN_PACK_N(pw)];
+        kn_load(v, x + off + i, vec);
+        for (int k = 0; k < KN_PACK_N(pw); k++)
+            s += v[k];
+    });
+    layernorm_finish(out, mean, rstd, x, s, w, b, C, eps, vec, sh);
 }
 
 /* dx for one row: dnorm = dout w, dx += rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)).
  * has_mean 0 is rmsnorm (no centring, no mean(dnorm) term). */
-__global__ void k_norm_bwd_dx(int dt, float *dx, const float *dout, const void *x, const float *w,
-                              const float *mean, const float *rstd, int C, int has_mean)
+template <typename T>
+__global__ void k_norm_bwd_dx(float *dx, const float *dout, const T *x, const float *w,
+                              const float *mean, const float *rstd, int C, int has_mean, int vec)
 {
     __shared__ float sh[33];
     size_t off = (size_t)blockIdx.x * C;
     float mu = has_mean ? mean[blockIdx.x] : 0.0f, rs = rstd[blockIdx.x];
     float s1 = 0, s2 = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float dn = dout[off + i] * w[i];
-        s1 += dn;
-        s2 += dn * (load_as_f32(x, dt, off + i) - mu) * rs;
-    }
+    kn_for_row<KN_VEC_W(T)>(C, [&](auto pw, size_t i) {
+        constexpr int V = KN_PACK_N(pw);
+        float d[V], g[V], v[V];
+        kn_load(d, dout + off + i, vec);
+        kn_load(g, w + i, vec);
+        kn_load(v, x + off + i, vec);
+        for (int k = 0; k < V; k++) {
+            float dn = d[k] * g[k];
+            s1 += dn;
+            s2 += dn * (v[k] - mu) * rs;
+        }
+    });
     float m1 = has_mean ? kn_block_sum(s1, sh) / C : 0.0f;
     float m2 = kn_block_sum(s2, sh) / C;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float dn = dout[off + i] * w[i];
-        float xh = (load_as_f32(x, dt, off + i) - mu) * rs;
-        dx[off + i] += rs * (dn - m1 - xh * m2);
-    }
+    kn_for_row<KN_VEC_W(T)>(C, [&](auto pw, size_t i) {
+        constexpr int V = KN_PACK_N(pw);
+        float d[V], g[V], v[V], o[V];
+        kn_load(d, dout + off + i, vec);
+        kn_load(g, w + i, vec);
+        kn_load(v, x + off + i, vec);
+        kn_load(o, dx + off + i, vec);
+        for (int k = 0; k < V; k++) {
+            float dn = d[k] * g[k], xh = (v[k] - mu) * rs;
+            o[k] += rs * (dn - m1 - xh * m2);
+        }
+        kn_store(dx + off + i, o, vec);
+    });
 }
 
 /* Stage 1 of dw[c] += sum_n dout xhat, db[c] += sum_n dout (cuda_colsum.cu):
@@ -129,13 +183,32 @@ static void norm_bwd_dw(kn_ctx *c, kn_dtype dt, float *dw, float *db, const floa
         kn_cuda_colsum_finish(c, dw, db, part, p.blocks, C);
 }
 
+template <typename T>
+static void launch_layernorm_fwd(kn_ctx *c, void *out, float *mean, float *rstd, const void *x,
+                                 const float *w, const float *b, int N, int C, float eps)
+{
+    KN_IO(k_layernorm_fwd<T>, (size_t)N * C * sizeof(T) + 8 * (size_t)C,
+        (size_t)N * C * sizeof(T) + 8 * (size_t)N, 0);
+    KN_LAUNCH(k_layernorm_fwd<T>, N, ROW_THREADS, 0, c, (T *)out, mean, rstd, (const T *)x, w, b,
+              C, eps, row_vec<T>(C, out, x, w, b));
+}
 void cuda_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd, const void *x,
                         const float *w, const float *b, int N, int C, float eps)
 {
-    KN_IO(k_layernorm_fwd, (size_t)N * C * kn_dtype_size(dt) + 8 * (size_t)C,
-        (size_t)N * C * kn_dtype_size(dt) + 8 * (size_t)N, 0);
     if (N > 0 && C > 0)
-        KN_LAUNCH(k_layernorm_fwd, N, ROW_THREADS, 0, c, (int)dt, out, mean, rstd, x, w, b, C, eps);
+        KN_BY_DTYPE(dt, launch_layernorm_fwd, c, out, mean, rstd, x, w, b, N, C, eps);
+}
+
+/* dx of either norm (mean null: rmsnorm). */
+template <typename T>
+static void launch_norm_bwd_dx(kn_ctx *c, float *dx, const float *dout, const void *x,
+                               const float *w, const float *mean, const float *rstd, int N, int C)
+{
+    KN_IO(k_norm_bwd_dx<T>,
+        (size_t)N * C * (8 + sizeof(T)) + 4 * (size_t)C + 4 * (size_t)N * (mean ? 2 : 1),
+        4 * (size_t)N * C, 0);
+    KN_LAUNCH(k_norm_bwd_dx<T>, N, ROW_THREADS, 0, c, dx, dout, (const T *)x, w, mean, rstd, C,
+              mean != nullptr, row_vec<T>(C, dx, dout, x, w));
 }
 
 void cuda_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db, const float *dout,
@@ -143,34 +216,42 @@ void cuda_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db,
                         int C)
 {
     if (N <= 0 || C <= 0) return;
-    KN_IO(k_norm_bwd_dx, (size_t)N * C * (8 + kn_dtype_size(dt)) + 4 * (size_t)C + 8 * (size_t)N,
-        4 * (size_t)N * C, 0);
     if (dx)
-        KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, (int)dt, dx, dout, x, w, mean, rstd, C, 1);
+        KN_BY_DTYPE(dt, launch_norm_bwd_dx, c, dx, dout, x, w, mean, rstd, N, C);
     if (dw || db)
         norm_bwd_dw(c, dt, dw, db, dout, x, mean, rstd, N, C);
 }
 
-__global__ void k_rmsnorm_fwd(int dt, void *out, float *rstd, const void *x, const float *w, int C,
-                              float eps)
+template <typename T>
+__global__ void k_rmsnorm_fwd(T *out, float *rstd, const T *x, const float *w, int C, float eps,
+                              int vec)
 {
     __shared__ float sh[33];
     size_t off = (size_t)blockIdx.x * C;
     float q = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float v = load_as_f32(x, dt, off + i);
-        q += v * v;
-    }
-    rmsnorm_finish(dt, out, rstd, x, q, w, C, eps, sh);
+    kn_for_row<KN_VEC_W(T)>(C, [&](auto pw, size_t i) {
+        float v[KN_PACK_N(pw)];
+        kn_load(v, x + off + i, vec);
+        for (int k = 0; k < KN_PACK_N(pw); k++)
+            q += v[k] * v[k];
+    });
+    rmsnorm_finish(out, rstd, x, q, w, C, eps, vec, sh);
 }
 
+template <typename T>
+static void launch_rmsnorm_fwd(kn_ctx *c, void *out, float *rstd, const void *x, const float *w,
+                               int N, int C, float eps)
+{
+    KN_IO(k_rmsnorm_fwd<T>, (size_t)N * C * sizeof(T) + 4 * (size_t)C,
+        (size_t)N * C * sizeof(T) + 4 * (size_t)N, 0);
+    KN_LAUNCH(k_rmsnorm_fwd<T>, N, ROW_THREADS, 0, c, (T *)out, rstd, (const T *)x, w, C, eps,
+              row_vec<T>(C, out, x, w));
+}
 void cuda_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x, const float *w,
                       int N, int C, float eps)
 {
-    KN_IO(k_rmsnorm_fwd, (size_t)N * C * kn_dtype_size(dt) + 4 * (size_t)C,
-        (size_t)N * C * kn_dtype_size(dt) + 4 * (size_t)N, 0);
     if (N > 0 && C > 0)
-        KN_LAUNCH(k_rmsnorm_fwd, N, ROW_THREADS, 0, c, (int)dt, out, rstd, x, w, C, eps);
+        KN_BY_DTYPE(dt, launch_rmsnorm_fwd, c, out, rstd, x, w, N, C, eps);
 }
 
 void cuda_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *dout,
@@ -179,11 +260,8 @@ void cuda_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float 
     if (N <= 0 || C <= 0) return;
     const float *no_mean = nullptr;
     float *no_db = nullptr;
-    KN_IO(k_norm_bwd_dx, (size_t)N * C * (8 + kn_dtype_size(dt)) + 4 * (size_t)C + 4 * (size_t)N,
-        4 * (size_t)N * C, 0);
     if (dx)
-        KN_LAUNCH(k_norm_bwd_dx, N, ROW_THREADS, 0, c, (int)dt, dx, dout, x, w, no_mean, rstd, C,
-                  0);
+        KN_BY_DTYPE(dt, launch_norm_bwd_dx, c, dx, dout, x, w, no_mean, rstd, N, C);
     if (dw)
         norm_bwd_dw(c, dt, dw, no_db, dout, x, no_mean, rstd, N, C);
 }
@@ -191,66 +269,86 @@ void cuda_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float 
 /* ---- the residual add fused with the norm ------------------------------------
 
  * res = a + b (stored in dt), out = norm(res): one block per row, as the
- * norms above. Each thread keeps the sum it stored, rounded as stored
- * (round_to), for the statistics' first pass, and later passes read back
- * only the res elements it wrote itself (no barrier needed, and the same
- * values and order of operations as k_add followed by k_layernorm_fwd /
- * k_rmsnorm_fwd: the same bits). What is saved against the two kernels is
- * one launch and one full read of res (the norm's first pass). */
-__device__ __forceinline__ float add_round(const void *a, const void *b, int dt, size_t i)
+ * norms above. Each thread keeps the sum it stored, rounded as stored, for
+ * the statistics' first pass, and later passes read back only the res
+ * elements it wrote itself (the same packs: no barrier needed, and the
+ * same values and order of operations as k_add followed by
+ * k_layernorm_fwd / k_rmsnorm_fwd: the same bits). What is saved against
+ * the two kernels is one launch and one full read of res (the norm's
+ * first pass). */
+
+/* res = a + b over the thread's packs of the row, stored and rounded as
+ * stored; each value also goes to fold(v). */
+template <typename T, typename F>
+__device__ __forceinline__ void add_row(T *res, const T *a, const T *b, int C, int vec, F &&fold)
 {
-    float v = load_as_f32(a, dt, i) + load_as_f32(b, dt, i);
-    return dt == KN_BF16 ? from_bf16(to_bf16(v)) : dt == KN_F16 ? from_f16(to_f16(v)) : v;
+    size_t off = (size_t)blockIdx.x * C;
+    kn_for_row<KN_VEC_W(T)>(C, [&](auto pw, size_t i) {
+        float u[KN_PACK_N(pw)], v[KN_PACK_N(pw)];
+        kn_load(u, a + off + i, vec);
+        kn_load(v, b + off + i, vec);
+        for (int k = 0; k < KN_PACK_N(pw); k++) {
+            u[k] = kn_round_to<T>(u[k] + v[k]);
+            fold(u[k]);
+        }
+        kn_store(res + off + i, u, vec);
+    });
 }
 
-__global__ void k_add_layernorm_fwd(int dt, void *res, void *out, float *mean, float *rstd,
-                                    const void *a, const void *b, const float *w, const float *bias,
-                                    int C, float eps)
+template <typename T>
+__global__ void k_add_layernorm_fwd(T *res, T *out, float *mean, float *rstd, const T *a,
+                                    const T *b, const float *w, const float *bias, int C,
+                                    float eps, int vec)
 {
     __shared__ float sh[33];
-    size_t off = (size_t)blockIdx.x * C;
     float s = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float v = add_round(a, b, dt, off + i);
-        store_from_f32(res, dt, off + i, v);
-        s += v;
-    }
-    layernorm_finish(dt, out, mean, rstd, res, s, w, bias, C, eps, sh);
+    add_row(res, a, b, C, vec, [&](float v) { s += v; });
+    layernorm_finish(out, mean, rstd, (const T *)res, s, w, bias, C, eps, vec, sh);
 }
 
-__global__ void k_add_rmsnorm_fwd(int dt, void *res, void *out, float *rstd, const void *a,
-                                  const void *b, const float *w, int C, float eps)
+template <typename T>
+__global__ void k_add_rmsnorm_fwd(T *res, T *out, float *rstd, const T *a, const T *b,
+                                  const float *w, int C, float eps, int vec)
 {
     __shared__ float sh[33];
-    size_t off = (size_t)blockIdx.x * C;
     float q = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float v = add_round(a, b, dt, off + i);
-        store_from_f32(res, dt, off + i, v);
-        q += v * v;
-    }
-    rmsnorm_finish(dt, out, rstd, res, q, w, C, eps, sh);
+    add_row(res, a, b, C, vec, [&](float v) { q += v * v; });
+    rmsnorm_finish(out, rstd, (const T *)res, q, w, C, eps, vec, sh);
 }
 
+template <typename T>
+static void launch_add_layernorm_fwd(kn_ctx *c, void *res, void *out, float *mean, float *rstd,
+                                     const void *a, const void *b, const float *w,
+                                     const float *bias, int N, int C, float eps)
+{
+    KN_IO(k_add_layernorm_fwd<T>, 2 * (size_t)N * C * sizeof(T) + 8 * (size_t)C,
+        2 * (size_t)N * C * sizeof(T) + 8 * (size_t)N, 0);
+    KN_LAUNCH(k_add_layernorm_fwd<T>, N, ROW_THREADS, 0, c, (T *)res, (T *)out, mean, rstd,
+              (const T *)a, (const T *)b, w, bias, C, eps, row_vec<T>(C, res, out, a, b, w, bias));
+}
 void cuda_add_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float *mean, float *rstd,
                             const void *a, const void *b, const float *w, const float *bias, int N,
                             int C, float eps)
 {
-    KN_IO(k_add_layernorm_fwd, 2 * (size_t)N * C * kn_dtype_size(dt) + 8 * (size_t)C,
-        2 * (size_t)N * C * kn_dtype_size(dt) + 8 * (size_t)N, 0);
     if (N > 0 && C > 0)
-        KN_LAUNCH(k_add_layernorm_fwd, N, ROW_THREADS, 0, c, (int)dt, res, out, mean, rstd, a, b, w,
-                  bias, C, eps);
+        KN_BY_DTYPE(dt, launch_add_layernorm_fwd, c, res, out, mean, rstd, a, b, w, bias, N, C,
+                    eps);
 }
 
+template <typename T>
+static void launch_add_rmsnorm_fwd(kn_ctx *c, void *res, void *out, float *rstd, const void *a,
+                                   const void *b, const float *w, int N, int C, float eps)
+{
+    KN_IO(k_add_rmsnorm_fwd<T>, 2 * (size_t)N * C * sizeof(T) + 4 * (size_t)C,
+        2 * (size_t)N * C * sizeof(T) + 4 * (size_t)N, 0);
+    KN_LAUNCH(k_add_rmsnorm_fwd<T>, N, ROW_THREADS, 0, c, (T *)res, (T *)out, rstd, (const T *)a,
+              (const T *)b, w, C, eps, row_vec<T>(C, res, out, a, b, w));
+}
 void cuda_add_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *res, void *out, float *rstd, const void *a,
                           const void *b, const float *w, int N, int C, float eps)
 {
-    KN_IO(k_add_rmsnorm_fwd, 2 * (size_t)N * C * kn_dtype_size(dt) + 4 * (size_t)C,
-        2 * (size_t)N * C * kn_dtype_size(dt) + 4 * (size_t)N, 0);
     if (N > 0 && C > 0)
-        KN_LAUNCH(k_add_rmsnorm_fwd, N, ROW_THREADS, 0, c, (int)dt, res, out, rstd, a, b, w, C,
-                  eps);
+        KN_BY_DTYPE(dt, launch_add_rmsnorm_fwd, c, res, out, rstd, a, b, w, N, C, eps);
 }
 
 /* ---- embedding ------------------------------------------------------------- */

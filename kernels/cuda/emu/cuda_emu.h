@@ -143,6 +143,15 @@ static inline unsigned __ballot_sync(unsigned m, int pred)
     return (unsigned)emu_warp_op(EMU_WARP_BALLOT, "__ballot_sync", m, pred != 0, emu_lane());
 }
 
+/* ---- vector types -------------------------------------------------------- */
+
+/* CUDA's uint4, the 16-byte word of the vectorised kernels (kn_vec.cuh):
+ * 16-byte aligned as on the GPU, and may_alias, since the kernels load
+ * and store tensors of float or 16-bit values through it. */
+struct __attribute__((may_alias, aligned(16))) uint4 {
+    unsigned x, y, z, w;
+};
+
 /* ---- device math ---------------------------------------------------------- */
 
 static inline float rsqrtf(float x)
