@@ -1248,6 +1248,245 @@ static void c_add_norm(tc *t)
     }
 }
 
+/* ---- aligned and offset views ------------------------------------------------
+
+ * CUDA's elementwise and row kernels move 16-byte packs when every pointer
+ * is 16-byte aligned (and, for rows, C a multiple of the pack) and fall
+ * back to one element at a time otherwise, with the n % W elements after
+ * the last pack one by one. Each op runs here twice in fp32, bf16 and
+ * fp16: on buffers as allocated and on copies one element further on (not
+ * 16-byte aligned), with n = 1003 (not a multiple of 4 or 8) and rows of
+ * C = 64 (a multiple of both). The two runs must give the same bits (so
+ * must the fused add + norm and the two ops run on the offset copies);
+ * the norms, whose packed path no other case reaches, are also held to
+ * float64 references. */
+
+/* A copy of `bytes` of device buffer x starting `shift` bytes into a new
+ * buffer: the same values, another alignment. */
+static void *dshift(tc *t, const void *x, size_t bytes, size_t shift)
+{
+    char *h = malloc(bytes);
+    kn_sync(t->c);
+    kn_to_host(t->c, h, x, bytes);
+    char *d = dput(t, NULL, bytes + shift);
+    kn_to_device(t->c, d + shift, h, bytes);
+    free(h);
+    return d + shift;
+}
+
+/* An fp32 device buffer of n random values and its copy one float on. */
+static float *frand_pair(tc *t, size_t n, double scale, float **shifted)
+{
+    float *h = hrand(n, scale);
+    float *d = dput(t, h, n * 4);
+    *shifted = dshift(t, d, n * 4, 4);
+    free(h);
+    return d;
+}
+
+/* The forward ops of dtype dt, aligned and offset. */
+static void vec_forward(tc *t, kn_dtype dt, size_t n)
+{
+    size_t es = kn_dtype_size(dt), nb = n * es;
+    float *af, *bf;
+    void *a = typed_in(t, dt, n, 3, &af), *b = typed_in(t, dt, n, 2, &bf);
+    void *as = dshift(t, a, nb, es), *bs = dshift(t, b, nb, es);
+    void *o = typed_out(t, dt, n), *os = dshift(t, o, nb, es);
+    kn_add(t->c, dt, o, a, b, n);
+    kn_add(t->c, dt, os, as, bs, n);
+    same_bits(t, "add offset", dt, o, os, nb);
+    kn_gelu_fwd(t->c, dt, o, a, n);
+    kn_gelu_fwd(t->c, dt, os, as, n);
+    same_bits(t, "gelu offset", dt, o, os, nb);
+    kn_swiglu_fwd(t->c, dt, o, a, b, n);
+    kn_swiglu_fwd(t->c, dt, os, as, bs, n);
+    same_bits(t, "swiglu offset", dt, o, os, nb);
+    kn_geglu_fwd(t->c, dt, o, a, b, n);
+    kn_geglu_fwd(t->c, dt, os, as, bs, n);
+    same_bits(t, "geglu offset", dt, o, os, nb);
+    if (dt == KN_F32) return;
+    float *w = dpoison(t, n), *ws = dshift(t, w, n * 4, 4);
+    kn_convert(t->c, w, KN_F32, a, dt, n); /* widen */
+    kn_convert(t->c, ws, KN_F32, as, dt, n);
+    same_bits(t, "convert to fp32 offset", dt, w, ws, n * 4);
+    float *xs, *x = frand_pair(t, n, 3, &xs);
+    kn_convert(t->c, o, dt, x, KN_F32, n); /* narrow */
+    kn_convert(t->c, os, dt, xs, KN_F32, n);
+    same_bits(t, "convert from fp32 offset", dt, o, os, nb);
+    kn_round(t->c, x, n, dt);
+    kn_round(t->c, xs, n, dt);
+    same_bits(t, "round offset", dt, x, xs, n * 4);
+}
+
+/* The fp32-gradient ops of dtype dt, and axpy / scale, aligned and offset. */
+static void vec_backward(tc *t, kn_dtype dt, size_t n)
+{
+    size_t es = kn_dtype_size(dt), nb = n * es;
+    float *af, *bf, *gs, *ds, *us;
+    void *a = typed_in(t, dt, n, 3, &af), *b = typed_in(t, dt, n, 2, &bf);
+    void *as = dshift(t, a, nb, es), *bs = dshift(t, b, nb, es);
+    float *g = frand_pair(t, n, 1, &gs), *d = frand_pair(t, n, 1, &ds),
+          *u = frand_pair(t, n, 1, &us);
+    kn_gelu_bwd(t->c, dt, d, g, a, n);
+    kn_gelu_bwd(t->c, dt, ds, gs, as, n);
+    same_bits(t, "gelu dx offset", dt, d, ds, n * 4);
+    kn_swiglu_bwd(t->c, dt, d, u, g, a, b, n);
+    kn_swiglu_bwd(t->c, dt, ds, us, gs, as, bs, n);
+    same_bits(t, "swiglu dgate offset", dt, d, ds, n * 4);
+    same_bits(t, "swiglu dup offset", dt, u, us, n * 4);
+    kn_geglu_bwd(t->c, dt, NULL, u, g, a, b, n); /* one gradient only */
+    kn_geglu_bwd(t->c, dt, NULL, us, gs, as, bs, n);
+    same_bits(t, "geglu dup offset", dt, u, us, n * 4);
+    kn_geglu_bwd(t->c, dt, d, u, g, a, b, n);
+    kn_geglu_bwd(t->c, dt, ds, us, gs, as, bs, n);
+    same_bits(t, "geglu dgate offset", dt, d, ds, n * 4);
+    same_bits(t, "geglu dup offset", dt, u, us, n * 4);
+    if (dt != KN_F32) return;
+    kn_axpy(t->c, d, g, n, -0.625f);
+    kn_axpy(t->c, ds, gs, n, -0.625f);
+    same_bits(t, "axpy offset", dt, d, ds, n * 4);
+    kn_scale(t->c, d, n, 1.375f);
+    kn_scale(t->c, ds, n, 1.375f);
+    same_bits(t, "scale offset", dt, d, ds, n * 4);
+}
+
+/* Double references of the two norms of x[R,C] (host), from the statistics
+ * the op returned: out (layernorm when mean is set, else rmsnorm) and dx
+ * += the backward of dout onto dx0. */
+static void norm_refs(const float *x, const float *w, const float *b, const float *mean,
+                      const float *rstd, const float *dout, const float *dx0, int R, int C,
+                      double *out, double *dx)
+{
+    for (int r = 0; r < R; r++) {
+        double mu = mean ? mean[r] : 0, rs = rstd[r], m1 = 0, m2 = 0;
+        for (int j = 0; j < C; j++) {
+            size_t i = (size_t)r * C + j;
+            double xh = (x[i] - mu) * rs, dn = (double)dout[i] * w[j];
+            out[i] = xh * w[j] + (b ? b[j] : 0);
+            m1 += dn / C, m2 += dn * xh / C;
+        }
+        for (int j = 0; j < C; j++) {
+            size_t i = (size_t)r * C + j;
+            double xh = (x[i] - mu) * rs, dn = (double)dout[i] * w[j];
+            dx[i] = dx0[i] + rs * (dn - (mean ? m1 : 0) - xh * m2);
+        }
+    }
+}
+
+/* rstd (and mean) of x[R,C] in double: layernorm when mean is set. */
+static void norm_stats(const float *x, int R, int C, double *mean, double *rstd, double eps)
+{
+    for (int r = 0; r < R; r++) {
+        double mu = 0, q = 0;
+        for (int j = 0; j < C; j++)
+            mu += x[(size_t)r * C + j] / (double)C;
+        if (!mean) mu = 0;
+        for (int j = 0; j < C; j++)
+            q += (x[(size_t)r * C + j] - mu) * (x[(size_t)r * C + j] - mu);
+        if (mean) mean[r] = mu;
+        rstd[r] = 1 / sqrt(q / C + eps);
+    }
+}
+
+/* Host copy of n floats of a device buffer. */
+static float *hget(tc *t, const float *d, size_t n)
+{
+    float *h = malloc(n * 4);
+    kn_sync(t->c);
+    kn_to_host(t->c, h, d, n * 4);
+    return h;
+}
+
+/* One norm (layernorm when ln) forward and dx in dt, aligned against the
+ * references and offset against aligned. */
+static void vec_norm(tc *t, kn_dtype dt, int ln, int R, int C)
+{
+    size_t rc = (size_t)R * C, es = kn_dtype_size(dt), nb = rc * es;
+    float *xf, *hw = hrand(C, 1), *hb = hrand(C, 1), *hd = hrand(rc, 1), *hdx = hrand(rc, 1);
+    void *x = typed_in(t, dt, rc, 2, &xf), *xs = dshift(t, x, nb, es);
+    float *w = dput(t, hw, C * 4), *bias = ln ? dput(t, hb, C * 4) : NULL;
+    float *ws = dshift(t, w, C * 4, 4), *bs = ln ? dshift(t, bias, C * 4, 4) : NULL;
+    void *y = typed_out(t, dt, rc), *ys = dshift(t, y, nb, es);
+    float *mu = ln ? dpoison(t, R) : NULL, *rs = dpoison(t, R), *mus = ln ? dpoison(t, R) : NULL,
+          *rss = dpoison(t, R), *yf = dpoison(t, rc);
+    if (ln) {
+        kn_layernorm_fwd(t->c, dt, y, mu, rs, x, w, bias, R, C, 1e-5f);
+        kn_layernorm_fwd(t->c, dt, ys, mus, rss, xs, ws, bs, R, C, 1e-5f);
+    } else {
+        kn_rmsnorm_fwd(t->c, dt, y, rs, x, w, R, C, 1e-6f);
+        kn_rmsnorm_fwd(t->c, dt, ys, rss, xs, ws, R, C, 1e-6f);
+    }
+    same_bits(t, ln ? "layernorm out offset" : "rmsnorm out offset", dt, y, ys, nb);
+    same_bits(t, "norm rstd offset", dt, rs, rss, R * 4);
+    if (ln) same_bits(t, "norm mean offset", dt, mu, mus, R * 4);
+    float *dout = dput(t, hd, rc * 4), *dx = dput(t, hdx, rc * 4);
+    float *douts = dshift(t, dout, rc * 4, 4), *dxs = dshift(t, dx, rc * 4, 4);
+    if (ln) {
+        kn_layernorm_bwd(t->c, dt, dx, NULL, NULL, dout, x, w, mu, rs, R, C);
+        kn_layernorm_bwd(t->c, dt, dxs, NULL, NULL, douts, xs, ws, mu, rs, R, C);
+    } else {
+        kn_rmsnorm_bwd(t->c, dt, dx, NULL, dout, x, w, rs, R, C);
+        kn_rmsnorm_bwd(t->c, dt, dxs, NULL, douts, xs, ws, rs, R, C);
+    }
+    same_bits(t, ln ? "layernorm dx offset" : "rmsnorm dx offset", dt, dx, dxs, rc * 4);
+    float *hx = hget(t, xf, rc), *hmu = ln ? hget(t, mu, R) : NULL, *hrs = hget(t, rs, R);
+    double *wmu = dvec(R), *wrs = dvec(R), *wy = dvec(rc), *wdx = dvec(rc);
+    norm_stats(hx, R, C, ln ? wmu : NULL, wrs, ln ? 1e-5 : 1e-6);
+    norm_refs(hx, hw, ln ? hb : NULL, hmu, hrs, hd, hdx, R, C, wy, wdx);
+    kn_convert(t->c, yf, KN_F32, y, dt, rc);
+    expect(t, ln ? "layernorm out (packed)" : "rmsnorm out (packed)", yf, wy, rc, dt);
+    expect(t, "norm rstd (packed)", rs, wrs, R, KN_F32);
+    if (ln) expect(t, "norm mean (packed)", mu, wmu, R, KN_F32);
+    expect(t, "norm dx (packed, +=)", dx, wdx, rc, KN_F32);
+    free(hw), free(hb), free(hd), free(hdx), free(hx), free(hmu), free(hrs), free(wmu), free(wrs),
+        free(wy), free(wdx);
+}
+
+/* The fused residual add + norm in dt, aligned and offset. */
+static void vec_add_norm(tc *t, kn_dtype dt, int R, int C)
+{
+    size_t rc = (size_t)R * C, es = kn_dtype_size(dt), nb = rc * es;
+    float *af, *bf, *hw = hrand(C, 1), *hb = hrand(C, 1);
+    void *a = typed_in(t, dt, rc, 3, &af), *b = typed_in(t, dt, rc, 2, &bf);
+    void *as = dshift(t, a, nb, es), *bs = dshift(t, b, nb, es);
+    float *w = dput(t, hw, C * 4), *bias = dput(t, hb, C * 4);
+    float *ws = dshift(t, w, C * 4, 4), *biass = dshift(t, bias, C * 4, 4);
+    void *res = typed_out(t, dt, rc), *o = typed_out(t, dt, rc);
+    void *ress = dshift(t, res, nb, es), *os = dshift(t, o, nb, es);
+    float *mu = dpoison(t, R), *rs = dpoison(t, R), *mus = dpoison(t, R), *rss = dpoison(t, R);
+    kn_add_layernorm_fwd(t->c, dt, res, o, mu, rs, a, b, w, bias, R, C, 1e-5f);
+    kn_add_layernorm_fwd(t->c, dt, ress, os, mus, rss, as, bs, ws, biass, R, C, 1e-5f);
+    same_bits(t, "add_layernorm res offset", dt, res, ress, nb);
+    same_bits(t, "add_layernorm out offset", dt, o, os, nb);
+    same_bits(t, "add_layernorm mean offset", dt, mu, mus, R * 4);
+    same_bits(t, "add_layernorm rstd offset", dt, rs, rss, R * 4);
+    kn_add_rmsnorm_fwd(t->c, dt, res, o, rs, a, b, w, R, C, 1e-6f);
+    kn_add_rmsnorm_fwd(t->c, dt, ress, os, rss, as, bs, ws, R, C, 1e-6f);
+    same_bits(t, "add_rmsnorm res offset", dt, res, ress, nb);
+    same_bits(t, "add_rmsnorm out offset", dt, o, os, nb);
+    same_bits(t, "add_rmsnorm rstd offset", dt, rs, rss, R * 4);
+    kn_add(t->c, dt, ress, as, bs, rc); /* unfused, offset: the fused op's bits */
+    kn_rmsnorm_fwd(t->c, dt, os, rss, ress, ws, R, C, 1e-6f);
+    same_bits(t, "add_rmsnorm offset unfused res", dt, res, ress, nb);
+    same_bits(t, "add_rmsnorm offset unfused out", dt, o, os, nb);
+    same_bits(t, "add_rmsnorm offset unfused rstd", dt, rs, rss, R * 4);
+    free(hw), free(hb);
+}
+
+static void c_vec(tc *t)
+{
+    for (int di = KN_F32; di <= KN_F16; di++) {
+        kn_dtype dt = (kn_dtype)di;
+        vec_forward(t, dt, 1003);
+        vec_backward(t, dt, 1003);
+        for (int ln = 0; ln < 2; ln++) {
+            vec_norm(t, dt, ln, 6, 64);
+            vec_norm(t, dt, ln, 5, 61); /* C not a multiple of a pack */
+        }
+        vec_add_norm(t, dt, 6, 64);
+    }
+}
+
 static const struct {
     const char *name;
     void (*run)(tc *t);
@@ -1267,6 +1506,7 @@ static const struct {
     {"typed", c_typed},
     {"add_norm", c_add_norm},
     {"param_grads", c_param_grads},
+    {"vec", c_vec},
 };
 
 int main(int argc, char **argv)
