@@ -52,16 +52,31 @@ static void launch_convert(kn_ctx *c, void *dst, const void *src, size_t n)
     KN_LAUNCH(k_convert<P>, kn_pack_blocks(n, 8, 256), 256, 0, c, (D *)dst, (const S *)src, n,
               kn_aligned16(dst, src));
 }
-/* The source type picked, then the destination's. */
+/* The 16-bit type that is not T. */
+template <typename T> struct other16;
+template <> struct other16<kn_bf16> {
+    typedef kn_f16 type;
+};
+template <> struct other16<kn_f16> {
+    typedef kn_bf16 type;
+};
+
+/* The source type picked, then the destination's: one of the two others
+ * (equal types are a copy, cuda_convert), so only those pairs compile. */
 template <typename S>
 static void launch_convert_from(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, size_t n)
 {
-    if (dst_dt == KN_BF16)
-        launch_convert<kn_bf16, S>(c, dst, src, n);
-    else if (dst_dt == KN_F16)
-        launch_convert<kn_f16, S>(c, dst, src, n);
-    else
-        launch_convert<float, S>(c, dst, src, n);
+    if constexpr (sizeof(S) == 4) {
+        if (dst_dt == KN_BF16)
+            launch_convert<kn_bf16, S>(c, dst, src, n);
+        else
+            launch_convert<kn_f16, S>(c, dst, src, n);
+    } else {
+        if (dst_dt == KN_F32)
+            launch_convert<float, S>(c, dst, src, n);
+        else
+            launch_convert<typename other16<S>::type, S>(c, dst, src, n);
+    }
 }
 
 template <typename T> static void launch_round(kn_ctx *c, float *x, size_t n)

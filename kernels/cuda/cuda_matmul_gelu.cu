@@ -76,11 +76,15 @@ static void launch_dgelu_mul(kn_ctx *c, float *dpre, const void *pre, size_t n)
     KN_LAUNCH(k_dgelu_mul<P>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, dpre,
               (const T *)pre, n, kn_aligned16(dpre, pre));
 }
-/* The rounding type picked, for activations of type T. */
+/* The rounding type picked, for activations of type T: a 16-bit T is the
+ * weight's own type (types_ok), so only fp32 activations need the choice
+ * (and only the pairs that occur are compiled). */
 template <typename T>
 static void gelu_of(kn_ctx *c, kn_dtype round_dt, void *out, const void *pre, size_t n)
 {
-    if (round_dt == KN_BF16)
+    if constexpr (sizeof(T) == 2)
+        launch_gelu_of<T, T>(c, out, pre, n);
+    else if (round_dt == KN_BF16)
         launch_gelu_of<T, kn_bf16>(c, out, pre, n);
     else if (round_dt == KN_F16)
         launch_gelu_of<T, kn_f16>(c, out, pre, n);
@@ -90,7 +94,9 @@ static void gelu_of(kn_ctx *c, kn_dtype round_dt, void *out, const void *pre, si
 template <typename T>
 static void dgelu_mul(kn_ctx *c, kn_dtype round_dt, float *dpre, const void *pre, size_t n)
 {
-    if (round_dt == KN_BF16)
+    if constexpr (sizeof(T) == 2)
+        launch_dgelu_mul<T, T>(c, dpre, pre, n);
+    else if (round_dt == KN_BF16)
         launch_dgelu_mul<T, kn_bf16>(c, dpre, pre, n);
     else if (round_dt == KN_F16)
         launch_dgelu_mul<T, kn_f16>(c, dpre, pre, n);

@@ -1316,6 +1316,15 @@ static void vec_forward(tc *t, kn_dtype dt, size_t n)
     kn_round(t->c, x, n, dt);
     kn_round(t->c, xs, n, dt);
     same_bits(t, "round offset", dt, x, xs, n * 4);
+    kn_dtype ot = dt == KN_BF16 ? KN_F16 : KN_BF16; /* 16-bit to the other 16-bit type */
+    void *c16 = typed_out(t, ot, n), *c16s = dshift(t, c16, n * 2, 2);
+    kn_convert(t->c, c16, ot, a, dt, n);
+    kn_convert(t->c, c16s, ot, as, dt, n);
+    same_bits(t, "convert 16-bit to 16-bit offset", dt, c16, c16s, n * 2);
+    kn_convert(t->c, w, KN_F32, c16, ot, n);
+    double *want = ref_of(t, af, n);
+    expect(t, "convert 16-bit to 16-bit", w, want, n, ot);
+    free(want);
 }
 
 /* The fp32-gradient ops of dtype dt, and axpy / scale, aligned and offset. */
