@@ -1474,6 +1474,10 @@ static void vec_add_norm(tc *t, kn_dtype dt, int R, int C)
     same_bits(t, "add_rmsnorm res offset", dt, res, ress, nb);
     same_bits(t, "add_rmsnorm out offset", dt, o, os, nb);
     same_bits(t, "add_rmsnorm rstd offset", dt, rs, rss, R * 4);
+    void *a2 = dshift(t, a, nb, 0); /* in place over a copy of a, packed */
+    kn_add_rmsnorm_fwd(t->c, dt, a2, os, rss, a2, b, w, R, C, 1e-6f);
+    same_bits(t, "add_rmsnorm in place res", dt, res, a2, nb);
+    same_bits(t, "add_rmsnorm in place out", dt, o, os, nb);
     kn_add(t->c, dt, ress, as, bs, rc); /* unfused, offset: the fused op's bits */
     kn_rmsnorm_fwd(t->c, dt, os, rss, ress, ws, R, C, 1e-6f);
     same_bits(t, "add_rmsnorm offset unfused res", dt, res, ress, nb);
