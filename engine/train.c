@@ -85,7 +85,10 @@ typedef struct run {
     /* fp16 dynamic loss scaling (scaler.h, GradScaler's rule), all of it
      * in the checkpoint. bf16 / fp32: scale 1, nothing skipped. */
     ty_scaler sc;
-    int stop;         /* the stop all ranks agreed on after the last step */
+    int stop;            /* the stop all ranks agreed on after the last step */
+    int grads_clean;     /* the last update left the gradient buffer all 0 (kn_adamw_blocks) */
+    kn_adamw_block *opt; /* the optimizer step's blocks: one per trained tensor */
+    int n_opt, cap_opt;
     zero1 zero;       /* resources.zero 1: this rank's moments (zero.h) */
     grad_buckets gb;  /* world > 1, full fine-tuning, bucket_kb > 0 (dist_bucket.h) */
     model_config cfg; /* set-up: read by step_config, given to the model by step_model */
@@ -482,6 +485,78 @@ typedef struct step_result {
     int skipped; /* fp16: inf/NaN gradients, update skipped */
 } step_result;
 
+/* One more optimizer block (r->opt grows as needed, once). */
+static int opt_add(run *r, kn_adamw_block b, ty_err *err)
+{
+    if (r->n_opt == r->cap_opt) {
+        int cap = r->cap_opt ? 2 * r->cap_opt : 64;
+        kn_adamw_block *o = realloc(r->opt, (size_t)cap * sizeof *o);
+        if (!o) return ty_err_set(err, TY_ENOMEM, "out of memory for the optimizer's blocks");
+        r->opt = o;
+        r->cap_opt = cap;
+    }
+    r->opt[r->n_opt++] = b;
+    return 0;
+}
+
+/* The adapters: A and B (2-D: decayed), DoRA's magnitudes (1-D), and the
+ * model's own trained tensors (lora.bias); frozen ones have no gradient. */
+static int lora_blocks(run *r, float wd, ty_err *err)
+{
+    lora *l = &r->lora;
+    for (int i = 0; i < 2 * l->n; i++) {
+        const lora_adapter *la = &l->ad[i / 2];
+        size_t off = i % 2 ? la->b_off : la->a_off;
+        size_t n = i % 2 ? (size_t)la->out * la->r : (size_t)la->r * la->in;
+        kn_adamw_block b = {l->params + off, NULL, l->grads + off, l->m + off, l->v + off, n, wd,
+                            KN_F32};
+        if (opt_add(r, b, err)) return -1;
+    }
+    for (int i = 0; i < l->n; i++) {
+        const lora_adapter *la = &l->ad[i];
+        kn_adamw_block b = {l->params + la->m_off,
+                            NULL,
+                            l->grads + la->m_off,
+                            l->m + la->m_off,
+                            l->v + la->m_off,
+                            (size_t)la->out,
+                            0.0f,
+                            KN_F32};
+        if (la->dora && opt_add(r, b, err)) return -1;
+    }
+    for (int i = 0; i < l->n_x; i++) {
+        const lora_extra *x = &l->x[i];
+        kn_adamw_block b = {x->param,      NULL,     l->grads + x->off,    l->m + x->off,
+                            l->v + x->off, x->numel, x->decay ? wd : 0.0f, KN_F32};
+        if (!x->frozen && opt_add(r, b, err)) return -1;
+    }
+    return 0;
+}
+
+/* Every tensor of the model, its master as model_master gives it (fp32,
+ * or the split bf16 master: model.h). */
+static int model_blocks(run *r, float wd, ty_err *err)
+{
+    model *m = &r->m;
+    for (int i = 0; i < m->nt; i++) {
+        const model_tensor *mt = &m->t[i];
+        kn_adamw_block b = {NULL,           NULL,      m->grads + mt->off,    m->m + mt->off,
+                            m->v + mt->off, mt->numel, mt->decay ? wd : 0.0f, KN_F32};
+        b.p = model_master(m, i, &b.pdt, &b.plo);
+        if (opt_add(r, b, err)) return -1;
+    }
+    return 0;
+}
+
+/* The step's blocks for kn_adamw_blocks (the masters' pointers can move
+ * between steps: a checkpoint's gather, so they are listed every step). */
+static int optimizer_blocks(run *r, ty_err *err)
+{
+    float wd = (float)r->spec.weight_decay;
+    r->n_opt = 0;
+    return r->have_lora ? lora_blocks(r, wd, err) : model_blocks(r, wd, err);
+}
+
 /* World > 1: this rank fills only its share of the step's rows
  * (dist_shard), the target count and the loss are summed over the ranks,
  * and so are the gradients, each already scaled by 1 / (global count): the
@@ -515,7 +590,8 @@ static int train_step(run *r, step_result *out, ty_err *err)
     /* The trainable buffer: the whole model, or only the adapters. */
     float *grads = r->have_lora ? r->lora.grads : m->grads;
     size_t nbuf = r->have_lora ? r->lora.n_buf : m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
-    kn_zero(r->kn, grads, nbuf);
+    if (!r->grads_clean) kn_zero(r->kn, grads, nbuf);
+    r->grads_clean = 0;
     /* fp16: the loss (so every gradient) is multiplied by the loss scale. */
     float scale = (float)((double)r->sc.scale / (double)count);
     /* Micro-batches of at most batch_size rows; with world 1 exactly the
@@ -565,70 +641,52 @@ static int train_step(run *r, step_result *out, ty_err *err)
     out->loss = sum / (double)count;
     out->lr = s->lr * train_lr_lambda(s->schedule, r->step, s->warmup_steps, s->max_steps);
     if (!isfinite(out->loss)) return 0;
-    if (r->sc.enabled) {
-        /* GradScaler: inf/NaN anywhere -> skip the update, halve the scale;
-         * else unscale (times the fp32 reciprocal); the growth after
-         * enough clean steps is counted once the update is done. */
-        if (kn_nonfinite(r->kn, grads, nbuf)) {
-            ev_log("step %lld: inf/NaN gradients at loss scale %g; update skipped, scale halved",
-                   (long long)r->step + 1, (double)r->sc.scale);
-            ty_scaler_update(&r->sc, 1);
-            r->step++;
-            r->tokens += (int64_t)A * B * T;
-            out->skipped = 1;
-            out->grad_norm = NAN;
-            return 0;
-        }
-        kn_scale(r->kn, grads, nbuf, 1.0f / r->sc.scale);
+    /* GradScaler: the norm of the unscaled gradient (times the fp32
+     * reciprocal, in register) is inf/NaN when any gradient is: then,
+     * with loss scaling, skip the update and halve the scale; the growth
+     * after enough clean steps is counted once the update is done. A norm
+     * that overflows only in the unscaling is an error, as it was when the
+     * unscaled gradient was stored. */
+    float unscale = r->sc.enabled ? 1.0f / r->sc.scale : 1.0f;
+    out->grad_norm = sqrt(kn_sumsq_scaled(r->kn, grads, nbuf, unscale));
+    if (!isfinite(out->grad_norm) && r->sc.enabled && kn_nonfinite(r->kn, grads, nbuf)) {
+        ev_log("step %lld: inf/NaN gradients at loss scale %g; update skipped, scale halved",
+               (long long)r->step + 1, (double)r->sc.scale);
+        ty_scaler_update(&r->sc, 1);
+        r->step++;
+        r->tokens += (int64_t)A * B * T;
+        out->skipped = 1;
+        out->grad_norm = NAN;
+        return 0;
     }
-    /* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), applied if < 1 */
-    out->grad_norm = sqrt(kn_sumsq(r->kn, grads, nbuf));
     if (!isfinite(out->grad_norm))
         return ty_err_set(err, TY_EINVAL,
                           "gradient norm is %s at step %lld (loss %g); stopping before the update",
                           isnan(out->grad_norm) ? "NaN" : "infinite", (long long)r->step + 1,
                           out->loss);
+    /* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), applied
+     * if < 1. AdamW's own step count: skipped steps are not optimizer steps. */
+    kn_adamw_hp hp = {(float)out->lr,
+                      (float)s->adam_beta1,
+                      (float)s->adam_beta2,
+                      (float)s->adam_eps,
+                      r->step + 1 - r->sc.skipped,
+                      {unscale, 1.0f},
+                      0};
     if (s->max_grad_norm > 0) {
         double coef = s->max_grad_norm / (out->grad_norm + 1e-6);
-        if (coef < 1.0) kn_scale(r->kn, grads, nbuf, (float)coef);
+        if (coef < 1.0) hp.gscale[1] = (float)coef;
     }
-    /* AdamW's own step count: skipped steps are not optimizer steps. */
-    int64_t t = r->step + 1 - r->sc.skipped;
-    for (int i = 0; r->have_lora && i < 2 * r->lora.n; i++) { /* A and B are 2-D: decayed */
-        const lora_adapter *la = &r->lora.ad[i / 2];
-        size_t off = i % 2 ? la->b_off : la->a_off;
-        size_t n = i % 2 ? (size_t)la->out * la->r : (size_t)la->r * la->in;
-        kn_adamw(r->kn, KN_F32, r->lora.params + off, NULL, r->lora.grads + off, r->lora.m + off,
-                 r->lora.v + off, n, (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2,
-                 (float)s->adam_eps, (float)s->weight_decay, t);
-    }
-    for (int i = 0; r->have_lora && i < r->lora.n; i++) { /* DoRA's magnitudes: 1-D */
-        const lora_adapter *la = &r->lora.ad[i];
-        if (!la->dora) continue;
-        kn_adamw(r->kn, KN_F32, r->lora.params + la->m_off, NULL, r->lora.grads + la->m_off,
-                 r->lora.m + la->m_off, r->lora.v + la->m_off, (size_t)la->out, (float)out->lr,
-                 (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps, 0.0f, t);
-    }
-    for (int i = 0; r->have_lora && i < r->lora.n_x; i++) { /* the model's own (lora.bias) */
-        const lora_extra *x = &r->lora.x[i];
-        if (x->frozen) continue;
-        kn_adamw(r->kn, KN_F32, x->param, NULL, r->lora.grads + x->off, r->lora.m + x->off,
-                 r->lora.v + x->off, x->numel, (float)out->lr, (float)s->adam_beta1,
-                 (float)s->adam_beta2, (float)s->adam_eps, x->decay ? (float)s->weight_decay : 0.0f,
-                 t);
-    }
-    if (r->zero.on &&
-        zero_adamw(&r->zero, m, r->a->coll, (float)out->lr, (float)s->adam_beta1,
-                   (float)s->adam_beta2, (float)s->adam_eps, (float)s->weight_decay, t, err))
-        return -1;
-    for (int i = 0; !r->have_lora && !r->zero.on && i < m->nt; i++) {
-        const model_tensor *mt = &m->t[i];
-        kn_dtype pdt; /* fp32, or the split bf16 master (model.h) */
-        uint16_t *plo;
-        void *p = model_master(m, i, &pdt, &plo);
-        kn_adamw(r->kn, pdt, p, plo, m->grads + mt->off, m->m + mt->off, m->v + mt->off, mt->numel,
-                 (float)out->lr, (float)s->adam_beta1, (float)s->adam_beta2, (float)s->adam_eps,
-                 mt->decay ? (float)s->weight_decay : 0.0f, t);
+    if (r->zero.on) {
+        if (zero_adamw(&r->zero, m, r->a->coll, &hp, (float)s->weight_decay, err)) return -1;
+    } else {
+        if (optimizer_blocks(r, err)) return -1;
+        /* The blocks are every tensor that has a gradient, and nothing else
+         * in the buffer is ever written, so clearing them behind the
+         * update zeroes the buffer for the next step. */
+        hp.zero_grad = 1;
+        kn_adamw_blocks(r->kn, r->opt, r->n_opt, hp);
+        r->grads_clean = 1;
     }
     r->step++;
     r->tokens += (int64_t)A * B * T;
@@ -1048,6 +1106,7 @@ static void teardown(run *r)
     if (r->have_lora) lora_free(&r->lora);
     if (r->have_model) zero_free(&r->zero, &r->m);
     bucket_free(&r->gb);
+    free(r->opt);
     if (r->have_model) model_free(&r->m);
     tok_free(r->tok);
     if (r->kn) kn_close(r->kn);

@@ -68,25 +68,43 @@ int zero_shard(zero1 *z, model *m, int world, int rank, ty_err *err)
     return 0;
 }
 
-int zero_adamw(zero1 *z, model *m, coll *c, float lr, float b1, float b2, float eps, float wd,
-               long long t, ty_err *err)
+/* This rank's range of tensor i as a block of kn_adamw_blocks (n 0 when
+ * the tensor lies outside it). */
+static kn_adamw_block shard_block(zero1 *z, model *m, int i, float wd)
+{
+    size_t lo = z->off[z->rank], hi = lo + z->len[z->rank];
+    const model_tensor *mt = &m->t[i];
+    size_t a = mt->off > lo ? mt->off : lo, b = mt->off + mt->numel < hi ? mt->off + mt->numel : hi;
+    kn_adamw_block k = {0};
+    if (a >= b) return k;
+    k.g = m->grads + a, k.m = z->m + (a - lo), k.v = z->v + (a - lo), k.n = b - a;
+    k.wd = mt->decay ? wd : 0.0f;
+    k.pdt = z->master == KN_BF16 ? KN_BF16 : KN_F32;
+    if (z->master == KN_BF16)
+        k.p = (uint16_t *)m->p16 + a, k.plo = z->lo16 + (a - lo);
+    else
+        k.p = z->master == KN_F16 ? z->w32 + (a - lo) : m->params + a;
+    return k;
+}
+
+int zero_adamw(zero1 *z, model *m, coll *c, const kn_adamw_hp *hp, float wd, ty_err *err)
 {
     size_t lo = z->off[z->rank], hi = lo + z->len[z->rank];
     uint16_t *w16 = m->p16;
+    kn_adamw_block *blk = malloc((size_t)(m->nt ? m->nt : 1) * sizeof *blk);
+    if (!blk) return ty_err_set(err, TY_ENOMEM, "out of memory for the optimizer's blocks");
+    int nb = 0;
     for (int i = 0; i < m->nt; i++) {
-        const model_tensor *mt = &m->t[i];
-        size_t a = mt->off > lo ? mt->off : lo,
-               b = mt->off + mt->numel < hi ? mt->off + mt->numel : hi;
-        if (a >= b) continue;
-        float dec = mt->decay ? wd : 0.0f, *g = m->grads + a, *zm = z->m + (a - lo),
-              *zv = z->v + (a - lo);
-        if (z->master == KN_BF16)
-            kn_adamw(m->kn, KN_BF16, w16 + a, z->lo16 + (a - lo), g, zm, zv, b - a, lr, b1, b2, eps,
-                     dec, t);
-        else
-            kn_adamw(m->kn, KN_F32, z->master == KN_F16 ? z->w32 + (a - lo) : m->params + a, NULL,
-                     g, zm, zv, b - a, lr, b1, b2, eps, dec, t);
+        kn_adamw_block b = shard_block(z, m, i, wd);
+        if (b.n) blk[nb++] = b;
     }
+    /* The gradient outside this range is never read here: the trainer
+     * zeroes the whole buffer before the next step, so this range's is
+     * left as it is. */
+    kn_adamw_hp h = *hp;
+    h.zero_grad = 0;
+    kn_adamw_blocks(m->kn, blk, nb, h);
+    free(blk);
     /* fp16: this range's weights rounded from its masters, as
      * model_sync_params rounds the whole buffer. */
     if (z->master == KN_F16) kn_convert(m->kn, w16 + lo, m->dt, z->w32, KN_F32, hi - lo);

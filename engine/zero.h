@@ -41,9 +41,10 @@ typedef struct zero1 {
  * rank's range of them and frees the full buffers (m->m, m->v and, with
  * 16-bit storage, m->plo or m->params become NULL). */
 int zero_shard(zero1 *z, model *m, int world, int rank, ty_err *err);
-/* AdamW over this rank's range, then the weights all-gathered. */
-int zero_adamw(zero1 *z, model *m, coll *c, float lr, float b1, float b2, float eps, float wd,
-               long long t, ty_err *err);
+/* AdamW over this rank's range with hp (the gradient factors applied,
+ * the gradient left as it is: the trainer zeroes it), then the weights
+ * all-gathered. */
+int zero_adamw(zero1 *z, model *m, coll *c, const kn_adamw_hp *hp, float wd, ty_err *err);
 /* For a checkpoint or the export (every rank calls it): on rank 0 the
  * model's masters (m->plo / m->params) and, with moments set, m->m / m->v
  * are whole again until zero_unsave. */

@@ -82,6 +82,29 @@ typedef struct kn_nf4 {
 extern const float kn_nf4_levels[16];
 extern const float kn_dyn8_map[256];
 
+/* One tensor of a fused AdamW update (kn_adamw_blocks): the parameter as
+ * kn_adamw takes it (pdt KN_F32: fp32 p, plo NULL; KN_BF16: a split
+ * master's hi / lo), its gradient and moments, n elements, weight decay. */
+typedef struct kn_adamw_block {
+    void *p;
+    uint16_t *plo;
+    float *g, *m, *v;
+    size_t n;
+    float wd;
+    kn_dtype pdt;
+} kn_adamw_block;
+/* What every block of one update shares: torch.optim.AdamW's settings and
+ * step t (from 1), the gradient's two factors (the update reads
+ * (g * gscale[0]) * gscale[1], two fp32 multiplies in that order: the
+ * loss-scale's reciprocal, then the clip coefficient) and zero_grad (1:
+ * each gradient is set to 0 once read, ready for the next step). */
+typedef struct kn_adamw_hp {
+    float lr, b1, b2, eps;
+    int64_t t;
+    float gscale[2];
+    int zero_grad;
+} kn_adamw_hp;
+
 /* ---- context and memory ---------------------------------------------- */
 
 /* Opens a context on a device (device_index: GPU ordinal, ignored on CPU).
@@ -157,6 +180,11 @@ KN_OPS(KN_PROTO)
  * Elementwise: kn_zero, kn_copy, kn_scale (x *= s), kn_axpy (y += a x),
  * kn_add (out = a + b); kn_sum and kn_sumsq return a double (the global
  * grad norm); kn_nonfinite is 1 if any element is NaN or inf.
+ * kn_sumsq_scaled: the sum of squares of (float)(x[i] * s), the fp32
+ *   product widened (kn_sumsq is s = 1: the same bits): the norm of the
+ *   unscaled gradient without an unscale pass. A NaN or inf element, or a
+ *   product that overflows, makes the result NaN or inf, so it is the
+ *   loss scaler's check too.
  *
  * kn_convert: dst[n] (dst_dt) = src[n] (src_dt), round-to-nearest-even
  *   when narrowing; dst and src must not overlap unless they are the same
@@ -315,6 +343,13 @@ KN_OPS(KN_PROTO)
  *   step t counts from 1. Call once per parameter group.
  *   pdt KN_F32: p is the fp32 parameter (plo NULL); KN_BF16: p / plo are
  *   kn_master_split's hi / lo, joined, updated in fp32 and split again
- *   (fp16 has no such split: a KN_F16 pdt is an error). */
+ *   (fp16 has no such split: a KN_F16 pdt is an error).
+ * kn_adamw_blocks: kn_adamw on each of nb blocks (a host array of
+ *   kn_adamw_block; the pointers in it are device memory) in one op, with
+ *   the shared settings of hp: the whole optimizer step of a model, one
+ *   parallel region on the CPU. The gradient each block's update reads is
+ *   (g * hp.gscale[0]) * hp.gscale[1] in fp32 (factors of 1 change no bit:
+ *   kn_adamw is a block with gscale {1, 1}), and with hp.zero_grad the
+ *   block's g is 0 afterwards. Blocks must not overlap. */
 
 #endif

@@ -37,6 +37,7 @@
     X(double, sum, (kn_ctx *c, const float *x, size_t n), (c, x, n))                               \
     X(double, sumsq, (kn_ctx *c, const float *x, size_t n), (c, x, n))                             \
     X(int, nonfinite, (kn_ctx *c, const float *x, size_t n), (c, x, n))                            \
+    X(double, sumsq_scaled, (kn_ctx *c, const float *x, size_t n, float s), (c, x, n, s))          \
     /* storage types */                                                                            \
     X(void, convert, (kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtype src_dt,     \
       size_t n), (c, dst, dst_dt, src, src_dt, n))                                                 \
@@ -151,7 +152,9 @@
     /* optimizer */                                                                                \
     X(void, adamw, (kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m,     \
       float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int64_t t),           \
-      (c, pdt, p, plo, g, m, v, n, lr, b1, b2, eps, wd, t))
+      (c, pdt, p, plo, g, m, v, n, lr, b1, b2, eps, wd, t))                                        \
+    X(void, adamw_blocks, (kn_ctx *c, const kn_adamw_block *b, int nb, kn_adamw_hp hp),          \
+      (c, b, nb, hp))
 /* clang-format on */
 
 #endif

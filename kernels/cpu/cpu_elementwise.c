@@ -85,59 +85,66 @@ void cpu_add(kn_ctx *c, kn_dtype dt, void *out, const void *a, const void *b, si
     }
 }
 
-/* Sum (squared when sq) of one chunk with eight fixed lanes: the lanes give
- * the compiler independent adds to pipeline without changing the order. */
-CPU_HOT static double chunk_sum(const float *x, size_t n, int sq)
+/* Sum (squared when sq) of one chunk of x[i] * s (an fp32 product: s = 1
+ * is x itself) with eight fixed lanes: the lanes give the compiler
+ * independent adds to pipeline without changing the order. */
+CPU_HOT static double chunk_sum(const float *x, size_t n, int sq, float s)
 {
     double lane[8] = {0};
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) {
-            double v = x[i + l];
+            double v = x[i + l] * s;
             lane[l] += sq ? v * v : v;
         }
     for (; i < n; i++) {
-        double v = x[i];
+        double v = x[i] * s;
         lane[i & 7] += sq ? v * v : v;
     }
     return ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
            ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
-static double fixed_order_sum(kn_ctx *c, const float *x, size_t n, int sq)
+static double fixed_order_sum(kn_ctx *c, const float *x, size_t n, int sq, float s)
 {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
-    if (nchunks <= 1) return n ? chunk_sum(x, n, sq) : 0.0;
+    if (nchunks <= 1) return n ? chunk_sum(x, n, sq, s) : 0.0;
     double stackbuf[256];
     double *part = nchunks <= 256 ? stackbuf : malloc(nchunks * sizeof *part);
     if (!part) {
         /* No memory for partials: the same chunks, one thread, same order. */
-        double s = 0;
+        double sum = 0;
         for (size_t k = 0; k < nchunks; k++) {
             size_t lo = k * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
-            s += chunk_sum(x + lo, len, sq);
+            sum += chunk_sum(x + lo, len, sq, s);
         }
-        return s;
+        return sum;
     }
 #pragma omp parallel for schedule(static) num_threads(c->n_threads)
     for (size_t k = 0; k < nchunks; k++) {
         size_t lo = k * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
-        part[k] = chunk_sum(x + lo, len, sq);
+        part[k] = chunk_sum(x + lo, len, sq, s);
     }
-    double s = 0;
+    double sum = 0;
     for (size_t k = 0; k < nchunks; k++)
-        s += part[k];
+        sum += part[k];
     if (part != stackbuf) free(part);
-    return s;
+    return sum;
 }
 
 double cpu_sum(kn_ctx *c, const float *x, size_t n)
 {
-    return fixed_order_sum(c, x, n, 0);
+    return fixed_order_sum(c, x, n, 0, 1.0f);
 }
 double cpu_sumsq(kn_ctx *c, const float *x, size_t n)
 {
-    return fixed_order_sum(c, x, n, 1);
+    return fixed_order_sum(c, x, n, 1, 1.0f);
+}
+/* Inf or NaN anywhere propagates through the squares and the double sums
+ * (finite fp32 squares cannot overflow a double), so no separate check. */
+double cpu_sumsq_scaled(kn_ctx *c, const float *x, size_t n, float s)
+{
+    return fixed_order_sum(c, x, n, 1, s);
 }
 
 int cpu_nonfinite(kn_ctx *c, const float *x, size_t n)

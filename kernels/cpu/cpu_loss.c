@@ -13,13 +13,18 @@
  * gradient is the capped one times dy/dz = 1 - (y / cap)^2; such rows go
  * through the per-thread row buffer too (y must outlive the overwrite).
  * AdamW follows torch.optim.AdamW's single-tensor code step for step, in
- * fp32 with the bias corrections computed in double as Python does. */
+ * fp32 with the bias corrections computed in double as Python does; a
+ * model's tensors go through it as one list of blocks in one parallel
+ * region, the gradient's unscale and clip factors applied in register and
+ * the gradient cleared behind the update (kn_adamw_blocks), so the
+ * optimizer's tail reads each gradient once. */
 #include "cpu.h"
 #include "cpu_math.h"
 
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CE_IGNORE (-100)
 
@@ -183,13 +188,24 @@ void cpu_softcap(kn_ctx *c, float *x, size_t n, float cap)
         x[i] = cap * tanhf(x[i] * inv_cap);
 }
 
+/* The per-update constants of torch 1.13's AdamW, and the gradient's two
+ * factors (kn_adamw_hp.gscale). */
+typedef struct adamw_k {
+    float b1, b2, omb1, omb2, step, bc2_sqrt, eps, gs0, gs1;
+} adamw_k;
+
+/* As torch 1.13: p.mul_(1 - lr*wd); m.mul_(b1).add_(g, 1-b1);
+ * v.mul_(b2).addcmul_(g, g, 1-b2); denom = v.sqrt() / sqrt(bc2) + eps;
+ * p.addcdiv_(m, denom, -lr/bc1); g is read times gs0, then times gs1, the
+ * two fp32 multiplies an unscale pass and a clip pass would make. */
 CPU_HOT static void adamw_range(float *p, const float *g, float *m, float *v, size_t n, float decay,
-                                int do_decay, float b1, float b2, float omb1, float omb2,
-                                float step, float bc2_sqrt, float eps)
+                                int do_decay, const adamw_k *k)
 {
+    float b1 = k->b1, b2 = k->b2, omb1 = k->omb1, omb2 = k->omb2, step = k->step;
+    float bc2_sqrt = k->bc2_sqrt, eps = k->eps, gs0 = k->gs0, gs1 = k->gs1;
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
+        float gi = g[i] * gs0 * gs1;
         float pi = do_decay ? p[i] * decay : p[i];
         float mi = m[i] * b1 + gi * omb1;
         float vi = v[i] * b2 + omb2 * gi * gi;
@@ -200,44 +216,88 @@ CPU_HOT static void adamw_range(float *p, const float *g, float *m, float *v, si
     }
 }
 
+/* Elements updated at a time: a tile of p, g, m, v stays in L1 while the
+ * gradient is cleared and split masters are joined and split again. */
+#define ADAMW_TILE 1024
+
+/* Elements [i, j) of one block; zero_grad clears g behind the update. */
+static void adamw_piece(const kn_adamw_block *b, size_t i, size_t j, float lr, const adamw_k *k,
+                        int zero_grad)
+{
+    float decay = (float)(1.0 - (double)lr * (double)b->wd);
+    float *pf = b->p;
+    uint16_t *ph = b->p;
+    for (; i < j; i += ADAMW_TILE) {
+        size_t len = j - i < ADAMW_TILE ? j - i : ADAMW_TILE;
+        if (b->pdt == KN_F32) {
+            adamw_range(pf + i, b->g + i, b->m + i, b->v + i, len, decay, b->wd != 0.0f, k);
+        } else { /* split masters: joined, the same update, split again */
+            float buf[ADAMW_TILE];
+            for (size_t e = 0; e < len; e++)
+                buf[e] = cpu_join1(ph[i + e], b->plo[i + e]);
+            adamw_range(buf, b->g + i, b->m + i, b->v + i, len, decay, b->wd != 0.0f, k);
+            for (size_t e = 0; e < len; e++)
+                cpu_split1(buf[e], ph + i + e, b->plo + i + e);
+        }
+        if (zero_grad) memset(b->g + i, 0, len * sizeof *b->g);
+    }
+}
+
+static int adamw_blocks_ok(kn_ctx *c, const kn_adamw_block *b, int nb, size_t *total)
+{
+    *total = 0;
+    for (int i = 0; i < nb; i++) {
+        kn_dtype pdt = b[i].pdt;
+        if (pdt != KN_F32 && (pdt != KN_BF16 || !b[i].plo)) {
+            kn_fail(c, TY_EINVAL, "adamw: parameters in %s%s", kn_dtype_name(pdt),
+                    pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
+            return 0;
+        }
+        *total += b[i].n;
+    }
+    return 1;
+}
+
+static adamw_k adamw_consts(const kn_adamw_hp *hp)
+{
+    int64_t t = hp->t < 1 ? 1 : hp->t;
+    double bc1 = 1.0 - pow((double)hp->b1, (double)t);
+    double bc2 = 1.0 - pow((double)hp->b2, (double)t);
+    adamw_k k = {hp->b1,
+                 hp->b2,
+                 (float)(1.0 - (double)hp->b1),
+                 (float)(1.0 - (double)hp->b2),
+                 (float)((double)hp->lr / bc1),
+                 (float)sqrt(bc2),
+                 hp->eps,
+                 hp->gscale[0],
+                 hp->gscale[1]};
+    return k;
+}
+
+/* All blocks in one parallel region: the blocks laid end to end are one
+ * index range, cut into equal thread shares (64-byte steps); a thread
+ * updates the pieces of the blocks its share covers. */
+void cpu_adamw_blocks(kn_ctx *c, const kn_adamw_block *b, int nb, kn_adamw_hp hp)
+{
+    size_t total;
+    if (!adamw_blocks_ok(c, b, nb, &total) || !total) return;
+    adamw_k k = adamw_consts(&hp);
+#pragma omp parallel num_threads(cpu_threads_for(c, total))
+    {
+        size_t lo, hi, off = 0;
+        cpu_thread_range(total, 16, &lo, &hi);
+        for (int i = 0; i < nb && off < hi; off += b[i].n, i++) {
+            size_t a = lo > off ? lo - off : 0, e = hi - off < b[i].n ? hi - off : b[i].n;
+            if (a < e) adamw_piece(&b[i], a, e, hp.lr, &k, hp.zero_grad);
+        }
+    }
+}
+
 void cpu_adamw(kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m, float *v,
                size_t n, float lr, float b1, float b2, float eps, float wd, int64_t t)
 {
-    if (pdt != KN_F32 && (pdt != KN_BF16 || !plo)) {
-        kn_fail(c, TY_EINVAL, "adamw: parameters in %s%s", kn_dtype_name(pdt),
-                pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
-        return;
-    }
-    if (t < 1) t = 1;
-    /* As torch 1.13: p.mul_(1 - lr*wd); m.mul_(b1).add_(g, 1-b1);
-     * v.mul_(b2).addcmul_(g, g, 1-b2); denom = v.sqrt() / sqrt(bc2) + eps;
-     * p.addcdiv_(m, denom, -lr/bc1). */
-    double bc1 = 1.0 - pow((double)b1, (double)t);
-    double bc2 = 1.0 - pow((double)b2, (double)t);
-    float decay = (float)(1.0 - (double)lr * (double)wd);
-    float step = (float)((double)lr / bc1);
-    float bc2_sqrt = (float)sqrt(bc2);
-    float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
-    float *pf = p;
-    uint16_t *ph = p;
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 16, &lo, &hi);
-        if (pdt == KN_F32) {
-            adamw_range(pf + lo, g + lo, m + lo, v + lo, hi - lo, decay, wd != 0.0f, b1, b2, omb1,
-                        omb2, step, bc2_sqrt, eps);
-        } else { /* split masters: joined 256 at a time, the same update, split again */
-            float buf[256];
-            for (size_t i = lo; i < hi; i += 256) {
-                size_t k = hi - i < 256 ? hi - i : 256;
-                for (size_t j = 0; j < k; j++)
-                    buf[j] = cpu_join1(ph[i + j], plo[i + j]);
-                adamw_range(buf, g + i, m + i, v + i, k, decay, wd != 0.0f, b1, b2, omb1, omb2,
-                            step, bc2_sqrt, eps);
-                for (size_t j = 0; j < k; j++)
-                    cpu_split1(buf[j], ph + i + j, plo + i + j);
-            }
-        }
-    }
+    kn_adamw_block b = {p, plo, (float *)g, m, v, n, wd, pdt};
+    kn_adamw_hp hp = {lr, b1, b2, eps, t, {1.0f, 1.0f}, 0};
+    cpu_adamw_blocks(c, &b, 1, hp);
 }

@@ -177,30 +177,31 @@ void cuda_master_join(kn_ctx *c, float *x, const uint16_t *hi, const uint16_t *l
 }
 
 /* AdamW on split masters: the fp32 k_adamw arithmetic on the joined value. */
-__global__ void k_adamw_split(uint16_t *hi, uint16_t *lo, const float *g, float *m, float *v, size_t n,
-                              float decay, int do_decay, float b1, float b2, float omb1, float omb2,
-                              float step, float bc2_sqrt, float eps)
+__global__ void k_adamw_split(uint16_t *hi, uint16_t *lo, float *g, float *m, float *v, size_t n,
+                              float decay, int do_decay, kn_adamw_k k, int zero_grad)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float pi = join1(hi[i], lo[i]), gi = g[i];
+        float pi = join1(hi[i], lo[i]), gi = g[i] * k.gs0 * k.gs1;
         if (do_decay)
             pi *= decay;
-        float mi = b1 * m[i] + omb1 * gi;
-        float vi = b2 * v[i] + omb2 * gi * gi;
+        float mi = k.b1 * m[i] + k.omb1 * gi;
+        float vi = k.b2 * v[i] + k.omb2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        split1(pi - step * (mi / (sqrtf(vi) / bc2_sqrt + eps)), hi + i, lo + i);
+        split1(pi - k.step * (mi / (sqrtf(vi) / k.bc2_sqrt + k.eps)), hi + i, lo + i);
+        if (zero_grad)
+            g[i] = 0.0f;
     }
 }
 
-void cuda_adamw_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *g, float *m, float *v,
-                      size_t n, float decay, int do_decay, float b1, float b2, float omb1,
-                      float omb2, float step, float bc2_sqrt, float eps)
+void cuda_adamw_split(kn_ctx *c, const kn_adamw_block *b, float decay, const kn_adamw_k *k,
+                      int zero_grad)
 {
-    KN_IO(k_adamw_split, 16 * n, 12 * n, 0);
-    KN_LAUNCH(k_adamw_split, kn_blocks(n, 256), 256, 0, c, hi, lo, g, m, v, n, decay, do_decay, b1, b2,
-              omb1, omb2, step, bc2_sqrt, eps);
+    size_t n = b->n;
+    KN_IO(k_adamw_split, 16 * n, (zero_grad ? 16 : 12) * n, 0);
+    KN_LAUNCH(k_adamw_split, kn_blocks(n, 256), 256, 0, c, (uint16_t *)b->p, b->plo, b->g, b->m,
+              b->v, n, decay, b->wd != 0.0f, *k, zero_grad);
 }
 
 /* x[n] (fp32 holding values dt represents, as the engine guarantees) as dt

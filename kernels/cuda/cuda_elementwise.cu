@@ -104,14 +104,15 @@ void cuda_add(kn_ctx *c, kn_dtype dt, void *out, const void *a, const void *b, s
 
 /* ---- reductions ---------------------------------------------------------- */
 
-/* mode 0: sum, 1: sum of squares, 2: count of non-finite values. */
-__global__ void k_reduce_partial(double *part, const float *x, size_t n, int mode)
+/* mode 0: sum, 1: sum of squares, 2: count of non-finite values, of
+ * x[i] * s (an fp32 product; s = 1 is x). */
+__global__ void k_reduce_partial(double *part, const float *x, size_t n, int mode, float s)
 {
     __shared__ double sh[33];
     double acc = 0;
     GRID_STRIDE(i, n)
     {
-        float v = x[i];
+        float v = x[i] * s;
         acc += mode == 0 ? (double)v : mode == 1 ? (double)v * v : (double)!isfinite(v);
     }
     acc = kn_block_sum(acc, sh);
@@ -129,13 +130,13 @@ __global__ void k_reduce_final(double *out, const double *part, int n)
         *out = acc;
 }
 
-static double reduce(kn_ctx *c, const float *x, size_t n, int mode)
+static double reduce(kn_ctx *c, const float *x, size_t n, int mode, float s)
 {
     if (!n)
         return 0.0;
     cuda_state *st = kn_cuda_st(c);
     KN_IO(k_reduce_partial, 4 * n, 8 * KN_RED_BLOCKS, 0);
-    KN_LAUNCH(k_reduce_partial, KN_RED_BLOCKS, KN_RED_THREADS, 0, c, st->red, x, n, mode);
+    KN_LAUNCH(k_reduce_partial, KN_RED_BLOCKS, KN_RED_THREADS, 0, c, st->red, x, n, mode, s);
     KN_IO(k_reduce_final, 8 * KN_RED_BLOCKS, 8, 0);
     KN_LAUNCH(k_reduce_final, 1, KN_RED_THREADS, 0, c, st->red + KN_RED_BLOCKS, st->red,
               KN_RED_BLOCKS);
@@ -146,9 +147,14 @@ static double reduce(kn_ctx *c, const float *x, size_t n, int mode)
         return 0.0;
     return r;
 }
-double cuda_sum(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 0); }
-double cuda_sumsq(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 1); }
-int cuda_nonfinite(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 2) > 0; }
+double cuda_sum(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 0, 1.0f); }
+double cuda_sumsq(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 1, 1.0f); }
+/* Inf / NaN propagates through the squares and the double sums. */
+double cuda_sumsq_scaled(kn_ctx *c, const float *x, size_t n, float s)
+{
+    return reduce(c, x, n, 1, s);
+}
+int cuda_nonfinite(kn_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 2, 1.0f) > 0; }
 
 /* ---- activations ----------------------------------------------------------- */
 
@@ -410,56 +416,72 @@ void cuda_dropout_bwd(kn_ctx *c, float *dx, const float *dout, const uint8_t *ma
     KN_LAUNCH(k_dropout_bwd, kn_blocks(n, 256), 256, 0, c, dx, dout, mask, n, keep_scale);
 }
 
-/* ---- AdamW over a flat buffer (torch 1.13 single-tensor order) ------------- */
+/* ---- AdamW (torch 1.13 single-tensor order) ------------------------------- */
 
-__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float decay,
-                        int do_decay, float b1, float b2, float omb1, float omb2, float step,
-                        float bc2_sqrt, float eps)
+__global__ void k_adamw(float *p, float *g, float *m, float *v, size_t n, float decay, int do_decay,
+                        kn_adamw_k k, int zero_grad)
 {
     GRID_STRIDE(i, n)
     {
-        float pi = p[i], gi = g[i];
+        float pi = p[i], gi = g[i] * k.gs0 * k.gs1;
         if (do_decay)
             pi *= decay;
-        float mi = b1 * m[i] + omb1 * gi;
-        float vi = b2 * v[i] + omb2 * gi * gi;
+        float mi = k.b1 * m[i] + k.omb1 * gi;
+        float vi = k.b2 * v[i] + k.omb2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        p[i] = pi - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+        p[i] = pi - k.step * (mi / (sqrtf(vi) / k.bc2_sqrt + k.eps));
+        if (zero_grad)
+            g[i] = 0.0f;
     }
 }
 /* Split masters (bf16 hi + 16-bit lo, kn_master_split): cuda_convert.cu. */
-void cuda_adamw_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *g, float *m, float *v,
-                      size_t n, float decay, int do_decay, float b1, float b2, float omb1,
-                      float omb2, float step, float bc2_sqrt, float eps);
+void cuda_adamw_split(kn_ctx *c, const kn_adamw_block *b, float decay, const kn_adamw_k *k,
+                      int zero_grad);
 
-void cuda_adamw(kn_ctx *c, kn_dtype pdt, void *p_, uint16_t *plo, const float *g, float *m, float *v,
+static kn_adamw_k adamw_consts(const kn_adamw_hp *hp)
+{
+    int64_t t = hp->t < 1 ? 1 : hp->t;
+    double bc1 = 1.0 - pow((double)hp->b1, (double)t);
+    double bc2 = 1.0 - pow((double)hp->b2, (double)t);
+    kn_adamw_k k = {hp->b1, hp->b2, (float)(1.0 - (double)hp->b1), (float)(1.0 - (double)hp->b2),
+                    (float)((double)hp->lr / bc1), (float)sqrt(bc2), hp->eps, hp->gscale[0],
+                    hp->gscale[1]};
+    return k;
+}
+
+/* One launch per block (the blocks' pointers stay on the host); the
+ * arithmetic is the CPU's, element for element. */
+void cuda_adamw_blocks(kn_ctx *c, const kn_adamw_block *b, int nb, kn_adamw_hp hp)
+{
+    for (int i = 0; i < nb; i++)
+        if (b[i].pdt != KN_F32 && (b[i].pdt != KN_BF16 || !b[i].plo)) {
+            kn_fail(c, TY_EINVAL, "adamw: parameters in %s%s", kn_dtype_name(b[i].pdt),
+                    b[i].pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
+            return;
+        }
+    kn_adamw_k k = adamw_consts(&hp);
+    for (int i = 0; i < nb; i++) {
+        size_t n = b[i].n;
+        float decay = (float)(1.0 - (double)hp.lr * (double)b[i].wd);
+        if (!n)
+            continue;
+        if (b[i].pdt == KN_BF16) {
+            cuda_adamw_split(c, &b[i], decay, &k, hp.zero_grad);
+            continue;
+        }
+        KN_IO(k_adamw, 16 * n, (hp.zero_grad ? 16 : 12) * n, 0);
+        KN_LAUNCH(k_adamw, kn_blocks(n, 256), 256, 0, c, (float *)b[i].p, b[i].g, b[i].m, b[i].v,
+                  n, decay, b[i].wd != 0.0f, k, hp.zero_grad);
+    }
+}
+
+void cuda_adamw(kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m, float *v,
                 size_t n, float lr, float b1, float b2, float eps, float wd, int64_t t)
 {
-    if (pdt != KN_F32 && (pdt != KN_BF16 || !plo)) {
-        kn_fail(c, TY_EINVAL, "adamw: parameters in %s%s", kn_dtype_name(pdt),
-                pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
-        return;
-    }
-    if (!n)
-        return;
-    float *p = (float *)p_;
-    if (t < 1)
-        t = 1;
-    double bc1 = 1.0 - pow((double)b1, (double)t);
-    double bc2 = 1.0 - pow((double)b2, (double)t);
-    float decay = (float)(1.0 - (double)lr * (double)wd);
-    float step = (float)((double)lr / bc1);
-    float bc2_sqrt = (float)sqrt(bc2);
-    float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
-    if (pdt == KN_BF16) {
-        cuda_adamw_split(c, (uint16_t *)p_, plo, g, m, v, n, decay, wd != 0.0f, b1, b2, omb1, omb2,
-                         step, bc2_sqrt, eps);
-        return;
-    }
-    KN_IO(k_adamw, 16 * n, 12 * n, 0);
-    KN_LAUNCH(k_adamw, kn_blocks(n, 256), 256, 0, c, p, g, m, v, n, decay, wd != 0.0f, b1, b2,
-              omb1, omb2, step, bc2_sqrt, eps);
+    kn_adamw_block b = {p, plo, (float *)g, m, v, n, wd, pdt};
+    kn_adamw_hp hp = {lr, b1, b2, eps, t, {1.0f, 1.0f}, 0};
+    cuda_adamw_blocks(c, &b, 1, hp);
 }
 
 /* ---- DoRA: the CPU's loops, one thread per row / column ------------------ */

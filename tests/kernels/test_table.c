@@ -1500,6 +1500,107 @@ static void c_vec(tc *t)
     }
 }
 
+/* One block's parameter (fp32, or a split bf16 master from the same fp32
+ * values), gradient and moments on the device, from host values. */
+static kn_adamw_block block_put(tc *t, kn_dtype pdt, float wd, const float *hp, const float *hg,
+                                const float *hm, const float *hv, size_t n)
+{
+    kn_adamw_block b = {NULL, NULL, dput(t, hg, n * 4), dput(t, hm, n * 4), dput(t, hv, n * 4), n,
+                        wd,   pdt};
+    float *p32 = dput(t, hp, n * 4);
+    if (pdt == KN_F32) {
+        b.p = p32;
+        return b;
+    }
+    b.p = dput(t, NULL, n * 2), b.plo = dput(t, NULL, n * 2);
+    kn_master_split(t->c, b.p, b.plo, p32, n);
+    return b;
+}
+
+static void same_block(tc *t, const kn_adamw_block *a, const kn_adamw_block *b)
+{
+    same_bits(t, "adamw_blocks p", b->pdt, a->p, b->p, a->n * kn_dtype_size(a->pdt));
+    if (a->plo) same_bits(t, "adamw_blocks plo", b->pdt, a->plo, b->plo, a->n * 2);
+    same_bits(t, "adamw_blocks m", KN_F32, a->m, b->m, a->n * 4);
+    same_bits(t, "adamw_blocks v", KN_F32, a->v, b->v, a->n * 4);
+}
+
+/* kn_adamw_blocks is, bit for bit, kn_scale by gscale[0], kn_scale by
+ * gscale[1] and kn_adamw on each block: blocks of both master types, with
+ * and without decay, one long enough to be split between threads and one
+ * shorter than a 64-byte step; zero_grad leaves every gradient 0 and
+ * kn_adamw (no zero_grad) leaves it as it was. */
+static void c_adamw_blocks(tc *t)
+{
+    enum { NB = 4 };
+    size_t ns[NB] = {40000, 7, 3001, 20011};
+    kn_dtype pdt[NB] = {KN_F32, KN_F32, KN_BF16, KN_BF16};
+    float wd[NB] = {0.1f, 0.0f, 0.1f, 0.0f}, s0 = 1.0f / 3.0f, s1 = 0.7f;
+    kn_adamw_block fused[NB], ref[NB];
+    float *hg[NB];
+    for (int i = 0; i < NB; i++) {
+        size_t n = ns[i];
+        float *hp = hrand(n, 1), *hm = hrand(n, 0.1), *hv = hrand(n, 0.1);
+        hg[i] = hrand(n, 1);
+        for (size_t j = 0; j < n; j++)
+            hv[j] = fabsf(hv[j]);
+        fused[i] = block_put(t, pdt[i], wd[i], hp, hg[i], hm, hv, n);
+        ref[i] = block_put(t, pdt[i], wd[i], hp, hg[i], hm, hv, n);
+        free(hp), free(hm), free(hv);
+    }
+    kn_adamw_hp hp = {1e-2f, 0.9f, 0.999f, 1e-8f, 3, {s0, s1}, 1};
+    kn_adamw_blocks(t->c, fused, NB, hp);
+    for (int i = 0; i < NB; i++) {
+        kn_scale(t->c, ref[i].g, ref[i].n, s0);
+        kn_scale(t->c, ref[i].g, ref[i].n, s1);
+        kn_adamw(t->c, ref[i].pdt, ref[i].p, ref[i].plo, ref[i].g, ref[i].m, ref[i].v, ref[i].n,
+                 hp.lr, hp.b1, hp.b2, hp.eps, ref[i].wd, hp.t);
+        same_block(t, &fused[i], &ref[i]);
+        float *fg = malloc(ns[i] * 4), *rg = malloc(ns[i] * 4);
+        kn_sync(t->c);
+        kn_to_host(t->c, fg, fused[i].g, ns[i] * 4);
+        kn_to_host(t->c, rg, ref[i].g, ns[i] * 4);
+        int bad = 0;
+        for (size_t j = 0; j < ns[i]; j++)
+            bad += fg[j] != 0.0f || rg[j] != hg[i][j] * s0 * s1;
+        if (bad)
+            fprintf(stderr, "FAIL %s adamw_blocks block %d: %d gradients not as left\n", t->dev, i,
+                    bad),
+                ty_failures++;
+        free(fg), free(rg), free(hg[i]);
+    }
+}
+
+/* kn_sumsq_scaled(x, s) is kn_sumsq of x scaled by kn_scale, bit for bit
+ * (s = 1: kn_sumsq of x), and inf, NaN or an overflowing product make it
+ * non-finite. */
+static void c_sumsq_scaled(tc *t)
+{
+    size_t n = 20011;
+    float *h = hrand(n, 3), s = 1.0f / 3.0f;
+    float *x = dput(t, h, n * 4), *y = dput(t, h, n * 4);
+    kn_scale(t->c, y, n, s);
+    double a = kn_sumsq_scaled(t->c, x, n, s), b = kn_sumsq(t->c, y, n);
+    double c1 = kn_sumsq_scaled(t->c, x, n, 1.0f), d1 = kn_sumsq(t->c, x, n);
+    if (a != b || c1 != d1)
+        fprintf(stderr, "FAIL %s sumsq_scaled %.17g vs %.17g, s = 1: %.17g vs %.17g\n", t->dev, a,
+                b, c1, d1),
+            ty_failures++;
+    float bad[4] = {INFINITY, -INFINITY, NAN, 3e38f};
+    float scale[4] = {s, s, s, 4.0f};
+    for (int k = 0; k < 4; k++) {
+        size_t at = (size_t)k * 4999 + 17;
+        kn_to_device(t->c, x + at, &bad[k], 4);
+        double r = kn_sumsq_scaled(t->c, x, n, scale[k]);
+        if (isfinite(r))
+            fprintf(stderr, "FAIL %s sumsq_scaled misses %g (times %g)\n", t->dev, bad[k],
+                    scale[k]),
+                ty_failures++;
+        kn_to_device(t->c, x + at, &h[at], 4);
+    }
+    free(h);
+}
+
 static const struct {
     const char *name;
     void (*run)(tc *t);
@@ -1515,6 +1616,8 @@ static const struct {
     {"attention", c_attention},
     {"crossentropy", c_crossentropy},
     {"adamw", c_adamw},
+    {"adamw_blocks", c_adamw_blocks},
+    {"sumsq_scaled", c_sumsq_scaled},
     {"master", c_master},
     {"typed", c_typed},
     {"add_norm", c_add_norm},
