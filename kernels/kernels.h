@@ -22,7 +22,7 @@
  *    (GPT-2's Conv1D [in, out] weights are transposed at load and export.)
  *  - Every *_bwd ACCUMULATES (+=) into each gradient it writes, so gradient
  *    accumulation and residual branches need no extra adds; callers zero
- *    gradient buffers with kn_zero. The one exception is documented
+ *    gradient buffers with kn_zero (or let kn_adamw_blocks clear them). The one exception is documented
  *    (kn_crossentropy_bwd overwrites dlogits). A NULL gradient pointer means
  *    "not needed" (frozen weights, inputs without grad) and is skipped.
  *  - Results are deterministic for a given thread count: no atomics on

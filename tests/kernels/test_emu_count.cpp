@@ -259,6 +259,13 @@ void optimizer_misc(kn_ctx *c)
     kn_adamw(c, KN_BF16, hi, lo, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2);
     kn_master_join(c, x, hi, lo, n);
     check("optimizer", "k_adamw,k_master_split,k_adamw_split,k_master_join");
+    /* The fused step: gradient factors in register, gradients cleared. */
+    float *m2 = (float *)b.f32(n), *v2 = (float *)b.f32(n);
+    kn_adamw_block blk[2] = {{p, nullptr, g, m, v, n, 0.1f, KN_F32},
+                             {hi, lo, x, m2, v2, n, 0.0f, KN_BF16}};
+    kn_adamw_hp hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 3, {0.5f, 0.25f}, 1};
+    kn_adamw_blocks(c, blk, 2, hp);
+    check("optimizer blocks", "k_adamw,k_adamw_split");
     kn_dropout_fwd(c, KN_BF16, o16, mask, x16, n, 0.1f, 7, 0);
     kn_dropout_bwd(c, g, x, mask, n, 0.1f);
     kn_geglu_fwd(c, KN_BF16, o16, x16, up, n);
