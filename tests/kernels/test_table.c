@@ -586,16 +586,17 @@ static void c_attention(tc *t)
 /* Fused cross-entropy with fp32 and 16-bit logits: the 16-bit logits are
  * the rounded values (the reference uses them), dlogits come back in the
  * same dtype (dt's tolerance), the loss is computed in fp32 from exact
- * inputs (fp32 tolerance); also in place (dlogits over logits). */
-static void c_crossentropy(tc *t)
+ * inputs (fp32 tolerance); also in place (dlogits over logits). N rows of
+ * V logits, row 4's target ignored (-100); V is not a multiple of 128 nor
+ * of 8, so most rows start off a 16-byte boundary (CUDA's vector loads). */
+static void c_crossentropy_nv(tc *t, int N, int V)
 {
-    int N = 11, V = 53;
     for (int dtc = 0; dtc < 6; dtc++) {
         int dt = dtc % 3;
         float cap = dtc < 3 ? 0.0f : 2.5f; /* Gemma 2's final-logit soft-cap */
         size_t es = dt == KN_F32 ? 4 : 2, nv = (size_t)N * V;
         float *hl = hrand(nv, 4);
-        int32_t tg[11];
+        int32_t *tg = malloc((size_t)N * sizeof *tg);
         for (int n = 0; n < N; n++)
             tg[n] = n == 4 ? -100 : (n * 17 + 1) % V;
         float *l32 = dput(t, hl, nv * 4), *loss = dpoison(t, N), *dlf = dpoison(t, nv);
@@ -604,13 +605,13 @@ static void c_crossentropy(tc *t)
         kn_convert(t->c, l32, KN_F32, l, (kn_dtype)dt, nv); /* the values the op sees */
         kn_to_host(t->c, hl, l32, nv * 4);
         kn_convert(t->c, dl, (kn_dtype)dt, dlf, KN_F32, nv); /* poisoned */
-        int32_t *dtg = dput(t, tg, sizeof tg);
+        int32_t *dtg = dput(t, tg, (size_t)N * sizeof *tg);
         kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, loss, dl, l, dtg, N, V, 0.1f, cap);
         kn_convert(t->c, dlf, KN_F32, dl, (kn_dtype)dt, nv);
-        double *wl = dvec(N), *wd = dvec(nv);
+        double *wl = dvec(N), *wd = dvec(nv), *wy = dvec((size_t)V);
         for (int n = 0; n < N; n++) {
             if (tg[n] == -100) continue;
-            double mx = -INFINITY, z = 0, y[53];
+            double mx = -INFINITY, z = 0, *y = wy;
             for (int j = 0; j < V; j++) {
                 y[j] = hl[(size_t)n * V + j];
                 if (cap > 0) y[j] = cap * tanh(y[j] / cap);
@@ -627,21 +628,27 @@ static void c_crossentropy(tc *t)
                           : dt == KN_BF16 ? (cap > 0 ? "bf16, softcap" : "bf16")
                                           : (cap > 0 ? "fp16, softcap" : "fp16");
         char what[64];
-        snprintf(what, sizeof what, "crossentropy loss (%s logits)", tag);
+        snprintf(what, sizeof what, "crossentropy loss (%s logits, V %d)", tag, V);
         expect(t, what, loss, wl, N, KN_F32);
-        snprintf(what, sizeof what, "crossentropy dlogits (%s)", tag);
+        snprintf(what, sizeof what, "crossentropy dlogits (%s, V %d)", tag, V);
         expect(t, what, dlf, wd, nv, (kn_dtype)dt);
         /* Evaluation's forward and the in-place training form. */
         float *loss2 = dpoison(t, N);
         kn_crossentropy_fwd(t->c, (kn_dtype)dt, loss2, l, dtg, N, V, cap);
-        snprintf(what, sizeof what, "crossentropy_fwd loss (%s logits)", tag);
+        snprintf(what, sizeof what, "crossentropy_fwd loss (%s logits, V %d)", tag, V);
         expect(t, what, loss2, wl, N, KN_F32);
         kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, NULL, l, l, dtg, N, V, 0.1f, cap);
         kn_convert(t->c, dlf, KN_F32, l, (kn_dtype)dt, nv);
-        snprintf(what, sizeof what, "crossentropy in place (%s)", tag);
+        snprintf(what, sizeof what, "crossentropy in place (%s, V %d)", tag, V);
         expect(t, what, dlf, wd, nv, (kn_dtype)dt);
-        free(hl), free(wl), free(wd);
+        free(hl), free(wl), free(wd), free(wy), free(tg);
     }
+}
+
+static void c_crossentropy(tc *t)
+{
+    c_crossentropy_nv(t, 11, 53);
+    c_crossentropy_nv(t, 7, 1037);
 }
 
 static void c_adamw(tc *t)
