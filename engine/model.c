@@ -986,21 +986,14 @@ int model_save_optimizer(model *m, const char *path, ty_err *err)
 
 /* ---- activations ------------------------------------------------------- */
 
-/* Bytes of logits the head keeps at once when the rows are the engine's
- * choice: the [N, V] logits (GPT-2 seq 4096: 786 MiB in fp32, a 128k
- * vocabulary's GBs) become a chunk of this size, reused chunk after chunk
- * (docs/engine.md). Small enough to vanish next to the parameters, big
- * enough that each lm_head GEMM still has hundreds of rows. */
-#define CE_CHUNK_BYTES ((size_t)32 << 20)
-#define CE_MIN_ROWS 128
-
-/* Rows of the head's logit chunk for N rows: ce_rows when asked for, else
- * CE_CHUNK_BYTES worth (at least CE_MIN_ROWS), never more than N. */
+/* Rows of the head's logit chunk for N rows: ce_rows when asked for,
+ * else the device's choice (kn_logit_rows: the [N, V] logits, GPT-2 seq
+ * 4096: 786 MiB in fp32, a 128k vocabulary's GBs, become a chunk reused
+ * chunk after chunk; docs/engine.md), never more than N. */
 static int head_rows(const model *m, size_t N, size_t V, size_t es)
 {
-    size_t r = m->ce_rows > 0 ? (size_t)m->ce_rows : CE_CHUNK_BYTES / (V * es);
-    if (m->ce_rows <= 0 && r < CE_MIN_ROWS) r = CE_MIN_ROWS;
-    return (int)(r < N ? r : N);
+    if (m->ce_rows <= 0) return kn_logit_rows(m->kn, N, V, es);
+    return (int)((size_t)m->ce_rows < N ? (size_t)m->ce_rows : N);
 }
 
 int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *err)

@@ -39,6 +39,8 @@ typedef struct kn_backend {
     void (*host_free)(kn_ctx *c, void *p);
     /* kn_device_used_bytes; NULL means 0 (the CPU). */
     size_t (*device_used)(kn_ctx *c);
+    /* kn_logit_rows; NULL means the CPU's rule (kernels.c). */
+    int (*logit_rows)(kn_ctx *c, size_t N, size_t V, size_t es);
 
     /* One entry per op of kn_ops.h, with exactly its kn_* signature. */
 #define KN_ENTRY(ret, name, params, args) ret(*name) params;

@@ -247,6 +247,18 @@ size_t kn_device_used_bytes(kn_ctx *c)
     return c->be->device_used ? c->be->device_used(c) : 0;
 }
 
+/* The CPU's logit chunk (kernels.h): 32 MiB, at least 128 rows. */
+#define KN_CPU_LOGIT_BYTES ((size_t)32 << 20)
+#define KN_CPU_LOGIT_MIN_ROWS 128
+
+int kn_logit_rows(kn_ctx *c, size_t N, size_t V, size_t es)
+{
+    if (c->be->logit_rows) return c->be->logit_rows(c, N, V, es);
+    size_t r = KN_CPU_LOGIT_BYTES / (V * es > 0 ? V * es : 1);
+    if (r < KN_CPU_LOGIT_MIN_ROWS) r = KN_CPU_LOGIT_MIN_ROWS;
+    return (int)(r < N ? r : N);
+}
+
 void kn_to_device(kn_ctx *c, void *dst, const void *host_src, size_t bytes)
 {
     c->be->to_device(c, dst, host_src, bytes);

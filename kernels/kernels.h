@@ -153,6 +153,16 @@ size_t kn_peak_bytes(const kn_ctx *c);
  * allocations and any other process on the card. 0 on the CPU, or when
  * the device cannot say. */
 size_t kn_device_used_bytes(kn_ctx *c);
+/* Rows (1..N) of the [N, V] logits, es bytes an element, that the loss
+ * head computes at once on this device (docs/engine.md, "The loss head").
+ * CPU: 32 MiB of logits (at least 128 rows): a chunk stays near the
+ * caches and its GEMMs still have hundreds of rows. CUDA: all N rows when
+ * they fit the logit budget, the smaller of 1 GiB and a sixteenth of the
+ * card's memory (kn_info's total, so the choice is the same run after run
+ * and a resumed run chunks as the first did); else the most rows the
+ * budget holds in multiples of 128 (whole tensor-core tiles), at least
+ * 128. */
+int kn_logit_rows(kn_ctx *c, size_t N, size_t V, size_t es);
 void kn_to_device(kn_ctx *c, void *dst, const void *host_src, size_t bytes);
 void kn_to_host(kn_ctx *c, void *host_dst, const void *src, size_t bytes);
 /* Waits for queued device work (no-op on CPU). */

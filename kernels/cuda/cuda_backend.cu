@@ -221,6 +221,22 @@ static size_t cuda_device_used(kn_ctx *c)
     return total > free_b ? total - free_b : 0;
 }
 
+/* kn_logit_rows: the whole batch's logits when they fit the budget, else
+ * whole 128-row tiles of it (kernels.h says why). */
+#define CUDA_LOGIT_CAP ((size_t)1 << 30)
+#define CUDA_LOGIT_TILE 128
+
+static int cuda_logit_rows(kn_ctx *c, size_t N, size_t V, size_t es)
+{
+    size_t budget = c->info.total_mem / 16, row = V * es > 0 ? V * es : 1;
+    if (budget == 0 || budget > CUDA_LOGIT_CAP)
+        budget = CUDA_LOGIT_CAP;
+    size_t r = budget / row / CUDA_LOGIT_TILE * CUDA_LOGIT_TILE;
+    if (r < CUDA_LOGIT_TILE)
+        r = CUDA_LOGIT_TILE;
+    return (int)(N <= budget / row || r > N ? N : r);
+}
+
 static void cuda_sync(kn_ctx *c) { kn_cuda_ok(c, cudaStreamSynchronize(kn_cuda_st(c)->stream), "sync"); }
 
 } // namespace KN_NS
@@ -237,6 +253,7 @@ extern "C" const kn_backend KN_CUDA_BACKEND = {
     .host_alloc = KN_NS::cuda_host_alloc,
     .host_free = KN_NS::cuda_host_free,
     .device_used = KN_NS::cuda_device_used,
+    .logit_rows = KN_NS::cuda_logit_rows,
 #define KN_CUDA_ENTRY(ret, name, params, args) .name = KN_NS::cuda_##name,
     KN_OPS(KN_CUDA_ENTRY)
 #undef KN_CUDA_ENTRY

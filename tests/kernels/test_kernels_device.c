@@ -1009,6 +1009,24 @@ static void t_convert(pair *p)
         }
 }
 
+/* The loss head's chunk (kn_logit_rows): the CPU's 32 MiB of logits; on
+ * the device the whole batch while it fits the budget (1 GiB, or a
+ * sixteenth of the card's memory), else whole 128-row tiles of it. */
+static void t_logit_rows(pair *p)
+{
+    size_t V = 50257, total = kn_info(p->dev)->total_mem;
+    size_t budget = total / 16 && total / 16 < ((size_t)1 << 30) ? total / 16 : (size_t)1 << 30;
+    size_t fit = budget / (V * 2), tiles = fit / 128 * 128;
+    int cpu = kn_logit_rows(p->cpu, 8192, V, 2), all = kn_logit_rows(p->dev, fit, V, 2);
+    int over = kn_logit_rows(p->dev, fit + 1000, V, 2), few = kn_logit_rows(p->dev, 100, V, 2);
+    printf("logit rows: cpu %d, device %d of %zu, %d of %zu\n", cpu, all, fit, over, fit + 1000);
+    if (cpu != (int)(((size_t)32 << 20) / (V * 2))) TY_FAIL("cpu logit rows %d", cpu);
+    if (all != (int)fit) TY_FAIL("device logit rows %d, the batch is %zu", all, fit);
+    if (over != (int)tiles || over % 128) TY_FAIL("device logit rows %d, want %zu", over, tiles);
+    if (few != 100) TY_FAIL("device logit rows %d for a 100-row batch", few);
+    if (kn_logit_rows(p->dev, 100000, 1 << 24, 4) != 128) TY_FAIL("device logit rows under 128");
+}
+
 static void t_context(pair *p)
 {
     const char *d = kn_describe(p->dev);
@@ -1037,6 +1055,7 @@ static void t_context(pair *p)
         strncmp(err.msg, kn_device_name(p->dev), strlen(kn_device_name(p->dev)))) {
         TY_FAIL("kn_check: '%s'", err.msg);
     }
+    t_logit_rows(p);
 }
 
 /* Whether name is in list: "all", or names separated by commas. */
