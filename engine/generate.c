@@ -658,16 +658,17 @@ int logits_main(int argc, char **argv)
             rc = fail1(NULL, &err);
             goto out;
         }
-        float *host = malloc((size_t)n * V * sizeof *host);
+        size_t ld = (size_t)g.m.logit_ld;
+        float *host = malloc((size_t)n * ld * sizeof *host);
         if (!host) {
             rc = 1;
             goto out;
         }
         /* the training path folds Gemma 2's final soft-cap into the loss */
-        kn_softcap(g.kn, g.m.logits, (size_t)n * V, c->final_softcap);
-        kn_to_host(g.kn, host, g.m.logits, (size_t)n * V * sizeof *host);
-        for (size_t i = 0; i < n; i++)
-            print_row(host + i * V, V, i == 0);
+        kn_softcap(g.kn, g.m.logits, (size_t)n * ld, c->final_softcap);
+        kn_to_host(g.kn, host, g.m.logits, (size_t)n * ld * sizeof *host);
+        for (size_t i = 0; i < n; i++) /* rows ld apart: the device's padding */
+            print_row(host + i * ld, V, i == 0);
         free(host);
     }
     printf("]}\n");

@@ -1088,9 +1088,10 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
         m->lnf = TAKE16(N * C);
         m->lnf_mean = TAKE(N);
         m->lnf_rstd = TAKE(N);
-        m->logit_rows = inf ? 0 : head_rows(m, N, V, es);
+        m->logit_ld = kn_logit_ld(m->kn, (int)V);
+        m->logit_rows = inf ? 0 : head_rows(m, N, (size_t)m->logit_ld, es);
         /* in dt: the dlogits are written over them */
-        m->logits = inf ? NULL : TAKE16((size_t)m->logit_rows * V);
+        m->logits = inf ? NULL : TAKE16((size_t)m->logit_rows * m->logit_ld);
         m->losses = inf ? NULL : TAKE(N);
         m->tmp = TAKE16(N * C);
         m->xw = wide ? TAKE(N * maxk) : NULL;
@@ -1446,18 +1447,20 @@ static void forward_hidden(model *m, const int32_t *inputs, const int32_t *targe
         kn_rmsnorm_fwd(k, dt, m->lnf, m->lnf_rstd, x, NWT(m->lnf_w, C), N, C, c->norm_eps);
 }
 
+/* The lm_head weight as the head's GEMMs read it: fp32, or in dt. */
+static const void *head_w(model *m)
+{
+    return m->dt == KN_F32 ? (const void *)W(m, m->lm_head) : (const void *)W16(m, m->lm_head);
+}
+
 /* The head over rows [r, r + n) (n <= logit_rows): logits[n,V] =
- * lnf[r..] W_lm^T in dt. */
+ * lnf[r..] W_lm^T in dt, rows logit_ld apart (the device's padding). */
 static void head_fwd(model *m, int r, int n)
 {
-    kn_ctx *k = m->kn;
-    int C = m->cfg.dim, V = m->cfg.vocab;
+    int C = m->cfg.dim;
     const void *x = AV(m, m->lnf, (size_t)r * C);
     gemms(m, m->dt != KN_F32, 1);
-    if (m->dt == KN_F32)
-        kn_matmul_fwd(k, m->logits, x, W(m, m->lm_head), NULL, n, C, V);
-    else
-        kn_matmul16_fwd(k, m->dt, m->dt, m->dt, m->logits, x, W16(m, m->lm_head), NULL, n, C, V);
+    kn_logits_fwd(m->kn, m->dt, m->logits, x, head_w(m), n, C, m->cfg.vocab, m->logit_ld);
 }
 
 /* Its backward from the chunk's dlogits (in m->logits, in dt: the
@@ -1465,16 +1468,12 @@ static void head_fwd(model *m, int r, int n)
  * caller), dW_lm += dlogits^T lnf[r..] chunk after chunk. */
 static void head_bwd(model *m, int r, int n)
 {
-    kn_ctx *k = m->kn;
-    int C = m->cfg.dim, V = m->cfg.vocab;
+    int C = m->cfg.dim;
     const void *x = AV(m, m->lnf, (size_t)r * C);
     float *dx = m->dln + (size_t)r * C;
     gemms(m, m->dt != KN_F32, 1 + (G(m, m->lm_head) != NULL));
-    if (m->dt == KN_F32)
-        kn_matmul_bwd(k, dx, G(m, m->lm_head), NULL, m->logits, x, W(m, m->lm_head), n, C, V);
-    else
-        kn_matmul16_bwd(k, m->dt, m->dt, m->dt, dx, G(m, m->lm_head), NULL, m->logits, x,
-                        W16(m, m->lm_head), n, C, V);
+    kn_logits_bwd(m->kn, m->dt, dx, G(m, m->lm_head), m->logits, x, head_w(m), n, C, m->cfg.vocab,
+                  m->logit_ld);
 }
 
 /* The loss head over chunks of logit_rows rows: per chunk the lm_head
@@ -1486,18 +1485,18 @@ static void head_bwd(model *m, int r, int n)
 static void head_loss(model *m, float *losses, int N, int train, float scale, float softcap)
 {
     kn_ctx *k = m->kn;
-    int V = m->cfg.vocab, R = m->logit_rows;
+    int V = m->cfg.vocab, R = m->logit_rows, ld = m->logit_ld;
     if (train) kn_zero(k, m->dln, (size_t)N * m->cfg.dim);
     for (int r = 0; r < N; r += R) {
         int n = N - r < R ? N - r : R;
         head_fwd(m, r, n);
         if (!train) {
-            kn_crossentropy_fwd(k, m->dt, losses + r, m->logits, m->targets + r, n, V, softcap);
+            kn_crossentropy_fwd(k, m->dt, losses + r, m->logits, m->targets + r, n, V, ld, softcap);
             continue;
         }
         /* losses and dlogits in one pass; dlogits overwrite the logits */
         kn_crossentropy_fwd_bwd(k, m->dt, losses ? losses + r : NULL, m->logits, m->logits,
-                                m->targets + r, n, V, scale, softcap);
+                                m->targets + r, n, V, ld, scale, softcap);
         head_bwd(m, r, n);
     }
 }

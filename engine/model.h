@@ -139,9 +139,11 @@ typedef struct model {
      * dlogits are written over them): the lm_head GEMM, the cross-entropy
      * and the dlogits GEMMs run over chunks of rows, so the whole [N, V]
      * never exists (model_alloc_acts picks the rows; ce_rows > 0, set
-     * before it, asks for that many: generate's logits dump asks for all). */
+     * before it, asks for that many: generate's logits dump asks for all).
+     * Rows are logit_ld >= vocab elements apart (kn_logit_ld: CUDA pads
+     * them to a multiple of 128; the columns past vocab are never read). */
     void *logits;
-    int ce_rows, logit_rows;
+    int ce_rows, logit_rows, logit_ld;
     /* Set before model_alloc_acts for a forward-only model (generation):
      * no activation gradients, no logit chunk. */
     int inference;

@@ -41,6 +41,8 @@ typedef struct kn_backend {
     size_t (*device_used)(kn_ctx *c);
     /* kn_logit_rows; NULL means the CPU's rule (kernels.c). */
     int (*logit_rows)(kn_ctx *c, size_t N, size_t V, size_t es);
+    /* kn_logit_ld; NULL means V (no padding). */
+    int (*logit_ld)(kn_ctx *c, int V);
 
     /* One entry per op of kn_ops.h, with exactly its kn_* signature. */
 #define KN_ENTRY(ret, name, params, args) ret(*name) params;

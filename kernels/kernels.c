@@ -251,6 +251,11 @@ size_t kn_device_used_bytes(kn_ctx *c)
 #define KN_CPU_LOGIT_BYTES ((size_t)32 << 20)
 #define KN_CPU_LOGIT_MIN_ROWS 128
 
+int kn_logit_ld(kn_ctx *c, int V)
+{
+    return c->be->logit_ld ? c->be->logit_ld(c, V) : V;
+}
+
 int kn_logit_rows(kn_ctx *c, size_t N, size_t V, size_t es)
 {
     if (c->be->logit_rows) return c->be->logit_rows(c, N, V, es);

@@ -163,6 +163,11 @@ size_t kn_device_used_bytes(kn_ctx *c);
  * budget holds in multiples of 128 (whole tensor-core tiles), at least
  * 128. */
 int kn_logit_rows(kn_ctx *c, size_t N, size_t V, size_t es);
+/* The leading dimension (>= V) the loss head gives its [rows, V] logits
+ * (kn_logits_*, kn_crossentropy_*): V on the CPU; on CUDA V rounded up to
+ * a multiple of 128, so every row starts 16-byte aligned and the GEMMs'
+ * output has whole tiles of columns. Pass it to kn_logit_rows as V. */
+int kn_logit_ld(kn_ctx *c, int V);
 void kn_to_device(kn_ctx *c, void *dst, const void *host_src, size_t bytes);
 void kn_to_host(kn_ctx *c, void *host_dst, const void *src, size_t bytes);
 /* Waits for queued device work (no-op on CPU). */
@@ -313,8 +318,18 @@ KN_OPS(KN_PROTO)
  *   dout z) / norm[o] (one thread per column, in n order). Any of dlr, dy
  *   may be NULL.
  *
+ * kn_logits_fwd: the loss head's lm_head GEMM, logits[N, V] = x[N, K]
+ *   w[V, K]^T, with logits rows ld >= V elements apart (kn_logit_ld); x, w
+ *   and the logits in dt (fp32 weights for KN_F32), as kn_matmul16_fwd
+ *   with dt everywhere. Columns V..ld-1 are not written.
+ * kn_logits_bwd: its backward, dx[N, K] += dlogits w, dw[V, K] +=
+ *   dlogits^T x (fp32; either may be NULL), reading only the first V
+ *   columns of dlogits[N, ld] (in dt).
+ *
  * kn_crossentropy_fwd: losses[N] = -log softmax(logits[n])[targets[n]], 0
- *   where targets[n] == -100 (evaluation). targets: int32, same memory
+ *   where targets[n] == -100 (evaluation). Rows of V logits are ld >= V
+ *   elements apart (both ops; columns V..ld-1 are neither read nor
+ *   written, dlogits' included). targets: int32, same memory
  *   rules as embedding ids. softcap > 0 (Gemma 2's final_logit_softcapping)
  *   takes the loss on y = cap * tanh(logits / cap) instead, and the
  *   backward below multiplies the gradient by dy/dlogits = 1 - (y/cap)^2,

@@ -143,11 +143,16 @@
       (c, dlr, dy, dmag, dout, z, g, norm, s, N, M))                                               \
     /* loss */                                                                                     \
     X(void, crossentropy_fwd, (kn_ctx *c, kn_dtype dt, float *losses, const void *logits,          \
-      const int32_t *targets, int N, int V, float softcap),                                        \
-      (c, dt, losses, logits, targets, N, V, softcap))                                             \
+      const int32_t *targets, int N, int V, int ld, float softcap),                                \
+      (c, dt, losses, logits, targets, N, V, ld, softcap))                                         \
     X(void, crossentropy_fwd_bwd, (kn_ctx *c, kn_dtype dt, float *losses, void *dlogits,           \
-      const void *logits, const int32_t *targets, int N, int V, float scale, float softcap),       \
-      (c, dt, losses, dlogits, logits, targets, N, V, scale, softcap))                             \
+      const void *logits, const int32_t *targets, int N, int V, int ld, float scale,               \
+      float softcap), (c, dt, losses, dlogits, logits, targets, N, V, ld, scale, softcap))         \
+    X(void, logits_fwd, (kn_ctx *c, kn_dtype dt, void *out, const void *x, const void *w, int N,   \
+      int K, int V, int ld), (c, dt, out, x, w, N, K, V, ld))                                      \
+    X(void, logits_bwd, (kn_ctx *c, kn_dtype dt, float *dx, float *dw, const void *dout,           \
+      const void *x, const void *w, int N, int K, int V, int ld),                                  \
+      (c, dt, dx, dw, dout, x, w, N, K, V, ld))                                                    \
     X(void, softcap, (kn_ctx *c, float *x, size_t n, float cap), (c, x, n, cap))                   \
     /* optimizer */                                                                                \
     X(void, adamw, (kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m,     \

@@ -111,9 +111,9 @@ int main(int argc, char **argv)
     double hf = 2.0 * N * C * (double)V;
     TIME("matmul_fwd lm_head 256x50257", hf, reps, kn_matmul_fwd(c, logits, x, lw, NULL, N, C, V));
     TIME("crossentropy_fwd", 0, reps,
-         kn_crossentropy_fwd(c, KN_F32, losses, logits, tg, N, V, 0.0f));
+         kn_crossentropy_fwd(c, KN_F32, losses, logits, tg, N, V, V, 0.0f));
     TIME("crossentropy_fwd_bwd (fused)", 0, reps,
-         kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, 1.0f / N, 0.0f));
+         kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, V, 1.0f / N, 0.0f));
     TIME("matmul_bwd lm_head", 2 * hf, reps,
          kn_matmul_bwd(c, dx, dlw, NULL, logits, x, lw, N, C, V));
     size_t np = (size_t)V * C;

@@ -8,6 +8,8 @@
  * read first. kn_crossentropy_fwd_bwd does both halves in the same passes.
  * 16-bit logits (the engine's bf16 / fp16 runs) are widened a row at a
  * time into a per-thread fp32 row, so the [N, V] tensor stays 16-bit.
+ * Rows are ld elements apart (ld >= V, the logits' leading dimension);
+ * columns V..ld-1 are neither read nor written.
  * A final-logit soft-cap (Gemma 2's final_logit_softcapping) is folded in:
  * the loss is taken on y = cap tanh(z / cap) of the raw logits z, and the
  * gradient is the capped one times dy/dz = 1 - (y / cap)^2; such rows go
@@ -123,7 +125,7 @@ static void ce_row_capped(float *loss, float *d, float *y, int32_t t, int V, flo
  * the backward, writes the row back rounded to dt. A row is read whole
  * before it is written, so dlogits may still alias logits. */
 static void ce_rows16(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits, const void *logits,
-                      const int32_t *targets, int N, int V, float scale, float cap)
+                      const int32_t *targets, int N, int V, int ld, float scale, float cap)
 {
     size_t es = kn_dtype_size(dt);
     int nt = cpu_threads_for(c, (size_t)N * V);
@@ -136,45 +138,45 @@ static void ce_rows16(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits, cons
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int n = 0; n < N; n++) {
         float *row = buf + (size_t)omp_get_thread_num() * rows * V;
-        cpu_convert_n(row, KN_F32, (const char *)logits + (size_t)n * V * es, dt, (size_t)V);
+        cpu_convert_n(row, KN_F32, (const char *)logits + (size_t)n * ld * es, dt, (size_t)V);
         float *loss = losses ? losses + n : NULL;
         float *d = dlogits ? (cap > 0.0f ? row + V : row) : NULL;
         if (cap > 0.0f)
             ce_row_capped(loss, d, row, targets[n], V, scale, cap);
         else
             ce_row(loss, d, row, targets[n], V, scale);
-        if (dlogits) cpu_convert_n((char *)dlogits + (size_t)n * V * es, dt, d, KN_F32, (size_t)V);
+        if (dlogits) cpu_convert_n((char *)dlogits + (size_t)n * ld * es, dt, d, KN_F32, (size_t)V);
     }
     free(buf);
 }
 
 void cpu_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *logits,
-                          const int32_t *targets, int N, int V, float softcap)
+                          const int32_t *targets, int N, int V, int ld, float softcap)
 {
     if (dt != KN_F32 || softcap > 0.0f) {
-        ce_rows16(c, dt, losses, NULL, logits, targets, N, V, 0.0f, softcap);
+        ce_rows16(c, dt, losses, NULL, logits, targets, N, V, ld, 0.0f, softcap);
         return;
     }
     const float *l32 = logits;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N *V))
     for (int n = 0; n < N; n++)
-        ce_row(losses + n, NULL, l32 + (size_t)n * V, targets[n], V, 0.0f);
+        ce_row(losses + n, NULL, l32 + (size_t)n * ld, targets[n], V, 0.0f);
 }
 
 void cpu_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits,
-                              const void *logits, const int32_t *targets, int N, int V, float scale,
-                              float softcap)
+                              const void *logits, const int32_t *targets, int N, int V, int ld,
+                              float scale, float softcap)
 {
     if (dt != KN_F32 || softcap > 0.0f) {
-        ce_rows16(c, dt, losses, dlogits, logits, targets, N, V, scale, softcap);
+        ce_rows16(c, dt, losses, dlogits, logits, targets, N, V, ld, scale, softcap);
         return;
     }
     float *d32 = dlogits;
     const float *l32 = logits;
 #pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N *V))
     for (int n = 0; n < N; n++)
-        ce_row(losses ? losses + n : NULL, d32 + (size_t)n * V, l32 + (size_t)n * V, targets[n], V,
-               scale);
+        ce_row(losses ? losses + n : NULL, d32 + (size_t)n * ld, l32 + (size_t)n * ld, targets[n],
+               V, scale);
 }
 
 /* x = cap tanh(x / cap): the soft-capped logits that generation and

@@ -237,6 +237,13 @@ static int cuda_logit_rows(kn_ctx *c, size_t N, size_t V, size_t es)
     return (int)(N <= budget / row || r > N ? N : r);
 }
 
+/* kn_logit_ld: logits rows padded to whole 128-column tiles. */
+static int cuda_logit_ld(kn_ctx *c, int V)
+{
+    (void)c;
+    return (V + CUDA_LOGIT_TILE - 1) / CUDA_LOGIT_TILE * CUDA_LOGIT_TILE;
+}
+
 static void cuda_sync(kn_ctx *c) { kn_cuda_ok(c, cudaStreamSynchronize(kn_cuda_st(c)->stream), "sync"); }
 
 } // namespace KN_NS
@@ -254,6 +261,7 @@ extern "C" const kn_backend KN_CUDA_BACKEND = {
     .host_free = KN_NS::cuda_host_free,
     .device_used = KN_NS::cuda_device_used,
     .logit_rows = KN_NS::cuda_logit_rows,
+    .logit_ld = KN_NS::cuda_logit_ld,
 #define KN_CUDA_ENTRY(ret, name, params, args) .name = KN_NS::cuda_##name,
     KN_OPS(KN_CUDA_ENTRY)
 #undef KN_CUDA_ENTRY

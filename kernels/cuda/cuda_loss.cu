@@ -128,11 +128,11 @@ __device__ void ce_row(float *losses, void *drow, const void *row, int t, int V,
 }
 
 __global__ void k_crossentropy(float *losses, void *dlogits, const void *logits, int dt,
-                               const int32_t *targets, int V, float scale, float cap)
+                               const int32_t *targets, int V, int ld, float scale, float cap)
 {
     __shared__ float shf[33];
     __shared__ double shd[33];
-    size_t off = (size_t)blockIdx.x * V, es = dt == KN_F32 ? 4 : 2;
+    size_t off = (size_t)blockIdx.x * ld, es = dt == KN_F32 ? 4 : 2;
     int t = targets[blockIdx.x];
     if (t == CE_IGNORE || t < 0 || t >= V) {
         float fill = t == CE_IGNORE ? 0.0f : NAN;
@@ -155,25 +155,59 @@ __global__ void k_crossentropy(float *losses, void *dlogits, const void *logits,
 /* 16-bit logits (the typed ops) are read and written in place as
  * 16 bits: no fp32 copy of the [N, V] tensor, no allocation. */
 void cuda_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *logits,
-                           const int32_t *targets, int N, int V, float softcap)
+                           const int32_t *targets, int N, int V, int ld, float softcap)
 {
     void *no_grad = nullptr;
     if (N <= 0 || V <= 0)
         return;
     KN_IO(k_crossentropy, 4 * (size_t)N + (size_t)N * V * kn_dtype_size(dt), (losses ? 4 * (size_t)N : 0), 0);
-    KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, no_grad, logits, (int)dt, targets, V, 0.0f,
-              softcap);
+    KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, no_grad, logits, (int)dt, targets, V, ld,
+              0.0f, softcap);
 }
 
 void cuda_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits, const void *logits,
-                               const int32_t *targets, int N, int V, float scale, float softcap)
+                               const int32_t *targets, int N, int V, int ld, float scale, float softcap)
 {
     if (N <= 0 || V <= 0)
         return;
     KN_IO(k_crossentropy, 4 * (size_t)N + (size_t)N * V * kn_dtype_size(dt),
         (losses ? 4 * (size_t)N : 0) + (dlogits ? (size_t)N * V * kn_dtype_size(dt) : 0), 0);
-    KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, dlogits, logits, (int)dt, targets, V, scale,
-              softcap);
+    KN_LAUNCH(k_crossentropy, N, CE_THREADS, 0, c, losses, dlogits, logits, (int)dt, targets, V, ld,
+              scale, softcap);
+}
+
+/* The lm_head GEMMs with the logits' leading dimension ld (kn_logit_ld
+ * pads it to a multiple of 128, so every logits row starts 16-byte
+ * aligned for cuBLASLt and the cross-entropy's vector loads): the layouts
+ * of kn_matmul16_* (kn_matmul_* in fp32) with ld for the logits'. The
+ * GEMMs' M is V: the weight keeps its V rows, columns V..ld-1 of the
+ * logits are never written nor read. */
+void cuda_logits_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, const void *w, int N, int K,
+                     int V, int ld)
+{
+    if (N <= 0 || V <= 0)
+        return;
+    if (ld < V) {
+        kn_fail(c, TY_EINVAL, "logits: leading dimension %d < vocabulary %d", ld, V);
+        return;
+    }
+    /* out^T[V,N] (column-major, ld) = w[V,K] x^T */
+    kn_cuda_gemm(c, out, dt, w, x, dt, nullptr, V, N, K, 1, 0, K, K, ld, 0.0f);
+}
+
+void cuda_logits_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const void *dout, const void *x,
+                     const void *w, int N, int K, int V, int ld)
+{
+    if (N <= 0 || V <= 0 || K <= 0)
+        return;
+    if (ld < V) {
+        kn_fail(c, TY_EINVAL, "logits: leading dimension %d < vocabulary %d", ld, V);
+        return;
+    }
+    if (dx) /* dx^T[K,N] += w^T[K,V] dout^T[V,N] */
+        kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, K, N, V, 0, 0, K, ld, K, 1.0f);
+    if (dw) /* dw^T[K,V] += x^T[K,N] dout[N,V] */
+        kn_cuda_gemm(c, dw, KN_F32, x, dout, dt, nullptr, K, V, N, 0, 1, K, ld, K, 1.0f);
 }
 
 /* x = cap tanh(x / cap) in place (generation's and evaluation's logits). */

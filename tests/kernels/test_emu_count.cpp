@@ -208,7 +208,7 @@ void embedding_loss(kn_ctx *c)
     int32_t *targets = (int32_t *)b.ids(N, 5);
     float *losses = (float *)b.f32(N);
     take();
-    kn_crossentropy_fwd_bwd(c, KN_BF16, losses, logits, logits, targets, N, V, 1.0f / N, 0.0f);
+    kn_crossentropy_fwd_bwd(c, KN_BF16, losses, logits, logits, targets, N, V, V, 1.0f / N, 0.0f);
     check("crossentropy", "k_crossentropy");
 }
 

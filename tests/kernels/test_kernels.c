@@ -1387,7 +1387,7 @@ static void test_crossentropy(void)
     float *l = frand(c, &s.l, nl, 4.0);
     s.loss = dzeros(N);
     float *loss = falloc(c, N);
-    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, 0.0f);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, V, 0.0f);
     ce_loss(&s);
     check_close("crossentropy fwd", loss, s.loss, N, 1e-5, 1e-6);
     CHECK(loss[1] == 0.0f && loss[5] == 0.0f, "ignored targets have a loss");
@@ -1395,21 +1395,21 @@ static void test_crossentropy(void)
     float *d = falloc(c, nl);
     for (size_t i = 0; i < nl; i++)
         d[i] = 123.0f; /* overwritten, not accumulated */
-    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, d, l, t, N, V, (float)s.scale, 0.0f);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, d, l, t, N, V, V, (float)s.scale, 0.0f);
     check_grad("crossentropy dlogits", d, ce_loss, &s, s.l, nl);
     for (int j = 0; j < V; j++)
         CHECK(d[1 * V + j] == 0.0f && d[5 * V + j] == 0.0f, "ignored row has a gradient");
 
     /* In place over the logits gives the same result. */
     float *alias = fcopy(c, l, nl);
-    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, alias, alias, t, N, V, (float)s.scale, 0.0f);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, alias, alias, t, N, V, V, (float)s.scale, 0.0f);
     check_same("crossentropy in place", alias, d, nl);
 
     /* The fused call's losses are the forward's bits, and asking for them
      * does not change the gradient. */
     float *loss2 = falloc(c, N), *d2 = falloc(c, nl);
-    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, 0.0f);
-    kn_crossentropy_fwd_bwd(c, KN_F32, loss2, d2, l, t, N, V, (float)s.scale, 0.0f);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, V, 0.0f);
+    kn_crossentropy_fwd_bwd(c, KN_F32, loss2, d2, l, t, N, V, V, (float)s.scale, 0.0f);
     check_same("crossentropy fused loss", loss2, loss, N);
     check_same("crossentropy fused dlogits", d2, d, nl);
 
@@ -1418,16 +1418,16 @@ static void test_crossentropy(void)
         l[i] = l[i] * 1000.0f + 30000.0f;
         s.l[i] = l[i];
     }
-    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, 0.0f);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, V, 0.0f);
     ce_loss(&s);
     CHECK(!kn_nonfinite(c, loss, N), "non-finite loss on large logits");
     check_close("crossentropy fwd large", loss, s.loss, N, 1e-4, 1e-5);
-    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, d, l, t, N, V, 1.0f, 0.0f);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, d, l, t, N, V, V, 1.0f, 0.0f);
     CHECK(!kn_nonfinite(c, d, nl), "non-finite gradient on large logits");
 
     /* A target outside [0, V) is poisoned, so the engine's NaN check stops. */
     int32_t badt[9] = {3, -100, 37, 0, 17, -100, 5, 5, -1};
-    kn_crossentropy_fwd(c, KN_F32, loss, l, badt, N, V, 0.0f);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, badt, N, V, V, 0.0f);
     CHECK(isnan(loss[2]) && isnan(loss[8]) && !isnan(loss[0]), "bad targets not flagged");
 
     /* Final-logit soft-cap (Gemma 2): logits up to ~8 against a cap of 3,
@@ -1437,14 +1437,14 @@ static void test_crossentropy(void)
         s.l[i] = l[i];
     }
     s.cap = 3.0;
-    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, 3.0f);
+    kn_crossentropy_fwd(c, KN_F32, loss, l, t, N, V, V, 3.0f);
     ce_loss(&s);
     check_close("crossentropy fwd softcap", loss, s.loss, N, 1e-5, 1e-6);
-    kn_crossentropy_fwd_bwd(c, KN_F32, loss2, d, l, t, N, V, (float)s.scale, 3.0f);
+    kn_crossentropy_fwd_bwd(c, KN_F32, loss2, d, l, t, N, V, V, (float)s.scale, 3.0f);
     check_same("crossentropy softcap fused loss", loss2, loss, N);
     check_grad("crossentropy softcap dlogits", d, ce_loss, &s, s.l, nl);
     float *alias2 = fcopy(c, l, nl);
-    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, alias2, alias2, t, N, V, (float)s.scale, 3.0f);
+    kn_crossentropy_fwd_bwd(c, KN_F32, NULL, alias2, alias2, t, N, V, V, (float)s.scale, 3.0f);
     check_same("crossentropy softcap in place", alias2, d, nl);
     /* kn_softcap: the capped logits themselves. */
     float *capd = fcopy(c, l, nl);
@@ -1535,7 +1535,7 @@ static double pipeline(int threads, float *w_out)
     kn_layernorm_fwd(c, KN_F32, ln, mean, rstd, ao, ones, NULL, N, C, 1e-5f);
     kn_gelu_fwd(c, KN_F32, act, ln, (size_t)N * C);
     kn_matmul_fwd(c, logits, act, whead, NULL, N, C, V);
-    kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, 1.0f / N, 0.0f);
+    kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, V, 1.0f / N, 0.0f);
     kn_matmul_bwd(c, dact, gw + (size_t)3 * C * C, NULL, logits, act, whead, N, C, V);
     kn_gelu_bwd(c, KN_F32, dln, dact, ln, (size_t)N * C);
     kn_layernorm_bwd(c, KN_F32, dao, NULL, NULL, dln, ao, ones, mean, rstd, N, C);

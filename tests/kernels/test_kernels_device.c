@@ -822,18 +822,20 @@ static void t_crossentropy(pair *p)
     t[8] = 0;
     buf tg = bput(p, t, N * sizeof *t), l = brand(p, (size_t)N * V, 8);
     buf loss = bzeros(p, N * 4), dl = bzeros(p, (size_t)N * V * 4);
-    kn_crossentropy_fwd(p->cpu, KN_F32, F(loss, cpu), F(l, cpu), tg.cpu, N, V, 0.0f);
-    kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(l, dev), tg.dev, N, V, 0.0f);
+    kn_crossentropy_fwd(p->cpu, KN_F32, F(loss, cpu), F(l, cpu), tg.cpu, N, V, V, 0.0f);
+    kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(l, dev), tg.dev, N, V, V, 0.0f);
     cmp(p, "crossentropy_fwd", loss, 1e-5, 1e-6);
-    kn_crossentropy_fwd_bwd(p->cpu, KN_F32, F(loss, cpu), F(dl, cpu), F(l, cpu), tg.cpu, N, V,
+    kn_crossentropy_fwd_bwd(p->cpu, KN_F32, F(loss, cpu), F(dl, cpu), F(l, cpu), tg.cpu, N, V, V,
                             1.0f / 22, 0.0f);
-    kn_crossentropy_fwd_bwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), F(l, dev), tg.dev, N, V,
+    kn_crossentropy_fwd_bwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), F(l, dev), tg.dev, N, V, V,
                             1.0f / 22, 0.0f);
     cmp(p, "crossentropy_fwd_bwd.loss", loss, 1e-5, 1e-6);
     cmp(p, "crossentropy_fwd_bwd.dlogits", dl, 1e-5, 1e-6);
     /* In place (dlogits == logits), losses NULL. */
-    kn_crossentropy_fwd_bwd(p->cpu, KN_F32, NULL, F(l, cpu), F(l, cpu), tg.cpu, N, V, 0.5f, 0.0f);
-    kn_crossentropy_fwd_bwd(p->dev, KN_F32, NULL, F(l, dev), F(l, dev), tg.dev, N, V, 0.5f, 0.0f);
+    kn_crossentropy_fwd_bwd(p->cpu, KN_F32, NULL, F(l, cpu), F(l, cpu), tg.cpu, N, V, V, 0.5f,
+                            0.0f);
+    kn_crossentropy_fwd_bwd(p->dev, KN_F32, NULL, F(l, dev), F(l, dev), tg.dev, N, V, V, 0.5f,
+                            0.0f);
     cmp(p, "crossentropy_fwd_bwd.inplace", l, 1e-5, 1e-6);
     /* 16-bit logits and dlogits (the engine's bf16 / fp16 runs), read and
      * written in place as 16 bits; losses in fp32. */
@@ -845,18 +847,20 @@ static void t_crossentropy(pair *p)
         kn_convert(p->cpu, l16.cpu, dts[k], l32.cpu, KN_F32, (size_t)N * V);
         kn_convert(p->dev, l16.dev, dts[k], l32.dev, KN_F32, (size_t)N * V);
         double r16 = dts[k] == KN_BF16 ? 8e-3 : 1e-3;
-        kn_crossentropy_fwd(p->cpu, dts[k], F(loss, cpu), l16.cpu, tg.cpu, N, V, 0.0f);
-        kn_crossentropy_fwd(p->dev, dts[k], F(loss, dev), l16.dev, tg.dev, N, V, 0.0f);
+        kn_crossentropy_fwd(p->cpu, dts[k], F(loss, cpu), l16.cpu, tg.cpu, N, V, V, 0.0f);
+        kn_crossentropy_fwd(p->dev, dts[k], F(loss, dev), l16.dev, tg.dev, N, V, V, 0.0f);
         snprintf(what, sizeof what, "crossentropy_fwd.%s", kn_dtype_name(dts[k]));
         cmp(p, what, loss, 1e-5, 1e-6);
-        kn_crossentropy_fwd_bwd(p->cpu, dts[k], F(loss, cpu), g16.cpu, l16.cpu, tg.cpu, N, V,
+        kn_crossentropy_fwd_bwd(p->cpu, dts[k], F(loss, cpu), g16.cpu, l16.cpu, tg.cpu, N, V, V,
                                 1.0f / 22, 0.0f);
-        kn_crossentropy_fwd_bwd(p->dev, dts[k], F(loss, dev), g16.dev, l16.dev, tg.dev, N, V,
+        kn_crossentropy_fwd_bwd(p->dev, dts[k], F(loss, dev), g16.dev, l16.dev, tg.dev, N, V, V,
                                 1.0f / 22, 0.0f);
         snprintf(what, sizeof what, "crossentropy_fwd_bwd.%s.dlogits", kn_dtype_name(dts[k]));
         cmp16(p, what, g16, (size_t)N * V, dts[k], r16, 1e-3);
-        kn_crossentropy_fwd_bwd(p->cpu, dts[k], NULL, l16.cpu, l16.cpu, tg.cpu, N, V, 0.5f, 0.0f);
-        kn_crossentropy_fwd_bwd(p->dev, dts[k], NULL, l16.dev, l16.dev, tg.dev, N, V, 0.5f, 0.0f);
+        kn_crossentropy_fwd_bwd(p->cpu, dts[k], NULL, l16.cpu, l16.cpu, tg.cpu, N, V, V, 0.5f,
+                                0.0f);
+        kn_crossentropy_fwd_bwd(p->dev, dts[k], NULL, l16.dev, l16.dev, tg.dev, N, V, V, 0.5f,
+                                0.0f);
         snprintf(what, sizeof what, "crossentropy_fwd_bwd.%s.inplace", kn_dtype_name(dts[k]));
         cmp16(p, what, l16, (size_t)N * V, dts[k], r16, 1e-3);
     }
@@ -868,14 +872,14 @@ static void t_crossentropy(pair *p)
         buf l32 = brand(p, (size_t)N * V, 8), lc = bzeros(p, (size_t)N * V * kn_dtype_size(dtc));
         kn_convert(p->cpu, lc.cpu, dtc, l32.cpu, KN_F32, (size_t)N * V);
         kn_convert(p->dev, lc.dev, dtc, l32.dev, KN_F32, (size_t)N * V);
-        kn_crossentropy_fwd(p->cpu, dtc, F(loss, cpu), lc.cpu, tg.cpu, N, V, 3.0f);
-        kn_crossentropy_fwd(p->dev, dtc, F(loss, dev), lc.dev, tg.dev, N, V, 3.0f);
+        kn_crossentropy_fwd(p->cpu, dtc, F(loss, cpu), lc.cpu, tg.cpu, N, V, V, 3.0f);
+        kn_crossentropy_fwd(p->dev, dtc, F(loss, dev), lc.dev, tg.dev, N, V, V, 3.0f);
         snprintf(what, sizeof what, "crossentropy_fwd.softcap.%s", kn_dtype_name(dtc));
         cmp(p, what, loss, 1e-5, 1e-6);
-        kn_crossentropy_fwd_bwd(p->cpu, dtc, F(loss, cpu), lc.cpu, lc.cpu, tg.cpu, N, V, 1.0f / 22,
-                                3.0f);
-        kn_crossentropy_fwd_bwd(p->dev, dtc, F(loss, dev), lc.dev, lc.dev, tg.dev, N, V, 1.0f / 22,
-                                3.0f);
+        kn_crossentropy_fwd_bwd(p->cpu, dtc, F(loss, cpu), lc.cpu, lc.cpu, tg.cpu, N, V, V,
+                                1.0f / 22, 3.0f);
+        kn_crossentropy_fwd_bwd(p->dev, dtc, F(loss, dev), lc.dev, lc.dev, tg.dev, N, V, V,
+                                1.0f / 22, 3.0f);
         snprintf(what, sizeof what, "crossentropy_fwd_bwd.softcap.%s.inplace", kn_dtype_name(dtc));
         if (dtc == KN_F32)
             cmp(p, what, lc, 1e-5, 1e-6);
@@ -889,7 +893,7 @@ static void t_crossentropy(pair *p)
     t[0] = V;
     kn_to_device(p->cpu, tg.cpu, t, N * sizeof *t);
     kn_to_device(p->dev, tg.dev, t, N * sizeof *t);
-    kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), tg.dev, N, V, 0.0f);
+    kn_crossentropy_fwd(p->dev, KN_F32, F(loss, dev), F(dl, dev), tg.dev, N, V, V, 0.0f);
     float l0;
     kn_to_host(p->dev, &l0, F(loss, dev), sizeof l0);
     if (!isnan(l0)) {

@@ -606,7 +606,7 @@ static void c_crossentropy_nv(tc *t, int N, int V)
         kn_to_host(t->c, hl, l32, nv * 4);
         kn_convert(t->c, dl, (kn_dtype)dt, dlf, KN_F32, nv); /* poisoned */
         int32_t *dtg = dput(t, tg, (size_t)N * sizeof *tg);
-        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, loss, dl, l, dtg, N, V, 0.1f, cap);
+        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, loss, dl, l, dtg, N, V, V, 0.1f, cap);
         kn_convert(t->c, dlf, KN_F32, dl, (kn_dtype)dt, nv);
         double *wl = dvec(N), *wd = dvec(nv), *wy = dvec((size_t)V);
         for (int n = 0; n < N; n++) {
@@ -634,10 +634,10 @@ static void c_crossentropy_nv(tc *t, int N, int V)
         expect(t, what, dlf, wd, nv, (kn_dtype)dt);
         /* Evaluation's forward and the in-place training form. */
         float *loss2 = dpoison(t, N);
-        kn_crossentropy_fwd(t->c, (kn_dtype)dt, loss2, l, dtg, N, V, cap);
+        kn_crossentropy_fwd(t->c, (kn_dtype)dt, loss2, l, dtg, N, V, V, cap);
         snprintf(what, sizeof what, "crossentropy_fwd loss (%s logits, V %d)", tag, V);
         expect(t, what, loss2, wl, N, KN_F32);
-        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, NULL, l, l, dtg, N, V, 0.1f, cap);
+        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, NULL, l, l, dtg, N, V, V, 0.1f, cap);
         kn_convert(t->c, dlf, KN_F32, l, (kn_dtype)dt, nv);
         snprintf(what, sizeof what, "crossentropy in place (%s, V %d)", tag, V);
         expect(t, what, dlf, wd, nv, (kn_dtype)dt);
@@ -645,10 +645,167 @@ static void c_crossentropy_nv(tc *t, int N, int V)
     }
 }
 
+/* ---- padded logits (kn_logit_ld) ---------------------------------------- */
+
+/* A device [N, ld] tensor in dt whose first V columns hold h's [N, V]
+ * values (h is overwritten with them as dt rounds them) and whose other
+ * columns are NaN: an op that reads them spreads NaN into its results. */
+static void *dpadded(tc *t, float *h, int N, int V, int ld, kn_dtype dt)
+{
+    size_t n = (size_t)N * ld;
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = NAN;
+    for (int r = 0; r < N; r++)
+        memcpy(p + (size_t)r * ld, h + (size_t)r * V, (size_t)V * sizeof *p);
+    float *d32 = dput(t, p, n * sizeof *p);
+    void *d = dput(t, NULL, n * kn_dtype_size(dt));
+    kn_convert(t->c, d, dt, d32, KN_F32, n);
+    kn_convert(t->c, d32, KN_F32, d, dt, n);
+    kn_to_host(t->c, p, d32, n * sizeof *p);
+    for (int r = 0; r < N; r++)
+        memcpy(h + (size_t)r * V, p + (size_t)r * ld, (size_t)V * sizeof *p);
+    free(p);
+    return d;
+}
+
+/* The first V columns of a device [N, ld] tensor in dt, as a new device
+ * fp32 [N, V] tensor for expect; a failure for each column past V that is
+ * no longer NaN (the padding is never written). */
+static float *dcols(tc *t, const char *what, const void *d, kn_dtype dt, int N, int V, int ld)
+{
+    size_t n = (size_t)N * ld;
+    float *d32 = dput(t, NULL, n * sizeof(float)), *h = malloc(n * sizeof *h);
+    float *g = malloc((size_t)N * V * sizeof *g);
+    kn_convert(t->c, d32, KN_F32, d, dt, n);
+    kn_to_host(t->c, h, d32, n * sizeof *h);
+    int bad = 0;
+    for (int r = 0; r < N; r++) {
+        memcpy(g + (size_t)r * V, h + (size_t)r * ld, (size_t)V * sizeof *g);
+        for (int j = V; j < ld; j++)
+            bad += !isnan(h[(size_t)r * ld + j]);
+    }
+    if (bad)
+        fprintf(stderr, "FAIL %s %s %s: %d padding values written\n", t->dev, t->name, what, bad);
+    ty_failures += bad;
+    float *out = dput(t, g, (size_t)N * V * sizeof *g);
+    free(h), free(g);
+    return out;
+}
+
+/* Cross-entropy's float64 reference: loss wl[N], gradient wd[N, V] for scale s. */
+static void ce_ref(const float *hl, const int32_t *tg, int N, int V, double s, double *wl,
+                   double *wd)
+{
+    for (int n = 0; n < N; n++) {
+        const float *y = hl + (size_t)n * V;
+        double mx = -INFINITY, z = 0;
+        if (tg[n] == -100) continue;
+        for (int j = 0; j < V; j++)
+            mx = fmax(mx, y[j]);
+        for (int j = 0; j < V; j++)
+            z += exp(y[j] - mx);
+        wl[n] = log(z) + mx - y[tg[n]];
+        for (int j = 0; j < V; j++)
+            wd[(size_t)n * V + j] = s * (exp(y[j] - mx) / z - (j == tg[n]));
+    }
+}
+
+/* Cross-entropy on logits whose rows are ld > V apart (CUDA's padded
+ * head): V 300 (not a multiple of 128), ld 384, row 2's target ignored;
+ * the padding columns are NaN and must stay so, unread. */
+static void c_crossentropy_ld(tc *t)
+{
+    enum { N = 6, V = 300, LD = 384 };
+    int32_t tg[N] = {7, 299, -100, 0, 150, 64};
+    int32_t *dtg = dput(t, tg, sizeof tg);
+    for (int dt = 0; dt < 3; dt++) {
+        float *hl = hrand((size_t)N * V, 4), *hn = malloc((size_t)N * V * sizeof *hn);
+        for (size_t i = 0; i < (size_t)N * V; i++)
+            hn[i] = NAN;
+        void *l = dpadded(t, hl, N, V, LD, (kn_dtype)dt),
+             *dl = dpadded(t, hn, N, V, LD, (kn_dtype)dt);
+        double *wl = dvec(N), *wd = dvec((size_t)N * V);
+        ce_ref(hl, tg, N, V, 0.1, wl, wd);
+        float *loss = dpoison(t, N);
+        kn_crossentropy_fwd(t->c, (kn_dtype)dt, loss, l, dtg, N, V, LD, 0.0f);
+        expect(t, "crossentropy_fwd loss (padded)", loss, wl, N, KN_F32);
+        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, loss, dl, l, dtg, N, V, LD, 0.1f, 0.0f);
+        expect(t, "crossentropy loss (padded)", loss, wl, N, KN_F32);
+        float *got = dcols(t, "crossentropy dlogits (padded)", dl, (kn_dtype)dt, N, V, LD);
+        expect(t, "crossentropy dlogits (padded)", got, wd, (size_t)N * V, (kn_dtype)dt);
+        kn_crossentropy_fwd_bwd(t->c, (kn_dtype)dt, NULL, l, l, dtg, N, V, LD, 0.1f, 0.0f);
+        got = dcols(t, "crossentropy in place (padded)", l, (kn_dtype)dt, N, V, LD);
+        expect(t, "crossentropy in place (padded)", got, wd, (size_t)N * V, (kn_dtype)dt);
+        free(hl), free(hn), free(wl), free(wd);
+    }
+}
+
+/* kn_logits_fwd's float64 reference, out[N, V] = x[N, K] w[V, K]^T. */
+static void logits_ref(const float *hx, const float *hw, int N, int K, int V, double *wo)
+{
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++) {
+            double a = 0;
+            for (int k = 0; k < K; k++)
+                a += (double)hx[(size_t)n * K + k] * hw[(size_t)j * K + k];
+            wo[(size_t)n * V + j] = a;
+        }
+}
+
+/* kn_logits_bwd's: wdx = dx + dout w, wdw = dw + dout^T x. */
+static void logits_bwd_ref(const float *hd, const float *hx, const float *hw, const float *hdx,
+                           const float *hdw, int N, int K, int V, double *wdx, double *wdw)
+{
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        wdx[i] = hdx[i];
+    for (size_t i = 0; i < (size_t)V * K; i++)
+        wdw[i] = hdw[i];
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++)
+            for (int k = 0; k < K; k++) {
+                double g = hd[(size_t)n * V + j];
+                wdx[(size_t)n * K + k] += g * hw[(size_t)j * K + k];
+                wdw[(size_t)j * K + k] += g * hx[(size_t)n * K + k];
+            }
+}
+
+/* The loss head's GEMMs with padded logits rows (ld 384 for V 300): the
+ * forward writes only the V columns (dt's tolerance in 16 bits), the
+ * backward reads only them (NaN padding in dout) and accumulates into
+ * fp32 dx, dw (fp32's tolerance: exact dt inputs). */
+static void c_logits(tc *t)
+{
+    enum { N = 5, K = 24, V = 300, LD = 384 };
+    for (int dt = 0; dt < 3; dt++) {
+        float *hx = hrand((size_t)N * K, 1), *hw = hrand((size_t)V * K, 1);
+        float *hd = hrand((size_t)N * V, 1), *hn = malloc((size_t)N * V * sizeof *hn);
+        float *hdx = hrand((size_t)N * K, 1), *hdw = hrand((size_t)V * K, 1);
+        for (size_t i = 0; i < (size_t)N * V; i++)
+            hn[i] = NAN;
+        void *x = dpadded(t, hx, N, K, K, (kn_dtype)dt), *w = dpadded(t, hw, V, K, K, (kn_dtype)dt);
+        void *out = dpadded(t, hn, N, V, LD, (kn_dtype)dt),
+             *dout = dpadded(t, hd, N, V, LD, (kn_dtype)dt);
+        float *dx = dput(t, hdx, (size_t)N * K * 4), *dw = dput(t, hdw, (size_t)V * K * 4);
+        double *wo = dvec((size_t)N * V), *wdx = dvec((size_t)N * K), *wdw = dvec((size_t)V * K);
+        logits_ref(hx, hw, N, K, V, wo);
+        logits_bwd_ref(hd, hx, hw, hdx, hdw, N, K, V, wdx, wdw);
+        kn_logits_fwd(t->c, (kn_dtype)dt, out, x, w, N, K, V, LD);
+        float *got = dcols(t, "logits_fwd (padded)", out, (kn_dtype)dt, N, V, LD);
+        expect(t, "logits_fwd (padded)", got, wo, (size_t)N * V, (kn_dtype)dt);
+        kn_logits_bwd(t->c, (kn_dtype)dt, dx, dw, dout, x, w, N, K, V, LD);
+        expect(t, "logits_bwd dx (padded)", dx, wdx, (size_t)N * K, KN_F32);
+        expect(t, "logits_bwd dw (padded)", dw, wdw, (size_t)V * K, KN_F32);
+        free(hx), free(hw), free(hd), free(hn), free(hdx), free(hdw), free(wo), free(wdx),
+            free(wdw);
+    }
+}
+
 static void c_crossentropy(tc *t)
 {
     c_crossentropy_nv(t, 11, 53);
     c_crossentropy_nv(t, 7, 1037);
+    c_crossentropy_ld(t);
 }
 
 static void c_adamw(tc *t)
@@ -1622,6 +1779,7 @@ static const struct {
     {"activations", c_activations},
     {"attention", c_attention},
     {"crossentropy", c_crossentropy},
+    {"logits", c_logits},
     {"adamw", c_adamw},
     {"adamw_blocks", c_adamw_blocks},
     {"sumsq_scaled", c_sumsq_scaled},
