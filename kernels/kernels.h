@@ -157,9 +157,10 @@ size_t kn_device_used_bytes(kn_ctx *c);
  * head computes at once on this device (docs/engine.md, "The loss head").
  * CPU: 32 MiB of logits (at least 128 rows): a chunk stays near the
  * caches and its GEMMs still have hundreds of rows. CUDA: all N rows when
- * they fit the logit budget, the smaller of 1 GiB and a sixteenth of the
- * card's memory (kn_info's total, so the choice is the same run after run
- * and a resumed run chunks as the first did); else the most rows the
+ * they fit the logit budget, the smaller of 1 GiB and 1/64 of the card's
+ * memory (kn_info's total, so the choice is the same run after run and a
+ * resumed run chunks as the first did; small cards keep their memory for
+ * the activations); else the most rows the
  * budget holds in multiples of 128 (whole tensor-core tiles), at least
  * 128. */
 int kn_logit_rows(kn_ctx *c, size_t N, size_t V, size_t es);

@@ -115,23 +115,34 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 MiB, G = 2 ** 20, 2 ** 30
 
 
-def activations(c, T, L):
+def logit_bytes(V, T, card):
+    """The loss head's 16-bit logit chunk (kn_logit_rows, kn_logit_ld): on
+    the CPU (card None) 32 MiB worth of rows, at least 128; on a GPU of
+    `card` bytes rows V rounded up to 128 apart, all T of them when they
+    fit min(1 GiB, card / 64), else whole 128-row tiles of that."""
+    if card is None:
+        return min(T, max(128, (32 << 20) // (V * 2))) * V * 2
+    ld, budget = (V + 127) // 128 * 128, min(G, card // 64)
+    rows = T if T * ld * 2 <= budget else max(128, budget // (ld * 2) // 128 * 128)
+    return min(T, rows) * ld * 2
+
+
+def activations(c, T, L, card=None):
     """Activation bytes of a bf16 QLoRA run with recompute all: each layer
     keeps its output (T x C, 16-bit); one layer's fp32 working set is
     rebuilt in the backward (norm outputs, q/k/v/attention output,
     residual, gate/up/act and their gradients: about 8 C + 5 F floats per
-    position); the logits and their gradient share one 16-bit buffer of
-    32 MiB worth of rows (at least 128; the loss head goes over chunks of
-    rows); each adapter keeps A x [T, r] in fp32."""
+    position); the logits and their gradient share one 16-bit buffer, a
+    chunk of rows (logit_bytes; the loss head goes over chunks of rows);
+    each adapter keeps A x [T, r] in fp32."""
     C, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    rows = min(T, max(128, (32 << 20) // (V * 2)))
-    return L * T * C * 2 + (8 * C + 5 * F) * T * 4 + rows * V * 2 + L * 7 * T * 16 * 4
+    return L * T * C * 2 + (8 * C + 5 * F) * T * 4 + logit_bytes(V, T, card) + L * 7 * T * 16 * 4
 
 
-def computed(c, T):
+def computed(c, T, card=None):
     p = predicted(c, 16)
     C, F = c["hidden_size"], c["intermediate_size"]
-    acts = activations(c, T, c["num_hidden_layers"])
+    acts = activations(c, T, c["num_hidden_layers"], card)
     scratch = F * C * 4  # the dequantisation scratch of the largest linear, fp32 (both backends)
     parts = [("NF4 weights (double quant)", p["quantized_weights"]),
              ("embeddings + lm_head + norms, bf16", p["weights16"]),
@@ -227,8 +238,9 @@ def part23(a, models, tmp):
               f"peer {ext['peer'] / G:.2f} GiB; engine / peer {ext['engine'] / ext['peer']:.2f}x")
 
     T2 = 2048
-    parts, total = computed(c8, T2)
-    print(f"3. Llama-3-8B shape QLoRA (r 16, all 7 linears, seq {T2}, batch 1, recompute all, bf16), computed:")
+    parts, total = computed(c8, T2, 12 * G)  # the goal's 12 GiB card sets the logit chunk
+    print(f"3. Llama-3-8B shape QLoRA (r 16, all 7 linears, seq {T2}, batch 1, recompute all, bf16, "
+          f"on a 12 GiB GPU), computed:")
     for k, v in parts:
         print(f"  {k:38s} {v / G:6.2f} GiB")
     print(f"  {'total':38s} {total / G:6.2f} GiB  (goal: 12 GiB -> {'fits' if total < 12 * G else 'does NOT fit'})")

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void dense_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, const void *w, int N,
-                      int K, int V)
+static void dense_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, const void *w, int N, int K,
+                      int V)
 {
     if (dt == KN_F32)
         cpu_matmul_fwd(c, out, x, w, NULL, N, K, V);
@@ -20,8 +20,8 @@ static void dense_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, const vo
         cpu_matmul16_fwd(c, dt, dt, dt, out, x, w, NULL, N, K, V);
 }
 
-static void dense_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const void *dout,
-                      const void *x, const void *w, int N, int K, int V)
+static void dense_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const void *dout, const void *x,
+                      const void *w, int N, int K, int V)
 {
     if (dt == KN_F32)
         cpu_matmul_bwd(c, dx, dw, NULL, dout, x, w, N, K, V);

@@ -228,7 +228,7 @@ static size_t cuda_device_used(kn_ctx *c)
 
 static int cuda_logit_rows(kn_ctx *c, size_t N, size_t V, size_t es)
 {
-    size_t budget = c->info.total_mem / 16, row = V * es > 0 ? V * es : 1;
+    size_t budget = c->info.total_mem / 64, row = V * es > 0 ? V * es : 1;
     if (budget == 0 || budget > CUDA_LOGIT_CAP)
         budget = CUDA_LOGIT_CAP;
     size_t r = budget / row / CUDA_LOGIT_TILE * CUDA_LOGIT_TILE;

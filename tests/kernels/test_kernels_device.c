@@ -1015,11 +1015,11 @@ static void t_convert(pair *p)
 
 /* The loss head's chunk (kn_logit_rows): the CPU's 32 MiB of logits; on
  * the device the whole batch while it fits the budget (1 GiB, or a
- * sixteenth of the card's memory), else whole 128-row tiles of it. */
+ * 64th of the card's memory), else whole 128-row tiles of it. */
 static void t_logit_rows(pair *p)
 {
     size_t V = 50257, total = kn_info(p->dev)->total_mem;
-    size_t budget = total / 16 && total / 16 < ((size_t)1 << 30) ? total / 16 : (size_t)1 << 30;
+    size_t budget = total / 64 && total / 64 < ((size_t)1 << 30) ? total / 64 : (size_t)1 << 30;
     size_t fit = budget / (V * 2), tiles = fit / 128 * 128;
     int cpu = kn_logit_rows(p->cpu, 8192, V, 2), all = kn_logit_rows(p->dev, fit, V, 2);
     int over = kn_logit_rows(p->dev, fit + 1000, V, 2), few = kn_logit_rows(p->dev, 100, V, 2);
