@@ -811,6 +811,40 @@ static void t_attention(pair *p)
     }
 }
 
+/* The padded loss head (kn_logit_ld): bf16 logits rows ld = V rounded up
+ * to 128 apart, the lm_head GEMMs and the in-place cross-entropy on both
+ * sides; the padding columns hold random values both sides must leave
+ * as they are (compared with the rest). */
+static void t_head_padded(pair *p, buf tg, int N, int V)
+{
+    int K = 64, ld = (V + 127) / 128 * 128;
+    size_t nl = (size_t)N * ld;
+    buf x32 = brand(p, (size_t)N * K, 1), w32 = brand(p, (size_t)V * K, 1), l32 = brand(p, nl, 8);
+    buf x = bzeros(p, (size_t)N * K * 2), w = bzeros(p, (size_t)V * K * 2), l = bzeros(p, nl * 2);
+    buf dx = brand(p, (size_t)N * K, 1), dw = brand(p, (size_t)V * K, 1), loss = bzeros(p, N * 4);
+    kn_ctx *side[2] = {p->cpu, p->dev};
+    for (int s = 0; s < 2; s++) {
+        void *xs = s ? x.dev : x.cpu, *ws = s ? w.dev : w.cpu, *ls = s ? l.dev : l.cpu;
+        kn_convert(side[s], xs, KN_BF16, s ? x32.dev : x32.cpu, KN_F32, (size_t)N * K);
+        kn_convert(side[s], ws, KN_BF16, s ? w32.dev : w32.cpu, KN_F32, (size_t)V * K);
+        kn_convert(side[s], ls, KN_BF16, s ? l32.dev : l32.cpu, KN_F32, nl);
+        kn_logits_fwd(side[s], KN_BF16, ls, xs, ws, N, K, V, ld);
+    }
+    cmp16(p, "logits_fwd.padded.bf16", l, nl, KN_BF16, 8e-3, 1e-3);
+    kn_crossentropy_fwd_bwd(p->cpu, KN_BF16, F(loss, cpu), l.cpu, l.cpu, tg.cpu, N, V, ld,
+                            1.0f / 22, 0.0f);
+    kn_crossentropy_fwd_bwd(p->dev, KN_BF16, F(loss, dev), l.dev, l.dev, tg.dev, N, V, ld,
+                            1.0f / 22, 0.0f);
+    cmp(p, "crossentropy_fwd_bwd.padded.loss", loss, 1e-4, 1e-5);
+    cmp16(p, "crossentropy_fwd_bwd.padded.bf16", l, nl, KN_BF16, 8e-3, 1e-3);
+    /* the backward reads the CPU's dlogits (host memory) on both sides */
+    kn_to_device(p->dev, l.dev, l.cpu, nl * 2);
+    kn_logits_bwd(p->cpu, KN_BF16, F(dx, cpu), F(dw, cpu), l.cpu, x.cpu, w.cpu, N, K, V, ld);
+    kn_logits_bwd(p->dev, KN_BF16, F(dx, dev), F(dw, dev), l.dev, x.dev, w.dev, N, K, V, ld);
+    cmp(p, "logits_bwd.padded.dx", dx, 1e-4, 1e-5);
+    cmp(p, "logits_bwd.padded.dw", dw, 1e-4, 1e-5);
+}
+
 static void t_crossentropy(pair *p)
 {
     int N = 23, V = 1001 * g_scale; /* V not a multiple of 64 */
@@ -837,6 +871,7 @@ static void t_crossentropy(pair *p)
     kn_crossentropy_fwd_bwd(p->dev, KN_F32, NULL, F(l, dev), F(l, dev), tg.dev, N, V, V, 0.5f,
                             0.0f);
     cmp(p, "crossentropy_fwd_bwd.inplace", l, 1e-5, 1e-6);
+    t_head_padded(p, tg, N, V);
     /* 16-bit logits and dlogits (the engine's bf16 / fp16 runs), read and
      * written in place as 16 bits; losses in fp32. */
     const kn_dtype dts[2] = {KN_BF16, KN_F16};
