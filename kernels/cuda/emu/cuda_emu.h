@@ -17,7 +17,9 @@
  *    mask: they park the fiber until every lane the mask names has posted,
  *    and abort, naming the kernel and the lanes, when the caller is not in
  *    its own mask, a shuffle reads a lane outside the mask, or the mask
- *    names a lane that has exited (a GPU returns garbage or hangs there).
+ *    names a lane that has exited (a GPU returns garbage or hangs there);
+ *  - warp matrix operations (nvcuda::wmma, emu_wmma.h) are warp
+ *    collectives on the same rules, with fp32 accumulation.
  * The runtime calls (cudaMalloc, copies, streams, device properties,
  * cudaFuncSetAttribute) are host versions in emu_runtime.cpp, which also
  * holds the launch rules a GPU enforces (dynamic shared memory limits);
@@ -253,8 +255,7 @@ bool emu_count_mem_on(void);
  * another name drops it. */
 void emu_declare(const char *kernel, uint64_t read_bytes, uint64_t write_bytes,
                  uint64_t simt_flops);
-/* Warp matrix (wmma / mma) FLOPs of the running launch: the hook for an
- * emulated MMA; nothing calls it yet. */
+/* Warp matrix (wmma) FLOPs of the running launch: emu_wmma.h's mma_sync. */
 void emu_count_mma(uint64_t flops);
 void emu_count_region_add(void *p, size_t mapped, size_t bytes);
 void emu_count_region_remove(void *p);
@@ -271,5 +272,9 @@ struct emu_count_scope {
 
 /* Free and total bytes of the emulated device (emu_runtime.cpp says how). */
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+
+/* ---- warp matrix operations (mma.h) ------------------------------------------ */
+
+#include "emu_wmma.h"
 
 #endif

@@ -5,8 +5,8 @@
  * kernel launch, cuBLASLt matmul, device memset and copy appends one JSON
  * line to the file and to an in-process list (emu_count_take), with
  *  - flops by path: "tc16" (16-bit tensor cores), "tf32", "simt" (fp32
- *    CUDA cores), "mma" (warp matrix operations: the emulation has none
- *    yet, emu_count_mma is the hook that will add them);
+ *    CUDA cores), "mma" (warp matrix operations: the kernels' own
+ *    nvcuda::wmma products, counted by emu_wmma.h's mma_sync);
  *  - "decl": the bytes the launch reads and writes in global memory as
  *    its source declares them (KN_IO next to each KN_LAUNCH; cuBLASLt's
  *    from the matmul's layouts), each byte once (compulsory traffic), or
