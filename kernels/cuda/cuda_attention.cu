@@ -21,9 +21,11 @@
  * a sliding window (row i sees keys (i - window, i]): tiles wholly left
  * of a block's windows are not visited, masked columns inside one are
  * skipped per thread. Both 0 = off.
- * Head dims up to 256 (per-thread rows in registers/local memory, sized by
- * template: 64, 128, 256). This is the correct, tiled baseline; warp-level
- * MMA tiles are the GPU tuning step left for a machine that can measure.
+ * bf16 / fp16 at head dims 64, 80, 96, 128 and 256 run the tensor-core
+ * kernels of cuda_attn_flash.cuh (same scheme on 16x16 warp tiles); fp32,
+ * and 16-bit at other head dims up to 256, run the scalar kernels here
+ * (per-thread rows in registers / local memory, sized by template: 64,
+ * 128, 256).
  * q, k, v, out (and RoPE's forward input) are of the op's dtype: read with
  * load_as_f32 into the fp32 registers / shared tiles, out stored with one
  * rounding (kn_cuda16.cuh); lse and every gradient are fp32. */
@@ -341,6 +343,12 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
     }
 }
 
+} // namespace KN_NS
+
+#include "cuda_attn_flash.cuh" /* after att_score and att_lo, which it uses */
+
+namespace KN_NS {
+
 #ifdef KN_CUDA_EMU /* only the emulation counts (KN_IO) */
 /* KN_IO's figures. The (query, key) pairs a head scores: causal, inside
  * the window; each costs 2 D FLOPs per product with a row of K or V (the
@@ -353,6 +361,11 @@ static inline uint64_t att_pairs(int Tq, int Tk, int window)
     for (int i = Tk - Tq; i < Tk; i++)
         n += (uint64_t)(window > 0 && window < i + 1 ? window : i + 1);
     return n;
+}
+/* dk and dv's bytes (each read and written by its += when there). */
+static inline uint64_t fl_kv_bytes(const float *dk, const float *dv, int B, int T, int Hkv, int D)
+{
+    return 4 * (uint64_t)B * T * Hkv * D * (!!dk + !!dv);
 }
 static inline uint64_t att_bytes(int xt, int B, int Tq, int Tk, int Hq, int Hkv, int D, int kind)
 {
@@ -405,6 +418,142 @@ static void attn_bwd(kn_ctx *c, int xt, float *dq, float *dk, float *dv, const f
     }
 }
 
+/* ---- the tensor-core kernels (cuda_attn_flash.cuh) ----------------------- */
+
+/* bf16 / fp16 at a head dim the flash kernels are built for; bf16 needs
+ * sm_80's fragments. */
+static bool fl_picks(kn_ctx *c, kn_dtype dt, int D)
+{
+    if (dt == KN_F32 || !(D == 64 || D == 80 || D == 96 || D == 128 || D == 256)) return false;
+    return dt == KN_F16 || kn_cuda_st(c)->cc_major >= 8;
+}
+
+/* A block above the 48 KiB default (dk/dv at head dim 256) is opted in
+ * where the device has it: sm_80 and later. */
+template <typename F> static bool fl_smem_ok(kn_ctx *c, F *kernel, size_t smem)
+{
+    if (smem <= 48 * 1024) return true;
+    if (kn_cuda_st(c)->cc_major < 8) return false;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
+           cudaSuccess;
+}
+
+/* Each launcher returns false, launching nothing, when the device cannot
+ * give the block its shared memory (the scalar kernel runs instead). */
+template <int DM, typename E>
+static bool fl_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *k, const void *v,
+                   int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
+{
+    typedef fl_cfg<DM, E, fl_nw<FL_FWD, DM, E>()> C;
+    size_t smem = fl_smem<FL_FWD, C>();
+    if (!fl_smem_ok(c, k_fl_fwd<C>, smem)) return false;
+    const int BR = 16 * C::NW;
+    dim3 grid((Tq + BR - 1) / BR, Hq, B);
+    KN_IO(k_fl_fwd<C>, att_bytes(fl_type<E>::dt, B, Tq, Tk, Hq, Hkv, DM, 0),
+          att_bytes(fl_type<E>::dt, B, Tq, Tk, Hq, 0, DM, 1), 0);
+    KN_LAUNCH(k_fl_fwd<C>, grid, 32 * C::NW, smem, c, out, lse, q, k, v, Tq, Tk, Hq, Hkv, ldq, ldkv,
+              a);
+    return true;
+}
+
+template <int DM, typename E>
+static bool fl_bwd_dq(kn_ctx *c, float *dq, const float *dout, const void *out, const float *lse,
+                      const void *q, const void *k, const void *v, int B, int T, int Hq, int Hkv,
+                      int ldq, int ldkv, fl_args a)
+{
+    typedef fl_cfg<DM, E, fl_nw<FL_DQ, DM, E>()> C;
+    size_t smem = fl_smem<FL_DQ, C>();
+    if (!fl_smem_ok(c, k_fl_bwd_dq<C>, smem)) return false;
+    const int BR = 16 * C::NW;
+    dim3 grid((T + BR - 1) / BR, Hq, B);
+    KN_IO(k_fl_bwd_dq<C>, att_bytes(fl_type<E>::dt, B, T, T, Hq, Hkv, DM, 2),
+          4 * (uint64_t)B * T * Hq * DM, 0);
+    KN_LAUNCH(k_fl_bwd_dq<C>, grid, 32 * C::NW, smem, c, dq, dout, out, lse, q, k, v, T, Hq, Hkv,
+              ldq, ldkv, a);
+    return true;
+}
+
+template <int DM, typename E>
+static bool fl_bwd_dkdv(kn_ctx *c, float *dk, float *dv, const float *dout, const void *out,
+                        const float *lse, const void *q, const void *k, const void *v, int B, int T,
+                        int Hq, int Hkv, int ldq, int ldkv, fl_args a)
+{
+    typedef fl_cfg<DM, E, fl_nw<FL_DKDV, DM, E>()> C;
+    size_t smem = fl_smem<FL_DKDV, C>();
+    if (!fl_smem_ok(c, k_fl_bwd_dkdv<C>, smem)) return false;
+    const int BR = 16 * C::NW;
+    dim3 grid((T + BR - 1) / BR, Hkv, B);
+    KN_IO(k_fl_bwd_dkdv<C>,
+          att_bytes(fl_type<E>::dt, B, T, T, Hq, Hkv, DM, 3) + fl_kv_bytes(dk, dv, B, T, Hkv, DM),
+          fl_kv_bytes(dk, dv, B, T, Hkv, DM), 0);
+    KN_LAUNCH(k_fl_bwd_dkdv<C>, grid, 32 * C::NW, smem, c, dk, dv, dout, out, lse, q, k, v, T, Hq,
+              Hkv, ldq, ldkv, a);
+    return true;
+}
+
+#define FL_FWD_ARGS c, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, a
+template <typename E>
+static bool fl_fwd_d(kn_ctx *c, int D, void *out, float *lse, const void *q, const void *k,
+                     const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv,
+                     fl_args a)
+{
+    switch (D) {
+    case 64:
+        return fl_fwd<64, E>(FL_FWD_ARGS);
+    case 80:
+        return fl_fwd<80, E>(FL_FWD_ARGS);
+    case 96:
+        return fl_fwd<96, E>(FL_FWD_ARGS);
+    case 128:
+        return fl_fwd<128, E>(FL_FWD_ARGS);
+    default:
+        return fl_fwd<256, E>(FL_FWD_ARGS);
+    }
+}
+#undef FL_FWD_ARGS
+
+#define FL_DQ_ARGS c, dq, dout, out, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a
+template <typename E>
+static bool fl_dq_d(kn_ctx *c, int D, float *dq, const float *dout, const void *out,
+                    const float *lse, const void *q, const void *k, const void *v, int B, int T,
+                    int Hq, int Hkv, int ldq, int ldkv, fl_args a)
+{
+    switch (D) {
+    case 64:
+        return fl_bwd_dq<64, E>(FL_DQ_ARGS);
+    case 80:
+        return fl_bwd_dq<80, E>(FL_DQ_ARGS);
+    case 96:
+        return fl_bwd_dq<96, E>(FL_DQ_ARGS);
+    case 128:
+        return fl_bwd_dq<128, E>(FL_DQ_ARGS);
+    default:
+        return fl_bwd_dq<256, E>(FL_DQ_ARGS);
+    }
+}
+#undef FL_DQ_ARGS
+
+#define FL_KV_ARGS c, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a
+template <typename E>
+static bool fl_kv_d(kn_ctx *c, int D, float *dk, float *dv, const float *dout, const void *out,
+                    const float *lse, const void *q, const void *k, const void *v, int B, int T,
+                    int Hq, int Hkv, int ldq, int ldkv, fl_args a)
+{
+    switch (D) {
+    case 64:
+        return fl_bwd_dkdv<64, E>(FL_KV_ARGS);
+    case 80:
+        return fl_bwd_dkdv<80, E>(FL_KV_ARGS);
+    case 96:
+        return fl_bwd_dkdv<96, E>(FL_KV_ARGS);
+    case 128:
+        return fl_bwd_dkdv<128, E>(FL_KV_ARGS);
+    default:
+        return fl_bwd_dkdv<256, E>(FL_KV_ARGS);
+    }
+}
+#undef FL_KV_ARGS
+
 static int attn_shape_ok(kn_ctx *c, int B, int T, int Hq, int Hkv, int D)
 {
     if (B <= 0 || T <= 0)
@@ -435,9 +584,15 @@ void cuda_attention_kv_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const 
     }
     if (!attn_shape_ok(c, B, Tq, Hq, Hkv, D))
         return;
-    int xt = (int)dt;
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)D);
+    fl_args a = {scale, softcap, window};
+    if (fl_picks(c, dt, D) &&
+        (dt == KN_BF16
+             ? fl_fwd_d<__nv_bfloat16>(c, D, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, a)
+             : fl_fwd_d<__half>(c, D, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, a)))
+        return;
+    int xt = (int)dt;
 #define ATT_FWD_ARGS                                                                               \
     c, xt, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, D, ldq, ldkv, scale, softcap, window
     if (D <= 64)
@@ -456,9 +611,25 @@ void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv,
 {
     if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
         return;
-    int xt = (int)dt;
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)D);
+    fl_args a = {scale, softcap, window};
+    if (fl_picks(c, dt, D)) { /* what a flash kernel does, the scalar one leaves */
+        bool bf = dt == KN_BF16;
+        if (dq &&
+            (bf ? fl_dq_d<__nv_bfloat16>(c, D, dq, dout, out, lse, q, k, v, B, T, Hq, Hkv, ldq,
+                                         ldkv, a)
+                : fl_dq_d<__half>(c, D, dq, dout, out, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a)))
+            dq = nullptr;
+        if ((dk || dv) && (bf ? fl_kv_d<__nv_bfloat16>(c, D, dk, dv, dout, out, lse, q, k, v, B, T,
+                                                       Hq, Hkv, ldq, ldkv, a)
+                              : fl_kv_d<__half>(c, D, dk, dv, dout, out, lse, q, k, v, B, T, Hq,
+                                                Hkv, ldq, ldkv, a)))
+            dk = dv = nullptr;
+        if (!dq && !dk && !dv)
+            return;
+    }
+    int xt = (int)dt;
 #define ATT_BWD_ARGS                                                                               \
     c, xt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap, window
     if (D <= 64)

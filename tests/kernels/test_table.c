@@ -1765,6 +1765,85 @@ static void c_sumsq_scaled(tc *t)
     free(h);
 }
 
+/* One 16-bit attention shape, forward and backward, against the same
+ * backend's fp32 run on the widened inputs, at the dtype's tolerance:
+ * the CUDA backend takes its tensor-core kernels here (16-bit P, dS and
+ * dO in the products), the CPU its fp32 arithmetic. */
+typedef struct {
+    int D, T, Hq, Hkv, window;
+    float scale, cap;
+} att16_shape;
+
+static void att16_fwd(tc *t, kn_dtype dt, att16_shape s, void *q, void *k, void *v, float *qf,
+                      float *kf, float *vf, void *o, float *of, float *l)
+{
+    int B = 1, ldq = s.Hq * s.D, ldkv = s.Hkv * s.D;
+    size_t nq = (size_t)B * s.T * ldq, nl = (size_t)B * s.Hq * s.T;
+    float *l32 = dpoison(t, nl);
+    kn_attention_fwd(t->c, dt, o, l, q, k, v, B, s.T, s.Hq, s.Hkv, s.D, ldq, ldkv, s.scale, s.cap,
+                     s.window);
+    kn_attention_fwd(t->c, KN_F32, of, l32, qf, kf, vf, B, s.T, s.Hq, s.Hkv, s.D, ldq, ldkv,
+                     s.scale, s.cap, s.window);
+    char what[96];
+    snprintf(what, sizeof what, "attention16 D %d out", s.D);
+    same(t, dt, what, o, of, nq, dt);
+    snprintf(what, sizeof what, "attention16 D %d lse", s.D);
+    same(t, KN_F32, what, l, l32, nl, dt);
+}
+
+static void att16_case(tc *t, kn_dtype dt, att16_shape s)
+{
+    int B = 1, ldq = s.Hq * s.D, ldkv = s.Hkv * s.D;
+    size_t nq = (size_t)B * s.T * ldq, nk = (size_t)B * s.T * ldkv, nl = (size_t)B * s.Hq * s.T;
+    float *qf, *kf, *vf;
+    void *q = typed_in(t, dt, nq, 1, &qf), *k = typed_in(t, dt, nk, 1, &kf),
+         *v = typed_in(t, dt, nk, 1, &vf), *o = typed_out(t, dt, nq);
+    float *of = dpoison(t, nq), *l = dpoison(t, nl);
+    att16_fwd(t, dt, s, q, k, v, qf, kf, vf, o, of, l);
+    /* the last 9 rows alone over all T keys (a decode step over a KV
+     * cache): those rows of the fp32 reference */
+    int Tq = 9;
+    void *okv = typed_out(t, dt, (size_t)Tq * ldq);
+    kn_attention_kv_fwd(t->c, dt, okv, dpoison(t, (size_t)s.Hq * Tq),
+                        (char *)q + (size_t)(s.T - Tq) * ldq * 2, k, v, 1, Tq, s.T, s.Hq, s.Hkv,
+                        s.D, ldq, ldkv, s.scale, s.cap, s.window);
+    char what[96];
+    snprintf(what, sizeof what, "attention16_kv D %d out", s.D);
+    same(t, dt, what, okv, of + (size_t)(s.T - Tq) * ldq, (size_t)Tq * ldq, dt);
+    kn_convert(t->c, of, KN_F32, o, dt, nq); /* both read the 16-bit out */
+    float *hdo = hrand(nq, 1), *hdk = hrand(nk, 1);
+    float *ado = dput(t, hdo, nq * 4), *dq = dput(t, hdo, nq * 4), *dq32 = dput(t, hdo, nq * 4),
+          *dk = dput(t, hdk, nk * 4), *dk32 = dput(t, hdk, nk * 4), *dv = dput(t, hdk, nk * 4),
+          *dv32 = dput(t, hdk, nk * 4);
+    kn_attention_bwd(t->c, dt, dq, dk, dv, ado, o, l, q, k, v, B, s.T, s.Hq, s.Hkv, s.D, ldq, ldkv,
+                     s.scale, s.cap, s.window);
+    kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, ado, of, l, qf, kf, vf, B, s.T, s.Hq, s.Hkv,
+                     s.D, ldq, ldkv, s.scale, s.cap, s.window);
+    snprintf(what, sizeof what, "attention16 D %d dq (+=)", s.D);
+    same(t, KN_F32, what, dq, dq32, nq, dt);
+    snprintf(what, sizeof what, "attention16 D %d dk (+=)", s.D);
+    same(t, KN_F32, what, dk, dk32, nk, dt);
+    snprintf(what, sizeof what, "attention16 D %d dv (+=)", s.D);
+    same(t, KN_F32, what, dv, dv32, nk, dt);
+    free(hdo), free(hdk);
+}
+
+/* Each head dim the CUDA backend's tensor-core kernels are built for, with
+ * grouped heads, a window, a soft-cap and a scale among them; T not a
+ * multiple of any tile, and small: the emulation runs them one lane at a
+ * time. */
+static void c_attention16(tc *t)
+{
+    static const att16_shape shapes[] = {
+        {64, 70, 4, 2, 0, 0.0f, 0.0f},  {80, 37, 2, 1, 20, 0.0f, 0.0f},
+        {96, 35, 2, 2, 0, 0.3f, 2.0f},  {128, 40, 2, 1, 17, 0.0f, 1.5f},
+        {256, 21, 2, 1, 0, 0.0f, 0.0f}, {64, 37, 3, 1, 9, 0.2f, 1.0f},
+    };
+    for (int di = KN_BF16; di <= KN_F16; di++)
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+            att16_case(t, (kn_dtype)di, shapes[i]);
+}
+
 static const struct {
     const char *name;
     void (*run)(tc *t);
@@ -1778,6 +1857,7 @@ static const struct {
     {"matmul_gelu", c_matmul_gelu},
     {"activations", c_activations},
     {"attention", c_attention},
+    {"attention16", c_attention16},
     {"crossentropy", c_crossentropy},
     {"logits", c_logits},
     {"adamw", c_adamw},
