@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# check_attn_ptxas.sh NVCC SRC_DIR INCLUDE... — kernels.cuda_attn_ptxas:
+# ptxas's resource report (-Xptxas -v) for kernels/cuda/cuda_attention.cu
+# at sm_80 and sm_90. Every tensor-core attention kernel (k_fl_*, all head
+# dims and both 16-bit types: 30 per architecture) must use no stack frame
+# and spill nothing: their rows live in shared memory and 16x16 fragments,
+# never in per-thread arrays, which ptxas puts in local memory. The scalar
+# kernels (k_attn_*: fp32, other head dims) are listed for information.
+set -euo pipefail
+nvcc=$1 src=$2
+shift 2
+incs=()
+for i in "$@"; do incs+=("-I$i"); done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+for arch in 80 90; do
+  "$nvcc" -O2 -DNDEBUG -std=c++20 "${incs[@]}" --generate-code=arch=compute_$arch,code=sm_$arch \
+    -Xptxas -v -c "$src/cuda_attention.cu" -o "$tmp/a$arch.o" >"$tmp/v$arch.txt" 2>&1 ||
+    { cat "$tmp/v$arch.txt"; echo "FAIL: nvcc sm_$arch"; exit 1; }
+  # "Compiling entry function 'NAME' for 'sm_XX'" then "S bytes stack frame, W bytes spill
+  # stores, R bytes spill loads": one line per kernel, NAME STACK STORES LOADS.
+  awk '/Compiling entry function/ { match($0, /\047[^\047]+\047/); name = substr($0, RSTART + 1, RLENGTH - 2) }
+       /bytes stack frame/ && name != "" { print name, $1, $5, $9; name = "" }' "$tmp/v$arch.txt" \
+    >"$tmp/k$arch.txt"
+  n=$(grep -c 'k_fl_' "$tmp/k$arch.txt" || true)
+  [ "$n" -eq 30 ] || { echo "FAIL: sm_$arch: $n tensor-core attention kernels, want 30"; fail=1; }
+  while read -r name stack st ld; do
+    case $name in
+    *k_fl_*)
+      if [ "$stack" != 0 ] || [ "$st" != 0 ] || [ "$ld" != 0 ]; then
+        echo "FAIL: sm_$arch $name: $stack bytes stack, $st / $ld bytes spilled"
+        fail=1
+      fi ;;
+    *k_attn_*) echo "info: sm_$arch scalar $name: $stack bytes stack" ;;
+    esac
+  done <"$tmp/k$arch.txt"
+  [ "$fail" -ne 0 ] || echo "ok: sm_$arch: $n tensor-core attention kernels, no stack, no spills"
+done
+exit $fail
