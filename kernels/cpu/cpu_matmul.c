@@ -22,67 +22,102 @@
  * the blocks to the others instead of making them wait at the join. */
 #define GEMM_BLOCKS_PER_THREAD 4
 
-/* One block of C: rows (by_rows) or columns [lo, hi) of the product. */
-static void sgemm_block(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int by_rows, int lo,
-                        int hi, int M, int N, int K, const float *A, int lda, const float *B,
-                        int ldb, float beta, float *C, int ldc, const float *bias)
+/* One product C[M,N] = op(A) op(B) + beta C (+ bias[n] on every row), cut
+ * along its longer side into nb blocks of whole 16-wide kernel tiles. */
+typedef struct gemm_plan {
+    enum CBLAS_TRANSPOSE ta, tb;
+    int M, N, K, lda, ldb, ldc;
+    const float *A, *B, *bias;
+    float beta, *C;
+    int by_rows, len, units, nt;
+    long nb;
+} gemm_plan;
+
+/* The cut depends only on the shape and the thread count, never on
+ * timing, and each element is computed inside one block, so results do
+ * not depend on which thread ran which block. */
+static void plan_cut(kn_ctx *c, gemm_plan *p)
 {
-    const float *a = A, *b = B;
-    float *cc = C;
-    int m = M, n = N;
-    if (by_rows) {
-        a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
-        cc = C + (size_t)lo * ldc;
+    long work = (long)p->M * p->N * (p->K > 0 ? p->K : 1);
+    int nt = c->n_threads;
+    if (nt > 1 && work / nt < GEMM_MIN_WORK)
+        nt = (int)(work / GEMM_MIN_WORK) > 1 ? (int)(work / GEMM_MIN_WORK) : 1;
+    p->by_rows = p->M >= p->N;
+    p->len = p->by_rows ? p->M : p->N;
+    p->units = (p->len + 15) / 16;
+    if (nt > p->units) nt = p->units > 0 ? p->units : 1;
+    long nb = nt > 1 ? (long)nt * GEMM_BLOCKS_PER_THREAD : 1;
+    if (nb > work / GEMM_MIN_WORK) nb = work / GEMM_MIN_WORK > nt ? work / GEMM_MIN_WORK : nt;
+    if (nb > p->units) nb = p->units > 0 ? p->units : 1;
+    p->nt = nt;
+    p->nb = nb;
+}
+
+/* Block blk of the plan: rows (by_rows) or columns [lo, hi) of C. */
+static void plan_block(const gemm_plan *p, long blk)
+{
+    int lo = (int)(p->units * blk / p->nb) * 16, hi = (int)(p->units * (blk + 1) / p->nb) * 16;
+    if (hi > p->len) hi = p->len;
+    if (hi <= lo) return;
+    const float *a = p->A, *b = p->B;
+    float *cc = p->C;
+    int m = p->M, n = p->N;
+    if (p->by_rows) {
+        a = p->ta == CblasNoTrans ? p->A + (size_t)lo * p->lda : p->A + lo;
+        cc = p->C + (size_t)lo * p->ldc;
         m = hi - lo;
     } else {
-        b = tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb;
-        cc = C + lo;
+        b = p->tb == CblasNoTrans ? p->B + lo : p->B + (size_t)lo * p->ldb;
+        cc = p->C + lo;
         n = hi - lo;
     }
-    if (K > 0)
-        cpu_sgemm(ta, tb, m, n, K, 1.0f, a, lda, b, ldb, beta, cc, ldc);
-    else if (beta == 0.0f) /* an empty product is zero */
+    if (p->K > 0)
+        cpu_sgemm(p->ta, p->tb, m, n, p->K, 1.0f, a, p->lda, b, p->ldb, p->beta, cc, p->ldc);
+    else if (p->beta == 0.0f) /* an empty product is zero */
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++)
-                cc[(size_t)i * ldc + j] = 0.0f;
-    if (bias) {
-        const float *bb = by_rows ? bias : bias + lo;
+                cc[(size_t)i * p->ldc + j] = 0.0f;
+    if (p->bias) {
+        const float *bb = p->by_rows ? p->bias : p->bias + lo;
         for (int i = 0; i < m; i++) {
-            float *row = cc + (size_t)i * ldc;
+            float *row = cc + (size_t)i * p->ldc;
             for (int j = 0; j < n; j++)
                 row[j] += bb[j];
         }
     }
 }
 
-/* C[M,N] = alpha op(A) op(B) + beta C (+ bias[n] on every row when bias),
- * row-major, cut along its longer side into blocks of whole 16-wide kernel
- * tiles that the context's threads take as they come free. The cut
- * depends only on the shape and the thread count, never on timing, and
- * each element is computed inside one block, so results do not depend on
- * which thread ran which block. */
+static gemm_plan plan(kn_ctx *c, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
+                      int K, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc, const float *bias)
+{
+    gemm_plan p = {.ta = ta,
+                   .tb = tb,
+                   .M = M,
+                   .N = N,
+                   .K = K,
+                   .lda = lda,
+                   .ldb = ldb,
+                   .ldc = ldc,
+                   .A = A,
+                   .B = B,
+                   .bias = bias,
+                   .beta = beta,
+                   .C = C};
+    plan_cut(c, &p);
+    return p;
+}
+
+/* C[M,N] = op(A) op(B) + beta C (+ bias), row-major, its blocks taken by
+ * the context's threads as they come free. */
 static void par_sgemm(kn_ctx *c, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
                       int K, const float *A, int lda, const float *B, int ldb, float beta, float *C,
                       int ldc, const float *bias)
 {
-    long work = (long)M * N * (K > 0 ? K : 1);
-    int nt = c->n_threads;
-    if (nt > 1 && work / nt < GEMM_MIN_WORK)
-        nt = (int)(work / GEMM_MIN_WORK) > 1 ? (int)(work / GEMM_MIN_WORK) : 1;
-    int by_rows = M >= N;
-    int len = by_rows ? M : N;
-    int units = (len + 15) / 16;
-    if (nt > units) nt = units > 0 ? units : 1;
-    long nb = nt > 1 ? (long)nt * GEMM_BLOCKS_PER_THREAD : 1;
-    if (nb > work / GEMM_MIN_WORK) nb = work / GEMM_MIN_WORK > nt ? work / GEMM_MIN_WORK : nt;
-    if (nb > units) nb = units > 0 ? units : 1;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (long blk = 0; blk < nb; blk++) {
-        int lo = (int)(units * blk / nb) * 16, hi = (int)(units * (blk + 1) / nb) * 16;
-        if (hi > len) hi = len;
-        if (hi > lo)
-            sgemm_block(ta, tb, by_rows, lo, hi, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
-    }
+    gemm_plan p = plan(c, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(p.nt)
+    for (long blk = 0; blk < p.nb; blk++)
+        plan_block(&p, blk);
 }
 
 void cpu_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias, int N,
@@ -97,31 +132,47 @@ void cpu_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const
     par_sgemm(c, CblasNoTrans, CblasTrans, N, M, K, x, K, w, K, 0.0f, out, M, bias);
 }
 
+/* dbias[lo, hi) += the column sums of dout[N,M] over those columns, each
+ * column in row order. */
+static void dbias_block(float *dbias, const float *dout, int N, int M, int lo, int hi)
+{
+    for (int n = 0; n < N; n++) {
+        const float *g = dout + (size_t)n * M;
+        for (int m = lo; m < hi; m++)
+            dbias[m] += g[m];
+    }
+}
+
+/* The backward's products (dx, dw) and the bias gradient in one parallel
+ * region: their blocks (the bias gradient's are 16-column ranges, one a
+ * thread) form one list the threads take from, so a linear's backward is
+ * one fork and one join instead of three. */
 void cpu_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,
                     const float *x, const float *w, int N, int K, int M)
 {
     if (N <= 0 || M <= 0) return;
-    if (K > 0) {
-        /* dx[N,K] += dout[N,M] w[M,K] */
-        if (dx) par_sgemm(c, CblasNoTrans, CblasNoTrans, N, K, M, dout, M, w, K, 1.0f, dx, K, NULL);
-        /* dw[M,K] += dout[N,M]^T x[N,K] */
-        if (dw) par_sgemm(c, CblasTrans, CblasNoTrans, M, K, N, dout, M, x, K, 1.0f, dw, K, NULL);
-    }
-    if (dbias) {
-        int par = (size_t)N * M > CPU_PAR_MIN;
-#pragma omp parallel num_threads(par ? c->n_threads : 1)
-        {
-            int me = omp_get_thread_num(), cnt = omp_get_num_threads();
-            int units = (M + 15) / 16;
-            int lo = (int)((long)units * me / cnt) * 16,
-                hi = (int)((long)units * (me + 1) / cnt) * 16;
-            if (lo > M) lo = M;
-            if (hi > M) hi = M;
-            for (int n = 0; n < N; n++) {
-                const float *g = dout + (size_t)n * M;
-                for (int m = lo; m < hi; m++)
-                    dbias[m] += g[m];
-            }
+    gemm_plan none = {.nb = 0, .nt = 1};
+    /* dx[N,K] += dout[N,M] w[M,K];  dw[M,K] += dout[N,M]^T x[N,K] */
+    gemm_plan px =
+        dx && K > 0 ? plan(c, CblasNoTrans, CblasNoTrans, N, K, M, dout, M, w, K, 1.0f, dx, K, NULL)
+                    : none;
+    gemm_plan pw =
+        dw && K > 0 ? plan(c, CblasTrans, CblasNoTrans, M, K, N, dout, M, x, K, 1.0f, dw, K, NULL)
+                    : none;
+    int bt = dbias && (size_t)N * M > CPU_PAR_MIN ? c->n_threads : 1, units = (M + 15) / 16;
+    long nbias = dbias ? (bt < units ? bt : units) : 0;
+    int nt = px.nt > pw.nt ? px.nt : pw.nt;
+    if (nt < bt) nt = bt;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (long blk = 0; blk < px.nb + pw.nb + nbias; blk++) {
+        if (blk < px.nb) {
+            plan_block(&px, blk);
+        } else if (blk < px.nb + pw.nb) {
+            plan_block(&pw, blk - px.nb);
+        } else {
+            long k = blk - px.nb - pw.nb;
+            int lo = (int)(units * k / nbias) * 16, hi = (int)(units * (k + 1) / nbias) * 16;
+            dbias_block(dbias, dout, N, M, lo, hi < M ? hi : M);
         }
     }
 }
