@@ -80,11 +80,13 @@ void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db, 
                        int C)
 {
     int par = (size_t)N * C > CPU_PAR_MIN, failed = 0;
-    if (dx) {
+    /* One region: dx by rows, then (no barrier between: they share only
+     * inputs) dw and db by columns, each column summed in row order. */
 #pragma omp parallel num_threads(par ? c->n_threads : 1) reduction(| : failed)
-        {
-            float *buf = row_bufs(dt, C, &failed);
-#pragma omp for schedule(static)
+    {
+        float *buf = row_bufs(dt, C, &failed);
+        if (dx) {
+#pragma omp for schedule(static) nowait
             for (int n = 0; n < N; n++) {
                 if (dt != KN_F32 && !buf) continue;
                 const float *g = dout + (size_t)n * C;
@@ -105,15 +107,10 @@ void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db, 
                     d[i] += r * (g[i] * w[i] - s1 - xhat * s2);
                 }
             }
-            free(buf);
         }
-    }
-    if (dw || db) {
-#pragma omp parallel num_threads(par ? c->n_threads : 1) reduction(| : failed)
-        {
+        if (dw || db) {
             int lo, hi;
             col_range(C, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-            float *buf = row_bufs(dt, C, &failed);
             for (int n = 0; n < N && (dt == KN_F32 || buf) && hi > lo; n++) {
                 /* this thread's columns of the row: xr[i] for i in [lo, hi) */
                 const float *g = dout + (size_t)n * C;
@@ -126,8 +123,8 @@ void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db, 
                     for (int i = lo; i < hi; i++)
                         db[i] += g[i];
             }
-            free(buf);
         }
+        free(buf);
     }
     if (failed) kn_fail(c, TY_ENOMEM, "layernorm backward: out of memory for a %d-wide row", C);
 }
@@ -165,11 +162,12 @@ void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *
                      const float *w, const float *rstd, int N, int C)
 {
     int par = (size_t)N * C > CPU_PAR_MIN, failed = 0;
-    if (dx) {
+    /* One region: dx by rows, then (no barrier between) dw by columns. */
 #pragma omp parallel num_threads(par ? c->n_threads : 1) reduction(| : failed)
-        {
-            float *buf = row_bufs(dt, C, &failed);
-#pragma omp for schedule(static)
+    {
+        float *buf = row_bufs(dt, C, &failed);
+        if (dx) {
+#pragma omp for schedule(static) nowait
             for (int n = 0; n < N; n++) {
                 if (dt != KN_F32 && !buf) continue;
                 const float *g = dout + (size_t)n * C;
@@ -184,15 +182,10 @@ void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *
                 for (int i = 0; i < C; i++)
                     d[i] += r * (g[i] * w[i] - xr[i] * s);
             }
-            free(buf);
         }
-    }
-    if (dw) {
-#pragma omp parallel num_threads(par ? c->n_threads : 1) reduction(| : failed)
-        {
+        if (dw) {
             int lo, hi;
             col_range(C, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-            float *buf = row_bufs(dt, C, &failed);
             for (int n = 0; n < N && (dt == KN_F32 || buf) && hi > lo; n++) {
                 const float *g = dout + (size_t)n * C;
                 const float *xr = cpu_in(buf, x, dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
@@ -200,8 +193,8 @@ void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *
                 for (int i = lo; i < hi; i++)
                     dw[i] += g[i] * (xr[i] * r);
             }
-            free(buf);
         }
+        free(buf);
     }
     if (failed) kn_fail(c, TY_ENOMEM, "rmsnorm backward: out of memory for a %d-wide row", C);
 }
