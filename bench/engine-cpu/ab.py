@@ -1,5 +1,5 @@
 # ab.py — two engine builds (or one build under two environments) side by side
-# in one run, on GPT-2 124M fp32 at two shapes: batch 4 x seq 64 (GEMMs of
+# in one run, on GPT-2 124M (fp32, or --precision bf16 / fp16) at two shapes: batch 4 x seq 64 (GEMMs of
 # small M, where library overheads show) and batch 1 x seq 1024.
 #
 # A side is ENGINE or ENGINE:VAR=VALUE[,VAR=VALUE...], e.g.
@@ -43,12 +43,13 @@ def parse_side(text):
     return path, env
 
 
-def run_side(side, shape, steps, threads, tmp, mdir, data):
+def run_side(side, shape, steps, threads, tmp, mdir, data, precision):
     path, env = side
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        gaps, rss, _ = bench.engine_side(path, shape, steps, threads, tmp, mdir, data)
+        gaps, rss, _ = bench.engine_side(path, shape, steps, threads, tmp, mdir, data,
+                                          precision)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -67,11 +68,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", choices=sorted(AB_SHAPES))
     ap.add_argument("--busy", type=int, default=0, help="extra spinning processes during the run")
+    ap.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="fp32",
+                    help="the spec's precision (activations and weights in that type)")
     args = ap.parse_args()
     sides = {"A": parse_side(args.a), "B": parse_side(args.b)}
     bench.SHAPES.update(AB_SHAPES)
     print(f"A {args.a}\nB {args.b}\nthreads {args.threads}; rounds {args.rounds}; "
-          f"busy {args.busy}; load {os.getloadavg()[0]:.2f}", flush=True)
+          f"busy {args.busy}; precision {args.precision}; load {os.getloadavg()[0]:.2f}", flush=True)
     busy = bench.start_busy(args.busy)
     try:
         rows = run_shapes(args, sides)
@@ -97,7 +100,7 @@ def run_shapes(args, sides):
             for _ in range(args.rounds):
                 for name in ("A", "B"):
                     gaps, _ = run_side(sides[name], shape, args.steps, args.threads, tmp, mdir,
-                                       data)
+                                       data, args.precision)
                     steps[name] += gaps
             tok = s["batch"] * s["seq"]
             ma, mb = statistics.median(steps["A"]), statistics.median(steps["B"])

@@ -106,11 +106,13 @@ def write_inputs(shape, steps, tmp):
     return mdir, data
 
 
-def engine_side(engine, shape, steps, threads, tmp, mdir, data):
+def engine_side(engine, shape, steps, threads, tmp, mdir, data, precision=None):
     import hfgen
     s = SHAPES[shape]
     spec = hfgen.job_spec(mdir, data, steps, s["batch"], s["seq"], grad_accum=1, lr=1e-4,
                           schedule="constant", warmup_steps=0, name="bench-" + shape)
+    if precision:
+        spec["precision"] = precision
     spath = os.path.join(tmp, shape + ".spec.json")
     hfgen.write_json(spath, spec)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))

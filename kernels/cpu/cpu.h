@@ -120,6 +120,39 @@ int cpu_gemv_on(void);
 void cpu_gelu_bwd_write(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x,
                         size_t n);
 
+/* Attention's pieces shared by the fp32 kernel (cpu_attention.c) and the
+ * AMX bf16 one (cpu_attention16.c). cpu_att_args: what a tile needs
+ * besides its rows and columns; lq / lkv are the row strides of the
+ * (possibly widened) q and k, v, ldq / ldkv those of q / dq and k / v /
+ * dk / dv, ldo of out and dout. Row i sees keys [cpu_att_lo(i), i]. */
+typedef struct cpu_att_args {
+    int D, lq, lkv, ldq, ldkv, ldo, window;
+    float scale, cap;
+} cpu_att_args;
+static inline int cpu_att_lo(int i, int window)
+{
+    return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+}
+float cpu_att_softmax_row(float *s, int lo, int i, int w, float cap);
+const float *cpu_att_head_rows(float *buf, const void *x, kn_dtype dt, size_t off, int T, int D,
+                               int ld, int *ldf);
+void cpu_att_rowdot(float *dst, const float *gb, const float *ob, int T, int D, int ldo, int lo);
+void cpu_att_bwd_probs(float *s, float *tg, const float *lb, int i0, int rows, int j0, int cols,
+                       const cpu_att_args *x);
+void cpu_att_bwd_dscores(const float *s, float *dp, const float *tg, const float *db, int i0,
+                         int rows, int cols, const cpu_att_args *x);
+/* The AMX path: 1 when this CPU and kernel give it (and TY_CPU_ATTENTION is
+ * not fp32); cpu_att16_exact: whether n floats all hold bf16 values (the
+ * backward's dO must). The _fwd / _bwd take bf16 q, k, v, out. */
+int cpu_att16_on(void);
+int cpu_att16_exact(const float *g, size_t n);
+void cpu_att16_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *k, const void *v,
+                   int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv, const cpu_att_args *x,
+                   int nt);
+void cpu_att16_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout, const void *out,
+                   const float *lse, const void *q, const void *k, const void *v, int B, int T,
+                   int Hq, int Hkv, const cpu_att_args *x, int nt);
+
 /* One cpu_<op> per op of kn_ops.h, with its kn_* signature; cpu_backend.c
  * builds the table from the same list. */
 #define KN_CPU_PROTO(ret, name, params, args) ret cpu_##name params;

@@ -19,10 +19,12 @@
  * caps each score in the forward; the backward recomputes the capped
  * score and multiplies dS by its derivative 1 - tanh^2.
  *
- * 16-bit q, k, v and out (the op's dtype): each head's T x D rows are
- * widened into per-thread fp32 copies (O(T D), still linear in T) and the
- * fp32 algorithm runs on them; the forward's output rows are rounded once
- * as they are stored. lse and all gradients are fp32. */
+ * 16-bit q, k, v and out (the op's dtype): bf16 on a CPU with AMX goes
+ * to cpu_attention16.c (the same scheme, the tile products on AMX, this
+ * file's softmax and masks). Otherwise each head's T x D rows are widened
+ * into per-thread fp32 copies (O(T D), still linear in T) and the fp32
+ * algorithm runs on them; the forward's output rows are rounded once as
+ * they are stored. lse and all gradients are fp32. */
 #include "cpu.h"
 #include "cpu_math.h"
 
@@ -220,17 +222,14 @@ void cpu_rope_freq_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,
 
 /* The two Gemma options (kernels.h): scores soft-capped as
  * cap * tanh(s / cap) (Gemma 2's attn_logit_softcapping), and a sliding
- * window, row i seeing keys (i - window, i] only. Both 0 = off. */
-static inline int att_lo(int i, int window)
-{
-    return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
-}
+ * window, row i seeing keys (i - window, i] only (cpu_att_lo, cpu.h).
+ * Both 0 = off. */
 
 /* Scores s[lo..i] (already scaled) of row i -> capped when cap > 0, then
  * probabilities in place (0 outside [lo, i], up to width w); returns the
  * row's log-sum-exp, the one number the backward needs to rebuild the row
  * (P_ij = exp(s_ij - lse_i)). */
-CPU_HOT static float softmax_causal_row(float *s, int lo, int i, int w, float cap)
+CPU_HOT float cpu_att_softmax_row(float *s, int lo, int i, int w, float cap)
 {
     if (cap > 0.0f) {
         float inv_cap = 1.0f / cap;
@@ -262,8 +261,8 @@ CPU_HOT static float softmax_causal_row(float *s, int lo, int i, int w, float ca
 /* Rows [0, T) of one head (element `off`, row stride ld) of a dt tensor
  * as fp32: the tensor itself for fp32 (*ldf = ld), else widened into buf
  * (T x D, *ldf = D). */
-static const float *head_rows(float *buf, const void *x, kn_dtype dt, size_t off, int T, int D,
-                              int ld, int *ldf)
+const float *cpu_att_head_rows(float *buf, const void *x, kn_dtype dt, size_t off, int T, int D,
+                               int ld, int *ldf)
 {
     if (dt == KN_F32) {
         *ldf = ld;
@@ -295,6 +294,12 @@ static void attention_rows(kn_ctx *c, kn_dtype dt, void *out, float *lse, const 
     int ldo = Hq * D, br = Tq < ATT_BLOCK ? Tq : ATT_BLOCK;
     int nt = c->n_threads < B * Hq ? c->n_threads : B * Hq;
     if ((double)B * Hq * Tq * Tk * D < ATT_PAR_MIN) nt = 1;
+    if (dt == KN_BF16 && cpu_att16_on()) {
+        cpu_att_args x = {
+            .D = D, .ldq = ldq, .ldkv = ldkv, .window = window, .scale = scale, .cap = softcap};
+        cpu_att16_fwd(c, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, &x, nt);
+        return;
+    }
     int failed = 0;
     /* 16-bit: q (Tq rows), k, v (Tk rows) of one head widened and a block of output rows */
     size_t wide = dt == KN_F32 ? 0 : ((size_t)Tq + 2 * (size_t)Tk) * D + (size_t)br * D;
@@ -310,11 +315,11 @@ static void attention_rows(kn_ctx *c, kn_dtype dt, void *out, float *lse, const 
             if (!a) continue;
             int b = bh / Hq, h = bh % Hq, g = h / group, lq, lkv, lkv2;
             const float *qb =
-                head_rows(wq, q, dt, (size_t)b * Tq * ldq + (size_t)h * D, Tq, D, ldq, &lq);
-            const float *kb =
-                head_rows(wk, k, dt, (size_t)b * Tk * ldkv + (size_t)g * D, Tk, D, ldkv, &lkv);
-            const float *vb =
-                head_rows(wv, v, dt, (size_t)b * Tk * ldkv + (size_t)g * D, Tk, D, ldkv, &lkv2);
+                cpu_att_head_rows(wq, q, dt, (size_t)b * Tq * ldq + (size_t)h * D, Tq, D, ldq, &lq);
+            const float *kb = cpu_att_head_rows(wk, k, dt, (size_t)b * Tk * ldkv + (size_t)g * D,
+                                                Tk, D, ldkv, &lkv);
+            const float *vb = cpu_att_head_rows(wv, v, dt, (size_t)b * Tk * ldkv + (size_t)g * D,
+                                                Tk, D, ldkv, &lkv2);
             size_t oo = (size_t)b * Tq * ldo + (size_t)h * D;
             float *lb = lse + (size_t)bh * Tq;
             for (int r0 = 0; r0 < Tq; r0 += br) {
@@ -324,14 +329,14 @@ static void attention_rows(kn_ctx *c, kn_dtype dt, void *out, float *lse, const 
                 float *ob = dt == KN_F32 ? (float *)out + oo + (size_t)r0 * ldo : wo;
                 int lob = dt == KN_F32 ? ldo : D;
                 /* Columns [j0, i1): the block's first row's window onwards. */
-                int j0 = att_lo(i0, window), w = i1 - j0;
+                int j0 = cpu_att_lo(i0, window), w = i1 - j0;
                 /* S[r0:r1, j0:i1] = scale * Q[r0:r1] K[j0:i1]^T */
                 cpu_sgemm(CblasNoTrans, CblasTrans, rows, w, D, scale, qb + (size_t)r0 * lq, lq,
                           kb + (size_t)j0 * lkv, lkv, 0.0f, a, Tk);
                 for (int r = 0; r < rows; r++) {
                     int i = i0 + r;
-                    lb[r0 + r] = softmax_causal_row(a + (size_t)r * Tk, att_lo(i, window) - j0,
-                                                    i - j0, w, softcap);
+                    lb[r0 + r] = cpu_att_softmax_row(a + (size_t)r * Tk, cpu_att_lo(i, window) - j0,
+                                                     i - j0, w, softcap);
                 }
                 /* O[r0:r1] = P[r0:r1, j0:i1] V[j0:i1] */
                 cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, w, 1.0f, a, Tk,
@@ -366,33 +371,18 @@ void cpu_attention_kv_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const v
                    window);
 }
 
-/* What a tile of the backward needs besides its rows and columns. lq /
- * lkv are the row strides of the (possibly widened) q and k, v; ldq /
- * ldkv those of dq and dk, dv. */
-typedef struct att_bwd_args {
-    int D, lq, lkv, ldq, ldkv, ldo, window;
-    float scale, cap;
-} att_bwd_args;
-
-/* One tile of the backward: rows [i0, i0+rows) of query head qb against key
- * columns [j0, j0+cols). s, dp and tg are ATT_BLOCK x ATT_BLOCK scratch
- * (tg: the soft-cap's derivative 1 - tanh^2 of each recomputed score). */
-CPU_HOT static void att_bwd_tile(float *s, float *dp, float *tg, const float *qb, const float *kb,
-                                 const float *vb, const float *gb, const float *lb, const float *db,
-                                 float *dqb, float *dkb, float *dvb, int i0, int rows, int j0,
-                                 int cols, const att_bwd_args *x)
+/* P = exp(capped(S) - lse_i) in place over the tile s (rows [i0, i0 +
+ * rows) against key columns [j0, j0 + cols), S already scaled), zero
+ * outside the mask; tg gets the soft-cap's derivative 1 - tanh^2. */
+CPU_HOT void cpu_att_bwd_probs(float *s, float *tg, const float *lb, int i0, int rows, int j0,
+                               int cols, const cpu_att_args *x)
 {
     const int ld = ATT_BLOCK;
-    int D = x->D, lq = x->lq, lkv = x->lkv, ldq = x->ldq, ldkv = x->ldkv, ldo = x->ldo;
-    float cap = x->cap, scale = x->scale;
-    const float *qi = qb + (size_t)i0 * lq, *gi = gb + (size_t)i0 * ldo;
-    const float *kj = kb + (size_t)j0 * lkv, *vj = vb + (size_t)j0 * lkv;
-    /* P = exp(capped(scale Q_i K_j^T) - lse_i), zero outside the mask */
-    cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, scale, qi, lq, kj, lkv, 0.0f, s, ld);
+    float cap = x->cap;
     for (int r = 0; r < rows; r++) {
         float *pr = s + (size_t)r * ld, l = lb[i0 + r];
         int hi = i0 + r - j0 + 1; /* visible columns [lo, hi) of this row */
-        int lo = att_lo(i0 + r, x->window) - j0;
+        int lo = cpu_att_lo(i0 + r, x->window) - j0;
         if (hi > cols) hi = cols;
         if (lo < 0) lo = 0;
         if (hi < lo) hi = lo;
@@ -412,16 +402,18 @@ CPU_HOT static void att_bwd_tile(float *s, float *dp, float *tg, const float *qb
         for (int j = hi; j < cols; j++)
             pr[j] = 0.0f;
     }
-    /* dV_j += P^T dO_i */
-    if (dvb)
-        cpu_sgemm(CblasTrans, CblasNoTrans, cols, D, rows, 1.0f, s, ld, gi, ldo, 1.0f,
-                  dvb + (size_t)j0 * ldkv, ldkv);
-    if (!dqb && !dkb) return;
-    /* dP = dO_i V_j^T; dS = P (dP - D_i) scale (zero where P is), times
-     * 1 - tanh^2 under the soft-cap */
-    cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, 1.0f, gi, ldo, vj, lkv, 0.0f, dp, ld);
+}
+
+/* dS = P (dP - D_i) scale in place over dp (zero where P is), times
+ * 1 - tanh^2 under the soft-cap. */
+CPU_HOT void cpu_att_bwd_dscores(const float *s, float *dp, const float *tg, const float *db,
+                                 int i0, int rows, int cols, const cpu_att_args *x)
+{
+    const int ld = ATT_BLOCK;
+    float cap = x->cap, scale = x->scale;
     for (int r = 0; r < rows; r++) {
-        float *pr = s + (size_t)r * ld, *dr = dp + (size_t)r * ld, di = db[i0 + r];
+        const float *pr = s + (size_t)r * ld;
+        float *dr = dp + (size_t)r * ld, di = db[i0 + r];
 #pragma omp simd
         for (int j = 0; j < cols; j++)
             dr[j] = pr[j] * (dr[j] - di) * scale;
@@ -431,6 +423,31 @@ CPU_HOT static void att_bwd_tile(float *s, float *dp, float *tg, const float *qb
                 if (pr[j] != 0.0f) dr[j] *= tr[j];
         }
     }
+}
+
+/* One tile of the backward: rows [i0, i0+rows) of query head qb against key
+ * columns [j0, j0+cols). s, dp and tg are ATT_BLOCK x ATT_BLOCK scratch
+ * (tg: the soft-cap's derivative 1 - tanh^2 of each recomputed score). */
+static void att_bwd_tile(float *s, float *dp, float *tg, const float *qb, const float *kb,
+                         const float *vb, const float *gb, const float *lb, const float *db,
+                         float *dqb, float *dkb, float *dvb, int i0, int rows, int j0, int cols,
+                         const cpu_att_args *x)
+{
+    const int ld = ATT_BLOCK;
+    int D = x->D, lq = x->lq, lkv = x->lkv, ldq = x->ldq, ldkv = x->ldkv, ldo = x->ldo;
+    const float *qi = qb + (size_t)i0 * lq, *gi = gb + (size_t)i0 * ldo;
+    const float *kj = kb + (size_t)j0 * lkv, *vj = vb + (size_t)j0 * lkv;
+    /* P = exp(capped(scale Q_i K_j^T) - lse_i), zero outside the mask */
+    cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, x->scale, qi, lq, kj, lkv, 0.0f, s, ld);
+    cpu_att_bwd_probs(s, tg, lb, i0, rows, j0, cols, x);
+    /* dV_j += P^T dO_i */
+    if (dvb)
+        cpu_sgemm(CblasTrans, CblasNoTrans, cols, D, rows, 1.0f, s, ld, gi, ldo, 1.0f,
+                  dvb + (size_t)j0 * ldkv, ldkv);
+    if (!dqb && !dkb) return;
+    /* dP = dO_i V_j^T, then dS */
+    cpu_sgemm(CblasNoTrans, CblasTrans, rows, cols, D, 1.0f, gi, ldo, vj, lkv, 0.0f, dp, ld);
+    cpu_att_bwd_dscores(s, dp, tg, db, i0, rows, cols, x);
     /* dQ_i += dS K_j;  dK_j += dS^T Q_i */
     if (dqb)
         cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, cols, 1.0f, dp, ld, kj, lkv, 1.0f,
@@ -441,8 +458,8 @@ CPU_HOT static void att_bwd_tile(float *s, float *dp, float *tg, const float *qb
 }
 
 /* D_i = sum_d dO[i,d] O[i,d] for the T rows of one head (O's row stride lo). */
-CPU_HOT static void att_rowdot(float *dst, const float *gb, const float *ob, int T, int D, int ldo,
-                               int lo)
+CPU_HOT void cpu_att_rowdot(float *dst, const float *gb, const float *ob, int T, int D, int ldo,
+                            int lo)
 {
     for (int i = 0; i < T; i++) {
         const float *g = gb + (size_t)i * ldo, *o = ob + (size_t)i * lo;
@@ -465,6 +482,12 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, 
     if (scale == 0.0f) scale = 1.0f / sqrtf((float)D);
     int ldo = Hq * D;
     int nt = c->n_threads < B * Hkv ? c->n_threads : B * Hkv;
+    if (dt == KN_BF16 && cpu_att16_on() && cpu_att16_exact(dout, (size_t)B * T * ldo)) {
+        cpu_att_args x = {
+            .D = D, .ldq = ldq, .ldkv = ldkv, .window = window, .scale = scale, .cap = softcap};
+        cpu_att16_bwd(c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, &x, nt);
+        return;
+    }
     int failed = 0;
 #pragma omp parallel num_threads(nt) reduction(| : failed)
     {
@@ -481,25 +504,25 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, 
         for (int bg = 0; bg < B * Hkv; bg++) {
             if (!s) continue;
             int b = bg / Hkv, g = bg % Hkv, lkv, lkv2;
-            const float *kb =
-                head_rows(wk, k, dt, (size_t)b * T * ldkv + (size_t)g * D, T, D, ldkv, &lkv);
-            const float *vb =
-                head_rows(wv, v, dt, (size_t)b * T * ldkv + (size_t)g * D, T, D, ldkv, &lkv2);
+            const float *kb = cpu_att_head_rows(wk, k, dt, (size_t)b * T * ldkv + (size_t)g * D, T,
+                                                D, ldkv, &lkv);
+            const float *vb = cpu_att_head_rows(wv, v, dt, (size_t)b * T * ldkv + (size_t)g * D, T,
+                                                D, ldkv, &lkv2);
             float *dkb = dk ? dk + (size_t)b * T * ldkv + (size_t)g * D : NULL;
             float *dvb = dv ? dv + (size_t)b * T * ldkv + (size_t)g * D : NULL;
             /* Query heads sharing this kv head, then row blocks, then key
              * tiles, in order: dk/dv sum in a fixed order. */
             for (int h = g * group; h < (g + 1) * group; h++) {
                 int lq, lo;
-                const float *qb =
-                    head_rows(wq, q, dt, (size_t)b * T * ldq + (size_t)h * D, T, D, ldq, &lq);
+                const float *qb = cpu_att_head_rows(wq, q, dt, (size_t)b * T * ldq + (size_t)h * D,
+                                                    T, D, ldq, &lq);
                 float *dqb = dq ? dq + (size_t)b * T * ldq + (size_t)h * D : NULL;
                 const float *gb = dout + (size_t)b * T * ldo + (size_t)h * D;
-                const float *ob =
-                    head_rows(wo, out, dt, (size_t)b * T * ldo + (size_t)h * D, T, D, ldo, &lo);
+                const float *ob = cpu_att_head_rows(
+                    wo, out, dt, (size_t)b * T * ldo + (size_t)h * D, T, D, ldo, &lo);
                 const float *lb = lse + ((size_t)b * Hq + h) * T;
-                att_rowdot(db, gb, ob, T, D, ldo, lo);
-                att_bwd_args x = {.D = D,
+                cpu_att_rowdot(db, gb, ob, T, D, ldo, lo);
+                cpu_att_args x = {.D = D,
                                   .lq = lq,
                                   .lkv = lkv,
                                   .ldq = ldq,
@@ -511,7 +534,7 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, 
                 for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
                     int rows = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK;
                     /* Tiles left of the block's first window see nothing. */
-                    int jstart = att_lo(i0, window) / ATT_BLOCK * ATT_BLOCK;
+                    int jstart = cpu_att_lo(i0, window) / ATT_BLOCK * ATT_BLOCK;
                     for (int j0 = jstart; j0 < i0 + rows; j0 += ATT_BLOCK) {
                         int cols = i0 + rows - j0 < ATT_BLOCK ? i0 + rows - j0 : ATT_BLOCK;
                         att_bwd_tile(s, dp, tg, qb, kb, vb, gb, lb, db, dqb, dkb, dvb, i0, rows, j0,

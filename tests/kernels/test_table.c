@@ -1844,6 +1844,67 @@ static void c_attention16(tc *t)
             att16_case(t, (kn_dtype)di, shapes[i]);
 }
 
+/* ---- attention in 16 bits at tile-sized shapes ---------------------------
+
+ * kn_attention_* on 16-bit q, k, v past the tile sizes (several 64-row
+ * blocks, T and D not multiples of 32, grouped heads, the Gemma options)
+ * against the fp32 op on the same values: out to dt's tolerance, lse to
+ * fp32's; the backward, fed a dO holding dt values (what the engine
+ * passes, and what the CPU's AMX bf16 kernel takes), every gradient to
+ * fp32's; and the last rows alone (kn_attention_kv_fwd) as the forward. */
+static void att_tiles_case(tc *t, kn_dtype dt, int B, int T, int Hq, int Hkv, int D, float scale,
+                           float cap, int window)
+{
+    int ldq = Hq * D + 8, ldkv = Hkv * D, Tq = T / 3;
+    size_t nq = (size_t)B * T * ldq, nk = (size_t)B * T * ldkv, nl = (size_t)B * Hq * T;
+    size_t no = (size_t)B * T * Hq * D;
+    float *qf, *kf, *vf, *gf;
+    void *q = typed_in(t, dt, nq, 1, &qf), *k = typed_in(t, dt, nk, 1, &kf),
+         *v = typed_in(t, dt, nk, 1, &vf);
+    typed_in(t, dt, no, 1, &gf); /* dO: dt values in fp32, as the engine's */
+    void *o = typed_out(t, dt, no);
+    float *o32 = dpoison(t, no), *l = dpoison(t, nl), *l32 = dpoison(t, nl);
+    char what[96];
+    snprintf(what, sizeof what, "attention16 out (T %d, D %d, cap %g, window %d)", T, D, cap,
+             window);
+    kn_attention_fwd(t->c, dt, o, l, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
+    kn_attention_fwd(t->c, KN_F32, o32, l32, qf, kf, vf, B, T, Hq, Hkv, D, ldq, ldkv, scale, cap,
+                     window);
+    same(t, dt, what, o, o32, no, dt);
+    same(t, KN_F32, "attention16 lse", l, l32, nl, KN_F32);
+    /* batch 0's last Tq rows over its T keys */
+    void *okv = typed_out(t, dt, (size_t)Tq * Hq * D);
+    float *okv32 = dpoison(t, (size_t)Tq * Hq * D), *lkv = dpoison(t, (size_t)Hq * Tq);
+    size_t es = kn_dtype_size(dt), qoff = (size_t)(T - Tq) * ldq;
+    kn_attention_kv_fwd(t->c, dt, okv, lkv, (char *)q + qoff * es, k, v, 1, Tq, T, Hq, Hkv, D, ldq,
+                        ldkv, scale, cap, window);
+    kn_attention_kv_fwd(t->c, KN_F32, okv32, lkv, qf + qoff, kf, vf, 1, Tq, T, Hq, Hkv, D, ldq,
+                        ldkv, scale, cap, window);
+    same(t, dt, "attention16 kv out", okv, okv32, (size_t)Tq * Hq * D, dt);
+    float *of = dpoison(t, no);
+    kn_convert(t->c, of, KN_F32, o, dt, no);
+    float *hq = hrand(nq, 1), *hk = hrand(nk, 1);
+    float *dq = dput(t, hq, nq * 4), *dq32 = dput(t, hq, nq * 4), *dk = dput(t, hk, nk * 4),
+          *dk32 = dput(t, hk, nk * 4), *dv = dput(t, hk, nk * 4), *dv32 = dput(t, hk, nk * 4);
+    kn_attention_bwd(t->c, dt, dq, dk, dv, gf, o, l32, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale,
+                     cap, window);
+    kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, gf, of, l32, qf, kf, vf, B, T, Hq, Hkv, D, ldq,
+                     ldkv, scale, cap, window);
+    same(t, KN_F32, "attention16 dq (+=)", dq, dq32, nq, KN_F32);
+    same(t, KN_F32, "attention16 dk (+=)", dk, dk32, nk, KN_F32);
+    same(t, KN_F32, "attention16 dv (+=)", dv, dv32, nk, KN_F32);
+    free(hq), free(hk);
+}
+
+static void c_attention_tiles(tc *t)
+{
+    for (int di = KN_BF16; di <= KN_F16; di++) {
+        att_tiles_case(t, (kn_dtype)di, 1, 150, 4, 2, 40, 0.0f, 0.0f, 0);
+        att_tiles_case(t, (kn_dtype)di, 2, 97, 2, 1, 64, 0.3f, 2.0f, 33);
+        att_tiles_case(t, (kn_dtype)di, 1, 200, 3, 3, 16, 0.0f, 0.0f, 70);
+    }
+}
+
 static const struct {
     const char *name;
     void (*run)(tc *t);
@@ -1865,6 +1926,7 @@ static const struct {
     {"sumsq_scaled", c_sumsq_scaled},
     {"master", c_master},
     {"typed", c_typed},
+    {"attention_tiles", c_attention_tiles},
     {"add_norm", c_add_norm},
     {"param_grads", c_param_grads},
     {"vec", c_vec},

@@ -1,0 +1,489 @@
+/* cpu_attention16.c — bf16 attention on AMX tiles (Intel AMX-BF16).
+ *
+ * The same FlashAttention-2 scheme as cpu_attention.c (row blocks, key
+ * tiles, fp32 softmax statistics and lse, the causal / window / soft-cap
+ * masks, recomputation in the backward; the elementwise steps are that
+ * file's functions), with every product of a tile formed by TDPBF16PS:
+ * bf16 x bf16 pairs summed into fp32 tiles, 512 multiply-adds a cycle
+ * against fp32 AVX-512's 32. Measured on GPT-2 124M at T1024 (bf16), the
+ * fp32 sgemm of the tiles was a fifth of a training step
+ * (docs/benchmarks.md).
+ *
+ * Operands: q, k, v are bf16 already (exact); each head's rows are copied
+ * once into zero-padded bf16 layouts (row-major for the left operand, the
+ * "VNNI" pair layout for the right one). The fp32 operands — the
+ * probabilities P and the score gradients dS — are split into a sum of
+ * bf16 parts (hi + mid + lo, each the rounding of what the parts before
+ * left), and each part is multiplied in turn into the same fp32 tile:
+ * three parts carry 24 bits, so the products equal fp32 products to
+ * fp32's rounding and the gradients stay within fp32's tolerance of the
+ * fp32 kernel. The forward's P V uses two parts (16 bits, far below the
+ * bf16 rounding of the output). The backward needs dO exact in bf16 (the
+ * engine rounds every activation gradient); a dO holding other values
+ * takes the fp32 kernel.
+ *
+ * Used when the CPU has AMX-BF16, the kernel grants the tile state
+ * (arch_prctl), the op is bf16, and TY_CPU_ATTENTION is not "fp32". fp16
+ * keeps the fp32 kernel: AMX-FP16 is not on these CPUs, and AVX512-FP16
+ * accumulates in fp16. Results are deterministic and independent of the
+ * thread count: each output element is summed in a fixed order by one
+ * thread, as in the fp32 kernel. */
+#include "cpu.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
+#define ATT16_AMX 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* Row block and key tile, as in cpu_attention.c. */
+#define BLK 64
+/* Parts of the split fp32 operands: forward P, backward P and dS. */
+#define FWD_PARTS 2
+#define BWD_PARTS 3
+
+static int up32(int n)
+{
+    return (n + 31) & ~31;
+}
+
+#ifdef ATT16_AMX
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_amx;
+
+/* CPUID leaf 7: AMX-BF16 (edx 22), AMX-TILE (edx 24); then the kernel's
+ * permission for the tile data state (ARCH_REQ_XCOMP_PERM, feature 18). */
+static void amx_setup(void)
+{
+    const char *e = getenv("TY_CPU_ATTENTION");
+    if (e && strcmp(e, "fp32") == 0) return;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    if (!(d & (1u << 22)) || !(d & (1u << 24))) return;
+    g_amx = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+int cpu_att16_on(void)
+{
+    pthread_once(&g_once, amx_setup);
+    return g_amx;
+}
+
+/* Palette 1, tiles 0-7 all 16 rows x 64 bytes: C tiles 0-3 (16 x 16
+ * fp32), A tiles 4-5 (16 x 32 bf16), B tiles 6-7 (16 pair rows x 16). */
+__attribute__((target("amx-tile"))) static void amx_config(void)
+{
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++)
+        cfg.colsb[i] = 64, cfg.rows[i] = 16;
+    _tile_loadconfig(&cfg);
+}
+
+__attribute__((target("amx-tile"))) static void amx_release(void)
+{
+    _tile_release();
+}
+
+/* C[M,N] (fp32, row stride ldc) = sum over the parts p of A_p B, where
+ * A_p = A + p * pstride is [M,K] bf16 row-major (stride lda) and B is
+ * [K,N] in pair layout: pair row kk holds (B[2kk][n], B[2kk+1][n]) for
+ * each n, ldb bf16 apart. M, N, K multiples of 32; 2 x 2 C tiles per
+ * step, the parts of one k-step summed in order (hi, then mid, lo). */
+__attribute__((target("amx-tile,amx-bf16"))) static void
+amx_gemm(int M, int N, int K, const uint16_t *A, int lda, int parts, size_t pstride,
+         const uint16_t *B, int ldb, float *C, int ldc)
+{
+    for (int m = 0; m < M; m += 32)
+        for (int n = 0; n < N; n += 32) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int k = 0; k < K; k += 32) {
+                const uint16_t *b = B + (size_t)(k / 2) * ldb + (size_t)n * 2;
+                _tile_loadd(6, b, ldb * 2);
+                _tile_loadd(7, b + 32, ldb * 2);
+                for (int p = 0; p < parts; p++) {
+                    const uint16_t *a = A + p * pstride + (size_t)m * lda + k;
+                    _tile_loadd(4, a, lda * 2);
+                    _tile_loadd(5, a + (size_t)16 * lda, lda * 2);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            float *c = C + (size_t)m * ldc + n;
+            _tile_stored(0, c, ldc * 4);
+            _tile_stored(1, c + 16, ldc * 4);
+            _tile_stored(2, c + (size_t)16 * ldc, ldc * 4);
+            _tile_stored(3, c + (size_t)16 * ldc + 16, ldc * 4);
+        }
+}
+
+#else
+
+int cpu_att16_on(void)
+{
+    return 0;
+}
+static void amx_config(void) {}
+static void amx_release(void) {}
+static void amx_gemm(int M, int N, int K, const uint16_t *A, int lda, int parts, size_t pstride,
+                     const uint16_t *B, int ldb, float *C, int ldc)
+{
+    (void)M, (void)N, (void)K, (void)A, (void)lda, (void)parts, (void)pstride, (void)B, (void)ldb,
+        (void)C, (void)ldc;
+}
+
+#endif
+
+/* ---- operand layouts -------------------------------------------------- */
+
+static inline uint16_t bf16_rne(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Rows [0, n) of x (bf16, row stride ld, D wide) as [np, Dp] row-major,
+ * zero padded. */
+static void lay_rows(uint16_t *dst, const uint16_t *x, int n, int np, int D, int Dp, int ld)
+{
+    for (int t = 0; t < np; t++) {
+        uint16_t *d = dst + (size_t)t * Dp;
+        int m = t < n ? D : 0;
+        if (m) memcpy(d, x + (size_t)t * ld, (size_t)D * 2);
+        memset(d + m, 0, (size_t)(Dp - m) * 2);
+    }
+}
+
+/* x [n, D] as the right operand with k over its rows (pair layout,
+ * [np/2][Dp][2]): P V, dS K, P^T dO, dS^T Q. */
+static void lay_pairs_rows(uint16_t *dst, const uint16_t *x, int n, int np, int D, int Dp, int ld)
+{
+    memset(dst, 0, (size_t)np * Dp * 2);
+    for (int t = 0; t < n; t++) {
+        uint16_t *d = dst + (size_t)(t >> 1) * Dp * 2 + (t & 1);
+        const uint16_t *r = x + (size_t)t * ld;
+        for (int e = 0; e < D; e++)
+            d[2 * e] = r[e];
+    }
+}
+
+/* x [n, D] transposed as the right operand, k over its columns (pair
+ * layout [Dp/2][np][2]): Q K^T, dO V^T. */
+static void lay_pairs_cols(uint16_t *dst, const uint16_t *x, int n, int np, int D, int Dp, int ld)
+{
+    memset(dst, 0, (size_t)np * Dp * 2);
+    for (int t = 0; t < n; t++) {
+        const uint16_t *r = x + (size_t)t * ld;
+        for (int e = 0; e < D; e++)
+            dst[(size_t)(e >> 1) * np * 2 + (size_t)t * 2 + (e & 1)] = r[e];
+    }
+}
+
+/* s [rows, cols] (fp32, stride lds) as `parts` bf16 parts [rp, cp]
+ * (stride ld, pstride apart), transposed when tr ([cp, rp]); zero
+ * padded. */
+static void split_parts(uint16_t *dst, size_t pstride, int ld, const float *s, int lds, int rows,
+                        int rp, int cols, int cp, int parts, int tr)
+{
+    int n0 = tr ? cp : rp, n1 = tr ? rp : cp;
+    for (int p = 0; p < parts; p++)
+        for (int a = 0; a < n0; a++)
+            memset(dst + p * pstride + (size_t)a * ld, 0, (size_t)n1 * 2);
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) {
+            float x = s[(size_t)r * lds + j];
+            size_t at = tr ? (size_t)j * ld + r : (size_t)r * ld + j;
+            for (int p = 0; p < parts; p++) {
+                uint16_t h = bf16_rne(x);
+                dst[p * pstride + at] = h;
+                x -= bf16_f32(h);
+            }
+        }
+}
+
+/* dst[rows, D] (stride ldd) += c[rows, D] (stride ldc). */
+static void add_rows(float *dst, int ldd, const float *c, int ldc, int rows, int D)
+{
+    for (int r = 0; r < rows; r++) {
+        float *d = dst + (size_t)r * ldd;
+        const float *x = c + (size_t)r * ldc;
+#pragma omp simd
+        for (int e = 0; e < D; e++)
+            d[e] += x[e];
+    }
+}
+
+/* Bump allocator over one per-thread block (64-byte steps). */
+static void *carve(char **at, size_t bytes)
+{
+    void *p = *at;
+    *at += (bytes + 63) & ~(size_t)63;
+    return p;
+}
+
+/* ---- forward ---------------------------------------------------------- */
+
+typedef struct fwd_ws {
+    uint16_t *kt, *vv, *qa, *pb;
+    float *s, *o;
+    int Dp, Tkp, Tqp;
+} fwd_ws;
+
+static size_t fwd_bytes(int Dp, int Tkp, int Tqp)
+{
+    return 2 * ((size_t)2 * Dp * Tkp + (size_t)Tqp * Dp + (size_t)FWD_PARTS * BLK * Tkp) +
+           4 * ((size_t)BLK * Tkp + (size_t)BLK * Dp) + 6 * 64;
+}
+
+static void fwd_carve(fwd_ws *w, char *base, int Dp, int Tkp, int Tqp)
+{
+    w->Dp = Dp, w->Tkp = Tkp, w->Tqp = Tqp;
+    w->kt = carve(&base, (size_t)Dp * Tkp * 2);
+    w->vv = carve(&base, (size_t)Dp * Tkp * 2);
+    w->qa = carve(&base, (size_t)Tqp * Dp * 2);
+    w->pb = carve(&base, (size_t)FWD_PARTS * BLK * Tkp * 2);
+    w->s = carve(&base, (size_t)BLK * Tkp * 4);
+    w->o = carve(&base, (size_t)BLK * Dp * 4);
+}
+
+/* One block of query rows [r0, r0 + rows) of one head: scores, softmax,
+ * P V, the rows rounded into out (row stride ldo) and lse. */
+static void fwd_block(const fwd_ws *w, const cpu_att_args *x, uint16_t *out, int ldo, float *lb,
+                      int q0, int r0, int rows)
+{
+    int Dp = w->Dp, Tkp = w->Tkp, i0 = q0 + r0, i1 = i0 + rows, rp = up32(rows);
+    int j0 = cpu_att_lo(i0, x->window) & ~31, wd = i1 - j0, wp = up32(wd);
+    amx_gemm(rp, wp, Dp, w->qa + (size_t)r0 * Dp, Dp, 1, 0, w->kt + (size_t)j0 * 2, Tkp * 2, w->s,
+             Tkp);
+    for (int r = 0; r < rows; r++) {
+        float *sr = w->s + (size_t)r * Tkp;
+        int i = i0 + r, lo = cpu_att_lo(i, x->window) - j0;
+        for (int j = lo; j <= i - j0; j++)
+            sr[j] *= x->scale;
+        lb[r0 + r] = cpu_att_softmax_row(sr, lo, i - j0, wd, x->cap);
+    }
+    size_t ps = (size_t)BLK * Tkp;
+    split_parts(w->pb, ps, Tkp, w->s, Tkp, rows, rp, wd, wp, FWD_PARTS, 0);
+    amx_gemm(rp, Dp, wp, w->pb, Tkp, FWD_PARTS, ps, w->vv + (size_t)(j0 / 2) * Dp * 2, Dp * 2, w->o,
+             Dp);
+    for (int r = 0; r < rows; r++)
+        cpu_out(out, KN_BF16, (size_t)(r0 + r) * ldo, w->o + (size_t)r * Dp, (size_t)x->D);
+}
+
+void cpu_att16_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *k, const void *v,
+                   int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv, const cpu_att_args *x,
+                   int nt)
+{
+    int D = x->D, Dp = up32(D), Tkp = up32(Tk), Tqp = up32(Tq), group = Hq / Hkv, q0 = Tk - Tq;
+    int ldo = Hq * D, failed = 0;
+    const uint16_t *q16 = q, *k16 = k, *v16 = v;
+#pragma omp parallel num_threads(nt) reduction(| : failed)
+    {
+        char *mem = malloc(fwd_bytes(Dp, Tkp, Tqp));
+        fwd_ws w;
+        int last = -1;
+        if (!mem) failed = 1;
+        if (mem) fwd_carve(&w, mem, Dp, Tkp, Tqp), amx_config();
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * Hq; bh++) {
+            if (!mem) continue;
+            int b = bh / Hq, h = bh % Hq, bg = b * Hkv + h / group;
+            if (bg != last) { /* consecutive heads of a group share k, v */
+                size_t ko = (size_t)b * Tk * ldkv + (size_t)(h / group) * D;
+                lay_pairs_cols(w.kt, k16 + ko, Tk, Tkp, D, Dp, ldkv);
+                lay_pairs_rows(w.vv, v16 + ko, Tk, Tkp, D, Dp, ldkv);
+                last = bg;
+            }
+            lay_rows(w.qa, q16 + (size_t)b * Tq * ldq + (size_t)h * D, Tq, Tqp, D, Dp, ldq);
+            uint16_t *ob = (uint16_t *)out + (size_t)b * Tq * ldo + (size_t)h * D;
+            for (int r0 = 0; r0 < Tq; r0 += BLK)
+                fwd_block(&w, x, ob, ldo, lse + (size_t)bh * Tq, q0, r0,
+                          Tq - r0 < BLK ? Tq - r0 : BLK);
+        }
+        if (mem) amx_release();
+        free(mem);
+    }
+    if (failed) kn_fail(c, TY_ENOMEM, "attention forward (bf16): out of memory for its tiles");
+}
+
+/* ---- backward --------------------------------------------------------- */
+
+typedef struct bwd_ws {
+    uint16_t *kt, *kv, *vt, *qa, *qv, *ga, *gv; /* k, v per kv head; q, dO per head */
+    uint16_t *pt, *ds, *dst;                    /* split P^T, dS, dS^T */
+    float *s, *dp, *tg, *acc, *db, *wo;
+    int Dp, Tp;
+} bwd_ws;
+
+static size_t bwd_bytes(int Dp, int Tp, int T, int D)
+{
+    size_t tile = (size_t)BLK * BLK;
+    return 2 * ((size_t)7 * Tp * Dp + 3 * BWD_PARTS * tile) +
+           4 * (3 * tile + (size_t)BLK * Dp + (size_t)T + (size_t)T * D) + 16 * 64;
+}
+
+static void bwd_carve(bwd_ws *w, char *base, int Dp, int Tp, int T, int D)
+{
+    size_t lay = (size_t)Tp * Dp * 2, tile = (size_t)BLK * BLK;
+    w->Dp = Dp, w->Tp = Tp;
+    uint16_t **l16[] = {&w->kt, &w->kv, &w->vt, &w->qa, &w->qv, &w->ga, &w->gv};
+    for (int i = 0; i < 7; i++)
+        *l16[i] = carve(&base, lay);
+    w->pt = carve(&base, BWD_PARTS * tile * 2);
+    w->ds = carve(&base, BWD_PARTS * tile * 2);
+    w->dst = carve(&base, BWD_PARTS * tile * 2);
+    w->s = carve(&base, tile * 4);
+    w->dp = carve(&base, tile * 4);
+    w->tg = carve(&base, tile * 4);
+    w->acc = carve(&base, (size_t)BLK * Dp * 4);
+    w->db = carve(&base, (size_t)T * 4);
+    w->wo = carve(&base, (size_t)T * D * 4);
+}
+
+/* The outputs of one (batch, head) for the tiles. */
+typedef struct bwd_out {
+    float *dq, *dk, *dv;
+    const float *lse;
+} bwd_out;
+
+/* One tile: rows [i0, i0 + rows) against key columns [j0, j0 + cols). */
+static void bwd_tile(const bwd_ws *w, const cpu_att_args *x, const bwd_out *o, int i0, int rows,
+                     int j0, int cols)
+{
+    int Dp = w->Dp, Tp = w->Tp, rp = up32(rows), cp = up32(cols), D = x->D;
+    size_t ps = (size_t)BLK * BLK;
+    amx_gemm(rp, cp, Dp, w->qa + (size_t)i0 * Dp, Dp, 1, 0, w->kt + (size_t)j0 * 2, Tp * 2, w->s,
+             BLK);
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++)
+            w->s[r * BLK + j] *= x->scale;
+    cpu_att_bwd_probs(w->s, w->tg, o->lse, i0, rows, j0, cols, x);
+    if (o->dv) { /* dV_j += P^T dO_i */
+        split_parts(w->pt, ps, BLK, w->s, BLK, rows, rp, cols, cp, BWD_PARTS, 1);
+        amx_gemm(cp, Dp, rp, w->pt, BLK, BWD_PARTS, ps, w->gv + (size_t)(i0 / 2) * Dp * 2, Dp * 2,
+                 w->acc, Dp);
+        add_rows(o->dv + (size_t)j0 * x->ldkv, x->ldkv, w->acc, Dp, cols, D);
+    }
+    if (!o->dq && !o->dk) return;
+    amx_gemm(rp, cp, Dp, w->ga + (size_t)i0 * Dp, Dp, 1, 0, w->vt + (size_t)j0 * 2, Tp * 2, w->dp,
+             BLK);
+    cpu_att_bwd_dscores(w->s, w->dp, w->tg, w->db, i0, rows, cols, x);
+    if (o->dq) { /* dQ_i += dS K_j */
+        split_parts(w->ds, ps, BLK, w->dp, BLK, rows, rp, cols, cp, BWD_PARTS, 0);
+        amx_gemm(rp, Dp, cp, w->ds, BLK, BWD_PARTS, ps, w->kv + (size_t)(j0 / 2) * Dp * 2, Dp * 2,
+                 w->acc, Dp);
+        add_rows(o->dq + (size_t)i0 * x->ldq, x->ldq, w->acc, Dp, rows, D);
+    }
+    if (o->dk) { /* dK_j += dS^T Q_i */
+        split_parts(w->dst, ps, BLK, w->dp, BLK, rows, rp, cols, cp, BWD_PARTS, 1);
+        amx_gemm(cp, Dp, rp, w->dst, BLK, BWD_PARTS, ps, w->qv + (size_t)(i0 / 2) * Dp * 2, Dp * 2,
+                 w->acc, Dp);
+        add_rows(o->dk + (size_t)j0 * x->ldkv, x->ldkv, w->acc, Dp, cols, D);
+    }
+}
+
+/* dO rows of one head (fp32 holding bf16 values: the high halves) as
+ * row-major bf16 [Tp, Dp] and in pair layout. */
+static void lay_dout(const bwd_ws *w, const float *g, int T, int D, int ldo)
+{
+    int Dp = w->Dp, Tp = w->Tp;
+    memset(w->ga, 0, (size_t)Tp * Dp * 2);
+    for (int t = 0; t < T; t++)
+        for (int e = 0; e < D; e++) {
+            uint32_t u;
+            memcpy(&u, g + (size_t)t * ldo + e, 4);
+            w->ga[(size_t)t * Dp + e] = (uint16_t)(u >> 16);
+        }
+    lay_pairs_rows(w->gv, w->ga, T, Tp, D, Dp, Dp);
+}
+
+/* Query head h of batch b against its kv head, laid out already. */
+static void bwd_head(const bwd_ws *w, const cpu_att_args *x, const bwd_out *o, const uint16_t *q16,
+                     const float *g, const uint16_t *ob, int T, int ldo)
+{
+    int D = x->D, Dp = w->Dp, Tp = w->Tp, lo;
+    lay_rows(w->qa, q16, T, Tp, D, Dp, x->ldq);
+    lay_pairs_rows(w->qv, w->qa, T, Tp, D, Dp, Dp);
+    lay_dout(w, g, T, D, ldo);
+    const float *of = cpu_att_head_rows(w->wo, ob, KN_BF16, 0, T, D, ldo, &lo);
+    cpu_att_rowdot(w->db, g, of, T, D, ldo, lo);
+    for (int i0 = 0; i0 < T; i0 += BLK) {
+        int rows = T - i0 < BLK ? T - i0 : BLK;
+        int jstart = cpu_att_lo(i0, x->window) / BLK * BLK;
+        for (int j0 = jstart; j0 < i0 + rows; j0 += BLK)
+            bwd_tile(w, x, o, i0, rows, j0, i0 + rows - j0 < BLK ? i0 + rows - j0 : BLK);
+    }
+}
+
+int cpu_att16_exact(const float *g, size_t n)
+{
+    uint32_t low = 0;
+    const uint32_t *u = (const uint32_t *)(const void *)g;
+    for (size_t i = 0; i < n; i++)
+        low |= u[i] & 0xffffu;
+    return low == 0;
+}
+
+void cpu_att16_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout, const void *out,
+                   const float *lse, const void *q, const void *k, const void *v, int B, int T,
+                   int Hq, int Hkv, const cpu_att_args *x, int nt)
+{
+    int D = x->D, Dp = up32(D), Tp = up32(T), group = Hq / Hkv, ldo = Hq * D, failed = 0;
+    const uint16_t *q16 = q, *k16 = k, *v16 = v, *o16 = out;
+#pragma omp parallel num_threads(nt) reduction(| : failed)
+    {
+        char *mem = malloc(bwd_bytes(Dp, Tp, T, D));
+        bwd_ws w;
+        if (!mem) failed = 1;
+        if (mem) bwd_carve(&w, mem, Dp, Tp, T, D), amx_config();
+#pragma omp for schedule(static)
+        for (int bg = 0; bg < B * Hkv; bg++) {
+            if (!mem) continue;
+            int b = bg / Hkv, g = bg % Hkv;
+            size_t ko = (size_t)b * T * x->ldkv + (size_t)g * D;
+            lay_pairs_cols(w.kt, k16 + ko, T, Tp, D, Dp, x->ldkv);
+            lay_pairs_rows(w.kv, k16 + ko, T, Tp, D, Dp, x->ldkv);
+            lay_pairs_cols(w.vt, v16 + ko, T, Tp, D, Dp, x->ldkv);
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                size_t qo = (size_t)b * T * x->ldq + (size_t)h * D;
+                size_t oo = (size_t)b * T * ldo + (size_t)h * D;
+                bwd_out o = {.dq = dq ? dq + qo : NULL,
+                             .dk = dk ? dk + ko : NULL,
+                             .dv = dv ? dv + ko : NULL,
+                             .lse = lse + ((size_t)b * Hq + h) * T};
+                bwd_head(&w, x, &o, q16 + qo, dout + oo, o16 + oo, T, ldo);
+            }
+        }
+        if (mem) amx_release();
+        free(mem);
+    }
+    if (failed) kn_fail(c, TY_ENOMEM, "attention backward (bf16): out of memory for its tiles");
+}
