@@ -29,6 +29,7 @@
  * thread count: each output element is summed in a fixed order by one
  * thread, as in the fp32 kernel. */
 #include "cpu.h"
+#include "cpu_math.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -90,7 +91,10 @@ __attribute__((target("amx-tile"))) static void amx_config(void)
     cfg.palette = 1;
     for (int i = 0; i < 8; i++)
         cfg.colsb[i] = 64, cfg.rows[i] = 16;
-    _tile_loadconfig(&cfg);
+    /* ldtilecfg with the whole struct as its operand: GCC 12's
+     * _tile_loadconfig names only 8 bytes of it, and -O3 drops the stores
+     * to the rest. */
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
 
 __attribute__((target("amx-tile"))) static void amx_release(void)
@@ -98,21 +102,29 @@ __attribute__((target("amx-tile"))) static void amx_release(void)
     _tile_release();
 }
 
-/* C[M,N] (fp32, row stride ldc) = sum over the parts p of A_p B, where
+/* C[M,N] (fp32, row stride ldc) = (acc ? C : 0) + sum over the parts p of A_p B, where
  * A_p = A + p * pstride is [M,K] bf16 row-major (stride lda) and B is
  * [K,N] in pair layout: pair row kk holds (B[2kk][n], B[2kk+1][n]) for
  * each n, ldb bf16 apart. M, N, K multiples of 32; 2 x 2 C tiles per
  * step, the parts of one k-step summed in order (hi, then mid, lo). */
 __attribute__((target("amx-tile,amx-bf16"))) static void
 amx_gemm(int M, int N, int K, const uint16_t *A, int lda, int parts, size_t pstride,
-         const uint16_t *B, int ldb, float *C, int ldc)
+         const uint16_t *B, int ldb, float *C, int ldc, int acc)
 {
     for (int m = 0; m < M; m += 32)
         for (int n = 0; n < N; n += 32) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
+            float *c = C + (size_t)m * ldc + n;
+            if (acc) {
+                _tile_loadd(0, c, ldc * 4);
+                _tile_loadd(1, c + 16, ldc * 4);
+                _tile_loadd(2, c + (size_t)16 * ldc, ldc * 4);
+                _tile_loadd(3, c + (size_t)16 * ldc + 16, ldc * 4);
+            } else {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+            }
             for (int k = 0; k < K; k += 32) {
                 const uint16_t *b = B + (size_t)(k / 2) * ldb + (size_t)n * 2;
                 _tile_loadd(6, b, ldb * 2);
@@ -127,7 +139,6 @@ amx_gemm(int M, int N, int K, const uint16_t *A, int lda, int parts, size_t pstr
                     _tile_dpbf16ps(3, 5, 7);
                 }
             }
-            float *c = C + (size_t)m * ldc + n;
             _tile_stored(0, c, ldc * 4);
             _tile_stored(1, c + 16, ldc * 4);
             _tile_stored(2, c + (size_t)16 * ldc, ldc * 4);
@@ -144,10 +155,10 @@ int cpu_att16_on(void)
 static void amx_config(void) {}
 static void amx_release(void) {}
 static void amx_gemm(int M, int N, int K, const uint16_t *A, int lda, int parts, size_t pstride,
-                     const uint16_t *B, int ldb, float *C, int ldc)
+                     const uint16_t *B, int ldb, float *C, int ldc, int acc)
 {
     (void)M, (void)N, (void)K, (void)A, (void)lda, (void)parts, (void)pstride, (void)B, (void)ldb,
-        (void)C, (void)ldc;
+        (void)C, (void)ldc, (void)acc;
 }
 
 #endif
@@ -199,38 +210,110 @@ static void lay_pairs_rows(uint16_t *dst, const uint16_t *x, int n, int np, int 
  * layout [Dp/2][np][2]): Q K^T, dO V^T. */
 static void lay_pairs_cols(uint16_t *dst, const uint16_t *x, int n, int np, int D, int Dp, int ld)
 {
-    memset(dst, 0, (size_t)np * Dp * 2);
-    for (int t = 0; t < n; t++) {
-        const uint16_t *r = x + (size_t)t * ld;
-        for (int e = 0; e < D; e++)
-            dst[(size_t)(e >> 1) * np * 2 + (size_t)t * 2 + (e & 1)] = r[e];
+    for (int e = 0; e < Dp; e += 2) {
+        uint16_t *d = dst + (size_t)(e >> 1) * np * 2;
+        int two = e + 1 < D, one = e < D; /* columns e, e + 1 inside x */
+        for (int t = 0; t < n; t++) {
+            const uint16_t *r = x + (size_t)t * ld + e;
+            d[2 * t] = one ? r[0] : 0;
+            d[2 * t + 1] = two ? r[1] : 0;
+        }
+        memset(d + (size_t)2 * n, 0, (size_t)(np - n) * 4);
     }
 }
 
+#ifdef ATT16_AMX
+
 /* s [rows, cols] (fp32, stride lds) as `parts` bf16 parts [rp, cp]
- * (stride ld, pstride apart), transposed when tr ([cp, rp]); zero
- * padded. */
-static void split_parts(uint16_t *dst, size_t pstride, int ld, const float *s, int lds, int rows,
-                        int rp, int cols, int cp, int parts, int tr)
+ * (stride ld, pstride apart), zero padded: 16 columns per step,
+ * VCVTNEPS2BF16 rounding to nearest even (as bf16_rne) and the part's
+ * value taken off before the next. */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void
+split_parts(uint16_t *dst, size_t pstride, int ld, const float *s, int lds, int rows, int rp,
+            int cols, int cp, int parts)
 {
-    int n0 = tr ? cp : rp, n1 = tr ? rp : cp;
+    for (int r = 0; r < rp; r++)
+        for (int j = 0; j < cp; j += 16) {
+            int n = r < rows ? cols - j : 0;
+            n = n < 0 ? 0 : n > 16 ? 16 : n;
+            __m512 x = _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), s + (size_t)r * lds + j);
+            for (int p = 0; p < parts; p++) {
+                __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
+                _mm256_storeu_si256((__m256i *)(dst + p * pstride + (size_t)r * ld + j), h);
+                __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+                x = _mm512_sub_ps(x, _mm512_castsi512_ps(w));
+            }
+        }
+}
+
+/* dst[16, 16] = src[16, 16]^T (row strides lds, ldd). */
+__attribute__((target("avx512f"))) static void tr16(const float *src, int lds, float *dst, int ldd)
+{
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_ps(src + (size_t)i * lds);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+    for (int i = 0; i < 16; i++)
+        _mm512_storeu_ps(dst + (size_t)i * ldd, r[i]);
+}
+
+#else
+
+static void split_parts(uint16_t *dst, size_t pstride, int ld, const float *s, int lds, int rows,
+                        int rp, int cols, int cp, int parts)
+{
     for (int p = 0; p < parts; p++)
-        for (int a = 0; a < n0; a++)
-            memset(dst + p * pstride + (size_t)a * ld, 0, (size_t)n1 * 2);
+        for (int r = 0; r < rp; r++)
+            memset(dst + p * pstride + (size_t)r * ld, 0, (size_t)cp * 2);
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++) {
             float x = s[(size_t)r * lds + j];
-            size_t at = tr ? (size_t)j * ld + r : (size_t)r * ld + j;
             for (int p = 0; p < parts; p++) {
                 uint16_t h = bf16_rne(x);
-                dst[p * pstride + at] = h;
+                dst[p * pstride + (size_t)r * ld + j] = h;
                 x -= bf16_f32(h);
             }
         }
 }
 
+static void tr16(const float *src, int lds, float *dst, int ldd)
+{
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++)
+            dst[(size_t)j * ldd + i] = src[(size_t)i * lds + j];
+}
+
+#endif
+
+/* The rows x cols corner of a BLK x BLK tile transposed into tt. */
+static void transpose_tile(float *tt, const float *s, int rows, int cols)
+{
+    for (int i = 0; i < rows; i += 16)
+        for (int j = 0; j < cols; j += 16)
+            tr16(s + (size_t)i * BLK + j, BLK, tt + (size_t)j * BLK + i, BLK);
+}
+
 /* dst[rows, D] (stride ldd) += c[rows, D] (stride ldc). */
-static void add_rows(float *dst, int ldd, const float *c, int ldc, int rows, int D)
+CPU_HOT static void add_rows(float *dst, int ldd, const float *c, int ldc, int rows, int D)
 {
     for (int r = 0; r < rows; r++) {
         float *d = dst + (size_t)r * ldd;
@@ -282,7 +365,7 @@ static void fwd_block(const fwd_ws *w, const cpu_att_args *x, uint16_t *out, int
     int Dp = w->Dp, Tkp = w->Tkp, i0 = q0 + r0, i1 = i0 + rows, rp = up32(rows);
     int j0 = cpu_att_lo(i0, x->window) & ~31, wd = i1 - j0, wp = up32(wd);
     amx_gemm(rp, wp, Dp, w->qa + (size_t)r0 * Dp, Dp, 1, 0, w->kt + (size_t)j0 * 2, Tkp * 2, w->s,
-             Tkp);
+             Tkp, 0);
     for (int r = 0; r < rows; r++) {
         float *sr = w->s + (size_t)r * Tkp;
         int i = i0 + r, lo = cpu_att_lo(i, x->window) - j0;
@@ -291,9 +374,9 @@ static void fwd_block(const fwd_ws *w, const cpu_att_args *x, uint16_t *out, int
         lb[r0 + r] = cpu_att_softmax_row(sr, lo, i - j0, wd, x->cap);
     }
     size_t ps = (size_t)BLK * Tkp;
-    split_parts(w->pb, ps, Tkp, w->s, Tkp, rows, rp, wd, wp, FWD_PARTS, 0);
+    split_parts(w->pb, ps, Tkp, w->s, Tkp, rows, rp, wd, wp, FWD_PARTS);
     amx_gemm(rp, Dp, wp, w->pb, Tkp, FWD_PARTS, ps, w->vv + (size_t)(j0 / 2) * Dp * 2, Dp * 2, w->o,
-             Dp);
+             Dp, 0);
     for (int r = 0; r < rows; r++)
         cpu_out(out, KN_BF16, (size_t)(r0 + r) * ldo, w->o + (size_t)r * Dp, (size_t)x->D);
 }
@@ -308,7 +391,7 @@ void cpu_att16_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *
 #pragma omp parallel num_threads(nt) reduction(| : failed)
     {
         char *mem = malloc(fwd_bytes(Dp, Tkp, Tqp));
-        fwd_ws w;
+        fwd_ws w = {0};
         int last = -1;
         if (!mem) failed = 1;
         if (mem) fwd_carve(&w, mem, Dp, Tkp, Tqp), amx_config();
@@ -339,7 +422,7 @@ void cpu_att16_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *
 typedef struct bwd_ws {
     uint16_t *kt, *kv, *vt, *qa, *qv, *ga, *gv; /* k, v per kv head; q, dO per head */
     uint16_t *pt, *ds, *dst;                    /* split P^T, dS, dS^T */
-    float *s, *dp, *tg, *acc, *db, *wo;
+    float *s, *dp, *tg, *tt, *acc, *db, *wo;    /* tt: a transposed tile */
     int Dp, Tp;
 } bwd_ws;
 
@@ -347,7 +430,7 @@ static size_t bwd_bytes(int Dp, int Tp, int T, int D)
 {
     size_t tile = (size_t)BLK * BLK;
     return 2 * ((size_t)7 * Tp * Dp + 3 * BWD_PARTS * tile) +
-           4 * (3 * tile + (size_t)BLK * Dp + (size_t)T + (size_t)T * D) + 16 * 64;
+           4 * (4 * tile + (size_t)BLK * Dp + (size_t)T + (size_t)T * D) + 16 * 64;
 }
 
 static void bwd_carve(bwd_ws *w, char *base, int Dp, int Tp, int T, int D)
@@ -363,6 +446,7 @@ static void bwd_carve(bwd_ws *w, char *base, int Dp, int Tp, int T, int D)
     w->s = carve(&base, tile * 4);
     w->dp = carve(&base, tile * 4);
     w->tg = carve(&base, tile * 4);
+    w->tt = carve(&base, tile * 4);
     w->acc = carve(&base, (size_t)BLK * Dp * 4);
     w->db = carve(&base, (size_t)T * 4);
     w->wo = carve(&base, (size_t)T * D * 4);
@@ -374,6 +458,22 @@ typedef struct bwd_out {
     const float *lse;
 } bwd_out;
 
+/* dst[n, D] (fp32, stride ldd) += the split A (BLK-wide parts, k deep)
+ * times B (pair layout over k): summed on the tiles in place when the
+ * block is whole (n and D multiples of 32), else through acc. */
+static void grad_add(const bwd_ws *w, float *dst, int ldd, int n, int D, int k, const uint16_t *A,
+                     const uint16_t *B)
+{
+    int np = up32(n), Dp = w->Dp;
+    size_t ps = (size_t)BLK * BLK;
+    if (n == np && D == Dp) {
+        amx_gemm(np, Dp, k, A, BLK, BWD_PARTS, ps, B, Dp * 2, dst, ldd, 1);
+        return;
+    }
+    amx_gemm(np, Dp, k, A, BLK, BWD_PARTS, ps, B, Dp * 2, w->acc, Dp, 0);
+    add_rows(dst, ldd, w->acc, Dp, n, D);
+}
+
 /* One tile: rows [i0, i0 + rows) against key columns [j0, j0 + cols). */
 static void bwd_tile(const bwd_ws *w, const cpu_att_args *x, const bwd_out *o, int i0, int rows,
                      int j0, int cols)
@@ -381,32 +481,31 @@ static void bwd_tile(const bwd_ws *w, const cpu_att_args *x, const bwd_out *o, i
     int Dp = w->Dp, Tp = w->Tp, rp = up32(rows), cp = up32(cols), D = x->D;
     size_t ps = (size_t)BLK * BLK;
     amx_gemm(rp, cp, Dp, w->qa + (size_t)i0 * Dp, Dp, 1, 0, w->kt + (size_t)j0 * 2, Tp * 2, w->s,
-             BLK);
+             BLK, 0);
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++)
             w->s[r * BLK + j] *= x->scale;
     cpu_att_bwd_probs(w->s, w->tg, o->lse, i0, rows, j0, cols, x);
     if (o->dv) { /* dV_j += P^T dO_i */
-        split_parts(w->pt, ps, BLK, w->s, BLK, rows, rp, cols, cp, BWD_PARTS, 1);
-        amx_gemm(cp, Dp, rp, w->pt, BLK, BWD_PARTS, ps, w->gv + (size_t)(i0 / 2) * Dp * 2, Dp * 2,
-                 w->acc, Dp);
-        add_rows(o->dv + (size_t)j0 * x->ldkv, x->ldkv, w->acc, Dp, cols, D);
+        transpose_tile(w->tt, w->s, rows, cols);
+        split_parts(w->pt, ps, BLK, w->tt, BLK, cols, cp, rows, rp, BWD_PARTS);
+        grad_add(w, o->dv + (size_t)j0 * x->ldkv, x->ldkv, cols, D, rp, w->pt,
+                 w->gv + (size_t)(i0 / 2) * Dp * 2);
     }
     if (!o->dq && !o->dk) return;
     amx_gemm(rp, cp, Dp, w->ga + (size_t)i0 * Dp, Dp, 1, 0, w->vt + (size_t)j0 * 2, Tp * 2, w->dp,
-             BLK);
+             BLK, 0);
     cpu_att_bwd_dscores(w->s, w->dp, w->tg, w->db, i0, rows, cols, x);
     if (o->dq) { /* dQ_i += dS K_j */
-        split_parts(w->ds, ps, BLK, w->dp, BLK, rows, rp, cols, cp, BWD_PARTS, 0);
-        amx_gemm(rp, Dp, cp, w->ds, BLK, BWD_PARTS, ps, w->kv + (size_t)(j0 / 2) * Dp * 2, Dp * 2,
-                 w->acc, Dp);
-        add_rows(o->dq + (size_t)i0 * x->ldq, x->ldq, w->acc, Dp, rows, D);
+        split_parts(w->ds, ps, BLK, w->dp, BLK, rows, rp, cols, cp, BWD_PARTS);
+        grad_add(w, o->dq + (size_t)i0 * x->ldq, x->ldq, rows, D, cp, w->ds,
+                 w->kv + (size_t)(j0 / 2) * Dp * 2);
     }
     if (o->dk) { /* dK_j += dS^T Q_i */
-        split_parts(w->dst, ps, BLK, w->dp, BLK, rows, rp, cols, cp, BWD_PARTS, 1);
-        amx_gemm(cp, Dp, rp, w->dst, BLK, BWD_PARTS, ps, w->qv + (size_t)(i0 / 2) * Dp * 2, Dp * 2,
-                 w->acc, Dp);
-        add_rows(o->dk + (size_t)j0 * x->ldkv, x->ldkv, w->acc, Dp, cols, D);
+        transpose_tile(w->tt, w->dp, rows, cols);
+        split_parts(w->dst, ps, BLK, w->tt, BLK, cols, cp, rows, rp, BWD_PARTS);
+        grad_add(w, o->dk + (size_t)j0 * x->ldkv, x->ldkv, cols, D, rp, w->dst,
+                 w->qv + (size_t)(i0 / 2) * Dp * 2);
     }
 }
 
@@ -461,7 +560,7 @@ void cpu_att16_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout
 #pragma omp parallel num_threads(nt) reduction(| : failed)
     {
         char *mem = malloc(bwd_bytes(Dp, Tp, T, D));
-        bwd_ws w;
+        bwd_ws w = {0};
         if (!mem) failed = 1;
         if (mem) bwd_carve(&w, mem, Dp, Tp, T, D), amx_config();
 #pragma omp for schedule(static)
