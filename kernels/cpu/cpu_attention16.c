@@ -5,9 +5,8 @@
  * masks, recomputation in the backward; the elementwise steps are that
  * file's functions), with every product of a tile formed by TDPBF16PS:
  * bf16 x bf16 pairs summed into fp32 tiles, 512 multiply-adds a cycle
- * against fp32 AVX-512's 32. Measured on GPT-2 124M at T1024 (bf16), the
- * fp32 sgemm of the tiles was a fifth of a training step
- * (docs/benchmarks.md).
+ * against fp32 AVX-512's 32 (what it gains on the op and on a bf16
+ * GPT-2 step: docs/benchmarks.md).
  *
  * Operands: q, k, v are bf16 already (exact); each head's rows are copied
  * once into zero-padded bf16 layouts (row-major for the left operand, the
