@@ -48,6 +48,10 @@
 /* Parts of the split fp32 operands: forward P, backward P and dS. */
 #define FWD_PARTS 2
 #define BWD_PARTS 3
+/* Extra columns in the long row strides (the k / v pair layouts, the
+ * forward's score rows): a stride of exactly 4 KiB would put the 16 rows
+ * of every tile load in one L1 set. */
+#define SKEW 16
 
 static int up32(int n)
 {
@@ -206,11 +210,11 @@ static void lay_pairs_rows(uint16_t *dst, const uint16_t *x, int n, int np, int 
 }
 
 /* x [n, D] transposed as the right operand, k over its columns (pair
- * layout [Dp/2][np][2]): Q K^T, dO V^T. */
+ * layout [Dp/2][np + SKEW][2]): Q K^T, dO V^T. */
 static void lay_pairs_cols(uint16_t *dst, const uint16_t *x, int n, int np, int D, int Dp, int ld)
 {
     for (int e = 0; e < Dp; e += 2) {
-        uint16_t *d = dst + (size_t)(e >> 1) * np * 2;
+        uint16_t *d = dst + (size_t)(e >> 1) * (np + SKEW) * 2;
         int two = e + 1 < D, one = e < D; /* columns e, e + 1 inside x */
         for (int t = 0; t < n; t++) {
             const uint16_t *r = x + (size_t)t * ld + e;
@@ -341,18 +345,19 @@ typedef struct fwd_ws {
 
 static size_t fwd_bytes(int Dp, int Tkp, int Tqp)
 {
-    return 2 * ((size_t)2 * Dp * Tkp + (size_t)Tqp * Dp + (size_t)FWD_PARTS * BLK * Tkp) +
-           4 * ((size_t)BLK * Tkp + (size_t)BLK * Dp) + 6 * 64;
+    size_t kp = (size_t)Tkp + 2 * SKEW;
+    return 2 * ((size_t)2 * Dp * kp + (size_t)Tqp * Dp + (size_t)FWD_PARTS * BLK * kp) +
+           4 * ((size_t)BLK * kp + (size_t)BLK * Dp) + 6 * 64;
 }
 
 static void fwd_carve(fwd_ws *w, char *base, int Dp, int Tkp, int Tqp)
 {
     w->Dp = Dp, w->Tkp = Tkp, w->Tqp = Tqp;
-    w->kt = carve(&base, (size_t)Dp * Tkp * 2);
+    w->kt = carve(&base, (size_t)Dp * (Tkp + SKEW) * 2);
     w->vv = carve(&base, (size_t)Dp * Tkp * 2);
     w->qa = carve(&base, (size_t)Tqp * Dp * 2);
-    w->pb = carve(&base, (size_t)FWD_PARTS * BLK * Tkp * 2);
-    w->s = carve(&base, (size_t)BLK * Tkp * 4);
+    w->pb = carve(&base, (size_t)FWD_PARTS * BLK * (Tkp + 2 * SKEW) * 2);
+    w->s = carve(&base, (size_t)BLK * (Tkp + SKEW) * 4);
     w->o = carve(&base, (size_t)BLK * Dp * 4);
 }
 
@@ -363,18 +368,19 @@ static void fwd_block(const fwd_ws *w, const cpu_att_args *x, uint16_t *out, int
 {
     int Dp = w->Dp, Tkp = w->Tkp, i0 = q0 + r0, i1 = i0 + rows, rp = up32(rows);
     int j0 = cpu_att_lo(i0, x->window) & ~31, wd = i1 - j0, wp = up32(wd);
-    amx_gemm(rp, wp, Dp, w->qa + (size_t)r0 * Dp, Dp, 1, 0, w->kt + (size_t)j0 * 2, Tkp * 2, w->s,
-             Tkp, 0);
+    int ls = Tkp + SKEW, lp = Tkp + 2 * SKEW; /* strides of s, pb */
+    amx_gemm(rp, wp, Dp, w->qa + (size_t)r0 * Dp, Dp, 1, 0, w->kt + (size_t)j0 * 2, ls * 2, w->s,
+             ls, 0);
     for (int r = 0; r < rows; r++) {
-        float *sr = w->s + (size_t)r * Tkp;
+        float *sr = w->s + (size_t)r * ls;
         int i = i0 + r, lo = cpu_att_lo(i, x->window) - j0;
         for (int j = lo; j <= i - j0; j++)
             sr[j] *= x->scale;
         lb[r0 + r] = cpu_att_softmax_row(sr, lo, i - j0, wd, x->cap);
     }
-    size_t ps = (size_t)BLK * Tkp;
-    split_parts(w->pb, ps, Tkp, w->s, Tkp, rows, rp, wd, wp, FWD_PARTS);
-    amx_gemm(rp, Dp, wp, w->pb, Tkp, FWD_PARTS, ps, w->vv + (size_t)(j0 / 2) * Dp * 2, Dp * 2, w->o,
+    size_t ps = (size_t)BLK * lp;
+    split_parts(w->pb, ps, lp, w->s, ls, rows, rp, wd, wp, FWD_PARTS);
+    amx_gemm(rp, Dp, wp, w->pb, lp, FWD_PARTS, ps, w->vv + (size_t)(j0 / 2) * Dp * 2, Dp * 2, w->o,
              Dp, 0);
     for (int r = 0; r < rows; r++)
         cpu_out(out, KN_BF16, (size_t)(r0 + r) * ldo, w->o + (size_t)r * Dp, (size_t)x->D);
@@ -421,20 +427,21 @@ void cpu_att16_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *
 typedef struct bwd_ws {
     uint16_t *kt, *kv, *vt, *qa, *qv, *ga, *gv; /* k, v per kv head; q, dO per head */
     uint16_t *pt, *ds, *dst;                    /* split P^T, dS, dS^T */
-    float *s, *dp, *tg, *tt, *acc, *db, *wo;    /* tt: a transposed tile */
+    float *s, *dp, *tg, *tt, *db, *wo;          /* tt: a transposed tile */
+    float *sq, *sk, *sv;                        /* dq, dk, dv of the head, [Tp, Dp] */
     int Dp, Tp;
 } bwd_ws;
 
 static size_t bwd_bytes(int Dp, int Tp, int T, int D)
 {
     size_t tile = (size_t)BLK * BLK;
-    return 2 * ((size_t)7 * Tp * Dp + 3 * BWD_PARTS * tile) +
-           4 * (4 * tile + (size_t)BLK * Dp + (size_t)T + (size_t)T * D) + 16 * 64;
+    return 2 * ((size_t)7 * (Tp + SKEW) * Dp + 3 * BWD_PARTS * tile) +
+           4 * (4 * tile + (size_t)3 * Tp * Dp + (size_t)T + (size_t)T * D) + 18 * 64;
 }
 
 static void bwd_carve(bwd_ws *w, char *base, int Dp, int Tp, int T, int D)
 {
-    size_t lay = (size_t)Tp * Dp * 2, tile = (size_t)BLK * BLK;
+    size_t lay = (size_t)(Tp + SKEW) * Dp * 2, tile = (size_t)BLK * BLK;
     w->Dp = Dp, w->Tp = Tp;
     uint16_t **l16[] = {&w->kt, &w->kv, &w->vt, &w->qa, &w->qv, &w->ga, &w->gv};
     for (int i = 0; i < 7; i++)
@@ -446,41 +453,37 @@ static void bwd_carve(bwd_ws *w, char *base, int Dp, int Tp, int T, int D)
     w->dp = carve(&base, tile * 4);
     w->tg = carve(&base, tile * 4);
     w->tt = carve(&base, tile * 4);
-    w->acc = carve(&base, (size_t)BLK * Dp * 4);
+    w->sq = carve(&base, (size_t)Tp * Dp * 4);
+    w->sk = carve(&base, (size_t)Tp * Dp * 4);
+    w->sv = carve(&base, (size_t)Tp * Dp * 4);
     w->db = carve(&base, (size_t)T * 4);
     w->wo = carve(&base, (size_t)T * D * 4);
 }
 
 /* The outputs of one (batch, head) for the tiles. */
 typedef struct bwd_out {
-    float *dq, *dk, *dv;
+    float *dq, *dk, *dv; /* the compact rows (bwd_ws sq, sk, sv) or NULL */
     const float *lse;
 } bwd_out;
 
-/* dst[n, D] (fp32, stride ldd) += the split A (BLK-wide parts, k deep)
- * times B (pair layout over k): summed on the tiles in place when the
- * block is whole (n and D multiples of 32), else through acc. */
-static void grad_add(const bwd_ws *w, float *dst, int ldd, int n, int D, int k, const uint16_t *A,
+/* dst[n, Dp] (fp32, one head's compact gradient rows) += the split A
+ * (BLK-wide parts, k deep) times B (pair layout over k), summed on the
+ * tiles in place. */
+static void grad_add(const bwd_ws *w, float *dst, int n, int k, const uint16_t *A,
                      const uint16_t *B)
 {
-    int np = up32(n), Dp = w->Dp;
-    size_t ps = (size_t)BLK * BLK;
-    if (n == np && D == Dp) {
-        amx_gemm(np, Dp, k, A, BLK, BWD_PARTS, ps, B, Dp * 2, dst, ldd, 1);
-        return;
-    }
-    amx_gemm(np, Dp, k, A, BLK, BWD_PARTS, ps, B, Dp * 2, w->acc, Dp, 0);
-    add_rows(dst, ldd, w->acc, Dp, n, D);
+    int Dp = w->Dp;
+    amx_gemm(up32(n), Dp, k, A, BLK, BWD_PARTS, (size_t)BLK * BLK, B, Dp * 2, dst, Dp, 1);
 }
 
 /* One tile: rows [i0, i0 + rows) against key columns [j0, j0 + cols). */
 static void bwd_tile(const bwd_ws *w, const cpu_att_args *x, const bwd_out *o, int i0, int rows,
                      int j0, int cols)
 {
-    int Dp = w->Dp, Tp = w->Tp, rp = up32(rows), cp = up32(cols), D = x->D;
+    int Dp = w->Dp, Tp = w->Tp, rp = up32(rows), cp = up32(cols);
     size_t ps = (size_t)BLK * BLK;
-    amx_gemm(rp, cp, Dp, w->qa + (size_t)i0 * Dp, Dp, 1, 0, w->kt + (size_t)j0 * 2, Tp * 2, w->s,
-             BLK, 0);
+    amx_gemm(rp, cp, Dp, w->qa + (size_t)i0 * Dp, Dp, 1, 0, w->kt + (size_t)j0 * 2, (Tp + SKEW) * 2,
+             w->s, BLK, 0);
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++)
             w->s[r * BLK + j] *= x->scale;
@@ -488,23 +491,20 @@ static void bwd_tile(const bwd_ws *w, const cpu_att_args *x, const bwd_out *o, i
     if (o->dv) { /* dV_j += P^T dO_i */
         transpose_tile(w->tt, w->s, rows, cols);
         split_parts(w->pt, ps, BLK, w->tt, BLK, cols, cp, rows, rp, BWD_PARTS);
-        grad_add(w, o->dv + (size_t)j0 * x->ldkv, x->ldkv, cols, D, rp, w->pt,
-                 w->gv + (size_t)(i0 / 2) * Dp * 2);
+        grad_add(w, o->dv + (size_t)j0 * Dp, cols, rp, w->pt, w->gv + (size_t)(i0 / 2) * Dp * 2);
     }
     if (!o->dq && !o->dk) return;
-    amx_gemm(rp, cp, Dp, w->ga + (size_t)i0 * Dp, Dp, 1, 0, w->vt + (size_t)j0 * 2, Tp * 2, w->dp,
-             BLK, 0);
+    amx_gemm(rp, cp, Dp, w->ga + (size_t)i0 * Dp, Dp, 1, 0, w->vt + (size_t)j0 * 2, (Tp + SKEW) * 2,
+             w->dp, BLK, 0);
     cpu_att_bwd_dscores(w->s, w->dp, w->tg, w->db, i0, rows, cols, x);
     if (o->dq) { /* dQ_i += dS K_j */
         split_parts(w->ds, ps, BLK, w->dp, BLK, rows, rp, cols, cp, BWD_PARTS);
-        grad_add(w, o->dq + (size_t)i0 * x->ldq, x->ldq, rows, D, cp, w->ds,
-                 w->kv + (size_t)(j0 / 2) * Dp * 2);
+        grad_add(w, o->dq + (size_t)i0 * Dp, rows, cp, w->ds, w->kv + (size_t)(j0 / 2) * Dp * 2);
     }
     if (o->dk) { /* dK_j += dS^T Q_i */
         transpose_tile(w->tt, w->dp, rows, cols);
         split_parts(w->dst, ps, BLK, w->tt, BLK, cols, cp, rows, rp, BWD_PARTS);
-        grad_add(w, o->dk + (size_t)j0 * x->ldkv, x->ldkv, cols, D, rp, w->dst,
-                 w->qv + (size_t)(i0 / 2) * Dp * 2);
+        grad_add(w, o->dk + (size_t)j0 * Dp, cols, rp, w->dst, w->qv + (size_t)(i0 / 2) * Dp * 2);
     }
 }
 
@@ -570,15 +570,23 @@ void cpu_att16_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout
             lay_pairs_cols(w.kt, k16 + ko, T, Tp, D, Dp, x->ldkv);
             lay_pairs_rows(w.kv, k16 + ko, T, Tp, D, Dp, x->ldkv);
             lay_pairs_cols(w.vt, v16 + ko, T, Tp, D, Dp, x->ldkv);
+            size_t gbytes = (size_t)Tp * Dp * 4;
+            memset(w.sk, 0, gbytes);
+            memset(w.sv, 0, gbytes);
             for (int h = g * group; h < (g + 1) * group; h++) {
                 size_t qo = (size_t)b * T * x->ldq + (size_t)h * D;
                 size_t oo = (size_t)b * T * ldo + (size_t)h * D;
-                bwd_out o = {.dq = dq ? dq + qo : NULL,
-                             .dk = dk ? dk + ko : NULL,
-                             .dv = dv ? dv + ko : NULL,
+                bwd_out o = {.dq = dq ? w.sq : NULL,
+                             .dk = dk ? w.sk : NULL,
+                             .dv = dv ? w.sv : NULL,
                              .lse = lse + ((size_t)b * Hq + h) * T};
+                memset(w.sq, 0, gbytes);
                 bwd_head(&w, x, &o, q16 + qo, dout + oo, o16 + oo, T, ldo);
+                if (dq) add_rows(dq + qo, x->ldq, w.sq, Dp, T, D);
             }
+            /* the head's sums added once: contiguous rows for the tiles */
+            if (dk) add_rows(dk + ko, x->ldkv, w.sk, Dp, T, D);
+            if (dv) add_rows(dv + ko, x->ldkv, w.sv, Dp, T, D);
         }
         if (mem) amx_release();
         free(mem);
