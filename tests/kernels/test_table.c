@@ -1890,9 +1890,13 @@ static void att_tiles_case(tc *t, kn_dtype dt, int B, int T, int Hq, int Hkv, in
                      cap, window);
     kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, gf, of, l32, qf, kf, vf, B, T, Hq, Hkv, D, ldq,
                      ldkv, scale, cap, window);
-    same(t, KN_F32, "attention16 dq (+=)", dq, dq32, nq, KN_F32);
-    same(t, KN_F32, "attention16 dk (+=)", dk, dk32, nk, KN_F32);
-    same(t, KN_F32, "attention16 dv (+=)", dv, dv32, nk, KN_F32);
+    /* The CPU's AMX kernel splits P and dS in three bf16 parts: fp32's
+     * tolerance. A device's tensor-core kernel (CUDA's flash attention, a
+     * hi + lo pair) is held to dt's, as in the attention16 case. */
+    kn_dtype gtol = strcmp(t->dev, "cpu") ? dt : KN_F32;
+    same(t, KN_F32, "attention16 dq (+=)", dq, dq32, nq, gtol);
+    same(t, KN_F32, "attention16 dk (+=)", dk, dk32, nk, gtol);
+    same(t, KN_F32, "attention16 dv (+=)", dv, dv32, nk, gtol);
     free(hq), free(hk);
 }
 
