@@ -92,11 +92,18 @@ CPU_HOT static double chunk_sum(const float *x, size_t n, int sq, float s)
 {
     double lane[8] = {0};
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) {
-            double v = x[i + l] * s;
-            lane[l] += sq ? v * v : v;
-        }
+    /* Two loops, not a test per element: the compiler keeps each one's
+     * eight lanes in one vector register. */
+    if (sq)
+        for (; i + 8 <= n; i += 8)
+            for (int l = 0; l < 8; l++) {
+                double v = x[i + l] * s;
+                lane[l] += v * v;
+            }
+    else
+        for (; i + 8 <= n; i += 8)
+            for (int l = 0; l < 8; l++)
+                lane[l] += (double)(x[i + l] * s);
     for (; i < n; i++) {
         double v = x[i] * s;
         lane[i & 7] += sq ? v * v : v;

@@ -4,10 +4,9 @@
  * transposes given as BLAS flags — no copies. Gradients accumulate by
  * calling sgemm with beta = 1. The library itself runs single-threaded
  * (see cpu_blas.c); par_sgemm cuts the output along its longer side into
- * a few blocks per OpenMP thread, taken as threads come free, so each
- * block is an independent sgemm, no two thread pools compete for the
- * cores, and a core shared with another process slows the product by its
- * lost share, not by half. The bias gradient is a column
+ * two blocks per OpenMP thread, taken as threads come free, so each
+ * block is an independent sgemm and no two thread pools compete for the
+ * cores. The bias gradient is a column
  * reduction, split over columns so each column is summed in row order by
  * one thread. */
 #include "cpu.h"
@@ -17,10 +16,11 @@
 /* Below this many multiply-adds per thread a split costs more than it saves. */
 #define GEMM_MIN_WORK (1L << 18)
 
-/* Blocks a product is cut into, per thread: more than one, so that a
- * thread whose core is shared with another process hands its share of
- * the blocks to the others instead of making them wait at the join. */
-#define GEMM_BLOCKS_PER_THREAD 4
+/* Blocks a product is cut into, per thread: two, so that a thread whose
+ * core is shared with another process can hand part of its share to the
+ * others. Four cost 8 % on a quiet machine (smaller sgemm calls) and
+ * gained nothing with one spinning process beside the step (ab.py). */
+#define GEMM_BLOCKS_PER_THREAD 2
 
 /* One product C[M,N] = op(A) op(B) + beta C (+ bias[n] on every row), cut
  * along its longer side into nb blocks of whole 16-wide kernel tiles. */
