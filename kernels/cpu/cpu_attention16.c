@@ -168,22 +168,6 @@ static void amx_gemm(int M, int N, int K, const uint16_t *A, int lda, int parts,
 
 /* ---- operand layouts -------------------------------------------------- */
 
-static inline uint16_t bf16_rne(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float bf16_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Rows [0, n) of x (bf16, row stride ld, D wide) as [np, Dp] row-major,
  * zero padded. */
 static void lay_rows(uint16_t *dst, const uint16_t *x, int n, int np, int D, int Dp, int ld)
@@ -229,7 +213,7 @@ static void lay_pairs_cols(uint16_t *dst, const uint16_t *x, int n, int np, int 
 
 /* s [rows, cols] (fp32, stride lds) as `parts` bf16 parts [rp, cp]
  * (stride ld, pstride apart), zero padded: 16 columns per step,
- * VCVTNEPS2BF16 rounding to nearest even (as bf16_rne) and the part's
+ * VCVTNEPS2BF16 rounding to nearest even (as cpu_bf16_rne) and the part's
  * value taken off before the next. */
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void
 split_parts(uint16_t *dst, size_t pstride, int ld, const float *s, int lds, int rows, int rp,
@@ -291,9 +275,9 @@ static void split_parts(uint16_t *dst, size_t pstride, int ld, const float *s, i
         for (int j = 0; j < cols; j++) {
             float x = s[(size_t)r * lds + j];
             for (int p = 0; p < parts; p++) {
-                uint16_t h = bf16_rne(x);
+                uint16_t h = cpu_bf16_rne(x);
                 dst[p * pstride + (size_t)r * ld + j] = h;
-                x -= bf16_f32(h);
+                x -= cpu_bf16_f32(h);
             }
         }
 }

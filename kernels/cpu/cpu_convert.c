@@ -11,36 +11,18 @@
 
 #include <string.h>
 
-static inline uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN, sign kept */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 CPU_HOT static void to_bf16(uint16_t *d, const float *s, size_t n)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++)
-        d[i] = f32_to_bf16(s[i]);
+        d[i] = cpu_bf16_rne(s[i]);
 }
 
 CPU_HOT static void from_bf16(float *d, const uint16_t *s, size_t n)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++)
-        d[i] = bf16_to_f32(s[i]);
+        d[i] = cpu_bf16_f32(s[i]);
 }
 
 CPU_HOT static void to_f16(_Float16 *d, const float *s, size_t n)
@@ -59,7 +41,7 @@ CPU_HOT static void round_bf16(float *x, size_t n)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++)
-        x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+        x[i] = cpu_bf16_f32(cpu_bf16_rne(x[i]));
 }
 
 CPU_HOT static void round_f16(float *x, size_t n)

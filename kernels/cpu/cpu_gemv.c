@@ -66,14 +66,6 @@ static void gemv_setup(void)
 #endif
 }
 
-static inline float bf16_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Rows [lo, hi) of the portable kernel: out[r] = x . w[r] (+ bias), for a
  * weight type T widened to fp32 by WIDEN. One body, three instances (fp32,
  * bf16, fp16), so the three paths compute in the same order. */
@@ -109,7 +101,7 @@ static inline float bf16_f32(uint16_t h)
 #define WIDEN_F32(v) (v)
 #define WIDEN_F16(v) ((float)(v))
 GEMV_ROWS(rows_f32, float, WIDEN_F32)
-GEMV_ROWS(rows_bf16, uint16_t, bf16_f32)
+GEMV_ROWS(rows_bf16, uint16_t, cpu_bf16_f32)
 GEMV_ROWS(rows_f16, _Float16, WIDEN_F16)
 
 #ifdef GEMV_X86

@@ -1,4 +1,5 @@
-/* cpu_math.h — vectorisable exp and the multi-ISA attribute for hot loops.
+/* cpu_math.h — vectorisable exp, bf16 conversions, and the multi-ISA
+ * attribute for hot loops.
  *
  * glibc's expf is a scalar call, so loops over it (softmax, cross-entropy,
  * gelu's tanh, silu) run one element at a time. cpu_expf is the classic
@@ -21,6 +22,27 @@
 #else
 #define CPU_HOT
 #endif
+
+/* fp32 -> bf16, round to nearest even (adding 0x7fff plus the lowest kept
+ * bit carries into the exponent correctly up to inf); NaNs stay quiet
+ * NaNs. And bf16 -> fp32, exact: the top half of an fp32. */
+static inline uint16_t cpu_bf16_rne(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN, sign kept */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float cpu_bf16_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 static inline float cpu_expf(float x)
 {
