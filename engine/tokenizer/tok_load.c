@@ -474,6 +474,8 @@ static int load_merges(tok_tokenizer *t, json_t *merges, ty_err *err)
     return rc;
 }
 
+#define TOK_ID_GAP_MAX (1 << 20) /* unused ids a vocabulary may leave (max_id) */
+
 /* Largest id among the model vocabulary and the added tokens, so the id ->
  * spelling table can be sized before it is filled. */
 static int max_id(json_t *vocab, json_t *added, int64_t *out, ty_err *err)
@@ -498,6 +500,13 @@ static int max_id(json_t *vocab, json_t *added, int64_t *out, ty_err *err)
                                 TJ ": added_tokens[%zu].id must be an id in [0, 2^30)", i);
         if (json_integer_value(id) > mx) mx = json_integer_value(id);
     }
+    /* Ids index dense tables, so a few tokens with a huge id would cost gigabytes for
+     * nothing: real vocabularies leave at most small gaps. */
+    size_t n = json_object_size(vocab) + json_array_size(added);
+    if (mx >= (int64_t)n + TOK_ID_GAP_MAX)
+        return ty_err_field(err, TY_EINVAL, "model.vocab",
+                            TJ ": id %lld leaves more than %d unused ids beside %zu tokens",
+                            (long long)mx, TOK_ID_GAP_MAX, n);
     *out = mx;
     return 0;
 }

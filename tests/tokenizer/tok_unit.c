@@ -139,6 +139,13 @@ static void test_bad_inputs(void)
                                   "<s>", -1, "sep", "</s>", 2));
     expect_load_error(j, "id -1 is not a token", "Roberta cls id outside the vocabulary");
 
+    /* Found by fuzz.tokenizer: one token with a huge id made the loader allocate
+     * tables for every id below it (gigabytes from a file of bytes). */
+    j = bpe_json(small_vocab, small_merges);
+    json_object_set_new(json_object_get(json_object_get(j, "model"), "vocab"), "far",
+                        json_integer(333333333));
+    expect_load_error(j, "id 333333333 leaves more than", "vocabulary id far past the others");
+
     ty_err err;
     tok_tokenizer *t = NULL;
     CHECK(tok_load_json(&t, "{\"model\": ", NULL, NULL, &err) == TY_EINVAL &&
