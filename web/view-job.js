@@ -30,6 +30,10 @@ export function mount(main, app, {id}) {
   let logFollow = null;
   let ckptTimer = null;
   let terminalSeen = false;
+  // State events counted as they arrive. A read of the job that was in
+  // flight while one arrived may hold an older state than the stream's:
+  // the stream's state wins and the job is read again.
+  let stateEvents = 0;
   let readAt = Date.now(); // when job was read: its ETA counts from here
 
   const charts = {
@@ -183,8 +187,9 @@ export function mount(main, app, {id}) {
         location.hash = '#/';
         return;
       }
+      const sent = stateEvents;
       const j = await api(`/jobs/${id}/${action}`, {method: 'POST'});
-      if (j && j.id) { job = j; readAt = Date.now(); renderSummary(); }
+      if (j && j.id) { adopt(j, sent); renderSummary(); }
       // A resumed job gets a new stream life: make sure it is connected.
       if (action === 'resume') { terminalSeen = false; ensureStream(); }
     } catch (e) {
@@ -194,12 +199,22 @@ export function mount(main, app, {id}) {
     }
   }
 
+  // Takes a job read that was sent when stateEvents was `sent`.
+  function adopt(j, sent) {
+    if (sent !== stateEvents && job) {
+      j.state = job.state;
+      later('job', refreshJob, 100);
+    }
+    job = j;
+    readAt = Date.now();
+  }
+
   async function refreshJob() {
     try {
+      const sent = stateEvents;
       const j = await api(`/jobs/${id}`);
       if (!alive) return;
-      job = j;
-      readAt = Date.now();
+      adopt(j, sent);
       loadError.hidden = true;
       renderSummary();
       specPre.textContent = JSON.stringify(j.spec, null, 2);
@@ -256,6 +271,7 @@ export function mount(main, app, {id}) {
         break;
       }
       case 'state':
+        stateEvents++;
         if (job) { job.state = d.to; renderSummary(); }
         if (TERMINAL.has(d.to)) terminalSeen = true;
         // A replay delivers many state events at once: coalesce the fetches.
