@@ -41,7 +41,9 @@ static void on_stop(int sig)
  * a few hundred times; with another process on one of the cores, threads
  * spinning at a join burn the slices the late thread needs, and the step
  * slowed by as much as 2x against a short spin. 10 000 loops still covers
- * the gaps between back-to-back regions of a step on a quiet machine. */
+ * the gaps between back-to-back regions of a step on a quiet machine. The
+ * CPU kernels run on their own pool, which waits the same bound
+ * (kernels/cpu/cpu_pool.c); oneDNN's bf16 matmul still runs OpenMP regions. */
 #define TY_OMP_SPINCOUNT "10000"
 
 /* libgomp reads its settings once, when it loads, before main: a bounded

@@ -15,5 +15,9 @@
 uint64_t rng_splitmix64(uint64_t *state);
 /* A uniform double in [0, 1) from the top 53 bits of the next draw. */
 double rng_unit(uint64_t *state);
+/* The state n draws after `state`: splitmix64's state is a counter, so
+ * any stretch of the stream can be drawn on its own (the random init's
+ * threads each start at their own piece). */
+uint64_t rng_skip(uint64_t state, uint64_t n);
 
 #endif

@@ -4,8 +4,9 @@
  * Each operation is declared once, in the X-macro list of kn_ops.h; the
  * kn_* prototypes below, the device table (kn_backend) and the dispatch in
  * kernels.c are all generated from that list. A device implements every
- * op with the semantics documented here: kernels/cpu (C, OpenMP, OpenBLAS
- * sgemm) today, kernels/cuda (CUDA C, cuBLASLt, fp32 accumulation) next.
+ * op with the semantics documented here: kernels/cpu (C, its own thread
+ * pool, oneDNN / OpenBLAS sgemm) today, kernels/cuda (CUDA C, cuBLASLt,
+ * fp32 accumulation) next.
  *
  * Conventions (llm.c style: raw pointers plus sizes, shapes in comments):
  *  - Ops compute in fp32 (wider where they reduce). 16-bit storage enters
@@ -177,7 +178,7 @@ void kn_sync(kn_ctx *c);
 /* ---- error channel ---------------------------------------------------- */
 
 /* Records a failure inside an op (kernels and backends call this; the
- * first failure wins). Safe to call from outside parallel regions only. */
+ * first failure wins). Safe to call from outside parallel jobs only. */
 void kn_fail(kn_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Returns 0, or the recorded failure's TY_E* code with its message in err,
  * and clears it so the context can be used again. */
@@ -373,7 +374,7 @@ KN_OPS(KN_PROTO)
  * kn_adamw_blocks: kn_adamw on each of nb blocks (a host array of
  *   kn_adamw_block; the pointers in it are device memory) in one op, with
  *   the shared settings of hp: the whole optimizer step of a model, one
- *   parallel region on the CPU. The gradient each block's update reads is
+ *   parallel job on the CPU. The gradient each block's update reads is
  *   (g * hp.gscale[0]) * hp.gscale[1] in fp32 (factors of 1 change no bit:
  *   kn_adamw is a block with gscale {1, 1}), and with hp.zero_grad the
  *   block's g is 0 afterwards. Blocks must not overlap. */

@@ -2,7 +2,8 @@
  *
  * Each cpu_<op> has the signature of its kn_<op> counterpart (both come
  * from kn_ops.h); cpu_backend.c puts them in the kn_backend table. Threading rules for all
- * of them: OpenMP `parallel for schedule(static)` with ctx->n_threads, work
+ * of them: jobs on the context's thread pool (cpu_pool.h) with ctx->n_threads,
+ * cut as OpenMP's `parallel for schedule(static)` cuts a loop, work
  * split so that every output element is written by one thread and every
  * reduction we write runs in an order that does not depend on the thread
  * count (sgemm's own order is OpenBLAS's: fixed per thread count). */
@@ -10,6 +11,7 @@
 #define TY_KERNELS_CPU_H
 
 #include "backend.h"
+#include "cpu_pool.h"
 
 #include <cblas.h>
 
@@ -28,6 +30,8 @@ typedef struct cpu_state {
     /* kn_nf4_* dequantisation scratch (cpu_nf4.c): one fp32 weight. */
     void *nf4_buf;
     size_t nf4_cap;
+    /* The worker threads every parallel kernel runs on (cpu_pool.c). */
+    cpu_pool *pool;
 } cpu_state;
 
 /* n elements of src (sdt) to dst (ddt) on the calling thread: the body
@@ -94,9 +98,9 @@ void cpu_dnnl_free(kn_ctx *c);
 /* Loops shorter than this run on one thread: the fork costs more. */
 #define CPU_PAR_MIN 16384
 
-/* This thread's share [*lo, *hi) of n items, cut in steps of `align` so
- * threads do not share cache lines; must be called inside a parallel region. */
-void cpu_thread_range(size_t n, size_t align, size_t *lo, size_t *hi);
+/* Thread tid's share [*lo, *hi) of n items among nt, cut in steps of
+ * `align` so threads do not share cache lines. */
+void cpu_thread_range(size_t n, size_t align, int tid, int nt, size_t *lo, size_t *hi);
 /* Threads worth using for n elementwise items (1 below CPU_PAR_MIN). */
 int cpu_threads_for(const kn_ctx *c, size_t n);
 

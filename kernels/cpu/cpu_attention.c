@@ -29,6 +29,7 @@
 #include "cpu_math.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 /* ---- rotary position embedding ---------------------------------------- */
@@ -86,6 +87,39 @@ static inline float *head_in(float *buf, void *x, kn_dtype dt, size_t off, int D
     return (float *)cpu_in(buf, x, dt, off, (size_t)D);
 }
 
+/* One RoPE job: rows (b, t) of x, rotated with the table's or the
+ * given inverse frequencies' cos/sin. */
+typedef struct rope_job {
+    kn_dtype dt;
+    void *x;
+    const float *tab; /* the cos/sin table, or the inverse frequencies */
+    int T, H, D, ld, pos_offset;
+    float dir;
+} rope_job;
+
+static void rope_tab_rows(size_t lo, size_t hi, void *arg)
+{
+    const rope_job *j = arg;
+    kn_dtype dt = j->dt;
+    int H = j->H, D = j->D, half = D / 2;
+    float dir = j->dir;
+    for (size_t bt = lo; bt < hi; bt++) {
+        const float *cs = j->tab + (size_t)((int)(bt % (size_t)j->T) + j->pos_offset) * half * 2;
+        float hb[dt == KN_F32 ? 1 : ROPE_MAX_D];
+        for (int h = 0; h < H; h++) {
+            size_t off = bt * j->ld + (size_t)h * D;
+            float *r = head_in(hb, j->x, dt, off, D);
+            for (int i = 0; i < half; i++) {
+                float co = cs[2 * i], si = dir * cs[2 * i + 1];
+                float a = r[i], b = r[i + half];
+                r[i] = a * co - b * si;
+                r[i + half] = b * co + a * si;
+            }
+            cpu_out(j->x, dt, off, r, (size_t)D);
+        }
+    }
+}
+
 /* dir = +1 rotates by theta (forward), -1 by -theta (the transpose).
  * x is of type dt (the backward passes fp32 gradients). */
 static void rope_apply(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,
@@ -99,23 +133,9 @@ static void rope_apply(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int
     }
     const float *tab = pos_offset >= 0 ? rope_cached(c, pos_offset + T, D, base) : NULL;
     if (tab) {
-#pragma omp parallel for schedule(static)                                                          \
-    num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
-        for (int bt = 0; bt < B * T; bt++) {
-            const float *cs = tab + (size_t)(bt % T + pos_offset) * half * 2;
-            float hb[dt == KN_F32 ? 1 : ROPE_MAX_D];
-            for (int h = 0; h < H; h++) {
-                size_t off = (size_t)bt * ld + (size_t)h * D;
-                float *r = head_in(hb, x, dt, off, D);
-                for (int i = 0; i < half; i++) {
-                    float co = cs[2 * i], si = dir * cs[2 * i + 1];
-                    float a = r[i], b = r[i + half];
-                    r[i] = a * co - b * si;
-                    r[i + half] = b * co + a * si;
-                }
-                cpu_out(x, dt, off, r, (size_t)D);
-            }
-        }
+        rope_job j = {dt, x, tab, T, H, D, ld, pos_offset, dir};
+        cpu_pool_for(c, cpu_threads_for(c, (size_t)B * T * H * D), (size_t)B * T, rope_tab_rows,
+                     &j);
         return;
     }
     /* No table (short of memory, or a negative offset): the same
@@ -150,6 +170,52 @@ void cpu_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, floa
     rope_apply(c, KN_F32, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
 }
 
+static void rope_freq_rows32(size_t lo, size_t hi, void *arg)
+{
+    const rope_job *j = arg;
+    int H = j->H, D = j->D, half = D / 2;
+    float *xf = j->x, dir = j->dir;
+    const float *inv = j->tab;
+    for (size_t bt = lo; bt < hi; bt++) {
+        float pos = (float)((int)(bt % (size_t)j->T) + j->pos_offset);
+        for (int i = 0; i < half; i++) {
+            float ang = pos * inv[i];
+            float co = cosf(ang), si = dir * sinf(ang);
+            for (int h = 0; h < H; h++) {
+                float *r = xf + bt * j->ld + (size_t)h * D;
+                float a = r[i], b = r[i + half];
+                r[i] = a * co - b * si;
+                r[i + half] = b * co + a * si;
+            }
+        }
+    }
+}
+
+/* 16-bit: the same angles, the row's heads widened on the stack. */
+static void rope_freq_rows16(size_t lo, size_t hi, void *arg)
+{
+    const rope_job *j = arg;
+    kn_dtype dt = j->dt;
+    int H = j->H, D = j->D, half = D / 2;
+    float dir = j->dir;
+    const float *inv = j->tab;
+    for (size_t bt = lo; bt < hi; bt++) {
+        float pos = (float)((int)(bt % (size_t)j->T) + j->pos_offset), hb[ROPE_MAX_D];
+        for (int h = 0; h < H; h++) {
+            size_t off = bt * j->ld + (size_t)h * D;
+            float *r = head_in(hb, j->x, dt, off, D);
+            for (int i = 0; i < half; i++) {
+                float ang = pos * inv[i];
+                float co = cosf(ang), si = dir * sinf(ang);
+                float a = r[i], b = r[i + half];
+                r[i] = a * co - b * si;
+                r[i + half] = b * co + a * si;
+            }
+            cpu_out(j->x, dt, off, r, (size_t)D);
+        }
+    }
+}
+
 /* Given inverse frequencies (scaled RoPE): the angle pos * inv_freq[i] in
  * fp32 as Hugging Face computes it, cos/sin per (row, i), shared by the
  * heads. No table: the frequencies are the caller's, so a cache would need
@@ -163,43 +229,9 @@ static void rope_freq_apply(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H
         kn_fail(c, TY_EINVAL, "rope: head size %d over %d in 16 bits", D, ROPE_MAX_D);
         return;
     }
-    if (dt == KN_F32) {
-        float *xf = x;
-#pragma omp parallel for schedule(static)                                                          \
-    num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
-        for (int bt = 0; bt < B * T; bt++) {
-            float pos = (float)(bt % T + pos_offset);
-            for (int i = 0; i < half; i++) {
-                float ang = pos * inv[i];
-                float co = cosf(ang), si = dir * sinf(ang);
-                for (int h = 0; h < H; h++) {
-                    float *r = xf + (size_t)bt * ld + (size_t)h * D;
-                    float a = r[i], b = r[i + half];
-                    r[i] = a * co - b * si;
-                    r[i + half] = b * co + a * si;
-                }
-            }
-        }
-        return;
-    }
-    /* 16-bit: the same angles, the row's heads widened on the stack. */
-#pragma omp parallel for schedule(static)                                                          \
-    num_threads(c->n_threads) if ((size_t)B * T * H * D > CPU_PAR_MIN)
-    for (int bt = 0; bt < B * T; bt++) {
-        float pos = (float)(bt % T + pos_offset), hb[ROPE_MAX_D];
-        for (int h = 0; h < H; h++) {
-            size_t off = (size_t)bt * ld + (size_t)h * D;
-            float *r = head_in(hb, x, dt, off, D);
-            for (int i = 0; i < half; i++) {
-                float ang = pos * inv[i];
-                float co = cosf(ang), si = dir * sinf(ang);
-                float a = r[i], b = r[i + half];
-                r[i] = a * co - b * si;
-                r[i + half] = b * co + a * si;
-            }
-            cpu_out(x, dt, off, r, (size_t)D);
-        }
-    }
+    rope_job j = {dt, x, inv, T, H, D, ld, pos_offset, dir};
+    cpu_pool_for(c, cpu_threads_for(c, (size_t)B * T * H * D), (size_t)B * T,
+                 dt == KN_F32 ? rope_freq_rows32 : rope_freq_rows16, &j);
 }
 
 void cpu_rope_freq_fwd(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,
@@ -275,6 +307,81 @@ const float *cpu_att_head_rows(float *buf, const void *x, kn_dtype dt, size_t of
     return buf;
 }
 
+/* One attention job's operands (forward or backward). */
+typedef struct att_job {
+    kn_dtype dt;
+    void *out;
+    float *lse, *dq, *dk, *dv;
+    const void *q, *k, *v, *cout;
+    const float *dout, *clse;
+    int B, Tq, Tk, Hq, Hkv, D, ldq, ldkv, group, q0, ldo, br, window;
+    float scale, softcap;
+    size_t wide;
+    atomic_int failed;
+} att_job;
+
+/* The forward of (batch, head) bh: its row blocks against their keys,
+ * in the per-thread scratch a (br x Tk scores, then the widened rows). */
+static void att_fwd_head(const att_job *j, float *a, int bh)
+{
+    kn_dtype dt = j->dt;
+    void *out = j->out;
+    const void *q = j->q, *k = j->k, *v = j->v;
+    int Tq = j->Tq, Tk = j->Tk, Hq = j->Hq, D = j->D, ldq = j->ldq, ldkv = j->ldkv;
+    int group = j->group, q0 = j->q0, ldo = j->ldo, br = j->br, window = j->window;
+    float scale = j->scale, softcap = j->softcap;
+    float *wq = a + (size_t)br * Tk, *wk = wq + (size_t)Tq * D, *wv = wk + (size_t)Tk * D,
+          *wo = wv + (size_t)Tk * D;
+    int b = bh / Hq, h = bh % Hq, g = h / group, lq, lkv, lkv2;
+    const float *qb =
+        cpu_att_head_rows(wq, q, dt, (size_t)b * Tq * ldq + (size_t)h * D, Tq, D, ldq, &lq);
+    const float *kb =
+        cpu_att_head_rows(wk, k, dt, (size_t)b * Tk * ldkv + (size_t)g * D, Tk, D, ldkv, &lkv);
+    const float *vb =
+        cpu_att_head_rows(wv, v, dt, (size_t)b * Tk * ldkv + (size_t)g * D, Tk, D, ldkv, &lkv2);
+    size_t oo = (size_t)b * Tq * ldo + (size_t)h * D;
+    float *lb = j->lse + (size_t)bh * Tq;
+    for (int r0 = 0; r0 < Tq; r0 += br) {
+        int r1 = r0 + br < Tq ? r0 + br : Tq, rows = r1 - r0;
+        int i0 = q0 + r0, i1 = q0 + r1; /* the block's positions */
+        /* fp32: straight into out; 16-bit: a block of rows, rounded below */
+        float *ob = dt == KN_F32 ? (float *)out + oo + (size_t)r0 * ldo : wo;
+        int lob = dt == KN_F32 ? ldo : D;
+        /* Columns [j0, i1): the block's first row's window onwards. */
+        int j0 = cpu_att_lo(i0, window), w = i1 - j0;
+        /* S[r0:r1, j0:i1] = scale * Q[r0:r1] K[j0:i1]^T */
+        cpu_sgemm(CblasNoTrans, CblasTrans, rows, w, D, scale, qb + (size_t)r0 * lq, lq,
+                  kb + (size_t)j0 * lkv, lkv, 0.0f, a, Tk);
+        for (int r = 0; r < rows; r++) {
+            int i = i0 + r;
+            lb[r0 + r] = cpu_att_softmax_row(a + (size_t)r * Tk, cpu_att_lo(i, window) - j0, i - j0,
+                                             w, softcap);
+        }
+        /* O[r0:r1] = P[r0:r1, j0:i1] V[j0:i1] */
+        cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, w, 1.0f, a, Tk, vb + (size_t)j0 * lkv2, lkv2,
+                  0.0f, ob, lob);
+        for (int r = 0; dt != KN_F32 && r < rows; r++)
+            cpu_out(out, dt, oo + (size_t)(r0 + r) * ldo, ob + (size_t)r * D, (size_t)D);
+    }
+}
+
+/* This thread's share of the (batch, head) pairs, as schedule(static). */
+static void att_fwd_job(int tid, int nt, void *arg)
+{
+    att_job *j = arg;
+    /* One block of score rows, br x Tk: O(Tk) per thread. */
+    float *a = malloc(((size_t)j->br * j->Tk + j->wide) * sizeof *a);
+    if (!a) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    size_t lo, hi;
+    cpu_pool_static((size_t)j->B * j->Hq, tid, nt, &lo, &hi);
+    for (size_t bh = lo; bh < hi; bh++)
+        att_fwd_head(j, a, (int)bh);
+    free(a);
+}
+
 /* Multiply-adds (B Hq Tq Tk D) below which the forward runs on one
  * thread: a decode step over a short cache is a few microseconds, less
  * than waking the threads. */
@@ -300,53 +407,31 @@ static void attention_rows(kn_ctx *c, kn_dtype dt, void *out, float *lse, const 
         cpu_att16_fwd(c, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, &x, nt);
         return;
     }
-    int failed = 0;
-    /* 16-bit: q (Tq rows), k, v (Tk rows) of one head widened and a block of output rows */
     size_t wide = dt == KN_F32 ? 0 : ((size_t)Tq + 2 * (size_t)Tk) * D + (size_t)br * D;
-#pragma omp parallel num_threads(nt) reduction(| : failed)
-    {
-        /* One block of score rows, br x Tk: O(Tk) per thread. */
-        float *a = malloc(((size_t)br * Tk + wide) * sizeof *a);
-        if (!a) failed = 1;
-        float *wq = a ? a + (size_t)br * Tk : NULL, *wk = wq ? wq + (size_t)Tq * D : NULL,
-              *wv = wk ? wk + (size_t)Tk * D : NULL, *wo = wv ? wv + (size_t)Tk * D : NULL;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < B * Hq; bh++) {
-            if (!a) continue;
-            int b = bh / Hq, h = bh % Hq, g = h / group, lq, lkv, lkv2;
-            const float *qb =
-                cpu_att_head_rows(wq, q, dt, (size_t)b * Tq * ldq + (size_t)h * D, Tq, D, ldq, &lq);
-            const float *kb = cpu_att_head_rows(wk, k, dt, (size_t)b * Tk * ldkv + (size_t)g * D,
-                                                Tk, D, ldkv, &lkv);
-            const float *vb = cpu_att_head_rows(wv, v, dt, (size_t)b * Tk * ldkv + (size_t)g * D,
-                                                Tk, D, ldkv, &lkv2);
-            size_t oo = (size_t)b * Tq * ldo + (size_t)h * D;
-            float *lb = lse + (size_t)bh * Tq;
-            for (int r0 = 0; r0 < Tq; r0 += br) {
-                int r1 = r0 + br < Tq ? r0 + br : Tq, rows = r1 - r0;
-                int i0 = q0 + r0, i1 = q0 + r1; /* the block's positions */
-                /* fp32: straight into out; 16-bit: a block of rows, rounded below */
-                float *ob = dt == KN_F32 ? (float *)out + oo + (size_t)r0 * ldo : wo;
-                int lob = dt == KN_F32 ? ldo : D;
-                /* Columns [j0, i1): the block's first row's window onwards. */
-                int j0 = cpu_att_lo(i0, window), w = i1 - j0;
-                /* S[r0:r1, j0:i1] = scale * Q[r0:r1] K[j0:i1]^T */
-                cpu_sgemm(CblasNoTrans, CblasTrans, rows, w, D, scale, qb + (size_t)r0 * lq, lq,
-                          kb + (size_t)j0 * lkv, lkv, 0.0f, a, Tk);
-                for (int r = 0; r < rows; r++) {
-                    int i = i0 + r;
-                    lb[r0 + r] = cpu_att_softmax_row(a + (size_t)r * Tk, cpu_att_lo(i, window) - j0,
-                                                     i - j0, w, softcap);
-                }
-                /* O[r0:r1] = P[r0:r1, j0:i1] V[j0:i1] */
-                cpu_sgemm(CblasNoTrans, CblasNoTrans, rows, D, w, 1.0f, a, Tk,
-                          vb + (size_t)j0 * lkv2, lkv2, 0.0f, ob, lob);
-                for (int r = 0; dt != KN_F32 && r < rows; r++)
-                    cpu_out(out, dt, oo + (size_t)(r0 + r) * ldo, ob + (size_t)r * D, (size_t)D);
-            }
-        }
-        free(a);
-    }
+    att_job j = {.dt = dt,
+                 .out = out,
+                 .lse = lse,
+                 .q = q,
+                 .k = k,
+                 .v = v,
+                 .B = B,
+                 .Tq = Tq,
+                 .Tk = Tk,
+                 .Hq = Hq,
+                 .D = D,
+                 .ldq = ldq,
+                 .ldkv = ldkv,
+                 .group = group,
+                 .q0 = q0,
+                 .ldo = ldo,
+                 .br = br,
+                 .window = window,
+                 .scale = scale,
+                 .softcap = softcap,
+                 .wide = wide};
+    atomic_init(&j.failed, 0);
+    cpu_pool_run(c, nt, att_fwd_job, &j);
+    int failed = j.failed;
     if (failed)
         kn_fail(c, TY_ENOMEM, "attention forward: out of memory for %d x %d scores", br, Tk);
 }
@@ -471,6 +556,83 @@ CPU_HOT void cpu_att_rowdot(float *dst, const float *gb, const float *ob, int T,
     }
 }
 
+/* The backward of (batch, kv head) bg, in the per-thread scratch s: three
+ * tiles, one D_i vector and, for 16-bit activations, four widened heads. */
+static void att_bwd_group(const att_job *j, float *s, int bg)
+{
+    kn_dtype dt = j->dt;
+    const void *q = j->q, *k = j->k, *v = j->v, *out = j->cout;
+    const float *dout = j->dout, *lse = j->clse;
+    float *dq = j->dq, *dk = j->dk, *dv = j->dv;
+    int T = j->Tq, Hq = j->Hq, Hkv = j->Hkv, D = j->D, ldq = j->ldq, ldkv = j->ldkv;
+    int group = j->group, ldo = j->ldo, window = j->window;
+    float scale = j->scale, softcap = j->softcap;
+    size_t tile = (size_t)ATT_BLOCK * ATT_BLOCK;
+    float *dp = s + tile, *tg = dp + tile, *db = tg + tile;
+    float *wq = db + T, *wk = wq + (size_t)T * D, *wv = wk + (size_t)T * D,
+          *wo = wv + (size_t)T * D;
+    int b = bg / Hkv, g = bg % Hkv, lkv, lkv2;
+    const float *kb =
+        cpu_att_head_rows(wk, k, dt, (size_t)b * T * ldkv + (size_t)g * D, T, D, ldkv, &lkv);
+    const float *vb =
+        cpu_att_head_rows(wv, v, dt, (size_t)b * T * ldkv + (size_t)g * D, T, D, ldkv, &lkv2);
+    float *dkb = dk ? dk + (size_t)b * T * ldkv + (size_t)g * D : NULL;
+    float *dvb = dv ? dv + (size_t)b * T * ldkv + (size_t)g * D : NULL;
+    /* Query heads sharing this kv head, then row blocks, then key
+         * tiles, in order: dk/dv sum in a fixed order. */
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        int lq, lo;
+        const float *qb =
+            cpu_att_head_rows(wq, q, dt, (size_t)b * T * ldq + (size_t)h * D, T, D, ldq, &lq);
+        float *dqb = dq ? dq + (size_t)b * T * ldq + (size_t)h * D : NULL;
+        const float *gb = dout + (size_t)b * T * ldo + (size_t)h * D;
+        const float *ob =
+            cpu_att_head_rows(wo, out, dt, (size_t)b * T * ldo + (size_t)h * D, T, D, ldo, &lo);
+        const float *lb = lse + ((size_t)b * Hq + h) * T;
+        cpu_att_rowdot(db, gb, ob, T, D, ldo, lo);
+        cpu_att_args x = {.D = D,
+                          .lq = lq,
+                          .lkv = lkv,
+                          .ldq = ldq,
+                          .ldkv = ldkv,
+                          .ldo = ldo,
+                          .window = window,
+                          .scale = scale,
+                          .cap = softcap};
+        for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+            int rows = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK;
+            /* Tiles left of the block's first window see nothing. */
+            int jstart = cpu_att_lo(i0, window) / ATT_BLOCK * ATT_BLOCK;
+            for (int j0 = jstart; j0 < i0 + rows; j0 += ATT_BLOCK) {
+                int cols = i0 + rows - j0 < ATT_BLOCK ? i0 + rows - j0 : ATT_BLOCK;
+                att_bwd_tile(s, dp, tg, qb, kb, vb, gb, lb, db, dqb, dkb, dvb, i0, rows, j0, cols,
+                             &x);
+            }
+        }
+    }
+}
+
+/* This thread's share of the (batch, kv head) pairs, as schedule(static). */
+static void att_bwd_job(int tid, int nt, void *arg)
+{
+    att_job *j = arg;
+    int T = j->Tq, D = j->D;
+    /* Three tiles (P, dS, the soft-cap's derivative) and one D_i vector
+     * per thread; with 16-bit activations also one head's q, k, v, out
+     * widened (4 T x D). */
+    size_t wide = j->dt == KN_F32 ? 0 : (size_t)4 * T * D, tile = (size_t)ATT_BLOCK * ATT_BLOCK;
+    float *s = malloc((3 * tile + (size_t)T + wide) * sizeof *s);
+    if (!s) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    size_t lo, hi;
+    cpu_pool_static((size_t)j->B * j->Hkv, tid, nt, &lo, &hi);
+    for (size_t bg = lo; bg < hi; bg++)
+        att_bwd_group(j, s, (int)bg);
+    free(s);
+}
+
 void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, const float *dout,
                        const void *out, const float *lse, const void *q, const void *k,
                        const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
@@ -488,62 +650,30 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, 
         cpu_att16_bwd(c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, &x, nt);
         return;
     }
-    int failed = 0;
-#pragma omp parallel num_threads(nt) reduction(| : failed)
-    {
-        /* Three tiles (P, dS, the soft-cap's derivative) and one D_i
-         * vector per thread; with 16-bit activations also one head's q, k,
-         * v, out widened (4 T x D). */
-        size_t wide = dt == KN_F32 ? 0 : (size_t)4 * T * D, tile = (size_t)ATT_BLOCK * ATT_BLOCK;
-        float *s = malloc((3 * tile + (size_t)T + wide) * sizeof *s);
-        if (!s) failed = 1;
-        float *dp = s ? s + tile : NULL, *tg = s ? dp + tile : NULL, *db = s ? tg + tile : NULL;
-        float *wq = s ? db + T : NULL, *wk = wq ? wq + (size_t)T * D : NULL,
-              *wv = wk ? wk + (size_t)T * D : NULL, *wo = wv ? wv + (size_t)T * D : NULL;
-#pragma omp for schedule(static)
-        for (int bg = 0; bg < B * Hkv; bg++) {
-            if (!s) continue;
-            int b = bg / Hkv, g = bg % Hkv, lkv, lkv2;
-            const float *kb = cpu_att_head_rows(wk, k, dt, (size_t)b * T * ldkv + (size_t)g * D, T,
-                                                D, ldkv, &lkv);
-            const float *vb = cpu_att_head_rows(wv, v, dt, (size_t)b * T * ldkv + (size_t)g * D, T,
-                                                D, ldkv, &lkv2);
-            float *dkb = dk ? dk + (size_t)b * T * ldkv + (size_t)g * D : NULL;
-            float *dvb = dv ? dv + (size_t)b * T * ldkv + (size_t)g * D : NULL;
-            /* Query heads sharing this kv head, then row blocks, then key
-             * tiles, in order: dk/dv sum in a fixed order. */
-            for (int h = g * group; h < (g + 1) * group; h++) {
-                int lq, lo;
-                const float *qb = cpu_att_head_rows(wq, q, dt, (size_t)b * T * ldq + (size_t)h * D,
-                                                    T, D, ldq, &lq);
-                float *dqb = dq ? dq + (size_t)b * T * ldq + (size_t)h * D : NULL;
-                const float *gb = dout + (size_t)b * T * ldo + (size_t)h * D;
-                const float *ob = cpu_att_head_rows(
-                    wo, out, dt, (size_t)b * T * ldo + (size_t)h * D, T, D, ldo, &lo);
-                const float *lb = lse + ((size_t)b * Hq + h) * T;
-                cpu_att_rowdot(db, gb, ob, T, D, ldo, lo);
-                cpu_att_args x = {.D = D,
-                                  .lq = lq,
-                                  .lkv = lkv,
-                                  .ldq = ldq,
-                                  .ldkv = ldkv,
-                                  .ldo = ldo,
-                                  .window = window,
-                                  .scale = scale,
-                                  .cap = softcap};
-                for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-                    int rows = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK;
-                    /* Tiles left of the block's first window see nothing. */
-                    int jstart = cpu_att_lo(i0, window) / ATT_BLOCK * ATT_BLOCK;
-                    for (int j0 = jstart; j0 < i0 + rows; j0 += ATT_BLOCK) {
-                        int cols = i0 + rows - j0 < ATT_BLOCK ? i0 + rows - j0 : ATT_BLOCK;
-                        att_bwd_tile(s, dp, tg, qb, kb, vb, gb, lb, db, dqb, dkb, dvb, i0, rows, j0,
-                                     cols, &x);
-                    }
-                }
-            }
-        }
-        free(s);
-    }
+    att_job j = {.dt = dt,
+                 .dq = dq,
+                 .dk = dk,
+                 .dv = dv,
+                 .dout = dout,
+                 .cout = out,
+                 .clse = lse,
+                 .q = q,
+                 .k = k,
+                 .v = v,
+                 .B = B,
+                 .Tq = T,
+                 .Hq = Hq,
+                 .Hkv = Hkv,
+                 .D = D,
+                 .ldq = ldq,
+                 .ldkv = ldkv,
+                 .group = group,
+                 .ldo = ldo,
+                 .window = window,
+                 .scale = scale,
+                 .softcap = softcap};
+    atomic_init(&j.failed, 0);
+    cpu_pool_run(c, nt, att_bwd_job, &j);
+    int failed = j.failed;
     if (failed) kn_fail(c, TY_ENOMEM, "attention backward: out of memory for its tiles");
 }

@@ -32,6 +32,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -370,40 +371,84 @@ static void fwd_block(const fwd_ws *w, const cpu_att_args *x, uint16_t *out, int
         cpu_out(out, KN_BF16, (size_t)(r0 + r) * ldo, w->o + (size_t)r * Dp, (size_t)x->D);
 }
 
+/* One AMX attention job's operands (forward or backward). */
+typedef struct att16_job {
+    const cpu_att_args *x;
+    void *out;
+    float *lse, *dq, *dk, *dv;
+    const uint16_t *q16, *k16, *v16, *o16;
+    const float *dout, *clse;
+    int B, Tq, Tk, Hq, Hkv, ldq, ldkv, Dp, Tkp, Tqp, group, q0, ldo;
+    atomic_int failed;
+} att16_job;
+
+/* The forward of (batch, head) bh; *last: the (batch, kv head) whose k, v
+ * the scratch holds (consecutive heads of a group share them). */
+static void fwd_head(const att16_job *j, fwd_ws *w, int bh, int *last)
+{
+    int D = j->x->D, Hq = j->Hq, Tq = j->Tq, Tk = j->Tk, Dp = j->Dp;
+    int b = bh / Hq, h = bh % Hq, bg = b * j->Hkv + h / j->group;
+    if (bg != *last) {
+        size_t ko = (size_t)b * Tk * j->ldkv + (size_t)(h / j->group) * D;
+        lay_pairs_cols(w->kt, j->k16 + ko, Tk, j->Tkp, D, Dp, j->ldkv);
+        lay_pairs_rows(w->vv, j->v16 + ko, Tk, j->Tkp, D, Dp, j->ldkv);
+        *last = bg;
+    }
+    lay_rows(w->qa, j->q16 + (size_t)b * Tq * j->ldq + (size_t)h * D, Tq, j->Tqp, D, Dp, j->ldq);
+    uint16_t *ob = (uint16_t *)j->out + (size_t)b * Tq * j->ldo + (size_t)h * D;
+    for (int r0 = 0; r0 < Tq; r0 += BLK)
+        fwd_block(w, j->x, ob, j->ldo, j->lse + (size_t)bh * Tq, j->q0, r0,
+                  Tq - r0 < BLK ? Tq - r0 : BLK);
+}
+
+/* This thread's share of the (batch, head) pairs, as schedule(static). */
+static void fwd_job(int tid, int nt, void *arg)
+{
+    att16_job *j = arg;
+    char *mem = malloc(fwd_bytes(j->Dp, j->Tkp, j->Tqp));
+    if (!mem) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    fwd_ws w = {0};
+    int last = -1;
+    fwd_carve(&w, mem, j->Dp, j->Tkp, j->Tqp);
+    amx_config();
+    size_t lo, hi;
+    cpu_pool_static((size_t)j->B * j->Hq, tid, nt, &lo, &hi);
+    for (size_t bh = lo; bh < hi; bh++)
+        fwd_head(j, &w, (int)bh, &last);
+    amx_release();
+    free(mem);
+}
+
 void cpu_att16_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *k, const void *v,
                    int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv, const cpu_att_args *x,
                    int nt)
 {
-    int D = x->D, Dp = up32(D), Tkp = up32(Tk), Tqp = up32(Tq), group = Hq / Hkv, q0 = Tk - Tq;
-    int ldo = Hq * D, failed = 0;
-    const uint16_t *q16 = q, *k16 = k, *v16 = v;
-#pragma omp parallel num_threads(nt) reduction(| : failed)
-    {
-        char *mem = malloc(fwd_bytes(Dp, Tkp, Tqp));
-        fwd_ws w = {0};
-        int last = -1;
-        if (!mem) failed = 1;
-        if (mem) fwd_carve(&w, mem, Dp, Tkp, Tqp), amx_config();
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < B * Hq; bh++) {
-            if (!mem) continue;
-            int b = bh / Hq, h = bh % Hq, bg = b * Hkv + h / group;
-            if (bg != last) { /* consecutive heads of a group share k, v */
-                size_t ko = (size_t)b * Tk * ldkv + (size_t)(h / group) * D;
-                lay_pairs_cols(w.kt, k16 + ko, Tk, Tkp, D, Dp, ldkv);
-                lay_pairs_rows(w.vv, v16 + ko, Tk, Tkp, D, Dp, ldkv);
-                last = bg;
-            }
-            lay_rows(w.qa, q16 + (size_t)b * Tq * ldq + (size_t)h * D, Tq, Tqp, D, Dp, ldq);
-            uint16_t *ob = (uint16_t *)out + (size_t)b * Tq * ldo + (size_t)h * D;
-            for (int r0 = 0; r0 < Tq; r0 += BLK)
-                fwd_block(&w, x, ob, ldo, lse + (size_t)bh * Tq, q0, r0,
-                          Tq - r0 < BLK ? Tq - r0 : BLK);
-        }
-        if (mem) amx_release();
-        free(mem);
-    }
-    if (failed) kn_fail(c, TY_ENOMEM, "attention forward (bf16): out of memory for its tiles");
+    int D = x->D;
+    att16_job j = {.x = x,
+                   .out = out,
+                   .lse = lse,
+                   .q16 = q,
+                   .k16 = k,
+                   .v16 = v,
+                   .B = B,
+                   .Tq = Tq,
+                   .Tk = Tk,
+                   .Hq = Hq,
+                   .Hkv = Hkv,
+                   .ldq = ldq,
+                   .ldkv = ldkv,
+                   .Dp = up32(D),
+                   .Tkp = up32(Tk),
+                   .Tqp = up32(Tq),
+                   .group = Hq / Hkv,
+                   .q0 = Tk - Tq,
+                   .ldo = Hq * D};
+    atomic_init(&j.failed, 0);
+    cpu_pool_run(c, nt, fwd_job, &j);
+    if (j.failed) kn_fail(c, TY_ENOMEM, "attention forward (bf16): out of memory for its tiles");
 }
 
 /* ---- backward --------------------------------------------------------- */
@@ -534,46 +579,81 @@ int cpu_att16_exact(const float *g, size_t n)
     return low == 0;
 }
 
+/* The backward of (batch, kv head) bg: its query heads in order, dk and
+ * dv summed in the scratch and added once. */
+static void bwd_group(const att16_job *j, bwd_ws *w, int bg)
+{
+    const cpu_att_args *x = j->x;
+    int D = x->D, T = j->Tq, Dp = j->Dp, Tp = j->Tkp, ldo = j->ldo;
+    int b = bg / j->Hkv, g = bg % j->Hkv;
+    size_t ko = (size_t)b * T * x->ldkv + (size_t)g * D;
+    lay_pairs_cols(w->kt, j->k16 + ko, T, Tp, D, Dp, x->ldkv);
+    lay_pairs_rows(w->kv, j->k16 + ko, T, Tp, D, Dp, x->ldkv);
+    lay_pairs_cols(w->vt, j->v16 + ko, T, Tp, D, Dp, x->ldkv);
+    size_t gbytes = (size_t)Tp * Dp * 4;
+    memset(w->sk, 0, gbytes);
+    memset(w->sv, 0, gbytes);
+    for (int h = g * j->group; h < (g + 1) * j->group; h++) {
+        size_t qo = (size_t)b * T * x->ldq + (size_t)h * D;
+        size_t oo = (size_t)b * T * ldo + (size_t)h * D;
+        bwd_out o = {.dq = j->dq ? w->sq : NULL,
+                     .dk = j->dk ? w->sk : NULL,
+                     .dv = j->dv ? w->sv : NULL,
+                     .lse = j->clse + ((size_t)b * j->Hq + h) * T};
+        memset(w->sq, 0, gbytes);
+        bwd_head(w, x, &o, j->q16 + qo, j->dout + oo, j->o16 + oo, T, ldo);
+        if (j->dq) add_rows(j->dq + qo, x->ldq, w->sq, Dp, T, D);
+    }
+    /* the head's sums added once: contiguous rows for the tiles */
+    if (j->dk) add_rows(j->dk + ko, x->ldkv, w->sk, Dp, T, D);
+    if (j->dv) add_rows(j->dv + ko, x->ldkv, w->sv, Dp, T, D);
+}
+
+/* This thread's share of the (batch, kv head) pairs, as schedule(static). */
+static void bwd_job(int tid, int nt, void *arg)
+{
+    att16_job *j = arg;
+    int D = j->x->D, T = j->Tq;
+    char *mem = malloc(bwd_bytes(j->Dp, j->Tkp, T, D));
+    if (!mem) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    bwd_ws w = {0};
+    bwd_carve(&w, mem, j->Dp, j->Tkp, T, D);
+    amx_config();
+    size_t lo, hi;
+    cpu_pool_static((size_t)j->B * j->Hkv, tid, nt, &lo, &hi);
+    for (size_t bg = lo; bg < hi; bg++)
+        bwd_group(j, &w, (int)bg);
+    amx_release();
+    free(mem);
+}
+
 void cpu_att16_bwd(kn_ctx *c, float *dq, float *dk, float *dv, const float *dout, const void *out,
                    const float *lse, const void *q, const void *k, const void *v, int B, int T,
                    int Hq, int Hkv, const cpu_att_args *x, int nt)
 {
-    int D = x->D, Dp = up32(D), Tp = up32(T), group = Hq / Hkv, ldo = Hq * D, failed = 0;
-    const uint16_t *q16 = q, *k16 = k, *v16 = v, *o16 = out;
-#pragma omp parallel num_threads(nt) reduction(| : failed)
-    {
-        char *mem = malloc(bwd_bytes(Dp, Tp, T, D));
-        bwd_ws w = {0};
-        if (!mem) failed = 1;
-        if (mem) bwd_carve(&w, mem, Dp, Tp, T, D), amx_config();
-#pragma omp for schedule(static)
-        for (int bg = 0; bg < B * Hkv; bg++) {
-            if (!mem) continue;
-            int b = bg / Hkv, g = bg % Hkv;
-            size_t ko = (size_t)b * T * x->ldkv + (size_t)g * D;
-            lay_pairs_cols(w.kt, k16 + ko, T, Tp, D, Dp, x->ldkv);
-            lay_pairs_rows(w.kv, k16 + ko, T, Tp, D, Dp, x->ldkv);
-            lay_pairs_cols(w.vt, v16 + ko, T, Tp, D, Dp, x->ldkv);
-            size_t gbytes = (size_t)Tp * Dp * 4;
-            memset(w.sk, 0, gbytes);
-            memset(w.sv, 0, gbytes);
-            for (int h = g * group; h < (g + 1) * group; h++) {
-                size_t qo = (size_t)b * T * x->ldq + (size_t)h * D;
-                size_t oo = (size_t)b * T * ldo + (size_t)h * D;
-                bwd_out o = {.dq = dq ? w.sq : NULL,
-                             .dk = dk ? w.sk : NULL,
-                             .dv = dv ? w.sv : NULL,
-                             .lse = lse + ((size_t)b * Hq + h) * T};
-                memset(w.sq, 0, gbytes);
-                bwd_head(&w, x, &o, q16 + qo, dout + oo, o16 + oo, T, ldo);
-                if (dq) add_rows(dq + qo, x->ldq, w.sq, Dp, T, D);
-            }
-            /* the head's sums added once: contiguous rows for the tiles */
-            if (dk) add_rows(dk + ko, x->ldkv, w.sk, Dp, T, D);
-            if (dv) add_rows(dv + ko, x->ldkv, w.sv, Dp, T, D);
-        }
-        if (mem) amx_release();
-        free(mem);
-    }
-    if (failed) kn_fail(c, TY_ENOMEM, "attention backward (bf16): out of memory for its tiles");
+    int D = x->D;
+    att16_job j = {.x = x,
+                   .dq = dq,
+                   .dk = dk,
+                   .dv = dv,
+                   .dout = dout,
+                   .o16 = out,
+                   .clse = lse,
+                   .q16 = q,
+                   .k16 = k,
+                   .v16 = v,
+                   .B = B,
+                   .Tq = T,
+                   .Hq = Hq,
+                   .Hkv = Hkv,
+                   .Dp = up32(D),
+                   .Tkp = up32(T),
+                   .group = Hq / Hkv,
+                   .ldo = Hq * D};
+    atomic_init(&j.failed, 0);
+    cpu_pool_run(c, nt, bwd_job, &j);
+    if (j.failed) kn_fail(c, TY_ENOMEM, "attention backward (bf16): out of memory for its tiles");
 }

@@ -3,7 +3,8 @@
  * "Device" memory is ordinary 64-byte-aligned host memory, so copies are
  * memcpy and sync is a no-op. Opening a context puts OpenBLAS in
  * single-threaded mode (cpu_blas.c) and allocates the small per-context
- * state (cpu_state). */
+ * state (cpu_state); its thread pool starts with the first parallel job
+ * and stops when the context closes. */
 #include "cpu.h"
 
 #include <stdint.h>
@@ -32,6 +33,7 @@ static void cpu_close(kn_ctx *c)
 {
     cpu_state *st = c->impl;
     if (st) {
+        cpu_pool_free(st->pool);
         cpu_dnnl_free(c);
         free(st->rope_tab);
         free(st->nf4_buf);

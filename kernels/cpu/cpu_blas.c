@@ -9,12 +9,13 @@
  * TY_CPU_SGEMM=openblas|onednn overrides the choice (onednn only where it is
  * built in); kn_describe reports the library in use.
  *
- * Either runs single-threaded: our OpenMP threads split each product
- * (cpu_matmul.c, cpu_attention.c) and call cpu_sgemm on their own block, so
- * only one thread pool ever spins on the cores. oneDNN, called inside an
- * active OpenMP region, runs sequentially on the calling thread; OpenBLAS is
- * set to one thread (Debian's default libopenblas is the pthread build,
- * whose workers would otherwise fight OpenMP's for the same cores).
+ * Either runs single-threaded: the context's pool threads (cpu_pool.h)
+ * split each product (cpu_matmul.c, cpu_attention.c) and call cpu_sgemm on
+ * their own block, so only one thread pool ever spins on the cores. oneDNN,
+ * called in a pool job (OpenMP thread count 1), runs sequentially on the
+ * calling thread; OpenBLAS is set to one thread (Debian's default
+ * libopenblas is the pthread build, whose workers would otherwise fight the
+ * pool's for the same cores).
  *
  * Both are deterministic for a given shape and thread count, which exact
  * resume needs; they differ from each other in the last bits, within the

@@ -80,47 +80,77 @@ void cpu_convert_n(void *dst, kn_dtype ddt, const void *src, kn_dtype sdt, size_
     }
 }
 
+/* The operands of a conversion job. */
+typedef struct cv_job {
+    void *dst;
+    const void *src;
+    uint16_t *hi, *lo;
+    kn_dtype ddt, sdt;
+    size_t n;
+} cv_job;
+
+static void convert_job(int tid, int nt, void *arg)
+{
+    const cv_job *j = arg;
+    size_t lo, hi, ds = kn_dtype_size(j->ddt), ss = kn_dtype_size(j->sdt);
+    cpu_thread_range(j->n, 32, tid, nt, &lo, &hi);
+    if (hi > lo)
+        cpu_convert_n((char *)j->dst + lo * ds, j->ddt, (const char *)j->src + lo * ss, j->sdt,
+                      hi - lo);
+}
+
 void cpu_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtype src_dt, size_t n)
 {
-    size_t ds = kn_dtype_size(dst_dt), ss = kn_dtype_size(src_dt);
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 32, &lo, &hi);
-        if (hi > lo)
-            cpu_convert_n((char *)dst + lo * ds, dst_dt, (const char *)src + lo * ss, src_dt,
-                          hi - lo);
-    }
+    cv_job j = {.dst = dst, .src = src, .ddt = dst_dt, .sdt = src_dt, .n = n};
+    cpu_pool_run(c, cpu_threads_for(c, n), convert_job, &j);
+}
+
+static void round_job(int tid, int nt, void *arg)
+{
+    const cv_job *j = arg;
+    float *x = j->dst;
+    size_t lo, hi;
+    cpu_thread_range(j->n, 16, tid, nt, &lo, &hi);
+    if (hi <= lo) return;
+    if (j->ddt == KN_BF16)
+        round_bf16(x + lo, hi - lo);
+    else
+        round_f16(x + lo, hi - lo);
 }
 
 void cpu_round(kn_ctx *c, float *x, size_t n, kn_dtype dt)
 {
     if (dt == KN_F32) return;
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 16, &lo, &hi);
-        if (hi > lo) {
-            if (dt == KN_BF16)
-                round_bf16(x + lo, hi - lo);
-            else
-                round_f16(x + lo, hi - lo);
-        }
-    }
+    cv_job j = {.dst = x, .ddt = dt, .n = n};
+    cpu_pool_run(c, cpu_threads_for(c, n), round_job, &j);
 }
 
 /* ---- fp32 masters as bf16 + a 16-bit low half (kn_master_split/join) ---- */
 
+static void split_range(size_t a, size_t b, void *arg)
+{
+    const cv_job *j = arg;
+    const float *x = j->src;
+    for (size_t i = a; i < b; i++)
+        cpu_split1(x[i], j->hi + i, j->lo + i);
+}
+
 void cpu_master_split(kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *x, size_t n)
 {
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, n))
-    for (size_t i = 0; i < n; i++)
-        cpu_split1(x[i], hi + i, lo + i);
+    cv_job j = {.src = x, .hi = hi, .lo = lo};
+    cpu_pool_for(c, cpu_threads_for(c, n), n, split_range, &j);
+}
+
+static void join_range(size_t a, size_t b, void *arg)
+{
+    const cv_job *j = arg;
+    float *x = j->dst;
+    for (size_t i = a; i < b; i++)
+        x[i] = cpu_join1(j->hi[i], j->lo[i]);
 }
 
 void cpu_master_join(kn_ctx *c, float *x, const uint16_t *hi, const uint16_t *lo, size_t n)
 {
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, n))
-    for (size_t i = 0; i < n; i++)
-        x[i] = cpu_join1(hi[i], lo[i]);
+    cv_job j = {.dst = x, .hi = (uint16_t *)hi, .lo = (uint16_t *)lo};
+    cpu_pool_for(c, cpu_threads_for(c, n), n, join_range, &j);
 }

@@ -10,15 +10,14 @@
 #include "cpu_math.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CHUNK 8192
 
-void cpu_thread_range(size_t n, size_t align, size_t *lo, size_t *hi)
+void cpu_thread_range(size_t n, size_t align, int tid, int nt, size_t *lo, size_t *hi)
 {
-    size_t me = (size_t)omp_get_thread_num(), cnt = (size_t)omp_get_num_threads();
+    size_t me = (size_t)tid, cnt = (size_t)nt;
     size_t units = (n + align - 1) / align;
     *lo = units * me / cnt * align;
     *hi = units * (me + 1) / cnt * align;
@@ -43,46 +42,78 @@ void cpu_copy(kn_ctx *c, float *dst, const float *src, size_t n)
     if (n && dst != src) memmove(dst, src, n * sizeof *dst);
 }
 
+/* The operands of one elementwise job; each op reads the fields it needs. */
+typedef struct ew_job {
+    kn_dtype dt;
+    void *out;
+    float *d1, *d2;
+    const void *a, *b;
+    const float *g;
+    size_t n;
+    float s;
+    int acc;
+} ew_job;
+
+static void scale_range(size_t lo, size_t hi, void *arg)
+{
+    const ew_job *j = arg;
+    float *x = j->out, s = j->s;
+    for (size_t i = lo; i < hi; i++)
+        x[i] *= s;
+}
+
 void cpu_scale(kn_ctx *c, float *x, size_t n, float s)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        x[i] *= s;
+    ew_job j = {.out = x, .s = s};
+    cpu_pool_for(c, cpu_threads_for(c, n), n, scale_range, &j);
+}
+
+static void axpy_range(size_t lo, size_t hi, void *arg)
+{
+    const ew_job *j = arg;
+    float *y = j->out, a = j->s;
+    const float *x = j->a;
+    for (size_t i = lo; i < hi; i++)
+        y[i] += a * x[i];
 }
 
 void cpu_axpy(kn_ctx *c, float *y, const float *x, size_t n, float a)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        y[i] += a * x[i];
+    ew_job j = {.out = y, .a = x, .s = a};
+    cpu_pool_for(c, cpu_threads_for(c, n), n, axpy_range, &j);
 }
 
-static void add_f32(kn_ctx *c, float *out, const float *a, const float *b, size_t n)
+static void add_f32_range(size_t lo, size_t hi, void *arg)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    const ew_job *j = arg;
+    float *out = j->out;
+    const float *a = j->a, *b = j->b;
+    for (size_t i = lo; i < hi; i++)
         out[i] = a[i] + b[i];
+}
+
+static void add16_job(int tid, int nt, void *arg)
+{
+    const ew_job *j = arg;
+    size_t lo, hi;
+    cpu_thread_range(j->n, 32, tid, nt, &lo, &hi);
+    float ba[CPU_EW_BLOCK], bb[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
+    for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+        size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+        const float *x = cpu_in(ba, j->a, j->dt, i, m), *y = cpu_in(bb, j->b, j->dt, i, m);
+        for (size_t k = 0; k < m; k++)
+            bo[k] = x[k] + y[k];
+        cpu_out(j->out, j->dt, i, bo, m);
+    }
 }
 
 void cpu_add(kn_ctx *c, kn_dtype dt, void *out, const void *a, const void *b, size_t n)
 {
-    if (dt == KN_F32) {
-        add_f32(c, out, a, b, n);
-        return;
-    }
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 32, &lo, &hi);
-        float ba[CPU_EW_BLOCK], bb[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
-        for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
-            size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-            const float *x = cpu_in(ba, a, dt, i, m), *y = cpu_in(bb, b, dt, i, m);
-            for (size_t j = 0; j < m; j++)
-                bo[j] = x[j] + y[j];
-            cpu_out(out, dt, i, bo, m);
-        }
-    }
+    ew_job j = {.dt = dt, .out = out, .a = a, .b = b, .n = n};
+    if (dt == KN_F32)
+        cpu_pool_for(c, cpu_threads_for(c, n), n, add_f32_range, &j);
+    else
+        cpu_pool_run(c, cpu_threads_for(c, n), add16_job, &j);
 }
 
 /* Sum (squared when sq) of one chunk of x[i] * s (an fp32 product: s = 1
@@ -112,6 +143,23 @@ CPU_HOT static double chunk_sum(const float *x, size_t n, int sq, float s)
            ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
+typedef struct sum_job {
+    const float *x;
+    size_t n;
+    double *part;
+    int sq;
+    float s;
+} sum_job;
+
+static void chunks_range(size_t lo, size_t hi, void *arg)
+{
+    const sum_job *j = arg;
+    for (size_t k = lo; k < hi; k++) {
+        size_t o = k * CHUNK, len = j->n - o < CHUNK ? j->n - o : CHUNK;
+        j->part[k] = chunk_sum(j->x + o, len, j->sq, j->s);
+    }
+}
+
 static double fixed_order_sum(kn_ctx *c, const float *x, size_t n, int sq, float s)
 {
     size_t nchunks = (n + CHUNK - 1) / CHUNK;
@@ -127,11 +175,8 @@ static double fixed_order_sum(kn_ctx *c, const float *x, size_t n, int sq, float
         }
         return sum;
     }
-#pragma omp parallel for schedule(static) num_threads(c->n_threads)
-    for (size_t k = 0; k < nchunks; k++) {
-        size_t lo = k * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
-        part[k] = chunk_sum(x + lo, len, sq, s);
-    }
+    sum_job j = {x, n, part, sq, s};
+    cpu_pool_for(c, c->n_threads, nchunks, chunks_range, &j);
     double sum = 0;
     for (size_t k = 0; k < nchunks; k++)
         sum += part[k];
@@ -154,27 +199,47 @@ double cpu_sumsq_scaled(kn_ctx *c, const float *x, size_t n, float s)
     return fixed_order_sum(c, x, n, 1, s);
 }
 
+static void nonfinite_range(size_t lo, size_t hi, void *arg)
+{
+    const ew_job *j = arg;
+    const float *x = j->a;
+    int bad = 0;
+    for (size_t i = lo; i < hi; i++)
+        bad |= !isfinite(x[i]);
+    if (bad) __atomic_store_n(&((ew_job *)arg)->acc, 1, __ATOMIC_RELAXED);
+}
+
 int cpu_nonfinite(kn_ctx *c, const float *x, size_t n)
 {
-    int bad = 0;
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)           \
-    reduction(|                                                                                    \
-              : bad)
-    for (size_t i = 0; i < n; i++)
-        bad |= !isfinite(x[i]);
-    return bad;
+    ew_job j = {.a = x};
+    cpu_pool_for(c, cpu_threads_for(c, n), n, nonfinite_range, &j);
+    return j.acc;
 }
 
 /* ---- embedding -------------------------------------------------------- */
 
 /* out and table both of type dt: a gathered row is copied as is (exact in
  * any type); with accumulate, out = round(out + row) in fp32. */
-void cpu_embedding_fwd(kn_ctx *c, kn_dtype dt, void *out, const int32_t *ids, const void *table,
-                       int N, int C, int accumulate)
+typedef struct emb_job {
+    kn_dtype dt;
+    void *out;
+    float *dtable;
+    const int32_t *ids;
+    const void *table;
+    const float *dout;
+    int N, C, accumulate;
+} emb_job;
+
+static void emb_fwd_range(size_t lo, size_t hi, void *arg)
 {
+    const emb_job *j = arg;
+    kn_dtype dt = j->dt;
+    void *out = j->out;
+    const void *table = j->table;
+    const int32_t *ids = j->ids;
+    int C = j->C, accumulate = j->accumulate;
     size_t es = kn_dtype_size(dt);
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)N * C > CPU_PAR_MIN)
-    for (int n = 0; n < N; n++) {
+    for (size_t n = lo; n < hi; n++) {
         size_t oo = (size_t)n * C, ro = (size_t)ids[n] * C;
         if (!accumulate) {
             memcpy((char *)out + oo * es, (const char *)table + ro * es, (size_t)C * es);
@@ -197,29 +262,41 @@ void cpu_embedding_fwd(kn_ctx *c, kn_dtype dt, void *out, const int32_t *ids, co
     }
 }
 
+void cpu_embedding_fwd(kn_ctx *c, kn_dtype dt, void *out, const int32_t *ids, const void *table,
+                       int N, int C, int accumulate)
+{
+    emb_job j = {
+        .dt = dt, .out = out, .ids = ids, .table = table, .C = C, .accumulate = accumulate};
+    cpu_pool_for(c, cpu_threads_for(c, (size_t)N * C), (size_t)N, emb_fwd_range, &j);
+}
+
 /* Rows of dtable may repeat in ids, so threads split the C columns: each
  * column is summed over n in order by one thread — no atomics, and the
  * result does not depend on the thread count. */
+static void emb_bwd_job(int me, int cnt, void *arg)
+{
+    const emb_job *j = arg;
+    int C = j->C;
+    /* Column ranges in 16-float (64-byte) units so threads never share a line. */
+    int units = (C + 15) / 16;
+    int lo = (int)((long)units * me / cnt) * 16;
+    int hi = (int)((long)units * (me + 1) / cnt) * 16;
+    if (hi > C) hi = C;
+    for (int n = 0; n < j->N; n++) {
+        float *d = j->dtable + (size_t)j->ids[n] * C;
+        const float *g = j->dout + (size_t)n * C;
+        for (int i = lo; i < hi; i++)
+            d[i] += g[i];
+    }
+}
+
 void cpu_embedding_bwd(kn_ctx *c, float *dtable, const int32_t *ids, const float *dout, int N,
                        int C)
 {
     int nt = c->n_threads;
     if ((size_t)N * C <= CPU_PAR_MIN || C < 32) nt = 1;
-#pragma omp parallel num_threads(nt)
-    {
-        int me = omp_get_thread_num(), cnt = omp_get_num_threads();
-        /* Column ranges in 16-float (64-byte) units so threads never share a line. */
-        int units = (C + 15) / 16;
-        int lo = (int)((long)units * me / cnt) * 16;
-        int hi = (int)((long)units * (me + 1) / cnt) * 16;
-        if (hi > C) hi = C;
-        for (int n = 0; n < N; n++) {
-            float *d = dtable + (size_t)ids[n] * C;
-            const float *g = dout + (size_t)n * C;
-            for (int i = lo; i < hi; i++)
-                d[i] += g[i];
-        }
-    }
+    emb_job j = {.dtable = dtable, .ids = ids, .dout = dout, .N = N, .C = C};
+    cpu_pool_run(c, nt, emb_bwd_job, &j);
 }
 
 /* ---- activations ------------------------------------------------------ */
@@ -258,44 +335,54 @@ CPU_HOT static void gelu_bwd_range(float *dx, const float *dout, const float *x,
 
 /* The 16-bit forms run the fp32 range functions on blocks widened on the
  * stack (cpu_in / cpu_out): the same arithmetic, one rounding per store. */
+static void gelu_fwd_job(int tid, int nt, void *arg)
+{
+    const ew_job *j = arg;
+    kn_dtype dt = j->dt;
+    size_t lo, hi;
+    cpu_thread_range(j->n, 32, tid, nt, &lo, &hi);
+    if (dt == KN_F32) {
+        gelu_fwd_range((float *)j->out + lo, (const float *)j->a + lo, hi - lo);
+        return;
+    }
+    float bx[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
+    for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+        size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+        gelu_fwd_range(bo, cpu_in(bx, j->a, dt, i, m), m);
+        cpu_out(j->out, dt, i, bo, m);
+    }
+}
+
 void cpu_gelu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n)
 {
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 32, &lo, &hi);
-        if (dt == KN_F32)
-            gelu_fwd_range((float *)out + lo, (const float *)x + lo, hi - lo);
-        else {
-            float bx[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
-            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
-                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-                gelu_fwd_range(bo, cpu_in(bx, x, dt, i, m), m);
-                cpu_out(out, dt, i, bo, m);
-            }
-        }
-    }
+    ew_job j = {.dt = dt, .out = out, .a = x, .n = n};
+    cpu_pool_run(c, cpu_threads_for(c, n), gelu_fwd_job, &j);
 }
 
 /* dx (+)= dout * gelu'(x) over n elements of x's dtype; acc 1 adds into
  * dx (kn_gelu_bwd), 0 overwrites it (the fused matmul_dgelu's dpre). */
+static void gelu_bwd_job(int tid, int nt, void *arg)
+{
+    const ew_job *j = arg;
+    kn_dtype dt = j->dt;
+    size_t lo, hi;
+    cpu_thread_range(j->n, 32, tid, nt, &lo, &hi);
+    if (dt == KN_F32) {
+        gelu_bwd_range(j->d1 + lo, j->g + lo, (const float *)j->a + lo, hi - lo, j->acc);
+        return;
+    }
+    float bx[CPU_EW_BLOCK];
+    for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+        size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+        gelu_bwd_range(j->d1 + i, j->g + i, cpu_in(bx, j->a, dt, i, m), m, j->acc);
+    }
+}
+
 static void gelu_bwd_n(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x,
                        size_t n, int acc)
 {
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 32, &lo, &hi);
-        if (dt == KN_F32)
-            gelu_bwd_range(dx + lo, dout + lo, (const float *)x + lo, hi - lo, acc);
-        else {
-            float bx[CPU_EW_BLOCK];
-            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
-                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-                gelu_bwd_range(dx + i, dout + i, cpu_in(bx, x, dt, i, m), m, acc);
-            }
-        }
-    }
+    ew_job j = {.dt = dt, .d1 = dx, .g = dout, .a = x, .n = n, .acc = acc};
+    cpu_pool_run(c, cpu_threads_for(c, n), gelu_bwd_job, &j);
 }
 
 void cpu_gelu_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const void *x, size_t n)
@@ -307,6 +394,48 @@ void cpu_gelu_bwd_write(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, co
                         size_t n)
 {
     gelu_bwd_n(c, dt, dx, dout, x, n, 0);
+}
+
+/* The gated activations (SwiGLU, GeGLU) as jobs: their fp32 range
+ * functions on each thread's share, 16-bit operands widened per block. */
+typedef void (*gated_fwd_fn)(float *out, const float *gate, const float *up, size_t n);
+typedef void (*gated_bwd_fn)(float *dgate, float *dup, const float *dout, const float *gate,
+                             const float *up, size_t n);
+
+static void gated_fwd(int tid, int nt, const ew_job *j, gated_fwd_fn f)
+{
+    kn_dtype dt = j->dt;
+    size_t lo, hi;
+    cpu_thread_range(j->n, 32, tid, nt, &lo, &hi);
+    if (dt == KN_F32) {
+        f((float *)j->out + lo, (const float *)j->a + lo, (const float *)j->b + lo, hi - lo);
+        return;
+    }
+    float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
+    for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+        size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+        f(bo, cpu_in(bg, j->a, dt, i, m), cpu_in(bu, j->b, dt, i, m), m);
+        cpu_out(j->out, dt, i, bo, m);
+    }
+}
+
+static void gated_bwd(int tid, int nt, const ew_job *j, gated_bwd_fn f)
+{
+    kn_dtype dt = j->dt;
+    float *dgate = j->d1, *dup = j->d2;
+    size_t lo, hi;
+    cpu_thread_range(j->n, 32, tid, nt, &lo, &hi);
+    if (dt == KN_F32) {
+        f(dgate ? dgate + lo : NULL, dup ? dup + lo : NULL, j->g + lo, (const float *)j->a + lo,
+          (const float *)j->b + lo, hi - lo);
+        return;
+    }
+    float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK];
+    for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
+        size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
+        f(dgate ? dgate + i : NULL, dup ? dup + i : NULL, j->g + i, cpu_in(bg, j->a, dt, i, m),
+          cpu_in(bu, j->b, dt, i, m), m);
+    }
 }
 
 CPU_HOT static void swiglu_fwd_range(float *out, const float *gate, const float *up, size_t n)
@@ -336,45 +465,27 @@ CPU_HOT static void swiglu_bwd_range(float *dgate, float *dup, const float *dout
         }
 }
 
+static void swiglu_fwd_job(int tid, int nt, void *arg)
+{
+    gated_fwd(tid, nt, arg, swiglu_fwd_range);
+}
+
+static void swiglu_bwd_job(int tid, int nt, void *arg)
+{
+    gated_bwd(tid, nt, arg, swiglu_bwd_range);
+}
+
 void cpu_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
 {
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 32, &lo, &hi);
-        if (dt == KN_F32)
-            swiglu_fwd_range((float *)out + lo, (const float *)gate + lo, (const float *)up + lo,
-                             hi - lo);
-        else {
-            float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
-            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
-                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-                swiglu_fwd_range(bo, cpu_in(bg, gate, dt, i, m), cpu_in(bu, up, dt, i, m), m);
-                cpu_out(out, dt, i, bo, m);
-            }
-        }
-    }
+    ew_job j = {.dt = dt, .out = out, .a = gate, .b = up, .n = n};
+    cpu_pool_run(c, cpu_threads_for(c, n), swiglu_fwd_job, &j);
 }
 
 void cpu_swiglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
                     const void *gate, const void *up, size_t n)
 {
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 32, &lo, &hi);
-        if (dt == KN_F32)
-            swiglu_bwd_range(dgate ? dgate + lo : NULL, dup ? dup + lo : NULL, dout + lo,
-                             (const float *)gate + lo, (const float *)up + lo, hi - lo);
-        else {
-            float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK];
-            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
-                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-                swiglu_bwd_range(dgate ? dgate + i : NULL, dup ? dup + i : NULL, dout + i,
-                                 cpu_in(bg, gate, dt, i, m), cpu_in(bu, up, dt, i, m), m);
-            }
-        }
-    }
+    ew_job j = {.dt = dt, .d1 = dgate, .d2 = dup, .g = dout, .a = gate, .b = up, .n = n};
+    cpu_pool_run(c, cpu_threads_for(c, n), swiglu_bwd_job, &j);
 }
 
 /* GeGLU (Gemma's MLP): out = gelu_tanh(gate) * up, the tanh GELU of
@@ -402,46 +513,28 @@ CPU_HOT static void geglu_bwd_range(float *dgate, float *dup, const float *dout,
     }
 }
 
+static void geglu_fwd_job(int tid, int nt, void *arg)
+{
+    gated_fwd(tid, nt, arg, geglu_fwd_range);
+}
+
+static void geglu_bwd_job(int tid, int nt, void *arg)
+{
+    gated_bwd(tid, nt, arg, geglu_bwd_range);
+}
+
 void cpu_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
 {
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 32, &lo, &hi);
-        if (dt == KN_F32)
-            geglu_fwd_range((float *)out + lo, (const float *)gate + lo, (const float *)up + lo,
-                            hi - lo);
-        else {
-            float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
-            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
-                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-                geglu_fwd_range(bo, cpu_in(bg, gate, dt, i, m), cpu_in(bu, up, dt, i, m), m);
-                cpu_out(out, dt, i, bo, m);
-            }
-        }
-    }
+    ew_job j = {.dt = dt, .out = out, .a = gate, .b = up, .n = n};
+    cpu_pool_run(c, cpu_threads_for(c, n), geglu_fwd_job, &j);
 }
 
 void cpu_geglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
                    const void *gate, const void *up, size_t n)
 {
     if (!dgate && !dup) return;
-#pragma omp parallel num_threads(cpu_threads_for(c, n))
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, 32, &lo, &hi);
-        if (dt == KN_F32)
-            geglu_bwd_range(dgate ? dgate + lo : NULL, dup ? dup + lo : NULL, dout + lo,
-                            (const float *)gate + lo, (const float *)up + lo, hi - lo);
-        else {
-            float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK];
-            for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
-                size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-                geglu_bwd_range(dgate ? dgate + i : NULL, dup ? dup + i : NULL, dout + i,
-                                cpu_in(bg, gate, dt, i, m), cpu_in(bu, up, dt, i, m), m);
-            }
-        }
-    }
+    ew_job j = {.dt = dt, .d1 = dgate, .d2 = dup, .g = dout, .a = gate, .b = up, .n = n};
+    cpu_pool_run(c, cpu_threads_for(c, n), geglu_bwd_job, &j);
 }
 
 /* ---- dropout ---------------------------------------------------------- */
@@ -457,6 +550,38 @@ static inline uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+typedef struct drop_job {
+    kn_dtype dt;
+    void *out;
+    uint8_t *mask;
+    const void *x;
+    size_t n;
+    float p, keep_scale;
+    uint64_t key, offset;
+} drop_job;
+
+static void dropout_range(size_t lo, size_t hi, void *arg)
+{
+    const drop_job *d = arg;
+    kn_dtype dt = d->dt;
+    size_t n = d->n;
+    for (size_t blk = lo; blk < hi; blk++) {
+        size_t i0 = blk * CPU_EW_BLOCK, m = n - i0 < CPU_EW_BLOCK ? n - i0 : CPU_EW_BLOCK;
+        float bx[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
+        const float *xs = cpu_in(bx, d->x, dt, i0, m);
+        float *os = cpu_out_buf(bo, d->out, dt, i0);
+        for (size_t j = 0; j < m; j++) {
+            size_t i = i0 + j;
+            uint64_t z = mix64(d->key + (d->offset + i + 1) * 0x9e3779b97f4a7c15ULL);
+            float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+            uint8_t keep = u >= d->p;
+            if (d->mask) d->mask[i] = keep;
+            os[j] = keep ? xs[j] * d->keep_scale : 0.0f;
+        }
+        cpu_out(d->out, dt, i0, os, m);
+    }
+}
+
 void cpu_dropout_fwd(kn_ctx *c, kn_dtype dt, void *out, uint8_t *mask, const void *x, size_t n,
                      float p, uint64_t seed, uint64_t offset)
 {
@@ -469,22 +594,17 @@ void cpu_dropout_fwd(kn_ctx *c, kn_dtype dt, void *out, uint8_t *mask, const voi
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     /* Blocks of CPU_EW_BLOCK elements (any split draws the same mask). */
     size_t nb = (n + CPU_EW_BLOCK - 1) / CPU_EW_BLOCK;
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
-    for (size_t blk = 0; blk < nb; blk++) {
-        size_t i0 = blk * CPU_EW_BLOCK, m = n - i0 < CPU_EW_BLOCK ? n - i0 : CPU_EW_BLOCK;
-        float bx[CPU_EW_BLOCK], bo[CPU_EW_BLOCK];
-        const float *xs = cpu_in(bx, x, dt, i0, m);
-        float *os = cpu_out_buf(bo, out, dt, i0);
-        for (size_t j = 0; j < m; j++) {
-            size_t i = i0 + j;
-            uint64_t z = mix64(key + (offset + i + 1) * 0x9e3779b97f4a7c15ULL);
-            float u = (float)(z >> 40) * (1.0f / 16777216.0f);
-            uint8_t keep = u >= p;
-            if (mask) mask[i] = keep;
-            os[j] = keep ? xs[j] * keep_scale : 0.0f;
-        }
-        cpu_out(out, dt, i0, os, m);
-    }
+    drop_job d = {dt, out, mask, x, n, p, keep_scale, key, offset};
+    cpu_pool_for(c, cpu_threads_for(c, n), nb, dropout_range, &d);
+}
+
+static void dropout_bwd_range(size_t lo, size_t hi, void *arg)
+{
+    const drop_job *d = arg;
+    float *dx = d->out;
+    const float *dout = d->x;
+    for (size_t i = lo; i < hi; i++)
+        dx[i] += d->mask[i] ? dout[i] * d->keep_scale : 0.0f;
 }
 
 void cpu_dropout_bwd(kn_ctx *c, float *dx, const float *dout, const uint8_t *mask, size_t n,
@@ -495,54 +615,93 @@ void cpu_dropout_bwd(kn_ctx *c, float *dx, const float *dout, const uint8_t *mas
         return;
     }
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n > CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        dx[i] += mask[i] ? dout[i] * keep_scale : 0.0f;
+    drop_job d = {.out = dx, .mask = (uint8_t *)mask, .x = dout, .keep_scale = keep_scale};
+    cpu_pool_for(c, cpu_threads_for(c, n), n, dropout_bwd_range, &d);
 }
 
 /* ---- DoRA ------------------------------------------------------------- */
 
+typedef struct dora_job {
+    float *g, *norm, *out, *z, *dlr, *dy, *dmag;
+    const float *w, *d, *mag, *y, *b, *lr, *dout, *cz, *cg, *cnorm;
+    float s;
+    int N, M, K;
+} dora_job;
+
+static void dora_norm_range(size_t lo, size_t hi, void *arg)
+{
+    const dora_job *j = arg;
+    int K = j->K;
+    for (size_t o = lo; o < hi; o++) {
+        const float *wr = j->w + o * K, *dr = j->d + o * K;
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++) {
+            float v = wr[k] + j->s * dr[k];
+            acc += v * v;
+        }
+        j->norm[o] = sqrtf(acc);
+        if (j->g) j->g[o] = j->mag[o] / j->norm[o];
+    }
+}
+
 void cpu_dora_norm(kn_ctx *c, float *g, float *norm, const float *w, const float *d,
                    const float *mag, float s, int M, int K)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)M * K > CPU_PAR_MIN)
-    for (int o = 0; o < M; o++) {
-        const float *wr = w + (size_t)o * K, *dr = d + (size_t)o * K;
-        float acc = 0.0f;
-        for (int k = 0; k < K; k++) {
-            float v = wr[k] + s * dr[k];
-            acc += v * v;
+    dora_job j = {.g = g, .norm = norm, .w = w, .d = d, .mag = mag, .s = s, .M = M, .K = K};
+    cpu_pool_for(c, cpu_threads_for(c, (size_t)M * K), M > 0 ? (size_t)M : 0, dora_norm_range, &j);
+}
+
+static void dora_fwd_range(size_t lo, size_t hi, void *arg)
+{
+    const dora_job *j = arg;
+    int M = j->M;
+    float *out = j->out, s = j->s;
+    const float *y = j->y, *b = j->b, *g = j->cg;
+    for (size_t n = lo; n < hi; n++)
+        for (int o = 0; o < M; o++) {
+            size_t i = n * M + o;
+            float yb = y ? y[i] : b ? out[i] - b[o] : out[i], l = j->lr[i];
+            j->z[i] = yb + l * s;
+            out[i] = out[i] + ((g[o] - 1.0f) * yb + (g[o] * l) * s);
         }
-        norm[o] = sqrtf(acc);
-        if (g) g[o] = mag[o] / norm[o];
-    }
 }
 
 void cpu_dora_fwd(kn_ctx *c, float *out, float *z, const float *y, const float *b, const float *lr,
                   const float *g, float s, int N, int M)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)N * M > CPU_PAR_MIN)
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < M; o++) {
+    dora_job j = {.out = out, .z = z, .y = y, .b = b, .lr = lr, .cg = g, .s = s, .N = N, .M = M};
+    cpu_pool_for(c, cpu_threads_for(c, (size_t)N * M), N > 0 ? (size_t)N : 0, dora_fwd_range, &j);
+}
+
+static void dora_bwd_range(size_t lo, size_t hi, void *arg)
+{
+    const dora_job *j = arg;
+    int N = j->N, M = j->M;
+    const float *dout = j->dout, *g = j->cg;
+    for (size_t o = lo; o < hi; o++) {
+        float acc = 0.0f;
+        for (int n = 0; n < N; n++) {
             size_t i = (size_t)n * M + o;
-            float yb = y ? y[i] : b ? out[i] - b[o] : out[i], l = lr[i];
-            z[i] = yb + l * s;
-            out[i] = out[i] + ((g[o] - 1.0f) * yb + (g[o] * l) * s);
+            if (j->dlr) j->dlr[i] = (dout[i] * g[o]) * j->s;
+            if (j->dy) j->dy[i] = dout[i] * (g[o] - 1.0f);
+            acc += dout[i] * j->cz[i];
         }
+        if (j->dmag) j->dmag[o] += acc / j->cnorm[o];
+    }
 }
 
 void cpu_dora_bwd(kn_ctx *c, float *dlr, float *dy, float *dmag, const float *dout, const float *z,
                   const float *g, const float *norm, float s, int N, int M)
 {
-#pragma omp parallel for schedule(static) num_threads(c->n_threads) if ((size_t)N * M > CPU_PAR_MIN)
-    for (int o = 0; o < M; o++) {
-        float acc = 0.0f;
-        for (int n = 0; n < N; n++) {
-            size_t i = (size_t)n * M + o;
-            if (dlr) dlr[i] = (dout[i] * g[o]) * s;
-            if (dy) dy[i] = dout[i] * (g[o] - 1.0f);
-            acc += dout[i] * z[i];
-        }
-        if (dmag) dmag[o] += acc / norm[o];
-    }
+    dora_job j = {.dlr = dlr,
+                  .dy = dy,
+                  .dmag = dmag,
+                  .dout = dout,
+                  .cz = z,
+                  .cg = g,
+                  .cnorm = norm,
+                  .s = s,
+                  .N = N,
+                  .M = M};
+    cpu_pool_for(c, cpu_threads_for(c, (size_t)N * M), M > 0 ? (size_t)M : 0, dora_bwd_range, &j);
 }

@@ -32,7 +32,6 @@
 #include "cpu.h"
 #include "cpu_math.h"
 
-#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +152,34 @@ rows_dpbf16(float *out, const uint16_t *x16, const uint16_t *w, const float *bia
 }
 #endif
 
+/* One gemv job: each thread's 16-row steps of out. */
+typedef struct gemv_job {
+    kn_dtype wdt;
+    float *out;
+    const float *x;
+    const uint16_t *x16;
+    const void *w;
+    const float *bias;
+    int K, M;
+} gemv_job;
+
+static void gemv_rows(int tid, int nt, void *arg)
+{
+    const gemv_job *j = arg;
+    size_t lo, hi;
+    cpu_thread_range((size_t)j->M, 16, tid, nt, &lo, &hi);
+    if (hi <= lo) return;
+    if (j->wdt == KN_F32) rows_f32(j->out, j->x, j->w, j->bias, j->K, (int)lo, (int)hi);
+#ifdef GEMV_X86
+    else if (j->wdt == KN_BF16 && g_dpbf16)
+        rows_dpbf16(j->out, j->x16, j->w, j->bias, j->K, (int)lo, (int)hi);
+#endif
+    else if (j->wdt == KN_BF16)
+        rows_bf16(j->out, j->x, j->w, j->bias, j->K, (int)lo, (int)hi);
+    else
+        rows_f16(j->out, j->x, j->w, j->bias, j->K, (int)lo, (int)hi);
+}
+
 int cpu_gemv_on(void)
 {
     pthread_once(&g_once, gemv_setup);
@@ -205,21 +232,7 @@ void cpu_gemv(kn_ctx *c, kn_dtype wdt, float *out, const float *x, const void *w
     if (work / GEMV_MIN_PER_THREAD < nt) nt = (int)(work / GEMV_MIN_PER_THREAD);
     if (nt < 1) nt = 1;
     if (nt > (M + 15) / 16) nt = (M + 15) / 16;
-#pragma omp parallel num_threads(nt)
-    {
-        size_t lo, hi;
-        cpu_thread_range((size_t)M, 16, &lo, &hi);
-        if (hi > lo) {
-            if (wdt == KN_F32) rows_f32(out, x, w, bias, K, (int)lo, (int)hi);
-#ifdef GEMV_X86
-            else if (wdt == KN_BF16 && g_dpbf16)
-                rows_dpbf16(out, x16, w, bias, K, (int)lo, (int)hi);
-#endif
-            else if (wdt == KN_BF16)
-                rows_bf16(out, x, w, bias, K, (int)lo, (int)hi);
-            else
-                rows_f16(out, x, w, bias, K, (int)lo, (int)hi);
-        }
-    }
+    gemv_job j = {wdt, out, x, x16, w, bias, K, M};
+    cpu_pool_run(c, nt, gemv_rows, &j);
     free(heap);
 }

@@ -24,7 +24,6 @@
 #include "cpu_math.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,14 +119,124 @@ static void ce_row_capped(float *loss, float *d, float *y, int32_t t, int V, flo
     }
 }
 
-/* 16-bit logits, or any soft-capped ones: each thread converts its rows
- * one at a time into a V-float buffer, runs the fp32 row there and, for
- * the backward, writes the row back rounded to dt. A row is read whole
+/* One cross-entropy job: rows [0, N) of the logits, cut as schedule(static). */
+typedef struct ce_job {
+    kn_dtype dt;
+    float *losses;
+    void *dlogits;
+    const void *logits;
+    const int32_t *targets;
+    int N, V, ld;
+    float scale, cap;
+    float *buf; /* ce_rows16: rows x V floats per thread */
+    int rows;
+} ce_job;
+
+/* A 16-bit row widened into row[] with its max found in the same pass. */
+CPU_HOT static float widen_max(float *row, const void *src, kn_dtype dt, int V)
+{
+    float mx = -INFINITY;
+    if (dt == KN_BF16) {
+        const uint16_t *h = src;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < V; j++) {
+            float v = cpu_bf16_f32(h[j]);
+            row[j] = v;
+            mx = v > mx ? v : mx;
+        }
+    } else {
+        const _Float16 *h = src;
+        for (int j = 0; j < V; j++) {
+            float v = (float)h[j];
+            row[j] = v;
+            mx = v > mx ? v : mx;
+        }
+    }
+    return mx;
+}
+
+/* dst[j] = row[j] k rounded to the 16-bit dt: row_scale and the narrowing
+ * conversion in one pass (the same fp32 product, the same rounding). */
+CPU_HOT static void narrow_scaled(void *dst, kn_dtype dt, const float *row, int V, float k)
+{
+    if (dt == KN_BF16) {
+        uint16_t *h = dst;
+#pragma omp simd
+        for (int j = 0; j < V; j++)
+            h[j] = cpu_bf16_rne(row[j] * k);
+    } else {
+        _Float16 *h = dst;
+        for (int j = 0; j < V; j++)
+            h[j] = (_Float16)(row[j] * k);
+    }
+}
+
+/* ce_row on a 16-bit row src, its gradient (dst, may be NULL) written in
+ * dt: three passes (widen with the max, exponentials with their sum,
+ * scale with the narrowing) where converting in and out around ce_row
+ * takes five, with the same bits. */
+static void ce_row16(float *loss, void *dst, kn_dtype dt, float *row, const void *src, int32_t t,
+                     int V, float scale)
+{
+    if (t == CE_IGNORE || t < 0 || t >= V) { /* ce_row's cases that read nothing */
+        ce_row(loss, dst ? row : NULL, row, t, V, scale);
+        if (dst) cpu_convert_n(dst, dt, row, KN_F32, (size_t)V);
+        return;
+    }
+    float mx = widen_max(row, src, dt, V);
+    float lt = row[t];
+    double s = row_sumexp(dst ? row : NULL, row, V, mx);
+    if (loss) *loss = (float)(log(s) - (double)(lt - mx));
+    if (!dst) return;
+    float k = (float)(scale / s), dlt = row[t] * k - scale;
+    narrow_scaled(dst, dt, row, V, k);
+    cpu_convert_n((char *)dst + (size_t)t * kn_dtype_size(dt), dt, &dlt, KN_F32, 1);
+}
+
+static void ce16_job(int tid, int nt, void *arg)
+{
+    const ce_job *j = arg;
+    size_t lo, hi, es = kn_dtype_size(j->dt), V = (size_t)j->V, ld = (size_t)j->ld;
+    cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
+    float *row = j->buf + (size_t)tid * j->rows * V;
+    for (size_t n = lo; n < hi; n++) {
+        const char *src = (const char *)j->logits + n * ld * es;
+        float *loss = j->losses ? j->losses + n : NULL;
+        void *dst = j->dlogits ? (char *)j->dlogits + n * ld * es : NULL;
+        if (j->dt != KN_F32 && j->cap <= 0.0f) {
+            ce_row16(loss, dst, j->dt, row, src, j->targets[n], j->V, j->scale);
+            continue;
+        }
+        cpu_convert_n(row, KN_F32, src, j->dt, V);
+        float *d = dst ? (j->cap > 0.0f ? row + V : row) : NULL;
+        if (j->cap > 0.0f)
+            ce_row_capped(loss, d, row, j->targets[n], j->V, j->scale, j->cap);
+        else
+            ce_row(loss, d, row, j->targets[n], j->V, j->scale);
+        if (dst) cpu_convert_n(dst, j->dt, d, KN_F32, V);
+    }
+}
+
+/* The fp32 rows in place: ce_row on the logits and dlogits as given. */
+static void ce32_range(size_t lo, size_t hi, void *arg)
+{
+    const ce_job *j = arg;
+    const float *l32 = j->logits;
+    float *d32 = j->dlogits;
+    size_t ld = (size_t)j->ld;
+    for (size_t n = lo; n < hi; n++)
+        ce_row(j->losses ? j->losses + n : NULL, d32 ? d32 + n * ld : NULL, l32 + n * ld,
+               j->targets[n], j->V, j->scale);
+}
+
+/* 16-bit logits, or any soft-capped ones: each thread widens its rows
+ * one at a time into a V-float buffer, runs the fp32 row there (ce_row16
+ * fuses the widening and the narrowing into its passes) and, for the
+ * backward, writes the row back rounded to dt. A row is read whole
  * before it is written, so dlogits may still alias logits. */
 static void ce_rows16(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits, const void *logits,
                       const int32_t *targets, int N, int V, int ld, float scale, float cap)
 {
-    size_t es = kn_dtype_size(dt);
     int nt = cpu_threads_for(c, (size_t)N * V);
     int rows = cap > 0.0f ? 2 : 1; /* capped: y and the gradient row */
     float *buf = malloc((size_t)nt * rows * V * sizeof(float));
@@ -135,18 +244,8 @@ static void ce_rows16(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits, cons
         kn_fail(c, TY_ENOMEM, "crossentropy: out of memory for %d rows of %d", nt, V);
         return;
     }
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int n = 0; n < N; n++) {
-        float *row = buf + (size_t)omp_get_thread_num() * rows * V;
-        cpu_convert_n(row, KN_F32, (const char *)logits + (size_t)n * ld * es, dt, (size_t)V);
-        float *loss = losses ? losses + n : NULL;
-        float *d = dlogits ? (cap > 0.0f ? row + V : row) : NULL;
-        if (cap > 0.0f)
-            ce_row_capped(loss, d, row, targets[n], V, scale, cap);
-        else
-            ce_row(loss, d, row, targets[n], V, scale);
-        if (dlogits) cpu_convert_n((char *)dlogits + (size_t)n * ld * es, dt, d, KN_F32, (size_t)V);
-    }
+    ce_job j = {dt, losses, dlogits, logits, targets, N, V, ld, scale, cap, buf, rows};
+    cpu_pool_run(c, nt, ce16_job, &j);
     free(buf);
 }
 
@@ -157,10 +256,8 @@ void cpu_crossentropy_fwd(kn_ctx *c, kn_dtype dt, float *losses, const void *log
         ce_rows16(c, dt, losses, NULL, logits, targets, N, V, ld, 0.0f, softcap);
         return;
     }
-    const float *l32 = logits;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N *V))
-    for (int n = 0; n < N; n++)
-        ce_row(losses + n, NULL, l32 + (size_t)n * ld, targets[n], V, 0.0f);
+    ce_job j = {.dt = dt, .losses = losses, .logits = logits, .targets = targets, .V = V, .ld = ld};
+    cpu_pool_for(c, cpu_threads_for(c, (size_t)N * V), N > 0 ? (size_t)N : 0, ce32_range, &j);
 }
 
 void cpu_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlogits,
@@ -171,23 +268,32 @@ void cpu_crossentropy_fwd_bwd(kn_ctx *c, kn_dtype dt, float *losses, void *dlogi
         ce_rows16(c, dt, losses, dlogits, logits, targets, N, V, ld, scale, softcap);
         return;
     }
-    float *d32 = dlogits;
-    const float *l32 = logits;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, (size_t)N *V))
-    for (int n = 0; n < N; n++)
-        ce_row(losses ? losses + n : NULL, d32 + (size_t)n * ld, l32 + (size_t)n * ld, targets[n],
-               V, scale);
+    ce_job j = {.dt = dt,
+                .losses = losses,
+                .dlogits = dlogits,
+                .logits = logits,
+                .targets = targets,
+                .V = V,
+                .ld = ld,
+                .scale = scale};
+    cpu_pool_for(c, cpu_threads_for(c, (size_t)N * V), N > 0 ? (size_t)N : 0, ce32_range, &j);
 }
 
 /* x = cap tanh(x / cap): the soft-capped logits that generation and
  * evaluation read (training folds the cap into the cross-entropy). */
+static void softcap_range(size_t lo, size_t hi, void *arg)
+{
+    const ce_job *j = arg;
+    float *x = j->dlogits, cap = j->cap, inv_cap = j->scale;
+    for (size_t i = lo; i < hi; i++)
+        x[i] = cap * tanhf(x[i] * inv_cap);
+}
+
 void cpu_softcap(kn_ctx *c, float *x, size_t n, float cap)
 {
     if (cap <= 0.0f) return;
-    float inv_cap = 1.0f / cap;
-#pragma omp parallel for schedule(static) num_threads(cpu_threads_for(c, n))
-    for (size_t i = 0; i < n; i++)
-        x[i] = cap * tanhf(x[i] * inv_cap);
+    ce_job j = {.dlogits = x, .cap = cap, .scale = 1.0f / cap};
+    cpu_pool_for(c, cpu_threads_for(c, n), n, softcap_range, &j);
 }
 
 /* The per-update constants of torch 1.13's AdamW, and the gradient's two
@@ -199,50 +305,71 @@ typedef struct adamw_k {
 /* As torch 1.13: p.mul_(1 - lr*wd); m.mul_(b1).add_(g, 1-b1);
  * v.mul_(b2).addcmul_(g, g, 1-b2); denom = v.sqrt() / sqrt(bc2) + eps;
  * p.addcdiv_(m, denom, -lr/bc1); g is read times gs0, then times gs1, the
- * two fp32 multiplies an unscale pass and a clip pass would make. */
-CPU_HOT static void adamw_range(float *p, const float *g, float *m, float *v, size_t n, float decay,
-                                int do_decay, const adamw_k *k)
+ * two fp32 multiplies an unscale pass and a clip pass would make. One
+ * element: the new p; m and v updated in place. Both loops below inline
+ * it, so fp32 and split masters get the same arithmetic. */
+static inline __attribute__((always_inline)) float
+adamw_one(float p, float g, float *m, float *v, float decay, int do_decay, const adamw_k *k)
 {
-    float b1 = k->b1, b2 = k->b2, omb1 = k->omb1, omb2 = k->omb2, step = k->step;
-    float bc2_sqrt = k->bc2_sqrt, eps = k->eps, gs0 = k->gs0, gs1 = k->gs1;
+    float gi = g * k->gs0 * k->gs1;
+    float pi = do_decay ? p * decay : p;
+    float mi = *m * k->b1 + gi * k->omb1;
+    float vi = *v * k->b2 + k->omb2 * gi * gi;
+    float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
+    *m = mi;
+    *v = vi;
+    return pi - k->step * (mi / denom);
+}
+
+CPU_HOT static void adamw_range(float *p, float *g, float *m, float *v, size_t n, float decay,
+                                int do_decay, int zero_grad, const adamw_k *k)
+{
+    adamw_k kk = *k;
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * gs0 * gs1;
-        float pi = do_decay ? p[i] * decay : p[i];
-        float mi = m[i] * b1 + gi * omb1;
-        float vi = v[i] * b2 + omb2 * gi * gi;
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
-        p[i] = pi - step * (mi / denom);
-        m[i] = mi;
-        v[i] = vi;
+        p[i] = adamw_one(p[i], g[i], m + i, v + i, decay, do_decay, &kk);
+        if (zero_grad) g[i] = 0.0f;
     }
 }
 
-/* Elements updated at a time: a tile of p, g, m, v stays in L1 while the
- * gradient is cleared and split masters are joined and split again. */
-#define ADAMW_TILE 1024
+/* The same on split masters (cpu_split1 / cpu_join1): each master joined
+ * from its bf16 hi and 16-bit lo, updated and split again in one pass,
+ * without branches so that it vectorises (a NaN's split is a select). */
+CPU_HOT static void adamw_split_range(uint16_t *ph, uint16_t *pl, float *g, float *m, float *v,
+                                      size_t n, float decay, int do_decay, int zero_grad,
+                                      const adamw_k *k)
+{
+    adamw_k kk = *k;
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        union {
+            uint32_t u;
+            float f;
+        } x = {((uint32_t)ph[i] << 16) + (uint32_t)(int32_t)(int16_t)pl[i]};
+        x.f = adamw_one(x.f, g[i], m + i, v + i, decay, do_decay, &kk);
+        uint32_t u = x.u;
+        uint32_t h = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        int32_t d = (int32_t)(u - (h << 16));
+        d = d == 0x8000 ? 0x7fff : d;
+        int nan = (u & 0x7fffffffu) > 0x7f800000u;
+        ph[i] = (uint16_t)(nan ? (u >> 16) | 0x40u : h);
+        pl[i] = (uint16_t)(int16_t)(nan ? 0 : d);
+        if (zero_grad) g[i] = 0.0f;
+    }
+}
 
-/* Elements [i, j) of one block; zero_grad clears g behind the update. */
+/* Elements [i, j) of one block; zero_grad clears g as it is read. */
 static void adamw_piece(const kn_adamw_block *b, size_t i, size_t j, float lr, const adamw_k *k,
                         int zero_grad)
 {
     float decay = (float)(1.0 - (double)lr * (double)b->wd);
-    float *pf = b->p;
-    uint16_t *ph = b->p;
-    for (; i < j; i += ADAMW_TILE) {
-        size_t len = j - i < ADAMW_TILE ? j - i : ADAMW_TILE;
-        if (b->pdt == KN_F32) {
-            adamw_range(pf + i, b->g + i, b->m + i, b->v + i, len, decay, b->wd != 0.0f, k);
-        } else { /* split masters: joined, the same update, split again */
-            float buf[ADAMW_TILE];
-            for (size_t e = 0; e < len; e++)
-                buf[e] = cpu_join1(ph[i + e], b->plo[i + e]);
-            adamw_range(buf, b->g + i, b->m + i, b->v + i, len, decay, b->wd != 0.0f, k);
-            for (size_t e = 0; e < len; e++)
-                cpu_split1(buf[e], ph + i + e, b->plo + i + e);
-        }
-        if (zero_grad) memset(b->g + i, 0, len * sizeof *b->g);
-    }
+    size_t n = j - i;
+    if (b->pdt == KN_F32)
+        adamw_range((float *)b->p + i, b->g + i, b->m + i, b->v + i, n, decay, b->wd != 0.0f,
+                    zero_grad, k);
+    else
+        adamw_split_range((uint16_t *)b->p + i, b->plo + i, b->g + i, b->m + i, b->v + i, n, decay,
+                          b->wd != 0.0f, zero_grad, k);
 }
 
 static int adamw_blocks_ok(kn_ctx *c, const kn_adamw_block *b, int nb, size_t *total)
@@ -277,23 +404,35 @@ static adamw_k adamw_consts(const kn_adamw_hp *hp)
     return k;
 }
 
-/* All blocks in one parallel region: the blocks laid end to end are one
+typedef struct adamw_job {
+    const kn_adamw_block *b;
+    int nb;
+    size_t total;
+    const kn_adamw_hp *hp;
+    adamw_k k;
+} adamw_job;
+
+static void adamw_job_run(int tid, int nt, void *arg)
+{
+    const adamw_job *j = arg;
+    const kn_adamw_block *b = j->b;
+    size_t lo, hi, off = 0;
+    cpu_thread_range(j->total, 16, tid, nt, &lo, &hi);
+    for (int i = 0; i < j->nb && off < hi; off += b[i].n, i++) {
+        size_t a = lo > off ? lo - off : 0, e = hi - off < b[i].n ? hi - off : b[i].n;
+        if (a < e) adamw_piece(&b[i], a, e, j->hp->lr, &j->k, j->hp->zero_grad);
+    }
+}
+
+/* All blocks in one parallel job: the blocks laid end to end are one
  * index range, cut into equal thread shares (64-byte steps); a thread
  * updates the pieces of the blocks its share covers. */
 void cpu_adamw_blocks(kn_ctx *c, const kn_adamw_block *b, int nb, kn_adamw_hp hp)
 {
     size_t total;
     if (!adamw_blocks_ok(c, b, nb, &total) || !total) return;
-    adamw_k k = adamw_consts(&hp);
-#pragma omp parallel num_threads(cpu_threads_for(c, total))
-    {
-        size_t lo, hi, off = 0;
-        cpu_thread_range(total, 16, &lo, &hi);
-        for (int i = 0; i < nb && off < hi; off += b[i].n, i++) {
-            size_t a = lo > off ? lo - off : 0, e = hi - off < b[i].n ? hi - off : b[i].n;
-            if (a < e) adamw_piece(&b[i], a, e, hp.lr, &k, hp.zero_grad);
-        }
-    }
+    adamw_job j = {b, nb, total, &hp, adamw_consts(&hp)};
+    cpu_pool_run(c, cpu_threads_for(c, total), adamw_job_run, &j);
 }
 
 void cpu_adamw(kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m, float *v,

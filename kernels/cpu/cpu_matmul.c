@@ -4,14 +4,14 @@
  * transposes given as BLAS flags — no copies. Gradients accumulate by
  * calling sgemm with beta = 1. The library itself runs single-threaded
  * (see cpu_blas.c); par_sgemm cuts the output along its longer side into
- * two blocks per OpenMP thread, taken as threads come free, so each
+ * two blocks per pool thread (cpu_pool.h), taken as threads come free, so each
  * block is an independent sgemm and no two thread pools compete for the
  * cores. The bias gradient is a column
  * reduction, split over columns so each column is summed in row order by
  * one thread. */
 #include "cpu.h"
 
-#include <omp.h>
+#include <stdatomic.h>
 
 /* Below this many multiply-adds per thread a split costs more than it saves. */
 #define GEMM_MIN_WORK (1L << 18)
@@ -108,16 +108,52 @@ static gemm_plan plan(kn_ctx *c, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE t
     return p;
 }
 
+static void dbias_block(float *dbias, const float *dout, int N, int M, int lo, int hi);
+
+/* One parallel job of blocks: the forward's product, or the backward's
+ * dx and dw products and the bias gradient's 16-column ranges laid end to
+ * end; threads take the next block from `next` as they come free. */
+typedef struct gemm_job {
+    gemm_plan px, pw;
+    float *dbias;
+    const float *dout;
+    int N, M, units;
+    long nbias;
+    atomic_long next;
+} gemm_job;
+
+static void job_block(gemm_job *j, long blk)
+{
+    if (blk < j->px.nb) {
+        plan_block(&j->px, blk);
+    } else if (blk < j->px.nb + j->pw.nb) {
+        plan_block(&j->pw, blk - j->px.nb);
+    } else {
+        long k = blk - j->px.nb - j->pw.nb;
+        int lo = (int)(j->units * k / j->nbias) * 16,
+            hi = (int)(j->units * (k + 1) / j->nbias) * 16;
+        dbias_block(j->dbias, j->dout, j->N, j->M, lo, hi < j->M ? hi : j->M);
+    }
+}
+
+static void gemm_worker(int tid, int nt, void *arg)
+{
+    (void)tid, (void)nt;
+    gemm_job *j = arg;
+    long total = j->px.nb + j->pw.nb + j->nbias;
+    for (long blk; (blk = atomic_fetch_add(&j->next, 1)) < total;)
+        job_block(j, blk);
+}
+
 /* C[M,N] = op(A) op(B) + beta C (+ bias), row-major, its blocks taken by
  * the context's threads as they come free. */
 static void par_sgemm(kn_ctx *c, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
                       int K, const float *A, int lda, const float *B, int ldb, float beta, float *C,
                       int ldc, const float *bias)
 {
-    gemm_plan p = plan(c, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(p.nt)
-    for (long blk = 0; blk < p.nb; blk++)
-        plan_block(&p, blk);
+    gemm_job j = {.px = plan(c, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, bias)};
+    atomic_init(&j.next, 0);
+    cpu_pool_run(c, j.px.nt, gemm_worker, &j);
 }
 
 void cpu_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias, int N,
@@ -163,16 +199,14 @@ void cpu_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float *
     long nbias = dbias ? (bt < units ? bt : units) : 0;
     int nt = px.nt > pw.nt ? px.nt : pw.nt;
     if (nt < bt) nt = bt;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (long blk = 0; blk < px.nb + pw.nb + nbias; blk++) {
-        if (blk < px.nb) {
-            plan_block(&px, blk);
-        } else if (blk < px.nb + pw.nb) {
-            plan_block(&pw, blk - px.nb);
-        } else {
-            long k = blk - px.nb - pw.nb;
-            int lo = (int)(units * k / nbias) * 16, hi = (int)(units * (k + 1) / nbias) * 16;
-            dbias_block(dbias, dout, N, M, lo, hi < M ? hi : M);
-        }
-    }
+    gemm_job j = {.px = px,
+                  .pw = pw,
+                  .dbias = dbias,
+                  .dout = dout,
+                  .N = N,
+                  .M = M,
+                  .units = units,
+                  .nbias = nbias};
+    atomic_init(&j.next, 0);
+    cpu_pool_run(c, nt, gemm_worker, &j);
 }

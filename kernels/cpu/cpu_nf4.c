@@ -6,7 +6,10 @@
  * to the compute dtype, then a dense linear). The dequantisation costs
  * M*K operations against the product's N*M*K, and the scratch holds one
  * weight at a time (grown to the largest, then reused), so the model keeps
- * only 4-bit weights. The arithmetic is exactly bitsandbytes':
+ * only 4-bit weights. kn_nf4_dequant to a 16-bit type (the engine's
+ * 16-bit QLoRA path, engine/qlora.c, then multiplies with matmul16)
+ * converts slice by slice from the stack and takes no scratch. The
+ * arithmetic is exactly bitsandbytes':
  *   a = dyn8[qabsmax[b]] * absmax2[b / 256];  a = a + offset;  w = nf4[q] * a
  * each an fp32 operation rounded on its own (this file is compiled with
  * -ffp-contract=off so no multiply-add is fused), which makes the values
@@ -14,7 +17,6 @@
 #include "cpu.h"
 #include "nf4_tables.h"
 
-#include <omp.h>
 #include <stdlib.h>
 
 const float kn_nf4_levels[16] = KN_NF4_LEVELS_INIT;
@@ -74,30 +76,58 @@ static void deq_range(float *out, const kn_nf4 *w, size_t lo, size_t hi)
     }
 }
 
+/* deq(w)[lo, hi) stored in the 16-bit dt at out + lo, through an fp32
+ * slice on the stack (a view of the view from lo: deq_range takes any
+ * start), so no fp32 copy of the weight is made. */
+static void deq16_range(void *out, kn_dtype dt, const kn_nf4 *w, size_t lo, size_t hi)
+{
+    float tmp[1024];
+    size_t es = kn_dtype_size(dt);
+    for (size_t i = lo; i < hi; i += 1024) {
+        size_t n = hi - i < 1024 ? hi - i : 1024;
+        kn_nf4 v = *w;
+        v.first += i;
+        deq_range(tmp, &v, 0, n);
+        cpu_convert_n((char *)out + i * es, dt, tmp, KN_F32, n);
+    }
+}
+
+typedef struct deq_job {
+    void *out;
+    kn_dtype dt; /* what out holds: fp32, or a 16-bit type stored directly */
+    const kn_nf4 *w;
+    size_t n;
+} deq_job;
+
+/* This thread's whole blocks of the dequantisation. */
+static void deq_rows(int tid, int nt, void *arg)
+{
+    const deq_job *j = arg;
+    size_t lo, hi;
+    cpu_thread_range(j->n, KN_NF4_BLOCK, tid, nt, &lo, &hi);
+    if (j->dt == KN_F32)
+        deq_range(j->out, j->w, lo, hi);
+    else
+        deq16_range(j->out, j->dt, j->w, lo, hi);
+}
+
+/* deq(w) stored in dt (fp32, or 16 bits without an fp32 copy). */
+static void deq(kn_ctx *c, void *out, kn_dtype dt, const kn_nf4 *w, size_t n)
+{
+    deq_job j = {out, dt, w, n};
+    cpu_pool_run(c, cpu_threads_for(c, n), deq_rows, &j);
+}
+
 /* deq(w) into an fp32 buffer, rounded to dt (a no-op for fp32). */
 static void deq_f32(kn_ctx *c, float *out, const kn_nf4 *w, size_t n, kn_dtype dt)
 {
-    int nt = cpu_threads_for(c, n);
-#pragma omp parallel num_threads(nt)
-    {
-        size_t lo, hi;
-        cpu_thread_range(n, KN_NF4_BLOCK, &lo, &hi);
-        deq_range(out, w, lo, hi);
-    }
+    deq(c, out, KN_F32, w, n);
     if (dt != KN_F32) cpu_round(c, out, n, dt);
 }
 
 void cpu_nf4_dequant(kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n)
 {
-    if (!n) return;
-    if (dt == KN_F32) {
-        deq_f32(c, out, &w, n, KN_F32);
-        return;
-    }
-    float *s = nf4_scratch(c, n);
-    if (!s) return;
-    deq_f32(c, s, &w, n, KN_F32);
-    cpu_convert(c, out, dt, s, KN_F32, n);
+    if (n) deq(c, out, dt, &w, n);
 }
 
 void cpu_nf4_matmul_fwd(kn_ctx *c, kn_dtype dt, float *out, const float *x, kn_nf4 w,

@@ -13,8 +13,20 @@
 #include "cpu.h"
 
 #include <math.h>
-#include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+/* One norm job's operands (forward or backward, LayerNorm or RMSNorm). */
+typedef struct norm_job {
+    kn_dtype dt;
+    void *out;
+    float *mean, *rstd, *dx, *dw, *db;
+    const void *x;
+    const float *w, *b, *dout, *cmean, *crstd;
+    int N, C;
+    float eps;
+    atomic_int failed;
+} norm_job;
 
 /* A thread's two fp32 rows for 16-bit activations (NULL for fp32; *failed
  * set when short of memory). */
@@ -36,18 +48,19 @@ static void col_range(int C, int me, int cnt, int *lo, int *hi)
     if (*hi > C) *hi = C;
 }
 
-void cpu_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd, const void *x,
-                       const float *w, const float *b, int N, int C, float eps)
+static void ln_fwd_job(int tid, int nt, void *arg)
 {
-    int failed = 0;
-#pragma omp parallel num_threads((size_t)N *C > CPU_PAR_MIN ? c->n_threads : 1)                    \
-    reduction(|                                                                                    \
-              : failed)
-    {
-        float *buf = row_bufs(dt, C, &failed);
-#pragma omp for schedule(static)
-        for (int n = 0; n < N; n++) {
-            if (dt != KN_F32 && !buf) continue;
+    norm_job *j = arg;
+    kn_dtype dt = j->dt;
+    int C = j->C, failed = 0;
+    const float *w = j->w, *b = j->b;
+    float *buf = row_bufs(dt, C, &failed);
+    size_t lo, hi;
+    cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
+    if (!failed)
+        for (size_t n = lo; n < hi; n++) {
+            const void *x = j->x;
+            void *out = j->out;
             const float *xr = cpu_in(buf, x, dt, (size_t)n * C, (size_t)C);
             float *o = cpu_out_buf(buf ? buf + C : NULL, out, dt, (size_t)n * C);
             /* Two passes (mean, then centred variance) avoid the cancellation
@@ -61,142 +74,222 @@ void cpu_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rs
                 float d = xr[i] - m;
                 v += d * d;
             }
-            float r = 1.0f / sqrtf(v / (float)C + eps);
+            float r = 1.0f / sqrtf(v / (float)C + j->eps);
             for (int i = 0; i < C; i++) {
                 float y = (xr[i] - m) * r * w[i];
                 o[i] = b ? y + b[i] : y;
             }
             cpu_out(out, dt, (size_t)n * C, o, (size_t)C);
-            mean[n] = m;
-            rstd[n] = r;
+            j->mean[n] = m;
+            j->rstd[n] = r;
         }
-        free(buf);
+    free(buf);
+    if (failed) atomic_store(&j->failed, 1);
+}
+
+void cpu_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd, const void *x,
+                       const float *w, const float *b, int N, int C, float eps)
+{
+    norm_job j = {.dt = dt,
+                  .out = out,
+                  .mean = mean,
+                  .rstd = rstd,
+                  .x = x,
+                  .w = w,
+                  .b = b,
+                  .N = N,
+                  .C = C,
+                  .eps = eps};
+    atomic_init(&j.failed, 0);
+    cpu_pool_run(c, (size_t)N * C > CPU_PAR_MIN ? c->n_threads : 1, ln_fwd_job, &j);
+    if (j.failed) kn_fail(c, TY_ENOMEM, "layernorm forward: out of memory for a %d-wide row", C);
+}
+
+/* LayerNorm's dx for rows [lo, hi). */
+static void ln_dx_rows(const norm_job *j, float *buf, size_t lo, size_t hi)
+{
+    int C = j->C;
+    const float *w = j->w;
+    for (size_t n = lo; n < hi; n++) {
+        const float *g = j->dout + n * C;
+        const float *xr = cpu_in(buf, j->x, j->dt, n * C, (size_t)C);
+        float *d = j->dx + n * C;
+        float m = j->cmean[n], r = j->crstd[n];
+        /* dx = r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int i = 0; i < C; i++) {
+            float dxhat = g[i] * w[i];
+            s1 += dxhat;
+            s2 += dxhat * (xr[i] - m) * r;
+        }
+        s1 /= (float)C;
+        s2 /= (float)C;
+        for (int i = 0; i < C; i++) {
+            float xhat = (xr[i] - m) * r;
+            d[i] += r * (g[i] * w[i] - s1 - xhat * s2);
+        }
     }
-    if (failed) kn_fail(c, TY_ENOMEM, "layernorm forward: out of memory for a %d-wide row", C);
+}
+
+/* LayerNorm's dw and db for columns [lo, hi), each summed in row order. */
+static void ln_dwdb_cols(const norm_job *j, float *buf, int lo, int hi)
+{
+    int C = j->C;
+    float *dw = j->dw, *db = j->db;
+    for (int n = 0; n < j->N && hi > lo; n++) {
+        /* this thread's columns of the row: xr[i] for i in [lo, hi) */
+        const float *g = j->dout + (size_t)n * C;
+        const float *xr = cpu_in(buf, j->x, j->dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
+        float m = j->cmean[n], r = j->crstd[n];
+        if (dw)
+            for (int i = lo; i < hi; i++)
+                dw[i] += g[i] * ((xr[i] - m) * r);
+        if (db)
+            for (int i = lo; i < hi; i++)
+                db[i] += g[i];
+    }
+}
+
+/* One job: dx by rows, then (no barrier between: they share only inputs)
+ * dw and db by columns. */
+static void ln_bwd_job(int tid, int nt, void *arg)
+{
+    norm_job *j = arg;
+    int failed = 0;
+    float *buf = row_bufs(j->dt, j->C, &failed);
+    if (!failed && j->dx) {
+        size_t lo, hi;
+        cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
+        ln_dx_rows(j, buf, lo, hi);
+    }
+    if (!failed && (j->dw || j->db)) {
+        int lo, hi;
+        col_range(j->C, tid, nt, &lo, &hi);
+        ln_dwdb_cols(j, buf, lo, hi);
+    }
+    free(buf);
+    if (failed) atomic_store(&j->failed, 1);
 }
 
 void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db, const float *dout,
                        const void *x, const float *w, const float *mean, const float *rstd, int N,
                        int C)
 {
-    int par = (size_t)N * C > CPU_PAR_MIN, failed = 0;
-    /* One region: dx by rows, then (no barrier between: they share only
-     * inputs) dw and db by columns, each column summed in row order. */
-#pragma omp parallel num_threads(par ? c->n_threads : 1) reduction(| : failed)
-    {
-        float *buf = row_bufs(dt, C, &failed);
-        if (dx) {
-#pragma omp for schedule(static) nowait
-            for (int n = 0; n < N; n++) {
-                if (dt != KN_F32 && !buf) continue;
-                const float *g = dout + (size_t)n * C;
-                const float *xr = cpu_in(buf, x, dt, (size_t)n * C, (size_t)C);
-                float *d = dx + (size_t)n * C;
-                float m = mean[n], r = rstd[n];
-                /* dx = r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
-                float s1 = 0.0f, s2 = 0.0f;
-                for (int i = 0; i < C; i++) {
-                    float dxhat = g[i] * w[i];
-                    s1 += dxhat;
-                    s2 += dxhat * (xr[i] - m) * r;
-                }
-                s1 /= (float)C;
-                s2 /= (float)C;
-                for (int i = 0; i < C; i++) {
-                    float xhat = (xr[i] - m) * r;
-                    d[i] += r * (g[i] * w[i] - s1 - xhat * s2);
-                }
-            }
-        }
-        if (dw || db) {
-            int lo, hi;
-            col_range(C, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-            for (int n = 0; n < N && (dt == KN_F32 || buf) && hi > lo; n++) {
-                /* this thread's columns of the row: xr[i] for i in [lo, hi) */
-                const float *g = dout + (size_t)n * C;
-                const float *xr = cpu_in(buf, x, dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
-                float m = mean[n], r = rstd[n];
-                if (dw)
-                    for (int i = lo; i < hi; i++)
-                        dw[i] += g[i] * ((xr[i] - m) * r);
-                if (db)
-                    for (int i = lo; i < hi; i++)
-                        db[i] += g[i];
-            }
-        }
-        free(buf);
-    }
-    if (failed) kn_fail(c, TY_ENOMEM, "layernorm backward: out of memory for a %d-wide row", C);
+    norm_job j = {.dt = dt,
+                  .dx = dx,
+                  .dw = dw,
+                  .db = db,
+                  .dout = dout,
+                  .x = x,
+                  .w = w,
+                  .cmean = mean,
+                  .crstd = rstd,
+                  .N = N,
+                  .C = C};
+    atomic_init(&j.failed, 0);
+    cpu_pool_run(c, (size_t)N * C > CPU_PAR_MIN ? c->n_threads : 1, ln_bwd_job, &j);
+    if (j.failed) kn_fail(c, TY_ENOMEM, "layernorm backward: out of memory for a %d-wide row", C);
 }
 
-void cpu_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x, const float *w,
-                     int N, int C, float eps)
+static void rms_fwd_job(int tid, int nt, void *arg)
 {
-    int failed = 0;
-#pragma omp parallel num_threads((size_t)N *C > CPU_PAR_MIN ? c->n_threads : 1)                    \
-    reduction(|                                                                                    \
-              : failed)
-    {
-        float *buf = row_bufs(dt, C, &failed);
-#pragma omp for schedule(static)
-        for (int n = 0; n < N; n++) {
-            if (dt != KN_F32 && !buf) continue;
+    norm_job *j = arg;
+    kn_dtype dt = j->dt;
+    int C = j->C, failed = 0;
+    const float *w = j->w;
+    float *buf = row_bufs(dt, C, &failed);
+    size_t lo, hi;
+    cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
+    if (!failed)
+        for (size_t n = lo; n < hi; n++) {
+            const void *x = j->x;
+            void *out = j->out;
             const float *xr = cpu_in(buf, x, dt, (size_t)n * C, (size_t)C);
             float *o = cpu_out_buf(buf ? buf + C : NULL, out, dt, (size_t)n * C);
             float s = 0.0f;
             for (int i = 0; i < C; i++)
                 s += xr[i] * xr[i];
-            float r = 1.0f / sqrtf(s / (float)C + eps);
+            float r = 1.0f / sqrtf(s / (float)C + j->eps);
             /* HF's LlamaRMSNorm: w * (x * rstd), in that order. */
             for (int i = 0; i < C; i++)
                 o[i] = w[i] * (xr[i] * r);
             cpu_out(out, dt, (size_t)n * C, o, (size_t)C);
-            rstd[n] = r;
+            j->rstd[n] = r;
         }
-        free(buf);
+    free(buf);
+    if (failed) atomic_store(&j->failed, 1);
+}
+
+void cpu_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x, const float *w,
+                     int N, int C, float eps)
+{
+    norm_job j = {.dt = dt, .out = out, .rstd = rstd, .x = x, .w = w, .N = N, .C = C, .eps = eps};
+    atomic_init(&j.failed, 0);
+    cpu_pool_run(c, (size_t)N * C > CPU_PAR_MIN ? c->n_threads : 1, rms_fwd_job, &j);
+    if (j.failed) kn_fail(c, TY_ENOMEM, "rmsnorm forward: out of memory for a %d-wide row", C);
+}
+
+/* RMSNorm's dx for rows [lo, hi). */
+static void rms_dx_rows(const norm_job *j, float *buf, size_t lo, size_t hi)
+{
+    int C = j->C;
+    const float *w = j->w;
+    for (size_t n = lo; n < hi; n++) {
+        const float *g = j->dout + n * C;
+        const float *xr = cpu_in(buf, j->x, j->dt, n * C, (size_t)C);
+        float *d = j->dx + n * C;
+        float r = j->crstd[n];
+        /* dx = r * (dxhat - xhat * mean(dxhat * xhat)), xhat = x r */
+        float s = 0.0f;
+        for (int i = 0; i < C; i++)
+            s += g[i] * w[i] * xr[i];
+        s *= r * r / (float)C;
+        for (int i = 0; i < C; i++)
+            d[i] += r * (g[i] * w[i] - xr[i] * s);
     }
-    if (failed) kn_fail(c, TY_ENOMEM, "rmsnorm forward: out of memory for a %d-wide row", C);
+}
+
+/* RMSNorm's dw for columns [lo, hi), each summed in row order. */
+static void rms_dw_cols(const norm_job *j, float *buf, int lo, int hi)
+{
+    int C = j->C;
+    for (int n = 0; n < j->N && hi > lo; n++) {
+        const float *g = j->dout + (size_t)n * C;
+        const float *xr = cpu_in(buf, j->x, j->dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
+        float r = j->crstd[n];
+        for (int i = lo; i < hi; i++)
+            j->dw[i] += g[i] * (xr[i] * r);
+    }
+}
+
+/* One job: dx by rows, then (no barrier between) dw by columns. */
+static void rms_bwd_job(int tid, int nt, void *arg)
+{
+    norm_job *j = arg;
+    int failed = 0;
+    float *buf = row_bufs(j->dt, j->C, &failed);
+    if (!failed && j->dx) {
+        size_t lo, hi;
+        cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
+        rms_dx_rows(j, buf, lo, hi);
+    }
+    if (!failed && j->dw) {
+        int lo, hi;
+        col_range(j->C, tid, nt, &lo, &hi);
+        rms_dw_cols(j, buf, lo, hi);
+    }
+    free(buf);
+    if (failed) atomic_store(&j->failed, 1);
 }
 
 void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *dout, const void *x,
                      const float *w, const float *rstd, int N, int C)
 {
-    int par = (size_t)N * C > CPU_PAR_MIN, failed = 0;
-    /* One region: dx by rows, then (no barrier between) dw by columns. */
-#pragma omp parallel num_threads(par ? c->n_threads : 1) reduction(| : failed)
-    {
-        float *buf = row_bufs(dt, C, &failed);
-        if (dx) {
-#pragma omp for schedule(static) nowait
-            for (int n = 0; n < N; n++) {
-                if (dt != KN_F32 && !buf) continue;
-                const float *g = dout + (size_t)n * C;
-                const float *xr = cpu_in(buf, x, dt, (size_t)n * C, (size_t)C);
-                float *d = dx + (size_t)n * C;
-                float r = rstd[n];
-                /* dx = r * (dxhat - xhat * mean(dxhat * xhat)), xhat = x r */
-                float s = 0.0f;
-                for (int i = 0; i < C; i++)
-                    s += g[i] * w[i] * xr[i];
-                s *= r * r / (float)C;
-                for (int i = 0; i < C; i++)
-                    d[i] += r * (g[i] * w[i] - xr[i] * s);
-            }
-        }
-        if (dw) {
-            int lo, hi;
-            col_range(C, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-            for (int n = 0; n < N && (dt == KN_F32 || buf) && hi > lo; n++) {
-                const float *g = dout + (size_t)n * C;
-                const float *xr = cpu_in(buf, x, dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
-                float r = rstd[n];
-                for (int i = lo; i < hi; i++)
-                    dw[i] += g[i] * (xr[i] * r);
-            }
-        }
-        free(buf);
-    }
-    if (failed) kn_fail(c, TY_ENOMEM, "rmsnorm backward: out of memory for a %d-wide row", C);
+    norm_job j = {
+        .dt = dt, .dx = dx, .dw = dw, .dout = dout, .x = x, .w = w, .crstd = rstd, .N = N, .C = C};
+    atomic_init(&j.failed, 0);
+    cpu_pool_run(c, (size_t)N * C > CPU_PAR_MIN ? c->n_threads : 1, rms_bwd_job, &j);
+    if (j.failed) kn_fail(c, TY_ENOMEM, "rmsnorm backward: out of memory for a %d-wide row", C);
 }
 
 /* The residual add fused with the norm after it (kn_add_layernorm_fwd /
