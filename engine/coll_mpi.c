@@ -1,31 +1,59 @@
 /* coll_mpi.c — the collectives between CPU ranks over MPI (coll.h).
  *
- * Plain blocking MPI_Allreduce / MPI_Allgatherv on MPI_COMM_WORLD, and
- * MPI_Iallreduce for the gradient buckets (their requests kept here until
- * coll_wait). MPI's counts are ints, so a buffer goes in chunks of at most
- * 2^30 elements. Open MPI's reduction algorithm for a given world size and
- * message size is fixed, so a run is reproducible at the same world size;
- * across world sizes the order of the final sums differs (docs/engine.md,
- * Ranks). */
+ * The gradient sum is this file's own reduce-scatter: MPI_Ialltoallv
+ * sends each rank's piece of every range to the range's owner, and the
+ * owner adds the world's pieces in rank order, so a float's sum has the
+ * same bits whatever the message sizes, the bucketing or ZeRO-1 (Open
+ * MPI's MPI_Allreduce and MPI_Reduce_scatter pick algorithms by size and
+ * add in orders of their own). Without ZeRO-1 an MPI_Iallgatherv of the
+ * summed ranges follows. The pieces go on one duplicate of MPI_COMM_WORLD
+ * and the all-gathers on another: a sum's all-gather starts when its
+ * pieces have arrived, which is sooner on one rank than on another, so it
+ * may not share a communicator's order with the next bucket's exchange;
+ * on its own every rank starts them in the sums' order. A blocking sum
+ * goes in chunks of 2^24 floats (its owner's pieces are a transient
+ * buffer of that size); the other calls are plain blocking MPI on
+ * MPI_COMM_WORLD, in chunks of MPI's int counts where they need it. */
 #include "coll.h"
 
+#include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "dist.h"
 
 #ifdef TY_HAVE_NCCL
 #include "coll_nccl.h"
 #endif
 
+/* One started gradient sum of buf[lo, hi): every rank's piece of this
+ * rank's part arrives (SUM_EXCHANGE), the pieces are added in rank order,
+ * then with gather the summed parts are all-gathered (SUM_GATHER). */
+enum { SUM_EXCHANGE, SUM_GATHER, SUM_DONE };
+typedef struct sum_op {
+    MPI_Request req;
+    float *base;       /* buf + lo */
+    float *parts;      /* the world's pieces of this rank's part: rank i's at i * m */
+    size_t mine, m;    /* this rank's part: base[mine, mine + m) */
+    int *cnt, *dis;    /* per rank: its part of [lo, hi), from lo */
+    int *rcnt, *rdis;  /* m floats from each rank, at i * m */
+    int gather, stage; /* stage: SUM_* */
+} sum_op;
+
 struct coll {
     int world, rank;
-    MPI_Request *req; /* started non-blocking sums (coll_isum_f32) */
-    int nreq, capreq;
+    MPI_Comm xc, gc; /* the sums' exchanges, their all-gathers */
+    sum_op *op;      /* started sums (coll_ireduce_f32), in order */
+    int nop, capop;
+    size_t rx; /* coll_take_bytes */
 #ifdef TY_HAVE_NCCL
     coll_nccl *dev; /* GPU ranks: the gradient sum, its buckets, ZeRO-1's all-gather */
 #endif
 };
 
 #define CHUNK ((size_t)1 << 30)
+#define SUM_CHUNK ((size_t)1 << 24)
 
 static int mpi_fail(ty_err *err, const char *what, int rc)
 {
@@ -44,6 +72,12 @@ int coll_open_mpi(coll **out, ty_err *err)
     /* Errors come back to us (and become an error event) instead of
      * aborting inside MPI. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->xc);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->gc);
+    if (rc != MPI_SUCCESS) {
+        free(c);
+        return mpi_fail(err, "MPI_Comm_dup for the gradient sums", rc);
+    }
     *out = c;
     return 0;
 }
@@ -66,7 +100,11 @@ void coll_close(coll *c)
 #ifdef TY_HAVE_NCCL
     if (c) coll_nccl_close(c->dev);
 #endif
-    if (c) free(c->req);
+    if (c) {
+        MPI_Comm_free(&c->xc);
+        MPI_Comm_free(&c->gc);
+        free(c->op);
+    }
     free(c);
 }
 
@@ -76,52 +114,161 @@ const char *coll_name(const coll *c)
     return "mpi";
 }
 
+/* The counts of a sum of buf[lo, hi) and the room for this rank's pieces. */
+static int op_plan(coll *c, sum_op *o, float *buf, size_t lo, size_t hi, const size_t *off,
+                   const size_t *len, ty_err *err)
+{
+    int w = c->world;
+    if (hi - lo > INT_MAX)
+        return ty_err_set(err, TY_EINVAL, "a gradient sum of %zu floats is beyond MPI's counts",
+                          hi - lo);
+    if (!(o->cnt = malloc(4 * sizeof(int) * (size_t)w)))
+        return ty_err_set(err, TY_ENOMEM, "out of memory");
+    o->dis = o->cnt + w, o->rcnt = o->dis + w, o->rdis = o->rcnt + w;
+    for (int k = 0; k < w; k++) {
+        size_t a, b;
+        coll_part(lo, hi, off[k], len[k], &a, &b);
+        o->cnt[k] = (int)(b - a);
+        o->dis[k] = (int)(a - lo);
+    }
+    o->mine = (size_t)o->dis[c->rank], o->m = (size_t)o->cnt[c->rank];
+    if (o->m * (size_t)w > INT_MAX)
+        return ty_err_set(err, TY_EINVAL, "a gradient sum's pieces are beyond MPI's counts");
+    for (int k = 0; k < w; k++)
+        o->rcnt[k] = (int)o->m, o->rdis[k] = k * (int)o->m;
+    o->base = buf + lo;
+    o->parts = malloc(o->m * (size_t)w * sizeof(float) + 1);
+    return o->parts ? 0 : ty_err_set(err, TY_ENOMEM, "out of memory for a gradient sum");
+}
+
+/* The owner's sum, in rank order: ((p0 + p1) + p2) + ... */
+static void op_add(const coll *c, sum_op *o)
+{
+    float *dst = o->base + o->mine;
+    memcpy(dst, o->parts, o->m * sizeof *dst);
+    for (int k = 1; k < c->world; k++) {
+        const float *p = o->parts + (size_t)k * o->m;
+        for (size_t i = 0; i < o->m; i++)
+            dst[i] += p[i];
+    }
+    free(o->parts);
+    o->parts = NULL;
+}
+
+/* Moves a sum on: tests its request (block: waits for it); once the
+ * pieces are in, adds them and starts the all-gather (or is done). */
+static int op_step(coll *c, sum_op *o, int block, ty_err *err)
+{
+    if (o->stage == SUM_DONE) return 0;
+    int done = 1;
+    int rc =
+        block ? MPI_Wait(&o->req, MPI_STATUS_IGNORE) : MPI_Test(&o->req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err,
+                        o->stage == SUM_EXCHANGE ? "MPI_Ialltoallv of the gradients"
+                                                 : "MPI_Iallgatherv of the gradients",
+                        rc);
+    if (!done) return 0;
+    if (o->stage == SUM_EXCHANGE) op_add(c, o);
+    if (o->stage == SUM_GATHER || !o->gather) {
+        o->stage = SUM_DONE;
+        return 0;
+    }
+    rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->base, o->cnt, o->dis, MPI_FLOAT,
+                         c->gc, &o->req);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, "MPI_Iallgatherv of the gradients", rc);
+    o->stage = SUM_GATHER;
+    return 0;
+}
+
+/* Room for one more started sum. */
+static sum_op *op_new(coll *c, ty_err *err)
+{
+    if (c->nop == c->capop) {
+        int cap = c->capop ? 2 * c->capop : 64;
+        sum_op *q = realloc(c->op, sizeof *q * (size_t)cap);
+        if (!q) {
+            ty_err_set(err, TY_ENOMEM, "out of memory");
+            return NULL;
+        }
+        c->op = q;
+        c->capop = cap;
+    }
+    sum_op *o = &c->op[c->nop++];
+    memset(o, 0, sizeof *o);
+    return o;
+}
+
+/* Every rank's summed part received (gather) and the pieces of this rank's. */
+static void count_rx(coll *c, size_t lo, size_t hi, const size_t *off, const size_t *len,
+                     int gather)
+{
+    size_t a, b;
+    coll_part(lo, hi, off[c->rank], len[c->rank], &a, &b);
+    c->rx += sizeof(float) * ((b - a) * (size_t)(c->world - 1) + (gather ? hi - lo - (b - a) : 0));
+}
+
+int coll_ireduce_f32(coll *c, float *buf, size_t lo, size_t hi, const size_t *off,
+                     const size_t *len, int gather, ty_err *err)
+{
+    if (!c || hi <= lo) return 0;
+    count_rx(c, lo, hi, off, len, gather);
+#ifdef TY_HAVE_NCCL
+    if (c->dev) return coll_nccl_reduce(c->dev, buf, lo, hi, off, len, gather, 1, err);
+#endif
+    sum_op *o = op_new(c, err);
+    if (!o) return -1;
+    o->gather = gather;
+    int rc = op_plan(c, o, buf, lo, hi, off, len, err), m;
+    if (!rc && (m = MPI_Ialltoallv(o->base, o->cnt, o->dis, MPI_FLOAT, o->parts, o->rcnt, o->rdis,
+                                   MPI_FLOAT, c->xc, &o->req)) != MPI_SUCCESS)
+        rc = mpi_fail(err, "MPI_Ialltoallv of the gradients", m);
+    if (rc) { /* never started: not waited for */
+        free(o->parts);
+        free(o->cnt);
+        c->nop--;
+    }
+    return rc;
+}
+
+int coll_reduce_f32(coll *c, float *buf, size_t lo, size_t hi, const size_t *off, const size_t *len,
+                    int gather, ty_err *err)
+{
+    if (!c) return 0;
+#ifdef TY_HAVE_NCCL
+    if (c->dev) {
+        count_rx(c, lo, hi, off, len, gather);
+        return coll_nccl_reduce(c->dev, buf, lo, hi, off, len, gather, 0, err);
+    }
+#endif
+    for (size_t o = lo; o < hi; o += SUM_CHUNK)
+        if (coll_ireduce_f32(c, buf, o, hi - o < SUM_CHUNK ? hi : o + SUM_CHUNK, off, len, gather,
+                             err) ||
+            coll_wait(c, err))
+            return -1;
+    return 0;
+}
+
 int coll_sum_f32(coll *c, float *buf, size_t n, ty_err *err)
 {
     if (!c) return 0;
-#ifdef TY_HAVE_NCCL
-    if (c->dev) return coll_nccl_sum_f32(c->dev, buf, n, err);
-#endif
-    for (size_t o = 0; o < n; o += CHUNK) {
-        int k = (int)(n - o < CHUNK ? n - o : CHUNK);
-        int rc = MPI_Allreduce(MPI_IN_PLACE, buf + o, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS) return mpi_fail(err, "MPI_Allreduce of the gradients", rc);
-    }
-    return 0;
+    size_t *off = malloc(2 * sizeof *off * (size_t)c->world);
+    if (!off) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    dist_cuts(n, c->world, off, off + c->world);
+    int rc = coll_reduce_f32(c, buf, 0, n, off, off + c->world, 1, err);
+    free(off);
+    return rc;
 }
 
-int coll_isum_f32(coll *c, float *buf, size_t n, ty_err *err)
-{
-    if (!c) return 0;
-#ifdef TY_HAVE_NCCL
-    if (c->dev) return coll_nccl_isum_f32(c->dev, buf, n, err);
-#endif
-    for (size_t o = 0; o < n; o += CHUNK) {
-        if (c->nreq == c->capreq) {
-            int cap = c->capreq ? 2 * c->capreq : 64;
-            MPI_Request *q = realloc(c->req, sizeof *q * (size_t)cap);
-            if (!q) return ty_err_set(err, TY_ENOMEM, "out of memory");
-            c->req = q;
-            c->capreq = cap;
-        }
-        int k = (int)(n - o < CHUNK ? n - o : CHUNK);
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf + o, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                                &c->req[c->nreq]);
-        if (rc != MPI_SUCCESS) return mpi_fail(err, "MPI_Iallreduce of a gradient bucket", rc);
-        c->nreq++;
-    }
-    return 0;
-}
-
+/* The all-gathers start in the sums' order on every rank: a sum moves to
+ * its all-gather only once every earlier one has. */
 int coll_progress(coll *c, ty_err *err)
 {
-    if (!c || !c->nreq) return 0;
-#ifdef TY_HAVE_NCCL
-    if (c->dev) return 0; /* NCCL's stream advances by itself */
-#endif
-    int done = 0;
-    int rc = MPI_Testall(c->nreq, c->req, &done, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, "MPI_Testall of the gradient buckets", rc);
+    if (!c || !c->nop) return 0;
+    for (int k = 0; k < c->nop; k++) {
+        if (op_step(c, &c->op[k], 0, err)) return -1;
+        if (c->op[k].stage == SUM_EXCHANGE) break;
+    }
     return 0;
 }
 
@@ -131,10 +278,23 @@ int coll_wait(coll *c, ty_err *err)
 #ifdef TY_HAVE_NCCL
     if (c->dev) return coll_nccl_wait(c->dev, err);
 #endif
-    int n = c->nreq;
-    c->nreq = 0;
-    int rc = MPI_Waitall(n, c->req, MPI_STATUSES_IGNORE);
-    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Waitall of the gradient buckets", rc);
+    int rc = 0;
+    for (int k = 0; k < c->nop; k++) {
+        while (!rc && c->op[k].stage != SUM_DONE)
+            rc = op_step(c, &c->op[k], 1, err);
+        free(c->op[k].parts);
+        free(c->op[k].cnt);
+    }
+    c->nop = 0;
+    return rc;
+}
+
+size_t coll_take_bytes(coll *c)
+{
+    if (!c) return 0;
+    size_t b = c->rx;
+    c->rx = 0;
+    return b;
 }
 
 int coll_sum_f64(coll *c, double *buf, int n, ty_err *err)

@@ -17,11 +17,12 @@ typedef struct coll_nccl coll_nccl;
 /* Collective over MPI_COMM_WORLD; device is the CUDA device this rank's
  * kernels run on (current on the calling thread). */
 int coll_nccl_open(coll_nccl **out, int world, int rank, ty_err *err);
-/* In-place sum of n device floats; returns when the result is there. */
-int coll_nccl_sum_f32(coll_nccl *n, float *buf, size_t count, ty_err *err);
-/* Starts the sum of a gradient bucket on the buckets' stream, ordered
- * after the work queued so far; coll_nccl_wait waits for all started. */
-int coll_nccl_isum_f32(coll_nccl *n, float *buf, size_t count, ty_err *err);
+/* coll_reduce_f32 of device floats (coll.h): async starts it on the
+ * buckets' stream, ordered after the work queued so far, and
+ * coll_nccl_wait waits for all started; else it returns when the sums are
+ * there. */
+int coll_nccl_reduce(coll_nccl *n, float *buf, size_t lo, size_t hi, const size_t *off,
+                     const size_t *len, int gather, int async, ty_err *err);
 int coll_nccl_wait(coll_nccl *n, ty_err *err);
 /* ZeRO-1's all-gather in place: rank k's piece is the `len[k]` elements
  * of `size` bytes at off[k] (ncclAllGather wants equal pieces: these are

@@ -170,6 +170,15 @@ void dist_shard(int rows, int world, int rank, int *lo, int *n)
     *n = (int)((long long)rows * (rank + 1) / world) - *lo;
 }
 
+void dist_cuts(size_t n, int world, size_t *off, size_t *len)
+{
+    for (int k = 0; k <= world; k++) {
+        size_t cut = k == world ? n : (n * (size_t)k / (size_t)world) / 16 * 16;
+        if (k < world) off[k] = cut;
+        if (k > 0) len[k - 1] = cut - off[k - 1];
+    }
+}
+
 double dist_now(void)
 {
     struct timespec ts;

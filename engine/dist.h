@@ -6,7 +6,8 @@
  * rank started alone fails at once rather than waiting for peers — and
  * checks that MPI agrees. dist_supervise handles TY_SUPERVISOR_PID when a
  * launcher sits between the server and us. dist_shard says which rows of a
- * step's global batch are this rank's. */
+ * step's global batch are this rank's, dist_cuts which floats of the
+ * gradient buffer it owns. */
 #ifndef TY_DIST_H
 #define TY_DIST_H
 
@@ -43,5 +44,10 @@ double dist_now(void);
 
 /* The contiguous share of `rows` rows that rank takes: [*lo, *lo + *n). */
 void dist_shard(int rows, int world, int rank, int *lo, int *n);
+/* The cut of a flat buffer of n floats into one contiguous range per rank
+ * (rank k: [off[k], off[k] + len[k])), on 16-float boundaries (64 bytes,
+ * as every tensor view starts), the last taking the rest: ZeRO-1's shards
+ * and the owners of the gradient sum (coll_reduce_f32), with ZeRO or not. */
+void dist_cuts(size_t n, int world, size_t *off, size_t *len);
 
 #endif

@@ -1,4 +1,4 @@
-/* dist_bucket.c — bucketed, overlapped gradient all-reduce (see dist_bucket.h). */
+/* dist_bucket.c — bucketed, overlapped gradient sum (see dist_bucket.h). */
 #include "dist_bucket.h"
 
 #include <stdlib.h>
@@ -7,12 +7,18 @@
 #include "dist.h"
 #include "events.h"
 
-int bucket_init(grad_buckets *g, coll *c, float *buf, size_t n, int bucket_kb, ty_err *err)
+int bucket_init(grad_buckets *g, coll *c, float *buf, size_t n, int world, int bucket_kb,
+                int gather, ty_err *err)
 {
     memset(g, 0, sizeof *g);
     g->c = c;
     g->buf = buf;
     g->n = n;
+    g->gather = gather;
+    g->off = calloc(2 * (size_t)world, sizeof *g->off);
+    if (!g->off) return ty_err_set(err, TY_ENOMEM, "out of memory");
+    g->len = g->off + world;
+    dist_cuts(n, world, g->off, g->len);
     size_t per = (size_t)bucket_kb * 1024 / sizeof(float) / 16 * 16;
     if (per < 16) per = 16;
     g->nb = (int)((n + per - 1) / per);
@@ -23,14 +29,16 @@ int bucket_init(grad_buckets *g, coll *c, float *buf, size_t n, int bucket_kb, t
      * the buffer, the embeddings) last. */
     for (int k = 0; k < g->nb; k++)
         g->lo[k] = n > (size_t)(k + 1) * per ? n - (size_t)(k + 1) * per : 0;
-    ev_log("data parallel: %d gradient bucket%s of up to %zu KiB, all-reduced during the backward",
-           g->nb, g->nb == 1 ? "" : "s", per * sizeof(float) / 1024);
+    ev_log("data parallel: %d gradient bucket%s of up to %zu KiB, %s during the backward", g->nb,
+           g->nb == 1 ? "" : "s", per * sizeof(float) / 1024,
+           gather ? "reduce-scattered and all-gathered" : "reduce-scattered (ZeRO-1)");
     return 0;
 }
 
 void bucket_free(grad_buckets *g)
 {
     free(g->lo);
+    free(g->off);
     memset(g, 0, sizeof *g);
 }
 
@@ -39,7 +47,8 @@ static void start(grad_buckets *g, int upto)
 {
     for (; g->next < upto && !g->err; g->next++) {
         size_t lo = g->lo[g->next], hi = g->next ? g->lo[g->next - 1] : g->n;
-        if (coll_isum_f32(g->c, g->buf + lo, hi - lo, &g->first)) g->err = 1;
+        if (coll_ireduce_f32(g->c, g->buf, lo, hi, g->off, g->len, g->gather, &g->first))
+            g->err = 1;
     }
 }
 

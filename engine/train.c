@@ -482,7 +482,8 @@ static int emit_eval(run *r, ty_err *err)
 
 typedef struct step_result {
     double loss, grad_norm, lr;
-    int skipped; /* fp16: inf/NaN gradients, update skipped */
+    int skipped;       /* fp16: inf/NaN gradients, update skipped */
+    size_t grad_bytes; /* world > 1: other ranks' gradients received (coll_take_bytes) */
 } step_result;
 
 /* One more optimizer block (r->opt grows as needed, once). */
@@ -557,6 +558,87 @@ static int optimizer_blocks(run *r, ty_err *err)
     return r->have_lora ? lora_blocks(r, wd, err) : model_blocks(r, wd, err);
 }
 
+/* The gradient sum after the backward, in one piece: with ZeRO-1 only
+ * this rank's range is summed here (the reduce-scatter), else all of it. */
+static int grad_sum(run *r, float *grads, size_t nbuf, ty_err *err)
+{
+    if (r->zero.on)
+        return coll_reduce_f32(r->a->coll, grads, 0, nbuf, r->zero.off, r->zero.len, 0, err);
+    return coll_sum_f32(r->a->coll, grads, nbuf, err);
+}
+
+/* World > 1: the flat gradient buffer summed (the buckets started during
+ * the backward waited for, or one sum now; with ZeRO-1 each rank gets only
+ * its range's sums), then (loss sum, stop): a stop asked of any rank (a
+ * signal, the server gone) is a stop of all after this same step. */
+static int step_sums(run *r, float *grads, size_t nbuf, double *loss_sum, step_result *out,
+                     ty_err *err)
+{
+    double t0 = dist_now();
+    if (r->gb.lo) {
+        if (bucket_finish(&r->gb, err)) return -1;
+        r->comm_s += r->gb.comm_s; /* the hooks' calls and the wait */
+        r->gb.comm_s = 0;
+    } else {
+        if (grad_sum(r, grads, nbuf, err)) return -1;
+        r->comm_s += dist_now() - t0;
+    }
+    out->grad_bytes = coll_take_bytes(r->a->coll);
+    if (dist_supervisor_gone()) train_stop_requested = 1;
+    double ls[2] = {*loss_sum, train_stop_requested ? 1.0 : 0.0};
+    if (coll_sum_f64(r->a->coll, ls, 2, err)) return -1;
+    *loss_sum = ls[0];
+    r->stop = ls[1] > 0;
+    return 0;
+}
+
+/* The sum of squares of the unscaled summed gradient. World > 1: one
+ * partial per rank's range of dist_cuts, added in rank order. With ZeRO-1
+ * a rank holds only its range's sums: it computes that partial and the
+ * world's are gathered (summed with zeros elsewhere: exact); without, the
+ * same partials over the same ranges, computed locally. Either way the
+ * same bits at the same world. */
+static int grad_sumsq(run *r, const float *grads, size_t nbuf, float unscale, double *out,
+                      ty_err *err)
+{
+    int w = r->a->world, me = r->a->rank;
+    if (w == 1) {
+        *out = kn_sumsq_scaled(r->kn, grads, nbuf, unscale);
+        return 0;
+    }
+    size_t *off = malloc(2 * sizeof *off * (size_t)w);
+    double *part = calloc((size_t)w, sizeof *part);
+    int rc = !off || !part ? ty_err_set(err, TY_ENOMEM, "out of memory") : 0;
+    if (!rc) {
+        dist_cuts(nbuf, w, off, off + w);
+        for (int k = 0; k < w; k++)
+            if (!r->zero.on || k == me)
+                part[k] = kn_sumsq_scaled(r->kn, grads + off[k], off[w + k], unscale);
+        if (r->zero.on) rc = coll_sum_f64(r->a->coll, part, w, err);
+        *out = 0;
+        for (int k = 0; k < w; k++)
+            *out += part[k];
+    }
+    free(off);
+    free(part);
+    return rc;
+}
+
+/* Whether any summed gradient is inf / NaN, the same answer on every
+ * rank: with ZeRO-1 each rank checks its range and the counts are summed. */
+static int grad_nonfinite(run *r, const float *grads, size_t nbuf, int *bad, ty_err *err)
+{
+    if (!r->zero.on) {
+        *bad = kn_nonfinite(r->kn, grads, nbuf);
+        return 0;
+    }
+    size_t lo = r->zero.off[r->a->rank];
+    double n = kn_nonfinite(r->kn, grads + lo, r->zero.len[r->a->rank]);
+    if (coll_sum_f64(r->a->coll, &n, 1, err)) return -1;
+    *bad = n > 0;
+    return 0;
+}
+
 /* World > 1: this rank fills only its share of the step's rows
  * (dist_shard), the target count and the loss are summed over the ranks,
  * and so are the gradients, each already scaled by 1 / (global count): the
@@ -601,7 +683,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
     for (int o = 0; o < mine; o += B) {
         int rows = mine - o < B ? mine - o : B;
         /* The last micro-batch finalises the gradients layer by layer:
-         * their buckets' all-reduce starts during its backward. */
+         * their buckets' sums start during its backward. */
         m->grads_done = r->gb.lo && o + B >= mine ? bucket_ready : NULL;
         m->grads_done_ctx = &r->gb;
         if (r->have_lora) { /* dropout masks: a function of (seed, step, micro-batch) */
@@ -618,26 +700,7 @@ static int train_step(run *r, step_result *out, ty_err *err)
     /* A kernel failure (kn_fail) in any of those ops surfaces here, once per
      * step, before anything is updated. */
     if (kn_check(r->kn, err)) return -1;
-    /* The flat gradient buffer summed (the buckets started during the
-     * backward waited for, or one all-reduce now), then (loss sum, stop):
-     * a stop asked of any rank (a signal, the server gone) is a stop of
-     * all after this same step. */
-    if (r->a->coll) {
-        double t0 = dist_now();
-        if (r->gb.lo) {
-            if (bucket_finish(&r->gb, err)) return -1;
-            r->comm_s += r->gb.comm_s; /* the hooks' calls and the wait */
-            r->gb.comm_s = 0;
-        } else {
-            if (coll_sum_f32(r->a->coll, grads, nbuf, err)) return -1;
-            r->comm_s += dist_now() - t0;
-        }
-        if (dist_supervisor_gone()) train_stop_requested = 1;
-        double ls[2] = {sum, train_stop_requested ? 1.0 : 0.0};
-        if (coll_sum_f64(r->a->coll, ls, 2, err)) return -1;
-        sum = ls[0];
-        r->stop = ls[1] > 0;
-    }
+    if (r->a->coll && step_sums(r, grads, nbuf, &sum, out, err)) return -1;
     out->loss = sum / (double)count;
     out->lr = s->lr * train_lr_lambda(s->schedule, r->step, s->warmup_steps, s->max_steps);
     if (!isfinite(out->loss)) return 0;
@@ -648,8 +711,13 @@ static int train_step(run *r, step_result *out, ty_err *err)
      * that overflows only in the unscaling is an error, as it was when the
      * unscaled gradient was stored. */
     float unscale = r->sc.enabled ? 1.0f / r->sc.scale : 1.0f;
-    out->grad_norm = sqrt(kn_sumsq_scaled(r->kn, grads, nbuf, unscale));
-    if (!isfinite(out->grad_norm) && r->sc.enabled && kn_nonfinite(r->kn, grads, nbuf)) {
+    double sumsq;
+    int bad = 0;
+    if (grad_sumsq(r, grads, nbuf, unscale, &sumsq, err)) return -1;
+    out->grad_norm = sqrt(sumsq);
+    if (!isfinite(out->grad_norm) && r->sc.enabled && grad_nonfinite(r, grads, nbuf, &bad, err))
+        return -1;
+    if (bad) {
         ev_log("step %lld: inf/NaN gradients at loss scale %g; update skipped, scale halved",
                (long long)r->step + 1, (double)r->sc.scale);
         ty_scaler_update(&r->sc, 1);
@@ -1073,7 +1141,8 @@ static int step_buffers(run *r, ty_err *err)
     if (r->a->coll && !r->have_lora && s->bucket_kb > 0) {
         model *m = &r->m;
         size_t n = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
-        return bucket_init(&r->gb, r->a->coll, m->grads, n, s->bucket_kb, err);
+        return bucket_init(&r->gb, r->a->coll, m->grads, n, r->a->world, s->bucket_kb, !r->zero.on,
+                           err);
     }
     return 0;
 }
@@ -1217,6 +1286,8 @@ static int train_loop(run *r)
                 sr.skipped ? json_null() : json_real(sr.grad_norm), "tokens", (json_int_t)r->tokens,
                 "tokens_per_s", tps, "mem_bytes", (json_int_t)peak_mem_bytes(r), "eta_s", eta,
                 "loss_scale", (double)r->sc.scale, "skipped_steps", (json_int_t)r->sc.skipped);
+            if (m && r->a->coll) /* rank 0's: the gradient sum's traffic */
+                json_object_set_new(m, "grad_sum_bytes", json_integer((json_int_t)sr.grad_bytes));
             if (m && kn_device_of(r->kn) == KN_CUDA)
                 json_object_set_new(m, "device_used_bytes", json_integer((json_int_t)r->dev_used));
             if (r->history && m) {

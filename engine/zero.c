@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist.h"
 #include "events.h"
 #include "kernels.h"
 
@@ -31,12 +32,9 @@ int zero_shard(zero1 *z, model *m, int world, int rank, ty_err *err)
     z->off = calloc((size_t)world, sizeof *z->off);
     z->len = calloc((size_t)world, sizeof *z->len);
     if (!z->off || !z->len) return ty_err_set(err, TY_ENOMEM, "out of memory");
-    /* Cuts on 16-float boundaries (64 bytes, as every tensor view starts). */
-    for (int k = 0; k <= world; k++) {
-        size_t cut = k == world ? z->n : (z->n * (size_t)k / (size_t)world) / 16 * 16;
-        if (k < world) z->off[k] = cut;
-        if (k > 0) z->len[k - 1] = cut - z->off[k - 1];
-    }
+    /* The gradient sum's owners: this rank's shard of the summed gradient
+     * is exactly the range it updates. */
+    dist_cuts(z->n, world, z->off, z->len);
     size_t lo = z->off[rank], len = z->len[rank], bytes = len * sizeof(float);
     z->m = kn_alloc(m->kn, bytes ? bytes : sizeof(float));
     z->v = kn_alloc(m->kn, bytes ? bytes : sizeof(float));

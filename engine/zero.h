@@ -1,11 +1,13 @@
 /* zero.h — ZeRO-1 (`resources.zero: 1`): the optimizer state sharded over
  * the ranks (docs/engine.md, Ranks).
  *
- * The flat parameter buffer is cut into one contiguous range per rank.
- * Every rank still sums the full gradient (the all-reduce) and computes
- * the same norm and clipping; then each updates only its range with the
- * AdamW moments it alone keeps, and the ranges are all-gathered into the
- * weights. With 16-bit storage the fp32 masters are sharded too: a rank
+ * The flat parameter buffer is cut into one contiguous range per rank
+ * (dist_cuts). The gradient sum is a reduce-scatter (coll.h): each rank
+ * receives the sums of its own range only, the same bits as the unsharded
+ * all-reduce's, and the norm is combined from the ranges' partials in rank
+ * order as the unsharded run combines them (train.c); each rank then
+ * updates only its range with the AdamW moments it alone keeps, and the
+ * ranges are all-gathered into the weights. With 16-bit storage the fp32 masters are sharded too: a rank
  * keeps the masters of its range only (bf16: the low halves of the split
  * masters, the bf16 high halves being the weights every rank has; fp16:
  * fp32 copies), updates them and all-gathers the 16-bit weights. In fp32

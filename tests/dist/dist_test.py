@@ -381,6 +381,70 @@ def case_zero16():
         print("ok: bf16: resume 1 -> 2 with ZeRO-1 exact, 2 (ZeRO-1) -> 1 within 1e-6")
 
 
+def sum_bytes(events):
+    return {e["step"]: e.get("grad_sum_bytes") for e in events if e["ev"] == "metric"}
+
+
+def norms(events):
+    return {e["step"]: e["grad_norm"] for e in events if e["ev"] == "metric"}
+
+
+def case_zero_rs():
+    """ZeRO-1's gradient sum is a reduce-scatter: rank 0 receives only the
+    other ranks' pieces of its own range, (N - 1) len0 floats a step, where
+    the unsharded all-reduce (the same reduce-scatter, then the all-gather)
+    receives n - len0 more. With 1 KiB buckets overlapped with the backward
+    and with one sum after it, sharded or not, world 2 and 4 give the same
+    losses, gradient norms and checkpoint bits (each float summed in rank
+    order by its owner); fp16's skipped steps too."""
+    for world in (2, 4):
+        runs = {}
+        for zero in (0, 1):
+            for kb in (0, 1):
+                name = f"rs{world}z{zero}b{kb}"
+                p = write_res_spec(f"{name}.json", {"zero": zero, "bucket_kb": kb})
+                rc, ev, err = run(world, p, name)
+                runs[zero, kb] = (ok((rc, ev, err), f"world {world} zero {zero} bucket_kb {kb}"), err)
+        ref, err = runs[0, 0]
+        keep = [l for l in err.splitlines() if "ZeRO-1: this rank keeps" in l]
+        if keep:
+            fail(f"world {world} zero 0 sharded: {keep}")
+        err = runs[1, 1][1]
+        span = [l for l in err.splitlines() if "trainyard-engine[0]" in l and "ZeRO-1: this rank keeps" in l]
+        if len(span) != 1 or "reduce-scattered (ZeRO-1) during the backward" not in err:
+            fail(f"world {world} zero 1 bucket_kb 1: {span}\n{err[-2000:]}")
+        a, b = span[0].split("floats [")[1].split(")")[0].split(", ")
+        n = int(span[0].split(") of ")[1].split()[0])
+        len0 = int(b) - int(a)
+        want = {0: 4 * ((world - 1) * len0 + n - len0), 1: 4 * (world - 1) * len0}
+        for (zero, kb), (ev, _) in runs.items():
+            got = set(sum_bytes(ev).values())
+            if got != {want[zero]}:
+                fail(f"world {world} zero {zero} bucket_kb {kb}: grad_sum_bytes {got}, want {want[zero]}")
+            if losses(ev) != losses(ref) or norms(ev) != norms(ref):
+                fail(f"world {world} zero {zero} bucket_kb {kb}: losses {losses(ev)} norms {norms(ev)} vs "
+                     f"{losses(ref)} {norms(ref)}")
+            if ckpt_bytes(f"rs{world}z{zero}b{kb}") != ckpt_bytes(f"rs{world}z0b0"):
+                fail(f"world {world} zero {zero} bucket_kb {kb}: checkpoint differs from zero 0 bucket_kb 0")
+        share = want[1] / (4 * n * (world - 1) / world)
+        if not 0.95 < share < 1.05 or want[0] < 1.9 * want[1]:
+            fail(f"world {world}: reduce-scatter {want[1]} B, all-reduce {want[0]} B of n = {n}")
+        print(f"ok: world {world}: ZeRO-1 receives {want[1]} B of gradients a step ({share:.3f} of "
+              f"4 n (N-1)/N, n = {n}), the all-reduce {want[0]} B; losses, norms and checkpoints "
+              "bit-identical with and without ZeRO-1 and buckets")
+    # fp16 with the loss scale doubling every step: skipped steps, decided
+    # from each rank's range with ZeRO-1, at the same steps as unsharded.
+    env = dict(ENV, TY_TEST_SCALE_GROWTH_INTERVAL="1")
+    got = {}
+    for zero in (0, 1):
+        p = write_res_spec(f"sk{zero}.json", {"zero": zero, "bucket_kb": 1}, {"precision": "fp16"}, max_steps=20)
+        ev = ok(run(4, p, f"sk{zero}", env=env), f"fp16 world 4 zero {zero}")
+        got[zero] = [(e["step"], e["loss"], e["grad_norm"], e["skipped_steps"]) for e in ev if e["ev"] == "metric"]
+    if got[0] != got[1] or not got[0][-1][3] or ckpt_bytes("sk0", 20) != ckpt_bytes("sk1", 20):
+        fail(f"fp16 world 4 skipped steps: zero 0 {got[0]} vs zero 1 {got[1]}")
+    print(f"ok: fp16 world 4: {got[0][-1][3]} of 20 steps skipped at the same steps with and without ZeRO-1")
+
+
 def case_gpu_nccl():
     """Two ranks on the (emulated) CUDA backend attach the NCCL path: with
     no libnccl to load (TY_NCCL names none) every rank stops at start with
