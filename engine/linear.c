@@ -165,3 +165,8 @@ kn_ctx *model_linear_kn(const model *m)
 {
     return m->kn;
 }
+
+kn_dtype model_linear_dtype(const model *m)
+{
+    return m->dt;
+}

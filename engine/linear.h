@@ -67,7 +67,12 @@ typedef struct linear_src {
  * under its HF name when it is loaded or drawn; fwd computes out[N, M] = x[N, K]
  * W^T + b, bwd adds dout W into dx (the weight is frozen), W being the
  * stored weight from its element `first` on (0; a fused weight's row
- * block row0 starts at row0 * K); free runs at model_free. */
+ * block row0 starts at row0 * K); free runs at model_free. fwd16 / bwd16
+ * are the same products for a run whose activations are in dt16 (bf16,
+ * fp16; KN_F32 where the store has none): x and dout come in dt16 as the
+ * run holds them, out and dx stay fp32. The model sends a 16-bit run's
+ * matmuls there when its type is dt16, to fwd / bwd (x, dout widened)
+ * otherwise. */
 typedef struct linear_store {
     void *state; /* NULL: nothing attached */
     int (*put)(void *state, int q, const char *name, size_t numel, const linear_src *src,
@@ -77,6 +82,11 @@ typedef struct linear_store {
     void (*bwd)(void *state, int q, size_t first, float *dx, const float *dout, int N, int K,
                 int M);
     void (*free)(void *state);
+    kn_dtype dt16;
+    void (*fwd16)(void *state, int q, size_t first, float *out, const void *x, const float *b,
+                  int N, int K, int M);
+    void (*bwd16)(void *state, int q, size_t first, float *dx, const void *dout, int N, int K,
+                  int M);
 } linear_store;
 
 /* Slot `slot` of block `layer`: fills *d and returns 1, or 0 where the
@@ -119,6 +129,9 @@ int model_linear_bias(const struct model *m, int layer, int slot);
 
 /* The model's configuration and kernel context (borrowed). */
 const model_config *model_linear_config(const struct model *m);
+/* The type its activations are held in (KN_F32 until model_set_precision
+ * or model_nf4_home makes it 16-bit). */
+kn_dtype model_linear_dtype(const struct model *m);
 kn_ctx *model_linear_kn(const struct model *m);
 
 #endif

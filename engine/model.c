@@ -8,10 +8,13 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data.h"
 #include "model_load.h"
@@ -233,6 +236,15 @@ static const float *x_f32(model *m, const void *x, size_t n)
     return m->xw;
 }
 
+/* Whether 4-bit weight q4 (model_tensor.q4) multiplies in 16 bits: a
+ * 16-bit run whose type the store takes (linear.h's fwd16 / bwd16: QLoRA
+ * with compute_dtype the run's precision), x and dY as the run holds
+ * them. */
+static int base16(const model *m, int q4)
+{
+    return q4 && m->dt != KN_F32 && m->dt == m->base.dt16 && m->base.fwd16;
+}
+
 /* Linear layer of block l, adapter slot s: out[N,M] = x[N,K] W^T + b with
  * weights wi (rows [row0, row0 + M) of them when row0 >= 0: Phi-3's q, k, v
  * and gate, up are row blocks of one fused weight; a row block of a
@@ -246,7 +258,7 @@ static void lin_fwd(model *m, int l, int s, int row0, void *out, const void *x, 
     kn_ctx *k = m->kn;
     int q4 = m->t[wi].q4, ad = adapted(m), part = row0 >= 0;
     size_t skip = part ? (size_t)row0 * K : 0;
-    gemms(m, m->dt != KN_F32 && !q4, 1);
+    gemms(m, m->dt != KN_F32 && (!q4 || base16(m, q4)), 1);
     if (m->dt == KN_F32 || (!q4 && !ad)) {
         if (m->dt == KN_F32 && !q4)
             kn_matmul_fwd(k, out, x, W(m, wi) + skip, W(m, bi), N, K, M);
@@ -264,8 +276,10 @@ static void lin_fwd(model *m, int l, int s, int row0, void *out, const void *x, 
         kn_fail(k, TY_EINTERNAL, "linear layer: no fp32 views for a 16-bit adapted layer");
         return;
     }
-    const float *xf = x_f32(m, x, (size_t)N * K);
-    if (q4)
+    const float *xf = ad || !base16(m, q4) ? x_f32(m, x, (size_t)N * K) : NULL;
+    if (base16(m, q4))
+        m->base.fwd16(m->base.state, q4 - 1, skip, m->ow, x, W(m, bi), N, K, M);
+    else if (q4)
         m->base.fwd(m->base.state, q4 - 1, skip, m->ow, xf, W(m, bi), N, K, M);
     else
         kn_matmul16_fwd(k, m->dt, KN_F32, m->dt, m->ow, x,
@@ -288,8 +302,9 @@ static const void *grad_in(model *m, const float *g, size_t n)
 
 /* Its backward: dx[N,K] += dout W (fp32 gradients), dW += dout^T x, db +=
  * sum dout (the weight's own rows), and the adapter's share; g is dout as
- * grad_in gives it (read by the GEMMs; the adapter and a frozen 4-bit
- * base, which gives the input gradient only, read the fp32 dout). */
+ * grad_in gives it (read by the GEMMs and by a 16-bit frozen 4-bit base,
+ * base16; the adapter and a 4-bit base on the fp32 path, which give the
+ * input gradient only, read the fp32 dout). */
 static void lin_bwd_g(model *m, int l, int s, int row0, float *dx, const float *dout, const void *g,
                       const void *x, int wi, int bi, int N, int K, int M)
 {
@@ -297,8 +312,10 @@ static void lin_bwd_g(model *m, int l, int s, int row0, float *dx, const float *
     int q4 = m->t[wi].q4, ad = adapted(m), part = row0 >= 0;
     size_t skip = part ? (size_t)row0 * K : 0;
     float *dw = G(m, wi) ? G(m, wi) + skip : NULL, *db = G(m, bi);
-    gemms(m, m->dt != KN_F32 && !q4, (dx != NULL) + (!q4 && dw != NULL));
-    if (q4)
+    gemms(m, m->dt != KN_F32 && (!q4 || base16(m, q4)), (dx != NULL) + (!q4 && dw != NULL));
+    if (base16(m, q4))
+        m->base.bwd16(m->base.state, q4 - 1, skip, dx, g, N, K, M);
+    else if (q4)
         m->base.bwd(m->base.state, q4 - 1, skip, dx, dout, N, K, M);
     else if (m->dt == KN_F32)
         kn_matmul_bwd(k, dx, dw, db, dout, x, W(m, wi) + skip, N, K, M);
@@ -310,11 +327,19 @@ static void lin_bwd_g(model *m, int l, int s, int row0, float *dx, const float *
                        part ? row0 : 0, M);
 }
 
-/* lin_bwd_g with dout converted here (no conversion for a 4-bit base). */
+/* dout as weights wi's backward GEMMs read it: grad_in's copy, or NULL
+ * for a 4-bit base on the fp32 path (it reads the fp32 dout). */
+static const void *grad_for(model *m, int wi, const float *dout, size_t n)
+{
+    int q4 = m->t[wi].q4;
+    return q4 && !base16(m, q4) ? NULL : grad_in(m, dout, n);
+}
+
+/* lin_bwd_g with dout converted here. */
 static void lin_bwd(model *m, int l, int s, int row0, float *dx, const float *dout, const void *x,
                     int wi, int bi, int N, int K, int M)
 {
-    const void *g = m->t[wi].q4 ? NULL : grad_in(m, dout, (size_t)N * M);
+    const void *g = grad_for(m, wi, dout, (size_t)N * M);
     lin_bwd_g(m, l, s, row0, dx, dout, g, x, wi, bi, N, K, M);
 }
 
@@ -633,6 +658,60 @@ void model_hf_name(const model *m, const model_tensor *t, char *out, size_t n)
 
 /* ---- init -------------------------------------------------------------- */
 
+/* One tensor's random values: pairs [lo, hi) of buf (2p and 2p + 1, the
+ * last pair possibly half), pair p drawing the stream's two numbers after
+ * state0 + 2p draws: the values a single pass over the stream gives. */
+typedef struct init_job {
+    float *buf;
+    size_t numel, lo, hi;
+    uint64_t state0;
+    double std;
+    int kind;
+} init_job;
+
+static void *init_pairs(void *arg)
+{
+    const init_job *j = arg;
+    uint64_t state = rng_skip(j->state0, 2 * (uint64_t)j->lo);
+    for (size_t p = j->lo; p < j->hi; p++) {
+        float z0 = j->kind == INIT_ONES ? 1.0f : 0.0f, z1 = z0;
+        if (j->kind == INIT_NORMAL) {
+            /* Box-Muller on two 53-bit uniforms; u1 in (0, 1]. */
+            double u1 = 1.0 - rng_unit(&state);
+            double u2 = rng_unit(&state);
+            double r = sqrt(-2.0 * log(u1));
+            z0 = (float)(r * cos(2.0 * M_PI * u2) * j->std);
+            z1 = (float)(r * sin(2.0 * M_PI * u2) * j->std);
+        }
+        j->buf[2 * p] = z0;
+        if (2 * p + 1 < j->numel) j->buf[2 * p + 1] = z1;
+    }
+    return NULL;
+}
+
+/* Threads for the init: the machine's cores, up to INIT_THREADS; tensors
+ * under INIT_SERIAL pairs are filled by the calling thread. */
+#define INIT_THREADS 32
+#define INIT_SERIAL ((size_t)1 << 18)
+
+static void init_fill(float *buf, const model_tensor *t, uint64_t state0, int nthreads)
+{
+    size_t pairs = (t->numel + 1) / 2;
+    init_job jobs[INIT_THREADS];
+    pthread_t tid[INIT_THREADS];
+    int n = pairs < INIT_SERIAL ? 1 : nthreads;
+    bool live[INIT_THREADS] = {false};
+    for (int k = 0; k < n; k++)
+        jobs[k] = (init_job){buf,    t->numel,    pairs * k / n, pairs * (k + 1) / n,
+                             state0, t->init_std, t->init};
+    for (int k = 1; k < n; k++) /* a thread that cannot start: its piece runs here */
+        live[k] = !pthread_create(&tid[k], NULL, init_pairs, &jobs[k]);
+    for (int k = 0; k < n; k++)
+        if (!live[k]) init_pairs(&jobs[k]);
+    for (int k = 1; k < n; k++)
+        if (live[k]) pthread_join(tid[k], NULL);
+}
+
 int model_init_random(model *m, uint64_t seed, ty_err *err)
 {
     size_t maxn = 0;
@@ -640,22 +719,14 @@ int model_init_random(model *m, uint64_t seed, ty_err *err)
         if (m->t[i].numel > maxn) maxn = m->t[i].numel;
     float *buf = malloc(maxn * sizeof *buf);
     if (!buf) return ty_err_set(err, TY_ENOMEM, "out of memory initialising weights");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = cores < 1 ? 1 : cores > INIT_THREADS ? INIT_THREADS : (int)cores;
     uint64_t state = seed;
     for (int i = 0; i < m->nt; i++) {
         const model_tensor *t = &m->t[i];
-        for (size_t j = 0; j < t->numel; j += 2) {
-            float z0 = t->init == INIT_ONES ? 1.0f : 0.0f, z1 = z0;
-            if (t->init == INIT_NORMAL) {
-                /* Box-Muller on two 53-bit uniforms; u1 in (0, 1]. */
-                double u1 = 1.0 - rng_unit(&state);
-                double u2 = rng_unit(&state);
-                double r = sqrt(-2.0 * log(u1));
-                z0 = (float)(r * cos(2.0 * M_PI * u2) * t->init_std);
-                z1 = (float)(r * sin(2.0 * M_PI * u2) * t->init_std);
-            }
-            buf[j] = z0;
-            if (j + 1 < t->numel) buf[j + 1] = z1;
-        }
+        init_fill(buf, t, state, nthreads);
+        if (t->init == INIT_NORMAL) /* two draws a pair; the other inits draw none */
+            state = rng_skip(state, 2 * (uint64_t)((t->numel + 1) / 2));
         int rc = model_put_f32(m, i, buf, err);
         if (rc) {
             free(buf);
@@ -1158,6 +1229,14 @@ void model_free_acts(model *m)
  * values the next op reads are exactly what a 16-bit tensor would hold
  * (the reference's scheme). No-op in fp32. */
 #define RND(x, n) kn_round(k, (x), (size_t)(n), m->dt)
+/* RND for a gradient that only weight wi's backward GEMMs read next: none
+ * needed when they read it through grad_in, whose conversion to dt rounds
+ * it the same way (one pass saved); an adapter or a 4-bit base reads the
+ * fp32 values, which are then rounded in place as everywhere else. */
+#define RG(x, n, wi)                                                                               \
+    do {                                                                                           \
+        if (adapted(m) || m->t[(wi)].q4) RND((x), (n));                                            \
+    } while (0)
 /* A norm's weight as the kernels take it (Gemma: 1 + w, model_norm_w). */
 #define NWT(i, n) model_norm_w(m, W(m, (i)), (n))
 
@@ -1605,11 +1684,11 @@ static void backward_from_head(model *m, int B, int T)
         }
         if (!fg) kn_zero(k, m->dact, NF);
         /* d(mo) in dt once, for the proj's GEMMs and (fused) the dgelu's */
-        const void *gmo = m->t[L->proj_w].q4 ? NULL : grad_in(m, dmo, NC);
+        const void *gmo = grad_for(m, L->proj_w, dmo, NC);
         lin_bwd_g(m, l, LS_PROJ, -1, fg ? NULL : m->dact, dmo, gmo, a->act, L->proj_w, L->proj_b, N,
                   F, C);
         if (!fg) RND(m->dact, NF);
-        kn_zero(k, m->dfc, NF);
+        if (!fg) kn_zero(k, m->dfc, NF); /* kn_matmul_dgelu writes dfc whole */
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             gemms(m, dt != KN_F32, fg);
@@ -1618,7 +1697,7 @@ static void backward_from_head(model *m, int B, int T)
                                 N, F, C);
             else
                 kn_gelu_bwd(k, dt, m->dfc, m->dact, a->fc, NF);
-            RND(m->dfc, NF);
+            RG(m->dfc, NF, L->fc_w);
             lin_bwd(m, l, LS_FC, -1, m->dln, m->dfc, a->ln2, L->fc_w, fg ? -1 : L->fc_b, N, C, F);
             RND(m->dln, NC);
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
@@ -1629,8 +1708,8 @@ static void backward_from_head(model *m, int B, int T)
                 kn_geglu_bwd(k, dt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
             else
                 kn_swiglu_bwd(k, dt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
-            RND(m->dfc, NF);
-            RND(m->dup, NF);
+            RG(m->dfc, NF, L->fc_w);
+            RG(m->dup, NF, c->fused ? L->fc_w : L->up_w);
             if (c->fused) {
                 lin_bwd(m, l, LS_FC, 0, m->dln, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
                 lin_bwd(m, l, LS_FC, F, m->dln, m->dup, a->ln2, L->fc_w, -1, N, C, F);
@@ -1661,7 +1740,7 @@ static void backward_from_head(model *m, int B, int T)
             kn_zero(k, m->dq, (size_t)N * 3 * C);
             kn_attention_bwd(k, dt, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
                              a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f, 0);
-            RND(m->dq, (size_t)N * 3 * C);
+            RG(m->dq, (size_t)N * 3 * C, L->attn_w);
             lin_bwd(m, l, LS_ATTN, -1, m->dln, m->dq, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
             RND(m->dln, NC);
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
@@ -1675,11 +1754,16 @@ static void backward_from_head(model *m, int B, int T)
                              hfconfig_sliding(c, l) ? c->window : 0);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);
-            RND(m->dv, (size_t)N * KD);
+            RG(m->dv, (size_t)N * KD, c->fused ? L->attn_w : L->v_w);
             model_rope_layer(m, l, KN_F32, m->dq, B, T, Hq, QD, 0, 1);
             model_rope_layer(m, l, KN_F32, m->dk, B, T, Hkv, KD, 0, 1);
-            RND(m->dq, (size_t)N * QD);
-            RND(m->dk, (size_t)N * KD);
+            if (c->qk_norm) { /* the per-head norms read them next */
+                RND(m->dq, (size_t)N * QD);
+                RND(m->dk, (size_t)N * KD);
+            } else {
+                RG(m->dq, (size_t)N * QD, c->fused ? L->attn_w : L->q_w);
+                RG(m->dk, (size_t)N * KD, c->fused ? L->attn_w : L->k_w);
+            }
             float *dqo = m->dq, *dko = m->dk;
             if (c->qk_norm) {
                 /* through Qwen3's per-head norms: dqr, dkr; dW of q_norm, k_norm */

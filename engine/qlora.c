@@ -4,7 +4,15 @@
  * when created with MODEL_FROZEN_NF4 and hands each to the store attached
  * here (linear.h's linear_store) as it is loaded or drawn: quantise it a
  * bounded slice at a time as the loader reads it, upload. Its matmuls on them come back here and go
- * to kn_nf4_matmul_*, dequantising on the fly. The model is known only
+ * to kn_nf4_matmul_*, dequantising on the fly. A 16-bit run whose type is
+ * the compute dtype sends them to fwd16 / bwd16 instead: the weight is
+ * dequantised into one 16-bit scratch (the largest weight long, made at
+ * the first put, so the start's memory report holds it) and multiplied
+ * by the 16-bit activations and gradients with kn_matmul16_*, fp32
+ * accumulation — bitsandbytes' dequantize_4bit then a bf16 GEMM. Both
+ * inputs are exact in 16 bits (the activations are stored so, the
+ * weight is rounded to the compute dtype either way), so the two paths
+ * differ only in the order of the sums. The model is known only
  * through linear.h. */
 #include "qlora.h"
 
@@ -35,10 +43,30 @@ static int quantize(qlora_base *qb, size_t numel, const linear_src *src, nf4_hos
     return rc ? rc : nf4_end(q, err);
 }
 
+/* Whether the model's matmuls take the 16-bit path (its activations are
+ * in the compute dtype, a 16-bit one). */
+static int takes16(const qlora_base *qb)
+{
+    return qb->compute != KN_F32 && model_linear_dtype(qb->m) == qb->compute;
+}
+
+/* The 16-bit scratch, made once (0, or TY_ENOMEM with err set). */
+static int alloc16(qlora_base *qb, ty_err *err)
+{
+    if (qb->w16 || !takes16(qb)) return 0;
+    size_t bytes = qb->largest * kn_dtype_size(qb->compute);
+    qb->w16 = kn_alloc(qb->kn, bytes ? bytes : 1);
+    if (!qb->w16)
+        return ty_err_set(err, TY_ENOMEM, "out of memory: %zu bytes for the 16-bit weight scratch",
+                          bytes);
+    return 0;
+}
+
 static int put(void *state, int k, const char *name, size_t numel, const linear_src *src,
                ty_err *err)
 {
     qlora_base *qb = state;
+    if (alloc16(qb, err)) return err->code;
     nf4_host q;
     int rc = quantize(qb, numel, src, &q, err);
     if (rc) {
@@ -86,14 +114,65 @@ static void bwd(void *state, int k, size_t first, float *dx, const float *dout, 
     kn_nf4_matmul_bwd(qb->kn, qb->compute, dx, dout, view(qb, k, first), N, K, M);
 }
 
+/* Weight k from `first`, n elements, dequantised into the 16-bit scratch
+ * (NULL after a failure, reported through the context). */
+static const void *dequant16(qlora_base *qb, int k, size_t first, size_t n)
+{
+    ty_err err = {0};
+    if (alloc16(qb, &err)) {
+        kn_fail(qb->kn, err.code, "%s", err.msg);
+        return NULL;
+    }
+    if (!qb->w16 || n > qb->largest) {
+        kn_fail(qb->kn, TY_EINTERNAL, "qlora: no 16-bit scratch for %zu elements", n);
+        return NULL;
+    }
+    kn_nf4_dequant(qb->kn, qb->w16, qb->compute, view(qb, k, first), n);
+    return qb->w16;
+}
+
+static void fwd16(void *state, int k, size_t first, float *out, const void *x, const float *b,
+                  int N, int K, int M)
+{
+    qlora_base *qb = state;
+    if (N <= 0 || M <= 0) return;
+    const void *w = dequant16(qb, k, first, (size_t)M * K);
+    if (w) kn_matmul16_fwd(qb->kn, qb->compute, KN_F32, qb->compute, out, x, w, b, N, K, M);
+}
+
+static void bwd16(void *state, int k, size_t first, float *dx, const void *dout, int N, int K,
+                  int M)
+{
+    qlora_base *qb = state;
+    if (N <= 0 || M <= 0 || K <= 0 || !dx) return;
+    const void *w = dequant16(qb, k, first, (size_t)M * K);
+    if (w)
+        kn_matmul16_bwd(qb->kn, qb->compute, qb->compute, qb->compute, dx, NULL, NULL, dout, NULL,
+                        w, N, K, M);
+}
+
 static void base_free(void *state)
 {
     qlora_base *qb = state;
+    kn_free(qb->kn, qb->w16);
     for (int i = 0; qb->buf && i < qb->n; i++)
         kn_free(qb->kn, qb->buf[i]);
     free(qb->buf);
     free(qb->w);
     free(qb);
+}
+
+/* Elements of the model's largest block linear weight (a fused one
+ * whole): what the 16-bit scratch holds. */
+static size_t largest_linear(const struct model *m)
+{
+    size_t most = 0;
+    linear_desc d;
+    for (int l = 0; l < model_linear_config(m)->n_layer; l++)
+        for (int s = 0; s < LS_N; s++)
+            if (model_linear(m, l, s, &d) && (size_t)d.in * d.out > most)
+                most = (size_t)d.in * d.out;
+    return most;
 }
 
 int qlora_attach(struct model *m, int double_quant, kn_dtype compute, qlora_base **out, ty_err *err)
@@ -111,7 +190,16 @@ int qlora_attach(struct model *m, int double_quant, kn_dtype compute, qlora_base
         base_free(qb);
         return ty_err_set(err, TY_ENOMEM, "out of memory for the QLoRA base");
     }
-    linear_store s = {qb, put, fwd, bwd, base_free};
+    qb->m = m;
+    qb->largest = largest_linear(m);
+    linear_store s = {.state = qb,
+                      .put = put,
+                      .fwd = fwd,
+                      .bwd = bwd,
+                      .free = base_free,
+                      .dt16 = compute,
+                      .fwd16 = fwd16,
+                      .bwd16 = bwd16};
     model_set_linear_store(m, &s);
     *out = qb;
     return 0;

@@ -8,7 +8,11 @@
  * without them, and each is quantised as it is loaded (or drawn by
  * model.init), so the full-precision weights never exist all at once.
  * The model's matmuls on them go to kn_nf4_matmul_* (dequantise on the
- * fly, rounded to compute_dtype); LoRA adapters (lora.h) train on top. */
+ * fly, rounded to compute_dtype); in a 16-bit run whose type is
+ * compute_dtype the weight is dequantised into a 16-bit scratch instead
+ * and multiplied by the 16-bit activations (kn_matmul16_*: a GPU's 16-bit
+ * tensor cores, as bitsandbytes' matmul_4bit runs). LoRA adapters
+ * (lora.h) train on top. */
 #ifndef TY_QLORA_H
 #define TY_QLORA_H
 
@@ -26,6 +30,9 @@ typedef struct qlora_base {
     size_t bytes;     /* device bytes of all of them */
     int double_quant; /* qlora.double_quant */
     kn_dtype compute; /* qlora.compute_dtype: what the dequantised weights are rounded to */
+    struct model *m;  /* the model it is attached to (linear.h) */
+    size_t largest;   /* elements of the largest weight */
+    void *w16;        /* one weight dequantised in compute (16-bit runs), largest long */
 } qlora_base;
 
 /* Attaches an NF4 base as m's linear store (linear.h): m was created with

@@ -19,12 +19,18 @@
    part 1 and against the extrapolation of part 2 at its sequence.
    Compared with the published transformers + bitsandbytes + PEFT figure
    (Unsloth's benchmark page, docs/benchmarks.md), interpolated to seq 2048.
+With --ab ENGINE_A, only part 1's qlora run, ENGINE_A and ENGINE
+alternated round by round (--rounds; A, B, A, B so that drifting load hits
+both), each run's first step skipped: the median step's tokens/s of each
+and B's over A's — a change to the engine against the build before it.
 Usage: bench.py ENGINE HF_PYTHON [--threads N] [--steps S] [--seq8b T] [--no-8b] [--no-small]
+                [--ab ENGINE_A [--rounds R]]
 """
 import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -143,11 +149,11 @@ def computed(c, T, card=None):
     p = predicted(c, 16)
     C, F = c["hidden_size"], c["intermediate_size"]
     acts = activations(c, T, c["num_hidden_layers"], card)
-    scratch = F * C * 4  # the dequantisation scratch of the largest linear, fp32 (both backends)
+    scratch = F * C * 2  # the largest linear dequantised in bf16 (the 16-bit base path, both backends)
     parts = [("NF4 weights (double quant)", p["quantized_weights"]),
              ("embeddings + lm_head + norms, bf16", p["weights16"]),
              ("adapters + their gradients, fp32", 2 * p["adapters"]), ("AdamW m + v", p["optimizer"]),
-             ("activations (recompute all)", acts), ("dequantisation scratch", scratch)]
+             ("activations (recompute all)", acts), ("dequantisation scratch, bf16", scratch)]
     return parts, sum(v for _, v in parts)
 
 
@@ -162,6 +168,8 @@ def main():
     ap.add_argument("--no-8b", action="store_true")
     ap.add_argument("--no-small", action="store_true", help="skip part 1 (the 4x512 Llama)")
     ap.add_argument("--models", help="keep the generated models here and reuse them (2.5 + 2.9 GB)")
+    ap.add_argument("--ab", metavar="ENGINE_A", help="part 1's qlora run only, ENGINE_A against ENGINE")
+    ap.add_argument("--rounds", type=int, default=5, help="--ab: runs of each engine")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-qlora-")
     models = a.models or tmp
@@ -169,9 +177,12 @@ def main():
            "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8192, "tie_word_embeddings": False}
     B, T, R = 2, 256, 16
     mdir, data = os.path.join(models, "small"), os.path.join(tmp, "train.jsonl")
-    if not a.no_small:
-        part1(a, models, tmp, cfg, B, T, R, mdir, data)
-    part23(a, models, tmp)
+    if a.ab:
+        ab(a, cfg, B, T, mdir, data)
+    else:
+        if not a.no_small:
+            part1(a, models, tmp, cfg, B, T, R, mdir, data)
+        part23(a, models, tmp)
     subprocess.run(["rm", "-rf", tmp])
 
 
@@ -204,6 +215,24 @@ def part1(a, models, tmp, cfg, B, T, R, mdir, data):
     p, got = predicted(cfg, R), res["qlora"][2]
     for k in ("quantized_weights", "adapters", "optimizer"):
         print(f"  check {k}: computed {p[k]} engine {got[k]} -> {'same' if p[k] == got[k] else 'DIFFERENT'}")
+
+
+def ab(a, cfg, B, T, mdir, data):
+    make_model(a.hf_python, mdir, cfg, 512)
+    write_data(data, cfg["vocab_size"], T, 64, 5)
+    print(f"A/B: engine qlora, Llama {cfg['num_hidden_layers']}x{cfg['hidden_size']}, batch {B} x seq {T}, "
+          f"bf16, r 16 on all seven linears, {a.rounds} rounds of {a.steps} steps, {a.threads} threads")
+    sides, steps = {"A": a.ab, "B": a.engine}, {"A": [], "B": []}
+    for _ in range(a.rounds):
+        for k, engine in sides.items():
+            _, met = run(engine, spec_for(mdir, data, "qlora", B, T, a.steps), a.threads)
+            steps[k] += [m["tokens_per_s"] for m in met[1:]]
+    med = {k: statistics.median(v) for k, v in steps.items()}
+    for k, engine in sides.items():
+        v = sorted(steps[k])
+        print(f"  {k} {engine}: median step {med[k]:.1f} tokens/s (p10 {v[len(v) // 10]:.1f}, "
+              f"p90 {v[len(v) * 9 // 10]:.1f}, {len(v)} steps)")
+    print(f"  B / A: {med['B'] / med['A']:.2f}x tokens/s")
 
 
 def part23(a, models, tmp):

@@ -5,12 +5,16 @@
  * reused, no allocation in the steady state), round it to the compute dtype and
  * run the fp32 cuBLASLt product of cuda_matmul.cu on it — what
  * bitsandbytes' matmul_4bit does for a batch of rows (dequantize_4bit, then
- * a dense GEMM). One thread dequantises one element. The
+ * a dense GEMM). kn_nf4_dequant stores its dtype straight from the
+ * kernel: the engine's 16-bit QLoRA path (engine/qlora.c) dequantises
+ * into a bf16 / fp16 weight that way and runs matmul16's 16-bit cuBLASLt
+ * product on it. One thread dequantises one element. The
  * arithmetic is bitsandbytes' in fp32, each operation rounded on its own
  * (__fmul_rn / __fadd_rn: nvcc would otherwise fuse the multiply-add of the
  * double-quantised absmax), so the weights are bit-identical to the CPU
  * backend's and to bitsandbytes' dequantize_4bit. */
 #include "kn_cuda.cuh"
+#include "kn_cuda16.cuh"
 #include "nf4_tables.h"
 
 namespace KN_NS
@@ -27,14 +31,18 @@ __device__ __forceinline__ float nf4_absmax(const kn_nf4 &w, size_t b)
 }
 
 /* One thread per output element i, the tensor's element g = first + i
- * (kn_nf4: a view of a row block starts anywhere). */
-__global__ void k_nf4_dequant(float *out, kn_nf4 w, size_t n)
+ * (kn_nf4: a view of a row block starts anywhere), computed in fp32 and
+ * stored in dt (a 16-bit one rounded to nearest even: kn_cuda16.cuh, the
+ * CPU's bits), so a 16-bit weight needs no fp32 copy on the way. */
+__global__ void k_nf4_dequant(void *out, int dt, kn_nf4 w, size_t n)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t g = w.first + i;
         uint8_t byte = w.codes[g / 2];
-        out[i] = __fmul_rn(c_nf4[g & 1 ? byte & 15 : byte >> 4], nf4_absmax(w, g / KN_NF4_BLOCK));
+        store_from_f32(out, dt, i,
+                       __fmul_rn(c_nf4[g & 1 ? byte & 15 : byte >> 4],
+                                 nf4_absmax(w, g / KN_NF4_BLOCK)));
     }
 }
 
@@ -61,7 +69,7 @@ static float *dequant(kn_ctx *c, const kn_nf4 &w, size_t n, kn_dtype dt)
     float *s = nf4_scratch(c, n);
     KN_IO(k_nf4_dequant, nf4_read_bytes(w, n), 4 * n, 0);
     if (!s) return nullptr;
-    KN_LAUNCH(k_nf4_dequant, kn_blocks(n, 256), 256, 0, c, s, w, n);
+    KN_LAUNCH(k_nf4_dequant, kn_blocks(n, 256), 256, 0, c, (void *)s, (int)KN_F32, w, n);
     cuda_round(c, s, n, dt);
     return s;
 }
@@ -69,13 +77,8 @@ static float *dequant(kn_ctx *c, const kn_nf4 &w, size_t n, kn_dtype dt)
 void cuda_nf4_dequant(kn_ctx *c, void *out, kn_dtype dt, kn_nf4 w, size_t n)
 {
     if (!n) return;
-    if (dt == KN_F32) {
-        KN_IO(k_nf4_dequant, nf4_read_bytes(w, n), 4 * n, 0);
-        KN_LAUNCH(k_nf4_dequant, kn_blocks(n, 256), 256, 0, c, (float *)out, w, n);
-        return;
-    }
-    const float *s = dequant(c, w, n, KN_F32);
-    if (s) cuda_convert(c, out, dt, s, KN_F32, n);
+    KN_IO(k_nf4_dequant, nf4_read_bytes(w, n), kn_dtype_size(dt) * n, 0);
+    KN_LAUNCH(k_nf4_dequant, kn_blocks(n, 256), 256, 0, c, out, (int)dt, w, n);
 }
 
 void cuda_nf4_matmul_fwd(kn_ctx *c, kn_dtype dt, float *out, const float *x, kn_nf4 w,

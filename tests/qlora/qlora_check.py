@@ -14,7 +14,9 @@ start from one adapter (B non-zero, saved by peft, given as lora.adapter).
 4. the export is a PEFT adapter for the original base (PeftModel loads it
    on the un-quantised model); lora.merge exports W + (alpha/r) B A on the
    original weights (1e-6), everything else bit-identical;
-5. bf16 precision with compute_dtype bf16 trains within 2e-2 of fp32;
+5. bf16 precision with compute_dtype bf16 (the base's GEMMs on 16-bit
+   inputs) trains within 2e-2 of fp32, and its --resume from step 2 gives
+   bit-identical losses and adapters;
 6. bad inputs: a config with quantization_config, GPTQ tensors, a
    non-linear target, bad qlora fields — each an error naming it;
 7. with EMU_ENGINE (trainyard-engine-emu): the same run on the emulated
@@ -278,6 +280,19 @@ def main():
     if not all(abs(x - y) / abs(y) <= BF16_TOL for x, y in zip(bf, first)):
         fail(f"bf16 losses {bf} vs fp32 {first}")
     print(f"  bf16 losses {['%.5f' % l for l in bf]} within {BF16_TOL} of fp32")
+    spec["checkpoint"] = {"every_steps": 2}
+    wd = os.path.join(work, "bf16-ckpt")
+    bfc = [e["loss"] for e in engine_events(engine, spec, wd) if e["ev"] == "metric"]
+    ev2 = engine_events(engine, spec, os.path.join(work, "bf16-resumed"),
+                        resume=os.path.join(wd, "checkpoints", "step-000002"))
+    res = [e["loss"] for e in ev2 if e["ev"] == "metric"]
+    if bfc != bf or res != bf[2:]:
+        fail(f"bf16 resume from step 2: {res} vs uninterrupted {bf[2:]} (checkpointing: {bfc})")
+    a = load_file(os.path.join(wd, "export", "adapter_model.safetensors"))
+    b = load_file(os.path.join(work, "bf16-resumed", "export", "adapter_model.safetensors"))
+    if any(not torch.equal(a[k], b[k]) for k in a):
+        fail("the resumed bf16 run's adapter differs from the uninterrupted one")
+    print(f"  bf16 resume from step 2: losses {res} bit-identical, adapters bit-identical")
 
     print("6. bad inputs", flush=True)
     qdir = os.path.join(work, "prequant")
