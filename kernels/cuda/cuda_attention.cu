@@ -2,8 +2,8 @@
  *
  * Attention follows FlashAttention-2's scheme: nothing of size T x T
  * exists, the forward keeps only out and lse = log sum_j exp(s_ij).
- *  - Forward: a block owns ATT_BR query rows of one (batch, query head),
- *    one thread per row holding its q row and output accumulator. Key and
+ *  - Forward: a block owns BR query rows of one (batch, query head),
+ *    one thread per row owning its q row and output accumulator. Key and
  *    value tiles of BC rows up to the block's last causal column are
  *    staged in shared memory; each thread scores the tile, rescales its
  *    running (max, sum, accumulator) once per tile (online softmax), and
@@ -24,10 +24,11 @@
  * bf16 / fp16 at head dims 64, 80, 96, 128 and 256 run the tensor-core
  * kernels of cuda_attn_flash.cuh (same scheme on 16x16 warp tiles); fp32,
  * and 16-bit at other head dims up to 256, run the scalar kernels here
- * (per-thread rows in registers / local memory, sized by template: 64,
- * 128, 256).
+ * (tiles sized by a head-dim bound of 64, 128 or 256; each thread's rows
+ * as columns of shared memory, so no kernel has a stack frame: ptxas
+ * checks this, tests/kernels/check_attn_ptxas.sh).
  * q, k, v, out (and RoPE's forward input) are of the op's dtype: read with
- * load_as_f32 into the fp32 registers / shared tiles, out stored with one
+ * load_as_f32 into the fp32 shared tiles, out stored with one
  * rounding (kn_cuda16.cuh); lse and every gradient are fp32. */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
@@ -36,7 +37,16 @@ namespace KN_NS {
 
 /* ---- RoPE (Hugging Face rotate-half, fp32 angles as HF computes them) ---- */
 
-__global__ void k_rope(int xt, void *x, int T, int H, int D, int ld, float base, int pos_offset,
+/* The inverse frequencies 1 / base^(2i/D), computed on the host with the
+ * CPU backend's expression, so both backends rotate by the same fp32
+ * angles (the device's powf differs from the host's in the last bits,
+ * which at position 100 moves an angle by about 1e-5). Passed by value. */
+#define KN_ROPE_HALF_MAX 256
+struct rope_inv {
+    float v[KN_ROPE_HALF_MAX];
+};
+
+__global__ void k_rope(int xt, void *x, rope_inv inv, int T, int H, int D, int ld, int pos_offset,
                        float dir, size_t total)
 {
     int half = D / 2;
@@ -47,7 +57,7 @@ __global__ void k_rope(int xt, void *x, int T, int H, int D, int ld, float base,
         int h = (int)(rest % H);
         size_t bt = rest / H;
         float pos = (float)((int)(bt % T) + pos_offset);
-        float ang = pos * (1.0f / powf(base, (float)(2 * i) / (float)D));
+        float ang = pos * inv.v[i];
         float co = cosf(ang), si = dir * sinf(ang);
         size_t r = bt * ld + (size_t)h * D;
         float a = load_as_f32(x, xt, r + i), b = load_as_f32(x, xt, r + i + half);
@@ -61,9 +71,16 @@ static void rope(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, in
 {
     if (B <= 0 || T <= 0 || H <= 0 || D < 2)
         return;
+    if (D / 2 > KN_ROPE_HALF_MAX) {
+        kn_fail(c, TY_EINVAL, "rope: head size %d is over %d", D, 2 * KN_ROPE_HALF_MAX);
+        return;
+    }
+    rope_inv inv;
+    for (int i = 0; i < D / 2; i++)
+        inv.v[i] = 1.0f / powf(base, (float)(2 * i) / (float)D);
     size_t total = (size_t)B * T * H * (D / 2);
     KN_IO(k_rope, total * 2 * kn_dtype_size(dt), total * 2 * kn_dtype_size(dt), 0);
-    KN_LAUNCH(k_rope, kn_blocks(total, 256), 256, 0, c, (int)dt, x, T, H, D, ld, base, pos_offset,
+    KN_LAUNCH(k_rope, kn_blocks(total, 256), 256, 0, c, (int)dt, x, inv, T, H, D, ld, pos_offset,
               dir, total);
 }
 void cuda_rope_fwd(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld, float base,
@@ -123,11 +140,40 @@ void cuda_rope_freq_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld
 
 /* ---- attention ------------------------------------------------------------ */
 
-#define ATT_BR 32 /* query rows per block (one per thread) */
-
+/* The scalar kernels' tiles by head-dim bound DM: BR query (or key) rows
+ * per block, one thread each, and BC staged rows. A thread's own rows (q,
+ * its accumulators, its scores) live in shared memory as columns (element
+ * d of thread r at [d * BR + r]: consecutive threads, consecutive banks),
+ * never in per-thread arrays, which ptxas would put in local memory. Every
+ * kernel's block stays within the 48 KiB any device gives without an
+ * opt-in (the static_asserts below, at D = DM). */
 template <int DM> struct att_tile {
-    static const int BC = DM <= 128 ? 32 : 16; /* staged rows: 2*BC*DM*4 <= 32 KiB */
+    static const int BR = DM <= 128 ? 16 : 8;
+    static const int BC = DM <= 64 ? 32 : DM <= 128 ? 8 : 4;
 };
+
+/* Floats of shared memory each scalar kernel's block takes at head dim D. */
+template <int DM> __host__ __device__ constexpr int att_fwd_floats(int D)
+{
+    return 2 * att_tile<DM>::BC * D + 2 * D * att_tile<DM>::BR + att_tile<DM>::BC * att_tile<DM>::BR;
+}
+template <int DM> __host__ __device__ constexpr int att_dq_floats(int D)
+{
+    return 2 * att_tile<DM>::BC * D + 3 * D * att_tile<DM>::BR;
+}
+template <int DM> __host__ __device__ constexpr int att_kv_floats(int D)
+{
+    return 2 * att_tile<DM>::BC * D + 2 * att_tile<DM>::BC + 4 * D * att_tile<DM>::BR;
+}
+#define ATT_FITS(DM)                                                                               \
+    static_assert(4 * att_fwd_floats<DM>(DM) <= 48 * 1024 &&                                       \
+                      4 * att_dq_floats<DM>(DM) <= 48 * 1024 &&                                    \
+                      4 * att_kv_floats<DM>(DM) <= 48 * 1024,                                      \
+                  "scalar attention block over 48 KiB at head dim " #DM)
+ATT_FITS(64);
+ATT_FITS(128);
+ATT_FITS(256);
+#undef ATT_FITS
 
 /* The score of a visible pair: scaled, then soft-capped when cap > 0; *dt
  * gets the cap's derivative (1 when off). */
@@ -149,11 +195,12 @@ __device__ __forceinline__ int att_lo(int i, int window)
     return window > 0 ? max(0, i - window + 1) : 0;
 }
 
-__device__ __forceinline__ float dot_row(const float *a, const float *b, int D)
+/* sum_d a[d * as] b[d]: a is a thread's column (as = BR), b a staged row. */
+__device__ __forceinline__ float dot_col(const float *a, int as, const float *b, int D)
 {
     float s = 0;
     for (int d = 0; d < D; d++)
-        s += a[d] * b[d];
+        s += a[d * as] * b[d];
     return s;
 }
 
@@ -177,20 +224,21 @@ __global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const v
                            const void *v, int Tq, int Tk, int Hq, int Hkv, int D, int ldq,
                            int ldkv, float scale, float cap, int window)
 {
-    const int BC = att_tile<DM>::BC;
+    const int BC = att_tile<DM>::BC, BR = att_tile<DM>::BR;
     KN_DYN_SHARED(float, sm);
-    float *Ks = sm, *Vs = sm + BC * D;
+    float *Ks = sm, *Vs = Ks + BC * D;
+    float *qi = Vs + BC * D + threadIdx.x, *acc = qi + D * BR, *s = acc + D * BR;
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv), q0 = Tk - Tq;
-    int r = blockIdx.x * ATT_BR + threadIdx.x, i0 = q0 + blockIdx.x * ATT_BR, i = q0 + r;
+    int r = blockIdx.x * BR + threadIdx.x, i0 = q0 + blockIdx.x * BR, i = q0 + r;
     bool live = r < Tq;
     size_t kvb = (size_t)b * Tk * ldkv + (size_t)hk * D;
-    float qi[DM], acc[DM], s[BC];
     for (int d = 0; d < D; d++) {
-        qi[d] = live ? load_as_f32(q, xt, ((size_t)b * Tq + r) * ldq + (size_t)h * D + d) : 0.0f;
-        acc[d] = 0.0f;
+        qi[d * BR] =
+            live ? load_as_f32(q, xt, ((size_t)b * Tq + r) * ldq + (size_t)h * D + d) : 0.0f;
+        acc[d * BR] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f, dt;
-    int last = min(Tk - 1, i0 + ATT_BR - 1), lo = att_lo(i, window);
+    int last = min(Tk - 1, i0 + BR - 1), lo = att_lo(i, window);
     for (int j0 = att_lo(i0, window) / BC * BC; j0 <= last; j0 += BC) {
         __syncthreads(); /* the previous tile is consumed */
         stage(Ks, k, kvb, xt, j0, BC, Tk, D, ldkv);
@@ -201,20 +249,21 @@ __global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const v
         int n = min(BC, i - j0 + 1);
         float tmax = -INFINITY;
         for (int t = 0; t < n; t++) {
-            s[t] = j0 + t < lo ? -INFINITY : att_score(dot_row(qi, Ks + t * D, D), scale, cap, &dt);
-            tmax = fmaxf(tmax, s[t]);
+            s[t * BR] = j0 + t < lo ? -INFINITY
+                                    : att_score(dot_col(qi, BR, Ks + t * D, D), scale, cap, &dt);
+            tmax = fmaxf(tmax, s[t * BR]);
         }
         float mnew = fmaxf(m, tmax);
         float corr = expf(m - mnew); /* 0 on the first tile (m = -inf) */
         l *= corr;
         for (int d = 0; d < D; d++)
-            acc[d] *= corr;
+            acc[d * BR] *= corr;
         for (int t = 0; t < n; t++) {
-            float p = expf(s[t] - mnew);
+            float p = expf(s[t * BR] - mnew);
             l += p;
             const float *vr = Vs + t * D;
             for (int d = 0; d < D; d++)
-                acc[d] += p * vr[d];
+                acc[d * BR] += p * vr[d];
         }
         m = mnew;
     }
@@ -223,7 +272,7 @@ __global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const v
     float inv = 1.0f / l;
     size_t o = ((size_t)b * Tq + r) * Hq * D + (size_t)h * D;
     for (int d = 0; d < D; d++)
-        store_from_f32(out, xt, o + d, acc[d] * inv);
+        store_from_f32(out, xt, o + d, acc[d * BR] * inv);
     lse[((size_t)b * Hq + h) * Tq + r] = m + logf(l);
 }
 
@@ -233,26 +282,26 @@ __global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *
                               int Hq, int Hkv, int D, int ldq, int ldkv, float scale, float cap,
                               int window)
 {
-    const int BC = att_tile<DM>::BC;
+    const int BC = att_tile<DM>::BC, BR = att_tile<DM>::BR;
     KN_DYN_SHARED(float, sm);
-    float *Ks = sm, *Vs = sm + BC * D;
+    float *Ks = sm, *Vs = Ks + BC * D;
+    float *qi = Vs + BC * D + threadIdx.x, *doi = qi + D * BR, *dqi = doi + D * BR;
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
-    int i0 = blockIdx.x * ATT_BR, i = i0 + threadIdx.x;
+    int i0 = blockIdx.x * BR, i = i0 + threadIdx.x;
     bool live = i < T;
     size_t kvb = (size_t)b * T * ldkv + (size_t)hk * D;
     size_t orow = ((size_t)b * T + i) * Hq * D + (size_t)h * D;
-    float qi[DM], doi[DM], dqi[DM];
     float Di = 0.0f, L = 0.0f;
     if (live) {
         for (int d = 0; d < D; d++) {
-            qi[d] = load_as_f32(q, xt, ((size_t)b * T + i) * ldq + (size_t)h * D + d);
-            doi[d] = dout[orow + d];
-            dqi[d] = 0.0f;
-            Di += doi[d] * load_as_f32(out, xt, orow + d);
+            qi[d * BR] = load_as_f32(q, xt, ((size_t)b * T + i) * ldq + (size_t)h * D + d);
+            doi[d * BR] = dout[orow + d];
+            dqi[d * BR] = 0.0f;
+            Di += doi[d * BR] * load_as_f32(out, xt, orow + d);
         }
         L = lse[((size_t)b * Hq + h) * T + i];
     }
-    int last = min(T - 1, i0 + ATT_BR - 1), lo = att_lo(i, window);
+    int last = min(T - 1, i0 + BR - 1), lo = att_lo(i, window);
     for (int j0 = att_lo(i0, window) / BC * BC; j0 <= last; j0 += BC) {
         __syncthreads();
         stage(Ks, k, kvb, xt, j0, BC, T, D, ldkv);
@@ -263,17 +312,17 @@ __global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *
         int n = min(BC, i - j0 + 1);
         for (int r = max(0, lo - j0); r < n; r++) {
             const float *kr = Ks + r * D;
-            float dt, p = expf(att_score(dot_row(qi, kr, D), scale, cap, &dt) - L);
-            float ds = p * (dot_row(doi, Vs + r * D, D) - Di) * scale * dt;
+            float dt, p = expf(att_score(dot_col(qi, BR, kr, D), scale, cap, &dt) - L);
+            float ds = p * (dot_col(doi, BR, Vs + r * D, D) - Di) * scale * dt;
             for (int d = 0; d < D; d++)
-                dqi[d] += ds * kr[d];
+                dqi[d * BR] += ds * kr[d];
         }
     }
     if (!live)
         return;
     float *dst = dq + ((size_t)b * T + i) * ldq + (size_t)h * D;
     for (int d = 0; d < D; d++)
-        dst[d] += dqi[d];
+        dst[d] += dqi[d * BR];
 }
 
 template <int DM>
@@ -282,24 +331,24 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
                                 int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,
                                 float cap, int window)
 {
-    const int BQ = att_tile<DM>::BC;
+    const int BQ = att_tile<DM>::BC, BR = att_tile<DM>::BR;
     KN_DYN_SHARED(float, sm);
     float *Qs = sm, *Os = sm + BQ * D, *Ls = sm + 2 * BQ * D, *Dd = Ls + BQ;
+    float *kj = Dd + BQ + threadIdx.x, *vj = kj + D * BR, *dkj = vj + D * BR, *dvj = dkj + D * BR;
     int b = blockIdx.z, hk = blockIdx.y, group = Hq / Hkv;
-    int j0 = blockIdx.x * ATT_BR, j = j0 + threadIdx.x;
+    int j0 = blockIdx.x * BR, j = j0 + threadIdx.x;
     bool live = j < T;
     size_t krow = ((size_t)b * T + j) * ldkv + (size_t)hk * D;
-    float kj[DM], vj[DM], dkj[DM], dvj[DM];
     for (int d = 0; d < D; d++) {
-        kj[d] = live ? load_as_f32(k, xt, krow + d) : 0.0f;
-        vj[d] = live ? load_as_f32(v, xt, krow + d) : 0.0f;
-        dkj[d] = dvj[d] = 0.0f;
+        kj[d * BR] = live ? load_as_f32(k, xt, krow + d) : 0.0f;
+        vj[d * BR] = live ? load_as_f32(v, xt, krow + d) : 0.0f;
+        dkj[d * BR] = dvj[d * BR] = 0.0f;
     }
     for (int h = hk * group; h < (hk + 1) * group; h++) {
         size_t qb = (size_t)b * T * ldq + (size_t)h * D;
         size_t ob = (size_t)b * T * Hq * D + (size_t)h * D;
         /* Query rows past the block's last key's window see none of it. */
-        int iend = window > 0 ? min(T, j0 + ATT_BR - 1 + window) : T;
+        int iend = window > 0 ? min(T, j0 + BR - 1 + window) : T;
         for (int i0 = j0; i0 < iend; i0 += BQ) {
             __syncthreads();
             stage(Qs, q, qb, xt, i0, BQ, T, D, ldq);
@@ -324,11 +373,11 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
                 if (i < j || i >= T || (window > 0 && i - j >= window))
                     continue;
                 const float *qr = Qs + r * D, *dor = Os + r * D;
-                float dt, p = expf(att_score(dot_row(qr, kj, D), scale, cap, &dt) - Ls[r]);
-                float ds = p * (dot_row(dor, vj, D) - Dd[r]) * scale * dt;
+                float dt, p = expf(att_score(dot_col(kj, BR, qr, D), scale, cap, &dt) - Ls[r]);
+                float ds = p * (dot_col(vj, BR, dor, D) - Dd[r]) * scale * dt;
                 for (int d = 0; d < D; d++) {
-                    dvj[d] += p * dor[d];
-                    dkj[d] += ds * qr[d];
+                    dvj[d * BR] += p * dor[d];
+                    dkj[d * BR] += ds * qr[d];
                 }
             }
         }
@@ -337,9 +386,9 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
         return;
     for (int d = 0; d < D; d++) {
         if (dk)
-            dk[krow + d] += dkj[d];
+            dk[krow + d] += dkj[d * BR];
         if (dv)
-            dv[krow + d] += dvj[d];
+            dv[krow + d] += dvj[d * BR];
     }
 }
 
@@ -378,6 +427,15 @@ static inline uint64_t att_bytes(int xt, int B, int Tq, int Tk, int Hq, int Hkv,
         r += q * 4 + q * es + lse + (kind == 2 ? q * 4 : 0);
     return r;
 }
+/* A flash backward kernel's reads: q, k, v, dO's hi and lo halves (4
+ * bytes an element, as fp32), lse, and the row dots and lo flags
+ * (k_fl_rowdot) in place of out; dq's += reads dq. A dO exact in the
+ * input type (the engine's) has no lo half read: half the dO bytes. */
+static inline uint64_t fl_bwd_bytes(int xt, int B, int T, int Hq, int Hkv, int D, bool dq)
+{
+    uint64_t q = (uint64_t)B * T * Hq * D, lse = 4 * (uint64_t)B * Hq * T;
+    return att_bytes(xt, B, T, T, Hq, Hkv, D, 0) + q * 4 + 2 * lse + lse / 4 + (dq ? q * 4 : 0);
+}
 #endif
 
 template <int DM>
@@ -385,13 +443,12 @@ static void attn_fwd(kn_ctx *c, int xt, void *out, float *lse, const void *q, co
                      const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int D, int ldq,
                      int ldkv, float scale, float cap, int window)
 {
-    const int BC = att_tile<DM>::BC;
-    dim3 grid((Tq + ATT_BR - 1) / ATT_BR, Hq, B);
-    size_t smem = 2 * (size_t)BC * D * sizeof(float);
+    const int BR = att_tile<DM>::BR;
+    dim3 grid((Tq + BR - 1) / BR, Hq, B);
     KN_IO(k_attn_fwd<DM>, att_bytes(xt, B, Tq, Tk, Hq, Hkv, D, 0), att_bytes(xt, B, Tq, Tk, Hq, 0, D, 1),
         4 * (uint64_t)B * Hq * D * att_pairs(Tq, Tk, window));
-    KN_LAUNCH(k_attn_fwd<DM>, grid, ATT_BR, smem, c, xt, out, lse, q, k, v, Tq, Tk, Hq, Hkv, D,
-              ldq, ldkv, scale, cap, window);
+    KN_LAUNCH(k_attn_fwd<DM>, grid, BR, 4 * (size_t)att_fwd_floats<DM>(D), c, xt, out, lse, q, k,
+              v, Tq, Tk, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
 }
 
 template <int DM>
@@ -400,21 +457,20 @@ static void attn_bwd(kn_ctx *c, int xt, float *dq, float *dk, float *dv, const f
                      int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,
                      float cap, int window)
 {
-    const int BC = att_tile<DM>::BC;
+    const int BR = att_tile<DM>::BR;
     if (dq) {
-        dim3 grid((T + ATT_BR - 1) / ATT_BR, Hq, B);
+        dim3 grid((T + BR - 1) / BR, Hq, B);
         KN_IO(k_attn_bwd_dq<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 2), 4 * (uint64_t)B * T * Hq * D,
             6 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
-        KN_LAUNCH(k_attn_bwd_dq<DM>, grid, ATT_BR, 2 * (size_t)BC * D * sizeof(float), c, xt, dq,
-                  dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
+        KN_LAUNCH(k_attn_bwd_dq<DM>, grid, BR, 4 * (size_t)att_dq_floats<DM>(D), c, xt, dq, dout,
+                  out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     }
     if (dk || dv) {
-        dim3 grid((T + ATT_BR - 1) / ATT_BR, Hkv, B);
-        size_t smem = (2 * (size_t)BC * D + 2 * BC) * sizeof(float);
+        dim3 grid((T + BR - 1) / BR, Hkv, B);
         KN_IO(k_attn_bwd_dkdv<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 3) + 4 * (uint64_t)B * T * Hkv * D * (!!dk + !!dv),
             4 * (uint64_t)B * T * Hkv * D * (!!dk + !!dv), 8 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
-        KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, ATT_BR, smem, c, xt, dk, dv, dout, out, lse, q, k, v,
-                  T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
+        KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, BR, 4 * (size_t)att_kv_floats<DM>(D), c, xt, dk, dv,
+                  dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     }
 }
 
@@ -439,12 +495,15 @@ template <typename F> static bool fl_smem_ok(kn_ctx *c, F *kernel, size_t smem)
 }
 
 /* Each launcher returns false, launching nothing, when the device cannot
- * give the block its shared memory (the scalar kernel runs instead). */
-template <int DM, typename E>
-static bool fl_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *k, const void *v,
-                   int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
+ * give the block its shared memory (the scalar kernel runs instead). Each
+ * kernel is built for two shared-memory limits (fl_nw): on sm_80 and
+ * later the opted-in one, with more warps a block, is tried first. */
+template <int DM, typename E, int LIMIT>
+static bool fl_fwd_at(kn_ctx *c, void *out, float *lse, const void *q, const void *k,
+                      const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv,
+                      fl_args a)
 {
-    typedef fl_cfg<DM, E, fl_nw<FL_FWD, DM, E>()> C;
+    typedef fl_cfg<DM, E, fl_nw<FL_FWD, DM, E, LIMIT>()> C;
     size_t smem = fl_smem<FL_FWD, C>();
     if (!fl_smem_ok(c, k_fl_fwd<C>, smem)) return false;
     const int BR = 16 * C::NW;
@@ -455,39 +514,88 @@ static bool fl_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *
               a);
     return true;
 }
-
 template <int DM, typename E>
-static bool fl_bwd_dq(kn_ctx *c, float *dq, const float *dout, const void *out, const float *lse,
-                      const void *q, const void *k, const void *v, int B, int T, int Hq, int Hkv,
-                      int ldq, int ldkv, fl_args a)
+static bool fl_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *k, const void *v,
+                   int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
-    typedef fl_cfg<DM, E, fl_nw<FL_DQ, DM, E>()> C;
+    return (kn_cuda_st(c)->cc_major >= 8 &&
+            fl_fwd_at<DM, E, FL_SMEM_OPTIN>(c, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv,
+                                            a)) ||
+           fl_fwd_at<DM, E, FL_SMEM_BASE>(c, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, a);
+}
+
+template <int DM, typename E, int LIMIT>
+static bool fl_bwd_dq_at(kn_ctx *c, float *dq, fl_grad g,
+                         const float *lse, const void *q, const void *k, const void *v, int B,
+                         int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
+{
+    typedef fl_cfg<DM, E, fl_nw<FL_DQ, DM, E, LIMIT>()> C;
     size_t smem = fl_smem<FL_DQ, C>();
     if (!fl_smem_ok(c, k_fl_bwd_dq<C>, smem)) return false;
     const int BR = 16 * C::NW;
     dim3 grid((T + BR - 1) / BR, Hq, B);
-    KN_IO(k_fl_bwd_dq<C>, att_bytes(fl_type<E>::dt, B, T, T, Hq, Hkv, DM, 2),
+    KN_IO(k_fl_bwd_dq<C>, fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM, true),
           4 * (uint64_t)B * T * Hq * DM, 0);
-    KN_LAUNCH(k_fl_bwd_dq<C>, grid, 32 * C::NW, smem, c, dq, dout, out, lse, q, k, v, T, Hq, Hkv,
+    KN_LAUNCH(k_fl_bwd_dq<C>, grid, 32 * C::NW, smem, c, dq, g, lse, q, k, v, T, Hq, Hkv,
               ldq, ldkv, a);
     return true;
 }
-
 template <int DM, typename E>
-static bool fl_bwd_dkdv(kn_ctx *c, float *dk, float *dv, const float *dout, const void *out,
-                        const float *lse, const void *q, const void *k, const void *v, int B, int T,
-                        int Hq, int Hkv, int ldq, int ldkv, fl_args a)
+static bool fl_bwd_dq(kn_ctx *c, float *dq, fl_grad g, const float *lse,
+                      const void *q, const void *k, const void *v, int B, int T, int Hq, int Hkv,
+                      int ldq, int ldkv, fl_args a)
 {
-    typedef fl_cfg<DM, E, fl_nw<FL_DKDV, DM, E>()> C;
+    return (kn_cuda_st(c)->cc_major >= 8 &&
+            fl_bwd_dq_at<DM, E, FL_SMEM_OPTIN>(c, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq,
+                                               ldkv, a)) ||
+           fl_bwd_dq_at<DM, E, FL_SMEM_BASE>(c, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq,
+                                             ldkv, a);
+}
+
+template <int DM, typename E, int LIMIT>
+static bool fl_bwd_dkdv_at(kn_ctx *c, float *dk, float *dv, fl_grad g,
+                           const float *lse, const void *q, const void *k, const void *v, int B,
+                           int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
+{
+    typedef fl_cfg<DM, E, fl_nw<FL_DKDV, DM, E, LIMIT>()> C;
     size_t smem = fl_smem<FL_DKDV, C>();
     if (!fl_smem_ok(c, k_fl_bwd_dkdv<C>, smem)) return false;
     const int BR = 16 * C::NW;
     dim3 grid((T + BR - 1) / BR, Hkv, B);
     KN_IO(k_fl_bwd_dkdv<C>,
-          att_bytes(fl_type<E>::dt, B, T, T, Hq, Hkv, DM, 3) + fl_kv_bytes(dk, dv, B, T, Hkv, DM),
+          fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM, false) + fl_kv_bytes(dk, dv, B, T, Hkv, DM),
           fl_kv_bytes(dk, dv, B, T, Hkv, DM), 0);
-    KN_LAUNCH(k_fl_bwd_dkdv<C>, grid, 32 * C::NW, smem, c, dk, dv, dout, out, lse, q, k, v, T, Hq,
+    KN_LAUNCH(k_fl_bwd_dkdv<C>, grid, 32 * C::NW, smem, c, dk, dv, g, lse, q, k, v, T, Hq,
               Hkv, ldq, ldkv, a);
+    return true;
+}
+template <int DM, typename E>
+static bool fl_bwd_dkdv(kn_ctx *c, float *dk, float *dv, fl_grad g,
+                        const float *lse, const void *q, const void *k, const void *v, int B, int T,
+                        int Hq, int Hkv, int ldq, int ldkv, fl_args a)
+{
+    return (kn_cuda_st(c)->cc_major >= 8 &&
+            fl_bwd_dkdv_at<DM, E, FL_SMEM_OPTIN>(c, dk, dv, g, lse, q, k, v, B, T, Hq, Hkv,
+                                                 ldq, ldkv, a)) ||
+           fl_bwd_dkdv_at<DM, E, FL_SMEM_BASE>(c, dk, dv, g, lse, q, k, v, B, T, Hq, Hkv,
+                                               ldq, ldkv, a);
+}
+
+/* D_i = rowsum(dO * O) per row and head and dO split into hi + lo, for
+ * both backward kernels, into scratch; false after an error. */
+static bool fl_rowdot(kn_ctx *c, kn_dtype dt, fl_grad *g, const float *dout, const void *out,
+                      int B, int T, int Hq, int D)
+{
+    size_t rows = (size_t)B * T * Hq, n = rows * D;
+    /* D_i, then a byte a row: whether its dO has a lo half */
+    float *Dd = (float *)kn_cuda_scratch(c, KN_SCRATCH_ATTN_D, rows * (sizeof(float) + 1));
+    uint16_t *doh = (uint16_t *)kn_cuda_scratch(c, KN_SCRATCH_ATTN_DO, 2 * n * sizeof(uint16_t));
+    if (!Dd || !doh) return false;
+    uint8_t *lo_rows = (uint8_t *)(Dd + rows);
+    KN_IO(k_fl_rowdot, n * (4 + kn_dtype_size(dt)), 5 * rows + 4 * n, 0);
+    KN_LAUNCH(k_fl_rowdot, kn_blocks(rows, 8), 256, 0, c, Dd, lo_rows, doh, doh + n, dout, out,
+              (int)dt, B, T, Hq, D);
+    *g = {Dd, doh, doh + n, lo_rows};
     return true;
 }
 
@@ -512,9 +620,9 @@ static bool fl_fwd_d(kn_ctx *c, int D, void *out, float *lse, const void *q, con
 }
 #undef FL_FWD_ARGS
 
-#define FL_DQ_ARGS c, dq, dout, out, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a
+#define FL_DQ_ARGS c, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a
 template <typename E>
-static bool fl_dq_d(kn_ctx *c, int D, float *dq, const float *dout, const void *out,
+static bool fl_dq_d(kn_ctx *c, int D, float *dq, fl_grad g,
                     const float *lse, const void *q, const void *k, const void *v, int B, int T,
                     int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
@@ -533,9 +641,9 @@ static bool fl_dq_d(kn_ctx *c, int D, float *dq, const float *dout, const void *
 }
 #undef FL_DQ_ARGS
 
-#define FL_KV_ARGS c, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a
+#define FL_KV_ARGS c, dk, dv, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a
 template <typename E>
-static bool fl_kv_d(kn_ctx *c, int D, float *dk, float *dv, const float *dout, const void *out,
+static bool fl_kv_d(kn_ctx *c, int D, float *dk, float *dv, fl_grad g,
                     const float *lse, const void *q, const void *k, const void *v, int B, int T,
                     int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
@@ -614,16 +722,19 @@ void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv,
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)D);
     fl_args a = {scale, softcap, window};
-    if (fl_picks(c, dt, D)) { /* what a flash kernel does, the scalar one leaves */
+    fl_grad g;
+    bool flash = fl_picks(c, dt, D) && (dq || dk || dv) &&
+                 fl_rowdot(c, dt, &g, dout, out, B, T, Hq, D);
+    if (flash) { /* what a flash kernel does, the scalar one leaves */
         bool bf = dt == KN_BF16;
         if (dq &&
-            (bf ? fl_dq_d<__nv_bfloat16>(c, D, dq, dout, out, lse, q, k, v, B, T, Hq, Hkv, ldq,
+            (bf ? fl_dq_d<__nv_bfloat16>(c, D, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq,
                                          ldkv, a)
-                : fl_dq_d<__half>(c, D, dq, dout, out, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a)))
+                : fl_dq_d<__half>(c, D, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a)))
             dq = nullptr;
-        if ((dk || dv) && (bf ? fl_kv_d<__nv_bfloat16>(c, D, dk, dv, dout, out, lse, q, k, v, B, T,
+        if ((dk || dv) && (bf ? fl_kv_d<__nv_bfloat16>(c, D, dk, dv, g, lse, q, k, v, B, T,
                                                        Hq, Hkv, ldq, ldkv, a)
-                              : fl_kv_d<__half>(c, D, dk, dv, dout, out, lse, q, k, v, B, T, Hq,
+                              : fl_kv_d<__half>(c, D, dk, dv, g, lse, q, k, v, B, T, Hq,
                                                 Hkv, ldq, ldkv, a)))
             dk = dv = nullptr;
         if (!dq && !dk && !dv)

@@ -24,6 +24,7 @@ static void st_free(cuda_state *st)
 {
     if (!st)
         return;
+    kn_prof_close(st->prof);
     kn_cuda_gemm_plans_free(st);
     if (st->lt)
         cublasLtDestroy(st->lt);
@@ -108,6 +109,7 @@ static int cuda_open(kn_ctx *c, int device_index, ty_err *err)
     int drv = 0, rt = 0;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
+    st->prof = kn_prof_open(device_index);
     c->impl = st;
     /* What the context holds on the device from the start counts as used
      * device memory (kn_bytes_in_use / kn_peak_bytes, the engine's mem_bytes). */

@@ -49,8 +49,10 @@ __global__ void k_axpy(float *y, const float *x, size_t n, float a, int vec)
         float u[KN_PACK_N(w)], v[KN_PACK_N(w)];
         kn_load(u, y + i, vec);
         kn_load(v, x + i, vec);
+        /* rounded product then rounded sum, as the CPU computes it: nvcc
+         * would otherwise fuse them into one FMA, one rounding fewer */
         for (int k = 0; k < KN_PACK_N(w); k++)
-            u[k] += a * v[k];
+            u[k] = __fadd_rn(u[k], __fmul_rn(a, v[k]));
         kn_store(y + i, u, vec);
     });
 }

@@ -39,6 +39,7 @@
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 namespace KN_NS {
@@ -291,10 +292,19 @@ static int lt_run(kn_ctx *c, cuda_gemm_plan *p, void *D, const void *A, const vo
                       "aux pointer"))
         return -1;
     float alpha = 1.0f;
-    return lt_ok(c, cublasLtMatmul(st->lt, p->op, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d,
-                                   &p->algo, st->lt_ws, st->lt_ws_bytes, st->stream), "matmul")
-               ? 1
-               : -1;
+    if (st->prof)
+        kn_prof_begin(st->prof, st->stream);
+    int ok = lt_ok(c, cublasLtMatmul(st->lt, p->op, &alpha, A, p->a, B, p->b, &beta, D, p->d, D,
+                                     p->d, &p->algo, st->lt_ws, st->lt_ws_bytes, st->stream),
+                   "matmul");
+    if (st->prof) {
+        char name[64];
+        snprintf(name, sizeof name, "lt %c%c %dx%dx%d %s>%s epi%d", p->ta ? 'T' : 'N',
+                 p->tb ? 'T' : 'N', p->m, p->n, p->k, kn_dtype_name((kn_dtype)p->dt_ab),
+                 kn_dtype_name((kn_dtype)p->dt_d), p->epi);
+        kn_prof_end(st->prof, st->stream, name);
+    }
+    return ok ? 1 : -1;
 }
 
 int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab, int epi,

@@ -59,7 +59,17 @@ enum { KN_SCRATCH_W32 = 0, /* fp32 copy of a 16-bit weight (matmul16, fp32 dout)
        KN_SCRATCH_GEMM32,  /* the fp32 product of an unfused GEMM fallback (cuda_matmul.cu) */
        KN_SCRATCH_COLSUM,  /* per-slice column sums of the parameter gradients (cuda_colsum.cu) */
        KN_SCRATCH_LINKS,   /* the embedding backward's row chains (cuda_norm.cu) */
+       KN_SCRATCH_ATTN_D,  /* the flash backward's row dots rowsum(dO * O) (cuda_attention.cu) */
+       KN_SCRATCH_ATTN_DO, /* the flash backward's dO as hi + lo 16-bit halves (cuda_attention.cu) */
        KN_SCRATCH_SLOTS };
+
+/* TY_CUDA_PROFILE: GPU time by launch name (cuda_profile.cu). open gives
+ * NULL without the variable; begin / end bracket one launch on s. */
+struct kn_prof;
+kn_prof *kn_prof_open(int device);
+void kn_prof_begin(kn_prof *p, cudaStream_t s);
+void kn_prof_end(kn_prof *p, cudaStream_t s, const char *name);
+void kn_prof_close(kn_prof *p);
 
 /* Per-context state (ctx->impl). */
 typedef struct cuda_state {
@@ -73,6 +83,7 @@ typedef struct cuda_state {
     void *scratch[KN_SCRATCH_SLOTS]; /* kn_cuda_scratch: grown, never shrunk */
     size_t scratch_bytes[KN_SCRATCH_SLOTS];
     int cc_major, cc_minor;
+    kn_prof *prof; /* NULL unless TY_CUDA_PROFILE is set */
 } cuda_state;
 
 static inline cuda_state *kn_cuda_st(kn_ctx *c) { return (cuda_state *)c->impl; }
@@ -108,8 +119,13 @@ static inline int kn_cuda_ok(kn_ctx *c, cudaError_t e, const char *what)
 #ifdef KN_CUDA_EMU
 #define KN_LAUNCH(kernel, grid, block, smem, ctx, ...)                                             \
     do {                                                                                           \
-        KN_EMU_LAUNCH(kernel, grid, block, smem, kn_cuda_st(ctx)->stream, __VA_ARGS__);           \
+        cuda_state *kn_st_ = kn_cuda_st(ctx);                                                      \
+        if (kn_st_->prof)                                                                          \
+            kn_prof_begin(kn_st_->prof, kn_st_->stream);                                           \
+        KN_EMU_LAUNCH(kernel, grid, block, smem, kn_st_->stream, __VA_ARGS__);                     \
         kn_cuda_ok((ctx), cudaGetLastError(), "launch of " #kernel);                               \
+        if (kn_st_->prof)                                                                          \
+            kn_prof_end(kn_st_->prof, kn_st_->stream, #kernel);                                    \
     } while (0)
 #define KN_DYN_SHARED(type, name) type *name = (type *)emu_dyn_shared()
 #define KN_IO(kernel, read_bytes, write_bytes, simt_flops)                                         \
@@ -117,13 +133,27 @@ static inline int kn_cuda_ok(kn_ctx *c, cudaError_t e, const char *what)
 #else
 #define KN_LAUNCH(kernel, grid, block, smem, ctx, ...)                                             \
     do {                                                                                           \
-        kernel<<<(grid), (block), (smem), kn_cuda_st(ctx)->stream>>>(__VA_ARGS__);                 \
+        cuda_state *kn_st_ = kn_cuda_st(ctx);                                                      \
+        if (kn_st_->prof)                                                                          \
+            kn_prof_begin(kn_st_->prof, kn_st_->stream);                                           \
+        kernel<<<(grid), (block), (smem), kn_st_->stream>>>(__VA_ARGS__);                          \
         kn_cuda_ok((ctx), cudaGetLastError(), "launch of " #kernel);                               \
+        if (kn_st_->prof)                                                                          \
+            kn_prof_end(kn_st_->prof, kn_st_->stream, #kernel);                                    \
     } while (0)
 #define KN_DYN_SHARED(type, name)                                                                  \
     extern __shared__ __align__(16) unsigned char kn_dyn_smem_[];                                  \
     type *name = (type *)kn_dyn_smem_
 #define KN_IO(kernel, read_bytes, write_bytes, simt_flops) ((void)0)
+#endif
+
+/* `#pragma unroll N` for nvcc; the host compiler of the emulation has no
+ * such pragma. */
+#ifdef KN_CUDA_EMU
+#define KN_UNROLL(n)
+#else
+#define KN_PRAGMA_(x) _Pragma(#x)
+#define KN_UNROLL(n) KN_PRAGMA_(unroll n)
 #endif
 
 static inline unsigned kn_blocks(size_t n, unsigned threads)

@@ -58,7 +58,11 @@
 #                 world N with N >= 2 GPUs, a SKIP line with one;
 #       bench     bench/engine-gpu/bench.py until 98%: GPT-2 124M and
 #                 Llama 1B at T 1024, bf16, tokens/s, MFU, peak memory
-#                 (bench.json); then a `MODEL bench:` line (no verdict):
+#                 (bench.json); a `PROFILE <shape>:` line each from a
+#                 profiled run at the same batch (bench.py --profile: a
+#                 step's GPU time in launches and idle, the largest
+#                 launches; the tables under profile/ in results.tgz);
+#                 then a `MODEL bench:` line (no verdict):
 #                 model.py's roofline figure for each measured shape at
 #                 its batch and T beside the measured one;
 #       then `elapsed N s` and `RESULT PASS|FAIL`. Exit 0 only if no step
@@ -266,10 +270,13 @@ step_bench() { # BIN ENGINE DRY
   local left rc
   left=$(until_pct 98)
   if [ "$left" -lt 30 ]; then say "FAIL bench: time budget spent ($left s left)"; FAIL=1; return; fi
-  limited "$left" "$LOGS/bench.log" python3 "$1/bench.py" "$2" $3 --budget $((left - 10)) --out "$LOGS/bench.json"
+  limited "$left" "$LOGS/bench.log" python3 "$1/bench.py" "$2" $3 --budget $((left - 10)) \
+    --out "$LOGS/bench.json" --profile "$LOGS/profile"
   rc=$?
   if [ "$rc" -eq 0 ]; then
-    say "PASS bench: $(tr '\n' ' ' <"$LOGS/bench.log")"
+    say "PASS bench: $(grep -v '^PROFILE ' "$LOGS/bench.log" | tr '\n' ' ')"
+    # where each shape's GPU time went (a profiled run after the measured one)
+    grep '^PROFILE ' "$LOGS/bench.log" | while IFS= read -r l; do say "$l"; done
     # the roofline's figure for the same shapes (modelled, no verdict)
     say "MODEL bench: $(timeout 20 python3 "$1/model.py" --profile "$1/profile.json" \
       --bench-json "$LOGS/bench.json" 2>&1 | tr '\n' ' ')"

@@ -89,6 +89,11 @@ if MODE == "dry":
         check(name in members, f"results.tgz holds {name}")
     check(b'"scaling"' in members.get("bench.json", b"") and b'"gpt2-dry"' in members.get("bench.json", b""),
           "bench.json holds scaling's and bench's results")
+    pline = [l for l in lines if l.startswith("PROFILE ")]
+    check(len(pline) == 2 and all(re.search(r"GPU span [\d.]+ ms, in launches [\d.]+ ms, idle between them "
+                                            r"[\d.]+ ms; largest: k_\w+", l) for l in pline),
+          f"a PROFILE line for each shape, from the profiled run: {pline}")
+    check(any(n.startswith("cuda-profile.") for n in members), "results.tgz holds the profile tables")
     mline = [l for l in lines if l.startswith("MODEL bench: ")]
     check(len(mline) == 1 and "gpt2-dry: no profile (profile.json has gpt2-124M" in mline[0],
           f"model.py's line follows the bench, naming the shapes it has no profile for: {mline}")

@@ -440,6 +440,10 @@ static void t_matmul_gelu(pair *p)
         double rt = dt == KN_F32 ? 2e-5 : dt == KN_BF16 ? 1e-2 : 2e-3;
         double at = dt == KN_F32 ? 2e-6 : dt == KN_BF16 ? 4e-3 : 1e-3;
         double bt = dt == KN_F32 ? 2e-5 : 2e-2; /* dbias: a sum of N rounded terms */
+        /* dpre from an fp32 run: cuBLASLt's DGELU epilogue computes the
+         * derivative less exactly than the CPU's tanhf; on an H200 it is
+         * within 1e-5 of max |dpre| (8e-6 to 9.4e-6 measured) */
+        double dat = dt == KN_F32 ? 2e-5 : at;
         for (int s = 0; s < 4; s++) {
             int N = shapes[s][0] * g_scale, K = shapes[s][1] * g_scale, M = shapes[s][2] * g_scale,
                 P = shapes[s][3] * g_scale;
@@ -520,7 +524,7 @@ static void t_matmul_gelu(pair *p)
                             F(d, dev), w2.dev, F(pre, dev), N, M, P);
             snprintf(what, sizeof what, "matmul_dgelu.%s.%dx%dx%d.dpre",
                      kn_dtype_name((kn_dtype)dt), N, M, P);
-            cmp(p, what, dpre, rt, at);
+            cmp(p, what, dpre, rt, dat);
             snprintf(what, sizeof what, "matmul_dgelu.%s.%dx%dx%d.dbias",
                      kn_dtype_name((kn_dtype)dt), N, M, P);
             cmp(p, what, db, bt, bt);
@@ -847,7 +851,7 @@ static void t_head_padded(pair *p, buf tg, int N, int V)
 
 static void t_crossentropy(pair *p)
 {
-    int N = 23, V = 1001 * g_scale; /* V not a multiple of 64 */
+    int N = 23, V = 1001 * g_scale; /* V not a multiple of 64: the head splits (cuda_loss.cu) */
     int32_t *t = malloc(N * sizeof *t);
     for (int i = 0; i < N; i++)
         t[i] = (int32_t)((urand() + 1) * 0.5 * V) % V;

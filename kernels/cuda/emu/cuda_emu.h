@@ -223,6 +223,14 @@ cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaGetLastError(void);
+/* Events for timing (cuda_profile.cu): launches run when they are issued,
+ * so an event records the host's clock when it is recorded. */
+typedef struct emu_event *cudaEvent_t;
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 /* Only cudaFuncAttributeMaxDynamicSharedMemorySize: the kernel's limit on
  * dynamic shared memory (48 KiB until raised, at most 227 KiB), which
  * emu_launch enforces. The template takes a kernel as nvcc's does. */

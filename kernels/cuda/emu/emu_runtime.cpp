@@ -27,6 +27,7 @@
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <unistd.h>
 #include <sys/mman.h>
@@ -796,6 +797,37 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+struct emu_event {
+    double ms; /* CLOCK_MONOTONIC when recorded; negative until then */
+};
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    *e = (cudaEvent_t)malloc(sizeof **e);
+    if (!*e)
+        return cudaErrorMemoryAllocation;
+    (*e)->ms = -1;
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    free(e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->ms = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    if (start->ms < 0 || end->ms < 0)
+        return cudaErrorInvalidValue;
+    *ms = (float)(end->ms - start->ms);
+    return cudaSuccess;
+}
 /* The emulated device's memory is the host's; its total is the 16 GiB
  * cudaGetDeviceProperties reports. In use: with TY_EMU_GUARD=1 every live
  * cudaMalloc block (each its own mapping, page-rounded); without the guard

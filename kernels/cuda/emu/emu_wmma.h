@@ -24,6 +24,8 @@
 #define TY_EMU_WMMA_H
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 /* The 16-bit storage types of cuda_fp16.h / cuda_bf16.h: bits only. */
@@ -113,6 +115,19 @@ static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, float x)
         e = x;
 }
 
+/* What the GPU requires of a load or store's tile, and does not check:
+ * a 256-bit aligned pointer and a leading dimension of whole 16 bytes
+ * (8 16-bit elements, 4 floats). A tile that breaks it aborts here. */
+static inline void emu_wmma_check(const void *p, unsigned ldm, size_t esize, const char *what)
+{
+    if ((uintptr_t)p % 32 == 0 && ldm * esize % 16 == 0) return;
+    fprintf(stderr,
+            "cuda-emu: %s: tile at %p with ldm %u (%zu-byte elements): the pointer must be "
+            "32-byte aligned and ldm a multiple of 16 bytes\n",
+            what, p, ldm, esize);
+    abort();
+}
+
 /* Element (r, c) of a tile at p: row-major rows of ldm, or columns. */
 template <typename T> static inline float emu_at(const T *p, unsigned ldm, bool col, int r, int c)
 {
@@ -123,6 +138,7 @@ template <typename Use, int M, int N, int K, typename T, typename L>
 static inline void emu_load(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm, bool col)
 {
     typedef fragment<Use, M, N, K, T, L> F;
+    emu_wmma_check(p, ldm, sizeof(T), "wmma::load_matrix_sync");
     for (int r = 0; r < F::R; r++)
         for (int c = 0; c < F::C; c++)
             f.v[r * F::C + c] = emu_at(p, ldm, col, r, c);
@@ -151,6 +167,7 @@ template <int M, int N, int K>
 static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f,
                                      unsigned ldm, layout_t l)
 {
+    emu_wmma_check(p, ldm, sizeof(float), "wmma::store_matrix_sync");
     emu_wmma_meet("wmma::store_matrix_sync");
     for (int e = emu_lane(); e < M * N; e += 32) {
         int r = e / N, c = e % N;
