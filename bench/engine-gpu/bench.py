@@ -10,6 +10,14 @@
 #   bench.py ENGINE --dry     (here: tiny shapes on the emulated backend,
 #                              ENGINE = trainyard-engine-emu; checks the
 #                              script, measures nothing)
+#   --profile DIR: after a shape's measured run, one more at its batch
+#       for PROFILE_STEPS steps with TY_CUDA_PROFILE=DIR/<shape>
+#       (kernels/cuda/cuda_profile.cu: GPU time by launch name), when the
+#       budget still holds as long again; its table stays in DIR and one
+#       `PROFILE <shape>:` line gives a step's GPU span, the time in
+#       launches and idle between them, and the largest launches. The
+#       measured figures never come from the profiled run (its events and
+#       reads slow the step).
 #
 # Batch: tried from the largest candidate down; a run that ends out of
 # memory (the engine's "out of memory ...", CUDA's "out of memory",
@@ -117,9 +125,13 @@ def read_events(text):
     return events
 
 
-def run_one(engine, tmp, name, s, batch, env, timeout):
+PROFILE_STEPS = 4
+PROFILE_TOP = 8
+
+
+def run_one(engine, tmp, name, s, batch, env, timeout, steps=None):
     cfg = {k: v for k, v in s.items() if k not in ("T", "batches", "steps")}
-    T, steps = s["T"], s["steps"]
+    T, steps = s["T"], steps or s["steps"]
     spec = {"model": {"init": cfg},
             "dataset": {"train": write_data(tmp, s["vocab_size"], T, min(batch * (steps + 1), 1024)), "format": "tokens"},
             "hyperparameters": {"max_steps": steps, "batch_size": batch, "seq_len": T, "lr": 1e-4,
@@ -177,6 +189,53 @@ def sweep(engine, tmp, name, s, env, t_end, run=None):
     return None, tried
 
 
+def read_profile(path):
+    """cuda_profile.cu's table: ({span, launches, gaps} in ms, [(ms, calls, name)])."""
+    with open(path) as f:
+        head = f.readline()
+        m = re.match(r"# span ([\d.]+) ms, launches ([\d.]+) ms, gaps ([\d.]+) ms", head)
+        if not m:
+            raise ValueError(f"{path}: not a profile table: {head.strip()}")
+        f.readline()
+        rows = []
+        for line in f:
+            ms, calls, _, _, rname = line.rstrip("\n").split("\t", 4)
+            if rname != "(gaps)":
+                rows.append((float(ms), int(calls), rname))
+    return dict(zip(("span", "launches", "gaps"), map(float, m.groups()))), rows
+
+
+def profile_shape(engine, tmp, name, s, batch, env, left, out_dir):
+    """One profiled run at batch: the summary dict, or {"error": ...}."""
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    for old in os.listdir(d):
+        os.remove(os.path.join(d, old))
+    r = run_one(engine, tmp, name + "-profile", s, batch, dict(env, TY_CUDA_PROFILE=d), left,
+                steps=PROFILE_STEPS)
+    if "error" in r:
+        return {"error": r["error"]}
+    tables = [os.path.join(d, f) for f in os.listdir(d) if f.startswith("cuda-profile.")]
+    if len(tables) != 1:
+        return {"error": f"{len(tables)} profile tables in {d} (one expected)"}
+    totals, rows = read_profile(tables[0])
+    per = {k: v / PROFILE_STEPS for k, v in totals.items()}
+    top = [{"name": n, "ms_per_step": ms / PROFILE_STEPS, "calls_per_step": c / PROFILE_STEPS,
+            "share": ms / totals["span"] if totals["span"] else 0.0} for ms, c, n in rows[:PROFILE_TOP]]
+    return {"steps": PROFILE_STEPS, "batch": batch, "table": os.path.basename(tables[0]),
+            "span_ms_per_step": per["span"], "launches_ms_per_step": per["launches"],
+            "gaps_ms_per_step": per["gaps"], "top": top}
+
+
+def profile_line(name, p):
+    if "error" in p:
+        return f"PROFILE {name}: no profile: {p['error']}"
+    top = ", ".join(f"{t['name']} {t['ms_per_step']:.1f} ms ({100 * t['share']:.0f}%)" for t in p["top"])
+    return (f"PROFILE {name}: batch {p['batch']}, a step ({p['steps']} profiled, first included): GPU span "
+            f"{p['span_ms_per_step']:.1f} ms, in launches {p['launches_ms_per_step']:.1f} ms, idle between "
+            f"them {p['gaps_ms_per_step']:.1f} ms; largest: {top}")
+
+
 def describe_failure(tried):
     """Why no batch ran, naming the error that stopped the sweep."""
     if not tried:
@@ -196,6 +255,7 @@ def main():
     ap.add_argument("--budget", type=float, default=300, help="seconds for all shapes")
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--dry", action="store_true")
+    ap.add_argument("--profile", metavar="DIR", help="one profiled run per measured shape, tables here")
     a = ap.parse_args()
     env = dict(os.environ)
     shapes = a.shapes.split(",")
@@ -208,6 +268,12 @@ def main():
         for name in shapes:
             s = SHAPES[name]
             r, tried = sweep(a.engine, tmp, name, s, env, t_end)
+            if r and a.profile:
+                left = t_end - time.monotonic()
+                if left > 1.2 * r["wall_s"] + 10:
+                    r["profile"] = profile_shape(a.engine, tmp, name, s, r["batch"], env, left, a.profile)
+                else:
+                    r["profile"] = {"error": f"{left:.0f} s of the budget left, the run took {r['wall_s']} s"}
             if r:
                 r["refused"] = tried
                 results[name] = r
@@ -219,6 +285,8 @@ def main():
                       f"{r['peak_device_bytes'] / 2**20:.0f} MiB, device "
                       f"{'?' if used is None else f'{used / 2**20:.0f} MiB'}"
                       + (f"; out of memory at batch {', '.join(str(t['batch']) for t in tried)}" if tried else ""))
+                if "profile" in r:
+                    print(profile_line(name, r["profile"]))
             else:
                 why = describe_failure(tried)
                 results[name] = {"error": why, "tried": tried}

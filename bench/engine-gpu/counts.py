@@ -21,19 +21,22 @@
 # Five runs give the five coefficients (three for GPT-2, whose vocabulary
 # is emulated whole: no d, e). GEMM FLOPs (2 m n k, one of m, n, k being BT
 # or V) and every elementwise byte count are such polynomials, so the fit
-# is exact for them; a count with a ceiling in it (none today) would be
+# is exact for them; a count with a ceiling in it (the two-stage column
+# sums' partial buffers, ceil(BT / rows a block) of them) is
 # approximate. One more run at a larger B and T than any fitted is
 # predicted and compared, and the worst relative error is stored.
 # Layers: a run at L = 2 is aligned launch by launch with the L = 1 run
-# (difflib on the names): the launches it adds are one more layer's, each
-# a copy of one at L = 1 (the same name and counts) whose fit it takes;
-# launches present in both whose counts differ (the flat optimizer's
-# parameters, a gradient norm) grow by that difference per layer.
+# (difflib on names and counts, then on names where only counts differ):
+# the launches it adds are one more layer's, each a copy of one at L = 1
+# (the same name and counts) whose fit it takes; launches present in both
+# whose counts differ (a launch over every parameter, a gradient norm)
+# grow by that difference per layer.
 # Standard library only.
 import argparse
 import difflib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -80,8 +83,10 @@ def count_run(engine, tmp, s, B, T, L, V, steps):
     env = dict(os.environ, TY_KERNELS="cuda-emu", TY_EMU_COUNT=counts, OMP_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1")
     env.pop("TY_EMU_COUNT_MEM", None)
-    p = subprocess.run([engine, "--spec", sp, "--workdir", os.path.join(tmp, "w-" + tag)],
+    wd = os.path.join(tmp, "w-" + tag)
+    p = subprocess.run([engine, "--spec", sp, "--workdir", wd],
                        capture_output=True, text=True, env=env, timeout=1800)
+    shutil.rmtree(wd, ignore_errors=True)  # its final checkpoint: up to GBs a Llama-width run
     events = bench.read_events(p.stdout)
     started = [e for e in events if e.get("ev") == "started"]
     if p.returncode != 0 or not started:
@@ -178,6 +183,54 @@ def generic_name(name, B, T, V):
     return " ".join(out)
 
 
+def align_layer(name, base, two):
+    """The L = 2 step launch by launch against the L = 1 step: (index in
+    base, 1, per-layer growth) for a launch both make, (index, 0, None)
+    for one the second layer adds, a copy of base's launch with the same
+    name and counts. Aligned on name and counts first, so that launches
+    sharing a name (one optimizer launch per tensor) pair with their own
+    tensor's; what differs in counts only (a launch over every parameter)
+    is then aligned on names and grows by the difference."""
+    keys = [[(r["name"], tuple(quantities(r))) for r in rs] for rs in (base, two)]
+    out = []
+
+    def copy(j):
+        q = quantities(two[j])
+        same = [i for i, r in enumerate(base) if r["name"] == two[j]["name"] and quantities(r) == q]
+        if not same:
+            raise SystemExit(f"counts.py: {name}: the second layer's {two[j]['name']} matches "
+                             "no launch of the first")
+        out.append((same[0], 0, None))
+
+    def grow(i, j):
+        out.append((i, 1, [b - a for a, b in zip(quantities(base[i]), quantities(two[j]))]))
+
+    sm = difflib.SequenceMatcher(None, keys[0], keys[1], autojunk=False)
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            for i, j in zip(range(i1, i2), range(j1, j2)):
+                grow(i, j)
+        elif tag == "insert":
+            for j in range(j1, j2):
+                copy(j)
+        elif tag == "replace":
+            sub = difflib.SequenceMatcher(None, [k[0] for k in keys[0][i1:i2]],
+                                          [k[0] for k in keys[1][j1:j2]], autojunk=False)
+            for t, a1, a2, b1, b2 in sub.get_opcodes():
+                if t == "equal":
+                    for i, j in zip(range(i1 + a1, i1 + a2), range(j1 + b1, j1 + b2)):
+                        grow(i, j)
+                elif t == "insert":
+                    for j in range(j1 + b1, j1 + b2):
+                        copy(j)
+                else:
+                    raise SystemExit(f"counts.py: {name}: L = 2 is not L = 1 plus launches "
+                                     f"({t} at {i1 + a1})")
+        else:
+            raise SystemExit(f"counts.py: {name}: L = 2 is not L = 1 plus launches ({tag} at {i1})")
+    return out
+
+
 def profile_shape(engine, tmp, name, s, log):
     with_v = s["model_type"] == "llama"
     vs = V_RUNS if with_v else (None,)
@@ -203,32 +256,15 @@ def profile_shape(engine, tmp, name, s, log):
     if [generic_name(r["name"], Bc, Tc, V0) for r in check] != \
             [generic_name(r["name"], 1, BASE_T, V0) for r in runs[0][1]]:
         raise SystemExit(f"counts.py: {name}: the step at B {Bc} T {Tc} launches other kernels")
-    worst = 0.0
+    worst, worst_at = 0.0, None
     for c, r in zip(coefs, check):
-        for want, got in zip(quantities(r), evaluate(c, Bc, Tc, V0, with_v)):
-            if want or got:
-                worst = max(worst, abs(got - want) / max(abs(want), 1))
+        for q, want, got in zip(QUANT, quantities(r), evaluate(c, Bc, Tc, V0, with_v)):
+            if (want or got) and abs(got - want) / max(abs(want), 1) > worst:
+                worst, worst_at = abs(got - want) / max(abs(want), 1), f"{r['name']} {q}"
     # one more layer
     base = runs[0][1]
     two = step(1, BASE_T, 2, vs[0])
-    sm = difflib.SequenceMatcher(None, [r["name"] for r in base], [r["name"] for r in two],
-                                 autojunk=False)
-    entries = []
-    for tag, i1, i2, j1, j2 in sm.get_opcodes():
-        if tag == "equal":
-            for i, j in zip(range(i1, i2), range(j1, j2)):
-                slope = [b - a for a, b in zip(quantities(base[i]), quantities(two[j]))]
-                entries.append((i, 1, slope))
-        elif tag == "insert":
-            for j in range(j1, j2):
-                q = quantities(two[j])
-                same = [i for i, r in enumerate(base) if r["name"] == two[j]["name"] and quantities(r) == q]
-                if not same:
-                    raise SystemExit(f"counts.py: {name}: the second layer's {two[j]['name']} matches "
-                                     "no launch of the first")
-                entries.append((same[0], 0, None))
-        else:
-            raise SystemExit(f"counts.py: {name}: L = 2 is not L = 1 plus launches ({tag} at {i1})")
+    entries = align_layer(name, base, two)
     launches = {}
     for i, base_count, slope in entries:
         c = [[float(x) for x in cq] for cq in coefs[i]]
@@ -243,7 +279,7 @@ def profile_shape(engine, tmp, name, s, log):
     return {"config": {k: v for k, v in s.items() if k not in ("batches", "steps")},
             "fit_vocab": with_v, "counted_at": {"B": [1, 2], "T": [BASE_T, 2 * BASE_T], "L": [1, 2],
                                                 "V": [v or s["vocab_size"] for v in vs]},
-            "check": {"B": Bc, "T": Tc, "worst_relative_error": worst},
+            "check": {"B": Bc, "T": Tc, "worst_relative_error": worst, "worst_at": worst_at},
             "params": {"at_L1_V0": p1, "V0": V0, "per_V": pv, "per_layer": p2 - p1},
             "launches": list(launches.values())}
 

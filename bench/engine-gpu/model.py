@@ -14,7 +14,7 @@
 # and the step is the sum over its launches (one stream, no overlap).
 # Peaks: NVIDIA H200 SXM datasheet, dense: bf16/fp16 tensor 989 TFLOP/s,
 # TF32 tensor 494, fp32 67, HBM3e 4.8 TB/s (docs/benchmarks.md cites it).
-# Warp MMA FLOPs (none counted yet) are charged at the 16-bit tensor peak.
+# Warp MMA FLOPs (flash attention's tiles) are charged at the 16-bit tensor peak.
 # Launch cost: 3 us per launch, cuBLASLt call, memset or copy (a stated
 # assumption: back-to-back launches without CUDA graphs). Host copies
 # (the batch in, the loss out) are charged at 25 GB/s (assumed PCIe), as
@@ -110,7 +110,8 @@ def report(m, top):
     print(f"  {m['launches']} launches per step, {m['params']} parameters; FLOPs on 16-bit tensor "
           f"cores (cuBLASLt and warp-matrix tiles) {100 * m['tc16_share']:.1f}% of {m['counted_flops_per_token'] / 1e9:.3f} GFLOP/token "
           f"counted (MFU counts {m['flops_per_token'] / 1e9:.3f}); the fit predicted a held-out "
-          f"emulated shape within {100 * m['fit_check']['worst_relative_error']:.2g}%")
+          f"emulated shape within {100 * m['fit_check']['worst_relative_error']:.2g}%"
+          + (f" (worst: {m['fit_check']['worst_at']})" if m['fit_check'].get('worst_at') else ""))
     print(f"  top {top} launches by modelled time:")
     for r in m["top"][:top]:
         print(f"    {100 * r['seconds'] / m['step_s']:5.1f}%  {1e3 * r['seconds']:8.3f} ms  "
