@@ -18,8 +18,9 @@
  *    and abort, naming the kernel and the lanes, when the caller is not in
  *    its own mask, a shuffle reads a lane outside the mask, or the mask
  *    names a lane that has exited (a GPU returns garbage or hangs there);
- *  - warp matrix operations (nvcuda::wmma, emu_wmma.h) are warp
- *    collectives on the same rules, with fp32 accumulation.
+ *  - warp matrix operations (nvcuda::wmma, emu_wmma.h, and PTX's
+ *    mma.sync m16n8k16 with its documented register layout, emu_mma.h)
+ *    are warp collectives on the same rules, with fp32 accumulation.
  * The runtime calls (cudaMalloc, copies, streams, device properties,
  * cudaFuncSetAttribute) are host versions in emu_runtime.cpp, which also
  * holds the launch rules a GPU enforces (dynamic shared memory limits);
@@ -284,5 +285,6 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 /* ---- warp matrix operations (mma.h) ------------------------------------------ */
 
 #include "emu_wmma.h"
+#include "emu_mma.h"
 
 #endif

@@ -414,7 +414,14 @@ emu_uint3 emu_thread_idx(void) { return g_run->f[g_run->cur].tid; }
 emu_uint3 emu_block_idx(void) { return g_block_idx; }
 emu_uint3 emu_block_dim(void) { return g_block_dim; }
 emu_uint3 emu_grid_dim(void) { return g_grid_dim; }
-void *emu_dyn_shared(void) { return g_run->smem.data(); }
+/* The GPU starts a block's dynamic shared memory on an aligned address
+ * (wmma's tiles need 32 bytes); a vector's data is only malloc's 16. */
+enum { EMU_SMEM_ALIGN = 128 };
+void *emu_dyn_shared(void)
+{
+    uintptr_t p = (uintptr_t)g_run->smem.data();
+    return (void *)((p + EMU_SMEM_ALIGN - 1) / EMU_SMEM_ALIGN * EMU_SMEM_ALIGN);
+}
 int emu_lane(void) { return g_run->cur % 32; }
 
 void __syncthreads(void)
@@ -583,7 +590,7 @@ int emu_launch(const char *kernel, const void *fn, dim3 grid, dim3 block, size_t
         r.block = b;
         /* Fresh shared memory per block: poisoned with NaN-ish bytes so a
          * kernel that reads before writing shows it. */
-        r.smem.assign(dyn_smem ? dyn_smem : 1, 0xff);
+        r.smem.assign(dyn_smem + EMU_SMEM_ALIGN, 0xff);
         g_run = &r;
         run_block(r);
         g_run = nullptr;
