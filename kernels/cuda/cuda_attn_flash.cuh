@@ -1,4 +1,4 @@
-/* cuda_attn_flash.cuh — flash attention on tensor cores (nvcuda::wmma) for
+/* cuda_attn_flash.cuh — flash attention on tensor cores (PTX mma, wmma) for
  * bf16 / fp16 q, k, v at head dims 64, 80, 96, 128 and 256; included by
  * cuda_attention.cu, which keeps the scalar kernels for fp32 and the other
  * head dims and picks between them (fl_picks).
@@ -6,15 +6,15 @@
  * Same scheme and results as the scalar kernels (FlashAttention-2, nothing
  * of size T x T, out and lse saved; the backward rebuilds P = exp(S - lse)
  * and dS = P (dP - D_i) scale with D_i = rowsum(dO_i * O_i)), with every
- * product on 16x16x16 warp tiles, fp32 accumulators:
+ * product on the tensor cores, fp32 accumulators:
  *  - Forward: a warp owns 16 query rows (its Q tile staged once), a block
- *    NW warps sharing the K / V tiles of BC keys staged in shared memory.
- *    Per tile S = Q K^T goes to shared memory, two lanes own a row (half
- *    its keys each): mask, soft-cap, online softmax (running max m and
- *    sum l), P, the row of the fp32 output tile O rescaled where its max
- *    moved (after the first tiles, rarely); then O += P V on the tensor
- *    cores
- *    (O loaded into the accumulators from shared memory and stored back).
+ *    NW warps sharing the K / V tiles of 64 keys (16 at head dim 256)
+ *    staged in shared memory. The products are PTX's m16n8k16 MMA
+ *    (kn_mma.cuh), whose register layout is documented, so S, P and the
+ *    output O stay in registers: per tile S = Q K^T, then mask, soft-cap
+ *    and the online softmax on S's registers (running max m and sum l,
+ *    a row's four lanes meeting by shuffles), O's rows rescaled where
+ *    their max moved, and O += P V with P's registers as the A operand.
  *    The end writes out = O / l and lse.
  *  - Backward, deterministic without atomics: k_fl_rowdot computes
  *    D_i and dO's hi + lo split once into scratch (fl_grad), then two
@@ -23,29 +23,32 @@
  *    dP = dO V^T, dS per row, dQ += dS K) and dk/dv (a warp per 16 key rows
  *    of a kv head walks the query heads of its group and their query
  *    tiles: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q).
- *    dQ, and dK / dV up to head dim 128, accumulate in registers (fl_mma)
- *    from the first tile to the last; the forward's O stays in shared
- *    memory, where each tile's rescale reaches its rows.
+ *    Their products are nvcuda::wmma 16x16x16 tiles: dQ, and dK / dV up
+ *    to head dim 128, accumulate in registers (fl_mma) from the first
+ *    tile to the last, and their elementwise work goes through shared
+ *    memory, since a wmma fragment's per-lane layout is the hardware's.
  * q, k, v are exact in the input type; P, dS and the fp32 dO are not, so
  * each enters its products as hi + lo, both in the input type (fl_split,
  * two MMAs; lo x lo left out): one rounded P alone put bf16 results at 5x
  * the 16-bit tolerances of kernels.table at T = 70.
  * Shared-memory tiles are padded by 16 bytes a row (fl_cfg says why).
- * Elementwise work goes through shared memory, never through a fragment's
- * elements, whose per-lane layout is the hardware's: every tile a lane
- * reads back after a store is behind a __syncwarp. Warps per block: the
+ * The backward's elementwise work goes through shared memory, never
+ * through a wmma fragment's elements: every tile a lane reads back after
+ * a store is behind a __syncwarp. Warps per block: the
  * most (4, 2 or 1) whose shared memory fits in 160 KiB where the device
  * grants it, else in 48 KiB (fl_nw); dk/dv at 96 and 128 and dq, dk/dv
  * at 256 need more than 48 KiB even with one warp (48.2 / 60.2 / 61.6 /
  * 79.4 KiB) and run on sm_80 and later only (cuda_attention.cu falls back
  * to the scalar kernels before). No
- * per-thread arrays: ptxas reports no stack (kernels.cuda_attn_ptxas).
+ * per-thread arrays but the forward's S and O, indexed by constants after
+ * full unrolling: ptxas reports no stack (kernels.cuda_attn_ptxas).
  * Each kernel's __launch_bounds__ names one block an SM as its minimum:
  * without it ptxas held some builds to 96 or 128 registers a lane and
  * spilled a few bytes; with it they take 90 to 250, and shared memory,
  * not registers, still bounds the blocks an SM runs.
  * bf16 fragments need sm_80: on sm_75 the bf16 kernels compile empty and
- * fl_picks sends bf16 to the scalar path. */
+ * fl_picks sends bf16 to the scalar path (fp16's m16n8k16 runs there as
+ * two m16n8k8). */
 #ifndef TY_CUDA_ATTN_FLASH_CUH
 #define TY_CUDA_ATTN_FLASH_CUH
 
@@ -55,6 +58,8 @@
 #include <mma.h>
 #endif
 #include <type_traits>
+
+#include "kn_mma.cuh"
 
 namespace KN_NS
 {
@@ -78,8 +83,9 @@ template <int DM, typename E, int W> struct fl_cfg {
     typedef E elem;
     static const int D = DM, BC = DM > 128 ? 16 : 32, NW = W;
     static const int QLD = DM + 8, OLD = DM + 4, SLD = BC + 4, PLD = BC + 8;
-    /* dk/dv's accumulators in registers (fl_mma): 2 x DM / 2 a lane, so
-     * up to head dim 128; at 256 they stay in shared memory. */
+    /* dk/dv on the register MMA (fl_dkdv_reg_run): its dK and dV take
+     * DM registers a lane, so up to head dim 128; at 256 the wmma kernel
+     * with shared-memory accumulators (fl_dkdv_run). */
     static const bool KV_REG = DM <= 128;
 };
 
@@ -168,15 +174,6 @@ __device__ __forceinline__ void fl_mma(fl_acc (&acc)[N / 16], const E *A, int ld
     }
 }
 
-/* fl_ab_acc into register accumulators (ldc unused), so one caller
- * serves either home of its accumulators. */
-template <typename E, int N, int K>
-__device__ __forceinline__ void fl_ab_acc(fl_acc (&acc)[N / 16], int, const E *A, int lda,
-                                          const E *B, int ldb)
-{
-    fl_mma<E, false, N, K>(acc, A, lda, B, ldb);
-}
-
 /* The N / 16 accumulators as zeros, or into C[16][N] (ld ldc, row-major). */
 template <int N> __device__ __forceinline__ void fl_zero(fl_acc (&acc)[N / 16])
 {
@@ -252,13 +249,18 @@ struct fl_grad {
     const uint8_t *lo_rows;
 };
 
-/* Whether any of rows [r0, r0 + R) (R <= 32) of head h has a lo half,
- * the same answer in every lane of the warp (a ballot). */
+/* Whether any of rows [r0, r0 + R) of head h has a lo half, the same
+ * answer in every lane of the warp (a ballot per 32 rows). */
 __device__ __forceinline__ bool fl_has_lo(fl_grad g, int b, int h, int r0, int R, int T, int Hq)
 {
     int lane = threadIdx.x % 32;
-    bool mine = lane < R && r0 + lane < T && g.lo_rows[((size_t)b * Hq + h) * T + r0 + lane];
-    return __ballot_sync(0xffffffffu, mine) != 0;
+    bool any = false;
+    for (int q = 0; q < R; q += 32) {
+        int i = r0 + q + lane;
+        bool mine = q + lane < R && i < T && g.lo_rows[((size_t)b * Hq + h) * T + i];
+        any |= __ballot_sync(0xffffffffu, mine) != 0;
+    }
+    return any;
 }
 
 /* dO's rows [r0, r0 + R) of head h in batch b, hi into sm[R][sld], lo
@@ -280,10 +282,16 @@ __device__ __forceinline__ bool fl_sees(int i, int j, int window)
 
 /* ---- forward ------------------------------------------------------------- */
 
-/* One warp's shared memory in the forward: Q tile, scores, P, O, m, l. */
+/* The key tile of the register kernels (the forward, dq): 64 keys (S in
+ * 32 registers a lane) halve the block barriers of 32; at head dim 256,
+ * where the accumulators take 128 registers a lane, 16 (32 spill). */
+template <class C> struct fl_reg_tile {
+    static const int BC = C::D <= 128 ? 64 : 16;
+};
+
+/* One warp's shared memory in the forward: its Q tile. */
 template <class C> struct fl_fwd_warp {
-    static const int BYTES =
-        16 * C::QLD * 2 + 16 * C::SLD * 4 + 2 * 16 * C::PLD * 2 + 16 * C::OLD * 4 + 128;
+    static const int BYTES = 16 * C::QLD * 2;
 };
 
 struct fl_args {
@@ -291,69 +299,57 @@ struct fl_args {
     int window;
 };
 
-/* One tile's online-softmax step, two lanes a row: lanes r and r + 16
- * each take half the tile's keys and half of O's columns of row r, and
- * combine the row's max and sum by one shuffle each. The row's masked,
- * capped scores S[r][.] of keys j0.. become P (in E), the running max /
- * sum move, O's row is rescaled where its max moved (after the first
- * tiles, rarely). i < 0: a row past Tq. All 32 lanes call. */
-template <class C>
-__device__ __forceinline__ void fl_fwd_row(const float *S, uint16_t *P, float *O, float *m,
-                                           float *l, int lane, int i, int j0, fl_args a)
+/* A [16][BC] product's columns [16 kk, 16 kk + 16), held in C layout
+ * (x: BC / 8 tiles of 4), as the A fragments of its hi and lo halves
+ * (fl_split): tiles 2 kk and 2 kk + 1 are the columns' two halves. */
+template <typename E, int N>
+__device__ __forceinline__ void fl_a_split(uint32_t (&hi)[4], uint32_t (&lo)[4],
+                                           const float (&x)[N][4], int kk)
 {
-    const int SLD = C::SLD, PLD = C::PLD, H = C::BC / 2, DH = C::D / 2;
-    int r = lane % 16, t0 = lane / 16 * H, d0 = lane / 16 * DH;
-    const float *Sr = S + r * SLD;
-    uint16_t *Ph = P + r * PLD, *Pl = P + 16 * PLD + r * PLD;
-    float dt, tmax = -INFINITY, mold = m[r];
-    for (int t = t0; t < t0 + H; t++)
-        if (i >= 0 && fl_sees(i, j0 + t, a.window))
-            tmax = fmaxf(tmax, att_score(Sr[t], a.scale, a.cap, &dt));
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
-    bool none = tmax == -INFINITY; /* nothing visible in this tile: P = 0 */
-    float mnew = fmaxf(mold, tmax), corr = none ? 1.0f : expf(mold - mnew), sum = 0.0f;
-    for (int t = t0; t < t0 + H; t++) {
-        float p = !none && fl_sees(i, j0 + t, a.window)
-                      ? expf(att_score(Sr[t], a.scale, a.cap, &dt) - mnew)
-                      : 0.0f;
-        sum += p;
-        fl_split<typename C::elem>(p, Ph + t, Pl + t);
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-    if (corr != 1.0f)
-        for (int d = d0; d < d0 + DH; d++)
-            O[r * C::OLD + d] *= corr;
-    __syncwarp(); /* both lanes of the row have read m[r] */
-    if (lane < 16 && !none) {
-        l[r] = l[r] * corr + sum;
-        m[r] = mnew;
+    KN_UNROLL(4)
+    for (int r = 0; r < 4; r++) {
+        /* register r: row g + 8 (r % 2), columns 16 kk + 8 (r / 2) + 2t, +1 */
+        const float *c = x[2 * kk + r / 2] + 2 * (r % 2);
+        uint16_t h0, l0, h1, l1;
+        fl_split<E>(c[0], &h0, &l0);
+        fl_split<E>(c[1], &h1, &l1);
+        hi[r] = kn_pack16(h0, h1);
+        lo[r] = kn_pack16(l0, l1);
     }
 }
 
+/* The forward on kn_mma16816, whose fragments' layout is documented
+ * (kn_mma.cuh), so S, P and O stay in registers from the first key tile
+ * to the last: lane 4 g + t holds rows g and g + 8 of the warp's 16, of
+ * S the keys 8 j + 2t, +1 of each 8-key tile j, of O the columns 8 n + 2t,
+ * +1. A row's max and sum meet over its four lanes (t) by two shuffles;
+ * each lane keeps its partial sum of P (rescaled with the row) and the
+ * four are added at the end, in a fixed order. P's hi + lo halves
+ * (fl_split) are the A fragments of O += P V as they stand: S's tiles 2kk
+ * and 2kk + 1 are the keys of P's k step kk. */
 template <class C>
 __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q, const void *k,
                                            const void *v, int Tq, int Tk, int Hq, int Hkv, int ldq,
                                            int ldkv, fl_args a)
 {
     typedef typename C::elem E;
-    const int D = C::D, BC = C::BC, BR = 16 * C::NW;
-    const int QLD = C::QLD, OLD = C::OLD, SLD = C::SLD, PLD = C::PLD;
+    const bool BF = fl_type<E>::dt == KN_BF16;
+    const int D = C::D, BC = fl_reg_tile<C>::BC, BR = 16 * C::NW, QLD = C::QLD;
     KN_DYN_SHARED(unsigned char, sm);
-    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + BC * QLD;
-    unsigned char *mine = sm + 2 * BC * QLD * 2 + w * fl_fwd_warp<C>::BYTES;
-    uint16_t *Qs = (uint16_t *)mine;
-    float *S = (float *)(Qs + 16 * QLD);
-    uint16_t *P = (uint16_t *)(S + 16 * SLD);
-    float *O = (float *)(P + 2 * 16 * PLD), *m = O + 16 * OLD, *l = m + 16;
+    uint16_t *Qs = Vs + BC * QLD + w * 16 * QLD;
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv), q0 = Tk - Tq;
     int r0 = blockIdx.x * BR + w * 16, i0 = q0 + blockIdx.x * BR, wi0 = q0 + r0;
     size_t kvb = (size_t)b * Tk * ldkv + (size_t)hk * D;
     fl_stage(Qs, QLD, q, (size_t)b * Tq * ldq + (size_t)h * D, r0, 16, Tq, D, ldq, lane, 32);
-    for (int e = lane; e < 16 * OLD; e += 32)
-        O[e] = 0.0f;
-    if (lane < 16) m[lane] = -INFINITY, l[lane] = 0.0f;
     __syncwarp();
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    KN_UNROLL(32)
+    for (int n = 0; n < D / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    /* this lane's two rows: query positions, -1 past Tq */
+    int qi[2] = {r0 + g < Tq ? wi0 + g : -1, r0 + g + 8 < Tq ? wi0 + g + 8 : -1};
     int last = min(Tk - 1, i0 + BR - 1), wlast = min(Tk - 1, wi0 + 15);
     for (int j0 = att_lo(i0, a.window) / BC * BC; j0 <= last; j0 += BC) {
         __syncthreads(); /* the previous tile is consumed */
@@ -362,25 +358,89 @@ __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q,
         __syncthreads();
         if (r0 >= Tq || j0 > wlast || j0 + BC <= att_lo(wi0, a.window))
             continue; /* the warp's rows see none of this tile */
-        fl_acc sc[BC / 16];
-        fl_zero<BC>(sc);
-        fl_mma<E, true, BC, D>(sc, (const E *)Qs, QLD, (const E *)Ks, QLD);
-        fl_store<BC>(S, SLD, sc);
-        __syncwarp();
-        fl_fwd_row<C>(S, P, O, m, l, lane, r0 + lane % 16 < Tq ? wi0 + lane % 16 : -1, j0, a);
-        __syncwarp();
-        fl_ab_acc<E, D, BC>(O, OLD, (const E *)P, PLD, (const E *)Vs, QLD);
-        fl_ab_acc<E, D, BC>(O, OLD, (const E *)P + 16 * PLD, PLD, (const E *)Vs, QLD);
-        __syncwarp();
+        float s[BC / 8][4];
+        KN_UNROLL(8)
+        for (int j = 0; j < BC / 8; j++)
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        KN_UNROLL(16)
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t qa[4];
+            kn_mma_load_a(qa, Qs, QLD, 16 * kk);
+            KN_UNROLL(8)
+            for (int j = 0; j < BC / 8; j++) {
+                uint32_t kb[2];
+                kn_mma_load_bt(kb, Ks, QLD, 8 * j, 16 * kk);
+                kn_mma16816<BF>(s[j], qa, kb);
+            }
+        }
+        /* the online softmax of rows g (r = 0) and g + 8 (r = 1) */
+        KN_UNROLL(2)
+        for (int r = 0; r < 2; r++) {
+            float tmax = -INFINITY, dt;
+            KN_UNROLL(8)
+            for (int j = 0; j < BC / 8; j++)
+                KN_UNROLL(2)
+                for (int e = 0; e < 2; e++) {
+                    bool on = qi[r] >= 0 && fl_sees(qi[r], j0 + 8 * j + 2 * t + e, a.window);
+                    float x = on ? att_score(s[j][2 * r + e], a.scale, a.cap, &dt) : -INFINITY;
+                    s[j][2 * r + e] = x;
+                    tmax = fmaxf(tmax, x);
+                }
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+            bool none = tmax == -INFINITY; /* nothing visible in this tile: P = 0 */
+            float mnew = fmaxf(m[r], tmax), corr = none ? 1.0f : expf(m[r] - mnew), sum = 0.0f;
+            KN_UNROLL(8)
+            for (int j = 0; j < BC / 8; j++)
+                KN_UNROLL(2)
+                for (int e = 0; e < 2; e++) {
+                    float x = s[j][2 * r + e];
+                    float p = x == -INFINITY ? 0.0f : expf(x - mnew);
+                    s[j][2 * r + e] = p;
+                    sum += p;
+                }
+            l[r] = l[r] * corr + sum;
+            if (!none) m[r] = mnew;
+            if (corr != 1.0f)
+                KN_UNROLL(32)
+                for (int n = 0; n < D / 8; n++)
+                    o[n][2 * r] *= corr, o[n][2 * r + 1] *= corr;
+        }
+        /* O += P V, P as hi + lo */
+        KN_UNROLL(4)
+        for (int kk = 0; kk < BC / 16; kk++) {
+            uint32_t ph[4], pl[4];
+            fl_a_split<E>(ph, pl, s, kk);
+            KN_UNROLL(32)
+            for (int n = 0; n < D / 8; n++) {
+                uint32_t vb[2];
+                kn_mma_load_b(vb, Vs, QLD, 16 * kk, 8 * n);
+                kn_mma16816<BF>(o[n], ph, vb);
+                kn_mma16816<BF>(o[n], pl, vb);
+            }
+        }
     }
-    size_t ob = ((size_t)b * Tq + r0) * Hq * D + (size_t)h * D;
-    for (int e = lane; e < 16 * D; e += 32) {
-        int r = e / D, d = e % D;
-        if (r0 + r < Tq)
-            store_from_f32(out, fl_type<E>::dt, ob + (size_t)r * Hq * D + d, O[r * OLD + d] / l[r]);
+    /* each row's sum over its four lanes, in the same order in each */
+    KN_UNROLL(2)
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     }
-    if (lane < 16 && r0 + lane < Tq)
-        lse[((size_t)b * Hq + h) * Tq + r0 + lane] = m[lane] + logf(l[lane]);
+    KN_UNROLL(2)
+    for (int r = 0; r < 2; r++) {
+        if (qi[r] < 0) continue;
+        int row = r0 + g + 8 * r;
+        float inv = 1.0f / l[r];
+        size_t ob = ((size_t)b * Tq + row) * Hq * D + (size_t)h * D;
+        uint16_t *po = (uint16_t *)out + ob + 2 * t;
+        KN_UNROLL(32)
+        for (int n = 0; n < D / 8; n++) {
+            uint16_t x0 = BF ? to_bf16(o[n][2 * r] * inv) : to_f16(o[n][2 * r] * inv);
+            uint16_t x1 = BF ? to_bf16(o[n][2 * r + 1] * inv) : to_f16(o[n][2 * r + 1] * inv);
+            *(uint32_t *)(po + 8 * n) = kn_pack16(x0, x1);
+        }
+        if (t == 0) lse[((size_t)b * Hq + h) * Tq + row] = m[r] + logf(l[r]);
+    }
 }
 
 /* bf16 fragments exist from sm_80: the body compiles empty before. */
@@ -434,11 +494,9 @@ __global__ void k_fl_rowdot(float *Dd, uint8_t *lo_rows, uint16_t *doh, uint16_t
 
 /* ---- backward: dq -------------------------------------------------------- */
 
-/* One warp's shared memory in dq: Q, dO (hi, lo), S, dP, dS (hi, lo), dQ,
- * L, D. */
+/* One warp's shared memory in dq: Q, dO (hi, lo). */
 template <class C> struct fl_dq_warp {
-    static const int BYTES = 3 * 16 * C::QLD * 2 + 2 * 16 * C::SLD * 4 + 2 * 16 * C::PLD * 2 +
-                             16 * C::OLD * 4 + 128;
+    static const int BYTES = 3 * 16 * C::QLD * 2;
 };
 
 /* P and dS of one score (0 where masked), dS split into ds[0] and ds[n]. */
@@ -451,37 +509,42 @@ __device__ __forceinline__ float fl_ds(float s, float dp, float L, float Dd, boo
     return p;
 }
 
+/* dq on kn_mma16816, as the forward: a warp's 16 query rows walk the key
+ * tiles with S = Q K^T, dP = dO V^T, dS and the dQ accumulators in
+ * registers (lane 4 g + t: rows g and g + 8); dS's hi + lo halves are the
+ * A fragments of dQ += dS K. */
 template <class C>
 __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse, const void *q,
                                           const void *k, const void *v, int T, int Hq, int Hkv,
                                           int ldq, int ldkv, fl_args a)
 {
     typedef typename C::elem E;
-    const int D = C::D, BC = C::BC, BR = 16 * C::NW;
-    const int QLD = C::QLD, OLD = C::OLD, SLD = C::SLD, PLD = C::PLD;
+    const bool BF = fl_type<E>::dt == KN_BF16;
+    const int D = C::D, BC = fl_reg_tile<C>::BC, BR = 16 * C::NW, QLD = C::QLD;
     KN_DYN_SHARED(unsigned char, sm);
-    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
     uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + BC * QLD;
-    uint16_t *Qs = (uint16_t *)(sm + 2 * BC * QLD * 2 + w * fl_dq_warp<C>::BYTES),
-             *dOs = Qs + 16 * QLD;
-    float *S = (float *)(dOs + 2 * 16 * QLD), *dP = S + 16 * SLD;
-    uint16_t *dS = (uint16_t *)(dP + 16 * SLD);
-    float *dQ = (float *)(dS + 2 * 16 * PLD), *Ls = dQ + 16 * OLD, *Dd = Ls + 16;
+    uint16_t *Qs = Vs + BC * QLD + w * 3 * 16 * QLD, *dOs = Qs + 16 * QLD, *dOl = dOs + 16 * QLD;
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
     int r0 = blockIdx.x * BR + w * 16, i0 = blockIdx.x * BR;
     size_t kvb = (size_t)b * T * ldkv + (size_t)hk * D;
     fl_stage(Qs, QLD, q, (size_t)b * T * ldq + (size_t)h * D, r0, 16, T, D, ldq, lane, 32);
     bool lo = fl_has_lo(g, b, h, r0, 16, T, Hq);
     fl_stage_do(dOs, QLD, g, lo, b, h, r0, 16, T, Hq, D, lane, 32);
-    fl_acc acc[D / 16];
-    fl_zero<D>(acc);
-    if (lane < 16) {
-        size_t lb = ((size_t)b * Hq + h) * T + r0 + lane;
-        bool live = r0 + lane < T;
-        Ls[lane] = live ? lse[lb] : 0.0f;
-        Dd[lane] = live ? g.Dd[lb] : 0.0f;
-    }
     __syncwarp();
+    int qi[2];
+    float L[2], Dd[2], acc[D / 8][4];
+    KN_UNROLL(2)
+    for (int r = 0; r < 2; r++) {
+        int row = r0 + gr + 8 * r;
+        size_t lb = ((size_t)b * Hq + h) * T + row;
+        qi[r] = row < T ? row : -1;
+        L[r] = row < T ? lse[lb] : 0.0f;
+        Dd[r] = row < T ? g.Dd[lb] : 0.0f;
+    }
+    KN_UNROLL(32)
+    for (int n = 0; n < D / 8; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     int last = min(T - 1, i0 + BR - 1), wlast = min(T - 1, r0 + 15);
     for (int j0 = att_lo(i0, a.window) / BC * BC; j0 <= last; j0 += BC) {
         __syncthreads();
@@ -489,25 +552,63 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
         fl_stage(Vs, QLD, v, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
         __syncthreads();
         if (r0 >= T || j0 > wlast || j0 + BC <= att_lo(r0, a.window)) continue;
-        fl_scores<E, BC, D>(S, dP, SLD, (const E *)Qs, (const E *)Ks, (const E *)dOs,
-                            (const E *)Vs, (const E *)dOs + 16 * QLD, (const E *)Vs, lo, QLD);
-        __syncwarp();
-        for (int e = lane; e < 16 * BC; e += 32) {
-            int r = e / BC, t = e % BC, i = r0 + r;
-            fl_ds<C>(S[r * SLD + t], dP[r * SLD + t], Ls[r], Dd[r],
-                     i < T && fl_sees(i, j0 + t, a.window), a, dS + r * PLD + t, 16 * PLD);
+        float s[BC / 8][4], dp[BC / 8][4];
+        KN_UNROLL(8)
+        for (int j = 0; j < BC / 8; j++)
+            KN_UNROLL(4)
+            for (int x = 0; x < 4; x++)
+                s[j][x] = dp[j][x] = 0.0f;
+        KN_UNROLL(16)
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t qa[4], da[4], dl[4];
+            kn_mma_load_a(qa, Qs, QLD, 16 * kk);
+            kn_mma_load_a(da, dOs, QLD, 16 * kk);
+            if (lo) kn_mma_load_a(dl, dOl, QLD, 16 * kk);
+            KN_UNROLL(8)
+            for (int j = 0; j < BC / 8; j++) {
+                uint32_t kb[2], vb[2];
+                kn_mma_load_bt(kb, Ks, QLD, 8 * j, 16 * kk);
+                kn_mma_load_bt(vb, Vs, QLD, 8 * j, 16 * kk);
+                kn_mma16816<BF>(s[j], qa, kb);
+                kn_mma16816<BF>(dp[j], da, vb);
+                if (lo) kn_mma16816<BF>(dp[j], dl, vb);
+            }
         }
-        __syncwarp();
-        fl_mma<E, false, D, BC>(acc, (const E *)dS, PLD, (const E *)Ks, QLD);
-        fl_mma<E, false, D, BC>(acc, (const E *)dS + 16 * PLD, PLD, (const E *)Ks, QLD);
-        __syncwarp(); /* dS is rewritten by the next tile */
+        /* dS = P (dP - D_i) scale, 0 where masked, into s */
+        KN_UNROLL(2)
+        for (int r = 0; r < 2; r++)
+            KN_UNROLL(8)
+            for (int j = 0; j < BC / 8; j++)
+                KN_UNROLL(2)
+                for (int e = 0; e < 2; e++) {
+                    bool sees = qi[r] >= 0 && fl_sees(qi[r], j0 + 8 * j + 2 * t + e, a.window);
+                    float dt = 1.0f, x = s[j][2 * r + e];
+                    float p = sees ? expf(att_score(x, a.scale, a.cap, &dt) - L[r]) : 0.0f;
+                    s[j][2 * r + e] = sees ? p * (dp[j][2 * r + e] - Dd[r]) * a.scale * dt : 0.0f;
+                }
+        KN_UNROLL(4)
+        for (int kk = 0; kk < BC / 16; kk++) {
+            uint32_t dh[4], dlo[4];
+            fl_a_split<E>(dh, dlo, s, kk);
+            KN_UNROLL(32)
+            for (int n = 0; n < D / 8; n++) {
+                uint32_t kb[2];
+                kn_mma_load_b(kb, Ks, QLD, 16 * kk, 8 * n);
+                kn_mma16816<BF>(acc[n], dh, kb);
+                kn_mma16816<BF>(acc[n], dlo, kb);
+            }
+        }
     }
-    fl_store<D>(dQ, OLD, acc);
-    __syncwarp();
-    for (int e = lane; e < 16 * D; e += 32)
-        if (r0 + e / D < T)
-            dq[((size_t)b * T + r0 + e / D) * ldq + (size_t)h * D + e % D] +=
-                dQ[(e / D) * OLD + e % D];
+    KN_UNROLL(2)
+    for (int r = 0; r < 2; r++) {
+        if (qi[r] < 0) continue;
+        float *o = dq + ((size_t)b * T + qi[r]) * ldq + (size_t)h * D + 2 * t;
+        KN_UNROLL(32)
+        for (int n = 0; n < D / 8; n++) {
+            o[8 * n] += acc[n][2 * r];
+            o[8 * n + 1] += acc[n][2 * r + 1];
+        }
+    }
 }
 
 /* bf16 fragments exist from sm_80: the body compiles empty before. */
@@ -534,12 +635,12 @@ template <class C> struct fl_kv_warp {
 
 /* Stages query tile [i0, i0 + BC) of head h: Q, dO split (its lo half
  * when lo_too), L and D. */
-template <class C>
+template <class C, int BC>
 __device__ __forceinline__ void fl_kv_stage(unsigned char *sm, fl_grad g, bool lo_too,
                                             const float *lse, const void *q, int b, int h, int i0,
                                             int T, int Hq, int ldq)
 {
-    const int D = C::D, BC = C::BC, QLD = C::QLD;
+    const int D = C::D, QLD = C::QLD;
     uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + BC * QLD;
     float *Ls = (float *)(dOs + 2 * BC * QLD), *Dd = Ls + BC;
     fl_stage(Qs, QLD, q, (size_t)b * T * ldq + (size_t)h * D, i0, BC, T, D, ldq, threadIdx.x,
@@ -570,10 +671,9 @@ __device__ __forceinline__ void fl_kv_probs(uint16_t *Pt, uint16_t *dSt, const f
 
 /* dV += P^T dO and dK += dS^T Q, each factor split (hi, lo): the lo x lo
  * product is below the fp32 accumulation's own rounding and left out; dO's
- * lo only when lo. Acc: shared-memory accumulators (float *, head dim
- * 256) or registers (fl_acc[D / 16]). */
-template <class C, typename Acc>
-__device__ __forceinline__ void fl_kv_acc(Acc &dK, Acc &dV, const uint16_t *Pt,
+ * lo only when lo. dK, dV: shared-memory accumulators. */
+template <class C>
+__device__ __forceinline__ void fl_kv_acc(float *dK, float *dV, const uint16_t *Pt,
                                           const uint16_t *dSt, const uint16_t *Qs,
                                           const uint16_t *dOs, bool lo)
 {
@@ -587,6 +687,9 @@ __device__ __forceinline__ void fl_kv_acc(Acc &dK, Acc &dV, const uint16_t *Pt,
     fl_ab_acc<E, D, BC>(dK, OLD, dS + 16 * PLD, PLD, Q, QLD);
 }
 
+/* dk/dv at head dim 256 on wmma: a warp's 16 keys walk the query tiles
+ * with S^T, dP^T, P^T and dS^T through shared memory, dK and dV
+ * accumulated in shared memory (in registers they would take 256 a lane). */
 template <class C>
 __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, const float *lse,
                                             const void *q, const void *k, const void *v, int T,
@@ -608,14 +711,8 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
     size_t kvb = (size_t)b * T * ldkv + (size_t)hk * D;
     fl_stage(Kw, QLD, k, kvb, j0, 16, T, D, ldkv, lane, 32);
     fl_stage(Vw, QLD, v, kvb, j0, 16, T, D, ldkv, lane, 32);
-    /* register accumulators; unused (and dropped by the compiler) at 256 */
-    fl_acc aK[C::KV_REG ? D / 16 : 1], aV[C::KV_REG ? D / 16 : 1];
-    if constexpr (C::KV_REG) {
-        fl_zero<D>(aK);
-        fl_zero<D>(aV);
-    } else
-        for (int e = lane; e < 16 * OLD; e += 32)
-            dK[e] = dV[e] = 0.0f;
+    for (int e = lane; e < 16 * OLD; e += 32)
+        dK[e] = dV[e] = 0.0f;
     __syncwarp();
     /* Query rows past the block's last key's window see none of it. */
     int iend = a.window > 0 ? min(T, jb + BR - 1 + a.window) : T;
@@ -624,7 +721,7 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
         for (int i0 = jb / BC * BC; i0 < iend; i0 += BC) {
             __syncthreads();
             bool lo = fl_has_lo(g, b, h, i0, BC, T, Hq); /* the same in every warp */
-            fl_kv_stage<C>(sm, g, lo, lse, q, b, h, i0, T, Hq, ldq);
+            fl_kv_stage<C, BC>(sm, g, lo, lse, q, b, h, i0, T, Hq, ldq);
             __syncthreads();
             if (j0 >= T || i0 + BC <= j0 || i0 >= wend) continue;
             fl_scores<E, BC, D>(St, dPt, SLD, (const E *)Kw, (const E *)Qs, (const E *)Vw,
@@ -632,16 +729,9 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
             __syncwarp();
             fl_kv_probs<C>(Pt, dSt, St, dPt, Ls, Dd, j0, i0, T, a);
             __syncwarp();
-            if constexpr (C::KV_REG)
-                fl_kv_acc<C>(aK, aV, Pt, dSt, Qs, dOs, lo);
-            else
-                fl_kv_acc<C>(dK, dV, Pt, dSt, Qs, dOs, lo);
+            fl_kv_acc<C>(dK, dV, Pt, dSt, Qs, dOs, lo);
             __syncwarp(); /* P^T, dS^T are rewritten by the next tile */
         }
-    if constexpr (C::KV_REG) {
-        fl_store<D>(dK, OLD, aK);
-        fl_store<D>(dV, OLD, aV);
-    }
     __syncwarp();
     for (int e = lane; e < 16 * D; e += 32) {
         int r = e / D, d = e % D;
@@ -652,14 +742,149 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
     }
 }
 
+/* The query tile of the register dk/dv: S^T and dP^T take BC / 2
+ * registers a lane each beside dK and dV's D: 64 queries up to head dim
+ * 80, 32 at 96 and 16 at 128 (at sm_90 more spill). */
+template <class C> struct fl_kv_reg_tile {
+    static const int BC = C::D <= 80 ? 64 : C::D <= 96 ? 32 : 16;
+};
+/* Its block's query tile (Q, dO hi, lo, L, D) and a warp's K, V. */
+template <class C> struct fl_kv_reg_block {
+    static const int BYTES = 3 * fl_kv_reg_tile<C>::BC * C::QLD * 2 + 2 * fl_kv_reg_tile<C>::BC * 4;
+};
+template <class C> struct fl_kv_reg_warp {
+    static const int BYTES = 2 * 16 * C::QLD * 2;
+};
+
+/* dk/dv up to head dim 128 on kn_mma16816: a warp's 16 keys (rows g and
+ * g + 8 of lane 4 g + t) walk the query tiles of the heads of their group
+ * with S^T = K Q^T, dP^T = V dO^T, P^T, dS^T and the dK, dV accumulators
+ * in registers; P^T's and dS^T's hi + lo halves are the A fragments of
+ * dV += P^T dO and dK += dS^T Q (lo x lo left out; dO's lo only where a
+ * row has one). */
+template <class C>
+__device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g, const float *lse,
+                                                const void *q, const void *k, const void *v, int T,
+                                                int Hq, int Hkv, int ldq, int ldkv, fl_args a)
+{
+    typedef typename C::elem E;
+    const bool BF = fl_type<E>::dt == KN_BF16;
+    const int D = C::D, BC = fl_kv_reg_tile<C>::BC, BR = 16 * C::NW, QLD = C::QLD;
+    KN_DYN_SHARED(unsigned char, sm);
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
+    int group = Hq / Hkv;
+    const uint16_t *Qs = (const uint16_t *)sm, *dOs = Qs + BC * QLD, *dOl = dOs + BC * QLD;
+    const float *Ls = (const float *)(dOl + BC * QLD), *Dd = Ls + BC;
+    uint16_t *Kw = (uint16_t *)(sm + fl_kv_reg_block<C>::BYTES + w * fl_kv_reg_warp<C>::BYTES),
+             *Vw = Kw + 16 * QLD;
+    int b = blockIdx.z, hk = blockIdx.y, jb = blockIdx.x * BR, j0 = jb + w * 16;
+    size_t kvb = (size_t)b * T * ldkv + (size_t)hk * D;
+    fl_stage(Kw, QLD, k, kvb, j0, 16, T, D, ldkv, lane, 32);
+    fl_stage(Vw, QLD, v, kvb, j0, 16, T, D, ldkv, lane, 32);
+    __syncwarp();
+    int kj[2] = {j0 + gr, j0 + gr + 8}; /* this lane's two keys */
+    float dK[D / 8][4], dV[D / 8][4];
+    KN_UNROLL(16)
+    for (int n = 0; n < D / 8; n++)
+        KN_UNROLL(4)
+        for (int x = 0; x < 4; x++)
+            dK[n][x] = dV[n][x] = 0.0f;
+    /* Query rows past the block's last key's window see none of it. */
+    int iend = a.window > 0 ? min(T, jb + BR - 1 + a.window) : T;
+    int wend = a.window > 0 ? min(T, j0 + 15 + a.window) : T;
+    for (int h = hk * group; h < (hk + 1) * group; h++)
+        for (int i0 = jb / BC * BC; i0 < iend; i0 += BC) {
+            __syncthreads();
+            bool lo = fl_has_lo(g, b, h, i0, BC, T, Hq); /* the same in every warp */
+            fl_kv_stage<C, BC>(sm, g, lo, lse, q, b, h, i0, T, Hq, ldq);
+            __syncthreads();
+            if (j0 >= T || i0 + BC <= j0 || i0 >= wend) continue;
+            float s[BC / 8][4], dp[BC / 8][4];
+            KN_UNROLL(8)
+            for (int j = 0; j < BC / 8; j++)
+                KN_UNROLL(4)
+                for (int x = 0; x < 4; x++)
+                    s[j][x] = dp[j][x] = 0.0f;
+            KN_UNROLL(8)
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t ka[4], va[4];
+                kn_mma_load_a(ka, Kw, QLD, 16 * kk);
+                kn_mma_load_a(va, Vw, QLD, 16 * kk);
+                KN_UNROLL(8)
+                for (int j = 0; j < BC / 8; j++) {
+                    uint32_t qb[2], ob[2];
+                    kn_mma_load_bt(qb, Qs, QLD, 8 * j, 16 * kk);
+                    kn_mma_load_bt(ob, dOs, QLD, 8 * j, 16 * kk);
+                    kn_mma16816<BF>(s[j], ka, qb);
+                    kn_mma16816<BF>(dp[j], va, ob);
+                    if (lo) {
+                        kn_mma_load_bt(ob, dOl, QLD, 8 * j, 16 * kk);
+                        kn_mma16816<BF>(dp[j], va, ob);
+                    }
+                }
+            }
+            /* P^T into s, dS^T into dp; 0 where masked */
+            KN_UNROLL(2)
+            for (int r = 0; r < 2; r++)
+                KN_UNROLL(8)
+                for (int j = 0; j < BC / 8; j++)
+                    KN_UNROLL(2)
+                    for (int e = 0; e < 2; e++) {
+                        int c = 8 * j + 2 * t + e, i = i0 + c;
+                        bool sees = i < T && fl_sees(i, kj[r], a.window);
+                        float dt = 1.0f, x = s[j][2 * r + e];
+                        float p = sees ? expf(att_score(x, a.scale, a.cap, &dt) - Ls[c]) : 0.0f;
+                        s[j][2 * r + e] = p;
+                        dp[j][2 * r + e] =
+                            sees ? p * (dp[j][2 * r + e] - Dd[c]) * a.scale * dt : 0.0f;
+                    }
+            KN_UNROLL(4)
+            for (int kk = 0; kk < BC / 16; kk++) {
+                uint32_t ph[4], pl[4], dh[4], dl[4];
+                fl_a_split<E>(ph, pl, s, kk);
+                fl_a_split<E>(dh, dl, dp, kk);
+                KN_UNROLL(16)
+                for (int n = 0; n < D / 8; n++) {
+                    uint32_t ob[2], qb[2];
+                    kn_mma_load_b(ob, dOs, QLD, 16 * kk, 8 * n);
+                    kn_mma_load_b(qb, Qs, QLD, 16 * kk, 8 * n);
+                    kn_mma16816<BF>(dV[n], ph, ob);
+                    kn_mma16816<BF>(dV[n], pl, ob);
+                    kn_mma16816<BF>(dK[n], dh, qb);
+                    kn_mma16816<BF>(dK[n], dl, qb);
+                    if (lo) {
+                        kn_mma_load_b(ob, dOl, QLD, 16 * kk, 8 * n);
+                        kn_mma16816<BF>(dV[n], ph, ob);
+                    }
+                }
+            }
+        }
+    KN_UNROLL(2)
+    for (int r = 0; r < 2; r++) {
+        if (kj[r] >= T) continue;
+        size_t row = kvb + (size_t)kj[r] * ldkv + 2 * t;
+        KN_UNROLL(16)
+        for (int n = 0; n < D / 8; n++)
+            KN_UNROLL(2)
+            for (int e = 0; e < 2; e++) {
+                if (dk) dk[row + 8 * n + e] += dK[n][2 * r + e];
+                if (dv) dv[row + 8 * n + e] += dV[n][2 * r + e];
+            }
+    }
+}
+
 /* bf16 fragments exist from sm_80: the body compiles empty before. */
 template <class C>
 __global__ void __launch_bounds__(C::NW * 32, 1)
     k_fl_bwd_dkdv(float *dk, float *dv, fl_grad g, const float *lse, const void *q, const void *k,
                   const void *v, int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
-    if constexpr (fl_type<typename C::elem>::dt == KN_F16 || FL_BF16_OK)
-        fl_dkdv_run<C>(dk, dv, g, lse, q, k, v, T, Hq, Hkv, ldq, ldkv, a);
+    if constexpr (fl_type<typename C::elem>::dt == KN_F16 || FL_BF16_OK) {
+        if constexpr (C::KV_REG)
+            fl_dkdv_reg_run<C>(dk, dv, g, lse, q, k, v, T, Hq, Hkv, ldq, ldkv, a);
+        else
+            fl_dkdv_run<C>(dk, dv, g, lse, q, k, v, T, Hq, Hkv, ldq, ldkv, a);
+    }
 }
 
 /* ---- shared memory and warps per block ----------------------------------- */
@@ -668,8 +893,9 @@ enum { FL_FWD, FL_DQ, FL_DKDV };
 
 template <int K, class C> constexpr size_t fl_smem()
 {
-    return K == FL_FWD  ? (size_t)4 * C::BC * C::QLD + (size_t)C::NW * fl_fwd_warp<C>::BYTES
-           : K == FL_DQ ? (size_t)4 * C::BC * C::QLD + (size_t)C::NW * fl_dq_warp<C>::BYTES
+    return K == FL_FWD  ? (size_t)4 * fl_reg_tile<C>::BC * C::QLD + (size_t)C::NW * fl_fwd_warp<C>::BYTES
+           : K == FL_DQ ? (size_t)4 * fl_reg_tile<C>::BC * C::QLD + (size_t)C::NW * fl_dq_warp<C>::BYTES
+           : C::KV_REG  ? (size_t)fl_kv_reg_block<C>::BYTES + (size_t)C::NW * fl_kv_reg_warp<C>::BYTES
                         : (size_t)fl_kv_block<C>::BYTES + (size_t)C::NW * fl_kv_warp<C>::BYTES;
 }
 

@@ -2,12 +2,15 @@
 # check_attn_ptxas.sh NVCC SRC_DIR INCLUDE... — kernels.cuda_attn_ptxas:
 # ptxas's resource report (-Xptxas -v) for kernels/cuda/cuda_attention.cu
 # at sm_80 and sm_90. Every attention kernel must use no stack frame and
-# spill nothing: the tensor-core ones (k_fl_*: every head dim and both
-# 16-bit types, the forward, dq and dk/dv at two shared-memory limits, 20
-# each, and k_fl_rowdot, the backward's row dots: 61 per architecture)
-# keep their rows in shared memory and 16x16 fragments, the scalar ones (k_attn_*: fp32 and other head dims,
-# three head-dim bounds: 9) in columns of shared memory, never in
-# per-thread arrays, which ptxas puts in local memory.
+# spill nothing. The tensor-core ones (k_fl_*): the forward, dq and dk/dv
+# for every head dim (64, 80, 96, 128, 256) and both 16-bit types, each
+# built for two shared-memory limits (one kernel where both give the same
+# warps a block), and k_fl_rowdot, the backward's row dots: all 30
+# (kernel, head dim, type) must be there. They keep their tiles in shared
+# memory and their accumulators in registers indexed by constants; the
+# scalar ones (k_attn_*: fp32 and other head dims, three head-dim bounds:
+# 9) keep columns of shared memory, never per-thread arrays, which ptxas
+# puts in local memory.
 set -euo pipefail
 nvcc=$1 src=$2
 shift 2
@@ -26,8 +29,14 @@ for arch in 80 90; do
        /bytes stack frame/ && name != "" { print name, $1, $5, $9; name = "" }' "$tmp/v$arch.txt" \
     >"$tmp/k$arch.txt"
   n=$(grep -c 'k_fl_' "$tmp/k$arch.txt" || true)
+  # (kernel, head dim, type) of each k_fl_ kernel but the row dots, from the mangled
+  # name: ...k_fl_fwdINS_6fl_cfgILi64E13__nv_bfloat16Li4E...
+  combos=$(sed -nE 's/.*(k_fl_[a-z_]+)INS_[0-9]+fl_cfgILi([0-9]+)E[0-9]+(__half|__nv_bfloat16)Li.*/\1 \2 \3/p' \
+    "$tmp/k$arch.txt" | sort -u | wc -l)
+  rowdot=$(grep -c 'k_fl_rowdot' "$tmp/k$arch.txt" || true)
   ns=$(grep -c 'k_attn_' "$tmp/k$arch.txt" || true)
-  [ "$n" -eq 61 ] || { echo "FAIL: sm_$arch: $n tensor-core attention kernels, want 61"; fail=1; }
+  [ "$combos" -eq 30 ] && [ "$rowdot" -eq 1 ] ||
+    { echo "FAIL: sm_$arch: $combos (kernel, head dim, type) of 30 and $rowdot row-dot kernels"; fail=1; }
   [ "$ns" -eq 9 ] || { echo "FAIL: sm_$arch: $ns scalar attention kernels, want 9"; fail=1; }
   while read -r name stack st ld; do
     case $name in
