@@ -366,11 +366,12 @@ __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q,
         for (int kk = 0; kk < D / 16; kk++) {
             uint32_t qa[4];
             kn_mma_load_a(qa, Qs, QLD, 16 * kk);
-            KN_UNROLL(8)
-            for (int j = 0; j < BC / 8; j++) {
-                uint32_t kb[2];
-                kn_mma_load_bt(kb, Ks, QLD, 8 * j, 16 * kk);
-                kn_mma16816<BF>(s[j], qa, kb);
+            KN_UNROLL(4)
+            for (int j = 0; j < BC / 8; j += 2) {
+                uint32_t kb[2][2];
+                kn_mma_load_bt2(kb, Ks, QLD, 8 * j, 16 * kk);
+                kn_mma16816<BF>(s[j], qa, kb[0]);
+                kn_mma16816<BF>(s[j + 1], qa, kb[1]);
             }
         }
         /* the online softmax of rows g (r = 0) and g + 8 (r = 1) */
@@ -411,12 +412,15 @@ __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q,
         for (int kk = 0; kk < BC / 16; kk++) {
             uint32_t ph[4], pl[4];
             fl_a_split<E>(ph, pl, s, kk);
-            KN_UNROLL(32)
-            for (int n = 0; n < D / 8; n++) {
-                uint32_t vb[2];
-                kn_mma_load_b(vb, Vs, QLD, 16 * kk, 8 * n);
-                kn_mma16816<BF>(o[n], ph, vb);
-                kn_mma16816<BF>(o[n], pl, vb);
+            KN_UNROLL(16)
+            for (int n = 0; n < D / 8; n += 2) {
+                uint32_t vb[2][2];
+                kn_mma_load_b2(vb, Vs, QLD, 16 * kk, 8 * n);
+                KN_UNROLL(2)
+                for (int x = 0; x < 2; x++) {
+                    kn_mma16816<BF>(o[n + x], ph, vb[x]);
+                    kn_mma16816<BF>(o[n + x], pl, vb[x]);
+                }
             }
         }
     }
@@ -564,14 +568,17 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
             kn_mma_load_a(qa, Qs, QLD, 16 * kk);
             kn_mma_load_a(da, dOs, QLD, 16 * kk);
             if (lo) kn_mma_load_a(dl, dOl, QLD, 16 * kk);
-            KN_UNROLL(8)
-            for (int j = 0; j < BC / 8; j++) {
-                uint32_t kb[2], vb[2];
-                kn_mma_load_bt(kb, Ks, QLD, 8 * j, 16 * kk);
-                kn_mma_load_bt(vb, Vs, QLD, 8 * j, 16 * kk);
-                kn_mma16816<BF>(s[j], qa, kb);
-                kn_mma16816<BF>(dp[j], da, vb);
-                if (lo) kn_mma16816<BF>(dp[j], dl, vb);
+            KN_UNROLL(4)
+            for (int j = 0; j < BC / 8; j += 2) {
+                uint32_t kb[2][2], vb[2][2];
+                kn_mma_load_bt2(kb, Ks, QLD, 8 * j, 16 * kk);
+                kn_mma_load_bt2(vb, Vs, QLD, 8 * j, 16 * kk);
+                KN_UNROLL(2)
+                for (int x = 0; x < 2; x++) {
+                    kn_mma16816<BF>(s[j + x], qa, kb[x]);
+                    kn_mma16816<BF>(dp[j + x], da, vb[x]);
+                    if (lo) kn_mma16816<BF>(dp[j + x], dl, vb[x]);
+                }
             }
         }
         /* dS = P (dP - D_i) scale, 0 where masked, into s */
@@ -590,12 +597,15 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
         for (int kk = 0; kk < BC / 16; kk++) {
             uint32_t dh[4], dlo[4];
             fl_a_split<E>(dh, dlo, s, kk);
-            KN_UNROLL(32)
-            for (int n = 0; n < D / 8; n++) {
-                uint32_t kb[2];
-                kn_mma_load_b(kb, Ks, QLD, 16 * kk, 8 * n);
-                kn_mma16816<BF>(acc[n], dh, kb);
-                kn_mma16816<BF>(acc[n], dlo, kb);
+            KN_UNROLL(16)
+            for (int n = 0; n < D / 8; n += 2) {
+                uint32_t kb[2][2];
+                kn_mma_load_b2(kb, Ks, QLD, 16 * kk, 8 * n);
+                KN_UNROLL(2)
+                for (int x = 0; x < 2; x++) {
+                    kn_mma16816<BF>(acc[n + x], dh, kb[x]);
+                    kn_mma16816<BF>(acc[n + x], dlo, kb[x]);
+                }
             }
         }
     }
@@ -810,16 +820,20 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
                 uint32_t ka[4], va[4];
                 kn_mma_load_a(ka, Kw, QLD, 16 * kk);
                 kn_mma_load_a(va, Vw, QLD, 16 * kk);
-                KN_UNROLL(8)
-                for (int j = 0; j < BC / 8; j++) {
-                    uint32_t qb[2], ob[2];
-                    kn_mma_load_bt(qb, Qs, QLD, 8 * j, 16 * kk);
-                    kn_mma_load_bt(ob, dOs, QLD, 8 * j, 16 * kk);
-                    kn_mma16816<BF>(s[j], ka, qb);
-                    kn_mma16816<BF>(dp[j], va, ob);
+                KN_UNROLL(4)
+                for (int j = 0; j < BC / 8; j += 2) {
+                    uint32_t qb[2][2], ob[2][2];
+                    kn_mma_load_bt2(qb, Qs, QLD, 8 * j, 16 * kk);
+                    kn_mma_load_bt2(ob, dOs, QLD, 8 * j, 16 * kk);
+                    KN_UNROLL(2)
+                    for (int x = 0; x < 2; x++) {
+                        kn_mma16816<BF>(s[j + x], ka, qb[x]);
+                        kn_mma16816<BF>(dp[j + x], va, ob[x]);
+                    }
                     if (lo) {
-                        kn_mma_load_bt(ob, dOl, QLD, 8 * j, 16 * kk);
-                        kn_mma16816<BF>(dp[j], va, ob);
+                        kn_mma_load_bt2(ob, dOl, QLD, 8 * j, 16 * kk);
+                        kn_mma16816<BF>(dp[j], va, ob[0]);
+                        kn_mma16816<BF>(dp[j + 1], va, ob[1]);
                     }
                 }
             }
@@ -843,18 +857,22 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
                 uint32_t ph[4], pl[4], dh[4], dl[4];
                 fl_a_split<E>(ph, pl, s, kk);
                 fl_a_split<E>(dh, dl, dp, kk);
-                KN_UNROLL(16)
-                for (int n = 0; n < D / 8; n++) {
-                    uint32_t ob[2], qb[2];
-                    kn_mma_load_b(ob, dOs, QLD, 16 * kk, 8 * n);
-                    kn_mma_load_b(qb, Qs, QLD, 16 * kk, 8 * n);
-                    kn_mma16816<BF>(dV[n], ph, ob);
-                    kn_mma16816<BF>(dV[n], pl, ob);
-                    kn_mma16816<BF>(dK[n], dh, qb);
-                    kn_mma16816<BF>(dK[n], dl, qb);
+                KN_UNROLL(8)
+                for (int n = 0; n < D / 8; n += 2) {
+                    uint32_t ob[2][2], qb[2][2];
+                    kn_mma_load_b2(ob, dOs, QLD, 16 * kk, 8 * n);
+                    kn_mma_load_b2(qb, Qs, QLD, 16 * kk, 8 * n);
+                    KN_UNROLL(2)
+                    for (int x = 0; x < 2; x++) {
+                        kn_mma16816<BF>(dV[n + x], ph, ob[x]);
+                        kn_mma16816<BF>(dV[n + x], pl, ob[x]);
+                        kn_mma16816<BF>(dK[n + x], dh, qb[x]);
+                        kn_mma16816<BF>(dK[n + x], dl, qb[x]);
+                    }
                     if (lo) {
-                        kn_mma_load_b(ob, dOl, QLD, 16 * kk, 8 * n);
-                        kn_mma16816<BF>(dV[n], ph, ob);
+                        kn_mma_load_b2(ob, dOl, QLD, 16 * kk, 8 * n);
+                        kn_mma16816<BF>(dV[n], ph, ob[0]);
+                        kn_mma16816<BF>(dV[n + 1], ph, ob[1]);
                     }
                 }
             }

@@ -15,9 +15,11 @@
  * 16 kk + 15 of a product (C tiles 2 kk and 2 kk + 1) are the A operand of
  * the next product over those 16 indices (kn_mma_a_from_c).
  *
- * nvcc emits the instruction (sm_80 and later; on sm_75, f16 only, as two
- * m16n8k8); the emulation runs emu_mma.h's warp collective, which holds
- * the same layout. */
+ * Fragments come from shared memory by ldmatrix (four 8 x 8 matrices an
+ * instruction, transposed on the way for a B stored as rows of k).
+ * nvcc emits the instructions (sm_80 and later; on sm_75, f16 only, the
+ * product as two m16n8k8); the emulation runs emu_mma.h's warp
+ * collectives, which hold the same layouts. */
 #ifndef TY_KN_MMA_CUH
 #define TY_KN_MMA_CUH
 
@@ -65,41 +67,63 @@ __device__ __forceinline__ uint32_t kn_pack16(uint16_t lo, uint16_t hi)
     return (uint32_t)lo | (uint32_t)hi << 16;
 }
 
+/* ldmatrix .x4: four 8 x 8 16-bit matrices from shared memory into r[0..3],
+ * lane 8 i + j giving the address of row j of matrix i (16-byte aligned).
+ * Plain, lane 4 g + t receives row g's elements 2t, 2t + 1 of each; with
+ * trans, rows 2t and 2t + 1's element g (the matrix transposed). */
+template <bool TRANS>
+__device__ __forceinline__ void kn_ldsm4(uint32_t (&r)[4], const uint16_t *row)
+{
+#ifdef KN_CUDA_EMU
+    emu_ldsm4(r, row, TRANS);
+#else
+    unsigned addr = (unsigned)__cvta_generic_to_shared(row);
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+#endif
+}
+
 /* The A fragment of rows [0, 16) and columns [k0, k0 + 16) of a row-major
- * 16-bit tile in shared memory (ld elements a row; k0 and ld even). */
+ * 16-bit tile in shared memory (ld elements a row, a multiple of 8; k0 of
+ * 8; the tile 16-byte aligned): matrix i is rows 8 (i % 2), columns
+ * k0 + 8 (i / 2), register a[i] as the layout has it. */
 __device__ __forceinline__ void kn_mma_load_a(uint32_t (&a)[4], const uint16_t *tile, int ld,
                                               int k0)
 {
-    int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const uint16_t *p = tile + (size_t)g * ld + k0 + 2 * t;
-    a[0] = *(const uint32_t *)p;
-    a[1] = *(const uint32_t *)(p + 8 * ld);
-    a[2] = *(const uint32_t *)(p + 8);
-    a[3] = *(const uint32_t *)(p + 8 * ld + 8);
+    int l = threadIdx.x % 32, i = l / 8;
+    kn_ldsm4<false>(a, tile + (size_t)(l % 8 + 8 * (i % 2)) * ld + k0 + 8 * (i / 2));
 }
 
-/* The B fragment of B = X^T for X a row-major [n][k] 16-bit tile (X's rows
- * [n0, n0 + 8) become B's columns, its columns [k0, k0 + 16) B's k): the
- * keys of S = Q K^T, K staged as rows. */
-__device__ __forceinline__ void kn_mma_load_bt(uint32_t (&b)[2], const uint16_t *X, int ld, int n0,
-                                               int k0)
+/* The B fragments of two 8-column tiles of B = X^T for X a row-major
+ * [n][k] 16-bit tile: b[j] is X's rows [n0 + 8j, n0 + 8j + 8) as B's
+ * columns, its columns [k0, k0 + 16) as B's k (the keys of S = Q K^T, K
+ * staged as rows). Matrix 2j + h: rows n0 + 8j, columns k0 + 8h. */
+__device__ __forceinline__ void kn_mma_load_bt2(uint32_t (&b)[2][2], const uint16_t *X, int ld,
+                                                int n0, int k0)
 {
-    int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const uint16_t *p = X + (size_t)(n0 + g) * ld + k0 + 2 * t;
-    b[0] = *(const uint32_t *)p;
-    b[1] = *(const uint32_t *)(p + 8);
+    int l = threadIdx.x % 32, i = l / 8;
+    uint32_t r[4];
+    kn_ldsm4<false>(r, X + (size_t)(n0 + l % 8 + 8 * (i / 2)) * ld + k0 + 8 * (i % 2));
+    b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
-/* The B fragment of B = X for X a row-major [k][n] 16-bit tile (rows
- * [k0, k0 + 16), columns [n0, n0 + 8)): V in O += P V. Two 16-bit loads a
- * register, rows 2t and 2t + 1 apart by ld. */
-__device__ __forceinline__ void kn_mma_load_b(uint32_t (&b)[2], const uint16_t *X, int ld, int k0,
-                                              int n0)
+/* The B fragments of two 8-column tiles of B = X for X a row-major [k][n]
+ * 16-bit tile: b[j] is rows [k0, k0 + 16), columns [n0 + 8j, n0 + 8j + 8)
+ * (V in O += P V), each 8 x 8 matrix transposed by ldmatrix. Matrix
+ * 2j + h: rows k0 + 8h, columns n0 + 8j. */
+__device__ __forceinline__ void kn_mma_load_b2(uint32_t (&b)[2][2], const uint16_t *X, int ld,
+                                               int k0, int n0)
 {
-    int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const uint16_t *p = X + (size_t)(k0 + 2 * t) * ld + n0 + g;
-    b[0] = kn_pack16(p[0], p[ld]);
-    b[1] = kn_pack16(p[8 * ld], p[9 * ld]);
+    int l = threadIdx.x % 32, i = l / 8;
+    uint32_t r[4];
+    kn_ldsm4<true>(r, X + (size_t)(k0 + l % 8 + 8 * (i % 2)) * ld + n0 + 8 * (i / 2));
+    b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
 } // namespace KN_NS

@@ -2,9 +2,10 @@
  * and fragment loads on the emulation (emu_mma.h) against a host product,
  * lane by lane in the documented layout.
  *
- * Each warp computes C = A B + C0 for A 16 x 32 and B 32 x 8 (two k steps)
- * in bf16 and fp16, B loaded as rows of B^T (kn_mma_load_bt) or as B's own
- * rows (kn_mma_load_b); every lane writes its four accumulators where the
+ * Each warp computes C = A B + C0 for A 16 x 32 and B 32 x 16 (two k
+ * steps, two 8-column tiles) in bf16 and fp16, the fragments loaded by
+ * ldmatrix: B as rows of B^T (kn_mma_load_bt2) or as B's own rows,
+ * transposed (kn_mma_load_b2); every lane writes its accumulators where the
  * layout says they belong (row g + 8 (i / 2), column 2t + i % 2), so a
  * lane holding the wrong elements shows as wrong values. Then the C -> A
  * reuse the flash kernels rely on: E = (A B) B2 with A B's two 16 x 8 tiles
@@ -40,62 +41,67 @@ uint16_t bits16(float f, bool bf)
     return (uint16_t)(s | ((e + 15) << 10) | ((a << (10 - e)) & 0x3ffu));
 }
 
-/* Per warp w: A at a + w*512 (16 x 32 row-major); B at b + w*256, as B^T
- * (8 rows of 32) when bt, else B (32 rows of 8); C0 / C at c / out +
- * w*128 (16 x 8 row-major). */
+/* Per warp w: A at a + w*512 (16 x 32 row-major); B (32 x 16) at b +
+ * w*512, as B^T (16 rows of 32) when bt, else B (32 rows of 16); C0 / C
+ * at c / out + w*256 (16 x 16 row-major, two 8-column tiles). */
 template <bool BF>
-__global__ void k_product(float *out, const uint16_t *a, const uint16_t *b, const float *c, int bt)
+__global__ void k_product(float *out, const uint16_t *a, const uint16_t *b, const float *c,
+                          int bt)
 {
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    float acc[4];
-    for (int i = 0; i < 4; i++)
-        acc[i] = c[w * 128 + (g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+    float acc[2][4];
+    for (int n = 0; n < 2; n++)
+        for (int i = 0; i < 4; i++)
+            acc[n][i] = c[w * 256 + (g + 8 * (i / 2)) * 16 + 8 * n + 2 * t + i % 2];
     for (int k0 = 0; k0 < 32; k0 += 16) {
-        uint32_t fa[4], fb[2];
+        uint32_t fa[4], fb[2][2];
         kn_mma_load_a(fa, a + w * 512, 32, k0);
         if (bt)
-            kn_mma_load_bt(fb, b + w * 256, 32, 0, k0);
+            kn_mma_load_bt2(fb, b + w * 512, 32, 0, k0);
         else
-            kn_mma_load_b(fb, b + w * 256, 8, k0, 0);
-        kn_mma16816<BF>(acc, fa, fb);
+            kn_mma_load_b2(fb, b + w * 512, 16, k0, 0);
+        for (int n = 0; n < 2; n++)
+            kn_mma16816<BF>(acc[n], fa, fb[n]);
     }
-    for (int i = 0; i < 4; i++)
-        out[w * 128 + (g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = acc[i];
+    for (int n = 0; n < 2; n++)
+        for (int i = 0; i < 4; i++)
+            out[w * 256 + (g + 8 * (i / 2)) * 16 + 8 * n + 2 * t + i % 2] = acc[n][i];
 }
 
-/* E (16 x 8) = (A B) B2 for A 16 x 16, B 16 x 16 (rows of B^T: two
- * 8-column tiles), B2 16 x 8 (its rows): A B's tiles as an A fragment. */
+/* E (16 x 16) = (A B) B2 for A 16 x 16, B 16 x 16 (rows of B^T), B2
+ * 16 x 16 (its rows): A B's two 8-column tiles as an A fragment. */
 template <bool BF>
 __global__ void k_chain(float *out, const uint16_t *a, const uint16_t *bt, const uint16_t *b2)
 {
     int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     float ab[2][4] = {};
-    uint32_t fa[4], fb[2];
+    uint32_t fa[4], fb[2][2];
     kn_mma_load_a(fa, a, 16, 0);
-    for (int n = 0; n < 2; n++) {
-        kn_mma_load_bt(fb, bt, 16, 8 * n, 0);
-        kn_mma16816<BF>(ab[n], fa, fb);
-    }
+    kn_mma_load_bt2(fb, bt, 16, 0, 0);
+    for (int n = 0; n < 2; n++)
+        kn_mma16816<BF>(ab[n], fa, fb[n]);
     uint32_t pa[4];
     for (int r = 0; r < 4; r++) { /* register r: row g + 8 (r % 2), columns 8 (r / 2) + 2t, +1 */
         const float *x = ab[r / 2] + 2 * (r % 2);
         pa[r] = kn_pack16(bits16(x[0], BF), bits16(x[1], BF));
     }
-    float e[4] = {};
-    kn_mma_load_b(fb, b2, 8, 0, 0);
-    kn_mma16816<BF>(e, pa, fb);
-    for (int i = 0; i < 4; i++)
-        out[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = e[i];
+    float e[2][4] = {};
+    kn_mma_load_b2(fb, b2, 16, 0, 0);
+    for (int n = 0; n < 2; n++) {
+        kn_mma16816<BF>(e[n], pa, fb[n]);
+        for (int i = 0; i < 4; i++)
+            out[(g + 8 * (i / 2)) * 16 + 8 * n + 2 * t + i % 2] = e[n][i];
+    }
 }
 
 __global__ void k_half_warp(float *out, const uint16_t *a)
 {
     if (threadIdx.x >= 16) return;
     float acc[4] = {};
-    uint32_t fa[4], fb[2];
+    uint32_t fa[4], fb[2][2];
     kn_mma_load_a(fa, a, 16, 0);
-    kn_mma_load_bt(fb, a, 16, 0, 0);
-    kn_mma16816<false>(acc, fa, fb);
+    kn_mma_load_bt2(fb, a, 16, 0, 0);
+    kn_mma16816<false>(acc, fa, fb[0]);
     out[threadIdx.x] = acc[0];
 }
 
@@ -115,25 +121,25 @@ float val(size_t i, int salt)
 template <bool BF> int product(int bt)
 {
     const int W = 3;
-    uint16_t *a = dev<uint16_t>(W * 512), *b = dev<uint16_t>(W * 256);
-    float *c = dev<float>(W * 128), *out = dev<float>(W * 128);
-    for (int i = 0; i < W * 512; i++)
+    uint16_t *a = dev<uint16_t>(W * 512), *b = dev<uint16_t>(W * 512);
+    float *c = dev<float>(W * 256), *out = dev<float>(W * 256);
+    for (int i = 0; i < W * 512; i++) {
         a[i] = bits16(val(i, 1), BF);
-    for (int i = 0; i < W * 256; i++)
         b[i] = bits16(val(i, 2), BF);
-    for (int i = 0; i < W * 128; i++)
+    }
+    for (int i = 0; i < W * 256; i++)
         c[i] = val(i, 3);
     cudaStream_t st = nullptr;
     KN_EMU_LAUNCH(k_product<BF>, 1, 32 * W, 0, st, out, a, b, c, bt);
     int bad = 0;
     for (int w = 0; w < W; w++)
         for (int i = 0; i < 16; i++)
-            for (int j = 0; j < 8; j++) {
-                float want = c[w * 128 + i * 8 + j];
+            for (int j = 0; j < 16; j++) {
+                float want = c[w * 256 + i * 16 + j];
                 for (int k = 0; k < 32; k++) /* B[k][j]: B^T's row j, or B's row k */
                     want += val(w * 512 + i * 32 + k, 1) *
-                            val(w * 256 + (bt ? j * 32 + k : k * 8 + j), 2);
-                bad += out[w * 128 + i * 8 + j] != want;
+                            val(w * 512 + (bt ? j * 32 + k : k * 16 + j), 2);
+                bad += out[w * 256 + i * 16 + j] != want;
             }
     cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(out);
     return bad;
@@ -141,35 +147,34 @@ template <bool BF> int product(int bt)
 
 template <bool BF> int chain(void)
 {
-    uint16_t *a = dev<uint16_t>(256), *bt = dev<uint16_t>(256), *b2 = dev<uint16_t>(128);
-    float *out = dev<float>(128);
+    uint16_t *a = dev<uint16_t>(256), *bt = dev<uint16_t>(256), *b2 = dev<uint16_t>(256);
+    float *out = dev<float>(256);
     /* values in {-1, 0, 1}: A B stays within 16, exact in both types */
     for (int i = 0; i < 256; i++) {
         a[i] = bits16((float)((int)(i * 5 % 3) - 1), BF);
         bt[i] = bits16((float)((int)(i * 7 % 3) - 1), BF);
-    }
-    for (int i = 0; i < 128; i++)
         b2[i] = bits16(val(i, 4), BF);
+    }
     cudaStream_t st = nullptr;
     KN_EMU_LAUNCH(k_chain<BF>, 1, 32, 0, st, out, a, bt, b2);
     int bad = 0;
     for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 16; j++) {
             float want = 0;
             for (int m = 0; m < 16; m++) {
                 float ab = 0; /* (A B)[i][m] = sum_k A[i][k] B^T[m][k] */
                 for (int k = 0; k < 16; k++)
                     ab += (float)((int)((i * 16 + k) * 5 % 3) - 1) *
                           (float)((int)((m * 16 + k) * 7 % 3) - 1);
-                want += ab * val(m * 8 + j, 4);
+                want += ab * val(m * 16 + j, 4);
             }
-            bad += out[i * 8 + j] != want;
+            bad += out[i * 16 + j] != want;
         }
     cudaFree(a), cudaFree(bt), cudaFree(b2), cudaFree(out);
     return bad;
 }
 
-/* 3 warps x 2 products x 2*16*8*16 FLOPs, on the mma path only. */
+/* 3 warps x 4 products x 2*16*8*16 FLOPs, on the mma path only. */
 void counts(void)
 {
     emu_count_rec r[16];
@@ -179,8 +184,8 @@ void counts(void)
     for (int i = 0; i < n; i++)
         if (strstr(r[i].name, "k_product")) {
             launches++;
-            CHECK(r[i].flops[EMU_PATH_MMA] == 3 * 2 * 4096ull, "mma FLOPs %llu, want %llu",
-                  (unsigned long long)r[i].flops[EMU_PATH_MMA], 3 * 2 * 4096ull);
+            CHECK(r[i].flops[EMU_PATH_MMA] == 3 * 4 * 4096ull, "mma FLOPs %llu, want %llu",
+                  (unsigned long long)r[i].flops[EMU_PATH_MMA], 3 * 4 * 4096ull);
             CHECK(r[i].flops[EMU_PATH_SIMT] == 0 && r[i].flops[EMU_PATH_TC16] == 0,
                   "mma FLOPs on another path");
         }

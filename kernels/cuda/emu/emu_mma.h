@@ -1,6 +1,7 @@
 /* emu_mma.h — the PTX warp MMA `mma.sync.aligned.m16n8k16.row.col.f32`
- * with bf16 or f16 inputs, for the emulation (kernels/cuda/kn_mma.cuh
- * calls it where nvcc emits the instruction).
+ * with bf16 or f16 inputs, and `ldmatrix` .x4 that feeds it, for the
+ * emulation (kernels/cuda/kn_mma.cuh calls them where nvcc emits the
+ * instructions).
  *
  * Unlike nvcuda::wmma (emu_wmma.h), this instruction's fragments have the
  * per-lane layout the PTX ISA documents ("Matrix Fragments for
@@ -22,9 +23,12 @@
 #define TY_EMU_MMA_H
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 struct emu_mma_post {
     uint32_t a[4], b[2];
+    const uint16_t *row; /* ldmatrix: this lane's row address */
 };
 
 /* The posts of the calling thread's warp: 32 lanes, in block-local
@@ -72,6 +76,35 @@ static inline void emu_mma_16816(float d[4], const uint32_t a[4], const uint32_t
     for (int i = 0; i < 4; i++)
         d[i] = out[i];
     if (lane == 0) emu_count_mma(2ull * 16 * 8 * 16);
+}
+
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane 8 i + j posts
+ * the address of row j of matrix i; after the lanes meet, lane 4 g + t
+ * takes of matrix i row g's elements 2t, 2t + 1 (trans: rows 2t and
+ * 2t + 1's element g), and they meet again before any lane goes on (the
+ * instruction reads all rows at once, before any later write of the
+ * warp's). A row not 16-byte aligned aborts, as the GPU requires. */
+static inline void emu_ldsm4(uint32_t r[4], const uint16_t *row, bool trans)
+{
+    emu_mma_post *w = emu_mma_posts();
+    int lane = emu_lane(), g = lane / 4, t = lane % 4;
+    if ((uintptr_t)row % 16) {
+        fprintf(stderr, "cuda-emu: ldmatrix: lane %d's row at %p is not 16-byte aligned\n", lane,
+                (const void *)row);
+        abort();
+    }
+    w[lane].row = row;
+    emu_warp_op(EMU_WARP_SYNC, "ldmatrix", 0xffffffffu, 0, lane);
+    uint32_t out[4];
+    for (int i = 0; i < 4; i++) {
+        /* plain: row g's elements 2t, 2t + 1; trans: rows 2t, 2t + 1's element g */
+        const uint16_t *a = w[8 * i + (trans ? 2 * t : g)].row, *b = w[8 * i + 2 * t + 1].row;
+        uint16_t lo = trans ? a[g] : a[2 * t], hi = trans ? b[g] : a[2 * t + 1];
+        out[i] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+    emu_warp_op(EMU_WARP_SYNC, "ldmatrix", 0xffffffffu, 0, lane);
+    for (int i = 0; i < 4; i++)
+        r[i] = out[i];
 }
 
 #endif
