@@ -318,6 +318,94 @@ __device__ __forceinline__ void fl_a_split(uint32_t (&hi)[4], uint32_t (&lo)[4],
     }
 }
 
+/* N / 8 accumulator tiles (C layout) as zeros. */
+template <int N> __device__ __forceinline__ void fl_czero(float (&x)[N / 8][4])
+{
+    KN_UNROLL(32)
+    for (int n = 0; n < N / 8; n++)
+        x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
+}
+
+/* x[16][BC] += A B^T for A a row-major 16-bit [16][D] tile and B a
+ * row-major [BC][D] one (its rows become x's columns), both in shared
+ * memory with ld elements a row: the scores S = Q K^T and dP = dO V^T,
+ * and their transposes in dk/dv. */
+template <bool BF, int BC, int D>
+__device__ __forceinline__ void fl_abt(float (&x)[BC / 8][4], const uint16_t *A, const uint16_t *B,
+                                       int ld)
+{
+    KN_UNROLL(16)
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a[4];
+        kn_mma_load_a(a, A, ld, 16 * kk);
+        KN_UNROLL(4)
+        for (int j = 0; j < BC / 8; j += 2) {
+            uint32_t b[2][2];
+            kn_mma_load_bt2(b, B, ld, 8 * j, 16 * kk);
+            kn_mma16816<BF>(x[j], a, b[0]);
+            kn_mma16816<BF>(x[j + 1], a, b[1]);
+        }
+    }
+}
+
+/* f(r, j, e) for each of a lane's scores in a [16][BC] product (C
+ * layout): row g + 8r, column 8j + 2t + e, fully unrolled so the
+ * registers stay registers. */
+template <int BC, typename F> __device__ __forceinline__ void fl_each(F f)
+{
+    KN_UNROLL(2)
+    for (int r = 0; r < 2; r++)
+        KN_UNROLL(8)
+        for (int j = 0; j < BC / 8; j++)
+            KN_UNROLL(2)
+            for (int e = 0; e < 2; e++)
+                f(r, j, e);
+}
+
+/* The backward's two score products into registers: s = A B^T and
+ * dP = G W^T, plus G2 W2^T when lo (dO's lo half; fl_grad). dq passes Q,
+ * K, dO, V, dO's lo, V; dk/dv the transposes' factors K, Q, V, dO, V,
+ * dO's lo. */
+template <bool BF, int BC, int D>
+__device__ __forceinline__ void fl_scores_reg(float (&s)[BC / 8][4], float (&dp)[BC / 8][4],
+                                              const uint16_t *A, const uint16_t *B,
+                                              const uint16_t *G, const uint16_t *W,
+                                              const uint16_t *G2, const uint16_t *W2, bool lo,
+                                              int ld)
+{
+    fl_czero<BC>(s);
+    fl_czero<BC>(dp);
+    fl_abt<BF, BC, D>(s, A, B, ld);
+    fl_abt<BF, BC, D>(dp, G, W, ld);
+    if (lo) fl_abt<BF, BC, D>(dp, G2, W2, ld);
+}
+
+/* acc[16][N] += X B for X a [16][BC] product in registers (C layout),
+ * entering as its hi + lo halves (fl_a_split; hi only when !LO), and B
+ * rows [0, BC) of a row-major 16-bit tile in shared memory (ld elements a
+ * row): O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q. */
+template <typename E, int BC, int N, bool LO>
+__device__ __forceinline__ void fl_xb(float (&acc)[N / 8][4], const float (&x)[BC / 8][4],
+                                      const uint16_t *B, int ld)
+{
+    const bool BF = fl_type<E>::dt == KN_BF16;
+    KN_UNROLL(4)
+    for (int kk = 0; kk < BC / 16; kk++) {
+        uint32_t hi[4], lo[4];
+        fl_a_split<E>(hi, lo, x, kk);
+        KN_UNROLL(16)
+        for (int n = 0; n < N / 8; n += 2) {
+            uint32_t b[2][2];
+            kn_mma_load_b2(b, B, ld, 16 * kk, 8 * n);
+            KN_UNROLL(2)
+            for (int y = 0; y < 2; y++) {
+                kn_mma16816<BF>(acc[n + y], hi, b[y]);
+                if (LO) kn_mma16816<BF>(acc[n + y], lo, b[y]);
+            }
+        }
+    }
+}
+
 /* The forward on kn_mma16816, whose fragments' layout is documented
  * (kn_mma.cuh), so S, P and O stay in registers from the first key tile
  * to the last: lane 4 g + t holds rows g and g + 8 of the warp's 16, of
@@ -345,9 +433,7 @@ __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q,
     fl_stage(Qs, QLD, q, (size_t)b * Tq * ldq + (size_t)h * D, r0, 16, Tq, D, ldq, lane, 32);
     __syncwarp();
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    KN_UNROLL(32)
-    for (int n = 0; n < D / 8; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    fl_czero<D>(o);
     /* this lane's two rows: query positions, -1 past Tq */
     int qi[2] = {r0 + g < Tq ? wi0 + g : -1, r0 + g + 8 < Tq ? wi0 + g + 8 : -1};
     int last = min(Tk - 1, i0 + BR - 1), wlast = min(Tk - 1, wi0 + 15);
@@ -359,21 +445,8 @@ __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q,
         if (r0 >= Tq || j0 > wlast || j0 + BC <= att_lo(wi0, a.window))
             continue; /* the warp's rows see none of this tile */
         float s[BC / 8][4];
-        KN_UNROLL(8)
-        for (int j = 0; j < BC / 8; j++)
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-        KN_UNROLL(16)
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t qa[4];
-            kn_mma_load_a(qa, Qs, QLD, 16 * kk);
-            KN_UNROLL(4)
-            for (int j = 0; j < BC / 8; j += 2) {
-                uint32_t kb[2][2];
-                kn_mma_load_bt2(kb, Ks, QLD, 8 * j, 16 * kk);
-                kn_mma16816<BF>(s[j], qa, kb[0]);
-                kn_mma16816<BF>(s[j + 1], qa, kb[1]);
-            }
-        }
+        fl_czero<BC>(s);
+        fl_abt<BF, BC, D>(s, Qs, Ks, QLD);
         /* the online softmax of rows g (r = 0) and g + 8 (r = 1) */
         KN_UNROLL(2)
         for (int r = 0; r < 2; r++) {
@@ -407,22 +480,7 @@ __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q,
                 for (int n = 0; n < D / 8; n++)
                     o[n][2 * r] *= corr, o[n][2 * r + 1] *= corr;
         }
-        /* O += P V, P as hi + lo */
-        KN_UNROLL(4)
-        for (int kk = 0; kk < BC / 16; kk++) {
-            uint32_t ph[4], pl[4];
-            fl_a_split<E>(ph, pl, s, kk);
-            KN_UNROLL(16)
-            for (int n = 0; n < D / 8; n += 2) {
-                uint32_t vb[2][2];
-                kn_mma_load_b2(vb, Vs, QLD, 16 * kk, 8 * n);
-                KN_UNROLL(2)
-                for (int x = 0; x < 2; x++) {
-                    kn_mma16816<BF>(o[n + x], ph, vb[x]);
-                    kn_mma16816<BF>(o[n + x], pl, vb[x]);
-                }
-            }
-        }
+        fl_xb<E, BC, D, true>(o, s, Vs, QLD); /* O += P V, P as hi + lo */
     }
     /* each row's sum over its four lanes, in the same order in each */
     KN_UNROLL(2)
@@ -546,9 +604,7 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
         L[r] = row < T ? lse[lb] : 0.0f;
         Dd[r] = row < T ? g.Dd[lb] : 0.0f;
     }
-    KN_UNROLL(32)
-    for (int n = 0; n < D / 8; n++)
-        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    fl_czero<D>(acc);
     int last = min(T - 1, i0 + BR - 1), wlast = min(T - 1, r0 + 15);
     for (int j0 = att_lo(i0, a.window) / BC * BC; j0 <= last; j0 += BC) {
         __syncthreads();
@@ -557,57 +613,15 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
         __syncthreads();
         if (r0 >= T || j0 > wlast || j0 + BC <= att_lo(r0, a.window)) continue;
         float s[BC / 8][4], dp[BC / 8][4];
-        KN_UNROLL(8)
-        for (int j = 0; j < BC / 8; j++)
-            KN_UNROLL(4)
-            for (int x = 0; x < 4; x++)
-                s[j][x] = dp[j][x] = 0.0f;
-        KN_UNROLL(16)
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t qa[4], da[4], dl[4];
-            kn_mma_load_a(qa, Qs, QLD, 16 * kk);
-            kn_mma_load_a(da, dOs, QLD, 16 * kk);
-            if (lo) kn_mma_load_a(dl, dOl, QLD, 16 * kk);
-            KN_UNROLL(4)
-            for (int j = 0; j < BC / 8; j += 2) {
-                uint32_t kb[2][2], vb[2][2];
-                kn_mma_load_bt2(kb, Ks, QLD, 8 * j, 16 * kk);
-                kn_mma_load_bt2(vb, Vs, QLD, 8 * j, 16 * kk);
-                KN_UNROLL(2)
-                for (int x = 0; x < 2; x++) {
-                    kn_mma16816<BF>(s[j + x], qa, kb[x]);
-                    kn_mma16816<BF>(dp[j + x], da, vb[x]);
-                    if (lo) kn_mma16816<BF>(dp[j + x], dl, vb[x]);
-                }
-            }
-        }
+        fl_scores_reg<BF, BC, D>(s, dp, Qs, Ks, dOs, Vs, dOl, Vs, lo, QLD);
         /* dS = P (dP - D_i) scale, 0 where masked, into s */
-        KN_UNROLL(2)
-        for (int r = 0; r < 2; r++)
-            KN_UNROLL(8)
-            for (int j = 0; j < BC / 8; j++)
-                KN_UNROLL(2)
-                for (int e = 0; e < 2; e++) {
-                    bool sees = qi[r] >= 0 && fl_sees(qi[r], j0 + 8 * j + 2 * t + e, a.window);
-                    float dt = 1.0f, x = s[j][2 * r + e];
-                    float p = sees ? expf(att_score(x, a.scale, a.cap, &dt) - L[r]) : 0.0f;
-                    s[j][2 * r + e] = sees ? p * (dp[j][2 * r + e] - Dd[r]) * a.scale * dt : 0.0f;
-                }
-        KN_UNROLL(4)
-        for (int kk = 0; kk < BC / 16; kk++) {
-            uint32_t dh[4], dlo[4];
-            fl_a_split<E>(dh, dlo, s, kk);
-            KN_UNROLL(16)
-            for (int n = 0; n < D / 8; n += 2) {
-                uint32_t kb[2][2];
-                kn_mma_load_b2(kb, Ks, QLD, 16 * kk, 8 * n);
-                KN_UNROLL(2)
-                for (int x = 0; x < 2; x++) {
-                    kn_mma16816<BF>(acc[n + x], dh, kb[x]);
-                    kn_mma16816<BF>(acc[n + x], dlo, kb[x]);
-                }
-            }
-        }
+        fl_each<BC>([&](int r, int j, int e) {
+            bool sees = qi[r] >= 0 && fl_sees(qi[r], j0 + 8 * j + 2 * t + e, a.window);
+            float dt = 1.0f, x = s[j][2 * r + e];
+            float p = sees ? expf(att_score(x, a.scale, a.cap, &dt) - L[r]) : 0.0f;
+            s[j][2 * r + e] = sees ? p * (dp[j][2 * r + e] - Dd[r]) * a.scale * dt : 0.0f;
+        });
+        fl_xb<E, BC, D, true>(acc, s, Ks, QLD); /* dQ += dS K */
     }
     KN_UNROLL(2)
     for (int r = 0; r < 2; r++) {
@@ -794,11 +808,8 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
     __syncwarp();
     int kj[2] = {j0 + gr, j0 + gr + 8}; /* this lane's two keys */
     float dK[D / 8][4], dV[D / 8][4];
-    KN_UNROLL(16)
-    for (int n = 0; n < D / 8; n++)
-        KN_UNROLL(4)
-        for (int x = 0; x < 4; x++)
-            dK[n][x] = dV[n][x] = 0.0f;
+    fl_czero<D>(dK);
+    fl_czero<D>(dV);
     /* Query rows past the block's last key's window see none of it. */
     int iend = a.window > 0 ? min(T, jb + BR - 1 + a.window) : T;
     int wend = a.window > 0 ? min(T, j0 + 15 + a.window) : T;
@@ -810,72 +821,19 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
             __syncthreads();
             if (j0 >= T || i0 + BC <= j0 || i0 >= wend) continue;
             float s[BC / 8][4], dp[BC / 8][4];
-            KN_UNROLL(8)
-            for (int j = 0; j < BC / 8; j++)
-                KN_UNROLL(4)
-                for (int x = 0; x < 4; x++)
-                    s[j][x] = dp[j][x] = 0.0f;
-            KN_UNROLL(8)
-            for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t ka[4], va[4];
-                kn_mma_load_a(ka, Kw, QLD, 16 * kk);
-                kn_mma_load_a(va, Vw, QLD, 16 * kk);
-                KN_UNROLL(4)
-                for (int j = 0; j < BC / 8; j += 2) {
-                    uint32_t qb[2][2], ob[2][2];
-                    kn_mma_load_bt2(qb, Qs, QLD, 8 * j, 16 * kk);
-                    kn_mma_load_bt2(ob, dOs, QLD, 8 * j, 16 * kk);
-                    KN_UNROLL(2)
-                    for (int x = 0; x < 2; x++) {
-                        kn_mma16816<BF>(s[j + x], ka, qb[x]);
-                        kn_mma16816<BF>(dp[j + x], va, ob[x]);
-                    }
-                    if (lo) {
-                        kn_mma_load_bt2(ob, dOl, QLD, 8 * j, 16 * kk);
-                        kn_mma16816<BF>(dp[j], va, ob[0]);
-                        kn_mma16816<BF>(dp[j + 1], va, ob[1]);
-                    }
-                }
-            }
+            fl_scores_reg<BF, BC, D>(s, dp, Kw, Qs, Vw, dOs, Vw, dOl, lo, QLD);
             /* P^T into s, dS^T into dp; 0 where masked */
-            KN_UNROLL(2)
-            for (int r = 0; r < 2; r++)
-                KN_UNROLL(8)
-                for (int j = 0; j < BC / 8; j++)
-                    KN_UNROLL(2)
-                    for (int e = 0; e < 2; e++) {
-                        int c = 8 * j + 2 * t + e, i = i0 + c;
-                        bool sees = i < T && fl_sees(i, kj[r], a.window);
-                        float dt = 1.0f, x = s[j][2 * r + e];
-                        float p = sees ? expf(att_score(x, a.scale, a.cap, &dt) - Ls[c]) : 0.0f;
-                        s[j][2 * r + e] = p;
-                        dp[j][2 * r + e] =
-                            sees ? p * (dp[j][2 * r + e] - Dd[c]) * a.scale * dt : 0.0f;
-                    }
-            KN_UNROLL(4)
-            for (int kk = 0; kk < BC / 16; kk++) {
-                uint32_t ph[4], pl[4], dh[4], dl[4];
-                fl_a_split<E>(ph, pl, s, kk);
-                fl_a_split<E>(dh, dl, dp, kk);
-                KN_UNROLL(8)
-                for (int n = 0; n < D / 8; n += 2) {
-                    uint32_t ob[2][2], qb[2][2];
-                    kn_mma_load_b2(ob, dOs, QLD, 16 * kk, 8 * n);
-                    kn_mma_load_b2(qb, Qs, QLD, 16 * kk, 8 * n);
-                    KN_UNROLL(2)
-                    for (int x = 0; x < 2; x++) {
-                        kn_mma16816<BF>(dV[n + x], ph, ob[x]);
-                        kn_mma16816<BF>(dV[n + x], pl, ob[x]);
-                        kn_mma16816<BF>(dK[n + x], dh, qb[x]);
-                        kn_mma16816<BF>(dK[n + x], dl, qb[x]);
-                    }
-                    if (lo) {
-                        kn_mma_load_b2(ob, dOl, QLD, 16 * kk, 8 * n);
-                        kn_mma16816<BF>(dV[n], ph, ob[0]);
-                        kn_mma16816<BF>(dV[n + 1], ph, ob[1]);
-                    }
-                }
-            }
+            fl_each<BC>([&](int r, int j, int e) {
+                int c = 8 * j + 2 * t + e, i = i0 + c;
+                bool sees = i < T && fl_sees(i, kj[r], a.window);
+                float dt = 1.0f, x = s[j][2 * r + e];
+                float p = sees ? expf(att_score(x, a.scale, a.cap, &dt) - Ls[c]) : 0.0f;
+                s[j][2 * r + e] = p;
+                dp[j][2 * r + e] = sees ? p * (dp[j][2 * r + e] - Dd[c]) * a.scale * dt : 0.0f;
+            });
+            fl_xb<E, BC, D, true>(dV, s, dOs, QLD); /* dV += P^T dO */
+            if (lo) fl_xb<E, BC, D, false>(dV, s, dOl, QLD);
+            fl_xb<E, BC, D, true>(dK, dp, Qs, QLD); /* dK += dS^T Q */
         }
     KN_UNROLL(2)
     for (int r = 0; r < 2; r++) {
