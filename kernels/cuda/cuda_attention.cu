@@ -503,7 +503,7 @@ static bool fl_fwd_at(kn_ctx *c, void *out, float *lse, const void *q, const voi
                       const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv,
                       fl_args a)
 {
-    typedef fl_cfg<DM, E, fl_nw<FL_FWD, DM, E, LIMIT>()> C;
+    typedef fl_cfg<DM, E, fl_nw<FL_FWD, DM, E, LIMIT>(), fl_buf<FL_FWD, LIMIT>()> C;
     size_t smem = fl_smem<FL_FWD, C>();
     if (!fl_smem_ok(c, k_fl_fwd<C>, smem)) return false;
     const int BR = 16 * C::NW;
@@ -529,7 +529,7 @@ static bool fl_bwd_dq_at(kn_ctx *c, float *dq, fl_grad g,
                          const float *lse, const void *q, const void *k, const void *v, int B,
                          int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
-    typedef fl_cfg<DM, E, fl_nw<FL_DQ, DM, E, LIMIT>()> C;
+    typedef fl_cfg<DM, E, fl_nw<FL_DQ, DM, E, LIMIT>(), fl_buf<FL_DQ, LIMIT>()> C;
     size_t smem = fl_smem<FL_DQ, C>();
     if (!fl_smem_ok(c, k_fl_bwd_dq<C>, smem)) return false;
     const int BR = 16 * C::NW;
@@ -557,7 +557,7 @@ static bool fl_bwd_dkdv_at(kn_ctx *c, float *dk, float *dv, fl_grad g,
                            const float *lse, const void *q, const void *k, const void *v, int B,
                            int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
-    typedef fl_cfg<DM, E, fl_nw<FL_DKDV, DM, E, LIMIT>()> C;
+    typedef fl_cfg<DM, E, fl_nw<FL_DKDV, DM, E, LIMIT>(), fl_buf<FL_DKDV, LIMIT>()> C;
     size_t smem = fl_smem<FL_DKDV, C>();
     if (!fl_smem_ok(c, k_fl_bwd_dkdv<C>, smem)) return false;
     const int BR = 16 * C::NW;

@@ -59,6 +59,7 @@
 #endif
 #include <type_traits>
 
+#include "kn_async.cuh"
 #include "kn_mma.cuh"
 
 namespace KN_NS
@@ -79,9 +80,12 @@ namespace KN_NS
  *   QLD: 16-bit [rows][D] tiles (Q, K, V, dO); OLD: fp32 [16][D]
  *   accumulators (O, dQ, dK, dV); SLD: fp32 [16][BC] scores (S, dP);
  *   PLD: 16-bit [16][BC] products' inputs (P, dS). */
-template <int DM, typename E, int W> struct fl_cfg {
+template <int DM, typename E, int W, int NBUF = 1> struct fl_cfg {
     typedef E elem;
     static const int D = DM, BC = DM > 128 ? 16 : 32, NW = W;
+    /* K / V tile buffers of the forward and dq: 2 stage the next tile
+     * by cp.async while the block computes on this one (kn_async.cuh). */
+    static const int BUF = NBUF;
     static const int QLD = DM + 8, OLD = DM + 4, SLD = BC + 4, PLD = BC + 8;
     /* dk/dv on the register MMA (fl_dkdv_reg_run): its dK and dV take
      * DM registers a lane, so up to head dim 128; at 256 the wmma kernel
@@ -232,6 +236,79 @@ __device__ __forceinline__ void fl_stage(uint16_t *sm, int sld, const void *src,
         int r = e / D, d = e % D;
         sm[r * sld + d] = r0 + r < T ? s[base + (size_t)(r0 + r) * ld + d] : (uint16_t)0;
     }
+}
+
+/* fl_stage by cp.async where the rows allow 16-byte copies (the rest,
+ * and rows past T as zeros, by plain stores): the tile may be read after
+ * kn_cp_wait and a barrier. Uncommitted: the caller commits. */
+__device__ __forceinline__ void fl_stage_async(uint16_t *sm, int sld, const void *src, size_t base,
+                                               int r0, int R, int T, int D, int ld, int t, int nt)
+{
+    const uint16_t *s = (const uint16_t *)src;
+    if (ld % 8 == 0 && (uintptr_t)(s + base) % 16 == 0) {
+        const int D8 = D / 8;
+        for (int e = t; e < R * D8; e += nt) {
+            int r = e / D8, c = e % D8;
+            uint16_t *d = sm + r * sld + 8 * c;
+            if (r0 + r < T)
+                kn_cp_async16(d, s + base + (size_t)(r0 + r) * ld + 8 * c);
+            else
+                *(uint4 *)d = uint4{0, 0, 0, 0};
+        }
+        return;
+    }
+    fl_stage(sm, sld, src, base, r0, R, T, D, ld, t, nt);
+}
+
+/* The K and V tiles from key j0 into Ks, Vs ([BC][sld] each), by the whole
+ * block: with BUF 2 issued by cp.async and committed as one group, else
+ * plain (the caller's barriers make either visible). */
+template <int BUF>
+__device__ __forceinline__ void fl_stage_kv(uint16_t *Ks, uint16_t *Vs, int sld, const void *k,
+                                            const void *v, size_t kvb, int j0, int BC, int T, int D,
+                                            int ldkv)
+{
+    if constexpr (BUF == 2) {
+        fl_stage_async(Ks, sld, k, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
+        fl_stage_async(Vs, sld, v, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
+        kn_cp_commit();
+    } else {
+        fl_stage(Ks, sld, k, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
+        fl_stage(Vs, sld, v, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
+    }
+}
+
+/* The top of a key-tile loop of the forward and dq: tile `it` (from j0)
+ * staged and visible to the whole block in buffer it % BUF of KV (each
+ * buffer K then V, [BC][sld] each), the next tile (from jn, when jn <=
+ * last) issued into the other buffer when BUF is 2 (the first tile is
+ * issued before the loop, fl_kv_first). Returns buffer it's K tile. */
+template <int BUF>
+__device__ __forceinline__ uint16_t *fl_kv_next(uint16_t *KV, int sld, const void *k, const void *v,
+                                                size_t kvb, int it, int j0, int jn, int last,
+                                                int BC, int T, int D, int ldkv)
+{
+    uint16_t *cur = KV + (size_t)(it % BUF) * 2 * BC * sld;
+    __syncthreads(); /* the tile before is consumed: its buffer may be refilled */
+    if constexpr (BUF == 2) {
+        uint16_t *nxt = KV + (size_t)((it + 1) % 2) * 2 * BC * sld;
+        if (jn <= last) fl_stage_kv<2>(nxt, nxt + BC * sld, sld, k, v, kvb, jn, BC, T, D, ldkv);
+        else kn_cp_commit(); /* an empty group keeps the wait's count */
+        kn_cp_wait<1>(); /* this thread's copies of tile it have landed */
+    } else
+        fl_stage_kv<1>(cur, cur + BC * sld, sld, k, v, kvb, j0, BC, T, D, ldkv);
+    __syncthreads();
+    return cur;
+}
+
+/* Issues the first tile (from j0) into buffer 0 when BUF is 2. */
+template <int BUF>
+__device__ __forceinline__ void fl_kv_first(uint16_t *KV, int sld, const void *k, const void *v,
+                                            size_t kvb, int j0, int last, int BC, int T, int D,
+                                            int ldkv)
+{
+    if constexpr (BUF == 2)
+        if (j0 <= last) fl_stage_kv<2>(KV, KV + BC * sld, sld, k, v, kvb, j0, BC, T, D, ldkv);
 }
 
 /* What k_fl_rowdot prepares for both backward kernels from the fp32 dO:
@@ -425,8 +502,8 @@ __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q,
     const int D = C::D, BC = fl_reg_tile<C>::BC, BR = 16 * C::NW, QLD = C::QLD;
     KN_DYN_SHARED(unsigned char, sm);
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + BC * QLD;
-    uint16_t *Qs = Vs + BC * QLD + w * 16 * QLD;
+    uint16_t *KV = (uint16_t *)sm; /* C::BUF buffers of K, V tiles */
+    uint16_t *Qs = KV + C::BUF * 2 * BC * QLD + w * 16 * QLD;
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv), q0 = Tk - Tq;
     int r0 = blockIdx.x * BR + w * 16, i0 = q0 + blockIdx.x * BR, wi0 = q0 + r0;
     size_t kvb = (size_t)b * Tk * ldkv + (size_t)hk * D;
@@ -437,11 +514,11 @@ __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q,
     /* this lane's two rows: query positions, -1 past Tq */
     int qi[2] = {r0 + g < Tq ? wi0 + g : -1, r0 + g + 8 < Tq ? wi0 + g + 8 : -1};
     int last = min(Tk - 1, i0 + BR - 1), wlast = min(Tk - 1, wi0 + 15);
-    for (int j0 = att_lo(i0, a.window) / BC * BC; j0 <= last; j0 += BC) {
-        __syncthreads(); /* the previous tile is consumed */
-        fl_stage(Ks, QLD, k, kvb, j0, BC, Tk, D, ldkv, threadIdx.x, blockDim.x);
-        fl_stage(Vs, QLD, v, kvb, j0, BC, Tk, D, ldkv, threadIdx.x, blockDim.x);
-        __syncthreads();
+    int jfirst = att_lo(i0, a.window) / BC * BC;
+    fl_kv_first<C::BUF>(KV, QLD, k, v, kvb, jfirst, last, BC, Tk, D, ldkv);
+    for (int j0 = jfirst, it = 0; j0 <= last; j0 += BC, it++) {
+        uint16_t *Ks = fl_kv_next<C::BUF>(KV, QLD, k, v, kvb, it, j0, j0 + BC, last, BC, Tk, D, ldkv);
+        uint16_t *Vs = Ks + BC * QLD;
         if (r0 >= Tq || j0 > wlast || j0 + BC <= att_lo(wi0, a.window))
             continue; /* the warp's rows see none of this tile */
         float s[BC / 8][4];
@@ -585,8 +662,9 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
     const int D = C::D, BC = fl_reg_tile<C>::BC, BR = 16 * C::NW, QLD = C::QLD;
     KN_DYN_SHARED(unsigned char, sm);
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
-    uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + BC * QLD;
-    uint16_t *Qs = Vs + BC * QLD + w * 3 * 16 * QLD, *dOs = Qs + 16 * QLD, *dOl = dOs + 16 * QLD;
+    uint16_t *KV = (uint16_t *)sm; /* C::BUF buffers of K, V tiles */
+    uint16_t *Qs = KV + C::BUF * 2 * BC * QLD + w * 3 * 16 * QLD, *dOs = Qs + 16 * QLD,
+             *dOl = dOs + 16 * QLD;
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
     int r0 = blockIdx.x * BR + w * 16, i0 = blockIdx.x * BR;
     size_t kvb = (size_t)b * T * ldkv + (size_t)hk * D;
@@ -606,11 +684,11 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
     }
     fl_czero<D>(acc);
     int last = min(T - 1, i0 + BR - 1), wlast = min(T - 1, r0 + 15);
-    for (int j0 = att_lo(i0, a.window) / BC * BC; j0 <= last; j0 += BC) {
-        __syncthreads();
-        fl_stage(Ks, QLD, k, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
-        fl_stage(Vs, QLD, v, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
-        __syncthreads();
+    int jfirst = att_lo(i0, a.window) / BC * BC;
+    fl_kv_first<C::BUF>(KV, QLD, k, v, kvb, jfirst, last, BC, T, D, ldkv);
+    for (int j0 = jfirst, it = 0; j0 <= last; j0 += BC, it++) {
+        uint16_t *Ks = fl_kv_next<C::BUF>(KV, QLD, k, v, kvb, it, j0, j0 + BC, last, BC, T, D, ldkv);
+        uint16_t *Vs = Ks + BC * QLD;
         if (r0 >= T || j0 > wlast || j0 + BC <= att_lo(r0, a.window)) continue;
         float s[BC / 8][4], dp[BC / 8][4];
         fl_scores_reg<BF, BC, D>(s, dp, Qs, Ks, dOs, Vs, dOl, Vs, lo, QLD);
@@ -869,8 +947,8 @@ enum { FL_FWD, FL_DQ, FL_DKDV };
 
 template <int K, class C> constexpr size_t fl_smem()
 {
-    return K == FL_FWD  ? (size_t)4 * fl_reg_tile<C>::BC * C::QLD + (size_t)C::NW * fl_fwd_warp<C>::BYTES
-           : K == FL_DQ ? (size_t)4 * fl_reg_tile<C>::BC * C::QLD + (size_t)C::NW * fl_dq_warp<C>::BYTES
+    return K == FL_FWD  ? (size_t)C::BUF * 4 * fl_reg_tile<C>::BC * C::QLD + (size_t)C::NW * fl_fwd_warp<C>::BYTES
+           : K == FL_DQ ? (size_t)C::BUF * 4 * fl_reg_tile<C>::BC * C::QLD + (size_t)C::NW * fl_dq_warp<C>::BYTES
            : C::KV_REG  ? (size_t)fl_kv_reg_block<C>::BYTES + (size_t)C::NW * fl_kv_reg_warp<C>::BYTES
                         : (size_t)fl_kv_block<C>::BYTES + (size_t)C::NW * fl_kv_warp<C>::BYTES;
 }
@@ -885,12 +963,21 @@ template <int K, class C> constexpr size_t fl_smem()
 #define FL_SMEM_BASE (48 * 1024)
 #define FL_SMEM_OPTIN (160 * 1024)
 
+/* K / V buffers (fl_cfg::BUF): 2 for the forward and dq in the opted-in
+ * shared memory, where every head dim fits them with 4 warps; 1 in 48
+ * KiB, where the second would cost warps, and in dk/dv, which stages its
+ * query tiles plainly. */
+template <int K, int LIMIT> constexpr int fl_buf()
+{
+    return K != FL_DKDV && LIMIT > FL_SMEM_BASE ? 2 : 1;
+}
+
 /* The most warps per block (4, 2, 1) whose shared memory fits in LIMIT. */
 template <int K, int DM, typename E, int LIMIT> constexpr int fl_nw()
 {
-    return fl_smem<K, fl_cfg<DM, E, 4>>() <= LIMIT ? 4
-           : fl_smem<K, fl_cfg<DM, E, 2>>() <= LIMIT ? 2
-                                                     : 1;
+    return fl_smem<K, fl_cfg<DM, E, 4, fl_buf<K, LIMIT>()>>() <= LIMIT ? 4
+           : fl_smem<K, fl_cfg<DM, E, 2, fl_buf<K, LIMIT>()>>() <= LIMIT ? 2
+                                                                       : 1;
 }
 
 } // namespace KN_NS

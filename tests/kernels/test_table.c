@@ -1906,6 +1906,10 @@ static void c_attention_tiles(tc *t)
         att_tiles_case(t, (kn_dtype)di, 1, 150, 4, 2, 40, 0.0f, 0.0f, 0);
         att_tiles_case(t, (kn_dtype)di, 2, 97, 2, 1, 64, 0.3f, 2.0f, 33);
         att_tiles_case(t, (kn_dtype)di, 1, 200, 3, 3, 16, 0.0f, 0.0f, 70);
+        /* the flash kernels past two key tiles of 64: their second buffer
+         * refilled while other warps may still read it (fl_kv_next) */
+        att_tiles_case(t, (kn_dtype)di, 1, 200, 2, 1, 64, 0.0f, 0.0f, 0);
+        att_tiles_case(t, (kn_dtype)di, 1, 140, 2, 2, 128, 0.0f, 1.5f, 0);
     }
 }
 

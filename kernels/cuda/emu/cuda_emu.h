@@ -70,6 +70,16 @@ void *emu_dyn_shared(void);
 
 void __syncthreads(void);
 
+/* cp.async (kn_async.cuh): a 16-byte copy taken now and, in the forward
+ * thread order, held back until this thread's emu_cp_wait(n) releases its
+ * group (commit closes the group, wait lands every committed group but the
+ * newest n), so a read before its wait sees stale bytes; in the other
+ * orders it lands at once, so a refill of a tile other warps still read
+ * (a missing barrier) shows. */
+void emu_cp_async16(void *dst, const void *src);
+void emu_cp_commit(void);
+void emu_cp_wait(int n);
+
 /* Runs body once per thread of every block of `kernel` (its name and
  * address, for messages and for its cudaFuncSetAttribute limit); returns
  * 0, or -1 after a launch the GPU would refuse (empty grid, more than 1024

@@ -131,6 +131,14 @@ void order_round(std::vector<unsigned> &ready, unsigned long block, uint64_t rou
 
 enum fstate { RUN, BAR, WARP, DONE };
 
+/* A cp.async copy in flight: its bytes, taken at issue, land in dst when
+ * a wait releases its group. */
+struct emu_cp {
+    void *dst;
+    unsigned char data[16];
+    unsigned group;
+};
+
 struct fiber {
     ucontext_t ctx;
     char *stack;
@@ -145,6 +153,9 @@ struct fiber {
     int src;      /* the lane a shuffle reads */
     uint64_t val; /* what this lane posted */
     uint64_t got; /* what the operation gives it, set at the release */
+    /* cp.async: its copies in flight, and the group they join (commits so far) */
+    std::vector<emu_cp> cp;
+    unsigned cp_group;
 };
 
 struct block_run {
@@ -238,6 +249,8 @@ __attribute__((noinline)) void init_fiber(fiber &fb, unsigned t)
     fb.ctx.uc_link = nullptr;
     makecontext(&fb.ctx, trampoline, 0);
     fb.st = RUN;
+    fb.cp.clear();
+    fb.cp_group = 0;
 }
 
 /* "cuda-emu: <kernel>, block (x,y,z): " before every message about a block. */
@@ -423,6 +436,41 @@ void *emu_dyn_shared(void)
     return (void *)((p + EMU_SMEM_ALIGN - 1) / EMU_SMEM_ALIGN * EMU_SMEM_ALIGN);
 }
 int emu_lane(void) { return g_run->cur % 32; }
+
+void emu_cp_async16(void *dst, const void *src)
+{
+    fiber &me = g_run->f[g_run->cur];
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16)
+        block_abort(*g_run, "thread %d: cp.async of 16 bytes from %p to %p: both must be "
+                            "16-byte aligned",
+                    g_run->cur, src, dst);
+    if (order().kind != ORDER_FORWARD) { /* lands at once: a refill before a barrier shows */
+        memcpy(dst, src, 16);
+        return;
+    }
+    emu_cp c; /* lands at the wait: a read before it shows */
+    c.dst = dst;
+    memcpy(c.data, src, 16);
+    c.group = me.cp_group;
+    me.cp.push_back(c);
+}
+
+void emu_cp_commit(void) { g_run->f[g_run->cur].cp_group++; }
+
+/* Lands every copy of a committed group but the newest n, in issue order. */
+void emu_cp_wait(int n)
+{
+    fiber &me = g_run->f[g_run->cur];
+    size_t keep = 0;
+    for (size_t i = 0; i < me.cp.size(); i++) {
+        emu_cp &c = me.cp[i];
+        if (c.group + (unsigned)n < me.cp_group)
+            memcpy(c.dst, c.data, 16);
+        else
+            me.cp[keep++] = c;
+    }
+    me.cp.resize(keep);
+}
 
 void __syncthreads(void)
 {
