@@ -26,7 +26,23 @@ typedef struct norm_job {
     int N, C;
     float eps;
     atomic_int failed;
+    /* The forward's row n (norm_fwd_job): out row o from x row xr, both
+     * fp32, and the row's statistics. */
+    void (*fwd_row)(const struct norm_job *j, const float *xr, float *o, size_t n);
+    /* The backward's parts (norm_bwd_job): dx for rows [lo, hi), the
+     * weight (and bias) gradients for columns [lo, hi). */
+    void (*dx_rows)(const struct norm_job *j, float *buf, size_t lo, size_t hi);
+    void (*dw_cols)(const struct norm_job *j, float *buf, int lo, int hi);
 } norm_job;
+
+/* Runs job over N rows of C on the pool (one thread below CPU_PAR_MIN
+ * elements); a thread short of its row memory fails the op, naming it. */
+static void norm_run(kn_ctx *c, norm_job *j, cpu_job_fn job, const char *what)
+{
+    atomic_init(&j->failed, 0);
+    cpu_pool_run(c, (size_t)j->N * j->C > CPU_PAR_MIN ? c->n_threads : 1, job, j);
+    if (j->failed) kn_fail(c, TY_ENOMEM, "%s: out of memory for a %d-wide row", what, j->C);
+}
 
 /* A thread's two fp32 rows for 16-bit activations (NULL for fp32; *failed
  * set when short of memory). */
@@ -48,43 +64,49 @@ static void col_range(int C, int me, int cnt, int *lo, int *hi)
     if (*hi > C) *hi = C;
 }
 
-static void ln_fwd_job(int tid, int nt, void *arg)
+/* One forward job: this thread's rows, 16-bit ones widened into its
+ * fp32 row and the output rounded once when stored. */
+static void norm_fwd_job(int tid, int nt, void *arg)
 {
     norm_job *j = arg;
     kn_dtype dt = j->dt;
     int C = j->C, failed = 0;
-    const float *w = j->w, *b = j->b;
     float *buf = row_bufs(dt, C, &failed);
     size_t lo, hi;
     cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
     if (!failed)
         for (size_t n = lo; n < hi; n++) {
-            const void *x = j->x;
-            void *out = j->out;
-            const float *xr = cpu_in(buf, x, dt, (size_t)n * C, (size_t)C);
-            float *o = cpu_out_buf(buf ? buf + C : NULL, out, dt, (size_t)n * C);
-            /* Two passes (mean, then centred variance) avoid the cancellation
-         * of E[x^2] - E[x]^2; sums in float like PyTorch, in fixed order. */
-            float s = 0.0f;
-            for (int i = 0; i < C; i++)
-                s += xr[i];
-            float m = s / (float)C;
-            float v = 0.0f;
-            for (int i = 0; i < C; i++) {
-                float d = xr[i] - m;
-                v += d * d;
-            }
-            float r = 1.0f / sqrtf(v / (float)C + j->eps);
-            for (int i = 0; i < C; i++) {
-                float y = (xr[i] - m) * r * w[i];
-                o[i] = b ? y + b[i] : y;
-            }
-            cpu_out(out, dt, (size_t)n * C, o, (size_t)C);
-            j->mean[n] = m;
-            j->rstd[n] = r;
+            const float *xr = cpu_in(buf, j->x, dt, n * C, (size_t)C);
+            float *o = cpu_out_buf(buf ? buf + C : NULL, j->out, dt, n * C);
+            j->fwd_row(j, xr, o, n);
+            cpu_out(j->out, dt, n * C, o, (size_t)C);
         }
     free(buf);
     if (failed) atomic_store(&j->failed, 1);
+}
+
+static void ln_fwd_row(const norm_job *j, const float *xr, float *o, size_t n)
+{
+    int C = j->C;
+    const float *w = j->w, *b = j->b;
+    /* Two passes (mean, then centred variance) avoid the cancellation
+     * of E[x^2] - E[x]^2; sums in float like PyTorch, in fixed order. */
+    float s = 0.0f;
+    for (int i = 0; i < C; i++)
+        s += xr[i];
+    float m = s / (float)C;
+    float v = 0.0f;
+    for (int i = 0; i < C; i++) {
+        float d = xr[i] - m;
+        v += d * d;
+    }
+    float r = 1.0f / sqrtf(v / (float)C + j->eps);
+    for (int i = 0; i < C; i++) {
+        float y = (xr[i] - m) * r * w[i];
+        o[i] = b ? y + b[i] : y;
+    }
+    j->mean[n] = m;
+    j->rstd[n] = r;
 }
 
 void cpu_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd, const void *x,
@@ -99,10 +121,9 @@ void cpu_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rs
                   .b = b,
                   .N = N,
                   .C = C,
-                  .eps = eps};
-    atomic_init(&j.failed, 0);
-    cpu_pool_run(c, (size_t)N * C > CPU_PAR_MIN ? c->n_threads : 1, ln_fwd_job, &j);
-    if (j.failed) kn_fail(c, TY_ENOMEM, "layernorm forward: out of memory for a %d-wide row", C);
+                  .eps = eps,
+                  .fwd_row = ln_fwd_row};
+    norm_run(c, &j, norm_fwd_job, "layernorm forward");
 }
 
 /* LayerNorm's dx for rows [lo, hi). */
@@ -150,9 +171,9 @@ static void ln_dwdb_cols(const norm_job *j, float *buf, int lo, int hi)
     }
 }
 
-/* One job: dx by rows, then (no barrier between: they share only inputs)
- * dw and db by columns. */
-static void ln_bwd_job(int tid, int nt, void *arg)
+/* One backward job: dx by rows, then (no barrier between: they share only
+ * inputs) the weight and bias gradients by columns. */
+static void norm_bwd_job(int tid, int nt, void *arg)
 {
     norm_job *j = arg;
     int failed = 0;
@@ -160,12 +181,12 @@ static void ln_bwd_job(int tid, int nt, void *arg)
     if (!failed && j->dx) {
         size_t lo, hi;
         cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
-        ln_dx_rows(j, buf, lo, hi);
+        j->dx_rows(j, buf, lo, hi);
     }
     if (!failed && (j->dw || j->db)) {
         int lo, hi;
         col_range(j->C, tid, nt, &lo, &hi);
-        ln_dwdb_cols(j, buf, lo, hi);
+        j->dw_cols(j, buf, lo, hi);
     }
     free(buf);
     if (failed) atomic_store(&j->failed, 1);
@@ -185,48 +206,39 @@ void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db, 
                   .cmean = mean,
                   .crstd = rstd,
                   .N = N,
-                  .C = C};
-    atomic_init(&j.failed, 0);
-    cpu_pool_run(c, (size_t)N * C > CPU_PAR_MIN ? c->n_threads : 1, ln_bwd_job, &j);
-    if (j.failed) kn_fail(c, TY_ENOMEM, "layernorm backward: out of memory for a %d-wide row", C);
+                  .C = C,
+                  .dx_rows = ln_dx_rows,
+                  .dw_cols = ln_dwdb_cols};
+    norm_run(c, &j, norm_bwd_job, "layernorm backward");
 }
 
-static void rms_fwd_job(int tid, int nt, void *arg)
+static void rms_fwd_row(const norm_job *j, const float *xr, float *o, size_t n)
 {
-    norm_job *j = arg;
-    kn_dtype dt = j->dt;
-    int C = j->C, failed = 0;
+    int C = j->C;
     const float *w = j->w;
-    float *buf = row_bufs(dt, C, &failed);
-    size_t lo, hi;
-    cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
-    if (!failed)
-        for (size_t n = lo; n < hi; n++) {
-            const void *x = j->x;
-            void *out = j->out;
-            const float *xr = cpu_in(buf, x, dt, (size_t)n * C, (size_t)C);
-            float *o = cpu_out_buf(buf ? buf + C : NULL, out, dt, (size_t)n * C);
-            float s = 0.0f;
-            for (int i = 0; i < C; i++)
-                s += xr[i] * xr[i];
-            float r = 1.0f / sqrtf(s / (float)C + j->eps);
-            /* HF's LlamaRMSNorm: w * (x * rstd), in that order. */
-            for (int i = 0; i < C; i++)
-                o[i] = w[i] * (xr[i] * r);
-            cpu_out(out, dt, (size_t)n * C, o, (size_t)C);
-            j->rstd[n] = r;
-        }
-    free(buf);
-    if (failed) atomic_store(&j->failed, 1);
+    float s = 0.0f;
+    for (int i = 0; i < C; i++)
+        s += xr[i] * xr[i];
+    float r = 1.0f / sqrtf(s / (float)C + j->eps);
+    /* HF's LlamaRMSNorm: w * (x * rstd), in that order. */
+    for (int i = 0; i < C; i++)
+        o[i] = w[i] * (xr[i] * r);
+    j->rstd[n] = r;
 }
 
 void cpu_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x, const float *w,
                      int N, int C, float eps)
 {
-    norm_job j = {.dt = dt, .out = out, .rstd = rstd, .x = x, .w = w, .N = N, .C = C, .eps = eps};
-    atomic_init(&j.failed, 0);
-    cpu_pool_run(c, (size_t)N * C > CPU_PAR_MIN ? c->n_threads : 1, rms_fwd_job, &j);
-    if (j.failed) kn_fail(c, TY_ENOMEM, "rmsnorm forward: out of memory for a %d-wide row", C);
+    norm_job j = {.dt = dt,
+                  .out = out,
+                  .rstd = rstd,
+                  .x = x,
+                  .w = w,
+                  .N = N,
+                  .C = C,
+                  .eps = eps,
+                  .fwd_row = rms_fwd_row};
+    norm_run(c, &j, norm_fwd_job, "rmsnorm forward");
 }
 
 /* RMSNorm's dx for rows [lo, hi). */
@@ -262,34 +274,21 @@ static void rms_dw_cols(const norm_job *j, float *buf, int lo, int hi)
     }
 }
 
-/* One job: dx by rows, then (no barrier between) dw by columns. */
-static void rms_bwd_job(int tid, int nt, void *arg)
-{
-    norm_job *j = arg;
-    int failed = 0;
-    float *buf = row_bufs(j->dt, j->C, &failed);
-    if (!failed && j->dx) {
-        size_t lo, hi;
-        cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
-        rms_dx_rows(j, buf, lo, hi);
-    }
-    if (!failed && j->dw) {
-        int lo, hi;
-        col_range(j->C, tid, nt, &lo, &hi);
-        rms_dw_cols(j, buf, lo, hi);
-    }
-    free(buf);
-    if (failed) atomic_store(&j->failed, 1);
-}
-
 void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *dout, const void *x,
                      const float *w, const float *rstd, int N, int C)
 {
-    norm_job j = {
-        .dt = dt, .dx = dx, .dw = dw, .dout = dout, .x = x, .w = w, .crstd = rstd, .N = N, .C = C};
-    atomic_init(&j.failed, 0);
-    cpu_pool_run(c, (size_t)N * C > CPU_PAR_MIN ? c->n_threads : 1, rms_bwd_job, &j);
-    if (j.failed) kn_fail(c, TY_ENOMEM, "rmsnorm backward: out of memory for a %d-wide row", C);
+    norm_job j = {.dt = dt,
+                  .dx = dx,
+                  .dw = dw,
+                  .dout = dout,
+                  .x = x,
+                  .w = w,
+                  .crstd = rstd,
+                  .N = N,
+                  .C = C,
+                  .dx_rows = rms_dx_rows,
+                  .dw_cols = rms_dw_cols};
+    norm_run(c, &j, norm_bwd_job, "rmsnorm backward");
 }
 
 /* The residual add fused with the norm after it (kn_add_layernorm_fwd /
