@@ -213,7 +213,10 @@ __device__ __forceinline__ void fl_scores(float *S, float *dP, int sld, const E 
 
 /* Rows [r0, r0 + R) of a [B,T,H,D] 16-bit tensor (its head's first element
  * at `base`, row stride ld) into sm[R][sld], rows past T as zeros; threads
- * [t0, t0 + nt) share the copy. */
+ * [t0, t0 + nt) share the copy. ASYNC: the 16-byte pieces of rows before
+ * T go by cp.async (kn_async.cuh; the caller commits and waits), the rest
+ * by plain stores. */
+template <bool ASYNC = false>
 __device__ __forceinline__ void fl_stage(uint16_t *sm, int sld, const void *src, size_t base,
                                          int r0, int R, int T, int D, int ld, int t, int nt)
 {
@@ -226,9 +229,15 @@ __device__ __forceinline__ void fl_stage(uint16_t *sm, int sld, const void *src,
         KN_UNROLL(2)
         for (int e = t; e < R * D8; e += nt) {
             int r = e / D8, c = e % D8;
+            uint16_t *d = sm + r * sld + 8 * c;
+            const uint16_t *from = s + base + (size_t)(r0 + r) * ld + 8 * c;
+            if (ASYNC && r0 + r < T) {
+                kn_cp_async16(d, from);
+                continue;
+            }
             uint4 u = {0, 0, 0, 0};
-            if (r0 + r < T) u = *(const uint4 *)(s + base + (size_t)(r0 + r) * ld + 8 * c);
-            *(uint4 *)(sm + r * sld + 8 * c) = u;
+            if (r0 + r < T) u = *(const uint4 *)from;
+            *(uint4 *)d = u;
         }
         return;
     }
@@ -236,28 +245,6 @@ __device__ __forceinline__ void fl_stage(uint16_t *sm, int sld, const void *src,
         int r = e / D, d = e % D;
         sm[r * sld + d] = r0 + r < T ? s[base + (size_t)(r0 + r) * ld + d] : (uint16_t)0;
     }
-}
-
-/* fl_stage by cp.async where the rows allow 16-byte copies (the rest,
- * and rows past T as zeros, by plain stores): the tile may be read after
- * kn_cp_wait and a barrier. Uncommitted: the caller commits. */
-__device__ __forceinline__ void fl_stage_async(uint16_t *sm, int sld, const void *src, size_t base,
-                                               int r0, int R, int T, int D, int ld, int t, int nt)
-{
-    const uint16_t *s = (const uint16_t *)src;
-    if (ld % 8 == 0 && (uintptr_t)(s + base) % 16 == 0) {
-        const int D8 = D / 8;
-        for (int e = t; e < R * D8; e += nt) {
-            int r = e / D8, c = e % D8;
-            uint16_t *d = sm + r * sld + 8 * c;
-            if (r0 + r < T)
-                kn_cp_async16(d, s + base + (size_t)(r0 + r) * ld + 8 * c);
-            else
-                *(uint4 *)d = uint4{0, 0, 0, 0};
-        }
-        return;
-    }
-    fl_stage(sm, sld, src, base, r0, R, T, D, ld, t, nt);
 }
 
 /* The K and V tiles from key j0 into Ks, Vs ([BC][sld] each), by the whole
@@ -268,14 +255,9 @@ __device__ __forceinline__ void fl_stage_kv(uint16_t *Ks, uint16_t *Vs, int sld,
                                             const void *v, size_t kvb, int j0, int BC, int T, int D,
                                             int ldkv)
 {
-    if constexpr (BUF == 2) {
-        fl_stage_async(Ks, sld, k, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
-        fl_stage_async(Vs, sld, v, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
-        kn_cp_commit();
-    } else {
-        fl_stage(Ks, sld, k, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
-        fl_stage(Vs, sld, v, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
-    }
+    fl_stage<BUF == 2>(Ks, sld, k, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
+    fl_stage<BUF == 2>(Vs, sld, v, kvb, j0, BC, T, D, ldkv, threadIdx.x, blockDim.x);
+    if constexpr (BUF == 2) kn_cp_commit();
 }
 
 /* The top of a key-tile loop of the forward and dq: tile `it` (from j0)
@@ -369,6 +351,12 @@ template <class C> struct fl_reg_tile {
 /* One warp's shared memory in the forward: its Q tile. */
 template <class C> struct fl_fwd_warp {
     static const int BYTES = 16 * C::QLD * 2;
+};
+
+/* The block's K / V tiles of the forward and dq, at the start of their
+ * shared memory: C::BUF buffers, each a K then a V [BC][QLD] tile. */
+template <class C> struct fl_kv_tiles {
+    static const int BYTES = C::BUF * 2 * fl_reg_tile<C>::BC * C::QLD * 2;
 };
 
 struct fl_args {
@@ -503,7 +491,7 @@ __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q,
     KN_DYN_SHARED(unsigned char, sm);
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     uint16_t *KV = (uint16_t *)sm; /* C::BUF buffers of K, V tiles */
-    uint16_t *Qs = KV + C::BUF * 2 * BC * QLD + w * 16 * QLD;
+    uint16_t *Qs = (uint16_t *)(sm + fl_kv_tiles<C>::BYTES + w * fl_fwd_warp<C>::BYTES);
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv), q0 = Tk - Tq;
     int r0 = blockIdx.x * BR + w * 16, i0 = q0 + blockIdx.x * BR, wi0 = q0 + r0;
     size_t kvb = (size_t)b * Tk * ldkv + (size_t)hk * D;
@@ -663,7 +651,8 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
     KN_DYN_SHARED(unsigned char, sm);
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
     uint16_t *KV = (uint16_t *)sm; /* C::BUF buffers of K, V tiles */
-    uint16_t *Qs = KV + C::BUF * 2 * BC * QLD + w * 3 * 16 * QLD, *dOs = Qs + 16 * QLD,
+    uint16_t *Qs = (uint16_t *)(sm + fl_kv_tiles<C>::BYTES + w * fl_dq_warp<C>::BYTES),
+             *dOs = Qs + 16 * QLD,
              *dOl = dOs + 16 * QLD;
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
     int r0 = blockIdx.x * BR + w * 16, i0 = blockIdx.x * BR;
@@ -756,6 +745,30 @@ __device__ __forceinline__ void fl_kv_stage(unsigned char *sm, fl_grad g, bool l
     }
 }
 
+/* dk/dv's walk: for each query head of kv head hk's group and each query
+ * tile [i0, i0 + BC) that can see the block's keys [jb, jb + BR), stages
+ * the tile (fl_kv_stage, whether dO has a lo half the same in every warp)
+ * and calls f(i0, lo) where the warp's keys [j0, j0 + 16) have queries in
+ * it. Every thread walks every tile: the stages' barriers need them all. */
+template <class C, int BC, typename F>
+__device__ __forceinline__ void fl_kv_walk(unsigned char *sm, fl_grad g, const float *lse,
+                                           const void *q, int b, int hk, int jb, int j0, int T,
+                                           int Hq, int Hkv, int ldq, fl_args a, F f)
+{
+    const int BR = 16 * C::NW, group = Hq / Hkv;
+    /* Query rows past the block's last key's window see none of it. */
+    int iend = a.window > 0 ? min(T, jb + BR - 1 + a.window) : T;
+    int wend = a.window > 0 ? min(T, j0 + 15 + a.window) : T;
+    for (int h = hk * group; h < (hk + 1) * group; h++)
+        for (int i0 = jb / BC * BC; i0 < iend; i0 += BC) {
+            __syncthreads();
+            bool lo = fl_has_lo(g, b, h, i0, BC, T, Hq);
+            fl_kv_stage<C, BC>(sm, g, lo, lse, q, b, h, i0, T, Hq, ldq);
+            __syncthreads();
+            if (j0 < T && i0 + BC > j0 && i0 < wend) f(i0, lo);
+        }
+}
+
 /* P^T and dS^T of the warp's 16 keys (from j0) against query tile i0. */
 template <class C>
 __device__ __forceinline__ void fl_kv_probs(uint16_t *Pt, uint16_t *dSt, const float *St,
@@ -801,7 +814,7 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
     const int D = C::D, BC = C::BC, BR = 16 * C::NW;
     const int QLD = C::QLD, OLD = C::OLD, SLD = C::SLD, PLD = C::PLD;
     KN_DYN_SHARED(unsigned char, sm);
-    int w = threadIdx.x / 32, lane = threadIdx.x % 32, group = Hq / Hkv;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint16_t *Qs = (const uint16_t *)sm, *dOs = Qs + BC * QLD;
     const float *Ls = (const float *)(dOs + 2 * BC * QLD), *Dd = Ls + BC;
     uint16_t *Kw = (uint16_t *)(sm + fl_kv_block<C>::BYTES + w * fl_kv_warp<C>::BYTES),
@@ -816,24 +829,15 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
     for (int e = lane; e < 16 * OLD; e += 32)
         dK[e] = dV[e] = 0.0f;
     __syncwarp();
-    /* Query rows past the block's last key's window see none of it. */
-    int iend = a.window > 0 ? min(T, jb + BR - 1 + a.window) : T;
-    int wend = a.window > 0 ? min(T, j0 + 15 + a.window) : T;
-    for (int h = hk * group; h < (hk + 1) * group; h++)
-        for (int i0 = jb / BC * BC; i0 < iend; i0 += BC) {
-            __syncthreads();
-            bool lo = fl_has_lo(g, b, h, i0, BC, T, Hq); /* the same in every warp */
-            fl_kv_stage<C, BC>(sm, g, lo, lse, q, b, h, i0, T, Hq, ldq);
-            __syncthreads();
-            if (j0 >= T || i0 + BC <= j0 || i0 >= wend) continue;
-            fl_scores<E, BC, D>(St, dPt, SLD, (const E *)Kw, (const E *)Qs, (const E *)Vw,
-                                (const E *)dOs, (const E *)Vw, (const E *)dOs + BC * QLD, lo, QLD);
-            __syncwarp();
-            fl_kv_probs<C>(Pt, dSt, St, dPt, Ls, Dd, j0, i0, T, a);
-            __syncwarp();
-            fl_kv_acc<C>(dK, dV, Pt, dSt, Qs, dOs, lo);
-            __syncwarp(); /* P^T, dS^T are rewritten by the next tile */
-        }
+    fl_kv_walk<C, BC>(sm, g, lse, q, b, hk, jb, j0, T, Hq, Hkv, ldq, a, [&](int i0, bool lo) {
+        fl_scores<E, BC, D>(St, dPt, SLD, (const E *)Kw, (const E *)Qs, (const E *)Vw,
+                            (const E *)dOs, (const E *)Vw, (const E *)dOs + BC * QLD, lo, QLD);
+        __syncwarp();
+        fl_kv_probs<C>(Pt, dSt, St, dPt, Ls, Dd, j0, i0, T, a);
+        __syncwarp();
+        fl_kv_acc<C>(dK, dV, Pt, dSt, Qs, dOs, lo);
+        __syncwarp(); /* P^T, dS^T are rewritten by the next tile */
+    });
     __syncwarp();
     for (int e = lane; e < 16 * D; e += 32) {
         int r = e / D, d = e % D;
@@ -874,7 +878,6 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
     const int D = C::D, BC = fl_kv_reg_tile<C>::BC, BR = 16 * C::NW, QLD = C::QLD;
     KN_DYN_SHARED(unsigned char, sm);
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
-    int group = Hq / Hkv;
     const uint16_t *Qs = (const uint16_t *)sm, *dOs = Qs + BC * QLD, *dOl = dOs + BC * QLD;
     const float *Ls = (const float *)(dOl + BC * QLD), *Dd = Ls + BC;
     uint16_t *Kw = (uint16_t *)(sm + fl_kv_reg_block<C>::BYTES + w * fl_kv_reg_warp<C>::BYTES),
@@ -888,31 +891,22 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
     float dK[D / 8][4], dV[D / 8][4];
     fl_czero<D>(dK);
     fl_czero<D>(dV);
-    /* Query rows past the block's last key's window see none of it. */
-    int iend = a.window > 0 ? min(T, jb + BR - 1 + a.window) : T;
-    int wend = a.window > 0 ? min(T, j0 + 15 + a.window) : T;
-    for (int h = hk * group; h < (hk + 1) * group; h++)
-        for (int i0 = jb / BC * BC; i0 < iend; i0 += BC) {
-            __syncthreads();
-            bool lo = fl_has_lo(g, b, h, i0, BC, T, Hq); /* the same in every warp */
-            fl_kv_stage<C, BC>(sm, g, lo, lse, q, b, h, i0, T, Hq, ldq);
-            __syncthreads();
-            if (j0 >= T || i0 + BC <= j0 || i0 >= wend) continue;
-            float s[BC / 8][4], dp[BC / 8][4];
-            fl_scores_reg<BF, BC, D>(s, dp, Kw, Qs, Vw, dOs, Vw, dOl, lo, QLD);
-            /* P^T into s, dS^T into dp; 0 where masked */
-            fl_each<BC>([&](int r, int j, int e) {
-                int c = 8 * j + 2 * t + e, i = i0 + c;
-                bool sees = i < T && fl_sees(i, kj[r], a.window);
-                float dt = 1.0f, x = s[j][2 * r + e];
-                float p = sees ? expf(att_score(x, a.scale, a.cap, &dt) - Ls[c]) : 0.0f;
-                s[j][2 * r + e] = p;
-                dp[j][2 * r + e] = sees ? p * (dp[j][2 * r + e] - Dd[c]) * a.scale * dt : 0.0f;
-            });
-            fl_xb<E, BC, D, true>(dV, s, dOs, QLD); /* dV += P^T dO */
-            if (lo) fl_xb<E, BC, D, false>(dV, s, dOl, QLD);
-            fl_xb<E, BC, D, true>(dK, dp, Qs, QLD); /* dK += dS^T Q */
-        }
+    fl_kv_walk<C, BC>(sm, g, lse, q, b, hk, jb, j0, T, Hq, Hkv, ldq, a, [&](int i0, bool lo) {
+        float s[BC / 8][4], dp[BC / 8][4];
+        fl_scores_reg<BF, BC, D>(s, dp, Kw, Qs, Vw, dOs, Vw, dOl, lo, QLD);
+        /* P^T into s, dS^T into dp; 0 where masked */
+        fl_each<BC>([&](int r, int j, int e) {
+            int c = 8 * j + 2 * t + e, i = i0 + c;
+            bool sees = i < T && fl_sees(i, kj[r], a.window);
+            float dt = 1.0f, x = s[j][2 * r + e];
+            float p = sees ? expf(att_score(x, a.scale, a.cap, &dt) - Ls[c]) : 0.0f;
+            s[j][2 * r + e] = p;
+            dp[j][2 * r + e] = sees ? p * (dp[j][2 * r + e] - Dd[c]) * a.scale * dt : 0.0f;
+        });
+        fl_xb<E, BC, D, true>(dV, s, dOs, QLD); /* dV += P^T dO */
+        if (lo) fl_xb<E, BC, D, false>(dV, s, dOl, QLD);
+        fl_xb<E, BC, D, true>(dK, dp, Qs, QLD); /* dK += dS^T Q */
+    });
     KN_UNROLL(2)
     for (int r = 0; r < 2; r++) {
         if (kj[r] >= T) continue;
@@ -947,8 +941,8 @@ enum { FL_FWD, FL_DQ, FL_DKDV };
 
 template <int K, class C> constexpr size_t fl_smem()
 {
-    return K == FL_FWD  ? (size_t)C::BUF * 4 * fl_reg_tile<C>::BC * C::QLD + (size_t)C::NW * fl_fwd_warp<C>::BYTES
-           : K == FL_DQ ? (size_t)C::BUF * 4 * fl_reg_tile<C>::BC * C::QLD + (size_t)C::NW * fl_dq_warp<C>::BYTES
+    return K == FL_FWD  ? (size_t)fl_kv_tiles<C>::BYTES + (size_t)C::NW * fl_fwd_warp<C>::BYTES
+           : K == FL_DQ ? (size_t)fl_kv_tiles<C>::BYTES + (size_t)C::NW * fl_dq_warp<C>::BYTES
            : C::KV_REG  ? (size_t)fl_kv_reg_block<C>::BYTES + (size_t)C::NW * fl_kv_reg_warp<C>::BYTES
                         : (size_t)fl_kv_block<C>::BYTES + (size_t)C::NW * fl_kv_warp<C>::BYTES;
 }
