@@ -1227,7 +1227,10 @@ void model_free_acts(model *m)
  * rounding each, kn_ops.h). Activation gradients are fp32 buffers of one
  * layer; with 16-bit storage each is rounded where it is produced, so the
  * values the next op reads are exactly what a 16-bit tensor would hold
- * (the reference's scheme). No-op in fp32. */
+ * (the reference's scheme). The norms' backward does that rounding itself
+ * (it reads dout and stores dx as dt holds them, kernels.h), so a gradient
+ * that only a norm reads next, or that a norm produces, takes no separate
+ * pass. No-op in fp32. */
 #define RND(x, n) kn_round(k, (x), (size_t)(n), m->dt)
 /* RND for a gradient that only weight wi's backward GEMMs read next: none
  * needed when they read it through grad_in, whose conversion to dt rounds
@@ -1641,7 +1644,6 @@ static void backward_from_head(model *m, int B, int T)
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
 
     load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
-    RND(m->dln, NC);
     const void *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
     /* dres[N,C] = d(final norm input) */
     kn_zero(k, m->dres, NC);
@@ -1651,7 +1653,6 @@ static void backward_from_head(model *m, int B, int T)
     else
         kn_rmsnorm_bwd(k, dt, m->dres, G(m, m->lnf_w), m->dln, xL, NWT(m->lnf_w, C), m->lnf_rstd, N,
                        C);
-    RND(m->dres, NC);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[m->lnf_w].off);
 
     for (int l = c->n_layer - 1; l >= 0; l--) {
@@ -1679,7 +1680,6 @@ static void backward_from_head(model *m, int B, int T)
             kn_zero(k, m->dln, NC);
             kn_rmsnorm_bwd(k, dt, m->dln, G(m, L->pfn_w), m->dres, a->mo, NWT(L->pfn_w, C),
                            a->mo_rstd, N, C);
-            RND(m->dln, NC);
             dmo = m->dln;
         }
         if (!fg) kn_zero(k, m->dact, NF);
@@ -1692,14 +1692,18 @@ static void backward_from_head(model *m, int B, int T)
         kn_zero(k, m->dln, NC);
         if (gpt2) {
             gemms(m, dt != KN_F32, fg);
-            if (fg)
+            if (fg) {
+                /* dfc in dt as the epilogue writes it (and dbfc): the fc's
+                 * GEMMs read it as it stands */
                 kn_matmul_dgelu(k, dt, dt, dt, m->dfc, G(m, L->fc_b), gmo, WL(m, L->proj_w), a->fc,
                                 N, F, C);
-            else
+                lin_bwd_g(m, l, LS_FC, -1, m->dln, dt == KN_F32 ? m->dfc : NULL, m->dfc, a->ln2,
+                          L->fc_w, -1, N, C, F);
+            } else {
                 kn_gelu_bwd(k, dt, m->dfc, m->dact, a->fc, NF);
-            RG(m->dfc, NF, L->fc_w);
-            lin_bwd(m, l, LS_FC, -1, m->dln, m->dfc, a->ln2, L->fc_w, fg ? -1 : L->fc_b, N, C, F);
-            RND(m->dln, NC);
+                RG(m->dfc, NF, L->fc_w);
+                lin_bwd(m, l, LS_FC, -1, m->dln, m->dfc, a->ln2, L->fc_w, L->fc_b, N, C, F);
+            }
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
                              W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {
@@ -1717,19 +1721,16 @@ static void backward_from_head(model *m, int B, int T)
                 lin_bwd(m, l, LS_FC, -1, m->dln, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
                 lin_bwd(m, l, LS_UP, -1, m->dln, m->dup, a->ln2, L->up_w, -1, N, C, F);
             }
-            RND(m->dln, NC);
             kn_rmsnorm_bwd(k, dt, m->dres, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
                            a->ln2_rstd, N, C);
         }
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
-        RND(m->dres, NC);
         const float *dao = m->dres;
         if (c->gemma) {
             /* through the post_attention norm: dln = d(ao) */
             kn_zero(k, m->dln, NC);
             kn_rmsnorm_bwd(k, dt, m->dln, G(m, L->pan_w), m->dres, a->ao, NWT(L->pan_w, C),
                            a->ao_rstd, N, C);
-            RND(m->dln, NC);
             dao = m->dln;
         }
         kn_zero(k, m->datty, (size_t)N * QD);
@@ -1742,7 +1743,6 @@ static void backward_from_head(model *m, int B, int T)
                              a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f, 0);
             RG(m->dq, (size_t)N * 3 * C, L->attn_w);
             lin_bwd(m, l, LS_ATTN, -1, m->dln, m->dq, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
-            RND(m->dln, NC);
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
                              W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
         } else {
@@ -1757,10 +1757,7 @@ static void backward_from_head(model *m, int B, int T)
             RG(m->dv, (size_t)N * KD, c->fused ? L->attn_w : L->v_w);
             model_rope_layer(m, l, KN_F32, m->dq, B, T, Hq, QD, 0, 1);
             model_rope_layer(m, l, KN_F32, m->dk, B, T, Hkv, KD, 0, 1);
-            if (c->qk_norm) { /* the per-head norms read them next */
-                RND(m->dq, (size_t)N * QD);
-                RND(m->dk, (size_t)N * KD);
-            } else {
+            if (!c->qk_norm) { /* the per-head norms read them rounded */
                 RG(m->dq, (size_t)N * QD, c->fused ? L->attn_w : L->q_w);
                 RG(m->dk, (size_t)N * KD, c->fused ? L->attn_w : L->k_w);
             }
@@ -1773,8 +1770,6 @@ static void backward_from_head(model *m, int B, int T)
                                a->qn_rstd, N * Hq, D);
                 kn_rmsnorm_bwd(k, dt, m->dkr, G(m, L->kn_w), m->dk, a->kr, NWT(L->kn_w, D),
                                a->kn_rstd, N * Hkv, D);
-                RND(m->dqr, (size_t)N * QD);
-                RND(m->dkr, (size_t)N * KD);
                 dqo = m->dqr;
                 dko = m->dkr;
             }
@@ -1787,12 +1782,10 @@ static void backward_from_head(model *m, int B, int T)
                 lin_bwd(m, l, LS_K, -1, m->dln, dko, a->ln1, L->k_w, L->k_b, N, C, KD);
                 lin_bwd(m, l, LS_V, -1, m->dln, m->dv, a->ln1, L->v_w, L->v_b, N, C, KD);
             }
-            RND(m->dln, NC);
             kn_rmsnorm_bwd(k, dt, m->dres, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C), a->ln1_rstd,
                            N, C);
         }
         /* dres now holds d(x), the previous layer's res3 */
-        RND(m->dres, NC);
         if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[lo].off);
     }
     /* Embeddings: dwte[ids] += dres (and dwpe[t] += dres) */

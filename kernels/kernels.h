@@ -220,6 +220,10 @@ KN_OPS(KN_PROTO)
  *   rstd[N]; b may be NULL. kn_layernorm_bwd: dx, dw, db.
  * kn_rmsnorm_fwd: out[N,C] = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps);
  *   saves rstd[N]. kn_rmsnorm_bwd: dx, dw.
+ *   The backwards accumulate: dx += (any may be NULL), dw +=, db +=. With
+ *   a 16-bit dt (x's type) they read dout as dt rounds it and store dx
+ *   rounded to dt after its add: the values a 16-bit gradient tensor
+ *   holds, with no separate kn_round pass before or after.
  *
  * kn_add_layernorm_fwd: the residual add and the norm that reads it, in
  *   one op: res[N,C] = a + b (kn_add: fp32 sum stored in dt, rounded once),
@@ -265,9 +269,11 @@ KN_OPS(KN_PROTO)
  *   WRITTEN (not accumulated: cuBLASLt's DGELU epilogue computes a fresh
  *   product), and dbias[K] += sum_n dpre (may be NULL). dout is read in
  *   dout_dt and pre in pre_dt (each KN_F32 or dt: the forward's out_dt for
- *   pre). With a 16-bit dt, w is stored in dt, dout holds dt values, and
- *   the reference rounds the product and dpre to dt (the engine's rounding
- *   points). The next linear's dw / dbias are its own backward with dx NULL.
+ *   pre), and dpre is stored in pre_dt: a 16-bit run's dpre is the
+ *   16-bit operand of the previous linear's GEMMs as it stands. With a
+ *   16-bit dt, w is stored in dt, dout holds dt values, and the reference
+ *   rounds the product and dpre to dt (the engine's rounding points). The
+ *   next linear's dw / dbias are its own backward with dx NULL.
  *
  * kn_rope_fwd: rotary position embedding, Hugging Face rotate-half, in
  *   place on x laid out [B, T, H, D] with row stride ld: for i < D/2,

@@ -83,7 +83,7 @@
     X(void, matmul_gelu_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out, \
       void *pre, const void *x, const void *w, const float *bias, int N, int K, int M),            \
       (c, dt, out_dt, x_dt, out, pre, x, w, bias, N, K, M))                                        \
-    X(void, matmul_dgelu, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt, float *dpre, \
+    X(void, matmul_dgelu, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt, void *dpre,  \
       float *dbias, const void *dout, const void *w, const void *pre, int N, int K, int M),        \
       (c, dt, dout_dt, pre_dt, dpre, dbias, dout, w, pre, N, K, M))                                \
     /* 4-bit NormalFloat weights (QLoRA) */                                                       \

@@ -37,6 +37,8 @@ typedef struct cpu_state {
 /* n elements of src (sdt) to dst (ddt) on the calling thread: the body
  * of kn_convert, for ops that widen 16-bit rows inside their own loops. */
 void cpu_convert_n(void *dst, kn_dtype ddt, const void *src, kn_dtype sdt, size_t n);
+/* x[n] rounded in place to what dt holds (kn_round on one thread's share). */
+void cpu_round_n(float *x, size_t n, kn_dtype dt);
 
 /* An fp32 master as bf16 hi (round-to-nearest-even, as kn_convert) plus
  * lo = the rest of its bits as a signed 16-bit number (kn_master_split).

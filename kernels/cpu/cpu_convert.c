@@ -105,17 +105,20 @@ void cpu_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtyp
     cpu_pool_run(c, cpu_threads_for(c, n), convert_job, &j);
 }
 
+void cpu_round_n(float *x, size_t n, kn_dtype dt)
+{
+    if (dt == KN_BF16)
+        round_bf16(x, n);
+    else if (dt == KN_F16)
+        round_f16(x, n);
+}
+
 static void round_job(int tid, int nt, void *arg)
 {
     const cv_job *j = arg;
-    float *x = j->dst;
     size_t lo, hi;
     cpu_thread_range(j->n, 16, tid, nt, &lo, &hi);
-    if (hi <= lo) return;
-    if (j->ddt == KN_BF16)
-        round_bf16(x + lo, hi - lo);
-    else
-        round_f16(x + lo, hi - lo);
+    if (hi > lo) cpu_round_n((float *)j->dst + lo, hi - lo, j->ddt);
 }
 
 void cpu_round(kn_ctx *c, float *x, size_t n, kn_dtype dt)

@@ -10,6 +10,8 @@
  * emulated and real cuBLASLt epilogues are tested against. */
 #include "cpu.h"
 
+#include <stdlib.h>
+
 /* The weight's dtype, and each activation's: fp32 or the weight's (as
  * matmul16 reads them). */
 static int types_ok(kn_ctx *c, kn_dtype dt, kn_dtype a_dt, kn_dtype b_dt, const char *op)
@@ -50,21 +52,32 @@ void cpu_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt,
     cpu_gelu_fwd(c, dt, out, pre, n);
 }
 
-void cpu_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt, float *dpre,
+void cpu_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt, void *dpre,
                       float *dbias, const void *dout, const void *w, const void *pre, int N, int K,
                       int M)
 {
     if (N <= 0 || K <= 0 || !types_ok(c, dt, dout_dt, pre_dt, "matmul_dgelu")) return;
     size_t n = (size_t)N * K;
-    /* dact = dout w into dpre (x is unused without dw: pre stands in). */
-    cpu_zero(c, dpre, n);
+    /* The fp32 values in dpre itself, or for a 16-bit dpre in a temporary
+     * stored into it at the end (exact: they are rounded to dt = pre_dt). */
+    float *d = pre_dt == KN_F32 ? dpre : malloc(n * sizeof *d);
+    if (!d) {
+        kn_fail(c, TY_ENOMEM, "matmul_dgelu: out of memory for %zu floats", n);
+        return;
+    }
+    /* dact = dout w into d (x is unused without dw: pre stands in). */
+    cpu_zero(c, d, n);
     if (dt == KN_F32)
-        cpu_matmul_bwd(c, dpre, NULL, NULL, dout, pre, w, N, K, M);
+        cpu_matmul_bwd(c, d, NULL, NULL, dout, pre, w, N, K, M);
     else
-        cpu_matmul16_bwd(c, dt, dout_dt, pre_dt, dpre, NULL, NULL, dout, pre, w, N, K, M);
-    cpu_round(c, dpre, n, dt);
-    cpu_gelu_bwd_write(c, pre_dt, dpre, dpre, pre, n);
-    cpu_round(c, dpre, n, dt);
+        cpu_matmul16_bwd(c, dt, dout_dt, pre_dt, d, NULL, NULL, dout, pre, w, N, K, M);
+    cpu_round(c, d, n, dt);
+    cpu_gelu_bwd_write(c, pre_dt, d, d, pre, n);
+    cpu_round(c, d, n, dt);
     if (dbias) /* the column sums, in the row order kn_matmul_bwd uses */
-        cpu_matmul_bwd(c, NULL, NULL, dbias, dpre, NULL, NULL, N, 0, K);
+        cpu_matmul_bwd(c, NULL, NULL, dbias, d, NULL, NULL, N, 0, K);
+    if (d != dpre) {
+        cpu_convert(c, dpre, pre_dt, d, KN_F32, n);
+        free(d);
+    }
 }

@@ -9,12 +9,15 @@
  * Activations (x, out) are of the op's dtype: 16-bit rows are widened into
  * a per-thread fp32 row (two rows of C floats, allocated per call; a
  * failure is a kn_fail) and run through the fp32 code; out is rounded once
- * when stored. Statistics, weights and gradients are fp32. */
+ * when stored. Statistics, weights and gradients are fp32; with a 16-bit
+ * dtype the backward reads dout rounded to it (into the second row) and
+ * stores dx rounded to it, the values a 16-bit gradient holds. */
 #include "cpu.h"
 
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* One norm job's operands (forward or backward, LayerNorm or RMSNorm). */
 typedef struct norm_job {
@@ -62,6 +65,19 @@ static void col_range(int C, int me, int cnt, int *lo, int *hi)
     *hi = (int)((long)units * (me + 1) / cnt) * 16;
     if (*lo > C) *lo = C;
     if (*hi > C) *hi = C;
+}
+
+/* Columns [lo, hi) of dout's row n as the backward reads them: rounded to
+ * a 16-bit dtype in the thread's second row (indexed by column), or the
+ * fp32 row itself. */
+static const float *dout_row(const norm_job *j, float *buf, size_t n, int lo, int hi)
+{
+    const float *g = j->dout + n * j->C;
+    if (j->dt == KN_F32) return g;
+    float *r = buf + j->C;
+    memcpy(r + lo, g + lo, (size_t)(hi - lo) * sizeof *r);
+    cpu_round_n(r + lo, (size_t)(hi - lo), j->dt);
+    return r;
 }
 
 /* One forward job: this thread's rows, 16-bit ones widened into its
@@ -132,7 +148,7 @@ static void ln_dx_rows(const norm_job *j, float *buf, size_t lo, size_t hi)
     int C = j->C;
     const float *w = j->w;
     for (size_t n = lo; n < hi; n++) {
-        const float *g = j->dout + n * C;
+        const float *g = dout_row(j, buf, n, 0, C);
         const float *xr = cpu_in(buf, j->x, j->dt, n * C, (size_t)C);
         float *d = j->dx + n * C;
         float m = j->cmean[n], r = j->crstd[n];
@@ -149,6 +165,7 @@ static void ln_dx_rows(const norm_job *j, float *buf, size_t lo, size_t hi)
             float xhat = (xr[i] - m) * r;
             d[i] += r * (g[i] * w[i] - s1 - xhat * s2);
         }
+        cpu_round_n(d, (size_t)C, j->dt);
     }
 }
 
@@ -159,7 +176,7 @@ static void ln_dwdb_cols(const norm_job *j, float *buf, int lo, int hi)
     float *dw = j->dw, *db = j->db;
     for (int n = 0; n < j->N && hi > lo; n++) {
         /* this thread's columns of the row: xr[i] for i in [lo, hi) */
-        const float *g = j->dout + (size_t)n * C;
+        const float *g = dout_row(j, buf, (size_t)n, lo, hi);
         const float *xr = cpu_in(buf, j->x, j->dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
         float m = j->cmean[n], r = j->crstd[n];
         if (dw)
@@ -247,7 +264,7 @@ static void rms_dx_rows(const norm_job *j, float *buf, size_t lo, size_t hi)
     int C = j->C;
     const float *w = j->w;
     for (size_t n = lo; n < hi; n++) {
-        const float *g = j->dout + n * C;
+        const float *g = dout_row(j, buf, n, 0, C);
         const float *xr = cpu_in(buf, j->x, j->dt, n * C, (size_t)C);
         float *d = j->dx + n * C;
         float r = j->crstd[n];
@@ -258,6 +275,7 @@ static void rms_dx_rows(const norm_job *j, float *buf, size_t lo, size_t hi)
         s *= r * r / (float)C;
         for (int i = 0; i < C; i++)
             d[i] += r * (g[i] * w[i] - xr[i] * s);
+        cpu_round_n(d, (size_t)C, j->dt);
     }
 }
 
@@ -266,7 +284,7 @@ static void rms_dw_cols(const norm_job *j, float *buf, int lo, int hi)
 {
     int C = j->C;
     for (int n = 0; n < j->N && hi > lo; n++) {
-        const float *g = j->dout + (size_t)n * C;
+        const float *g = dout_row(j, buf, (size_t)n, lo, hi);
         const float *xr = cpu_in(buf, j->x, j->dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
         float r = j->crstd[n];
         for (int i = lo; i < hi; i++)

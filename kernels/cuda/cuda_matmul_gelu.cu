@@ -44,15 +44,17 @@ __global__ void k_gelu_of(typename P::first *out, const typename P::first *pre, 
     });
 }
 
-/* dpre = round(round(dact) * gelu'(pre)), in place on dact = dpre; pre of
- * type P::first, rounding to P::second. */
+/* dpre = round(round(dact) * gelu'(pre)): dact the fp32 product, pre and
+ * dpre of type P::first (dpre may be dact itself when that is fp32),
+ * rounding to P::second. */
 template <typename P>
-__global__ void k_dgelu_mul(float *dpre, const typename P::first *pre, size_t n, int vec)
+__global__ void k_dgelu_mul(typename P::first *dpre, const float *dact,
+                            const typename P::first *pre, size_t n, int vec)
 {
     typedef typename P::second R;
     kn_for_packs<KN_VEC_W(typename P::first)>(n, [&](auto w, size_t i) {
         float d[KN_PACK_N(w)], v[KN_PACK_N(w)];
-        kn_load(d, dpre + i, vec);
+        kn_load(d, dact + i, vec);
         kn_load(v, pre + i, vec);
         for (int k = 0; k < KN_PACK_N(w); k++)
             d[k] = kn_round_to<R>(kn_round_to<R>(d[k]) * kn_gelu_grad(v[k]));
@@ -69,12 +71,12 @@ static void launch_gelu_of(kn_ctx *c, void *out, const void *pre, size_t n)
               (const T *)pre, n, kn_aligned16(out, pre));
 }
 template <typename T, typename R>
-static void launch_dgelu_mul(kn_ctx *c, float *dpre, const void *pre, size_t n)
+static void launch_dgelu_mul(kn_ctx *c, void *dpre, const float *dact, const void *pre, size_t n)
 {
     typedef kn_pair<T, R> P;
-    KN_IO(k_dgelu_mul<P>, n * (4 + sizeof(T)), 4 * n, 0);
-    KN_LAUNCH(k_dgelu_mul<P>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, dpre,
-              (const T *)pre, n, kn_aligned16(dpre, pre));
+    KN_IO(k_dgelu_mul<P>, n * (4 + sizeof(T)), n * sizeof(T), 0);
+    KN_LAUNCH(k_dgelu_mul<P>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, (T *)dpre, dact,
+              (const T *)pre, n, kn_aligned16(dpre, dact, pre));
 }
 /* The rounding type picked, for activations of type T: a 16-bit T is the
  * weight's own type (types_ok), so only fp32 activations need the choice
@@ -92,16 +94,17 @@ static void gelu_of(kn_ctx *c, kn_dtype round_dt, void *out, const void *pre, si
         launch_gelu_of<T, float>(c, out, pre, n);
 }
 template <typename T>
-static void dgelu_mul(kn_ctx *c, kn_dtype round_dt, float *dpre, const void *pre, size_t n)
+static void dgelu_mul(kn_ctx *c, kn_dtype round_dt, void *dpre, const float *dact, const void *pre,
+                      size_t n)
 {
     if constexpr (sizeof(T) == 2)
-        launch_dgelu_mul<T, T>(c, dpre, pre, n);
+        launch_dgelu_mul<T, T>(c, dpre, dact, pre, n);
     else if (round_dt == KN_BF16)
-        launch_dgelu_mul<T, kn_bf16>(c, dpre, pre, n);
+        launch_dgelu_mul<T, kn_bf16>(c, dpre, dact, pre, n);
     else if (round_dt == KN_F16)
-        launch_dgelu_mul<T, kn_f16>(c, dpre, pre, n);
+        launch_dgelu_mul<T, kn_f16>(c, dpre, dact, pre, n);
     else
-        launch_dgelu_mul<T, float>(c, dpre, pre, n);
+        launch_dgelu_mul<T, float>(c, dpre, dact, pre, n);
 }
 
 /* The weight's dtype, and each activation's: fp32 or the weight's. */
@@ -153,18 +156,19 @@ void cuda_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt
     KN_BY_DTYPE(out_dt, gelu_of, c, dt, out, pre, n);
 }
 
-/* cuBLASLt's aux matrix has D's type, so a 16-bit pre makes D 16-bit too:
- * the epilogue writes dpre in dt into scratch (rounded once, from the
- * fp32 product times gelu'(pre)), widened into the fp32 dpre after. */
-void cuda_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt, float *dpre,
+/* cuBLASLt's aux matrix has D's type, and dpre is stored in pre's type:
+ * the epilogue writes dpre itself (a 16-bit run's dpre rounded once, from
+ * the fp32 product times gelu'(pre)), which the next linear's GEMMs and
+ * the bias gradient read as it is. */
+void cuda_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt, void *dpre,
                        float *dbias, const void *dout, const void *w, const void *pre, int N, int K,
                        int M)
 {
     if (N <= 0 || K <= 0 || !types_ok(c, dt, dout_dt, pre_dt, "matmul_dgelu"))
         return;
-    size_t n = (size_t)N * K;
+    size_t n = (size_t)N * K, es = kn_dtype_size(pre_dt);
     if (M <= 0) { /* an empty product: dpre = 0 */
-        cuda_zero(c, dpre, n);
+        kn_cuda_ok(c, cudaMemsetAsync(dpre, 0, n * es, kn_cuda_st(c)->stream), "matmul_dgelu");
         return;
     }
     const void *B = operand(c, dt, dout, dout_dt, (size_t)N * M);
@@ -173,22 +177,21 @@ void cuda_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt
     /* dpre^T[K,N] = w^T[K,M] dout^T[M,N]: A = w as K x M col-major (matmul_bwd's dx). */
     int r = 0;
     if (aux_ok(pre, K)) {
-        void *D = dpre;
-        if (pre_dt != KN_F32 && !(D = kn_cuda_scratch(c, KN_SCRATCH_O32, n * 2)))
-            return;
-        r = kn_cuda_gemm_epi(c, D, pre_dt, w, B, dt, CUBLASLT_EPILOGUE_DGELU, nullptr, pre, K, K, N,
-                             M, 0, 0, K, M, K, 0.0f);
+        r = kn_cuda_gemm_epi(c, dpre, pre_dt, w, B, dt, CUBLASLT_EPILOGUE_DGELU, nullptr, pre, K, K,
+                             N, M, 0, 0, K, M, K, 0.0f);
         if (r < 0)
             return;
-        if (r && D != dpre)
-            cuda_convert(c, dpre, KN_F32, D, pre_dt, n);
     }
-    if (!r) {
-        kn_cuda_gemm(c, dpre, KN_F32, w, B, dt, nullptr, K, N, M, 0, 0, K, M, K, 0.0f);
-        KN_BY_DTYPE(pre_dt, dgelu_mul, c, dt, dpre, pre, n);
+    if (!r) { /* the fp32 product, then the derivative and the rounding */
+        float *dact = pre_dt == KN_F32 ? (float *)dpre
+                                       : (float *)kn_cuda_scratch(c, KN_SCRATCH_O32, n * 4);
+        if (!dact)
+            return;
+        kn_cuda_gemm(c, dact, KN_F32, w, B, dt, nullptr, K, N, M, 0, 0, K, M, K, 0.0f);
+        KN_BY_DTYPE(pre_dt, dgelu_mul, c, dt, dpre, dact, pre, n);
     }
     if (dbias)
-        kn_cuda_colsum_acc(c, dbias, dpre, KN_F32, N, K);
+        kn_cuda_colsum_acc(c, dbias, dpre, pre_dt, N, K);
 }
 
 } // namespace KN_NS

@@ -104,7 +104,8 @@ __global__ void k_layernorm_fwd(T *out, float *mean, float *rstd, const T *x, co
 }
 
 /* dx for one row: dnorm = dout w, dx += rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)).
- * has_mean 0 is rmsnorm (no centring, no mean(dnorm) term). */
+ * has_mean 0 is rmsnorm (no centring, no mean(dnorm) term). With a 16-bit
+ * T, dout is read rounded to T and dx stored rounded to T (kernels.h). */
 template <typename T>
 __global__ void k_norm_bwd_dx(float *dx, const float *dout, const T *x, const float *w,
                               const float *mean, const float *rstd, int C, int has_mean, int vec)
@@ -120,7 +121,7 @@ __global__ void k_norm_bwd_dx(float *dx, const float *dout, const T *x, const fl
         kn_load(g, w + i, vec);
         kn_load(v, x + off + i, vec);
         for (int k = 0; k < V; k++) {
-            float dn = d[k] * g[k];
+            float dn = kn_round_to<T>(d[k]) * g[k];
             s1 += dn;
             s2 += dn * (v[k] - mu) * rs;
         }
@@ -135,8 +136,8 @@ __global__ void k_norm_bwd_dx(float *dx, const float *dout, const T *x, const fl
         kn_load(v, x + off + i, vec);
         kn_load(o, dx + off + i, vec);
         for (int k = 0; k < V; k++) {
-            float dn = d[k] * g[k], xh = (v[k] - mu) * rs;
-            o[k] += rs * (dn - m1 - xh * m2);
+            float dn = kn_round_to<T>(d[k]) * g[k], xh = (v[k] - mu) * rs;
+            o[k] = kn_round_to<T>(o[k] + rs * (dn - m1 - xh * m2));
         }
         kn_store(dx + off + i, o, vec);
     });
@@ -156,7 +157,7 @@ __global__ void k_norm_bwd_dw(int dt, float *dw_dst, float *db_dst, const float 
     if (col < C)
         for (int n = kn_colsum_row0(rows); n < N && n < end; n += KN_COLSUM_LANES) {
             size_t i = (size_t)n * C + col;
-            float d = dout[i];
+            float d = round_as(dt, dout[i]);
             sw += d * ((load_as_f32(x, dt, i) - (mean ? mean[n] : 0.0f)) * rstd[n]);
             sb += d;
         }

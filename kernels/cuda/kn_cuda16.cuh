@@ -73,6 +73,14 @@ __device__ __forceinline__ float load_as_f32(const void *p, int dt, size_t i)
     return dt == KN_BF16 ? from_bf16(h) : from_f16(h);
 }
 
+/* v rounded to what dt holds, as fp32 (v itself for fp32). */
+__device__ __forceinline__ float round_as(int dt, float v)
+{
+    if (dt == KN_F32)
+        return v;
+    return dt == KN_BF16 ? from_bf16(to_bf16(v)) : from_f16(to_f16(v));
+}
+
 /* Element i of a tensor of type dt, stored from fp32 (rounded to nearest
  * even when dt is 16-bit). */
 __device__ __forceinline__ void store_from_f32(void *p, int dt, size_t i, float v)

@@ -503,14 +503,15 @@ static void t_matmul_gelu(pair *p)
                     cmp16(p, what, o16, (size_t)N * M, t, rt, at);
                     if (!xt) continue;
                     /* the typed backward: dout and pre in dt (a 16-bit run's tensors) */
-                    buf dp = brand(p, (size_t)N * M, 1), db2 = brand(p, M, 1);
-                    kn_matmul_dgelu(p->cpu, t, t, t, F(dp, cpu), F(db2, cpu), d16.cpu, w2.cpu,
-                                    p16.cpu, N, M, P);
-                    kn_matmul_dgelu(p->dev, t, t, t, F(dp, dev), F(db2, dev), d16.dev, w2.dev,
-                                    p16.dev, N, M, P);
+                    /* dpre in dt, its garbage start overwritten */
+                    buf dp = brand(p, ((size_t)N * M + 1) / 2, 1), db2 = brand(p, M, 1);
+                    kn_matmul_dgelu(p->cpu, t, t, t, dp.cpu, F(db2, cpu), d16.cpu, w2.cpu, p16.cpu,
+                                    N, M, P);
+                    kn_matmul_dgelu(p->dev, t, t, t, dp.dev, F(db2, dev), d16.dev, w2.dev, p16.dev,
+                                    N, M, P);
                     snprintf(what, sizeof what, "matmul_dgelu.%s.%dx%dx%d.16bit.dpre",
                              kn_dtype_name(t), N, M, P);
-                    cmp(p, what, dp, rt, at);
+                    cmp16(p, what, dp, (size_t)N * M, t, rt, at);
                     snprintf(what, sizeof what, "matmul_dgelu.%s.%dx%dx%d.16bit.dbias",
                              kn_dtype_name(t), N, M, P);
                     cmp(p, what, db2, bt, bt);

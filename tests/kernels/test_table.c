@@ -365,8 +365,10 @@ static void matmul_gelu_typed(tc *t, kn_dtype dt, const float *x, const void *w,
     kn_convert(t->c, g16, dt, g, KN_F32, (size_t)N * P);
     void *o16 = dput(t, NULL, nm * 2), *p16 = dput(t, NULL, nm * 2);
     float *dpre = dpoison(t, nm), *pf = dpoison(t, nm), *of = dpoison(t, nm);
+    void *d16 = dput(t, NULL, nm * 2); /* dpre is stored in pre's type */
     kn_matmul_gelu_fwd(t->c, dt, dt, dt, o16, p16, x16, w, b, N, K, M);
-    kn_matmul_dgelu(t->c, dt, dt, dt, dpre, NULL, g16, w2, p16, N, M, P);
+    kn_matmul_dgelu(t->c, dt, dt, dt, d16, NULL, g16, w2, p16, N, M, P);
+    kn_convert(t->c, dpre, KN_F32, d16, dt, nm);
     kn_convert(t->c, pf, KN_F32, p16, dt, nm);
     kn_convert(t->c, of, KN_F32, o16, dt, nm);
     float *hp = malloc(nm * 4), *hg = malloc((size_t)N * P * 4), *hw2 = malloc((size_t)P * M * 4);
@@ -1031,8 +1033,12 @@ static void c_typed(tc *t)
         same(t, KN_F32, "layernorm rstd", rs, rs32, R, KN_F32);
         float *gx = dput(t, hd, rc * 4), *gx32 = dput(t, hd, rc * 4), *gw = dput(t, hw, W * 4),
               *gw32 = dput(t, hw, W * 4), *gb = dput(t, hb, W * 4), *gb32 = dput(t, hb, W * 4);
+        /* a 16-bit backward reads dout as dt holds it and stores dx rounded */
+        float *dr = dput(t, hd, rc * 4);
+        kn_round(t->c, dr, rc, dt);
         kn_layernorm_bwd(t->c, dt, gx, gw, gb, dout, x, w, mu32, rs32, R, W);
-        kn_layernorm_bwd(t->c, KN_F32, gx32, gw32, gb32, dout, xf, w, mu32, rs32, R, W);
+        kn_layernorm_bwd(t->c, KN_F32, gx32, gw32, gb32, dr, xf, w, mu32, rs32, R, W);
+        kn_round(t->c, gx32, rc, dt);
         same(t, KN_F32, "layernorm dx (+=)", gx, gx32, rc, KN_F32);
         same(t, KN_F32, "layernorm dw (+=)", gw, gw32, W, KN_F32);
         same(t, KN_F32, "layernorm db (+=)", gb, gb32, W, KN_F32);
@@ -1041,7 +1047,8 @@ static void c_typed(tc *t)
         same(t, dt, "rmsnorm out", y, y32, rc, dt);
         same(t, KN_F32, "rmsnorm rstd", rs, rs32, R, KN_F32);
         kn_rmsnorm_bwd(t->c, dt, gx, gw, dout, x, w, rs32, R, W);
-        kn_rmsnorm_bwd(t->c, KN_F32, gx32, gw32, dout, xf, w, rs32, R, W);
+        kn_rmsnorm_bwd(t->c, KN_F32, gx32, gw32, dr, xf, w, rs32, R, W);
+        kn_round(t->c, gx32, rc, dt);
         same(t, KN_F32, "rmsnorm dx (+=)", gx, gx32, rc, KN_F32);
         same(t, KN_F32, "rmsnorm dw (+=)", gw, gw32, W, KN_F32);
         free(hw), free(hb), free(hd);
@@ -1610,7 +1617,7 @@ static void vec_norm(tc *t, kn_dtype dt, int ln, int R, int C)
     expect(t, ln ? "layernorm out (packed)" : "rmsnorm out (packed)", yf, wy, rc, dt);
     expect(t, "norm rstd (packed)", rs, wrs, R, KN_F32);
     if (ln) expect(t, "norm mean (packed)", mu, wmu, R, KN_F32);
-    expect(t, "norm dx (packed, +=)", dx, wdx, rc, KN_F32);
+    expect(t, "norm dx (packed, +=)", dx, wdx, rc, dt); /* dout read, dx stored in dt */
     free(hw), free(hb), free(hd), free(hdx), free(hx), free(hmu), free(hrs), free(wmu), free(wrs),
         free(wy), free(wdx);
 }
