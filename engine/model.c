@@ -304,24 +304,31 @@ static const void *grad_in(model *m, const float *g, size_t n)
  * sum dout (the weight's own rows), and the adapter's share; g is dout as
  * grad_in gives it (read by the GEMMs and by a 16-bit frozen 4-bit base,
  * base16; the adapter and a 4-bit base on the fp32 path, which give the
- * input gradient only, read the fp32 dout). */
-static void lin_bwd_g(model *m, int l, int s, int row0, float *dx, const float *dout, const void *g,
-                      const void *x, int wi, int bi, int N, int K, int M)
+ * input gradient only, read the fp32 dout). fresh: dx holds nothing yet,
+ * so the product writes it (kn_matmul16_dx: not cleared first, not read
+ * back); a 4-bit base, which adds into dx, gets it cleared. */
+static void lin_bwd_g(model *m, int l, int s, int row0, float *dx, int fresh, const float *dout,
+                      const void *g, const void *x, int wi, int bi, int N, int K, int M)
 {
     kn_ctx *k = m->kn;
     int q4 = m->t[wi].q4, ad = adapted(m), part = row0 >= 0;
     size_t skip = part ? (size_t)row0 * K : 0;
     float *dw = G(m, wi) ? G(m, wi) + skip : NULL, *db = G(m, bi);
+    int write = fresh && dx && !q4;
     gemms(m, m->dt != KN_F32 && (!q4 || base16(m, q4)), (dx != NULL) + (!q4 && dw != NULL));
-    if (base16(m, q4))
+    if (fresh && dx && q4) kn_zero(k, dx, (size_t)N * K);
+    if (base16(m, q4)) {
         m->base.bwd16(m->base.state, q4 - 1, skip, dx, g, N, K, M);
-    else if (q4)
+    } else if (q4) {
         m->base.bwd(m->base.state, q4 - 1, skip, dx, dout, N, K, M);
-    else if (m->dt == KN_F32)
-        kn_matmul_bwd(k, dx, dw, db, dout, x, W(m, wi) + skip, N, K, M);
-    else
-        kn_matmul16_bwd(k, m->dt, m->dt, m->dt, dx, dw, db, g, x,
-                        (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), N, K, M);
+    } else if (m->dt == KN_F32) {
+        if (write) kn_matmul16_dx(k, KN_F32, KN_F32, dx, dout, W(m, wi) + skip, N, K, M);
+        kn_matmul_bwd(k, write ? NULL : dx, dw, db, dout, x, W(m, wi) + skip, N, K, M);
+    } else {
+        const void *w = (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt);
+        if (write) kn_matmul16_dx(k, m->dt, m->dt, dx, g, w, N, K, M);
+        kn_matmul16_bwd(k, m->dt, m->dt, m->dt, write ? NULL : dx, dw, db, g, x, w, N, K, M);
+    }
     if (ad)
         m->adapter.bwd(m->adapter.state, l, s, dx, dout, x_f32(m, x, (size_t)N * K), N,
                        part ? row0 : 0, M);
@@ -336,11 +343,11 @@ static const void *grad_for(model *m, int wi, const float *dout, size_t n)
 }
 
 /* lin_bwd_g with dout converted here. */
-static void lin_bwd(model *m, int l, int s, int row0, float *dx, const float *dout, const void *x,
-                    int wi, int bi, int N, int K, int M)
+static void lin_bwd(model *m, int l, int s, int row0, float *dx, int fresh, const float *dout,
+                    const void *x, int wi, int bi, int N, int K, int M)
 {
     const void *g = grad_for(m, wi, dout, (size_t)N * M);
-    lin_bwd_g(m, l, s, row0, dx, dout, g, x, wi, bi, N, K, M);
+    lin_bwd_g(m, l, s, row0, dx, fresh, dout, g, x, wi, bi, N, K, M);
 }
 
 /* GPT-2's c_fc + GELU run as one op (kn_matmul_gelu_fwd / kn_matmul_dgelu:
@@ -1682,14 +1689,13 @@ static void backward_from_head(model *m, int B, int T)
                            a->mo_rstd, N, C);
             dmo = m->dln;
         }
-        if (!fg) kn_zero(k, m->dact, NF);
         /* d(mo) in dt once, for the proj's GEMMs and (fused) the dgelu's */
         const void *gmo = grad_for(m, L->proj_w, dmo, NC);
-        lin_bwd_g(m, l, LS_PROJ, -1, fg ? NULL : m->dact, dmo, gmo, a->act, L->proj_w, L->proj_b, N,
-                  F, C);
+        lin_bwd_g(m, l, LS_PROJ, -1, fg ? NULL : m->dact, 1, dmo, gmo, a->act, L->proj_w, L->proj_b,
+                  N, F, C);
         if (!fg) RND(m->dact, NF);
         if (!fg) kn_zero(k, m->dfc, NF); /* kn_matmul_dgelu writes dfc whole */
-        kn_zero(k, m->dln, NC);
+        /* dln = d(ln2): the first of the fc's (and up's) products writes it */
         if (gpt2) {
             gemms(m, dt != KN_F32, fg);
             if (fg) {
@@ -1697,12 +1703,12 @@ static void backward_from_head(model *m, int B, int T)
                  * GEMMs read it as it stands */
                 kn_matmul_dgelu(k, dt, dt, dt, m->dfc, G(m, L->fc_b), gmo, WL(m, L->proj_w), a->fc,
                                 N, F, C);
-                lin_bwd_g(m, l, LS_FC, -1, m->dln, dt == KN_F32 ? m->dfc : NULL, m->dfc, a->ln2,
+                lin_bwd_g(m, l, LS_FC, -1, m->dln, 1, dt == KN_F32 ? m->dfc : NULL, m->dfc, a->ln2,
                           L->fc_w, -1, N, C, F);
             } else {
                 kn_gelu_bwd(k, dt, m->dfc, m->dact, a->fc, NF);
                 RG(m->dfc, NF, L->fc_w);
-                lin_bwd(m, l, LS_FC, -1, m->dln, m->dfc, a->ln2, L->fc_w, L->fc_b, N, C, F);
+                lin_bwd(m, l, LS_FC, -1, m->dln, 1, m->dfc, a->ln2, L->fc_w, L->fc_b, N, C, F);
             }
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
                              W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
@@ -1715,11 +1721,11 @@ static void backward_from_head(model *m, int B, int T)
             RG(m->dfc, NF, L->fc_w);
             RG(m->dup, NF, c->fused ? L->fc_w : L->up_w);
             if (c->fused) {
-                lin_bwd(m, l, LS_FC, 0, m->dln, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
-                lin_bwd(m, l, LS_FC, F, m->dln, m->dup, a->ln2, L->fc_w, -1, N, C, F);
+                lin_bwd(m, l, LS_FC, 0, m->dln, 1, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
+                lin_bwd(m, l, LS_FC, F, m->dln, 0, m->dup, a->ln2, L->fc_w, -1, N, C, F);
             } else {
-                lin_bwd(m, l, LS_FC, -1, m->dln, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
-                lin_bwd(m, l, LS_UP, -1, m->dln, m->dup, a->ln2, L->up_w, -1, N, C, F);
+                lin_bwd(m, l, LS_FC, -1, m->dln, 1, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
+                lin_bwd(m, l, LS_UP, -1, m->dln, 0, m->dup, a->ln2, L->up_w, -1, N, C, F);
             }
             kn_rmsnorm_bwd(k, dt, m->dres, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
                            a->ln2_rstd, N, C);
@@ -1733,16 +1739,15 @@ static void backward_from_head(model *m, int B, int T)
                            a->ao_rstd, N, C);
             dao = m->dln;
         }
-        kn_zero(k, m->datty, (size_t)N * QD);
-        lin_bwd(m, l, LS_O, -1, m->datty, dao, a->atty, L->o_w, L->o_b, N, QD, C);
+        lin_bwd(m, l, LS_O, -1, m->datty, 1, dao, a->atty, L->o_w, L->o_b, N, QD, C);
         RND(m->datty, (size_t)N * QD);
-        kn_zero(k, m->dln, NC);
+        /* dln = d(ln1): the first of the qkv products writes it */
         if (gpt2) {
             kn_zero(k, m->dq, (size_t)N * 3 * C);
             kn_attention_bwd(k, dt, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
                              a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f, 0);
             RG(m->dq, (size_t)N * 3 * C, L->attn_w);
-            lin_bwd(m, l, LS_ATTN, -1, m->dln, m->dq, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
+            lin_bwd(m, l, LS_ATTN, -1, m->dln, 1, m->dq, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
                              W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
         } else {
@@ -1774,13 +1779,13 @@ static void backward_from_head(model *m, int B, int T)
                 dko = m->dkr;
             }
             if (c->fused) {
-                lin_bwd(m, l, LS_ATTN, 0, m->dln, dqo, a->ln1, L->attn_w, -1, N, C, QD);
-                lin_bwd(m, l, LS_ATTN, QD, m->dln, dko, a->ln1, L->attn_w, -1, N, C, KD);
-                lin_bwd(m, l, LS_ATTN, QD + KD, m->dln, m->dv, a->ln1, L->attn_w, -1, N, C, KD);
+                lin_bwd(m, l, LS_ATTN, 0, m->dln, 1, dqo, a->ln1, L->attn_w, -1, N, C, QD);
+                lin_bwd(m, l, LS_ATTN, QD, m->dln, 0, dko, a->ln1, L->attn_w, -1, N, C, KD);
+                lin_bwd(m, l, LS_ATTN, QD + KD, m->dln, 0, m->dv, a->ln1, L->attn_w, -1, N, C, KD);
             } else {
-                lin_bwd(m, l, LS_Q, -1, m->dln, dqo, a->ln1, L->q_w, L->q_b, N, C, QD);
-                lin_bwd(m, l, LS_K, -1, m->dln, dko, a->ln1, L->k_w, L->k_b, N, C, KD);
-                lin_bwd(m, l, LS_V, -1, m->dln, m->dv, a->ln1, L->v_w, L->v_b, N, C, KD);
+                lin_bwd(m, l, LS_Q, -1, m->dln, 1, dqo, a->ln1, L->q_w, L->q_b, N, C, QD);
+                lin_bwd(m, l, LS_K, -1, m->dln, 0, dko, a->ln1, L->k_w, L->k_b, N, C, KD);
+                lin_bwd(m, l, LS_V, -1, m->dln, 0, m->dv, a->ln1, L->v_w, L->v_b, N, C, KD);
             }
             kn_rmsnorm_bwd(k, dt, m->dres, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C), a->ln1_rstd,
                            N, C);

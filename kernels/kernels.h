@@ -252,6 +252,12 @@ KN_OPS(KN_PROTO)
  *   16-bit out_dt the bias (fp32) holds values out_dt represents, as the
  *   engine's biases, read from 16-bit storage, do: a GPU adds it in that
  *   type (cuBLASLt's bias is of the output's type; docs/kernels.md).
+ * kn_matmul16_dx: dx[N,K] = dout w, WRITTEN (not accumulated; dx's old
+ *   contents are never read): matmul16_bwd's dx for a gradient buffer the
+ *   product is the first to fill, which saves clearing it and reading it
+ *   back (a GPU's GEMM runs with beta 0). w in dt (KN_F32: fp32 weights),
+ *   dout read in dout_dt as matmul16_bwd reads it; the same values as
+ *   zeroing dx, then matmul16_bwd with dx alone.
  *
  * kn_matmul_gelu_fwd: a linear layer and the GELU after it in one op (the
  *   GPT-2 MLP's c_fc): pre[N,M] = x w^T + bias, out[N,M] = gelu(pre). w is

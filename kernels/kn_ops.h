@@ -80,6 +80,8 @@
     X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, float *dx,     \
       float *dw, float *dbias, const void *dout, const void *x, const void *w, int N, int K,       \
       int M), (c, dt, dout_dt, x_dt, dx, dw, dbias, dout, x, w, N, K, M))                                        \
+    X(void, matmul16_dx, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, const void *dout,   \
+      const void *w, int N, int K, int M), (c, dt, dout_dt, dx, dout, w, N, K, M))                 \
     X(void, matmul_gelu_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out, \
       void *pre, const void *x, const void *w, const float *bias, int N, int K, int M),            \
       (c, dt, out_dt, x_dt, out, pre, x, w, bias, N, K, M))                                        \

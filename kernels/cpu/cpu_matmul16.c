@@ -290,6 +290,18 @@ void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, vo
     }
 }
 
+/* The written dx: zeroed, then the accumulating product (the same bits). */
+void cpu_matmul16_dx(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, const void *dout,
+                     const void *w, int N, int K, int M)
+{
+    if (N <= 0 || K <= 0) return;
+    cpu_zero(c, dx, (size_t)N * K);
+    if (dt == KN_F32 && dout_dt == KN_F32)
+        cpu_matmul_bwd(c, dx, NULL, NULL, dout, NULL, w, N, K, M);
+    else
+        cpu_matmul16_bwd(c, dt, dout_dt, dt, dx, NULL, NULL, dout, NULL, w, N, K, M);
+}
+
 void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, float *dx, float *dw,
                       float *dbias, const void *dout, const void *x, const void *w, int N, int K,
                       int M)

@@ -316,4 +316,20 @@ void cuda_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, 
     cuda_matmul_bwd(c, dx, dw, dbias, g, x, wf, N, K, M);
 }
 
+/* The written dx: one GEMM with beta 0 where dout is in w's type (a
+ * 16-bit run's tensor-core product, or fp32 with fp32), so dx is neither
+ * cleared first nor read back; other type pairs clear it and accumulate. */
+void cuda_matmul16_dx(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, const void *dout,
+                      const void *w, int N, int K, int M)
+{
+    if (N <= 0 || K <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, dout_dt, "matmul16 dout"))
+        return;
+    if (M > 0 && dout_dt == dt) { /* dx^T[K,N] = w^T[K,M] dout^T[M,N] */
+        kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, K, N, M, 0, 0, K, M, K, 0.0f);
+        return;
+    }
+    cuda_zero(c, dx, (size_t)N * K);
+    cuda_matmul16_bwd(c, dt, dout_dt, dt, dx, nullptr, nullptr, dout, nullptr, w, N, K, M);
+}
+
 } // namespace KN_NS

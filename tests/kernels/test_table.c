@@ -263,6 +263,24 @@ static void c_matmul(tc *t)
         expect(t, "matmul out", o, wo, (size_t)N * M, KN_F32);
         expect(t, "matmul dx (+=)", dx, wdx, (size_t)N * K, KN_F32);
         expect(t, "matmul dw (+=)", dw, wdw, (size_t)M * K, KN_F32);
+        /* the written dx (kn_matmul16_dx) over poison, dout fp32 and (16-bit
+         * runs) in dt: the GPU's beta-0 product must not read it */
+        double *wdx1 = dvec((size_t)N * K);
+        for (size_t i = 0; i < (size_t)N * K; i++)
+            wdx1[i] = wdx[i] - hdx[i];
+        const void *wt = dt == KN_F32 ? (const void *)wf : w16;
+        for (int gt = 0; gt < (dt == KN_F32 ? 1 : 2); gt++) {
+            float *dxw = dpoison(t, (size_t)N * K);
+            void *gi = g;
+            if (gt) {
+                gi = dput(t, NULL, (size_t)N * M * 2);
+                kn_convert(t->c, gi, (kn_dtype)dt, g, KN_F32, (size_t)N * M);
+            }
+            kn_matmul16_dx(t->c, (kn_dtype)dt, gt ? (kn_dtype)dt : KN_F32, dxw, gi, wt, N, K, M);
+            expect(t, gt ? "matmul16_dx (16-bit dout, written)" : "matmul16_dx (written)", dxw,
+                   wdx1, (size_t)N * K, KN_F32);
+        }
+        free(wdx1);
         if (dt != KN_F32) {
             /* 16-bit out and dout (the engine's logits): out rounded to dt,
              * so dt's tolerance; dout 16-bit holds the same values as g, so
