@@ -1693,9 +1693,8 @@ static void backward_from_head(model *m, int B, int T)
         const void *gmo = grad_for(m, L->proj_w, dmo, NC);
         lin_bwd_g(m, l, LS_PROJ, -1, fg ? NULL : m->dact, 1, dmo, gmo, a->act, L->proj_w, L->proj_b,
                   N, F, C);
-        if (!fg) RND(m->dact, NF);
-        if (!fg) kn_zero(k, m->dfc, NF); /* kn_matmul_dgelu writes dfc whole */
-        /* dln = d(ln2): the first of the fc's (and up's) products writes it */
+        /* dact is read as dt holds it by the activation's backward; dln =
+         * d(ln2) is written by the first of the fc's (and up's) products */
         if (gpt2) {
             gemms(m, dt != KN_F32, fg);
             if (fg) {
@@ -1706,6 +1705,7 @@ static void backward_from_head(model *m, int B, int T)
                 lin_bwd_g(m, l, LS_FC, -1, m->dln, 1, dt == KN_F32 ? m->dfc : NULL, m->dfc, a->ln2,
                           L->fc_w, -1, N, C, F);
             } else {
+                kn_zero(k, m->dfc, NF);
                 kn_gelu_bwd(k, dt, m->dfc, m->dact, a->fc, NF);
                 RG(m->dfc, NF, L->fc_w);
                 lin_bwd(m, l, LS_FC, -1, m->dln, 1, m->dfc, a->ln2, L->fc_w, L->fc_b, N, C, F);
@@ -1713,8 +1713,7 @@ static void backward_from_head(model *m, int B, int T)
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
                              W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {
-            kn_zero(k, m->dup, NF);
-            if (c->gemma)
+            if (c->gemma) /* dfc, dup written */
                 kn_geglu_bwd(k, dt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
             else
                 kn_swiglu_bwd(k, dt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);

@@ -359,8 +359,18 @@ void cpu_gelu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n)
     cpu_pool_run(c, cpu_threads_for(c, n), gelu_fwd_job, &j);
 }
 
+/* m elements of an fp32 gradient from element off of p as an op of
+ * 16-bit dtype dt reads it: rounded to dt, in buf. */
+static const float *dout_in(float *buf, const float *p, kn_dtype dt, size_t off, size_t m)
+{
+    memcpy(buf, p + off, m * sizeof *buf);
+    cpu_round_n(buf, m, dt);
+    return buf;
+}
+
 /* dx (+)= dout * gelu'(x) over n elements of x's dtype; acc 1 adds into
- * dx (kn_gelu_bwd), 0 overwrites it (the fused matmul_dgelu's dpre). */
+ * dx (kn_gelu_bwd), 0 overwrites it (the fused matmul_dgelu's dpre). A
+ * 16-bit dtype reads dout rounded to it (kernels.h). */
 static void gelu_bwd_job(int tid, int nt, void *arg)
 {
     const ew_job *j = arg;
@@ -371,10 +381,11 @@ static void gelu_bwd_job(int tid, int nt, void *arg)
         gelu_bwd_range(j->d1 + lo, j->g + lo, (const float *)j->a + lo, hi - lo, j->acc);
         return;
     }
-    float bx[CPU_EW_BLOCK];
+    float bx[CPU_EW_BLOCK], bd[CPU_EW_BLOCK];
     for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
         size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-        gelu_bwd_range(j->d1 + i, j->g + i, cpu_in(bx, j->a, dt, i, m), m, j->acc);
+        gelu_bwd_range(j->d1 + i, dout_in(bd, j->g, dt, i, m), cpu_in(bx, j->a, dt, i, m), m,
+                       j->acc);
     }
 }
 
@@ -397,7 +408,8 @@ void cpu_gelu_bwd_write(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, co
 }
 
 /* The gated activations (SwiGLU, GeGLU) as jobs: their fp32 range
- * functions on each thread's share, 16-bit operands widened per block. */
+ * functions on each thread's share, 16-bit operands widened per block
+ * (dout rounded to the dtype). The backwards write their gradients. */
 typedef void (*gated_fwd_fn)(float *out, const float *gate, const float *up, size_t n);
 typedef void (*gated_bwd_fn)(float *dgate, float *dup, const float *dout, const float *gate,
                              const float *up, size_t n);
@@ -430,11 +442,11 @@ static void gated_bwd(int tid, int nt, const ew_job *j, gated_bwd_fn f)
           (const float *)j->b + lo, hi - lo);
         return;
     }
-    float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK];
+    float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK], bd[CPU_EW_BLOCK];
     for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
         size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-        f(dgate ? dgate + i : NULL, dup ? dup + i : NULL, j->g + i, cpu_in(bg, j->a, dt, i, m),
-          cpu_in(bu, j->b, dt, i, m), m);
+        f(dgate ? dgate + i : NULL, dup ? dup + i : NULL, dout_in(bd, j->g, dt, i, m),
+          cpu_in(bg, j->a, dt, i, m), cpu_in(bu, j->b, dt, i, m), m);
     }
 }
 
@@ -455,13 +467,13 @@ CPU_HOT static void swiglu_bwd_range(float *dgate, float *dup, const float *dout
         for (size_t i = 0; i < n; i++) {
             float g = gate[i];
             float s = 1.0f / (1.0f + cpu_expf(-g));
-            dgate[i] += dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
+            dgate[i] = dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
         }
     if (dup)
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
             float g = gate[i];
-            dup[i] += dout[i] * (g / (1.0f + cpu_expf(-g)));
+            dup[i] = dout[i] * (g / (1.0f + cpu_expf(-g)));
         }
 }
 
@@ -508,8 +520,8 @@ CPU_HOT static void geglu_bwd_range(float *dgate, float *dup, const float *dout,
         float th = tanh_fast(GELU_K * (v + GELU_A * v * v * v));
         float du = GELU_K * (1.0f + 3.0f * GELU_A * v * v);
         if (dgate)
-            dgate[i] += dout[i] * up[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
-        if (dup) dup[i] += dout[i] * 0.5f * v * (1.0f + th);
+            dgate[i] = dout[i] * up[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+        if (dup) dup[i] = dout[i] * 0.5f * v * (1.0f + th);
     }
 }
 

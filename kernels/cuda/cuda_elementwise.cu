@@ -179,7 +179,7 @@ __global__ void k_gelu_bwd(float *dx, const float *dout, const T *x, size_t n, i
         kn_load(v, x + i, vec);
         kn_load(g, dx + i, vec);
         for (int k = 0; k < KN_PACK_N(w); k++)
-            g[k] += d[k] * kn_gelu_grad(v[k]);
+            g[k] += kn_round_to<T>(d[k]) * kn_gelu_grad(v[k]);
         kn_store(dx + i, g, vec);
     });
 }
@@ -209,7 +209,8 @@ void cuda_gelu_bwd(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, const v
 
 /* The gated MLPs, one kernel pair for both: SwiGLU (Llama's MLP),
  * silu(gate) * up, and GeGLU (Gemma's), gelu_tanh(gate) * up. Each
- * gradient is accumulated only where its pointer is set. */
+ * gradient is written only where its pointer is set; a 16-bit T reads
+ * dout rounded to T. */
 enum { GATE_SILU, GATE_GELU };
 
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
@@ -244,19 +245,6 @@ __device__ __forceinline__ void glu_fwd(T *out, const T *g, const T *u, size_t n
     });
 }
 
-/* acc[k] += inc[k] over one pack, where acc is set. */
-template <int V>
-__device__ __forceinline__ void acc_pack(float *acc, const float (&inc)[V], int vec)
-{
-    if (!acc)
-        return;
-    float a[V];
-    kn_load(a, acc, vec);
-    for (int k = 0; k < V; k++)
-        a[k] += inc[k];
-    kn_store(acc, a, vec);
-}
-
 template <typename T, int gate>
 __device__ __forceinline__ void glu_bwd(float *dgate, float *dup, const float *dout, const T *g,
                                         const T *u, size_t n, int vec)
@@ -268,9 +256,11 @@ __device__ __forceinline__ void glu_bwd(float *dgate, float *dup, const float *d
         kn_load(a, g + i, vec);
         kn_load(b, u + i, vec);
         for (int k = 0; k < V; k++)
-            gate_grads<gate>(d[k], a[k], b[k], &fg[k], &fu[k]);
-        acc_pack(dgate ? dgate + i : nullptr, fg, vec);
-        acc_pack(dup ? dup + i : nullptr, fu, vec);
+            gate_grads<gate>(kn_round_to<T>(d[k]), a[k], b[k], &fg[k], &fu[k]);
+        if (dgate)
+            kn_store(dgate + i, fg, vec);
+        if (dup)
+            kn_store(dup + i, fu, vec);
     });
 }
 
@@ -297,9 +287,9 @@ __global__ void k_geglu_bwd(float *dgate, float *dup, const float *dout, const T
     glu_bwd<T, GATE_GELU>(dgate, dup, dout, gate, up, n, vec);
 }
 
-/* The bytes of a gated backward: dout, gate and up, then each gradient
- * that is set read and written. */
-#define GLU_BWD_READ(n, es, dg, du) ((n) * (4 + 2 * (es) + 4 * !!(dg) + 4 * !!(du)))
+/* The bytes of a gated backward: dout, gate and up read, each gradient
+ * that is set written. */
+#define GLU_BWD_READ(n, es) ((n) * (4 + 2 * (es)))
 #define GLU_BWD_WRITTEN(n, dg, du) ((n) * (4 * !!(dg) + 4 * !!(du)))
 
 template <typename T>
@@ -313,7 +303,7 @@ template <typename T>
 static void launch_swiglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout,
                               const void *gate, const void *up, size_t n)
 {
-    KN_IO(k_swiglu_bwd<T>, GLU_BWD_READ(n, sizeof(T), dgate, dup),
+    KN_IO(k_swiglu_bwd<T>, GLU_BWD_READ(n, sizeof(T)),
         GLU_BWD_WRITTEN(n, dgate, dup), 0);
     KN_LAUNCH(k_swiglu_bwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, dgate, dup, dout,
               (const T *)gate, (const T *)up, n, kn_aligned16(dgate, dup, dout, gate, up));
@@ -329,7 +319,7 @@ template <typename T>
 static void launch_geglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout,
                              const void *gate, const void *up, size_t n)
 {
-    KN_IO(k_geglu_bwd<T>, GLU_BWD_READ(n, sizeof(T), dgate, dup),
+    KN_IO(k_geglu_bwd<T>, GLU_BWD_READ(n, sizeof(T)),
         GLU_BWD_WRITTEN(n, dgate, dup), 0);
     KN_LAUNCH(k_geglu_bwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, dgate, dup, dout,
               (const T *)gate, (const T *)up, n, kn_aligned16(dgate, dup, dout, gate, up));
