@@ -46,7 +46,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (SHAPES, the data files, the flops formula)
 
 QUANT = ("tc16", "tf32", "simt", "mma", "read", "write")
-BASE_T = 48  # BT = 48, 96: no model dimension equals them, so names can say "BT"
+# T = 64, 128 and the check's 192: whole multiples of the flash kernels'
+# tiles (16 query rows a warp, 32 keys a tile at head dim 64, pairs of
+# warps per tile), so the tiles a causal walk visits, and so its counted
+# warp-matrix FLOPs, are an exact quadratic in T; and no GEMM dimension of
+# either model equals a BT used (64, 128, 384), so names can say "BT".
+BASE_T = 64
 V_RUNS = (1000, 2000)  # the emulated vocabularies where V is fitted
 
 
@@ -183,6 +188,45 @@ def generic_name(name, B, T, V):
     return " ".join(out)
 
 
+def join_head_tiles(recs, V):
+    """The loss head's GEMMs run as a bulk of whole 128-row vocabulary tiles
+    plus the tail (cuda_loss.cu, head_bulk), so an emulated vocabulary that
+    is not a multiple of 128 launches two GEMMs where the full one (128 256
+    for the Llama shape) launches one. Each such pair (the same name but
+    for the vocabulary dimension, the bulk then the tail) becomes one
+    launch of the whole vocabulary, its counts summed: what V is fitted
+    over."""
+    bulk, tail = V // 128 * 128, V % 128
+    if not tail or V <= 128:
+        return recs
+    out, i = [], 0
+    while i < len(recs):
+        a = recs[i]
+        b = recs[i + 1] if i + 1 < len(recs) else None
+        ta, tb = a["name"].split(" "), b["name"].split(" ") if b else []
+        if b and a["name"].startswith("cublasLtMatmul") and len(ta) == len(tb):
+            joined = []
+            for x, y in zip(ta, tb):
+                px, py = x.split("x"), y.split("x")
+                if x != y and len(px) == len(py) and all(p.isdigit() for p in px + py):
+                    dims = [str(V) if (p, q) == (str(bulk), str(tail)) else p if p == q else None
+                            for p, q in zip(px, py)]
+                    joined.append(None if None in dims else "x".join(dims))
+                else:
+                    joined.append(x if x == y else None)
+            if None not in joined and joined != ta:
+                m = dict(a, name=" ".join(joined),
+                         flops={k: a["flops"][k] + b["flops"][k] for k in a["flops"]})
+                if a["decl"] and b["decl"]:
+                    m["decl"] = {k: a["decl"][k] + b["decl"][k] for k in a["decl"]}
+                out.append(m)
+                i += 2
+                continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def align_layer(name, base, two):
     """The L = 2 step launch by launch against the L = 1 step: (index in
     base, 1, per-layer growth) for a launch both make, (index, 0, None)
@@ -245,22 +289,30 @@ def profile_shape(engine, tmp, name, s, log):
         r1, p = count_run(engine, tmp, s, B, T, L, V, 1)
         r2, _ = count_run(engine, tmp, s, B, T, L, V, 2)
         params[(L, V or s["vocab_size"])] = p
-        return one_step(r1, r2)
+        recs = one_step(r1, r2)
+        return join_head_tiles(recs, V) if with_v else recs
 
     for B, T, V in shapes:
         runs.append(((B, T, V or s["vocab_size"]), step(B, T, 1, V)))
     coefs = fit(runs, with_v)
     # the check: a larger B and T than any fitted, predicted from the fit
-    Bc, Tc = 3, 2 * BASE_T
+    Bc, Tc = 2, 3 * BASE_T
     check = step(Bc, Tc, 1, vs[0])
     if [generic_name(r["name"], Bc, Tc, V0) for r in check] != \
             [generic_name(r["name"], 1, BASE_T, V0) for r in runs[0][1]]:
         raise SystemExit(f"counts.py: {name}: the step at B {Bc} T {Tc} launches other kernels")
+    # per launch and quantity the worst relative error, and the whole
+    # step's FLOPs and bytes (the per-launch worst is a ceiling's count of
+    # partial sums, kilobytes; the step's totals are what the model prices)
     worst, worst_at = 0.0, None
+    tot = {"flops": [0, 0], "bytes": [0, 0]}
     for c, r in zip(coefs, check):
         for q, want, got in zip(QUANT, quantities(r), evaluate(c, Bc, Tc, V0, with_v)):
+            t = tot["bytes" if q in ("read", "write") else "flops"]
+            t[0], t[1] = t[0] + want, t[1] + got
             if (want or got) and abs(got - want) / max(abs(want), 1) > worst:
                 worst, worst_at = abs(got - want) / max(abs(want), 1), f"{r['name']} {q}"
+    step_err = {k: float(abs(g - w) / max(w, 1)) for k, (w, g) in tot.items()}
     # one more layer
     base = runs[0][1]
     two = step(1, BASE_T, 2, vs[0])
@@ -279,7 +331,8 @@ def profile_shape(engine, tmp, name, s, log):
     return {"config": {k: v for k, v in s.items() if k not in ("batches", "steps")},
             "fit_vocab": with_v, "counted_at": {"B": [1, 2], "T": [BASE_T, 2 * BASE_T], "L": [1, 2],
                                                 "V": [v or s["vocab_size"] for v in vs]},
-            "check": {"B": Bc, "T": Tc, "worst_relative_error": worst, "worst_at": worst_at},
+            "check": {"B": Bc, "T": Tc, "worst_relative_error": worst, "worst_at": worst_at,
+                      "step_flops_error": step_err["flops"], "step_bytes_error": step_err["bytes"]},
             "params": {"at_L1_V0": p1, "V0": V0, "per_V": pv, "per_layer": p2 - p1},
             "launches": list(launches.values())}
 

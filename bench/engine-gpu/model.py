@@ -110,8 +110,11 @@ def report(m, top):
     print(f"  {m['launches']} launches per step, {m['params']} parameters; FLOPs on 16-bit tensor "
           f"cores (cuBLASLt and warp-matrix tiles) {100 * m['tc16_share']:.1f}% of {m['counted_flops_per_token'] / 1e9:.3f} GFLOP/token "
           f"counted (MFU counts {m['flops_per_token'] / 1e9:.3f}); the fit predicted a held-out "
-          f"emulated shape within {100 * m['fit_check']['worst_relative_error']:.2g}%"
-          + (f" (worst: {m['fit_check']['worst_at']})" if m['fit_check'].get('worst_at') else ""))
+          f"emulated shape within {100 * m['fit_check']['worst_relative_error']:.2g}% per launch"
+          + (f" (worst: {m['fit_check']['worst_at']})" if m['fit_check'].get('worst_at') else "")
+          + (f", the step's FLOPs within {100 * m['fit_check']['step_flops_error']:.2g}% and bytes "
+             f"within {100 * m['fit_check']['step_bytes_error']:.2g}%"
+             if "step_bytes_error" in m["fit_check"] else ""))
     print(f"  top {top} launches by modelled time:")
     for r in m["top"][:top]:
         print(f"    {100 * r['seconds'] / m['step_s']:5.1f}%  {1e3 * r['seconds']:8.3f} ms  "

@@ -53,6 +53,18 @@ try:
 except SystemExit as e:
     check("launches other kernels" in str(e), f"a step with another kernel at one shape is refused: {e}")
 
+# the loss head's bulk + tail GEMMs (V 1000: 896 + 104 rows) join into one
+# launch over V; other launches, and a vocabulary of whole tiles, are kept
+head = [rec("k_ce", read=5), rec("cublasLtMatmul default bf16>bf16 896x48x2048 tA", tc16=896),
+        rec("cublasLtMatmul default bf16>bf16 104x48x2048 tA", tc16=104, read=3),
+        rec("cublasLtMatmul default bf16>f32 2048x48x896"), rec("k_ce", read=1)]
+joined = prof.join_head_tiles(head, 1000)
+check([r["name"] for r in joined] == ["k_ce", "cublasLtMatmul default bf16>bf16 1000x48x2048 tA",
+                                      "cublasLtMatmul default bf16>f32 2048x48x896", "k_ce"] and
+      joined[1]["flops"]["tc16"] == 1000 and joined[1]["decl"]["read"] == 3,
+      f"the head's bulk and tail GEMMs join into one over V: {[r['name'] for r in joined]}")
+check(prof.join_head_tiles(head, 1024) == head, "a vocabulary of whole 128-row tiles is left as it is")
+
 # the step: S A E against S A A E
 S, A, E = [rec("init")], [rec("fwd"), rec("bwd", read=1)], [rec("save")]
 step = prof.one_step(S + A + E, S + A + A + E)
