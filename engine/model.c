@@ -1741,8 +1741,7 @@ static void backward_from_head(model *m, int B, int T)
         lin_bwd(m, l, LS_O, -1, m->datty, 1, dao, a->atty, L->o_w, L->o_b, N, QD, C);
         RND(m->datty, (size_t)N * QD);
         /* dln = d(ln1): the first of the qkv products writes it */
-        if (gpt2) {
-            kn_zero(k, m->dq, (size_t)N * 3 * C);
+        if (gpt2) { /* dq, dk, dv written whole (the three thirds of each row) */
             kn_attention_bwd(k, dt, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
                              a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f, 0);
             RG(m->dq, (size_t)N * 3 * C, L->attn_w);
@@ -1750,9 +1749,6 @@ static void backward_from_head(model *m, int B, int T)
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
                              W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
         } else {
-            kn_zero(k, m->dq, (size_t)N * QD);
-            kn_zero(k, m->dk, (size_t)N * KD);
-            kn_zero(k, m->dv, (size_t)N * KD);
             kn_attention_bwd(k, dt, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
                              a->v, B, T, Hq, Hkv, D, QD, KD, c->attn_scale, c->attn_softcap,
                              hfconfig_sliding(c, l) ? c->window : 0);

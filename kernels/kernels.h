@@ -310,7 +310,9 @@ KN_OPS(KN_PROTO)
  *   Tq]. Generation's step over a KV cache: the new rows against every
  *   cached row. Tq == Tk is kn_attention_fwd, with the same bits.
  * kn_attention_bwd: dq, dk, dv in the layouts/strides of q, k, v
- *   (accumulates), from dout, the forward's out and lse, and q, k, v, with
+ *   (WRITTEN, not accumulated: every row of each head is stored once; the
+ *   columns of a row stride outside them are not touched; any may be
+ *   NULL), from dout, the forward's out and lse, and q, k, v, with
  *   the forward's scale, softcap and window; probabilities are recomputed
  *   tile by tile, and under a soft-cap dS is multiplied by 1 - tanh^2 of
  *   the recomputed score.

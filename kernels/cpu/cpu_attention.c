@@ -31,6 +31,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- rotary position embedding ---------------------------------------- */
 
@@ -640,6 +641,14 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, 
 {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
     if (!dq && !dk && !dv) return;
+    /* Written: the views are cleared, then the jobs add into them (the
+     * same bits as a caller's clear). */
+    size_t rows = (size_t)B * T;
+    for (size_t r = 0; r < rows; r++) {
+        if (dq) memset(dq + r * ldq, 0, (size_t)Hq * D * sizeof *dq);
+        if (dk) memset(dk + r * ldkv, 0, (size_t)Hkv * D * sizeof *dk);
+        if (dv) memset(dv + r * ldkv, 0, (size_t)Hkv * D * sizeof *dv);
+    }
     int group = Hq / Hkv;
     if (scale == 0.0f) scale = 1.0f / sqrtf((float)D);
     int ldo = Hq * D;

@@ -322,7 +322,7 @@ __global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *
         return;
     float *dst = dq + ((size_t)b * T + i) * ldq + (size_t)h * D;
     for (int d = 0; d < D; d++)
-        dst[d] += dqi[d * BR];
+        dst[d] = dqi[d * BR];
 }
 
 template <int DM>
@@ -386,9 +386,9 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
         return;
     for (int d = 0; d < D; d++) {
         if (dk)
-            dk[krow + d] += dkj[d * BR];
+            dk[krow + d] = dkj[d * BR];
         if (dv)
-            dv[krow + d] += dvj[d * BR];
+            dv[krow + d] = dvj[d * BR];
     }
 }
 
@@ -423,18 +423,18 @@ static inline uint64_t att_bytes(int xt, int B, int Tq, int Tk, int Hq, int Hkv,
     if (kind == 1)
         return q * es + lse;
     uint64_t r = (q + kv) * es;
-    if (kind >= 2) /* dout (fp32), out, lse; dq's += reads dq */
-        r += q * 4 + q * es + lse + (kind == 2 ? q * 4 : 0);
+    if (kind >= 2) /* dout (fp32), out, lse */
+        r += q * 4 + q * es + lse;
     return r;
 }
 /* A flash backward kernel's reads: q, k, v, dO's hi and lo halves (4
  * bytes an element, as fp32), lse, and the row dots and lo flags
- * (k_fl_rowdot) in place of out; dq's += reads dq. A dO exact in the
- * input type (the engine's) has no lo half read: half the dO bytes. */
-static inline uint64_t fl_bwd_bytes(int xt, int B, int T, int Hq, int Hkv, int D, bool dq)
+ * (k_fl_rowdot) in place of out. A dO exact in the input type (the
+ * engine's) has no lo half read: half the dO bytes. */
+static inline uint64_t fl_bwd_bytes(int xt, int B, int T, int Hq, int Hkv, int D)
 {
     uint64_t q = (uint64_t)B * T * Hq * D, lse = 4 * (uint64_t)B * Hq * T;
-    return att_bytes(xt, B, T, T, Hq, Hkv, D, 0) + q * 4 + 2 * lse + lse / 4 + (dq ? q * 4 : 0);
+    return att_bytes(xt, B, T, T, Hq, Hkv, D, 0) + q * 4 + 2 * lse + lse / 4;
 }
 #endif
 
@@ -467,7 +467,7 @@ static void attn_bwd(kn_ctx *c, int xt, float *dq, float *dk, float *dv, const f
     }
     if (dk || dv) {
         dim3 grid((T + BR - 1) / BR, Hkv, B);
-        KN_IO(k_attn_bwd_dkdv<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 3) + 4 * (uint64_t)B * T * Hkv * D * (!!dk + !!dv),
+        KN_IO(k_attn_bwd_dkdv<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 3),
             4 * (uint64_t)B * T * Hkv * D * (!!dk + !!dv), 8 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
         KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, BR, 4 * (size_t)att_kv_floats<DM>(D), c, xt, dk, dv,
                   dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
@@ -534,7 +534,7 @@ static bool fl_bwd_dq_at(kn_ctx *c, float *dq, fl_grad g,
     if (!fl_smem_ok(c, k_fl_bwd_dq<C>, smem)) return false;
     const int BR = 16 * C::NW;
     dim3 grid((T + BR - 1) / BR, Hq, B);
-    KN_IO(k_fl_bwd_dq<C>, fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM, true),
+    KN_IO(k_fl_bwd_dq<C>, fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM),
           4 * (uint64_t)B * T * Hq * DM, 0);
     KN_LAUNCH(k_fl_bwd_dq<C>, grid, 32 * C::NW, smem, c, dq, g, lse, q, k, v, T, Hq, Hkv,
               ldq, ldkv, a);
@@ -562,8 +562,7 @@ static bool fl_bwd_dkdv_at(kn_ctx *c, float *dk, float *dv, fl_grad g,
     if (!fl_smem_ok(c, k_fl_bwd_dkdv<C>, smem)) return false;
     const int BR = 16 * C::NW;
     dim3 grid((T + BR - 1) / BR, Hkv, B);
-    KN_IO(k_fl_bwd_dkdv<C>,
-          fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM, false) + fl_kv_bytes(dk, dv, B, T, Hkv, DM),
+    KN_IO(k_fl_bwd_dkdv<C>, fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM),
           fl_kv_bytes(dk, dv, B, T, Hkv, DM), 0);
     KN_LAUNCH(k_fl_bwd_dkdv<C>, grid, 32 * C::NW, smem, c, dk, dv, g, lse, q, k, v, T, Hq,
               Hkv, ldq, ldkv, a);

@@ -696,8 +696,8 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
         float *o = dq + ((size_t)b * T + qi[r]) * ldq + (size_t)h * D + 2 * t;
         KN_UNROLL(32)
         for (int n = 0; n < D / 8; n++) {
-            o[8 * n] += acc[n][2 * r];
-            o[8 * n + 1] += acc[n][2 * r + 1];
+            o[8 * n] = acc[n][2 * r];
+            o[8 * n + 1] = acc[n][2 * r + 1];
         }
     }
 }
@@ -843,8 +843,8 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
         int r = e / D, d = e % D;
         size_t g = kvb + (size_t)(j0 + r) * ldkv + d;
         if (j0 + r >= T) continue;
-        if (dk) dk[g] += dK[r * OLD + d];
-        if (dv) dv[g] += dV[r * OLD + d];
+        if (dk) dk[g] = dK[r * OLD + d];
+        if (dv) dv[g] = dV[r * OLD + d];
     }
 }
 
@@ -915,8 +915,8 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
         for (int n = 0; n < D / 8; n++)
             KN_UNROLL(2)
             for (int e = 0; e < 2; e++) {
-                if (dk) dk[row + 8 * n + e] += dK[n][2 * r + e];
-                if (dv) dv[row + 8 * n + e] += dV[n][2 * r + e];
+                if (dk) dk[row + 8 * n + e] = dK[n][2 * r + e];
+                if (dv) dv[row + 8 * n + e] = dV[n][2 * r + e];
             }
     }
 }

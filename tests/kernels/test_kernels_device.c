@@ -741,7 +741,7 @@ static void att_case_g(pair *p, int B, int T, int Hq, int Hkv, int D, int fused,
         cmp(p, name, lkv, 1e-5, 1e-6);
     }
 
-    /* Gradients accumulate onto non-zero buffers. */
+    /* Gradients are written over non-zero buffers (padding columns kept). */
     buf dq = brand(p, nq, 0.1), dk = fused ? dq : brand(p, nkv, 0.1),
         dv = fused ? dq : brand(p, nkv, 0.1);
     kn_attention_bwd(p->cpu, KN_F32, F(dq, cpu), F(dk, cpu) + ko, F(dv, cpu) + vo, F(dout, cpu),
