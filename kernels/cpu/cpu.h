@@ -81,6 +81,17 @@ static inline const float *cpu_in(float *buf, const void *p, kn_dtype dt, size_t
     cpu_convert_n(buf, KN_F32, (const uint16_t *)p + off, dt, n);
     return buf;
 }
+/* n elements of an fp32 gradient from element `off` of p as an op of
+ * dtype dt reads it: p itself for fp32; for a 16-bit dt rounded to it,
+ * in buf (kernels.h: the 16-bit backwards read dout as dt holds it). */
+static inline const float *cpu_grad_in(float *buf, const float *p, kn_dtype dt, size_t off,
+                                       size_t n)
+{
+    if (dt == KN_F32) return p + off;
+    memcpy(buf, p + off, n * sizeof *buf);
+    cpu_round_n(buf, n, dt);
+    return buf;
+}
 static inline float *cpu_out_buf(float *buf, void *p, kn_dtype dt, size_t off)
 {
     return dt == KN_F32 ? (float *)p + off : buf;

@@ -359,15 +359,6 @@ void cpu_gelu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n)
     cpu_pool_run(c, cpu_threads_for(c, n), gelu_fwd_job, &j);
 }
 
-/* m elements of an fp32 gradient from element off of p as an op of
- * 16-bit dtype dt reads it: rounded to dt, in buf. */
-static const float *dout_in(float *buf, const float *p, kn_dtype dt, size_t off, size_t m)
-{
-    memcpy(buf, p + off, m * sizeof *buf);
-    cpu_round_n(buf, m, dt);
-    return buf;
-}
-
 /* dx (+)= dout * gelu'(x) over n elements of x's dtype; acc 1 adds into
  * dx (kn_gelu_bwd), 0 overwrites it (the fused matmul_dgelu's dpre). A
  * 16-bit dtype reads dout rounded to it (kernels.h). */
@@ -384,7 +375,7 @@ static void gelu_bwd_job(int tid, int nt, void *arg)
     float bx[CPU_EW_BLOCK], bd[CPU_EW_BLOCK];
     for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
         size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-        gelu_bwd_range(j->d1 + i, dout_in(bd, j->g, dt, i, m), cpu_in(bx, j->a, dt, i, m), m,
+        gelu_bwd_range(j->d1 + i, cpu_grad_in(bd, j->g, dt, i, m), cpu_in(bx, j->a, dt, i, m), m,
                        j->acc);
     }
 }
@@ -445,7 +436,7 @@ static void gated_bwd(int tid, int nt, const ew_job *j, gated_bwd_fn f)
     float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK], bd[CPU_EW_BLOCK];
     for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
         size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-        f(dgate ? dgate + i : NULL, dup ? dup + i : NULL, dout_in(bd, j->g, dt, i, m),
+        f(dgate ? dgate + i : NULL, dup ? dup + i : NULL, cpu_grad_in(bd, j->g, dt, i, m),
           cpu_in(bg, j->a, dt, i, m), cpu_in(bu, j->b, dt, i, m), m);
     }
 }

@@ -17,7 +17,6 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* One norm job's operands (forward or backward, LayerNorm or RMSNorm). */
 typedef struct norm_job {
@@ -32,9 +31,10 @@ typedef struct norm_job {
     /* The forward's row n (norm_fwd_job): out row o from x row xr, both
      * fp32, and the row's statistics. */
     void (*fwd_row)(const struct norm_job *j, const float *xr, float *o, size_t n);
-    /* The backward's parts (norm_bwd_job): dx for rows [lo, hi), the
-     * weight (and bias) gradients for columns [lo, hi). */
-    void (*dx_rows)(const struct norm_job *j, float *buf, size_t lo, size_t hi);
+    /* The backward's parts (norm_bwd_job): row n's dx added into d from
+     * its dout row g and x row xr (both fp32), and the weight (and bias)
+     * gradients for columns [lo, hi). */
+    void (*dx_row)(const struct norm_job *j, const float *g, const float *xr, float *d, size_t n);
     void (*dw_cols)(const struct norm_job *j, float *buf, int lo, int hi);
 } norm_job;
 
@@ -65,19 +65,6 @@ static void col_range(int C, int me, int cnt, int *lo, int *hi)
     *hi = (int)((long)units * (me + 1) / cnt) * 16;
     if (*lo > C) *lo = C;
     if (*hi > C) *hi = C;
-}
-
-/* Columns [lo, hi) of dout's row n as the backward reads them: rounded to
- * a 16-bit dtype in the thread's second row (indexed by column), or the
- * fp32 row itself. */
-static const float *dout_row(const norm_job *j, float *buf, size_t n, int lo, int hi)
-{
-    const float *g = j->dout + n * j->C;
-    if (j->dt == KN_F32) return g;
-    float *r = buf + j->C;
-    memcpy(r + lo, g + lo, (size_t)(hi - lo) * sizeof *r);
-    cpu_round_n(r + lo, (size_t)(hi - lo), j->dt);
-    return r;
 }
 
 /* One forward job: this thread's rows, 16-bit ones widened into its
@@ -142,30 +129,24 @@ void cpu_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rs
     norm_run(c, &j, norm_fwd_job, "layernorm forward");
 }
 
-/* LayerNorm's dx for rows [lo, hi). */
-static void ln_dx_rows(const norm_job *j, float *buf, size_t lo, size_t hi)
+/* LayerNorm's dx of row n. */
+static void ln_dx_row(const norm_job *j, const float *g, const float *xr, float *d, size_t n)
 {
     int C = j->C;
     const float *w = j->w;
-    for (size_t n = lo; n < hi; n++) {
-        const float *g = dout_row(j, buf, n, 0, C);
-        const float *xr = cpu_in(buf, j->x, j->dt, n * C, (size_t)C);
-        float *d = j->dx + n * C;
-        float m = j->cmean[n], r = j->crstd[n];
-        /* dx = r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
-        float s1 = 0.0f, s2 = 0.0f;
-        for (int i = 0; i < C; i++) {
-            float dxhat = g[i] * w[i];
-            s1 += dxhat;
-            s2 += dxhat * (xr[i] - m) * r;
-        }
-        s1 /= (float)C;
-        s2 /= (float)C;
-        for (int i = 0; i < C; i++) {
-            float xhat = (xr[i] - m) * r;
-            d[i] += r * (g[i] * w[i] - s1 - xhat * s2);
-        }
-        cpu_round_n(d, (size_t)C, j->dt);
+    float m = j->cmean[n], r = j->crstd[n];
+    /* dx = r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int i = 0; i < C; i++) {
+        float dxhat = g[i] * w[i];
+        s1 += dxhat;
+        s2 += dxhat * (xr[i] - m) * r;
+    }
+    s1 /= (float)C;
+    s2 /= (float)C;
+    for (int i = 0; i < C; i++) {
+        float xhat = (xr[i] - m) * r;
+        d[i] += r * (g[i] * w[i] - s1 - xhat * s2);
     }
 }
 
@@ -176,7 +157,9 @@ static void ln_dwdb_cols(const norm_job *j, float *buf, int lo, int hi)
     float *dw = j->dw, *db = j->db;
     for (int n = 0; n < j->N && hi > lo; n++) {
         /* this thread's columns of the row: xr[i] for i in [lo, hi) */
-        const float *g = dout_row(j, buf, (size_t)n, lo, hi);
+        const float *g = cpu_grad_in(buf ? buf + C : NULL, j->dout, j->dt, (size_t)n * C + lo,
+                                     (size_t)(hi - lo)) -
+                         lo;
         const float *xr = cpu_in(buf, j->x, j->dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
         float m = j->cmean[n], r = j->crstd[n];
         if (dw)
@@ -188,17 +171,24 @@ static void ln_dwdb_cols(const norm_job *j, float *buf, int lo, int hi)
     }
 }
 
-/* One backward job: dx by rows, then (no barrier between: they share only
- * inputs) the weight and bias gradients by columns. */
+/* One backward job: dx by rows (a 16-bit dout row read rounded into the
+ * thread's second row, dx stored rounded), then (no barrier between: they
+ * share only inputs) the weight and bias gradients by columns. */
 static void norm_bwd_job(int tid, int nt, void *arg)
 {
     norm_job *j = arg;
-    int failed = 0;
-    float *buf = row_bufs(j->dt, j->C, &failed);
+    kn_dtype dt = j->dt;
+    int C = j->C, failed = 0;
+    float *buf = row_bufs(dt, C, &failed);
     if (!failed && j->dx) {
         size_t lo, hi;
         cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
-        j->dx_rows(j, buf, lo, hi);
+        for (size_t n = lo; n < hi; n++) {
+            float *d = j->dx + n * C;
+            j->dx_row(j, cpu_grad_in(buf ? buf + C : NULL, j->dout, dt, n * C, (size_t)C),
+                      cpu_in(buf, j->x, dt, n * C, (size_t)C), d, n);
+            cpu_round_n(d, (size_t)C, dt);
+        }
     }
     if (!failed && (j->dw || j->db)) {
         int lo, hi;
@@ -224,7 +214,7 @@ void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db, 
                   .crstd = rstd,
                   .N = N,
                   .C = C,
-                  .dx_rows = ln_dx_rows,
+                  .dx_row = ln_dx_row,
                   .dw_cols = ln_dwdb_cols};
     norm_run(c, &j, norm_bwd_job, "layernorm backward");
 }
@@ -258,25 +248,19 @@ void cpu_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void 
     norm_run(c, &j, norm_fwd_job, "rmsnorm forward");
 }
 
-/* RMSNorm's dx for rows [lo, hi). */
-static void rms_dx_rows(const norm_job *j, float *buf, size_t lo, size_t hi)
+/* RMSNorm's dx of row n. */
+static void rms_dx_row(const norm_job *j, const float *g, const float *xr, float *d, size_t n)
 {
     int C = j->C;
     const float *w = j->w;
-    for (size_t n = lo; n < hi; n++) {
-        const float *g = dout_row(j, buf, n, 0, C);
-        const float *xr = cpu_in(buf, j->x, j->dt, n * C, (size_t)C);
-        float *d = j->dx + n * C;
-        float r = j->crstd[n];
-        /* dx = r * (dxhat - xhat * mean(dxhat * xhat)), xhat = x r */
-        float s = 0.0f;
-        for (int i = 0; i < C; i++)
-            s += g[i] * w[i] * xr[i];
-        s *= r * r / (float)C;
-        for (int i = 0; i < C; i++)
-            d[i] += r * (g[i] * w[i] - xr[i] * s);
-        cpu_round_n(d, (size_t)C, j->dt);
-    }
+    float r = j->crstd[n];
+    /* dx = r * (dxhat - xhat * mean(dxhat * xhat)), xhat = x r */
+    float s = 0.0f;
+    for (int i = 0; i < C; i++)
+        s += g[i] * w[i] * xr[i];
+    s *= r * r / (float)C;
+    for (int i = 0; i < C; i++)
+        d[i] += r * (g[i] * w[i] - xr[i] * s);
 }
 
 /* RMSNorm's dw for columns [lo, hi), each summed in row order. */
@@ -284,7 +268,9 @@ static void rms_dw_cols(const norm_job *j, float *buf, int lo, int hi)
 {
     int C = j->C;
     for (int n = 0; n < j->N && hi > lo; n++) {
-        const float *g = dout_row(j, buf, (size_t)n, lo, hi);
+        const float *g = cpu_grad_in(buf ? buf + C : NULL, j->dout, j->dt, (size_t)n * C + lo,
+                                     (size_t)(hi - lo)) -
+                         lo;
         const float *xr = cpu_in(buf, j->x, j->dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
         float r = j->crstd[n];
         for (int i = lo; i < hi; i++)
@@ -304,7 +290,7 @@ void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *
                   .crstd = rstd,
                   .N = N,
                   .C = C,
-                  .dx_rows = rms_dx_rows,
+                  .dx_row = rms_dx_row,
                   .dw_cols = rms_dw_cols};
     norm_run(c, &j, norm_bwd_job, "rmsnorm backward");
 }
