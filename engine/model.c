@@ -169,28 +169,22 @@ static inline float *G(const model *m, int i)
 }
 
 /* The weights the kernels compute with: the fp32 parameters, or with
- * 16-bit storage their 16-bit copy converted, on first use, into the
- * scratch of the span that holds tensor i (load_span chose the span; NULL
- * would be an engine bug). Only 1-D tensors (norm weights, biases) come
- * here in 16-bit runs, packed at wpos[i]: matmul weights are read in 16
- * bits by kn_matmul16 (W16) and embeddings convert only the rows used. */
+ * 16-bit storage their 16-bit copy widened into w1d. Only 1-D tensors
+ * (norm weights, biases) come here in 16-bit runs: matmul weights are read
+ * in 16 bits by kn_matmul16 (W16) and embeddings convert only the rows
+ * used. The 16-bit copy changes only between passes (the optimizer,
+ * loading), so each forward pass widens all 1-D tensors once, in one op,
+ * at its first use; the backward and any recomputation read the same. */
 static float *W(model *m, int i)
 {
     if (i < 0) return NULL;
     if (m->dt == KN_F32) return m->params + m->t[i].off;
-    if (m->t[i].ndim != 1) return NULL; /* not packed in the scratch (see above) */
-    size_t off = m->t[i].off, n = m->t[i].numel;
-    for (int s = 0; s < 2; s++)
-        if (m->span_n[s] && off >= m->span_off[s] && off + n <= m->span_off[s] + m->span_n[s]) {
-            float *p = m->wscr[s] + m->wpos[i];
-            if (m->wconv[i] != m->span_gen[s]) {
-                kn_convert(m->kn, p, KN_F32, (const char *)m->p16 + off * kn_dtype_size(m->dt),
-                           m->dt, n);
-                m->wconv[i] = m->span_gen[s];
-            }
-            return p;
-        }
-    return NULL;
+    if (m->t[i].ndim != 1) return NULL; /* not widened (see above) */
+    if (!m->w1d_fresh) {
+        kn_convert_spans(m->kn, m->w1d, KN_F32, m->p16, m->dt, m->w1d_spans, m->w1d_ns);
+        m->w1d_fresh = 1;
+    }
+    return m->w1d + m->w1d_at[i];
 }
 
 static const void *W16(const model *m, int i)
@@ -369,37 +363,15 @@ static const void *WL(model *m, int i)
     return m->dt == KN_F32 ? (const void *)W(m, i) : W16(m, i);
 }
 
-/* Floats of the layout from tensor lo's start to tensor hi's end (a
- * QLoRA tensor takes none). */
-static size_t span_floats(const model *m, int lo, int hi)
-{
-    return m->t[hi].off + (m->t[hi].q4 ? 0 : m->t[hi].numel) - m->t[lo].off;
-}
-
-/* Tensors [lo, hi] of the table (contiguous in the layout) become scratch
- * slot `slot`'s span; W() converts them from 16 bits as they are used. A
- * span already there is kept with what was converted. */
-static void load_span(model *m, int slot, int lo, int hi)
-{
-    if (m->dt == KN_F32) return;
-    size_t off = m->t[lo].off, n = span_floats(m, lo, hi);
-    if (m->span_n[slot] && m->span_off[slot] == off && m->span_n[slot] == n) return;
-    m->span_off[slot] = off;
-    m->span_n[slot] = n;
-    m->span_gen[slot] = ++m->span_counter; /* W converts each tensor again on first use */
-}
-
-/* First and last table index of layer l's tensors (built contiguously). */
-static void layer_span(const model *m, int l, int *lo, int *hi)
+/* The first table index of layer l's tensors (built contiguously): where
+ * its gradients start in the layout. */
+static int layer_first(const model *m, int l)
 {
     const int *ix = (const int *)&m->L[l];
-    *lo = m->nt;
-    *hi = -1;
+    int lo = m->nt;
     for (size_t j = 0; j < sizeof(layer_ix) / sizeof(int); j++)
-        if (ix[j] >= 0) {
-            if (ix[j] < *lo) *lo = ix[j];
-            if (ix[j] > *hi) *hi = ix[j];
-        }
+        if (ix[j] >= 0 && ix[j] < lo) lo = ix[j];
+    return lo;
 }
 
 int model_set_precision(model *m, kn_dtype dt, ty_err *err)
@@ -408,37 +380,24 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
     m->dt = dt;
     if (dt == KN_F32) return 0;
     size_t total = m->t[m->nt - 1].off + m->t[m->nt - 1].numel;
-    size_t n0 = 16, n1 = 1;
-    m->wpos = calloc((size_t)m->nt, sizeof *m->wpos);
-    if (!m->wpos) return ty_err_set(err, TY_ENOMEM, "out of memory for the weight table");
-    /* The scratch holds one span's 1-D tensors, packed (64-byte aligned):
-     * a few KiB per layer instead of the layer's whole fp32 size. */
-    for (int l = 0; l <= m->cfg.n_layer; l++) {
-        int lo, hi;
-        if (l < m->cfg.n_layer)
-            layer_span(m, l, &lo, &hi);
-        else
-            lo = m->lnf_w, hi = m->lnf_b >= 0 ? m->lnf_b : m->lnf_w;
-        size_t pos = 0;
-        for (int i = lo; i <= hi; i++)
-            if (m->t[i].ndim == 1) {
-                m->wpos[i] = pos;
-                pos += (m->t[i].numel + 15) & ~(size_t)15;
-            }
-        if (pos > n0) n0 = pos;
-    }
-    /* Slot 1 is unused since matmuls read 16-bit weights and the
-     * embedding converts only the rows it gathers; kept, tiny, for spans
-     * a future caller may want. */
-    n1 = 1;
+    /* The 1-D tensors' fp32 scratch, each 64-byte aligned: a few thousand
+     * floats a layer (GPT-2 124M: 474 KiB in all). */
+    m->w1d_at = calloc((size_t)m->nt, sizeof *m->w1d_at);
+    m->w1d_spans = calloc((size_t)m->nt, sizeof *m->w1d_spans);
+    if (!m->w1d_at || !m->w1d_spans)
+        return ty_err_set(err, TY_ENOMEM, "out of memory for the weight table");
+    size_t pos = 0;
+    for (int i = 0; i < m->nt; i++)
+        if (m->t[i].ndim == 1) {
+            m->w1d_at[i] = pos;
+            m->w1d_spans[m->w1d_ns++] = (kn_span){pos, m->t[i].off, m->t[i].numel};
+            pos += (m->t[i].numel + 15) & ~(size_t)15;
+        }
+    m->w1d_n = pos ? pos : 16;
+    m->w1d_fresh = 0;
     m->p16 = kn_alloc(m->kn, total * kn_dtype_size(dt));
-    m->wconv = calloc((size_t)m->nt, sizeof *m->wconv);
-    if (!m->wconv) return ty_err_set(err, TY_ENOMEM, "out of memory for the weight table");
-    m->wscr[0] = kn_alloc(m->kn, n0 * sizeof(float));
-    m->wscr[1] = kn_alloc(m->kn, n1 * sizeof(float));
-    m->wscr_n[0] = n0;
-    m->wscr_n[1] = n1;
-    if (!m->p16 || !m->wscr[0] || !m->wscr[1])
+    m->w1d = kn_alloc(m->kn, m->w1d_n * sizeof(float));
+    if (!m->p16 || !m->w1d)
         return ty_err_set(err, TY_ENOMEM,
                           "out of memory for %s parameters (%zu bytes) and weight scratch",
                           kn_dtype_name(dt), total * kn_dtype_size(dt));
@@ -451,7 +410,6 @@ int model_set_precision(model *m, kn_dtype dt, ty_err *err)
         kn_master_split(m->kn, m->p16, m->plo, m->params, total);
         kn_free(m->kn, m->params);
         m->params = NULL;
-        m->span_n[0] = m->span_n[1] = 0;
         return 0;
     }
     model_sync_params(m);
@@ -490,7 +448,7 @@ void model_sync_params(model *m)
     /* Split masters: AdamW wrote p16; ZeRO-1's sharded masters (no
      * params here): zero.c rounded and all-gathered it. */
     if (!m->plo && m->params) kn_convert(m->kn, m->p16, m->dt, m->params, KN_F32, total);
-    m->span_n[0] = m->span_n[1] = 0; /* the scratch is stale now */
+    m->w1d_fresh = 0; /* the scratch is stale now */
 }
 
 size_t model_act_bytes(const model *m)
@@ -507,8 +465,7 @@ model_mem model_memory(const model *m)
     r.grads = m->grads ? total * sizeof(float) : 0;
     r.moments = (m->m ? total * sizeof(float) : 0) + (m->v ? total * sizeof(float) : 0);
     r.acts = model_act_bytes(m);
-    r.wscratch = (m->wscr[0] ? m->wscr_n[0] : 0) * sizeof(float) +
-                 (m->wscr[1] ? m->wscr_n[1] : 0) * sizeof(float);
+    r.wscratch = m->w1d ? m->w1d_n * sizeof(float) : 0;
     return r;
 }
 
@@ -596,8 +553,7 @@ void model_free(model *m)
         kn_free(m->kn, m->acts);
         kn_free(m->kn, m->p16);
         kn_free(m->kn, m->plo);
-        kn_free(m->kn, m->wscr[0]);
-        kn_free(m->kn, m->wscr[1]);
+        kn_free(m->kn, m->w1d);
         kn_free(m->kn, m->ids);
         kn_free(m->kn, m->targets);
         kn_free(m->kn, m->pos);
@@ -610,8 +566,8 @@ void model_free(model *m)
     free(m->t);
     free(m->L);
     free(m->A);
-    free(m->wconv);
-    free(m->wpos);
+    free(m->w1d_at);
+    free(m->w1d_spans);
     hfconfig_free(&m->cfg);
     memset(m, 0, sizeof *m);
 }
@@ -1401,9 +1357,6 @@ static void layer_fwd(model *m, int l, const void *x, int B, int T, int fused, c
     kn_dtype dt = m->dt;
     const layer_ix *L = &m->L[l];
     layer_acts *a = &m->A[l];
-    int lo, hi;
-    layer_span(m, l, &lo, &hi);
-    load_span(m, 0, lo, hi);
     const void *xa = fused && l ? m->A[l - 1].res2 : NULL; /* x = xa + tmp, fused with ln1 */
     if (gpt2) {
         /* ln1[N,C] = layernorm(x); qkv[N,3C] = ln1 Wattn^T + b */
@@ -1486,6 +1439,7 @@ static void forward_hidden(model *m, const int32_t *inputs, const int32_t *targe
     const model_config *c = &m->cfg;
     int N = B * T, C = c->dim, gpt2 = c->arch == ARCH_GPT2;
     kn_dtype dt = m->dt;
+    m->w1d_fresh = 0; /* the 16-bit weights may have changed since the last pass (W) */
     kn_to_device(k, m->ids, inputs, (size_t)N * sizeof(int32_t));
     if (targets) kn_to_device(k, m->targets, targets, (size_t)N * sizeof(int32_t));
     if (kv) set_positions(m, kv->len, T);
@@ -1520,7 +1474,6 @@ static void forward_hidden(model *m, const int32_t *inputs, const int32_t *targe
         layer_fwd(m, l, x, B, T, 1, kv);
         x = m->A[l].res3;
     }
-    load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
     /* lnf[N,C] = norm(x) (x = res2 + tmp of the last layer, fused) */
     const void *xa = c->n_layer ? m->A[c->n_layer - 1].res2 : NULL;
     if (gpt2 && xa)
@@ -1650,7 +1603,6 @@ static void backward_from_head(model *m, int B, int T)
     kn_dtype dt = m->dt;
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
 
-    load_span(m, 0, m->lnf_w, m->lnf_b >= 0 ? m->lnf_b : m->lnf_w);
     const void *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
     /* dres[N,C] = d(final norm input) */
     kn_zero(k, m->dres, NC);
@@ -1668,9 +1620,6 @@ static void backward_from_head(model *m, int B, int T)
         const void *x = l ? m->A[l - 1].res3 : m->encoded;
         /* Activations that were not kept are computed again, by the same
          * calls on the same inputs: the same bits as the forward's. */
-        int lo, hi;
-        layer_span(m, l, &lo, &hi);
-        load_span(m, 0, lo, hi);
         if (m->recompute == MODEL_RECOMPUTE_ALL)
             layer_fwd(m, l, x, B, T, 0, NULL);
         else if (m->recompute == MODEL_RECOMPUTE_MLP)
@@ -1786,7 +1735,7 @@ static void backward_from_head(model *m, int B, int T)
                            N, C);
         }
         /* dres now holds d(x), the previous layer's res3 */
-        if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[lo].off);
+        if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[layer_first(m, l)].off);
     }
     /* Embeddings: dwte[ids] += dres (and dwpe[t] += dres) */
     float *gwte = G(m, m->wte), *gwpe = gpt2 ? G(m, m->wpe) : NULL;

@@ -103,7 +103,7 @@ typedef struct model {
      * above. KN_BF16 / KN_F16 (llm.c's scheme): `params` are the fp32
      * master weights that AdamW updates and checkpoints keep; the forward
      * and backward read p16 = round(params): matmul weights in 16 bits,
-     * 1-D tensors converted span by span into the fp32 scratch wscr[];
+     * 1-D tensors widened into the fp32 scratch w1d (W() in model.c);
      * activations are stored in 16 bits (every op reads and writes them in
      * dt, kn_ops.h); activation gradients are fp32 buffers of one layer,
      * rounded to 16 bits where they are produced; parameter gradients and
@@ -119,12 +119,14 @@ typedef struct model {
      * straight into it (model_nf4_home). ZeRO-1 (zero.h) moves this rank's
      * range of the masters out and leaves params and plo NULL. */
     uint16_t *plo;
-    float *wscr[2];
-    size_t wscr_n[2];
-    size_t span_off[2], span_n[2]; /* loaded spans (in floats of the layout) */
-    unsigned span_gen[2], span_counter;
-    unsigned *wconv; /* per tensor: span_gen of the span it was converted into */
-    size_t *wpos;    /* per 1-D tensor: its place in wscr (packed per span) */
+    /* Every 1-D tensor (norm weights, biases) of a 16-bit run widened to
+     * fp32, packed: tensor i at w1d + w1d_at[i]; one kn_convert_spans of
+     * w1d_spans (a span per tensor) fills it at the first W() of a forward
+     * pass (w1d_fresh: 0 from the pass's start until then). */
+    float *w1d;
+    size_t w1d_n, *w1d_at;
+    kn_span *w1d_spans;
+    int w1d_ns, w1d_fresh;
     /* The activation arena (model_alloc_acts), n_acts bytes: activations
      * in dt, statistics and one layer's activation gradients in fp32. */
     char *acts;

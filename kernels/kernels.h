@@ -83,6 +83,13 @@ typedef struct kn_nf4 {
 extern const float kn_nf4_levels[16];
 extern const float kn_dyn8_map[256];
 
+/* One piece of kn_convert_spans: n elements from element src of the
+ * source to element dst of the destination (each counted in its own
+ * buffer's type). */
+typedef struct kn_span {
+    size_t dst, src, n;
+} kn_span;
+
 /* One tensor of a fused AdamW update (kn_adamw_blocks): the parameter as
  * kn_adamw takes it (pdt KN_F32: fp32 p, plo NULL; KN_BF16: a split
  * master's hi / lo), its gradient and moments, n elements, weight decay. */
@@ -206,6 +213,10 @@ KN_OPS(KN_PROTO)
  * kn_convert: dst[n] (dst_dt) = src[n] (src_dt), round-to-nearest-even
  *   when narrowing; dst and src must not overlap unless they are the same
  *   pointer and type.
+ * kn_convert_spans: kn_convert of each of ns spans (a host array of
+ *   kn_span) between the same two buffers: many small tensors (a model's
+ *   norm weights and biases) in one op, which a GPU runs as a few launches
+ *   rather than ns. Spans must not overlap in dst.
  * kn_round: x[n] = (float)(dt)x[n] in place: fp32 values rounded to what
  *   dt can hold (no-op for KN_F32). Where a 16-bit tensor is produced, the
  *   engine rounds the fp32 result with this, so the values it computes with

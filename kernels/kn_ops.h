@@ -41,6 +41,8 @@
     /* storage types */                                                                            \
     X(void, convert, (kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtype src_dt,     \
       size_t n), (c, dst, dst_dt, src, src_dt, n))                                                 \
+    X(void, convert_spans, (kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src,              \
+      kn_dtype src_dt, const kn_span *s, int ns), (c, dst, dst_dt, src, src_dt, s, ns))            \
     X(void, round, (kn_ctx *c, float *x, size_t n, kn_dtype dt), (c, x, n, dt))                    \
     X(void, master_split, (kn_ctx *c, uint16_t *hi, uint16_t *lo, const float *x, size_t n),       \
       (c, hi, lo, x, n))                                                                           \

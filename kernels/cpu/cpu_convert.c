@@ -105,6 +105,39 @@ void cpu_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtyp
     cpu_pool_run(c, cpu_threads_for(c, n), convert_job, &j);
 }
 
+/* The spans laid end to end are one index range, cut into equal thread
+ * shares; a thread converts the parts of the spans its share covers. */
+typedef struct spans_job {
+    void *dst;
+    const void *src;
+    kn_dtype ddt, sdt;
+    const kn_span *s;
+    int ns;
+    size_t total;
+} spans_job;
+
+static void spans_job_run(int tid, int nt, void *arg)
+{
+    const spans_job *j = arg;
+    size_t lo, hi, off = 0, ds = kn_dtype_size(j->ddt), ss = kn_dtype_size(j->sdt);
+    cpu_thread_range(j->total, 32, tid, nt, &lo, &hi);
+    for (int i = 0; i < j->ns && off < hi; off += j->s[i].n, i++) {
+        size_t a = lo > off ? lo - off : 0, e = hi - off < j->s[i].n ? hi - off : j->s[i].n;
+        if (a < e)
+            cpu_convert_n((char *)j->dst + (j->s[i].dst + a) * ds, j->ddt,
+                          (const char *)j->src + (j->s[i].src + a) * ss, j->sdt, e - a);
+    }
+}
+
+void cpu_convert_spans(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtype src_dt,
+                       const kn_span *s, int ns)
+{
+    spans_job j = {dst, src, dst_dt, src_dt, s, ns, 0};
+    for (int i = 0; i < ns; i++)
+        j.total += s[i].n;
+    if (j.total) cpu_pool_run(c, cpu_threads_for(c, j.total), spans_job_run, &j);
+}
+
 void cpu_round_n(float *x, size_t n, kn_dtype dt)
 {
     if (dt == KN_BF16)

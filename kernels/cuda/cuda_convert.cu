@@ -16,6 +16,7 @@
  * the first step. */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
+#include "kn_multi.cuh"
 #include "kn_vec.cuh"
 
 namespace KN_NS {
@@ -108,6 +109,82 @@ void cuda_convert(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dty
     KN_BY_DTYPE(src_dt, launch_convert_from, c, dst, dst_dt, src, n);
 }
 
+/* ---- many spans in one launch (kn_convert_spans, kn_multi.cuh) -------- */
+
+struct span_table {
+    kn_multi_chunks ch;
+    size_t dst[KN_MULTI_MAX], src[KN_MULTI_MAX], n[KN_MULTI_MAX];
+};
+
+template <typename P>
+__global__ void k_convert_spans(typename P::first *dst, const typename P::second *src,
+                                span_table t)
+{
+    kn_multi_for(
+        t.ch, [&](int p) { return t.n[p]; },
+        [&](int p, size_t i) {
+            dst[t.dst[p] + i] = kn_as<typename P::first>(kn_f32(src[t.src[p] + i]));
+        });
+}
+
+template <typename D, typename S>
+static void launch_spans(kn_ctx *c, void *dst, const void *src, const kn_span *s, int ns)
+{
+    typedef kn_pair<D, S> P;
+    int i = 0;
+    while (i < ns) {
+        span_table t;
+        t.ch.np = 0;
+        size_t total = 0;
+        for (; i < ns && t.ch.np < KN_MULTI_MAX; i++) {
+            if (!s[i].n)
+                continue;
+            t.dst[t.ch.np] = s[i].dst;
+            t.src[t.ch.np] = s[i].src;
+            t.n[t.ch.np] = s[i].n;
+            kn_multi_add(&t.ch, s[i].n);
+            total += s[i].n;
+        }
+        if (!t.ch.np)
+            break;
+        KN_IO(k_convert_spans<P>, total * sizeof(S), total * sizeof(D), 0);
+        KN_LAUNCH(k_convert_spans<P>, kn_multi_grid(&t.ch), KN_MULTI_THREADS, 0, c, (D *)dst,
+                  (const S *)src, t);
+    }
+}
+
+template <typename S>
+static void launch_spans_from(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src,
+                              const kn_span *s, int ns)
+{
+    if constexpr (sizeof(S) == 4) {
+        if (dst_dt == KN_BF16)
+            launch_spans<kn_bf16, S>(c, dst, src, s, ns);
+        else
+            launch_spans<kn_f16, S>(c, dst, src, s, ns);
+    } else {
+        if (dst_dt == KN_F32)
+            launch_spans<float, S>(c, dst, src, s, ns);
+        else
+            launch_spans<typename other16<S>::type, S>(c, dst, src, s, ns);
+    }
+}
+
+void cuda_convert_spans(kn_ctx *c, void *dst, kn_dtype dst_dt, const void *src, kn_dtype src_dt,
+                        const kn_span *s, int ns)
+{
+    if (!dtype_ok(c, dst_dt, "convert_spans") || !dtype_ok(c, src_dt, "convert_spans"))
+        return;
+    if (dst_dt == src_dt) { /* copies */
+        size_t es = kn_dtype_size(dst_dt);
+        for (int i = 0; i < ns; i++)
+            cuda_convert(c, (char *)dst + s[i].dst * es, dst_dt, (const char *)src + s[i].src * es,
+                         src_dt, s[i].n);
+        return;
+    }
+    KN_BY_DTYPE(src_dt, launch_spans_from, c, dst, dst_dt, src, s, ns);
+}
+
 void cuda_round(kn_ctx *c, float *x, size_t n, kn_dtype dt)
 {
     if (!n || dt == KN_F32 || !dtype_ok(c, dt, "round"))
@@ -125,28 +202,6 @@ static float *weight_f32(kn_ctx *c, kn_dtype dt, const void *w, size_t n)
 }
 
 /* ---- fp32 masters as bf16 hi + 16-bit lo (kn_master_split / join) ---- */
-
-/* The CPU backend's rule bit for bit (cpu.h): hi = RNE bf16, lo = the rest
- * as int16, a tie kept at an even hi moved one ulp towards it. */
-__device__ __forceinline__ void split1(float x, uint16_t *hi, uint16_t *lo)
-{
-    uint32_t u = f_bits(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        *hi = (uint16_t)((u >> 16) | 0x40u);
-        *lo = 0;
-        return;
-    }
-    uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    int32_t d = (int32_t)(u - ((uint32_t)h << 16));
-    if (d == 0x8000)
-        d = 0x7fff;
-    *hi = h;
-    *lo = (uint16_t)(int16_t)d;
-}
-__device__ __forceinline__ float join1(uint16_t hi, uint16_t lo)
-{
-    return bits_f(((uint32_t)hi << 16) + (uint32_t)(int32_t)(int16_t)lo);
-}
 
 __global__ void k_master_split(uint16_t *hi, uint16_t *lo, const float *x, size_t n)
 {
@@ -174,34 +229,6 @@ void cuda_master_join(kn_ctx *c, float *x, const uint16_t *hi, const uint16_t *l
     KN_IO(k_master_join, 4 * n, 4 * n, 0);
     if (n)
         KN_LAUNCH(k_master_join, kn_blocks(n, 256), 256, 0, c, x, hi, lo, n);
-}
-
-/* AdamW on split masters: the fp32 k_adamw arithmetic on the joined value. */
-__global__ void k_adamw_split(uint16_t *hi, uint16_t *lo, float *g, float *m, float *v, size_t n,
-                              float decay, int do_decay, kn_adamw_k k, int zero_grad)
-{
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float pi = join1(hi[i], lo[i]), gi = g[i] * k.gs0 * k.gs1;
-        if (do_decay)
-            pi *= decay;
-        float mi = k.b1 * m[i] + k.omb1 * gi;
-        float vi = k.b2 * v[i] + k.omb2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        split1(pi - k.step * (mi / (sqrtf(vi) / k.bc2_sqrt + k.eps)), hi + i, lo + i);
-        if (zero_grad)
-            g[i] = 0.0f;
-    }
-}
-
-void cuda_adamw_split(kn_ctx *c, const kn_adamw_block *b, float decay, const kn_adamw_k *k,
-                      int zero_grad)
-{
-    size_t n = b->n;
-    KN_IO(k_adamw_split, 16 * n, (zero_grad ? 16 : 12) * n, 0);
-    KN_LAUNCH(k_adamw_split, kn_blocks(n, 256), 256, 0, c, (uint16_t *)b->p, b->plo, b->g, b->m,
-              b->v, n, decay, b->wd != 0.0f, *k, zero_grad);
 }
 
 /* x[n] (fp32 holding values dt represents, as the engine guarantees) as dt

@@ -1,5 +1,5 @@
 /* cuda_elementwise.cu — the elementwise ops, the reductions to the host
- * (kn_sum, kn_sumsq, kn_nonfinite), GELU, SwiGLU, dropout and AdamW.
+ * (kn_sum, kn_sumsq, kn_nonfinite), GELU, SwiGLU and dropout.
  *
  * Elementwise kernels are grid-stride loops (any n with a bounded grid).
  * Reductions run in two passes with a fixed shape (KN_RED_BLOCKS x
@@ -406,74 +406,6 @@ void cuda_dropout_bwd(kn_ctx *c, float *dx, const float *dout, const uint8_t *ma
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     KN_IO(k_dropout_bwd, 9 * n, 4 * n, 0);
     KN_LAUNCH(k_dropout_bwd, kn_blocks(n, 256), 256, 0, c, dx, dout, mask, n, keep_scale);
-}
-
-/* ---- AdamW (torch 1.13 single-tensor order) ------------------------------- */
-
-__global__ void k_adamw(float *p, float *g, float *m, float *v, size_t n, float decay, int do_decay,
-                        kn_adamw_k k, int zero_grad)
-{
-    GRID_STRIDE(i, n)
-    {
-        float pi = p[i], gi = g[i] * k.gs0 * k.gs1;
-        if (do_decay)
-            pi *= decay;
-        float mi = k.b1 * m[i] + k.omb1 * gi;
-        float vi = k.b2 * v[i] + k.omb2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi - k.step * (mi / (sqrtf(vi) / k.bc2_sqrt + k.eps));
-        if (zero_grad)
-            g[i] = 0.0f;
-    }
-}
-/* Split masters (bf16 hi + 16-bit lo, kn_master_split): cuda_convert.cu. */
-void cuda_adamw_split(kn_ctx *c, const kn_adamw_block *b, float decay, const kn_adamw_k *k,
-                      int zero_grad);
-
-static kn_adamw_k adamw_consts(const kn_adamw_hp *hp)
-{
-    int64_t t = hp->t < 1 ? 1 : hp->t;
-    double bc1 = 1.0 - pow((double)hp->b1, (double)t);
-    double bc2 = 1.0 - pow((double)hp->b2, (double)t);
-    kn_adamw_k k = {hp->b1, hp->b2, (float)(1.0 - (double)hp->b1), (float)(1.0 - (double)hp->b2),
-                    (float)((double)hp->lr / bc1), (float)sqrt(bc2), hp->eps, hp->gscale[0],
-                    hp->gscale[1]};
-    return k;
-}
-
-/* One launch per block (the blocks' pointers stay on the host); the
- * arithmetic is the CPU's, element for element. */
-void cuda_adamw_blocks(kn_ctx *c, const kn_adamw_block *b, int nb, kn_adamw_hp hp)
-{
-    for (int i = 0; i < nb; i++)
-        if (b[i].pdt != KN_F32 && (b[i].pdt != KN_BF16 || !b[i].plo)) {
-            kn_fail(c, TY_EINVAL, "adamw: parameters in %s%s", kn_dtype_name(b[i].pdt),
-                    b[i].pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
-            return;
-        }
-    kn_adamw_k k = adamw_consts(&hp);
-    for (int i = 0; i < nb; i++) {
-        size_t n = b[i].n;
-        float decay = (float)(1.0 - (double)hp.lr * (double)b[i].wd);
-        if (!n)
-            continue;
-        if (b[i].pdt == KN_BF16) {
-            cuda_adamw_split(c, &b[i], decay, &k, hp.zero_grad);
-            continue;
-        }
-        KN_IO(k_adamw, 16 * n, (hp.zero_grad ? 16 : 12) * n, 0);
-        KN_LAUNCH(k_adamw, kn_blocks(n, 256), 256, 0, c, (float *)b[i].p, b[i].g, b[i].m, b[i].v,
-                  n, decay, b[i].wd != 0.0f, k, hp.zero_grad);
-    }
-}
-
-void cuda_adamw(kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m, float *v,
-                size_t n, float lr, float b1, float b2, float eps, float wd, int64_t t)
-{
-    kn_adamw_block b = {p, plo, (float *)g, m, v, n, wd, pdt};
-    kn_adamw_hp hp = {lr, b1, b2, eps, t, {1.0f, 1.0f}, 0};
-    cuda_adamw_blocks(c, &b, 1, hp);
 }
 
 /* ---- DoRA: the CPU's loops, one thread per row / column ------------------ */

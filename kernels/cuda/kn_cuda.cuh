@@ -286,13 +286,6 @@ void kn_cuda_colsum_finish(kn_ctx *c, float *g0, float *g1, const float *part, i
 KN_OPS(KN_CUDA_PROTO)
 #undef KN_CUDA_PROTO
 
-/* AdamW's per-update constants (torch 1.13's) and the gradient's two
- * factors, by value to k_adamw and k_adamw_split (cuda_elementwise.cu,
- * cuda_convert.cu). */
-typedef struct kn_adamw_k {
-    float b1, b2, omb1, omb2, step, bc2_sqrt, eps, gs0, gs1;
-} kn_adamw_k;
-
 /* cuda_matmul.cu: releases the cached plans (cuda_backend.cu's close). */
 void kn_cuda_gemm_plans_free(cuda_state *st);
 

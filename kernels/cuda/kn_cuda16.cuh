@@ -1,6 +1,6 @@
 /* kn_cuda16.cuh — bf16 / fp16 storage on the bits, for every kernel that
  * reads or writes 16-bit tensors (cuda_convert.cu, cuda_loss.cu,
- * cuda_matmul.cu). Written without cuda_fp16.h intrinsics so the GPU and
+ * cuda_matmul.cu, cuda_optim.cu). Written without cuda_fp16.h intrinsics so the GPU and
  * the emulation run the same arithmetic and both match the CPU backend bit
  * for bit (cuda_convert.cu says how each rounds). Include inside KN_NS. */
 #ifndef TY_KN_CUDA16_CUH
@@ -89,6 +89,29 @@ __device__ __forceinline__ void store_from_f32(void *p, int dt, size_t i, float 
         ((float *)p)[i] = v;
     else
         ((uint16_t *)p)[i] = dt == KN_BF16 ? to_bf16(v) : to_f16(v);
+}
+
+/* An fp32 master as kn_master_split keeps it, the CPU backend's rule bit
+ * for bit (cpu.h): hi = RNE bf16, lo = the rest as int16, a tie kept at an
+ * even hi moved one ulp towards it. join1 is the inverse. */
+__device__ __forceinline__ void split1(float x, uint16_t *hi, uint16_t *lo)
+{
+    uint32_t u = f_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        *hi = (uint16_t)((u >> 16) | 0x40u);
+        *lo = 0;
+        return;
+    }
+    uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    int32_t d = (int32_t)(u - ((uint32_t)h << 16));
+    if (d == 0x8000)
+        d = 0x7fff;
+    *hi = h;
+    *lo = (uint16_t)(int16_t)d;
+}
+__device__ __forceinline__ float join1(uint16_t hi, uint16_t lo)
+{
+    return bits_f(((uint32_t)hi << 16) + (uint32_t)(int32_t)(int16_t)lo);
 }
 
 } // namespace KN_NS

@@ -170,7 +170,15 @@ void elementwise(kn_ctx *c)
     CHECK(kn_sumsq(c, (const float *)d, n) > 0, "sumsq");
     check("reduce", "k_reduce_partial,k_reduce_final,cudaMemcpyAsync.d2h");
     kn_convert(c, g, KN_F32, x, KN_BF16, n);
-    check("convert", "k_convert");
+    /* 40 spans with whole pages between them (the emulator sees pages):
+     * two launches (32 spans a launch) */
+    const size_t slot = 4096, part = 2048;
+    void *sx = b.bf16(40 * slot), *sd = b.f32(40 * slot);
+    kn_span sp[40];
+    for (int i = 0; i < 40; i++)
+        sp[i] = kn_span{(size_t)i * slot, (size_t)i * slot, part};
+    kn_convert_spans(c, sd, KN_F32, sx, KN_BF16, sp, 40);
+    check("convert", "k_convert,k_convert_spans");
 }
 
 void norms(kn_ctx *c)
@@ -294,14 +302,29 @@ void optimizer_misc(kn_ctx *c)
     kn_master_split(c, hi, lo, x, n);
     kn_adamw(c, KN_BF16, hi, lo, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2);
     kn_master_join(c, x, hi, lo, n);
-    check("optimizer", "k_adamw,k_master_split,k_adamw_split,k_master_join");
+    check("optimizer", "k_adamw,k_master_split,k_master_join");
     /* The fused step: gradient factors in register, gradients cleared. */
     float *m2 = (float *)b.f32(n), *v2 = (float *)b.f32(n);
+    const size_t slot = 4096, part = 2048, all = 40 * slot;
+    float *p3 = (float *)b.f32(all), *g3 = (float *)b.f32(all), *m3 = (float *)b.f32(all),
+          *v3 = (float *)b.f32(all);
+    uint16_t *hi3 = (uint16_t *)b.bf16(all), *lo3 = (uint16_t *)b.bf16(all);
+    take();
     kn_adamw_block blk[2] = {{p, nullptr, g, m, v, n, 0.1f, KN_F32},
                              {hi, lo, x, m2, v2, n, 0.0f, KN_BF16}};
     kn_adamw_hp hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 3, {0.5f, 0.25f}, 1};
     kn_adamw_blocks(c, blk, 2, hp);
-    check("optimizer blocks", "k_adamw,k_adamw_split");
+    /* 40 tensors, pages apart: two launches, both master types */
+    kn_adamw_block many[40];
+    for (int i = 0; i < 40; i++) {
+        size_t o = (size_t)i * slot;
+        many[i] = i % 2 ? kn_adamw_block{p3 + o, nullptr, g3 + o, m3 + o, v3 + o, part, 0.1f,
+                                         KN_F32}
+                        : kn_adamw_block{hi3 + o, lo3 + o, g3 + o, m3 + o, v3 + o, part, 0.0f,
+                                         KN_BF16};
+    }
+    kn_adamw_blocks(c, many, 40, hp);
+    check("optimizer blocks", "k_adamw");
     kn_dropout_fwd(c, KN_BF16, o16, mask, x16, n, 0.1f, 7, 0);
     kn_dropout_bwd(c, g, x, mask, n, 0.1f);
     kn_geglu_fwd(c, KN_BF16, o16, x16, up, n);

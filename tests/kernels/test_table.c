@@ -1719,17 +1719,24 @@ static void same_block(tc *t, const kn_adamw_block *a, const kn_adamw_block *b)
 
 /* kn_adamw_blocks is, bit for bit, kn_scale by gscale[0], kn_scale by
  * gscale[1] and kn_adamw on each block: blocks of both master types, with
- * and without decay, one long enough to be split between threads and one
- * shorter than a 64-byte step; zero_grad leaves every gradient 0 and
- * kn_adamw (no zero_grad) leaves it as it was. */
+ * and without decay, one long enough to be split between threads, one
+ * shorter than a 64-byte step and one empty, and more blocks than a CUDA
+ * launch takes (kn_multi.cuh: 32), the master types mixed within one;
+ * zero_grad leaves every gradient 0 and kn_adamw (no zero_grad) leaves it
+ * as it was. */
 static void c_adamw_blocks(tc *t)
 {
-    enum { NB = 4 };
-    size_t ns[NB] = {40000, 7, 3001, 20011};
+    enum { NB = 41 };
+    size_t ns[NB] = {40000, 7, 3001, 20011, 0};
     kn_dtype pdt[NB] = {KN_F32, KN_F32, KN_BF16, KN_BF16};
     float wd[NB] = {0.1f, 0.0f, 0.1f, 0.0f}, s0 = 1.0f / 3.0f, s1 = 0.7f;
     kn_adamw_block fused[NB], ref[NB];
     float *hg[NB];
+    for (int i = 5; i < NB; i++) {
+        ns[i] = 1 + (size_t)(i * 1237 % 9000);
+        pdt[i] = i % 3 ? KN_BF16 : KN_F32;
+        wd[i] = i % 2 ? 0.05f : 0.0f;
+    }
     for (int i = 0; i < NB; i++) {
         size_t n = ns[i];
         float *hp = hrand(n, 1), *hm = hrand(n, 0.1), *hv = hrand(n, 0.1);
@@ -1761,6 +1768,44 @@ static void c_adamw_blocks(tc *t)
                 ty_failures++;
         free(fg), free(rg), free(hg[i]);
     }
+}
+
+/* kn_convert_spans is kn_convert span by span, bit for bit, and leaves
+ * the destination between its spans as it was: 80 spans (more than a CUDA
+ * launch takes, kn_multi.cuh) of 0 to 9000 elements at odd offsets, from
+ * and to fp32 and between the two 16-bit types. */
+static void c_convert_spans(tc *t)
+{
+    enum { NS = 80 };
+    kn_span s[NS];
+    size_t src_n = 0, dst_n = 0;
+    for (int i = 0; i < NS; i++) {
+        size_t n = i % 7 == 3 ? 0 : i % 11 == 5 ? 9000 : 1 + (size_t)(i * 37 % 300);
+        s[i] = (kn_span){dst_n + (size_t)(i % 3), src_n + (size_t)(i % 5), n};
+        src_n = s[i].src + n;
+        dst_n = s[i].dst + n;
+    }
+    dst_n += 2;
+    float *h = hrand(src_n, 300.0);
+    float *x32 = dput(t, h, src_n * 4);
+    static const kn_dtype pairs[][2] = {
+        {KN_F32, KN_BF16}, {KN_F32, KN_F16}, {KN_BF16, KN_F32}, {KN_BF16, KN_F16}};
+    for (int p = 0; p < 4; p++) {
+        kn_dtype dd = pairs[p][0], sd = pairs[p][1];
+        size_t des = kn_dtype_size(dd), ses = kn_dtype_size(sd);
+        void *src = dput(t, NULL, src_n * ses);
+        kn_convert(t->c, src, sd, x32, KN_F32, src_n);
+        unsigned char *pz = malloc(dst_n * des);
+        memset(pz, 0xa5, dst_n * des);
+        void *a = dput(t, pz, dst_n * des), *b = dput(t, pz, dst_n * des);
+        kn_convert_spans(t->c, a, dd, src, sd, s, NS);
+        for (int i = 0; i < NS; i++)
+            kn_convert(t->c, (char *)b + s[i].dst * des, dd, (const char *)src + s[i].src * ses, sd,
+                       s[i].n);
+        same_bits(t, "convert_spans", dd, a, b, dst_n * des);
+        free(pz);
+    }
+    free(h);
 }
 
 /* kn_sumsq_scaled(x, s) is kn_sumsq of x scaled by kn_scale, bit for bit
@@ -1959,6 +2004,7 @@ static const struct {
     {"logits", c_logits},
     {"adamw", c_adamw},
     {"adamw_blocks", c_adamw_blocks},
+    {"convert_spans", c_convert_spans},
     {"sumsq_scaled", c_sumsq_scaled},
     {"master", c_master},
     {"typed", c_typed},
