@@ -1190,10 +1190,11 @@ void model_free_acts(model *m)
  * rounding each, kn_ops.h). Activation gradients are fp32 buffers of one
  * layer; with 16-bit storage each is rounded where it is produced, so the
  * values the next op reads are exactly what a 16-bit tensor would hold
- * (the reference's scheme). The norms' backward does that rounding itself
- * (it reads dout and stores dx as dt holds them, kernels.h), so a gradient
- * that only a norm reads next, or that a norm produces, takes no separate
- * pass. No-op in fp32. */
+ * (the reference's scheme). The norms', activations' and attention's
+ * backwards do that rounding themselves (they read dout as dt holds it;
+ * the norms store dx so too: kernels.h), so a gradient that only they
+ * read next, or that a norm produces, takes no separate pass. No-op in
+ * fp32. */
 #define RND(x, n) kn_round(k, (x), (size_t)(n), m->dt)
 /* RND for a gradient that only weight wi's backward GEMMs read next: none
  * needed when they read it through grad_in, whose conversion to dt rounds
@@ -1687,8 +1688,8 @@ static void backward_from_head(model *m, int B, int T)
                            a->ao_rstd, N, C);
             dao = m->dln;
         }
+        /* datty is read by the attention backward alone, rounded as it reads it */
         lin_bwd(m, l, LS_O, -1, m->datty, 1, dao, a->atty, L->o_w, L->o_b, N, QD, C);
-        RND(m->datty, (size_t)N * QD);
         /* dln = d(ln1): the first of the qkv products writes it */
         if (gpt2) { /* dq, dk, dv written whole (the three thirds of each row) */
             kn_attention_bwd(k, dt, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,

@@ -326,7 +326,8 @@ KN_OPS(KN_PROTO)
  *   NULL), from dout, the forward's out and lse, and q, k, v, with
  *   the forward's scale, softcap and window; probabilities are recomputed
  *   tile by tile, and under a soft-cap dS is multiplied by 1 - tanh^2 of
- *   the recomputed score.
+ *   the recomputed score. With a 16-bit dt it reads dout as dt rounds it
+ *   (the norms' rule).
  *
  * kn_gelu_fwd/bwd: tanh approximation (GPT-2's gelu_new); the backward
  *   accumulates into dx.

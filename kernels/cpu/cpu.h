@@ -159,10 +159,9 @@ void cpu_att_bwd_probs(float *s, float *tg, const float *lb, int i0, int rows, i
 void cpu_att_bwd_dscores(const float *s, float *dp, const float *tg, const float *db, int i0,
                          int rows, int cols, const cpu_att_args *x);
 /* The AMX path: 1 when this CPU and kernel give it (and TY_CPU_ATTENTION is
- * not fp32); cpu_att16_exact: whether n floats all hold bf16 values (the
- * backward's dO must). The _fwd / _bwd take bf16 q, k, v, out. */
+ * not fp32). The _fwd / _bwd take bf16 q, k, v, out; the backward's dO must
+ * hold bf16 values (cpu_attention_bwd rounds it). */
 int cpu_att16_on(void);
-int cpu_att16_exact(const float *g, size_t n);
 void cpu_att16_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *k, const void *v,
                    int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv, const cpu_att_args *x,
                    int nt);

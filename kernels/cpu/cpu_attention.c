@@ -653,10 +653,19 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, 
     if (scale == 0.0f) scale = 1.0f / sqrtf((float)D);
     int ldo = Hq * D;
     int nt = c->n_threads < B * Hkv ? c->n_threads : B * Hkv;
-    if (dt == KN_BF16 && cpu_att16_on() && cpu_att16_exact(dout, (size_t)B * T * ldo)) {
+    /* A 16-bit backward reads dout as dt holds it (kernels.h). */
+    size_t ng = (size_t)B * T * ldo;
+    float *gbuf = dt == KN_F32 ? NULL : malloc(ng * sizeof *gbuf);
+    if (dt != KN_F32 && !gbuf) {
+        kn_fail(c, TY_ENOMEM, "attention backward: out of memory for the rounded dout");
+        return;
+    }
+    dout = cpu_grad_in(gbuf, dout, dt, 0, ng);
+    if (dt == KN_BF16 && cpu_att16_on()) { /* dout exact in bf16 now */
         cpu_att_args x = {
             .D = D, .ldq = ldq, .ldkv = ldkv, .window = window, .scale = scale, .cap = softcap};
         cpu_att16_bwd(c, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, &x, nt);
+        free(gbuf);
         return;
     }
     att_job j = {.dt = dt,
@@ -683,6 +692,7 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, 
                  .softcap = softcap};
     atomic_init(&j.failed, 0);
     cpu_pool_run(c, nt, att_bwd_job, &j);
+    free(gbuf);
     int failed = j.failed;
     if (failed) kn_fail(c, TY_ENOMEM, "attention backward: out of memory for its tiles");
 }

@@ -570,15 +570,6 @@ static void bwd_head(const bwd_ws *w, const cpu_att_args *x, const bwd_out *o, c
     }
 }
 
-int cpu_att16_exact(const float *g, size_t n)
-{
-    uint32_t low = 0;
-    const uint32_t *u = (const uint32_t *)(const void *)g;
-    for (size_t i = 0; i < n; i++)
-        low |= u[i] & 0xffffu;
-    return low == 0;
-}
-
 /* The backward of (batch, kv head) bg: its query heads in order, dk and
  * dv summed in the scratch and added once. */
 static void bwd_group(const att16_job *j, bwd_ws *w, int bg)

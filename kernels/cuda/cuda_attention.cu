@@ -206,13 +206,15 @@ __device__ __forceinline__ float dot_col(const float *a, int as, const float *b,
 
 /* Stages rows [r0, r0+BC) of a [B,T,H,D] tensor of type xt (its head's
  * first element at `base`, row stride ld) into fp32 sm[BC][D] (rows past
- * T as zeros). */
+ * T as zeros), each value rounded to what type rt holds (the backward's
+ * fp32 dO as a 16-bit op reads it). */
 __device__ __forceinline__ void stage(float *sm, const void *src, size_t base, int xt, int r0,
-                                      int BC, int T, int D, int ld)
+                                      int BC, int T, int D, int ld, int rt = KN_F32)
 {
     for (int e = threadIdx.x; e < BC * D; e += blockDim.x) {
         int r = e / D, d = e % D;
-        sm[e] = r0 + r < T ? load_as_f32(src, xt, base + (size_t)(r0 + r) * ld + d) : 0.0f;
+        float x = r0 + r < T ? load_as_f32(src, xt, base + (size_t)(r0 + r) * ld + d) : 0.0f;
+        sm[e] = round_as(rt, x);
     }
 }
 
@@ -295,7 +297,7 @@ __global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *
     if (live) {
         for (int d = 0; d < D; d++) {
             qi[d * BR] = load_as_f32(q, xt, ((size_t)b * T + i) * ldq + (size_t)h * D + d);
-            doi[d * BR] = dout[orow + d];
+            doi[d * BR] = round_as(xt, dout[orow + d]);
             dqi[d * BR] = 0.0f;
             Di += doi[d * BR] * load_as_f32(out, xt, orow + d);
         }
@@ -352,14 +354,14 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
         for (int i0 = j0; i0 < iend; i0 += BQ) {
             __syncthreads();
             stage(Qs, q, qb, xt, i0, BQ, T, D, ldq);
-            stage(Os, dout, ob, KN_F32, i0, BQ, T, D, Hq * D);
+            stage(Os, dout, ob, KN_F32, i0, BQ, T, D, Hq * D, xt);
             for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
                 int i = i0 + r;
                 float di = 0.0f, li = 0.0f;
                 if (i < T) {
                     size_t orow = ((size_t)b * T + i) * Hq * D + (size_t)h * D;
                     for (int d = 0; d < D; d++)
-                        di += dout[orow + d] * load_as_f32(out, xt, orow + d);
+                        di += round_as(xt, dout[orow + d]) * load_as_f32(out, xt, orow + d);
                     li = lse[((size_t)b * Hq + h) * T + i];
                 }
                 Dd[r] = di;
@@ -427,14 +429,12 @@ static inline uint64_t att_bytes(int xt, int B, int Tq, int Tk, int Hq, int Hkv,
         r += q * 4 + q * es + lse;
     return r;
 }
-/* A flash backward kernel's reads: q, k, v, dO's hi and lo halves (4
- * bytes an element, as fp32), lse, and the row dots and lo flags
- * (k_fl_rowdot) in place of out. A dO exact in the input type (the
- * engine's) has no lo half read: half the dO bytes. */
+/* A flash backward kernel's reads: q, k, v, dO in the input type, lse,
+ * and the row dots (k_fl_rowdot) in place of out. */
 static inline uint64_t fl_bwd_bytes(int xt, int B, int T, int Hq, int Hkv, int D)
 {
     uint64_t q = (uint64_t)B * T * Hq * D, lse = 4 * (uint64_t)B * Hq * T;
-    return att_bytes(xt, B, T, T, Hq, Hkv, D, 0) + q * 4 + 2 * lse + lse / 4;
+    return att_bytes(xt, B, T, T, Hq, Hkv, D, 0) + q * kn_dtype_size((kn_dtype)xt) + 2 * lse;
 }
 #endif
 
@@ -580,21 +580,18 @@ static bool fl_bwd_dkdv(kn_ctx *c, float *dk, float *dv, fl_grad g,
                                                ldq, ldkv, a);
 }
 
-/* D_i = rowsum(dO * O) per row and head and dO split into hi + lo, for
- * both backward kernels, into scratch; false after an error. */
+/* D_i = rowsum(dO * O) per row and head and dO rounded to the input type,
+ * for both backward kernels, into scratch; false after an error. */
 static bool fl_rowdot(kn_ctx *c, kn_dtype dt, fl_grad *g, const float *dout, const void *out,
                       int B, int T, int Hq, int D)
 {
     size_t rows = (size_t)B * T * Hq, n = rows * D;
-    /* D_i, then a byte a row: whether its dO has a lo half */
-    float *Dd = (float *)kn_cuda_scratch(c, KN_SCRATCH_ATTN_D, rows * (sizeof(float) + 1));
-    uint16_t *doh = (uint16_t *)kn_cuda_scratch(c, KN_SCRATCH_ATTN_DO, 2 * n * sizeof(uint16_t));
-    if (!Dd || !doh) return false;
-    uint8_t *lo_rows = (uint8_t *)(Dd + rows);
-    KN_IO(k_fl_rowdot, n * (4 + kn_dtype_size(dt)), 5 * rows + 4 * n, 0);
-    KN_LAUNCH(k_fl_rowdot, kn_blocks(rows, 8), 256, 0, c, Dd, lo_rows, doh, doh + n, dout, out,
-              (int)dt, B, T, Hq, D);
-    *g = {Dd, doh, doh + n, lo_rows};
+    float *Dd = (float *)kn_cuda_scratch(c, KN_SCRATCH_ATTN_D, rows * sizeof(float));
+    uint16_t *dO = (uint16_t *)kn_cuda_scratch(c, KN_SCRATCH_ATTN_DO, n * sizeof(uint16_t));
+    if (!Dd || !dO) return false;
+    KN_IO(k_fl_rowdot, n * (4 + kn_dtype_size(dt)), 4 * rows + 2 * n, 0);
+    KN_LAUNCH(k_fl_rowdot, kn_blocks(rows, 8), 256, 0, c, Dd, dO, dout, out, (int)dt, B, T, Hq, D);
+    *g = {Dd, dO};
     return true;
 }
 

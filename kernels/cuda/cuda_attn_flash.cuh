@@ -17,7 +17,7 @@
  *    their max moved, and O += P V with P's registers as the A operand.
  *    The end writes out = O / l and lse.
  *  - Backward, deterministic without atomics: k_fl_rowdot computes
- *    D_i and dO's hi + lo split once into scratch (fl_grad), then two
+ *    D_i and dO in the input type once into scratch (fl_grad), then two
  *    kernels as the
  *    scalar path: dq (a warp per 16 query rows walks the key tiles: S = Q K^T,
  *    dP = dO V^T, dS per row, dQ += dS K) and dk/dv (a warp per 16 key rows
@@ -27,19 +27,19 @@
  *    to head dim 128, accumulate in registers (fl_mma) from the first
  *    tile to the last, and their elementwise work goes through shared
  *    memory, since a wmma fragment's per-lane layout is the hardware's.
- * q, k, v are exact in the input type; P, dS and the fp32 dO are not, so
- * each enters its products as hi + lo, both in the input type (fl_split,
- * two MMAs; lo x lo left out): one rounded P alone put bf16 results at 5x
- * the 16-bit tolerances of kernels.table at T = 70.
+ * q, k, v are exact in the input type, and so is dO: a 16-bit backward
+ * reads it rounded to its type (kernels.h). P and dS are not, so each
+ * enters its products as hi + lo, both in the input type (fl_split, two
+ * MMAs; lo x lo left out): one rounded P alone put bf16 results at 5x the
+ * 16-bit tolerances of kernels.table at T = 70.
  * Shared-memory tiles are padded by 16 bytes a row (fl_cfg says why).
  * The backward's elementwise work goes through shared memory, never
  * through a wmma fragment's elements: every tile a lane reads back after
  * a store is behind a __syncwarp. Warps per block: the
  * most (4, 2 or 1) whose shared memory fits in 160 KiB where the device
- * grants it, else in 48 KiB (fl_nw); dk/dv at 96 and 128 and dq, dk/dv
- * at 256 need more than 48 KiB even with one warp (48.2 / 60.2 / 61.6 /
- * 79.4 KiB) and run on sm_80 and later only (cuda_attention.cu falls back
- * to the scalar kernels before). No
+ * grants it, else in 48 KiB (fl_nw); dk/dv at head dim 256 needs more
+ * than 48 KiB even with one warp (71.1 KiB) and runs on sm_80 and later
+ * only (cuda_attention.cu falls back to the scalar kernel before). No
  * per-thread arrays but the forward's S and O, indexed by constants after
  * full unrolling: ptxas reports no stack (kernels.cuda_attn_ptxas).
  * Each kernel's __launch_bounds__ names one block an SM as its minimum:
@@ -193,13 +193,11 @@ template <int N> __device__ __forceinline__ void fl_store(float *C, int ldc, fl_
 }
 
 /* A backward tile's two score products into shared memory (ld sld, both
- * [16][BC]): S = A B^T and dP = G W^T, plus G2 W2^T when lo (dO's lo
- * half; fl_grad). dq passes Q, K, dO, V; dk/dv the transposes' factors
- * K, Q, V, dO. */
+ * [16][BC]): S = A B^T and dP = G W^T. dk/dv at head dim 256 passes the
+ * transposes' factors K, Q, V, dO. */
 template <typename E, int BC, int D>
 __device__ __forceinline__ void fl_scores(float *S, float *dP, int sld, const E *A, const E *B,
-                                          const E *G, const E *W, const E *G2, const E *W2,
-                                          bool lo, int ld)
+                                          const E *G, const E *W, int ld)
 {
     fl_acc sc[BC / 16];
     fl_zero<BC>(sc);
@@ -207,7 +205,6 @@ __device__ __forceinline__ void fl_scores(float *S, float *dP, int sld, const E 
     fl_store<BC>(S, sld, sc);
     fl_zero<BC>(sc);
     fl_mma<E, true, BC, D>(sc, G, ld, W, ld);
-    if (lo) fl_mma<E, true, BC, D>(sc, G2, ld, W2, ld);
     fl_store<BC>(dP, sld, sc);
 }
 
@@ -295,42 +292,21 @@ __device__ __forceinline__ void fl_kv_first(uint16_t *KV, int sld, const void *k
 
 /* What k_fl_rowdot prepares for both backward kernels from the fp32 dO:
  * D_i = rowsum(dO_i * O_i) per row and head (laid out as lse), and dO
- * split into hi + lo of the input type (fl_split; each [B, T, Hq, D]), so
- * the kernels stage dO as they stage Q, 16 bytes a load, and split none
- * of it again for every key block. lo_rows (laid out as lse) is 1 where a
- * row's lo half is not all zeros: the engine's 16-bit steps round every
- * activation gradient to the input type, so their dO is exact in it and
- * the kernels skip staging the lo half and its products (adding exact
- * zeros, so the same bits). */
+ * rounded to the input type ([B, T, Hq, D]), so the kernels stage it as
+ * they stage Q, 16 bytes a load, and convert none of it again for every
+ * key block. */
 struct fl_grad {
     const float *Dd;
-    const uint16_t *doh, *dol;
-    const uint8_t *lo_rows;
+    const uint16_t *dO;
 };
 
-/* Whether any of rows [r0, r0 + R) of head h has a lo half, the same
- * answer in every lane of the warp (a ballot per 32 rows). */
-__device__ __forceinline__ bool fl_has_lo(fl_grad g, int b, int h, int r0, int R, int T, int Hq)
-{
-    int lane = threadIdx.x % 32;
-    bool any = false;
-    for (int q = 0; q < R; q += 32) {
-        int i = r0 + q + lane;
-        bool mine = q + lane < R && i < T && g.lo_rows[((size_t)b * Hq + h) * T + i];
-        any |= __ballot_sync(0xffffffffu, mine) != 0;
-    }
-    return any;
-}
-
-/* dO's rows [r0, r0 + R) of head h in batch b, hi into sm[R][sld], lo
- * (when lo_too) into the R rows after it, as fl_stage stages Q. */
-__device__ __forceinline__ void fl_stage_do(uint16_t *sm, int sld, fl_grad g, bool lo_too, int b,
-                                            int h, int r0, int R, int T, int Hq, int D, int t,
-                                            int nt)
+/* dO's rows [r0, r0 + R) of head h in batch b into sm[R][sld], as fl_stage
+ * stages Q. */
+__device__ __forceinline__ void fl_stage_do(uint16_t *sm, int sld, fl_grad g, int b, int h, int r0,
+                                            int R, int T, int Hq, int D, int t, int nt)
 {
     size_t base = (size_t)b * T * Hq * D + (size_t)h * D;
-    fl_stage(sm, sld, g.doh, base, r0, R, T, D, Hq * D, t, nt);
-    if (lo_too) fl_stage(sm + R * sld, sld, g.dol, base, r0, R, T, D, Hq * D, t, nt);
+    fl_stage(sm, sld, g.dO, base, r0, R, T, D, Hq * D, t, nt);
 }
 
 /* Whether query position i sees key j. */
@@ -428,28 +404,24 @@ template <int BC, typename F> __device__ __forceinline__ void fl_each(F f)
 }
 
 /* The backward's two score products into registers: s = A B^T and
- * dP = G W^T, plus G2 W2^T when lo (dO's lo half; fl_grad). dq passes Q,
- * K, dO, V, dO's lo, V; dk/dv the transposes' factors K, Q, V, dO, V,
- * dO's lo. */
+ * dP = G W^T. dq passes Q, K, dO, V; dk/dv the transposes' factors K, Q,
+ * V, dO. */
 template <bool BF, int BC, int D>
 __device__ __forceinline__ void fl_scores_reg(float (&s)[BC / 8][4], float (&dp)[BC / 8][4],
                                               const uint16_t *A, const uint16_t *B,
-                                              const uint16_t *G, const uint16_t *W,
-                                              const uint16_t *G2, const uint16_t *W2, bool lo,
-                                              int ld)
+                                              const uint16_t *G, const uint16_t *W, int ld)
 {
     fl_czero<BC>(s);
     fl_czero<BC>(dp);
     fl_abt<BF, BC, D>(s, A, B, ld);
     fl_abt<BF, BC, D>(dp, G, W, ld);
-    if (lo) fl_abt<BF, BC, D>(dp, G2, W2, ld);
 }
 
 /* acc[16][N] += X B for X a [16][BC] product in registers (C layout),
- * entering as its hi + lo halves (fl_a_split; hi only when !LO), and B
+ * entering as its hi + lo halves (fl_a_split), and B
  * rows [0, BC) of a row-major 16-bit tile in shared memory (ld elements a
  * row): O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q. */
-template <typename E, int BC, int N, bool LO>
+template <typename E, int BC, int N>
 __device__ __forceinline__ void fl_xb(float (&acc)[N / 8][4], const float (&x)[BC / 8][4],
                                       const uint16_t *B, int ld)
 {
@@ -465,7 +437,7 @@ __device__ __forceinline__ void fl_xb(float (&acc)[N / 8][4], const float (&x)[B
             KN_UNROLL(2)
             for (int y = 0; y < 2; y++) {
                 kn_mma16816<BF>(acc[n + y], hi, b[y]);
-                if (LO) kn_mma16816<BF>(acc[n + y], lo, b[y]);
+                kn_mma16816<BF>(acc[n + y], lo, b[y]);
             }
         }
     }
@@ -545,7 +517,7 @@ __device__ __forceinline__ void fl_fwd_run(void *out, float *lse, const void *q,
                 for (int n = 0; n < D / 8; n++)
                     o[n][2 * r] *= corr, o[n][2 * r + 1] *= corr;
         }
-        fl_xb<E, BC, D, true>(o, s, Vs, QLD); /* O += P V, P as hi + lo */
+        fl_xb<E, BC, D>(o, s, Vs, QLD); /* O += P V, P as hi + lo */
     }
     /* each row's sum over its four lanes, in the same order in each */
     KN_UNROLL(2)
@@ -583,14 +555,13 @@ __global__ void __launch_bounds__(C::NW * 32, 1)
 /* ---- backward: the row dots ------------------------------------------------ */
 
 /* Dd[b, h, i] = rowsum(dO_i * O_i) over the head's D, laid out as lse,
- * dO split into doh + dol and the rows whose dol is not all zeros
- * (fl_grad): computed once for both backward kernels (dk/dv would
- * otherwise redo it for every key block). A warp per
- * (row, head), lanes along d, the lanes' sums added by kn_warp_sum's
- * fixed tree. out is of the input type xt, dout fp32; all [B, T, Hq, D]. */
-__global__ void k_fl_rowdot(float *Dd, uint8_t *lo_rows, uint16_t *doh, uint16_t *dol,
-                            const float *dout, const void *out, int xt, int B, int T, int Hq,
-                            int D)
+ * and dO rounded to the input type (fl_grad): computed once for both
+ * backward kernels (dk/dv would otherwise redo it for every key block). A
+ * warp per (row, head), lanes along d, the lanes' sums added by
+ * kn_warp_sum's fixed tree. out is of the input type xt, dout fp32; all
+ * [B, T, Hq, D]. */
+__global__ void k_fl_rowdot(float *Dd, uint16_t *dO, const float *dout, const void *out, int xt,
+                            int B, int T, int Hq, int D)
 {
     int lane = threadIdx.x % 32, wpb = blockDim.x / 32;
     size_t rows = (size_t)B * T * Hq;
@@ -598,32 +569,25 @@ __global__ void k_fl_rowdot(float *Dd, uint8_t *lo_rows, uint16_t *doh, uint16_t
          row += (size_t)gridDim.x * wpb) {
         size_t o = row * D; /* [B, T, Hq] rows of D */
         float s = 0.0f;
-        bool lo = false;
         for (int d = lane; d < D; d += 32) {
-            float g = dout[o + d];
-            s += g * load_as_f32(out, xt, o + d);
-            uint16_t h16, l16;
-            fl_split_as(xt, g, &h16, &l16);
-            doh[o + d] = h16;
-            dol[o + d] = l16;
-            lo |= l16 != 0;
+            uint16_t g16 = xt == KN_BF16 ? to_bf16(dout[o + d]) : to_f16(dout[o + d]);
+            s += (xt == KN_BF16 ? from_bf16(g16) : from_f16(g16)) * load_as_f32(out, xt, o + d);
+            dO[o + d] = g16;
         }
         s = kn_warp_sum(s);
-        lo = __ballot_sync(0xffffffffu, lo) != 0;
         if (lane == 0) {
             int h = (int)(row % Hq);
             size_t bt = row / Hq, b = bt / T, i = bt % T;
             Dd[((size_t)b * Hq + h) * T + i] = s;
-            lo_rows[((size_t)b * Hq + h) * T + i] = lo;
         }
     }
 }
 
 /* ---- backward: dq -------------------------------------------------------- */
 
-/* One warp's shared memory in dq: Q, dO (hi, lo). */
+/* One warp's shared memory in dq: Q, dO. */
 template <class C> struct fl_dq_warp {
-    static const int BYTES = 3 * 16 * C::QLD * 2;
+    static const int BYTES = 2 * 16 * C::QLD * 2;
 };
 
 /* P and dS of one score (0 where masked), dS split into ds[0] and ds[n]. */
@@ -652,14 +616,12 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
     uint16_t *KV = (uint16_t *)sm; /* C::BUF buffers of K, V tiles */
     uint16_t *Qs = (uint16_t *)(sm + fl_kv_tiles<C>::BYTES + w * fl_dq_warp<C>::BYTES),
-             *dOs = Qs + 16 * QLD,
-             *dOl = dOs + 16 * QLD;
+             *dOs = Qs + 16 * QLD;
     int b = blockIdx.z, h = blockIdx.y, hk = h / (Hq / Hkv);
     int r0 = blockIdx.x * BR + w * 16, i0 = blockIdx.x * BR;
     size_t kvb = (size_t)b * T * ldkv + (size_t)hk * D;
     fl_stage(Qs, QLD, q, (size_t)b * T * ldq + (size_t)h * D, r0, 16, T, D, ldq, lane, 32);
-    bool lo = fl_has_lo(g, b, h, r0, 16, T, Hq);
-    fl_stage_do(dOs, QLD, g, lo, b, h, r0, 16, T, Hq, D, lane, 32);
+    fl_stage_do(dOs, QLD, g, b, h, r0, 16, T, Hq, D, lane, 32);
     __syncwarp();
     int qi[2];
     float L[2], Dd[2], acc[D / 8][4];
@@ -680,7 +642,7 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
         uint16_t *Vs = Ks + BC * QLD;
         if (r0 >= T || j0 > wlast || j0 + BC <= att_lo(r0, a.window)) continue;
         float s[BC / 8][4], dp[BC / 8][4];
-        fl_scores_reg<BF, BC, D>(s, dp, Qs, Ks, dOs, Vs, dOl, Vs, lo, QLD);
+        fl_scores_reg<BF, BC, D>(s, dp, Qs, Ks, dOs, Vs, QLD);
         /* dS = P (dP - D_i) scale, 0 where masked, into s */
         fl_each<BC>([&](int r, int j, int e) {
             bool sees = qi[r] >= 0 && fl_sees(qi[r], j0 + 8 * j + 2 * t + e, a.window);
@@ -688,7 +650,7 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
             float p = sees ? expf(att_score(x, a.scale, a.cap, &dt) - L[r]) : 0.0f;
             s[j][2 * r + e] = sees ? p * (dp[j][2 * r + e] - Dd[r]) * a.scale * dt : 0.0f;
         });
-        fl_xb<E, BC, D, true>(acc, s, Ks, QLD); /* dQ += dS K */
+        fl_xb<E, BC, D>(acc, s, Ks, QLD); /* dQ += dS K */
     }
     KN_UNROLL(2)
     for (int r = 0; r < 2; r++) {
@@ -714,29 +676,28 @@ __global__ void __launch_bounds__(C::NW * 32, 1)
 
 /* ---- backward: dk, dv ---------------------------------------------------- */
 
-/* The block's query tile: Q, dO (hi, lo), L, D; one warp's: K, V, S^T,
- * dP^T, P^T and dS^T (each hi, lo), dK, dV. */
+/* The block's query tile: Q, dO, L, D; one warp's: K, V, S^T, dP^T, P^T
+ * and dS^T (each hi, lo), dK, dV. */
 template <class C> struct fl_kv_block {
-    static const int BYTES = 3 * C::BC * C::QLD * 2 + 2 * C::BC * 4;
+    static const int BYTES = 2 * C::BC * C::QLD * 2 + 2 * C::BC * 4;
 };
 template <class C> struct fl_kv_warp {
     static const int BYTES =
         2 * 16 * C::QLD * 2 + 2 * 16 * C::SLD * 4 + 4 * 16 * C::PLD * 2 + 2 * 16 * C::OLD * 4;
 };
 
-/* Stages query tile [i0, i0 + BC) of head h: Q, dO split (its lo half
- * when lo_too), L and D. */
+/* Stages query tile [i0, i0 + BC) of head h: Q, dO, L and D. */
 template <class C, int BC>
-__device__ __forceinline__ void fl_kv_stage(unsigned char *sm, fl_grad g, bool lo_too,
-                                            const float *lse, const void *q, int b, int h, int i0,
-                                            int T, int Hq, int ldq)
+__device__ __forceinline__ void fl_kv_stage(unsigned char *sm, fl_grad g, const float *lse,
+                                            const void *q, int b, int h, int i0, int T, int Hq,
+                                            int ldq)
 {
     const int D = C::D, QLD = C::QLD;
     uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + BC * QLD;
-    float *Ls = (float *)(dOs + 2 * BC * QLD), *Dd = Ls + BC;
+    float *Ls = (float *)(dOs + BC * QLD), *Dd = Ls + BC;
     fl_stage(Qs, QLD, q, (size_t)b * T * ldq + (size_t)h * D, i0, BC, T, D, ldq, threadIdx.x,
              blockDim.x);
-    fl_stage_do(dOs, QLD, g, lo_too, b, h, i0, BC, T, Hq, D, threadIdx.x, blockDim.x);
+    fl_stage_do(dOs, QLD, g, b, h, i0, BC, T, Hq, D, threadIdx.x, blockDim.x);
     for (int r = threadIdx.x; r < BC; r += blockDim.x) {
         size_t lb = ((size_t)b * Hq + h) * T + i0 + r;
         bool live = i0 + r < T;
@@ -747,9 +708,8 @@ __device__ __forceinline__ void fl_kv_stage(unsigned char *sm, fl_grad g, bool l
 
 /* dk/dv's walk: for each query head of kv head hk's group and each query
  * tile [i0, i0 + BC) that can see the block's keys [jb, jb + BR), stages
- * the tile (fl_kv_stage, whether dO has a lo half the same in every warp)
- * and calls f(i0, lo) where the warp's keys [j0, j0 + 16) have queries in
- * it. Every thread walks every tile: the stages' barriers need them all. */
+ * the tile (fl_kv_stage) and calls f(i0) where the warp's keys
+ * [j0, j0 + 16) have queries in it. Every thread walks every tile: the stages' barriers need them all. */
 template <class C, int BC, typename F>
 __device__ __forceinline__ void fl_kv_walk(unsigned char *sm, fl_grad g, const float *lse,
                                            const void *q, int b, int hk, int jb, int j0, int T,
@@ -762,10 +722,9 @@ __device__ __forceinline__ void fl_kv_walk(unsigned char *sm, fl_grad g, const f
     for (int h = hk * group; h < (hk + 1) * group; h++)
         for (int i0 = jb / BC * BC; i0 < iend; i0 += BC) {
             __syncthreads();
-            bool lo = fl_has_lo(g, b, h, i0, BC, T, Hq);
-            fl_kv_stage<C, BC>(sm, g, lo, lse, q, b, h, i0, T, Hq, ldq);
+            fl_kv_stage<C, BC>(sm, g, lse, q, b, h, i0, T, Hq, ldq);
             __syncthreads();
-            if (j0 < T && i0 + BC > j0 && i0 < wend) f(i0, lo);
+            if (j0 < T && i0 + BC > j0 && i0 < wend) f(i0);
         }
 }
 
@@ -784,19 +743,17 @@ __device__ __forceinline__ void fl_kv_probs(uint16_t *Pt, uint16_t *dSt, const f
     }
 }
 
-/* dV += P^T dO and dK += dS^T Q, each factor split (hi, lo): the lo x lo
- * product is below the fp32 accumulation's own rounding and left out; dO's
- * lo only when lo. dK, dV: shared-memory accumulators. */
+/* dV += P^T dO and dK += dS^T Q, P^T and dS^T split (hi, lo). dK, dV:
+ * shared-memory accumulators. */
 template <class C>
 __device__ __forceinline__ void fl_kv_acc(float *dK, float *dV, const uint16_t *Pt,
                                           const uint16_t *dSt, const uint16_t *Qs,
-                                          const uint16_t *dOs, bool lo)
+                                          const uint16_t *dOs)
 {
     typedef typename C::elem E;
     const int D = C::D, BC = C::BC, QLD = C::QLD, OLD = C::OLD, PLD = C::PLD;
     const E *P = (const E *)Pt, *dS = (const E *)dSt, *Q = (const E *)Qs, *dO = (const E *)dOs;
     fl_ab_acc<E, D, BC>(dV, OLD, P, PLD, dO, QLD);
-    if (lo) fl_ab_acc<E, D, BC>(dV, OLD, P, PLD, dO + BC * QLD, QLD);
     fl_ab_acc<E, D, BC>(dV, OLD, P + 16 * PLD, PLD, dO, QLD);
     fl_ab_acc<E, D, BC>(dK, OLD, dS, PLD, Q, QLD);
     fl_ab_acc<E, D, BC>(dK, OLD, dS + 16 * PLD, PLD, Q, QLD);
@@ -816,7 +773,7 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
     KN_DYN_SHARED(unsigned char, sm);
     int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint16_t *Qs = (const uint16_t *)sm, *dOs = Qs + BC * QLD;
-    const float *Ls = (const float *)(dOs + 2 * BC * QLD), *Dd = Ls + BC;
+    const float *Ls = (const float *)(dOs + BC * QLD), *Dd = Ls + BC;
     uint16_t *Kw = (uint16_t *)(sm + fl_kv_block<C>::BYTES + w * fl_kv_warp<C>::BYTES),
              *Vw = Kw + 16 * QLD;
     float *St = (float *)(Vw + 16 * QLD), *dPt = St + 16 * SLD;
@@ -829,13 +786,13 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
     for (int e = lane; e < 16 * OLD; e += 32)
         dK[e] = dV[e] = 0.0f;
     __syncwarp();
-    fl_kv_walk<C, BC>(sm, g, lse, q, b, hk, jb, j0, T, Hq, Hkv, ldq, a, [&](int i0, bool lo) {
+    fl_kv_walk<C, BC>(sm, g, lse, q, b, hk, jb, j0, T, Hq, Hkv, ldq, a, [&](int i0) {
         fl_scores<E, BC, D>(St, dPt, SLD, (const E *)Kw, (const E *)Qs, (const E *)Vw,
-                            (const E *)dOs, (const E *)Vw, (const E *)dOs + BC * QLD, lo, QLD);
+                            (const E *)dOs, QLD);
         __syncwarp();
         fl_kv_probs<C>(Pt, dSt, St, dPt, Ls, Dd, j0, i0, T, a);
         __syncwarp();
-        fl_kv_acc<C>(dK, dV, Pt, dSt, Qs, dOs, lo);
+        fl_kv_acc<C>(dK, dV, Pt, dSt, Qs, dOs);
         __syncwarp(); /* P^T, dS^T are rewritten by the next tile */
     });
     __syncwarp();
@@ -854,9 +811,9 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
 template <class C> struct fl_kv_reg_tile {
     static const int BC = C::D <= 80 ? 64 : C::D <= 96 ? 32 : 16;
 };
-/* Its block's query tile (Q, dO hi, lo, L, D) and a warp's K, V. */
+/* Its block's query tile (Q, dO, L, D) and a warp's K, V. */
 template <class C> struct fl_kv_reg_block {
-    static const int BYTES = 3 * fl_kv_reg_tile<C>::BC * C::QLD * 2 + 2 * fl_kv_reg_tile<C>::BC * 4;
+    static const int BYTES = 2 * fl_kv_reg_tile<C>::BC * C::QLD * 2 + 2 * fl_kv_reg_tile<C>::BC * 4;
 };
 template <class C> struct fl_kv_reg_warp {
     static const int BYTES = 2 * 16 * C::QLD * 2;
@@ -866,8 +823,7 @@ template <class C> struct fl_kv_reg_warp {
  * g + 8 of lane 4 g + t) walk the query tiles of the heads of their group
  * with S^T = K Q^T, dP^T = V dO^T, P^T, dS^T and the dK, dV accumulators
  * in registers; P^T's and dS^T's hi + lo halves are the A fragments of
- * dV += P^T dO and dK += dS^T Q (lo x lo left out; dO's lo only where a
- * row has one). */
+ * dV += P^T dO and dK += dS^T Q. */
 template <class C>
 __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g, const float *lse,
                                                 const void *q, const void *k, const void *v, int T,
@@ -878,8 +834,8 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
     const int D = C::D, BC = fl_kv_reg_tile<C>::BC, BR = 16 * C::NW, QLD = C::QLD;
     KN_DYN_SHARED(unsigned char, sm);
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
-    const uint16_t *Qs = (const uint16_t *)sm, *dOs = Qs + BC * QLD, *dOl = dOs + BC * QLD;
-    const float *Ls = (const float *)(dOl + BC * QLD), *Dd = Ls + BC;
+    const uint16_t *Qs = (const uint16_t *)sm, *dOs = Qs + BC * QLD;
+    const float *Ls = (const float *)(dOs + BC * QLD), *Dd = Ls + BC;
     uint16_t *Kw = (uint16_t *)(sm + fl_kv_reg_block<C>::BYTES + w * fl_kv_reg_warp<C>::BYTES),
              *Vw = Kw + 16 * QLD;
     int b = blockIdx.z, hk = blockIdx.y, jb = blockIdx.x * BR, j0 = jb + w * 16;
@@ -891,9 +847,9 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
     float dK[D / 8][4], dV[D / 8][4];
     fl_czero<D>(dK);
     fl_czero<D>(dV);
-    fl_kv_walk<C, BC>(sm, g, lse, q, b, hk, jb, j0, T, Hq, Hkv, ldq, a, [&](int i0, bool lo) {
+    fl_kv_walk<C, BC>(sm, g, lse, q, b, hk, jb, j0, T, Hq, Hkv, ldq, a, [&](int i0) {
         float s[BC / 8][4], dp[BC / 8][4];
-        fl_scores_reg<BF, BC, D>(s, dp, Kw, Qs, Vw, dOs, Vw, dOl, lo, QLD);
+        fl_scores_reg<BF, BC, D>(s, dp, Kw, Qs, Vw, dOs, QLD);
         /* P^T into s, dS^T into dp; 0 where masked */
         fl_each<BC>([&](int r, int j, int e) {
             int c = 8 * j + 2 * t + e, i = i0 + c;
@@ -903,9 +859,8 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
             s[j][2 * r + e] = p;
             dp[j][2 * r + e] = sees ? p * (dp[j][2 * r + e] - Dd[c]) * a.scale * dt : 0.0f;
         });
-        fl_xb<E, BC, D, true>(dV, s, dOs, QLD); /* dV += P^T dO */
-        if (lo) fl_xb<E, BC, D, false>(dV, s, dOl, QLD);
-        fl_xb<E, BC, D, true>(dK, dp, Qs, QLD); /* dK += dS^T Q */
+        fl_xb<E, BC, D>(dV, s, dOs, QLD); /* dV += P^T dO */
+        fl_xb<E, BC, D>(dK, dp, Qs, QLD); /* dK += dS^T Q */
     });
     KN_UNROLL(2)
     for (int r = 0; r < 2; r++) {
@@ -950,9 +905,9 @@ template <int K, class C> constexpr size_t fl_smem()
 /* Shared memory a block may have: 48 KiB on any device; 160 KiB with the
  * opt-in of A100 (163 KiB) and H100 / H200 (227 KiB). More warps a block
  * share each staged tile (K / V in the forward and dq, Q / dO in dk/dv),
- * so every kernel takes the opt-in where it is granted: at head dim 64
- * dk/dv has 4 warps a block there, one in 48 KiB, and stages its query
- * tiles a quarter as often per key. Where the opt-in is refused (sm_86 /
+ * so every kernel takes the opt-in where it is granted: at head dim 128
+ * dq has 4 warps a block there, one in 48 KiB, and stages its K / V tiles
+ * a quarter as often per query row. Where the opt-in is refused (sm_86 /
  * sm_89 stop at 99 KiB) the 48 KiB configuration runs. */
 #define FL_SMEM_BASE (48 * 1024)
 #define FL_SMEM_OPTIN (160 * 1024)

@@ -60,7 +60,7 @@ enum { KN_SCRATCH_W32 = 0, /* fp32 copy of a 16-bit weight (matmul16, fp32 dout)
        KN_SCRATCH_COLSUM,  /* per-slice column sums of the parameter gradients (cuda_colsum.cu) */
        KN_SCRATCH_LINKS,   /* the embedding backward's row chains (cuda_norm.cu) */
        KN_SCRATCH_ATTN_D,  /* the flash backward's row dots rowsum(dO * O) (cuda_attention.cu) */
-       KN_SCRATCH_ATTN_DO, /* the flash backward's dO as hi + lo 16-bit halves (cuda_attention.cu) */
+       KN_SCRATCH_ATTN_DO, /* the flash backward's dO in 16 bits (cuda_attention.cu) */
        KN_SCRATCH_SLOTS };
 
 /* TY_CUDA_PROFILE: GPU time by launch name (cuda_profile.cu). open gives

@@ -1109,10 +1109,11 @@ static void c_typed(tc *t)
         float *hdo = hrand(nq, 1), *hdk = hrand(nk, 1);
         float *ado = dput(t, hdo, nq * 4), *dq = dput(t, hdo, nq * 4), *dq32 = dput(t, hdo, nq * 4),
               *dk = dput(t, hdk, nk * 4), *dk32 = dput(t, hdk, nk * 4), *dv = dput(t, hdk, nk * 4),
-              *dv32 = dput(t, hdk, nk * 4);
+              *dv32 = dput(t, hdk, nk * 4), *ador = dput(t, hdo, nq * 4);
+        kn_round(t->c, ador, nq, dt); /* dout as a 16-bit backward reads it */
         kn_attention_bwd(t->c, dt, dq, dk, dv, ado, ao, l32, q, k, v, B, T, Hq, Hkv, Dh, ldq, ldkv,
                          0.0f, 0.0f, 0);
-        kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, ado, aof, l32, qf, kf, vf, B, T, Hq, Hkv,
+        kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, ador, aof, l32, qf, kf, vf, B, T, Hq, Hkv,
                          Dh, ldq, ldkv, 0.0f, 0.0f, 0);
         same(t, KN_F32, "attention dq (written)", dq, dq32, nq, KN_F32);
         same(t, KN_F32, "attention dk (written)", dk, dk32, nk, KN_F32);
@@ -1887,10 +1888,11 @@ static void att16_case(tc *t, kn_dtype dt, att16_shape s)
     float *hdo = hrand(nq, 1), *hdk = hrand(nk, 1);
     float *ado = dput(t, hdo, nq * 4), *dq = dput(t, hdo, nq * 4), *dq32 = dput(t, hdo, nq * 4),
           *dk = dput(t, hdk, nk * 4), *dk32 = dput(t, hdk, nk * 4), *dv = dput(t, hdk, nk * 4),
-          *dv32 = dput(t, hdk, nk * 4);
+          *dv32 = dput(t, hdk, nk * 4), *ador = dput(t, hdo, nq * 4);
+    kn_round(t->c, ador, nq, dt); /* dout as a 16-bit backward reads it */
     kn_attention_bwd(t->c, dt, dq, dk, dv, ado, o, l, q, k, v, B, s.T, s.Hq, s.Hkv, s.D, ldq, ldkv,
                      s.scale, s.cap, s.window);
-    kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, ado, of, l, qf, kf, vf, B, s.T, s.Hq, s.Hkv,
+    kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, ador, of, l, qf, kf, vf, B, s.T, s.Hq, s.Hkv,
                      s.D, ldq, ldkv, s.scale, s.cap, s.window);
     snprintf(what, sizeof what, "attention16 D %d dq (written)", s.D);
     same(t, KN_F32, what, dq, dq32, nq, dt);
