@@ -1691,16 +1691,30 @@ static void backward_from_head(model *m, int B, int T)
         /* datty is read by the attention backward alone, rounded as it reads it */
         lin_bwd(m, l, LS_O, -1, m->datty, 1, dao, a->atty, L->o_w, L->o_b, N, QD, C);
         /* dln = d(ln1): the first of the qkv products writes it */
-        if (gpt2) { /* dq, dk, dv written whole (the three thirds of each row) */
-            kn_attention_bwd(k, dt, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
-                             a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f, 0);
-            RG(m->dq, (size_t)N * 3 * C, L->attn_w);
-            lin_bwd(m, l, LS_ATTN, -1, m->dln, 1, m->dq, a->ln1, L->attn_w, L->attn_b, N, C, 3 * C);
+        if (gpt2) {
+            /* dq, dk, dv written whole (the three thirds of each row); in
+             * a 16-bit step whose qkv product reads no fp32 gradient (no
+             * adapter, no 4-bit base), in dt into g16: the GEMMs' input as
+             * grad_in would have made it */
+            int g16 = dt != KN_F32 && !adapted(m) && !m->t[L->attn_w].q4;
+            void *gq = g16 ? m->g16 : (void *)m->dq;
+            kn_attention_bwd(k, dt, g16 ? dt : KN_F32, gq, g16 ? AV(m, gq, C) : (void *)m->dk,
+                             g16 ? AV(m, gq, 2 * (size_t)C) : (void *)m->dv, m->datty, a->atty,
+                             a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f,
+                             0);
+            if (g16) {
+                lin_bwd_g(m, l, LS_ATTN, -1, m->dln, 1, NULL, m->g16, a->ln1, L->attn_w, L->attn_b,
+                          N, C, 3 * C);
+            } else {
+                RG(m->dq, (size_t)N * 3 * C, L->attn_w);
+                lin_bwd(m, l, LS_ATTN, -1, m->dln, 1, m->dq, a->ln1, L->attn_w, L->attn_b, N, C,
+                        3 * C);
+            }
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
                              W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
         } else {
-            kn_attention_bwd(k, dt, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q, a->k,
-                             a->v, B, T, Hq, Hkv, D, QD, KD, c->attn_scale, c->attn_softcap,
+            kn_attention_bwd(k, dt, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q,
+                             a->k, a->v, B, T, Hq, Hkv, D, QD, KD, c->attn_scale, c->attn_softcap,
                              hfconfig_sliding(c, l) ? c->window : 0);
             RND(m->dq, (size_t)N * QD);
             RND(m->dk, (size_t)N * KD);

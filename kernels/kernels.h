@@ -323,7 +323,9 @@ KN_OPS(KN_PROTO)
  * kn_attention_bwd: dq, dk, dv in the layouts/strides of q, k, v
  *   (WRITTEN, not accumulated: every row of each head is stored once; the
  *   columns of a row stride outside them are not touched; any may be
- *   NULL), from dout, the forward's out and lse, and q, k, v, with
+ *   NULL), of type g_dt: fp32, or dt (each gradient rounded once from its
+ *   fp32 sum: what kn_convert of the fp32 result gives, so a 16-bit step's
+ *   GEMMs read them as they stand), from dout, the forward's out and lse, and q, k, v, with
  *   the forward's scale, softcap and window; probabilities are recomputed
  *   tile by tile, and under a soft-cap dS is multiplied by 1 - tanh^2 of
  *   the recomputed score. With a 16-bit dt it reads dout as dt rounds it

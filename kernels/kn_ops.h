@@ -114,12 +114,12 @@
       const void *k, const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int D, int ldq,        \
       int ldkv, float scale, float softcap, int window),                                           \
       (c, dt, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, D, ldq, ldkv, scale, softcap, window))        \
-    X(void, attention_bwd, (kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv,               \
+    X(void, attention_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *dk, void *dv,   \
       const float *dout, const void *out, const float *lse, const void *q, const void *k,          \
       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,         \
       float softcap, int window),                                                                  \
-      (c, dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap,    \
-      window))                                                                                     \
+      (c, dt, g_dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale,       \
+      softcap, window))                                                                            \
     /* activations */                                                                              \
     X(void, gelu_fwd, (kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n),                \
       (c, dt, out, x, n))                                                                          \

@@ -634,13 +634,12 @@ static void att_bwd_job(int tid, int nt, void *arg)
     free(s);
 }
 
-void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, const float *dout,
-                       const void *out, const float *lse, const void *q, const void *k,
-                       const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
-                       float scale, float softcap, int window)
+/* The backward into fp32 dq, dk, dv (any may be NULL). */
+static void attention_bwd_f32(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv,
+                              const float *dout, const void *out, const float *lse, const void *q,
+                              const void *k, const void *v, int B, int T, int Hq, int Hkv, int D,
+                              int ldq, int ldkv, float scale, float softcap, int window)
 {
-    if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
-    if (!dq && !dk && !dv) return;
     /* Written: the views are cleared, then the jobs add into them (the
      * same bits as a caller's clear). */
     size_t rows = (size_t)B * T;
@@ -695,4 +694,80 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, 
     free(gbuf);
     int failed = j.failed;
     if (failed) kn_fail(c, TY_ENOMEM, "attention backward: out of memory for its tiles");
+}
+
+/* Rows of fp32 gradients narrowed into their 16-bit outputs, in parallel
+ * over rows: row r of output i is w[i] elements at r * ld[i] of both. */
+typedef struct narrow_job {
+    void *dst[3];
+    const float *src[3];
+    size_t ld[3], w[3], rows;
+    kn_dtype dt;
+} narrow_job;
+
+static void narrow_rows(size_t a, size_t b, void *arg)
+{
+    const narrow_job *j = arg;
+    for (int i = 0; i < 3; i++)
+        for (size_t r = a; j->dst[i] && r < b; r++)
+            cpu_convert_n((uint16_t *)j->dst[i] + r * j->ld[i], j->dt, j->src[i] + r * j->ld[i],
+                          KN_F32, j->w[i]);
+}
+
+void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *dk, void *dv,
+                       const float *dout, const void *out, const float *lse, const void *q,
+                       const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq,
+                       int ldkv, float scale, float softcap, int window)
+{
+    if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
+    if (!dq && !dk && !dv) return;
+    if (g_dt == KN_F32) {
+        attention_bwd_f32(c, dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,
+                          scale, softcap, window);
+        return;
+    }
+    if (g_dt != dt) {
+        kn_fail(c, TY_EINVAL, "attention backward: gradients in %s for %s activations",
+                kn_dtype_name(g_dt), kn_dtype_name(dt));
+        return;
+    }
+    /* 16-bit gradients: the fp32 ones into a mirror of the outputs (the
+     * same strides; one buffer at the same offsets where the outputs
+     * share rows, as GPT-2's q, k, v thirds do), then narrowed row by
+     * row: each rounded once from its fp32 sum. */
+    size_t rows = (size_t)B * T;
+    narrow_job j = {{dq, dk, dv},
+                    {NULL, NULL, NULL},
+                    {(size_t)ldq, (size_t)ldkv, (size_t)ldkv},
+                    {(size_t)Hq * D, (size_t)Hkv * D, (size_t)Hkv * D},
+                    rows,
+                    g_dt};
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    size_t sum = 0, ext[3];
+    for (int i = 0; i < 3; i++) {
+        ext[i] = j.dst[i] ? (rows - 1) * j.ld[i] + j.w[i] : 0;
+        if (!j.dst[i]) continue;
+        uintptr_t a = (uintptr_t)j.dst[i];
+        lo = a < lo ? a : lo;
+        hi = a + ext[i] * 2 > hi ? a + ext[i] * 2 : hi;
+        sum += ext[i];
+    }
+    int shared = (hi - lo) / 2 <= sum;
+    float *buf = malloc((shared ? (hi - lo) / 2 : sum) * sizeof *buf);
+    if (!buf) {
+        kn_fail(c, TY_ENOMEM, "attention backward: out of memory for the fp32 gradients");
+        return;
+    }
+    float *t[3] = {NULL, NULL, NULL};
+    size_t at = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!j.dst[i]) continue;
+        t[i] = shared ? buf + ((uintptr_t)j.dst[i] - lo) / 2 : buf + at;
+        at += ext[i];
+        j.src[i] = t[i];
+    }
+    attention_bwd_f32(c, dt, t[0], t[1], t[2], dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,
+                      scale, softcap, window);
+    cpu_pool_for(c, cpu_threads_for(c, sum), rows, narrow_rows, &j);
+    free(buf);
 }

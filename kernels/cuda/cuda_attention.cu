@@ -279,7 +279,7 @@ __global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const v
 }
 
 template <int DM>
-__global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *out,
+__global__ void k_attn_bwd_dq(int xt, int gt, void *dq, const float *dout, const void *out,
                               const float *lse, const void *q, const void *k, const void *v, int T,
                               int Hq, int Hkv, int D, int ldq, int ldkv, float scale, float cap,
                               int window)
@@ -322,13 +322,13 @@ __global__ void k_attn_bwd_dq(int xt, float *dq, const float *dout, const void *
     }
     if (!live)
         return;
-    float *dst = dq + ((size_t)b * T + i) * ldq + (size_t)h * D;
+    size_t o = ((size_t)b * T + i) * ldq + (size_t)h * D;
     for (int d = 0; d < D; d++)
-        dst[d] = dqi[d * BR];
+        store_from_f32(dq, gt, o + d, dqi[d * BR]);
 }
 
 template <int DM>
-__global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout, const void *out,
+__global__ void k_attn_bwd_dkdv(int xt, int gt, void *dk, void *dv, const float *dout, const void *out,
                                 const float *lse, const void *q, const void *k, const void *v,
                                 int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,
                                 float cap, int window)
@@ -388,9 +388,9 @@ __global__ void k_attn_bwd_dkdv(int xt, float *dk, float *dv, const float *dout,
         return;
     for (int d = 0; d < D; d++) {
         if (dk)
-            dk[krow + d] = dkj[d * BR];
+            store_from_f32(dk, gt, krow + d, dkj[d * BR]);
         if (dv)
-            dv[krow + d] = dvj[d * BR];
+            store_from_f32(dv, gt, krow + d, dvj[d * BR]);
     }
 }
 
@@ -414,9 +414,10 @@ static inline uint64_t att_pairs(int Tq, int Tk, int window)
     return n;
 }
 /* dk and dv's bytes (each read and written by its += when there). */
-static inline uint64_t fl_kv_bytes(const float *dk, const float *dv, int B, int T, int Hkv, int D)
+static inline uint64_t fl_kv_bytes(const void *dk, const void *dv, int gt, int B, int T, int Hkv,
+                                   int D)
 {
-    return 4 * (uint64_t)B * T * Hkv * D * (!!dk + !!dv);
+    return kn_dtype_size((kn_dtype)gt) * (uint64_t)B * T * Hkv * D * (!!dk + !!dv);
 }
 static inline uint64_t att_bytes(int xt, int B, int Tq, int Tk, int Hq, int Hkv, int D, int kind)
 {
@@ -452,7 +453,7 @@ static void attn_fwd(kn_ctx *c, int xt, void *out, float *lse, const void *q, co
 }
 
 template <int DM>
-static void attn_bwd(kn_ctx *c, int xt, float *dq, float *dk, float *dv, const float *dout,
+static void attn_bwd(kn_ctx *c, int xt, int gt, void *dq, void *dk, void *dv, const float *dout,
                      const void *out, const float *lse, const void *q, const void *k, const void *v,
                      int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,
                      float cap, int window)
@@ -460,16 +461,18 @@ static void attn_bwd(kn_ctx *c, int xt, float *dq, float *dk, float *dv, const f
     const int BR = att_tile<DM>::BR;
     if (dq) {
         dim3 grid((T + BR - 1) / BR, Hq, B);
-        KN_IO(k_attn_bwd_dq<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 2), 4 * (uint64_t)B * T * Hq * D,
+        KN_IO(k_attn_bwd_dq<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 2),
+            kn_dtype_size((kn_dtype)gt) * (uint64_t)B * T * Hq * D,
             6 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
-        KN_LAUNCH(k_attn_bwd_dq<DM>, grid, BR, 4 * (size_t)att_dq_floats<DM>(D), c, xt, dq, dout,
+        KN_LAUNCH(k_attn_bwd_dq<DM>, grid, BR, 4 * (size_t)att_dq_floats<DM>(D), c, xt, gt, dq, dout,
                   out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     }
     if (dk || dv) {
         dim3 grid((T + BR - 1) / BR, Hkv, B);
         KN_IO(k_attn_bwd_dkdv<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 3),
-            4 * (uint64_t)B * T * Hkv * D * (!!dk + !!dv), 8 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
-        KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, BR, 4 * (size_t)att_kv_floats<DM>(D), c, xt, dk, dv,
+            kn_dtype_size((kn_dtype)gt) * (uint64_t)B * T * Hkv * D * (!!dk + !!dv),
+            8 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
+        KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, BR, 4 * (size_t)att_kv_floats<DM>(D), c, xt, gt, dk, dv,
                   dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     }
 }
@@ -525,7 +528,7 @@ static bool fl_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *
 }
 
 template <int DM, typename E, int LIMIT>
-static bool fl_bwd_dq_at(kn_ctx *c, float *dq, fl_grad g,
+static bool fl_bwd_dq_at(kn_ctx *c, void *dq, fl_grad g,
                          const float *lse, const void *q, const void *k, const void *v, int B,
                          int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
@@ -535,13 +538,13 @@ static bool fl_bwd_dq_at(kn_ctx *c, float *dq, fl_grad g,
     const int BR = 16 * C::NW;
     dim3 grid((T + BR - 1) / BR, Hq, B);
     KN_IO(k_fl_bwd_dq<C>, fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM),
-          4 * (uint64_t)B * T * Hq * DM, 0);
+          kn_dtype_size((kn_dtype)a.gdt) * (uint64_t)B * T * Hq * DM, 0);
     KN_LAUNCH(k_fl_bwd_dq<C>, grid, 32 * C::NW, smem, c, dq, g, lse, q, k, v, T, Hq, Hkv,
               ldq, ldkv, a);
     return true;
 }
 template <int DM, typename E>
-static bool fl_bwd_dq(kn_ctx *c, float *dq, fl_grad g, const float *lse,
+static bool fl_bwd_dq(kn_ctx *c, void *dq, fl_grad g, const float *lse,
                       const void *q, const void *k, const void *v, int B, int T, int Hq, int Hkv,
                       int ldq, int ldkv, fl_args a)
 {
@@ -553,7 +556,7 @@ static bool fl_bwd_dq(kn_ctx *c, float *dq, fl_grad g, const float *lse,
 }
 
 template <int DM, typename E, int LIMIT>
-static bool fl_bwd_dkdv_at(kn_ctx *c, float *dk, float *dv, fl_grad g,
+static bool fl_bwd_dkdv_at(kn_ctx *c, void *dk, void *dv, fl_grad g,
                            const float *lse, const void *q, const void *k, const void *v, int B,
                            int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
@@ -563,13 +566,13 @@ static bool fl_bwd_dkdv_at(kn_ctx *c, float *dk, float *dv, fl_grad g,
     const int BR = 16 * C::NW;
     dim3 grid((T + BR - 1) / BR, Hkv, B);
     KN_IO(k_fl_bwd_dkdv<C>, fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM),
-          fl_kv_bytes(dk, dv, B, T, Hkv, DM), 0);
+          fl_kv_bytes(dk, dv, a.gdt, B, T, Hkv, DM), 0);
     KN_LAUNCH(k_fl_bwd_dkdv<C>, grid, 32 * C::NW, smem, c, dk, dv, g, lse, q, k, v, T, Hq,
               Hkv, ldq, ldkv, a);
     return true;
 }
 template <int DM, typename E>
-static bool fl_bwd_dkdv(kn_ctx *c, float *dk, float *dv, fl_grad g,
+static bool fl_bwd_dkdv(kn_ctx *c, void *dk, void *dv, fl_grad g,
                         const float *lse, const void *q, const void *k, const void *v, int B, int T,
                         int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
@@ -618,7 +621,7 @@ static bool fl_fwd_d(kn_ctx *c, int D, void *out, float *lse, const void *q, con
 
 #define FL_DQ_ARGS c, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a
 template <typename E>
-static bool fl_dq_d(kn_ctx *c, int D, float *dq, fl_grad g,
+static bool fl_dq_d(kn_ctx *c, int D, void *dq, fl_grad g,
                     const float *lse, const void *q, const void *k, const void *v, int B, int T,
                     int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
@@ -639,7 +642,7 @@ static bool fl_dq_d(kn_ctx *c, int D, float *dq, fl_grad g,
 
 #define FL_KV_ARGS c, dk, dv, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a
 template <typename E>
-static bool fl_kv_d(kn_ctx *c, int D, float *dk, float *dv, fl_grad g,
+static bool fl_kv_d(kn_ctx *c, int D, void *dk, void *dv, fl_grad g,
                     const float *lse, const void *q, const void *k, const void *v, int B, int T,
                     int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
@@ -690,7 +693,7 @@ void cuda_attention_kv_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const 
         return;
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)D);
-    fl_args a = {scale, softcap, window};
+    fl_args a = {scale, softcap, window, KN_F32};
     if (fl_picks(c, dt, D) &&
         (dt == KN_BF16
              ? fl_fwd_d<__nv_bfloat16>(c, D, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, a)
@@ -708,16 +711,21 @@ void cuda_attention_kv_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const 
 #undef ATT_FWD_ARGS
 }
 
-void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv, const float *dout,
-                        const void *out, const float *lse, const void *q, const void *k,
-                        const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
-                        float scale, float softcap, int window)
+void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *dk, void *dv,
+                        const float *dout, const void *out, const float *lse, const void *q,
+                        const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq,
+                        int ldkv, float scale, float softcap, int window)
 {
     if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
         return;
+    if (g_dt != KN_F32 && g_dt != dt) {
+        kn_fail(c, TY_EINVAL, "attention backward: gradients in %s for %s activations",
+                kn_dtype_name(g_dt), kn_dtype_name(dt));
+        return;
+    }
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)D);
-    fl_args a = {scale, softcap, window};
+    fl_args a = {scale, softcap, window, (int)g_dt};
     fl_grad g;
     bool flash = fl_picks(c, dt, D) && (dq || dk || dv) &&
                  fl_rowdot(c, dt, &g, dout, out, B, T, Hq, D);
@@ -736,9 +744,10 @@ void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv,
         if (!dq && !dk && !dv)
             return;
     }
-    int xt = (int)dt;
+    int xt = (int)dt, gt = (int)g_dt;
 #define ATT_BWD_ARGS                                                                               \
-    c, xt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap, window
+    c, xt, gt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap,   \
+        window
     if (D <= 64)
         attn_bwd<64>(ATT_BWD_ARGS);
     else if (D <= 128)

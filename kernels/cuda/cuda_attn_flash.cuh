@@ -335,9 +335,11 @@ template <class C> struct fl_kv_tiles {
     static const int BYTES = C::BUF * 2 * fl_reg_tile<C>::BC * C::QLD * 2;
 };
 
+/* The options, and the type the backward stores dq, dk, dv in (gdt:
+ * fp32 or the input type, kernels.h). */
 struct fl_args {
     float scale, cap;
-    int window;
+    int window, gdt;
 };
 
 /* A [16][BC] product's columns [16 kk, 16 kk + 16), held in C layout
@@ -605,7 +607,7 @@ __device__ __forceinline__ float fl_ds(float s, float dp, float L, float Dd, boo
  * registers (lane 4 g + t: rows g and g + 8); dS's hi + lo halves are the
  * A fragments of dQ += dS K. */
 template <class C>
-__device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse, const void *q,
+__device__ __forceinline__ void fl_dq_run(void *dq, fl_grad g, const float *lse, const void *q,
                                           const void *k, const void *v, int T, int Hq, int Hkv,
                                           int ldq, int ldkv, fl_args a)
 {
@@ -655,11 +657,11 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
     KN_UNROLL(2)
     for (int r = 0; r < 2; r++) {
         if (qi[r] < 0) continue;
-        float *o = dq + ((size_t)b * T + qi[r]) * ldq + (size_t)h * D + 2 * t;
+        size_t o = ((size_t)b * T + qi[r]) * ldq + (size_t)h * D + 2 * t;
         KN_UNROLL(32)
         for (int n = 0; n < D / 8; n++) {
-            o[8 * n] = acc[n][2 * r];
-            o[8 * n + 1] = acc[n][2 * r + 1];
+            store_from_f32(dq, a.gdt, o + 8 * n, acc[n][2 * r]);
+            store_from_f32(dq, a.gdt, o + 8 * n + 1, acc[n][2 * r + 1]);
         }
     }
 }
@@ -667,7 +669,7 @@ __device__ __forceinline__ void fl_dq_run(float *dq, fl_grad g, const float *lse
 /* bf16 fragments exist from sm_80: the body compiles empty before. */
 template <class C>
 __global__ void __launch_bounds__(C::NW * 32, 1)
-    k_fl_bwd_dq(float *dq, fl_grad g, const float *lse, const void *q, const void *k, const void *v,
+    k_fl_bwd_dq(void *dq, fl_grad g, const float *lse, const void *q, const void *k, const void *v,
                 int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
     if constexpr (fl_type<typename C::elem>::dt == KN_F16 || FL_BF16_OK)
@@ -763,7 +765,7 @@ __device__ __forceinline__ void fl_kv_acc(float *dK, float *dV, const uint16_t *
  * with S^T, dP^T, P^T and dS^T through shared memory, dK and dV
  * accumulated in shared memory (in registers they would take 256 a lane). */
 template <class C>
-__device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, const float *lse,
+__device__ __forceinline__ void fl_dkdv_run(void *dk, void *dv, fl_grad g, const float *lse,
                                             const void *q, const void *k, const void *v, int T,
                                             int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
@@ -800,8 +802,8 @@ __device__ __forceinline__ void fl_dkdv_run(float *dk, float *dv, fl_grad g, con
         int r = e / D, d = e % D;
         size_t g = kvb + (size_t)(j0 + r) * ldkv + d;
         if (j0 + r >= T) continue;
-        if (dk) dk[g] = dK[r * OLD + d];
-        if (dv) dv[g] = dV[r * OLD + d];
+        if (dk) store_from_f32(dk, a.gdt, g, dK[r * OLD + d]);
+        if (dv) store_from_f32(dv, a.gdt, g, dV[r * OLD + d]);
     }
 }
 
@@ -825,7 +827,7 @@ template <class C> struct fl_kv_reg_warp {
  * in registers; P^T's and dS^T's hi + lo halves are the A fragments of
  * dV += P^T dO and dK += dS^T Q. */
 template <class C>
-__device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g, const float *lse,
+__device__ __forceinline__ void fl_dkdv_reg_run(void *dk, void *dv, fl_grad g, const float *lse,
                                                 const void *q, const void *k, const void *v, int T,
                                                 int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
@@ -870,8 +872,8 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
         for (int n = 0; n < D / 8; n++)
             KN_UNROLL(2)
             for (int e = 0; e < 2; e++) {
-                if (dk) dk[row + 8 * n + e] = dK[n][2 * r + e];
-                if (dv) dv[row + 8 * n + e] = dV[n][2 * r + e];
+                if (dk) store_from_f32(dk, a.gdt, row + 8 * n + e, dK[n][2 * r + e]);
+                if (dv) store_from_f32(dv, a.gdt, row + 8 * n + e, dV[n][2 * r + e]);
             }
     }
 }
@@ -879,7 +881,7 @@ __device__ __forceinline__ void fl_dkdv_reg_run(float *dk, float *dv, fl_grad g,
 /* bf16 fragments exist from sm_80: the body compiles empty before. */
 template <class C>
 __global__ void __launch_bounds__(C::NW * 32, 1)
-    k_fl_bwd_dkdv(float *dk, float *dv, fl_grad g, const float *lse, const void *q, const void *k,
+    k_fl_bwd_dkdv(void *dk, void *dv, fl_grad g, const float *lse, const void *q, const void *k,
                   const void *v, int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
 {
     if constexpr (fl_type<typename C::elem>::dt == KN_F16 || FL_BF16_OK) {

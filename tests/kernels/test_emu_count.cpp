@@ -234,7 +234,7 @@ void attention(kn_ctx *c)
     kn_rope_fwd(c, KN_BF16, q, B, T, Hq, D, Hq * D, 10000.0f, 0);
     check("rope", "k_rope");
     kn_attention_fwd(c, KN_BF16, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D, 0.0f, 0.0f, 0);
-    kn_attention_bwd(c, KN_BF16, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D,
+    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D,
                      Hkv * D, 0.0f, 0.0f, 0);
     std::vector<emu_count_rec> rs = take();
     /* bf16 at head dim 64 runs on the tensor-core kernels: their FLOPs are
@@ -273,7 +273,7 @@ void attention(kn_ctx *c)
     kn_to_host(c, g1.data(), dk, nkv * 4);
     kn_round(c, dout, nq, KN_BF16);
     take();
-    kn_attention_bwd(c, KN_BF16, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D,
+    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D,
                      Hkv * D, 0.0f, 0.0f, 0);
     rs = take();
     kn_to_host(c, g2.data(), dk, nkv * 4);

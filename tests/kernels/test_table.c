@@ -984,6 +984,12 @@ static float *dclone(tc *t, const float *d, size_t n)
     return c;
 }
 
+static void same_bits(tc *t, const char *what, kn_dtype dt, const void *x, const void *y, size_t n);
+static void att_grads16(tc *t, kn_dtype dt, const float *dq, const float *dk, const float *dv,
+                        const float *dout, const void *o, const float *l, const void *q,
+                        const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq,
+                        int ldkv, float scale, float cap, int window);
+
 static void c_typed(tc *t)
 {
     for (int di = KN_BF16; di <= KN_F16; di++) {
@@ -1111,13 +1117,15 @@ static void c_typed(tc *t)
               *dk = dput(t, hdk, nk * 4), *dk32 = dput(t, hdk, nk * 4), *dv = dput(t, hdk, nk * 4),
               *dv32 = dput(t, hdk, nk * 4), *ador = dput(t, hdo, nq * 4);
         kn_round(t->c, ador, nq, dt); /* dout as a 16-bit backward reads it */
-        kn_attention_bwd(t->c, dt, dq, dk, dv, ado, ao, l32, q, k, v, B, T, Hq, Hkv, Dh, ldq, ldkv,
-                         0.0f, 0.0f, 0);
-        kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, ador, aof, l32, qf, kf, vf, B, T, Hq, Hkv,
-                         Dh, ldq, ldkv, 0.0f, 0.0f, 0);
+        kn_attention_bwd(t->c, dt, KN_F32, dq, dk, dv, ado, ao, l32, q, k, v, B, T, Hq, Hkv, Dh,
+                         ldq, ldkv, 0.0f, 0.0f, 0);
+        kn_attention_bwd(t->c, KN_F32, KN_F32, dq32, dk32, dv32, ador, aof, l32, qf, kf, vf, B, T,
+                         Hq, Hkv, Dh, ldq, ldkv, 0.0f, 0.0f, 0);
         same(t, KN_F32, "attention dq (written)", dq, dq32, nq, KN_F32);
         same(t, KN_F32, "attention dk (written)", dk, dk32, nk, KN_F32);
         same(t, KN_F32, "attention dv (written)", dv, dv32, nk, KN_F32);
+        att_grads16(t, dt, dq, dk, dv, ado, ao, l32, q, k, v, B, T, Hq, Hkv, Dh, ldq, ldkv, 0.0f,
+                    0.0f, 0);
         free(hdo), free(hdk);
 
         /* matmul16 reading a 16-bit x (x_dt = dt) against the fp32 x */
@@ -1865,6 +1873,27 @@ static void att16_fwd(tc *t, kn_dtype dt, att16_shape s, void *q, void *k, void 
     same(t, KN_F32, what, l, l32, nl, dt);
 }
 
+/* kn_attention_bwd with g_dt = dt stores dq, dk, dv rounded once from the
+ * fp32 gradients dq, dk, dv the same call made with g_dt fp32: bit for bit
+ * what kn_convert of those gives, every element written. */
+static void att_grads16(tc *t, kn_dtype dt, const float *dq, const float *dk, const float *dv,
+                        const float *dout, const void *o, const float *l, const void *q,
+                        const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq,
+                        int ldkv, float scale, float cap, int window)
+{
+    size_t nq = (size_t)B * T * ldq, nk = (size_t)B * T * ldkv, es = kn_dtype_size(dt);
+    void *g[3] = {typed_out(t, dt, nq), typed_out(t, dt, nk), typed_out(t, dt, nk)};
+    void *want[3] = {dput(t, NULL, nq * es), dput(t, NULL, nk * es), dput(t, NULL, nk * es)};
+    kn_attention_bwd(t->c, dt, dt, g[0], g[1], g[2], dout, o, l, q, k, v, B, T, Hq, Hkv, D, ldq,
+                     ldkv, scale, cap, window);
+    kn_convert(t->c, want[0], dt, dq, KN_F32, nq);
+    kn_convert(t->c, want[1], dt, dk, KN_F32, nk);
+    kn_convert(t->c, want[2], dt, dv, KN_F32, nk);
+    same_bits(t, "attention dq in dt", dt, g[0], want[0], nq * es);
+    same_bits(t, "attention dk in dt", dt, g[1], want[1], nk * es);
+    same_bits(t, "attention dv in dt", dt, g[2], want[2], nk * es);
+}
+
 static void att16_case(tc *t, kn_dtype dt, att16_shape s)
 {
     int B = 1, ldq = s.Hq * s.D, ldkv = s.Hkv * s.D;
@@ -1890,16 +1919,18 @@ static void att16_case(tc *t, kn_dtype dt, att16_shape s)
           *dk = dput(t, hdk, nk * 4), *dk32 = dput(t, hdk, nk * 4), *dv = dput(t, hdk, nk * 4),
           *dv32 = dput(t, hdk, nk * 4), *ador = dput(t, hdo, nq * 4);
     kn_round(t->c, ador, nq, dt); /* dout as a 16-bit backward reads it */
-    kn_attention_bwd(t->c, dt, dq, dk, dv, ado, o, l, q, k, v, B, s.T, s.Hq, s.Hkv, s.D, ldq, ldkv,
-                     s.scale, s.cap, s.window);
-    kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, ador, of, l, qf, kf, vf, B, s.T, s.Hq, s.Hkv,
-                     s.D, ldq, ldkv, s.scale, s.cap, s.window);
+    kn_attention_bwd(t->c, dt, KN_F32, dq, dk, dv, ado, o, l, q, k, v, B, s.T, s.Hq, s.Hkv, s.D,
+                     ldq, ldkv, s.scale, s.cap, s.window);
+    kn_attention_bwd(t->c, KN_F32, KN_F32, dq32, dk32, dv32, ador, of, l, qf, kf, vf, B, s.T, s.Hq,
+                     s.Hkv, s.D, ldq, ldkv, s.scale, s.cap, s.window);
     snprintf(what, sizeof what, "attention16 D %d dq (written)", s.D);
     same(t, KN_F32, what, dq, dq32, nq, dt);
     snprintf(what, sizeof what, "attention16 D %d dk (written)", s.D);
     same(t, KN_F32, what, dk, dk32, nk, dt);
     snprintf(what, sizeof what, "attention16 D %d dv (written)", s.D);
     same(t, KN_F32, what, dv, dv32, nk, dt);
+    att_grads16(t, dt, dq, dk, dv, ado, o, l, q, k, v, B, s.T, s.Hq, s.Hkv, s.D, ldq, ldkv, s.scale,
+                s.cap, s.window);
     free(hdo), free(hdk);
 }
 
@@ -1961,10 +1992,10 @@ static void att_tiles_case(tc *t, kn_dtype dt, int B, int T, int Hq, int Hkv, in
     float *hq = hrand(nq, 1), *hk = hrand(nk, 1);
     float *dq = dput(t, hq, nq * 4), *dq32 = dput(t, hq, nq * 4), *dk = dput(t, hk, nk * 4),
           *dk32 = dput(t, hk, nk * 4), *dv = dput(t, hk, nk * 4), *dv32 = dput(t, hk, nk * 4);
-    kn_attention_bwd(t->c, dt, dq, dk, dv, gf, o, l32, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale,
-                     cap, window);
-    kn_attention_bwd(t->c, KN_F32, dq32, dk32, dv32, gf, of, l32, qf, kf, vf, B, T, Hq, Hkv, D, ldq,
-                     ldkv, scale, cap, window);
+    kn_attention_bwd(t->c, dt, KN_F32, dq, dk, dv, gf, o, l32, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,
+                     scale, cap, window);
+    kn_attention_bwd(t->c, KN_F32, KN_F32, dq32, dk32, dv32, gf, of, l32, qf, kf, vf, B, T, Hq, Hkv,
+                     D, ldq, ldkv, scale, cap, window);
     /* The CPU's AMX kernel splits P and dS in three bf16 parts: fp32's
      * tolerance. A device's tensor-core kernel (CUDA's flash attention, a
      * hi + lo pair) is held to dt's, as in the attention16 case. */
