@@ -1663,18 +1663,32 @@ static void backward_from_head(model *m, int B, int T)
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
                              W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {
-            if (c->gemma) /* dfc, dup written */
-                kn_geglu_bwd(k, dt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
+            /* dfc, dup written; in a 16-bit step whose gate and up
+             * products read no fp32 gradient (no adapter, no 4-bit base),
+             * in dt in their own buffers: the GEMMs' inputs as grad_in
+             * would have made them */
+            int uw = c->fused ? L->fc_w : L->up_w;
+            int g16 = dt != KN_F32 && !adapted(m) && !m->t[L->fc_w].q4 && !m->t[uw].q4;
+            kn_dtype gdt = g16 ? dt : KN_F32;
+            if (c->gemma)
+                kn_geglu_bwd(k, dt, gdt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
             else
-                kn_swiglu_bwd(k, dt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
-            RG(m->dfc, NF, L->fc_w);
-            RG(m->dup, NF, c->fused ? L->fc_w : L->up_w);
-            if (c->fused) {
-                lin_bwd(m, l, LS_FC, 0, m->dln, 1, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
-                lin_bwd(m, l, LS_FC, F, m->dln, 0, m->dup, a->ln2, L->fc_w, -1, N, C, F);
+                kn_swiglu_bwd(k, dt, gdt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
+            if (g16) {
+                int s_up = c->fused ? LS_FC : LS_UP, up0 = c->fused ? F : -1;
+                lin_bwd_g(m, l, LS_FC, c->fused ? 0 : -1, m->dln, 1, NULL, m->dfc, a->ln2, L->fc_w,
+                          -1, N, C, F);
+                lin_bwd_g(m, l, s_up, up0, m->dln, 0, NULL, m->dup, a->ln2, uw, -1, N, C, F);
             } else {
-                lin_bwd(m, l, LS_FC, -1, m->dln, 1, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
-                lin_bwd(m, l, LS_UP, -1, m->dln, 0, m->dup, a->ln2, L->up_w, -1, N, C, F);
+                RG(m->dfc, NF, L->fc_w);
+                RG(m->dup, NF, uw);
+                if (c->fused) {
+                    lin_bwd(m, l, LS_FC, 0, m->dln, 1, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
+                    lin_bwd(m, l, LS_FC, F, m->dln, 0, m->dup, a->ln2, L->fc_w, -1, N, C, F);
+                } else {
+                    lin_bwd(m, l, LS_FC, -1, m->dln, 1, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
+                    lin_bwd(m, l, LS_UP, -1, m->dln, 0, m->dup, a->ln2, L->up_w, -1, N, C, F);
+                }
             }
             kn_rmsnorm_bwd(k, dt, m->dres, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
                            a->ln2_rstd, N, C);

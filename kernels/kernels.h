@@ -336,8 +336,10 @@ KN_OPS(KN_PROTO)
  * kn_swiglu_fwd/bwd: out = silu(gate) * up (Llama MLP).
  * kn_geglu_fwd/bwd: out = gelu_tanh(gate) * up (Gemma's MLP).
  *   The gated backwards WRITE dgate and dup (either may be NULL): the
- *   engine's buffers for them hold nothing before. With a 16-bit dt, all
- *   three backwards read dout as dt rounds it (the norms' rule).
+ *   engine's buffers for them hold nothing before; in g_dt, fp32 or dt
+ *   (each rounded once from its fp32 value, as kn_attention_bwd's). With
+ *   a 16-bit dt, all three backwards read dout as dt rounds it (the
+ *   norms' rule).
  * kn_dropout_fwd/bwd: inverted dropout, out = x * mask / (1-p), mask[i] in
  *   {0,1} drawn from (seed, offset + i) by a counter-based generator (same
  *   on every device and on resume). p == 0 copies.

@@ -44,7 +44,7 @@ void cpu_copy(kn_ctx *c, float *dst, const float *src, size_t n)
 
 /* The operands of one elementwise job; each op reads the fields it needs. */
 typedef struct ew_job {
-    kn_dtype dt;
+    kn_dtype dt, g_dt; /* g_dt: the gated backwards' gradients' type */
     void *out;
     float *d1, *d2;
     const void *a, *b;
@@ -422,23 +422,38 @@ static void gated_fwd(int tid, int nt, const ew_job *j, gated_fwd_fn f)
     }
 }
 
+/* dgate, dup (d1, d2) in g_dt: fp32 written in place, 16-bit through the
+ * block's buffers, narrowed once. */
 static void gated_bwd(int tid, int nt, const ew_job *j, gated_bwd_fn f)
 {
-    kn_dtype dt = j->dt;
-    float *dgate = j->d1, *dup = j->d2;
+    kn_dtype dt = j->dt, gdt = j->g_dt;
+    void *dgate = j->d1, *dup = j->d2;
     size_t lo, hi;
     cpu_thread_range(j->n, 32, tid, nt, &lo, &hi);
     if (dt == KN_F32) {
-        f(dgate ? dgate + lo : NULL, dup ? dup + lo : NULL, j->g + lo, (const float *)j->a + lo,
-          (const float *)j->b + lo, hi - lo);
+        f(dgate ? (float *)dgate + lo : NULL, dup ? (float *)dup + lo : NULL, j->g + lo,
+          (const float *)j->a + lo, (const float *)j->b + lo, hi - lo);
         return;
     }
-    float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK], bd[CPU_EW_BLOCK];
+    float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK], bd[CPU_EW_BLOCK], og[CPU_EW_BLOCK], ou[CPU_EW_BLOCK];
     for (size_t i = lo; i < hi; i += CPU_EW_BLOCK) {
         size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
-        f(dgate ? dgate + i : NULL, dup ? dup + i : NULL, cpu_grad_in(bd, j->g, dt, i, m),
-          cpu_in(bg, j->a, dt, i, m), cpu_in(bu, j->b, dt, i, m), m);
+        float *fg = dgate ? cpu_out_buf(og, dgate, gdt, i) : NULL;
+        float *fu = dup ? cpu_out_buf(ou, dup, gdt, i) : NULL;
+        f(fg, fu, cpu_grad_in(bd, j->g, dt, i, m), cpu_in(bg, j->a, dt, i, m),
+          cpu_in(bu, j->b, dt, i, m), m);
+        if (fg) cpu_out(dgate, gdt, i, fg, m);
+        if (fu) cpu_out(dup, gdt, i, fu, m);
     }
+}
+
+/* The gradients' type: fp32 or dt (kernels.h); 0 after an error. */
+static int gated_grad_type(kn_ctx *c, kn_dtype dt, kn_dtype g_dt)
+{
+    if (g_dt == KN_F32 || g_dt == dt) return 1;
+    kn_fail(c, TY_EINVAL, "gated backward: gradients in %s for %s activations", kn_dtype_name(g_dt),
+            kn_dtype_name(dt));
+    return 0;
 }
 
 CPU_HOT static void swiglu_fwd_range(float *out, const float *gate, const float *up, size_t n)
@@ -484,10 +499,12 @@ void cpu_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const v
     cpu_pool_run(c, cpu_threads_for(c, n), swiglu_fwd_job, &j);
 }
 
-void cpu_swiglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
-                    const void *gate, const void *up, size_t n)
+void cpu_swiglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,
+                    const float *dout, const void *gate, const void *up, size_t n)
 {
-    ew_job j = {.dt = dt, .d1 = dgate, .d2 = dup, .g = dout, .a = gate, .b = up, .n = n};
+    if (!gated_grad_type(c, dt, g_dt)) return;
+    ew_job j = {
+        .dt = dt, .g_dt = g_dt, .d1 = dgate, .d2 = dup, .g = dout, .a = gate, .b = up, .n = n};
     cpu_pool_run(c, cpu_threads_for(c, n), swiglu_bwd_job, &j);
 }
 
@@ -532,11 +549,13 @@ void cpu_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const vo
     cpu_pool_run(c, cpu_threads_for(c, n), geglu_fwd_job, &j);
 }
 
-void cpu_geglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
+void cpu_geglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup, const float *dout,
                    const void *gate, const void *up, size_t n)
 {
     if (!dgate && !dup) return;
-    ew_job j = {.dt = dt, .d1 = dgate, .d2 = dup, .g = dout, .a = gate, .b = up, .n = n};
+    if (!gated_grad_type(c, dt, g_dt)) return;
+    ew_job j = {
+        .dt = dt, .g_dt = g_dt, .d1 = dgate, .d2 = dup, .g = dout, .a = gate, .b = up, .n = n};
     cpu_pool_run(c, cpu_threads_for(c, n), geglu_bwd_job, &j);
 }
 

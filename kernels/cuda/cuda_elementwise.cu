@@ -245,9 +245,10 @@ __device__ __forceinline__ void glu_fwd(T *out, const T *g, const T *u, size_t n
     });
 }
 
-template <typename T, int gate>
-__device__ __forceinline__ void glu_bwd(float *dgate, float *dup, const float *dout, const T *g,
-                                        const T *u, size_t n, int vec)
+/* The gradients stored as O: fp32, or T (each rounded once). */
+template <typename T, typename O, int gate>
+__device__ __forceinline__ void glu_bwd(O *dgate, O *dup, const float *dout, const T *g, const T *u,
+                                        size_t n, int vec)
 {
     kn_for_packs<KN_VEC_W(T)>(n, [&](auto w, size_t i) {
         constexpr int V = KN_PACK_N(w);
@@ -269,28 +270,31 @@ __global__ void k_swiglu_fwd(T *out, const T *gate, const T *up, size_t n, int v
 {
     glu_fwd<T, GATE_SILU>(out, gate, up, n, vec);
 }
-template <typename T>
-__global__ void k_swiglu_bwd(float *dgate, float *dup, const float *dout, const T *gate,
-                             const T *up, size_t n, int vec)
+/* P: kn_pair<gradient type, activation type>. */
+template <typename P>
+__global__ void k_swiglu_bwd(typename P::first *dgate, typename P::first *dup, const float *dout,
+                             const typename P::second *gate, const typename P::second *up,
+                             size_t n, int vec)
 {
-    glu_bwd<T, GATE_SILU>(dgate, dup, dout, gate, up, n, vec);
+    glu_bwd<typename P::second, typename P::first, GATE_SILU>(dgate, dup, dout, gate, up, n, vec);
 }
 template <typename T>
 __global__ void k_geglu_fwd(T *out, const T *gate, const T *up, size_t n, int vec)
 {
     glu_fwd<T, GATE_GELU>(out, gate, up, n, vec);
 }
-template <typename T>
-__global__ void k_geglu_bwd(float *dgate, float *dup, const float *dout, const T *gate,
-                            const T *up, size_t n, int vec)
+template <typename P>
+__global__ void k_geglu_bwd(typename P::first *dgate, typename P::first *dup, const float *dout,
+                            const typename P::second *gate, const typename P::second *up,
+                            size_t n, int vec)
 {
-    glu_bwd<T, GATE_GELU>(dgate, dup, dout, gate, up, n, vec);
+    glu_bwd<typename P::second, typename P::first, GATE_GELU>(dgate, dup, dout, gate, up, n, vec);
 }
 
 /* The bytes of a gated backward: dout, gate and up read, each gradient
- * that is set written. */
+ * that is set written (gs bytes an element). */
 #define GLU_BWD_READ(n, es) ((n) * (4 + 2 * (es)))
-#define GLU_BWD_WRITTEN(n, dg, du) ((n) * (4 * !!(dg) + 4 * !!(du)))
+#define GLU_BWD_WRITTEN(n, gs, dg, du) ((n) * (gs) * (!!(dg) + !!(du)))
 
 template <typename T>
 static void launch_swiglu_fwd(kn_ctx *c, void *out, const void *gate, const void *up, size_t n)
@@ -300,29 +304,51 @@ static void launch_swiglu_fwd(kn_ctx *c, void *out, const void *gate, const void
               (const T *)gate, (const T *)up, n, kn_aligned16(out, gate, up));
 }
 template <typename T>
-static void launch_swiglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout,
-                              const void *gate, const void *up, size_t n)
-{
-    KN_IO(k_swiglu_bwd<T>, GLU_BWD_READ(n, sizeof(T)),
-        GLU_BWD_WRITTEN(n, dgate, dup), 0);
-    KN_LAUNCH(k_swiglu_bwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, dgate, dup, dout,
-              (const T *)gate, (const T *)up, n, kn_aligned16(dgate, dup, dout, gate, up));
-}
-template <typename T>
 static void launch_geglu_fwd(kn_ctx *c, void *out, const void *gate, const void *up, size_t n)
 {
     KN_IO(k_geglu_fwd<T>, 2 * n * sizeof(T), n * sizeof(T), 0);
     KN_LAUNCH(k_geglu_fwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, (T *)out,
               (const T *)gate, (const T *)up, n, kn_aligned16(out, gate, up));
 }
-template <typename T>
-static void launch_geglu_bwd(kn_ctx *c, float *dgate, float *dup, const float *dout,
-                             const void *gate, const void *up, size_t n)
+/* A gated backward, kernel K<P> for P = kn_pair<O, T>: O the gradients'
+ * type (fp32 or T), T the activations'. */
+#define GLU_BWD_LAUNCH(K)                                                                          \
+    do {                                                                                           \
+        KN_IO(K<P>, GLU_BWD_READ(n, sizeof(T)), GLU_BWD_WRITTEN(n, sizeof(O), dgate, dup), 0);     \
+        KN_LAUNCH(K<P>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, (O *)dgate, (O *)dup,      \
+                  dout, (const T *)gate, (const T *)up, n,                                         \
+                  kn_aligned16(dgate, dup, dout, gate, up));                                       \
+    } while (0)
+template <int G, typename O, typename T>
+static void launch_glu_bwd_as(kn_ctx *c, void *dgate, void *dup, const float *dout,
+                              const void *gate, const void *up, size_t n)
 {
-    KN_IO(k_geglu_bwd<T>, GLU_BWD_READ(n, sizeof(T)),
-        GLU_BWD_WRITTEN(n, dgate, dup), 0);
-    KN_LAUNCH(k_geglu_bwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, dgate, dup, dout,
-              (const T *)gate, (const T *)up, n, kn_aligned16(dgate, dup, dout, gate, up));
+    typedef kn_pair<O, T> P;
+    if constexpr (G == GATE_SILU)
+        GLU_BWD_LAUNCH(k_swiglu_bwd);
+    else
+        GLU_BWD_LAUNCH(k_geglu_bwd);
+}
+template <int G, typename T>
+static void launch_glu_bwd(kn_ctx *c, kn_dtype g_dt, void *dgate, void *dup, const float *dout,
+                           const void *gate, const void *up, size_t n)
+{
+    if (g_dt == KN_F32)
+        launch_glu_bwd_as<G, float, T>(c, dgate, dup, dout, gate, up, n);
+    else
+        launch_glu_bwd_as<G, T, T>(c, dgate, dup, dout, gate, up, n);
+}
+template <typename T> static void launch_swiglu_bwd(kn_ctx *c, kn_dtype g_dt, void *dgate,
+                                                    void *dup, const float *dout,
+                                                    const void *gate, const void *up, size_t n)
+{
+    launch_glu_bwd<GATE_SILU, T>(c, g_dt, dgate, dup, dout, gate, up, n);
+}
+template <typename T> static void launch_geglu_bwd(kn_ctx *c, kn_dtype g_dt, void *dgate,
+                                                   void *dup, const float *dout, const void *gate,
+                                                   const void *up, size_t n)
+{
+    launch_glu_bwd<GATE_GELU, T>(c, g_dt, dgate, dup, dout, gate, up, n);
 }
 
 void cuda_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
@@ -330,22 +356,32 @@ void cuda_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const 
     if (n)
         KN_BY_DTYPE(dt, launch_swiglu_fwd, c, out, gate, up, n);
 }
-void cuda_swiglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
-                     const void *gate, const void *up, size_t n)
+/* The gradients' type: fp32 or dt (kernels.h); false after an error. */
+static bool glu_grad_type(kn_ctx *c, kn_dtype dt, kn_dtype g_dt)
 {
-    if (n && (dgate || dup))
-        KN_BY_DTYPE(dt, launch_swiglu_bwd, c, dgate, dup, dout, gate, up, n);
+    if (g_dt == KN_F32 || g_dt == dt)
+        return true;
+    kn_fail(c, TY_EINVAL, "gated backward: gradients in %s for %s activations",
+            kn_dtype_name(g_dt), kn_dtype_name(dt));
+    return false;
+}
+
+void cuda_swiglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,
+                     const float *dout, const void *gate, const void *up, size_t n)
+{
+    if (n && (dgate || dup) && glu_grad_type(c, dt, g_dt))
+        KN_BY_DTYPE(dt, launch_swiglu_bwd, c, g_dt, dgate, dup, dout, gate, up, n);
 }
 void cuda_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
 {
     if (n)
         KN_BY_DTYPE(dt, launch_geglu_fwd, c, out, gate, up, n);
 }
-void cuda_geglu_bwd(kn_ctx *c, kn_dtype dt, float *dgate, float *dup, const float *dout,
-                    const void *gate, const void *up, size_t n)
+void cuda_geglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,
+                    const float *dout, const void *gate, const void *up, size_t n)
 {
-    if (n && (dgate || dup))
-        KN_BY_DTYPE(dt, launch_geglu_bwd, c, dgate, dup, dout, gate, up, n);
+    if (n && (dgate || dup) && glu_grad_type(c, dt, g_dt))
+        KN_BY_DTYPE(dt, launch_geglu_bwd, c, g_dt, dgate, dup, dout, gate, up, n);
 }
 
 /* ---- dropout: the CPU backend's counter-based mask, bit for bit ---------- */

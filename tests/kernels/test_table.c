@@ -516,7 +516,7 @@ static void c_activations(tc *t)
     }
     expect(t, "geglu", o3, w, n, KN_F32);
     float *dg = dput(t, ones, n * 4), *du = dput(t, ones, n * 4);
-    kn_geglu_bwd(t->c, KN_F32, dg, du, dd, x, u, n);
+    kn_geglu_bwd(t->c, KN_F32, KN_F32, dg, du, dd, x, u, n);
     for (size_t i = 0; i < n; i++)
         wg[i] -= 1, wu[i] -= 1;
     expect(t, "geglu dgate (written)", dg, wg, n, KN_F32);
@@ -1020,8 +1020,8 @@ static void c_typed(tc *t)
         kn_gelu_bwd(t->c, dt, dx, g, a, n);
         kn_gelu_bwd(t->c, KN_F32, dx32, gr, af, n);
         same(t, KN_F32, "gelu dx (+=)", dx, dx32, n, KN_F32);
-        kn_swiglu_bwd(t->c, dt, dx, du, g, a, b, n);
-        kn_swiglu_bwd(t->c, KN_F32, dx32, du32, gr, af, bf, n);
+        kn_swiglu_bwd(t->c, dt, KN_F32, dx, du, g, a, b, n);
+        kn_swiglu_bwd(t->c, KN_F32, KN_F32, dx32, du32, gr, af, bf, n);
         same(t, KN_F32, "swiglu dgate (written)", dx, dx32, n, KN_F32);
         same(t, KN_F32, "swiglu dup (written)", du, du32, n, KN_F32);
         free(hg);
@@ -1540,18 +1540,43 @@ static void vec_backward(tc *t, kn_dtype dt, size_t n)
     kn_gelu_bwd(t->c, dt, d, g, a, n);
     kn_gelu_bwd(t->c, dt, ds, gs, as, n);
     same_bits(t, "gelu dx offset", dt, d, ds, n * 4);
-    kn_swiglu_bwd(t->c, dt, d, u, g, a, b, n);
-    kn_swiglu_bwd(t->c, dt, ds, us, gs, as, bs, n);
+    kn_swiglu_bwd(t->c, dt, KN_F32, d, u, g, a, b, n);
+    kn_swiglu_bwd(t->c, dt, KN_F32, ds, us, gs, as, bs, n);
     same_bits(t, "swiglu dgate offset", dt, d, ds, n * 4);
     same_bits(t, "swiglu dup offset", dt, u, us, n * 4);
-    kn_geglu_bwd(t->c, dt, NULL, u, g, a, b, n); /* one gradient only */
-    kn_geglu_bwd(t->c, dt, NULL, us, gs, as, bs, n);
+    kn_geglu_bwd(t->c, dt, KN_F32, NULL, u, g, a, b, n); /* one gradient only */
+    kn_geglu_bwd(t->c, dt, KN_F32, NULL, us, gs, as, bs, n);
     same_bits(t, "geglu dup offset", dt, u, us, n * 4);
-    kn_geglu_bwd(t->c, dt, d, u, g, a, b, n);
-    kn_geglu_bwd(t->c, dt, ds, us, gs, as, bs, n);
+    kn_geglu_bwd(t->c, dt, KN_F32, d, u, g, a, b, n);
+    kn_geglu_bwd(t->c, dt, KN_F32, ds, us, gs, as, bs, n);
     same_bits(t, "geglu dgate offset", dt, d, ds, n * 4);
     same_bits(t, "geglu dup offset", dt, u, us, n * 4);
-    if (dt != KN_F32) return;
+    if (dt != KN_F32) {
+        /* gradients in dt, aligned and offset: kn_convert of the fp32 ones */
+        void *w[2] = {dput(t, NULL, nb), dput(t, NULL, nb)};
+        for (int geglu = 0; geglu < 2; geglu++) {
+            if (geglu)
+                kn_geglu_bwd(t->c, dt, KN_F32, d, u, g, a, b, n);
+            else
+                kn_swiglu_bwd(t->c, dt, KN_F32, d, u, g, a, b, n);
+            kn_convert(t->c, w[0], dt, d, KN_F32, n);
+            kn_convert(t->c, w[1], dt, u, KN_F32, n);
+            for (int off = 0; off < 2; off++) {
+                void *o[2] = {typed_out(t, dt, n), typed_out(t, dt, n)};
+                if (off) o[0] = dshift(t, o[0], nb, es), o[1] = dshift(t, o[1], nb, es);
+                if (geglu)
+                    kn_geglu_bwd(t->c, dt, dt, o[0], o[1], off ? gs : g, off ? as : a, off ? bs : b,
+                                 n);
+                else
+                    kn_swiglu_bwd(t->c, dt, dt, o[0], o[1], off ? gs : g, off ? as : a,
+                                  off ? bs : b, n);
+                same_bits(t, geglu ? "geglu dgate in dt" : "swiglu dgate in dt", dt, o[0], w[0],
+                          nb);
+                same_bits(t, geglu ? "geglu dup in dt" : "swiglu dup in dt", dt, o[1], w[1], nb);
+            }
+        }
+        return;
+    }
     kn_axpy(t->c, d, g, n, -0.625f);
     kn_axpy(t->c, ds, gs, n, -0.625f);
     same_bits(t, "axpy offset", dt, d, ds, n * 4);
