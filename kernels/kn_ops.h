@@ -20,7 +20,9 @@
  * rounds to nearest even once. Gradients (`float *dx`, `dout`...), norm
  * weights and per-row statistics (mean, rstd, lse) stay fp32: the engine
  * keeps one layer's activation gradients, so they cost O(N C), not O(L N C),
- * and summing several contributions into one fp32 buffer rounds once.
+ * and summing several contributions into one fp32 buffer rounds once. The
+ * written gradients whose only reader is a 16-bit GEMM (attention's, the
+ * gated MLPs') take `kn_dtype g_dt`: fp32, or dt, rounded once as stored.
  * With dt = KN_F32 every op runs its fp32 code unchanged (same bits). */
 #ifndef TY_KN_OPS_H
 #define TY_KN_OPS_H
