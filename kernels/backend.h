@@ -85,6 +85,11 @@ extern const kn_backend kn_cuda_backend;
  * compiled by the host compiler. Linked into test programs only. */
 extern const kn_backend kn_cuda_emu_backend;
 
+/* Whether g_dt is a type a backward op may store its written gradients
+ * in (kernels.h: fp32, or the activations' dt); otherwise records the
+ * error (kn_fail, naming op) and returns 0. Both backends' check. */
+int kn_grad_dtype_ok(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, const char *op);
+
 /* kn_open with an explicit table: how tests open `cuda-emu` (as device
  * KN_CUDA), and what kn_open does after choosing the table. */
 int kn_open_backend(kn_ctx **out, const kn_backend *be, kn_device dev, int device_index,

@@ -289,6 +289,14 @@ void kn_fail(kn_ctx *c, int code, const char *fmt, ...)
     va_end(ap);
 }
 
+int kn_grad_dtype_ok(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, const char *op)
+{
+    if (g_dt == KN_F32 || g_dt == dt) return 1;
+    kn_fail(c, TY_EINVAL, "%s: gradients in %s for %s activations", op, kn_dtype_name(g_dt),
+            kn_dtype_name(dt));
+    return 0;
+}
+
 int kn_check(kn_ctx *c, ty_err *err)
 {
     int code = c->err_code;

@@ -721,14 +721,10 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *dk
 {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
     if (!dq && !dk && !dv) return;
+    if (!kn_grad_dtype_ok(c, dt, g_dt, "attention backward")) return;
     if (g_dt == KN_F32) {
         attention_bwd_f32(c, dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,
                           scale, softcap, window);
-        return;
-    }
-    if (g_dt != dt) {
-        kn_fail(c, TY_EINVAL, "attention backward: gradients in %s for %s activations",
-                kn_dtype_name(g_dt), kn_dtype_name(dt));
         return;
     }
     /* 16-bit gradients: the fp32 ones into a mirror of the outputs (the

@@ -447,15 +447,6 @@ static void gated_bwd(int tid, int nt, const ew_job *j, gated_bwd_fn f)
     }
 }
 
-/* The gradients' type: fp32 or dt (kernels.h); 0 after an error. */
-static int gated_grad_type(kn_ctx *c, kn_dtype dt, kn_dtype g_dt)
-{
-    if (g_dt == KN_F32 || g_dt == dt) return 1;
-    kn_fail(c, TY_EINVAL, "gated backward: gradients in %s for %s activations", kn_dtype_name(g_dt),
-            kn_dtype_name(dt));
-    return 0;
-}
-
 CPU_HOT static void swiglu_fwd_range(float *out, const float *gate, const float *up, size_t n)
 {
 #pragma omp simd
@@ -502,7 +493,7 @@ void cpu_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const v
 void cpu_swiglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,
                     const float *dout, const void *gate, const void *up, size_t n)
 {
-    if (!gated_grad_type(c, dt, g_dt)) return;
+    if (!kn_grad_dtype_ok(c, dt, g_dt, "swiglu backward")) return;
     ew_job j = {
         .dt = dt, .g_dt = g_dt, .d1 = dgate, .d2 = dup, .g = dout, .a = gate, .b = up, .n = n};
     cpu_pool_run(c, cpu_threads_for(c, n), swiglu_bwd_job, &j);
@@ -553,7 +544,7 @@ void cpu_geglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup
                    const void *gate, const void *up, size_t n)
 {
     if (!dgate && !dup) return;
-    if (!gated_grad_type(c, dt, g_dt)) return;
+    if (!kn_grad_dtype_ok(c, dt, g_dt, "geglu backward")) return;
     ew_job j = {
         .dt = dt, .g_dt = g_dt, .d1 = dgate, .d2 = dup, .g = dout, .a = gate, .b = up, .n = n};
     cpu_pool_run(c, cpu_threads_for(c, n), geglu_bwd_job, &j);

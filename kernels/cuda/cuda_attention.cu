@@ -718,11 +718,8 @@ void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *d
 {
     if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
         return;
-    if (g_dt != KN_F32 && g_dt != dt) {
-        kn_fail(c, TY_EINVAL, "attention backward: gradients in %s for %s activations",
-                kn_dtype_name(g_dt), kn_dtype_name(dt));
+    if (!kn_grad_dtype_ok(c, dt, g_dt, "attention backward"))
         return;
-    }
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)D);
     fl_args a = {scale, softcap, window, (int)g_dt};

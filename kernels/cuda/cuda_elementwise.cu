@@ -356,20 +356,10 @@ void cuda_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const 
     if (n)
         KN_BY_DTYPE(dt, launch_swiglu_fwd, c, out, gate, up, n);
 }
-/* The gradients' type: fp32 or dt (kernels.h); false after an error. */
-static bool glu_grad_type(kn_ctx *c, kn_dtype dt, kn_dtype g_dt)
-{
-    if (g_dt == KN_F32 || g_dt == dt)
-        return true;
-    kn_fail(c, TY_EINVAL, "gated backward: gradients in %s for %s activations",
-            kn_dtype_name(g_dt), kn_dtype_name(dt));
-    return false;
-}
-
 void cuda_swiglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,
                      const float *dout, const void *gate, const void *up, size_t n)
 {
-    if (n && (dgate || dup) && glu_grad_type(c, dt, g_dt))
+    if (n && (dgate || dup) && kn_grad_dtype_ok(c, dt, g_dt, "swiglu backward"))
         KN_BY_DTYPE(dt, launch_swiglu_bwd, c, g_dt, dgate, dup, dout, gate, up, n);
 }
 void cuda_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
@@ -380,7 +370,7 @@ void cuda_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const v
 void cuda_geglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,
                     const float *dout, const void *gate, const void *up, size_t n)
 {
-    if (n && (dgate || dup) && glu_grad_type(c, dt, g_dt))
+    if (n && (dgate || dup) && kn_grad_dtype_ok(c, dt, g_dt, "geglu backward"))
         KN_BY_DTYPE(dt, launch_geglu_bwd, c, g_dt, dgate, dup, dout, gate, up, n);
 }
 

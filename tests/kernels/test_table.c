@@ -1842,6 +1842,46 @@ static void c_convert_spans(tc *t)
     free(h);
 }
 
+/* A backward asked to store its gradients in a type that is neither fp32
+ * nor its activations' is refused with an error naming the op and both
+ * types, and writes nothing. */
+static void c_grad_dtype(tc *t)
+{
+    const size_t n = 64;
+    const int T = 4, H = 1, D = 16;
+    void *a = dput(t, NULL, n * 2), *b = dput(t, NULL, n * 2);
+    kn_convert(t->c, a, KN_BF16, dpoison(t, n), KN_F32, n); /* poison the outputs */
+    kn_convert(t->c, b, KN_BF16, dpoison(t, n), KN_F32, n);
+    float *g = dput(t, NULL, n * 4), *l = dput(t, NULL, (size_t)T * 4);
+    kn_zero(t->c, g, n);
+    static const char *const want[] = {
+        "swiglu backward: gradients in fp16 for bf16 activations",
+        "geglu backward: gradients in fp16 for bf16 activations",
+        "attention backward: gradients in fp16 for bf16 activations"};
+    for (int op = 0; op < 3; op++) {
+        if (op == 0) kn_swiglu_bwd(t->c, KN_BF16, KN_F16, a, b, g, g, g, n);
+        if (op == 1) kn_geglu_bwd(t->c, KN_BF16, KN_F16, a, b, g, g, g, n);
+        if (op == 2)
+            kn_attention_bwd(t->c, KN_BF16, KN_F16, a, b, NULL, g, g, l, g, g, g, 1, T, H, H, D, D,
+                             D, 0.0f, 0.0f, 0);
+        ty_err e = {0};
+        if (!kn_check(t->c, &e) || !strstr(e.msg, want[op]))
+            fprintf(stderr, "FAIL %s grad_dtype: want \"%s\", got \"%s\"\n", t->dev, want[op],
+                    e.msg),
+                ty_failures++;
+    }
+    uint16_t h[64];
+    kn_sync(t->c);
+    kn_to_host(t->c, h, a, sizeof h);
+    int written = 0;
+    for (size_t i = 0; i < n; i++)
+        written += (h[i] & 0x7fc0) != 0x7fc0; /* NaN as kn_convert stores it */
+    if (written)
+        fprintf(stderr, "FAIL %s grad_dtype: %d outputs written after the refusal\n", t->dev,
+                written),
+            ty_failures++;
+}
+
 /* kn_sumsq_scaled(x, s) is kn_sumsq of x scaled by kn_scale, bit for bit
  * (s = 1: kn_sumsq of x), and inf, NaN or an overflowing product make it
  * non-finite. */
@@ -2063,6 +2103,7 @@ static const struct {
     {"adamw", c_adamw},
     {"adamw_blocks", c_adamw_blocks},
     {"convert_spans", c_convert_spans},
+    {"grad_dtype", c_grad_dtype},
     {"sumsq_scaled", c_sumsq_scaled},
     {"master", c_master},
     {"typed", c_typed},
