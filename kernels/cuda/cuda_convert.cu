@@ -131,26 +131,19 @@ template <typename D, typename S>
 static void launch_spans(kn_ctx *c, void *dst, const void *src, const kn_span *s, int ns)
 {
     typedef kn_pair<D, S> P;
-    int i = 0;
-    while (i < ns) {
-        span_table t;
-        t.ch.np = 0;
-        size_t total = 0;
-        for (; i < ns && t.ch.np < KN_MULTI_MAX; i++) {
-            if (!s[i].n)
-                continue;
-            t.dst[t.ch.np] = s[i].dst;
-            t.src[t.ch.np] = s[i].src;
-            t.n[t.ch.np] = s[i].n;
-            kn_multi_add(&t.ch, s[i].n);
-            total += s[i].n;
-        }
-        if (!t.ch.np)
-            break;
-        KN_IO(k_convert_spans<P>, total * sizeof(S), total * sizeof(D), 0);
-        KN_LAUNCH(k_convert_spans<P>, kn_multi_grid(&t.ch), KN_MULTI_THREADS, 0, c, (D *)dst,
-                  (const S *)src, t);
-    }
+    span_table t;
+    kn_multi_launches(
+        &t.ch, ns, [&](int i) { return s[i].n; },
+        [&](int p, int i) {
+            t.dst[p] = s[i].dst;
+            t.src[p] = s[i].src;
+            t.n[p] = s[i].n;
+        },
+        [&]([[maybe_unused]] size_t total) {
+            KN_IO(k_convert_spans<P>, total * sizeof(S), total * sizeof(D), 0);
+            KN_LAUNCH(k_convert_spans<P>, kn_multi_grid(&t.ch), KN_MULTI_THREADS, 0, c, (D *)dst,
+                      (const S *)src, t);
+        });
 }
 
 template <typename S>

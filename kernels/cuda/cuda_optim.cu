@@ -82,31 +82,23 @@ void cuda_adamw_blocks(kn_ctx *c, const kn_adamw_block *b, int nb, kn_adamw_hp h
             return;
         }
     adamw_k k = adamw_consts(&hp);
-    int i = 0;
-    while (i < nb) {
-        adamw_table t;
-        t.ch.np = 0;
-        size_t total = 0;
-        for (; i < nb && t.ch.np < KN_MULTI_MAX; i++) {
-            if (!b[i].n)
-                continue;
-            adamw_piece *p = &t.b[t.ch.np];
-            *p = {b[i].p,
-                  b[i].pdt == KN_BF16 ? b[i].plo : NULL,
-                  b[i].g,
-                  b[i].m,
-                  b[i].v,
-                  b[i].n,
-                  (float)(1.0 - (double)hp.lr * (double)b[i].wd),
-                  b[i].wd != 0.0f};
-            kn_multi_add(&t.ch, b[i].n);
-            total += b[i].n;
-        }
-        if (!t.ch.np)
-            break;
-        KN_IO(k_adamw, 16 * total, (hp.zero_grad ? 16 : 12) * total, 0);
-        KN_LAUNCH(k_adamw, kn_multi_grid(&t.ch), KN_MULTI_THREADS, 0, c, t, k, hp.zero_grad);
-    }
+    adamw_table t;
+    kn_multi_launches(
+        &t.ch, nb, [&](int i) { return b[i].n; },
+        [&](int p, int i) {
+            t.b[p] = {b[i].p,
+                      b[i].pdt == KN_BF16 ? b[i].plo : NULL,
+                      b[i].g,
+                      b[i].m,
+                      b[i].v,
+                      b[i].n,
+                      (float)(1.0 - (double)hp.lr * (double)b[i].wd),
+                      b[i].wd != 0.0f};
+        },
+        [&]([[maybe_unused]] size_t total) {
+            KN_IO(k_adamw, 16 * total, (hp.zero_grad ? 16 : 12) * total, 0);
+            KN_LAUNCH(k_adamw, kn_multi_grid(&t.ch), KN_MULTI_THREADS, 0, c, t, k, hp.zero_grad);
+        });
 }
 
 void cuda_adamw(kn_ctx *c, kn_dtype pdt, void *p, uint16_t *plo, const float *g, float *m, float *v,

@@ -58,14 +58,32 @@ __device__ __forceinline__ void kn_multi_for(const kn_multi_chunks &t, N n, F f)
     }
 }
 
-/* Host side: appends a piece of n elements (n > 0) to a table of fewer
- * than KN_MULTI_MAX; the caller launches when it is full. */
-static inline void kn_multi_add(kn_multi_chunks *t, size_t n)
+/* Host side: items [0, count) in launches of up to KN_MULTI_MAX pieces,
+ * those of no elements skipped. For each launch the chunk table t is
+ * filled while put(p, i) fills the caller's slot p of its table with item
+ * i, then launch(total) runs it (total: its elements). n(i) is item i's
+ * element count. */
+template <typename N, typename Put, typename Launch>
+static inline void kn_multi_launches(kn_multi_chunks *t, int count, N n, Put put, Launch launch)
 {
-    if (!t->np)
+    int i = 0;
+    while (i < count) {
+        t->np = 0;
         t->first[0] = 0;
-    t->first[t->np + 1] = t->first[t->np] + (unsigned)((n + KN_MULTI_CHUNK - 1) / KN_MULTI_CHUNK);
-    t->np++;
+        size_t total = 0;
+        for (; i < count && t->np < KN_MULTI_MAX; i++) {
+            size_t k = n(i);
+            if (!k)
+                continue;
+            put(t->np, i);
+            t->first[t->np + 1] =
+                t->first[t->np] + (unsigned)((k + KN_MULTI_CHUNK - 1) / KN_MULTI_CHUNK);
+            t->np++;
+            total += k;
+        }
+        if (t->np)
+            launch(total);
+    }
 }
 
 /* The grid for a table: a block a chunk, at most KN_MAX_BLOCKS. */
