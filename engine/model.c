@@ -336,6 +336,15 @@ static const void *grad_for(model *m, int wi, const float *dout, size_t n)
     return q4 && !base16(m, q4) ? NULL : grad_in(m, dout, n);
 }
 
+/* Whether weight wi's backward reads its output gradient only as grad_in's
+ * 16-bit copy (a 16-bit step, no adapter, no 4-bit base): the op that
+ * makes the gradient may then store it in dt itself (kernels.h, g_dt),
+ * and lin_bwd_g takes it as g with no fp32 dout. */
+static int grad16_only(const model *m, int wi)
+{
+    return m->dt != KN_F32 && !adapted(m) && !m->t[wi].q4;
+}
+
 /* lin_bwd_g with dout converted here. */
 static void lin_bwd(model *m, int l, int s, int row0, float *dx, int fresh, const float *dout,
                     const void *x, int wi, int bi, int N, int K, int M)
@@ -1668,7 +1677,7 @@ static void backward_from_head(model *m, int B, int T)
              * in dt in their own buffers: the GEMMs' inputs as grad_in
              * would have made them */
             int uw = c->fused ? L->fc_w : L->up_w;
-            int g16 = dt != KN_F32 && !adapted(m) && !m->t[L->fc_w].q4 && !m->t[uw].q4;
+            int g16 = grad16_only(m, L->fc_w) && grad16_only(m, uw);
             kn_dtype gdt = g16 ? dt : KN_F32;
             if (c->gemma)
                 kn_geglu_bwd(k, dt, gdt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
@@ -1710,7 +1719,7 @@ static void backward_from_head(model *m, int B, int T)
              * a 16-bit step whose qkv product reads no fp32 gradient (no
              * adapter, no 4-bit base), in dt into g16: the GEMMs' input as
              * grad_in would have made it */
-            int g16 = dt != KN_F32 && !adapted(m) && !m->t[L->attn_w].q4;
+            int g16 = grad16_only(m, L->attn_w);
             void *gq = g16 ? m->g16 : (void *)m->dq;
             kn_attention_bwd(k, dt, g16 ? dt : KN_F32, gq, g16 ? AV(m, gq, C) : (void *)m->dk,
                              g16 ? AV(m, gq, 2 * (size_t)C) : (void *)m->dv, m->datty, a->atty,

@@ -413,11 +413,12 @@ static inline uint64_t att_pairs(int Tq, int Tk, int window)
         n += (uint64_t)(window > 0 && window < i + 1 ? window : i + 1);
     return n;
 }
-/* dk and dv's bytes (each read and written by its += when there). */
-static inline uint64_t fl_kv_bytes(const void *dk, const void *dv, int gt, int B, int T, int Hkv,
-                                   int D)
+/* The bytes the backward writes for gradients a and b (either NULL),
+ * each [B, T, H, D] in type gt. */
+static inline uint64_t att_grad_bytes(const void *a, const void *b, int gt, int B, int T, int H,
+                                      int D)
 {
-    return kn_dtype_size((kn_dtype)gt) * (uint64_t)B * T * Hkv * D * (!!dk + !!dv);
+    return kn_dtype_size((kn_dtype)gt) * (uint64_t)B * T * H * D * (!!a + !!b);
 }
 static inline uint64_t att_bytes(int xt, int B, int Tq, int Tk, int Hq, int Hkv, int D, int kind)
 {
@@ -462,7 +463,7 @@ static void attn_bwd(kn_ctx *c, int xt, int gt, void *dq, void *dk, void *dv, co
     if (dq) {
         dim3 grid((T + BR - 1) / BR, Hq, B);
         KN_IO(k_attn_bwd_dq<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 2),
-            kn_dtype_size((kn_dtype)gt) * (uint64_t)B * T * Hq * D,
+            att_grad_bytes(dq, nullptr, gt, B, T, Hq, D),
             6 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
         KN_LAUNCH(k_attn_bwd_dq<DM>, grid, BR, 4 * (size_t)att_dq_floats<DM>(D), c, xt, gt, dq, dout,
                   out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
@@ -470,7 +471,7 @@ static void attn_bwd(kn_ctx *c, int xt, int gt, void *dq, void *dk, void *dv, co
     if (dk || dv) {
         dim3 grid((T + BR - 1) / BR, Hkv, B);
         KN_IO(k_attn_bwd_dkdv<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 3),
-            kn_dtype_size((kn_dtype)gt) * (uint64_t)B * T * Hkv * D * (!!dk + !!dv),
+            att_grad_bytes(dk, dv, gt, B, T, Hkv, D),
             8 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
         KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, BR, 4 * (size_t)att_kv_floats<DM>(D), c, xt, gt, dk, dv,
                   dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
@@ -538,7 +539,7 @@ static bool fl_bwd_dq_at(kn_ctx *c, void *dq, fl_grad g,
     const int BR = 16 * C::NW;
     dim3 grid((T + BR - 1) / BR, Hq, B);
     KN_IO(k_fl_bwd_dq<C>, fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM),
-          kn_dtype_size((kn_dtype)a.gdt) * (uint64_t)B * T * Hq * DM, 0);
+          att_grad_bytes(dq, nullptr, a.gdt, B, T, Hq, DM), 0);
     KN_LAUNCH(k_fl_bwd_dq<C>, grid, 32 * C::NW, smem, c, dq, g, lse, q, k, v, T, Hq, Hkv,
               ldq, ldkv, a);
     return true;
@@ -566,7 +567,7 @@ static bool fl_bwd_dkdv_at(kn_ctx *c, void *dk, void *dv, fl_grad g,
     const int BR = 16 * C::NW;
     dim3 grid((T + BR - 1) / BR, Hkv, B);
     KN_IO(k_fl_bwd_dkdv<C>, fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM),
-          fl_kv_bytes(dk, dv, a.gdt, B, T, Hkv, DM), 0);
+          att_grad_bytes(dk, dv, a.gdt, B, T, Hkv, DM), 0);
     KN_LAUNCH(k_fl_bwd_dkdv<C>, grid, 32 * C::NW, smem, c, dk, dv, g, lse, q, k, v, T, Hq,
               Hkv, ldq, ldkv, a);
     return true;

@@ -572,9 +572,9 @@ __global__ void k_fl_rowdot(float *Dd, uint16_t *dO, const float *dout, const vo
         size_t o = row * D; /* [B, T, Hq] rows of D */
         float s = 0.0f;
         for (int d = lane; d < D; d += 32) {
-            uint16_t g16 = xt == KN_BF16 ? to_bf16(dout[o + d]) : to_f16(dout[o + d]);
-            s += (xt == KN_BF16 ? from_bf16(g16) : from_f16(g16)) * load_as_f32(out, xt, o + d);
-            dO[o + d] = g16;
+            float g = round_as(xt, dout[o + d]); /* dO as the 16-bit op reads it */
+            s += g * load_as_f32(out, xt, o + d);
+            store_from_f32(dO, xt, o + d, g);
         }
         s = kn_warp_sum(s);
         if (lane == 0) {
