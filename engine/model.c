@@ -585,15 +585,15 @@ void model_rope(model *m, kn_dtype dt, void *x, int B, int T, int H, int ld, int
                 int bwd)
 {
     int D = m->cfg.head_dim;
-    /* The backward runs on fp32 gradients (dt is then KN_F32). */
+    /* dt: the rows' type (the backward's gradients: fp32, or dt rounded) */
     if (m->inv_freq) {
         if (bwd)
-            kn_rope_freq_bwd(m->kn, x, B, T, H, D, ld, m->inv_freq, pos_offset);
+            kn_rope_freq_bwd(m->kn, dt, x, B, T, H, D, ld, m->inv_freq, pos_offset);
         else
             kn_rope_freq_fwd(m->kn, dt, x, B, T, H, D, ld, m->inv_freq, pos_offset);
     } else {
         if (bwd)
-            kn_rope_bwd(m->kn, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
+            kn_rope_bwd(m->kn, dt, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
         else
             kn_rope_fwd(m->kn, dt, x, B, T, H, D, ld, m->cfg.rope_theta, pos_offset);
     }
@@ -605,7 +605,7 @@ void model_rope_layer(model *m, int l, kn_dtype dt, void *x, int B, int T, int H
     const model_config *c = &m->cfg;
     if (c->gemma == 3 && hfconfig_sliding(c, l)) {
         if (bwd)
-            kn_rope_bwd(m->kn, x, B, T, H, c->head_dim, ld, c->rope_local_theta, pos_offset);
+            kn_rope_bwd(m->kn, dt, x, B, T, H, c->head_dim, ld, c->rope_local_theta, pos_offset);
         else
             kn_rope_fwd(m->kn, dt, x, B, T, H, c->head_dim, ld, c->rope_local_theta, pos_offset);
         return;
@@ -1070,6 +1070,9 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
     if (F > maxk) maxk = F;
     if (F > maxm) maxm = F;
     if (C > maxm) maxm = C;
+    /* g16 holds one product's 16-bit output gradient, or a layer's dq, dk
+     * and dv together (the backward's 16-bit q/k/v path) */
+    size_t maxg = maxm > QD + 2 * KD ? maxm : QD + 2 * KD;
     for (int pass = 0; pass < 2; pass++) {
         off = 0;
 #define TAKEB(bytes)                                                                               \
@@ -1149,7 +1152,7 @@ int model_alloc_acts(model *m, int B, int T, model_recompute rc_mode, ty_err *er
         m->dfc = inf ? NULL : TAKE(N * F);
         m->dup = gpt2 || inf ? NULL : TAKE(N * F);
         m->dqr = c->qk_norm && !inf ? TAKE(N * QD) : NULL;
-        m->g16 = m->dt != KN_F32 && !inf ? TAKE16(N * maxm) : NULL;
+        m->g16 = m->dt != KN_F32 && !inf ? TAKE16(N * maxg) : NULL;
         m->dkr = c->qk_norm && !inf ? TAKE(N * KD) : NULL;
 #undef TAKE
 #undef TAKE16
@@ -1736,38 +1739,63 @@ static void backward_from_head(model *m, int B, int T)
             kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
                              W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
         } else {
-            kn_attention_bwd(k, dt, KN_F32, m->dq, m->dk, m->dv, m->datty, a->atty, a->lse, a->q,
-                             a->k, a->v, B, T, Hq, Hkv, D, QD, KD, c->attn_scale, c->attn_softcap,
+            /* dq, dk, dv; in a 16-bit step where only the q, k, v products
+             * read them (no adapter, no 4-bit base, no per-head norm), in
+             * dt into g16 ([N,QD], [N,KD], [N,KD] one after another) with
+             * RoPE's backward in place there: each value rounded where
+             * the fp32 path rounds it (RND, then grad_in after RoPE) */
+            int wq = c->fused ? L->attn_w : L->q_w, wk = c->fused ? L->attn_w : L->k_w,
+                wv = c->fused ? L->attn_w : L->v_w;
+            int g16 = !c->qk_norm && grad16_only(m, wq) && grad16_only(m, wk) && grad16_only(m, wv);
+            kn_dtype gdt = g16 ? dt : KN_F32;
+            void *gq = g16 ? m->g16 : (void *)m->dq;
+            void *gk = g16 ? AV(m, gq, (size_t)N * QD) : (void *)m->dk;
+            void *gv = g16 ? AV(m, gk, (size_t)N * KD) : (void *)m->dv;
+            kn_attention_bwd(k, dt, gdt, gq, gk, gv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B,
+                             T, Hq, Hkv, D, QD, KD, c->attn_scale, c->attn_softcap,
                              hfconfig_sliding(c, l) ? c->window : 0);
-            RND(m->dq, (size_t)N * QD);
-            RND(m->dk, (size_t)N * KD);
-            RG(m->dv, (size_t)N * KD, c->fused ? L->attn_w : L->v_w);
-            model_rope_layer(m, l, KN_F32, m->dq, B, T, Hq, QD, 0, 1);
-            model_rope_layer(m, l, KN_F32, m->dk, B, T, Hkv, KD, 0, 1);
-            if (!c->qk_norm) { /* the per-head norms read them rounded */
-                RG(m->dq, (size_t)N * QD, c->fused ? L->attn_w : L->q_w);
-                RG(m->dk, (size_t)N * KD, c->fused ? L->attn_w : L->k_w);
+            if (!g16) {
+                RND(m->dq, (size_t)N * QD);
+                RND(m->dk, (size_t)N * KD);
+                RG(m->dv, (size_t)N * KD, wv);
             }
-            float *dqo = m->dq, *dko = m->dk;
-            if (c->qk_norm) {
-                /* through Qwen3's per-head norms: dqr, dkr; dW of q_norm, k_norm */
-                kn_zero(k, m->dqr, (size_t)N * QD);
-                kn_zero(k, m->dkr, (size_t)N * KD);
-                kn_rmsnorm_bwd(k, dt, m->dqr, G(m, L->qn_w), m->dq, a->qr, NWT(L->qn_w, D),
-                               a->qn_rstd, N * Hq, D);
-                kn_rmsnorm_bwd(k, dt, m->dkr, G(m, L->kn_w), m->dk, a->kr, NWT(L->kn_w, D),
-                               a->kn_rstd, N * Hkv, D);
-                dqo = m->dqr;
-                dko = m->dkr;
-            }
-            if (c->fused) {
-                lin_bwd(m, l, LS_ATTN, 0, m->dln, 1, dqo, a->ln1, L->attn_w, -1, N, C, QD);
-                lin_bwd(m, l, LS_ATTN, QD, m->dln, 0, dko, a->ln1, L->attn_w, -1, N, C, KD);
-                lin_bwd(m, l, LS_ATTN, QD + KD, m->dln, 0, m->dv, a->ln1, L->attn_w, -1, N, C, KD);
+            model_rope_layer(m, l, gdt, gq, B, T, Hq, QD, 0, 1);
+            model_rope_layer(m, l, gdt, gk, B, T, Hkv, KD, 0, 1);
+            if (g16 && c->fused) {
+                lin_bwd_g(m, l, LS_ATTN, 0, m->dln, 1, NULL, gq, a->ln1, wq, -1, N, C, QD);
+                lin_bwd_g(m, l, LS_ATTN, QD, m->dln, 0, NULL, gk, a->ln1, wk, -1, N, C, KD);
+                lin_bwd_g(m, l, LS_ATTN, QD + KD, m->dln, 0, NULL, gv, a->ln1, wv, -1, N, C, KD);
+            } else if (g16) {
+                lin_bwd_g(m, l, LS_Q, -1, m->dln, 1, NULL, gq, a->ln1, wq, L->q_b, N, C, QD);
+                lin_bwd_g(m, l, LS_K, -1, m->dln, 0, NULL, gk, a->ln1, wk, L->k_b, N, C, KD);
+                lin_bwd_g(m, l, LS_V, -1, m->dln, 0, NULL, gv, a->ln1, wv, L->v_b, N, C, KD);
             } else {
-                lin_bwd(m, l, LS_Q, -1, m->dln, 1, dqo, a->ln1, L->q_w, L->q_b, N, C, QD);
-                lin_bwd(m, l, LS_K, -1, m->dln, 0, dko, a->ln1, L->k_w, L->k_b, N, C, KD);
-                lin_bwd(m, l, LS_V, -1, m->dln, 0, m->dv, a->ln1, L->v_w, L->v_b, N, C, KD);
+                if (!c->qk_norm) { /* the per-head norms read them rounded */
+                    RG(m->dq, (size_t)N * QD, wq);
+                    RG(m->dk, (size_t)N * KD, wk);
+                }
+                float *dqo = m->dq, *dko = m->dk;
+                if (c->qk_norm) {
+                    /* through Qwen3's per-head norms: dqr, dkr; dW of q_norm, k_norm */
+                    kn_zero(k, m->dqr, (size_t)N * QD);
+                    kn_zero(k, m->dkr, (size_t)N * KD);
+                    kn_rmsnorm_bwd(k, dt, m->dqr, G(m, L->qn_w), m->dq, a->qr, NWT(L->qn_w, D),
+                                   a->qn_rstd, N * Hq, D);
+                    kn_rmsnorm_bwd(k, dt, m->dkr, G(m, L->kn_w), m->dk, a->kr, NWT(L->kn_w, D),
+                                   a->kn_rstd, N * Hkv, D);
+                    dqo = m->dqr;
+                    dko = m->dkr;
+                }
+                if (c->fused) {
+                    lin_bwd(m, l, LS_ATTN, 0, m->dln, 1, dqo, a->ln1, L->attn_w, -1, N, C, QD);
+                    lin_bwd(m, l, LS_ATTN, QD, m->dln, 0, dko, a->ln1, L->attn_w, -1, N, C, KD);
+                    lin_bwd(m, l, LS_ATTN, QD + KD, m->dln, 0, m->dv, a->ln1, L->attn_w, -1, N, C,
+                            KD);
+                } else {
+                    lin_bwd(m, l, LS_Q, -1, m->dln, 1, dqo, a->ln1, L->q_w, L->q_b, N, C, QD);
+                    lin_bwd(m, l, LS_K, -1, m->dln, 0, dko, a->ln1, L->k_w, L->k_b, N, C, KD);
+                    lin_bwd(m, l, LS_V, -1, m->dln, 0, m->dv, a->ln1, L->v_w, L->v_b, N, C, KD);
+                }
             }
             kn_rmsnorm_bwd(k, dt, m->dres, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C), a->ln1_rstd,
                            N, C);

@@ -158,8 +158,9 @@ typedef struct model {
     void *w16;
     float *dres, *dln, *datty, *dq, *dk, *dv, *dact, *dfc, *dup;
     /* 16-bit training: the activation gradient a backward GEMM reads,
-     * converted to dt (exact: the gradients hold dt values), so dX and dW
-     * are 16-bit products; [N, the widest linear output]. NULL in fp32. */
+     * in dt (exact: the gradients hold dt values), so dX and dW are 16-bit
+     * products; [N, the widest linear output], at least a layer's dq, dk
+     * and dv one after another. NULL in fp32. */
     void *g16;
     float *dqr, *dkr;             /* qk_norm: d(q, k before the norm) */
     int32_t *ids, *targets, *pos; /* kn_alloc'd, B*T each */

@@ -296,7 +296,10 @@ KN_OPS(KN_PROTO)
  *   place on x laid out [B, T, H, D] with row stride ld: for i < D/2,
  *   theta_i = pos * base^(-2i/D), pos = t + pos_offset,
  *     x[i] = x[i] cos - x[i + D/2] sin;  x[i + D/2] = x[i + D/2] cos + x[i] sin.
- * kn_rope_bwd: the transpose (rotation by -theta), in place on the gradient.
+ *   In a 16-bit dt each head is widened, rotated in fp32 and rounded once.
+ * kn_rope_bwd: the transpose (rotation by -theta), in place on the gradient,
+ *   of type dt likewise: a 16-bit gradient's rotation is the fp32 one of
+ *   the same (exact) values, rounded once, as kn_convert would after it.
  * kn_rope_freq_fwd / _bwd: the same with the inverse frequencies given,
  *   theta_i = pos * inv_freq[i] (inv_freq: D/2 floats on the device), for
  *   scaled RoPE whose frequencies are not base^(-2i/D) (Llama 3's

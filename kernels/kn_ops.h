@@ -102,12 +102,12 @@
     /* attention */                                                                                \
     X(void, rope_fwd, (kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,        \
       float base, int pos_offset), (c, dt, x, B, T, H, D, ld, base, pos_offset))                                   \
-    X(void, rope_bwd, (kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,       \
-      int pos_offset), (c, dx, B, T, H, D, ld, base, pos_offset))                                  \
+    X(void, rope_bwd, (kn_ctx *c, kn_dtype dt, void *dx, int B, int T, int H, int D, int ld,       \
+      float base, int pos_offset), (c, dt, dx, B, T, H, D, ld, base, pos_offset))                                  \
     X(void, rope_freq_fwd, (kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,   \
       const float *inv_freq, int pos_offset), (c, dt, x, B, T, H, D, ld, inv_freq, pos_offset))        \
-    X(void, rope_freq_bwd, (kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,              \
-      const float *inv_freq, int pos_offset), (c, dx, B, T, H, D, ld, inv_freq, pos_offset))       \
+    X(void, rope_freq_bwd, (kn_ctx *c, kn_dtype dt, void *dx, int B, int T, int H, int D, int ld,  \
+      const float *inv_freq, int pos_offset), (c, dt, dx, B, T, H, D, ld, inv_freq, pos_offset))       \
     X(void, attention_fwd, (kn_ctx *c, kn_dtype dt, void *out, float *lse, const void *q,          \
       const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,       \
       float scale, float softcap, int window),                                                     \

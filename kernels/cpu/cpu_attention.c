@@ -122,7 +122,8 @@ static void rope_tab_rows(size_t lo, size_t hi, void *arg)
 }
 
 /* dir = +1 rotates by theta (forward), -1 by -theta (the transpose).
- * x is of type dt (the backward passes fp32 gradients). */
+ * x is of type dt: activations, or gradients in fp32 or in the step's
+ * 16-bit type (widened, rotated, rounded once). */
 static void rope_apply(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, int ld,
                        float base, int pos_offset, float dir)
 {
@@ -165,10 +166,10 @@ void cpu_rope_fwd(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, i
     rope_apply(c, dt, x, B, T, H, D, ld, base, pos_offset, 1.0f);
 }
 
-void cpu_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,
+void cpu_rope_bwd(kn_ctx *c, kn_dtype dt, void *dx, int B, int T, int H, int D, int ld, float base,
                   int pos_offset)
 {
-    rope_apply(c, KN_F32, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
+    rope_apply(c, dt, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
 }
 
 static void rope_freq_rows32(size_t lo, size_t hi, void *arg)
@@ -241,10 +242,10 @@ void cpu_rope_freq_fwd(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int
     rope_freq_apply(c, dt, x, B, T, H, D, ld, inv_freq, pos_offset, 1.0f);
 }
 
-void cpu_rope_freq_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,
+void cpu_rope_freq_bwd(kn_ctx *c, kn_dtype dt, void *dx, int B, int T, int H, int D, int ld,
                        const float *inv_freq, int pos_offset)
 {
-    rope_freq_apply(c, KN_F32, dx, B, T, H, D, ld, inv_freq, pos_offset, -1.0f);
+    rope_freq_apply(c, dt, dx, B, T, H, D, ld, inv_freq, pos_offset, -1.0f);
 }
 
 /* ---- attention -------------------------------------------------------- */

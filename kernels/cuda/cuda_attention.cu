@@ -27,9 +27,10 @@
  * (tiles sized by a head-dim bound of 64, 128 or 256; each thread's rows
  * as columns of shared memory, so no kernel has a stack frame: ptxas
  * checks this, tests/kernels/check_attn_ptxas.sh).
- * q, k, v, out (and RoPE's forward input) are of the op's dtype: read with
+ * q, k, v, out and RoPE's rows are of the op's dtype: read with
  * load_as_f32 into the fp32 shared tiles, out stored with one
- * rounding (kn_cuda16.cuh); lse and every gradient are fp32. */
+ * rounding (kn_cuda16.cuh); lse is fp32, the gradients fp32 or (g_dt)
+ * the op's type, each rounded once as it is stored. */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
 
@@ -88,10 +89,10 @@ void cuda_rope_fwd(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, int D, 
 {
     rope(c, dt, x, B, T, H, D, ld, base, pos_offset, 1.0f);
 }
-void cuda_rope_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld, float base,
-                   int pos_offset)
+void cuda_rope_bwd(kn_ctx *c, kn_dtype dt, void *dx, int B, int T, int H, int D, int ld,
+                   float base, int pos_offset)
 {
-    rope(c, KN_F32, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
+    rope(c, dt, dx, B, T, H, D, ld, base, pos_offset, -1.0f);
 }
 
 /* Scaled RoPE: the inverse frequencies come from the caller (device array
@@ -132,10 +133,10 @@ void cuda_rope_freq_fwd(kn_ctx *c, kn_dtype dt, void *x, int B, int T, int H, in
 {
     rope_freq(c, dt, x, B, T, H, D, ld, inv_freq, pos_offset, 1.0f);
 }
-void cuda_rope_freq_bwd(kn_ctx *c, float *dx, int B, int T, int H, int D, int ld,
+void cuda_rope_freq_bwd(kn_ctx *c, kn_dtype dt, void *dx, int B, int T, int H, int D, int ld,
                         const float *inv_freq, int pos_offset)
 {
-    rope_freq(c, KN_F32, dx, B, T, H, D, ld, inv_freq, pos_offset, -1.0f);
+    rope_freq(c, dt, dx, B, T, H, D, ld, inv_freq, pos_offset, -1.0f);
 }
 
 /* ---- attention ------------------------------------------------------------ */

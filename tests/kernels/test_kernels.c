@@ -654,16 +654,16 @@ static void run_rope_with(kn_ctx *c, int B, int T, int H, int D, int ld, int off
     /* The backward is the transpose, in place: dx = R^T r. */
     float *g = fcopy(c, r, n);
     if (inv)
-        kn_rope_freq_bwd(c, g, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
+        kn_rope_freq_bwd(c, KN_F32, g, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
     else
-        kn_rope_bwd(c, g, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
+        kn_rope_bwd(c, KN_F32, g, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
     check_grad("rope dx", g, rope_loss, &s, s.x, n);
 
     /* Forward then backward is the identity (a rotation and its inverse). */
     if (inv)
-        kn_rope_freq_bwd(c, y, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
+        kn_rope_freq_bwd(c, KN_F32, y, s.B, s.T, s.H, s.D, s.ld, inv, s.off);
     else
-        kn_rope_bwd(c, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
+        kn_rope_bwd(c, KN_F32, y, s.B, s.T, s.H, s.D, s.ld, (float)s.base, s.off);
     check_close("rope bwd(fwd(x))", y, s.x, n, 1e-5, 1e-6);
     free(s.x);
     free(s.r);

@@ -641,8 +641,8 @@ static void t_rope(pair *p)
     kn_rope_fwd(p->cpu, KN_F32, F(x, cpu), B, T, H, D, ld, 10000.0f, 5);
     kn_rope_fwd(p->dev, KN_F32, F(x, dev), B, T, H, D, ld, 10000.0f, 5);
     cmp(p, "rope_fwd", x, 1e-5, 1e-6);
-    kn_rope_bwd(p->cpu, F(x, cpu), B, T, H, D, ld, 500000.0f, 0);
-    kn_rope_bwd(p->dev, F(x, dev), B, T, H, D, ld, 500000.0f, 0);
+    kn_rope_bwd(p->cpu, KN_F32, F(x, cpu), B, T, H, D, ld, 500000.0f, 0);
+    kn_rope_bwd(p->dev, KN_F32, F(x, dev), B, T, H, D, ld, 500000.0f, 0);
     cmp(p, "rope_bwd", x, 1e-5, 1e-6);
     /* Given frequencies (Llama 3's scaled RoPE): D/2 of them on each side. */
     float hinv[10];
@@ -652,8 +652,8 @@ static void t_rope(pair *p)
     kn_rope_freq_fwd(p->cpu, KN_F32, F(x, cpu), B, T, H, D, ld, F(inv, cpu), 7);
     kn_rope_freq_fwd(p->dev, KN_F32, F(x, dev), B, T, H, D, ld, F(inv, dev), 7);
     cmp(p, "rope_freq_fwd", x, 1e-5, 1e-6);
-    kn_rope_freq_bwd(p->cpu, F(x, cpu), B, T, H, D, ld, F(inv, cpu), 0);
-    kn_rope_freq_bwd(p->dev, F(x, dev), B, T, H, D, ld, F(inv, dev), 0);
+    kn_rope_freq_bwd(p->cpu, KN_F32, F(x, cpu), B, T, H, D, ld, F(inv, cpu), 0);
+    kn_rope_freq_bwd(p->dev, KN_F32, F(x, dev), B, T, H, D, ld, F(inv, dev), 0);
     cmp(p, "rope_freq_bwd", x, 1e-5, 1e-6);
 }
 

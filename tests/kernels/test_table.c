@@ -1094,6 +1094,20 @@ static void c_typed(tc *t)
         kn_rope_freq_fwd(t->c, dt, r, Bq, Tq, H, D, ld, inv, 5);
         kn_rope_freq_fwd(t->c, KN_F32, rf, Bq, Tq, H, D, ld, inv, 5);
         same(t, dt, "rope_freq", r, rf, nr, dt);
+        /* the backward on gradient rows of type dt: the fp32 transpose of
+         * the same values, rounded once (bit for bit kn_convert's) */
+        size_t res = kn_dtype_size(dt);
+        void *rwant = dput(t, NULL, nr * res);
+        kn_convert(t->c, rf, KN_F32, r, dt, nr);
+        kn_rope_bwd(t->c, dt, r, Bq, Tq, H, D, ld, 10000.0f, 3);
+        kn_rope_bwd(t->c, KN_F32, rf, Bq, Tq, H, D, ld, 10000.0f, 3);
+        kn_convert(t->c, rwant, dt, rf, KN_F32, nr);
+        same_bits(t, "rope bwd in dt", dt, r, rwant, nr * res);
+        kn_convert(t->c, rf, KN_F32, r, dt, nr);
+        kn_rope_freq_bwd(t->c, dt, r, Bq, Tq, H, D, ld, inv, 5);
+        kn_rope_freq_bwd(t->c, KN_F32, rf, Bq, Tq, H, D, ld, inv, 5);
+        kn_convert(t->c, rwant, dt, rf, KN_F32, nr);
+        same_bits(t, "rope_freq bwd in dt", dt, r, rwant, nr * res);
 
         /* attention, forward and backward, grouped heads, T not a multiple
          * of any tile, q / k / v as strided views */
