@@ -90,6 +90,19 @@ extern const kn_backend kn_cuda_emu_backend;
  * error (kn_fail, naming op) and returns 0. Both backends' check. */
 int kn_grad_dtype_ok(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, const char *op);
 
+/* AdamW, shared by both backends so that they compute one update: the
+ * per-update constants of torch 1.13's AdamW (bias corrections in double,
+ * then fp32) with the gradient's two factors (kn_adamw_hp.gscale), and a
+ * tensor's decay factor 1 - lr * wd. */
+typedef struct kn_adamw_k {
+    float b1, b2, omb1, omb2, step, bc2_sqrt, eps, gs0, gs1;
+} kn_adamw_k;
+kn_adamw_k kn_adamw_consts(const kn_adamw_hp *hp);
+float kn_adamw_decay(float lr, float wd);
+/* Whether every block's master type is one AdamW updates (fp32, or bf16
+ * split with its plo); otherwise records the error and returns 0. */
+int kn_adamw_blocks_ok(kn_ctx *c, const kn_adamw_block *b, int nb);
+
 /* kn_open with an explicit table: how tests open `cuda-emu` (as device
  * KN_CUDA), and what kn_open does after choosing the table. */
 int kn_open_backend(kn_ctx **out, const kn_backend *be, kn_device dev, int device_index,

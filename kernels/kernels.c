@@ -7,6 +7,7 @@
  * header in front of a GPU block could not be read from the host. */
 #include "backend.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -295,6 +296,41 @@ int kn_grad_dtype_ok(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, const char *op)
     kn_fail(c, TY_EINVAL, "%s: gradients in %s for %s activations", op, kn_dtype_name(g_dt),
             kn_dtype_name(dt));
     return 0;
+}
+
+kn_adamw_k kn_adamw_consts(const kn_adamw_hp *hp)
+{
+    int64_t t = hp->t < 1 ? 1 : hp->t;
+    double bc1 = 1.0 - pow((double)hp->b1, (double)t);
+    double bc2 = 1.0 - pow((double)hp->b2, (double)t);
+    kn_adamw_k k = {hp->b1,
+                    hp->b2,
+                    (float)(1.0 - (double)hp->b1),
+                    (float)(1.0 - (double)hp->b2),
+                    (float)((double)hp->lr / bc1),
+                    (float)sqrt(bc2),
+                    hp->eps,
+                    hp->gscale[0],
+                    hp->gscale[1]};
+    return k;
+}
+
+float kn_adamw_decay(float lr, float wd)
+{
+    return (float)(1.0 - (double)lr * (double)wd);
+}
+
+int kn_adamw_blocks_ok(kn_ctx *c, const kn_adamw_block *b, int nb)
+{
+    for (int i = 0; i < nb; i++) {
+        kn_dtype pdt = b[i].pdt;
+        if (pdt != KN_F32 && (pdt != KN_BF16 || !b[i].plo)) {
+            kn_fail(c, TY_EINVAL, "adamw: parameters in %s%s", kn_dtype_name(pdt),
+                    pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
+            return 0;
+        }
+    }
+    return 1;
 }
 
 int kn_check(kn_ctx *c, ty_err *err)

@@ -296,12 +296,6 @@ void cpu_softcap(kn_ctx *c, float *x, size_t n, float cap)
     cpu_pool_for(c, cpu_threads_for(c, n), n, softcap_range, &j);
 }
 
-/* The per-update constants of torch 1.13's AdamW, and the gradient's two
- * factors (kn_adamw_hp.gscale). */
-typedef struct adamw_k {
-    float b1, b2, omb1, omb2, step, bc2_sqrt, eps, gs0, gs1;
-} adamw_k;
-
 /* As torch 1.13: p.mul_(1 - lr*wd); m.mul_(b1).add_(g, 1-b1);
  * v.mul_(b2).addcmul_(g, g, 1-b2); denom = v.sqrt() / sqrt(bc2) + eps;
  * p.addcdiv_(m, denom, -lr/bc1); g is read times gs0, then times gs1, the
@@ -309,7 +303,7 @@ typedef struct adamw_k {
  * element: the new p; m and v updated in place. Both loops below inline
  * it, so fp32 and split masters get the same arithmetic. */
 static inline __attribute__((always_inline)) float
-adamw_one(float p, float g, float *m, float *v, float decay, int do_decay, const adamw_k *k)
+adamw_one(float p, float g, float *m, float *v, float decay, int do_decay, const kn_adamw_k *k)
 {
     float gi = g * k->gs0 * k->gs1;
     float pi = do_decay ? p * decay : p;
@@ -322,9 +316,9 @@ adamw_one(float p, float g, float *m, float *v, float decay, int do_decay, const
 }
 
 CPU_HOT static void adamw_range(float *p, float *g, float *m, float *v, size_t n, float decay,
-                                int do_decay, int zero_grad, const adamw_k *k)
+                                int do_decay, int zero_grad, const kn_adamw_k *k)
 {
-    adamw_k kk = *k;
+    kn_adamw_k kk = *k;
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         p[i] = adamw_one(p[i], g[i], m + i, v + i, decay, do_decay, &kk);
@@ -337,9 +331,9 @@ CPU_HOT static void adamw_range(float *p, float *g, float *m, float *v, size_t n
  * without branches so that it vectorises (a NaN's split is a select). */
 CPU_HOT static void adamw_split_range(uint16_t *ph, uint16_t *pl, float *g, float *m, float *v,
                                       size_t n, float decay, int do_decay, int zero_grad,
-                                      const adamw_k *k)
+                                      const kn_adamw_k *k)
 {
-    adamw_k kk = *k;
+    kn_adamw_k kk = *k;
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         union {
@@ -359,10 +353,10 @@ CPU_HOT static void adamw_split_range(uint16_t *ph, uint16_t *pl, float *g, floa
 }
 
 /* Elements [i, j) of one block; zero_grad clears g as it is read. */
-static void adamw_piece(const kn_adamw_block *b, size_t i, size_t j, float lr, const adamw_k *k,
+static void adamw_piece(const kn_adamw_block *b, size_t i, size_t j, float lr, const kn_adamw_k *k,
                         int zero_grad)
 {
-    float decay = (float)(1.0 - (double)lr * (double)b->wd);
+    float decay = kn_adamw_decay(lr, b->wd);
     size_t n = j - i;
     if (b->pdt == KN_F32)
         adamw_range((float *)b->p + i, b->g + i, b->m + i, b->v + i, n, decay, b->wd != 0.0f,
@@ -372,44 +366,12 @@ static void adamw_piece(const kn_adamw_block *b, size_t i, size_t j, float lr, c
                           b->wd != 0.0f, zero_grad, k);
 }
 
-static int adamw_blocks_ok(kn_ctx *c, const kn_adamw_block *b, int nb, size_t *total)
-{
-    *total = 0;
-    for (int i = 0; i < nb; i++) {
-        kn_dtype pdt = b[i].pdt;
-        if (pdt != KN_F32 && (pdt != KN_BF16 || !b[i].plo)) {
-            kn_fail(c, TY_EINVAL, "adamw: parameters in %s%s", kn_dtype_name(pdt),
-                    pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
-            return 0;
-        }
-        *total += b[i].n;
-    }
-    return 1;
-}
-
-static adamw_k adamw_consts(const kn_adamw_hp *hp)
-{
-    int64_t t = hp->t < 1 ? 1 : hp->t;
-    double bc1 = 1.0 - pow((double)hp->b1, (double)t);
-    double bc2 = 1.0 - pow((double)hp->b2, (double)t);
-    adamw_k k = {hp->b1,
-                 hp->b2,
-                 (float)(1.0 - (double)hp->b1),
-                 (float)(1.0 - (double)hp->b2),
-                 (float)((double)hp->lr / bc1),
-                 (float)sqrt(bc2),
-                 hp->eps,
-                 hp->gscale[0],
-                 hp->gscale[1]};
-    return k;
-}
-
 typedef struct adamw_job {
     const kn_adamw_block *b;
     int nb;
     size_t total;
     const kn_adamw_hp *hp;
-    adamw_k k;
+    kn_adamw_k k;
 } adamw_job;
 
 static void adamw_job_run(int tid, int nt, void *arg)
@@ -429,9 +391,12 @@ static void adamw_job_run(int tid, int nt, void *arg)
  * updates the pieces of the blocks its share covers. */
 void cpu_adamw_blocks(kn_ctx *c, const kn_adamw_block *b, int nb, kn_adamw_hp hp)
 {
-    size_t total;
-    if (!adamw_blocks_ok(c, b, nb, &total) || !total) return;
-    adamw_job j = {b, nb, total, &hp, adamw_consts(&hp)};
+    size_t total = 0;
+    if (!kn_adamw_blocks_ok(c, b, nb)) return;
+    for (int i = 0; i < nb; i++)
+        total += b[i].n;
+    if (!total) return;
+    adamw_job j = {b, nb, total, &hp, kn_adamw_consts(&hp)};
     cpu_pool_run(c, cpu_threads_for(c, total), adamw_job_run, &j);
 }
 

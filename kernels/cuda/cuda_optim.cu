@@ -11,14 +11,7 @@
 #include "kn_cuda16.cuh"
 #include "kn_multi.cuh"
 
-#include <math.h>
-
 namespace KN_NS {
-
-/* The update's constants (torch 1.13's) and the gradient's two factors. */
-struct adamw_k {
-    float b1, b2, omb1, omb2, step, bc2_sqrt, eps, gs0, gs1;
-};
 
 /* One tensor of a launch: p is fp32, or the split master's hi with plo. */
 struct adamw_piece {
@@ -35,7 +28,7 @@ struct adamw_table {
     adamw_piece b[KN_MULTI_MAX];
 };
 
-__global__ void k_adamw(adamw_table t, adamw_k k, int zero_grad)
+__global__ void k_adamw(adamw_table t, kn_adamw_k k, int zero_grad)
 {
     kn_multi_for(
         t.ch, [&](int p) { return t.b[p].n; },
@@ -60,28 +53,13 @@ __global__ void k_adamw(adamw_table t, adamw_k k, int zero_grad)
         });
 }
 
-static adamw_k adamw_consts(const kn_adamw_hp *hp)
-{
-    int64_t t = hp->t < 1 ? 1 : hp->t;
-    double bc1 = 1.0 - pow((double)hp->b1, (double)t);
-    double bc2 = 1.0 - pow((double)hp->b2, (double)t);
-    adamw_k k = {hp->b1, hp->b2, (float)(1.0 - (double)hp->b1), (float)(1.0 - (double)hp->b2),
-                 (float)((double)hp->lr / bc1), (float)sqrt(bc2), hp->eps, hp->gscale[0],
-                 hp->gscale[1]};
-    return k;
-}
-
 /* Either master type reads and writes 16 bytes an element and writes 12
  * (p or hi + lo, m, v), 16 with the gradient cleared. */
 void cuda_adamw_blocks(kn_ctx *c, const kn_adamw_block *b, int nb, kn_adamw_hp hp)
 {
-    for (int i = 0; i < nb; i++)
-        if (b[i].pdt != KN_F32 && (b[i].pdt != KN_BF16 || !b[i].plo)) {
-            kn_fail(c, TY_EINVAL, "adamw: parameters in %s%s", kn_dtype_name(b[i].pdt),
-                    b[i].pdt == KN_BF16 ? " need their low halves (plo)" : " are not supported");
-            return;
-        }
-    adamw_k k = adamw_consts(&hp);
+    if (!kn_adamw_blocks_ok(c, b, nb))
+        return;
+    kn_adamw_k k = kn_adamw_consts(&hp);
     adamw_table t;
     kn_multi_launches(
         &t.ch, nb, [&](int i) { return b[i].n; },
@@ -92,7 +70,7 @@ void cuda_adamw_blocks(kn_ctx *c, const kn_adamw_block *b, int nb, kn_adamw_hp h
                       b[i].m,
                       b[i].v,
                       b[i].n,
-                      (float)(1.0 - (double)hp.lr * (double)b[i].wd),
+                      kn_adamw_decay(hp.lr, b[i].wd),
                       b[i].wd != 0.0f};
         },
         [&]([[maybe_unused]] size_t total) {

@@ -1816,6 +1816,31 @@ static void c_adamw_blocks(tc *t)
                 ty_failures++;
         free(fg), free(rg), free(hg[i]);
     }
+    /* A master type AdamW does not update refuses the whole list, naming
+     * it, before any block is touched. */
+    static const char *const refused[] = {"adamw: parameters in fp16 are not supported",
+                                          "adamw: parameters in bf16 need their low halves (plo)"};
+    size_t n0 = fused[0].n;
+    float *before = malloc(n0 * 4), *after = malloc(n0 * 4);
+    kn_sync(t->c);
+    kn_to_host(t->c, before, fused[0].p, n0 * 4);
+    for (int r = 0; r < 2; r++) {
+        kn_adamw_block two[2] = {fused[0], fused[2]};
+        two[1].pdt = r ? KN_BF16 : KN_F16;
+        two[1].plo = NULL;
+        kn_adamw_blocks(t->c, two, 2, hp);
+        ty_err e = {0};
+        if (!kn_check(t->c, &e) || !strstr(e.msg, refused[r]))
+            fprintf(stderr, "FAIL %s adamw_blocks: want \"%s\", got \"%s\"\n", t->dev, refused[r],
+                    e.msg),
+                ty_failures++;
+    }
+    kn_sync(t->c);
+    kn_to_host(t->c, after, fused[0].p, n0 * 4);
+    if (memcmp(before, after, n0 * 4))
+        fprintf(stderr, "FAIL %s adamw_blocks: a refused list updated a block\n", t->dev),
+            ty_failures++;
+    free(before), free(after);
 }
 
 /* kn_convert_spans is kn_convert span by span, bit for bit, and leaves
