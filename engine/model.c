@@ -345,6 +345,30 @@ static int grad16_only(const model *m, int wi)
     return m->dt != KN_F32 && !adapted(m) && !m->t[wi].q4;
 }
 
+/* Whether weight wi's backward GEMMs read their output gradient as
+ * grad_in's 16-bit copy (grad_for converts): a norm's backward that makes
+ * that gradient may then store the copy itself (kn_*norm_bwd's dx_dt, into
+ * g16), and grad_made hands it on with no conversion pass. */
+static int grad16_copy(const model *m, int wi)
+{
+    int q4 = m->t[wi].q4;
+    return m->dt != KN_F32 && (!q4 || base16(m, q4));
+}
+
+/* g16 when the gradient's 16-bit copy is to be stored there for weight
+ * wi's GEMMs (when), else NULL: a norm backward's dx_dt. */
+static void *copy16_for(model *m, int wi, int when)
+{
+    return when && grad16_copy(m, wi) ? m->g16 : NULL;
+}
+
+/* grad_for, or g16 where the op that made dout stored its copy there
+ * (copy16_for gave it g16 and nothing has written g16 since). */
+static const void *grad_made(model *m, int wi, const float *dout, size_t n, const void *copy)
+{
+    return copy ? copy : grad_for(m, wi, dout, n);
+}
+
 /* lin_bwd_g with dout converted here. */
 static void lin_bwd(model *m, int l, int s, int row0, float *dx, int fresh, const float *dout,
                     const void *x, int wi, int bi, int N, int K, int M)
@@ -1619,12 +1643,16 @@ static void backward_from_head(model *m, int B, int T)
     const void *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
     /* dres[N,C] = d(final norm input) */
     kn_zero(k, m->dres, NC);
+    /* dres16: g16 where the norm backward that made dres also stored its
+     * 16-bit copy for the next MLP projection's GEMMs (not with Gemma,
+     * whose post-feedforward norm reads dres first) */
+    void *dres16 = c->n_layer ? copy16_for(m, m->L[c->n_layer - 1].proj_w, !c->gemma) : NULL;
     if (gpt2)
-        kn_layernorm_bwd(k, dt, m->dres, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL, W(m, m->lnf_w),
-                         m->lnf_mean, m->lnf_rstd, N, C);
+        kn_layernorm_bwd(k, dt, m->dres, dres16, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL,
+                         W(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
     else
-        kn_rmsnorm_bwd(k, dt, m->dres, G(m, m->lnf_w), m->dln, xL, NWT(m->lnf_w, C), m->lnf_rstd, N,
-                       C);
+        kn_rmsnorm_bwd(k, dt, m->dres, dres16, G(m, m->lnf_w), m->dln, xL, NWT(m->lnf_w, C),
+                       m->lnf_rstd, N, C);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[m->lnf_w].off);
 
     for (int l = c->n_layer - 1; l >= 0; l--) {
@@ -1644,19 +1672,23 @@ static void backward_from_head(model *m, int B, int T)
          * derivative in the product's epilogue on a GPU). */
         int fg = gpt2 && fused_gelu(m, L);
         const float *dmo = m->dres;
+        void *mo16 = dres16;
         if (c->gemma) {
             /* through the post_feedforward norm: dln = d(mo) */
             kn_zero(k, m->dln, NC);
-            kn_rmsnorm_bwd(k, dt, m->dln, G(m, L->pfn_w), m->dres, a->mo, NWT(L->pfn_w, C),
+            mo16 = copy16_for(m, L->proj_w, 1);
+            kn_rmsnorm_bwd(k, dt, m->dln, mo16, G(m, L->pfn_w), m->dres, a->mo, NWT(L->pfn_w, C),
                            a->mo_rstd, N, C);
             dmo = m->dln;
         }
         /* d(mo) in dt once, for the proj's GEMMs and (fused) the dgelu's */
-        const void *gmo = grad_for(m, L->proj_w, dmo, NC);
+        const void *gmo = grad_made(m, L->proj_w, dmo, NC, mo16);
         lin_bwd_g(m, l, LS_PROJ, -1, fg ? NULL : m->dact, 1, dmo, gmo, a->act, L->proj_w, L->proj_b,
                   N, F, C);
         /* dact is read as dt holds it by the activation's backward; dln =
-         * d(ln2) is written by the first of the fc's (and up's) products */
+         * d(ln2) is written by the first of the fc's (and up's) products;
+         * ln2's backward, making d(res2), stores its copy for Wo's GEMMs */
+        void *ao16 = copy16_for(m, L->o_w, !c->gemma);
         if (gpt2) {
             gemms(m, dt != KN_F32, fg);
             if (fg) {
@@ -1672,7 +1704,7 @@ static void backward_from_head(model *m, int B, int T)
                 RG(m->dfc, NF, L->fc_w);
                 lin_bwd(m, l, LS_FC, -1, m->dln, 1, m->dfc, a->ln2, L->fc_w, L->fc_b, N, C, F);
             }
-            kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
+            kn_layernorm_bwd(k, dt, m->dres, ao16, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
                              W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {
             /* dfc, dup written; in a 16-bit step whose gate and up
@@ -1702,7 +1734,7 @@ static void backward_from_head(model *m, int B, int T)
                     lin_bwd(m, l, LS_UP, -1, m->dln, 0, m->dup, a->ln2, L->up_w, -1, N, C, F);
                 }
             }
-            kn_rmsnorm_bwd(k, dt, m->dres, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
+            kn_rmsnorm_bwd(k, dt, m->dres, ao16, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
                            a->ln2_rstd, N, C);
         }
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
@@ -1710,12 +1742,14 @@ static void backward_from_head(model *m, int B, int T)
         if (c->gemma) {
             /* through the post_attention norm: dln = d(ao) */
             kn_zero(k, m->dln, NC);
-            kn_rmsnorm_bwd(k, dt, m->dln, G(m, L->pan_w), m->dres, a->ao, NWT(L->pan_w, C),
+            ao16 = copy16_for(m, L->o_w, 1);
+            kn_rmsnorm_bwd(k, dt, m->dln, ao16, G(m, L->pan_w), m->dres, a->ao, NWT(L->pan_w, C),
                            a->ao_rstd, N, C);
             dao = m->dln;
         }
         /* datty is read by the attention backward alone, rounded as it reads it */
-        lin_bwd(m, l, LS_O, -1, m->datty, 1, dao, a->atty, L->o_w, L->o_b, N, QD, C);
+        lin_bwd_g(m, l, LS_O, -1, m->datty, 1, dao, grad_made(m, L->o_w, dao, NC, ao16), a->atty,
+                  L->o_w, L->o_b, N, QD, C);
         /* dln = d(ln1): the first of the qkv products writes it */
         if (gpt2) {
             /* dq, dk, dv written whole (the three thirds of each row); in
@@ -1736,7 +1770,8 @@ static void backward_from_head(model *m, int B, int T)
                 lin_bwd(m, l, LS_ATTN, -1, m->dln, 1, m->dq, a->ln1, L->attn_w, L->attn_b, N, C,
                         3 * C);
             }
-            kn_layernorm_bwd(k, dt, m->dres, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
+            dres16 = l ? copy16_for(m, m->L[l - 1].proj_w, 1) : NULL;
+            kn_layernorm_bwd(k, dt, m->dres, dres16, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
                              W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
         } else {
             /* dq, dk, dv; in a 16-bit step where only the q, k, v products
@@ -1779,10 +1814,10 @@ static void backward_from_head(model *m, int B, int T)
                     /* through Qwen3's per-head norms: dqr, dkr; dW of q_norm, k_norm */
                     kn_zero(k, m->dqr, (size_t)N * QD);
                     kn_zero(k, m->dkr, (size_t)N * KD);
-                    kn_rmsnorm_bwd(k, dt, m->dqr, G(m, L->qn_w), m->dq, a->qr, NWT(L->qn_w, D),
-                                   a->qn_rstd, N * Hq, D);
-                    kn_rmsnorm_bwd(k, dt, m->dkr, G(m, L->kn_w), m->dk, a->kr, NWT(L->kn_w, D),
-                                   a->kn_rstd, N * Hkv, D);
+                    kn_rmsnorm_bwd(k, dt, m->dqr, NULL, G(m, L->qn_w), m->dq, a->qr,
+                                   NWT(L->qn_w, D), a->qn_rstd, N * Hq, D);
+                    kn_rmsnorm_bwd(k, dt, m->dkr, NULL, G(m, L->kn_w), m->dk, a->kr,
+                                   NWT(L->kn_w, D), a->kn_rstd, N * Hkv, D);
                     dqo = m->dqr;
                     dko = m->dkr;
                 }
@@ -1797,8 +1832,9 @@ static void backward_from_head(model *m, int B, int T)
                     lin_bwd(m, l, LS_V, -1, m->dln, 0, m->dv, a->ln1, L->v_w, L->v_b, N, C, KD);
                 }
             }
-            kn_rmsnorm_bwd(k, dt, m->dres, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C), a->ln1_rstd,
-                           N, C);
+            dres16 = l ? copy16_for(m, m->L[l - 1].proj_w, !c->gemma) : NULL;
+            kn_rmsnorm_bwd(k, dt, m->dres, dres16, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C),
+                           a->ln1_rstd, N, C);
         }
         /* dres now holds d(x), the previous layer's res3 */
         if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[layer_first(m, l)].off);

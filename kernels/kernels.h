@@ -234,7 +234,10 @@ KN_OPS(KN_PROTO)
  *   The backwards accumulate: dx += (any may be NULL), dw +=, db +=. With
  *   a 16-bit dt (x's type) they read dout as dt rounds it and store dx
  *   rounded to dt after its add: the values a 16-bit gradient tensor
- *   holds, with no separate kn_round pass before or after.
+ *   holds, with no separate kn_round pass before or after. dx_dt (NULL,
+ *   or [N,C] of type dt, needs dx) is written with dx as stored: the
+ *   exact 16-bit copy a linear layer's backward GEMMs read next, made
+ *   without a conversion pass over dx.
  *
  * kn_add_layernorm_fwd: the residual add and the norm that reads it, in
  *   one op: res[N,C] = a + b (kn_add: fp32 sum stored in dt, rounded once),

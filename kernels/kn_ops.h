@@ -59,14 +59,14 @@
     X(void, layernorm_fwd, (kn_ctx *c, kn_dtype dt, void *out, float *mean, float *rstd,           \
       const void *x, const float *w, const float *b, int N, int C, float eps),                     \
       (c, dt, out, mean, rstd, x, w, b, N, C, eps))                                                    \
-    X(void, layernorm_bwd, (kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db,               \
+    X(void, layernorm_bwd, (kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw, float *db, \
       const float *dout, const void *x, const float *w, const float *mean, const float *rstd,      \
-      int N, int C), (c, dt, dx, dw, db, dout, x, w, mean, rstd, N, C))                                               \
+      int N, int C), (c, dt, dx, dx_dt, dw, db, dout, x, w, mean, rstd, N, C))                                               \
     X(void, rmsnorm_fwd, (kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x,           \
       const float *w, int N, int C, float eps), (c, dt, out, rstd, x, w, N, C, eps))                                   \
-    X(void, rmsnorm_bwd, (kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *dout,         \
-      const void *x, const float *w, const float *rstd, int N, int C),                             \
-      (c, dt, dx, dw, dout, x, w, rstd, N, C))       \
+    X(void, rmsnorm_bwd, (kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw,              \
+      const float *dout, const void *x, const float *w, const float *rstd, int N, int C),          \
+      (c, dt, dx, dx_dt, dw, dout, x, w, rstd, N, C))       \
     X(void, add_layernorm_fwd, (kn_ctx *c, kn_dtype dt, void *res, void *out, float *mean,       \
       float *rstd, const void *a, const void *b, const float *w, const float *bias, int N, int C,  \
       float eps), (c, dt, res, out, mean, rstd, a, b, w, bias, N, C, eps))                         \

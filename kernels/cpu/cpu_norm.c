@@ -11,7 +11,8 @@
  * failure is a kn_fail) and run through the fp32 code; out is rounded once
  * when stored. Statistics, weights and gradients are fp32; with a 16-bit
  * dtype the backward reads dout rounded to it (into the second row) and
- * stores dx rounded to it, the values a 16-bit gradient holds. */
+ * stores dx rounded to it, the values a 16-bit gradient holds (and, asked
+ * for, the same row again in dt: dx_dt). */
 #include "cpu.h"
 
 #include <math.h>
@@ -23,6 +24,7 @@ typedef struct norm_job {
     kn_dtype dt;
     void *out;
     float *mean, *rstd, *dx, *dw, *db;
+    void *dx_dt; /* the backward's copy of dx in dt, or NULL */
     const void *x;
     const float *w, *b, *dout, *cmean, *crstd;
     int N, C;
@@ -188,6 +190,9 @@ static void norm_bwd_job(int tid, int nt, void *arg)
             j->dx_row(j, cpu_grad_in(buf ? buf + C : NULL, j->dout, dt, n * C, (size_t)C),
                       cpu_in(buf, j->x, dt, n * C, (size_t)C), d, n);
             cpu_round_n(d, (size_t)C, dt);
+            if (j->dx_dt)
+                cpu_convert_n((char *)j->dx_dt + n * C * kn_dtype_size(dt), dt, d, KN_F32,
+                              (size_t)C);
         }
     }
     if (!failed && (j->dw || j->db)) {
@@ -199,12 +204,13 @@ static void norm_bwd_job(int tid, int nt, void *arg)
     if (failed) atomic_store(&j->failed, 1);
 }
 
-void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, float *db, const float *dout,
-                       const void *x, const float *w, const float *mean, const float *rstd, int N,
-                       int C)
+void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw, float *db,
+                       const float *dout, const void *x, const float *w, const float *mean,
+                       const float *rstd, int N, int C)
 {
     norm_job j = {.dt = dt,
                   .dx = dx,
+                  .dx_dt = dx ? dx_dt : NULL,
                   .dw = dw,
                   .db = db,
                   .dout = dout,
@@ -278,11 +284,12 @@ static void rms_dw_cols(const norm_job *j, float *buf, int lo, int hi)
     }
 }
 
-void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const float *dout, const void *x,
-                     const float *w, const float *rstd, int N, int C)
+void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw, const float *dout,
+                     const void *x, const float *w, const float *rstd, int N, int C)
 {
     norm_job j = {.dt = dt,
                   .dx = dx,
+                  .dx_dt = dx ? dx_dt : NULL,
                   .dw = dw,
                   .dout = dout,
                   .x = x,

@@ -25,12 +25,16 @@
 
 #include "tyassert.h"
 
-namespace {
+namespace
+{
 
 const double REL = 0.01;
 const uint64_t ABS = 4096;
 
-uint64_t absdiff(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+uint64_t absdiff(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : b - a;
+}
 
 /* Whether a record's declaration holds (why not in `why`). */
 bool rec_ok(const emu_count_rec &r, char *why, size_t n)
@@ -70,7 +74,8 @@ void check(const char *family, const char *want)
         bool ok = rec_ok(r, why, sizeof why);
         printf("%-14s %-44.44s read %10llu / %10llu write %10llu / %10llu%s\n", family, r.name,
                (unsigned long long)r.decl_rd, (unsigned long long)r.seen_rd,
-               (unsigned long long)r.decl_wr, (unsigned long long)r.seen_wr, ok ? "" : "  MISMATCH");
+               (unsigned long long)r.decl_wr, (unsigned long long)r.seen_wr,
+               ok ? "" : "  MISMATCH");
         CHECK(ok, "%s: %s: %s", family, r.name, why);
     }
     char list[256];
@@ -99,13 +104,11 @@ void probe(kn_ctx *c)
     take();
     uint64_t rd[3] = {4 * n, 2 * n, 0};
     for (int k = 0; k < 3; k++) {
-        if (k < 2)
-            emu_declare("k_probe", rd[k], 4 * n, 0);
+        if (k < 2) emu_declare("k_probe", rd[k], 4 * n, 0);
         KN_EMU_LAUNCH(k_probe, 4, 256, 0, nullptr, x, n);
         std::vector<emu_count_rec> rs = take();
         CHECK(rs.size() == 1, "probe: %zu records for one launch", rs.size());
-        if (rs.size() != 1)
-            continue;
+        if (rs.size() != 1) continue;
         char why[256];
         bool ok = rec_ok(rs[0], why, sizeof why);
         CHECK(ok == (k == 0), "probe %d: %s", k, ok ? "a wrong declaration passed" : why);
@@ -194,9 +197,9 @@ void norms(kn_ctx *c)
           *dw = (float *)b.f32(C), *db = (float *)b.f32(C);
     take();
     kn_layernorm_fwd(c, KN_BF16, o, mean, rstd, x, w, bias, N, C, 1e-5f);
-    kn_layernorm_bwd(c, KN_BF16, dx, dw, db, dout, x, w, mean, rstd, N, C);
+    kn_layernorm_bwd(c, KN_BF16, dx, NULL, dw, db, dout, x, w, mean, rstd, N, C);
     kn_rmsnorm_fwd(c, KN_BF16, o, rstd, x, w, N, C, 1e-5f);
-    kn_rmsnorm_bwd(c, KN_BF16, dx, dw, dout, x, w, rstd, N, C);
+    kn_rmsnorm_bwd(c, KN_BF16, dx, o, dw, dout, x, w, rstd, N, C); /* dx_dt too */
     kn_add_rmsnorm_fwd(c, KN_BF16, res, o, rstd, x, a, w, N, C, 1e-5f);
     kn_add_layernorm_fwd(c, KN_BF16, res, o, mean, rstd, x, a, w, bias, N, C, 1e-5f);
     check("norm", "k_layernorm_fwd,k_norm_bwd_dx,k_norm_bwd_dw,k_colsum_final,k_rmsnorm_fwd,"
@@ -235,9 +238,10 @@ void attention(kn_ctx *c)
     take();
     kn_rope_fwd(c, KN_BF16, q, B, T, Hq, D, Hq * D, 10000.0f, 0);
     check("rope", "k_rope");
-    kn_attention_fwd(c, KN_BF16, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D, 0.0f, 0.0f, 0);
-    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D,
-                     Hkv * D, 0.0f, 0.0f, 0);
+    kn_attention_fwd(c, KN_BF16, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D, 0.0f, 0.0f,
+                     0);
+    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D,
+                     Hq * D, Hkv * D, 0.0f, 0.0f, 0);
     std::vector<emu_count_rec> rs = take();
     /* bf16 at head dim 64 runs on the tensor-core kernels: their FLOPs are
      * counted on the mma path as the emulated wmma products run them, at
@@ -275,8 +279,8 @@ void attention(kn_ctx *c)
     kn_to_host(c, g1.data(), dk, nkv * 4);
     kn_round(c, dout, nq, KN_BF16);
     take();
-    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D,
-                     Hkv * D, 0.0f, 0.0f, 0);
+    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D,
+                     Hq * D, Hkv * D, 0.0f, 0.0f, 0);
     rs = take();
     kn_to_host(c, g2.data(), dk, nkv * 4);
     CHECK(!memcmp(g1.data(), g2.data(), nkv * 4), "attention: dO rounded first changed dk");
@@ -317,10 +321,9 @@ void optimizer_misc(kn_ctx *c)
     kn_adamw_block many[40];
     for (int i = 0; i < 40; i++) {
         size_t o = (size_t)i * slot;
-        many[i] = i % 2 ? kn_adamw_block{p3 + o, nullptr, g3 + o, m3 + o, v3 + o, part, 0.1f,
-                                         KN_F32}
-                        : kn_adamw_block{hi3 + o, lo3 + o, g3 + o, m3 + o, v3 + o, part, 0.0f,
-                                         KN_BF16};
+        many[i] =
+            i % 2 ? kn_adamw_block{p3 + o, nullptr, g3 + o, m3 + o, v3 + o, part, 0.1f, KN_F32}
+                  : kn_adamw_block{hi3 + o, lo3 + o, g3 + o, m3 + o, v3 + o, part, 0.0f, KN_BF16};
     }
     kn_adamw_blocks(c, many, 40, hp);
     check("optimizer blocks", "k_adamw");
@@ -345,8 +348,7 @@ void lt_flops(const char *what, int path, uint64_t want)
         printf("%-14s %-44.44s read %10llu / %10llu write %10llu / %10llu\n", what, r.name,
                (unsigned long long)r.decl_rd, (unsigned long long)r.seen_rd,
                (unsigned long long)r.decl_wr, (unsigned long long)r.seen_wr);
-        if (strncmp(r.name, "cublasLtMatmul", 14))
-            continue;
+        if (strncmp(r.name, "cublasLtMatmul", 14)) continue;
         for (int p = 0; p < EMU_PATHS; p++)
             (p == path ? got : other) += r.flops[p];
     }
@@ -408,8 +410,9 @@ void paths(void)
              {CUBLAS_COMPUTE_32F_FAST_16BF, CUDA_R_32F, EMU_PATH_TC16},
              {CUBLAS_COMPUTE_32F_FAST_16F, CUDA_R_32F, EMU_PATH_TC16}};
     for (auto &e : t)
-        CHECK(emu_lt_path(e.ct, e.ab) == e.path, "compute type %d, A/B type %d: path %d, expected %d",
-              e.ct, e.ab, emu_lt_path(e.ct, e.ab), e.path);
+        CHECK(emu_lt_path(e.ct, e.ab) == e.path,
+              "compute type %d, A/B type %d: path %d, expected %d", e.ct, e.ab,
+              emu_lt_path(e.ct, e.ab), e.path);
 }
 
 } // namespace
@@ -424,8 +427,7 @@ int main(int argc, char **argv)
     kn_ctx *c = nullptr;
     ty_err err = {};
     CHECK(kn_open_backend(&c, &kn_cuda_emu_backend, KN_CUDA, 0, 1, &err) == 0, "open: %s", err.msg);
-    if (!c)
-        return 1;
+    if (!c) return 1;
     probe(c);
     elementwise(c);
     norms(c);

@@ -1063,8 +1063,13 @@ static void c_typed(tc *t)
         /* a 16-bit backward reads dout as dt holds it and stores dx rounded */
         float *dr = dput(t, hd, rc * 4);
         kn_round(t->c, dr, rc, dt);
-        kn_layernorm_bwd(t->c, dt, gx, gw, gb, dout, x, w, mu32, rs32, R, W);
-        kn_layernorm_bwd(t->c, KN_F32, gx32, gw32, gb32, dr, xf, w, mu32, rs32, R, W);
+        /* dx_dt: dx as stored, again in dt (bit for bit kn_convert's) */
+        size_t nes = kn_dtype_size(dt);
+        void *gxt = typed_out(t, dt, rc), *gxw = dput(t, NULL, rc * nes);
+        kn_layernorm_bwd(t->c, dt, gx, gxt, gw, gb, dout, x, w, mu32, rs32, R, W);
+        kn_convert(t->c, gxw, dt, gx, KN_F32, rc);
+        same_bits(t, "layernorm dx_dt", dt, gxt, gxw, rc * nes);
+        kn_layernorm_bwd(t->c, KN_F32, gx32, NULL, gw32, gb32, dr, xf, w, mu32, rs32, R, W);
         kn_round(t->c, gx32, rc, dt);
         same(t, KN_F32, "layernorm dx (+=)", gx, gx32, rc, KN_F32);
         same(t, KN_F32, "layernorm dw (+=)", gw, gw32, W, KN_F32);
@@ -1073,8 +1078,11 @@ static void c_typed(tc *t)
         kn_rmsnorm_fwd(t->c, KN_F32, y32, rs32, xf, w, R, W, 1e-6f);
         same(t, dt, "rmsnorm out", y, y32, rc, dt);
         same(t, KN_F32, "rmsnorm rstd", rs, rs32, R, KN_F32);
-        kn_rmsnorm_bwd(t->c, dt, gx, gw, dout, x, w, rs32, R, W);
-        kn_rmsnorm_bwd(t->c, KN_F32, gx32, gw32, dr, xf, w, rs32, R, W);
+        gxt = typed_out(t, dt, rc);
+        kn_rmsnorm_bwd(t->c, dt, gx, gxt, gw, dout, x, w, rs32, R, W);
+        kn_convert(t->c, gxw, dt, gx, KN_F32, rc);
+        same_bits(t, "rmsnorm dx_dt", dt, gxt, gxw, rc * nes);
+        kn_rmsnorm_bwd(t->c, KN_F32, gx32, NULL, gw32, dr, xf, w, rs32, R, W);
         kn_round(t->c, gx32, rc, dt);
         same(t, KN_F32, "rmsnorm dx (+=)", gx, gx32, rc, KN_F32);
         same(t, KN_F32, "rmsnorm dw (+=)", gw, gw32, W, KN_F32);
@@ -1310,9 +1318,10 @@ static void grads_norm(tc *t, int N, int C)
         const void *xt = dt == KN_F32 ? (const void *)x : x16;
         float *gw = dput(t, hw, C * 4), *gb = dput(t, hb, C * 4), *gr = dput(t, hw, C * 4),
               *gb2 = dput(t, hb, C * 4);
-        kn_layernorm_bwd(t->c, (kn_dtype)dt, NULL, gw, gb, dout, xt, wgt, mean, rstd, N, C);
-        kn_rmsnorm_bwd(t->c, (kn_dtype)dt, NULL, gr, dout, xt, wgt, rstd, N, C);
-        kn_layernorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, gb2, dout, xt, wgt, mean, rstd, N, C);
+        kn_layernorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, gw, gb, dout, xt, wgt, mean, rstd, N, C);
+        kn_rmsnorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, gr, dout, xt, wgt, rstd, N, C);
+        kn_layernorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, NULL, gb2, dout, xt, wgt, mean, rstd, N,
+                         C);
         exact(t, "layernorm dw", N, gw, wl, C);
         exact(t, "layernorm db", N, gb, wb, C);
         exact(t, "rmsnorm dw", N, gr, wr, C);
@@ -1359,7 +1368,8 @@ static void grads_twice(tc *t, int N, int C)
             g[r][k] = dput(t, hg, C * 4);
         g[r][3] = dput(t, hg, (size_t)V * C * 4);
         kn_matmul_bwd(t->c, NULL, NULL, g[r][0], dout, x, wgt, N, 1, C);
-        kn_layernorm_bwd(t->c, KN_F32, NULL, g[r][1], g[r][2], dout, x, wgt, mean, rstd, N, C);
+        kn_layernorm_bwd(t->c, KN_F32, NULL, NULL, g[r][1], g[r][2], dout, x, wgt, mean, rstd, N,
+                         C);
         kn_embedding_bwd(t->c, g[r][3], di, dout, N, C);
     }
     twice(t, "dbias", N, g[0][0], g[1][0], C);
@@ -1670,14 +1680,19 @@ static void vec_norm(tc *t, kn_dtype dt, int ln, int R, int C)
     if (ln) same_bits(t, "norm mean offset", dt, mu, mus, R * 4);
     float *dout = dput(t, hd, rc * 4), *dx = dput(t, hdx, rc * 4);
     float *douts = dshift(t, dout, rc * 4, 4), *dxs = dshift(t, dx, rc * 4, 4);
+    void *dxt = typed_out(t, dt, rc), *dxts = dshift(t, typed_out(t, dt, rc), nb, es),
+         *dxw = dput(t, NULL, nb);
     if (ln) {
-        kn_layernorm_bwd(t->c, dt, dx, NULL, NULL, dout, x, w, mu, rs, R, C);
-        kn_layernorm_bwd(t->c, dt, dxs, NULL, NULL, douts, xs, ws, mu, rs, R, C);
+        kn_layernorm_bwd(t->c, dt, dx, dxt, NULL, NULL, dout, x, w, mu, rs, R, C);
+        kn_layernorm_bwd(t->c, dt, dxs, dxts, NULL, NULL, douts, xs, ws, mu, rs, R, C);
     } else {
-        kn_rmsnorm_bwd(t->c, dt, dx, NULL, dout, x, w, rs, R, C);
-        kn_rmsnorm_bwd(t->c, dt, dxs, NULL, douts, xs, ws, rs, R, C);
+        kn_rmsnorm_bwd(t->c, dt, dx, dxt, NULL, dout, x, w, rs, R, C);
+        kn_rmsnorm_bwd(t->c, dt, dxs, dxts, NULL, douts, xs, ws, rs, R, C);
     }
     same_bits(t, ln ? "layernorm dx offset" : "rmsnorm dx offset", dt, dx, dxs, rc * 4);
+    kn_convert(t->c, dxw, dt, dx, KN_F32, rc); /* dx_dt: dx as stored, in dt */
+    same_bits(t, "norm dx_dt (packed)", dt, dxt, dxw, nb);
+    same_bits(t, "norm dx_dt offset", dt, dxts, dxw, nb);
     float *hx = hget(t, xf, rc), *hmu = ln ? hget(t, mu, R) : NULL, *hrs = hget(t, rs, R);
     double *wmu = dvec(R), *wrs = dvec(R), *wy = dvec(rc), *wdx = dvec(rc);
     norm_stats(hx, R, C, ln ? wmu : NULL, wrs, ln ? 1e-5 : 1e-6);
