@@ -1,4 +1,5 @@
-/* safetensors.c — mmap reader with full header validation, and an fp32 writer.
+/* safetensors.c — mmap reader with full header validation (the writer is
+ * st_write.c).
  *
  * Validation happens once in st_open; afterwards every tensor's span is known
  * to lie inside the mapping, so conversions need no further checks. Spans are
@@ -350,122 +351,6 @@ int st_read_as(const st_tensor *t, uint64_t e0, uint64_t n, st_dtype want, void 
         }
     }
     return 0;
-}
-
-/* fp32 to bf16 / fp16, round-to-nearest-even (what torch's .to() does);
- * NaN stays NaN, fp16 overflows to inf. */
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static uint16_t f32_to_f16(float f)
-{
-    _Float16 h = (_Float16)f;
-    uint16_t u;
-    memcpy(&u, &h, 2);
-    return u;
-}
-
-int st_write(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill,
-             void *ctx, ty_err *err)
-{
-    return st_write_as(path, tensors, n, metadata, fill, ctx, ST_F32, err);
-}
-
-/* The writer of st_write_as (whole tensors from fill) and st_write_ranges
- * (pieces from fill_range): one of the two is set. */
-static int write_tensors(const char *path, const st_out *tensors, int n, json_t *metadata,
-                         st_fill_fn fill, st_fill_range_fn fill_range, void *ctx, st_dtype dtype,
-                         ty_err *err)
-{
-    if (dtype != ST_F32 && dtype != ST_BF16 && dtype != ST_F16)
-        return ty_err_set(err, TY_EINVAL, "%s: cannot write dtype %s", path, st_dtype_name(dtype));
-    size_t es = dtype == ST_F32 ? 4 : 2;
-    json_t *hdr = json_object();
-    if (metadata) json_object_set(hdr, "__metadata__", metadata);
-    uint64_t off = 0, max_numel = 0;
-    for (int i = 0; i < n; i++) {
-        const st_out *t = &tensors[i];
-        uint64_t numel = 1;
-        json_t *shape = json_array();
-        for (int d = 0; d < t->ndim; d++) {
-            numel *= (uint64_t)t->shape[d];
-            json_array_append_new(shape, json_integer(t->shape[d]));
-        }
-        if (numel > max_numel) max_numel = numel;
-        json_t *e = json_object();
-        json_object_set_new(e, "dtype", json_string(st_dtype_name(dtype)));
-        json_object_set_new(e, "shape", shape);
-        json_object_set_new(e, "data_offsets",
-                            json_pack("[II]", (json_int_t)off, (json_int_t)(off + numel * es)));
-        json_object_set_new(hdr, t->name, e);
-        off += numel * es;
-    }
-    char *text = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(hdr);
-    if (!text) return ty_err_set(err, TY_ENOMEM, "safetensors header for %s", path);
-    size_t tlen = strlen(text);
-    size_t hlen = (tlen + 7) & ~(size_t)7; /* 8 + hlen stays a multiple of 8 */
-
-    int rc = 0;
-    uint64_t piece = fill_range && max_numel > ST_WRITE_PIECE ? ST_WRITE_PIECE : max_numel;
-    float *buf = malloc((piece ? piece : 1) * sizeof(float));
-    FILE *fp = fopen(path, "wb");
-    if (!fp || !buf) {
-        rc = ty_err_set(err, TY_EIO, "%s: %s", path, fp ? "out of memory" : strerror(errno));
-        goto out;
-    }
-    unsigned char le[8];
-    for (int i = 0; i < 8; i++)
-        le[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    int ok = fwrite(le, 1, 8, fp) == 8 && fwrite(text, 1, tlen, fp) == tlen;
-    for (size_t i = tlen; ok && i < hlen; i++)
-        ok = fputc(' ', fp) != EOF;
-    for (int i = 0; ok && i < n; i++) {
-        uint64_t numel = 1;
-        for (int d = 0; d < tensors[i].ndim; d++)
-            numel *= (uint64_t)tensors[i].shape[d];
-        /* whole (fill) or piece after piece (fill_range); a tensor of no
-         * elements still gets its fill call */
-        for (uint64_t off = 0; ok && !rc && (off < numel || off == 0); off += piece) {
-            size_t k = fill_range ? (size_t)(numel - off < piece ? numel - off : piece) : numel;
-            rc = fill_range ? fill_range(ctx, i, off, k, buf, err) : fill(ctx, i, buf, err);
-            if (rc) break;
-            if (dtype != ST_F32) { /* narrowed in place: element j's 2 bytes never pass its 4 */
-                uint16_t *h = (uint16_t *)buf;
-                for (size_t j = 0; j < k; j++)
-                    h[j] = dtype == ST_BF16 ? f32_to_bf16(buf[j]) : f32_to_f16(buf[j]);
-            }
-            ok = fwrite(buf, es, k, fp) == k;
-            if (!fill_range || !piece) break;
-        }
-        if (rc) break;
-    }
-    if (!rc && (!ok || fflush(fp) != 0 || fsync(fileno(fp)) != 0))
-        rc = ty_err_set(err, TY_EIO, "writing %s: %s", path, strerror(errno));
-out:
-    if (fp && fclose(fp) != 0 && !rc)
-        rc = ty_err_set(err, TY_EIO, "closing %s: %s", path, strerror(errno));
-    free(buf);
-    free(text);
-    return rc;
-}
-
-int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill,
-                void *ctx, st_dtype dtype, ty_err *err)
-{
-    return write_tensors(path, tensors, n, metadata, fill, NULL, ctx, dtype, err);
-}
-
-int st_write_ranges(const char *path, const st_out *tensors, int n, json_t *metadata,
-                    st_fill_range_fn fill, void *ctx, st_dtype dtype, ty_err *err)
-{
-    return write_tensors(path, tensors, n, metadata, NULL, fill, ctx, dtype, err);
 }
 
 const char *st_foreign_quant(const char *name)

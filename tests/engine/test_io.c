@@ -494,12 +494,50 @@ static void test_keep_best(void)
     }
 }
 
+/* A fill that counts its calls and fails at piece fail_at (-1: never). */
+static int fills, fail_at;
+static int fill_range_count(void *ctx, int i, uint64_t off, size_t n, float *buf, ty_err *err)
+{
+    (void)ctx;
+    (void)i;
+    (void)off;
+    if (fills++ == fail_at)
+        return ty_err_set(err, TY_EINTERNAL, "fill failed at piece %d", fail_at);
+    memset(buf, 0, n * sizeof *buf);
+    return 0;
+}
+
+/* The pieces' writer thread stops at the first failure and says which:
+ * a full device (/dev/full) is an I/O error naming it, and the fill is
+ * not asked for the rest of a 20-piece tensor; a fill's own error comes
+ * back as it was, from the middle of the ring. */
+static void test_safetensors_write_errors(void)
+{
+    st_out big = {"big", 2, {20, (int64_t)ST_WRITE_PIECE}};
+    ty_err err = {0};
+    fills = 0;
+    fail_at = -1;
+    int rc = st_write_ranges("/dev/full", &big, 1, NULL, fill_range_count, NULL, ST_BF16, &err);
+    CHECK(rc == TY_EIO && strstr(err.msg, "No space left"), "rc %d: %s", rc, err.msg);
+    CHECK(fills < 20, "%d of 20 pieces filled after the device was full", fills);
+    char path[512];
+    path_in(path, sizeof path, "fill-fails.safetensors");
+    memset(&err, 0, sizeof err);
+    fills = 0;
+    fail_at = 5;
+    rc = st_write_ranges(path, &big, 1, NULL, fill_range_count, NULL, ST_F32, &err);
+    CHECK(rc == TY_EINTERNAL && strstr(err.msg, "fill failed at piece 5"), "rc %d: %s", rc,
+          err.msg);
+    CHECK(fills == 6, "%d fills", fills);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ty-engine-io-XXXXXX");
     if (!mkdtemp(tmpdir)) return 2;
     test_safetensors_roundtrip();
     test_safetensors_ranges();
+    test_safetensors_write_errors();
     test_half_conversions();
     test_safetensors_bad();
     test_config();
