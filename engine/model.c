@@ -996,6 +996,17 @@ static int save_fill(void *vctx, int i, uint64_t off, size_t n, float *out, ty_e
     return 0;
 }
 
+/* The writer's piece buffers: kn_host_alloc's (page-locked on a GPU, so
+ * save_copy's copies out of the device into them are direct). */
+static void *host_buf(void *kn, size_t bytes)
+{
+    return kn_host_alloc(kn, bytes);
+}
+static void host_buf_free(void *kn, void *p)
+{
+    kn_host_free(kn, p);
+}
+
 static int save_tensors(model *m, const char *path, const float *b0, const float *b1,
                         const char *s0, const char *s1, st_dtype dtype, ty_err *err)
 {
@@ -1025,7 +1036,8 @@ static int save_tensors(model *m, const char *path, const float *b0, const float
         outs[i].shape[1] = t->conv1d ? t->shape[0] : t->shape[1];
     }
     json_t *meta = json_pack("{s:s}", "format", "pt");
-    rc = st_write_ranges(path, outs, n, meta, save_fill, &sc, dtype, err);
+    st_bufs pinned = {host_buf, host_buf_free, m->kn};
+    rc = st_write_ranges_in(path, outs, n, meta, save_fill, &sc, dtype, &pinned, err);
     json_decref(meta);
 out:
     free(outs);

@@ -108,6 +108,21 @@ typedef int (*st_fill_range_fn)(void *ctx, int i, uint64_t off, size_t n, float 
 int st_write_ranges(const char *path, const st_out *tensors, int n, json_t *metadata,
                     st_fill_range_fn fill, void *ctx, st_dtype dtype, ty_err *err);
 
+/* Where st_write_ranges_in takes its piece buffers (st_write.c holds a
+ * few): page-locked host memory from a device context, so the fill's
+ * copies out of the device run at the link's speed. alloc returns bytes
+ * of memory or NULL (malloc's then serve), release frees what it gave. */
+typedef struct st_bufs {
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*release)(void *ctx, void *p);
+    void *ctx;
+} st_bufs;
+
+/* st_write_ranges with its piece buffers from bufs (NULL: malloc). */
+int st_write_ranges_in(const char *path, const st_out *tensors, int n, json_t *metadata,
+                       st_fill_range_fn fill, void *ctx, st_dtype dtype, const st_bufs *bufs,
+                       ty_err *err);
+
 /* fp16 / bf16 bit patterns to float (exact). */
 float st_f16_to_f32(uint16_t h);
 float st_bf16_to_f32(uint16_t h);

@@ -7,7 +7,8 @@
  * while the caller fills the next. A checkpoint's save so overlaps its
  * copies out of the device (and the split masters' join) with the file's
  * writes instead of taking them in turn, and the writer holds a few
- * pieces (12 MiB), not a tensor. st_write_as fills whole tensors into one
+ * pieces (12 MiB), not a tensor; st_write_ranges_in takes those from the
+ * caller's allocator (the engine's: page-locked memory on a GPU). st_write_as fills whole tensors into one
  * buffer and writes them on the caller's thread. A failed write ends the
  * ring: the caller's next piece is refused and the error is the write's.
  * The file is flushed and fsync'd before the call returns. */
@@ -48,6 +49,8 @@ typedef struct piece_ring {
     FILE *fp;
     st_dtype dtype;
     float *buf[ST_WRITE_BUFS];
+    int own[ST_WRITE_BUFS]; /* from bufs->alloc (else malloc) */
+    const st_bufs *bufs;
     size_t len[ST_WRITE_BUFS];
     int nbuf, head, tail, count;
     int threaded, closing;
@@ -93,16 +96,27 @@ static void *ring_writer(void *arg)
     return NULL;
 }
 
-/* nbuf buffers of cap floats, a thread when nbuf > 1; one buffer and no
- * thread when that is all memory or the system allows. 0 or -1 (no
- * memory for even one buffer). */
-static int ring_open(piece_ring *r, FILE *fp, st_dtype dtype, size_t cap, int nbuf)
+/* A buffer of bytes from bufs, else from malloc (*own says which). */
+static float *buf_alloc(const st_bufs *bufs, size_t bytes, int *own)
+{
+    void *p = bufs && bufs->alloc ? bufs->alloc(bufs->ctx, bytes) : NULL;
+    *own = p != NULL;
+    return p ? p : malloc(bytes);
+}
+
+/* nbuf buffers of cap floats (from bufs where it gives them), a thread
+ * when nbuf > 1; one buffer and no thread when that is all memory or the
+ * system allows. 0 or -1 (no memory for even one buffer). */
+static int ring_open(piece_ring *r, FILE *fp, st_dtype dtype, size_t cap, int nbuf,
+                     const st_bufs *bufs)
 {
     memset(r, 0, sizeof *r);
     r->fp = fp;
     r->dtype = dtype;
+    r->bufs = bufs;
     for (r->nbuf = 0; r->nbuf < nbuf; r->nbuf++)
-        if (!(r->buf[r->nbuf] = malloc((cap ? cap : 1) * sizeof(float)))) break;
+        if (!(r->buf[r->nbuf] = buf_alloc(bufs, (cap ? cap : 1) * sizeof(float), &r->own[r->nbuf])))
+            break;
     if (!r->nbuf) return -1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
@@ -150,7 +164,10 @@ static int ring_close(piece_ring *r)
         pthread_join(r->tid, NULL);
     }
     for (int i = 0; i < r->nbuf; i++)
-        free(r->buf[i]);
+        if (r->own[i])
+            r->bufs->release(r->bufs->ctx, r->buf[i]);
+        else
+            free(r->buf[i]);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     return r->werr;
@@ -229,7 +246,7 @@ static int write_data(piece_ring *r, const st_out *tensors, int n, st_fill_fn fi
  * (pieces from fill_range): one of the two is set. */
 static int write_tensors(const char *path, const st_out *tensors, int n, json_t *metadata,
                          st_fill_fn fill, st_fill_range_fn fill_range, void *ctx, st_dtype dtype,
-                         ty_err *err)
+                         const st_bufs *bufs, ty_err *err)
 {
     if (dtype != ST_F32 && dtype != ST_BF16 && dtype != ST_F16)
         return ty_err_set(err, TY_EINVAL, "%s: cannot write dtype %s", path, st_dtype_name(dtype));
@@ -246,7 +263,7 @@ static int write_tensors(const char *path, const st_out *tensors, int n, json_t 
     }
     if (!write_header(fp, text)) {
         werr = errno ? errno : EIO;
-    } else if (ring_open(&r, fp, dtype, piece, fill_range ? ST_WRITE_BUFS : 1)) {
+    } else if (ring_open(&r, fp, dtype, piece, fill_range ? ST_WRITE_BUFS : 1, bufs)) {
         rc = ty_err_set(err, TY_ENOMEM, "%s: out of memory", path);
         goto out;
     } else {
@@ -271,11 +288,18 @@ int st_write(const char *path, const st_out *tensors, int n, json_t *metadata, s
 int st_write_as(const char *path, const st_out *tensors, int n, json_t *metadata, st_fill_fn fill,
                 void *ctx, st_dtype dtype, ty_err *err)
 {
-    return write_tensors(path, tensors, n, metadata, fill, NULL, ctx, dtype, err);
+    return write_tensors(path, tensors, n, metadata, fill, NULL, ctx, dtype, NULL, err);
 }
 
 int st_write_ranges(const char *path, const st_out *tensors, int n, json_t *metadata,
                     st_fill_range_fn fill, void *ctx, st_dtype dtype, ty_err *err)
 {
-    return write_tensors(path, tensors, n, metadata, NULL, fill, ctx, dtype, err);
+    return write_tensors(path, tensors, n, metadata, NULL, fill, ctx, dtype, NULL, err);
+}
+
+int st_write_ranges_in(const char *path, const st_out *tensors, int n, json_t *metadata,
+                       st_fill_range_fn fill, void *ctx, st_dtype dtype, const st_bufs *bufs,
+                       ty_err *err)
+{
+    return write_tensors(path, tensors, n, metadata, NULL, fill, ctx, dtype, bufs, err);
 }

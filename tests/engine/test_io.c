@@ -494,6 +494,57 @@ static void test_keep_best(void)
     }
 }
 
+/* An st_bufs allocator that counts, and gives nothing when refuse is set
+ * (the writer then uses malloc's and releases none of them). */
+static int allocs, releases, refuse;
+static size_t alloc_bytes;
+static void *count_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    if (refuse) return NULL;
+    allocs++;
+    alloc_bytes = bytes;
+    return malloc(bytes);
+}
+static void count_release(void *ctx, void *p)
+{
+    (void)ctx;
+    releases++;
+    free(p);
+}
+
+/* st_write_ranges_in takes its piece buffers from the caller's allocator
+ * (three of a piece each, all given back) or, refused, from malloc; the
+ * file is the same either way. */
+static void test_safetensors_bufs(void)
+{
+    st_out outs[2] = {{"small", 1, {7}}, {"big", 2, {2, 1300000}}};
+    st_bufs bufs = {count_alloc, count_release, NULL};
+    float *back = malloc(2600000 * sizeof *back);
+    REQUIRE(back != NULL);
+    for (refuse = 0; refuse < 2; refuse++) {
+        char path[512];
+        path_in(path, sizeof path, "bufs.safetensors");
+        ty_err err = {0};
+        allocs = releases = 0;
+        CHECK(st_write_ranges_in(path, outs, 2, NULL, fill_range_seq, NULL, ST_BF16, &bufs, &err) ==
+                  0,
+              "%s", err.msg);
+        CHECK(allocs == (refuse ? 0 : 3) && releases == allocs, "%d allocs, %d releases", allocs,
+              releases);
+        CHECK(refuse || alloc_bytes == ST_WRITE_PIECE * sizeof(float), "%zu bytes", alloc_bytes);
+        st_file f;
+        REQUIRE(st_open(&f, path, &err) == 0);
+        const st_tensor *big = st_find(&f, "big");
+        int bad = !big || st_to_f32(big, back, &err) != 0;
+        for (size_t k = 0; !bad && k < 2600000; k++)
+            bad += back[k] != (float)((int)((k + 7) % 251) - 125);
+        CHECK(bad == 0, "%d wrong elements", bad);
+        st_close(&f);
+    }
+    free(back);
+}
+
 /* A fill that counts its calls and fails at piece fail_at (-1: never). */
 static int fills, fail_at;
 static int fill_range_count(void *ctx, int i, uint64_t off, size_t n, float *buf, ty_err *err)
@@ -538,6 +589,7 @@ int main(void)
     test_safetensors_roundtrip();
     test_safetensors_ranges();
     test_safetensors_write_errors();
+    test_safetensors_bufs();
     test_half_conversions();
     test_safetensors_bad();
     test_config();
