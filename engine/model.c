@@ -256,10 +256,10 @@ static void lin_fwd(model *m, int l, int s, int row0, void *out, const void *x, 
     if (m->dt == KN_F32 || (!q4 && !ad)) {
         if (m->dt == KN_F32 && !q4)
             kn_matmul_fwd(k, out, x, W(m, wi) + skip, W(m, bi), N, K, M);
-        else if (!q4)
+        else if (!q4) /* the bias as p16 holds it: a GPU's epilogue adds it as it is */
             kn_matmul16_fwd(k, m->dt, m->dt, m->dt, out, x,
-                            (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), W(m, bi), N, K,
-                            M);
+                            (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), W16(m, bi),
+                            m->dt, N, K, M);
         else /* QLoRA in fp32: dequantised on the fly by the store */
             m->base.fwd(m->base.state, q4 - 1, skip, out, x, W(m, bi), N, K, M);
         if (ad) m->adapter.fwd(m->adapter.state, l, s, out, x, N, part ? row0 : 0, M);
@@ -277,7 +277,8 @@ static void lin_fwd(model *m, int l, int s, int row0, void *out, const void *x, 
         m->base.fwd(m->base.state, q4 - 1, skip, m->ow, xf, W(m, bi), N, K, M);
     else
         kn_matmul16_fwd(k, m->dt, KN_F32, m->dt, m->ow, x,
-                        (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), W(m, bi), N, K, M);
+                        (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt), W(m, bi), KN_F32, N,
+                        K, M);
     if (ad) m->adapter.fwd(m->adapter.state, l, s, m->ow, xf, N, part ? row0 : 0, M);
     kn_convert(k, out, m->dt, m->ow, KN_F32, (size_t)N * M);
 }
@@ -1293,7 +1294,7 @@ static void lin_w16(model *m, void *out, void *x, int wi, int row0, int bi, int 
     gemms(m, 1, 1);
     kn_round(m->kn, x, (size_t)N * K, m->wdt);
     kn_matmul16_fwd(m->kn, m->wdt, KN_F32, KN_F32, out, x,
-                    (const char *)m->w16 + at * kn_dtype_size(m->wdt), W(m, bi), N, K, M);
+                    (const char *)m->w16 + at * kn_dtype_size(m->wdt), W(m, bi), KN_F32, N, K, M);
 }
 
 /* A block linear layer of the forward: lin_fwd, or lin_w16 in an inference
@@ -1328,8 +1329,8 @@ static void mlp_in_fwd(model *m, int l, int B, int T, const void *xa)
                              W(m, L->ln2_b), N, C, c->norm_eps);
         if (fused_gelu(m, L)) {
             gemms(m, dt != KN_F32, 1);
-            kn_matmul_gelu_fwd(k, dt, dt, dt, a->act, a->fc, a->ln2, WL(m, L->fc_w), W(m, L->fc_b),
-                               N, C, F);
+            kn_matmul_gelu_fwd(k, dt, dt, dt, a->act, a->fc, a->ln2, WL(m, L->fc_w), WL(m, L->fc_b),
+                               dt, N, C, F);
         } else {
             lin(m, l, LS_FC, -1, a->fc, a->ln2, L->fc_w, L->fc_b, N, C, F);
             kn_gelu_fwd(k, dt, a->act, a->fc, (size_t)N * F);

@@ -137,7 +137,7 @@ static void fwd16(void *state, int k, size_t first, float *out, const void *x, c
     qlora_base *qb = state;
     if (N <= 0 || M <= 0) return;
     const void *w = dequant16(qb, k, first, (size_t)M * K);
-    if (w) kn_matmul16_fwd(qb->kn, qb->compute, KN_F32, qb->compute, out, x, w, b, N, K, M);
+    if (w) kn_matmul16_fwd(qb->kn, qb->compute, KN_F32, qb->compute, out, x, w, b, KN_F32, N, K, M);
 }
 
 static void bwd16(void *state, int k, size_t first, float *dx, const void *dout, int N, int K,

@@ -90,6 +90,11 @@ extern const kn_backend kn_cuda_emu_backend;
  * error (kn_fail, naming op) and returns 0. Both backends' check. */
 int kn_grad_dtype_ok(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, const char *op);
 
+/* Whether b_dt is a type a product's bias may come in (fp32, or the
+ * weights' 16-bit dt: kernels.h); otherwise records the error, naming op,
+ * and returns 0. */
+int kn_bias_dtype_ok(kn_ctx *c, kn_dtype dt, kn_dtype b_dt, const char *op);
+
 /* AdamW, shared by both backends so that they compute one update: the
  * per-update constants of torch 1.13's AdamW (bias corrections in double,
  * then fp32) with the gradient's two factors (kn_adamw_hp.gscale), and a

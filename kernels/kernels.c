@@ -298,6 +298,14 @@ int kn_grad_dtype_ok(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, const char *op)
     return 0;
 }
 
+int kn_bias_dtype_ok(kn_ctx *c, kn_dtype dt, kn_dtype b_dt, const char *op)
+{
+    if (b_dt == KN_F32 || b_dt == dt) return 1;
+    kn_fail(c, TY_EINVAL, "%s: a %s bias for %s weights", op, kn_dtype_name(b_dt),
+            kn_dtype_name(dt));
+    return 0;
+}
+
 kn_adamw_k kn_adamw_consts(const kn_adamw_hp *hp)
 {
     int64_t t = hp->t < 1 ? 1 : hp->t;

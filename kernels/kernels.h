@@ -262,10 +262,12 @@ KN_OPS(KN_PROTO)
  *   out_dt: the forward's output is written in that dtype (a 16-bit out
  *   holds round-to-nearest-even of the fp32 result, as kn_round gives);
  *   dout_dt: the backward's dout is read in that dtype. The engine's
- *   16-bit logits use both, so no [N, vocab] fp32 tensor is kept. With a
- *   16-bit out_dt the bias (fp32) holds values out_dt represents, as the
- *   engine's biases, read from 16-bit storage, do: a GPU adds it in that
- *   type (cuBLASLt's bias is of the output's type; docs/kernels.md).
+ *   16-bit logits use both, so no [N, vocab] fp32 tensor is kept. The
+ *   forward's bias is of type b_dt: fp32, or w's 16-bit dt (the engine's
+ *   16-bit copy of its biases). With a 16-bit out_dt it holds values
+ *   out_dt represents, as the engine's biases, read from 16-bit storage,
+ *   do: a GPU adds it in that type (cuBLASLt's bias is of the output's
+ *   type, so a bias already in it goes in as it is; docs/kernels.md).
  * kn_matmul16_dx: dx[N,K] = dout w, WRITTEN (not accumulated; dx's old
  *   contents are never read): matmul16_bwd's dx for a gradient buffer the
  *   product is the first to fill, which saves clearing it and reading it
@@ -278,7 +280,7 @@ KN_OPS(KN_PROTO)
  *   fp32 (dt KN_F32) or stored in dt; x is read in x_dt and pre and out are
  *   written in out_dt, each KN_F32 or dt (TY_EINVAL otherwise), as
  *   matmul16's: a 16-bit run passes its 16-bit activations as they are,
- *   and its bias holds dt values (matmul16's rule).
+ *   and its bias (b_dt: fp32 or dt) holds dt values (matmul16's rule).
  *   Reference semantics (the CPU): with a 16-bit dt, GELU reads pre
  *   rounded to dt, as the unfused engine computed it. On a GPU this is
  *   cuBLASLt's GELU_AUX(_BIAS) epilogue (pre is the aux output, bf16 / fp16

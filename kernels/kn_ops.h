@@ -79,16 +79,16 @@
     X(void, matmul_bwd, (kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,         \
       const float *x, const float *w, int N, int K, int M), (c, dx, dw, dbias, dout, x, w, N, K, M)) \
     X(void, matmul16_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,      \
-      const void *x, const void *w, const float *bias, int N, int K, int M),                       \
-      (c, dt, out_dt, x_dt, out, x, w, bias, N, K, M))                                                   \
+      const void *x, const void *w, const void *bias, kn_dtype b_dt, int N, int K, int M),         \
+      (c, dt, out_dt, x_dt, out, x, w, bias, b_dt, N, K, M))                                                   \
     X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, float *dx,     \
       float *dw, float *dbias, const void *dout, const void *x, const void *w, int N, int K,       \
       int M), (c, dt, dout_dt, x_dt, dx, dw, dbias, dout, x, w, N, K, M))                                        \
     X(void, matmul16_dx, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, const void *dout,   \
       const void *w, int N, int K, int M), (c, dt, dout_dt, dx, dout, w, N, K, M))                 \
     X(void, matmul_gelu_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out, \
-      void *pre, const void *x, const void *w, const float *bias, int N, int K, int M),            \
-      (c, dt, out_dt, x_dt, out, pre, x, w, bias, N, K, M))                                        \
+      void *pre, const void *x, const void *w, const void *bias, kn_dtype b_dt, int N, int K,      \
+      int M), (c, dt, out_dt, x_dt, out, pre, x, w, bias, b_dt, N, K, M))                                        \
     X(void, matmul_dgelu, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt, void *dpre,  \
       float *dbias, const void *dout, const void *w, const void *pre, int N, int K, int M),        \
       (c, dt, dout_dt, pre_dt, dpre, dbias, dout, w, pre, N, K, M))                                \

@@ -124,7 +124,7 @@ int main(int argc, char **argv)
                 if (dt == KN_F32)
                     kn_matmul_fwd(c, out, x, w32, NULL, 1, K, M);
                 else
-                    kn_matmul16_fwd(c, KN_BF16, KN_F32, KN_F32, out, x, w16, NULL, 1, K, M);
+                    kn_matmul16_fwd(c, KN_BF16, KN_F32, KN_F32, out, x, w16, NULL, KN_F32, 1, K, M);
                 t = now() - t;
                 if (t < best) best = t;
             }

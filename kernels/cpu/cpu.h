@@ -15,6 +15,10 @@
 
 #include <cblas.h>
 
+/* cpu_matmul16.c's scratch buffers: fp32 weights, 16-bit x, fp32 x rows,
+ * fp32 out rows, an fp32 bias. */
+#define CPU_MM_SLOTS 5
+
 /* Per-context state (ctx->impl). */
 typedef struct cpu_state {
     /* RoPE cos/sin for positions [0, rope_pos) at (rope_D, rope_base),
@@ -24,8 +28,8 @@ typedef struct cpu_state {
     float rope_base;
     /* kn_matmul16 scratch (fp32 weights; 16-bit activations) and its
      * oneDNN engine, stream and primitive cache (cpu_matmul16.c). */
-    void *mm_buf[4];
-    size_t mm_cap[4];
+    void *mm_buf[CPU_MM_SLOTS];
+    size_t mm_cap[CPU_MM_SLOTS];
     struct dnnl_state *dnnl;
     /* kn_nf4_* dequantisation scratch (cpu_nf4.c): one fp32 weight. */
     void *nf4_buf;

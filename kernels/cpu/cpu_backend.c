@@ -37,7 +37,7 @@ static void cpu_close(kn_ctx *c)
         cpu_dnnl_free(c);
         free(st->rope_tab);
         free(st->nf4_buf);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < CPU_MM_SLOTS; i++)
             free(st->mm_buf[i]);
     }
     free(st);

@@ -17,7 +17,7 @@ static void dense_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, const vo
     if (dt == KN_F32)
         cpu_matmul_fwd(c, out, x, w, NULL, N, K, V);
     else
-        cpu_matmul16_fwd(c, dt, dt, dt, out, x, w, NULL, N, K, V);
+        cpu_matmul16_fwd(c, dt, dt, dt, out, x, w, NULL, KN_F32, N, K, V);
 }
 
 static void dense_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const void *dout, const void *x,

@@ -232,15 +232,28 @@ static const float *x_rows(kn_ctx *c, const void *x, kn_dtype x_dt, int r, int n
     return x32;
 }
 
-void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,
-                      const void *x, const void *w, const float *bias, int N, int K, int M)
+/* The bias as fp32: itself, or a 16-bit one widened into scratch slot 4
+ * (exact); NULL for none, and after kn_fail. */
+static const float *bias_f32(kn_ctx *c, const void *bias, kn_dtype b_dt, int M)
 {
-    if (N <= 0 || M <= 0) return;
+    if (!bias || b_dt == KN_F32) return bias;
+    float *b = scratch(c, 4, (size_t)M * sizeof(float));
+    if (b) cpu_convert(c, b, KN_F32, bias, b_dt, (size_t)M);
+    return b;
+}
+
+void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,
+                      const void *x, const void *w, const void *bias_in, kn_dtype b_dt, int N,
+                      int K, int M)
+{
+    if (N <= 0 || M <= 0 || !kn_bias_dtype_ok(c, dt, b_dt, "matmul16")) return;
     if (x_dt != KN_F32 && x_dt != dt) {
         kn_fail(c, TY_EINVAL, "matmul16: x is %s but the weights are %s", kn_dtype_name(x_dt),
                 kn_dtype_name(dt));
         return;
     }
+    const float *bias = bias_f32(c, bias_in, b_dt, M);
+    if (bias_in && !bias) return;
     if (N == 1 && K > 0 && cpu_gemv_on()) {
         /* decoding: the weights read once, in 16 bits (cpu_gemv.c); measured
          * faster than oneDNN at one row (docs/benchmarks.md, Generation) */

@@ -26,16 +26,18 @@ static int types_ok(kn_ctx *c, kn_dtype dt, kn_dtype a_dt, kn_dtype b_dt, const 
 }
 
 void cpu_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,
-                         void *pre, const void *x, const void *w, const float *bias, int N, int K,
-                         int M)
+                         void *pre, const void *x, const void *w, const void *bias, kn_dtype b_dt,
+                         int N, int K, int M)
 {
-    if (N <= 0 || M <= 0 || !types_ok(c, dt, out_dt, x_dt, "matmul_gelu_fwd")) return;
+    if (N <= 0 || M <= 0 || !types_ok(c, dt, out_dt, x_dt, "matmul_gelu_fwd") ||
+        !kn_bias_dtype_ok(c, dt, b_dt, "matmul_gelu_fwd"))
+        return;
     size_t n = (size_t)N * M;
     if (out_dt == KN_F32) {
         if (dt == KN_F32)
-            cpu_matmul_fwd(c, pre, x, w, bias, N, K, M);
+            cpu_matmul_fwd(c, pre, x, w, bias, N, K, M); /* b_dt is fp32 (checked) */
         else
-            cpu_matmul16_fwd(c, dt, KN_F32, x_dt, pre, x, w, bias, N, K, M);
+            cpu_matmul16_fwd(c, dt, KN_F32, x_dt, pre, x, w, bias, b_dt, N, K, M);
         const float *g = pre;
         if (dt != KN_F32) { /* GELU of pre as dt holds it: rounded in out, then in place */
             cpu_copy(c, out, pre, n);
@@ -48,7 +50,7 @@ void cpu_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt,
     /* 16-bit pre and out (out_dt == dt): pre is the product rounded to dt;
      * out is GELU of those values, rounded (the typed kn_gelu_fwd): the
      * engine's unfused lin_fwd + kn_gelu_fwd of a 16-bit run, bit for bit. */
-    cpu_matmul16_fwd(c, dt, dt, x_dt, pre, x, w, bias, N, K, M);
+    cpu_matmul16_fwd(c, dt, dt, x_dt, pre, x, w, bias, b_dt, N, K, M);
     cpu_gelu_fwd(c, dt, out, pre, n);
 }
 

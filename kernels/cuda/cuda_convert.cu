@@ -266,21 +266,26 @@ const void *kn_cuda_acts16(kn_ctx *c, kn_dtype dt, const float *x, size_t n)
 
 /* matmul16 with a 16-bit weight runs on the tensor cores: A = w and B = x
  * (converted to dt) in dt, fp32 accumulation, the result written directly
- * in out_dt (fp32, or rounded to dt by cuBLASLt's epilogue) with the fp32
- * bias fused in the epilogue. The one mixed case -- an fp32 weight with a
+ * in out_dt (fp32, or rounded to dt by cuBLASLt's epilogue) with the bias
+ * fused in the epilogue (in D's type: a 16-bit bias goes in as it is, an
+ * fp32 one is converted). The one mixed case -- an fp32 weight with a
  * 16-bit result -- computes in fp32 scratch and converts. */
 void cuda_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,
-                       const void *x_, const void *w, const float *bias, int N, int K, int M)
+                       const void *x_, const void *w, const void *bias_in, kn_dtype b_dt, int N,
+                       int K, int M)
 {
     if (N <= 0 || M <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, out_dt, "matmul16 out") ||
-        !x_dtype_ok(c, dt, x_dt))
+        !x_dtype_ok(c, dt, x_dt) || !kn_bias_dtype_ok(c, dt, b_dt, "matmul16"))
         return;
     if (dt != KN_F32 && (out_dt == KN_F32 || out_dt == dt)) {
         const void *x16 = acts_16(c, dt, x_, x_dt, (size_t)N * K);
         if (x16)
-            kn_cuda_gemm(c, out, out_dt, w, x16, dt, bias, M, N, K, 1, 0, K, K, M, 0.0f);
+            kn_cuda_gemm(c, out, out_dt, w, x16, dt, bias_in, b_dt, M, N, K, 1, 0, K, K, M, 0.0f);
         return;
     }
+    const float *bias = kn_cuda_bias_f32(c, bias_in, b_dt, M);
+    if (bias_in && !bias)
+        return;
     const float *wf = dt == KN_F32 ? (const float *)w : weight_f32(c, dt, w, (size_t)M * K);
     const float *x = acts_32(c, x_, x_dt, (size_t)N * K);
     if (!wf || !x)
@@ -310,12 +315,12 @@ void cuda_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, 
         return;
     if (dt != KN_F32 && dout_dt == dt) {
         if (dx)
-            kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, K, N, M, 0, 0, K, M, K, 1.0f);
+            kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, KN_F32, K, N, M, 0, 0, K, M, K, 1.0f);
         if (dw) {
             const void *x16 = acts_16(c, dt, x_, x_dt, (size_t)N * K);
             if (!x16)
                 return;
-            kn_cuda_gemm(c, dw, KN_F32, x16, dout, dt, nullptr, K, M, N, 0, 1, K, M, K, 1.0f);
+            kn_cuda_gemm(c, dw, KN_F32, x16, dout, dt, nullptr, KN_F32, K, M, N, 0, 1, K, M, K, 1.0f);
         }
         if (dbias)
             kn_cuda_colsum_acc(c, dbias, dout, dt, N, M);
@@ -345,7 +350,7 @@ void cuda_matmul16_dx(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, const
     if (N <= 0 || K <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, dout_dt, "matmul16 dout"))
         return;
     if (M > 0 && dout_dt == dt) { /* dx^T[K,N] = w^T[K,M] dout^T[M,N] */
-        kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, K, N, M, 0, 0, K, M, K, 0.0f);
+        kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, KN_F32, K, N, M, 0, 0, K, M, K, 0.0f);
         return;
     }
     cuda_zero(c, dx, (size_t)N * K);

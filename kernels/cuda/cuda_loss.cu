@@ -201,10 +201,10 @@ void cuda_logits_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *x, const voi
     /* out^T[V,N] (column-major, ld) = w[V,K] x^T, rows [0, Vb) then [Vb, V) */
     size_t es = kn_dtype_size(dt);
     int Vb = head_bulk(V);
-    kn_cuda_gemm(c, out, dt, w, x, dt, nullptr, Vb, N, K, 1, 0, K, K, ld, 0.0f);
+    kn_cuda_gemm(c, out, dt, w, x, dt, nullptr, KN_F32, Vb, N, K, 1, 0, K, K, ld, 0.0f);
     if (Vb < V)
         kn_cuda_gemm(c, (char *)out + Vb * es, dt, (const char *)w + (size_t)Vb * K * es, x, dt,
-                     nullptr, V - Vb, N, K, 1, 0, K, K, ld, 0.0f);
+                     nullptr, KN_F32, V - Vb, N, K, 1, 0, K, K, ld, 0.0f);
 }
 
 void cuda_logits_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const void *dout, const void *x,
@@ -219,14 +219,14 @@ void cuda_logits_bwd(kn_ctx *c, kn_dtype dt, float *dx, float *dw, const void *d
     size_t es = kn_dtype_size(dt);
     int Vb = head_bulk(V);
     if (dx) { /* dx^T[K,N] += w^T[K,V] dout^T[V,N], the sum over V in two parts */
-        kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, K, N, Vb, 0, 0, K, ld, K, 1.0f);
+        kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, KN_F32, K, N, Vb, 0, 0, K, ld, K, 1.0f);
         if (Vb < V)
             kn_cuda_gemm(c, dx, KN_F32, (const char *)w + (size_t)Vb * K * es,
-                         (const char *)dout + Vb * es, dt, nullptr, K, N, V - Vb, 0, 0, K, ld, K,
+                         (const char *)dout + Vb * es, dt, nullptr, KN_F32, K, N, V - Vb, 0, 0, K, ld, K,
                          1.0f);
     }
     if (dw) /* dw^T[K,V] += x^T[K,N] dout[N,V] */
-        kn_cuda_gemm(c, dw, KN_F32, x, dout, dt, nullptr, K, V, N, 0, 1, K, ld, K, 1.0f);
+        kn_cuda_gemm(c, dw, KN_F32, x, dout, dt, nullptr, KN_F32, K, V, N, 0, 1, K, ld, K, 1.0f);
 }
 
 /* x = cap tanh(x / cap) in place (generation's and evaluation's logits). */

@@ -268,16 +268,29 @@ __global__ void k_gemm_tiled(void *D, int dt_d, int ldd, const void *A, int lda,
     }
 }
 
-/* The bias as cuBLASLt wants it with a dt_d result: itself for fp32, else
- * converted to dt_d in scratch (exact for a bias holding dt_d values). */
-static const void *lt_bias(kn_ctx *c, const float *bias, int dt_d, int m)
+/* The bias (type bias_dt: fp32 or a 16-bit type) converted to `want` in
+ * scratch slot `slot`, or itself when it is of that type already (exact
+ * for a bias holding values both types represent). */
+static const void *bias_as(kn_ctx *c, const void *bias, int bias_dt, int want, int slot, int m)
 {
-    if (!bias || dt_d == KN_F32)
+    if (!bias || bias_dt == want)
         return bias;
-    void *b16 = kn_cuda_scratch(c, KN_SCRATCH_BIAS16, (size_t)m * 2);
-    if (b16)
-        cuda_convert(c, b16, (kn_dtype)dt_d, bias, KN_F32, (size_t)m);
-    return b16;
+    void *b = kn_cuda_scratch(c, slot, (size_t)m * kn_dtype_size((kn_dtype)want));
+    if (b)
+        cuda_convert(c, b, (kn_dtype)want, bias, (kn_dtype)bias_dt, (size_t)m);
+    return b;
+}
+
+/* The bias as cuBLASLt wants it with a dt_d result (of D's type), and as
+ * the fp32 routes add it. */
+static const void *lt_bias(kn_ctx *c, const void *bias, int bias_dt, int dt_d, int m)
+{
+    return bias_as(c, bias, bias_dt, dt_d, dt_d == KN_F32 ? KN_SCRATCH_BIAS32 : KN_SCRATCH_BIAS16,
+                   m);
+}
+const float *kn_cuda_bias_f32(kn_ctx *c, const void *bias, int bias_dt, int m)
+{
+    return (const float *)bias_as(c, bias, bias_dt, KN_F32, KN_SCRATCH_BIAS32, m);
 }
 
 static int lt_run(kn_ctx *c, cuda_gemm_plan *p, void *D, const void *A, const void *B,
@@ -308,11 +321,11 @@ static int lt_run(kn_ctx *c, cuda_gemm_plan *p, void *D, const void *A, const vo
 }
 
 int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab, int epi,
-                     const float *bias, const void *aux, int64_t ldaux, int m, int n, int k, int ta,
-                     int tb, int lda, int ldb, int ldd, float beta)
+                     const void *bias_in, int bias_dt, const void *aux, int64_t ldaux, int m, int n,
+                     int k, int ta, int tb, int lda, int ldb, int ldd, float beta)
 {
-    const void *bias_lt = bias;
-    if (bias && !(bias_lt = lt_bias(c, bias, dt_d, m)))
+    const void *bias_lt = bias_in;
+    if (bias_in && !(bias_lt = lt_bias(c, bias_in, bias_dt, dt_d, m)))
         return -1;
     cuda_gemm_plan key = {m,
                           n,
@@ -338,11 +351,15 @@ int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B,
     cuda_gemm_plan *p = gemm_plan(c, &key, bias_lt, aux);
     if (!p)
         return -1;
-    switch (p->route) {
-    case ROUTE_UNFUSED:
+    if (p->route == ROUTE_UNFUSED)
         return 0;
-    case ROUTE_LT:
+    if (p->route == ROUTE_LT)
         return lt_run(c, p, D, A, B, bias_lt, aux, beta);
+    /* the fp32 routes add an fp32 bias */
+    const float *bias = kn_cuda_bias_f32(c, bias_in, bias_dt, m);
+    if (bias_in && !bias)
+        return -1;
+    switch (p->route) {
     case ROUTE_LT_F32: {
         float *acc = (float *)D;
         int ldacc = ldd;
@@ -373,18 +390,18 @@ int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B,
 }
 
 void kn_cuda_gemm(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab,
-                  const float *bias, int m, int n, int k, int ta, int tb, int lda, int ldb, int ldd,
-                  float beta)
+                  const void *bias, int bias_dt, int m, int n, int k, int ta, int tb, int lda,
+                  int ldb, int ldd, float beta)
 {
     kn_cuda_gemm_epi(c, D, dt_d, A, B, dt_ab, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
-                     bias, nullptr, 0, m, n, k, ta, tb, lda, ldb, ldd, beta);
+                     bias, bias_dt, nullptr, 0, m, n, k, ta, tb, lda, ldb, ldd, beta);
 }
 
 /* The fp32 product (kn_matmul_*). */
 static void gemm(kn_ctx *c, float *D, const float *A, const float *B, const float *bias, int m,
                  int n, int k, int ta, int tb, int lda, int ldb, int ldd, float beta)
 {
-    kn_cuda_gemm(c, D, KN_F32, A, B, KN_F32, bias, m, n, k, ta, tb, lda, ldb, ldd, beta);
+    kn_cuda_gemm(c, D, KN_F32, A, B, KN_F32, bias, KN_F32, m, n, k, ta, tb, lda, ldb, ldd, beta);
 }
 
 void cuda_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, const float *bias,

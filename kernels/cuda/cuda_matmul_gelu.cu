@@ -133,25 +133,26 @@ static const void *operand(kn_ctx *c, kn_dtype dt, const void *a, kn_dtype a_dt,
 }
 
 void cuda_matmul_gelu_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out,
-                          void *pre, const void *x, const void *w, const float *bias, int N, int K,
-                          int M)
+                          void *pre, const void *x, const void *w, const void *bias, kn_dtype b_dt,
+                          int N, int K, int M)
 {
-    if (N <= 0 || M <= 0 || !types_ok(c, dt, out_dt, x_dt, "matmul_gelu_fwd"))
+    if (N <= 0 || M <= 0 || !types_ok(c, dt, out_dt, x_dt, "matmul_gelu_fwd") ||
+        !kn_bias_dtype_ok(c, dt, b_dt, "matmul_gelu_fwd"))
         return;
     const void *B = x; /* x as the GEMM's operand, in dt */
     if (K > 0 && !(B = operand(c, dt, x, x_dt, (size_t)N * K)))
         return;
     int epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     if (K > 0 && aux_ok(pre, M)) {
-        int r = kn_cuda_gemm_epi(c, out, out_dt, w, B, dt, epi, bias, pre, M, M, N, K, 1, 0, K, K, M,
+        int r = kn_cuda_gemm_epi(c, out, out_dt, w, B, dt, epi, bias, b_dt, pre, M, M, N, K, 1, 0, K, K, M,
                                  0.0f);
         if (r)
             return; /* done, or failed with the context's error set */
     }
     if (K > 0)
-        kn_cuda_gemm(c, pre, out_dt, w, B, dt, bias, M, N, K, 1, 0, K, K, M, 0.0f);
+        kn_cuda_gemm(c, pre, out_dt, w, B, dt, bias, b_dt, M, N, K, 1, 0, K, K, M, 0.0f);
     else /* an empty product: pre = bias (matmul_fwd's rule) */
-        cuda_matmul16_fwd(c, dt, out_dt, x_dt, pre, x, w, bias, N, K, M);
+        cuda_matmul16_fwd(c, dt, out_dt, x_dt, pre, x, w, bias, b_dt, N, K, M);
     size_t n = (size_t)N * M;
     KN_BY_DTYPE(out_dt, gelu_of, c, dt, out, pre, n);
 }
@@ -177,7 +178,7 @@ void cuda_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt
     /* dpre^T[K,N] = w^T[K,M] dout^T[M,N]: A = w as K x M col-major (matmul_bwd's dx). */
     int r = 0;
     if (aux_ok(pre, K)) {
-        r = kn_cuda_gemm_epi(c, dpre, pre_dt, w, B, dt, CUBLASLT_EPILOGUE_DGELU, nullptr, pre, K, K,
+        r = kn_cuda_gemm_epi(c, dpre, pre_dt, w, B, dt, CUBLASLT_EPILOGUE_DGELU, nullptr, KN_F32, pre, K, K,
                              N, M, 0, 0, K, M, K, 0.0f);
         if (r < 0)
             return;
@@ -187,7 +188,7 @@ void cuda_matmul_dgelu(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype pre_dt
                                        : (float *)kn_cuda_scratch(c, KN_SCRATCH_O32, n * 4);
         if (!dact)
             return;
-        kn_cuda_gemm(c, dact, KN_F32, w, B, dt, nullptr, K, N, M, 0, 0, K, M, K, 0.0f);
+        kn_cuda_gemm(c, dact, KN_F32, w, B, dt, nullptr, KN_F32, K, N, M, 0, 0, K, M, K, 0.0f);
         KN_BY_DTYPE(pre_dt, dgelu_mul, c, dt, dpre, dact, pre, n);
     }
     if (dbias)

@@ -56,6 +56,7 @@ enum { KN_SCRATCH_W32 = 0, /* fp32 copy of a 16-bit weight (matmul16, fp32 dout)
        KN_SCRATCH_O32,     /* fp32 result / gradient of the mixed cases of matmul16 */
        KN_SCRATCH_NF4,     /* one dequantised NF4 weight, fp32 (cuda_nf4.cu) */
        KN_SCRATCH_BIAS16,  /* a bias in a 16-bit D's type (cuda_matmul.cu) */
+       KN_SCRATCH_BIAS32,  /* a 16-bit bias widened for the fp32 routes (cuda_matmul.cu) */
        KN_SCRATCH_GEMM32,  /* the fp32 product of an unfused GEMM fallback (cuda_matmul.cu) */
        KN_SCRATCH_COLSUM,  /* per-slice column sums of the parameter gradients (cuda_colsum.cu) */
        KN_SCRATCH_LINKS,   /* the embedding backward's row chains (cuda_norm.cu) */
@@ -301,16 +302,19 @@ void *kn_cuda_scratch(kn_ctx *c, int slot, size_t bytes);
  * of type dt_ab; fp32 compute. Never refused: where cuBLASLt has no
  * algorithm, an unfused path computes the same (cuda_matmul.cu). */
 void kn_cuda_gemm(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab,
-                  const float *bias, int m, int n, int k, int ta, int tb, int lda, int ldb, int ldd,
-                  float beta);
+                  const void *bias, int bias_dt, int m, int n, int k, int ta, int tb, int lda,
+                  int ldb, int ldd, float beta);
 /* cuda_matmul.cu: kn_cuda_gemm with cuBLASLt epilogue epi (a
  * cublasLtEpilogue_t: DEFAULT, BIAS or a GELU one) and, for the GELU ones,
  * the aux matrix (D's type, leading dimension ldaux). 1: done; 0: a GELU
  * epilogue cuBLASLt has no algorithm for here (nothing was run, no error:
  * the caller runs its unfused path); -1: failed (context error set). */
 int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab, int epi,
-                     const float *bias, const void *aux, int64_t ldaux, int m, int n, int k, int ta,
-                     int tb, int lda, int ldb, int ldd, float beta);
+                     const void *bias, int bias_dt, const void *aux, int64_t ldaux, int m, int n,
+                     int k, int ta, int tb, int lda, int ldb, int ldd, float beta);
+/* cuda_matmul.cu: a bias of type bias_dt as fp32: itself, or widened into
+ * scratch slot BIAS32; NULL for none, and after a context error. */
+const float *kn_cuda_bias_f32(kn_ctx *c, const void *bias, int bias_dt, int m);
 /* cuda_convert.cu: x[n] (fp32 holding dt values) as dt in scratch slot X16. */
 const void *kn_cuda_acts16(kn_ctx *c, kn_dtype dt, const float *x, size_t n);
 /* cuda_colsum.cu: dbias[M] += column sums of dout[N,M] of type dt. */

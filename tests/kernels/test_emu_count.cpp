@@ -366,11 +366,11 @@ void matmuls(kn_ctx *c)
           *dw = (float *)b.f32((size_t)M * K), *x32 = (float *)b.f32((size_t)N * K),
           *w32 = (float *)b.f32((size_t)M * K), *o32 = (float *)b.f32((size_t)N * M);
     take();
-    kn_matmul16_fwd(c, KN_BF16, KN_BF16, KN_BF16, o, x, w, bias, N, K, M);
+    kn_matmul16_fwd(c, KN_BF16, KN_BF16, KN_BF16, o, x, w, bias, KN_F32, N, K, M);
     lt_flops("matmul16_fwd", EMU_PATH_TC16, 2ull * N * K * M);
     kn_matmul16_bwd(c, KN_BF16, KN_BF16, KN_BF16, dx, dw, nullptr, dout, x, w, N, K, M);
     lt_flops("matmul16_bwd", EMU_PATH_TC16, 4ull * N * K * M);
-    kn_matmul_gelu_fwd(c, KN_BF16, KN_BF16, KN_BF16, o, pre, x, w, bias, N, K, M);
+    kn_matmul_gelu_fwd(c, KN_BF16, KN_BF16, KN_BF16, o, pre, x, w, bias, KN_F32, N, K, M);
     lt_flops("matmul_gelu", EMU_PATH_TC16, 2ull * N * K * M);
     kn_matmul_fwd(c, o32, x32, w32, nullptr, N, K, M);
     lt_flops("matmul_fwd32", EMU_PATH_SIMT, 2ull * N * K * M);

@@ -61,7 +61,7 @@ static void linear(const char *refuse, kn_dtype dt, kn_dtype out_dt, float *out,
     kn_to_device(c, b, hb, sizeof hb);
     if (dt != KN_F32) kn_convert(c, w, dt, w32, KN_F32, RM * RK);
     delta(h, m);
-    kn_matmul16_fwd(c, dt, out_dt, KN_F32, o, x, w, b, RN, RK, RM);
+    kn_matmul16_fwd(c, dt, out_dt, KN_F32, o, x, w, b, KN_F32, RN, RK, RM);
     delta(h, m);
     float *o32 = (float *)o;
     if (out_dt != KN_F32) { /* widened on the device: exact */
@@ -142,12 +142,12 @@ int main(void)
     CHECK(h == 0 && m == 12, "cached shapes x4: %ld queries, %ld matmuls (want 0, 12)", h, m);
     /* the types are part of the key: bf16 operands are a new plan, once */
     for (int i = 0; i < 2; i++)
-        kn_matmul16_fwd(c, KN_BF16, KN_F32, KN_F32, o, x, w16, b, N, K, M);
+        kn_matmul16_fwd(c, KN_BF16, KN_F32, KN_F32, o, x, w16, b, KN_F32, N, K, M);
     delta(&h, &m);
     CHECK(h == 1 && m == 2, "bf16 x2: %ld queries, %ld matmuls (want 1, 2)", h, m);
     /* and so is the epilogue: the GELU_AUX_BIAS plan, once */
     for (int i = 0; i < 2; i++)
-        kn_matmul_gelu_fwd(c, KN_F32, KN_F32, KN_F32, o, pre, x, w, b, N, K, M);
+        kn_matmul_gelu_fwd(c, KN_F32, KN_F32, KN_F32, o, pre, x, w, b, KN_F32, N, K, M);
     delta(&h, &m);
     CHECK(h == 1 && m == 2, "matmul_gelu x2: %ld queries, %ld matmuls (want 1, 2)", h, m);
     ty_err kerr = {0};

@@ -1166,7 +1166,7 @@ static void run_matmul16(kn_dtype dt, int N, int K, int M, int with_bias)
           *dw = falloc(c, (size_t)M * K), *db = falloc(c, M);
     for (size_t i = 0; i < (size_t)N * M; i++)
         out[i] = NAN; /* poisoned: every element written */
-    kn_matmul16_fwd(c, dt, KN_F32, KN_F32, out, x, w16, b, N, K, M);
+    kn_matmul16_fwd(c, dt, KN_F32, KN_F32, out, x, w16, b, KN_F32, N, K, M);
     check_close("matmul16 out", out, ro, (size_t)N * M, 1e-5, 1e-6);
     /* Two backwards: the gradients accumulate (the reference is doubled);
      * a third with only dbias must not touch dx / dw. */
@@ -1180,7 +1180,7 @@ static void run_matmul16(kn_dtype dt, int N, int K, int M, int with_bias)
     check_same("matmul16 dx untouched", dx, dx2, (size_t)N * K);
     /* The same call gives the same bits (the choice of path is fixed). */
     float *out2 = falloc(c, (size_t)N * M);
-    kn_matmul16_fwd(c, dt, KN_F32, KN_F32, out2, x, w16, b, N, K, M);
+    kn_matmul16_fwd(c, dt, KN_F32, KN_F32, out2, x, w16, b, KN_F32, N, K, M);
     check_same("matmul16 repeat", out2, out, (size_t)N * M);
     /* dout in dt, as the engine's 16-bit backward passes it: the same
      * values, so the products match the references, and dbias (a column

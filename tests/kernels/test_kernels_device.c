@@ -472,9 +472,9 @@ static void t_matmul_gelu(pair *p)
             buf o = bzeros(p, (size_t)N * M * 4), pre = bzeros(p, (size_t)N * M * 4);
             for (int hb = 0; hb < 2; hb++) {
                 kn_matmul_gelu_fwd(p->cpu, (kn_dtype)dt, KN_F32, KN_F32, o.cpu, pre.cpu, F(x, cpu),
-                                   w.cpu, hb ? F(bias, cpu) : NULL, N, K, M);
+                                   w.cpu, hb ? F(bias, cpu) : NULL, KN_F32, N, K, M);
                 kn_matmul_gelu_fwd(p->dev, (kn_dtype)dt, KN_F32, KN_F32, o.dev, pre.dev, F(x, dev),
-                                   w.dev, hb ? F(bias, dev) : NULL, N, K, M);
+                                   w.dev, hb ? F(bias, dev) : NULL, KN_F32, N, K, M);
                 snprintf(what, sizeof what, "matmul_gelu_fwd.%s.%dx%dx%d%s.pre",
                          kn_dtype_name((kn_dtype)dt), N, K, M, hb ? ".bias" : "");
                 cmp(p, what, pre, 1e-5, 1e-6);
@@ -494,9 +494,9 @@ static void t_matmul_gelu(pair *p)
                     kn_dtype x_dt = xt ? t : KN_F32;
                     buf xi = xt ? x16 : x;
                     kn_matmul_gelu_fwd(p->cpu, t, t, x_dt, o16.cpu, p16.cpu, xi.cpu, w.cpu,
-                                       F(bias, cpu), N, K, M);
+                                       F(bias, cpu), KN_F32, N, K, M);
                     kn_matmul_gelu_fwd(p->dev, t, t, x_dt, o16.dev, p16.dev, xi.dev, w.dev,
-                                       F(bias, dev), N, K, M);
+                                       F(bias, dev), KN_F32, N, K, M);
                     snprintf(what, sizeof what, "matmul_gelu_fwd.%s.%dx%dx%d.16bit%s.pre",
                              kn_dtype_name(t), N, K, M, xt ? ".x16" : "");
                     cmp16(p, what, p16, (size_t)N * M, t, rt, at);
@@ -537,7 +537,7 @@ static void t_matmul_gelu(pair *p)
     for (int side = 0; side < 2; side++) {
         kn_ctx *c = side ? p->dev : p->cpu;
         void *o = kn_alloc(c, 64), *q = kn_alloc(c, 64), *x = kn_alloc(c, 64), *w = kn_alloc(c, 64);
-        kn_matmul_gelu_fwd(c, KN_BF16, KN_F16, KN_F32, o, q, x, w, NULL, 2, 2, 2);
+        kn_matmul_gelu_fwd(c, KN_BF16, KN_F16, KN_F32, o, q, x, w, NULL, KN_F32, 2, 2, 2);
         ty_err err = {0};
         int rc = kn_check(c, &err);
         if (rc != TY_EINVAL || !strstr(err.msg, "matmul_gelu_fwd")) {
@@ -998,9 +998,9 @@ static void t_convert(pair *p)
         kn_round(p->cpu, F(d, cpu), (size_t)N * M, dts[k]); /* dout holds dt values too */
         kn_round(p->dev, F(d, dev), (size_t)N * M, dts[k]);
         kn_matmul16_fwd(p->cpu, dts[k], KN_F32, KN_F32, F(o, cpu), F(xw, cpu), w.cpu, F(bias, cpu),
-                        N, K, M);
+                        KN_F32, N, K, M);
         kn_matmul16_fwd(p->dev, dts[k], KN_F32, KN_F32, F(o, dev), F(xw, dev), w.dev, F(bias, dev),
-                        N, K, M);
+                        KN_F32, N, K, M);
         cmp(p, k ? "matmul16_fwd.fp16" : "matmul16_fwd.bf16", o, 1e-5, 1e-6);
         kn_matmul16_bwd(p->cpu, dts[k], KN_F32, KN_F32, F(dx, cpu), F(dw, cpu), F(db, cpu),
                         F(d, cpu), F(xw, cpu), w.cpu, N, K, M);
@@ -1032,9 +1032,9 @@ static void t_convert(pair *p)
             kn_convert(p->cpu, w.cpu, dts[k], w32.cpu, KN_F32, (size_t)m * kk);
             kn_convert(p->dev, w.dev, dts[k], w32.dev, KN_F32, (size_t)m * kk);
             kn_matmul16_fwd(p->cpu, dts[k], dts[k], KN_F32, o16.cpu, F(xw, cpu), w.cpu,
-                            has_bias ? F(bias, cpu) : NULL, n, kk, m);
+                            has_bias ? F(bias, cpu) : NULL, KN_F32, n, kk, m);
             kn_matmul16_fwd(p->dev, dts[k], dts[k], KN_F32, o16.dev, F(xw, dev), w.dev,
-                            has_bias ? F(bias, dev) : NULL, n, kk, m);
+                            has_bias ? F(bias, dev) : NULL, KN_F32, n, kk, m);
             snprintf(what, sizeof what, "matmul16_fwd.%s_out.%dx%dx%d", nm, n, kk, m);
             cmp16(p, what, o16, (size_t)n * m, dts[k], r16, 1e-3);
             buf d32 = brand(p, (size_t)n * m, 1), d16 = bzeros(p, (size_t)n * m * 2);

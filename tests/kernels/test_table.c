@@ -212,6 +212,30 @@ static void c_norms(tc *t)
     free(hx), free(hw), free(hb), free(w), free(wr);
 }
 
+static float *dclone(tc *t, const float *d, size_t n);
+static void same_bits(tc *t, const char *what, kn_dtype dt, const void *x, const void *y, size_t n);
+
+/* A bias given in the weights' 16-bit type (b_dt = dt) gives, bit for bit,
+ * what the same values in fp32 give, out in dt and in fp32. */
+static void bias16_same(tc *t, kn_dtype dt, const float *x, const void *w16, const float *b, int N,
+                        int K, int M)
+{
+    size_t nm = (size_t)N * M, es = kn_dtype_size(dt);
+    float *br = dclone(t, b, (size_t)M);
+    void *b16 = dput(t, NULL, (size_t)M * es);
+    kn_round(t->c, br, (size_t)M, dt); /* the values a 16-bit bias holds */
+    kn_convert(t->c, b16, dt, br, KN_F32, (size_t)M);
+    for (int od = 0; od < 2; od++) {
+        kn_dtype out_dt = od ? KN_F32 : dt;
+        size_t ob = nm * kn_dtype_size(out_dt);
+        void *o1 = dput(t, NULL, ob), *o2 = dput(t, NULL, ob);
+        kn_matmul16_fwd(t->c, dt, out_dt, KN_F32, o1, x, w16, br, KN_F32, N, K, M);
+        kn_matmul16_fwd(t->c, dt, out_dt, KN_F32, o2, x, w16, b16, dt, N, K, M);
+        same_bits(t, od ? "matmul16 16-bit bias, fp32 out" : "matmul16 16-bit bias", dt, o1, o2,
+                  ob);
+    }
+}
+
 /* matmul in fp32 and with 16-bit weights (inputs rounded on the host to
  * the dtype first, through the device's own convert). */
 static void c_matmul(tc *t)
@@ -241,7 +265,7 @@ static void c_matmul(tc *t)
             kn_matmul_fwd(t->c, o, x, wf, b, N, K, M);
             kn_matmul_bwd(t->c, dx, dw, NULL, g, x, wf, N, K, M);
         } else {
-            kn_matmul16_fwd(t->c, (kn_dtype)dt, KN_F32, KN_F32, o, x, w16, b, N, K, M);
+            kn_matmul16_fwd(t->c, (kn_dtype)dt, KN_F32, KN_F32, o, x, w16, b, KN_F32, N, K, M);
             kn_matmul16_bwd(t->c, (kn_dtype)dt, KN_F32, KN_F32, dx, dw, NULL, g, x, w16, N, K, M);
         }
         double *wo = dvec((size_t)N * M), *wdx = dvec((size_t)N * K), *wdw = dvec((size_t)M * K);
@@ -287,9 +311,11 @@ static void c_matmul(tc *t)
              * dx / dw accumulate once more by the same amounts. */
             void *o16 = dput(t, NULL, (size_t)N * M * 2), *g16 = dput(t, NULL, (size_t)N * M * 2);
             float *o16f = dpoison(t, (size_t)N * M);
-            kn_matmul16_fwd(t->c, (kn_dtype)dt, (kn_dtype)dt, KN_F32, o16, x, w16, b, N, K, M);
+            kn_matmul16_fwd(t->c, (kn_dtype)dt, (kn_dtype)dt, KN_F32, o16, x, w16, b, KN_F32, N, K,
+                            M);
             kn_convert(t->c, o16f, KN_F32, o16, (kn_dtype)dt, (size_t)N * M);
             expect(t, "matmul16 out (16-bit)", o16f, wo, (size_t)N * M, (kn_dtype)dt);
+            bias16_same(t, (kn_dtype)dt, x, w16, b, N, K, M);
             kn_convert(t->c, g16, (kn_dtype)dt, g, KN_F32, (size_t)N * M);
             kn_matmul16_bwd(t->c, (kn_dtype)dt, (kn_dtype)dt, KN_F32, dx, dw, NULL, g16, x, w16, N,
                             K, M);
@@ -345,13 +371,13 @@ static void c_gemv(tc *t)
                 expect(t, "gemv fp32 out (no bias)", o2, wn, M, KN_F32);
             } else {
                 kn_dtype d = (kn_dtype)dt;
-                kn_matmul16_fwd(t->c, d, KN_F32, KN_F32, o, x, w16, b, 1, K, M);
-                kn_matmul16_fwd(t->c, d, KN_F32, d, o2, x16, w16, NULL, 1, K, M);
+                kn_matmul16_fwd(t->c, d, KN_F32, KN_F32, o, x, w16, b, KN_F32, 1, K, M);
+                kn_matmul16_fwd(t->c, d, KN_F32, d, o2, x16, w16, NULL, KN_F32, 1, K, M);
                 expect(t, "gemv 16-bit w out", o, wo, M, KN_F32);
                 expect(t, "gemv 16-bit w and x out (no bias)", o2, wn, M, KN_F32);
                 void *o16 = dput(t, NULL, (size_t)M * 2);
                 float *o16f = dpoison(t, M);
-                kn_matmul16_fwd(t->c, d, d, KN_F32, o16, x, w16, b, 1, K, M);
+                kn_matmul16_fwd(t->c, d, d, KN_F32, o16, x, w16, b, KN_F32, 1, K, M);
                 kn_convert(t->c, o16f, KN_F32, o16, d, (size_t)M);
                 expect(t, "gemv 16-bit out", o16f, wo, M, d);
             }
@@ -384,7 +410,19 @@ static void matmul_gelu_typed(tc *t, kn_dtype dt, const float *x, const void *w,
     void *o16 = dput(t, NULL, nm * 2), *p16 = dput(t, NULL, nm * 2);
     float *dpre = dpoison(t, nm), *pf = dpoison(t, nm), *of = dpoison(t, nm);
     void *d16 = dput(t, NULL, nm * 2); /* dpre is stored in pre's type */
-    kn_matmul_gelu_fwd(t->c, dt, dt, dt, o16, p16, x16, w, b, N, K, M);
+    kn_matmul_gelu_fwd(t->c, dt, dt, dt, o16, p16, x16, w, b, KN_F32, N, K, M);
+    { /* a bias holding dt values, in fp32 and in dt (as the engine
+         * passes it): the same bits */
+        float *br = dclone(t, b, (size_t)M);
+        void *b16 = dput(t, NULL, (size_t)M * 2), *o1 = dput(t, NULL, nm * 2),
+             *p1 = dput(t, NULL, nm * 2), *o2 = dput(t, NULL, nm * 2), *p2 = dput(t, NULL, nm * 2);
+        kn_round(t->c, br, (size_t)M, dt);
+        kn_convert(t->c, b16, dt, br, KN_F32, (size_t)M);
+        kn_matmul_gelu_fwd(t->c, dt, dt, dt, o1, p1, x16, w, br, KN_F32, N, K, M);
+        kn_matmul_gelu_fwd(t->c, dt, dt, dt, o2, p2, x16, w, b16, dt, N, K, M);
+        same_bits(t, "matmul_gelu 16-bit bias out", dt, o1, o2, nm * 2);
+        same_bits(t, "matmul_gelu 16-bit bias pre", dt, p1, p2, nm * 2);
+    }
     kn_matmul_dgelu(t->c, dt, dt, dt, d16, NULL, g16, w2, p16, N, M, P);
     kn_convert(t->c, dpre, KN_F32, d16, dt, nm);
     kn_convert(t->c, pf, KN_F32, p16, dt, nm);
@@ -450,7 +488,7 @@ static void c_matmul_gelu(tc *t)
             }
             float *o = dpoison(t, (size_t)N * M), *pre = dpoison(t, (size_t)N * M),
                   *dpre = dpoison(t, (size_t)N * M);
-            kn_matmul_gelu_fwd(t->c, d16, KN_F32, KN_F32, o, pre, x, w, b, N, K, M);
+            kn_matmul_gelu_fwd(t->c, d16, KN_F32, KN_F32, o, pre, x, w, b, KN_F32, N, K, M);
             kn_matmul_dgelu(t->c, d16, KN_F32, KN_F32, dpre, db, g, w2, pre, N, M, P);
             double *wp = dvec((size_t)N * M), *wo = dvec((size_t)N * M), *wd = dvec((size_t)N * M),
                    *wdb = dvec(M);
@@ -984,7 +1022,6 @@ static float *dclone(tc *t, const float *d, size_t n)
     return c;
 }
 
-static void same_bits(tc *t, const char *what, kn_dtype dt, const void *x, const void *y, size_t n);
 static void att_grads16(tc *t, kn_dtype dt, const float *dq, const float *dk, const float *dv,
                         const float *dout, const void *o, const float *l, const void *q,
                         const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq,
@@ -1158,11 +1195,11 @@ static void c_typed(tc *t)
         float *mb = dput(t, mbh, Mm * 4), *mg = dput(t, mgh, (size_t)Nm * Mm * 4);
         kn_round(t->c, mg, (size_t)Nm * Mm, dt);
         float *mo = dpoison(t, (size_t)Nm * Mm), *mo32 = dpoison(t, (size_t)Nm * Mm);
-        kn_matmul16_fwd(t->c, dt, KN_F32, dt, mo, mx, mw, mb, Nm, Km, Mm);
-        kn_matmul16_fwd(t->c, dt, KN_F32, KN_F32, mo32, mxf, mw, mb, Nm, Km, Mm);
+        kn_matmul16_fwd(t->c, dt, KN_F32, dt, mo, mx, mw, mb, KN_F32, Nm, Km, Mm);
+        kn_matmul16_fwd(t->c, dt, KN_F32, KN_F32, mo32, mxf, mw, mb, KN_F32, Nm, Km, Mm);
         same(t, KN_F32, "matmul16 out (16-bit x)", mo, mo32, (size_t)Nm * Mm, KN_F32);
         void *mo16 = typed_out(t, dt, (size_t)Nm * Mm);
-        kn_matmul16_fwd(t->c, dt, dt, dt, mo16, mx, mw, mb, Nm, Km, Mm);
+        kn_matmul16_fwd(t->c, dt, dt, dt, mo16, mx, mw, mb, KN_F32, Nm, Km, Mm);
         same(t, dt, "matmul16 16-bit out (16-bit x)", mo16, mo32, (size_t)Nm * Mm, dt);
         float *mdx = dclone(t, mxf, (size_t)Nm * Km), *mdx32 = dclone(t, mxf, (size_t)Nm * Km),
               *mdw = dclone(t, mwf, (size_t)Mm * Km), *mdw32 = dclone(t, mwf, (size_t)Mm * Km);
@@ -1936,6 +1973,38 @@ static void c_grad_dtype(tc *t)
             ty_failures++;
 }
 
+/* A product's bias in a type that is neither fp32 nor its weights' is
+ * refused, naming the op and both types, and nothing is written. */
+static void c_bias_dtype(tc *t)
+{
+    const int N = 4, K = 8, M = 16;
+    float *x = dput(t, NULL, (size_t)N * K * 4), *o = dpoison(t, (size_t)N * M);
+    void *w = dput(t, NULL, (size_t)M * K * 2), *b = dput(t, NULL, (size_t)M * 2);
+    void *pre = dput(t, NULL, (size_t)N * M * 4);
+    static const char *const want[] = {"matmul16: a fp16 bias for bf16 weights",
+                                       "matmul_gelu_fwd: a fp16 bias for bf16 weights"};
+    for (int op = 0; op < 2; op++) {
+        if (op == 0) kn_matmul16_fwd(t->c, KN_BF16, KN_F32, KN_F32, o, x, w, b, KN_F16, N, K, M);
+        if (op == 1)
+            kn_matmul_gelu_fwd(t->c, KN_BF16, KN_F32, KN_F32, o, pre, x, w, b, KN_F16, N, K, M);
+        ty_err e = {0};
+        if (!kn_check(t->c, &e) || !strstr(e.msg, want[op]))
+            fprintf(stderr, "FAIL %s bias_dtype: want \"%s\", got \"%s\"\n", t->dev, want[op],
+                    e.msg),
+                ty_failures++;
+    }
+    float h[64];
+    kn_sync(t->c);
+    kn_to_host(t->c, h, o, sizeof h);
+    int written = 0;
+    for (int i = 0; i < N * M; i++)
+        written += !isnan(h[i]);
+    if (written)
+        fprintf(stderr, "FAIL %s bias_dtype: %d outputs written after the refusal\n", t->dev,
+                written),
+            ty_failures++;
+}
+
 /* kn_sumsq_scaled(x, s) is kn_sumsq of x scaled by kn_scale, bit for bit
  * (s = 1: kn_sumsq of x), and inf, NaN or an overflowing product make it
  * non-finite. */
@@ -2158,6 +2227,7 @@ static const struct {
     {"adamw_blocks", c_adamw_blocks},
     {"convert_spans", c_convert_spans},
     {"grad_dtype", c_grad_dtype},
+    {"bias_dtype", c_bias_dtype},
     {"sumsq_scaled", c_sumsq_scaled},
     {"master", c_master},
     {"typed", c_typed},
