@@ -151,13 +151,13 @@ test('every chart: a log toggle and the smoothing slider; hover says smoothed an
   // The job page: a grad-norm chart, the same controls; the smoothing
   // chosen is remembered.
   await page.goto(`${daemon.base}/#/jobs/${jobs.a.id}`);
-  await page.waitForFunction((n) => Number(document.querySelector('#chart-grad-norm').dataset.points) === n, metrics.length);
+  await page.waitForFunction((n) => Number(document.querySelector('#chart-grad-norm')?.dataset.points) === n, metrics.length);
   assert.equal(await page.inputValue('#job-smoothing'), '0.9');
   for (const id of ['loss', 'lr', 'tps', 'grad-norm']) await page.waitForSelector(`#chart-${id}[data-smoothing="0.9"]`);
   await page.click('#chart-grad-norm .chart-log input');
   await page.waitForSelector('#chart-grad-norm[data-scale="log"]');
   // Log ticks: the fixture's grad norm 1/(1+step) spans 0.024 to 0.5.
-  await page.waitForFunction(() => /\b0\.1\b/.test(document.querySelector('#chart-grad-norm').dataset.yticks || ''));
+  await page.waitForFunction(() => /\b0\.1\b/.test(document.querySelector('#chart-grad-norm')?.dataset.yticks || ''));
   await page.fill('#job-smoothing', '0');
   await page.waitForSelector('#chart-loss[data-smoothing="0"]');
 });
@@ -173,8 +173,8 @@ test('#/compare with nothing, one id, a non-id or unknown ids says so', async ()
   ];
   for (const [hash, re] of cases) {
     await page.goto(`${daemon.base}/${hash}`);
-    await page.waitForFunction(() => document.querySelector('#compare-message') && document.querySelector('#compare-message').textContent.length > 0);
-    await page.waitForFunction((src) => new RegExp(src).test(document.querySelector('#compare-message').textContent), re.source);
+    await page.waitForFunction(() => document.querySelector('#compare-message')?.textContent.length > 0);
+    await page.waitForFunction((src) => new RegExp(src).test(document.querySelector('#compare-message')?.textContent || ''), re.source);
     assert.equal(await page.isVisible('#compare-loss'), false, `${hash} shows charts`);
   }
   // Two that exist and one that does not: the two are compared, the third named.

@@ -75,16 +75,16 @@ if (args.suite === 'live') {
     await page.click(`tr[data-job-id="${id}"] a`);
     await page.waitForSelector('#job-view');
     assert.match(await page.textContent('#job-cost'), /^\$\d/);
-    await page.waitForFunction(() => Number(document.querySelector('#chart-loss').dataset.points) > 2);
+    await page.waitForFunction(() => Number(document.querySelector('#chart-loss')?.dataset.points) > 2);
     const n1 = await points('#chart-loss');
-    await page.waitForFunction((n) => Number(document.querySelector('#chart-loss').dataset.points) >= n + 3, n1);
+    await page.waitForFunction((n) => Number(document.querySelector('#chart-loss')?.dataset.points) >= n + 3, n1);
 
     await daemon.stop('SIGTERM');
     await page.waitForSelector('.stream-state[data-state="retry"]');
     const before = await points('#chart-loss');
     await daemon.start();
     await page.waitForSelector('.stream-state[data-state="open"]');
-    await page.waitForFunction((n) => Number(document.querySelector('#chart-loss').dataset.points) > n + 2, before);
+    await page.waitForFunction((n) => Number(document.querySelector('#chart-loss')?.dataset.points) > n + 2, before);
     await page.screenshot({path: path.join(outDir, 'job-view.png'), fullPage: true});
     await waitState('#job-view', 'succeeded');
     // A read that failed while the server was down is not left on screen.
@@ -207,9 +207,9 @@ if (args.suite === 'controls') {
     await page.waitForFunction((id) => [...document.querySelectorAll('article.gpu a')]
       .some((a) => a.getAttribute('href') === `#/jobs/${id}`), job.id);
     await page.goto(`${daemon.base}/#/jobs/${job.id}`);
-    await page.waitForFunction(() => Number(document.querySelector('#chart-gpu-util').dataset.points) >= 2);
+    await page.waitForFunction(() => Number(document.querySelector('#chart-gpu-util')?.dataset.points) >= 2);
     const n = await points('#chart-gpu-util');
-    await page.waitForFunction((n) => Number(document.querySelector('#chart-gpu-util').dataset.points) > n, n);
+    await page.waitForFunction((n) => Number(document.querySelector('#chart-gpu-util')?.dataset.points) > n, n);
     assert.ok(await points('#chart-gpu-mem') >= 2);
     await page.click('#btn-cancel');
     await waitState('#job-view', 'cancelled');
@@ -226,7 +226,7 @@ if (args.suite === 'auth') {
     await page.fill('#token-dialog input', 'ty_not-a-real-token');
     await page.click('#token-dialog button[value="ok"]');
     // A wrong token is refused and asked for again.
-    await page.waitForFunction(() => /refused/.test(document.querySelector('#token-dialog .token-msg').textContent)
+    await page.waitForFunction(() => /refused/.test(document.querySelector('#token-dialog .token-msg')?.textContent || '')
       && document.querySelector('#token-dialog').open);
     await page.fill('#token-dialog input', daemon.token);
     await page.click('#token-dialog button[value="ok"]');
@@ -238,7 +238,7 @@ if (args.suite === 'auth') {
     const job = await daemon.api('/jobs', {method: 'POST', body: daemon.spec('authed', model, {maxSteps: 20})});
     await waitState(`tr[data-job-id="${job.id}"]`, 'succeeded');
     await page.click(`tr[data-job-id="${job.id}"] a`);
-    await page.waitForFunction(() => Number(document.querySelector('#chart-loss').dataset.points) >= 20);
+    await page.waitForFunction(() => Number(document.querySelector('#chart-loss')?.dataset.points) >= 20);
 
     // A reload in the same tab keeps the token: no prompt.
     await page.reload();

@@ -55,7 +55,7 @@ test('numbers, spans, log axis and dots on the job page and the list', async () 
   await waitJob(jobs.c.id, 'succeeded');
 
   await page.goto(`${daemon.base}/#/jobs/${a.id}`);
-  await page.waitForFunction(() => document.querySelector('#chart-loss').dataset.points === '66');
+  await page.waitForFunction(() => document.querySelector('#chart-loss')?.dataset.points === '66');
   const loss = await page.textContent('#last-loss');
   assert.match(loss, /^1\.\d{3}e-4$/, 'a tiny loss in scientific notation');
   assert.equal(loss, (await import('../../web/util.js')).fmtMetric(a.last_metric.loss));
@@ -81,13 +81,13 @@ test('numbers, spans, log axis and dots on the job page and the list', async () 
 
   // A plain loss (3.5 -> 0.6) stays on a linear axis.
   await page.goto(`${daemon.base}/#/jobs/${jobs.c.id}`);
-  await page.waitForFunction(() => document.querySelector('#chart-loss').dataset.points === '66');
+  await page.waitForFunction(() => document.querySelector('#chart-loss')?.dataset.points === '66');
   await sleep(200);
   assert.equal(await attr('#chart-loss', 'data-scale'), 'linear');
 
   // 100,000 steps, a few dozen made: the axis spans those, no marker.
   await page.goto(`${daemon.base}/#/jobs/${jobs.b.id}`);
-  await page.waitForFunction(() => Number(document.querySelector('#chart-loss').dataset.points) >= 20);
+  await page.waitForFunction(() => Number(document.querySelector('#chart-loss')?.dataset.points) >= 20);
   const [x0, x1] = (await attr('#chart-loss', 'data-xrange')).split(' ').map(Number);
   assert.equal(x0, 1);
   assert.ok(x1 >= 20 && x1 < 1000, `x axis to ${x1}, not to 100000`);
@@ -105,7 +105,7 @@ test('numbers, spans, log axis and dots on the job page and the list', async () 
 
 test('compare: dots only on eval loss; no smoothing of lr or short series', async () => {
   await page.goto(`${daemon.base}/#/compare?ids=${jobs.a.id},${jobs.c.id}`);
-  await page.waitForFunction(() => document.querySelector('#compare-loss').dataset.points === '120'
+  await page.waitForFunction(() => document.querySelector('#compare-loss')?.dataset.points === '120'
     && document.querySelector('#compare-eval').dataset.points === '12');
   assert.equal(await attr('#compare-loss', 'data-dots'), '0', 'a 60-point training series is a line');
   assert.equal(await attr('#compare-eval', 'data-dots'), '12');
