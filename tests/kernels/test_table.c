@@ -1817,6 +1817,16 @@ static void same_block(tc *t, const kn_adamw_block *a, const kn_adamw_block *b)
     same_bits(t, "adamw_blocks v", KN_F32, a->v, b->v, a->n * 4);
 }
 
+/* The context's error after a refused op holds want (case names the
+ * check in the failure line). */
+static void expect_refused(tc *t, const char *cas, const char *want)
+{
+    ty_err e = {0};
+    if (!kn_check(t->c, &e) || !strstr(e.msg, want))
+        fprintf(stderr, "FAIL %s %s: want \"%s\", got \"%s\"\n", t->dev, cas, want, e.msg),
+            ty_failures++;
+}
+
 /* kn_adamw_blocks is, bit for bit, kn_scale by gscale[0], kn_scale by
  * gscale[1] and kn_adamw on each block: blocks of both master types, with
  * and without decay, one long enough to be split between threads, one
@@ -1881,11 +1891,7 @@ static void c_adamw_blocks(tc *t)
         two[1].pdt = r ? KN_BF16 : KN_F16;
         two[1].plo = NULL;
         kn_adamw_blocks(t->c, two, 2, hp);
-        ty_err e = {0};
-        if (!kn_check(t->c, &e) || !strstr(e.msg, refused[r]))
-            fprintf(stderr, "FAIL %s adamw_blocks: want \"%s\", got \"%s\"\n", t->dev, refused[r],
-                    e.msg),
-                ty_failures++;
+        expect_refused(t, "adamw_blocks", refused[r]);
     }
     kn_sync(t->c);
     kn_to_host(t->c, after, fused[0].p, n0 * 4);
@@ -1955,11 +1961,7 @@ static void c_grad_dtype(tc *t)
         if (op == 2)
             kn_attention_bwd(t->c, KN_BF16, KN_F16, a, b, NULL, g, g, l, g, g, g, 1, T, H, H, D, D,
                              D, 0.0f, 0.0f, 0);
-        ty_err e = {0};
-        if (!kn_check(t->c, &e) || !strstr(e.msg, want[op]))
-            fprintf(stderr, "FAIL %s grad_dtype: want \"%s\", got \"%s\"\n", t->dev, want[op],
-                    e.msg),
-                ty_failures++;
+        expect_refused(t, "grad_dtype", want[op]);
     }
     uint16_t h[64];
     kn_sync(t->c);
@@ -1987,11 +1989,7 @@ static void c_bias_dtype(tc *t)
         if (op == 0) kn_matmul16_fwd(t->c, KN_BF16, KN_F32, KN_F32, o, x, w, b, KN_F16, N, K, M);
         if (op == 1)
             kn_matmul_gelu_fwd(t->c, KN_BF16, KN_F32, KN_F32, o, pre, x, w, b, KN_F16, N, K, M);
-        ty_err e = {0};
-        if (!kn_check(t->c, &e) || !strstr(e.msg, want[op]))
-            fprintf(stderr, "FAIL %s bias_dtype: want \"%s\", got \"%s\"\n", t->dev, want[op],
-                    e.msg),
-                ty_failures++;
+        expect_refused(t, "bias_dtype", want[op]);
     }
     float h[64];
     kn_sync(t->c);
