@@ -329,12 +329,19 @@ static void lin_bwd_g(model *m, int l, int s, int row0, float *dx, int fresh, co
                        part ? row0 : 0, M);
 }
 
-/* dout as weights wi's backward GEMMs read it: grad_in's copy, or NULL
- * for a 4-bit base on the fp32 path (it reads the fp32 dout). */
-static const void *grad_for(model *m, int wi, const float *dout, size_t n)
+/* Whether weight wi's backward GEMMs read dout as grad_in gives it: all
+ * but a 4-bit base on the fp32 path, which reads the fp32 dout. */
+static int gemm_reads_g(const model *m, int wi)
 {
     int q4 = m->t[wi].q4;
-    return q4 && !base16(m, q4) ? NULL : grad_in(m, dout, n);
+    return !q4 || base16(m, q4);
+}
+
+/* dout as weights wi's backward GEMMs read it: grad_in's copy, or NULL
+ * where they read the fp32 dout (gemm_reads_g). */
+static const void *grad_for(model *m, int wi, const float *dout, size_t n)
+{
+    return gemm_reads_g(m, wi) ? grad_in(m, dout, n) : NULL;
 }
 
 /* Whether weight wi's backward reads its output gradient only as grad_in's
@@ -352,8 +359,7 @@ static int grad16_only(const model *m, int wi)
  * g16), and grad_made hands it on with no conversion pass. */
 static int grad16_copy(const model *m, int wi)
 {
-    int q4 = m->t[wi].q4;
-    return m->dt != KN_F32 && (!q4 || base16(m, q4));
+    return m->dt != KN_F32 && gemm_reads_g(m, wi);
 }
 
 /* g16 when the gradient's 16-bit copy is to be stored there for weight
@@ -368,6 +374,21 @@ static void *copy16_for(model *m, int wi, int when)
 static const void *grad_made(model *m, int wi, const float *dout, size_t n, const void *copy)
 {
     return copy ? copy : grad_for(m, wi, dout, n);
+}
+
+/* Whether a 16-bit step holds the residual stream's gradient in dt alone,
+ * in dres's memory (kernels.h: a norm backward's dx_dt without dx): the
+ * same values the fp32 dres holds, at half the bytes for every norm
+ * backward that adds to it. Its readers must take it in dt: the MLP and
+ * attention output projections' GEMMs do where nothing reads their fp32
+ * dout (grad16_only), and the embedding's backward gets it widened once.
+ * Not Gemma, whose post-norms read it as an fp32 dout. */
+static int res16(const model *m)
+{
+    if (m->dt == KN_F32 || m->cfg.gemma) return 0;
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (!grad16_only(m, m->L[l].proj_w) || !grad16_only(m, m->L[l].o_w)) return 0;
+    return 1;
 }
 
 /* lin_bwd_g with dout converted here. */
@@ -1654,17 +1675,23 @@ static void backward_from_head(model *m, int B, int T)
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
 
     const void *xL = c->n_layer ? m->A[c->n_layer - 1].res3 : m->encoded;
-    /* dres[N,C] = d(final norm input) */
-    kn_zero(k, m->dres, NC);
+    /* dres[N,C] = d(final norm input): fp32 (dx32), or held in dt alone
+     * (rg, res16), when the norms' backwards take it as their dx_dt */
+    int r16 = res16(m);
+    float *dx32 = r16 ? NULL : m->dres;
+    void *rg = r16 ? (void *)m->dres : NULL;
+    kn_zero(k, m->dres, r16 ? (NC * kn_dtype_size(dt) + 3) / 4 : NC);
     /* dres16: g16 where the norm backward that made dres also stored its
      * 16-bit copy for the next MLP projection's GEMMs (not with Gemma,
-     * whose post-feedforward norm reads dres first) */
-    void *dres16 = c->n_layer ? copy16_for(m, m->L[c->n_layer - 1].proj_w, !c->gemma) : NULL;
+     * whose post-feedforward norm reads dres first); rg itself when held */
+    void *dres16 = r16          ? rg
+                   : c->n_layer ? copy16_for(m, m->L[c->n_layer - 1].proj_w, !c->gemma)
+                                : NULL;
     if (gpt2)
-        kn_layernorm_bwd(k, dt, m->dres, dres16, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL,
+        kn_layernorm_bwd(k, dt, dx32, dres16, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL,
                          W(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
     else
-        kn_rmsnorm_bwd(k, dt, m->dres, dres16, G(m, m->lnf_w), m->dln, xL, NWT(m->lnf_w, C),
+        kn_rmsnorm_bwd(k, dt, dx32, dres16, G(m, m->lnf_w), m->dln, xL, NWT(m->lnf_w, C),
                        m->lnf_rstd, N, C);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[m->lnf_w].off);
 
@@ -1684,7 +1711,7 @@ static void backward_from_head(model *m, int B, int T)
          * below computes dfc = (dres Wproj) * gelu'(fc) and dbfc (the GELU
          * derivative in the product's epilogue on a GPU). */
         int fg = gpt2 && fused_gelu(m, L);
-        const float *dmo = m->dres;
+        const float *dmo = dx32;
         void *mo16 = dres16;
         if (c->gemma) {
             /* through the post_feedforward norm: dln = d(mo) */
@@ -1701,7 +1728,7 @@ static void backward_from_head(model *m, int B, int T)
         /* dact is read as dt holds it by the activation's backward; dln =
          * d(ln2) is written by the first of the fc's (and up's) products;
          * ln2's backward, making d(res2), stores its copy for Wo's GEMMs */
-        void *ao16 = copy16_for(m, L->o_w, !c->gemma);
+        void *ao16 = r16 ? rg : copy16_for(m, L->o_w, !c->gemma);
         if (gpt2) {
             gemms(m, dt != KN_F32, fg);
             if (fg) {
@@ -1717,7 +1744,7 @@ static void backward_from_head(model *m, int B, int T)
                 RG(m->dfc, NF, L->fc_w);
                 lin_bwd(m, l, LS_FC, -1, m->dln, 1, m->dfc, a->ln2, L->fc_w, L->fc_b, N, C, F);
             }
-            kn_layernorm_bwd(k, dt, m->dres, ao16, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
+            kn_layernorm_bwd(k, dt, dx32, ao16, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
                              W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {
             /* dfc, dup written; in a 16-bit step whose gate and up
@@ -1747,11 +1774,11 @@ static void backward_from_head(model *m, int B, int T)
                     lin_bwd(m, l, LS_UP, -1, m->dln, 0, m->dup, a->ln2, L->up_w, -1, N, C, F);
                 }
             }
-            kn_rmsnorm_bwd(k, dt, m->dres, ao16, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
+            kn_rmsnorm_bwd(k, dt, dx32, ao16, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
                            a->ln2_rstd, N, C);
         }
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
-        const float *dao = m->dres;
+        const float *dao = dx32;
         if (c->gemma) {
             /* through the post_attention norm: dln = d(ao) */
             kn_zero(k, m->dln, NC);
@@ -1783,8 +1810,8 @@ static void backward_from_head(model *m, int B, int T)
                 lin_bwd(m, l, LS_ATTN, -1, m->dln, 1, m->dq, a->ln1, L->attn_w, L->attn_b, N, C,
                         3 * C);
             }
-            dres16 = l ? copy16_for(m, m->L[l - 1].proj_w, 1) : NULL;
-            kn_layernorm_bwd(k, dt, m->dres, dres16, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
+            dres16 = r16 ? rg : l ? copy16_for(m, m->L[l - 1].proj_w, 1) : NULL;
+            kn_layernorm_bwd(k, dt, dx32, dres16, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
                              W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
         } else {
             /* dq, dk, dv; in a 16-bit step where only the q, k, v products
@@ -1845,8 +1872,8 @@ static void backward_from_head(model *m, int B, int T)
                     lin_bwd(m, l, LS_V, -1, m->dln, 0, m->dv, a->ln1, L->v_w, L->v_b, N, C, KD);
                 }
             }
-            dres16 = l ? copy16_for(m, m->L[l - 1].proj_w, !c->gemma) : NULL;
-            kn_rmsnorm_bwd(k, dt, m->dres, dres16, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C),
+            dres16 = r16 ? rg : l ? copy16_for(m, m->L[l - 1].proj_w, !c->gemma) : NULL;
+            kn_rmsnorm_bwd(k, dt, dx32, dres16, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C),
                            a->ln1_rstd, N, C);
         }
         /* dres now holds d(x), the previous layer's res3 */
@@ -1856,9 +1883,14 @@ static void backward_from_head(model *m, int B, int T)
     float *gwte = G(m, m->wte), *gwpe = gpt2 ? G(m, m->wpe) : NULL;
     if (!gwte && !gwpe && !m->adapter.emb_bwd) return;      /* frozen: nothing to accumulate */
     if (c->gemma) kn_scale(k, m->dres, NC, embed_scale(m)); /* the sqrt(hidden) factor */
-    if (m->adapter.emb_bwd) m->adapter.emb_bwd(m->adapter.state, m->dres, m->ids, N);
-    if (gwte) kn_embedding_bwd(k, gwte, m->ids, m->dres, N, C);
-    if (gwpe) kn_embedding_bwd(k, gwpe, m->pos, m->dres, N, C);
+    float *demb = m->dres;
+    if (r16) { /* held in dt: widened (exact) into dln, free by now */
+        kn_convert(k, m->dln, KN_F32, rg, dt, NC);
+        demb = m->dln;
+    }
+    if (m->adapter.emb_bwd) m->adapter.emb_bwd(m->adapter.state, demb, m->ids, N);
+    if (gwte) kn_embedding_bwd(k, gwte, m->ids, demb, N, C);
+    if (gwpe) kn_embedding_bwd(k, gwpe, m->pos, demb, N, C);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, 0);
 }
 

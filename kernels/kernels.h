@@ -235,9 +235,11 @@ KN_OPS(KN_PROTO)
  *   a 16-bit dt (x's type) they read dout as dt rounds it and store dx
  *   rounded to dt after its add: the values a 16-bit gradient tensor
  *   holds, with no separate kn_round pass before or after. dx_dt (NULL,
- *   or [N,C] of type dt, needs dx) is written with dx as stored: the
- *   exact 16-bit copy a linear layer's backward GEMMs read next, made
- *   without a conversion pass over dx.
+ *   or [N,C] of type dt) is written with dx as stored: the exact 16-bit
+ *   copy a linear layer's backward GEMMs read next, made without a
+ *   conversion pass over dx. Given without dx, dx_dt is the gradient
+ *   itself, held in dt: read, added to and stored back rounded, the same
+ *   values an fp32 dx holds at half its bytes (fp32 dt: dx_dt is fp32).
  *
  * kn_add_layernorm_fwd: the residual add and the norm that reads it, in
  *   one op: res[N,C] = a + b (kn_add: fp32 sum stored in dt, rounded once),

@@ -12,7 +12,9 @@
  * when stored. Statistics, weights and gradients are fp32; with a 16-bit
  * dtype the backward reads dout rounded to it (into the second row) and
  * stores dx rounded to it, the values a 16-bit gradient holds (and, asked
- * for, the same row again in dt: dx_dt). */
+ * for, the same row again in dt: dx_dt). A dx held in dt alone (dx_dt
+ * without dx) is widened into a third row, added to there and stored back
+ * rounded: the fp32 path's values. */
 #include "cpu.h"
 
 #include <math.h>
@@ -24,7 +26,7 @@ typedef struct norm_job {
     kn_dtype dt;
     void *out;
     float *mean, *rstd, *dx, *dw, *db;
-    void *dx_dt; /* the backward's copy of dx in dt, or NULL */
+    void *dx_dt; /* the backward's copy of dx in dt, or dx itself (dx NULL) */
     const void *x;
     const float *w, *b, *dout, *cmean, *crstd;
     int N, C;
@@ -49,12 +51,12 @@ static void norm_run(kn_ctx *c, norm_job *j, cpu_job_fn job, const char *what)
     if (j->failed) kn_fail(c, TY_ENOMEM, "%s: out of memory for a %d-wide row", what, j->C);
 }
 
-/* A thread's two fp32 rows for 16-bit activations (NULL for fp32; *failed
- * set when short of memory). */
-static float *row_bufs(kn_dtype dt, int C, int *failed)
+/* A thread's fp32 rows for 16-bit activations, two or (dx held in dt)
+ * three (NULL for fp32; *failed set when short of memory). */
+static float *row_bufs(kn_dtype dt, int C, int rows, int *failed)
 {
     if (dt == KN_F32) return NULL;
-    float *b = malloc((size_t)2 * (C > 0 ? C : 1) * sizeof *b);
+    float *b = malloc((size_t)rows * (C > 0 ? C : 1) * sizeof *b);
     if (!b) *failed = 1;
     return b;
 }
@@ -76,7 +78,7 @@ static void norm_fwd_job(int tid, int nt, void *arg)
     norm_job *j = arg;
     kn_dtype dt = j->dt;
     int C = j->C, failed = 0;
-    float *buf = row_bufs(dt, C, &failed);
+    float *buf = row_bufs(dt, C, 2, &failed);
     size_t lo, hi;
     cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
     if (!failed)
@@ -180,19 +182,19 @@ static void norm_bwd_job(int tid, int nt, void *arg)
 {
     norm_job *j = arg;
     kn_dtype dt = j->dt;
-    int C = j->C, failed = 0;
-    float *buf = row_bufs(dt, C, &failed);
-    if (!failed && j->dx) {
-        size_t lo, hi;
+    int C = j->C, failed = 0, held = !j->dx; /* dx held in dt (dx_dt alone) */
+    float *buf = row_bufs(dt, C, held ? 3 : 2, &failed);
+    if (!failed && (j->dx || j->dx_dt)) {
+        size_t lo, hi, es = kn_dtype_size(dt);
         cpu_pool_static((size_t)j->N, tid, nt, &lo, &hi);
         for (size_t n = lo; n < hi; n++) {
-            float *d = j->dx + n * C;
+            char *t = j->dx_dt ? (char *)j->dx_dt + n * C * es : NULL;
+            float *d = held ? buf + 2 * (size_t)C : j->dx + n * C;
+            if (held) cpu_convert_n(d, KN_F32, t, dt, (size_t)C);
             j->dx_row(j, cpu_grad_in(buf ? buf + C : NULL, j->dout, dt, n * C, (size_t)C),
                       cpu_in(buf, j->x, dt, n * C, (size_t)C), d, n);
             cpu_round_n(d, (size_t)C, dt);
-            if (j->dx_dt)
-                cpu_convert_n((char *)j->dx_dt + n * C * kn_dtype_size(dt), dt, d, KN_F32,
-                              (size_t)C);
+            if (t) cpu_convert_n(t, dt, d, KN_F32, (size_t)C);
         }
     }
     if (!failed && (j->dw || j->db)) {
@@ -204,13 +206,23 @@ static void norm_bwd_job(int tid, int nt, void *arg)
     if (failed) atomic_store(&j->failed, 1);
 }
 
+/* An fp32 dx held "in dt" is dx itself. */
+static void held_f32(kn_dtype dt, float **dx, void **dx_dt)
+{
+    if (!*dx && dt == KN_F32) {
+        *dx = *dx_dt;
+        *dx_dt = NULL;
+    }
+}
+
 void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw, float *db,
                        const float *dout, const void *x, const float *w, const float *mean,
                        const float *rstd, int N, int C)
 {
+    held_f32(dt, &dx, &dx_dt);
     norm_job j = {.dt = dt,
                   .dx = dx,
-                  .dx_dt = dx ? dx_dt : NULL,
+                  .dx_dt = dx_dt,
                   .dw = dw,
                   .db = db,
                   .dout = dout,
@@ -287,9 +299,10 @@ static void rms_dw_cols(const norm_job *j, float *buf, int lo, int hi)
 void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw, const float *dout,
                      const void *x, const float *w, const float *rstd, int N, int C)
 {
+    held_f32(dt, &dx, &dx_dt);
     norm_job j = {.dt = dt,
                   .dx = dx,
-                  .dx_dt = dx ? dx_dt : NULL,
+                  .dx_dt = dx_dt,
                   .dw = dw,
                   .dout = dout,
                   .x = x,

@@ -106,7 +106,8 @@ __global__ void k_layernorm_fwd(T *out, float *mean, float *rstd, const T *x, co
 /* dx for one row: dnorm = dout w, dx += rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)).
  * has_mean 0 is rmsnorm (no centring, no mean(dnorm) term). With a 16-bit
  * T, dout is read rounded to T and dx stored rounded to T (kernels.h);
- * dx_dt, when given, gets the stored values again in T. */
+ * dx_dt, when given, gets the stored values again in T, or, with no dx,
+ * is dx itself, held in T. */
 template <typename T>
 __global__ void k_norm_bwd_dx(float *dx, T *dx_dt, const float *dout, const T *x, const float *w,
                               const float *mean, const float *rstd, int C, int has_mean, int vec)
@@ -135,12 +136,16 @@ __global__ void k_norm_bwd_dx(float *dx, T *dx_dt, const float *dout, const T *x
         kn_load(d, dout + off + i, vec);
         kn_load(g, w + i, vec);
         kn_load(v, x + off + i, vec);
-        kn_load(o, dx + off + i, vec);
+        if (dx)
+            kn_load(o, dx + off + i, vec);
+        else
+            kn_load(o, dx_dt + off + i, vec);
         for (int k = 0; k < V; k++) {
             float dn = kn_round_to<T>(d[k]) * g[k], xh = (v[k] - mu) * rs;
             o[k] = kn_round_to<T>(o[k] + rs * (dn - m1 - xh * m2));
         }
-        kn_store(dx + off + i, o, vec);
+        if (dx)
+            kn_store(dx + off + i, o, vec);
         if (dx_dt)
             kn_store(dx_dt + off + i, o, vec);
     });
@@ -203,15 +208,16 @@ void cuda_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *r
         KN_BY_DTYPE(dt, launch_layernorm_fwd, c, out, mean, rstd, x, w, b, N, C, eps);
 }
 
-/* dx of either norm (mean null: rmsnorm). */
+/* dx of either norm (mean null: rmsnorm); dx null: dx_dt holds it. */
 template <typename T>
 static void launch_norm_bwd_dx(kn_ctx *c, float *dx, void *dx_dt, const float *dout,
                                const void *x, const float *w, const float *mean,
                                const float *rstd, int N, int C)
 {
     KN_IO(k_norm_bwd_dx<T>,
-        (size_t)N * C * (8 + sizeof(T)) + 4 * (size_t)C + 4 * (size_t)N * (mean ? 2 : 1),
-        (size_t)N * C * (4 + (dx_dt ? sizeof(T) : 0)), 0);
+        (size_t)N * C * (4 + sizeof(T) + (dx ? 4 : sizeof(T))) + 4 * (size_t)C +
+            4 * (size_t)N * (mean ? 2 : 1),
+        (size_t)N * C * ((dx ? 4 : 0) + (dx_dt ? sizeof(T) : 0)), 0);
     KN_LAUNCH(k_norm_bwd_dx<T>, N, ROW_THREADS, 0, c, dx, (T *)dx_dt, dout, (const T *)x, w, mean,
               rstd, C, mean != nullptr, row_vec<T>(C, dx, dx_dt, dout, x, w));
 }
@@ -221,7 +227,7 @@ void cuda_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *d
                         const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
-    if (dx)
+    if (dx || dx_dt)
         KN_BY_DTYPE(dt, launch_norm_bwd_dx, c, dx, dx_dt, dout, x, w, mean, rstd, N, C);
     if (dw || db)
         norm_bwd_dw(c, dt, dw, db, dout, x, mean, rstd, N, C);
@@ -266,7 +272,7 @@ void cuda_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw,
     if (N <= 0 || C <= 0) return;
     const float *no_mean = nullptr;
     float *no_db = nullptr;
-    if (dx)
+    if (dx || dx_dt)
         KN_BY_DTYPE(dt, launch_norm_bwd_dx, c, dx, dx_dt, dout, x, w, no_mean, rstd, N, C);
     if (dw)
         norm_bwd_dw(c, dt, dw, no_db, dout, x, no_mean, rstd, N, C);

@@ -1739,6 +1739,20 @@ static void vec_norm(tc *t, kn_dtype dt, int ln, int R, int C)
     expect(t, "norm rstd (packed)", rs, wrs, R, KN_F32);
     if (ln) expect(t, "norm mean (packed)", mu, wmu, R, KN_F32);
     expect(t, "norm dx (packed, +=)", dx, wdx, rc, dt); /* dout read, dx stored in dt */
+    /* dx held in dt (dx_dt without dx): a second backward into dx_dt as it
+     * stands, bit for bit the same one into dx */
+    if (ln) {
+        kn_layernorm_bwd(t->c, dt, NULL, dxt, NULL, NULL, dout, x, w, mu, rs, R, C);
+        kn_layernorm_bwd(t->c, dt, NULL, dxts, NULL, NULL, douts, xs, ws, mu, rs, R, C);
+        kn_layernorm_bwd(t->c, dt, dx, NULL, NULL, NULL, dout, x, w, mu, rs, R, C);
+    } else {
+        kn_rmsnorm_bwd(t->c, dt, NULL, dxt, NULL, dout, x, w, rs, R, C);
+        kn_rmsnorm_bwd(t->c, dt, NULL, dxts, NULL, douts, xs, ws, rs, R, C);
+        kn_rmsnorm_bwd(t->c, dt, dx, NULL, NULL, dout, x, w, rs, R, C);
+    }
+    kn_convert(t->c, dxw, dt, dx, KN_F32, rc);
+    same_bits(t, "norm dx held in dt (packed)", dt, dxt, dxw, nb);
+    same_bits(t, "norm dx held in dt offset", dt, dxts, dxw, nb);
     free(hw), free(hb), free(hd), free(hdx), free(hx), free(hmu), free(hrs), free(wmu), free(wrs),
         free(wy), free(wdx);
 }
