@@ -316,14 +316,10 @@ void cuda_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, 
     if (dt != KN_F32 && dout_dt == dt) {
         if (dx)
             kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, KN_F32, K, N, M, 0, 0, K, M, K, 1.0f);
-        if (dw) {
-            const void *x16 = acts_16(c, dt, x_, x_dt, (size_t)N * K);
-            if (!x16)
-                return;
-            kn_cuda_gemm(c, dw, KN_F32, x16, dout, dt, nullptr, KN_F32, K, M, N, 0, 1, K, M, K, 1.0f);
-        }
-        if (dbias)
-            kn_cuda_colsum_acc(c, dbias, dout, dt, N, M);
+        const void *x16 = dw ? acts_16(c, dt, x_, x_dt, (size_t)N * K) : nullptr;
+        if (dw && !x16)
+            return;
+        kn_cuda_gemm_dw(c, dw, dbias, x16, dout, dt, N, K, M);
         return;
     }
     const float *wf = dt == KN_F32 || !dx ? (const float *)w : weight_f32(c, dt, w, (size_t)M * K);

@@ -5,8 +5,12 @@
  * B = x (K x N col-major), D = out (M x N, ld M), the bias added by the
  * BIAS epilogue (one value per row of D = per output feature). Backward:
  * dx^T[K,N] += w^T[K,M] dout^T[M,N] and dw^T[K,M] += x^T[K,N] dout[N,M]
- * (beta = 1 gives the accumulate convention). dbias is a column sum of
- * dout in two deterministic stages (kn_cuda_colsum_acc, cuda_colsum.cu).
+ * (beta = 1 gives the accumulate convention). dbias, the column sums of
+ * dout, comes out of dw's product where cuBLASLt has its BGRADB epilogue
+ * for it (kn_cuda_gemm_dw: dout is that product's B, summed over k, the
+ * tokens); BGRADB writes its vector, so it goes to scratch and one add
+ * accumulates it. Elsewhere, or with no dw, two deterministic stages
+ * (kn_cuda_colsum_acc, cuda_colsum.cu).
  * Compute is CUBLAS_COMPUTE_32F: true fp32, no TF32, so fp32 results are
  * comparable with the CPU's sgemm. kn_cuda_gemm also takes bf16 / fp16 A
  * and B (the tensor-core path of matmul16, cuda_convert.cu) with an fp32 or
@@ -112,7 +116,8 @@ static int lt_plan(kn_ctx *c, cuda_gemm_plan *p, int epi, int dt_d, int ldd, con
     int m = p->m, n = p->n, k = p->k, ta = p->ta, tb = p->tb;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t lt_epi = (cublasLtEpilogue_t)epi;
-    int has_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    int has_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                   epi == CUBLASLT_EPILOGUE_BGRADB;
     uint64_t ws = st->lt_ws_bytes;
     uint32_t align = p->align;
     int64_t ldaux = p->ldaux;
@@ -191,7 +196,7 @@ static cuda_gemm_plan *gemm_plan(kn_ctx *c, const cuda_gemm_plan *key, const voi
     p.op = nullptr, p.a = p.b = p.d = nullptr;
     p.route = ROUTE_LT;
     int r = lt_plan(c, &p, p.epi, p.dt_d, p.ldd, bias, aux);
-    if (r == 0 && aux) {
+    if (r == 0 && (aux || p.epi == CUBLASLT_EPILOGUE_BGRADB)) {
         p.route = ROUTE_UNFUSED;
     } else if (r == 0) {
         /* The plain product into fp32: D itself, or compact scratch. */
@@ -412,6 +417,28 @@ void cuda_matmul_fwd(kn_ctx *c, float *out, const float *x, const float *w, cons
     gemm(c, out, w, x, bias, M, N, K, 1, 0, K, K, M, 0.0f);
 }
 
+void kn_cuda_gemm_dw(kn_ctx *c, float *dw, float *dbias, const void *x, const void *dout,
+                     int dt_ab, int N, int K, int M)
+{
+    /* dw^T[K,M] += x^T[K,N] (dout^T)^T[N,M]: B = dout as M x N col-major,
+     * transposed; BGRADB sums op(B) = dout over k = N into bg */
+    if (dbias && dw) {
+        float *bg = (float *)kn_cuda_scratch(c, KN_SCRATCH_BGRAD, (size_t)M * sizeof(float));
+        if (!bg)
+            return;
+        int r = kn_cuda_gemm_epi(c, dw, KN_F32, x, dout, dt_ab, CUBLASLT_EPILOGUE_BGRADB, bg,
+                                 KN_F32, nullptr, 0, K, M, N, 0, 1, K, M, K, 1.0f);
+        if (r > 0)
+            cuda_add(c, KN_F32, dbias, dbias, bg, (size_t)M);
+        if (r != 0)
+            return;
+    }
+    if (dw)
+        kn_cuda_gemm(c, dw, KN_F32, x, dout, dt_ab, nullptr, KN_F32, K, M, N, 0, 1, K, M, K, 1.0f);
+    if (dbias)
+        kn_cuda_colsum_acc(c, dbias, dout, dt_ab, N, M);
+}
+
 void cuda_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float *dout,
                      const float *x, const float *w, int N, int K, int M)
 {
@@ -419,10 +446,7 @@ void cuda_matmul_bwd(kn_ctx *c, float *dx, float *dw, float *dbias, const float 
         return;
     if (dx) /* dx^T[K,N] += w^T[K,M] dout^T[M,N]: A = w as K x M col-major */
         gemm(c, dx, w, dout, nullptr, K, N, M, 0, 0, K, M, K, 1.0f);
-    if (dw) /* dw^T[K,M] += x^T[K,N] (dout^T)^T[N,M]: B = dout as M x N col-major, transposed */
-        gemm(c, dw, x, dout, nullptr, K, M, N, 0, 1, K, M, K, 1.0f);
-    if (dbias)
-        kn_cuda_colsum_acc(c, dbias, dout, KN_F32, N, M);
+    kn_cuda_gemm_dw(c, dw, dbias, x, dout, KN_F32, N, K, M);
 }
 
 } // namespace KN_NS

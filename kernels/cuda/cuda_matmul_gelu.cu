@@ -19,9 +19,10 @@
  * the GEMM (bias epilogue) plus one elementwise kernel: the documented
  * fallback, which is also the reference semantics' rounding for 16-bit
  * weights (kernels.h). The bias gradient of the backward is not cuBLASLt's
- * BGRAD: BGRAD overwrites its vector, our gradients accumulate across
- * micro-batches, and an extra K-vector + add would buy little over
- * kn_cuda_colsum_acc (one deterministic pass over dpre, no atomics). */
+ * DGELU_BGRAD: the reference sums dpre as stored (rounded to a 16-bit
+ * pre_dt), and cuBLASLt does not say whether its epilogue sums before or
+ * after that rounding; kn_cuda_colsum_acc sums the stored dpre (one
+ * deterministic pass, no atomics). */
 #include "kn_cuda.cuh"
 #include "kn_cuda16.cuh"
 #include "kn_gelu.cuh"

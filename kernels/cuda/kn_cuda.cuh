@@ -62,6 +62,7 @@ enum { KN_SCRATCH_W32 = 0, /* fp32 copy of a 16-bit weight (matmul16, fp32 dout)
        KN_SCRATCH_LINKS,   /* the embedding backward's row chains (cuda_norm.cu) */
        KN_SCRATCH_ATTN_D,  /* the flash backward's row dots rowsum(dO * O) (cuda_attention.cu) */
        KN_SCRATCH_ATTN_DO, /* the flash backward's dO in 16 bits (cuda_attention.cu) */
+       KN_SCRATCH_BGRAD,   /* a product's bias gradient from its epilogue (cuda_matmul.cu) */
        KN_SCRATCH_SLOTS };
 
 /* TY_CUDA_PROFILE: GPU time by launch name (cuda_profile.cu). open gives
@@ -305,10 +306,12 @@ void kn_cuda_gemm(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, in
                   const void *bias, int bias_dt, int m, int n, int k, int ta, int tb, int lda,
                   int ldb, int ldd, float beta);
 /* cuda_matmul.cu: kn_cuda_gemm with cuBLASLt epilogue epi (a
- * cublasLtEpilogue_t: DEFAULT, BIAS or a GELU one) and, for the GELU ones,
- * the aux matrix (D's type, leading dimension ldaux). 1: done; 0: a GELU
- * epilogue cuBLASLt has no algorithm for here (nothing was run, no error:
- * the caller runs its unfused path); -1: failed (context error set). */
+ * cublasLtEpilogue_t: DEFAULT, BIAS, a GELU one or BGRADB) and, for the
+ * GELU ones, the aux matrix (D's type, leading dimension ldaux). BGRADB
+ * writes op(B)'s column sums into bias (D's type, n of them). 1: done; 0:
+ * a GELU or BGRADB epilogue cuBLASLt has no algorithm for here (nothing
+ * was run, no error: the caller runs its unfused path); -1: failed
+ * (context error set). */
 int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B, int dt_ab, int epi,
                      const void *bias, int bias_dt, const void *aux, int64_t ldaux, int m, int n,
                      int k, int ta, int tb, int lda, int ldb, int ldd, float beta);
@@ -317,6 +320,12 @@ int kn_cuda_gemm_epi(kn_ctx *c, void *D, int dt_d, const void *A, const void *B,
 const float *kn_cuda_bias_f32(kn_ctx *c, const void *bias, int bias_dt, int m);
 /* cuda_convert.cu: x[n] (fp32 holding dt values) as dt in scratch slot X16. */
 const void *kn_cuda_acts16(kn_ctx *c, kn_dtype dt, const float *x, size_t n);
+/* cuda_matmul.cu: a linear layer's dw[M,K] += dout[N,M]^T x[N,K] and
+ * dbias[M] += column sums of dout (either NULL), x and dout of type dt_ab:
+ * the sums from the product's BGRADB epilogue where cuBLASLt has one,
+ * else kn_cuda_colsum_acc. */
+void kn_cuda_gemm_dw(kn_ctx *c, float *dw, float *dbias, const void *x, const void *dout,
+                     int dt_ab, int N, int K, int M);
 /* cuda_colsum.cu: dbias[M] += column sums of dout[N,M] of type dt. */
 void kn_cuda_colsum_acc(kn_ctx *c, float *dbias, const void *dout, int dt, int N, int M);
 

@@ -1301,7 +1301,9 @@ static int32_t *grad_ids(int N, int V)
 }
 
 /* dbias += column sums of dout[N, M]: fp32 (kn_matmul_bwd) and 16-bit
- * (kn_matmul16_bwd) dout, values on a grid of 2^-8 (exact). */
+ * (kn_matmul16_bwd) dout, values on a grid of 2^-8 (exact); alone and
+ * beside dw (x zeros, K 1), whose product may give the sums (a GPU's
+ * BGRADB epilogue). */
 static void grads_bias(tc *t, int N, int M)
 {
     size_t nm = (size_t)N * M;
@@ -1312,17 +1314,28 @@ static void grads_bias(tc *t, int N, int M)
         for (int n = 0; n < N; n++)
             w[m] += hd[(size_t)n * M + m];
     }
-    float *dout = dput(t, hd, nm * 4), *x = dput(t, NULL, 4 * 4), *wt = dput(t, NULL, 4 * M);
-    float *db = dput(t, hb, M * 4);
-    kn_matmul_bwd(t->c, NULL, NULL, db, dout, x, wt, N, 1, M);
-    exact(t, "dbias", N, db, w, M);
+    float *dout = dput(t, hd, nm * 4), *x = dput(t, NULL, N * 4), *wt = dput(t, NULL, 4 * M);
+    kn_zero(t->c, x, (size_t)N);
+    for (int with_dw = 0; with_dw < 2; with_dw++) {
+        float *db = dput(t, hb, M * 4), *dw = with_dw ? dput(t, NULL, 4 * M) : NULL;
+        if (dw) kn_zero(t->c, dw, (size_t)M);
+        kn_matmul_bwd(t->c, NULL, dw, db, dout, x, wt, N, 1, M);
+        exact(t, with_dw ? "dbias (with dw)" : "dbias", N, db, w, M);
+    }
     for (int dt = KN_BF16; dt <= KN_F16; dt++) {
-        void *d16 = dput(t, NULL, nm * 2), *x16 = dput(t, NULL, 4 * 2), *w16 = dput(t, NULL, 2 * M);
+        void *d16 = dput(t, NULL, nm * 2), *x16 = dput(t, NULL, N * 2), *w16 = dput(t, NULL, 2 * M);
         kn_convert(t->c, d16, (kn_dtype)dt, dout, KN_F32, nm); /* exact: 8 significant bits */
-        float *db16 = dput(t, hb, M * 4);
-        kn_matmul16_bwd(t->c, (kn_dtype)dt, (kn_dtype)dt, (kn_dtype)dt, NULL, NULL, db16, d16, x16,
-                        w16, N, 1, M);
-        exact(t, dt == KN_BF16 ? "dbias (bf16 dout)" : "dbias (fp16 dout)", N, db16, w, M);
+        kn_convert(t->c, x16, (kn_dtype)dt, x, KN_F32, (size_t)N);
+        for (int with_dw = 0; with_dw < 2; with_dw++) {
+            float *db16 = dput(t, hb, M * 4), *dw = with_dw ? dput(t, NULL, 4 * M) : NULL;
+            if (dw) kn_zero(t->c, dw, (size_t)M);
+            kn_matmul16_bwd(t->c, (kn_dtype)dt, (kn_dtype)dt, (kn_dtype)dt, NULL, dw, db16, d16,
+                            x16, w16, N, 1, M);
+            char what[48];
+            snprintf(what, sizeof what, "dbias (%s dout%s)", dt == KN_BF16 ? "bf16" : "fp16",
+                     with_dw ? ", with dw" : "");
+            exact(t, what, N, db16, w, M);
+        }
     }
     free(hd), free(hb), free(w);
 }

@@ -2,8 +2,9 @@
  * matmul becomes one column-major cblas_sgemm (OpenBLAS, already the CPU
  * backend's library), D = alpha op(A) op(B) + beta C, then + bias per row
  * of D (cuBLASLt's BIAS epilogue: one value per row of the column-major
- * result) and the GELU epilogues. In-place C == D is all kernels/cuda
- * needs and all we accept.
+ * result), the GELU epilogues, and BGRADB (the bias gradient: each column
+ * of op(B) summed over k, k in order, written to the bias pointer). In-place
+ * C == D is all kernels/cuda needs and all we accept.
  *
  * The heuristic answers only inside lt_legal(), the rules of cublasLt.h
  * 13.x for what kernels/cuda asks (see the comments there); outside them,
@@ -75,7 +76,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
         d->epi = *(const cublasLtEpilogue_t *)buf;
         return d->epi == CUBLASLT_EPILOGUE_DEFAULT || d->epi == CUBLASLT_EPILOGUE_BIAS ||
                        d->epi == CUBLASLT_EPILOGUE_GELU_AUX ||
-                       d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d->epi == CUBLASLT_EPILOGUE_DGELU
+                       d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                       d->epi == CUBLASLT_EPILOGUE_DGELU || d->epi == CUBLASLT_EPILOGUE_BGRADB
                    ? CUBLAS_STATUS_SUCCESS
                    : CUBLAS_STATUS_NOT_SUPPORTED;
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
@@ -170,6 +172,10 @@ static bool has_bias(cublasLtMatmulDesc_t d)
 {
     return d->epi == CUBLASLT_EPILOGUE_BIAS || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
+static bool has_bgrad(cublasLtMatmulDesc_t d)
+{
+    return d->epi == CUBLASLT_EPILOGUE_BGRADB;
+}
 static bool has_aux(cublasLtMatmulDesc_t d)
 {
     return d->epi == CUBLASLT_EPILOGUE_GELU_AUX || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
@@ -211,7 +217,9 @@ static bool shapes_agree(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
  * int8 IMMA and fp8 kernels, which we never use), and so is the GELU aux
  * matrix (EPILOGUE_AUX_DATA_TYPE), whose leading dimension "must be
  * divisible by 8 and be no less than the number of rows in the output
- * matrix" (EPILOGUE_AUX_LD). An alignment told to the heuristic below a
+ * matrix" (EPILOGUE_AUX_LD). A bias gradient vector is of the output's
+ * type too ("Bias gradient vector elements are the same type as the
+ * output elements", BIAS_POINTER). An alignment told to the heuristic below a
  * matrix's element size leaves no algorithm (p NULL: not checked). */
 static const char *lt_illegal(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t dl,
@@ -221,9 +229,11 @@ static const char *lt_illegal(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
         return "A and B of different types";
     if (dl->type != CUDA_R_32F && dl->type != a->type)
         return "a 16-bit D of another type than A and B";
-    bool bias = has_bias(d), aux = has_aux(d);
+    bool bias = has_bias(d) || has_bgrad(d), aux = has_aux(d);
     if (bias && d->bias_type != -1 && d->bias_type != (int)dl->type)
         return "a bias of another type than D";
+    if (has_bgrad(d) && !d->bias)
+        return "a bias gradient epilogue without its bias pointer";
     if (aux && d->aux_type != -1 && d->aux_type != (int)dl->type)
         return "a GELU aux matrix of another type than D";
     if (aux && (d->aux_ld < (int64_t)dl->rows || d->aux_ld % 8))
@@ -245,14 +255,14 @@ static bool refused_on_request(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a)
         return false;
     char list[256];
     snprintf(list, sizeof list, ",%s,", v);
-    static const char *known = ",bias,gelu,dgelu,16bit,all,";
+    static const char *known = ",bias,gelu,dgelu,bgrad,16bit,all,";
     for (const char *t = list + 1; *t; t = strchr(t, ',') + 1) {
         size_t n = strcspn(t, ",");
         char k[34];
         snprintf(k, sizeof k, ",%.*s,", (int)(n < 30 ? n : 30), t);
         if (n && !strstr(known, k)) {
             fprintf(stderr, "emu-cublaslt: TY_EMU_LT_REFUSE=%s: unknown case '%.*s' (known: "
-                            "bias, gelu, dgelu, 16bit, all)\n", v, (int)n, t);
+                            "bias, gelu, dgelu, bgrad, 16bit, all)\n", v, (int)n, t);
             abort();
         }
     }
@@ -265,6 +275,7 @@ static bool refused_on_request(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a)
            (named("gelu") && (d->epi == CUBLASLT_EPILOGUE_GELU_AUX ||
                               d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)) ||
            (named("dgelu") && d->epi == CUBLASLT_EPILOGUE_DGELU) ||
+           (named("bgrad") && has_bgrad(d)) ||
            (named("16bit") && a->type != CUDA_R_32F);
 }
 
@@ -326,6 +337,7 @@ static const char *epi_name(int e)
            : e == CUBLASLT_EPILOGUE_GELU_AUX       ? "gelu_aux"
            : e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "gelu_aux_bias"
            : e == CUBLASLT_EPILOGUE_DGELU          ? "dgelu"
+           : e == CUBLASLT_EPILOGUE_BGRADB         ? "bgradb"
                                                    : "default";
 }
 
@@ -335,8 +347,8 @@ static const char *type_name(int t)
 }
 
 /* The record of one matmul: 2 m n k FLOPs on its path; bytes read: A, B,
- * D when beta is not 0 (C == D), the bias, a DGELU's aux; written: D and a
- * GELU_AUX's aux. The name carries the shape, so a profile tells the
+ * D when beta is not 0 (C == D), the bias, a DGELU's aux; written: D, a
+ * GELU_AUX's aux and a BGRADB's bias gradient. The name carries the shape, so a profile tells the
  * model's GEMMs apart. */
 static void lt_count(emu_count_rec &r, cublasLtMatmulDesc_t d, const emu_lt_layout *a,
                      const emu_lt_layout *b, const emu_lt_layout *dl, uint64_t m, uint64_t n,
@@ -351,7 +363,8 @@ static void lt_count(emu_count_rec &r, cublasLtMatmulDesc_t d, const emu_lt_layo
     r.decl_rd = a->rows * a->cols * type_size(a->type) + b->rows * b->cols * type_size(b->type) +
                 (reads_d ? md : 0) + (has_bias(d) ? m * es_d : 0) +
                 (d->epi == CUBLASLT_EPILOGUE_DGELU ? md : 0);
-    r.decl_wr = md + (has_aux(d) && d->epi != CUBLASLT_EPILOGUE_DGELU ? md : 0);
+    r.decl_wr = md + (has_aux(d) && d->epi != CUBLASLT_EPILOGUE_DGELU ? md : 0) +
+                (has_bgrad(d) ? n * es_d : 0);
 }
 
 /* A matmul that breaks what its algorithm assumes: a GPU would fail it or
@@ -381,9 +394,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         return lt_misuse("the algorithm was found for another epilogue");
     if (C != D) /* out of place is legal in cuBLASLt but unused here */
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if ((has_bias(d) && !d->bias) || (has_aux(d) && !d->aux))
+    if (((has_bias(d) || has_bgrad(d)) && !d->bias) || (has_aux(d) && !d->aux))
         return CUBLAS_STATUS_INVALID_VALUE;
-    const void *ptrs[6] = {A, B, C, D, has_bias(d) ? d->bias : nullptr,
+    const void *ptrs[6] = {A, B, C, D, has_bias(d) || has_bgrad(d) ? d->bias : nullptr,
                            has_aux(d) ? d->aux : nullptr};
     static const char *names[6] = {"A", "B", "C", "D", "bias", "aux"};
     for (int i = 0; i < 6; i++)
@@ -427,6 +440,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                 for (uint64_t i = 0; i < m; i++)
                     out[j * Dl->ld + i] = be == 0.0f ? 0.0f : be * out[j * Dl->ld + i];
     }
+    if (has_bgrad(d)) /* op(B)'s columns summed over k, in D's type (lt_illegal) */
+        for (uint64_t j = 0; j < n; j++) {
+            float s = 0.0f;
+            for (uint64_t l = 0; l < k; l++)
+                s += ((const float *)B)[d->tb == CUBLAS_OP_T ? l * Bl->ld + j : j * Bl->ld + l];
+            if (Dl->type == CUDA_R_32F)
+                ((float *)d->bias)[j] = s;
+            else
+                ((uint16_t *)d->bias)[j] = Dl->type == CUDA_R_16BF ? to_bf16(s) : to_f16(s);
+        }
     if (has_bias(d)) { /* of D's type (lt_illegal) */
         std::vector<float> bias;
         emu_lt_layout bl{Dl->type, m, 1, (int64_t)m};
