@@ -317,11 +317,11 @@ static void lin_bwd_g(model *m, int l, int s, int row0, float *dx, int fresh, co
     } else if (q4) {
         m->base.bwd(m->base.state, q4 - 1, skip, dx, dout, N, K, M);
     } else if (m->dt == KN_F32) {
-        if (write) kn_matmul16_dx(k, KN_F32, KN_F32, dx, dout, W(m, wi) + skip, N, K, M);
+        if (write) kn_matmul16_dx(k, KN_F32, KN_F32, KN_F32, dx, dout, W(m, wi) + skip, N, K, M);
         kn_matmul_bwd(k, write ? NULL : dx, dw, db, dout, x, W(m, wi) + skip, N, K, M);
     } else {
         const void *w = (const char *)W16(m, wi) + skip * kn_dtype_size(m->dt);
-        if (write) kn_matmul16_dx(k, m->dt, m->dt, dx, g, w, N, K, M);
+        if (write) kn_matmul16_dx(k, m->dt, m->dt, KN_F32, dx, g, w, N, K, M);
         kn_matmul16_bwd(k, m->dt, m->dt, m->dt, write ? NULL : dx, dw, db, g, x, w, N, K, M);
     }
     if (ad)
@@ -335,6 +335,19 @@ static int gemm_reads_g(const model *m, int wi)
 {
     int q4 = m->t[wi].q4;
     return !q4 || base16(m, q4);
+}
+
+/* lin_bwd_g for a layer whose input gradient dx[N,K] only a norm's
+ * backward reads (it reads dout as dt rounds it): the product writes dx in
+ * dt, rounded once (kn_matmul16_dx's dx_dt), the values the norm would
+ * read from an fp32 dx at half the bytes. Where grad16_only(wi) (no
+ * adapter adds into dx, no 4-bit base); the whole weight (no row block). */
+static void lin_bwd_g_dt(model *m, int l, int s, void *dx, const void *g, const void *x, int wi,
+                         int bi, int N, int K, int M)
+{
+    gemms(m, 1, 1);
+    kn_matmul16_dx(m->kn, m->dt, m->dt, m->dt, dx, g, W16(m, wi), N, K, M);
+    lin_bwd_g(m, l, s, -1, NULL, 0, NULL, g, x, wi, bi, N, K, M);
 }
 
 /* dout as weights wi's backward GEMMs read it: grad_in's copy, or NULL
@@ -1688,10 +1701,10 @@ static void backward_from_head(model *m, int B, int T)
                    : c->n_layer ? copy16_for(m, m->L[c->n_layer - 1].proj_w, !c->gemma)
                                 : NULL;
     if (gpt2)
-        kn_layernorm_bwd(k, dt, dx32, dres16, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, xL,
+        kn_layernorm_bwd(k, dt, dx32, dres16, G(m, m->lnf_w), G(m, m->lnf_b), m->dln, KN_F32, xL,
                          W(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
     else
-        kn_rmsnorm_bwd(k, dt, dx32, dres16, G(m, m->lnf_w), m->dln, xL, NWT(m->lnf_w, C),
+        kn_rmsnorm_bwd(k, dt, dx32, dres16, G(m, m->lnf_w), m->dln, KN_F32, xL, NWT(m->lnf_w, C),
                        m->lnf_rstd, N, C);
     if (m->grads_done) m->grads_done(m->grads_done_ctx, m->t[m->lnf_w].off);
 
@@ -1717,8 +1730,8 @@ static void backward_from_head(model *m, int B, int T)
             /* through the post_feedforward norm: dln = d(mo) */
             kn_zero(k, m->dln, NC);
             mo16 = copy16_for(m, L->proj_w, 1);
-            kn_rmsnorm_bwd(k, dt, m->dln, mo16, G(m, L->pfn_w), m->dres, a->mo, NWT(L->pfn_w, C),
-                           a->mo_rstd, N, C);
+            kn_rmsnorm_bwd(k, dt, m->dln, mo16, G(m, L->pfn_w), m->dres, KN_F32, a->mo,
+                           NWT(L->pfn_w, C), a->mo_rstd, N, C);
             dmo = m->dln;
         }
         /* d(mo) in dt once, for the proj's GEMMs and (fused) the dgelu's */
@@ -1736,16 +1749,20 @@ static void backward_from_head(model *m, int B, int T)
                  * GEMMs read it as it stands */
                 kn_matmul_dgelu(k, dt, dt, dt, m->dfc, G(m, L->fc_b), gmo, WL(m, L->proj_w), a->fc,
                                 N, F, C);
-                lin_bwd_g(m, l, LS_FC, -1, m->dln, 1, dt == KN_F32 ? m->dfc : NULL, m->dfc, a->ln2,
-                          L->fc_w, -1, N, C, F);
+                if (grad16_only(m, L->fc_w)) /* dln = d(ln2) in dt, for ln2's backward alone */
+                    lin_bwd_g_dt(m, l, LS_FC, m->dln, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
+                else
+                    lin_bwd_g(m, l, LS_FC, -1, m->dln, 1, dt == KN_F32 ? m->dfc : NULL, m->dfc,
+                              a->ln2, L->fc_w, -1, N, C, F);
             } else {
                 kn_zero(k, m->dfc, NF);
                 kn_gelu_bwd(k, dt, m->dfc, m->dact, a->fc, NF);
                 RG(m->dfc, NF, L->fc_w);
                 lin_bwd(m, l, LS_FC, -1, m->dln, 1, m->dfc, a->ln2, L->fc_w, L->fc_b, N, C, F);
             }
-            kn_layernorm_bwd(k, dt, dx32, ao16, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, a->res2,
-                             W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
+            kn_dtype ln2_dt = fg && grad16_only(m, L->fc_w) ? dt : KN_F32;
+            kn_layernorm_bwd(k, dt, dx32, ao16, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, ln2_dt,
+                             a->res2, W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {
             /* dfc, dup written; in a 16-bit step whose gate and up
              * products read no fp32 gradient (no adapter, no 4-bit base),
@@ -1774,8 +1791,8 @@ static void backward_from_head(model *m, int B, int T)
                     lin_bwd(m, l, LS_UP, -1, m->dln, 0, m->dup, a->ln2, L->up_w, -1, N, C, F);
                 }
             }
-            kn_rmsnorm_bwd(k, dt, dx32, ao16, G(m, L->ln2_w), m->dln, a->res2, NWT(L->ln2_w, C),
-                           a->ln2_rstd, N, C);
+            kn_rmsnorm_bwd(k, dt, dx32, ao16, G(m, L->ln2_w), m->dln, KN_F32, a->res2,
+                           NWT(L->ln2_w, C), a->ln2_rstd, N, C);
         }
         /* dres now holds d(res2). Attention branch: datty[N,QD] = dres Wo */
         const float *dao = dx32;
@@ -1783,8 +1800,8 @@ static void backward_from_head(model *m, int B, int T)
             /* through the post_attention norm: dln = d(ao) */
             kn_zero(k, m->dln, NC);
             ao16 = copy16_for(m, L->o_w, 1);
-            kn_rmsnorm_bwd(k, dt, m->dln, ao16, G(m, L->pan_w), m->dres, a->ao, NWT(L->pan_w, C),
-                           a->ao_rstd, N, C);
+            kn_rmsnorm_bwd(k, dt, m->dln, ao16, G(m, L->pan_w), m->dres, KN_F32, a->ao,
+                           NWT(L->pan_w, C), a->ao_rstd, N, C);
             dao = m->dln;
         }
         /* datty is read by the attention backward alone, rounded as it reads it */
@@ -1803,16 +1820,16 @@ static void backward_from_head(model *m, int B, int T)
                              a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f,
                              0);
             if (g16) {
-                lin_bwd_g(m, l, LS_ATTN, -1, m->dln, 1, NULL, m->g16, a->ln1, L->attn_w, L->attn_b,
-                          N, C, 3 * C);
+                lin_bwd_g_dt(m, l, LS_ATTN, m->dln, m->g16, a->ln1, L->attn_w, L->attn_b, N, C,
+                             3 * C); /* dln = d(ln1) in dt */
             } else {
                 RG(m->dq, (size_t)N * 3 * C, L->attn_w);
                 lin_bwd(m, l, LS_ATTN, -1, m->dln, 1, m->dq, a->ln1, L->attn_w, L->attn_b, N, C,
                         3 * C);
             }
             dres16 = r16 ? rg : l ? copy16_for(m, m->L[l - 1].proj_w, 1) : NULL;
-            kn_layernorm_bwd(k, dt, dx32, dres16, G(m, L->ln1_w), G(m, L->ln1_b), m->dln, x,
-                             W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
+            kn_layernorm_bwd(k, dt, dx32, dres16, G(m, L->ln1_w), G(m, L->ln1_b), m->dln,
+                             g16 ? dt : KN_F32, x, W(m, L->ln1_w), a->ln1_mean, a->ln1_rstd, N, C);
         } else {
             /* dq, dk, dv; in a 16-bit step where only the q, k, v products
              * read them (no adapter, no 4-bit base, no per-head norm), in
@@ -1854,9 +1871,9 @@ static void backward_from_head(model *m, int B, int T)
                     /* through Qwen3's per-head norms: dqr, dkr; dW of q_norm, k_norm */
                     kn_zero(k, m->dqr, (size_t)N * QD);
                     kn_zero(k, m->dkr, (size_t)N * KD);
-                    kn_rmsnorm_bwd(k, dt, m->dqr, NULL, G(m, L->qn_w), m->dq, a->qr,
+                    kn_rmsnorm_bwd(k, dt, m->dqr, NULL, G(m, L->qn_w), m->dq, KN_F32, a->qr,
                                    NWT(L->qn_w, D), a->qn_rstd, N * Hq, D);
-                    kn_rmsnorm_bwd(k, dt, m->dkr, NULL, G(m, L->kn_w), m->dk, a->kr,
+                    kn_rmsnorm_bwd(k, dt, m->dkr, NULL, G(m, L->kn_w), m->dk, KN_F32, a->kr,
                                    NWT(L->kn_w, D), a->kn_rstd, N * Hkv, D);
                     dqo = m->dqr;
                     dko = m->dkr;
@@ -1873,7 +1890,7 @@ static void backward_from_head(model *m, int B, int T)
                 }
             }
             dres16 = r16 ? rg : l ? copy16_for(m, m->L[l - 1].proj_w, !c->gemma) : NULL;
-            kn_rmsnorm_bwd(k, dt, dx32, dres16, G(m, L->ln1_w), m->dln, x, NWT(L->ln1_w, C),
+            kn_rmsnorm_bwd(k, dt, dx32, dres16, G(m, L->ln1_w), m->dln, KN_F32, x, NWT(L->ln1_w, C),
                            a->ln1_rstd, N, C);
         }
         /* dres now holds d(x), the previous layer's res3 */

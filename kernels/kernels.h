@@ -231,7 +231,9 @@ KN_OPS(KN_PROTO)
  *   rstd[N]; b may be NULL. kn_layernorm_bwd: dx, dw, db.
  * kn_rmsnorm_fwd: out[N,C] = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps);
  *   saves rstd[N]. kn_rmsnorm_bwd: dx, dw.
- *   The backwards accumulate: dx += (any may be NULL), dw +=, db +=. With
+ *   The backwards accumulate: dx += (any may be NULL), dw +=, db +=. dout
+ *   is of type dout_dt: fp32, or dt itself (a product that wrote it
+ *   rounded already; TY_EINVAL otherwise). With
  *   a 16-bit dt (x's type) they read dout as dt rounds it and store dx
  *   rounded to dt after its add: the values a 16-bit gradient tensor
  *   holds, with no separate kn_round pass before or after. dx_dt (NULL,
@@ -275,7 +277,10 @@ KN_OPS(KN_PROTO)
  *   product is the first to fill, which saves clearing it and reading it
  *   back (a GPU's GEMM runs with beta 0). w in dt (KN_F32: fp32 weights),
  *   dout read in dout_dt as matmul16_bwd reads it; the same values as
- *   zeroing dx, then matmul16_bwd with dx alone.
+ *   zeroing dx, then matmul16_bwd with dx alone. dx is of type dx_dt:
+ *   fp32, or dt (the fp32 product rounded once: the values a 16-bit
+ *   backward that reads the fp32 dx as dt rounds it sees; TY_EINVAL for
+ *   another type).
  *
  * kn_matmul_gelu_fwd: a linear layer and the GELU after it in one op (the
  *   GPT-2 MLP's c_fc): pre[N,M] = x w^T + bias, out[N,M] = gelu(pre). w is

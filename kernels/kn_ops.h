@@ -60,13 +60,13 @@
       const void *x, const float *w, const float *b, int N, int C, float eps),                     \
       (c, dt, out, mean, rstd, x, w, b, N, C, eps))                                                    \
     X(void, layernorm_bwd, (kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw, float *db, \
-      const float *dout, const void *x, const float *w, const float *mean, const float *rstd,      \
-      int N, int C), (c, dt, dx, dx_dt, dw, db, dout, x, w, mean, rstd, N, C))                                               \
+      const void *dout, kn_dtype dout_dt, const void *x, const float *w, const float *mean,        \
+      const float *rstd, int N, int C), (c, dt, dx, dx_dt, dw, db, dout, dout_dt, x, w, mean, rstd, N, C))                                               \
     X(void, rmsnorm_fwd, (kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void *x,           \
       const float *w, int N, int C, float eps), (c, dt, out, rstd, x, w, N, C, eps))                                   \
     X(void, rmsnorm_bwd, (kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw,              \
-      const float *dout, const void *x, const float *w, const float *rstd, int N, int C),          \
-      (c, dt, dx, dx_dt, dw, dout, x, w, rstd, N, C))       \
+      const void *dout, kn_dtype dout_dt, const void *x, const float *w, const float *rstd, int N,  \
+      int C), (c, dt, dx, dx_dt, dw, dout, dout_dt, x, w, rstd, N, C))       \
     X(void, add_layernorm_fwd, (kn_ctx *c, kn_dtype dt, void *res, void *out, float *mean,       \
       float *rstd, const void *a, const void *b, const float *w, const float *bias, int N, int C,  \
       float eps), (c, dt, res, out, mean, rstd, a, b, w, bias, N, C, eps))                         \
@@ -84,8 +84,8 @@
     X(void, matmul16_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, float *dx,     \
       float *dw, float *dbias, const void *dout, const void *x, const void *w, int N, int K,       \
       int M), (c, dt, dout_dt, x_dt, dx, dw, dbias, dout, x, w, N, K, M))                                        \
-    X(void, matmul16_dx, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, const void *dout,   \
-      const void *w, int N, int K, int M), (c, dt, dout_dt, dx, dout, w, N, K, M))                 \
+    X(void, matmul16_dx, (kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype dx_dt, void *dx,      \
+      const void *dout, const void *w, int N, int K, int M), (c, dt, dout_dt, dx_dt, dx, dout, w, N, K, M))                 \
     X(void, matmul_gelu_fwd, (kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, void *out, \
       void *pre, const void *x, const void *w, const void *bias, kn_dtype b_dt, int N, int K,      \
       int M), (c, dt, out_dt, x_dt, out, pre, x, w, bias, b_dt, N, K, M))                                        \

@@ -98,7 +98,7 @@ int main(int argc, char **argv)
     TIME("layernorm_fwd", 0, reps,
          kn_layernorm_fwd(c, KN_F32, y, mean, rstd, x, w, bias, N, C, 1e-5f));
     TIME("layernorm_bwd", 0, reps,
-         kn_layernorm_bwd(c, KN_F32, dx, NULL, dw, dbias, dy, x, w, mean, rstd, N, C));
+         kn_layernorm_bwd(c, KN_F32, dx, NULL, dw, dbias, dy, KN_F32, x, w, mean, rstd, N, C));
     TIME("gelu_fwd", 0, reps, kn_gelu_fwd(c, KN_F32, y, x, (size_t)N * 4 * C));
     TIME("gelu_bwd", 0, reps, kn_gelu_bwd(c, KN_F32, dx, dy, x, (size_t)N * 4 * C));
     TIME("add (residual)", 0, reps, kn_add(c, KN_F32, y, x, dy, (size_t)N * C));

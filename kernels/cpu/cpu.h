@@ -16,8 +16,8 @@
 #include <cblas.h>
 
 /* cpu_matmul16.c's scratch buffers: fp32 weights, 16-bit x, fp32 x rows,
- * fp32 out rows, an fp32 bias. */
-#define CPU_MM_SLOTS 5
+ * fp32 out rows, an fp32 bias, the fp32 dx of a 16-bit written dx. */
+#define CPU_MM_SLOTS 6
 
 /* Per-context state (ctx->impl). */
 typedef struct cpu_state {

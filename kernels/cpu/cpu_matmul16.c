@@ -304,15 +304,21 @@ void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, vo
 }
 
 /* The written dx: zeroed, then the accumulating product (the same bits). */
-void cpu_matmul16_dx(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, const void *dout,
-                     const void *w, int N, int K, int M)
+/* A 16-bit dx_dt: the fp32 product in scratch slot 5, then rounded into dx
+ * once. */
+void cpu_matmul16_dx(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype dx_dt, void *dx,
+                     const void *dout, const void *w, int N, int K, int M)
 {
-    if (N <= 0 || K <= 0) return;
-    cpu_zero(c, dx, (size_t)N * K);
+    if (N <= 0 || K <= 0 || !kn_grad_dtype_ok(c, dt, dx_dt, "matmul16_dx")) return;
+    size_t nk = (size_t)N * K;
+    float *d = dx_dt == KN_F32 ? dx : scratch(c, 5, nk * sizeof(float));
+    if (!d) return;
+    cpu_zero(c, d, nk);
     if (dt == KN_F32 && dout_dt == KN_F32)
-        cpu_matmul_bwd(c, dx, NULL, NULL, dout, NULL, w, N, K, M);
+        cpu_matmul_bwd(c, d, NULL, NULL, dout, NULL, w, N, K, M);
     else
-        cpu_matmul16_bwd(c, dt, dout_dt, dt, dx, NULL, NULL, dout, NULL, w, N, K, M);
+        cpu_matmul16_bwd(c, dt, dout_dt, dt, d, NULL, NULL, dout, NULL, w, N, K, M);
+    if (d != dx) cpu_convert(c, dx, dx_dt, d, KN_F32, nk);
 }
 
 void cpu_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, float *dx, float *dw,

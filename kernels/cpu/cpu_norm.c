@@ -10,7 +10,8 @@
  * a per-thread fp32 row (two rows of C floats, allocated per call; a
  * failure is a kn_fail) and run through the fp32 code; out is rounded once
  * when stored. Statistics, weights and gradients are fp32; with a 16-bit
- * dtype the backward reads dout rounded to it (into the second row) and
+ * dtype the backward reads dout rounded to it (into the second row; a dout
+ * already in dt is widened there) and
  * stores dx rounded to it, the values a 16-bit gradient holds (and, asked
  * for, the same row again in dt: dx_dt). A dx held in dt alone (dx_dt
  * without dx) is widened into a third row, added to there and stored back
@@ -28,7 +29,9 @@ typedef struct norm_job {
     float *mean, *rstd, *dx, *dw, *db;
     void *dx_dt; /* the backward's copy of dx in dt, or dx itself (dx NULL) */
     const void *x;
-    const float *w, *b, *dout, *cmean, *crstd;
+    const float *w, *b, *cmean, *crstd;
+    const void *dout; /* of type dout_dt: fp32, or dt */
+    kn_dtype dout_dt;
     int N, C;
     float eps;
     atomic_int failed;
@@ -41,6 +44,14 @@ typedef struct norm_job {
     void (*dx_row)(const struct norm_job *j, const float *g, const float *xr, float *d, size_t n);
     void (*dw_cols)(const struct norm_job *j, float *buf, int lo, int hi);
 } norm_job;
+
+/* n elements of the job's dout from element off, as the 16-bit backward
+ * reads them (rounded to dt), in buf where not fp32 as stored. */
+static const float *dout_in(const struct norm_job *j, float *buf, size_t off, size_t n)
+{
+    if (j->dout_dt == KN_F32) return cpu_grad_in(buf, j->dout, j->dt, off, n);
+    return cpu_in(buf, j->dout, j->dout_dt, off, n);
+}
 
 /* Runs job over N rows of C on the pool (one thread below CPU_PAR_MIN
  * elements); a thread short of its row memory fails the op, naming it. */
@@ -161,9 +172,8 @@ static void ln_dwdb_cols(const norm_job *j, float *buf, int lo, int hi)
     float *dw = j->dw, *db = j->db;
     for (int n = 0; n < j->N && hi > lo; n++) {
         /* this thread's columns of the row: xr[i] for i in [lo, hi) */
-        const float *g = cpu_grad_in(buf ? buf + C : NULL, j->dout, j->dt, (size_t)n * C + lo,
-                                     (size_t)(hi - lo)) -
-                         lo;
+        const float *g =
+            dout_in(j, buf ? buf + C : NULL, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
         const float *xr = cpu_in(buf, j->x, j->dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
         float m = j->cmean[n], r = j->crstd[n];
         if (dw)
@@ -191,7 +201,7 @@ static void norm_bwd_job(int tid, int nt, void *arg)
             char *t = j->dx_dt ? (char *)j->dx_dt + n * C * es : NULL;
             float *d = held ? buf + 2 * (size_t)C : j->dx + n * C;
             if (held) cpu_convert_n(d, KN_F32, t, dt, (size_t)C);
-            j->dx_row(j, cpu_grad_in(buf ? buf + C : NULL, j->dout, dt, n * C, (size_t)C),
+            j->dx_row(j, dout_in(j, buf ? buf + C : NULL, n * C, (size_t)C),
                       cpu_in(buf, j->x, dt, n * C, (size_t)C), d, n);
             cpu_round_n(d, (size_t)C, dt);
             if (t) cpu_convert_n(t, dt, d, KN_F32, (size_t)C);
@@ -216,9 +226,10 @@ static void held_f32(kn_dtype dt, float **dx, void **dx_dt)
 }
 
 void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw, float *db,
-                       const float *dout, const void *x, const float *w, const float *mean,
-                       const float *rstd, int N, int C)
+                       const void *dout, kn_dtype dout_dt, const void *x, const float *w,
+                       const float *mean, const float *rstd, int N, int C)
 {
+    if (!kn_grad_dtype_ok(c, dt, dout_dt, "norm backward")) return;
     held_f32(dt, &dx, &dx_dt);
     norm_job j = {.dt = dt,
                   .dx = dx,
@@ -226,6 +237,7 @@ void cpu_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw
                   .dw = dw,
                   .db = db,
                   .dout = dout,
+                  .dout_dt = dout_dt,
                   .x = x,
                   .w = w,
                   .cmean = mean,
@@ -286,9 +298,8 @@ static void rms_dw_cols(const norm_job *j, float *buf, int lo, int hi)
 {
     int C = j->C;
     for (int n = 0; n < j->N && hi > lo; n++) {
-        const float *g = cpu_grad_in(buf ? buf + C : NULL, j->dout, j->dt, (size_t)n * C + lo,
-                                     (size_t)(hi - lo)) -
-                         lo;
+        const float *g =
+            dout_in(j, buf ? buf + C : NULL, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
         const float *xr = cpu_in(buf, j->x, j->dt, (size_t)n * C + lo, (size_t)(hi - lo)) - lo;
         float r = j->crstd[n];
         for (int i = lo; i < hi; i++)
@@ -296,15 +307,18 @@ static void rms_dw_cols(const norm_job *j, float *buf, int lo, int hi)
     }
 }
 
-void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw, const float *dout,
-                     const void *x, const float *w, const float *rstd, int N, int C)
+void cpu_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw, const void *dout,
+                     kn_dtype dout_dt, const void *x, const float *w, const float *rstd, int N,
+                     int C)
 {
+    if (!kn_grad_dtype_ok(c, dt, dout_dt, "norm backward")) return;
     held_f32(dt, &dx, &dx_dt);
     norm_job j = {.dt = dt,
                   .dx = dx,
                   .dx_dt = dx_dt,
                   .dw = dw,
                   .dout = dout,
+                  .dout_dt = dout_dt,
                   .x = x,
                   .w = w,
                   .crstd = rstd,

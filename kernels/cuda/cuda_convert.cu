@@ -339,18 +339,28 @@ void cuda_matmul16_bwd(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype x_dt, 
 
 /* The written dx: one GEMM with beta 0 where dout is in w's type (a
  * 16-bit run's tensor-core product, or fp32 with fp32), so dx is neither
- * cleared first nor read back; other type pairs clear it and accumulate. */
-void cuda_matmul16_dx(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, float *dx, const void *dout,
-                      const void *w, int N, int K, int M)
+ * cleared first nor read back, D in dx_dt (a 16-bit D rounded once from
+ * the fp32 accumulator); other type pairs clear an fp32 dx (dx itself,
+ * or scratch rounded into a 16-bit one) and accumulate. */
+void cuda_matmul16_dx(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype dx_dt, void *dx,
+                      const void *dout, const void *w, int N, int K, int M)
 {
-    if (N <= 0 || K <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, dout_dt, "matmul16 dout"))
+    if (N <= 0 || K <= 0 || !dtype_ok(c, dt, "matmul16") || !dtype_ok(c, dout_dt, "matmul16 dout") ||
+        !kn_grad_dtype_ok(c, dt, dx_dt, "matmul16_dx"))
         return;
     if (M > 0 && dout_dt == dt) { /* dx^T[K,N] = w^T[K,M] dout^T[M,N] */
-        kn_cuda_gemm(c, dx, KN_F32, w, dout, dt, nullptr, KN_F32, K, N, M, 0, 0, K, M, K, 0.0f);
+        kn_cuda_gemm(c, dx, dx_dt, w, dout, dt, nullptr, KN_F32, K, N, M, 0, 0, K, M, K, 0.0f);
         return;
     }
-    cuda_zero(c, dx, (size_t)N * K);
-    cuda_matmul16_bwd(c, dt, dout_dt, dt, dx, nullptr, nullptr, dout, nullptr, w, N, K, M);
+    size_t nk = (size_t)N * K;
+    float *d = dx_dt == KN_F32 ? (float *)dx
+                               : (float *)kn_cuda_scratch(c, KN_SCRATCH_DX32, nk * sizeof(float));
+    if (!d)
+        return;
+    cuda_zero(c, d, nk);
+    cuda_matmul16_bwd(c, dt, dout_dt, dt, d, nullptr, nullptr, dout, nullptr, w, N, K, M);
+    if (d != dx)
+        cuda_convert(c, dx, dx_dt, d, KN_F32, nk);
 }
 
 } // namespace KN_NS

@@ -104,14 +104,21 @@ __global__ void k_layernorm_fwd(T *out, float *mean, float *rstd, const T *x, co
 }
 
 /* dx for one row: dnorm = dout w, dx += rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)).
- * has_mean 0 is rmsnorm (no centring, no mean(dnorm) term). With a 16-bit
+ * has_mean 0 is rmsnorm (no centring, no mean(dnorm) term). dout is G:
+ * fp32, or T itself. With a 16-bit
  * T, dout is read rounded to T and dx stored rounded to T (kernels.h);
  * dx_dt, when given, gets the stored values again in T, or, with no dx,
  * is dx itself, held in T. */
-template <typename T>
-__global__ void k_norm_bwd_dx(float *dx, T *dx_dt, const float *dout, const T *x, const float *w,
-                              const float *mean, const float *rstd, int C, int has_mean, int vec)
+template <typename T_, typename G_> struct norm_io {
+    typedef T_ T; /* x, and dx_dt */
+    typedef G_ G; /* dout */
+};
+template <typename P>
+__global__ void k_norm_bwd_dx(float *dx, typename P::T *dx_dt, const typename P::G *dout,
+                              const typename P::T *x, const float *w, const float *mean,
+                              const float *rstd, int C, int has_mean, int vec)
 {
+    typedef typename P::T T;
     __shared__ float sh[33];
     size_t off = (size_t)blockIdx.x * C;
     float mu = has_mean ? mean[blockIdx.x] : 0.0f, rs = rstd[blockIdx.x];
@@ -154,7 +161,7 @@ __global__ void k_norm_bwd_dx(float *dx, T *dx_dt, const float *dout, const T *x
 /* Stage 1 of dw[c] += sum_n dout xhat, db[c] += sum_n dout (cuda_colsum.cu):
  * one tile of columns x a slice of rows; dw_dst / db_dst are the partials,
  * or the gradients themselves for a single slice (either may be NULL). */
-__global__ void k_norm_bwd_dw(int dt, float *dw_dst, float *db_dst, const float *dout,
+__global__ void k_norm_bwd_dw(int dt, float *dw_dst, float *db_dst, const void *dout, int dout_dt,
                               const void *x, const float *mean, const float *rstd, int N, int C,
                               int rows)
 {
@@ -165,7 +172,7 @@ __global__ void k_norm_bwd_dw(int dt, float *dw_dst, float *db_dst, const float 
     if (col < C)
         for (int n = kn_colsum_row0(rows); n < N && n < end; n += KN_COLSUM_LANES) {
             size_t i = (size_t)n * C + col;
-            float d = round_as(dt, dout[i]);
+            float d = round_as(dt, load_as_f32(dout, dout_dt, i));
             sw += d * ((load_as_f32(x, dt, i) - (mean ? mean[n] : 0.0f)) * rstd[n]);
             sb += d;
         }
@@ -174,8 +181,9 @@ __global__ void k_norm_bwd_dw(int dt, float *dw_dst, float *db_dst, const float 
 }
 
 /* dw and db (either NULL) of a norm over x[N, C]: both stages. */
-static void norm_bwd_dw(kn_ctx *c, kn_dtype dt, float *dw, float *db, const float *dout,
-                        const void *x, const float *mean, const float *rstd, int N, int C)
+static void norm_bwd_dw(kn_ctx *c, kn_dtype dt, float *dw, float *db, const void *dout,
+                        kn_dtype dout_dt, const void *x, const float *mean, const float *rstd,
+                        int N, int C)
 {
     kn_colsum_plan p = kn_cuda_colsum_plan(N);
     float *part = p.blocks > 1 ? kn_cuda_colsum_partials(c, db ? 2 : 1, C) : nullptr;
@@ -183,11 +191,12 @@ static void norm_bwd_dw(kn_ctx *c, kn_dtype dt, float *dw, float *db, const floa
         return;
     float *dw_dst = p.blocks > 1 && dw ? part : dw;
     float *db_dst = p.blocks > 1 && db ? part + (size_t)p.blocks * C : db;
-    KN_IO(k_norm_bwd_dw, (size_t)N * C * (4 + kn_dtype_size(dt)) + 4 * (size_t)N * (mean ? 2 : 1) +
+    KN_IO(k_norm_bwd_dw, (size_t)N * C * (kn_dtype_size(dout_dt) + kn_dtype_size(dt)) +
+        4 * (size_t)N * (mean ? 2 : 1) +
         (p.blocks > 1 ? 0 : 4 * (size_t)C * (!!dw + !!db)),
         4 * (size_t)C * (!!dw + !!db) * p.blocks, 0);
     KN_LAUNCH(k_norm_bwd_dw, kn_colsum_grid(p, C), KN_COLSUM_THREADS, 0, c, (int)dt, dw_dst, db_dst,
-              dout, x, mean, rstd, N, C, p.rows);
+              dout, (int)dout_dt, x, mean, rstd, N, C, p.rows);
     if (p.blocks > 1)
         kn_cuda_colsum_finish(c, dw, db, part, p.blocks, C);
 }
@@ -208,29 +217,42 @@ void cuda_layernorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *mean, float *r
         KN_BY_DTYPE(dt, launch_layernorm_fwd, c, out, mean, rstd, x, w, b, N, C, eps);
 }
 
-/* dx of either norm (mean null: rmsnorm); dx null: dx_dt holds it. */
-template <typename T>
-static void launch_norm_bwd_dx(kn_ctx *c, float *dx, void *dx_dt, const float *dout,
-                               const void *x, const float *w, const float *mean,
-                               const float *rstd, int N, int C)
+/* dx of either norm (mean null: rmsnorm); dx null: dx_dt holds it; dout
+ * of type G. */
+template <typename T, typename G>
+static void launch_norm_bwd_dx_g(kn_ctx *c, float *dx, void *dx_dt, const void *dout,
+                                 const void *x, const float *w, const float *mean,
+                                 const float *rstd, int N, int C)
 {
-    KN_IO(k_norm_bwd_dx<T>,
-        (size_t)N * C * (4 + sizeof(T) + (dx ? 4 : sizeof(T))) + 4 * (size_t)C +
+    typedef norm_io<T, G> P;
+    KN_IO(k_norm_bwd_dx<P>,
+        (size_t)N * C * (sizeof(G) + sizeof(T) + (dx ? 4 : sizeof(T))) + 4 * (size_t)C +
             4 * (size_t)N * (mean ? 2 : 1),
         (size_t)N * C * ((dx ? 4 : 0) + (dx_dt ? sizeof(T) : 0)), 0);
-    KN_LAUNCH(k_norm_bwd_dx<T>, N, ROW_THREADS, 0, c, dx, (T *)dx_dt, dout, (const T *)x, w, mean,
-              rstd, C, mean != nullptr, row_vec<T>(C, dx, dx_dt, dout, x, w));
+    KN_LAUNCH(k_norm_bwd_dx<P>, N, ROW_THREADS, 0, c, dx, (T *)dx_dt, (const G *)dout,
+              (const T *)x, w, mean, rstd, C, mean != nullptr,
+              row_vec<T>(C, dx, dx_dt, dout, x, w));
+}
+template <typename T>
+static void launch_norm_bwd_dx(kn_ctx *c, float *dx, void *dx_dt, const void *dout,
+                               kn_dtype dout_dt, const void *x, const float *w, const float *mean,
+                               const float *rstd, int N, int C)
+{
+    if (dout_dt == KN_F32)
+        launch_norm_bwd_dx_g<T, float>(c, dx, dx_dt, dout, x, w, mean, rstd, N, C);
+    else
+        launch_norm_bwd_dx_g<T, T>(c, dx, dx_dt, dout, x, w, mean, rstd, N, C);
 }
 
 void cuda_layernorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw, float *db,
-                        const float *dout, const void *x, const float *w, const float *mean,
-                        const float *rstd, int N, int C)
+                        const void *dout, kn_dtype dout_dt, const void *x, const float *w,
+                        const float *mean, const float *rstd, int N, int C)
 {
-    if (N <= 0 || C <= 0) return;
+    if (N <= 0 || C <= 0 || !kn_grad_dtype_ok(c, dt, dout_dt, "norm backward")) return;
     if (dx || dx_dt)
-        KN_BY_DTYPE(dt, launch_norm_bwd_dx, c, dx, dx_dt, dout, x, w, mean, rstd, N, C);
+        KN_BY_DTYPE(dt, launch_norm_bwd_dx, c, dx, dx_dt, dout, dout_dt, x, w, mean, rstd, N, C);
     if (dw || db)
-        norm_bwd_dw(c, dt, dw, db, dout, x, mean, rstd, N, C);
+        norm_bwd_dw(c, dt, dw, db, dout, dout_dt, x, mean, rstd, N, C);
 }
 
 template <typename T>
@@ -266,16 +288,17 @@ void cuda_rmsnorm_fwd(kn_ctx *c, kn_dtype dt, void *out, float *rstd, const void
 }
 
 void cuda_rmsnorm_bwd(kn_ctx *c, kn_dtype dt, float *dx, void *dx_dt, float *dw,
-                      const float *dout, const void *x, const float *w, const float *rstd, int N,
-                      int C)
+                      const void *dout, kn_dtype dout_dt, const void *x, const float *w,
+                      const float *rstd, int N, int C)
 {
-    if (N <= 0 || C <= 0) return;
+    if (N <= 0 || C <= 0 || !kn_grad_dtype_ok(c, dt, dout_dt, "norm backward")) return;
     const float *no_mean = nullptr;
     float *no_db = nullptr;
     if (dx || dx_dt)
-        KN_BY_DTYPE(dt, launch_norm_bwd_dx, c, dx, dx_dt, dout, x, w, no_mean, rstd, N, C);
+        KN_BY_DTYPE(dt, launch_norm_bwd_dx, c, dx, dx_dt, dout, dout_dt, x, w, no_mean, rstd, N,
+                    C);
     if (dw)
-        norm_bwd_dw(c, dt, dw, no_db, dout, x, no_mean, rstd, N, C);
+        norm_bwd_dw(c, dt, dw, no_db, dout, dout_dt, x, no_mean, rstd, N, C);
 }
 
 /* ---- the residual add fused with the norm ------------------------------------

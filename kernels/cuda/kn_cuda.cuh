@@ -63,6 +63,7 @@ enum { KN_SCRATCH_W32 = 0, /* fp32 copy of a 16-bit weight (matmul16, fp32 dout)
        KN_SCRATCH_ATTN_D,  /* the flash backward's row dots rowsum(dO * O) (cuda_attention.cu) */
        KN_SCRATCH_ATTN_DO, /* the flash backward's dO in 16 bits (cuda_attention.cu) */
        KN_SCRATCH_BGRAD,   /* a product's bias gradient from its epilogue (cuda_matmul.cu) */
+       KN_SCRATCH_DX32,    /* the fp32 dx of a mixed-type 16-bit written dx (cuda_convert.cu) */
        KN_SCRATCH_SLOTS };
 
 /* TY_CUDA_PROFILE: GPU time by launch name (cuda_profile.cu). open gives

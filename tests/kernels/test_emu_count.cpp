@@ -197,10 +197,11 @@ void norms(kn_ctx *c)
           *dw = (float *)b.f32(C), *db = (float *)b.f32(C);
     take();
     kn_layernorm_fwd(c, KN_BF16, o, mean, rstd, x, w, bias, N, C, 1e-5f);
-    kn_layernorm_bwd(c, KN_BF16, dx, NULL, dw, db, dout, x, w, mean, rstd, N, C);
+    kn_layernorm_bwd(c, KN_BF16, dx, NULL, dw, db, dout, KN_F32, x, w, mean, rstd, N, C);
     kn_rmsnorm_fwd(c, KN_BF16, o, rstd, x, w, N, C, 1e-5f);
-    kn_rmsnorm_bwd(c, KN_BF16, dx, o, dw, dout, x, w, rstd, N, C); /* dx_dt too */
-    kn_layernorm_bwd(c, KN_BF16, NULL, o, NULL, NULL, dout, x, w, mean, rstd, N, C); /* dx in bf16 */
+    kn_rmsnorm_bwd(c, KN_BF16, dx, o, dw, dout, KN_F32, x, w, rstd, N, C); /* dx_dt too */
+    kn_layernorm_bwd(c, KN_BF16, NULL, o, NULL, NULL, dout, KN_F32, x, w, mean, rstd, N, C); /* dx in bf16 */
+    kn_rmsnorm_bwd(c, KN_BF16, dx, NULL, dw, a, KN_BF16, x, w, rstd, N, C); /* dout in bf16 */
     kn_add_rmsnorm_fwd(c, KN_BF16, res, o, rstd, x, a, w, N, C, 1e-5f);
     kn_add_layernorm_fwd(c, KN_BF16, res, o, mean, rstd, x, a, w, bias, N, C, 1e-5f);
     check("norm", "k_layernorm_fwd,k_norm_bwd_dx,k_norm_bwd_dw,k_colsum_final,k_rmsnorm_fwd,"

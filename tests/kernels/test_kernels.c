@@ -433,9 +433,10 @@ static void run_norm(int rms, int with_bias)
 
     float *dx = falloc(c, NC), *dw = falloc(c, C), *db = falloc(c, C);
     if (rms)
-        kn_rmsnorm_bwd(c, KN_F32, dx, NULL, dw, r, x, w, rstd, N, C);
+        kn_rmsnorm_bwd(c, KN_F32, dx, NULL, dw, r, KN_F32, x, w, rstd, N, C);
     else
-        kn_layernorm_bwd(c, KN_F32, dx, NULL, dw, with_bias ? db : NULL, r, x, w, mean, rstd, N, C);
+        kn_layernorm_bwd(c, KN_F32, dx, NULL, dw, with_bias ? db : NULL, r, KN_F32, x, w, mean,
+                         rstd, N, C);
     check_grad("norm dx", dx, norm_loss, &s, s.x, NC);
     check_grad("norm dw", dw, norm_loss, &s, s.w, C);
     if (with_bias) check_grad("norm db", db, norm_loss, &s, s.b, C);
@@ -443,9 +444,10 @@ static void run_norm(int rms, int with_bias)
     /* Accumulation: a second backward doubles every gradient. */
     float *dx1 = fcopy(c, dx, NC), *dw1 = fcopy(c, dw, C), *db1 = fcopy(c, db, C);
     if (rms)
-        kn_rmsnorm_bwd(c, KN_F32, dx, NULL, dw, r, x, w, rstd, N, C);
+        kn_rmsnorm_bwd(c, KN_F32, dx, NULL, dw, r, KN_F32, x, w, rstd, N, C);
     else
-        kn_layernorm_bwd(c, KN_F32, dx, NULL, dw, with_bias ? db : NULL, r, x, w, mean, rstd, N, C);
+        kn_layernorm_bwd(c, KN_F32, dx, NULL, dw, with_bias ? db : NULL, r, KN_F32, x, w, mean,
+                         rstd, N, C);
     check_doubled("norm dx", dx, dx1, NC);
     check_doubled("norm dw", dw, dw1, C);
     if (with_bias) check_doubled("norm db", db, db1, C);
@@ -453,11 +455,11 @@ static void run_norm(int rms, int with_bias)
     /* NULL gradients are skipped; the others are unchanged by the omission. */
     float *dx2 = falloc(c, NC), *dw2 = falloc(c, C);
     if (rms) {
-        kn_rmsnorm_bwd(c, KN_F32, NULL, NULL, dw2, r, x, w, rstd, N, C);
-        kn_rmsnorm_bwd(c, KN_F32, dx2, NULL, NULL, r, x, w, rstd, N, C);
+        kn_rmsnorm_bwd(c, KN_F32, NULL, NULL, dw2, r, KN_F32, x, w, rstd, N, C);
+        kn_rmsnorm_bwd(c, KN_F32, dx2, NULL, NULL, r, KN_F32, x, w, rstd, N, C);
     } else {
-        kn_layernorm_bwd(c, KN_F32, NULL, NULL, dw2, NULL, r, x, w, mean, rstd, N, C);
-        kn_layernorm_bwd(c, KN_F32, dx2, NULL, NULL, NULL, r, x, w, mean, rstd, N, C);
+        kn_layernorm_bwd(c, KN_F32, NULL, NULL, dw2, NULL, r, KN_F32, x, w, mean, rstd, N, C);
+        kn_layernorm_bwd(c, KN_F32, dx2, NULL, NULL, NULL, r, KN_F32, x, w, mean, rstd, N, C);
     }
     check_same("norm dx alone", dx2, dx1, NC);
     check_same("norm dw alone", dw2, dw1, C);
@@ -475,12 +477,12 @@ static void run_norm(int rms, int with_bias)
     float *a1 = falloc(c, C3), *a2 = falloc(c, C3), *b1 = falloc(c, C3), *b2 = falloc(c, C3);
     if (rms) {
         kn_rmsnorm_fwd(c, KN_F32, o3, r3, x3, w3, N3, C3, eps);
-        kn_rmsnorm_bwd(c1, KN_F32, NULL, NULL, a1, g3, x3, w3, r3, N3, C3);
-        kn_rmsnorm_bwd(c, KN_F32, NULL, NULL, a2, g3, x3, w3, r3, N3, C3);
+        kn_rmsnorm_bwd(c1, KN_F32, NULL, NULL, a1, g3, KN_F32, x3, w3, r3, N3, C3);
+        kn_rmsnorm_bwd(c, KN_F32, NULL, NULL, a2, g3, KN_F32, x3, w3, r3, N3, C3);
     } else {
         kn_layernorm_fwd(c, KN_F32, o3, m3, r3, x3, w3, NULL, N3, C3, eps);
-        kn_layernorm_bwd(c1, KN_F32, NULL, NULL, a1, b1, g3, x3, w3, m3, r3, N3, C3);
-        kn_layernorm_bwd(c, KN_F32, NULL, NULL, a2, b2, g3, x3, w3, m3, r3, N3, C3);
+        kn_layernorm_bwd(c1, KN_F32, NULL, NULL, a1, b1, g3, KN_F32, x3, w3, m3, r3, N3, C3);
+        kn_layernorm_bwd(c, KN_F32, NULL, NULL, a2, b2, g3, KN_F32, x3, w3, m3, r3, N3, C3);
     }
     check_same("norm dw 1 vs 2 threads", a1, a2, C3);
     check_same("norm db 1 vs 2 threads", b1, b2, C3);
@@ -1538,7 +1540,7 @@ static double pipeline(int threads, float *w_out)
     kn_crossentropy_fwd_bwd(c, KN_F32, losses, logits, logits, tg, N, V, V, 1.0f / N, 0.0f);
     kn_matmul_bwd(c, dact, gw + (size_t)3 * C * C, NULL, logits, act, whead, N, C, V);
     kn_gelu_bwd(c, KN_F32, dln, dact, ln, (size_t)N * C);
-    kn_layernorm_bwd(c, KN_F32, dao, NULL, NULL, NULL, dln, ao, ones, mean, rstd, N, C);
+    kn_layernorm_bwd(c, KN_F32, dao, NULL, NULL, NULL, dln, KN_F32, ao, ones, mean, rstd, N, C);
     kn_attention_bwd(c, KN_F32, KN_F32, dqkv, dqkv + C, dqkv + 2 * C, dao, ao, lse, qkv, qkv + C,
                      qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C, 0.0f, 0.0f, 0);
     kn_matmul_bwd(c, dx, gw, NULL, dqkv, x, wqkv, N, C, 3 * C);

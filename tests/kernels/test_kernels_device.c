@@ -339,10 +339,10 @@ static void t_norm(pair *p)
         cmp(p, "layernorm_fwd.mean", mean, 1e-5, 1e-6);
         cmp(p, "layernorm_fwd.rstd", rstd, 1e-5, 1e-6);
     }
-    kn_layernorm_bwd(p->cpu, KN_F32, F(dx, cpu), NULL, F(dw, cpu), F(db, cpu), F(r, cpu), F(x, cpu),
-                     F(w, cpu), F(mean, cpu), F(rstd, cpu), N, C);
-    kn_layernorm_bwd(p->dev, KN_F32, F(dx, dev), NULL, F(dw, dev), F(db, dev), F(r, dev), F(x, dev),
-                     F(w, dev), F(mean, dev), F(rstd, dev), N, C);
+    kn_layernorm_bwd(p->cpu, KN_F32, F(dx, cpu), NULL, F(dw, cpu), F(db, cpu), F(r, cpu), KN_F32,
+                     F(x, cpu), F(w, cpu), F(mean, cpu), F(rstd, cpu), N, C);
+    kn_layernorm_bwd(p->dev, KN_F32, F(dx, dev), NULL, F(dw, dev), F(db, dev), F(r, dev), KN_F32,
+                     F(x, dev), F(w, dev), F(mean, dev), F(rstd, dev), N, C);
     cmp(p, "layernorm_bwd.dx", dx, 1e-4, 1e-5);
     cmp(p, "layernorm_bwd.dw", dw, 1e-4, 1e-5);
     cmp(p, "layernorm_bwd.db", db, 1e-4, 1e-5);
@@ -350,15 +350,15 @@ static void t_norm(pair *p)
     kn_rmsnorm_fwd(p->dev, KN_F32, F(o, dev), F(rstd, dev), F(x, dev), F(w, dev), N, C, 1e-6f);
     cmp(p, "rmsnorm_fwd", o, 1e-5, 1e-6);
     cmp(p, "rmsnorm_fwd.rstd", rstd, 1e-5, 1e-6);
-    kn_rmsnorm_bwd(p->cpu, KN_F32, F(dx, cpu), NULL, F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu),
-                   F(rstd, cpu), N, C);
-    kn_rmsnorm_bwd(p->dev, KN_F32, F(dx, dev), NULL, F(dw, dev), F(r, dev), F(x, dev), F(w, dev),
-                   F(rstd, dev), N, C);
+    kn_rmsnorm_bwd(p->cpu, KN_F32, F(dx, cpu), NULL, F(dw, cpu), F(r, cpu), KN_F32, F(x, cpu),
+                   F(w, cpu), F(rstd, cpu), N, C);
+    kn_rmsnorm_bwd(p->dev, KN_F32, F(dx, dev), NULL, F(dw, dev), F(r, dev), KN_F32, F(x, dev),
+                   F(w, dev), F(rstd, dev), N, C);
     cmp(p, "rmsnorm_bwd.dx", dx, 1e-4, 1e-5);
     cmp(p, "rmsnorm_bwd.dw", dw, 1e-4, 1e-5);
-    kn_rmsnorm_bwd(p->cpu, KN_F32, NULL, NULL, F(dw, cpu), F(r, cpu), F(x, cpu), F(w, cpu),
+    kn_rmsnorm_bwd(p->cpu, KN_F32, NULL, NULL, F(dw, cpu), F(r, cpu), KN_F32, F(x, cpu), F(w, cpu),
                    F(rstd, cpu), N, C);
-    kn_rmsnorm_bwd(p->dev, KN_F32, NULL, NULL, F(dw, dev), F(r, dev), F(x, dev), F(w, dev),
+    kn_rmsnorm_bwd(p->dev, KN_F32, NULL, NULL, F(dw, dev), F(r, dev), KN_F32, F(x, dev), F(w, dev),
                    F(rstd, dev), N, C);
     cmp(p, "rmsnorm_bwd.null_dx", dw, 1e-4, 1e-5);
     /* the residual add fused with the norm, fp32 and 16-bit (x + r as a + b) */

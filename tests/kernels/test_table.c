@@ -238,6 +238,8 @@ static void bias16_same(tc *t, kn_dtype dt, const float *x, const void *w16, con
 
 /* matmul in fp32 and with 16-bit weights (inputs rounded on the host to
  * the dtype first, through the device's own convert). */
+static void *typed_out(tc *t, kn_dtype dt, size_t n);
+
 static void c_matmul(tc *t)
 {
     int N = 33, K = 47, M = 29;
@@ -300,9 +302,18 @@ static void c_matmul(tc *t)
                 gi = dput(t, NULL, (size_t)N * M * 2);
                 kn_convert(t->c, gi, (kn_dtype)dt, g, KN_F32, (size_t)N * M);
             }
-            kn_matmul16_dx(t->c, (kn_dtype)dt, gt ? (kn_dtype)dt : KN_F32, dxw, gi, wt, N, K, M);
+            kn_matmul16_dx(t->c, (kn_dtype)dt, gt ? (kn_dtype)dt : KN_F32, KN_F32, dxw, gi, wt, N,
+                           K, M);
             expect(t, gt ? "matmul16_dx (16-bit dout, written)" : "matmul16_dx (written)", dxw,
                    wdx1, (size_t)N * K, KN_F32);
+            if (dt == KN_F32) continue;
+            /* dx itself in dt: the product rounded once, so dt's tolerance */
+            void *dx16 = typed_out(t, (kn_dtype)dt, (size_t)N * K);
+            kn_matmul16_dx(t->c, (kn_dtype)dt, gt ? (kn_dtype)dt : KN_F32, (kn_dtype)dt, dx16, gi,
+                           wt, N, K, M);
+            kn_convert(t->c, dxw, KN_F32, dx16, (kn_dtype)dt, (size_t)N * K);
+            expect(t, gt ? "matmul16_dx (16-bit dout, dx in dt)" : "matmul16_dx (dx in dt)", dxw,
+                   wdx1, (size_t)N * K, (kn_dtype)dt);
         }
         free(wdx1);
         if (dt != KN_F32) {
@@ -1103,10 +1114,10 @@ static void c_typed(tc *t)
         /* dx_dt: dx as stored, again in dt (bit for bit kn_convert's) */
         size_t nes = kn_dtype_size(dt);
         void *gxt = typed_out(t, dt, rc), *gxw = dput(t, NULL, rc * nes);
-        kn_layernorm_bwd(t->c, dt, gx, gxt, gw, gb, dout, x, w, mu32, rs32, R, W);
+        kn_layernorm_bwd(t->c, dt, gx, gxt, gw, gb, dout, KN_F32, x, w, mu32, rs32, R, W);
         kn_convert(t->c, gxw, dt, gx, KN_F32, rc);
         same_bits(t, "layernorm dx_dt", dt, gxt, gxw, rc * nes);
-        kn_layernorm_bwd(t->c, KN_F32, gx32, NULL, gw32, gb32, dr, xf, w, mu32, rs32, R, W);
+        kn_layernorm_bwd(t->c, KN_F32, gx32, NULL, gw32, gb32, dr, KN_F32, xf, w, mu32, rs32, R, W);
         kn_round(t->c, gx32, rc, dt);
         same(t, KN_F32, "layernorm dx (+=)", gx, gx32, rc, KN_F32);
         same(t, KN_F32, "layernorm dw (+=)", gw, gw32, W, KN_F32);
@@ -1116,10 +1127,10 @@ static void c_typed(tc *t)
         same(t, dt, "rmsnorm out", y, y32, rc, dt);
         same(t, KN_F32, "rmsnorm rstd", rs, rs32, R, KN_F32);
         gxt = typed_out(t, dt, rc);
-        kn_rmsnorm_bwd(t->c, dt, gx, gxt, gw, dout, x, w, rs32, R, W);
+        kn_rmsnorm_bwd(t->c, dt, gx, gxt, gw, dout, KN_F32, x, w, rs32, R, W);
         kn_convert(t->c, gxw, dt, gx, KN_F32, rc);
         same_bits(t, "rmsnorm dx_dt", dt, gxt, gxw, rc * nes);
-        kn_rmsnorm_bwd(t->c, KN_F32, gx32, NULL, gw32, dr, xf, w, rs32, R, W);
+        kn_rmsnorm_bwd(t->c, KN_F32, gx32, NULL, gw32, dr, KN_F32, xf, w, rs32, R, W);
         kn_round(t->c, gx32, rc, dt);
         same(t, KN_F32, "rmsnorm dx (+=)", gx, gx32, rc, KN_F32);
         same(t, KN_F32, "rmsnorm dw (+=)", gw, gw32, W, KN_F32);
@@ -1368,10 +1379,11 @@ static void grads_norm(tc *t, int N, int C)
         const void *xt = dt == KN_F32 ? (const void *)x : x16;
         float *gw = dput(t, hw, C * 4), *gb = dput(t, hb, C * 4), *gr = dput(t, hw, C * 4),
               *gb2 = dput(t, hb, C * 4);
-        kn_layernorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, gw, gb, dout, xt, wgt, mean, rstd, N, C);
-        kn_rmsnorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, gr, dout, xt, wgt, rstd, N, C);
-        kn_layernorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, NULL, gb2, dout, xt, wgt, mean, rstd, N,
-                         C);
+        kn_layernorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, gw, gb, dout, KN_F32, xt, wgt, mean, rstd,
+                         N, C);
+        kn_rmsnorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, gr, dout, KN_F32, xt, wgt, rstd, N, C);
+        kn_layernorm_bwd(t->c, (kn_dtype)dt, NULL, NULL, NULL, gb2, dout, KN_F32, xt, wgt, mean,
+                         rstd, N, C);
         exact(t, "layernorm dw", N, gw, wl, C);
         exact(t, "layernorm db", N, gb, wb, C);
         exact(t, "rmsnorm dw", N, gr, wr, C);
@@ -1418,8 +1430,8 @@ static void grads_twice(tc *t, int N, int C)
             g[r][k] = dput(t, hg, C * 4);
         g[r][3] = dput(t, hg, (size_t)V * C * 4);
         kn_matmul_bwd(t->c, NULL, NULL, g[r][0], dout, x, wgt, N, 1, C);
-        kn_layernorm_bwd(t->c, KN_F32, NULL, NULL, g[r][1], g[r][2], dout, x, wgt, mean, rstd, N,
-                         C);
+        kn_layernorm_bwd(t->c, KN_F32, NULL, NULL, g[r][1], g[r][2], dout, KN_F32, x, wgt, mean,
+                         rstd, N, C);
         kn_embedding_bwd(t->c, g[r][3], di, dout, N, C);
     }
     twice(t, "dbias", N, g[0][0], g[1][0], C);
@@ -1733,11 +1745,11 @@ static void vec_norm(tc *t, kn_dtype dt, int ln, int R, int C)
     void *dxt = typed_out(t, dt, rc), *dxts = dshift(t, typed_out(t, dt, rc), nb, es),
          *dxw = dput(t, NULL, nb);
     if (ln) {
-        kn_layernorm_bwd(t->c, dt, dx, dxt, NULL, NULL, dout, x, w, mu, rs, R, C);
-        kn_layernorm_bwd(t->c, dt, dxs, dxts, NULL, NULL, douts, xs, ws, mu, rs, R, C);
+        kn_layernorm_bwd(t->c, dt, dx, dxt, NULL, NULL, dout, KN_F32, x, w, mu, rs, R, C);
+        kn_layernorm_bwd(t->c, dt, dxs, dxts, NULL, NULL, douts, KN_F32, xs, ws, mu, rs, R, C);
     } else {
-        kn_rmsnorm_bwd(t->c, dt, dx, dxt, NULL, dout, x, w, rs, R, C);
-        kn_rmsnorm_bwd(t->c, dt, dxs, dxts, NULL, douts, xs, ws, rs, R, C);
+        kn_rmsnorm_bwd(t->c, dt, dx, dxt, NULL, dout, KN_F32, x, w, rs, R, C);
+        kn_rmsnorm_bwd(t->c, dt, dxs, dxts, NULL, douts, KN_F32, xs, ws, rs, R, C);
     }
     same_bits(t, ln ? "layernorm dx offset" : "rmsnorm dx offset", dt, dx, dxs, rc * 4);
     kn_convert(t->c, dxw, dt, dx, KN_F32, rc); /* dx_dt: dx as stored, in dt */
@@ -1755,17 +1767,40 @@ static void vec_norm(tc *t, kn_dtype dt, int ln, int R, int C)
     /* dx held in dt (dx_dt without dx): a second backward into dx_dt as it
      * stands, bit for bit the same one into dx */
     if (ln) {
-        kn_layernorm_bwd(t->c, dt, NULL, dxt, NULL, NULL, dout, x, w, mu, rs, R, C);
-        kn_layernorm_bwd(t->c, dt, NULL, dxts, NULL, NULL, douts, xs, ws, mu, rs, R, C);
-        kn_layernorm_bwd(t->c, dt, dx, NULL, NULL, NULL, dout, x, w, mu, rs, R, C);
+        kn_layernorm_bwd(t->c, dt, NULL, dxt, NULL, NULL, dout, KN_F32, x, w, mu, rs, R, C);
+        kn_layernorm_bwd(t->c, dt, NULL, dxts, NULL, NULL, douts, KN_F32, xs, ws, mu, rs, R, C);
+        kn_layernorm_bwd(t->c, dt, dx, NULL, NULL, NULL, dout, KN_F32, x, w, mu, rs, R, C);
     } else {
-        kn_rmsnorm_bwd(t->c, dt, NULL, dxt, NULL, dout, x, w, rs, R, C);
-        kn_rmsnorm_bwd(t->c, dt, NULL, dxts, NULL, douts, xs, ws, rs, R, C);
-        kn_rmsnorm_bwd(t->c, dt, dx, NULL, NULL, dout, x, w, rs, R, C);
+        kn_rmsnorm_bwd(t->c, dt, NULL, dxt, NULL, dout, KN_F32, x, w, rs, R, C);
+        kn_rmsnorm_bwd(t->c, dt, NULL, dxts, NULL, douts, KN_F32, xs, ws, rs, R, C);
+        kn_rmsnorm_bwd(t->c, dt, dx, NULL, NULL, dout, KN_F32, x, w, rs, R, C);
     }
     kn_convert(t->c, dxw, dt, dx, KN_F32, rc);
     same_bits(t, "norm dx held in dt (packed)", dt, dxt, dxw, nb);
     same_bits(t, "norm dx held in dt offset", dt, dxts, dxw, nb);
+    /* dout given in dt (as a product that wrote it rounded stores it):
+     * bit for bit the fp32 dout's, which the op reads rounded; dw and db
+     * too */
+    void *d16 = dput(t, NULL, nb), *d16s = dshift(t, d16, nb, es);
+    kn_convert(t->c, d16, dt, dout, KN_F32, rc);
+    kn_convert(t->c, d16s, dt, dout, KN_F32, rc);
+    float *gx[3], *gw[3], *gb[3];
+    for (int i = 0; i < 3; i++) {
+        gx[i] = dput(t, hdx, rc * 4), gw[i] = dput(t, hw, C * 4), gb[i] = dput(t, hb, C * 4);
+        const void *dd = i == 0 ? (const void *)dout : i == 1 ? d16 : d16s;
+        kn_dtype ddt = i ? dt : KN_F32;
+        if (ln)
+            kn_layernorm_bwd(t->c, dt, gx[i], NULL, gw[i], gb[i], dd, ddt, i == 2 ? xs : x, w, mu,
+                             rs, R, C);
+        else
+            kn_rmsnorm_bwd(t->c, dt, gx[i], NULL, gw[i], dd, ddt, i == 2 ? xs : x, w, rs, R, C);
+    }
+    for (int i = 1; i < 3; i++) {
+        same_bits(t, i == 1 ? "norm dx, dout in dt" : "norm dx, dout in dt offset", dt, gx[i],
+                  gx[0], rc * 4);
+        same_bits(t, "norm dw, dout in dt", dt, gw[i], gw[0], C * 4);
+        if (ln) same_bits(t, "norm db, dout in dt", dt, gb[i], gb[0], C * 4);
+    }
     free(hw), free(hb), free(hd), free(hdx), free(hx), free(hmu), free(hrs), free(wmu), free(wrs),
         free(wy), free(wdx);
 }
