@@ -1736,8 +1736,13 @@ static void backward_from_head(model *m, int B, int T)
         }
         /* d(mo) in dt once, for the proj's GEMMs and (fused) the dgelu's */
         const void *gmo = grad_made(m, L->proj_w, dmo, NC, mo16);
-        lin_bwd_g(m, l, LS_PROJ, -1, fg ? NULL : m->dact, 1, dmo, gmo, a->act, L->proj_w, L->proj_b,
-                  N, F, C);
+        /* the gated MLPs' dact in dt, for the activation's backward alone */
+        kn_dtype act_dt = !gpt2 && grad16_only(m, L->proj_w) ? dt : KN_F32;
+        if (act_dt != KN_F32)
+            lin_bwd_g_dt(m, l, LS_PROJ, m->dact, gmo, a->act, L->proj_w, L->proj_b, N, F, C);
+        else
+            lin_bwd_g(m, l, LS_PROJ, -1, fg ? NULL : m->dact, 1, dmo, gmo, a->act, L->proj_w,
+                      L->proj_b, N, F, C);
         /* dact is read as dt holds it by the activation's backward; dln =
          * d(ln2) is written by the first of the fc's (and up's) products;
          * ln2's backward, making d(res2), stores its copy for Wo's GEMMs */
@@ -1772,9 +1777,9 @@ static void backward_from_head(model *m, int B, int T)
             int g16 = grad16_only(m, L->fc_w) && grad16_only(m, uw);
             kn_dtype gdt = g16 ? dt : KN_F32;
             if (c->gemma)
-                kn_geglu_bwd(k, dt, gdt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
+                kn_geglu_bwd(k, dt, gdt, m->dfc, m->dup, m->dact, act_dt, a->fc, a->up, NF);
             else
-                kn_swiglu_bwd(k, dt, gdt, m->dfc, m->dup, m->dact, a->fc, a->up, NF);
+                kn_swiglu_bwd(k, dt, gdt, m->dfc, m->dup, m->dact, act_dt, a->fc, a->up, NF);
             if (g16) {
                 int s_up = c->fused ? LS_FC : LS_UP, up0 = c->fused ? F : -1;
                 lin_bwd_g(m, l, LS_FC, c->fused ? 0 : -1, m->dln, 1, NULL, m->dfc, a->ln2, L->fc_w,

@@ -45,6 +45,8 @@ void cpu_copy(kn_ctx *c, float *dst, const float *src, size_t n)
 /* The operands of one elementwise job; each op reads the fields it needs. */
 typedef struct ew_job {
     kn_dtype dt, g_dt; /* g_dt: the gated backwards' gradients' type */
+    kn_dtype gv_dt;    /* gv's type (fp32 or dt): the gated backwards' dout */
+    const void *gv;
     void *out;
     float *d1, *d2;
     const void *a, *b;
@@ -400,7 +402,8 @@ void cpu_gelu_bwd_write(kn_ctx *c, kn_dtype dt, float *dx, const float *dout, co
 
 /* The gated activations (SwiGLU, GeGLU) as jobs: their fp32 range
  * functions on each thread's share, 16-bit operands widened per block
- * (dout rounded to the dtype). The backwards write their gradients. */
+ * (dout rounded to the dtype, or widened from it). The backwards write
+ * their gradients. */
 typedef void (*gated_fwd_fn)(float *out, const float *gate, const float *up, size_t n);
 typedef void (*gated_bwd_fn)(float *dgate, float *dup, const float *dout, const float *gate,
                              const float *up, size_t n);
@@ -431,8 +434,8 @@ static void gated_bwd(int tid, int nt, const ew_job *j, gated_bwd_fn f)
     size_t lo, hi;
     cpu_thread_range(j->n, 32, tid, nt, &lo, &hi);
     if (dt == KN_F32) {
-        f(dgate ? (float *)dgate + lo : NULL, dup ? (float *)dup + lo : NULL, j->g + lo,
-          (const float *)j->a + lo, (const float *)j->b + lo, hi - lo);
+        f(dgate ? (float *)dgate + lo : NULL, dup ? (float *)dup + lo : NULL,
+          (const float *)j->gv + lo, (const float *)j->a + lo, (const float *)j->b + lo, hi - lo);
         return;
     }
     float bg[CPU_EW_BLOCK], bu[CPU_EW_BLOCK], bd[CPU_EW_BLOCK], og[CPU_EW_BLOCK], ou[CPU_EW_BLOCK];
@@ -440,8 +443,9 @@ static void gated_bwd(int tid, int nt, const ew_job *j, gated_bwd_fn f)
         size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
         float *fg = dgate ? cpu_out_buf(og, dgate, gdt, i) : NULL;
         float *fu = dup ? cpu_out_buf(ou, dup, gdt, i) : NULL;
-        f(fg, fu, cpu_grad_in(bd, j->g, dt, i, m), cpu_in(bg, j->a, dt, i, m),
-          cpu_in(bu, j->b, dt, i, m), m);
+        const float *d = j->gv_dt == KN_F32 ? cpu_grad_in(bd, j->gv, dt, i, m)
+                                            : cpu_in(bd, j->gv, j->gv_dt, i, m);
+        f(fg, fu, d, cpu_in(bg, j->a, dt, i, m), cpu_in(bu, j->b, dt, i, m), m);
         if (fg) cpu_out(dgate, gdt, i, fg, m);
         if (fu) cpu_out(dup, gdt, i, fu, m);
     }
@@ -490,12 +494,21 @@ void cpu_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const v
     cpu_pool_run(c, cpu_threads_for(c, n), swiglu_fwd_job, &j);
 }
 
-void cpu_swiglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,
-                    const float *dout, const void *gate, const void *up, size_t n)
+void cpu_swiglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup, const void *dout,
+                    kn_dtype dout_dt, const void *gate, const void *up, size_t n)
 {
-    if (!kn_grad_dtype_ok(c, dt, g_dt, "swiglu backward")) return;
-    ew_job j = {
-        .dt = dt, .g_dt = g_dt, .d1 = dgate, .d2 = dup, .g = dout, .a = gate, .b = up, .n = n};
+    if (!kn_grad_dtype_ok(c, dt, g_dt, "swiglu backward") ||
+        !kn_grad_dtype_ok(c, dt, dout_dt, "swiglu backward"))
+        return;
+    ew_job j = {.dt = dt,
+                .g_dt = g_dt,
+                .gv_dt = dout_dt,
+                .gv = dout,
+                .d1 = dgate,
+                .d2 = dup,
+                .a = gate,
+                .b = up,
+                .n = n};
     cpu_pool_run(c, cpu_threads_for(c, n), swiglu_bwd_job, &j);
 }
 
@@ -540,13 +553,22 @@ void cpu_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const vo
     cpu_pool_run(c, cpu_threads_for(c, n), geglu_fwd_job, &j);
 }
 
-void cpu_geglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup, const float *dout,
-                   const void *gate, const void *up, size_t n)
+void cpu_geglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup, const void *dout,
+                   kn_dtype dout_dt, const void *gate, const void *up, size_t n)
 {
     if (!dgate && !dup) return;
-    if (!kn_grad_dtype_ok(c, dt, g_dt, "geglu backward")) return;
-    ew_job j = {
-        .dt = dt, .g_dt = g_dt, .d1 = dgate, .d2 = dup, .g = dout, .a = gate, .b = up, .n = n};
+    if (!kn_grad_dtype_ok(c, dt, g_dt, "geglu backward") ||
+        !kn_grad_dtype_ok(c, dt, dout_dt, "geglu backward"))
+        return;
+    ew_job j = {.dt = dt,
+                .g_dt = g_dt,
+                .gv_dt = dout_dt,
+                .gv = dout,
+                .d1 = dgate,
+                .d2 = dup,
+                .a = gate,
+                .b = up,
+                .n = n};
     cpu_pool_run(c, cpu_threads_for(c, n), geglu_bwd_job, &j);
 }
 

@@ -245,9 +245,10 @@ __device__ __forceinline__ void glu_fwd(T *out, const T *g, const T *u, size_t n
     });
 }
 
-/* The gradients stored as O: fp32, or T (each rounded once). */
-template <typename T, typename O, int gate>
-__device__ __forceinline__ void glu_bwd(O *dgate, O *dup, const float *dout, const T *g, const T *u,
+/* The gradients stored as O: fp32, or T (each rounded once); dout read
+ * as D: fp32, or T. */
+template <typename T, typename O, typename D, int gate>
+__device__ __forceinline__ void glu_bwd(O *dgate, O *dup, const D *dout, const T *g, const T *u,
                                         size_t n, int vec)
 {
     kn_for_packs<KN_VEC_W(T)>(n, [&](auto w, size_t i) {
@@ -270,13 +271,18 @@ __global__ void k_swiglu_fwd(T *out, const T *gate, const T *up, size_t n, int v
 {
     glu_fwd<T, GATE_SILU>(out, gate, up, n, vec);
 }
-/* P: kn_pair<gradient type, activation type>. */
+/* P: glu_io<gradient type, activation type, dout type>. */
+template <typename O_, typename T_, typename D_> struct glu_io {
+    typedef O_ O;
+    typedef T_ T;
+    typedef D_ D;
+};
 template <typename P>
-__global__ void k_swiglu_bwd(typename P::first *dgate, typename P::first *dup, const float *dout,
-                             const typename P::second *gate, const typename P::second *up,
-                             size_t n, int vec)
+__global__ void k_swiglu_bwd(typename P::O *dgate, typename P::O *dup, const typename P::D *dout,
+                             const typename P::T *gate, const typename P::T *up, size_t n, int vec)
 {
-    glu_bwd<typename P::second, typename P::first, GATE_SILU>(dgate, dup, dout, gate, up, n, vec);
+    glu_bwd<typename P::T, typename P::O, typename P::D, GATE_SILU>(dgate, dup, dout, gate, up, n,
+                                                                    vec);
 }
 template <typename T>
 __global__ void k_geglu_fwd(T *out, const T *gate, const T *up, size_t n, int vec)
@@ -284,16 +290,16 @@ __global__ void k_geglu_fwd(T *out, const T *gate, const T *up, size_t n, int ve
     glu_fwd<T, GATE_GELU>(out, gate, up, n, vec);
 }
 template <typename P>
-__global__ void k_geglu_bwd(typename P::first *dgate, typename P::first *dup, const float *dout,
-                            const typename P::second *gate, const typename P::second *up,
-                            size_t n, int vec)
+__global__ void k_geglu_bwd(typename P::O *dgate, typename P::O *dup, const typename P::D *dout,
+                            const typename P::T *gate, const typename P::T *up, size_t n, int vec)
 {
-    glu_bwd<typename P::second, typename P::first, GATE_GELU>(dgate, dup, dout, gate, up, n, vec);
+    glu_bwd<typename P::T, typename P::O, typename P::D, GATE_GELU>(dgate, dup, dout, gate, up, n,
+                                                                    vec);
 }
 
-/* The bytes of a gated backward: dout, gate and up read, each gradient
- * that is set written (gs bytes an element). */
-#define GLU_BWD_READ(n, es) ((n) * (4 + 2 * (es)))
+/* The bytes of a gated backward: dout (ds bytes an element), gate and up
+ * read, each gradient that is set written (gs bytes an element). */
+#define GLU_BWD_READ(n, ds, es) ((n) * ((ds) + 2 * (es)))
 #define GLU_BWD_WRITTEN(n, gs, dg, du) ((n) * (gs) * (!!(dg) + !!(du)))
 
 template <typename T>
@@ -310,45 +316,55 @@ static void launch_geglu_fwd(kn_ctx *c, void *out, const void *gate, const void 
     KN_LAUNCH(k_geglu_fwd<T>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, (T *)out,
               (const T *)gate, (const T *)up, n, kn_aligned16(out, gate, up));
 }
-/* A gated backward, kernel K<P> for P = kn_pair<O, T>: O the gradients'
- * type (fp32 or T), T the activations'. */
+/* A gated backward, kernel K<P> for P = glu_io<O, T, D>: O the gradients'
+ * type (fp32 or T), T the activations', D dout's (fp32 or T). */
 #define GLU_BWD_LAUNCH(K)                                                                          \
     do {                                                                                           \
-        KN_IO(K<P>, GLU_BWD_READ(n, sizeof(T)), GLU_BWD_WRITTEN(n, sizeof(O), dgate, dup), 0);     \
+        KN_IO(K<P>, GLU_BWD_READ(n, sizeof(D), sizeof(T)),                                         \
+              GLU_BWD_WRITTEN(n, sizeof(O), dgate, dup), 0);                                       \
         KN_LAUNCH(K<P>, kn_pack_blocks(n, KN_VEC_W(T), 256), 256, 0, c, (O *)dgate, (O *)dup,      \
-                  dout, (const T *)gate, (const T *)up, n,                                         \
+                  (const D *)dout, (const T *)gate, (const T *)up, n,                              \
                   kn_aligned16(dgate, dup, dout, gate, up));                                       \
     } while (0)
-template <int G, typename O, typename T>
-static void launch_glu_bwd_as(kn_ctx *c, void *dgate, void *dup, const float *dout,
+template <int G, typename O, typename T, typename D>
+static void launch_glu_bwd_as(kn_ctx *c, void *dgate, void *dup, const void *dout,
                               const void *gate, const void *up, size_t n)
 {
-    typedef kn_pair<O, T> P;
+    typedef glu_io<O, T, D> P;
     if constexpr (G == GATE_SILU)
         GLU_BWD_LAUNCH(k_swiglu_bwd);
     else
         GLU_BWD_LAUNCH(k_geglu_bwd);
 }
-template <int G, typename T>
-static void launch_glu_bwd(kn_ctx *c, kn_dtype g_dt, void *dgate, void *dup, const float *dout,
-                           const void *gate, const void *up, size_t n)
+template <int G, typename T, typename D>
+static void launch_glu_bwd_d(kn_ctx *c, kn_dtype g_dt, void *dgate, void *dup, const void *dout,
+                             const void *gate, const void *up, size_t n)
 {
     if (g_dt == KN_F32)
-        launch_glu_bwd_as<G, float, T>(c, dgate, dup, dout, gate, up, n);
+        launch_glu_bwd_as<G, float, T, D>(c, dgate, dup, dout, gate, up, n);
     else
-        launch_glu_bwd_as<G, T, T>(c, dgate, dup, dout, gate, up, n);
+        launch_glu_bwd_as<G, T, T, D>(c, dgate, dup, dout, gate, up, n);
+}
+template <int G, typename T>
+static void launch_glu_bwd(kn_ctx *c, kn_dtype g_dt, void *dgate, void *dup, const void *dout,
+                           kn_dtype dout_dt, const void *gate, const void *up, size_t n)
+{
+    if (dout_dt == KN_F32)
+        launch_glu_bwd_d<G, T, float>(c, g_dt, dgate, dup, dout, gate, up, n);
+    else
+        launch_glu_bwd_d<G, T, T>(c, g_dt, dgate, dup, dout, gate, up, n);
 }
 template <typename T> static void launch_swiglu_bwd(kn_ctx *c, kn_dtype g_dt, void *dgate,
-                                                    void *dup, const float *dout,
+                                                    void *dup, const void *dout, kn_dtype dout_dt,
                                                     const void *gate, const void *up, size_t n)
 {
-    launch_glu_bwd<GATE_SILU, T>(c, g_dt, dgate, dup, dout, gate, up, n);
+    launch_glu_bwd<GATE_SILU, T>(c, g_dt, dgate, dup, dout, dout_dt, gate, up, n);
 }
 template <typename T> static void launch_geglu_bwd(kn_ctx *c, kn_dtype g_dt, void *dgate,
-                                                   void *dup, const float *dout, const void *gate,
-                                                   const void *up, size_t n)
+                                                   void *dup, const void *dout, kn_dtype dout_dt,
+                                                   const void *gate, const void *up, size_t n)
 {
-    launch_glu_bwd<GATE_GELU, T>(c, g_dt, dgate, dup, dout, gate, up, n);
+    launch_glu_bwd<GATE_GELU, T>(c, g_dt, dgate, dup, dout, dout_dt, gate, up, n);
 }
 
 void cuda_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
@@ -357,10 +373,11 @@ void cuda_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const 
         KN_BY_DTYPE(dt, launch_swiglu_fwd, c, out, gate, up, n);
 }
 void cuda_swiglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,
-                     const float *dout, const void *gate, const void *up, size_t n)
+                     const void *dout, kn_dtype dout_dt, const void *gate, const void *up, size_t n)
 {
-    if (n && (dgate || dup) && kn_grad_dtype_ok(c, dt, g_dt, "swiglu backward"))
-        KN_BY_DTYPE(dt, launch_swiglu_bwd, c, g_dt, dgate, dup, dout, gate, up, n);
+    if (n && (dgate || dup) && kn_grad_dtype_ok(c, dt, g_dt, "swiglu backward") &&
+        kn_grad_dtype_ok(c, dt, dout_dt, "swiglu backward"))
+        KN_BY_DTYPE(dt, launch_swiglu_bwd, c, g_dt, dgate, dup, dout, dout_dt, gate, up, n);
 }
 void cuda_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up, size_t n)
 {
@@ -368,10 +385,11 @@ void cuda_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const v
         KN_BY_DTYPE(dt, launch_geglu_fwd, c, out, gate, up, n);
 }
 void cuda_geglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,
-                    const float *dout, const void *gate, const void *up, size_t n)
+                    const void *dout, kn_dtype dout_dt, const void *gate, const void *up, size_t n)
 {
-    if (n && (dgate || dup) && kn_grad_dtype_ok(c, dt, g_dt, "geglu backward"))
-        KN_BY_DTYPE(dt, launch_geglu_bwd, c, g_dt, dgate, dup, dout, gate, up, n);
+    if (n && (dgate || dup) && kn_grad_dtype_ok(c, dt, g_dt, "geglu backward") &&
+        kn_grad_dtype_ok(c, dt, dout_dt, "geglu backward"))
+        KN_BY_DTYPE(dt, launch_geglu_bwd, c, g_dt, dgate, dup, dout, dout_dt, gate, up, n);
 }
 
 /* ---- dropout: the CPU backend's counter-based mask, bit for bit ---------- */

@@ -159,8 +159,8 @@ void elementwise(kn_ctx *c)
 {
     const size_t n = 1 << 16;
     bufs b{c, {}};
-    void *x = b.bf16(n), *y = b.bf16(n), *o = b.bf16(n), *o2 = b.bf16(n), *g = b.f32(n),
-         *d = b.f32(n);
+    void *x = b.bf16(n), *y = b.bf16(n), *o = b.bf16(n), *o2 = b.bf16(n), *d16 = b.bf16(n),
+         *g = b.f32(n), *d = b.f32(n);
     float *u = (float *)b.f32(n);
     take();
     kn_add(c, KN_BF16, o, x, y, n);
@@ -169,8 +169,9 @@ void elementwise(kn_ctx *c)
     kn_gelu_fwd(c, KN_BF16, o, x, n);
     kn_gelu_bwd(c, KN_BF16, (float *)g, (const float *)d, x, n);
     kn_swiglu_fwd(c, KN_BF16, o, x, y, n);
-    kn_swiglu_bwd(c, KN_BF16, KN_F32, (float *)g, u, (const float *)d, x, y, n);
-    kn_swiglu_bwd(c, KN_BF16, KN_BF16, o, o2, (const float *)d, x, y, n); /* 16-bit gradients */
+    kn_swiglu_bwd(c, KN_BF16, KN_F32, (float *)g, u, (const float *)d, KN_F32, x, y, n);
+    kn_swiglu_bwd(c, KN_BF16, KN_BF16, o, o2, (const float *)d, KN_F32, x, y, n); /* 16-bit gradients */
+    kn_swiglu_bwd(c, KN_BF16, KN_BF16, o, o2, d16, KN_BF16, x, y, n); /* and a 16-bit dout */
     check("elementwise", "k_add,k_axpy,k_scale,k_gelu_fwd,k_gelu_bwd,k_swiglu_fwd,k_swiglu_bwd");
     CHECK(kn_sumsq(c, (const float *)d, n) > 0, "sumsq");
     check("reduce", "k_reduce_partial,k_reduce_final,cudaMemcpyAsync.d2h");
@@ -332,7 +333,7 @@ void optimizer_misc(kn_ctx *c)
     kn_dropout_fwd(c, KN_BF16, o16, mask, x16, n, 0.1f, 7, 0);
     kn_dropout_bwd(c, g, x, mask, n, 0.1f);
     kn_geglu_fwd(c, KN_BF16, o16, x16, up, n);
-    kn_geglu_bwd(c, KN_BF16, KN_F32, g, m, x, x16, up, n);
+    kn_geglu_bwd(c, KN_BF16, KN_F32, g, m, x, KN_F32, x16, up, n);
     kn_softcap(c, x, n, 30.0f);
     kn_round(c, x, n, KN_BF16);
     check("misc", "k_dropout_fwd,k_dropout_bwd,k_geglu_fwd,k_geglu_bwd,k_softcap,k_round");

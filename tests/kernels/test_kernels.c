@@ -1265,16 +1265,16 @@ static void test_swiglu(void)
     kn_swiglu_fwd(c, KN_F32, out, g, up, s.n);
     act_loss(&s);
     check_close("swiglu fwd", out, s.out, s.n, 1e-5, 1e-6);
-    kn_swiglu_bwd(c, KN_F32, KN_F32, dg, du, r, g, up, s.n);
+    kn_swiglu_bwd(c, KN_F32, KN_F32, dg, du, r, KN_F32, g, up, s.n);
     check_grad("swiglu dgate", dg, act_loss, &s, s.x, s.n);
     check_grad("swiglu dup", du, act_loss, &s, s.up, s.n);
     float *g1 = fcopy(c, dg, s.n), *u1 = fcopy(c, du, s.n);
-    kn_swiglu_bwd(c, KN_F32, KN_F32, dg, du, r, g, up, s.n); /* written, not added */
+    kn_swiglu_bwd(c, KN_F32, KN_F32, dg, du, r, KN_F32, g, up, s.n); /* written, not added */
     check_same("swiglu dgate again", dg, g1, s.n);
     check_same("swiglu dup again", du, u1, s.n);
     float *g2 = falloc(c, s.n), *u2 = falloc(c, s.n);
-    kn_swiglu_bwd(c, KN_F32, KN_F32, g2, NULL, r, g, up, s.n);
-    kn_swiglu_bwd(c, KN_F32, KN_F32, NULL, u2, r, g, up, s.n);
+    kn_swiglu_bwd(c, KN_F32, KN_F32, g2, NULL, r, KN_F32, g, up, s.n);
+    kn_swiglu_bwd(c, KN_F32, KN_F32, NULL, u2, r, KN_F32, g, up, s.n);
     check_same("swiglu dgate alone", g2, g1, s.n);
     check_same("swiglu dup alone", u2, u1, s.n);
     free(s.x);

@@ -223,14 +223,16 @@ static void t_activations(pair *p)
     kn_swiglu_fwd(p->cpu, KN_F32, F(o, cpu), F(x, cpu), F(u, cpu), n);
     kn_swiglu_fwd(p->dev, KN_F32, F(o, dev), F(x, dev), F(u, dev), n);
     cmp(p, "swiglu_fwd", o, 2e-6, 2e-7);
-    kn_swiglu_bwd(p->cpu, KN_F32, KN_F32, F(d1, cpu), F(d2, cpu), F(r, cpu), F(x, cpu), F(u, cpu),
-                  n);
-    kn_swiglu_bwd(p->dev, KN_F32, KN_F32, F(d1, dev), F(d2, dev), F(r, dev), F(x, dev), F(u, dev),
-                  n);
+    kn_swiglu_bwd(p->cpu, KN_F32, KN_F32, F(d1, cpu), F(d2, cpu), F(r, cpu), KN_F32, F(x, cpu),
+                  F(u, cpu), n);
+    kn_swiglu_bwd(p->dev, KN_F32, KN_F32, F(d1, dev), F(d2, dev), F(r, dev), KN_F32, F(x, dev),
+                  F(u, dev), n);
     cmp(p, "swiglu_bwd.dgate", d1, 2e-5, 2e-6);
     cmp(p, "swiglu_bwd.dup", d2, 2e-5, 2e-6);
-    kn_swiglu_bwd(p->cpu, KN_F32, KN_F32, NULL, F(d2, cpu), F(r, cpu), F(x, cpu), F(u, cpu), n);
-    kn_swiglu_bwd(p->dev, KN_F32, KN_F32, NULL, F(d2, dev), F(r, dev), F(x, dev), F(u, dev), n);
+    kn_swiglu_bwd(p->cpu, KN_F32, KN_F32, NULL, F(d2, cpu), F(r, cpu), KN_F32, F(x, cpu), F(u, cpu),
+                  n);
+    kn_swiglu_bwd(p->dev, KN_F32, KN_F32, NULL, F(d2, dev), F(r, dev), KN_F32, F(x, dev), F(u, dev),
+                  n);
     cmp(p, "swiglu_bwd.null_dgate", d2, 2e-5, 2e-6);
 
     buf m = bzeros(p, n);

@@ -565,7 +565,7 @@ static void c_activations(tc *t)
     }
     expect(t, "geglu", o3, w, n, KN_F32);
     float *dg = dput(t, ones, n * 4), *du = dput(t, ones, n * 4);
-    kn_geglu_bwd(t->c, KN_F32, KN_F32, dg, du, dd, x, u, n);
+    kn_geglu_bwd(t->c, KN_F32, KN_F32, dg, du, dd, KN_F32, x, u, n);
     for (size_t i = 0; i < n; i++)
         wg[i] -= 1, wu[i] -= 1;
     expect(t, "geglu dgate (written)", dg, wg, n, KN_F32);
@@ -1068,8 +1068,8 @@ static void c_typed(tc *t)
         kn_gelu_bwd(t->c, dt, dx, g, a, n);
         kn_gelu_bwd(t->c, KN_F32, dx32, gr, af, n);
         same(t, KN_F32, "gelu dx (+=)", dx, dx32, n, KN_F32);
-        kn_swiglu_bwd(t->c, dt, KN_F32, dx, du, g, a, b, n);
-        kn_swiglu_bwd(t->c, KN_F32, KN_F32, dx32, du32, gr, af, bf, n);
+        kn_swiglu_bwd(t->c, dt, KN_F32, dx, du, g, KN_F32, a, b, n);
+        kn_swiglu_bwd(t->c, KN_F32, KN_F32, dx32, du32, gr, KN_F32, af, bf, n);
         same(t, KN_F32, "swiglu dgate (written)", dx, dx32, n, KN_F32);
         same(t, KN_F32, "swiglu dup (written)", du, du32, n, KN_F32);
         free(hg);
@@ -1626,39 +1626,49 @@ static void vec_backward(tc *t, kn_dtype dt, size_t n)
     kn_gelu_bwd(t->c, dt, d, g, a, n);
     kn_gelu_bwd(t->c, dt, ds, gs, as, n);
     same_bits(t, "gelu dx offset", dt, d, ds, n * 4);
-    kn_swiglu_bwd(t->c, dt, KN_F32, d, u, g, a, b, n);
-    kn_swiglu_bwd(t->c, dt, KN_F32, ds, us, gs, as, bs, n);
+    kn_swiglu_bwd(t->c, dt, KN_F32, d, u, g, KN_F32, a, b, n);
+    kn_swiglu_bwd(t->c, dt, KN_F32, ds, us, gs, KN_F32, as, bs, n);
     same_bits(t, "swiglu dgate offset", dt, d, ds, n * 4);
     same_bits(t, "swiglu dup offset", dt, u, us, n * 4);
-    kn_geglu_bwd(t->c, dt, KN_F32, NULL, u, g, a, b, n); /* one gradient only */
-    kn_geglu_bwd(t->c, dt, KN_F32, NULL, us, gs, as, bs, n);
+    kn_geglu_bwd(t->c, dt, KN_F32, NULL, u, g, KN_F32, a, b, n); /* one gradient only */
+    kn_geglu_bwd(t->c, dt, KN_F32, NULL, us, gs, KN_F32, as, bs, n);
     same_bits(t, "geglu dup offset", dt, u, us, n * 4);
-    kn_geglu_bwd(t->c, dt, KN_F32, d, u, g, a, b, n);
-    kn_geglu_bwd(t->c, dt, KN_F32, ds, us, gs, as, bs, n);
+    kn_geglu_bwd(t->c, dt, KN_F32, d, u, g, KN_F32, a, b, n);
+    kn_geglu_bwd(t->c, dt, KN_F32, ds, us, gs, KN_F32, as, bs, n);
     same_bits(t, "geglu dgate offset", dt, d, ds, n * 4);
     same_bits(t, "geglu dup offset", dt, u, us, n * 4);
     if (dt != KN_F32) {
-        /* gradients in dt, aligned and offset: kn_convert of the fp32 ones */
+        /* gradients in dt, aligned and offset: kn_convert of the fp32 ones;
+         * and dout given in dt (as a product that wrote it stores it), bit
+         * for bit the fp32 dout's, which the op reads rounded */
         void *w[2] = {dput(t, NULL, nb), dput(t, NULL, nb)};
+        void *g16 = dput(t, NULL, nb), *g16s = dshift(t, g16, nb, es);
+        kn_convert(t->c, g16, dt, g, KN_F32, n);
+        kn_convert(t->c, g16s, dt, gs, KN_F32, n);
         for (int geglu = 0; geglu < 2; geglu++) {
             if (geglu)
-                kn_geglu_bwd(t->c, dt, KN_F32, d, u, g, a, b, n);
+                kn_geglu_bwd(t->c, dt, KN_F32, d, u, g, KN_F32, a, b, n);
             else
-                kn_swiglu_bwd(t->c, dt, KN_F32, d, u, g, a, b, n);
+                kn_swiglu_bwd(t->c, dt, KN_F32, d, u, g, KN_F32, a, b, n);
             kn_convert(t->c, w[0], dt, d, KN_F32, n);
             kn_convert(t->c, w[1], dt, u, KN_F32, n);
-            for (int off = 0; off < 2; off++) {
+            for (int v = 0; v < 4; v++) {
+                int off = v % 2, gin = v / 2;
                 void *o[2] = {typed_out(t, dt, n), typed_out(t, dt, n)};
                 if (off) o[0] = dshift(t, o[0], nb, es), o[1] = dshift(t, o[1], nb, es);
+                const void *dd = gin ? (off ? g16s : g16) : (off ? (void *)gs : (void *)g);
+                kn_dtype ddt = gin ? dt : KN_F32;
                 if (geglu)
-                    kn_geglu_bwd(t->c, dt, dt, o[0], o[1], off ? gs : g, off ? as : a, off ? bs : b,
-                                 n);
+                    kn_geglu_bwd(t->c, dt, dt, o[0], o[1], dd, ddt, off ? as : a, off ? bs : b, n);
                 else
-                    kn_swiglu_bwd(t->c, dt, dt, o[0], o[1], off ? gs : g, off ? as : a,
-                                  off ? bs : b, n);
-                same_bits(t, geglu ? "geglu dgate in dt" : "swiglu dgate in dt", dt, o[0], w[0],
-                          nb);
-                same_bits(t, geglu ? "geglu dup in dt" : "swiglu dup in dt", dt, o[1], w[1], nb);
+                    kn_swiglu_bwd(t->c, dt, dt, o[0], o[1], dd, ddt, off ? as : a, off ? bs : b, n);
+                char what[48];
+                snprintf(what, sizeof what, "%s dgate in dt%s", geglu ? "geglu" : "swiglu",
+                         gin ? ", dout in dt" : "");
+                same_bits(t, what, dt, o[0], w[0], nb);
+                snprintf(what, sizeof what, "%s dup in dt%s", geglu ? "geglu" : "swiglu",
+                         gin ? ", dout in dt" : "");
+                same_bits(t, what, dt, o[1], w[1], nb);
             }
         }
         return;
@@ -2018,8 +2028,8 @@ static void c_grad_dtype(tc *t)
         "geglu backward: gradients in fp16 for bf16 activations",
         "attention backward: gradients in fp16 for bf16 activations"};
     for (int op = 0; op < 3; op++) {
-        if (op == 0) kn_swiglu_bwd(t->c, KN_BF16, KN_F16, a, b, g, g, g, n);
-        if (op == 1) kn_geglu_bwd(t->c, KN_BF16, KN_F16, a, b, g, g, g, n);
+        if (op == 0) kn_swiglu_bwd(t->c, KN_BF16, KN_F16, a, b, g, KN_F32, g, g, n);
+        if (op == 1) kn_geglu_bwd(t->c, KN_BF16, KN_F16, a, b, g, KN_F32, g, g, n);
         if (op == 2)
             kn_attention_bwd(t->c, KN_BF16, KN_F16, a, b, NULL, g, g, l, g, g, g, 1, T, H, H, D, D,
                              D, 0.0f, 0.0f, 0);
