@@ -451,6 +451,26 @@ static void gated_bwd(int tid, int nt, const ew_job *j, gated_bwd_fn f)
     }
 }
 
+/* A gated backward's types checked (what names it) and its job run. */
+static void gated_bwd_run(kn_ctx *c, const char *what, cpu_job_fn job, kn_dtype dt, kn_dtype g_dt,
+                          void *dgate, void *dup, const void *dout, kn_dtype dout_dt,
+                          const void *gate, const void *up, size_t n)
+{
+    if ((!dgate && !dup) || !kn_grad_dtype_ok(c, dt, g_dt, what) ||
+        !kn_grad_dtype_ok(c, dt, dout_dt, what))
+        return;
+    ew_job j = {.dt = dt,
+                .g_dt = g_dt,
+                .gv_dt = dout_dt,
+                .gv = dout,
+                .d1 = dgate,
+                .d2 = dup,
+                .a = gate,
+                .b = up,
+                .n = n};
+    cpu_pool_run(c, cpu_threads_for(c, n), job, &j);
+}
+
 CPU_HOT static void swiglu_fwd_range(float *out, const float *gate, const float *up, size_t n)
 {
 #pragma omp simd
@@ -497,19 +517,8 @@ void cpu_swiglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const v
 void cpu_swiglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup, const void *dout,
                     kn_dtype dout_dt, const void *gate, const void *up, size_t n)
 {
-    if (!kn_grad_dtype_ok(c, dt, g_dt, "swiglu backward") ||
-        !kn_grad_dtype_ok(c, dt, dout_dt, "swiglu backward"))
-        return;
-    ew_job j = {.dt = dt,
-                .g_dt = g_dt,
-                .gv_dt = dout_dt,
-                .gv = dout,
-                .d1 = dgate,
-                .d2 = dup,
-                .a = gate,
-                .b = up,
-                .n = n};
-    cpu_pool_run(c, cpu_threads_for(c, n), swiglu_bwd_job, &j);
+    gated_bwd_run(c, "swiglu backward", swiglu_bwd_job, dt, g_dt, dgate, dup, dout, dout_dt, gate,
+                  up, n);
 }
 
 /* GeGLU (Gemma's MLP): out = gelu_tanh(gate) * up, the tanh GELU of
@@ -556,20 +565,8 @@ void cpu_geglu_fwd(kn_ctx *c, kn_dtype dt, void *out, const void *gate, const vo
 void cpu_geglu_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup, const void *dout,
                    kn_dtype dout_dt, const void *gate, const void *up, size_t n)
 {
-    if (!dgate && !dup) return;
-    if (!kn_grad_dtype_ok(c, dt, g_dt, "geglu backward") ||
-        !kn_grad_dtype_ok(c, dt, dout_dt, "geglu backward"))
-        return;
-    ew_job j = {.dt = dt,
-                .g_dt = g_dt,
-                .gv_dt = dout_dt,
-                .gv = dout,
-                .d1 = dgate,
-                .d2 = dup,
-                .a = gate,
-                .b = up,
-                .n = n};
-    cpu_pool_run(c, cpu_threads_for(c, n), geglu_bwd_job, &j);
+    gated_bwd_run(c, "geglu backward", geglu_bwd_job, dt, g_dt, dgate, dup, dout, dout_dt, gate, up,
+                  n);
 }
 
 /* ---- dropout ---------------------------------------------------------- */
