@@ -337,11 +337,12 @@ static int gemm_reads_g(const model *m, int wi)
     return !q4 || base16(m, q4);
 }
 
-/* lin_bwd_g for a layer whose input gradient dx[N,K] only a norm's
- * backward reads (it reads dout as dt rounds it): the product writes dx in
- * dt, rounded once (kn_matmul16_dx's dx_dt), the values the norm would
- * read from an fp32 dx at half the bytes. Where grad16_only(wi) (no
- * adapter adds into dx, no 4-bit base); the whole weight (no row block). */
+/* lin_bwd_g for a layer whose input gradient dx[N,K] only one op reads,
+ * and reads as dt rounds it (a norm's or a gated activation's backward,
+ * given dout_dt dt): the product writes dx in dt, rounded once
+ * (kn_matmul16_dx's dx_dt), the values that op would read from an fp32 dx,
+ * at half the bytes. Where grad16_only(wi) (no adapter adds into dx, no
+ * 4-bit base); the whole weight (no row block). */
 static void lin_bwd_g_dt(model *m, int l, int s, void *dx, const void *g, const void *x, int wi,
                          int bi, int N, int K, int M)
 {
