@@ -150,8 +150,8 @@ FAMILIES = {
     "gemma3_text": dict(SMALL, model_type="gemma3_text", head_dim=8, sliding_window=8),
 }
 # Each case TY_EMU_LT_REFUSE knows (emu_cublaslt.h): the fused bias and
-# GELU epilogues, 16-bit operands, everything.
-REFUSALS = ("bias", "gelu", "dgelu", "16bit", "all")
+# GELU epilogues, the bias gradient's, 16-bit operands, everything.
+REFUSALS = ("bias", "gelu", "dgelu", "bgrad", "16bit", "all")
 
 
 def case_emu_families():
