@@ -1750,12 +1750,14 @@ static void backward_from_head(model *m, int B, int T)
         void *ao16 = r16 ? rg : copy16_for(m, L->o_w, !c->gemma);
         if (gpt2) {
             gemms(m, dt != KN_F32, fg);
+            /* dln = d(ln2) in dt from c_fc's dX, for ln2's backward alone */
+            kn_dtype ln2_dt = fg && grad16_only(m, L->fc_w) ? dt : KN_F32;
             if (fg) {
                 /* dfc in dt as the epilogue writes it (and dbfc): the fc's
                  * GEMMs read it as it stands */
                 kn_matmul_dgelu(k, dt, dt, dt, m->dfc, G(m, L->fc_b), gmo, WL(m, L->proj_w), a->fc,
                                 N, F, C);
-                if (grad16_only(m, L->fc_w)) /* dln = d(ln2) in dt, for ln2's backward alone */
+                if (ln2_dt != KN_F32)
                     lin_bwd_g_dt(m, l, LS_FC, m->dln, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
                 else
                     lin_bwd_g(m, l, LS_FC, -1, m->dln, 1, dt == KN_F32 ? m->dfc : NULL, m->dfc,
@@ -1766,7 +1768,6 @@ static void backward_from_head(model *m, int B, int T)
                 RG(m->dfc, NF, L->fc_w);
                 lin_bwd(m, l, LS_FC, -1, m->dln, 1, m->dfc, a->ln2, L->fc_w, L->fc_b, N, C, F);
             }
-            kn_dtype ln2_dt = fg && grad16_only(m, L->fc_w) ? dt : KN_F32;
             kn_layernorm_bwd(k, dt, dx32, ao16, G(m, L->ln2_w), G(m, L->ln2_b), m->dln, ln2_dt,
                              a->res2, W(m, L->ln2_w), a->ln2_mean, a->ln2_rstd, N, C);
         } else {

@@ -96,6 +96,14 @@ static inline const float *cpu_grad_in(float *buf, const float *p, kn_dtype dt, 
     cpu_round_n(buf, n, dt);
     return buf;
 }
+/* The same for a gradient stored in p_dt: fp32 (cpu_grad_in), or dt
+ * itself (a producer rounded it already: widened into buf). */
+static inline const float *cpu_grad_in_as(float *buf, const void *p, kn_dtype p_dt, kn_dtype dt,
+                                          size_t off, size_t n)
+{
+    if (p_dt == KN_F32) return cpu_grad_in(buf, p, dt, off, n);
+    return cpu_in(buf, p, p_dt, off, n);
+}
 static inline float *cpu_out_buf(float *buf, void *p, kn_dtype dt, size_t off)
 {
     return dt == KN_F32 ? (float *)p + off : buf;

@@ -443,9 +443,8 @@ static void gated_bwd(int tid, int nt, const ew_job *j, gated_bwd_fn f)
         size_t m = hi - i < CPU_EW_BLOCK ? hi - i : CPU_EW_BLOCK;
         float *fg = dgate ? cpu_out_buf(og, dgate, gdt, i) : NULL;
         float *fu = dup ? cpu_out_buf(ou, dup, gdt, i) : NULL;
-        const float *d = j->gv_dt == KN_F32 ? cpu_grad_in(bd, j->gv, dt, i, m)
-                                            : cpu_in(bd, j->gv, j->gv_dt, i, m);
-        f(fg, fu, d, cpu_in(bg, j->a, dt, i, m), cpu_in(bu, j->b, dt, i, m), m);
+        f(fg, fu, cpu_grad_in_as(bd, j->gv, j->gv_dt, dt, i, m), cpu_in(bg, j->a, dt, i, m),
+          cpu_in(bu, j->b, dt, i, m), m);
         if (fg) cpu_out(dgate, gdt, i, fg, m);
         if (fu) cpu_out(dup, gdt, i, fu, m);
     }

@@ -303,9 +303,8 @@ void cpu_matmul16_fwd(kn_ctx *c, kn_dtype dt, kn_dtype out_dt, kn_dtype x_dt, vo
     }
 }
 
-/* The written dx: zeroed, then the accumulating product (the same bits). */
-/* A 16-bit dx_dt: the fp32 product in scratch slot 5, then rounded into dx
- * once. */
+/* The written dx: zeroed, then the accumulating product (the same bits);
+ * for a 16-bit dx_dt into scratch slot 5, then rounded into dx once. */
 void cpu_matmul16_dx(kn_ctx *c, kn_dtype dt, kn_dtype dout_dt, kn_dtype dx_dt, void *dx,
                      const void *dout, const void *w, int N, int K, int M)
 {

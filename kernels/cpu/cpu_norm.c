@@ -45,12 +45,11 @@ typedef struct norm_job {
     void (*dw_cols)(const struct norm_job *j, float *buf, int lo, int hi);
 } norm_job;
 
-/* n elements of the job's dout from element off, as the 16-bit backward
- * reads them (rounded to dt), in buf where not fp32 as stored. */
+/* n elements of the job's dout from element off, as the backward reads
+ * them (cpu_grad_in_as). */
 static const float *dout_in(const struct norm_job *j, float *buf, size_t off, size_t n)
 {
-    if (j->dout_dt == KN_F32) return cpu_grad_in(buf, j->dout, j->dt, off, n);
-    return cpu_in(buf, j->dout, j->dout_dt, off, n);
+    return cpu_grad_in_as(buf, j->dout, j->dout_dt, j->dt, off, n);
 }
 
 /* Runs job over N rows of C on the pool (one thread below CPU_PAR_MIN

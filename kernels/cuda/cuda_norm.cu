@@ -109,16 +109,12 @@ __global__ void k_layernorm_fwd(T *out, float *mean, float *rstd, const T *x, co
  * T, dout is read rounded to T and dx stored rounded to T (kernels.h);
  * dx_dt, when given, gets the stored values again in T, or, with no dx,
  * is dx itself, held in T. */
-template <typename T_, typename G_> struct norm_io {
-    typedef T_ T; /* x, and dx_dt */
-    typedef G_ G; /* dout */
-};
-template <typename P>
-__global__ void k_norm_bwd_dx(float *dx, typename P::T *dx_dt, const typename P::G *dout,
-                              const typename P::T *x, const float *w, const float *mean,
+template <typename P> /* kn_pair<T, G> */
+__global__ void k_norm_bwd_dx(float *dx, typename P::first *dx_dt, const typename P::second *dout,
+                              const typename P::first *x, const float *w, const float *mean,
                               const float *rstd, int C, int has_mean, int vec)
 {
-    typedef typename P::T T;
+    typedef typename P::first T;
     __shared__ float sh[33];
     size_t off = (size_t)blockIdx.x * C;
     float mu = has_mean ? mean[blockIdx.x] : 0.0f, rs = rstd[blockIdx.x];
@@ -224,7 +220,7 @@ static void launch_norm_bwd_dx_g(kn_ctx *c, float *dx, void *dx_dt, const void *
                                  const void *x, const float *w, const float *mean,
                                  const float *rstd, int N, int C)
 {
-    typedef norm_io<T, G> P;
+    typedef kn_pair<T, G> P;
     KN_IO(k_norm_bwd_dx<P>,
         (size_t)N * C * (sizeof(G) + sizeof(T) + (dx ? 4 : sizeof(T))) + 4 * (size_t)C +
             4 * (size_t)N * (mean ? 2 : 1),
