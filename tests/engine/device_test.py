@@ -71,13 +71,13 @@ def cpu_losses(fam, init, precision, steps=3):
     return metrics(ct.expect_success(run(ENGINE, spec, f"{fam}-{precision}-cpu")))
 
 
-def compare(fam, init, precision, steps=3, ref=None, refuse=None, falls=True):
+def compare(fam, init, precision, steps=3, ref=None, refuse=None, falls=True, env=None):
     """The same spec on cpu (real engine) and on cuda-emu (test engine);
     refuse: TY_EMU_LT_REFUSE for the emulated cuBLASLt (its fallbacks);
     falls: the loss must fall over the steps (a 2-step run of a random
-    model need not)."""
+    model need not); env: more of the emulated run's environment."""
     ma = ref or cpu_losses(fam, init, precision, steps)
-    env = dict(EMU, TY_EMU_LT_REFUSE=refuse) if refuse else EMU
+    env = dict(EMU, **(env or {}), **({"TY_EMU_LT_REFUSE": refuse} if refuse else {}))
     tag = f"{fam}-{precision}-emu" + (f"-no-{refuse}" if refuse else "")
     b = ct.expect_success(run(ENGINE_EMU, emu_spec(fam, init, precision, "cuda", steps), tag, env=env))
     st = started(b)
@@ -154,20 +154,34 @@ FAMILIES = {
 REFUSALS = ("bias", "gelu", "dgelu", "bgrad", "16bit", "all")
 
 
-def case_emu_families():
-    """Every family in bf16 on cuda-emu against the CPU backend, with the
-    emulated cuBLASLt answering as the real one does."""
-    for fam, init in FAMILIES.items():
-        compare(fam, init, "bf16", steps=2, falls=False)
+def lt_cases(path):
+    """TY_EMU_LT_CASES's file: {case: queries of it, ..., "refused": n}."""
+    with open(path) as f:
+        return {k: int(v) for k, v in (line.split() for line in f)}
 
 
-def case_emu_refused():
-    """The same with each cuBLASLt case refused in turn: every fallback of
-    cuda_matmul.cu on every family's step, never an error."""
-    for fam, init in FAMILIES.items():
-        ref = cpu_losses(fam, init, "bf16", steps=2)
-        for r in REFUSALS:
-            compare(fam, init, "bf16", steps=2, ref=ref, refuse=r, falls=False)
+def emu_family(fam):
+    """One family in bf16 on cuda-emu against the CPU backend, with the
+    emulated cuBLASLt answering as the real one does; then again with each
+    case the step asks cuBLASLt for refused in turn (every fallback of
+    cuda_matmul.cu this family's step can take, never an error). The
+    emulation counts the cases asked for and the queries refused, so a
+    refusal that was never met fails."""
+    init = FAMILIES[fam]
+    census = os.path.join(ct.TMP, f"{fam}.cases")
+    ref = compare(fam, init, "bf16", steps=2, falls=False, env={"TY_EMU_LT_CASES": census})
+    asked = lt_cases(census)
+    if set(asked) != set(REFUSALS) | {"refused"} or asked["all"] < 1 or asked["refused"]:
+        fail(f"{fam}: the emulated cuBLASLt's census: {asked}")
+    if asked["16bit"] < 1:
+        fail(f"{fam}: a bf16 step asked for no 16-bit product: {asked}")
+    for r in (r for r in REFUSALS if asked[r]):
+        seen = os.path.join(ct.TMP, f"{fam}-no-{r}.cases")
+        compare(fam, init, "bf16", steps=2, ref=ref, refuse=r, falls=False, env={"TY_EMU_LT_CASES": seen})
+        if lt_cases(seen)["refused"] < 1:
+            fail(f"{fam}: TY_EMU_LT_REFUSE={r} refused no query")
+    print(f"ok: {fam}: cases asked {asked}; refused in turn: "
+          f"{[r for r in REFUSALS if asked[r]]}")
 
 
 def case_emu_resume():
@@ -259,6 +273,7 @@ def case_emu_stats():
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+CASES.update({f"emu_family.{fam}": (lambda fam=fam: emu_family(fam)) for fam in FAMILIES})
 
 if __name__ == "__main__":
     try:

@@ -247,36 +247,80 @@ static const char *lt_illegal(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
     return nullptr;
 }
 
-/* TY_EMU_LT_REFUSE: the cases the heuristic refuses on request. */
+/* The cases TY_EMU_LT_REFUSE names, in the order of emu_lt_case_names. */
+enum { CASE_BIAS, CASE_GELU, CASE_DGELU, CASE_BGRAD, CASE_16BIT, CASE_ALL, N_CASES };
+static const char *const emu_lt_case_names[N_CASES] = {"bias",  "gelu", "dgelu",
+                                                        "bgrad", "16bit", "all"};
+
+/* Which cases a heuristic query is: each flag set where refusing that case
+ * would refuse this query ("all" is every query). */
+static void query_cases(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, bool (&is)[N_CASES])
+{
+    is[CASE_BIAS] = d->epi == CUBLASLT_EPILOGUE_BIAS;
+    is[CASE_GELU] = d->epi == CUBLASLT_EPILOGUE_GELU_AUX || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    is[CASE_DGELU] = d->epi == CUBLASLT_EPILOGUE_DGELU;
+    is[CASE_BGRAD] = has_bgrad(d);
+    is[CASE_16BIT] = a->type != CUDA_R_32F;
+    is[CASE_ALL] = true;
+}
+
+/* With TY_EMU_LT_CASES=<file>, the process writes at exit, for each case,
+ * how many heuristic queries were of it ("<case> N" lines), then how many
+ * TY_EMU_LT_REFUSE refused ("refused N"): so a test refuses only what a
+ * model asks for, and sees that the refusal was met. */
+namespace {
+struct case_census {
+    std::atomic<long> asked[N_CASES] = {}, refused{0};
+    ~case_census()
+    {
+        const char *path = getenv("TY_EMU_LT_CASES");
+        FILE *f = path && *path ? fopen(path, "w") : nullptr;
+        if (!f)
+            return;
+        for (int i = 0; i < N_CASES; i++)
+            fprintf(f, "%s %ld\n", emu_lt_case_names[i], asked[i].load());
+        fprintf(f, "refused %ld\n", refused.load());
+        fclose(f);
+    }
+};
+case_census g_census;
+} // namespace
+
+/* TY_EMU_LT_REFUSE: the cases the heuristic refuses on request; every
+ * query is counted by case for TY_EMU_LT_CASES. */
 static bool refused_on_request(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a)
 {
+    bool is[N_CASES];
+    query_cases(d, a, is);
+    for (int i = 0; i < N_CASES; i++)
+        if (is[i])
+            g_census.asked[i]++;
     const char *v = getenv("TY_EMU_LT_REFUSE");
     if (!v || !*v)
         return false;
     char list[256];
     snprintf(list, sizeof list, ",%s,", v);
-    static const char *known = ",bias,gelu,dgelu,bgrad,16bit,all,";
+    bool named[N_CASES] = {};
     for (const char *t = list + 1; *t; t = strchr(t, ',') + 1) {
         size_t n = strcspn(t, ",");
-        char k[34];
-        snprintf(k, sizeof k, ",%.*s,", (int)(n < 30 ? n : 30), t);
-        if (n && !strstr(known, k)) {
+        int i = 0;
+        while (i < N_CASES && !(strlen(emu_lt_case_names[i]) == n &&
+                                !strncmp(t, emu_lt_case_names[i], n)))
+            i++;
+        if (n && i == N_CASES) {
             fprintf(stderr, "emu-cublaslt: TY_EMU_LT_REFUSE=%s: unknown case '%.*s' (known: "
                             "bias, gelu, dgelu, bgrad, 16bit, all)\n", v, (int)n, t);
             abort();
         }
+        if (n)
+            named[i] = true;
     }
-    auto named = [&](const char *w) {
-        char k[32];
-        snprintf(k, sizeof k, ",%s,", w);
-        return strstr(list, k) != nullptr;
-    };
-    return named("all") || (named("bias") && d->epi == CUBLASLT_EPILOGUE_BIAS) ||
-           (named("gelu") && (d->epi == CUBLASLT_EPILOGUE_GELU_AUX ||
-                              d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)) ||
-           (named("dgelu") && d->epi == CUBLASLT_EPILOGUE_DGELU) ||
-           (named("bgrad") && has_bgrad(d)) ||
-           (named("16bit") && a->type != CUDA_R_32F);
+    for (int i = 0; i < N_CASES; i++)
+        if (named[i] && is[i]) {
+            g_census.refused++;
+            return true;
+        }
+    return false;
 }
 
 /* Heuristic queries and matmuls so far, process-wide (emu_lt_calls): what

@@ -19,7 +19,10 @@
  * each of cuda_matmul.cu's fallbacks runs in the tests:
  *   bias   the BIAS epilogue          gelu  GELU_AUX and GELU_AUX_BIAS
  *   dgelu  the DGELU epilogue         16bit any bf16 / fp16 operand
- *   all    every query (cuda_matmul.cu's own GEMM kernel runs) */
+ *   all    every query (cuda_matmul.cu's own GEMM kernel runs)
+ *   bgrad  the BGRADB epilogue
+ * With TY_EMU_LT_CASES=<file> the process writes at exit how many queries
+ * were of each case and how many were refused on request. */
 #ifndef TY_EMU_CUBLASLT_H
 #define TY_EMU_CUBLASLT_H
 
