@@ -31,8 +31,7 @@
  * load_as_f32 into the fp32 shared tiles, out stored with one
  * rounding (kn_cuda16.cuh); lse is fp32, the gradients fp32 or (g_dt)
  * the op's type, each rounded once as it is stored. */
-#include "kn_cuda.cuh"
-#include "kn_cuda16.cuh"
+#include "cuda_attn.cuh"
 
 namespace KN_NS {
 
@@ -175,26 +174,6 @@ ATT_FITS(64);
 ATT_FITS(128);
 ATT_FITS(256);
 #undef ATT_FITS
-
-/* The score of a visible pair: scaled, then soft-capped when cap > 0; *dt
- * gets the cap's derivative (1 when off). */
-__device__ __forceinline__ float att_score(float dot, float scale, float cap, float *dt)
-{
-    float s = dot * scale;
-    if (cap > 0.0f) {
-        float t = tanhf(s / cap);
-        *dt = 1.0f - t * t;
-        return cap * t;
-    }
-    *dt = 1.0f;
-    return s;
-}
-
-/* First key column row i sees. */
-__device__ __forceinline__ int att_lo(int i, int window)
-{
-    return window > 0 ? max(0, i - window + 1) : 0;
-}
 
 /* sum_d a[d * as] b[d]: a is a thread's column (as = BR), b a staged row. */
 __device__ __forceinline__ float dot_col(const float *a, int as, const float *b, int D)
@@ -395,52 +374,6 @@ __global__ void k_attn_bwd_dkdv(int xt, int gt, void *dk, void *dv, const float 
     }
 }
 
-} // namespace KN_NS
-
-#include "cuda_attn_flash.cuh" /* after att_score and att_lo, which it uses */
-
-namespace KN_NS {
-
-#ifdef KN_CUDA_EMU /* only the emulation counts (KN_IO) */
-/* KN_IO's figures. The (query, key) pairs a head scores: causal, inside
- * the window; each costs 2 D FLOPs per product with a row of K or V (the
- * forward: QK and PV; dq: QK, dO V and dS K; dk/dv: QK, dO V, P dO, dS Q).
- * Bytes of one pass over the tensors (kinds: 0 the forward's reads, 1
- * its writes, 2 dq's reads, 3 dk/dv's reads less dk and dv themselves). */
-static inline uint64_t att_pairs(int Tq, int Tk, int window)
-{
-    uint64_t n = 0;
-    for (int i = Tk - Tq; i < Tk; i++)
-        n += (uint64_t)(window > 0 && window < i + 1 ? window : i + 1);
-    return n;
-}
-/* The bytes the backward writes for gradients a and b (either NULL),
- * each [B, T, H, D] in type gt. */
-static inline uint64_t att_grad_bytes(const void *a, const void *b, int gt, int B, int T, int H,
-                                      int D)
-{
-    return kn_dtype_size((kn_dtype)gt) * (uint64_t)B * T * H * D * (!!a + !!b);
-}
-static inline uint64_t att_bytes(int xt, int B, int Tq, int Tk, int Hq, int Hkv, int D, int kind)
-{
-    uint64_t es = kn_dtype_size((kn_dtype)xt), q = (uint64_t)B * Tq * Hq * D,
-             kv = 2 * (uint64_t)B * Tk * Hkv * D, lse = 4 * (uint64_t)B * Hq * Tq;
-    if (kind == 1)
-        return q * es + lse;
-    uint64_t r = (q + kv) * es;
-    if (kind >= 2) /* dout (fp32), out, lse */
-        r += q * 4 + q * es + lse;
-    return r;
-}
-/* A flash backward kernel's reads: q, k, v, dO in the input type, lse,
- * and the row dots (k_fl_rowdot) in place of out. */
-static inline uint64_t fl_bwd_bytes(int xt, int B, int T, int Hq, int Hkv, int D)
-{
-    uint64_t q = (uint64_t)B * T * Hq * D, lse = 4 * (uint64_t)B * Hq * T;
-    return att_bytes(xt, B, T, T, Hq, Hkv, D, 0) + q * kn_dtype_size((kn_dtype)xt) + 2 * lse;
-}
-#endif
-
 template <int DM>
 static void attn_fwd(kn_ctx *c, int xt, void *out, float *lse, const void *q, const void *k,
                      const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int D, int ldq,
@@ -489,100 +422,33 @@ static bool fl_picks(kn_ctx *c, kn_dtype dt, int D)
     return dt == KN_F16 || kn_cuda_st(c)->cc_major >= 8;
 }
 
-/* A block above the 48 KiB default (dk/dv at head dim 256) is opted in
- * where the device has it: sm_80 and later. */
-template <typename F> static bool fl_smem_ok(kn_ctx *c, F *kernel, size_t smem)
+/* Dd[b, h, i] = rowsum(dO_i * O_i) over the head's D, laid out as lse,
+ * and dO rounded to the input type (fl_grad): computed once for both
+ * backward kernels (dk/dv would otherwise redo it for every key block). A
+ * warp per (row, head), lanes along d, the lanes' sums added by
+ * kn_warp_sum's fixed tree. out is of the input type xt, dout fp32; all
+ * [B, T, Hq, D]. */
+__global__ void k_fl_rowdot(float *Dd, uint16_t *dO, const float *dout, const void *out, int xt,
+                            int B, int T, int Hq, int D)
 {
-    if (smem <= 48 * 1024) return true;
-    if (kn_cuda_st(c)->cc_major < 8) return false;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
-           cudaSuccess;
-}
-
-/* Each launcher returns false, launching nothing, when the device cannot
- * give the block its shared memory (the scalar kernel runs instead). Each
- * kernel is built for two shared-memory limits (fl_nw): on sm_80 and
- * later the opted-in one, with more warps a block, is tried first. */
-template <int DM, typename E, int LIMIT>
-static bool fl_fwd_at(kn_ctx *c, void *out, float *lse, const void *q, const void *k,
-                      const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv,
-                      fl_args a)
-{
-    typedef fl_cfg<DM, E, fl_nw<FL_FWD, DM, E, LIMIT>(), fl_buf<FL_FWD, LIMIT>()> C;
-    size_t smem = fl_smem<FL_FWD, C>();
-    if (!fl_smem_ok(c, k_fl_fwd<C>, smem)) return false;
-    const int BR = 16 * C::NW;
-    dim3 grid((Tq + BR - 1) / BR, Hq, B);
-    KN_IO(k_fl_fwd<C>, att_bytes(fl_type<E>::dt, B, Tq, Tk, Hq, Hkv, DM, 0),
-          att_bytes(fl_type<E>::dt, B, Tq, Tk, Hq, 0, DM, 1), 0);
-    KN_LAUNCH(k_fl_fwd<C>, grid, 32 * C::NW, smem, c, out, lse, q, k, v, Tq, Tk, Hq, Hkv, ldq, ldkv,
-              a);
-    return true;
-}
-template <int DM, typename E>
-static bool fl_fwd(kn_ctx *c, void *out, float *lse, const void *q, const void *k, const void *v,
-                   int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
-{
-    return (kn_cuda_st(c)->cc_major >= 8 &&
-            fl_fwd_at<DM, E, FL_SMEM_OPTIN>(c, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv,
-                                            a)) ||
-           fl_fwd_at<DM, E, FL_SMEM_BASE>(c, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, a);
-}
-
-template <int DM, typename E, int LIMIT>
-static bool fl_bwd_dq_at(kn_ctx *c, void *dq, fl_grad g,
-                         const float *lse, const void *q, const void *k, const void *v, int B,
-                         int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
-{
-    typedef fl_cfg<DM, E, fl_nw<FL_DQ, DM, E, LIMIT>(), fl_buf<FL_DQ, LIMIT>()> C;
-    size_t smem = fl_smem<FL_DQ, C>();
-    if (!fl_smem_ok(c, k_fl_bwd_dq<C>, smem)) return false;
-    const int BR = 16 * C::NW;
-    dim3 grid((T + BR - 1) / BR, Hq, B);
-    KN_IO(k_fl_bwd_dq<C>, fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM),
-          att_grad_bytes(dq, nullptr, a.gdt, B, T, Hq, DM), 0);
-    KN_LAUNCH(k_fl_bwd_dq<C>, grid, 32 * C::NW, smem, c, dq, g, lse, q, k, v, T, Hq, Hkv,
-              ldq, ldkv, a);
-    return true;
-}
-template <int DM, typename E>
-static bool fl_bwd_dq(kn_ctx *c, void *dq, fl_grad g, const float *lse,
-                      const void *q, const void *k, const void *v, int B, int T, int Hq, int Hkv,
-                      int ldq, int ldkv, fl_args a)
-{
-    return (kn_cuda_st(c)->cc_major >= 8 &&
-            fl_bwd_dq_at<DM, E, FL_SMEM_OPTIN>(c, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq,
-                                               ldkv, a)) ||
-           fl_bwd_dq_at<DM, E, FL_SMEM_BASE>(c, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq,
-                                             ldkv, a);
-}
-
-template <int DM, typename E, int LIMIT>
-static bool fl_bwd_dkdv_at(kn_ctx *c, void *dk, void *dv, fl_grad g,
-                           const float *lse, const void *q, const void *k, const void *v, int B,
-                           int T, int Hq, int Hkv, int ldq, int ldkv, fl_args a)
-{
-    typedef fl_cfg<DM, E, fl_nw<FL_DKDV, DM, E, LIMIT>(), fl_buf<FL_DKDV, LIMIT>()> C;
-    size_t smem = fl_smem<FL_DKDV, C>();
-    if (!fl_smem_ok(c, k_fl_bwd_dkdv<C>, smem)) return false;
-    const int BR = 16 * C::NW;
-    dim3 grid((T + BR - 1) / BR, Hkv, B);
-    KN_IO(k_fl_bwd_dkdv<C>, fl_bwd_bytes(fl_type<E>::dt, B, T, Hq, Hkv, DM),
-          att_grad_bytes(dk, dv, a.gdt, B, T, Hkv, DM), 0);
-    KN_LAUNCH(k_fl_bwd_dkdv<C>, grid, 32 * C::NW, smem, c, dk, dv, g, lse, q, k, v, T, Hq,
-              Hkv, ldq, ldkv, a);
-    return true;
-}
-template <int DM, typename E>
-static bool fl_bwd_dkdv(kn_ctx *c, void *dk, void *dv, fl_grad g,
-                        const float *lse, const void *q, const void *k, const void *v, int B, int T,
-                        int Hq, int Hkv, int ldq, int ldkv, fl_args a)
-{
-    return (kn_cuda_st(c)->cc_major >= 8 &&
-            fl_bwd_dkdv_at<DM, E, FL_SMEM_OPTIN>(c, dk, dv, g, lse, q, k, v, B, T, Hq, Hkv,
-                                                 ldq, ldkv, a)) ||
-           fl_bwd_dkdv_at<DM, E, FL_SMEM_BASE>(c, dk, dv, g, lse, q, k, v, B, T, Hq, Hkv,
-                                               ldq, ldkv, a);
+    int lane = threadIdx.x % 32, wpb = blockDim.x / 32;
+    size_t rows = (size_t)B * T * Hq;
+    for (size_t row = (size_t)blockIdx.x * wpb + threadIdx.x / 32; row < rows;
+         row += (size_t)gridDim.x * wpb) {
+        size_t o = row * D; /* [B, T, Hq] rows of D */
+        float s = 0.0f;
+        for (int d = lane; d < D; d += 32) {
+            float g = round_as(xt, dout[o + d]); /* dO as the 16-bit op reads it */
+            s += g * load_as_f32(out, xt, o + d);
+            store_from_f32(dO, xt, o + d, g);
+        }
+        s = kn_warp_sum(s);
+        if (lane == 0) {
+            int h = (int)(row % Hq);
+            size_t bt = row / Hq, b = bt / T, i = bt % T;
+            Dd[((size_t)b * Hq + h) * T + i] = s;
+        }
+    }
 }
 
 /* D_i = rowsum(dO * O) per row and head and dO rounded to the input type,
@@ -599,69 +465,6 @@ static bool fl_rowdot(kn_ctx *c, kn_dtype dt, fl_grad *g, const float *dout, con
     *g = {Dd, dO};
     return true;
 }
-
-#define FL_FWD_ARGS c, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, a
-template <typename E>
-static bool fl_fwd_d(kn_ctx *c, int D, void *out, float *lse, const void *q, const void *k,
-                     const void *v, int B, int Tq, int Tk, int Hq, int Hkv, int ldq, int ldkv,
-                     fl_args a)
-{
-    switch (D) {
-    case 64:
-        return fl_fwd<64, E>(FL_FWD_ARGS);
-    case 80:
-        return fl_fwd<80, E>(FL_FWD_ARGS);
-    case 96:
-        return fl_fwd<96, E>(FL_FWD_ARGS);
-    case 128:
-        return fl_fwd<128, E>(FL_FWD_ARGS);
-    default:
-        return fl_fwd<256, E>(FL_FWD_ARGS);
-    }
-}
-#undef FL_FWD_ARGS
-
-#define FL_DQ_ARGS c, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a
-template <typename E>
-static bool fl_dq_d(kn_ctx *c, int D, void *dq, fl_grad g,
-                    const float *lse, const void *q, const void *k, const void *v, int B, int T,
-                    int Hq, int Hkv, int ldq, int ldkv, fl_args a)
-{
-    switch (D) {
-    case 64:
-        return fl_bwd_dq<64, E>(FL_DQ_ARGS);
-    case 80:
-        return fl_bwd_dq<80, E>(FL_DQ_ARGS);
-    case 96:
-        return fl_bwd_dq<96, E>(FL_DQ_ARGS);
-    case 128:
-        return fl_bwd_dq<128, E>(FL_DQ_ARGS);
-    default:
-        return fl_bwd_dq<256, E>(FL_DQ_ARGS);
-    }
-}
-#undef FL_DQ_ARGS
-
-#define FL_KV_ARGS c, dk, dv, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a
-template <typename E>
-static bool fl_kv_d(kn_ctx *c, int D, void *dk, void *dv, fl_grad g,
-                    const float *lse, const void *q, const void *k, const void *v, int B, int T,
-                    int Hq, int Hkv, int ldq, int ldkv, fl_args a)
-{
-    switch (D) {
-    case 64:
-        return fl_bwd_dkdv<64, E>(FL_KV_ARGS);
-    case 80:
-        return fl_bwd_dkdv<80, E>(FL_KV_ARGS);
-    case 96:
-        return fl_bwd_dkdv<96, E>(FL_KV_ARGS);
-    case 128:
-        return fl_bwd_dkdv<128, E>(FL_KV_ARGS);
-    default:
-        return fl_bwd_dkdv<256, E>(FL_KV_ARGS);
-    }
-}
-#undef FL_KV_ARGS
 
 static int attn_shape_ok(kn_ctx *c, int B, int T, int Hq, int Hkv, int D)
 {
@@ -697,9 +500,7 @@ void cuda_attention_kv_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const 
         scale = 1.0f / sqrtf((float)D);
     fl_args a = {scale, softcap, window, KN_F32};
     if (fl_picks(c, dt, D) &&
-        (dt == KN_BF16
-             ? fl_fwd_d<__nv_bfloat16>(c, D, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, a)
-             : fl_fwd_d<__half>(c, D, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, a)))
+        fl_fwd_launch(c, dt, D, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, ldq, ldkv, a))
         return;
     int xt = (int)dt;
 #define ATT_FWD_ARGS                                                                               \
@@ -729,16 +530,10 @@ void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *d
     bool flash = fl_picks(c, dt, D) && (dq || dk || dv) &&
                  fl_rowdot(c, dt, &g, dout, out, B, T, Hq, D);
     if (flash) { /* what a flash kernel does, the scalar one leaves */
-        bool bf = dt == KN_BF16;
-        if (dq &&
-            (bf ? fl_dq_d<__nv_bfloat16>(c, D, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq,
-                                         ldkv, a)
-                : fl_dq_d<__half>(c, D, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a)))
+        if (dq && fl_dq_launch(c, dt, D, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a))
             dq = nullptr;
-        if ((dk || dv) && (bf ? fl_kv_d<__nv_bfloat16>(c, D, dk, dv, g, lse, q, k, v, B, T,
-                                                       Hq, Hkv, ldq, ldkv, a)
-                              : fl_kv_d<__half>(c, D, dk, dv, g, lse, q, k, v, B, T, Hq,
-                                                Hkv, ldq, ldkv, a)))
+        if ((dk || dv) &&
+            fl_dkdv_launch(c, dt, D, dk, dv, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a))
             dk = dv = nullptr;
         if (!dq && !dk && !dv)
             return;

@@ -1,7 +1,9 @@
 /* cuda_attn_flash.cuh — flash attention on tensor cores (PTX mma, wmma) for
  * bf16 / fp16 q, k, v at head dims 64, 80, 96, 128 and 256; included by
- * cuda_attention.cu, which keeps the scalar kernels for fp32 and the other
- * head dims and picks between them (fl_picks).
+ * the sources that launch its kernels, one each (cuda_attn_fwd.cu,
+ * cuda_attn_dq.cu, cuda_attn_dkdv.cu: cuda_attn.cuh). cuda_attention.cu
+ * keeps the scalar kernels for fp32 and the other head dims and picks
+ * between them (fl_picks).
  *
  * Same scheme and results as the scalar kernels (FlashAttention-2, nothing
  * of size T x T, out and lse saved; the backward rebuilds P = exp(S - lse)
@@ -16,8 +18,9 @@
  *    a row's four lanes meeting by shuffles), O's rows rescaled where
  *    their max moved, and O += P V with P's registers as the A operand.
  *    The end writes out = O / l and lse.
- *  - Backward, deterministic without atomics: k_fl_rowdot computes
- *    D_i and dO in the input type once into scratch (fl_grad), then two
+ *  - Backward, deterministic without atomics: k_fl_rowdot
+ *    (cuda_attention.cu) computes D_i and dO in the input type once into
+ *    scratch (fl_grad), then two
  *    kernels as the
  *    scalar path: dq (a warp per 16 query rows walks the key tiles: S = Q K^T,
  *    dP = dO V^T, dS per row, dQ += dS K) and dk/dv (a warp per 16 key rows
@@ -59,6 +62,7 @@
 #endif
 #include <type_traits>
 
+#include "cuda_attn.cuh"
 #include "kn_async.cuh"
 #include "kn_mma.cuh"
 
@@ -290,16 +294,6 @@ __device__ __forceinline__ void fl_kv_first(uint16_t *KV, int sld, const void *k
         if (j0 <= last) fl_stage_kv<2>(KV, KV + BC * sld, sld, k, v, kvb, j0, BC, T, D, ldkv);
 }
 
-/* What k_fl_rowdot prepares for both backward kernels from the fp32 dO:
- * D_i = rowsum(dO_i * O_i) per row and head (laid out as lse), and dO
- * rounded to the input type ([B, T, Hq, D]), so the kernels stage it as
- * they stage Q, 16 bytes a load, and convert none of it again for every
- * key block. */
-struct fl_grad {
-    const float *Dd;
-    const uint16_t *dO;
-};
-
 /* dO's rows [r0, r0 + R) of head h in batch b into sm[R][sld], as fl_stage
  * stages Q. */
 __device__ __forceinline__ void fl_stage_do(uint16_t *sm, int sld, fl_grad g, int b, int h, int r0,
@@ -333,13 +327,6 @@ template <class C> struct fl_fwd_warp {
  * shared memory: C::BUF buffers, each a K then a V [BC][QLD] tile. */
 template <class C> struct fl_kv_tiles {
     static const int BYTES = C::BUF * 2 * fl_reg_tile<C>::BC * C::QLD * 2;
-};
-
-/* The options, and the type the backward stores dq, dk, dv in (gdt:
- * fp32 or the input type, kernels.h). */
-struct fl_args {
-    float scale, cap;
-    int window, gdt;
 };
 
 /* A [16][BC] product's columns [16 kk, 16 kk + 16), held in C layout
@@ -552,37 +539,6 @@ __global__ void __launch_bounds__(C::NW * 32, 1)
 {
     if constexpr (fl_type<typename C::elem>::dt == KN_F16 || FL_BF16_OK)
         fl_fwd_run<C>(out, lse, q, k, v, Tq, Tk, Hq, Hkv, ldq, ldkv, a);
-}
-
-/* ---- backward: the row dots ------------------------------------------------ */
-
-/* Dd[b, h, i] = rowsum(dO_i * O_i) over the head's D, laid out as lse,
- * and dO rounded to the input type (fl_grad): computed once for both
- * backward kernels (dk/dv would otherwise redo it for every key block). A
- * warp per (row, head), lanes along d, the lanes' sums added by
- * kn_warp_sum's fixed tree. out is of the input type xt, dout fp32; all
- * [B, T, Hq, D]. */
-__global__ void k_fl_rowdot(float *Dd, uint16_t *dO, const float *dout, const void *out, int xt,
-                            int B, int T, int Hq, int D)
-{
-    int lane = threadIdx.x % 32, wpb = blockDim.x / 32;
-    size_t rows = (size_t)B * T * Hq;
-    for (size_t row = (size_t)blockIdx.x * wpb + threadIdx.x / 32; row < rows;
-         row += (size_t)gridDim.x * wpb) {
-        size_t o = row * D; /* [B, T, Hq] rows of D */
-        float s = 0.0f;
-        for (int d = lane; d < D; d += 32) {
-            float g = round_as(xt, dout[o + d]); /* dO as the 16-bit op reads it */
-            s += g * load_as_f32(out, xt, o + d);
-            store_from_f32(dO, xt, o + d, g);
-        }
-        s = kn_warp_sum(s);
-        if (lane == 0) {
-            int h = (int)(row % Hq);
-            size_t bt = row / Hq, b = bt / T, i = bt % T;
-            Dd[((size_t)b * Hq + h) * T + i] = s;
-        }
-    }
 }
 
 /* ---- backward: dq -------------------------------------------------------- */
@@ -929,6 +885,53 @@ template <int K, int DM, typename E, int LIMIT> constexpr int fl_nw()
     return fl_smem<K, fl_cfg<DM, E, 4, fl_buf<K, LIMIT>()>>() <= LIMIT ? 4
            : fl_smem<K, fl_cfg<DM, E, 2, fl_buf<K, LIMIT>()>>() <= LIMIT ? 2
                                                                        : 1;
+}
+
+/* A block above the 48 KiB default is opted in where the device has it:
+ * sm_80 and later. */
+template <typename F> static bool fl_smem_ok(kn_ctx *c, F *kernel, size_t smem)
+{
+    if (smem <= 48 * 1024) return true;
+    if (kn_cuda_st(c)->cc_major < 8) return false;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
+           cudaSuccess;
+}
+
+/* ---- launching ------------------------------------------------------------ */
+
+/* A launcher's kernel is built for two shared-memory limits (fl_nw): on
+ * sm_80 and later the opted-in one, with more warps a block, is tried
+ * first. L::at<LIMIT>(c, args...) launches one configuration, or returns
+ * false where the device cannot give it its shared memory. */
+template <class L, typename... A> static bool fl_limits(kn_ctx *c, A... args)
+{
+    return (kn_cuda_st(c)->cc_major >= 8 && L::template at<FL_SMEM_OPTIN>(c, args...)) ||
+           L::template at<FL_SMEM_BASE>(c, args...);
+}
+
+/* L<DM, E> at the head dim D the flash kernels are built for (fl_picks
+ * has checked it) and the 16-bit type dt. */
+template <template <int, typename> class L, typename E, typename... A>
+static bool fl_dims(kn_ctx *c, int D, A... args)
+{
+    switch (D) {
+    case 64:
+        return fl_limits<L<64, E>>(c, args...);
+    case 80:
+        return fl_limits<L<80, E>>(c, args...);
+    case 96:
+        return fl_limits<L<96, E>>(c, args...);
+    case 128:
+        return fl_limits<L<128, E>>(c, args...);
+    default:
+        return fl_limits<L<256, E>>(c, args...);
+    }
+}
+template <template <int, typename> class L, typename... A>
+static bool fl_launch(kn_ctx *c, kn_dtype dt, int D, A... args)
+{
+    return dt == KN_BF16 ? fl_dims<L, __nv_bfloat16>(c, D, args...)
+                         : fl_dims<L, __half>(c, D, args...);
 }
 
 } // namespace KN_NS

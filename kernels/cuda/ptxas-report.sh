@@ -2,13 +2,13 @@
 # ptxas-report.sh COMPILER ARGS... — ty_kernels_cuda's compiler launcher.
 #
 # A source compiled with ptxas's resource report (-Xptxas=-v, given to
-# cuda_attention.cu in CMakeLists.txt) keeps that report beside its
-# object, as OBJECT.ptxas, written only when the compile succeeds, and the
-# report's lines stay out of the build's output (five architectures of
-# them). kernels.cuda_attn_ptxas reads the file: the check is on the very
-# objects the library holds, at every architecture it was built for,
-# without compiling the largest source again. Every other compile runs
-# unchanged.
+# the attention sources by sources.cmake's list) keeps that report beside
+# its object, as OBJECT.ptxas, written only when the compile succeeds,
+# and the report's lines stay out of the build's output (five
+# architectures of them). kernels.cuda_attn_ptxas reads the files: the
+# check is on the very objects the library holds, at every architecture
+# it was built for, without compiling the largest sources again. Every
+# other compile runs unchanged.
 set -uo pipefail
 report=0 obj=
 args=("$@")

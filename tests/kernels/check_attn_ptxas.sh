@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # check_attn_ptxas.sh OBJECTS ARCHS — kernels.cuda_attn_ptxas: ptxas's
-# resource report (-Xptxas -v) for kernels/cuda/cuda_attention.cu, as the
-# build's own compile left it beside the object (OBJECTS: the library's
+# resource report (-Xptxas -v) for the attention sources of kernels/cuda
+# (cuda_attention.cu and the flash launchers cuda_attn_*.cu), as the
+# build's own compile left it beside each object (OBJECTS: the library's
 # objects, ';'-separated; kernels/cuda/ptxas-report.sh writes
-# cuda_attention.cu.o.ptxas), at every architecture of ARCHS from sm_80 up
-# (the tensor-core kernels' targets; all of them must be in the report).
+# OBJECT.ptxas), at every architecture of ARCHS from sm_80 up (the
+# tensor-core kernels' targets; all of them must be in the reports).
 # Every attention kernel must use no stack frame and spill nothing. The
 # tensor-core ones (k_fl_*): the forward, dq and dk/dv for every head dim
 # (64, 80, 96, 128, 256) and both 16-bit types, each built for two
@@ -17,12 +18,16 @@
 # local memory.
 set -euo pipefail
 objs=$1 archs=$2
-report=
+reports=()
 for o in ${objs//;/ }; do
-  case $o in */cuda_attention.cu.o) report=$o.ptxas ;; esac
+  case ${o##*/} in
+  cuda_attention.cu.o | cuda_attn_*.cu.o)
+    [ -f "$o.ptxas" ] || { echo "FAIL: no ptxas report beside $o"; exit 1; }
+    reports+=("$o.ptxas") ;;
+  esac
 done
-[ -n "$report" ] && [ -f "$report" ] ||
-  { echo "FAIL: no ptxas report beside cuda_attention.cu.o (${report:-not among $objs})"; exit 1; }
+[ "${#reports[@]}" -ge 2 ] ||
+  { echo "FAIL: ${#reports[@]} attention objects among $objs"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0 checked=0
@@ -36,7 +41,8 @@ for a in ${archs//;/ }; do
   awk -v want="sm_$a" '
        /Compiling entry function/ { match($0, /\047[^\047]+\047/); name = substr($0, RSTART + 1, RLENGTH - 2)
                                     n = split($0, q, "\047"); if (q[n - 1] != want) name = "" }
-       /bytes stack frame/ && name != "" { print name, $1, $5, $9; name = "" }' "$report" >"$tmp/k$a.txt"
+       /bytes stack frame/ && name != "" { print name, $1, $5, $9; name = "" }' "${reports[@]}" \
+    >"$tmp/k$a.txt"
   n=$(grep -c 'k_fl_' "$tmp/k$a.txt" || true)
   # (kernel, head dim, type) of each k_fl_ kernel but the row dots, from the mangled
   # name: ...k_fl_fwdINS_6fl_cfgILi64E13__nv_bfloat16Li4E...
@@ -56,7 +62,8 @@ for a in ${archs//;/ }; do
       fi ;;
     esac
   done <"$tmp/k$a.txt"
-  [ "$fail" -ne 0 ] || echo "ok: sm_$a: $n tensor-core and $ns scalar attention kernels, no stack, no spills"
+  [ "$fail" -ne 0 ] || echo "ok: sm_$a: $n tensor-core and $ns scalar attention kernels in" \
+    "${#reports[@]} objects, no stack, no spills"
 done
 [ "$checked" -gt 0 ] || { echo "FAIL: no architecture from sm_80 up in '$archs'"; exit 1; }
 exit $fail
