@@ -1811,9 +1811,15 @@ static void backward_from_head(model *m, int B, int T)
                            NWT(L->pan_w, C), a->ao_rstd, N, C);
             dao = m->dln;
         }
-        /* datty is read by the attention backward alone, rounded as it reads it */
-        lin_bwd_g(m, l, LS_O, -1, m->datty, 1, dao, grad_made(m, L->o_w, dao, NC, ao16), a->atty,
-                  L->o_w, L->o_b, N, QD, C);
+        /* datty is read by the attention backward alone, rounded as it
+         * reads it: in a 16-bit step where one product makes it (no
+         * adapter, no 4-bit base), that product stores it in dt */
+        kn_dtype att_dt = grad16_only(m, L->o_w) ? dt : KN_F32;
+        const void *go = grad_made(m, L->o_w, dao, NC, ao16);
+        if (att_dt != KN_F32)
+            lin_bwd_g_dt(m, l, LS_O, m->datty, go, a->atty, L->o_w, L->o_b, N, QD, C);
+        else
+            lin_bwd_g(m, l, LS_O, -1, m->datty, 1, dao, go, a->atty, L->o_w, L->o_b, N, QD, C);
         /* dln = d(ln1): the first of the qkv products writes it */
         if (gpt2) {
             /* dq, dk, dv written whole (the three thirds of each row); in
@@ -1823,9 +1829,9 @@ static void backward_from_head(model *m, int B, int T)
             int g16 = grad16_only(m, L->attn_w);
             void *gq = g16 ? m->g16 : (void *)m->dq;
             kn_attention_bwd(k, dt, g16 ? dt : KN_F32, gq, g16 ? AV(m, gq, C) : (void *)m->dk,
-                             g16 ? AV(m, gq, 2 * (size_t)C) : (void *)m->dv, m->datty, a->atty,
-                             a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f, 0.0f,
-                             0);
+                             g16 ? AV(m, gq, 2 * (size_t)C) : (void *)m->dv, m->datty, att_dt,
+                             a->atty, a->lse, a->q, a->k, a->v, B, T, Hq, Hq, D, 3 * C, 3 * C, 0.0f,
+                             0.0f, 0);
             if (g16) {
                 lin_bwd_g_dt(m, l, LS_ATTN, m->dln, m->g16, a->ln1, L->attn_w, L->attn_b, N, C,
                              3 * C); /* dln = d(ln1) in dt */
@@ -1850,8 +1856,8 @@ static void backward_from_head(model *m, int B, int T)
             void *gq = g16 ? m->g16 : (void *)m->dq;
             void *gk = g16 ? AV(m, gq, (size_t)N * QD) : (void *)m->dk;
             void *gv = g16 ? AV(m, gk, (size_t)N * KD) : (void *)m->dv;
-            kn_attention_bwd(k, dt, gdt, gq, gk, gv, m->datty, a->atty, a->lse, a->q, a->k, a->v, B,
-                             T, Hq, Hkv, D, QD, KD, c->attn_scale, c->attn_softcap,
+            kn_attention_bwd(k, dt, gdt, gq, gk, gv, m->datty, att_dt, a->atty, a->lse, a->q, a->k,
+                             a->v, B, T, Hq, Hkv, D, QD, KD, c->attn_scale, c->attn_softcap,
                              hfconfig_sliding(c, l) ? c->window : 0);
             if (!g16) {
                 RND(m->dq, (size_t)N * QD);

@@ -344,7 +344,9 @@ KN_OPS(KN_PROTO)
  *   the forward's scale, softcap and window; probabilities are recomputed
  *   tile by tile, and under a soft-cap dS is multiplied by 1 - tanh^2 of
  *   the recomputed score. With a 16-bit dt it reads dout as dt rounds it
- *   (the norms' rule).
+ *   (the norms' rule). dout is of type dout_dt: fp32, or dt itself (a
+ *   producer rounded it already: the same values as the fp32 dout it
+ *   rounded), [B, T, Hq, D] packed.
  *
  * kn_gelu_fwd/bwd: tanh approximation (GPT-2's gelu_new); the backward
  *   accumulates into dx.

@@ -117,11 +117,11 @@
       int ldkv, float scale, float softcap, int window),                                           \
       (c, dt, out, lse, q, k, v, B, Tq, Tk, Hq, Hkv, D, ldq, ldkv, scale, softcap, window))        \
     X(void, attention_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *dk, void *dv,   \
-      const float *dout, const void *out, const float *lse, const void *q, const void *k,          \
-      const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,         \
-      float softcap, int window),                                                                  \
-      (c, dt, g_dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale,       \
-      softcap, window))                                                                            \
+      const void *dout, kn_dtype dout_dt, const void *out, const float *lse, const void *q,        \
+      const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,       \
+      float scale, float softcap, int window),                                                     \
+      (c, dt, g_dt, dq, dk, dv, dout, dout_dt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,     \
+      scale, softcap, window))                                                                     \
     /* activations */                                                                              \
     X(void, gelu_fwd, (kn_ctx *c, kn_dtype dt, void *out, const void *x, size_t n),                \
       (c, dt, out, x, n))                                                                          \

@@ -91,7 +91,7 @@ int main(int argc, char **argv)
                           3 * C, 0.0f, 0.0f, 0));
     /* The backward recomputes QK^T: five products of the forward's size, not four. */
     TIME("attention_bwd", 2.5 * af, reps,
-         kn_attention_bwd(c, KN_F32, KN_F32, dqkv, dqkv + C, dqkv + 2 * C, ao, ao, lse, qkv,
+         kn_attention_bwd(c, KN_F32, KN_F32, dqkv, dqkv + C, dqkv + 2 * C, ao, KN_F32, ao, lse, qkv,
                           qkv + C, qkv + 2 * C, B, T, H, H, D, 3 * C, 3 * C, 0.0f, 0.0f, 0));
 
     float *mean = buf(c, N), *rstd = buf(c, N);

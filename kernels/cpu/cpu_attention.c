@@ -637,9 +637,10 @@ static void att_bwd_job(int tid, int nt, void *arg)
 
 /* The backward into fp32 dq, dk, dv (any may be NULL). */
 static void attention_bwd_f32(kn_ctx *c, kn_dtype dt, float *dq, float *dk, float *dv,
-                              const float *dout, const void *out, const float *lse, const void *q,
-                              const void *k, const void *v, int B, int T, int Hq, int Hkv, int D,
-                              int ldq, int ldkv, float scale, float softcap, int window)
+                              const void *dout_in, kn_dtype dout_dt, const void *out,
+                              const float *lse, const void *q, const void *k, const void *v, int B,
+                              int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,
+                              float softcap, int window)
 {
     /* Written: the views are cleared, then the jobs add into them (the
      * same bits as a caller's clear). */
@@ -653,14 +654,15 @@ static void attention_bwd_f32(kn_ctx *c, kn_dtype dt, float *dq, float *dk, floa
     if (scale == 0.0f) scale = 1.0f / sqrtf((float)D);
     int ldo = Hq * D;
     int nt = c->n_threads < B * Hkv ? c->n_threads : B * Hkv;
-    /* A 16-bit backward reads dout as dt holds it (kernels.h). */
+    /* A 16-bit backward reads dout as dt holds it (kernels.h): rounded
+     * from fp32, or widened from dt. */
     size_t ng = (size_t)B * T * ldo;
     float *gbuf = dt == KN_F32 ? NULL : malloc(ng * sizeof *gbuf);
     if (dt != KN_F32 && !gbuf) {
         kn_fail(c, TY_ENOMEM, "attention backward: out of memory for the rounded dout");
         return;
     }
-    dout = cpu_grad_in(gbuf, dout, dt, 0, ng);
+    const float *dout = cpu_grad_in_as(gbuf, dout_in, dout_dt, dt, 0, ng);
     if (dt == KN_BF16 && cpu_att16_on()) { /* dout exact in bf16 now */
         cpu_att_args x = {
             .D = D, .ldq = ldq, .ldkv = ldkv, .window = window, .scale = scale, .cap = softcap};
@@ -716,16 +718,17 @@ static void narrow_rows(size_t a, size_t b, void *arg)
 }
 
 void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *dk, void *dv,
-                       const float *dout, const void *out, const float *lse, const void *q,
-                       const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq,
-                       int ldkv, float scale, float softcap, int window)
+                       const void *dout, kn_dtype dout_dt, const void *out, const float *lse,
+                       const void *q, const void *k, const void *v, int B, int T, int Hq, int Hkv,
+                       int D, int ldq, int ldkv, float scale, float softcap, int window)
 {
     if (B <= 0 || T <= 0 || Hq <= 0 || Hkv <= 0 || D <= 0) return;
     if (!dq && !dk && !dv) return;
     if (!kn_grad_dtype_ok(c, dt, g_dt, "attention backward")) return;
+    if (!kn_grad_dtype_ok(c, dt, dout_dt, "attention backward")) return;
     if (g_dt == KN_F32) {
-        attention_bwd_f32(c, dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,
-                          scale, softcap, window);
+        attention_bwd_f32(c, dt, dq, dk, dv, dout, dout_dt, out, lse, q, k, v, B, T, Hq, Hkv, D,
+                          ldq, ldkv, scale, softcap, window);
         return;
     }
     /* 16-bit gradients: the fp32 ones into a mirror of the outputs (the
@@ -763,8 +766,8 @@ void cpu_attention_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *dk
         at += ext[i];
         j.src[i] = t[i];
     }
-    attention_bwd_f32(c, dt, t[0], t[1], t[2], dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,
-                      scale, softcap, window);
+    attention_bwd_f32(c, dt, t[0], t[1], t[2], dout, dout_dt, out, lse, q, k, v, B, T, Hq, Hkv, D,
+                      ldq, ldkv, scale, softcap, window);
     cpu_pool_for(c, cpu_threads_for(c, sum), rows, narrow_rows, &j);
     free(buf);
 }

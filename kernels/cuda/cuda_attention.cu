@@ -30,7 +30,8 @@
  * q, k, v, out and RoPE's rows are of the op's dtype: read with
  * load_as_f32 into the fp32 shared tiles, out stored with one
  * rounding (kn_cuda16.cuh); lse is fp32, the gradients fp32 or (g_dt)
- * the op's type, each rounded once as it is stored. */
+ * the op's type, each rounded once as it is stored, and the backward's
+ * dout fp32 or (dout_dt) the op's type. */
 #include "cuda_attn.cuh"
 
 namespace KN_NS {
@@ -259,7 +260,7 @@ __global__ void k_attn_fwd(int xt, void *out, float *lse, const void *q, const v
 }
 
 template <int DM>
-__global__ void k_attn_bwd_dq(int xt, int gt, void *dq, const float *dout, const void *out,
+__global__ void k_attn_bwd_dq(int xt, int gt, void *dq, const void *dout, int ot, const void *out,
                               const float *lse, const void *q, const void *k, const void *v, int T,
                               int Hq, int Hkv, int D, int ldq, int ldkv, float scale, float cap,
                               int window)
@@ -277,7 +278,7 @@ __global__ void k_attn_bwd_dq(int xt, int gt, void *dq, const float *dout, const
     if (live) {
         for (int d = 0; d < D; d++) {
             qi[d * BR] = load_as_f32(q, xt, ((size_t)b * T + i) * ldq + (size_t)h * D + d);
-            doi[d * BR] = round_as(xt, dout[orow + d]);
+            doi[d * BR] = round_as(xt, load_as_f32(dout, ot, orow + d));
             dqi[d * BR] = 0.0f;
             Di += doi[d * BR] * load_as_f32(out, xt, orow + d);
         }
@@ -308,10 +309,10 @@ __global__ void k_attn_bwd_dq(int xt, int gt, void *dq, const float *dout, const
 }
 
 template <int DM>
-__global__ void k_attn_bwd_dkdv(int xt, int gt, void *dk, void *dv, const float *dout, const void *out,
-                                const float *lse, const void *q, const void *k, const void *v,
-                                int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,
-                                float cap, int window)
+__global__ void k_attn_bwd_dkdv(int xt, int gt, void *dk, void *dv, const void *dout, int ot,
+                                const void *out, const float *lse, const void *q, const void *k,
+                                const void *v, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
+                                float scale, float cap, int window)
 {
     const int BQ = att_tile<DM>::BC, BR = att_tile<DM>::BR;
     KN_DYN_SHARED(float, sm);
@@ -334,14 +335,15 @@ __global__ void k_attn_bwd_dkdv(int xt, int gt, void *dk, void *dv, const float 
         for (int i0 = j0; i0 < iend; i0 += BQ) {
             __syncthreads();
             stage(Qs, q, qb, xt, i0, BQ, T, D, ldq);
-            stage(Os, dout, ob, KN_F32, i0, BQ, T, D, Hq * D, xt);
+            stage(Os, dout, ob, ot, i0, BQ, T, D, Hq * D, xt);
             for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
                 int i = i0 + r;
                 float di = 0.0f, li = 0.0f;
                 if (i < T) {
                     size_t orow = ((size_t)b * T + i) * Hq * D + (size_t)h * D;
                     for (int d = 0; d < D; d++)
-                        di += round_as(xt, dout[orow + d]) * load_as_f32(out, xt, orow + d);
+                        di += round_as(xt, load_as_f32(dout, ot, orow + d)) *
+                              load_as_f32(out, xt, orow + d);
                     li = lse[((size_t)b * Hq + h) * T + i];
                 }
                 Dd[r] = di;
@@ -388,27 +390,27 @@ static void attn_fwd(kn_ctx *c, int xt, void *out, float *lse, const void *q, co
 }
 
 template <int DM>
-static void attn_bwd(kn_ctx *c, int xt, int gt, void *dq, void *dk, void *dv, const float *dout,
-                     const void *out, const float *lse, const void *q, const void *k, const void *v,
-                     int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv, float scale,
-                     float cap, int window)
+static void attn_bwd(kn_ctx *c, int xt, int gt, void *dq, void *dk, void *dv, const void *dout,
+                     int ot, const void *out, const float *lse, const void *q, const void *k,
+                     const void *v, int B, int T, int Hq, int Hkv, int D, int ldq, int ldkv,
+                     float scale, float cap, int window)
 {
     const int BR = att_tile<DM>::BR;
     if (dq) {
         dim3 grid((T + BR - 1) / BR, Hq, B);
-        KN_IO(k_attn_bwd_dq<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 2),
+        KN_IO(k_attn_bwd_dq<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 2, ot),
             att_grad_bytes(dq, nullptr, gt, B, T, Hq, D),
             6 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
         KN_LAUNCH(k_attn_bwd_dq<DM>, grid, BR, 4 * (size_t)att_dq_floats<DM>(D), c, xt, gt, dq, dout,
-                  out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
+                  ot, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     }
     if (dk || dv) {
         dim3 grid((T + BR - 1) / BR, Hkv, B);
-        KN_IO(k_attn_bwd_dkdv<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 3),
+        KN_IO(k_attn_bwd_dkdv<DM>, att_bytes(xt, B, T, T, Hq, Hkv, D, 3, ot),
             att_grad_bytes(dk, dv, gt, B, T, Hkv, D),
             8 * (uint64_t)B * Hq * D * att_pairs(T, T, window));
         KN_LAUNCH(k_attn_bwd_dkdv<DM>, grid, BR, 4 * (size_t)att_kv_floats<DM>(D), c, xt, gt, dk, dv,
-                  dout, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
+                  dout, ot, out, lse, q, k, v, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     }
 }
 
@@ -423,13 +425,14 @@ static bool fl_picks(kn_ctx *c, kn_dtype dt, int D)
 }
 
 /* Dd[b, h, i] = rowsum(dO_i * O_i) over the head's D, laid out as lse,
- * and dO rounded to the input type (fl_grad): computed once for both
- * backward kernels (dk/dv would otherwise redo it for every key block). A
- * warp per (row, head), lanes along d, the lanes' sums added by
- * kn_warp_sum's fixed tree. out is of the input type xt, dout fp32; all
- * [B, T, Hq, D]. */
-__global__ void k_fl_rowdot(float *Dd, uint16_t *dO, const float *dout, const void *out, int xt,
-                            int B, int T, int Hq, int D)
+ * and, where dO is not NULL, dout rounded to the input type into it
+ * (fl_grad): computed once for both backward kernels (dk/dv would
+ * otherwise redo it for every key block). A warp per (row, head), lanes
+ * along d, the lanes' sums added by kn_warp_sum's fixed tree. out is of
+ * the input type xt, dout of type ot (fp32, or xt: then it is the
+ * kernels' dO as it stands and dO is NULL); all [B, T, Hq, D]. */
+__global__ void k_fl_rowdot(float *Dd, uint16_t *dO, const void *dout, int ot, const void *out,
+                            int xt, int B, int T, int Hq, int D)
 {
     int lane = threadIdx.x % 32, wpb = blockDim.x / 32;
     size_t rows = (size_t)B * T * Hq;
@@ -438,9 +441,9 @@ __global__ void k_fl_rowdot(float *Dd, uint16_t *dO, const float *dout, const vo
         size_t o = row * D; /* [B, T, Hq] rows of D */
         float s = 0.0f;
         for (int d = lane; d < D; d += 32) {
-            float g = round_as(xt, dout[o + d]); /* dO as the 16-bit op reads it */
+            float g = round_as(xt, load_as_f32(dout, ot, o + d)); /* as the 16-bit op reads it */
             s += g * load_as_f32(out, xt, o + d);
-            store_from_f32(dO, xt, o + d, g);
+            if (dO) store_from_f32(dO, xt, o + d, g);
         }
         s = kn_warp_sum(s);
         if (lane == 0) {
@@ -451,18 +454,23 @@ __global__ void k_fl_rowdot(float *Dd, uint16_t *dO, const float *dout, const vo
     }
 }
 
-/* D_i = rowsum(dO * O) per row and head and dO rounded to the input type,
- * for both backward kernels, into scratch; false after an error. */
-static bool fl_rowdot(kn_ctx *c, kn_dtype dt, fl_grad *g, const float *dout, const void *out,
-                      int B, int T, int Hq, int D)
+/* D_i = rowsum(dO * O) per row and head, for both backward kernels, into
+ * scratch, and dO in the input type: dout itself where it is of that
+ * type, else dout rounded into scratch; false after an error. */
+static bool fl_rowdot(kn_ctx *c, kn_dtype dt, fl_grad *g, const void *dout, kn_dtype dout_dt,
+                      const void *out, int B, int T, int Hq, int D)
 {
     size_t rows = (size_t)B * T * Hq, n = rows * D;
+    bool typed = dout_dt == dt;
     float *Dd = (float *)kn_cuda_scratch(c, KN_SCRATCH_ATTN_D, rows * sizeof(float));
-    uint16_t *dO = (uint16_t *)kn_cuda_scratch(c, KN_SCRATCH_ATTN_DO, n * sizeof(uint16_t));
-    if (!Dd || !dO) return false;
-    KN_IO(k_fl_rowdot, n * (4 + kn_dtype_size(dt)), 4 * rows + 2 * n, 0);
-    KN_LAUNCH(k_fl_rowdot, kn_blocks(rows, 8), 256, 0, c, Dd, dO, dout, out, (int)dt, B, T, Hq, D);
-    *g = {Dd, dO};
+    uint16_t *dO = typed ? nullptr
+                         : (uint16_t *)kn_cuda_scratch(c, KN_SCRATCH_ATTN_DO, n * sizeof(uint16_t));
+    if (!Dd || (!typed && !dO)) return false;
+    KN_IO(k_fl_rowdot, n * (kn_dtype_size(dout_dt) + kn_dtype_size(dt)),
+          4 * rows + (typed ? 0 : 2 * n), 0);
+    KN_LAUNCH(k_fl_rowdot, kn_blocks(rows, 8), 256, 0, c, Dd, dO, dout, (int)dout_dt, out, (int)dt,
+              B, T, Hq, D);
+    *g = {Dd, typed ? (const uint16_t *)dout : dO};
     return true;
 }
 
@@ -515,20 +523,21 @@ void cuda_attention_kv_fwd(kn_ctx *c, kn_dtype dt, void *out, float *lse, const 
 }
 
 void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *dk, void *dv,
-                        const float *dout, const void *out, const float *lse, const void *q,
-                        const void *k, const void *v, int B, int T, int Hq, int Hkv, int D, int ldq,
-                        int ldkv, float scale, float softcap, int window)
+                        const void *dout, kn_dtype dout_dt, const void *out, const float *lse,
+                        const void *q, const void *k, const void *v, int B, int T, int Hq, int Hkv,
+                        int D, int ldq, int ldkv, float scale, float softcap, int window)
 {
     if (!attn_shape_ok(c, B, T, Hq, Hkv, D))
         return;
-    if (!kn_grad_dtype_ok(c, dt, g_dt, "attention backward"))
+    if (!kn_grad_dtype_ok(c, dt, g_dt, "attention backward") ||
+        !kn_grad_dtype_ok(c, dt, dout_dt, "attention backward"))
         return;
     if (scale == 0.0f)
         scale = 1.0f / sqrtf((float)D);
     fl_args a = {scale, softcap, window, (int)g_dt};
     fl_grad g;
     bool flash = fl_picks(c, dt, D) && (dq || dk || dv) &&
-                 fl_rowdot(c, dt, &g, dout, out, B, T, Hq, D);
+                 fl_rowdot(c, dt, &g, dout, dout_dt, out, B, T, Hq, D);
     if (flash) { /* what a flash kernel does, the scalar one leaves */
         if (dq && fl_dq_launch(c, dt, D, dq, g, lse, q, k, v, B, T, Hq, Hkv, ldq, ldkv, a))
             dq = nullptr;
@@ -540,8 +549,8 @@ void cuda_attention_bwd(kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dq, void *d
     }
     int xt = (int)dt, gt = (int)g_dt;
 #define ATT_BWD_ARGS                                                                               \
-    c, xt, gt, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv, scale, softcap,   \
-        window
+    c, xt, gt, dq, dk, dv, dout, (int)dout_dt, out, lse, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,     \
+        scale, softcap, window
     if (D <= 64)
         attn_bwd<64>(ATT_BWD_ARGS);
     else if (D <= 128)

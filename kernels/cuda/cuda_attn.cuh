@@ -39,9 +39,10 @@ __device__ __forceinline__ int att_lo(int i, int window)
     return window > 0 ? max(0, i - window + 1) : 0;
 }
 
-/* What k_fl_rowdot prepares for both backward kernels from the fp32 dO:
- * D_i = rowsum(dO_i * O_i) per row and head (laid out as lse), and dO
- * rounded to the input type ([B, T, Hq, D]), so the kernels stage it as
+/* What k_fl_rowdot prepares for both backward kernels from dO: D_i =
+ * rowsum(dO_i * O_i) per row and head (laid out as lse), and dO in the
+ * input type ([B, T, Hq, D]: the op's dout where a producer stored it in
+ * that type, else dout rounded into scratch), so the kernels stage it as
  * they stage Q, 16 bytes a load, and convert none of it again for every
  * key block. */
 struct fl_grad {
@@ -75,7 +76,8 @@ bool fl_dkdv_launch(kn_ctx *c, kn_dtype dt, int D, void *dk, void *dv, fl_grad g
  * the window; each costs 2 D FLOPs per product with a row of K or V (the
  * forward: QK and PV; dq: QK, dO V and dS K; dk/dv: QK, dO V, P dO, dS Q).
  * Bytes of one pass over the tensors (kinds: 0 the forward's reads, 1
- * its writes, 2 dq's reads, 3 dk/dv's reads less dk and dv themselves). */
+ * its writes, 2 dq's reads, 3 dk/dv's reads less dk and dv themselves;
+ * ot: dout's type). */
 static inline uint64_t att_pairs(int Tq, int Tk, int window)
 {
     uint64_t n = 0;
@@ -90,15 +92,16 @@ static inline uint64_t att_grad_bytes(const void *a, const void *b, int gt, int 
 {
     return kn_dtype_size((kn_dtype)gt) * (uint64_t)B * T * H * D * (!!a + !!b);
 }
-static inline uint64_t att_bytes(int xt, int B, int Tq, int Tk, int Hq, int Hkv, int D, int kind)
+static inline uint64_t att_bytes(int xt, int B, int Tq, int Tk, int Hq, int Hkv, int D, int kind,
+                                 int ot = KN_F32)
 {
     uint64_t es = kn_dtype_size((kn_dtype)xt), q = (uint64_t)B * Tq * Hq * D,
              kv = 2 * (uint64_t)B * Tk * Hkv * D, lse = 4 * (uint64_t)B * Hq * Tq;
     if (kind == 1)
         return q * es + lse;
     uint64_t r = (q + kv) * es;
-    if (kind >= 2) /* dout (fp32), out, lse */
-        r += q * 4 + q * es + lse;
+    if (kind >= 2) /* dout (of type ot), out, lse */
+        r += q * kn_dtype_size((kn_dtype)ot) + q * es + lse;
     return r;
 }
 /* A flash backward kernel's reads: q, k, v, dO in the input type, lse,

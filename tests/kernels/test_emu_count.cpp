@@ -243,7 +243,7 @@ void attention(kn_ctx *c)
     check("rope", "k_rope");
     kn_attention_fwd(c, KN_BF16, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D, 0.0f, 0.0f,
                      0);
-    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D,
+    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D,
                      Hq * D, Hkv * D, 0.0f, 0.0f, 0);
     std::vector<emu_count_rec> rs = take();
     /* bf16 at head dim 64 runs on the tensor-core kernels: their FLOPs are
@@ -282,7 +282,7 @@ void attention(kn_ctx *c)
     kn_to_host(c, g1.data(), dk, nkv * 4);
     kn_round(c, dout, nq, KN_BF16);
     take();
-    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hkv, D,
+    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D,
                      Hq * D, Hkv * D, 0.0f, 0.0f, 0);
     rs = take();
     kn_to_host(c, g2.data(), dk, nkv * 4);
@@ -291,6 +291,26 @@ void attention(kn_ctx *c)
     for (const emu_count_rec &r : rs) {
         char why[256];
         CHECK(rec_ok(r, why, sizeof why), "attention, dO rounded first: %s: %s", r.name, why);
+    }
+    /* dO stored in bf16 (dout_dt): the same gradients again; the row dots
+     * read it at 2 bytes an element and write only D_i, the kernels take
+     * it as their dO. */
+    void *dout16 = b.bf16(nq);
+    kn_convert(c, dout16, KN_BF16, dout, KN_F32, nq);
+    take();
+    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout16, KN_BF16, out, lse, q, k, v, B, T, Hq,
+                     Hkv, D, Hq * D, Hkv * D, 0.0f, 0.0f, 0);
+    rs = take();
+    kn_to_host(c, g2.data(), dk, nkv * 4);
+    CHECK(!memcmp(g1.data(), g2.data(), nkv * 4), "attention: dO in bf16 changed dk");
+    CHECK(rs.size() == 3, "attention, dO in bf16: %zu launches, expected 3", rs.size());
+    for (const emu_count_rec &r : rs) {
+        char why[256];
+        CHECK(rec_ok(r, why, sizeof why), "attention, dO in bf16: %s: %s", r.name, why);
+        if (!strcmp(r.name, "k_fl_rowdot"))
+            CHECK(r.decl_rd == nq * 4 && r.decl_wr == (uint64_t)B * Hq * T * 4,
+                  "attention, dO in bf16: the row dots declare %llu read, %llu written",
+                  (unsigned long long)r.decl_rd, (unsigned long long)r.decl_wr);
     }
 }
 

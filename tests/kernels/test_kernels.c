@@ -834,8 +834,8 @@ static void run_attention_g(int B, int T, int Hq, int Hkv, int D, int fused, flo
         gk = gk_s = falloc(c, nkv);
         gv = gv_s = falloc(c, nkv);
     }
-    kn_attention_bwd(c, KN_F32, KN_F32, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D, s.ldq,
-                     s.ldkv, scale, cap, window);
+    kn_attention_bwd(c, KN_F32, KN_F32, gq, gk, gv, r, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D,
+                     s.ldq, s.ldkv, scale, cap, window);
     if (fused) {
         /* One FD pass over the whole fused buffer checks q, k and v at once,
          * and that the padding columns (none here) stay untouched. */
@@ -850,18 +850,18 @@ static void run_attention_g(int B, int T, int Hq, int Hkv, int D, int fused, flo
     /* Written, not added, and NULL gradients (separate-buffer case only). */
     if (!fused) {
         float *q1 = fcopy(c, gq, nq), *k1 = fcopy(c, gk, nkv), *v1 = fcopy(c, gv, nkv);
-        kn_attention_bwd(c, KN_F32, KN_F32, gq, gk, gv, r, out, lse, q, k, v, B, T, Hq, Hkv, D,
-                         s.ldq, s.ldkv, scale, cap, window);
+        kn_attention_bwd(c, KN_F32, KN_F32, gq, gk, gv, r, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv,
+                         D, s.ldq, s.ldkv, scale, cap, window);
         check_same("attention dq again", gq, q1, nq);
         check_same("attention dk again", gk, k1, nkv);
         check_same("attention dv again", gv, v1, nkv);
         float *q2 = falloc(c, nq), *k2 = falloc(c, nkv), *v2 = falloc(c, nkv);
-        kn_attention_bwd(c, KN_F32, KN_F32, q2, NULL, NULL, r, out, lse, q, k, v, B, T, Hq, Hkv, D,
-                         s.ldq, s.ldkv, scale, cap, window);
-        kn_attention_bwd(c, KN_F32, KN_F32, NULL, k2, NULL, r, out, lse, q, k, v, B, T, Hq, Hkv, D,
-                         s.ldq, s.ldkv, scale, cap, window);
-        kn_attention_bwd(c, KN_F32, KN_F32, NULL, NULL, v2, r, out, lse, q, k, v, B, T, Hq, Hkv, D,
-                         s.ldq, s.ldkv, scale, cap, window);
+        kn_attention_bwd(c, KN_F32, KN_F32, q2, NULL, NULL, r, KN_F32, out, lse, q, k, v, B, T, Hq,
+                         Hkv, D, s.ldq, s.ldkv, scale, cap, window);
+        kn_attention_bwd(c, KN_F32, KN_F32, NULL, k2, NULL, r, KN_F32, out, lse, q, k, v, B, T, Hq,
+                         Hkv, D, s.ldq, s.ldkv, scale, cap, window);
+        kn_attention_bwd(c, KN_F32, KN_F32, NULL, NULL, v2, r, KN_F32, out, lse, q, k, v, B, T, Hq,
+                         Hkv, D, s.ldq, s.ldkv, scale, cap, window);
         check_same("attention dq alone", q2, q1, nq);
         check_same("attention dk alone", k2, k1, nkv);
         check_same("attention dv alone", v2, v1, nkv);
@@ -873,8 +873,8 @@ static void run_attention_g(int B, int T, int Hq, int Hkv, int D, int fused, flo
         check_same("attention out 1 vs 2 threads", out1, out, no);
         check_same("attention lse 1 vs 2 threads", lse1, lse, nl);
         float *q3 = falloc(c, nq), *k3 = falloc(c, nkv), *v3 = falloc(c, nkv);
-        kn_attention_bwd(c1, KN_F32, KN_F32, q3, k3, v3, r, out, lse, q, k, v, B, T, Hq, Hkv, D,
-                         s.ldq, s.ldkv, scale, cap, window);
+        kn_attention_bwd(c1, KN_F32, KN_F32, q3, k3, v3, r, KN_F32, out, lse, q, k, v, B, T, Hq,
+                         Hkv, D, s.ldq, s.ldkv, scale, cap, window);
         check_same("attention dq 1 vs 2 threads", q3, q1, nq);
         check_same("attention dk 1 vs 2 threads", k3, k1, nkv);
         check_same("attention dv 1 vs 2 threads", v3, v1, nkv);
@@ -1009,8 +1009,8 @@ static void run_attention_old(int B, int T, int Hq, int Hkv, int D)
           *odk = calloc(nkv, sizeof *odk), *odv = calloc(nkv, sizeof *odv);
     kn_attention_fwd(c, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D, Hkv * D, 0.0f, 0.0f,
                      0);
-    kn_attention_bwd(c, KN_F32, KN_F32, dq, dk, dv, g, out, lse, q, k, v, B, T, Hq, Hkv, D, Hq * D,
-                     Hkv * D, 0.0f, 0.0f, 0);
+    kn_attention_bwd(c, KN_F32, KN_F32, dq, dk, dv, g, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D,
+                     Hq * D, Hkv * D, 0.0f, 0.0f, 0);
     old_attention(q, k, v, g, oo, odq, odk, odv, B, T, Hq, Hkv, D);
     double *w = malloc((nq > nkv ? nq : nkv) * sizeof *w);
 #define AGAINST_OLD(what, got, old, n)                                                             \
@@ -1541,8 +1541,8 @@ static double pipeline(int threads, float *w_out)
     kn_matmul_bwd(c, dact, gw + (size_t)3 * C * C, NULL, logits, act, whead, N, C, V);
     kn_gelu_bwd(c, KN_F32, dln, dact, ln, (size_t)N * C);
     kn_layernorm_bwd(c, KN_F32, dao, NULL, NULL, NULL, dln, KN_F32, ao, ones, mean, rstd, N, C);
-    kn_attention_bwd(c, KN_F32, KN_F32, dqkv, dqkv + C, dqkv + 2 * C, dao, ao, lse, qkv, qkv + C,
-                     qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C, 0.0f, 0.0f, 0);
+    kn_attention_bwd(c, KN_F32, KN_F32, dqkv, dqkv + C, dqkv + 2 * C, dao, KN_F32, ao, lse, qkv,
+                     qkv + C, qkv + 2 * C, B, T, H, H, C / H, 3 * C, 3 * C, 0.0f, 0.0f, 0);
     kn_matmul_bwd(c, dx, gw, NULL, dqkv, x, wqkv, N, C, 3 * C);
     double norm = sqrt(kn_sumsq(c, gw, nw)) + kn_sum(c, losses, N);
     kn_adamw(c, KN_F32, w, NULL, gw, m, v, nw, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);

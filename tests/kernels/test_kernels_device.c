@@ -749,10 +749,10 @@ static void att_case_g(pair *p, int B, int T, int Hq, int Hkv, int D, int fused,
     buf dq = brand(p, nq, 0.1), dk = fused ? dq : brand(p, nkv, 0.1),
         dv = fused ? dq : brand(p, nkv, 0.1);
     kn_attention_bwd(p->cpu, KN_F32, KN_F32, F(dq, cpu), F(dk, cpu) + ko, F(dv, cpu) + vo,
-                     F(dout, cpu), F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko,
+                     F(dout, cpu), KN_F32, F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu) + ko,
                      F(v, cpu) + vo, B, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     kn_attention_bwd(p->dev, KN_F32, KN_F32, F(dq, dev), F(dk, dev) + ko, F(dv, dev) + vo,
-                     F(dout, dev), F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko,
+                     F(dout, dev), KN_F32, F(out, dev), F(lse, dev), F(q, dev), F(k, dev) + ko,
                      F(v, dev) + vo, B, T, Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     snprintf(name, sizeof name, "attention_bwd.dq.T%d.H%d/%d.D%d%s%s%s", T, Hq, Hkv, D,
              fused ? ".fused" : "", tn, gm);
@@ -763,10 +763,10 @@ static void att_case_g(pair *p, int B, int T, int Hq, int Hkv, int D, int fused,
         snprintf(name, sizeof name, "attention_bwd.dv.T%d.H%d/%d.D%d%s", T, Hq, Hkv, D, gm);
         cmp(p, name, dv, 2e-4, 2e-5);
         /* NULL dq: only dk and dv move. */
-        kn_attention_bwd(p->cpu, KN_F32, KN_F32, NULL, F(dk, cpu), F(dv, cpu), F(dout, cpu),
+        kn_attention_bwd(p->cpu, KN_F32, KN_F32, NULL, F(dk, cpu), F(dv, cpu), F(dout, cpu), KN_F32,
                          F(out, cpu), F(lse, cpu), F(q, cpu), F(k, cpu), F(v, cpu), B, T, Hq, Hkv,
                          D, ldq, ldkv, scale, cap, window);
-        kn_attention_bwd(p->dev, KN_F32, KN_F32, NULL, F(dk, dev), F(dv, dev), F(dout, dev),
+        kn_attention_bwd(p->dev, KN_F32, KN_F32, NULL, F(dk, dev), F(dv, dev), F(dout, dev), KN_F32,
                          F(out, dev), F(lse, dev), F(q, dev), F(k, dev), F(v, dev), B, T, Hq, Hkv,
                          D, ldq, ldkv, scale, cap, window);
         cmp(p, "attention_bwd.null_dq.dk", dk, 2e-4, 2e-5);

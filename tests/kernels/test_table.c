@@ -1187,10 +1187,10 @@ static void c_typed(tc *t)
               *dk = dput(t, hdk, nk * 4), *dk32 = dput(t, hdk, nk * 4), *dv = dput(t, hdk, nk * 4),
               *dv32 = dput(t, hdk, nk * 4), *ador = dput(t, hdo, nq * 4);
         kn_round(t->c, ador, nq, dt); /* dout as a 16-bit backward reads it */
-        kn_attention_bwd(t->c, dt, KN_F32, dq, dk, dv, ado, ao, l32, q, k, v, B, T, Hq, Hkv, Dh,
-                         ldq, ldkv, 0.0f, 0.0f, 0);
-        kn_attention_bwd(t->c, KN_F32, KN_F32, dq32, dk32, dv32, ador, aof, l32, qf, kf, vf, B, T,
-                         Hq, Hkv, Dh, ldq, ldkv, 0.0f, 0.0f, 0);
+        kn_attention_bwd(t->c, dt, KN_F32, dq, dk, dv, ado, KN_F32, ao, l32, q, k, v, B, T, Hq, Hkv,
+                         Dh, ldq, ldkv, 0.0f, 0.0f, 0);
+        kn_attention_bwd(t->c, KN_F32, KN_F32, dq32, dk32, dv32, ador, KN_F32, aof, l32, qf, kf, vf,
+                         B, T, Hq, Hkv, Dh, ldq, ldkv, 0.0f, 0.0f, 0);
         same(t, KN_F32, "attention dq (written)", dq, dq32, nq, KN_F32);
         same(t, KN_F32, "attention dk (written)", dk, dk32, nk, KN_F32);
         same(t, KN_F32, "attention dv (written)", dv, dv32, nk, KN_F32);
@@ -2031,8 +2031,8 @@ static void c_grad_dtype(tc *t)
         if (op == 0) kn_swiglu_bwd(t->c, KN_BF16, KN_F16, a, b, g, KN_F32, g, g, n);
         if (op == 1) kn_geglu_bwd(t->c, KN_BF16, KN_F16, a, b, g, KN_F32, g, g, n);
         if (op == 2)
-            kn_attention_bwd(t->c, KN_BF16, KN_F16, a, b, NULL, g, g, l, g, g, g, 1, T, H, H, D, D,
-                             D, 0.0f, 0.0f, 0);
+            kn_attention_bwd(t->c, KN_BF16, KN_F16, a, b, NULL, g, KN_F32, g, l, g, g, g, 1, T, H,
+                             H, D, D, D, 0.0f, 0.0f, 0);
         expect_refused(t, "grad_dtype", want[op]);
     }
     uint16_t h[64];
@@ -2142,14 +2142,30 @@ static void att_grads16(tc *t, kn_dtype dt, const float *dq, const float *dk, co
     size_t nq = (size_t)B * T * ldq, nk = (size_t)B * T * ldkv, es = kn_dtype_size(dt);
     void *g[3] = {typed_out(t, dt, nq), typed_out(t, dt, nk), typed_out(t, dt, nk)};
     void *want[3] = {dput(t, NULL, nq * es), dput(t, NULL, nk * es), dput(t, NULL, nk * es)};
-    kn_attention_bwd(t->c, dt, dt, g[0], g[1], g[2], dout, o, l, q, k, v, B, T, Hq, Hkv, D, ldq,
-                     ldkv, scale, cap, window);
+    kn_attention_bwd(t->c, dt, dt, g[0], g[1], g[2], dout, KN_F32, o, l, q, k, v, B, T, Hq, Hkv, D,
+                     ldq, ldkv, scale, cap, window);
     kn_convert(t->c, want[0], dt, dq, KN_F32, nq);
     kn_convert(t->c, want[1], dt, dk, KN_F32, nk);
     kn_convert(t->c, want[2], dt, dv, KN_F32, nk);
     same_bits(t, "attention dq in dt", dt, g[0], want[0], nq * es);
     same_bits(t, "attention dk in dt", dt, g[1], want[1], nk * es);
     same_bits(t, "attention dv in dt", dt, g[2], want[2], nk * es);
+    /* dout stored in dt (dout_dt), as a producer that rounds it stores
+     * it: bit for bit the gradients of the fp32 dout, in fp32 and in dt */
+    void *dout16 = dput(t, NULL, nq * es);
+    kn_convert(t->c, dout16, dt, dout, KN_F32, nq);
+    float *f[3] = {dpoison(t, nq), dpoison(t, nk), dpoison(t, nk)};
+    kn_attention_bwd(t->c, dt, KN_F32, f[0], f[1], f[2], dout16, dt, o, l, q, k, v, B, T, Hq, Hkv,
+                     D, ldq, ldkv, scale, cap, window);
+    same_bits(t, "attention dq (dout in dt)", KN_F32, f[0], dq, nq * 4);
+    same_bits(t, "attention dk (dout in dt)", KN_F32, f[1], dk, nk * 4);
+    same_bits(t, "attention dv (dout in dt)", KN_F32, f[2], dv, nk * 4);
+    void *h[3] = {typed_out(t, dt, nq), typed_out(t, dt, nk), typed_out(t, dt, nk)};
+    kn_attention_bwd(t->c, dt, dt, h[0], h[1], h[2], dout16, dt, o, l, q, k, v, B, T, Hq, Hkv, D,
+                     ldq, ldkv, scale, cap, window);
+    same_bits(t, "attention dq in dt (dout in dt)", dt, h[0], want[0], nq * es);
+    same_bits(t, "attention dk in dt (dout in dt)", dt, h[1], want[1], nk * es);
+    same_bits(t, "attention dv in dt (dout in dt)", dt, h[2], want[2], nk * es);
 }
 
 static void att16_case(tc *t, kn_dtype dt, att16_shape s)
@@ -2177,10 +2193,10 @@ static void att16_case(tc *t, kn_dtype dt, att16_shape s)
           *dk = dput(t, hdk, nk * 4), *dk32 = dput(t, hdk, nk * 4), *dv = dput(t, hdk, nk * 4),
           *dv32 = dput(t, hdk, nk * 4), *ador = dput(t, hdo, nq * 4);
     kn_round(t->c, ador, nq, dt); /* dout as a 16-bit backward reads it */
-    kn_attention_bwd(t->c, dt, KN_F32, dq, dk, dv, ado, o, l, q, k, v, B, s.T, s.Hq, s.Hkv, s.D,
-                     ldq, ldkv, s.scale, s.cap, s.window);
-    kn_attention_bwd(t->c, KN_F32, KN_F32, dq32, dk32, dv32, ador, of, l, qf, kf, vf, B, s.T, s.Hq,
-                     s.Hkv, s.D, ldq, ldkv, s.scale, s.cap, s.window);
+    kn_attention_bwd(t->c, dt, KN_F32, dq, dk, dv, ado, KN_F32, o, l, q, k, v, B, s.T, s.Hq, s.Hkv,
+                     s.D, ldq, ldkv, s.scale, s.cap, s.window);
+    kn_attention_bwd(t->c, KN_F32, KN_F32, dq32, dk32, dv32, ador, KN_F32, of, l, qf, kf, vf, B,
+                     s.T, s.Hq, s.Hkv, s.D, ldq, ldkv, s.scale, s.cap, s.window);
     snprintf(what, sizeof what, "attention16 D %d dq (written)", s.D);
     same(t, KN_F32, what, dq, dq32, nq, dt);
     snprintf(what, sizeof what, "attention16 D %d dk (written)", s.D);
@@ -2250,10 +2266,10 @@ static void att_tiles_case(tc *t, kn_dtype dt, int B, int T, int Hq, int Hkv, in
     float *hq = hrand(nq, 1), *hk = hrand(nk, 1);
     float *dq = dput(t, hq, nq * 4), *dq32 = dput(t, hq, nq * 4), *dk = dput(t, hk, nk * 4),
           *dk32 = dput(t, hk, nk * 4), *dv = dput(t, hk, nk * 4), *dv32 = dput(t, hk, nk * 4);
-    kn_attention_bwd(t->c, dt, KN_F32, dq, dk, dv, gf, o, l32, q, k, v, B, T, Hq, Hkv, D, ldq, ldkv,
-                     scale, cap, window);
-    kn_attention_bwd(t->c, KN_F32, KN_F32, dq32, dk32, dv32, gf, of, l32, qf, kf, vf, B, T, Hq, Hkv,
-                     D, ldq, ldkv, scale, cap, window);
+    kn_attention_bwd(t->c, dt, KN_F32, dq, dk, dv, gf, KN_F32, o, l32, q, k, v, B, T, Hq, Hkv, D,
+                     ldq, ldkv, scale, cap, window);
+    kn_attention_bwd(t->c, KN_F32, KN_F32, dq32, dk32, dv32, gf, KN_F32, of, l32, qf, kf, vf, B, T,
+                     Hq, Hkv, D, ldq, ldkv, scale, cap, window);
     /* The CPU's AMX kernel splits P and dS in three bf16 parts: fp32's
      * tolerance. A device's tensor-core kernel (CUDA's flash attention, a
      * hi + lo pair) is held to dt's, as in the attention16 case. */
