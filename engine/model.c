@@ -351,6 +351,18 @@ static void lin_bwd_g_dt(model *m, int l, int s, void *dx, const void *g, const 
     lin_bwd_g(m, l, s, -1, NULL, 0, NULL, g, x, wi, bi, N, K, M);
 }
 
+/* A layer's dx for its one reader, in dx_dt: the step's 16-bit type
+ * (lin_bwd_g_dt, where grad16_only(wi)) or fp32, written by lin_bwd_g from
+ * dout and g as it takes them (dx may be NULL: no input gradient). */
+static void lin_bwd_g_as(model *m, int l, int s, kn_dtype dx_dt, float *dx, const float *dout,
+                         const void *g, const void *x, int wi, int bi, int N, int K, int M)
+{
+    if (dx_dt != KN_F32)
+        lin_bwd_g_dt(m, l, s, dx, g, x, wi, bi, N, K, M);
+    else
+        lin_bwd_g(m, l, s, -1, dx, 1, dout, g, x, wi, bi, N, K, M);
+}
+
 /* dout as weights wi's backward GEMMs read it: grad_in's copy, or NULL
  * where they read the fp32 dout (gemm_reads_g). */
 static const void *grad_for(model *m, int wi, const float *dout, size_t n)
@@ -1739,11 +1751,8 @@ static void backward_from_head(model *m, int B, int T)
         const void *gmo = grad_made(m, L->proj_w, dmo, NC, mo16);
         /* the gated MLPs' dact in dt, for the activation's backward alone */
         kn_dtype act_dt = !gpt2 && grad16_only(m, L->proj_w) ? dt : KN_F32;
-        if (act_dt != KN_F32)
-            lin_bwd_g_dt(m, l, LS_PROJ, m->dact, gmo, a->act, L->proj_w, L->proj_b, N, F, C);
-        else
-            lin_bwd_g(m, l, LS_PROJ, -1, fg ? NULL : m->dact, 1, dmo, gmo, a->act, L->proj_w,
-                      L->proj_b, N, F, C);
+        lin_bwd_g_as(m, l, LS_PROJ, act_dt, fg ? NULL : m->dact, dmo, gmo, a->act, L->proj_w,
+                     L->proj_b, N, F, C);
         /* dact is read as dt holds it by the activation's backward; dln =
          * d(ln2) is written by the first of the fc's (and up's) products;
          * ln2's backward, making d(res2), stores its copy for Wo's GEMMs */
@@ -1757,11 +1766,8 @@ static void backward_from_head(model *m, int B, int T)
                  * GEMMs read it as it stands */
                 kn_matmul_dgelu(k, dt, dt, dt, m->dfc, G(m, L->fc_b), gmo, WL(m, L->proj_w), a->fc,
                                 N, F, C);
-                if (ln2_dt != KN_F32)
-                    lin_bwd_g_dt(m, l, LS_FC, m->dln, m->dfc, a->ln2, L->fc_w, -1, N, C, F);
-                else
-                    lin_bwd_g(m, l, LS_FC, -1, m->dln, 1, dt == KN_F32 ? m->dfc : NULL, m->dfc,
-                              a->ln2, L->fc_w, -1, N, C, F);
+                lin_bwd_g_as(m, l, LS_FC, ln2_dt, m->dln, dt == KN_F32 ? m->dfc : NULL, m->dfc,
+                             a->ln2, L->fc_w, -1, N, C, F);
             } else {
                 kn_zero(k, m->dfc, NF);
                 kn_gelu_bwd(k, dt, m->dfc, m->dact, a->fc, NF);
@@ -1815,11 +1821,8 @@ static void backward_from_head(model *m, int B, int T)
          * reads it: in a 16-bit step where one product makes it (no
          * adapter, no 4-bit base), that product stores it in dt */
         kn_dtype att_dt = grad16_only(m, L->o_w) ? dt : KN_F32;
-        const void *go = grad_made(m, L->o_w, dao, NC, ao16);
-        if (att_dt != KN_F32)
-            lin_bwd_g_dt(m, l, LS_O, m->datty, go, a->atty, L->o_w, L->o_b, N, QD, C);
-        else
-            lin_bwd_g(m, l, LS_O, -1, m->datty, 1, dao, go, a->atty, L->o_w, L->o_b, N, QD, C);
+        lin_bwd_g_as(m, l, LS_O, att_dt, m->datty, dao, grad_made(m, L->o_w, dao, NC, ao16),
+                     a->atty, L->o_w, L->o_b, N, QD, C);
         /* dln = d(ln1): the first of the qkv products writes it */
         if (gpt2) {
             /* dq, dk, dv written whole (the three thirds of each row); in

@@ -131,12 +131,12 @@
       size_t n), (c, dt, out, gate, up, n))                                                        \
     X(void, swiglu_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,            \
       const void *dout, kn_dtype dout_dt, const void *gate, const void *up, size_t n),             \
-      (c, dt, g_dt, dgate, dup, dout, dout_dt, gate, up, n))                                                \
+      (c, dt, g_dt, dgate, dup, dout, dout_dt, gate, up, n))                                       \
     X(void, geglu_fwd, (kn_ctx *c, kn_dtype dt, void *out, const void *gate, const void *up,       \
       size_t n), (c, dt, out, gate, up, n))                                                        \
     X(void, geglu_bwd, (kn_ctx *c, kn_dtype dt, kn_dtype g_dt, void *dgate, void *dup,             \
       const void *dout, kn_dtype dout_dt, const void *gate, const void *up, size_t n),             \
-      (c, dt, g_dt, dgate, dup, dout, dout_dt, gate, up, n))                                                \
+      (c, dt, g_dt, dgate, dup, dout, dout_dt, gate, up, n))                                       \
     X(void, dropout_fwd, (kn_ctx *c, kn_dtype dt, void *out, uint8_t *mask, const void *x,         \
       size_t n, float p, uint64_t seed, uint64_t offset), (c, dt, out, mask, x, n, p, seed, offset))             \
     X(void, dropout_bwd, (kn_ctx *c, float *dx, const float *dout, const uint8_t *mask,            \
