@@ -276,42 +276,37 @@ void attention(kn_ctx *c)
                (unsigned long long)r.decl_rd, (unsigned long long)r.seen_rd,
                (unsigned long long)r.decl_wr, (unsigned long long)r.seen_wr);
     }
-    /* The same dO rounded to bf16 first: the same gradients, bit for bit
-     * (the op reads dO as bf16 holds it), from the same launches. */
+    /* The backward again from a dout given as (g, g_dt): the same dk bit
+     * for bit, from the same three launches, each declaring what it
+     * touches; returns the launches. */
     std::vector<float> g1(nkv), g2(nkv);
     kn_to_host(c, g1.data(), dk, nkv * 4);
+    auto again = [&](const char *how, const void *g, kn_dtype g_dt) {
+        take();
+        kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, g, g_dt, out, lse, q, k, v, B, T, Hq, Hkv,
+                         D, Hq * D, Hkv * D, 0.0f, 0.0f, 0);
+        std::vector<emu_count_rec> got = take();
+        kn_to_host(c, g2.data(), dk, nkv * 4);
+        CHECK(!memcmp(g1.data(), g2.data(), nkv * 4), "attention: dO %s changed dk", how);
+        CHECK(got.size() == 3, "attention, dO %s: %zu launches, expected 3", how, got.size());
+        for (const emu_count_rec &r : got) {
+            char why[256];
+            CHECK(rec_ok(r, why, sizeof why), "attention, dO %s: %s: %s", how, r.name, why);
+        }
+        return got;
+    };
+    /* dO rounded to bf16 first (the op reads dO as bf16 holds it) */
     kn_round(c, dout, nq, KN_BF16);
-    take();
-    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout, KN_F32, out, lse, q, k, v, B, T, Hq, Hkv, D,
-                     Hq * D, Hkv * D, 0.0f, 0.0f, 0);
-    rs = take();
-    kn_to_host(c, g2.data(), dk, nkv * 4);
-    CHECK(!memcmp(g1.data(), g2.data(), nkv * 4), "attention: dO rounded first changed dk");
-    CHECK(rs.size() == 3, "attention, dO rounded first: %zu launches, expected 3", rs.size());
-    for (const emu_count_rec &r : rs) {
-        char why[256];
-        CHECK(rec_ok(r, why, sizeof why), "attention, dO rounded first: %s: %s", r.name, why);
-    }
-    /* dO stored in bf16 (dout_dt): the same gradients again; the row dots
-     * read it at 2 bytes an element and write only D_i, the kernels take
-     * it as their dO. */
+    again("rounded first", dout, KN_F32);
+    /* dO stored in bf16 (dout_dt): the row dots read it at 2 bytes an
+     * element and write only D_i, the kernels take it as their dO */
     void *dout16 = b.bf16(nq);
     kn_convert(c, dout16, KN_BF16, dout, KN_F32, nq);
-    take();
-    kn_attention_bwd(c, KN_BF16, KN_F32, dq, dk, dv, dout16, KN_BF16, out, lse, q, k, v, B, T, Hq,
-                     Hkv, D, Hq * D, Hkv * D, 0.0f, 0.0f, 0);
-    rs = take();
-    kn_to_host(c, g2.data(), dk, nkv * 4);
-    CHECK(!memcmp(g1.data(), g2.data(), nkv * 4), "attention: dO in bf16 changed dk");
-    CHECK(rs.size() == 3, "attention, dO in bf16: %zu launches, expected 3", rs.size());
-    for (const emu_count_rec &r : rs) {
-        char why[256];
-        CHECK(rec_ok(r, why, sizeof why), "attention, dO in bf16: %s: %s", r.name, why);
+    for (const emu_count_rec &r : again("in bf16", dout16, KN_BF16))
         if (!strcmp(r.name, "k_fl_rowdot"))
             CHECK(r.decl_rd == nq * 4 && r.decl_wr == (uint64_t)B * Hq * T * 4,
                   "attention, dO in bf16: the row dots declare %llu read, %llu written",
                   (unsigned long long)r.decl_rd, (unsigned long long)r.decl_wr);
-    }
 }
 
 void optimizer_misc(kn_ctx *c)
